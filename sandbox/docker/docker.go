@@ -1,0 +1,361 @@
+// Package docker is the runtime dialect for the docker and podman CLIs. The
+// two share almost all argv; where they differ (stop grace on remove, volume
+// creation, error texts, inspect JSON) the dialect knows which it drives.
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/cli"
+)
+
+// Flavor tells docker from podman where their CLIs differ.
+type Flavor string
+
+// Flavors.
+const (
+	Docker Flavor = "docker"
+	Podman Flavor = "podman"
+)
+
+// Dialect drives a docker-compatible CLI.
+type Dialect struct {
+	flavor Flavor
+	cli    *cli.Runner
+}
+
+var _ sandbox.Runtime = (*Dialect)(nil)
+
+// Options configure a Dialect.
+type Options struct {
+	Flavor Flavor
+	// Binary is the CLI to run; defaults to the flavor's name on PATH.
+	Binary string
+	// Env is added to the CLI's environment (e.g. CONTAINERS_CONF, DOCKER_HOST).
+	Env    []string
+	Logger *slog.Logger
+}
+
+// New returns a dialect for the docker or podman CLI.
+func New(opts Options) *Dialect {
+	bin := opts.Binary
+	if bin == "" {
+		bin = string(opts.Flavor)
+	}
+	d := &Dialect{flavor: opts.Flavor}
+	d.cli = &cli.Runner{
+		Binary:      bin,
+		Env:         opts.Env,
+		Logger:      opts.Logger,
+		Classify:    d.classify,
+		MissingHint: installHint(opts.Flavor),
+	}
+	return d
+}
+
+func installHint(f Flavor) string {
+	if f == Podman {
+		return "install podman (Debian/Ubuntu: `sudo apt-get install podman runc`) or run `make setup`"
+	}
+	return "install Docker Engine (Debian/Ubuntu: `sudo apt-get install docker.io`) or use --runtime podman"
+}
+
+// Kind implements sandbox.Runtime.
+func (d *Dialect) Kind() string { return string(d.flavor) }
+
+// Binary implements sandbox.Runtime.
+func (d *Dialect) Binary() string { return d.cli.Binary }
+
+// Ping implements sandbox.Runtime: it needs the CLI and, for docker, a
+// daemon that answers.
+func (d *Dialect) Ping(ctx context.Context) error {
+	_, err := d.Version(ctx)
+	return err
+}
+
+// Version implements sandbox.Runtime.
+func (d *Dialect) Version(ctx context.Context) (string, error) {
+	format := "{{.Server.Version}}"
+	if d.flavor == Podman {
+		format = "{{.Client.Version}}"
+	}
+	out, err := d.cli.Output(ctx, nil, "version", "--format", format)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Run implements sandbox.Runtime.
+func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) error {
+	_, err := d.cli.Output(ctx, nil, RunArgs(d.flavor, spec)...)
+	return err
+}
+
+// RunArgs builds the argv (without the program) for starting a detached
+// sandbox container.
+func RunArgs(f Flavor, spec sandbox.RunSpec) []string {
+	args := []string{"run", "-d", "--name", spec.Name}
+	for _, k := range sortedKeys(spec.Labels) {
+		args = append(args, "--label", k+"="+spec.Labels[k])
+	}
+	if spec.Init {
+		args = append(args, "--init")
+	}
+	if spec.CPUs > 0 {
+		args = append(args, "--cpus", strconv.FormatFloat(spec.CPUs, 'f', -1, 64))
+	}
+	if spec.Memory != "" {
+		args = append(args, "--memory", spec.Memory)
+	}
+	if spec.Network != "" {
+		args = append(args, "--network", spec.Network)
+	}
+	if spec.Virtualization {
+		args = append(args, "--device", "/dev/kvm")
+	}
+	for _, m := range spec.Mounts {
+		args = append(args, "--mount", mountArg(m))
+	}
+	if spec.Workdir != "" {
+		args = append(args, "--workdir", spec.Workdir)
+	}
+	for _, k := range sortedKeys(spec.Env) {
+		args = append(args, "--env", k+"="+spec.Env[k])
+	}
+	args = append(args, "--", spec.Image)
+	return append(args, spec.Command...)
+}
+
+func mountArg(m sandbox.Mount) string {
+	var b strings.Builder
+	if m.Volume != "" {
+		b.WriteString("type=volume,source=" + m.Volume)
+	} else {
+		b.WriteString("type=bind,source=" + m.Source)
+	}
+	b.WriteString(",target=" + m.Target)
+	if m.ReadOnly {
+		b.WriteString(",readonly")
+	}
+	return b.String()
+}
+
+// Start implements sandbox.Runtime.
+func (d *Dialect) Start(ctx context.Context, name string) error {
+	_, err := d.cli.Output(ctx, nil, "start", "--", name)
+	return err
+}
+
+// Stop implements sandbox.Runtime.
+func (d *Dialect) Stop(ctx context.Context, name string, grace time.Duration) error {
+	secs := strconv.Itoa(int(grace.Round(time.Second) / time.Second))
+	_, err := d.cli.Output(ctx, nil, "stop", "--time", secs, "--", name)
+	return err
+}
+
+// Remove implements sandbox.Runtime. A running container is killed at
+// once: sandboxes hold nothing that needs a clean shutdown.
+func (d *Dialect) Remove(ctx context.Context, name string) error {
+	args := []string{"rm", "--force"}
+	if d.flavor == Podman {
+		args = append(args, "--time", "0")
+	}
+	_, err := d.cli.Output(ctx, nil, append(args, "--", name)...)
+	return err
+}
+
+// Inspect implements sandbox.Runtime.
+func (d *Dialect) Inspect(ctx context.Context, name string) (sandbox.Container, error) {
+	out, err := d.cli.Output(ctx, nil, "container", "inspect", "--", name)
+	if err != nil {
+		return sandbox.Container{}, err
+	}
+	cs, err := ParseInspect(out)
+	if err != nil {
+		return sandbox.Container{}, fmt.Errorf("inspect %s: %w", name, err)
+	}
+	if len(cs) == 0 {
+		return sandbox.Container{}, fmt.Errorf("inspect %s: %w", name, sandbox.ErrNotFound)
+	}
+	return cs[0], nil
+}
+
+// List implements sandbox.Runtime.
+func (d *Dialect) List(ctx context.Context, labels map[string]string) ([]sandbox.Container, error) {
+	args := []string{"ps", "--all", "--quiet", "--no-trunc"}
+	for _, k := range sortedKeys(labels) {
+		args = append(args, "--filter", "label="+k+"="+labels[k])
+	}
+	out, err := d.cli.Output(ctx, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	ids := strings.Fields(string(out))
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out, err = d.cli.Output(ctx, nil, append([]string{"container", "inspect", "--"}, ids...)...)
+	if err != nil {
+		// A container removed between ps and inspect: retry one by one.
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			return nil, err
+		}
+		var cs []sandbox.Container
+		for _, id := range ids {
+			c, err := d.Inspect(ctx, id)
+			if errors.Is(err, sandbox.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			cs = append(cs, c)
+		}
+		return cs, nil
+	}
+	return ParseInspect(out)
+}
+
+// ExecCommand implements sandbox.Runtime.
+func (d *Dialect) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) *exec.Cmd {
+	return d.cli.Command(ctx, ExecArgs(name, spec)...)
+}
+
+// ExecArgs builds the argv (without the program) of an exec.
+func ExecArgs(name string, spec sandbox.ExecSpec) []string {
+	args := []string{"exec"}
+	if spec.Interactive || spec.Stdin != nil {
+		args = append(args, "--interactive")
+	}
+	if spec.Workdir != "" {
+		args = append(args, "--workdir", spec.Workdir)
+	}
+	if spec.User != "" {
+		args = append(args, "--user", spec.User)
+	}
+	for _, k := range sortedKeys(spec.Env) {
+		args = append(args, "--env", k+"="+spec.Env[k])
+	}
+	args = append(args, "--", name)
+	return append(args, spec.Argv...)
+}
+
+// Exec implements sandbox.Runtime. A non-zero exit of the process itself is
+// reported in the result, not as an error; failures of the engine (missing
+// or stopped container) are errors.
+func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecResult, error) {
+	cmd := d.ExecCommand(ctx, name, spec)
+	var so, se bytes.Buffer
+	cmd.Stdin = spec.Stdin
+	cmd.Stdout = &so
+	cmd.Stderr = &se
+	err := cmd.Run()
+	res := sandbox.ExecResult{Stdout: so.Bytes(), Stderr: se.Bytes()}
+	if err == nil {
+		return res, nil
+	}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) && ctx.Err() == nil {
+		code := exitErr.ExitCode()
+		kind, _ := d.classify(code, se.String())
+		if kind == nil && !(d.flavor == Podman && code == 125) {
+			res.ExitCode = code
+			return res, nil
+		}
+	}
+	return res, d.cli.Failure(ctx, cmd.Args, err, se.Bytes())
+}
+
+// VolumeCreate implements sandbox.Runtime.
+func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
+	args := []string{"volume", "create"}
+	if d.flavor == Podman {
+		args = append(args, "--ignore")
+	}
+	for _, k := range sortedKeys(labels) {
+		args = append(args, "--label", k+"="+labels[k])
+	}
+	_, err := d.cli.Output(ctx, nil, append(args, "--", name)...)
+	if errors.Is(err, sandbox.ErrAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// VolumeRemove implements sandbox.Runtime.
+func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
+	_, err := d.cli.Output(ctx, nil, "volume", "rm", "--force", "--", name)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// ImageExists implements sandbox.Runtime.
+func (d *Dialect) ImageExists(ctx context.Context, ref string) (bool, error) {
+	_, err := d.cli.Output(ctx, nil, "image", "inspect", "--format", "{{.Id}}", "--", ref)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// classify maps docker's and podman's error texts to sentinels.
+func (d *Dialect) classify(code int, stderr string) (error, string) {
+	return Classify(d.flavor, code, stderr)
+}
+
+// Classify maps an exit code and stderr text of the docker or podman CLI to
+// a sandbox sentinel error and a hint.
+func Classify(f Flavor, _ int, stderr string) (error, string) {
+	s := strings.ToLower(stderr)
+	has := func(subs ...string) bool {
+		for _, sub := range subs {
+			if strings.Contains(s, sub) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case has("cannot connect to the docker daemon", "is the docker daemon running", "cannot connect to podman",
+		"connect: no such file or directory", "connection refused"):
+		if f == Podman {
+			return sandbox.ErrEngineNotStarted, "check `podman info`; for a remote podman start its service (`systemctl --user start podman.socket`)"
+		}
+		return sandbox.ErrEngineNotStarted, "start the Docker daemon (`sudo systemctl start docker`) or set DOCKER_HOST"
+	case has("already in use", "already exists"):
+		return sandbox.ErrAlreadyExists, ""
+	case has("is not running", "state improper", "container is stopped", "is paused"):
+		return sandbox.ErrNotRunning, ""
+	case has("no such container", "no such object", "no container with name or id", "no such volume",
+		"no such image", "image not known", "image not found", "not found in local storage", "no such file or directory: image"):
+		return sandbox.ErrNotFound, ""
+	}
+	return nil, ""
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// LookPath reports whether the flavor's CLI is on PATH.
+func LookPath(f Flavor) (string, error) {
+	return exec.LookPath(string(f))
+}

@@ -1,0 +1,132 @@
+package sandbox
+
+import (
+	"context"
+	"io"
+	"os/exec"
+	"time"
+)
+
+// Runtime drives one container CLI. Implementations (dialects) build argv,
+// run the CLI through one chokepoint and parse its output; they know nothing
+// of sandboxes, shells or tools. Every method that takes a container name
+// expects one that has already been validated.
+//
+// The contract is shaped by the least capable engine (Apple's `container`):
+// exec is always `-i` without a TTY, there is no commit (see Snapshotter),
+// and unix sockets are mounted as single files.
+type Runtime interface {
+	// Kind names the dialect's engine: "docker", "podman" or "container".
+	Kind() string
+	// Binary is the CLI program the dialect runs.
+	Binary() string
+	// Ping checks that the CLI exists and its engine answers. It returns an
+	// error wrapping ErrEngineMissing or ErrEngineNotStarted, with a hint.
+	Ping(ctx context.Context) error
+	// Version reports the engine's version string.
+	Version(ctx context.Context) (string, error)
+
+	// Run creates and starts a detached container.
+	Run(ctx context.Context, spec RunSpec) error
+	// Start starts an existing stopped container.
+	Start(ctx context.Context, name string) error
+	// Stop stops a running container, waiting at most grace before killing it.
+	Stop(ctx context.Context, name string, grace time.Duration) error
+	// Remove deletes a container, killing it first if it runs. Removing a
+	// container that does not exist returns an error wrapping ErrNotFound.
+	Remove(ctx context.Context, name string) error
+	// Inspect describes one container, or returns an error wrapping ErrNotFound.
+	Inspect(ctx context.Context, name string) (Container, error)
+	// List returns the containers (running or not) carrying every given label.
+	List(ctx context.Context, labels map[string]string) ([]Container, error)
+
+	// ExecCommand prepares, without starting, a process inside a running
+	// container. The caller owns its pipes and must Wait for it.
+	ExecCommand(ctx context.Context, name string, spec ExecSpec) *exec.Cmd
+	// Exec runs a process to completion inside a running container.
+	Exec(ctx context.Context, name string, spec ExecSpec) (ExecResult, error)
+
+	// VolumeCreate creates a named volume if it does not exist.
+	VolumeCreate(ctx context.Context, name string, labels map[string]string) error
+	// VolumeRemove deletes a named volume; a missing one is not an error.
+	VolumeRemove(ctx context.Context, name string) error
+	// ImageExists reports whether an image reference is present locally.
+	ImageExists(ctx context.Context, ref string) (bool, error)
+}
+
+// RunSpec describes a long-lived sandbox container.
+type RunSpec struct {
+	Name    string
+	Image   string
+	Labels  map[string]string
+	CPUs    float64 // 0: engine default
+	Memory  string  // e.g. "512M"; "": engine default
+	Mounts  []Mount
+	Workdir string
+	Env     map[string]string
+	// Command overrides the image's command; it must keep PID 1's child
+	// alive for the sandbox's whole life.
+	Command []string
+	// Init runs a minimal init as PID 1 so stop signals end the container at
+	// once and zombies are reaped.
+	Init bool
+	// Network is "" for the engine default or "none" for loopback only.
+	Network string
+	// Virtualization asks for nested virtualization (Apple) or /dev/kvm (Linux).
+	Virtualization bool
+}
+
+// Mount binds a named volume or a host path into a container.
+type Mount struct {
+	// Volume names an engine volume; when empty, Source is a host path.
+	Volume   string
+	Source   string
+	Target   string
+	ReadOnly bool
+}
+
+// ExecSpec describes a process to run inside a container.
+type ExecSpec struct {
+	Argv        []string
+	Interactive bool // keep stdin open (-i); a TTY is never requested
+	Workdir     string
+	Env         map[string]string
+	User        string
+	Stdin       io.Reader // for Exec only
+}
+
+// ExecResult is the outcome of Exec.
+type ExecResult struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+}
+
+// State is a container's lifecycle state, normalised across engines.
+type State string
+
+// Container states.
+const (
+	StateRunning State = "running"
+	StateStopped State = "stopped"
+	StateCreated State = "created"
+	StatePaused  State = "paused"
+	StateUnknown State = "unknown"
+)
+
+// Container is what the engine knows about one container.
+type Container struct {
+	Name    string
+	ID      string
+	Image   string
+	State   State
+	Labels  map[string]string
+	Created time.Time
+	Started time.Time
+	IP      string
+	CPUs    float64
+	Memory  int64 // bytes, 0 if unknown
+}
+
+// Running reports whether the container is running.
+func (c Container) Running() bool { return c.State == StateRunning }

@@ -1,0 +1,68 @@
+package shell
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func TestFrameReaderSplitsAcrossReads(t *testing.T) {
+	marker := "sbxabc"
+	stream := "one\ntwo" + "\n" + marker + " 0\n/\n" + marker + ".\n" + "next frame"
+	for _, r := range []io.Reader{strings.NewReader(stream), iotest.OneByteReader(strings.NewReader(stream)), iotest.HalfReader(strings.NewReader(stream))} {
+		f := newFrameReader(r)
+		var out, tr bytes.Buffer
+		if err := f.until([]byte("\n"+marker+" "), &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.until([]byte("\n"+marker+".\n"), &tr); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != "one\ntwo" || tr.String() != "0\n/" {
+			t.Fatalf("out %q trailer %q", out.String(), tr.String())
+		}
+		var rest bytes.Buffer
+		if err := f.until([]byte("never"), &rest); err != io.EOF || rest.String() != "next frame" {
+			t.Fatalf("rest %q err %v", rest.String(), err)
+		}
+	}
+}
+
+func FuzzFrameReader(f *testing.F) {
+	f.Add([]byte("hello\n"), uint8(3))
+	f.Add([]byte("\nsbx"), uint8(1))
+	f.Add([]byte{0, 0xff, '\n'}, uint8(7))
+	f.Fuzz(func(t *testing.T, payload []byte, chunk uint8) {
+		pat := []byte("\nsbxdeadbeef ")
+		if bytes.Contains(payload, pat) {
+			t.Skip()
+		}
+		stream := append(append([]byte{}, payload...), pat...)
+		stream = append(stream, "tail"...)
+		r := iotest.DataErrReader(&chunkReader{data: stream, n: int(chunk%16) + 1})
+		fr := newFrameReader(r)
+		var out bytes.Buffer
+		if err := fr.until(pat, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(out.Bytes(), payload) {
+			t.Fatalf("got %q want %q", out.Bytes(), payload)
+		}
+	})
+}
+
+type chunkReader struct {
+	data []byte
+	n    int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), c.n)], c.data)
+	c.data = c.data[n:]
+	return n, nil
+}

@@ -1,0 +1,166 @@
+package shell
+
+import (
+	"context"
+	"errors"
+	"sync"
+)
+
+// DefaultPoolSize is how many shells a sandbox may run commands in at once.
+const DefaultPoolSize = 4
+
+// ErrPoolClosed is returned by Run after Close.
+var ErrPoolClosed = errors.New("shell pool closed")
+
+// Pool runs commands for one machine on a few persistent shells. Commands
+// go to an idle shell (the most recently used first), and a new shell is
+// opened only when all are busy, so a long command never blocks a short
+// one. The pool keeps one shared State: after a command changes its shell's
+// working directory or exports, the next command on any other shell starts
+// by restoring that state, and so does a shell opened to replace a lost one.
+type Pool struct {
+	host Host
+	opts Options
+	sem  chan struct{}
+
+	mu      sync.Mutex
+	idle    []*Shell
+	live    map[*Shell]struct{}
+	state   State
+	version uint64 // 0: no state known yet
+	closed  bool
+}
+
+// NewPool returns a pool of at most size shells (DefaultPoolSize if size <= 0).
+func NewPool(host Host, opts Options, size int) *Pool {
+	if size <= 0 {
+		size = DefaultPoolSize
+	}
+	return &Pool{host: host, opts: opts, sem: make(chan struct{}, size), live: map[*Shell]struct{}{}}
+}
+
+// Warm opens a shell if none is idle, so the first command does not pay for it.
+func (p *Pool) Warm(ctx context.Context) error {
+	sh, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	p.release(sh, false)
+	return nil
+}
+
+// Run runs one command on an idle or new shell.
+func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
+	sh, err := p.acquire(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	p.mu.Lock()
+	var prelude string
+	target := sh.state
+	if p.version != 0 && sh.version != p.version {
+		prelude = restoreScript(p.state, ExportNames(sh.state.Exports))
+		target = p.state
+	}
+	version := p.version
+	p.mu.Unlock()
+
+	res, err := sh.Run(ctx, req, prelude)
+	if err == nil && !res.ShellLost {
+		p.mu.Lock()
+		sh.version = version
+		if p.version == 0 || sh.state != target {
+			// This command changed the shared state (or is the first to report it).
+			p.version++
+			p.state = sh.state
+			sh.version = p.version
+		}
+		p.mu.Unlock()
+	}
+	p.release(sh, err != nil || res.ShellLost || sh.Dead())
+	return res, err
+}
+
+// State returns the pool's shared state and whether any is known.
+func (p *Pool) State() (State, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state, p.version != 0
+}
+
+// acquire takes a slot and returns an idle shell or opens one.
+func (p *Pool) acquire(ctx context.Context) (*Shell, error) {
+	select {
+	case p.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.sem
+		return nil, ErrPoolClosed
+	}
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		sh := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if !sh.Dead() {
+			p.mu.Unlock()
+			return sh, nil
+		}
+		delete(p.live, sh)
+		go sh.Close()
+	}
+	p.mu.Unlock()
+	sh, err := Open(ctx, p.host, p.opts)
+	if err != nil {
+		<-p.sem
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		sh.Close()
+		<-p.sem
+		return nil, ErrPoolClosed
+	}
+	p.live[sh] = struct{}{}
+	p.mu.Unlock()
+	return sh, nil
+}
+
+// release returns a shell to the idle list, or closes it when drop is set.
+func (p *Pool) release(sh *Shell, drop bool) {
+	p.mu.Lock()
+	if drop || p.closed {
+		delete(p.live, sh)
+		p.mu.Unlock()
+		go sh.Close()
+	} else {
+		p.idle = append(p.idle, sh)
+		p.mu.Unlock()
+	}
+	<-p.sem
+}
+
+// Close ends every shell; running commands see their shells die.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	shells := make([]*Shell, 0, len(p.live))
+	for sh := range p.live {
+		shells = append(shells, sh)
+	}
+	p.live = map[*Shell]struct{}{}
+	p.idle = nil
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sh := range shells {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sh.Close()
+		}()
+	}
+	wg.Wait()
+}

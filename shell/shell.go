@@ -1,0 +1,378 @@
+// Package shell runs commands through a persistent POSIX shell with
+// end-marker framing. It wraps any process that reads sh commands on stdin
+// (a local `sh` in tests, `<cli> exec -i <container> sh` in real use), so a
+// warm command costs a pipe round trip instead of a process start.
+//
+// A Shell runs one command at a time; a Pool keeps several shells of one
+// sandbox consistent (working directory and exported variables) so a long
+// command does not block a short one.
+package shell
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Host starts shells and reaches into their machine out of band.
+type Host interface {
+	// Command returns an unstarted process running a POSIX sh that reads
+	// commands on stdin. Its lifetime is bounded by ctx.
+	Command(ctx context.Context) *exec.Cmd
+	// KillTree kills the descendants of pid (and pid itself when self is
+	// true) on the shell's machine, by a separate process. See KillTreeScript.
+	KillTree(ctx context.Context, pid int, self bool) error
+}
+
+// Options configure the shells a Pool opens.
+type Options struct {
+	// Init is sh text run when a shell starts (output discarded): sourcing
+	// an environment file, changing to the workspace.
+	Init string
+	// OpenTimeout bounds starting a shell; 0 means 30 s.
+	OpenTimeout time.Duration
+	// KillGrace is how long a timed-out command's shell gets to report after
+	// its processes were killed before the shell itself is replaced; 0
+	// means 1 s.
+	KillGrace time.Duration
+}
+
+// Request is one command.
+type Request struct {
+	Command string
+	// Stdin is the command's standard input; nil means /dev/null.
+	Stdin []byte
+	// Workdir, if set, is the directory for this command only.
+	Workdir string
+	// Timeout ends the command; 0 means no limit beyond ctx.
+	Timeout        time.Duration
+	Stdout, Stderr io.Writer
+}
+
+// Result is how a command ended.
+type Result struct {
+	// ExitCode is the command's status, or the shell's when it exited.
+	ExitCode int
+	Duration time.Duration
+	// TimedOut means the timeout ended the command; Canceled that ctx did.
+	TimedOut bool
+	Canceled bool
+	// ShellLost means the shell itself ended (the command ran `exit`, killed
+	// it, or it could not be stopped otherwise). State is restored in the
+	// next shell.
+	ShellLost bool
+}
+
+// State is the shell state kept across commands and shells.
+type State struct {
+	Cwd     string
+	Exports string // `export -p` output, re-input to restore
+}
+
+// ErrShellDead is returned by Run on a shell that has ended.
+var ErrShellDead = errors.New("shell has ended")
+
+// Shell is one persistent shell process.
+type Shell struct {
+	host  Host
+	opts  Options
+	cmd   *exec.Cmd
+	stdin *os.File
+	// readEnds are closed only in Close: closing them when the process
+	// exits could drop output still in the pipes.
+	readEnds []*os.File
+	out      *frameReader
+	errs     *frameReader
+	pid      int
+	state    State
+	cancel   context.CancelFunc
+
+	exited   chan struct{} // closed when the process has been waited for
+	exitCode int
+
+	mu   sync.Mutex
+	dead bool
+
+	version uint64 // pool state version this shell holds
+}
+
+// Open starts a shell and waits until it answers.
+func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
+	life, cancel := context.WithCancel(context.Background())
+	cmd := host.Command(life)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		cancel()
+		closeAll(inR, inW)
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		cancel()
+		closeAll(inR, inW, outR, outW)
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	if err := cmd.Start(); err != nil {
+		cancel()
+		closeAll(inR, inW, outR, outW, errR, errW)
+		return nil, fmt.Errorf("start shell: %w", err)
+	}
+	closeAll(inR, outW, errW)
+	s := &Shell{
+		host: host, opts: opts, cmd: cmd, stdin: inW,
+		out: newFrameReader(outR), errs: newFrameReader(errR), readEnds: []*os.File{outR, errR},
+		cancel: cancel, exited: make(chan struct{}), exitCode: -1,
+	}
+	go func() {
+		_ = cmd.Wait()
+		s.exitCode = cmd.ProcessState.ExitCode()
+		close(s.exited)
+	}()
+
+	timeout := opts.OpenTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	octx, ocancel := context.WithTimeout(ctx, timeout)
+	defer ocancel()
+	var pidText, stderrText bytes.Buffer
+	marker := newMarker()
+	_, st, lost, err := s.exchange(octx, initScript(marker, opts.Init), marker, &pidText, &stderrText)
+	if err == nil && lost {
+		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))
+	}
+	if err != nil {
+		s.abandon()
+		return nil, err
+	}
+	s.pid, err = strconv.Atoi(strings.TrimSpace(pidText.String()))
+	if err != nil {
+		s.abandon()
+		return nil, fmt.Errorf("shell answered an unexpected greeting %q", pidText.String())
+	}
+	s.state = st
+	return s, nil
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// PID is the shell's process ID on its machine.
+func (s *Shell) PID() int { return s.pid }
+
+// State is the shell's state after its last command.
+func (s *Shell) State() State { return s.state }
+
+// Dead reports whether the shell has ended.
+func (s *Shell) Dead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dead
+}
+
+// Run runs one command. prelude, if not empty, is sh text run first with its
+// output discarded (the Pool uses it to restore state). A command error
+// (non-zero status, timeout, lost shell) is reported in Result; err is for
+// requests that could not be run at all.
+func (s *Shell) Run(ctx context.Context, req Request, prelude string) (Result, error) {
+	if s.Dead() {
+		return Result{}, ErrShellDead
+	}
+	marker := newMarker()
+	script, err := commandScript(marker, req, prelude)
+	if err != nil {
+		return Result{}, err
+	}
+	stdout, stderr := req.Stdout, req.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	start := time.Now()
+	rctx := ctx
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	code, st, lost, err := s.exchange(rctx, script, marker, stdout, stderr)
+	res := Result{ExitCode: code, Duration: time.Since(start), ShellLost: lost}
+	if errors.Is(err, errInterrupted) {
+		err = nil
+		if ctx.Err() != nil {
+			res.Canceled = true
+		} else {
+			res.TimedOut = true
+		}
+	}
+	if err != nil {
+		return res, err
+	}
+	if !lost {
+		s.state = st
+	}
+	return res, nil
+}
+
+// lostWait bounds each wait for a shell that is being killed.
+const lostWait = 5 * time.Second
+
+// errInterrupted reports that ctx ended the exchange.
+var errInterrupted = errors.New("interrupted")
+
+// exchange writes script and reads one frame from both streams. If ctx ends
+// first it kills what the command started; if the shell does not then
+// finish its frame within KillGrace it kills the shell too. lost reports
+// that the shell ended; code is then its exit status.
+func (s *Shell) exchange(ctx context.Context, script, marker string, stdout, stderr io.Writer) (code int, st State, lost bool, err error) {
+	outDone := make(chan error, 1)
+	errDone := make(chan error, 1)
+	var trailerBuf bytes.Buffer
+	go func() {
+		err := s.out.until([]byte("\n"+marker+" "), stdout)
+		if err == nil {
+			err = s.out.until([]byte("\n"+marker+".\n"), &trailerBuf)
+		}
+		outDone <- err
+	}()
+	go func() { errDone <- s.errs.until([]byte("\n"+marker+"\n"), stderr) }()
+	writeDone := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(s.stdin, script)
+		writeDone <- err
+	}()
+
+	var outErr, errErr error
+	gotOut, gotErr := false, false
+	// wait collects both readers until they finish or stop fires.
+	wait := func(stop <-chan struct{}, timer <-chan time.Time) bool {
+		for !(gotOut && gotErr) {
+			select {
+			case outErr = <-outDone:
+				gotOut = true
+			case errErr = <-errDone:
+				gotErr = true
+			case <-stop:
+				return false
+			case <-timer:
+				return false
+			}
+		}
+		return true
+	}
+	interrupted := false
+	if !wait(ctx.Done(), nil) {
+		interrupted = true
+		s.killCommand()
+		grace := s.opts.KillGrace
+		if grace <= 0 {
+			grace = time.Second
+		}
+		if !wait(nil, time.After(grace)) {
+			s.kill()
+			if !wait(nil, time.After(lostWait)) {
+				return -1, st, true, fmt.Errorf("shell did not end after being killed")
+			}
+		}
+	}
+	select {
+	case <-writeDone:
+	case <-time.After(lostWait):
+		s.kill()
+	}
+	if outErr != nil || errErr != nil {
+		s.markDead()
+		code := -1
+		select {
+		case <-s.exited:
+			code = s.exitCode
+		case <-time.After(lostWait):
+			s.kill()
+		}
+		if interrupted {
+			return code, st, true, errInterrupted
+		}
+		return code, st, true, nil
+	}
+	code, st, ok := parseTrailer(trailerBuf.String())
+	if !ok {
+		s.kill()
+		return -1, st, true, fmt.Errorf("shell sent a malformed frame trailer")
+	}
+	if interrupted {
+		return code, st, false, errInterrupted
+	}
+	return code, st, false, nil
+}
+
+// killCommand kills everything the running command started, leaving the shell.
+func (s *Shell) killCommand() {
+	if s.pid == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.host.KillTree(ctx, s.pid, false)
+}
+
+// kill ends the shell and everything in it.
+func (s *Shell) kill() {
+	s.markDead()
+	if s.pid != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.host.KillTree(ctx, s.pid, true)
+		cancel()
+	}
+	s.cancel()
+	_ = s.stdin.Close()
+}
+
+// abandon kills a shell that never became usable and releases its pipes.
+func (s *Shell) abandon() {
+	s.kill()
+	select {
+	case <-s.exited:
+	case <-time.After(lostWait):
+	}
+	closeAll(s.readEnds...)
+}
+
+func (s *Shell) markDead() {
+	s.mu.Lock()
+	s.dead = true
+	s.mu.Unlock()
+}
+
+// Close ends the shell: it closes its input so an idle shell exits by
+// itself, and kills it if it has not within a second.
+func (s *Shell) Close() {
+	s.markDead()
+	_ = s.stdin.Close()
+	select {
+	case <-s.exited:
+	case <-time.After(time.Second):
+		s.kill()
+		<-s.exited
+	}
+	s.cancel()
+	closeAll(s.readEnds...)
+}

@@ -1,0 +1,294 @@
+package shell
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// localHost runs shells as local `sh` processes, so the framing is tested
+// without a container engine.
+type localHost struct{}
+
+func (localHost) Command(ctx context.Context) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "sh")
+	cmd.WaitDelay = time.Second
+	return cmd
+}
+
+func (localHost) KillTree(ctx context.Context, pid int, self bool) error {
+	s := "0"
+	if self {
+		s = "1"
+	}
+	return exec.CommandContext(ctx, "sh", "-c", KillTreeScript, "sh", strconv.Itoa(pid), s).Run()
+}
+
+func openShell(t *testing.T) *Shell {
+	t.Helper()
+	sh, err := Open(context.Background(), localHost{}, Options{Init: "cd /tmp"})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(sh.Close)
+	return sh
+}
+
+type run struct {
+	res            Result
+	stdout, stderr string
+}
+
+func runOn(t *testing.T, sh interface {
+	Run(context.Context, Request, string) (Result, error)
+}, req Request) run {
+	t.Helper()
+	var out, errb bytes.Buffer
+	req.Stdout, req.Stderr = &out, &errb
+	res, err := sh.Run(context.Background(), req, "")
+	if err != nil {
+		t.Fatalf("Run(%q): %v", req.Command, err)
+	}
+	return run{res, out.String(), errb.String()}
+}
+
+func runPool(t *testing.T, p *Pool, req Request) run {
+	t.Helper()
+	var out, errb bytes.Buffer
+	req.Stdout, req.Stderr = &out, &errb
+	res, err := p.Run(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Run(%q): %v", req.Command, err)
+	}
+	return run{res, out.String(), errb.String()}
+}
+
+func TestOutputIsExact(t *testing.T) {
+	sh := openShell(t)
+	cases := []struct {
+		name, cmd, stdout, stderr string
+		code                      int
+	}{
+		{"plain", "echo hi", "hi\n", "", 0},
+		{"no final newline", "printf abc", "abc", "", 0},
+		{"empty", "true", "", "", 0},
+		{"blank lines", `printf '\n\n'`, "\n\n", "", 0},
+		{"stderr", "echo oops >&2; exit_code=4; (exit 4)", "", "oops\n", 4},
+		{"stderr without newline", "printf err >&2", "", "err", 0},
+		{"both", "echo out; echo err >&2", "out\n", "err\n", 0},
+		{"marker-like text", `printf '\nsbx00000000000000000000000000000000 0\n/\nsbx.\n'`, "\nsbx00000000000000000000000000000000 0\n/\nsbx.\n", "", 0},
+		{"status", "false", "", "", 1},
+		{"syntax error keeps shell", "echo 'unterminated", "", "", 2},
+		{"quotes", `echo "it's" '$HOME' \$x`, "it's $HOME $x\n", "", 0},
+		{"heredoc", "cat <<EOF\nline1\nline2\nEOF", "line1\nline2\n", "", 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runOn(t, sh, Request{Command: c.cmd})
+			if r.stdout != c.stdout {
+				t.Errorf("stdout = %q, want %q", r.stdout, c.stdout)
+			}
+			if c.name != "syntax error keeps shell" && r.stderr != c.stderr {
+				t.Errorf("stderr = %q, want %q", r.stderr, c.stderr)
+			}
+			if r.res.ExitCode != c.code {
+				t.Errorf("exit = %d, want %d", r.res.ExitCode, c.code)
+			}
+			if r.res.ShellLost {
+				t.Errorf("shell lost")
+			}
+		})
+	}
+}
+
+func TestBinaryOutputAndStdinRoundTrip(t *testing.T) {
+	sh := openShell(t)
+	data := make([]byte, 300<<10)
+	rand.Read(data)
+	data = append(data, 0, '\n', 0) // NULs and a trailing non-newline
+	r := runOn(t, sh, Request{Command: "cat", Stdin: data})
+	if r.stdout != string(data) {
+		t.Fatalf("stdin->stdout round trip differs: got %d bytes, want %d", len(r.stdout), len(data))
+	}
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runOn(t, sh, Request{Command: "cat " + path})
+	if r.stdout != string(data) {
+		t.Fatalf("binary output differs: got %d bytes, want %d", len(r.stdout), len(data))
+	}
+}
+
+func TestCommandDoesNotReadControlStream(t *testing.T) {
+	sh := openShell(t)
+	// Without stdin a reader sees EOF at once instead of eating the protocol.
+	r := runOn(t, sh, Request{Command: "cat; read x; echo got=$x"})
+	if r.stdout != "got=\n" || r.res.ExitCode != 0 {
+		t.Fatalf("got %q exit %d", r.stdout, r.res.ExitCode)
+	}
+	r = runOn(t, sh, Request{Command: "echo still here"})
+	if r.stdout != "still here\n" {
+		t.Fatalf("shell broken after a stdin reader: %q", r.stdout)
+	}
+}
+
+func TestStatePersists(t *testing.T) {
+	sh := openShell(t)
+	runOn(t, sh, Request{Command: "cd /; export FOO='a b'\"'\"; BAR=1"})
+	r := runOn(t, sh, Request{Command: `pwd; echo "$FOO|$BAR"`})
+	if r.stdout != "/\na b'|1\n" {
+		t.Fatalf("state not kept: %q", r.stdout)
+	}
+	if sh.State().Cwd != "/" {
+		t.Fatalf("State().Cwd = %q", sh.State().Cwd)
+	}
+	// A per-call workdir does not move the shell.
+	r = runOn(t, sh, Request{Command: "pwd", Workdir: "/usr"})
+	if r.stdout != "/usr\n" {
+		t.Fatalf("workdir: %q", r.stdout)
+	}
+	r = runOn(t, sh, Request{Command: "pwd"})
+	if r.stdout != "/\n" {
+		t.Fatalf("workdir leaked into shell: %q", r.stdout)
+	}
+	r = runOn(t, sh, Request{Command: "pwd", Workdir: "/does/not/exist"})
+	if r.res.ExitCode == 0 || !strings.Contains(r.stderr, "/does/not/exist") {
+		t.Fatalf("bad workdir: exit %d stderr %q", r.res.ExitCode, r.stderr)
+	}
+}
+
+func TestRedirectingShellOutputIsUndone(t *testing.T) {
+	sh := openShell(t)
+	r := runOn(t, sh, Request{Command: "exec >/dev/null 2>&1; echo hidden"})
+	if r.stdout != "" || r.res.ShellLost {
+		t.Fatalf("got %q lost=%v", r.stdout, r.res.ShellLost)
+	}
+	r = runOn(t, sh, Request{Command: "echo visible; echo e >&2"})
+	if r.stdout != "visible\n" || r.stderr != "e\n" {
+		t.Fatalf("output still redirected: %q %q", r.stdout, r.stderr)
+	}
+}
+
+func TestExitLosesShellAndReportsStatus(t *testing.T) {
+	sh := openShell(t)
+	r := runOn(t, sh, Request{Command: "echo bye; exit 7"})
+	if !r.res.ShellLost || r.res.ExitCode != 7 || r.stdout != "bye\n" {
+		t.Fatalf("got %+v stdout %q", r.res, r.stdout)
+	}
+	if _, err := sh.Run(context.Background(), Request{Command: "true"}, ""); err != ErrShellDead {
+		t.Fatalf("Run on dead shell: %v", err)
+	}
+}
+
+func TestTimeoutKeepsShell(t *testing.T) {
+	sh := openShell(t)
+	runOn(t, sh, Request{Command: "cd /usr; export KEEP=yes"})
+	start := time.Now()
+	r := runOn(t, sh, Request{Command: "echo started; sleep 987651 & sleep 987652", Timeout: time.Second})
+	took := time.Since(start)
+	if !r.res.TimedOut || r.res.ShellLost {
+		t.Fatalf("got %+v", r.res)
+	}
+	if took > 2500*time.Millisecond {
+		t.Fatalf("timeout answered after %v", took)
+	}
+	if r.stdout != "started\n" {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 98765[12]").Output(); len(out) > 0 {
+		t.Fatalf("processes survived the timeout: %s", out)
+	}
+	r = runOn(t, sh, Request{Command: `pwd; echo $KEEP`})
+	if r.stdout != "/usr\nyes\n" {
+		t.Fatalf("state lost after timeout: %q", r.stdout)
+	}
+}
+
+func TestBusyShellIsReplacedWithState(t *testing.T) {
+	p := NewPool(localHost{}, Options{Init: "cd /tmp", KillGrace: 300 * time.Millisecond}, 2)
+	t.Cleanup(p.Close)
+	runPool(t, p, Request{Command: "cd /usr; export KEEP=yes"})
+	start := time.Now()
+	r := runPool(t, p, Request{Command: "while :; do :; done", Timeout: 500 * time.Millisecond})
+	if !r.res.TimedOut || !r.res.ShellLost {
+		t.Fatalf("got %+v", r.res)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("answered after %v", took)
+	}
+	r = runPool(t, p, Request{Command: `pwd; echo $KEEP`})
+	if r.stdout != "/usr\nyes\n" {
+		t.Fatalf("state not restored in new shell: %q", r.stdout)
+	}
+	r = runPool(t, p, Request{Command: "exit 3"})
+	if r.res.ExitCode != 3 || !r.res.ShellLost {
+		t.Fatalf("exit: %+v", r.res)
+	}
+	r = runPool(t, p, Request{Command: `kill -9 $$`})
+	if !r.res.ShellLost {
+		t.Fatalf("self-kill: %+v", r.res)
+	}
+	r = runPool(t, p, Request{Command: `pwd; echo $KEEP`})
+	if r.stdout != "/usr\nyes\n" {
+		t.Fatalf("state not restored after self-kill: %q", r.stdout)
+	}
+}
+
+func TestPoolLongCommandDoesNotBlockShort(t *testing.T) {
+	p := NewPool(localHost{}, Options{}, 3)
+	t.Cleanup(p.Close)
+	runPool(t, p, Request{Command: "cd /usr; export A=1"})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runPool(t, p, Request{Command: "sleep 2"})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	start := time.Now()
+	r := runPool(t, p, Request{Command: "pwd; echo $A; cd /; export B=2; unset A"})
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("short command waited %v behind a long one", took)
+	}
+	if r.stdout != "/usr\n1\n" {
+		t.Fatalf("second shell not in shared state: %q", r.stdout)
+	}
+	wg.Wait()
+	// Whichever shell runs next sees the newest state, including the unset.
+	for range 3 {
+		r = runPool(t, p, Request{Command: `pwd; echo "${A-unset} $B"`})
+		if r.stdout != "/\nunset 2\n" {
+			t.Fatalf("state not shared: %q", r.stdout)
+		}
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	sh := openShell(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := sh.Run(ctx, Request{Command: "sleep 987653"}, "")
+	if err != nil || !res.Canceled {
+		t.Fatalf("got %+v, %v", res, err)
+	}
+	r := runOn(t, sh, Request{Command: "echo ok"})
+	if r.stdout != "ok\n" {
+		t.Fatalf("%q", r.stdout)
+	}
+}
+
+func TestNULRejected(t *testing.T) {
+	sh := openShell(t)
+	if _, err := sh.Run(context.Background(), Request{Command: "echo \x00"}, ""); err != ErrNULInCommand {
+		t.Fatalf("err = %v", err)
+	}
+}
