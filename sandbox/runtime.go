@@ -44,7 +44,7 @@ type Runtime interface {
 	// container. The caller owns its pipes and must Wait for it.
 	ExecCommand(ctx context.Context, name string, spec ExecSpec) *exec.Cmd
 	// Exec runs a process to completion inside a running container.
-	Exec(ctx context.Context, name string, spec ExecSpec) (ExecResult, error)
+	Exec(ctx context.Context, name string, spec ExecSpec) (ExecOutput, error)
 
 	// VolumeCreate creates a named volume if it does not exist.
 	VolumeCreate(ctx context.Context, name string, labels map[string]string) error
@@ -95,8 +95,8 @@ type ExecSpec struct {
 	Stdin       io.Reader // for Exec only
 }
 
-// ExecResult is the outcome of Exec.
-type ExecResult struct {
+// ExecOutput is the outcome of Runtime.Exec.
+type ExecOutput struct {
 	Stdout   []byte
 	Stderr   []byte
 	ExitCode int

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -17,7 +18,7 @@ import (
 // The protocol on the shell's pipes, per command with marker M:
 //
 //	stdout: <command output> "\n" M " " <exit status> "\n" <$PWD> "\n" <export -p> M ".\n"
-//	stderr: <command output> "\n" M "\n"
+//	stderr: M "<\n" <command output> "\n" M "\n"
 //
 // The wrapper writes its trailers to fds 3 and 4, duplicated from the
 // shell's stdout and stderr when it starts, and closed for the command, so
@@ -88,6 +89,9 @@ func commandScript(marker string, req Request, prelude string) (string, error) {
 	}
 	// fds 1 and 2 are re-pointed at the protocol fds for the command, so a
 	// permanent redirection inside it (`exec >/dev/null`) ends with it.
+	// The start beacon tells a shell that died before the command from one
+	// that died during it.
+	b.WriteString("printf '%s<\\n' " + marker + " >&4\n")
 	run := "command eval " + quote(req.Command) + " <" + in + " >&3 2>&4 3>&- 4>&-"
 	if req.Workdir != "" {
 		b.WriteString("__sbx_o=$PWD; cd -- " + quote(req.Workdir) + " </dev/null 3>&- 4>&- && " + run +
@@ -194,4 +198,77 @@ func parseTrailer(t string) (code int, st State, ok bool) {
 	}
 	st.Cwd, st.Exports, _ = strings.Cut(rest, "\n")
 	return code, st, true
+}
+
+// EnvDir holds one file per variable set with the env tool, each an
+// `export NAME='value'` line that every new shell sources.
+const EnvDir = "/etc/sandbox-mcp/env.d"
+
+// InitScript is the init text of a sandbox shell: load the env tool's
+// variables and start in workdir.
+func InitScript(workdir string) string {
+	return "for __sbx_f in " + EnvDir + "/*.sh; do [ -r \"$__sbx_f\" ] && . \"$__sbx_f\"; done; unset __sbx_f\n" +
+		"cd -- " + quote(workdir) + " 2>/dev/null || cd /\n"
+}
+
+// ErrBadVarName is returned for environment variable names sh cannot take.
+var ErrBadVarName = errors.New("variable names must match [A-Za-z_][A-Za-z0-9_]*")
+
+// EnvSetScript sets and exports a variable in the running shell and saves it
+// for shells opened later.
+func EnvSetScript(name, value string) (string, error) {
+	if !validVarName(name) {
+		return "", ErrBadVarName
+	}
+	if strings.IndexByte(value, 0) >= 0 {
+		return "", ErrNULInCommand
+	}
+	line := "export " + name + "=" + quote(value)
+	return "mkdir -p " + EnvDir + " && (umask 077 && printf '%s\\n' " + quote(line) + " >" + EnvDir + "/" + name + ".sh) && " + line, nil
+}
+
+// EnvUnsetScript removes a variable from the shell and from later shells.
+func EnvUnsetScript(name string) (string, error) {
+	if !validVarName(name) {
+		return "", ErrBadVarName
+	}
+	return "rm -f " + EnvDir + "/" + name + ".sh; unset " + name, nil
+}
+
+// EnvListScript prints NAME=value for each saved variable, one per line.
+const EnvListScript = `for __sbx_f in ` + EnvDir + `/*.sh; do [ -r "$__sbx_f" ] || continue; __sbx_n=${__sbx_f##*/}; __sbx_n=${__sbx_n%.sh}; eval "printf '%s=%s\n' \"\$__sbx_n\" \"\${$__sbx_n}\""; done; unset __sbx_f __sbx_n`
+
+// InstallScript installs packages with whichever package manager the image
+// has (apk, apt-get or dnf). Package names are checked, never quoted into
+// something else.
+func InstallScript(pkgs []string) (string, error) {
+	if len(pkgs) == 0 {
+		return "", errors.New("no packages given")
+	}
+	for _, p := range pkgs {
+		if !validPackage(p) {
+			return "", fmt.Errorf("invalid package name %q", p)
+		}
+	}
+	list := strings.Join(pkgs, " ")
+	return `if command -v apk >/dev/null 2>&1; then apk add --no-progress ` + list + `
+elif command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get update -qq || exit $?
+  apt-get install -y -qq --no-install-recommends ` + list + `
+elif command -v dnf >/dev/null 2>&1; then dnf install -y -q ` + list + `
+else echo "no supported package manager (apk, apt-get, dnf) in this image" >&2; exit 127; fi`, nil
+}
+
+func validPackage(p string) bool {
+	if p == "" || len(p) > 200 || p[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._+:=~-", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

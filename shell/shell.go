@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -69,6 +70,9 @@ type Result struct {
 	// it, or it could not be stopped otherwise). State is restored in the
 	// next shell.
 	ShellLost bool
+	// NotStarted means the shell was lost before the command began, so it
+	// can safely be run again elsewhere.
+	NotStarted bool
 }
 
 // State is the shell state kept across commands and shells.
@@ -151,7 +155,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	defer ocancel()
 	var pidText, stderrText bytes.Buffer
 	marker := newMarker()
-	_, st, lost, err := s.exchange(octx, initScript(marker, opts.Init), marker, &pidText, &stderrText)
+	_, st, lost, _, err := s.exchange(octx, initScript(marker, opts.Init), marker, false, &pidText, &stderrText)
 	if err == nil && lost {
 		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))
 	}
@@ -184,6 +188,13 @@ func (s *Shell) State() State { return s.state }
 func (s *Shell) Dead() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.dead {
+		select {
+		case <-s.exited:
+			s.dead = true
+		default:
+		}
+	}
 	return s.dead
 }
 
@@ -214,8 +225,8 @@ func (s *Shell) Run(ctx context.Context, req Request, prelude string) (Result, e
 		rctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	code, st, lost, err := s.exchange(rctx, script, marker, stdout, stderr)
-	res := Result{ExitCode: code, Duration: time.Since(start), ShellLost: lost}
+	code, st, lost, started, err := s.exchange(rctx, script, marker, true, stdout, stderr)
+	res := Result{ExitCode: code, Duration: time.Since(start), ShellLost: lost, NotStarted: lost && !started}
 	if errors.Is(err, errInterrupted) {
 		err = nil
 		if ctx.Err() != nil {
@@ -242,8 +253,10 @@ var errInterrupted = errors.New("interrupted")
 // exchange writes script and reads one frame from both streams. If ctx ends
 // first it kills what the command started; if the shell does not then
 // finish its frame within KillGrace it kills the shell too. lost reports
-// that the shell ended; code is then its exit status.
-func (s *Shell) exchange(ctx context.Context, script, marker string, stdout, stderr io.Writer) (code int, st State, lost bool, err error) {
+// that the shell ended; code is then its exit status. With beacon, the
+// stderr frame opens with the start beacon, and started reports whether it
+// arrived.
+func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool, stdout, stderr io.Writer) (code int, st State, lost, started bool, err error) {
 	outDone := make(chan error, 1)
 	errDone := make(chan error, 1)
 	var trailerBuf bytes.Buffer
@@ -254,7 +267,17 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, stdout, std
 		}
 		outDone <- err
 	}()
-	go func() { errDone <- s.errs.until([]byte("\n"+marker+"\n"), stderr) }()
+	var beaconSeen atomic.Bool
+	go func() {
+		if beacon {
+			if err := s.errs.until([]byte(marker+"<\n"), io.Discard); err != nil {
+				errDone <- err
+				return
+			}
+			beaconSeen.Store(true)
+		}
+		errDone <- s.errs.until([]byte("\n"+marker+"\n"), stderr)
+	}()
 	writeDone := make(chan error, 1)
 	go func() {
 		_, err := io.WriteString(s.stdin, script)
@@ -290,7 +313,7 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, stdout, std
 		if !wait(nil, time.After(grace)) {
 			s.kill()
 			if !wait(nil, time.After(lostWait)) {
-				return -1, st, true, fmt.Errorf("shell did not end after being killed")
+				return -1, st, true, beaconSeen.Load(), fmt.Errorf("shell did not end after being killed")
 			}
 		}
 	}
@@ -309,19 +332,19 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, stdout, std
 			s.kill()
 		}
 		if interrupted {
-			return code, st, true, errInterrupted
+			return code, st, true, beaconSeen.Load(), errInterrupted
 		}
-		return code, st, true, nil
+		return code, st, true, beaconSeen.Load(), nil
 	}
 	code, st, ok := parseTrailer(trailerBuf.String())
 	if !ok {
 		s.kill()
-		return -1, st, true, fmt.Errorf("shell sent a malformed frame trailer")
+		return -1, st, true, true, fmt.Errorf("shell sent a malformed frame trailer")
 	}
 	if interrupted {
-		return code, st, false, errInterrupted
+		return code, st, false, true, errInterrupted
 	}
-	return code, st, false, nil
+	return code, st, false, true, nil
 }
 
 // killCommand kills everything the running command started, leaving the shell.

@@ -254,14 +254,14 @@ func ExecArgs(name string, spec sandbox.ExecSpec) []string {
 // Exec implements sandbox.Runtime. A non-zero exit of the process itself is
 // reported in the result, not as an error; failures of the engine (missing
 // or stopped container) are errors.
-func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecResult, error) {
+func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
 	cmd := d.ExecCommand(ctx, name, spec)
 	var so, se bytes.Buffer
 	cmd.Stdin = spec.Stdin
 	cmd.Stdout = &so
 	cmd.Stderr = &se
 	err := cmd.Run()
-	res := sandbox.ExecResult{Stdout: so.Bytes(), Stderr: se.Bytes()}
+	res := sandbox.ExecOutput{Stdout: so.Bytes(), Stderr: se.Bytes()}
 	if err == nil {
 		return res, nil
 	}
@@ -280,9 +280,6 @@ func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) 
 // VolumeCreate implements sandbox.Runtime.
 func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
 	args := []string{"volume", "create"}
-	if d.flavor == Podman {
-		args = append(args, "--ignore")
-	}
 	for _, k := range sortedKeys(labels) {
 		args = append(args, "--label", k+"="+labels[k])
 	}

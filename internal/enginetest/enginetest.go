@@ -1,0 +1,87 @@
+// Package enginetest selects the real container engines an integration test
+// runs against, so one suite covers podman, Docker Engine and (through its
+// stand-in) Apple's container CLI.
+//
+// SANDBOX_MCP_TEST_RUNTIMES lists them, comma-separated (for example
+// "podman,docker"). When it is unset, engine tests skip and say so; the
+// README's test command and CI always set it.
+package enginetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
+)
+
+// EnvRuntimes names the variable listing the engines to test.
+const EnvRuntimes = "SANDBOX_MCP_TEST_RUNTIMES"
+
+// Target is one engine under test.
+type Target struct {
+	// Name is the --runtime value: "podman", "docker" or "container".
+	Name string
+	// Image is the sandbox image to boot (must have sh, base64, python3).
+	Image string
+	// New returns a driver for the engine.
+	New func() sandbox.Runtime
+}
+
+// Targets returns the engines to test, or skips t when none are configured.
+func Targets(t testing.TB) []Target {
+	t.Helper()
+	list := os.Getenv(EnvRuntimes)
+	if list == "" {
+		t.Skipf("engine tests skipped: set %s=podman (or podman,docker) to run them; `make test` does", EnvRuntimes)
+	}
+	var out []Target
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		switch name {
+		case "podman", "docker":
+			f := docker.Flavor(name)
+			out = append(out, Target{Name: name, Image: image(), New: func() sandbox.Runtime {
+				return docker.New(docker.Options{Flavor: f})
+			}})
+		case "":
+		default:
+			t.Fatalf("%s: unknown runtime %q", EnvRuntimes, name)
+		}
+	}
+	return out
+}
+
+func image() string {
+	if img := os.Getenv("SANDBOX_MCP_TEST_IMAGE"); img != "" {
+		return img
+	}
+	return "mcp-dev"
+}
+
+// Prefix returns a container-name prefix unique to this test run, and
+// removes every container and volume under it when the test ends.
+func Prefix(t testing.TB, rt sandbox.Runtime) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "smt" + hex.EncodeToString(b[:])
+	t.Cleanup(func() { Sweep(rt, prefix) })
+	return prefix
+}
+
+// Sweep removes every container and workspace volume labelled with prefix.
+func Sweep(rt sandbox.Runtime, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs, _ := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix})
+	for _, c := range cs {
+		_ = rt.Remove(ctx, c.Name)
+		_ = rt.VolumeRemove(ctx, sandbox.ContainerName(prefix+"-ws", c.Labels[sandbox.LabelName]))
+	}
+}

@@ -1,0 +1,530 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// Labels carried by every container the Manager creates, so any server
+// process can find and adopt it.
+const (
+	LabelOwner = "io.sandbox-mcp.owner" // the Manager's prefix
+	LabelName  = "io.sandbox-mcp.name"  // the sandbox name
+	LabelRole  = "io.sandbox-mcp.role"  // "primary" (children come later)
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Prefix namespaces container and volume names and the owner label;
+	// default "sandbox-mcp".
+	Prefix string
+	// Defaults is the profile of every sandbox; Profiles override it per name.
+	Defaults Profile
+	Profiles map[string]Profile
+	// Workdir is the workspace mount and the shells' starting directory;
+	// default /workspace.
+	Workdir string
+	// PoolSize is how many commands one sandbox runs at once.
+	PoolSize int
+	// BootTimeout bounds creating or starting a container and its first
+	// shell; default 2 minutes.
+	BootTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Manager owns named sandboxes: it boots or adopts their containers and
+// runs commands in them through pools of persistent shells.
+type Manager struct {
+	rt  Runtime
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	boxes   map[string]*Sandbox
+	booting map[string]*bootCall
+	history *History
+}
+
+type bootCall struct {
+	done chan struct{}
+	sb   *Sandbox
+	info BootInfo
+	err  error
+}
+
+// Sandbox is a running sandbox known to this Manager.
+type Sandbox struct {
+	Name      string
+	Container string
+	Volume    string
+	Profile   Profile
+	BootedAt  time.Time
+	pool      *shell.Pool
+	lastUsed  atomic.Int64 // unix nanos
+}
+
+// LastUsed is when a command last ran in the sandbox through this server.
+func (s *Sandbox) LastUsed() time.Time { return time.Unix(0, s.lastUsed.Load()) }
+
+// BootInfo says what Get had to do to make a sandbox ready.
+type BootInfo struct {
+	Created   bool          // a new container was created
+	Started   bool          // a stopped container was started
+	Adopted   bool          // a running container was found and adopted
+	Took      time.Duration // time spent booting
+	Recovered string        // set when a lost container was brought back, with why
+}
+
+// NewManager returns a Manager over rt.
+func NewManager(rt Runtime, cfg Config) *Manager {
+	if cfg.Prefix == "" {
+		cfg.Prefix = "sandbox-mcp"
+	}
+	if cfg.Workdir == "" {
+		cfg.Workdir = "/workspace"
+	}
+	if cfg.BootTimeout <= 0 {
+		cfg.BootTimeout = 2 * time.Minute
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		rt: rt, cfg: cfg, log: log,
+		boxes:   map[string]*Sandbox{},
+		booting: map[string]*bootCall{},
+		history: NewHistory(100),
+	}
+}
+
+// Runtime returns the engine driver.
+func (m *Manager) Runtime() Runtime { return m.rt }
+
+// Config returns the Manager's configuration.
+func (m *Manager) Config() Config { return m.cfg }
+
+// History returns the per-sandbox command history.
+func (m *Manager) History() *History { return m.history }
+
+// ProfileFor returns the profile a sandbox of that name boots with.
+func (m *Manager) ProfileFor(name string) Profile {
+	p := m.cfg.Defaults
+	if o, ok := m.cfg.Profiles[name]; ok {
+		p = p.Merge(o)
+	}
+	return p
+}
+
+// ContainerFor returns the container name of a sandbox.
+func (m *Manager) ContainerFor(name string) string { return ContainerName(m.cfg.Prefix, name) }
+
+func (m *Manager) volumeFor(name string) string { return ContainerName(m.cfg.Prefix+"-ws", name) }
+
+// Get returns the named sandbox, creating, starting or adopting its
+// container as needed. Concurrent calls for one name share one boot.
+func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, BootInfo{}, err
+	}
+	m.mu.Lock()
+	if sb := m.boxes[name]; sb != nil {
+		m.mu.Unlock()
+		return sb, BootInfo{}, nil
+	}
+	if c := m.booting[name]; c != nil {
+		m.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.sb, c.info, c.err
+		case <-ctx.Done():
+			return nil, BootInfo{}, ctx.Err()
+		}
+	}
+	c := &bootCall{done: make(chan struct{})}
+	m.booting[name] = c
+	m.mu.Unlock()
+
+	// The boot outlives a caller that gives up, so others waiting on it
+	// (and the next call) still get the sandbox.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
+	start := time.Now()
+	c.sb, c.info, c.err = m.boot(bctx, name)
+	c.info.Took = time.Since(start)
+	cancel()
+
+	m.mu.Lock()
+	delete(m.booting, name)
+	if c.err == nil {
+		m.boxes[name] = c.sb
+	}
+	m.mu.Unlock()
+	close(c.done)
+	if c.err == nil {
+		m.log.Info("sandbox ready", "name", name, "container", c.sb.Container,
+			"created", c.info.Created, "started", c.info.Started, "adopted", c.info.Adopted, "took", c.info.Took)
+	}
+	return c.sb, c.info, c.err
+}
+
+// Lookup returns the sandbox if this Manager has it ready, without booting.
+func (m *Manager) Lookup(name string) (*Sandbox, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb, ok := m.boxes[name]
+	return sb, ok
+}
+
+// errForeign is returned when a container with a sandbox's name exists but
+// was not made by this Manager's prefix.
+var errForeign = errors.New("container exists but is not managed by sandbox-mcp")
+
+func (m *Manager) boot(ctx context.Context, name string) (*Sandbox, BootInfo, error) {
+	var info BootInfo
+	prof := m.ProfileFor(name)
+	if err := prof.Validate(); err != nil {
+		return nil, info, err
+	}
+	ctr := m.ContainerFor(name)
+	c, err := m.rt.Inspect(ctx, ctr)
+	switch {
+	case err == nil:
+		if err := m.checkOwner(c, name); err != nil {
+			return nil, info, err
+		}
+		if c.Running() {
+			info.Adopted = true
+		} else {
+			if err := m.rt.Start(ctx, ctr); err != nil {
+				return nil, info, fmt.Errorf("start sandbox %q: %w", name, err)
+			}
+			info.Started = true
+		}
+		if img := c.Image; img != "" {
+			prof.Image = img
+		}
+	case errors.Is(err, ErrNotFound):
+		if err := m.create(ctx, name, prof); err != nil {
+			if !errors.Is(err, ErrAlreadyExists) {
+				return nil, info, err
+			}
+			// Another server created it first: adopt theirs.
+			if err := m.startIfNeeded(ctx, name); err != nil {
+				return nil, info, err
+			}
+			info.Adopted = true
+		} else {
+			info.Created = true
+		}
+	default:
+		return nil, info, fmt.Errorf("inspect sandbox %q: %w", name, err)
+	}
+	sb := &Sandbox{Name: name, Container: ctr, Volume: m.volumeFor(name), Profile: prof, BootedAt: time.Now()}
+	sb.pool = shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit()}, m.cfg.PoolSize)
+	sb.lastUsed.Store(time.Now().UnixNano())
+	if err := sb.pool.Warm(ctx); err != nil {
+		sb.pool.Close()
+		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
+	}
+	return sb, info, nil
+}
+
+func (m *Manager) checkOwner(c Container, name string) error {
+	if c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelName] != name {
+		return fmt.Errorf("%w: %s (remove it or pick another sandbox name)", errForeign, c.Name)
+	}
+	return nil
+}
+
+func (m *Manager) startIfNeeded(ctx context.Context, name string) error {
+	ctr := m.ContainerFor(name)
+	c, err := m.rt.Inspect(ctx, ctr)
+	if err != nil {
+		return fmt.Errorf("inspect sandbox %q: %w", name, err)
+	}
+	if err := m.checkOwner(c, name); err != nil {
+		return err
+	}
+	if !c.Running() {
+		if err := m.rt.Start(ctx, ctr); err != nil {
+			return fmt.Errorf("start sandbox %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// ErrImageMissing is returned when a sandbox's image is not present locally.
+var ErrImageMissing = errors.New("image not present")
+
+func (m *Manager) create(ctx context.Context, name string, prof Profile) error {
+	ok, err := m.rt.ImageExists(ctx, prof.Image)
+	if err != nil {
+		return fmt.Errorf("look up image %q: %w", prof.Image, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: %q (on Linux run `make setup` to build the default image; otherwise pull or build it with %s)",
+			ErrImageMissing, prof.Image, m.rt.Binary())
+	}
+	labels := m.labels(name)
+	vol := m.volumeFor(name)
+	if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
+		return fmt.Errorf("create workspace volume for %q: %w", name, err)
+	}
+	spec := RunSpec{
+		Name:           m.ContainerFor(name),
+		Image:          prof.Image,
+		Labels:         labels,
+		CPUs:           prof.CPUs,
+		Memory:         prof.Memory,
+		Network:        prof.Network,
+		Virtualization: prof.Virtualization,
+		Mounts:         []Mount{{Volume: vol, Target: m.cfg.Workdir}},
+		Workdir:        m.cfg.Workdir,
+		Init:           true,
+		Command:        []string{"sleep", "infinity"},
+	}
+	if err := m.rt.Run(ctx, spec); err != nil {
+		return fmt.Errorf("boot sandbox %q: %w", name, err)
+	}
+	return nil
+}
+
+func (m *Manager) labels(name string) map[string]string {
+	return map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name, LabelRole: "primary"}
+}
+
+func (m *Manager) shellInit() string {
+	return shell.InitScript(m.cfg.Workdir)
+}
+
+// ExecResult is the outcome of Exec.
+type ExecResult struct {
+	shell.Result
+	Boot BootInfo
+}
+
+// Exec runs a command in the named sandbox, booting it on first use. If the
+// sandbox's container was stopped or removed behind the server's back, it is
+// brought back once and the command retried.
+func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (ExecResult, error) {
+	sb, boot, err := m.Get(ctx, name)
+	if err != nil {
+		return ExecResult{Boot: boot}, err
+	}
+	sb.lastUsed.Store(time.Now().UnixNano())
+	res, err := sb.pool.Run(ctx, req)
+	if err == nil && res.NotStarted {
+		err = errShellGone // the container may have gone: check below
+	}
+	if err == nil || errors.Is(err, shell.ErrNULInCommand) || ctx.Err() != nil {
+		m.history.Add(name, req.Command, res, err)
+		return ExecResult{Result: res, Boot: boot}, err
+	}
+	// The shell could not be opened: is the container gone or stopped?
+	why, lost := m.lostContainer(ctx, sb)
+	if !lost {
+		if errors.Is(err, errShellGone) {
+			res, err = sb.pool.Run(ctx, req)
+			m.history.Add(name, req.Command, res, err)
+		}
+		return ExecResult{Result: res, Boot: boot}, err
+	}
+	m.forget(name, sb)
+	sb, boot, err = m.Get(ctx, name)
+	if err != nil {
+		return ExecResult{Boot: boot}, fmt.Errorf("sandbox %q %s and could not be brought back: %w", name, why, err)
+	}
+	boot.Recovered = why
+	res, err = sb.pool.Run(ctx, req)
+	m.history.Add(name, req.Command, res, err)
+	return ExecResult{Result: res, Boot: boot}, err
+}
+
+// errShellGone marks a shell that died before its command started.
+var errShellGone = errors.New("the sandbox's shell ended before the command started")
+
+// lostContainer reports whether sb's container is no longer running.
+func (m *Manager) lostContainer(ctx context.Context, sb *Sandbox) (string, bool) {
+	c, err := m.rt.Inspect(ctx, sb.Container)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "was removed", true
+	case err != nil:
+		return "", false
+	case !c.Running():
+		return "was stopped", true
+	}
+	return "", false
+}
+
+// forget drops a sandbox from the Manager (not from the engine).
+func (m *Manager) forget(name string, sb *Sandbox) {
+	m.mu.Lock()
+	if m.boxes[name] == sb {
+		delete(m.boxes, name)
+	}
+	m.mu.Unlock()
+	go sb.pool.Close()
+}
+
+// Destroy removes a sandbox's container and workspace. It reports whether
+// there was anything to remove; destroying a missing sandbox is not an error.
+func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	return m.remove(ctx, name, true)
+}
+
+func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, error) {
+	m.mu.Lock()
+	sb := m.boxes[name]
+	delete(m.boxes, name)
+	m.mu.Unlock()
+	if sb != nil {
+		go sb.pool.Close()
+	}
+	ctr := m.ContainerFor(name)
+	existed := true
+	c, err := m.rt.Inspect(ctx, ctr)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		existed = false
+	case err != nil:
+		return false, fmt.Errorf("inspect sandbox %q: %w", name, err)
+	default:
+		if err := m.checkOwner(c, name); err != nil {
+			return false, err
+		}
+		if err := m.rt.Remove(ctx, ctr); err != nil && !errors.Is(err, ErrNotFound) {
+			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
+		}
+	}
+	if wipe {
+		if err := m.rt.VolumeRemove(ctx, m.volumeFor(name)); err != nil {
+			return existed, fmt.Errorf("remove workspace of %q: %w", name, err)
+		}
+	}
+	m.history.Forget(name)
+	return existed, nil
+}
+
+// Reset replaces a sandbox's container with a fresh one from its image. The
+// workspace survives unless wipeWorkspace is set.
+func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (BootInfo, error) {
+	if err := ValidateName(name); err != nil {
+		return BootInfo{}, err
+	}
+	if _, err := m.remove(ctx, name, wipeWorkspace); err != nil {
+		return BootInfo{}, err
+	}
+	_, info, err := m.Get(ctx, name)
+	return info, err
+}
+
+// Info describes a sandbox for status and listing.
+type Info struct {
+	Name      string    `json:"name"`
+	Container string    `json:"container"`
+	State     State     `json:"state"`
+	Image     string    `json:"image"`
+	Created   time.Time `json:"created,omitzero"`
+	Started   time.Time `json:"started,omitzero"`
+	IP        string    `json:"ip,omitempty"`
+	CPUs      float64   `json:"cpus,omitempty"`
+	MemoryB   int64     `json:"memory_bytes,omitempty"`
+	Connected bool      `json:"connected"` // this server holds shells in it
+	Cwd       string    `json:"cwd,omitempty"`
+	LastUsed  time.Time `json:"last_used,omitzero"`
+}
+
+// List returns every sandbox of this Manager's prefix the engine knows.
+func (m *Manager) List(ctx context.Context) ([]Info, error) {
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, m.info(c.Labels[LabelName], c))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Status describes one sandbox without booting it; a sandbox that does not
+// exist returns an error wrapping ErrNotFound.
+func (m *Manager) Status(ctx context.Context, name string) (Info, error) {
+	if err := ValidateName(name); err != nil {
+		return Info{}, err
+	}
+	c, err := m.rt.Inspect(ctx, m.ContainerFor(name))
+	if err != nil {
+		return Info{}, err
+	}
+	if err := m.checkOwner(c, name); err != nil {
+		return Info{}, err
+	}
+	return m.info(name, c), nil
+}
+
+func (m *Manager) info(name string, c Container) Info {
+	in := Info{
+		Name: name, Container: c.Name, State: c.State, Image: c.Image,
+		Created: c.Created, Started: c.Started, IP: c.IP, CPUs: c.CPUs, MemoryB: c.Memory,
+	}
+	if sb, ok := m.Lookup(name); ok {
+		in.Connected = true
+		in.LastUsed = sb.LastUsed()
+		if st, ok := sb.pool.State(); ok {
+			in.Cwd = st.Cwd
+		}
+	}
+	return in
+}
+
+// Close releases this server's shells. Containers keep running.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	boxes := m.boxes
+	m.boxes = map[string]*Sandbox{}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sb := range boxes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb.pool.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// containerHost adapts a Runtime and container to shell.Host.
+type containerHost struct {
+	rt   Runtime
+	name string
+}
+
+func (h containerHost) Command(ctx context.Context) *exec.Cmd {
+	return h.rt.ExecCommand(ctx, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true})
+}
+
+func (h containerHost) KillTree(ctx context.Context, pid int, self bool) error {
+	s := "0"
+	if self {
+		s = "1"
+	}
+	_, err := h.rt.Exec(ctx, h.name, ExecSpec{Argv: []string{"sh", "-c", shell.KillTreeScript, "sh", strconv.Itoa(pid), s}})
+	return err
+}

@@ -1,0 +1,212 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+func newManager(t *testing.T, tg enginetest.Target, prefix string) *sandbox.Manager {
+	t.Helper()
+	m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}})
+	t.Cleanup(m.Close)
+	return m
+}
+
+type out struct {
+	res            sandbox.ExecResult
+	stdout, stderr string
+}
+
+func run(t *testing.T, m *sandbox.Manager, name string, req shell.Request) out {
+	t.Helper()
+	var so, se bytes.Buffer
+	req.Stdout, req.Stderr = &so, &se
+	res, err := m.Exec(context.Background(), name, req)
+	if err != nil {
+		t.Fatalf("Exec(%s, %q): %v", name, req.Command, err)
+	}
+	return out{res, so.String(), se.String()}
+}
+
+// TestManagerOnEngine runs the Manager against each real engine, sharing
+// one booted sandbox between the subtests that do not need their own.
+func TestManagerOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			m := newManager(t, tg, prefix)
+			const box = "shared"
+
+			t.Run("first use boots", func(t *testing.T) {
+				o := run(t, m, box, shell.Request{Command: "echo hello; pwd"})
+				if o.stdout != "hello\n/workspace\n" || !o.res.Boot.Created {
+					t.Fatalf("stdout %q boot %+v", o.stdout, o.res.Boot)
+				}
+				o = run(t, m, box, shell.Request{Command: "true"})
+				if o.res.Boot != (sandbox.BootInfo{}) || o.res.Duration > 100*time.Millisecond {
+					t.Fatalf("warm exec: boot %+v took %v", o.res.Boot, o.res.Duration)
+				}
+			})
+			t.Run("state persists", func(t *testing.T) {
+				run(t, m, box, shell.Request{Command: "mkdir -p /tmp/d && cd /tmp/d && export GREETING='hi there'"})
+				o := run(t, m, box, shell.Request{Command: `pwd; echo "$GREETING"`})
+				if o.stdout != "/tmp/d\nhi there\n" {
+					t.Fatalf("stdout %q", o.stdout)
+				}
+				run(t, m, box, shell.Request{Command: "cd /workspace"})
+			})
+			t.Run("stdin and binary", func(t *testing.T) {
+				data := []byte("line\x00\xff\xfe no newline")
+				o := run(t, m, box, shell.Request{Command: "cat", Stdin: data})
+				if o.stdout != string(data) {
+					t.Fatalf("stdout %q", o.stdout)
+				}
+				o = run(t, m, box, shell.Request{Command: "cat; echo after"})
+				if o.stdout != "after\n" {
+					t.Fatalf("a stdin reader got %q", o.stdout)
+				}
+			})
+			t.Run("timeout keeps shell", func(t *testing.T) {
+				run(t, m, box, shell.Request{Command: "export KEEP=1"})
+				start := time.Now()
+				o := run(t, m, box, shell.Request{Command: "sleep 1000", Timeout: time.Second})
+				if !o.res.TimedOut {
+					t.Fatalf("not timed out: %+v", o.res.Result)
+				}
+				if took := time.Since(start); took > 2500*time.Millisecond {
+					t.Fatalf("timeout answered after %v", took)
+				}
+				o = run(t, m, box, shell.Request{Command: "echo $KEEP; ps -eo args | grep -c '^sleep 1000' || true"})
+				if o.stdout != "1\n0\n" {
+					t.Fatalf("after timeout: %q", o.stdout)
+				}
+			})
+			t.Run("exit and self-kill", func(t *testing.T) {
+				run(t, m, box, shell.Request{Command: "export KEEP=2"})
+				o := run(t, m, box, shell.Request{Command: "exit 5"})
+				if o.res.ExitCode != 5 || !o.res.ShellLost {
+					t.Fatalf("exit: %+v", o.res.Result)
+				}
+				o = run(t, m, box, shell.Request{Command: "kill -9 $$"})
+				if !o.res.ShellLost {
+					t.Fatalf("self-kill: %+v", o.res.Result)
+				}
+				o = run(t, m, box, shell.Request{Command: "echo $KEEP"})
+				if o.stdout != "2\n" {
+					t.Fatalf("state after lost shells: %q", o.stdout)
+				}
+			})
+			t.Run("stopped behind our back", func(t *testing.T) {
+				run(t, m, box, shell.Request{Command: "echo kept > /workspace/f"})
+				if err := rt.Stop(context.Background(), m.ContainerFor(box), 0); err != nil {
+					t.Fatal(err)
+				}
+				o := run(t, m, box, shell.Request{Command: "cat /workspace/f"})
+				if o.stdout != "kept\n" || o.res.Boot.Recovered == "" {
+					t.Fatalf("stdout %q boot %+v", o.stdout, o.res.Boot)
+				}
+			})
+			t.Run("removed behind our back", func(t *testing.T) {
+				if err := rt.Remove(context.Background(), m.ContainerFor(box)); err != nil {
+					t.Fatal(err)
+				}
+				o := run(t, m, box, shell.Request{Command: "cat /workspace/f"})
+				if o.stdout != "kept\n" || o.res.Boot.Recovered != "was removed" {
+					t.Fatalf("stdout %q boot %+v", o.stdout, o.res.Boot)
+				}
+			})
+			t.Run("second manager adopts", func(t *testing.T) {
+				m2 := newManager(t, tg, prefix)
+				o := run(t, m2, box, shell.Request{Command: "cat /workspace/f"})
+				if o.stdout != "kept\n" || !o.res.Boot.Adopted {
+					t.Fatalf("stdout %q boot %+v", o.stdout, o.res.Boot)
+				}
+			})
+			t.Run("concurrent first use ends with one container", func(t *testing.T) {
+				ms := []*sandbox.Manager{newManager(t, tg, prefix), newManager(t, tg, prefix), newManager(t, tg, prefix)}
+				var wg sync.WaitGroup
+				errs := make([]error, len(ms))
+				for i, mi := range ms {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						_, errs[i] = mi.Exec(context.Background(), "race", shell.Request{Command: "true"})
+					}()
+				}
+				wg.Wait()
+				for _, err := range errs {
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				cs, err := rt.List(context.Background(), map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: "race"})
+				if err != nil || len(cs) != 1 {
+					t.Fatalf("containers: %d, %v", len(cs), err)
+				}
+			})
+			t.Run("reset keeps workspace, not rootfs", func(t *testing.T) {
+				run(t, m, box, shell.Request{Command: "echo x > /root/marker"})
+				start := time.Now()
+				if _, err := m.Reset(context.Background(), box, false); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("reset took %v", time.Since(start))
+				o := run(t, m, box, shell.Request{Command: "cat /workspace/f; test -e /root/marker && echo survived || echo gone"})
+				if o.stdout != "kept\ngone\n" {
+					t.Fatalf("after reset: %q", o.stdout)
+				}
+			})
+			t.Run("destroy", func(t *testing.T) {
+				start := time.Now()
+				existed, err := m.Destroy(context.Background(), box)
+				if err != nil || !existed {
+					t.Fatalf("destroy: %v %v", existed, err)
+				}
+				if took := time.Since(start); took > time.Second {
+					t.Errorf("destroy took %v", took)
+				}
+				existed, err = m.Destroy(context.Background(), box)
+				if err != nil || existed {
+					t.Fatalf("second destroy: %v %v", existed, err)
+				}
+				if _, err := m.Status(context.Background(), box); !errors.Is(err, sandbox.ErrNotFound) {
+					t.Fatalf("status after destroy: %v", err)
+				}
+			})
+			t.Run("missing image", func(t *testing.T) {
+				mi := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: "localhost/no-such-image-sbx:latest"}})
+				_, err := mi.Exec(context.Background(), "noimg", shell.Request{Command: "true"})
+				if !errors.Is(err, sandbox.ErrImageMissing) || !strings.Contains(err.Error(), "make setup") {
+					t.Fatalf("err = %v", err)
+				}
+			})
+			t.Run("invalid names never reach the engine", func(t *testing.T) {
+				for _, name := range []string{"", "../x", "--rm", strings.Repeat("a", 64), "héllo", ".hidden", "a b"} {
+					if _, err := m.Exec(context.Background(), name, shell.Request{Command: "true"}); !errors.Is(err, sandbox.ErrInvalidName) {
+						t.Errorf("%q: err = %v", name, err)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestEngineMissing(t *testing.T) {
+	rt := docker.New(docker.Options{Flavor: docker.Podman, Binary: "/nonexistent/podman"})
+	err := rt.Ping(context.Background())
+	if !errors.Is(err, sandbox.ErrEngineMissing) || !strings.Contains(sandbox.HintOf(err), "install podman") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# Builds the offline sandbox images from Debian packages (no registry is needed).
+#
+#   build-images.sh [--engine podman|docker] [--force] [--no-cache] [minimal|dev|all]
+#
+# podman: localhost/sandbox-mcp-minimal:latest, localhost/mcp-dev:latest
+# docker: sandbox-mcp-minimal:latest, mcp-dev:latest  (docker would also accept the
+#         localhost/ names, but lists them as "localhost/..." and the short names are
+#         what docker users expect)
+#
+# Existing images are kept unless --force. The dev rootfs tarball is cached under
+# ${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp/, so --force or a second engine reuses
+# it; --no-cache runs debootstrap again. podman honours CONTAINERS_CONF as usual;
+# docker uses DOCKER_HOST (see scripts/dockerd.sh).
+# The dev image needs root (debootstrap); run scripts/setup-engine.sh first.
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 [--engine podman|docker] [--force] [--no-cache] [minimal|dev|all]" >&2
+}
+
+engine=podman
+force=0
+no_cache=0
+target=all
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --engine)
+      [[ $# -ge 2 ]] || { usage; exit 2; }
+      engine="$2"
+      shift 2
+      ;;
+    --engine=*) engine="${1#--engine=}"; shift ;;
+    --force) force=1; shift ;;
+    --no-cache) no_cache=1; shift ;;
+    minimal|dev|all) target="$1"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage; exit 2 ;;
+  esac
+done
+
+case "$engine" in
+  podman)
+    minimal_image=localhost/sandbox-mcp-minimal:latest
+    dev_image=localhost/mcp-dev:latest
+    ;;
+  docker)
+    minimal_image=sandbox-mcp-minimal:latest
+    dev_image=mcp-dev:latest
+    ;;
+  *) usage; exit 2 ;;
+esac
+
+if ! command -v "$engine" >/dev/null; then
+  echo "build-images: $engine not found (run scripts/setup-engine.sh)" >&2
+  exit 1
+fi
+if [[ "$engine" == docker ]] && ! docker version >/dev/null 2>&1; then
+  echo "build-images: no docker daemon answers (DOCKER_HOST=${DOCKER_HOST:-unset});" \
+    "start one with: eval \"\$(scripts/dockerd.sh start /tmp/smd)\"" >&2
+  exit 1
+fi
+
+suite=bookworm
+dev_includes=python3-minimal,netcat-openbsd,procps,ca-certificates,git,coreutils
+# Bump when the dev rootfs recipe changes, so an old cached tarball is not reused.
+dev_recipe=1
+cache_dir="${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp"
+path_env='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+# Same --change syntax for podman and docker import (Dockerfile instructions).
+changes=(--change 'CMD ["/bin/sh"]' --change 'WORKDIR /workspace' --change "$path_env")
+
+workdir=""
+cleanup() {
+  if [[ -n "$workdir" ]]; then
+    # --one-file-system: never descend into a /proc or /sys a failed debootstrap left mounted.
+    rm -rf --one-file-system "$workdir"
+  fi
+}
+trap cleanup EXIT
+
+log() { echo "build-images: $*"; }
+
+image_id() {
+  if [[ "$engine" == podman ]]; then
+    podman image inspect --format '{{.Id}}' "$1" 2>/dev/null || true
+  else
+    docker image inspect --format '{{.Id}}' "$1" 2>/dev/null || true
+  fi
+}
+
+# Imports the rootfs tar on stdin as image $1 and drops the image it replaces, if unused.
+import_rootfs() {
+  local name="$1" old new
+  old="$(image_id "$name")"
+  if [[ "$engine" == podman ]]; then
+    podman import --quiet "${changes[@]}" - "$name" >/dev/null
+  else
+    docker import "${changes[@]}" - "$name" >/dev/null
+  fi
+  new="$(image_id "$name")"
+  if [[ -n "$old" && "$old" != "$new" ]]; then
+    "$engine" rmi "$old" >/dev/null 2>&1 || true
+  fi
+}
+
+# Runs a fixed check script (not user input) in a throwaway container of image $1.
+check_image() {
+  local name="$1" script="$2" out
+  if out="$("$engine" run --rm --network none "$name" /bin/sh -c "$script" 2>&1)"; then
+    log "$name: $out"
+  else
+    log "$name: check FAILED: $out" >&2
+    return 1
+  fi
+}
+
+seconds_since() {
+  awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'
+}
+
+# Makes a rootfs of Debian's busybox-static in directory $1.
+make_minimal_rootfs() {
+  local root="$1" bb=/bin/busybox p
+  if [[ ! -x "$bb" ]] || ldd "$bb" >/dev/null 2>&1; then
+    echo "build-images: $bb missing or not static (apt-get install busybox-static)" >&2
+    return 1
+  fi
+  mkdir -p "$root/bin"
+  cp "$bb" "$root/bin/busybox"
+  # Same links as `busybox --install -s`, made from the host without a chroot.
+  while IFS= read -r p; do
+    [[ -n "$p" && "$p" != bin/busybox ]] || continue
+    mkdir -p "$root/$(dirname "$p")"
+    ln -sf /bin/busybox "$root/$p"
+  done < <("$bb" --list-full)
+  mkdir -p "$root/etc" "$root/root" "$root/workspace" "$root/proc" "$root/sys" "$root/dev"
+  install -d -m 1777 "$root/tmp"
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
+  echo 'root:x:0:' >"$root/etc/group"
+}
+
+build_minimal() {
+  local start="$EPOCHREALTIME"
+  if [[ "$force" -eq 0 && -n "$(image_id "$minimal_image")" ]]; then
+    log "$minimal_image exists; skipped (--force rebuilds)"
+  else
+    workdir="$(mktemp -d)"
+    make_minimal_rootfs "$workdir/rootfs"
+    tar -C "$workdir/rootfs" --numeric-owner --owner=0 --group=0 -c . \
+      | import_rootfs "$minimal_image"
+    cleanup
+    workdir=""
+    log "$minimal_image built in $(seconds_since "$start") s"
+  fi
+  # shellcheck disable=SC2016 # expanded by the container's shell
+  check_image "$minimal_image" '
+    for c in sh base64 sleep nc; do command -v "$c" >/dev/null || { echo "missing $c"; exit 1; }; done
+    [ "$(echo aGk= | base64 -d)" = hi ] || { echo "base64 broken"; exit 1; }
+    sleep 0.01 || exit 1
+    echo "ok: sh base64 sleep nc"'
+}
+
+# The mirror of $suite from the machine's apt sources (deb822 or one-line format;
+# apt parses them for us), else Debian's default.
+apt_mirror() {
+  local uri release
+  # shellcheck disable=SC2016 # apt's own $(FIELD) syntax below
+  while IFS='|' read -r uri release; do
+    if [[ "$release" == "$suite" && "$uri" == http* ]]; then
+      echo "${uri%/}"
+      return
+    fi
+  done < <(apt-get indextargets --no-release-info --format '$(REPO_URI)|$(RELEASE)' \
+    'Created-By: Packages' 2>/dev/null || true)
+  echo http://deb.debian.org/debian
+}
+
+# Sets dev_tarball to the cached dev rootfs tarball, building it with debootstrap if
+# needed. Not run in $(...): the EXIT trap must see $workdir.
+dev_tarball=""
+dev_rootfs_tar() {
+  local key tarball mirror root proxy
+  key="$(printf '%s|%s|%s|%s' "$suite" minbase "$dev_includes" "$dev_recipe" \
+    | sha256sum | cut -c1-12)"
+  tarball="$cache_dir/mcp-dev-$suite-$key.tar"
+  if [[ "$no_cache" -eq 0 && -s "$tarball" ]]; then
+    log "reusing cached rootfs $tarball"
+    dev_tarball="$tarball"
+    return
+  fi
+  if [[ "$(id -u)" -ne 0 ]]; then
+    echo "build-images: debootstrap needs root" >&2
+    return 1
+  fi
+  command -v debootstrap >/dev/null || {
+    echo "build-images: debootstrap not found (run scripts/setup-engine.sh)" >&2
+    return 1
+  }
+  mirror="$(apt_mirror)"
+  # debootstrap ignores apt.conf; pass apt's proxy on if the environment has none.
+  if [[ -z "${http_proxy:-}" ]]; then
+    proxy="$(apt-config dump --format '%v%n' Acquire::http::Proxy 2>/dev/null | head -n 1 || true)"
+    if [[ -n "$proxy" && "$proxy" != DIRECT ]]; then
+      export http_proxy="$proxy"
+    fi
+  fi
+  mkdir -p "$cache_dir"
+  # Build next to the cache (same filesystem) rather than in a possibly small /tmp.
+  workdir="$(mktemp -d "$cache_dir/build.XXXXXX")"
+  root="$workdir/rootfs"
+  log "debootstrap $suite from $mirror (about a minute)"
+  if ! debootstrap --variant=minbase --include="$dev_includes" "$suite" "$root" "$mirror" \
+    >"$workdir/debootstrap.log" 2>&1; then
+    echo "build-images: debootstrap failed; log tail:" >&2
+    tail -n 30 "$workdir/debootstrap.log" >&2
+    if [[ -f "$root/debootstrap/debootstrap.log" ]]; then
+      tail -n 30 "$root/debootstrap/debootstrap.log" >&2
+    fi
+    return 1
+  fi
+  mkdir -p "$root/workspace"
+  # Smaller image: apt lists and caches are rebuilt by `apt-get update` when needed.
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
+    "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/debconf/*-old \
+    "$root"/var/log/apt/* "$root"/var/log/dpkg.log "$root"/var/log/alternatives.log
+  # The engine bind-mounts its own; do not ship the build host's.
+  : >"$root/etc/resolv.conf"
+  : >"$root/etc/hostname"
+  tar -C "$root" --numeric-owner -cf "$workdir/rootfs.tar" .
+  mv -f "$workdir/rootfs.tar" "$tarball"
+  cleanup
+  workdir=""
+  log "cached rootfs $tarball"
+  dev_tarball="$tarball"
+}
+
+build_dev() {
+  local start="$EPOCHREALTIME"
+  if [[ "$force" -eq 0 && -n "$(image_id "$dev_image")" ]]; then
+    log "$dev_image exists; skipped (--force rebuilds)"
+  else
+    dev_rootfs_tar
+    import_rootfs "$dev_image" <"$dev_tarball"
+    log "$dev_image built in $(seconds_since "$start") s"
+  fi
+  # shellcheck disable=SC2016 # expanded by the container's shell
+  check_image "$dev_image" '
+    for c in sh python3 base64 nc setsid pkill timeout tar git apt-get; do
+      command -v "$c" >/dev/null || { echo "missing $c"; exit 1; }
+    done
+    case "$(readlink -f /bin/sh)" in */dash) ;; *) echo "sh is not dash"; exit 1 ;; esac
+    [ "$(echo aGk= | base64 -d)" = hi ] || { echo "base64 broken"; exit 1; }
+    [ "$(python3 -c "print(6*7)")" = 42 ] || { echo "python3 broken"; exit 1; }
+    nc -h 2>&1 | grep -q OpenBSD || { echo "nc is not netcat-openbsd"; exit 1; }
+    setsid true && timeout 5 true || { echo "setsid/timeout broken"; exit 1; }
+    pkill --version >/dev/null && tar --version >/dev/null && git --version >/dev/null \
+      && apt-get --version >/dev/null || { echo "pkill/tar/git/apt-get broken"; exit 1; }
+    echo "ok: dash python3 base64 nc setsid pkill timeout tar git apt-get"'
+}
+
+case "$target" in
+  minimal) build_minimal ;;
+  dev) build_dev ;;
+  all) build_minimal; build_dev ;;
+esac
