@@ -53,6 +53,7 @@ type Manager struct {
 	boxes   map[string]*Sandbox
 	booting map[string]*bootCall
 	history *History
+	secrets map[string]map[string]bool // sandbox -> env keys marked secret
 }
 
 type bootCall struct {
@@ -105,6 +106,7 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 		boxes:   map[string]*Sandbox{},
 		booting: map[string]*bootCall{},
 		history: NewHistory(100),
+		secrets: map[string]map[string]bool{},
 	}
 }
 
@@ -116,6 +118,23 @@ func (m *Manager) Config() Config { return m.cfg }
 
 // History returns the per-sandbox command history.
 func (m *Manager) History() *History { return m.history }
+
+// MarkSecret records that an env variable of a sandbox holds a secret.
+func (m *Manager) MarkSecret(name, key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.secrets[name] == nil {
+		m.secrets[name] = map[string]bool{}
+	}
+	m.secrets[name][key] = true
+}
+
+// IsSecret reports whether an env variable of a sandbox was marked secret.
+func (m *Manager) IsSecret(name, key string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.secrets[name][key]
+}
 
 // ProfileFor returns the profile a sandbox of that name boots with.
 func (m *Manager) ProfileFor(name string) Profile {
@@ -317,6 +336,12 @@ type ExecResult struct {
 // sandbox's container was stopped or removed behind the server's back, it is
 // brought back once and the command retried.
 func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (ExecResult, error) {
+	return m.ExecAs(ctx, name, req.Command, req)
+}
+
+// ExecAs is Exec that records label in the history instead of the command
+// text (tools that build their own commands record what the user asked).
+func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Request) (ExecResult, error) {
 	sb, boot, err := m.Get(ctx, name)
 	if err != nil {
 		return ExecResult{Boot: boot}, err
@@ -327,7 +352,7 @@ func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (Exe
 		err = errShellGone // the container may have gone: check below
 	}
 	if err == nil || errors.Is(err, shell.ErrNULInCommand) || ctx.Err() != nil {
-		m.history.Add(name, req.Command, res, err)
+		m.history.Add(name, label, res, err)
 		return ExecResult{Result: res, Boot: boot}, err
 	}
 	// The shell could not be opened: is the container gone or stopped?
@@ -335,7 +360,7 @@ func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (Exe
 	if !lost {
 		if errors.Is(err, errShellGone) {
 			res, err = sb.pool.Run(ctx, req)
-			m.history.Add(name, req.Command, res, err)
+			m.history.Add(name, label, res, err)
 		}
 		return ExecResult{Result: res, Boot: boot}, err
 	}
@@ -346,7 +371,7 @@ func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (Exe
 	}
 	boot.Recovered = why
 	res, err = sb.pool.Run(ctx, req)
-	m.history.Add(name, req.Command, res, err)
+	m.history.Add(name, label, res, err)
 	return ExecResult{Result: res, Boot: boot}, err
 }
 

@@ -1,0 +1,6 @@
+package main
+
+import "golang.org/x/sys/unix"
+
+// redirectFD makes newfd a copy of oldfd (Dup3: linux/arm64 has no Dup2).
+func redirectFD(oldfd, newfd int) error { return unix.Dup3(oldfd, newfd, 0) }

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package main
+
+import "golang.org/x/sys/unix"
+
+// redirectFD makes newfd a copy of oldfd.
+func redirectFD(oldfd, newfd int) error { return unix.Dup2(oldfd, newfd) }

@@ -1,0 +1,334 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+const (
+	defaultTimeout   = 30
+	maxTimeout       = 3600
+	defaultMaxOutput = 16 << 10
+	maxMaxOutput     = 256 << 10
+	progressEvery    = time.Second
+	progressBytes    = 400
+)
+
+// ExecOutput is the structured result of exec, python and install.
+type ExecOutput struct {
+	Sandbox      string `json:"sandbox"`
+	ExitCode     int    `json:"exit_code"`
+	DurationMS   int64  `json:"duration_ms"`
+	Stdout       string `json:"stdout"`
+	Stderr       string `json:"stderr"`
+	Encoding     string `json:"encoding"` // "text" or "base64"
+	StdoutBytes  int64  `json:"stdout_bytes"`
+	StderrBytes  int64  `json:"stderr_bytes"`
+	Truncated    bool   `json:"truncated"`
+	OutputID     string `json:"output_id,omitempty"` // for the output tool, when truncated
+	TimedOut     bool   `json:"timed_out,omitempty"`
+	ShellRestart bool   `json:"shell_restarted,omitempty"`
+	Booted       string `json:"booted,omitempty"` // created, started, adopted, recovered
+}
+
+func (s *Server) execTool() tool {
+	return tool{group: "core", handler: s.handleExec, def: newTool("exec",
+		"Run a shell command (sh) in a sandbox and return its exit code, stdout and stderr. Creates the sandbox on first use; "+
+			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (fetch the rest with `output`). "+
+			"Commands that outlive the timeout are stopped: run servers in the background with nohup … &.",
+		mutating(false),
+		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
+		sandboxParam(),
+		timeoutParam(),
+		mcp.WithString("workdir", mcp.Description("Directory for this command only (default: the shell's current directory, initially /workspace).")),
+		mcp.WithString("stdin", mcp.Description("Text given to the command on stdin (default: none, like </dev/null).")),
+		mcp.WithString("stdin_base64", mcp.Description("Binary stdin, base64-encoded.")),
+		maxOutputParam(),
+		encodingParam("Output encoding; base64 returns stdout/stderr bytes exactly."),
+	)}
+}
+
+func timeoutParam() mcp.ToolOption {
+	return mcp.WithNumber("timeout", mcp.Description("Seconds before the command is stopped."),
+		mcp.DefaultNumber(defaultTimeout), mcp.Min(1), mcp.Max(maxTimeout))
+}
+
+func maxOutputParam() mcp.ToolOption {
+	return mcp.WithInteger("max_output", mcp.Description("Bytes kept per stream (head and tail)."),
+		mcp.DefaultNumber(defaultMaxOutput), mcp.Min(1024), mcp.Max(maxMaxOutput))
+}
+
+func encodingParam(desc string) mcp.ToolOption {
+	return mcp.WithString("encoding", mcp.Description(desc), mcp.Enum("text", "base64"), mcp.DefaultString("text"))
+}
+
+func (s *Server) handleExec(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	command, err := req.RequireString("command")
+	if err != nil {
+		return argError("exec: `command` is required"), nil
+	}
+	stdin, errRes := stdinArg(req)
+	if errRes != nil {
+		return errRes, nil
+	}
+	return s.runCommand(ctx, req, runSpec{
+		what:    "exec",
+		command: command,
+		stdin:   stdin,
+		workdir: req.GetString("workdir", ""),
+		timeout: defaultTimeout,
+	})
+}
+
+func stdinArg(req mcp.CallToolRequest) ([]byte, *mcp.CallToolResult) {
+	text, b64 := req.GetString("stdin", ""), req.GetString("stdin_base64", "")
+	switch {
+	case text != "" && b64 != "":
+		return nil, argError("give either stdin or stdin_base64, not both")
+	case b64 != "":
+		data, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return nil, argError("stdin_base64 is not valid base64: %v", err)
+		}
+		return data, nil
+	case text != "":
+		return []byte(text), nil
+	}
+	return nil, nil
+}
+
+func (s *Server) pythonTool() tool {
+	return tool{group: "core", handler: s.handlePython, def: newTool("python",
+		"Run Python 3 code in a sandbox (python3 reads it from stdin) and return exit code, stdout and stderr. "+
+			"Same sandbox, limits and output handling as exec.",
+		mutating(false),
+		mcp.WithString("code", mcp.Required(), mcp.Description("Python source.")),
+		sandboxParam(),
+		timeoutParam(),
+		maxOutputParam(),
+	)}
+}
+
+func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	code, err := req.RequireString("code")
+	if err != nil {
+		return argError("python: `code` is required"), nil
+	}
+	return s.runCommand(ctx, req, runSpec{
+		what:    "python",
+		label:   "python: " + code,
+		command: shell.PythonCommand,
+		stdin:   []byte(code),
+		timeout: defaultTimeout,
+	})
+}
+
+// runSpec is one command for runCommand.
+type runSpec struct {
+	what    string
+	label   string // shown in history; default: command
+	command string
+	stdin   []byte
+	workdir string
+	timeout float64 // default seconds
+}
+
+// runCommand runs a command for exec-like tools and shapes the result.
+func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, spec runSpec) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("%s: %v", spec.what, err), nil
+	}
+	timeout := req.GetFloat("timeout", spec.timeout)
+	if timeout <= 0 || timeout > maxTimeout {
+		return argError("%s: timeout must be between 1 and %d seconds", spec.what, maxTimeout), nil
+	}
+	limit := req.GetInt("max_output", defaultMaxOutput)
+	if limit < 1024 || limit > maxMaxOutput {
+		return argError("%s: max_output must be between 1024 and %d", spec.what, maxMaxOutput), nil
+	}
+	encoding := req.GetString("encoding", "text")
+	if encoding != "text" && encoding != "base64" {
+		return argError("%s: encoding must be text or base64", spec.what), nil
+	}
+
+	id, outPath, errPath := s.outputs.reserve()
+	stdout := &shell.Capture{Limit: limit, SpillPath: outPath}
+	stderr := &shell.Capture{Limit: limit, SpillPath: errPath}
+	stop := s.startProgress(ctx, req, stdout, stderr)
+	label := spec.label
+	if label == "" {
+		label = spec.command
+	}
+	res, err := s.m.ExecAs(ctx, name, label, shell.Request{
+		Command: spec.command,
+		Stdin:   spec.stdin,
+		Workdir: spec.workdir,
+		Timeout: time.Duration(timeout * float64(time.Second)),
+		Stdout:  stdout,
+		Stderr:  stderr,
+	})
+	stop()
+	spillErr := errors.Join(stdout.Close(), stderr.Close())
+	if err != nil {
+		s.outputs.discard(id)
+		return failure(ctx, fmt.Sprintf("%s in sandbox %q", spec.what, name), err), nil
+	}
+	out := ExecOutput{
+		Sandbox:      name,
+		ExitCode:     res.ExitCode,
+		DurationMS:   res.Duration.Milliseconds(),
+		Encoding:     encoding,
+		StdoutBytes:  stdout.Total(),
+		StderrBytes:  stderr.Total(),
+		Truncated:    stdout.Truncated() || stderr.Truncated(),
+		TimedOut:     res.TimedOut,
+		ShellRestart: res.ShellLost,
+		Booted:       bootWord(res.Boot),
+	}
+	if out.Truncated && spillErr == nil && (stdout.Spilled() || stderr.Spilled()) {
+		out.OutputID = id
+		s.outputs.keep(id)
+	} else {
+		s.outputs.discard(id)
+	}
+	var text strings.Builder
+	fmt.Fprintf(&text, "exit %d · %s", res.ExitCode, fmtDuration(res.Duration))
+	if out.Booted != "" {
+		fmt.Fprintf(&text, " · sandbox %q %s", name, out.Booted)
+		if res.Boot.Recovered != "" {
+			fmt.Fprintf(&text, " (it %s)", res.Boot.Recovered)
+		}
+	}
+	text.WriteByte('\n')
+	var stdoutBinary, stderrBinary bool
+	out.Stdout, stdoutBinary = render(stdout, encoding, "stdout", id, out.OutputID != "")
+	out.Stderr, stderrBinary = render(stderr, encoding, "stderr", id, out.OutputID != "")
+	text.WriteString(out.Stdout)
+	if out.Stderr != "" {
+		if out.Stdout != "" && !strings.HasSuffix(out.Stdout, "\n") {
+			text.WriteByte('\n')
+		}
+		text.WriteString("--- stderr ---\n")
+		text.WriteString(out.Stderr)
+	}
+	if stdoutBinary || stderrBinary {
+		text.WriteString("\n[output is not valid UTF-8; invalid bytes shown as \uFFFD; use encoding=base64 for exact bytes]")
+	}
+	switch {
+	case res.TimedOut:
+		fmt.Fprintf(&text, "\n[timed out after %gs: the command and its children were stopped", timeout)
+		if res.ShellLost {
+			text.WriteString("; the shell was replaced and its cwd and exports restored")
+		} else {
+			text.WriteString("; the shell kept its state")
+		}
+		text.WriteString(". For long-running work use nohup … >log 2>&1 & and poll the log.]")
+	case res.Canceled:
+		text.WriteString("\n[canceled: the command was stopped]")
+	case res.ShellLost:
+		text.WriteString("\n[the shell exited (exit, exec or a signal); a new one with the same cwd and exports serves the next call]")
+	}
+	result := mcp.NewToolResultStructured(out, text.String())
+	result.IsError = res.ExitCode != 0 || res.TimedOut || res.Canceled
+	return result, nil
+}
+
+// render returns a capture's text for the result: exact bytes or base64,
+// with the omitted middle marked.
+func render(c *shell.Capture, encoding, stream, id string, retrievable bool) (string, bool) {
+	head, tail, omitted := c.Parts()
+	enc := func(b []byte) string {
+		if encoding == "base64" {
+			return base64.StdEncoding.EncodeToString(b)
+		}
+		return strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	binary := encoding == "text" && !(utf8.Valid(head) && utf8.Valid(tail))
+	if omitted == 0 {
+		return enc(head), binary
+	}
+	note := fmt.Sprintf("\n[… %d bytes of %s omitted", omitted, stream)
+	if retrievable {
+		note += fmt.Sprintf("; fetch them with output(id=%q, stream=%q, offset=%d)", id, stream, len(head))
+	}
+	return enc(head) + note + " …]\n" + enc(tail), binary
+}
+
+func bootWord(b sandbox.BootInfo) string {
+	switch {
+	case b.Recovered != "":
+		return "recovered"
+	case b.Created:
+		return "created"
+	case b.Started:
+		return "started"
+	case b.Adopted:
+		return "adopted"
+	}
+	return ""
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.1fs", d.Seconds())
+}
+
+// startProgress sends a progress notification with the newest output every
+// second while a command runs, if the client asked for progress.
+func (s *Server) startProgress(ctx context.Context, req mcp.CallToolRequest, stdout, stderr *shell.Capture) func() {
+	if req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
+		return func() {}
+	}
+	token := req.Params.Meta.ProgressToken
+	srv := server.ServerFromContext(ctx)
+	if srv == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		start := time.Now()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			msg := fmt.Sprintf("running %s; %d bytes of output", fmtDuration(time.Since(start).Round(time.Second)), stdout.Total()+stderr.Total())
+			if newest := stdout.Newest(progressBytes); len(newest) > 0 {
+				msg += "; newest: " + strings.ToValidUTF8(string(newest), "\uFFFD")
+			}
+			_ = srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+				"progressToken": token,
+				"progress":      float64(n),
+				"message":       msg,
+			})
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}

@@ -1,0 +1,247 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+func (s *Server) statusTool() tool {
+	return tool{group: "lifecycle", handler: s.handleStatus, def: newTool("status",
+		"Show one sandbox's state, image, resources and current directory, without creating it.",
+		readOnly(), sandboxParam())}
+}
+
+func notExist(name string) *mcp.CallToolResult {
+	return argError("sandbox %q does not exist: it is created on first exec, or see list_all", name)
+}
+
+func (s *Server) handleStatus(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("status: %v", err), nil
+	}
+	in, err := s.m.Status(ctx, name)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return notExist(name), nil
+	}
+	if err != nil {
+		return failure(ctx, "status", err), nil
+	}
+	return mcp.NewToolResultStructured(in, describe(in)), nil
+}
+
+func describe(in sandbox.Info) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s, image %s", in.Name, in.State, in.Image)
+	if in.CPUs > 0 {
+		fmt.Fprintf(&b, ", %g cpus", in.CPUs)
+	}
+	if in.MemoryB > 0 {
+		fmt.Fprintf(&b, ", %d MiB", in.MemoryB>>20)
+	}
+	if !in.Started.IsZero() && in.State == sandbox.StateRunning {
+		fmt.Fprintf(&b, ", up %s", time.Since(in.Started).Round(time.Second))
+	}
+	if in.Cwd != "" {
+		fmt.Fprintf(&b, ", cwd %s", in.Cwd)
+	}
+	fmt.Fprintf(&b, " (container %s)", in.Container)
+	return b.String()
+}
+
+func (s *Server) listAllTool() tool {
+	return tool{group: "lifecycle", handler: s.handleListAll, def: newTool("list_all",
+		"List every sandbox (running or stopped) with its state and image.", readOnly())}
+}
+
+// SandboxList is the structured result of list_all.
+type SandboxList struct {
+	Sandboxes []sandbox.Info `json:"sandboxes"`
+}
+
+func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	list, err := s.m.List(ctx)
+	if err != nil {
+		return failure(ctx, "list_all", err), nil
+	}
+	if len(list) == 0 {
+		return mcp.NewToolResultStructured(SandboxList{Sandboxes: []sandbox.Info{}}, "no sandboxes yet: exec creates one"), nil
+	}
+	lines := make([]string, len(list))
+	for i, in := range list {
+		lines[i] = describe(in)
+	}
+	return mcp.NewToolResultStructured(SandboxList{Sandboxes: list}, strings.Join(lines, "\n")), nil
+}
+
+func (s *Server) destroyTool() tool {
+	return tool{group: "lifecycle", handler: s.handleDestroy, def: newTool("destroy",
+		"Delete a sandbox and its workspace for good. Destroying one that does not exist reports so.",
+		destructive(true), sandboxParam())}
+}
+
+// Destroyed is the structured result of destroy.
+type Destroyed struct {
+	Sandbox string `json:"sandbox"`
+	Existed bool   `json:"existed"`
+}
+
+func (s *Server) handleDestroy(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("destroy: %v", err), nil
+	}
+	existed, err := s.m.Destroy(ctx, name)
+	if err != nil {
+		return failure(ctx, "destroy", err), nil
+	}
+	text := fmt.Sprintf("destroyed sandbox %q and its workspace", name)
+	if !existed {
+		text = fmt.Sprintf("sandbox %q did not exist; nothing to destroy", name)
+	}
+	return mcp.NewToolResultStructured(Destroyed{Sandbox: name, Existed: existed}, text), nil
+}
+
+func (s *Server) resetTool() tool {
+	return tool{group: "lifecycle", handler: s.handleReset, def: newTool("reset",
+		"Replace a sandbox with a fresh container from its image: installed packages and files outside /workspace are lost; "+
+			"/workspace is kept unless wipe_workspace is set.",
+		destructive(false), sandboxParam(),
+		mcp.WithBoolean("wipe_workspace", mcp.Description("Also empty /workspace."), mcp.DefaultBool(false)))}
+}
+
+// ResetDone is the structured result of reset.
+type ResetDone struct {
+	Sandbox        string `json:"sandbox"`
+	WorkspaceWiped bool   `json:"workspace_wiped"`
+	TookMS         int64  `json:"took_ms"`
+}
+
+func (s *Server) handleReset(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("reset: %v", err), nil
+	}
+	wipe := req.GetBool("wipe_workspace", false)
+	start := time.Now()
+	if _, err := s.m.Reset(ctx, name, wipe); err != nil {
+		return failure(ctx, "reset", err), nil
+	}
+	out := ResetDone{Sandbox: name, WorkspaceWiped: wipe, TookMS: time.Since(start).Milliseconds()}
+	kept := "kept"
+	if wipe {
+		kept = "wiped"
+	}
+	return mcp.NewToolResultStructured(out, fmt.Sprintf("sandbox %q reset in %s; workspace %s", name, fmtDuration(time.Since(start)), kept)), nil
+}
+
+func (s *Server) historyTool() tool {
+	return tool{group: "lifecycle", handler: s.handleHistory, def: newTool("history",
+		"List the most recent commands run in a sandbox with exit codes and durations (secrets redacted).",
+		readOnly(), sandboxParam(),
+		mcp.WithInteger("limit", mcp.Description("Entries to return."), mcp.Min(1), mcp.Max(100), mcp.DefaultNumber(20)))}
+}
+
+// HistoryList is the structured result of history.
+type HistoryList struct {
+	Sandbox string                 `json:"sandbox"`
+	Entries []sandbox.HistoryEntry `json:"entries"`
+}
+
+func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("history: %v", err), nil
+	}
+	limit := req.GetInt("limit", 20)
+	if limit < 1 || limit > 100 {
+		return argError("history: limit must be between 1 and 100"), nil
+	}
+	entries := s.m.History().Recent(name, limit)
+	if entries == nil {
+		entries = []sandbox.HistoryEntry{}
+	}
+	var b strings.Builder
+	if len(entries) == 0 {
+		fmt.Fprintf(&b, "no commands recorded for sandbox %q", name)
+	}
+	for _, e := range entries {
+		fmt.Fprintf(&b, "%s  exit %d  %dms  %s\n", e.Time.Format(time.TimeOnly), e.ExitCode, e.DurationMS, e.Command)
+	}
+	return mcp.NewToolResultStructured(HistoryList{Sandbox: name, Entries: entries}, strings.TrimRight(b.String(), "\n")), nil
+}
+
+func (s *Server) healthTool() tool {
+	return tool{group: "lifecycle", handler: s.handleHealth, def: newTool("health",
+		"Check the container engine, the default image and every sandbox this server is connected to.",
+		readOnly())}
+}
+
+// Health is the structured result of health.
+type Health struct {
+	OK            bool              `json:"ok"`
+	Runtime       string            `json:"runtime"`
+	EngineVersion string            `json:"engine_version,omitempty"`
+	EngineError   string            `json:"engine_error,omitempty"`
+	DefaultImage  string            `json:"default_image"`
+	ImagePresent  bool              `json:"image_present"`
+	Sandboxes     map[string]string `json:"sandboxes"` // name -> "ok" or the problem
+}
+
+func (s *Server) handleHealth(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	rt := s.m.Runtime()
+	h := Health{Runtime: rt.Kind(), DefaultImage: s.m.ProfileFor(sandbox.DefaultName).Image, Sandboxes: map[string]string{}}
+	var lines []string
+	v, err := rt.Version(ctx)
+	if err != nil {
+		h.EngineError = err.Error()
+		lines = append(lines, "engine: "+err.Error())
+	} else {
+		h.EngineVersion = v
+		lines = append(lines, fmt.Sprintf("engine: %s %s ok", rt.Kind(), v))
+		h.ImagePresent, err = rt.ImageExists(ctx, h.DefaultImage)
+		switch {
+		case err != nil:
+			lines = append(lines, "default image: "+err.Error())
+		case h.ImagePresent:
+			lines = append(lines, fmt.Sprintf("default image %s: present", h.DefaultImage))
+		default:
+			lines = append(lines, fmt.Sprintf("default image %s: MISSING (run `make setup` on Linux, or build it)", h.DefaultImage))
+		}
+		list, err := s.m.List(ctx)
+		if err != nil {
+			lines = append(lines, "sandboxes: "+err.Error())
+		}
+		for _, in := range list {
+			state := string(in.State)
+			if in.Connected {
+				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, _, errRes := s.runInternal(pctx, in.Name, "health check", "true", nil, 64)
+				cancel()
+				if errRes != nil {
+					state = "not responding"
+				} else {
+					state = "ok"
+				}
+			}
+			h.Sandboxes[in.Name] = state
+			lines = append(lines, fmt.Sprintf("sandbox %s: %s", in.Name, state))
+		}
+	}
+	h.OK = h.EngineError == "" && h.ImagePresent
+	for _, st := range h.Sandboxes {
+		if st == "not responding" {
+			h.OK = false
+		}
+	}
+	res := mcp.NewToolResultStructured(h, strings.Join(lines, "\n"))
+	res.IsError = !h.OK
+	return res, nil
+}
