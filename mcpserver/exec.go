@@ -316,7 +316,7 @@ func (s *Server) startProgress(ctx context.Context, req mcp.CallToolRequest, std
 				return
 			case <-t.C:
 			}
-			msg := fmt.Sprintf("running %s; %d bytes of output", fmtDuration(time.Since(start).Round(time.Second)), stdout.Total()+stderr.Total())
+			msg := fmt.Sprintf("running %s; %d bytes of output", time.Since(start).Round(time.Second), stdout.Total()+stderr.Total())
 			if newest := stdout.Newest(progressBytes); len(newest) > 0 {
 				msg += "; newest: " + strings.ToValidUTF8(string(newest), "\uFFFD")
 			}

@@ -32,9 +32,9 @@ func (f *frameReader) until(pat []byte, w io.Writer) error {
 			f.buf = f.buf[end+len(pat):]
 			return nil
 		}
-		// Everything except a possible partial match at the end is output.
-		if keep := len(pat) - 1; len(f.buf) > keep {
-			n := len(f.buf) - keep
+		// Everything except a partial match at the end is output now, so
+		// short output streams out (progress) instead of waiting for more.
+		if n := len(f.buf) - partialSuffix(f.buf, pat); n > 0 {
 			if _, err := w.Write(f.buf[:n]); err != nil {
 				return err
 			}
@@ -52,4 +52,15 @@ func (f *frameReader) until(pat []byte, w io.Writer) error {
 			return err
 		}
 	}
+}
+
+// partialSuffix returns the length of the longest suffix of b that is a
+// proper prefix of pat.
+func partialSuffix(b, pat []byte) int {
+	for i := max(0, len(b)-len(pat)+1); i < len(b); i++ {
+		if bytes.HasPrefix(pat, b[i:]) {
+			return len(b) - i
+		}
+	}
+	return 0
 }

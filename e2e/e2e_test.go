@@ -1,0 +1,435 @@
+// Package e2e drives the built sandbox-mcp binary over stdio with real MCP
+// clients (the official go-sdk client, and mcp-go's) against real engines:
+// one scenario per tool, on the newest protocol revision and pinned to
+// 2025-06-18.
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sandbox-mcp-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "sandbox-mcp")
+	_, file, _, _ := runtime.Caller(0)
+	build := exec.Command("go", "build", "-o", binary, "./cmd/sandbox-mcp")
+	build.Dir = filepath.Join(filepath.Dir(file), "..")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build sandbox-mcp:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is one running sandbox-mcp with a go-sdk client session.
+type server struct {
+	cs       *mcp.ClientSession
+	mu       sync.Mutex
+	progress []string
+	stateDir string
+}
+
+func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, extra ...string) *server {
+	t.Helper()
+	s := &server{stateDir: t.TempDir()}
+	args := append([]string{"serve", "--runtime", tg.Name, "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", s.stateDir, "--no-boot-default"}, extra...)
+	cmd := exec.Command(binary, args...)
+	cmd.Stderr = &prefixWriter{t: t}
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			s.mu.Lock()
+			s.progress = append(s.progress, r.Params.Message)
+			s.mu.Unlock()
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var opts *mcp.ClientSessionOptions
+	if protocol != "" {
+		opts = &mcp.ClientSessionOptions{ProtocolVersion: protocol}
+	}
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, opts)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	s.cs = cs
+	t.Cleanup(func() { cs.Close() })
+	return s
+}
+
+// prefixWriter sends the server's stderr to the test log only on failure
+// (t.Log is shown for failed tests), so passing runs stay quiet.
+type prefixWriter struct{ t *testing.T }
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	defer func() { _ = recover() }() // the test may have ended
+	w.t.Logf("server: %s", strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+type result struct {
+	text    string
+	isError bool
+	data    map[string]any
+}
+
+func (s *server) call(t *testing.T, name string, args map[string]any) result {
+	t.Helper()
+	return s.callWith(t, name, args, nil)
+}
+
+func (s *server) callWith(t *testing.T, name string, args map[string]any, progressToken any) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := &mcp.CallToolParams{Name: name, Arguments: args}
+	if progressToken != nil {
+		p.SetProgressToken(progressToken)
+	}
+	res, err := s.cs.CallTool(ctx, p)
+	if err != nil {
+		t.Fatalf("%s(%v): protocol error: %v", name, args, err)
+	}
+	var r result
+	r.isError = res.IsError
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			r.text += tc.Text
+		}
+	}
+	if res.StructuredContent != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(b, &r.data)
+	}
+	return r
+}
+
+func (r result) str(key string) string { s, _ := r.data[key].(string); return s }
+func (r result) num(key string) float64 {
+	f, _ := r.data[key].(float64)
+	return f
+}
+
+func TestEndToEnd(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		for _, protocol := range []string{"", "2025-06-18"} {
+			label := tg.Name + "/newest"
+			if protocol != "" {
+				label = tg.Name + "/" + protocol
+			}
+			t.Run(label, func(t *testing.T) {
+				t.Parallel()
+				prefix := enginetest.Prefix(t, tg.New())
+				s := startServer(t, tg, prefix, protocol)
+				scenarios(t, s)
+			})
+		}
+	}
+}
+
+func scenarios(t *testing.T, s *server) {
+	t.Run("tools/list", func(t *testing.T) {
+		ctx := context.Background()
+		res, err := s.cs.ListTools(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"batch_write", "destroy", "env", "exec", "health", "history", "install", "list_all",
+			"output", "python", "read_file", "reset", "status", "write_file"}
+		var got []string
+		for _, tl := range res.Tools {
+			got = append(got, tl.Name)
+			a := tl.Annotations
+			if a == nil || a.DestructiveHint == nil {
+				t.Errorf("%s: annotations missing", tl.Name)
+				continue
+			}
+			readOnly := map[string]bool{"read_file": true, "status": true, "history": true, "list_all": true, "health": true, "output": true}
+			if a.ReadOnlyHint != readOnly[tl.Name] {
+				t.Errorf("%s: readOnlyHint = %v", tl.Name, a.ReadOnlyHint)
+			}
+			destructive := tl.Name == "destroy" || tl.Name == "reset"
+			if *a.DestructiveHint != destructive {
+				t.Errorf("%s: destructiveHint = %v", tl.Name, *a.DestructiveHint)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("tools = %v", got)
+		}
+		b, _ := json.Marshal(res.Tools)
+		t.Logf("tools/list is %d bytes", len(b))
+		if len(b) > 14000 {
+			t.Errorf("tools/list grew to %d bytes (budget 14000): every byte is sent on every turn", len(b))
+		}
+	})
+	t.Run("exec", func(t *testing.T) {
+		r := s.call(t, "exec", map[string]any{"command": "echo hello; echo oops >&2"})
+		if r.isError || r.str("stdout") != "hello\n" || r.str("stderr") != "oops\n" || r.num("exit_code") != 0 {
+			t.Fatalf("%+v", r)
+		}
+		if !strings.HasPrefix(r.text, "exit 0 · ") || !strings.Contains(r.text, "--- stderr ---\noops") {
+			t.Fatalf("text %q", r.text)
+		}
+		r = s.call(t, "exec", map[string]any{"command": "printf 'no newline'; exit 3"})
+		if !r.isError || r.num("exit_code") != 3 || r.str("stdout") != "no newline" {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "exec", map[string]any{"command": "cd /tmp && export X=1"})
+		r = s.call(t, "exec", map[string]any{"command": "pwd; echo $X"})
+		if r.str("stdout") != "/tmp\n1\n" {
+			t.Fatalf("state: %q", r.str("stdout"))
+		}
+		s.call(t, "exec", map[string]any{"command": "cd /workspace"})
+	})
+	t.Run("exec hostile output", func(t *testing.T) {
+		r := s.call(t, "exec", map[string]any{"command": `printf '\nsbx0123 0\n/\nsbx0123.\n'`})
+		if r.str("stdout") != "\nsbx0123 0\n/\nsbx0123.\n" {
+			t.Fatalf("%q", r.str("stdout"))
+		}
+		r = s.call(t, "exec", map[string]any{"command": "printf '\\377\\376\\000x'", "encoding": "base64"})
+		if got, _ := base64.StdEncoding.DecodeString(r.str("stdout")); string(got) != "\xff\xfe\x00x" {
+			t.Fatalf("binary: %q", got)
+		}
+		r = s.call(t, "exec", map[string]any{"command": "cat; echo done"})
+		if r.str("stdout") != "done\n" {
+			t.Fatalf("stdin reader: %q", r.str("stdout"))
+		}
+		r = s.call(t, "exec", map[string]any{"command": "tr a-z A-Z", "stdin": "shout"})
+		if r.str("stdout") != "SHOUT" {
+			t.Fatalf("stdin: %q", r.str("stdout"))
+		}
+	})
+	t.Run("exec timeout", func(t *testing.T) {
+		start := time.Now()
+		r := s.call(t, "exec", map[string]any{"command": "sleep 1000", "timeout": 1})
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("took %v", took)
+		}
+		if !r.isError || r.data["timed_out"] != true || !strings.Contains(r.text, "timed out after 1s") {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "exec", map[string]any{"command": "echo alive"})
+		if r.str("stdout") != "alive\n" {
+			t.Fatalf("after timeout: %+v", r)
+		}
+	})
+	t.Run("exec exit and self-kill", func(t *testing.T) {
+		r := s.call(t, "exec", map[string]any{"command": "exit 4"})
+		if r.num("exit_code") != 4 || r.data["shell_restarted"] != true {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "exec", map[string]any{"command": "kill -9 $$"})
+		if r.data["shell_restarted"] != true {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "exec", map[string]any{"command": "echo fine"})
+		if r.str("stdout") != "fine\n" {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("exec 50MB output", func(t *testing.T) {
+		r := s.call(t, "exec", map[string]any{"command": "head -c 52428800 /dev/zero | tr '\\0' a; echo; echo END"})
+		if r.isError || r.data["truncated"] != true || r.num("stdout_bytes") != 52428800+5 {
+			t.Fatalf("%v %v %v", r.isError, r.data["truncated"], r.num("stdout_bytes"))
+		}
+		if !strings.HasSuffix(r.str("stdout"), "a\nEND\n") || len(r.text) > 40000 {
+			t.Fatalf("tail missing or result too big (%d bytes)", len(r.text))
+		}
+		id := r.str("output_id")
+		o := s.call(t, "output", map[string]any{"id": id, "offset": 52428800 - 3, "length": 100})
+		if o.isError || o.str("data") != "aaa\nEND\n" {
+			t.Fatalf("output: %+v", o)
+		}
+	})
+	t.Run("exec progress", func(t *testing.T) {
+		r := s.callWith(t, "exec", map[string]any{"command": "for i in 1 2 3; do echo tick$i; sleep 1; done"}, "p1")
+		if r.isError {
+			t.Fatal(r.text)
+		}
+		time.Sleep(200 * time.Millisecond)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.progress) == 0 || !strings.Contains(strings.Join(s.progress, "|"), "tick") {
+			t.Fatalf("progress: %q", s.progress)
+		}
+	})
+	t.Run("python", func(t *testing.T) {
+		r := s.call(t, "python", map[string]any{"code": "import sys\nprint(sum(range(10)))\nprint('e', file=sys.stderr)"})
+		if r.isError || r.str("stdout") != "45\n" || r.str("stderr") != "e\n" {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "python", map[string]any{"code": "raise SystemExit(9)"})
+		if !r.isError || r.num("exit_code") != 9 {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("files", func(t *testing.T) {
+		r := s.call(t, "write_file", map[string]any{"path": "dir/sub/a.txt", "content": "héllo\n"})
+		if r.isError {
+			t.Fatal(r.text)
+		}
+		r = s.call(t, "read_file", map[string]any{"path": "/workspace/dir/sub/a.txt"})
+		if r.isError || r.str("content") != "héllo\n" {
+			t.Fatalf("%+v", r)
+		}
+		bin := []byte{0, 1, 2, 0xff, 0xfe, '\n', 0x80}
+		s.call(t, "write_file", map[string]any{"path": "bin.dat", "content": base64.StdEncoding.EncodeToString(bin), "encoding": "base64"})
+		r = s.call(t, "read_file", map[string]any{"path": "bin.dat", "encoding": "base64"})
+		if got, _ := base64.StdEncoding.DecodeString(r.str("content")); string(got) != string(bin) {
+			t.Fatalf("binary round trip: %v", got)
+		}
+		r = s.call(t, "read_file", map[string]any{"path": "bin.dat"})
+		if r.data["valid_utf8"] != false || !strings.Contains(r.text, "encoding=base64") {
+			t.Fatalf("non-UTF-8 text read: %+v", r)
+		}
+		r = s.call(t, "read_file", map[string]any{"path": "/nope/missing"})
+		if !r.isError || !strings.Contains(r.text, "no such file") {
+			t.Fatalf("missing: %+v", r)
+		}
+		r = s.call(t, "read_file", map[string]any{"path": "/workspace"})
+		if !r.isError || !strings.Contains(r.text, "is a directory") {
+			t.Fatalf("directory: %+v", r)
+		}
+		r = s.call(t, "write_file", map[string]any{"path": "/workspace", "content": "x"})
+		if !r.isError || !strings.Contains(r.text, "is a directory") {
+			t.Fatalf("write to directory: %+v", r)
+		}
+		r = s.call(t, "batch_write", map[string]any{"files": map[string]any{"b/1.txt": "one", "b/2.txt": "two"}})
+		if r.isError {
+			t.Fatal(r.text)
+		}
+		r = s.call(t, "exec", map[string]any{"command": "cat b/1.txt b/2.txt"})
+		if r.str("stdout") != "onetwo" {
+			t.Fatalf("%q", r.str("stdout"))
+		}
+	})
+	t.Run("env", func(t *testing.T) {
+		r := s.call(t, "env", map[string]any{"action": "set", "key": "API_TOKEN", "value": "s3cr3t-value", "secret": true})
+		if r.isError {
+			t.Fatal(r.text)
+		}
+		s.call(t, "env", map[string]any{"action": "set", "key": "PLAIN", "value": "it's plain"})
+		r = s.call(t, "exec", map[string]any{"command": `echo "$API_TOKEN|$PLAIN"`})
+		if r.str("stdout") != "s3cr3t-value|it's plain\n" {
+			t.Fatalf("%q", r.str("stdout"))
+		}
+		r = s.call(t, "env", map[string]any{"action": "list"})
+		if strings.Contains(r.text, "s3cr3t") || !strings.Contains(r.text, "PLAIN=it's plain") {
+			t.Fatalf("list: %q", r.text)
+		}
+		s.call(t, "exec", map[string]any{"command": "echo s3cr3t-value >/dev/null"})
+		h := s.call(t, "history", map[string]any{"limit": 50})
+		if strings.Contains(h.text, "s3cr3t") {
+			t.Fatalf("secret in history: %q", h.text)
+		}
+		s.call(t, "env", map[string]any{"action": "unset", "key": "PLAIN"})
+		r = s.call(t, "exec", map[string]any{"command": `echo "${PLAIN-gone}"`})
+		if r.str("stdout") != "gone\n" {
+			t.Fatalf("unset: %q", r.str("stdout"))
+		}
+		r = s.call(t, "env", map[string]any{"action": "set", "key": "1BAD", "value": "x"})
+		if !r.isError {
+			t.Fatalf("bad key accepted")
+		}
+	})
+	t.Run("install", func(t *testing.T) {
+		r := s.call(t, "install", map[string]any{"packages": []any{"--allow-unauthenticated"}})
+		if !r.isError || !strings.Contains(r.text, "invalid package name") {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "install", map[string]any{"packages": []any{"sandbox-mcp-no-such-package"}, "timeout": 120})
+		if !r.isError || r.num("exit_code") == 0 {
+			t.Fatalf("bogus package installed? %+v", r)
+		}
+		if strings.Contains(r.str("stderr"), "Unable to locate package") {
+			// The package mirror answered: a real package installs.
+			r = s.call(t, "install", map[string]any{"packages": []any{"bc"}, "timeout": 300})
+			if r.isError {
+				t.Fatalf("install bc: %s", r.text)
+			}
+			if r = s.call(t, "exec", map[string]any{"command": "echo 6*7 | bc"}); r.str("stdout") != "42\n" {
+				t.Fatalf("bc: %+v", r)
+			}
+		} else {
+			t.Logf("package mirror not reachable from the sandbox; real install not tried: %s", r.str("stderr"))
+		}
+	})
+	t.Run("status list_all health history", func(t *testing.T) {
+		r := s.call(t, "status", map[string]any{})
+		if r.isError || r.str("state") != "running" || r.str("name") != "default" {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "status", map[string]any{"sandbox": "never-made"})
+		if !r.isError || !strings.Contains(r.text, "created on first exec") {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "list_all", map[string]any{})
+		if r.isError || !strings.Contains(r.text, "default: running") {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "health", map[string]any{})
+		if r.isError || r.data["ok"] != true {
+			t.Fatalf("%+v", r)
+		}
+		r = s.call(t, "history", map[string]any{"limit": 5})
+		if entries, _ := r.data["entries"].([]any); r.isError || len(entries) != 5 {
+			t.Fatalf("%+v", r)
+		}
+	})
+	t.Run("bad sandbox names", func(t *testing.T) {
+		for _, name := range []string{"../x", "--rm", strings.Repeat("n", 64), "ünï", " "} {
+			r := s.call(t, "exec", map[string]any{"command": "true", "sandbox": name})
+			if !r.isError || !strings.Contains(r.text, "invalid sandbox name") {
+				t.Errorf("%q: %+v", name, r)
+			}
+		}
+	})
+	t.Run("reset and destroy", func(t *testing.T) {
+		s.call(t, "exec", map[string]any{"sandbox": "other", "command": "echo keep > /workspace/k; touch /root/gone"})
+		r := s.call(t, "reset", map[string]any{"sandbox": "other"})
+		if r.isError {
+			t.Fatal(r.text)
+		}
+		r = s.call(t, "exec", map[string]any{"sandbox": "other", "command": "cat /workspace/k; ls /root/gone 2>/dev/null || echo clean"})
+		if r.str("stdout") != "keep\nclean\n" {
+			t.Fatalf("after reset: %q", r.str("stdout"))
+		}
+		start := time.Now()
+		r = s.call(t, "destroy", map[string]any{"sandbox": "other"})
+		if r.isError || r.data["existed"] != true {
+			t.Fatalf("%+v", r)
+		}
+		if took := time.Since(start); took > 1500*time.Millisecond {
+			t.Errorf("destroy took %v", took)
+		}
+		r = s.call(t, "destroy", map[string]any{"sandbox": "other"})
+		if r.isError || r.data["existed"] != false || !strings.Contains(r.text, "did not exist") {
+			t.Fatalf("%+v", r)
+		}
+	})
+}
