@@ -1,0 +1,53 @@
+# sandbox-mcp. `make setup` once per machine, then `make test`.
+GO ?= go
+
+BIN := bin
+CTL_FLAGS := -trimpath -ldflags "-s -w"
+# sandbox-ctl runs inside Linux sandboxes: always a static linux binary, for the
+# host's architecture (bin/sandbox-ctl) and for both sandbox architectures.
+HOST_ARCH := $(shell $(GO) env GOARCH)
+CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
+
+.PHONY: all build setup test test-unit bench lint cross images clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/sandbox-mcp ./cmd/sandbox-mcp
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOST_ARCH) $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl ./cmd/sandbox-ctl
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-amd64 ./cmd/sandbox-ctl
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-arm64 ./cmd/sandbox-ctl
+
+setup:
+	scripts/setup-engine.sh
+	scripts/build-images.sh --engine podman all
+	$(MAKE) build
+	@echo
+	@echo "Register the server with Claude Code:"
+	@echo "  claude mcp add sandbox -- $(CURDIR)/$(BIN)/sandbox-mcp serve"
+
+# Everything, against real podman and a private Docker Engine (see scripts/test.sh).
+# Extra go test args: make test ARGS='-run TestX ./shell/'
+test:
+	scripts/test.sh $(if $(ARGS),-- $(ARGS))
+
+# No engine: the engine tests skip.
+test-unit:
+	SANDBOX_MCP_TEST_RUNTIMES= $(GO) test ./...
+
+bench:
+	CONTAINERS_CONF="$(CONTAINERS_CONF)" $(GO) run ./cmd/sandbox-bench $(ARGS)
+
+lint:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt -l: not formatted:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+cross:
+	GOOS=darwin GOARCH=arm64 $(GO) build ./...
+	GOOS=linux GOARCH=arm64 $(GO) build ./...
+
+images:
+	scripts/build-images.sh $(ARGS)
+
+clean:
+	rm -rf $(BIN) dist

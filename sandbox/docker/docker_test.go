@@ -1,0 +1,88 @@
+package docker
+
+import (
+	"errors"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+func TestRunArgs(t *testing.T) {
+	got := RunArgs(Podman, sandbox.RunSpec{
+		Name: "sandbox-mcp-web", Image: "mcp-dev", Labels: map[string]string{"b": "2", "a": "1"},
+		CPUs: 1.5, Memory: "512M", Network: "none", Init: true, Workdir: "/workspace",
+		Mounts:  []sandbox.Mount{{Volume: "vol", Target: "/workspace"}, {Source: "/h/s.sock", Target: "/run/s.sock", ReadOnly: true}},
+		Command: []string{"sleep", "infinity"},
+	})
+	want := []string{"run", "-d", "--name", "sandbox-mcp-web", "--label", "a=1", "--label", "b=2", "--init",
+		"--cpus", "1.5", "--memory", "512M", "--network", "none",
+		"--mount", "type=volume,source=vol,target=/workspace", "--mount", "type=bind,source=/h/s.sock,target=/run/s.sock,readonly",
+		"--workdir", "/workspace", "--", "mcp-dev", "sleep", "infinity"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}
+
+func TestExecArgsNeverTTY(t *testing.T) {
+	got := ExecArgs("c", sandbox.ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: map[string]string{"K": "v"}})
+	want := []string{"exec", "--interactive", "--env", "K=v", "--", "c", "sh"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		f      Flavor
+		stderr string
+		want   error
+	}{
+		{Podman, `Error: no container with name or ID "x" found: no such container`, sandbox.ErrNotFound},
+		{Podman, "Error: inspecting object: no such container x", sandbox.ErrNotFound},
+		{Docker, "Error: No such container: x", sandbox.ErrNotFound},
+		{Podman, "Error: can only create exec sessions on running containers: container state improper", sandbox.ErrNotRunning},
+		{Docker, "Error response from daemon: Container 3f2 is not running", sandbox.ErrNotRunning},
+		{Podman, `Error: creating container storage: the container name "x" is already in use by abc. You have to remove that container to be able to reuse that name: that name is already in use`, sandbox.ErrAlreadyExists},
+		{Docker, `docker: Error response from daemon: Conflict. The container name "/x" is already in use by container "abc".`, sandbox.ErrAlreadyExists},
+		{Docker, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?", sandbox.ErrEngineNotStarted},
+		{Podman, "Error: localhost/nope: image not known", sandbox.ErrNotFound},
+		{Docker, "Error: No such image: nope", sandbox.ErrNotFound},
+		{Podman, "Error: something else entirely", nil},
+	}
+	for _, c := range cases {
+		got, hint := Classify(c.f, 125, c.stderr)
+		if !errors.Is(got, c.want) && !(got == nil && c.want == nil) {
+			t.Errorf("%s %q: got %v want %v", c.f, c.stderr, got, c.want)
+		}
+		if c.want == sandbox.ErrEngineNotStarted && hint == "" {
+			t.Errorf("no hint for %q", c.stderr)
+		}
+	}
+}
+
+func TestParseInspectPodman(t *testing.T) {
+	data, err := os.ReadFile("testdata/podman-4.3-inspect.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := ParseInspect(data)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("%v %d", err, len(cs))
+	}
+	c := cs[0]
+	if c.Name != "smcp-capture" || c.State != sandbox.StateRunning || c.Labels["io.sandbox-mcp.owner"] != "x" ||
+		c.CPUs != 1.5 || c.Memory != 256<<20 || c.Created.IsZero() || c.Started.IsZero() || c.Image == "" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestParseInspectEmptyAndGarbage(t *testing.T) {
+	if cs, err := ParseInspect([]byte("[]")); err != nil || len(cs) != 0 {
+		t.Fatalf("%v %v", cs, err)
+	}
+	if _, err := ParseInspect([]byte("Error: nope")); err == nil {
+		t.Fatal("garbage parsed")
+	}
+}

@@ -1,0 +1,53 @@
+package sandbox
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidateName(t *testing.T) {
+	good := []string{"default", "a", "web-1", "My_box.2", strings.Repeat("x", 63), "0lead"}
+	bad := []string{"", "../x", "--rm", "-x", ".hidden", "_x", "a b", "a/b", "héllo", "ünï", strings.Repeat("x", 64), "a\x00b", "a\nb", "x;rm"}
+	for _, n := range good {
+		if err := ValidateName(n); err != nil {
+			t.Errorf("%q rejected: %v", n, err)
+		}
+	}
+	for _, n := range bad {
+		if err := ValidateName(n); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("%q accepted (err %v)", n, err)
+		}
+	}
+}
+
+func TestContainerName(t *testing.T) {
+	if got := ContainerName("sandbox-mcp", "default"); got != "sandbox-mcp-default" {
+		t.Fatalf("got %q", got)
+	}
+	long := strings.Repeat("n", 63)
+	a, b := ContainerName("sandbox-mcp", long), ContainerName("sandbox-mcp", long[:62]+"m")
+	if len(a) > MaxNameLen || a == b || ValidateName(a) != nil {
+		t.Fatalf("long names: %q %q", a, b)
+	}
+	if a != ContainerName("sandbox-mcp", long) {
+		t.Fatal("not deterministic")
+	}
+}
+
+func TestParseProfileSpec(t *testing.T) {
+	p, err := ParseProfileSpec("image=alpine,cpus=1.5,memory=2G,virtualization=true,network=none")
+	if err != nil || p != (Profile{Image: "alpine", CPUs: 1.5, Memory: "2G", Virtualization: true, Network: "none"}) {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, bad := range []string{"cpus=x", "bogus=1", "image"} {
+		if _, err := ParseProfileSpec(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	for _, bad := range []Profile{{}, {Image: "--privileged"}, {Image: "a", Memory: "lots"}, {Image: "a", Network: "host"}} {
+		if bad.Validate() == nil {
+			t.Errorf("%+v valid", bad)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The project's test command (`make test` runs it): unit tests plus the engine suites
+# against real podman and a private Docker Engine.
+#
+#   scripts/test.sh [--setup] [--no-docker] [-- GO_TEST_ARGS...]
+#
+#   --setup      run scripts/setup-engine.sh even if podman is installed (CI=true does too);
+#                otherwise it runs only when podman (or dockerd, if needed) is missing
+#   --no-docker  test podman only (no private dockerd)
+#   -- ARGS      passed to `go test`; package arguments replace ./..., e.g.
+#                scripts/test.sh -- -run TestManagerOnEngine -v ./sandbox/
+#
+# Environment: SANDBOX_MCP_TEST_RUNTIMES, if set, is used as is (e.g. "podman"); a
+# private dockerd is then started only if it lists docker and no docker daemon answers.
+# Runs `go vet` and `go test -race -timeout 30m` and exits with go test's status.
+# go test's output goes to stdout; this script's own messages and timings to stderr.
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 [--setup] [--no-docker] [-- go test args...]" >&2
+}
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+GO="${GO:-go}"
+do_setup=0
+[[ "${CI:-}" == true ]] && do_setup=1
+no_docker=0
+go_args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --setup) do_setup=1; shift ;;
+    --no-docker) no_docker=1; shift ;;
+    --) shift; go_args=("$@"); break ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage; exit 2 ;;
+  esac
+done
+
+log() { echo "test.sh: $*" >&2; }
+
+# --- timing ------------------------------------------------------------------
+t_total="$EPOCHREALTIME"
+phase_names=()
+phase_secs=()
+phase_name=""
+phase_t0=""
+seconds_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+phase() { # phase NAME: ends the current phase (if any) and starts NAME
+  phase_done
+  phase_name="$1"
+  phase_t0="$EPOCHREALTIME"
+  log "== $phase_name"
+}
+phase_done() {
+  if [[ -n "$phase_name" ]]; then
+    phase_names+=("$phase_name")
+    phase_secs+=("$(seconds_since "$phase_t0")")
+    log "== $phase_name: ${phase_secs[-1]} s"
+    phase_name=""
+  fi
+}
+
+# --- cleanup: private dockerd and temp dir, also on failure and interrupt -------
+tmp=""
+docker_dir=""
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+  local status=$?
+  trap - EXIT INT TERM
+  phase_done
+  if [[ -n "$docker_dir" ]]; then
+    phase "stop dockerd"
+    "$repo/scripts/dockerd.sh" stop "$docker_dir" || log "stopping dockerd failed"
+    # dockerd unmounts its overlays on shutdown; undo any it left before removing.
+    local m
+    while read -r m; do
+      umount -l "$m" 2>/dev/null || true
+    done < <(awk -v d="$docker_dir/" 'index($2, d) == 1 { print $2 }' /proc/mounts | sort -r)
+  fi
+  if [[ -n "$tmp" ]]; then
+    rm -rf --one-file-system "$tmp" || log "could not remove $tmp"
+  fi
+  phase_done
+  local i
+  log "timings:"
+  for i in "${!phase_names[@]}"; do
+    printf 'test.sh:   %-22s %8s s\n' "${phase_names[$i]}" "${phase_secs[$i]}" >&2
+  done
+  printf 'test.sh:   %-22s %8s s (exit status %d)\n' "total" "$(seconds_since "$t_total")" "$status" >&2
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- which engines -----------------------------------------------------------
+if [[ -n "${SANDBOX_MCP_TEST_RUNTIMES:-}" ]]; then
+  runtimes="$SANDBOX_MCP_TEST_RUNTIMES"
+  caller_runtimes=1
+elif [[ "$no_docker" -eq 1 ]]; then
+  runtimes=podman
+  caller_runtimes=0
+else
+  runtimes=podman,docker
+  caller_runtimes=0
+fi
+has_runtime() { [[ ",${runtimes// /}," == *",$1,"* ]]; }
+
+# --- engine set-up (slow; only when needed) ------------------------------------
+setup_args=()
+has_runtime docker || setup_args+=(--no-docker)
+if [[ "$do_setup" -eq 0 ]]; then
+  if ! command -v podman >/dev/null; then
+    log "podman not found: running scripts/setup-engine.sh"
+    do_setup=1
+  elif has_runtime docker && ! command -v dockerd >/dev/null; then
+    log "dockerd not found: running scripts/setup-engine.sh"
+    do_setup=1
+  fi
+fi
+if [[ "$do_setup" -eq 1 ]]; then
+  phase "setup-engine"
+  "$repo/scripts/setup-engine.sh" "${setup_args[@]}"
+fi
+
+export CONTAINERS_CONF="$repo/scripts/containers.conf"
+
+if [[ "$($GO env CGO_ENABLED)" != 1 ]]; then
+  log "go test -race needs cgo and a C compiler (apt-get install gcc)"
+  exit 1
+fi
+
+# --- images --------------------------------------------------------------------
+if has_runtime podman; then
+  phase "podman images"
+  if podman image exists localhost/sandbox-mcp-minimal:latest \
+    && podman image exists localhost/mcp-dev:latest; then
+    log "podman images present (scripts/build-images.sh --force rebuilds)"
+  else
+    "$repo/scripts/build-images.sh" --engine podman all
+  fi
+fi
+
+# --- private Docker Engine -------------------------------------------------------
+if has_runtime docker; then
+  if [[ "$caller_runtimes" -eq 0 ]] || ! docker version >/dev/null 2>&1; then
+    phase "start dockerd"
+    tmp="$(mktemp -d /tmp/smt.XXXXXX)" # short: socket paths are limited to 108 bytes
+    docker_dir="$tmp/d"
+    out="$("$repo/scripts/dockerd.sh" start "$docker_dir")"
+    eval "$out" # export DOCKER_HOST=unix://…
+    export DOCKER_HOST
+    log "DOCKER_HOST=$DOCKER_HOST"
+  fi
+  phase "docker images"
+  "$repo/scripts/build-images.sh" --engine docker all
+fi
+
+export SANDBOX_MCP_TEST_RUNTIMES="$runtimes"
+log "SANDBOX_MCP_TEST_RUNTIMES=$SANDBOX_MCP_TEST_RUNTIMES"
+
+# --- go vet and go test ----------------------------------------------------------
+# Package arguments among the go test args: words that are neither flags nor the
+# values of flags that take one (e.g. "-run TestX"). Everything after -args goes to
+# the test binary.
+value_flags=" run skip bench benchtime count cpu timeout parallel shuffle fuzz fuzztime
+  fuzzminimizetime list covermode coverpkg coverprofile cpuprofile memprofile
+  memprofilerate blockprofile blockprofilerate mutexprofile mutexprofilefraction trace
+  outputdir o exec p tags ldflags gcflags asmflags mod modfile overlay pkgdir toolexec
+  vet C "
+value_flags="${value_flags//$'\n'/ }"
+pkgs=()
+i=0
+while [[ $i -lt ${#go_args[@]} ]]; do
+  a="${go_args[$i]}"
+  i=$((i + 1))
+  case "$a" in
+    -args|--args) break ;;
+    -*=*) ;;
+    -*)
+      f="${a#-}"; f="${f#-}"; f="${f#test.}"
+      [[ "$value_flags" == *" $f "* ]] && i=$((i + 1))
+      ;;
+    *) pkgs+=("$a") ;;
+  esac
+done
+test_cmd=("$GO" test -race -timeout 30m)
+if [[ ${#pkgs[@]} -eq 0 ]]; then
+  pkgs=(./...)
+  test_cmd+=(./...)
+fi
+test_cmd+=("${go_args[@]}")
+
+phase "go vet"
+"$GO" vet "${pkgs[@]}"
+
+phase "go test"
+log "${test_cmd[*]}"
+set +e
+"${test_cmd[@]}"
+status=$?
+set -e
+phase_done
+exit "$status"
