@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -153,6 +155,12 @@ func (m *Manager) volumeFor(name string) string { return ContainerName(m.cfg.Pre
 // Get returns the named sandbox, creating, starting or adopting its
 // container as needed. Concurrent calls for one name share one boot.
 func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, error) {
+	return m.get(ctx, name, false)
+}
+
+// get is Get; gone says the container is known not to exist, so the boot
+// creates it without looking first.
+func (m *Manager) get(ctx context.Context, name string, gone bool) (*Sandbox, BootInfo, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, BootInfo{}, err
 	}
@@ -178,7 +186,7 @@ func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, err
 	// (and the next call) still get the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	start := time.Now()
-	c.sb, c.info, c.err = m.boot(bctx, name)
+	c.sb, c.info, c.err = m.boot(bctx, name, gone)
 	c.info.Took = time.Since(start)
 	cancel()
 
@@ -208,14 +216,17 @@ func (m *Manager) Lookup(name string) (*Sandbox, bool) {
 // was not made by this Manager's prefix.
 var errForeign = errors.New("container exists but is not managed by sandbox-mcp")
 
-func (m *Manager) boot(ctx context.Context, name string) (*Sandbox, BootInfo, error) {
+func (m *Manager) boot(ctx context.Context, name string, gone bool) (*Sandbox, BootInfo, error) {
 	var info BootInfo
 	prof := m.ProfileFor(name)
 	if err := prof.Validate(); err != nil {
 		return nil, info, err
 	}
 	ctr := m.ContainerFor(name)
-	c, err := m.rt.Inspect(ctx, ctr)
+	c, err := Container{}, error(ErrNotFound)
+	if !gone {
+		c, err = m.rt.Inspect(ctx, ctr)
+	}
 	switch {
 	case err == nil:
 		if err := m.checkOwner(c, name); err != nil {
@@ -445,16 +456,86 @@ func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, err
 }
 
 // Reset replaces a sandbox's container with a fresh one from its image. The
-// workspace survives unless wipeWorkspace is set.
+// workspace survives unless wipeWorkspace is set. Where the engine can
+// rename, the old container is moved aside and deleted in the background
+// while the new one boots.
 func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (BootInfo, error) {
 	if err := ValidateName(name); err != nil {
 		return BootInfo{}, err
 	}
-	if _, err := m.remove(ctx, name, wipeWorkspace); err != nil {
-		return BootInfo{}, err
+	r, canRename := m.rt.(Renamer)
+	if wipeWorkspace || !canRename {
+		if _, err := m.remove(ctx, name, wipeWorkspace); err != nil {
+			return BootInfo{}, err
+		}
+		_, info, err := m.Get(ctx, name)
+		return info, err
 	}
-	_, info, err := m.Get(ctx, name)
-	return info, err
+	m.mu.Lock()
+	sb := m.boxes[name]
+	delete(m.boxes, name)
+	m.mu.Unlock()
+	if sb != nil {
+		go sb.pool.Close()
+	}
+	ctr := m.ContainerFor(name)
+	if sb == nil {
+		// Not booted by this server: make sure the container is ours.
+		c, err := m.rt.Inspect(ctx, ctr)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			_, info, err := m.get(ctx, name, true)
+			return info, err
+		case err != nil:
+			return BootInfo{}, fmt.Errorf("inspect sandbox %q: %w", name, err)
+		}
+		if err := m.checkOwner(c, name); err != nil {
+			return BootInfo{}, err
+		}
+	}
+	trash := m.trashName()
+	err := r.Rename(ctx, ctr, trash)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return BootInfo{}, fmt.Errorf("reset sandbox %q: %w", name, err)
+	}
+	_, info, bootErr := m.get(ctx, name, true)
+	if err == nil {
+		// Deleted after the boot, so it does not compete with it for the engine.
+		go func() {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
+				m.log.Warn("remove replaced container", "container", trash, "err", err)
+			}
+		}()
+	}
+	return info, bootErr
+}
+
+// trashName is a fresh name for a container being deleted.
+func (m *Manager) trashName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return m.cfg.Prefix + "-old-" + hex.EncodeToString(b[:])
+}
+
+// RemoveOrphans deletes containers of this prefix whose name is not their
+// sandbox's (left by a reset whose server exited before deleting the old
+// container). It returns how many it removed.
+func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range cs {
+		if c.Name != m.ContainerFor(c.Labels[LabelName]) {
+			if err := m.rt.Remove(ctx, c.Name); err == nil {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // Info describes a sandbox for status and listing.
@@ -481,6 +562,9 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	}
 	out := make([]Info, 0, len(cs))
 	for _, c := range cs {
+		if c.Name != m.ContainerFor(c.Labels[LabelName]) {
+			continue // a replaced container being deleted
+		}
 		out = append(out, m.info(c.Labels[LabelName], c))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

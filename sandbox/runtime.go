@@ -54,6 +54,13 @@ type Runtime interface {
 	ImageExists(ctx context.Context, ref string) (bool, error)
 }
 
+// Renamer is implemented by engines that can rename a container. Reset uses
+// it to move the old container out of the way and delete it in the
+// background while the new one boots.
+type Renamer interface {
+	Rename(ctx context.Context, name, newName string) error
+}
+
 // RunSpec describes a long-lived sandbox container.
 type RunSpec struct {
 	Name    string

@@ -202,6 +202,13 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		return err
 	}
 	logger.Info("serving", "runtime", rt.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir)
+	go func() {
+		if n, err := m.RemoveOrphans(ctx); err != nil {
+			logger.Debug("tidy", "err", err)
+		} else if n > 0 {
+			logger.Info("removed replaced containers left by an earlier server", "count", n)
+		}
+	}()
 	if cfg.BootDefault {
 		// Boot in the background: the MCP handshake must not wait for it.
 		go func() {

@@ -151,6 +151,14 @@ func mountArg(m sandbox.Mount) string {
 	return b.String()
 }
 
+var _ sandbox.Renamer = (*Dialect)(nil)
+
+// Rename implements sandbox.Renamer.
+func (d *Dialect) Rename(ctx context.Context, name, newName string) error {
+	_, err := d.cli.Output(ctx, nil, "rename", "--", name, newName)
+	return err
+}
+
 // Start implements sandbox.Runtime.
 func (d *Dialect) Start(ctx context.Context, name string) error {
 	_, err := d.cli.Output(ctx, nil, "start", "--", name)

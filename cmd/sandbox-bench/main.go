@@ -1,0 +1,265 @@
+// Command sandbox-bench measures sandbox-mcp against the container engine's
+// own floor, side by side in one run, and prints each figure with its ratio
+// and target. It builds the server, drives it over stdio with the official
+// go-sdk MCP client, and times the engine CLI doing the same work directly.
+//
+//	go run ./cmd/sandbox-bench [-runtime podman] [-image mcp-dev] [-n 1000]
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	rt := flag.String("runtime", "podman", "engine CLI: podman or docker")
+	image := flag.String("image", "mcp-dev", "sandbox image")
+	n := flag.Int("n", 1000, "warm exec calls to time")
+	flag.Parse()
+	if err := run(*rt, *image, *n); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct {
+	name, measured, floor, ratio, target string
+	ok                                   bool
+}
+
+var rows []row
+
+func report(name, measured, floor string, ratio float64, target string, ok bool) {
+	r := row{name: name, measured: measured, floor: floor, target: target, ok: ok}
+	if ratio != 0 {
+		r.ratio = fmt.Sprintf("%.3gx", ratio)
+	}
+	rows = append(rows, r)
+	mark := "ok"
+	if !ok {
+		mark = "MISS"
+	}
+	fmt.Printf("%-44s %-22s %-26s %-9s %-18s %s\n", name, measured, floor, r.ratio, target, mark)
+}
+
+func run(engine, image string, n int) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "sandbox-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "sandbox-mcp")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sandbox-mcp")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	prefix := "bench" + randHex(3)
+	defer sweep(engine, prefix)
+
+	cmd := exec.Command(bin, "serve", "--runtime", engine, "--image", image, "--prefix", prefix,
+		"--state-dir", filepath.Join(dir, "state"), "--no-boot-default", "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "0"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer cs.Close()
+	call := func(name string, args map[string]any) (*mcp.CallToolResult, time.Duration, error) {
+		start := time.Now()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		took := time.Since(start)
+		if err == nil && res.IsError {
+			err = fmt.Errorf("%s: %s", name, text(res))
+		}
+		return res, took, err
+	}
+
+	fmt.Printf("sandbox-bench: %s, image %s, %d warm calls; one run, side by side\n\n", engine, image, n)
+	fmt.Printf("%-44s %-22s %-26s %-9s %-18s %s\n", "what", "sandbox-mcp", "engine floor", "ratio", "target", "")
+
+	// 1. First command in a new sandbox name vs run -d plus one exec.
+	var firsts, floors []time.Duration
+	for i := range 3 {
+		name := fmt.Sprintf("first%d", i)
+		_, took, err := call("exec", map[string]any{"sandbox": name, "command": "true"})
+		if err != nil {
+			return err
+		}
+		firsts = append(firsts, took)
+		floors = append(floors, engineFirst(engine, image, prefix+"-floor"+strconv.Itoa(i)))
+	}
+	f, fl := median(firsts), median(floors)
+	report("first exec in a new sandbox (median of 3)", ms(f), ms(fl)+" (run -d + exec)", ratio(f, fl), "<= 1.2x", ratio(f, fl) <= 1.2)
+
+	// 2. Warm exec of true through MCP over stdio vs one engine exec.
+	if _, _, err := call("exec", map[string]any{"command": "true"}); err != nil {
+		return err
+	}
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		_, took, err := call("exec", map[string]any{"command": "true"})
+		if err != nil {
+			return err
+		}
+		lat = append(lat, took)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	var engineExecs []time.Duration
+	ctr := prefix + "-default"
+	for range 20 {
+		start := time.Now()
+		if out, err := exec.Command(engine, "exec", ctr, "true").CombinedOutput(); err != nil {
+			return fmt.Errorf("%s exec: %v: %s", engine, err, out)
+		}
+		engineExecs = append(engineExecs, time.Since(start))
+	}
+	ee := median(engineExecs)
+	report("warm exec `true` p50 (MCP, stdio)", us(p50), us(ee)+" (one "+engine+" exec)", ratio(p50, ee), "<= 1ms, <= 0.01x", p50 <= time.Millisecond && ratio(p50, ee) <= 0.01)
+	report("warm exec `true` p99 (MCP, stdio)", us(p99), "", 0, "<= 5ms", p99 <= 5*time.Millisecond)
+	fmt.Printf("%-44s i.e. %.0fx faster than one %s exec per command\n", "", float64(ee)/float64(p50), engine)
+
+	// 3. 50 MB of output: time vs engine exec cat of the same bytes; server memory.
+	if _, _, err := call("exec", map[string]any{"command": "head -c 52428800 /dev/zero | tr '\\0' a > /tmp/big"}); err != nil {
+		return err
+	}
+	pid := cmd.Process.Pid
+	rssBefore := rssKB(pid, "VmRSS")
+	_, big, err := call("exec", map[string]any{"command": "cat /tmp/big"})
+	if err != nil {
+		return err
+	}
+	hwm := rssKB(pid, "VmHWM")
+	var cats []time.Duration
+	for range 3 {
+		start := time.Now()
+		c := exec.Command(engine, "exec", ctr, "cat", "/tmp/big")
+		c.Stdout = nil // discarded by the OS (/dev/null)
+		if err := c.Run(); err != nil {
+			return err
+		}
+		cats = append(cats, time.Since(start))
+	}
+	catFloor := median(cats)
+	report("50 MB output: call time", ms(big), ms(catFloor)+" ("+engine+" exec cat)", ratio(big, catFloor), "<= 2x", ratio(big, catFloor) <= 2)
+	growth := hwm - rssBefore
+	report("50 MB output: server memory growth", fmt.Sprintf("%.1f MB", float64(growth)/1024), fmt.Sprintf("RSS before %.1f MB", float64(rssBefore)/1024), 0, "<= 20 MB", growth <= 20*1024)
+
+	// 4. Destroy and reset vs a cold boot.
+	var destroys, resets, boots []time.Duration
+	for i := range 3 {
+		name := fmt.Sprintf("life%d", i)
+		_, boot, err := call("exec", map[string]any{"sandbox": name, "command": "true"})
+		if err != nil {
+			return err
+		}
+		boots = append(boots, boot)
+		_, reset, err := call("reset", map[string]any{"sandbox": name})
+		if err != nil {
+			return err
+		}
+		resets = append(resets, reset)
+		_, destroy, err := call("destroy", map[string]any{"sandbox": name})
+		if err != nil {
+			return err
+		}
+		destroys = append(destroys, destroy)
+	}
+	d, r, b := median(destroys), median(resets), median(boots)
+	report("destroy (median of 3)", ms(d), "", 0, "<= 1s", d <= time.Second)
+	report("reset vs cold boot (median of 3)", ms(r), ms(b)+" (cold boot via exec)", ratio(r, b), "<= 1.2x", ratio(r, b) <= 1.2)
+
+	missed := 0
+	for _, r := range rows {
+		if !r.ok {
+			missed++
+		}
+	}
+	fmt.Printf("\n%d of %d targets met\n", len(rows)-missed, len(rows))
+	if missed > 0 {
+		return fmt.Errorf("%d targets missed", missed)
+	}
+	return nil
+}
+
+// engineFirst times `run -d` of a long-lived container plus one exec, the
+// floor for a first command in a new sandbox.
+func engineFirst(engine, image, name string) time.Duration {
+	start := time.Now()
+	if out, err := exec.Command(engine, "run", "-d", "--init", "--name", name, image, "sleep", "infinity").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "floor run: %v: %s\n", err, out)
+	}
+	_ = exec.Command(engine, "exec", name, "true").Run()
+	took := time.Since(start)
+	_ = exec.Command(engine, "rm", "-f", name).Run()
+	return took
+}
+
+func sweep(engine, prefix string) {
+	out, _ := exec.Command(engine, "ps", "-aq", "--filter", "label=io.sandbox-mcp.owner="+prefix).Output()
+	for _, id := range strings.Fields(string(out)) {
+		_ = exec.Command(engine, "rm", "-f", id).Run()
+	}
+	out, _ = exec.Command(engine, "volume", "ls", "-q", "--filter", "label=io.sandbox-mcp.owner="+prefix).Output()
+	for _, v := range strings.Fields(string(out)) {
+		_ = exec.Command(engine, "volume", "rm", "-f", v).Run()
+	}
+}
+
+func rssKB(pid int, field string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			v, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return v
+		}
+	}
+	return 0
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+func ms(d time.Duration) string        { return fmt.Sprintf("%.0f ms", float64(d)/1e6) }
+func us(d time.Duration) string        { return fmt.Sprintf("%.0f µs", float64(d)/1e3) }
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
