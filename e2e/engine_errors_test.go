@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	mcpgo "github.com/mark3labs/mcp-go/mcp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+// connectRaw starts the binary with args and env and returns a go-sdk session.
+func connectRaw(t *testing.T, env []string, args ...string) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = &prefixWriter{t: t}
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: protocol error %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String(), res.IsError
+}
+
+// TestEngineNotStarted: a docker CLI whose daemon is not running gives a
+// tool error that says what to start, and the server stays up.
+func TestEngineNotStarted(t *testing.T) {
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("needs the docker CLI on PATH (the daemon must not be reachable at the test's DOCKER_HOST)")
+	}
+	cs := connectRaw(t, []string{"DOCKER_HOST=unix:///nonexistent/docker.sock"},
+		"serve", "--runtime", "docker", "--state-dir", t.TempDir(), "--no-boot-default", "--prefix", "smtnostart")
+	text, isErr := callText(t, cs, "exec", map[string]any{"command": "true"})
+	if !isErr || !strings.Contains(text, "Docker daemon") || !strings.Contains(text, "try:") {
+		t.Fatalf("exec: %v %q", isErr, text)
+	}
+	text, isErr = callText(t, cs, "health", map[string]any{})
+	if !isErr || !strings.Contains(text, "engine:") {
+		t.Fatalf("health: %v %q", isErr, text)
+	}
+}
+
+// TestEngineMissing: no engine CLI at all gives a tool error saying what to install.
+func TestEngineMissing(t *testing.T) {
+	cs := connectRaw(t, []string{"PATH=/nonexistent"},
+		"serve", "--runtime", "podman", "--state-dir", t.TempDir(), "--no-boot-default", "--prefix", "smtmissing")
+	text, isErr := callText(t, cs, "exec", map[string]any{"command": "true"})
+	if !isErr || !strings.Contains(text, "install podman") {
+		t.Fatalf("exec: %v %q", isErr, text)
+	}
+}
+
+// TestMCPGoClient drives the binary with mcp-go's own stdio client.
+func TestMCPGoClient(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	c, err := mcpclient.NewStdioMCPClient(binary, os.Environ(), "serve", "--runtime", tg.Name, "--image", tg.Image,
+		"--prefix", prefix, "--state-dir", t.TempDir(), "--no-boot-default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	init := mcpgo.InitializeRequest{}
+	init.Params.ClientInfo = mcpgo.Implementation{Name: "mcp-go-e2e", Version: "0"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	req := mcpgo.CallToolRequest{}
+	req.Params.Name = "exec"
+	req.Params.Arguments = map[string]any{"command": "echo from-mcp-go"}
+	res, err := c.CallTool(ctx, req)
+	if err != nil || res.IsError {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if got := mcpgo.GetTextFromContent(res.Content[0]); !strings.Contains(got, "from-mcp-go\n") {
+		t.Fatalf("%q", got)
+	}
+}
