@@ -105,3 +105,26 @@ func TestMCPGoClient(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestHistorySurvivesRestart: a second server on the same state directory
+// sees the first one's history (written in batches, off the exec path).
+func TestHistorySurvivesRestart(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	stateDir := t.TempDir()
+	args := []string{"serve", "--runtime", tg.Name, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}
+	first := connectRaw(t, nil, args...)
+	if text, isErr := callText(t, first, "exec", map[string]any{"command": "echo persisted-entry"}); isErr {
+		t.Fatal(text)
+	}
+	first.Close() // a clean exit flushes history
+	second := connectRaw(t, nil, args...)
+	text, isErr := callText(t, second, "history", map[string]any{})
+	if isErr || !strings.Contains(text, "echo persisted-entry") {
+		t.Fatalf("history after restart: %v %q", isErr, text)
+	}
+	info, err := os.Stat(stateDir + "/state.db")
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("state file: %v %v", info, err)
+	}
+}

@@ -164,7 +164,10 @@ func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp
 	if limit < 1 || limit > 100 {
 		return argError("history: limit must be between 1 and 100"), nil
 	}
-	entries := s.m.History().Recent(name, limit)
+	entries, err := s.m.History().Recent(name, limit)
+	if err != nil {
+		return argError("history: %v", err), nil
+	}
 	if entries == nil {
 		entries = []sandbox.HistoryEntry{}
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"regexp"
 	"strings"
 	"sync"
@@ -22,19 +23,31 @@ type HistoryEntry struct {
 // maxHistoryCommand bounds the command text kept per entry.
 const maxHistoryCommand = 2000
 
+// HistoryStore persists history across server processes (see state.Store).
+type HistoryStore interface {
+	AppendHistory(batch map[string][]json.RawMessage, limit int) error
+	History(name string) ([]json.RawMessage, error)
+	DeleteHistory(name string) error
+}
+
 // History keeps the most recent commands per sandbox, with secrets
-// redacted before anything is stored.
+// redacted before anything is stored. With a store, entries are written in
+// batches by Flush, off the path of the command itself, and Recent reads
+// what every server process wrote.
 type History struct {
 	limit int
+	store HistoryStore
 
 	mu      sync.Mutex
-	entries map[string][]HistoryEntry
+	entries map[string][]HistoryEntry // without a store
+	pending map[string][]HistoryEntry // with a store: not yet flushed
 	secrets map[string]struct{}
 }
 
-// NewHistory keeps at most limit entries per sandbox.
-func NewHistory(limit int) *History {
-	return &History{limit: limit, entries: map[string][]HistoryEntry{}, secrets: map[string]struct{}{}}
+// NewHistory keeps at most limit entries per sandbox, in store if not nil.
+func NewHistory(limit int, store HistoryStore) *History {
+	return &History{limit: limit, store: store, entries: map[string][]HistoryEntry{},
+		pending: map[string][]HistoryEntry{}, secrets: map[string]struct{}{}}
 }
 
 // AddSecret makes every later entry hide value.
@@ -55,38 +68,86 @@ func (h *History) Add(name, command string, res shell.Result, err error) {
 		DurationMS: res.Duration.Milliseconds(),
 		TimedOut:   res.TimedOut,
 	}
-	if err != nil {
-		e.Error = err.Error()
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err != nil {
+		e.Error = h.redact(err.Error())
+	}
 	e.Command = h.redact(command)
 	if len(e.Command) > maxHistoryCommand {
 		e.Command = e.Command[:maxHistoryCommand] + "…"
 	}
-	list := append(h.entries[name], e)
+	m := h.entries
+	if h.store != nil {
+		m = h.pending
+	}
+	list := append(m[name], e)
 	if len(list) > h.limit {
 		list = append(list[:0:0], list[len(list)-h.limit:]...)
 	}
-	h.entries[name] = list
+	m[name] = list
+}
+
+// Flush writes pending entries to the store.
+func (h *History) Flush() error {
+	if h.store == nil {
+		return nil
+	}
+	h.mu.Lock()
+	pending := h.pending
+	h.pending = map[string][]HistoryEntry{}
+	h.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	batch := map[string][]json.RawMessage{}
+	for name, list := range pending {
+		for _, e := range list {
+			b, err := json.Marshal(e)
+			if err != nil {
+				return err
+			}
+			batch[name] = append(batch[name], b)
+		}
+	}
+	return h.store.AppendHistory(batch, h.limit)
 }
 
 // Recent returns up to n of the newest entries for a sandbox, oldest first.
-func (h *History) Recent(name string, n int) []HistoryEntry {
+func (h *History) Recent(name string, n int) ([]HistoryEntry, error) {
+	var list []HistoryEntry
+	if h.store != nil {
+		raw, err := h.store.History(name)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range raw {
+			var e HistoryEntry
+			if json.Unmarshal(r, &e) == nil {
+				list = append(list, e)
+			}
+		}
+	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	list := h.entries[name]
+	list = append(list, h.entries[name]...)
+	list = append(list, h.pending[name]...)
+	h.mu.Unlock()
 	if n > 0 && len(list) > n {
 		list = list[len(list)-n:]
 	}
-	return append([]HistoryEntry(nil), list...)
+	return list, nil
 }
 
 // Forget drops a sandbox's history.
-func (h *History) Forget(name string) {
+func (h *History) Forget(name string) error {
 	h.mu.Lock()
 	delete(h.entries, name)
+	delete(h.pending, name)
 	h.mu.Unlock()
+	if h.store != nil {
+		return h.store.DeleteHistory(name)
+	}
+	return nil
 }
 
 var tokenPatterns = []*regexp.Regexp{

@@ -41,7 +41,9 @@ type Config struct {
 	// BootTimeout bounds creating or starting a container and its first
 	// shell; default 2 minutes.
 	BootTimeout time.Duration
-	Logger      *slog.Logger
+	// History persists command history; nil keeps it in memory only.
+	History HistoryStore
+	Logger  *slog.Logger
 }
 
 // Manager owns named sandboxes: it boots or adopts their containers and
@@ -56,6 +58,10 @@ type Manager struct {
 	booting map[string]*bootCall
 	history *History
 	secrets map[string]map[string]bool // sandbox -> env keys marked secret
+
+	closeOnce sync.Once
+	stop      chan struct{} // ends the history flusher
+	stopped   chan struct{}
 }
 
 type bootCall struct {
@@ -103,12 +109,39 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{
+	m := &Manager{
 		rt: rt, cfg: cfg, log: log,
 		boxes:   map[string]*Sandbox{},
 		booting: map[string]*bootCall{},
-		history: NewHistory(100),
+		history: NewHistory(100, cfg.History),
 		secrets: map[string]map[string]bool{},
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go m.flushHistory()
+	return m
+}
+
+// historyFlushEvery is how often history reaches the store.
+const historyFlushEvery = time.Second
+
+// flushHistory writes history in batches until Close.
+func (m *Manager) flushHistory() {
+	defer close(m.stopped)
+	t := time.NewTicker(historyFlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-m.stop:
+			if err := m.history.Flush(); err != nil {
+				m.log.Warn("save history", "err", err)
+			}
+			return
+		}
+		if err := m.history.Flush(); err != nil {
+			m.log.Warn("save history", "err", err)
+		}
 	}
 }
 
@@ -451,7 +484,9 @@ func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, err
 			return existed, fmt.Errorf("remove workspace of %q: %w", name, err)
 		}
 	}
-	m.history.Forget(name)
+	if err := m.history.Forget(name); err != nil {
+		m.log.Warn("forget history", "sandbox", name, "err", err)
+	}
 	return existed, nil
 }
 
@@ -602,8 +637,13 @@ func (m *Manager) info(name string, c Container) Info {
 	return in
 }
 
-// Close releases this server's shells. Containers keep running.
+// Close saves history and releases this server's shells. Containers keep
+// running.
 func (m *Manager) Close() {
+	m.closeOnce.Do(func() {
+		close(m.stop)
+		<-m.stopped
+	})
 	m.mu.Lock()
 	boxes := m.boxes
 	m.boxes = map[string]*Sandbox{}

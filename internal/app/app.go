@@ -21,6 +21,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // Config is everything `sandbox-mcp serve` needs.
@@ -191,8 +192,16 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	st, err := state.New(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	st.OnCorrupt = func(movedTo string, err error) {
+		logger.Error("state file was unreadable; moved aside and started afresh", "moved_to", movedTo, "err", err)
+	}
 	m := sandbox.NewManager(rt, sandbox.Config{
-		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize, Logger: logger,
+		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
+		History: st, Logger: logger,
 	})
 	defer m.Close()
 	ms, err := mcpserver.New(m, mcpserver.Options{

@@ -1,0 +1,175 @@
+// Package state keeps what the container engine cannot: for now, each
+// sandbox's command history. It is a bbolt file that is opened per
+// operation with a lock timeout and never held between operations, so
+// several server processes (one per MCP client session) share it.
+//
+// Layout (schema version 1):
+//
+//	meta      "schema" -> "1"
+//	history   <sandbox name> -> JSON []Entry, newest last, bounded
+//
+// A file that cannot be opened as bbolt is moved aside (renamed with a
+// ".corrupt-<time>" suffix) and reported, never truncated in place.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// SchemaVersion is the layout this package writes.
+const SchemaVersion = "1"
+
+var (
+	bucketMeta    = []byte("meta")
+	bucketHistory = []byte("history")
+	keySchema     = []byte("schema")
+)
+
+// ErrLocked means another process held the state file for longer than the
+// lock timeout.
+var ErrLocked = errors.New("state file is locked by another process")
+
+// Store is the state file at one path.
+type Store struct {
+	Path string
+	// LockTimeout bounds waiting for another process; 0 means 2 s.
+	LockTimeout time.Duration
+	// OnCorrupt, if set, is told where a corrupt file was moved.
+	OnCorrupt func(movedTo string, err error)
+}
+
+// New returns the store at dir/state.db, creating dir with mode 0700.
+func New(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	return &Store{Path: filepath.Join(dir, "state.db")}, nil
+}
+
+func (s *Store) open() (*bolt.DB, error) {
+	timeout := s.LockTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	db, err := bolt.Open(s.Path, 0o600, &bolt.Options{Timeout: timeout})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
+	case err != nil && s.unreadable(err):
+		moved := fmt.Sprintf("%s.corrupt-%s", s.Path, time.Now().UTC().Format("20060102T150405Z"))
+		if rerr := os.Rename(s.Path, moved); rerr != nil {
+			return nil, fmt.Errorf("state file %s is unreadable (%v) and could not be moved aside: %w", s.Path, err, rerr)
+		}
+		if s.OnCorrupt != nil {
+			s.OnCorrupt(moved, err)
+		}
+		db, err = bolt.Open(s.Path, 0o600, &bolt.Options{Timeout: timeout})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open state %s: %w", s.Path, err)
+	}
+	return db, nil
+}
+
+// unreadable reports whether an open error means the file exists but is
+// not a usable bbolt file (truncated, overwritten, wrong version), rather
+// than a lock or permission problem.
+func (s *Store) unreadable(err error) bool {
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, berrors.ErrTimeout) {
+		return false
+	}
+	_, statErr := os.Stat(s.Path)
+	return statErr == nil
+}
+
+// update runs fn in a write transaction on a freshly opened file.
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	db, err := s.open()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		if v := meta.Get(keySchema); v == nil {
+			if err := meta.Put(keySchema, []byte(SchemaVersion)); err != nil {
+				return err
+			}
+		} else if string(v) != SchemaVersion {
+			return fmt.Errorf("state %s has schema %s; this sandbox-mcp understands %s", s.Path, v, SchemaVersion)
+		}
+		return fn(tx)
+	})
+}
+
+// Entry is one history record, as stored.
+type Entry = json.RawMessage
+
+// AppendHistory appends entries to each sandbox's history, keeping the
+// newest limit per sandbox.
+func (s *Store) AppendHistory(batch map[string][]json.RawMessage, limit int) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketHistory)
+		if err != nil {
+			return err
+		}
+		for name, add := range batch {
+			var list []json.RawMessage
+			if v := b.Get([]byte(name)); v != nil {
+				if err := json.Unmarshal(v, &list); err != nil {
+					list = nil // an unreadable record is replaced, not fatal
+				}
+			}
+			list = append(list, add...)
+			if len(list) > limit {
+				list = list[len(list)-limit:]
+			}
+			data, err := json.Marshal(list)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(name), data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// History returns a sandbox's stored history, oldest first.
+func (s *Store) History(name string) ([]json.RawMessage, error) {
+	var list []json.RawMessage
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketHistory)
+		if b == nil {
+			return nil
+		}
+		if v := b.Get([]byte(name)); v != nil {
+			// Copy out: v is valid only inside the transaction.
+			return json.Unmarshal(append([]byte(nil), v...), &list)
+		}
+		return nil
+	})
+	return list, err
+}
+
+// DeleteHistory forgets a sandbox's history.
+func (s *Store) DeleteHistory(name string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketHistory); b != nil {
+			return b.Delete([]byte(name))
+		}
+		return nil
+	})
+}
