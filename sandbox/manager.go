@@ -452,10 +452,18 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
-	return m.remove(ctx, name, true)
+	existed, err := m.remove(ctx, name, true)
+	if err == nil {
+		if err := m.history.Forget(name); err != nil {
+			m.log.Warn("forget history", "sandbox", name, "err", err)
+		}
+	}
+	return existed, err
 }
 
-func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, error) {
+// detach drops a sandbox from this Manager and closes its shells in the
+// background; it returns the sandbox, or nil if it was not booted here.
+func (m *Manager) detach(name string) *Sandbox {
 	m.mu.Lock()
 	sb := m.boxes[name]
 	delete(m.boxes, name)
@@ -463,6 +471,11 @@ func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, err
 	if sb != nil {
 		go sb.pool.Close()
 	}
+	return sb
+}
+
+func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, error) {
+	m.detach(name)
 	ctr := m.ContainerFor(name)
 	existed := true
 	c, err := m.rt.Inspect(ctx, ctr)
@@ -484,9 +497,6 @@ func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, err
 			return existed, fmt.Errorf("remove workspace of %q: %w", name, err)
 		}
 	}
-	if err := m.history.Forget(name); err != nil {
-		m.log.Warn("forget history", "sandbox", name, "err", err)
-	}
 	return existed, nil
 }
 
@@ -506,13 +516,7 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		_, info, err := m.Get(ctx, name)
 		return info, err
 	}
-	m.mu.Lock()
-	sb := m.boxes[name]
-	delete(m.boxes, name)
-	m.mu.Unlock()
-	if sb != nil {
-		go sb.pool.Close()
-	}
+	sb := m.detach(name)
 	ctr := m.ContainerFor(name)
 	if sb == nil {
 		// Not booted by this server: make sure the container is ours.
