@@ -493,11 +493,38 @@ func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, err
 		}
 	}
 	if wipe {
-		if err := m.rt.VolumeRemove(ctx, m.volumeFor(name)); err != nil {
+		// A container replaced by a reset may still hold the workspace.
+		olds, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name})
+		if err != nil {
+			return existed, fmt.Errorf("list containers of %q: %w", name, err)
+		}
+		for _, c := range olds {
+			// It may already be going (the reset's own removal): the volume
+			// removal below retries until it is gone.
+			_ = m.rt.Remove(ctx, c.Name)
+		}
+		if err := m.removeVolume(ctx, m.volumeFor(name)); err != nil {
 			return existed, fmt.Errorf("remove workspace of %q: %w", name, err)
 		}
 	}
 	return existed, nil
+}
+
+// removeVolume removes a volume, retrying briefly while a container that is
+// being deleted still holds it.
+func (m *Manager) removeVolume(ctx context.Context, vol string) error {
+	var err error
+	for range 15 {
+		if err = m.rt.VolumeRemove(ctx, vol); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return err
 }
 
 // Reset replaces a sandbox's container with a fresh one from its image. The
