@@ -73,13 +73,6 @@ func failure(ctx context.Context, what string, err error) *mcp.CallToolResult {
 	return mcp.NewToolResultError(what + ": " + err.Error())
 }
 
-// errorResult is an isError result that also carries structured content.
-func errorResult(structured any, text string) *mcp.CallToolResult {
-	r := mcp.NewToolResultStructured(structured, text)
-	r.IsError = true
-	return r
-}
-
 func argError(format string, args ...any) *mcp.CallToolResult {
 	return mcp.NewToolResultError(fmt.Sprintf(format, args...))
 }

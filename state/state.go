@@ -113,9 +113,6 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	})
 }
 
-// Entry is one history record, as stored.
-type Entry = json.RawMessage
-
 // AppendHistory appends entries to each sandbox's history, keeping the
 // newest limit per sandbox.
 func (s *Store) AppendHistory(batch map[string][]json.RawMessage, limit int) error {

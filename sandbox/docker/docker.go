@@ -359,8 +359,3 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
-
-// LookPath reports whether the flavor's CLI is on PATH.
-func LookPath(f Flavor) (string, error) {
-	return exec.LookPath(string(f))
-}
