@@ -188,12 +188,24 @@ func (m *Manager) volumeFor(name string) string { return ContainerName(m.cfg.Pre
 // Get returns the named sandbox, creating, starting or adopting its
 // container as needed. Concurrent calls for one name share one boot.
 func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, error) {
-	return m.get(ctx, name, false)
+	return m.get(ctx, name, bootFind)
 }
 
-// get is Get; gone says the container is known not to exist, so the boot
-// creates it without looking first.
-func (m *Manager) get(ctx context.Context, name string, gone bool) (*Sandbox, BootInfo, error) {
+// bootMode says what a boot already knows.
+type bootMode int
+
+const (
+	// bootFind looks for the container and adopts, starts or creates it.
+	bootFind bootMode = iota
+	// bootCreate creates the container without looking: it is known gone.
+	bootCreate
+	// bootReplace creates it without looking or checking image and
+	// workspace: a reset just moved aside a container that used both.
+	bootReplace
+)
+
+// get is Get with what the caller already knows about the container.
+func (m *Manager) get(ctx context.Context, name string, mode bootMode) (*Sandbox, BootInfo, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, BootInfo{}, err
 	}
@@ -219,7 +231,7 @@ func (m *Manager) get(ctx context.Context, name string, gone bool) (*Sandbox, Bo
 	// (and the next call) still get the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	start := time.Now()
-	c.sb, c.info, c.err = m.boot(bctx, name, gone)
+	c.sb, c.info, c.err = m.boot(bctx, name, mode)
 	c.info.Took = time.Since(start)
 	cancel()
 
@@ -249,7 +261,7 @@ func (m *Manager) Lookup(name string) (*Sandbox, bool) {
 // was not made by this Manager's prefix.
 var errForeign = errors.New("container exists but is not managed by sandbox-mcp")
 
-func (m *Manager) boot(ctx context.Context, name string, gone bool) (*Sandbox, BootInfo, error) {
+func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbox, BootInfo, error) {
 	var info BootInfo
 	prof := m.ProfileFor(name)
 	if err := prof.Validate(); err != nil {
@@ -257,7 +269,7 @@ func (m *Manager) boot(ctx context.Context, name string, gone bool) (*Sandbox, B
 	}
 	ctr := m.ContainerFor(name)
 	c, err := Container{}, error(ErrNotFound)
-	if !gone {
+	if mode == bootFind {
 		c, err = m.rt.Inspect(ctx, ctr)
 	}
 	switch {
@@ -277,7 +289,7 @@ func (m *Manager) boot(ctx context.Context, name string, gone bool) (*Sandbox, B
 			prof.Image = img
 		}
 	case errors.Is(err, ErrNotFound):
-		if err := m.create(ctx, name, prof); err != nil {
+		if err := m.create(ctx, name, prof, mode == bootReplace); err != nil {
 			if !errors.Is(err, ErrAlreadyExists) {
 				return nil, info, err
 			}
@@ -329,19 +341,23 @@ func (m *Manager) startIfNeeded(ctx context.Context, name string) error {
 // ErrImageMissing is returned when a sandbox's image is not present locally.
 var ErrImageMissing = errors.New("image not present")
 
-func (m *Manager) create(ctx context.Context, name string, prof Profile) error {
-	ok, err := m.rt.ImageExists(ctx, prof.Image)
-	if err != nil {
-		return fmt.Errorf("look up image %q: %w", prof.Image, err)
-	}
-	if !ok {
-		return fmt.Errorf("%w: %q (on Linux run `make setup` to build the default image; otherwise pull or build it with %s)",
-			ErrImageMissing, prof.Image, m.rt.Binary())
-	}
+// create boots a new container. known skips checking the image and
+// creating the workspace volume, for a container replacing one that used both.
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) error {
 	labels := m.labels(name)
 	vol := m.volumeFor(name)
-	if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
-		return fmt.Errorf("create workspace volume for %q: %w", name, err)
+	if !known {
+		ok, err := m.rt.ImageExists(ctx, prof.Image)
+		if err != nil {
+			return fmt.Errorf("look up image %q: %w", prof.Image, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: %q (on Linux run `make setup` to build the default image; otherwise pull or build it with %s)",
+				ErrImageMissing, prof.Image, m.rt.Binary())
+		}
+		if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
+			return fmt.Errorf("create workspace volume for %q: %w", name, err)
+		}
 	}
 	spec := RunSpec{
 		Name:           m.ContainerFor(name),
@@ -550,7 +566,7 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		c, err := m.rt.Inspect(ctx, ctr)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			_, info, err := m.get(ctx, name, true)
+			_, info, err := m.get(ctx, name, bootCreate)
 			return info, err
 		case err != nil:
 			return BootInfo{}, fmt.Errorf("inspect sandbox %q: %w", name, err)
@@ -564,7 +580,13 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return BootInfo{}, fmt.Errorf("reset sandbox %q: %w", name, err)
 	}
-	_, info, bootErr := m.get(ctx, name, true)
+	// The image and workspace are known good only if the container moved
+	// aside was booted here from the image the profile names now.
+	mode := bootCreate
+	if err == nil && sb != nil && sb.Profile.Image == m.ProfileFor(name).Image {
+		mode = bootReplace
+	}
+	_, info, bootErr := m.get(ctx, name, mode)
 	if err == nil {
 		// Deleted after the boot, so it does not compete with it for the engine.
 		go func() {
