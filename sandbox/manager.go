@@ -75,9 +75,7 @@ type bootCall struct {
 type Sandbox struct {
 	Name      string
 	Container string
-	Volume    string
 	Profile   Profile
-	BootedAt  time.Time
 	pool      *shell.Pool
 	lastUsed  atomic.Int64 // unix nanos
 }
@@ -130,14 +128,11 @@ func (m *Manager) flushHistory() {
 	defer close(m.stopped)
 	t := time.NewTicker(historyFlushEvery)
 	defer t.Stop()
-	for {
+	for stopping := false; !stopping; {
 		select {
 		case <-t.C:
 		case <-m.stop:
-			if err := m.history.Flush(); err != nil {
-				m.log.Warn("save history", "err", err)
-			}
-			return
+			stopping = true // one last flush
 		}
 		if err := m.history.Flush(); err != nil {
 			m.log.Warn("save history", "err", err)
@@ -270,41 +265,29 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	ctr := m.ContainerFor(name)
 	c, err := Container{}, error(ErrNotFound)
 	if mode == bootFind {
-		c, err = m.rt.Inspect(ctx, ctr)
+		c, err = m.inspectOwned(ctx, name)
 	}
-	switch {
-	case err == nil:
-		if err := m.checkOwner(c, name); err != nil {
+	if errors.Is(err, ErrNotFound) {
+		err = m.create(ctx, name, prof, mode == bootReplace)
+		if err == nil {
+			info.Created = true
+		} else if errors.Is(err, ErrAlreadyExists) {
+			// Another server created it first: adopt theirs.
+			c, err = m.inspectOwned(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, info, err
+	}
+	if !info.Created {
+		if err := m.adopt(ctx, name, c, &info); err != nil {
 			return nil, info, err
 		}
-		if c.Running() {
-			info.Adopted = true
-		} else {
-			if err := m.rt.Start(ctx, ctr); err != nil {
-				return nil, info, fmt.Errorf("start sandbox %q: %w", name, err)
-			}
-			info.Started = true
+		if c.Image != "" {
+			prof.Image = c.Image
 		}
-		if img := c.Image; img != "" {
-			prof.Image = img
-		}
-	case errors.Is(err, ErrNotFound):
-		if err := m.create(ctx, name, prof, mode == bootReplace); err != nil {
-			if !errors.Is(err, ErrAlreadyExists) {
-				return nil, info, err
-			}
-			// Another server created it first: adopt theirs.
-			if err := m.startIfNeeded(ctx, name); err != nil {
-				return nil, info, err
-			}
-			info.Adopted = true
-		} else {
-			info.Created = true
-		}
-	default:
-		return nil, info, fmt.Errorf("inspect sandbox %q: %w", name, err)
 	}
-	sb := &Sandbox{Name: name, Container: ctr, Volume: m.volumeFor(name), Profile: prof, BootedAt: time.Now()}
+	sb := &Sandbox{Name: name, Container: ctr, Profile: prof}
 	sb.pool = shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit()}, m.cfg.PoolSize)
 	sb.lastUsed.Store(time.Now().UnixNano())
 	if err := sb.pool.Warm(ctx); err != nil {
@@ -321,20 +304,27 @@ func (m *Manager) checkOwner(c Container, name string) error {
 	return nil
 }
 
-func (m *Manager) startIfNeeded(ctx context.Context, name string) error {
-	ctr := m.ContainerFor(name)
-	c, err := m.rt.Inspect(ctx, ctr)
+// inspectOwned inspects a sandbox's container and checks that it is ours.
+// A missing container gives an error wrapping ErrNotFound.
+func (m *Manager) inspectOwned(ctx context.Context, name string) (Container, error) {
+	c, err := m.rt.Inspect(ctx, m.ContainerFor(name))
 	if err != nil {
-		return fmt.Errorf("inspect sandbox %q: %w", name, err)
+		return c, fmt.Errorf("inspect sandbox %q: %w", name, err)
 	}
-	if err := m.checkOwner(c, name); err != nil {
-		return err
+	return c, m.checkOwner(c, name)
+}
+
+// adopt takes over an existing container of ours, starting it if stopped,
+// and records which it did in info.
+func (m *Manager) adopt(ctx context.Context, name string, c Container, info *BootInfo) error {
+	if c.Running() {
+		info.Adopted = true
+		return nil
 	}
-	if !c.Running() {
-		if err := m.rt.Start(ctx, ctr); err != nil {
-			return fmt.Errorf("start sandbox %q: %w", name, err)
-		}
+	if err := m.rt.Start(ctx, m.ContainerFor(name)); err != nil {
+		return fmt.Errorf("start sandbox %q: %w", name, err)
 	}
+	info.Started = true
 	return nil
 }
 
@@ -492,19 +482,15 @@ func (m *Manager) detach(name string) *Sandbox {
 
 func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, error) {
 	m.detach(name)
-	ctr := m.ContainerFor(name)
 	existed := true
-	c, err := m.rt.Inspect(ctx, ctr)
+	_, err := m.inspectOwned(ctx, name)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		existed = false
 	case err != nil:
-		return false, fmt.Errorf("inspect sandbox %q: %w", name, err)
+		return false, err
 	default:
-		if err := m.checkOwner(c, name); err != nil {
-			return false, err
-		}
-		if err := m.rt.Remove(ctx, ctr); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := m.rt.Remove(ctx, m.ContainerFor(name)); err != nil && !errors.Is(err, ErrNotFound) {
 			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
 		}
 	}
@@ -563,15 +549,12 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	ctr := m.ContainerFor(name)
 	if sb == nil {
 		// Not booted by this server: make sure the container is ours.
-		c, err := m.rt.Inspect(ctx, ctr)
-		switch {
-		case errors.Is(err, ErrNotFound):
+		_, err := m.inspectOwned(ctx, name)
+		if errors.Is(err, ErrNotFound) {
 			_, info, err := m.get(ctx, name, bootCreate)
 			return info, err
-		case err != nil:
-			return BootInfo{}, fmt.Errorf("inspect sandbox %q: %w", name, err)
 		}
-		if err := m.checkOwner(c, name); err != nil {
+		if err != nil {
 			return BootInfo{}, err
 		}
 	}
@@ -665,11 +648,8 @@ func (m *Manager) Status(ctx context.Context, name string) (Info, error) {
 	if err := ValidateName(name); err != nil {
 		return Info{}, err
 	}
-	c, err := m.rt.Inspect(ctx, m.ContainerFor(name))
+	c, err := m.inspectOwned(ctx, name)
 	if err != nil {
-		return Info{}, err
-	}
-	if err := m.checkOwner(c, name); err != nil {
 		return Info{}, err
 	}
 	return m.info(name, c), nil

@@ -305,7 +305,7 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool
 	interrupted := false
 	if !wait(ctx.Done(), nil) {
 		interrupted = true
-		s.killCommand()
+		s.killTree(false)
 		grace := s.opts.KillGrace
 		if grace <= 0 {
 			grace = time.Second
@@ -347,24 +347,21 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool
 	return code, st, false, true, nil
 }
 
-// killCommand kills everything the running command started, leaving the shell.
-func (s *Shell) killCommand() {
+// killTree kills, from outside, what the shell started, and the shell
+// itself when self is set.
+func (s *Shell) killTree(self bool) {
 	if s.pid == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = s.host.KillTree(ctx, s.pid, false)
+	_ = s.host.KillTree(ctx, s.pid, self)
 }
 
 // kill ends the shell and everything in it.
 func (s *Shell) kill() {
 	s.markDead()
-	if s.pid != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = s.host.KillTree(ctx, s.pid, true)
-		cancel()
-	}
+	s.killTree(true)
 	s.cancel()
 	_ = s.stdin.Close()
 }

@@ -63,18 +63,17 @@ func newRoot() *cobra.Command {
 				return err
 			}
 			// Flags given explicitly win over the file.
-			for _, name := range []string{"runtime", "state-dir", "prefix", "log-level"} {
+			for name, v := range map[string]struct {
+				dst  *string
+				flag string
+			}{
+				"runtime":   {&cfg.Runtime, flags.Runtime},
+				"state-dir": {&cfg.StateDir, flags.StateDir},
+				"prefix":    {&cfg.Prefix, flags.Prefix},
+				"log-level": {&cfg.LogLevel, flags.LogLevel},
+			} {
 				if root.PersistentFlags().Changed(name) {
-					switch name {
-					case "runtime":
-						cfg.Runtime = flags.Runtime
-					case "state-dir":
-						cfg.StateDir = flags.StateDir
-					case "prefix":
-						cfg.Prefix = flags.Prefix
-					case "log-level":
-						cfg.LogLevel = flags.LogLevel
-					}
+					*v.dst = v.flag
 				}
 			}
 		}
