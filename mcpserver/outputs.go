@@ -24,7 +24,9 @@ const (
 // outputStore keeps the full output of the last few commands whose output
 // exceeded its cap, as private files, so the omitted middle can be fetched.
 type outputStore struct {
-	dir string
+	dir    string
+	mkdir  sync.Once // the directory is made once, off the exec path
+	dirErr error
 
 	mu   sync.Mutex
 	kept []string // ids, oldest first
@@ -37,10 +39,8 @@ func (o *outputStore) reserve() (id, stdoutPath, stderrPath string) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	id = hex.EncodeToString(b[:])
-	if o.dir == "" {
-		return id, "", ""
-	}
-	if err := os.MkdirAll(o.dir, 0o700); err != nil {
+	o.mkdir.Do(func() { o.dirErr = os.MkdirAll(o.dir, 0o700) })
+	if o.dir == "" || o.dirErr != nil {
 		return id, "", ""
 	}
 	return id, o.path(id, "stdout"), o.path(id, "stderr")
