@@ -181,8 +181,12 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, spec r
 	})
 	stop()
 	spillErr := errors.Join(stdout.Close(), stderr.Close())
+	// Spill files exist only for a stream that overflowed its cap.
+	truncated := stdout.Truncated() || stderr.Truncated()
 	if err != nil {
-		s.outputs.discard(id)
+		if truncated {
+			s.outputs.discard(id)
+		}
 		return failure(ctx, fmt.Sprintf("%s in sandbox %q", spec.what, name), err), nil
 	}
 	out := ExecOutput{
@@ -192,16 +196,18 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, spec r
 		Encoding:     encoding,
 		StdoutBytes:  stdout.Total(),
 		StderrBytes:  stderr.Total(),
-		Truncated:    stdout.Truncated() || stderr.Truncated(),
+		Truncated:    truncated,
 		TimedOut:     res.TimedOut,
 		ShellRestart: res.ShellLost,
 		Booted:       bootWord(res.Boot),
 	}
-	if out.Truncated && spillErr == nil && (stdout.Spilled() || stderr.Spilled()) {
-		out.OutputID = id
-		s.outputs.keep(id)
-	} else {
-		s.outputs.discard(id)
+	if truncated {
+		if spillErr == nil && (stdout.Spilled() || stderr.Spilled()) {
+			out.OutputID = id
+			s.outputs.keep(id)
+		} else {
+			s.outputs.discard(id)
+		}
 	}
 	var text strings.Builder
 	fmt.Fprintf(&text, "exit %d · %s", res.ExitCode, fmtDuration(res.Duration))
