@@ -137,3 +137,22 @@ type Container struct {
 
 // Running reports whether the container is running.
 func (c Container) Running() bool { return c.State == StateRunning }
+
+// StatsReader is implemented by engines that report a container's
+// resource use.
+type StatsReader interface {
+	Stats(ctx context.Context, name string) (Stats, error)
+}
+
+// Stats is a snapshot of one container's resource use. Counters are
+// cumulative since the container started.
+type Stats struct {
+	CPUTime     time.Duration
+	MemoryUsage int64 // bytes
+	MemoryLimit int64 // bytes, 0 if unlimited or unknown
+	NetRx       int64
+	NetTx       int64
+	BlockRead   int64
+	BlockWrite  int64
+	Processes   int
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
@@ -142,7 +143,7 @@ func SelectRuntime(ctx context.Context, kind string, logger *slog.Logger) (sandb
 	case "docker", "podman":
 		return docker.New(docker.Options{Flavor: docker.Flavor(kind), Logger: logger}), nil
 	case "container":
-		return nil, errors.New("the Apple container runtime is not supported by this build yet; use --runtime docker or podman")
+		return apple.New(apple.Options{Logger: logger}), nil
 	}
 	if runtime.GOOS == "darwin" {
 		if _, err := exec.LookPath("container"); err == nil {
@@ -242,6 +243,10 @@ func Doctor(ctx context.Context, cfg Config, w io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(w, "runtime:  %s (%s)\n", rt.Kind(), rt.Binary())
+	if err := rt.Ping(ctx); err != nil {
+		fmt.Fprintf(w, "engine:   FAIL %v\n", err)
+		return errors.New("container engine not usable")
+	}
 	v, err := rt.Version(ctx)
 	if err != nil {
 		fmt.Fprintf(w, "engine:   FAIL %v\n", err)

@@ -1,0 +1,588 @@
+// Package apple is the runtime dialect for Apple's `container` CLI on
+// macOS, where every sandbox is a lightweight VM. It builds the argv that
+// CLI takes, parses each release's JSON (0.8 to 1.5 differ), maps its error
+// texts to the sandbox sentinels, and picks features by the version it
+// detects once.
+//
+// Apple's argv differs from docker's in ways that matter: there is no `--`
+// option terminator (exec passes it to the process as the command), names
+// are the container ids, `list` has no label filter, and there is no
+// rename or commit.
+package apple
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/cli"
+)
+
+// Dialect drives Apple's container CLI.
+type Dialect struct {
+	cli *cli.Runner
+
+	mu       sync.Mutex
+	features *Features // detected once, on first need
+}
+
+var (
+	_ sandbox.Runtime     = (*Dialect)(nil)
+	_ sandbox.StatsReader = (*Dialect)(nil)
+)
+
+// Options configure a Dialect.
+type Options struct {
+	// Binary is the CLI to run; defaults to "container" on PATH.
+	Binary string
+	// Env is added to the CLI's environment.
+	Env    []string
+	Logger *slog.Logger
+}
+
+// New returns a dialect for Apple's container CLI.
+func New(opts Options) *Dialect {
+	bin := opts.Binary
+	if bin == "" {
+		bin = "container"
+	}
+	return &Dialect{cli: &cli.Runner{
+		Binary:      bin,
+		Env:         opts.Env,
+		Logger:      opts.Logger,
+		Classify:    Classify,
+		MissingHint: InstallHint,
+	}}
+}
+
+// Kind implements sandbox.Runtime.
+func (d *Dialect) Kind() string { return "container" }
+
+// Binary implements sandbox.Runtime.
+func (d *Dialect) Binary() string { return d.cli.Binary }
+
+// Features detects the CLI's version (`container --version`) on first use
+// and reports what it allows. A failed detection is not remembered.
+func (d *Dialect) Features(ctx context.Context) (Features, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.features != nil {
+		return *d.features, nil
+	}
+	out, err := d.cli.Output(ctx, nil, "--version")
+	if err != nil {
+		return Features{}, err
+	}
+	v, err := ParseVersion(string(out))
+	if err != nil {
+		return Features{}, fmt.Errorf("container --version: %w", err)
+	}
+	f := FeaturesOf(v)
+	d.features = &f
+	return f, nil
+}
+
+// Version implements sandbox.Runtime: the CLI's release, e.g. "1.5.0".
+func (d *Dialect) Version(ctx context.Context) (string, error) {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return "", err
+	}
+	return f.Version.String(), nil
+}
+
+// Ping implements sandbox.Runtime: the CLI must be installed, at least
+// MinVersion, and its system service started.
+func (d *Dialect) Ping(ctx context.Context) error {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return err
+	}
+	if !f.Version.AtLeast(MinVersion) {
+		return &sandbox.EngineError{
+			Argv: []string{d.cli.Binary, "--version"}, ExitCode: 0,
+			Err:  fmt.Errorf("container %s is older than %s, the oldest release sandbox-mcp supports", f.Version, MinVersion),
+			Hint: "upgrade it: `brew upgrade container` or a newer .pkg from https://github.com/apple/container/releases",
+		}
+	}
+	st, err := d.SystemStatus(ctx)
+	if err != nil {
+		return err
+	}
+	if !st.Running() {
+		return &sandbox.EngineError{
+			Argv: []string{d.cli.Binary, "system", "status"}, ExitCode: 1,
+			Kind: sandbox.ErrEngineNotStarted,
+			Err:  fmt.Errorf("the container system is %s", st.Status),
+			Hint: "run `" + StartHint + "`",
+		}
+	}
+	return nil
+}
+
+// SystemStatus runs `container system status`. A stopped system is a
+// status, not an error, although the CLI exits 1 for it.
+func (d *Dialect) SystemStatus(ctx context.Context) (SystemStatus, error) {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return SystemStatus{}, err
+	}
+	args := []string{"system", "status"}
+	if f.StatusJSON {
+		args = append(args, "--format", "json")
+	}
+	stdout, _, err := d.cli.Run(ctx, nil, args...)
+	var ee *sandbox.EngineError
+	if err != nil && !(errors.As(err, &ee) && ee.ExitCode == 1) {
+		return SystemStatus{}, err
+	}
+	if f.StatusJSON {
+		if st, perr := ParseSystemStatus(stdout); perr == nil {
+			return st, nil
+		}
+	}
+	// Text form (before 0.10, or unexpected output).
+	text := strings.ToLower(string(stdout))
+	switch {
+	case strings.Contains(text, "not registered"):
+		return SystemStatus{Status: "unregistered"}, nil
+	case strings.Contains(text, "not running"):
+		return SystemStatus{Status: "not running"}, nil
+	case err == nil && strings.Contains(text, "running"):
+		return SystemStatus{Status: "running"}, nil
+	case err != nil:
+		return SystemStatus{}, err
+	}
+	return SystemStatus{}, fmt.Errorf("container system status: unrecognised output %q", strings.TrimSpace(string(stdout)))
+}
+
+// Run implements sandbox.Runtime.
+func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) error {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return err
+	}
+	args, err := RunArgs(f, spec)
+	if err != nil {
+		return err
+	}
+	_, err = d.cli.Output(ctx, nil, args...)
+	return err
+}
+
+// RunArgs builds the argv (without the program) for starting a detached
+// sandbox container with the features f allows.
+func RunArgs(f Features, spec sandbox.RunSpec) ([]string, error) {
+	if strings.HasPrefix(spec.Name, "-") || strings.HasPrefix(spec.Image, "-") || spec.Image == "" {
+		return nil, fmt.Errorf("container run: invalid name %q or image %q", spec.Name, spec.Image)
+	}
+	args := []string{"run", "-d", "--name", spec.Name}
+	for _, k := range sortedKeys(spec.Labels) {
+		args = append(args, "-l", k+"="+spec.Labels[k])
+	}
+	if spec.Init && f.Init {
+		args = append(args, "--init")
+	}
+	if spec.CPUs > 0 {
+		// Apple takes whole CPUs; a fraction rounds up.
+		args = append(args, "-c", strconv.Itoa(int(math.Ceil(spec.CPUs))))
+	}
+	if spec.Memory != "" {
+		m, err := memoryArg(spec.Memory)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "-m", m)
+	}
+	if spec.Network != "" {
+		args = append(args, "--network", spec.Network)
+	}
+	if spec.Virtualization {
+		args = append(args, "--virtualization")
+	}
+	for _, m := range spec.Mounts {
+		v, err := volumeArg(m)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "-v", v)
+	}
+	if spec.Workdir != "" {
+		args = append(args, "-w", spec.Workdir)
+	}
+	for _, k := range sortedKeys(spec.Env) {
+		args = append(args, "-e", k+"="+spec.Env[k])
+	}
+	args = append(args, spec.Image)
+	return append(args, spec.Command...), nil
+}
+
+// memoryArg spells a memory size for `-m`: a K/M/G/T suffix; a bare number
+// of bytes is rounded up to whole MiB, Apple's granularity.
+func memoryArg(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	last := s[len(s)-1]
+	if last >= '0' && last <= '9' {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 {
+			return "", fmt.Errorf("memory %q: want a size such as 512M or 2G", s)
+		}
+		const mib = 1 << 20
+		return strconv.FormatInt((n+mib-1)/mib, 10) + "M", nil
+	}
+	return strings.ToUpper(s), nil
+}
+
+// volumeArg spells a mount for `-v`: name:/target for a named volume, or
+// /host/dir:/target for a host path, with :ro when read-only.
+func volumeArg(m sandbox.Mount) (string, error) {
+	src := m.Volume
+	if src == "" {
+		src = m.Source
+		if !strings.HasPrefix(src, "/") {
+			return "", fmt.Errorf("mount source %q must be an absolute host path", src)
+		}
+	}
+	if src == "" || strings.HasPrefix(src, "-") || !strings.HasPrefix(m.Target, "/") ||
+		strings.Contains(src, ":") || strings.Contains(m.Target, ":") {
+		return "", fmt.Errorf("mount %q → %q: need a volume name or absolute path and an absolute target without ':'", src, m.Target)
+	}
+	v := src + ":" + m.Target
+	if m.ReadOnly {
+		v += ":ro"
+	}
+	return v, nil
+}
+
+// Start implements sandbox.Runtime.
+func (d *Dialect) Start(ctx context.Context, name string) error {
+	_, err := d.cli.Output(ctx, nil, "start", name)
+	return err
+}
+
+// Stop implements sandbox.Runtime.
+func (d *Dialect) Stop(ctx context.Context, name string, grace time.Duration) error {
+	secs := strconv.Itoa(int(grace.Round(time.Second) / time.Second))
+	_, err := d.cli.Output(ctx, nil, "stop", "-t", secs, name)
+	return err
+}
+
+// Remove implements sandbox.Runtime. A running container is killed at once.
+func (d *Dialect) Remove(ctx context.Context, name string) error {
+	_, err := d.cli.Output(ctx, nil, "delete", "--force", name)
+	return err
+}
+
+// Inspect implements sandbox.Runtime. A missing container is an error from
+// 1.0 and an empty array (exit 0) before; both become ErrNotFound.
+func (d *Dialect) Inspect(ctx context.Context, name string) (sandbox.Container, error) {
+	out, err := d.cli.Output(ctx, nil, "inspect", name)
+	if err != nil {
+		return sandbox.Container{}, err
+	}
+	cs, err := ParseContainers(out)
+	if err != nil {
+		return sandbox.Container{}, fmt.Errorf("inspect %s: %w", name, err)
+	}
+	for _, c := range cs {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return sandbox.Container{}, &sandbox.EngineError{
+		Argv: []string{d.cli.Binary, "inspect", name}, Kind: sandbox.ErrNotFound,
+		Err: fmt.Errorf("container %s not found", name),
+	}
+}
+
+// List implements sandbox.Runtime. Apple's list has no label filter, so
+// the labels are matched here.
+func (d *Dialect) List(ctx context.Context, labels map[string]string) ([]sandbox.Container, error) {
+	out, err := d.cli.Output(ctx, nil, "list", "--all", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	all, err := ParseContainers(out)
+	if err != nil {
+		return nil, err
+	}
+	var cs []sandbox.Container
+next:
+	for _, c := range all {
+		for k, v := range labels {
+			if c.Labels[k] != v {
+				continue next
+			}
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// ExecCommand implements sandbox.Runtime. Apple's exec has no `--`: the
+// first argument after the container name is the program, so argv[0] must
+// not start with '-'.
+func (d *Dialect) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) *exec.Cmd {
+	return d.cli.Command(ctx, ExecArgs(name, spec)...)
+}
+
+// ExecArgs builds the argv (without the program) of an exec: always -i
+// when there is input, never -t.
+func ExecArgs(name string, spec sandbox.ExecSpec) []string {
+	args := []string{"exec"}
+	if spec.Interactive || spec.Stdin != nil {
+		args = append(args, "-i")
+	}
+	if spec.Workdir != "" {
+		args = append(args, "-w", spec.Workdir)
+	}
+	if spec.User != "" {
+		args = append(args, "-u", spec.User)
+	}
+	for _, k := range sortedKeys(spec.Env) {
+		args = append(args, "-e", k+"="+spec.Env[k])
+	}
+	args = append(args, name)
+	return append(args, spec.Argv...)
+}
+
+// Exec implements sandbox.Runtime. The process's own non-zero exit is a
+// result; the CLI's failures (exit 1 with an `Error: …` line it
+// recognises) are errors. Callers must not leave background processes
+// holding the exec's stdout or stderr: Apple then waits 3 s and fails the
+// exec with a CancellationError, losing the exit code.
+func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
+	cmd := d.ExecCommand(ctx, name, spec)
+	var so, se bytes.Buffer
+	cmd.Stdin = spec.Stdin
+	cmd.Stdout = &so
+	cmd.Stderr = &se
+	err := cmd.Run()
+	res := sandbox.ExecOutput{Stdout: so.Bytes(), Stderr: se.Bytes()}
+	if err == nil {
+		return res, nil
+	}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) && ctx.Err() == nil {
+		code := exitErr.ExitCode()
+		if !cliFailure(code, se.String()) {
+			res.ExitCode = code
+			return res, nil
+		}
+	}
+	return res, d.cli.Failure(ctx, cmd.Args, err, se.Bytes())
+}
+
+// cliFailure tells the CLI's own failure from the process's exit status:
+// the CLI exits 1 with a line starting "Error: " that Classify knows, or
+// with the drain timeout's CancellationError.
+func cliFailure(code int, stderr string) bool {
+	if code != 1 && code != 64 {
+		return false
+	}
+	for _, line := range strings.Split(stderr, "\n") {
+		if !strings.HasPrefix(line, "Error: ") {
+			continue
+		}
+		if strings.Contains(line, "CancellationError") {
+			return true
+		}
+		if kind, _ := Classify(code, line); kind != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// VolumeCreate implements sandbox.Runtime.
+func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
+	args := []string{"volume", "create"}
+	for _, k := range sortedKeys(labels) {
+		args = append(args, "--label", k+"="+labels[k])
+	}
+	_, err := d.cli.Output(ctx, nil, append(args, name)...)
+	if errors.Is(err, sandbox.ErrAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// VolumeRemove implements sandbox.Runtime.
+func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
+	_, err := d.cli.Output(ctx, nil, "volume", "delete", name)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Volumes lists the volumes the system knows.
+func (d *Dialect) Volumes(ctx context.Context) ([]Volume, error) {
+	out, err := d.cli.Output(ctx, nil, "volume", "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	return ParseVolumes(out)
+}
+
+// Images lists the local images.
+func (d *Dialect) Images(ctx context.Context) ([]Image, error) {
+	out, err := d.cli.Output(ctx, nil, "image", "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	return ParseImages(out)
+}
+
+// ImageExists implements sandbox.Runtime, comparing references the way
+// Apple stores them ("mcp-dev" is docker.io/library/mcp-dev:latest).
+func (d *Dialect) ImageExists(ctx context.Context, ref string) (bool, error) {
+	imgs, err := d.Images(ctx)
+	if err != nil {
+		return false, err
+	}
+	want := NormalizeReference(ref)
+	for _, img := range imgs {
+		if NormalizeReference(img.Reference) == want {
+			return true, nil
+		}
+		if strings.Contains(want, "@") && strings.HasSuffix(want, "@"+img.Digest) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Stats implements sandbox.StatsReader. Apple samples twice, 2 s apart,
+// so a call takes about 2 s.
+func (d *Dialect) Stats(ctx context.Context, name string) (sandbox.Stats, error) {
+	out, err := d.cli.Output(ctx, nil, "stats", "--format", "json", "--no-stream", name)
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	all, err := ParseStats(out)
+	if err != nil {
+		return sandbox.Stats{}, err
+	}
+	for _, s := range all {
+		if s.ID == name {
+			return sandbox.Stats{
+				CPUTime:     time.Duration(s.CPUUsageUsec) * time.Microsecond,
+				MemoryUsage: s.MemoryUsageBytes,
+				MemoryLimit: s.MemoryLimitBytes,
+				NetRx:       s.NetworkRxBytes,
+				NetTx:       s.NetworkTxBytes,
+				BlockRead:   s.BlockReadBytes,
+				BlockWrite:  s.BlockWriteBytes,
+				Processes:   s.NumProcesses,
+			}, nil
+		}
+	}
+	// Apple skips stopped containers silently.
+	return sandbox.Stats{}, &sandbox.EngineError{
+		Argv: []string{d.cli.Binary, "stats", name}, Kind: sandbox.ErrNotRunning,
+		Err: fmt.Errorf("no stats for %s: it is not running", name),
+	}
+}
+
+// CopyTo copies a host file or directory into a running container
+// (`container cp`, 1.0.0+).
+func (d *Dialect) CopyTo(ctx context.Context, name, hostPath, ctrPath string) error {
+	return d.copy(ctx, hostPath, name+":"+ctrPath)
+}
+
+// CopyFrom copies a file or directory out of a running container.
+func (d *Dialect) CopyFrom(ctx context.Context, name, ctrPath, hostPath string) error {
+	return d.copy(ctx, name+":"+ctrPath, hostPath)
+}
+
+func (d *Dialect) copy(ctx context.Context, src, dst string) error {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return err
+	}
+	if !f.Copy {
+		return fmt.Errorf("container cp needs container 1.0.0 or newer (this is %s)", f.Version)
+	}
+	if strings.HasPrefix(src, "-") || strings.HasPrefix(dst, "-") {
+		return fmt.Errorf("container cp: path %q or %q starts with '-'", src, dst)
+	}
+	_, err = d.cli.Output(ctx, nil, "cp", src, dst)
+	return err
+}
+
+// Export writes a tar of the container's root filesystem to file (volumes
+// and mounts are not included). Before 1.2.1 the container must be stopped.
+func (d *Dialect) Export(ctx context.Context, name, file string) error {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return err
+	}
+	if !f.LiveExport {
+		c, err := d.Inspect(ctx, name)
+		if err != nil {
+			return err
+		}
+		if c.Running() {
+			return fmt.Errorf("container %s exports only stopped containers; 1.2.1 and newer export running ones", f.Version)
+		}
+	}
+	_, err = d.cli.Output(ctx, nil, "export", "-o", file, name)
+	return err
+}
+
+// BuildSpec describes an image build.
+type BuildSpec struct {
+	Tag        string
+	File       string // Dockerfile or Containerfile; "" lets the CLI look
+	ContextDir string
+	NoCache    bool
+}
+
+// BuildArgs builds the argv (without the program) of an image build.
+func BuildArgs(b BuildSpec) ([]string, error) {
+	if b.Tag == "" || strings.HasPrefix(b.Tag, "-") || b.ContextDir == "" || strings.HasPrefix(b.ContextDir, "-") ||
+		strings.HasPrefix(b.File, "-") {
+		return nil, fmt.Errorf("container build: need a tag and a context directory (tag %q, context %q)", b.Tag, b.ContextDir)
+	}
+	args := []string{"build", "-t", b.Tag}
+	if b.File != "" {
+		args = append(args, "-f", b.File)
+	}
+	if b.NoCache {
+		args = append(args, "--no-cache")
+	}
+	return append(args, b.ContextDir), nil
+}
+
+// Build builds an image with the CLI's BuildKit builder (which it starts
+// on first use).
+func (d *Dialect) Build(ctx context.Context, b BuildSpec) error {
+	args, err := BuildArgs(b)
+	if err != nil {
+		return err
+	}
+	_, err = d.cli.Output(ctx, nil, args...)
+	return err
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

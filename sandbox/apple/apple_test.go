@@ -1,0 +1,210 @@
+package apple
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+func TestParseVersion(t *testing.T) {
+	for in, want := range map[string]Version{
+		"container CLI version 1.5.0 (build: release, commit: d265d66)\n":              {1, 5, 0},
+		"container CLI version 0.1.0 (build: release, commit: 0fd8692, sdk: MacOS 15)": {0, 1, 0},
+		"container CLI version 0.6.0 (build: release, commit: unspeci)":                {0, 6, 0},
+		"container CLI version 0.10.0-27-g9fd15f0 (build: debug, commit: 9fd15f0)":     {0, 10, 0},
+		"1.2":   {1, 2, 0},
+		"1.2.1": {1, 2, 1},
+	} {
+		got, err := ParseVersion(in)
+		if err != nil || got != want {
+			t.Errorf("ParseVersion(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	if _, err := ParseVersion("container CLI"); err == nil {
+		t.Error("no number: want an error")
+	}
+}
+
+func TestFeaturesByVersion(t *testing.T) {
+	cases := []struct {
+		v                                      Version
+		init, statusJSON, cp, sockets, liveExp bool
+	}{
+		{Version{0, 9, 0}, false, false, false, false, false},
+		{Version{0, 10, 0}, true, true, false, false, false},
+		{Version{1, 0, 0}, true, true, true, false, false},
+		{Version{1, 1, 0}, true, true, true, true, false},
+		{Version{1, 2, 0}, true, true, true, true, false},
+		{Version{1, 2, 1}, true, true, true, true, true},
+		{Version{1, 5, 0}, true, true, true, true, true},
+	}
+	for _, c := range cases {
+		f := FeaturesOf(c.v)
+		if f.Init != c.init || f.StatusJSON != c.statusJSON || f.Copy != c.cp || f.SocketMounts != c.sockets || f.LiveExport != c.liveExp {
+			t.Errorf("%v: %+v", c.v, f)
+		}
+	}
+	if (Version{0, 7, 1}).AtLeast(MinVersion) || !(Version{0, 8, 0}).AtLeast(MinVersion) {
+		t.Error("MinVersion is 0.8.0")
+	}
+}
+
+func TestRunArgs(t *testing.T) {
+	spec := sandbox.RunSpec{
+		Name:    "smt-box",
+		Image:   "mcp-dev",
+		Labels:  map[string]string{"io.sandbox-mcp.owner": "smt", "io.sandbox-mcp.name": "box"},
+		CPUs:    1.5,
+		Memory:  "512m",
+		Mounts:  []sandbox.Mount{{Volume: "smt-ws-box", Target: "/workspace"}, {Source: "/Users/me/src", Target: "/src", ReadOnly: true}},
+		Workdir: "/workspace",
+		Env:     map[string]string{"B": "2", "A": "1"},
+		Command: []string{"sleep", "infinity"},
+		Init:    true,
+		Network: "none",
+	}
+	got, err := RunArgs(FeaturesOf(Version{1, 5, 0}), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"run", "-d", "--name", "smt-box",
+		"-l", "io.sandbox-mcp.name=box", "-l", "io.sandbox-mcp.owner=smt",
+		"--init", "-c", "2", "-m", "512M", "--network", "none",
+		"-v", "smt-ws-box:/workspace", "-v", "/Users/me/src:/src:ro",
+		"-w", "/workspace", "-e", "A=1", "-e", "B=2",
+		"mcp-dev", "sleep", "infinity"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("RunArgs 1.5.0:\n got %q\nwant %q", got, want)
+	}
+	// 0.9 has no --init; there is never a "--" (Apple passes it on).
+	old, err := RunArgs(FeaturesOf(Version{0, 9, 0}), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range old {
+		if a == "--init" || a == "--" {
+			t.Fatalf("0.9 argv has %q: %q", a, old)
+		}
+	}
+	spec.Virtualization = true
+	spec.Memory = "1073741825" // bytes: rounds up to whole MiB
+	got, _ = RunArgs(FeaturesOf(Version{1, 5, 0}), spec)
+	if s := strings.Join(got, " "); !strings.Contains(s, "-m 1025M") || !strings.Contains(s, "--virtualization") {
+		t.Fatalf("%s", s)
+	}
+	for _, bad := range []sandbox.RunSpec{
+		{Name: "-x", Image: "mcp-dev"},
+		{Name: "ok", Image: "--privileged"},
+		{Name: "ok", Image: "mcp-dev", Mounts: []sandbox.Mount{{Source: "rel/dir", Target: "/x"}}},
+		{Name: "ok", Image: "mcp-dev", Mounts: []sandbox.Mount{{Volume: "v", Target: "/a:b"}}},
+	} {
+		if args, err := RunArgs(FeaturesOf(Version{1, 5, 0}), bad); err == nil {
+			t.Errorf("%+v: want an error, got %q", bad, args)
+		}
+	}
+}
+
+func TestExecArgsNeverTTYNorDoubleDash(t *testing.T) {
+	got := ExecArgs("smt-box", sandbox.ExecSpec{Argv: []string{"sh"}, Interactive: true, Workdir: "/w", User: "1000", Env: map[string]string{"K": "v"}})
+	want := []string{"exec", "-i", "-w", "/w", "-u", "1000", "-e", "K=v", "smt-box", "sh"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %q want %q", got, want)
+	}
+	got = ExecArgs("smt-box", sandbox.ExecSpec{Argv: []string{"true"}})
+	if !reflect.DeepEqual(got, []string{"exec", "smt-box", "true"}) {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestBuildArgs(t *testing.T) {
+	got, err := BuildArgs(BuildSpec{Tag: "mcp-dev", File: "Containerfile.mcp-dev", ContextDir: ".", NoCache: true})
+	if err != nil || !reflect.DeepEqual(got, []string{"build", "-t", "mcp-dev", "-f", "Containerfile.mcp-dev", "--no-cache", "."}) {
+		t.Fatalf("%q %v", got, err)
+	}
+	if _, err := BuildArgs(BuildSpec{Tag: "-x", ContextDir: "."}); err == nil {
+		t.Fatal("tag starting with '-': want an error")
+	}
+}
+
+func TestNormalizeReference(t *testing.T) {
+	for in, want := range map[string]string{
+		"mcp-dev":                          "docker.io/library/mcp-dev:latest",
+		"mcp-dev:1":                        "docker.io/library/mcp-dev:1",
+		"alpine:3.22":                      "docker.io/library/alpine:3.22",
+		"user/img":                         "docker.io/user/img:latest",
+		"docker.io/library/alpine:latest":  "docker.io/library/alpine:latest",
+		"ghcr.io/apple/x/builder:0.12.0":   "ghcr.io/apple/x/builder:0.12.0",
+		"localhost:5000/img":               "localhost:5000/img:latest",
+		"localhost/img":                    "localhost/img:latest",
+		"docker.io/kindest/node@sha256:ab": "docker.io/kindest/node@sha256:ab",
+		"comicarr:latest":                  "docker.io/library/comicarr:latest",
+	} {
+		if got := NormalizeReference(in); got != want {
+			t.Errorf("NormalizeReference(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		code   int
+		stderr string
+		kind   error
+		hint   string
+	}{
+		// 1.x and >= 0.10
+		{1, "Error: container not found: nosuch", sandbox.ErrNotFound, ""},
+		{1, "Error: get failed: container nosuch not found", sandbox.ErrNotFound, ""},
+		{1, "Error: container web is not running", sandbox.ErrNotRunning, ""},
+		{1, "Error: container with id dup already exists", sandbox.ErrAlreadyExists, ""},
+		{1, `Error: internalError: "failed to stop container" (cause: "notFound: "container with ID nosuch not found"")`, sandbox.ErrNotFound, ""},
+		{1, `Error: internalError: "failed to delete container" (cause: "notFound: "container with ID nosuch not found"")`, sandbox.ErrNotFound, ""},
+		{1, `Error: failed to delete one or more containers: ["nosuch"]`, sandbox.ErrNotFound, ""},
+		{1, "Error: no such container: X", sandbox.ErrNotFound, ""},
+		{1, "Error: image not found: nosuch:latest", sandbox.ErrNotFound, ""},
+		{1, "Error: volume not found: nope", sandbox.ErrNotFound, ""},
+		{1, "Error: volume 'definitely-missing-volume-2157' not found", sandbox.ErrNotFound, ""},
+		// before 0.10
+		{1, `Error: notFound: "get failed: container nosuch not found"`, sandbox.ErrNotFound, ""},
+		{1, `Error: invalidState: "container web is not running"`, sandbox.ErrNotRunning, ""},
+		{1, `Error: exists: "container with id dup already exists"`, sandbox.ErrAlreadyExists, ""},
+		// the system service
+		{1, "Error: internalError: \"failed to list containers\" (cause: \"interrupted: \"XPC connection error: Connection invalid\"\")\nEnsure container system service has been started with `container system start`.", sandbox.ErrEngineNotStarted, StartHint},
+		{1, `Error: interrupted: "XPC connection error: Connection invalid"`, sandbox.ErrEngineNotStarted, StartHint},
+		{64, "Error: Plugins are unavailable. Start the container system services and retry", sandbox.ErrEngineNotStarted, StartHint},
+		// neither
+		{1, `Error: internalError: "failed to delete container" (cause: "invalidState: "container qtest is running and can not be deleted"")`, nil, ""},
+		{1, `Error: invalidState: "container is not stopped"`, nil, ""},
+		{64, "Error: Unknown option '--bogus'\nUsage: container run", nil, "upgrade"},
+		{1, "Error: Plugin 'container-cp' not found.", nil, "upgrade"},
+		{1, `Error: unsupported: "nested virtualization is not supported on the platform"`, nil, "M3"},
+	}
+	for _, c := range cases {
+		kind, hint := Classify(c.code, c.stderr)
+		if !errors.Is(kind, c.kind) || (c.kind == nil && kind != nil) || !strings.Contains(hint, c.hint) {
+			t.Errorf("Classify(%d, %q) = %v, %q; want %v, …%q…", c.code, c.stderr, kind, hint, c.kind, c.hint)
+		}
+	}
+}
+
+func TestCLIFailureVersusProcessExit(t *testing.T) {
+	for _, c := range []struct {
+		code   int
+		stderr string
+		want   bool
+	}{
+		{1, "Error: container smt-box is not running\n", true},
+		{1, "Error: failed to exec process CancellationError()\n", true},
+		{1, "grep: not found\n", false},      // the process's own words
+		{127, "sh: foo: not found\n", false}, // ditto
+		{2, "Error: get failed: container x not found", false},
+		{1, "", false},
+	} {
+		if got := cliFailure(c.code, c.stderr); got != c.want {
+			t.Errorf("cliFailure(%d, %q) = %v", c.code, c.stderr, got)
+		}
+	}
+}
