@@ -202,7 +202,11 @@ func (s *Server) handleHealth(ctx context.Context, _ mcp.CallToolRequest) (*mcp.
 	rt := s.m.Runtime()
 	h := Health{Runtime: rt.Kind(), DefaultImage: s.m.ProfileFor(sandbox.DefaultName).Image, Sandboxes: map[string]string{}}
 	var lines []string
-	v, err := rt.Version(ctx)
+	err := rt.Ping(ctx)
+	var v string
+	if err == nil {
+		v, err = rt.Version(ctx)
+	}
 	if err != nil {
 		h.EngineError = err.Error()
 		lines = append(lines, "engine: "+err.Error())
@@ -216,7 +220,7 @@ func (s *Server) handleHealth(ctx context.Context, _ mcp.CallToolRequest) (*mcp.
 		case h.ImagePresent:
 			lines = append(lines, fmt.Sprintf("default image %s: present", h.DefaultImage))
 		default:
-			lines = append(lines, fmt.Sprintf("default image %s: MISSING (run `make setup` on Linux, or build it)", h.DefaultImage))
+			lines = append(lines, fmt.Sprintf("default image %s: MISSING (%s)", h.DefaultImage, sandbox.ImageHint(rt)))
 		}
 		list, err := s.m.List(ctx)
 		if err != nil {

@@ -331,6 +331,14 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 // ErrImageMissing is returned when a sandbox's image is not present locally.
 var ErrImageMissing = errors.New("image not present")
 
+// ImageHint tells the user how to get a missing sandbox image on rt.
+func ImageHint(rt Runtime) string {
+	if rt.Kind() == "container" {
+		return "build the default image with `container build -t mcp-dev -f Containerfile.mcp-dev .` in the sandbox-mcp checkout, or run `make setup` there; other images: `container image pull`"
+	}
+	return "on Linux run `make setup` to build the default image; other images: pull or build them with " + rt.Binary()
+}
+
 // create boots a new container. known skips checking the image and
 // creating the workspace volume, for a container replacing one that used both.
 func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) error {
@@ -342,8 +350,7 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 			return fmt.Errorf("look up image %q: %w", prof.Image, err)
 		}
 		if !ok {
-			return fmt.Errorf("%w: %q (on Linux run `make setup` to build the default image; otherwise pull or build it with %s)",
-				ErrImageMissing, prof.Image, m.rt.Binary())
+			return fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
 		}
 		if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
 			return fmt.Errorf("create workspace volume for %q: %w", name, err)

@@ -51,8 +51,9 @@ func Classify(code int, stderr string) (error, string) {
 	case has("not found", "no such container", "failed to delete one or more containers"):
 		return sandbox.ErrNotFound, ""
 	case has("failed with response: 404", "failed with response: 401 unauthorized"):
-		// A registry answering for an image that is not there.
-		return sandbox.ErrNotFound, ""
+		// A registry answering for an image that is not there (Docker Hub
+		// says 401 for a repository that does not exist).
+		return sandbox.ErrNotFound, "the registry has no such image, or it needs `container registry login`"
 	}
 	return nil, ""
 }
