@@ -377,7 +377,7 @@ func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) 
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && ctx.Err() == nil {
 		code := exitErr.ExitCode()
-		if !cliFailure(code, se.String()) {
+		if !d.cliFailure(ctx, name, code, se.String()) {
 			res.ExitCode = code
 			return res, nil
 		}
@@ -385,25 +385,44 @@ func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) 
 	return res, d.cli.Failure(ctx, cmd.Args, err, se.Bytes())
 }
 
-// cliFailure tells the CLI's own failure from the process's exit status:
-// the CLI exits 1 with a line starting "Error: " that Classify knows, or
-// with the drain timeout's CancellationError.
-func cliFailure(code int, stderr string) bool {
-	if code != 1 && code != 64 {
+// cliFailure tells the CLI's own failure from the process's exit status.
+// The CLI exits 1 with a line starting "Error: " that Classify knows, or
+// with the drain timeout's CancellationError. A process can print such a
+// line too, so a "not found" or "not running" is believed only when the
+// container really is missing or stopped.
+func (d *Dialect) cliFailure(ctx context.Context, name string, code int, stderr string) bool {
+	kind, drained := cliError(code, stderr)
+	switch {
+	case drained:
+		return true
+	case kind == nil:
 		return false
+	case errors.Is(kind, sandbox.ErrNotFound) || errors.Is(kind, sandbox.ErrNotRunning):
+		c, err := d.Inspect(ctx, name)
+		return err != nil || !c.Running()
+	}
+	return true
+}
+
+// cliError finds the CLI's own error line in an exec's stderr: the kind
+// Classify gives it, or drained when the CLI gave up waiting for the
+// process's output pipes to close.
+func cliError(code int, stderr string) (kind error, drained bool) {
+	if code != 1 && code != 64 {
+		return nil, false
 	}
 	for _, line := range strings.Split(stderr, "\n") {
 		if !strings.HasPrefix(line, "Error: ") {
 			continue
 		}
-		if strings.Contains(line, "CancellationError") {
-			return true
+		if strings.Contains(line, "failed to exec process CancellationError") {
+			return nil, true
 		}
-		if kind, _ := Classify(code, line); kind != nil {
-			return true
+		if k, _ := Classify(code, line); k != nil {
+			kind = k
 		}
 	}
-	return false
+	return kind, false
 }
 
 // VolumeCreate implements sandbox.Runtime.

@@ -190,21 +190,24 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestCLIFailureVersusProcessExit(t *testing.T) {
+func TestCLIErrorInExecStderr(t *testing.T) {
 	for _, c := range []struct {
-		code   int
-		stderr string
-		want   bool
+		code    int
+		stderr  string
+		kind    error
+		drained bool
 	}{
-		{1, "Error: container smt-box is not running\n", true},
-		{1, "Error: failed to exec process CancellationError()\n", true},
-		{1, "grep: not found\n", false},      // the process's own words
-		{127, "sh: foo: not found\n", false}, // ditto
-		{2, "Error: get failed: container x not found", false},
-		{1, "", false},
+		{1, "Error: container smt-box is not running\n", sandbox.ErrNotRunning, false},
+		{1, "Error: get failed: container smt-box not found\n", sandbox.ErrNotFound, false},
+		{1, "Error: failed to exec process CancellationError()\n", nil, true},
+		{1, "grep: not found\n", nil, false},      // the process's own words
+		{127, "sh: foo: not found\n", nil, false}, // ditto
+		{2, "Error: get failed: container x not found", nil, false},
+		{1, "", nil, false},
 	} {
-		if got := cliFailure(c.code, c.stderr); got != c.want {
-			t.Errorf("cliFailure(%d, %q) = %v", c.code, c.stderr, got)
+		kind, drained := cliError(c.code, c.stderr)
+		if !errors.Is(kind, c.kind) || (c.kind == nil && kind != nil) || drained != c.drained {
+			t.Errorf("cliError(%d, %q) = %v, %v", c.code, c.stderr, kind, drained)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os/exec"
@@ -30,6 +31,11 @@ const maxStderr = 2048
 // waitDelay bounds how long Wait waits for a killed CLI's pipes to close.
 const waitDelay = 2 * time.Second
 
+// DefaultTimeout bounds a run of the CLI whose context has no deadline, so
+// a stuck engine (a lock held by another client, a hung daemon) gives an
+// error instead of a tool call that never answers.
+const DefaultTimeout = 2 * time.Minute
+
 // Runner runs one CLI binary.
 type Runner struct {
 	Binary   string
@@ -38,6 +44,8 @@ type Runner struct {
 	Classify Classifier
 	// MissingHint is shown when the binary cannot be found.
 	MissingHint string
+	// Timeout replaces DefaultTimeout for Run and Output when non-zero.
+	Timeout time.Duration
 }
 
 // Command prepares argv for the runner's binary with process hygiene set:
@@ -66,6 +74,15 @@ func (r *Runner) Output(ctx context.Context, stdin io.Reader, args ...string) ([
 // Run runs the CLI and returns stdout and stderr. A non-zero exit becomes a
 // classified *sandbox.EngineError.
 func (r *Runner) Run(ctx context.Context, stdin io.Reader, args ...string) (stdout, stderr []byte, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		timeout := r.Timeout
+		if timeout == 0 {
+			timeout = DefaultTimeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	cmd := r.Command(ctx, args...)
 	var so, se bytes.Buffer
 	cmd.Stdin = stdin
@@ -91,6 +108,10 @@ func (r *Runner) Failure(ctx context.Context, argv []string, err error, stderr [
 		ee.Kind = sandbox.ErrEngineMissing
 		ee.Hint = r.MissingHint
 		ee.Err = err
+		return ee
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		ee.Err = fmt.Errorf("the engine did not answer in time: %w", ctx.Err())
+		ee.Hint = "check that the engine responds (`sandbox-mcp doctor`); another client may hold a lock"
 		return ee
 	case ctx.Err() != nil:
 		ee.Err = ctx.Err()
