@@ -18,6 +18,12 @@ build:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-amd64 ./cmd/sandbox-ctl
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-arm64 ./cmd/sandbox-ctl
 
+# Linux: podman, runc and the offline images. macOS: Apple's container CLI
+# started, mcp-dev built from Containerfile.mcp-dev (scripts/setup-macos.sh).
+ifeq ($(shell uname -s),Darwin)
+setup:
+	scripts/setup-macos.sh
+else
 setup:
 	scripts/setup-engine.sh
 	scripts/build-images.sh --engine podman all
@@ -25,6 +31,7 @@ setup:
 	@echo
 	@echo "Register the server with Claude Code:"
 	@echo "  claude mcp add sandbox -- $(CURDIR)/$(BIN)/sandbox-mcp serve"
+endif
 
 # Everything, against real podman and a private Docker Engine (see scripts/test.sh).
 # Extra go test args: make test ARGS='-run TestX ./shell/'

@@ -56,9 +56,10 @@ type server struct {
 func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, extra ...string) *server {
 	t.Helper()
 	s := &server{stateDir: t.TempDir()}
-	args := append([]string{"serve", "--runtime", tg.Name, "--image", tg.Image, "--prefix", prefix,
+	args := append([]string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
 		"--state-dir", s.stateDir, "--no-boot-default"}, extra...)
 	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), tg.Env...)
 	cmd.Stderr = &prefixWriter{t: t}
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {

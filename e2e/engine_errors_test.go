@@ -81,7 +81,7 @@ func TestEngineMissing(t *testing.T) {
 func TestMCPGoClient(t *testing.T) {
 	tg := enginetest.Targets(t)[0]
 	prefix := enginetest.Prefix(t, tg.New())
-	c, err := mcpclient.NewStdioMCPClient(binary, os.Environ(), "serve", "--runtime", tg.Name, "--image", tg.Image,
+	c, err := mcpclient.NewStdioMCPClient(binary, append(os.Environ(), tg.Env...), "serve", "--runtime", tg.Runtime, "--image", tg.Image,
 		"--prefix", prefix, "--state-dir", t.TempDir(), "--no-boot-default")
 	if err != nil {
 		t.Fatal(err)
@@ -112,13 +112,13 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	tg := enginetest.Targets(t)[0]
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()
-	args := []string{"serve", "--runtime", tg.Name, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}
-	first := connectRaw(t, nil, args...)
+	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}
+	first := connectRaw(t, tg.Env, args...)
 	if text, isErr := callText(t, first, "exec", map[string]any{"command": "echo persisted-entry"}); isErr {
 		t.Fatal(text)
 	}
 	first.Close() // a clean exit flushes history
-	second := connectRaw(t, nil, args...)
+	second := connectRaw(t, tg.Env, args...)
 	text, isErr := callText(t, second, "history", map[string]any{})
 	if isErr || !strings.Contains(text, "echo persisted-entry") {
 		t.Fatalf("history after restart: %v %q", isErr, text)

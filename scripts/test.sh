@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command (`make test` runs it): unit tests plus the engine suites
-# against real podman and a private Docker Engine.
+# against real podman, a private Docker Engine, and Apple's container CLI as emulated
+# on podman by the stand-in in internal/applestandin (1.5.0 and 0.9.0 behaviour).
 #
 #   scripts/test.sh [--setup] [--no-docker] [-- GO_TEST_ARGS...]
 #
 #   --setup      run scripts/setup-engine.sh even if podman is installed (CI=true does too);
 #                otherwise it runs only when podman (or dockerd, if needed) is missing
-#   --no-docker  test podman only (no private dockerd)
+#   --no-docker  test podman and the container stand-in only (no private dockerd)
 #   -- ARGS      passed to `go test`; package arguments replace ./..., e.g.
 #                scripts/test.sh -- -run TestManagerOnEngine -v ./sandbox/
 #
@@ -100,13 +101,15 @@ if [[ -n "${SANDBOX_MCP_TEST_RUNTIMES:-}" ]]; then
   runtimes="$SANDBOX_MCP_TEST_RUNTIMES"
   caller_runtimes=1
 elif [[ "$no_docker" -eq 1 ]]; then
-  runtimes=podman
+  runtimes=podman,container,container@0.9.0
   caller_runtimes=0
 else
-  runtimes=podman,docker
+  runtimes=podman,docker,container,container@0.9.0
   caller_runtimes=0
 fi
 has_runtime() { [[ ",${runtimes// /}," == *",$1,"* ]]; }
+# The stand-in for Apple's container CLI ("container", "container@0.9.0") runs on podman.
+needs_podman() { has_runtime podman || [[ ",${runtimes// /}," == *",container"* ]]; }
 
 # --- engine set-up (slow; only when needed) ------------------------------------
 setup_args=()
@@ -133,7 +136,7 @@ if [[ "$($GO env CGO_ENABLED)" != 1 ]]; then
 fi
 
 # --- images --------------------------------------------------------------------
-if has_runtime podman; then
+if needs_podman; then
   phase "podman images"
   if podman image exists localhost/sandbox-mcp-minimal:latest \
     && podman image exists localhost/mcp-dev:latest; then

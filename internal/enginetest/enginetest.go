@@ -3,7 +3,10 @@
 // stand-in) Apple's container CLI.
 //
 // SANDBOX_MCP_TEST_RUNTIMES lists them, comma-separated (for example
-// "podman,docker"). When it is unset, engine tests skip and say so; the
+// "podman,docker,container"). "container" is Apple's CLI as emulated by the
+// stand-in in internal/applestandin (1.5.0 behaviour, on podman);
+// "container@0.9.0" pins the stand-in to an older release's JSON and error
+// texts. When the variable is unset, engine tests skip and say so; the
 // README's test command and CI always set it.
 package enginetest
 
@@ -25,10 +28,16 @@ const EnvRuntimes = "SANDBOX_MCP_TEST_RUNTIMES"
 
 // Target is one engine under test.
 type Target struct {
-	// Name is the --runtime value: "podman", "docker" or "container".
+	// Name names the target in test names: "podman", "docker", "container"
+	// or "container-0.9.0".
 	Name string
+	// Runtime is the --runtime value: "podman", "docker" or "container".
+	Runtime string
 	// Image is the sandbox image to boot (must have sh, base64, python3).
 	Image string
+	// Env is added to the environment of a sandbox-mcp server started for
+	// this target (the stand-in's directory first on PATH, its settings).
+	Env []string
 	// New returns a driver for the engine.
 	New func() sandbox.Runtime
 }
@@ -46,12 +55,16 @@ func Targets(t testing.TB) []Target {
 		switch name {
 		case "podman", "docker":
 			f := docker.Flavor(name)
-			out = append(out, Target{Name: name, Image: image(), New: func() sandbox.Runtime {
+			out = append(out, Target{Name: name, Runtime: name, Image: image(), New: func() sandbox.Runtime {
 				return docker.New(docker.Options{Flavor: f})
 			}})
 		case "":
 		default:
-			t.Fatalf("%s: unknown runtime %q", EnvRuntimes, name)
+			version, ok := strings.CutPrefix(name, "container")
+			if !ok || (version != "" && !strings.HasPrefix(version, "@")) {
+				t.Fatalf("%s: unknown runtime %q", EnvRuntimes, name)
+			}
+			out = append(out, standInTarget(t, strings.TrimPrefix(version, "@")))
 		}
 	}
 	return out

@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+// appleTarget returns the stand-in container target, or skips.
+func appleTarget(t *testing.T) enginetest.Target {
+	t.Helper()
+	for _, tg := range enginetest.Targets(t) {
+		if tg.Runtime == "container" {
+			return tg
+		}
+	}
+	t.Skipf("needs the container stand-in: add container to %s (`make test` does)", enginetest.EnvRuntimes)
+	return enginetest.Target{}
+}
+
+// TestContainerMissing: --runtime container without Apple's CLI on PATH
+// answers with where to get it, and the server stays up.
+func TestContainerMissing(t *testing.T) {
+	cs := connectRaw(t, []string{"PATH=/nonexistent"},
+		"serve", "--runtime", "container", "--state-dir", t.TempDir(), "--no-boot-default", "--prefix", "smtnocontainer")
+	for _, tool := range []string{"exec", "health"} {
+		text, isErr := callText(t, cs, tool, map[string]any{"command": "true"})
+		if !isErr || !strings.Contains(text, "github.com/apple/container/releases") {
+			t.Fatalf("%s: %v %q", tool, isErr, text)
+		}
+	}
+}
+
+// TestContainerSystemNotStarted: with Apple's system service stopped,
+// tools answer with the exact command to run; once it is run, the same
+// server works without a restart.
+func TestContainerSystemNotStarted(t *testing.T) {
+	tg := appleTarget(t)
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "system-stopped"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := append([]string{enginetest.EnvStandInHome + "=" + home}, tg.Env...)
+	prefix := enginetest.Prefix(t, tg.New())
+	cs := connectRaw(t, env, "serve", "--runtime", "container", "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", t.TempDir(), "--no-boot-default")
+	const want = "container system start --enable-kernel-install"
+	for _, tool := range []string{"exec", "health", "list_all"} {
+		text, isErr := callText(t, cs, tool, map[string]any{"command": "true"})
+		if !isErr || !strings.Contains(text, want) {
+			t.Fatalf("%s with the system stopped: %v %q", tool, isErr, text)
+		}
+	}
+	// Run what the hint says, with the same CLI the server uses.
+	start := exec.Command(enginetest.StandIn(t), strings.Fields(want)[1:]...)
+	start.Env = append(os.Environ(), env...)
+	if out, err := start.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v %s", want, err, out)
+	}
+	text, isErr := callText(t, cs, "exec", map[string]any{"command": "echo up"})
+	if isErr || !strings.Contains(text, "up\n") {
+		t.Fatalf("exec after system start: %v %q", isErr, text)
+	}
+}
+
+// TestContainerNamesNeverReachTheCLI: names Apple rejects (leading dot,
+// over 63 bytes) fail in the server, and no argv carrying them reaches the
+// CLI; the longest allowed name works.
+func TestContainerNamesNeverReachTheCLI(t *testing.T) {
+	tg := appleTarget(t)
+	logFile := filepath.Join(t.TempDir(), "argv.log")
+	env := append([]string{enginetest.EnvStandInLog + "=" + logFile}, tg.Env...)
+	prefix := enginetest.Prefix(t, tg.New())
+	cs := connectRaw(t, env, "serve", "--runtime", "container", "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", t.TempDir(), "--no-boot-default")
+	long := strings.Repeat("a", 64)
+	for _, bad := range []string{".hidden", long, "a/b", "-rm", "x y"} {
+		text, isErr := callText(t, cs, "exec", map[string]any{"command": "true", "sandbox": bad})
+		if !isErr || !strings.Contains(text, "invalid sandbox name") {
+			t.Fatalf("exec in %q: %v %q", bad, isErr, text)
+		}
+	}
+	longest := strings.Repeat("b", 63)
+	text, isErr := callText(t, cs, "exec", map[string]any{"command": "echo ok", "sandbox": longest})
+	if isErr || !strings.Contains(text, "ok\n") {
+		t.Fatalf("exec in a 63-byte name: %v %q", isErr, text)
+	}
+	log, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), ".hidden") || strings.Contains(string(log), long) || !strings.Contains(string(log), `"run"`) {
+		t.Fatalf("argv log:\n%s", log)
+	}
+	if _, isErr := callText(t, cs, "destroy", map[string]any{"sandbox": longest}); isErr {
+		t.Fatal("destroy")
+	}
+}

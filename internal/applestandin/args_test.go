@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// testApp returns an app for version v writing into buffers; the engine
+// is never started by the cases that use it.
+func testApp(v string) (*app, *bytes.Buffer, *bytes.Buffer) {
+	var out, errb bytes.Buffer
+	return &app{v: MustVersion(v), eng: &engine{bin: "/nonexistent/podman"}, stdout: &out, stderr: &errb}, &out, &errb
+}
+
+func TestParseArgs(t *testing.T) {
+	v := MustVersion("1.5.0")
+	p, err := parseArgs(v, runSpec("run"), []string{"-d", "--name=web", "-l", "a=b", "--label", "c=d", "-it", "-c", "2",
+		"mcp-dev", "sh", "-c", "--name", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.has("detach") || !p.has("interactive") || !p.has("tty") || p.val("name", "") != "web" || p.val("cpus", "") != "2" {
+		t.Errorf("flags: %+v", p)
+	}
+	if !reflect.DeepEqual(p.vals["label"], []string{"a=b", "c=d"}) {
+		t.Errorf("labels: %v", p.vals["label"])
+	}
+	if want := []string{"mcp-dev", "sh", "-c", "--name", "x"}; !reflect.DeepEqual(p.pos, want) {
+		t.Errorf("positionals %v, want %v", p.pos, want)
+	}
+}
+
+func TestExecKeepsDoubleDash(t *testing.T) {
+	p, err := parseArgs(MustVersion("1.5.0"), execSpec(), []string{"-i", "ctr", "--", "ls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"ctr", "--", "ls"}; !reflect.DeepEqual(p.pos, want) {
+		t.Errorf("got %v, want %v", p.pos, want)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		spec    *cmdSpec
+		args    []string
+		first   string
+	}{
+		{"1.5.0", runSpec("run"), []string{"--bogus", "img"}, "Error: Unknown option '--bogus'"},
+		{"1.5.0", runSpec("run"), []string{"-z", "img"}, "Error: Unknown option '-z'"},
+		{"1.5.0", runSpec("run"), []string{"-d"}, "Error: Missing expected argument '<image>'"},
+		{"1.5.0", runSpec("run"), []string{"--name"}, "Error: Missing value for '--name <name>'"},
+		{"0.9.0", runSpec("run"), []string{"--init", "img"}, "Error: Unknown option '--init'"},
+		{"1.5.0", execSpec(), []string{"ctr"}, "Error: Missing expected argument '<arguments> ...'"},
+		{"0.12.3", exportSpec(MustVersion("0.10.0")), []string{"-o", "f", "ctr"}, "Error: Unknown option '-o'"},
+	} {
+		_, err := parseArgs(MustVersion(c.version), c.spec, c.args)
+		var ee *exitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("%v: no usage error (%v)", c.args, err)
+		}
+		lines := strings.Split(ee.text, "\n")
+		if ee.code != 64 || lines[0] != c.first || len(lines) != 3 || !strings.HasPrefix(lines[1], "Usage: ") {
+			t.Errorf("%v: code %d text %q", c.args, ee.code, ee.text)
+		}
+	}
+	if _, err := parseArgs(MustVersion("1.0.0"), runSpec("run"), []string{"--init", "img"}); err != nil {
+		t.Errorf("--init must exist on 1.0.0: %v", err)
+	}
+}
+
+func TestDispatchUsageAndPlugins(t *testing.T) {
+	a, _, errb := testApp("1.5.0")
+	if code := a.finish(a.dispatch([]string{"list", "--bogus"})); code != 64 {
+		t.Errorf("unknown option exit %d", code)
+	}
+	if !strings.HasPrefix(errb.String(), "Error: Unknown option '--bogus'\nUsage: container list") {
+		t.Errorf("stderr %q", errb.String())
+	}
+	a, _, errb = testApp("0.12.3")
+	if code := a.finish(a.dispatch([]string{"cp", "a", "b:/c"})); code != 1 || errb.String() != "Error: Plugin 'container-cp' not found.\n" {
+		t.Errorf("0.x cp: %d %q", code, errb.String())
+	}
+	a, out, _ := testApp("1.2.0")
+	if code := a.finish(a.dispatch([]string{"--version"})); code != 0 || out.String() != "container CLI version 1.2.0 (build: release, commit: 0000000)\n" {
+		t.Errorf("--version: %d %q", code, out.String())
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"1G": 1 << 30, "512M": 512 << 20, "512m": 512 << 20, "1024": 1024 << 20,
+		"2GiB": 2 << 30, "64K": 64 << 10, "1.5G": 3 << 29} {
+		if got, ok := parseSize(in); !ok || got != want {
+			t.Errorf("parseSize(%q) = %d %v, want %d", in, got, ok, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1G", "G"} {
+		if _, ok := parseSize(bad); ok {
+			t.Errorf("parseSize(%q) accepted", bad)
+		}
+	}
+}
+
+func TestValidName(t *testing.T) {
+	for name, ok := range map[string]bool{"web": true, "a": false, "a.b_c-d": true, "-x": false, "bad name": false,
+		strings.Repeat("a", 63): true, strings.Repeat("a", 64): false} {
+		if validName(name) != ok {
+			t.Errorf("validName(%q) != %v", name, ok)
+		}
+	}
+}

@@ -1,0 +1,464 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// imageCommands is the `container image` group.
+func imageCommands(v Version) map[string]handler {
+	list := func(n string) handler {
+		return handler{&cmdSpec{
+			path:  "container image " + n,
+			usage: "container image " + n + " [--format <format>] [--quiet] [--verbose]",
+			opts:  []opt{option("format", "--format"), flag("-q", "--quiet"), flag("-v", "--verbose")},
+		}, cmdImageList}
+	}
+	del := func(n string) handler {
+		return handler{&cmdSpec{
+			path:  "container image " + n,
+			usage: "container image " + n + " [--all] [--force] [<images> ...]",
+			opts:  []opt{flag("-a", "--all"), flag("-f", "--force")},
+		}, cmdImageDelete}
+	}
+	return map[string]handler{
+		"list": list("list"),
+		"ls":   list("ls"),
+		"inspect": {&cmdSpec{
+			path:  "container image inspect",
+			usage: "container image inspect <images> ...",
+			args:  []string{"<images>"},
+		}, cmdImageInspect},
+		"delete": del("delete"),
+		"rm":     del("rm"),
+		"tag": {&cmdSpec{
+			path:  "container image tag",
+			usage: "container image tag <source> <target>",
+			args:  []string{"<source>", "<target>"},
+		}, cmdImageTag},
+		"pull": {&cmdSpec{
+			path:  "container image pull",
+			usage: "container image pull [<options>] <reference>",
+			opts: []opt{option("platform", "--platform"), option("arch", "-a", "--arch"), option("os", "--os"),
+				option("scheme", "--scheme"), option("type", "--progress"), option("count", "--max-concurrent-downloads")},
+			args: []string{"<reference>"},
+		}, cmdImagePull},
+	}
+}
+
+// imageEntry is one Apple image: a reference and the podman image behind it.
+type imageEntry struct {
+	ref string // normalised Apple reference
+	img *podImage
+}
+
+// listImages returns every tagged podman image under its Apple reference.
+func (a *app) listImages() ([]imageEntry, error) {
+	r := a.eng.run("images", "-q", "--no-trunc")
+	if !r.ok() {
+		return nil, failPlain(r.message())
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, id := range strings.Fields(string(r.stdout)) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	imgs, err := a.eng.inspectImages(ids...)
+	if err != nil {
+		return nil, err
+	}
+	var out []imageEntry
+	refs := map[string]bool{}
+	for i := range imgs {
+		for _, t := range imgs[i].RepoTags {
+			if strings.HasPrefix(t, "<none>") || strings.Contains(t, "/pause:") {
+				continue
+			}
+			ref := appleFromPodman(t)
+			if refs[ref] {
+				continue
+			}
+			refs[ref] = true
+			out = append(out, imageEntry{ref, &imgs[i]})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ref < out[j].ref })
+	return out, nil
+}
+
+// findImage resolves an Apple reference to a podman image.
+func (a *app) findImage(ref string) (*imageEntry, string, error) {
+	full := normalizeRef(ref)
+	cands := podmanCandidates(full)
+	imgs, err := a.eng.inspectImages(cands...)
+	if err != nil || len(imgs) == 0 {
+		return nil, "", err
+	}
+	podRef, img := pickImage(cands, imgs)
+	return &imageEntry{full, img}, podRef, nil
+}
+
+func hexDigest(d string) string { return strings.TrimPrefix(d, "sha256:") }
+
+// ociConfig rebuilds the image's OCI config from podman's inspect output.
+func ociConfig(im *podImage) *Obj {
+	o := NewObj().Set("architecture", im.Architecture)
+	if cfg, err := decodeOrdered(im.Config); err == nil && cfg != nil {
+		o.Set("config", cfg)
+	} else {
+		o.Set("config", NewObj())
+	}
+	o.Set("created", im.Created.UTC().Format(time.RFC3339Nano))
+	if h, err := decodeOrdered(im.History); err == nil && h != nil {
+		o.Set("history", h)
+	}
+	return o.Set("os", orDefault(im.Os, "linux")).
+		Set("rootfs", NewObj().Set("diff_ids", orEmpty(im.RootFS.Layers)).Set("type", orDefault(im.RootFS.Type, "layers")))
+}
+
+// descriptorJSON is the image index descriptor ({size, mediaType, digest} in 0.x order).
+func descriptorJSON(im *podImage) *Obj {
+	return NewObj().Set("size", descriptorSize).Set("mediaType", indexMediaType).Set("digest", im.Digest)
+}
+
+// imageJSON renders one image for list/inspect in the version's shape.
+func (a *app) imageJSON(e imageEntry, inspect bool) *Obj {
+	im := e.img
+	platform := NewObj().Set("os", orDefault(im.Os, "linux")).Set("architecture", im.Architecture)
+	if a.v.oneX() {
+		return NewObj().
+			Set("configuration", NewObj().Set("creationDate", isoDate(im.Created)).
+				Set("descriptor", descriptorJSON(im)).Set("name", e.ref)).
+			Set("id", hexDigest(im.Digest)).
+			Set("variants", []any{NewObj().
+				Set("config", ociConfig(im)).
+				Set("digest", "sha256:"+im.ID).
+				Set("platform", platform).
+				Set("size", im.Size)})
+	}
+	if inspect {
+		// reconstructed from ImageDetail.swift @0.12.3 (samples §2.5).
+		return NewObj().Set("name", e.ref).Set("index", descriptorJSON(im)).
+			Set("variants", []any{NewObj().Set("platform", platform).Set("config", ociConfig(im)).Set("size", im.Size)})
+	}
+	return NewObj().Set("fullSize", decimalSize(im.Size)).Set("reference", e.ref).Set("descriptor", descriptorJSON(im))
+}
+
+// decimalSize formats like ByteCountFormatter (.file): decimal units.
+// reconstructed: the precision per unit follows Foundation's usual output.
+func decimalSize(n int64) string {
+	f := float64(n)
+	switch {
+	case f >= 1e9:
+		return fmt.Sprintf("%.2f GB", f/1e9)
+	case f >= 1e6:
+		return fmt.Sprintf("%.1f MB", f/1e6)
+	case f >= 1e3:
+		return fmt.Sprintf("%.0f KB", f/1e3)
+	case n == 0:
+		return "Zero KB"
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// cmdImageList lists images as a table, references (-q) or JSON.
+func cmdImageList(a *app, p *parsed) error {
+	format, err := a.checkFormat(&cmdSpec{path: "container image list", usage: "container image list [--format <format>] [--quiet] [--verbose]"}, p)
+	if err != nil {
+		return err
+	}
+	if err := a.up("failed to list images"); err != nil {
+		return err
+	}
+	entries, err := a.listImages()
+	if err != nil {
+		return err
+	}
+	switch {
+	case format == "json":
+		arr := []any{}
+		for _, e := range entries {
+			arr = append(arr, a.imageJSON(e, false))
+		}
+		a.printJSON(arr, false)
+	case p.has("quiet"):
+		for _, e := range entries {
+			fmt.Fprintln(a.stdout, displayRef(e.ref))
+		}
+	default:
+		rows := [][]string{{"NAME", "TAG", "DIGEST"}}
+		for _, e := range entries {
+			name, tag := refNameTag(displayRef(e.ref))
+			d := hexDigest(e.img.Digest)
+			if a.v.oneX() {
+				d = d[:min(12, len(d))]
+			} else {
+				d = d[:min(24, len(d))] + "..."
+			}
+			rows = append(rows, []string{name, tag, d})
+		}
+		fmt.Fprintln(a.stdout, renderTable(rows))
+	}
+	return nil
+}
+
+// cmdImageInspect prints images as JSON (1.x pretty; missing -> error).
+func cmdImageInspect(a *app, p *parsed) error {
+	if err := a.up("failed to list images"); err != nil {
+		return err
+	}
+	arr := []any{}
+	var missing, found []string
+	for _, ref := range p.pos {
+		e, _, err := a.findImage(ref)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			missing = append(missing, ref)
+			continue
+		}
+		found = append(found, ref)
+		arr = append(arr, a.imageJSON(*e, true))
+	}
+	if len(missing) > 0 {
+		if a.v.oneX() {
+			names := make([]string, len(missing))
+			for i, m := range missing {
+				names[i] = displayRef(normalizeRef(m))
+			}
+			return a.fail("notFound", "image not found: "+strings.Join(names, ", "))
+		}
+		// 0.12.3 (samples §2.6): a log line, then the InspectError description.
+		var failed []string
+		for _, m := range missing {
+			fmt.Fprintf(a.stderr, "image inspect failed: [\"name\": %s, \"error\": Image not found]\n", m)
+			failed = append(failed, fmt.Sprintf("(%q, notFound: \"Image not found\")", m))
+		}
+		return failPlain("InspectError(succeeded: " + swiftArray(found) + ", failed: [" + strings.Join(failed, ", ") + "])")
+	}
+	a.printJSON(arr, true)
+	return nil
+}
+
+// swiftArray describes a [String] the way Swift prints it.
+func swiftArray(s []string) string {
+	if len(s) == 0 {
+		return "[]"
+	}
+	return swiftSet(s)
+}
+
+// cmdImageDelete removes image references (-f ignores missing ones).
+func cmdImageDelete(a *app, p *parsed) error {
+	if err := a.up("failed to list images"); err != nil {
+		return err
+	}
+	refs := p.pos
+	if p.has("all") {
+		entries, err := a.listImages()
+		if err != nil {
+			return err
+		}
+		refs = nil
+		for _, e := range entries {
+			refs = append(refs, e.ref)
+		}
+	}
+	var missing []string
+	for _, ref := range refs {
+		e, podRef, err := a.findImage(ref)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			if !p.has("force") {
+				missing = append(missing, displayRef(normalizeRef(ref)))
+			}
+			continue
+		}
+		if r := a.eng.run("rmi", podRef); !r.ok() {
+			// Apple's containers keep their own root filesystems: drop the tag only.
+			if r2 := a.eng.run("untag", podRef, podRef); !r2.ok() {
+				return a.failCause("internalError", "failed to delete image "+ref, r.message())
+			}
+		}
+		fmt.Fprintln(a.stdout, ref)
+	}
+	if len(missing) > 0 {
+		// reconstructed
+		return a.fail("notFound", "image not found: "+strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// cmdImageTag adds a reference to an image and prints the target.
+func cmdImageTag(a *app, p *parsed) error {
+	if err := a.up("failed to list images"); err != nil {
+		return err
+	}
+	e, podRef, err := a.findImage(p.pos[0])
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		return a.fail("notFound", "image not found: "+displayRef(normalizeRef(p.pos[0])))
+	}
+	target := normalizeRef(p.pos[1])
+	if r := a.eng.run("tag", podRef, podmanTag(target)); !r.ok() {
+		return failPlain(r.message())
+	}
+	fmt.Fprintln(a.stdout, target)
+	return nil
+}
+
+// cmdImagePull succeeds for images present locally; nothing can be
+// fetched (the stand-in has no registry), so others fail like a pull.
+func cmdImagePull(a *app, p *parsed) error {
+	if err := a.up("failed to pull image"); err != nil {
+		return err
+	}
+	e, _, err := a.findImage(p.pos[0])
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		return a.errPull(normalizeRef(p.pos[0]))
+	}
+	return nil
+}
+
+var buildSpec = &cmdSpec{
+	path:  "container build",
+	usage: "container build [<options>] [<context-dir>]",
+	opts: []opt{
+		option("name", "-t", "--tag"), option("path", "-f", "--file"), option("key=val", "--build-arg"),
+		option("stage", "--target"), flag("--no-cache"), flag("--pull"), option("value", "-o", "--output"),
+		option("platform", "--platform"), option("arch", "-a", "--arch"), option("os", "--os"),
+		option("secret", "--secret"), option("ssh", "--ssh"), option("cpus", "-c", "--cpus"),
+		option("memory", "-m", "--memory"), flag("-q", "--quiet"), option("type", "--progress"),
+		option("key=val", "--label"), option("ip", "--dns"),
+	},
+}
+
+// cmdBuild builds an image with podman; progress goes to stderr and tags
+// are stored where `run` will find them.
+func cmdBuild(a *app, p *parsed) error {
+	ctx := "."
+	if len(p.pos) > 0 {
+		ctx = p.pos[0]
+	}
+	if err := a.up("failed to get container"); err != nil {
+		return err
+	}
+	file := p.val("file", "")
+	if file == "" {
+		for _, n := range []string{"Dockerfile", "Containerfile"} {
+			if _, err := os.Stat(filepath.Join(ctx, n)); err == nil {
+				file = filepath.Join(ctx, n)
+				break
+			}
+		}
+		if file == "" {
+			// reconstructed
+			return a.fail("notFound", "could not find Dockerfile or Containerfile in "+ctx)
+		}
+	}
+	args := []string{"build", "-f", file}
+	if p.has("pull") {
+		args = append(args, "--pull=always")
+	} else {
+		args = append(args, "--pull=never")
+	}
+	for _, t := range p.vals["tag"] {
+		args = append(args, "-t", podmanTag(normalizeRef(t)))
+	}
+	for _, b := range p.vals["build-arg"] {
+		args = append(args, "--build-arg", b)
+	}
+	for _, l := range p.vals["label"] {
+		args = append(args, "--label", l)
+	}
+	if t := p.val("target", ""); t != "" {
+		args = append(args, "--target", t)
+	}
+	if p.has("no-cache") {
+		args = append(args, "--no-cache")
+	}
+	if p.has("quiet") {
+		args = append(args, "-q")
+	}
+	cmd := a.eng.command(append(args, ctx)...)
+	var tail tailBuffer
+	progress := &dropErrorLines{w: a.stderr}
+	cmd.Stdout = &tail
+	if !p.has("quiet") {
+		cmd.Stdout = multi{progress, &tail}
+	}
+	cmd.Stderr = multi{progress, &tail}
+	rc := exitStatus(cmd.Run())
+	progress.flush()
+	if rc != 0 {
+		return failPlain(buildFailure(tail.String()))
+	}
+	return nil
+}
+
+var stepRE = regexp.MustCompile(`STEP "RUN (.*)": while running runtime: exit status (\d+)`)
+
+// buildFailure turns podman's build error into BuildKit's wording.
+// reconstructed: Apple's 1.x text for a failing RUN is not captured.
+func buildFailure(out string) string {
+	if m := stepRE.FindStringSubmatch(out); m != nil {
+		return `failed to solve: process "/bin/sh -c ` + m[1] + `" did not complete successfully: exit code: ` + m[2]
+	}
+	r := result{stderr: []byte(out), code: 1}
+	return "failed to solve: " + r.message()
+}
+
+// dropErrorLines passes build progress through line by line, leaving out
+// podman's own "Error: " lines (the CLI prints its error at the end).
+type dropErrorLines struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+}
+
+func (d *dropErrorLines) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.buf = append(d.buf, p...)
+	for {
+		i := bytes.IndexByte(d.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := d.buf[:i+1]
+		if !bytes.HasPrefix(line, []byte("Error: ")) {
+			_, _ = d.w.Write(line)
+		}
+		d.buf = d.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+// flush writes a last unterminated line.
+func (d *dropErrorLines) flush() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.buf) > 0 && !bytes.HasPrefix(d.buf, []byte("Error: ")) {
+		_, _ = d.w.Write(d.buf)
+	}
+	d.buf = nil
+}

@@ -1,0 +1,643 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// processOpts are Flags.Process, shared by run, create and exec.
+func processOpts() []opt {
+	return []opt{
+		option("env", "-e", "--env"),
+		option("env-file", "--env-file"),
+		option("gid", "--gid"),
+		option("uid", "--uid"),
+		flag("-i", "--interactive"),
+		flag("-t", "--tty"),
+		option("user", "-u", "--user"),
+		option("dir", "-w", "--workdir", "--cwd"),
+		option("ulimit", "--ulimit").from("0.9.0"),
+	}
+}
+
+// runSpec is the grammar of `container run` / `container create`.
+func runSpec(name string) *cmdSpec {
+	opts := append(processOpts(),
+		option("cpus", "-c", "--cpus"),
+		option("memory", "-m", "--memory"),
+		option("arch", "-a", "--arch"),
+		option("os", "--os"),
+		option("platform", "--platform"),
+		option("cap", "--cap-add").from("0.12.0"),
+		option("cap", "--cap-drop").from("0.12.0"),
+		option("cidfile", "--cidfile"),
+		flag("-d", "--detach"),
+		option("ip", "--dns"),
+		option("domain", "--dns-domain"),
+		option("option", "--dns-option"),
+		option("domain", "--dns-search"),
+		flag("--no-dns"),
+		option("cmd", "--entrypoint"),
+		flag("--init").from("0.10.0"),
+		option("image", "--init-image").from("0.10.0"),
+		option("path", "-k", "--kernel"),
+		option("arg", "--kernel-arg").from("1.2.0"),
+		option("label", "-l", "--label"),
+		option("path", "--masked-path").from("1.2.1"),
+		option("path", "--read-only-path").from("1.2.1"),
+		option("mount", "--mount"),
+		option("name", "--name"),
+		option("network", "--network"),
+		option("spec", "-p", "--publish"),
+		option("spec", "--publish-socket"),
+		flag("--read-only"),
+		flag("--rm", "--remove"),
+		flag("--rosetta"),
+		option("runtime", "--runtime").from("0.10.0"),
+		flag("--ssh"),
+		option("size", "--shm-size").from("1.0.0"),
+		option("path", "--tmpfs"),
+		option("volume", "-v", "--volume"),
+		flag("--virtualization"),
+		option("scheme", "--scheme"),
+		option("type", "--progress"),
+		option("count", "--max-concurrent-downloads"),
+	)
+	return &cmdSpec{
+		path:        "container " + name,
+		usage:       "container " + name + " [<options>] <image> [<arguments> ...]",
+		opts:        opts,
+		args:        []string{"<image>"},
+		passthrough: true,
+	}
+}
+
+// nameRE is ManagedContainer.nameValid's pattern (at most 63 bytes).
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
+
+// validName reports whether id is an acceptable container id.
+func validName(id string) bool { return len(id) <= 63 && nameRE.MatchString(id) }
+
+// parseSize reads Apple's memory/size strings: a number with an optional
+// K, M, G, T or P suffix (optionally followed by "B"/"iB"), binary units.
+// reconstructed: a bare number is taken as MiB, the CLI's memory unit.
+func parseSize(s string) (int64, bool) {
+	t := strings.TrimSpace(s)
+	lower := strings.ToLower(t)
+	lower = strings.TrimSuffix(strings.TrimSuffix(lower, "ib"), "b")
+	mult := float64(1 << 20)
+	if n := len(lower); n > 0 {
+		switch lower[n-1] {
+		case 'k':
+			mult, lower = 1<<10, lower[:n-1]
+		case 'm':
+			mult, lower = 1<<20, lower[:n-1]
+		case 'g':
+			mult, lower = 1<<30, lower[:n-1]
+		case 't':
+			mult, lower = 1<<40, lower[:n-1]
+		case 'p':
+			mult, lower = 1<<50, lower[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(lower), 64)
+	if err != nil || f <= 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, false
+	}
+	return int64(f * mult), true
+}
+
+// createPlan is a run/create command line translated for podman.
+type createPlan struct {
+	id       string
+	image    string // podman reference
+	args     []string
+	volumes  []string // named volumes that must exist
+	anon     []string // anonymous volumes to create
+	podArgs  []string
+	detach   bool
+	rm       bool
+	stdin    bool
+	tty      bool
+	cidfile  string
+	imageEnv []string
+	creator  string // token in labelCreator: this invocation made the container
+}
+
+// cmdRun implements `container run`.
+func cmdRun(a *app, p *parsed) error { return a.createOrRun(p, true) }
+
+// cmdCreate implements `container create`.
+func cmdCreate(a *app, p *parsed) error { return a.createOrRun(p, false) }
+
+func (a *app) createOrRun(p *parsed, start bool) error {
+	spec := runSpec("create")
+	if start {
+		spec = runSpec("run")
+	}
+	// Validate values the argument parser would reject (exit 64).
+	cpus := 0
+	if p.isSet("cpus") {
+		n, err := strconv.Atoi(p.val("cpus", ""))
+		if err != nil || n <= 0 {
+			return usageError(spec, "The value '%s' is invalid for '-c <cpus>'", p.val("cpus", ""))
+		}
+		cpus = n
+	}
+	if err := a.up("failed to create container"); err != nil {
+		return err
+	}
+	id := p.val("name", "")
+	if id == "" {
+		id = newUUID()
+	} else if !validName(id) {
+		// reconstructed: the exact text of an invalid id is not captured.
+		return a.fail("invalidArgument", "invalid container name "+id+": must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]+$ and be at most 63 characters")
+	}
+	// The id is checked before anything else (pull, volumes, boot).
+	if c, err := a.eng.inspectOne(id); err != nil {
+		return err
+	} else if c != nil {
+		return a.errExists(id)
+	}
+	if p.has("virtualization") {
+		// docs/how-to.md quotes the coded form; kept for every version.
+		return failPlain(coded("unsupported", "nested virtualization is not supported on the platform"))
+	}
+	if p.isSet("publish-socket") {
+		return failPlain("--publish-socket is not supported by this stand-in")
+	}
+	memory := defaultMemory
+	if p.isSet("memory") {
+		m, ok := parseSize(p.val("memory", ""))
+		if !ok {
+			// reconstructed
+			return a.fail("invalidArgument", "invalid memory size "+p.val("memory", ""))
+		}
+		memory = m
+	}
+
+	ref := normalizeRef(p.pos[0])
+	imgs, err := a.eng.inspectImages(podmanCandidates(ref)...)
+	if err != nil {
+		return err
+	}
+	if len(imgs) == 0 {
+		return a.errPull(ref)
+	}
+	podRef, img := pickImage(podmanCandidates(ref), imgs)
+	icfg := img.config()
+
+	plan := &createPlan{id: id, image: podRef, args: p.pos[1:], detach: p.has("detach"),
+		rm: p.has("rm"), stdin: p.has("interactive"), tty: p.has("tty"), cidfile: p.val("cidfile", "")}
+	if err := a.translate(p, plan, ref, icfg, cpus, memory); err != nil {
+		return err
+	}
+	if err := a.ensureVolumes(plan); err != nil {
+		return err
+	}
+	if start && !plan.detach {
+		return a.runForeground(plan)
+	}
+	verb := "create"
+	if start {
+		verb = "run"
+	}
+	args := []string{verb}
+	if start {
+		args = append(args, "-d")
+	}
+	args = append(args, plan.podArgs...)
+	args = append(args, plan.image)
+	args = append(args, plan.args...)
+	r := a.eng.run(args...)
+	if !r.ok() {
+		if nameTaken(r) {
+			return a.errExists(id)
+		}
+		a.removeOwn(plan)
+		return a.bootstrapError(r)
+	}
+	if plan.cidfile != "" {
+		if err := os.WriteFile(plan.cidfile, []byte(id), 0o644); err != nil {
+			return failPlain(err.Error())
+		}
+	}
+	fmt.Fprintln(a.stdout, id)
+	return nil
+}
+
+// pickImage returns the first candidate reference that one of the
+// inspected images carries, with that image (else the first image by id).
+func pickImage(cands []string, imgs []podImage) (string, *podImage) {
+	for _, c := range cands {
+		for i := range imgs {
+			for _, t := range imgs[i].RepoTags {
+				if t == c {
+					return c, &imgs[i]
+				}
+			}
+		}
+	}
+	return imgs[0].ID, &imgs[0]
+}
+
+// errPull is what a failed pull of a missing image prints (samples §6.3).
+// reconstructed: the tail of the 1.x Docker Hub line is not captured; the
+// 0.1.0 wording for the same case is used.
+func (a *app) errPull(ref string) error {
+	domain, path, suffix := splitRef(ref)
+	tag := strings.TrimPrefix(strings.TrimPrefix(suffix, ":"), "@")
+	var msg string
+	if domain == dockerHub {
+		msg = "HTTP request to https://registry-1.docker.io/v2/" + path + "/manifests/" + tag +
+			" failed with response: 401 Unauthorized. No credentials found for host registry-1.docker.io"
+	} else {
+		msg = "HTTP request to https://" + domain + "/v2/" + path + "/manifests/" + tag +
+			" failed with response: 404 Not Found. Reason: Unknown"
+	}
+	if a.v.codeErrors() {
+		return failPlain(coded("internalError", msg))
+	}
+	return failPlain(msg)
+}
+
+// bootstrapError maps a podman create/start failure to an Apple error.
+func (a *app) bootstrapError(r result) error {
+	msg := r.message()
+	if exe, ok := missingExecutable(msg); ok {
+		return a.fail("notFound", "failed to find target executable "+exe)
+	}
+	// reconstructed: Apple's wording for other bootstrap failures.
+	return a.failCause("internalError", "failed to bootstrap container", msg)
+}
+
+// missingExecutable extracts the program name from runc's "executable
+// file not found" message.
+func missingExecutable(msg string) (string, bool) {
+	if !strings.Contains(msg, "executable file not found") && !strings.Contains(msg, "no such file or directory: OCI runtime attempted") {
+		return "", false
+	}
+	if i := strings.Index(msg, `exec: "`); i >= 0 {
+		rest := msg[i+len(`exec: "`):]
+		if j := strings.Index(rest, `"`); j >= 0 {
+			return rest[:j], true
+		}
+	}
+	return "", true
+}
+
+// translate turns Apple's flags into podman's and records Apple-only
+// configuration in private labels.
+func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfig, cpus int, memory int64) error {
+	add := func(s ...string) { plan.podArgs = append(plan.podArgs, s...) }
+	label := func(k, v string) { add("--label", k+"="+v) }
+	add("--name", plan.id, "--hostname", plan.id)
+	plan.creator = newToken()
+	label(labelCreator, plan.creator)
+	userLabels := map[string]string{}
+	for _, l := range p.vals["label"] {
+		k, v, _ := strings.Cut(l, "=")
+		userLabels[k] = v
+		label(k, v)
+	}
+	labelsJSON, _ := json.Marshal(userLabels)
+	label(labelLabels, string(labelsJSON))
+	label(labelRef, ref)
+	if cpus > 0 {
+		label(labelCPUs, strconv.Itoa(cpus))
+		add("--cpus", strconv.Itoa(min(cpus, hostCPUs())))
+	}
+	label(labelMemory, strconv.FormatInt(memory, 10))
+	add("--memory", strconv.FormatInt(memory, 10))
+
+	env, err := appleEnv(icfg.Env, p.vals["env-file"], p.vals["env"])
+	if err != nil {
+		return failPlain(err.Error())
+	}
+	envJSON, _ := json.Marshal(env)
+	label(labelEnv, string(envJSON))
+	for _, f := range p.vals["env-file"] {
+		add("--env-file", f)
+	}
+	for _, e := range p.vals["env"] {
+		add("-e", e)
+	}
+	if icfg.StopSignal != "" {
+		label(labelStopSignal, icfg.StopSignal)
+	}
+	if w := p.val("workdir", ""); w != "" {
+		add("-w", w)
+	}
+	if u, ok := userFlag(p); ok {
+		label(labelUser, u)
+		add("-u", u)
+	}
+	if plan.stdin {
+		add("-i")
+	}
+	if plan.tty {
+		add("-t")
+	}
+	if p.isSet("entrypoint") {
+		add("--entrypoint", p.val("entrypoint", ""))
+	}
+	switch n := strings.Split(p.val("network", "default"), ",")[0]; n {
+	case "none":
+		label(labelNetwork, "none")
+		add("--network", "none")
+	case "default", "":
+	default:
+		label(labelNetwork, n)
+		add("--network", n)
+	}
+	if p.has("init") {
+		label(labelInit, "1")
+		add("--init")
+	}
+	if plan.rm {
+		add("--rm")
+	}
+	if p.has("read-only") {
+		add("--read-only")
+	}
+	for _, c := range p.vals["cap-add"] {
+		add("--cap-add", c)
+	}
+	for _, c := range p.vals["cap-drop"] {
+		add("--cap-drop", c)
+	}
+	for _, d := range p.vals["dns"] {
+		add("--dns", d)
+	}
+	for _, d := range p.vals["dns-search"] {
+		add("--dns-search", d)
+	}
+	for _, d := range p.vals["dns-option"] {
+		add("--dns-option", d)
+	}
+	if p.has("no-dns") {
+		label(labelNoDNS, "1")
+		add("--dns", "none")
+	}
+	if r := p.val("runtime", ""); r != "" {
+		label(labelRuntime, r)
+	}
+	for _, u := range p.vals["ulimit"] {
+		add("--ulimit", u)
+	}
+	if s := p.val("shm-size", ""); s != "" {
+		add("--shm-size", s)
+	}
+	for _, pub := range p.vals["publish"] {
+		add("-p", pub)
+	}
+	for _, t := range p.vals["tmpfs"] {
+		add("--tmpfs", t)
+	}
+	for _, v := range p.vals["volume"] {
+		arg, err := a.volumeArg(plan, v)
+		if err != nil {
+			return err
+		}
+		add("-v", arg)
+	}
+	for _, m := range p.vals["mount"] {
+		arg, err := a.mountArg(plan, m)
+		if err != nil {
+			return err
+		}
+		add("--mount", arg)
+	}
+	return nil
+}
+
+// userFlag combines -u, --uid and --gid the way Apple does.
+func userFlag(p *parsed) (string, bool) {
+	if u := p.val("user", ""); u != "" {
+		return u, true
+	}
+	uid, gid := p.val("uid", ""), p.val("gid", "")
+	switch {
+	case uid != "" && gid != "":
+		return uid + ":" + gid, true
+	case uid != "":
+		return uid, true
+	case gid != "":
+		return "0:" + gid, true
+	}
+	return "", false
+}
+
+// appleEnv is the init process environment Apple records: image env,
+// then env files, then -e (a bare NAME takes the host's value).
+func appleEnv(image, files, flags []string) ([]string, error) {
+	env := append([]string(nil), image...)
+	set := func(kv string) {
+		k, _, _ := strings.Cut(kv, "=")
+		for i, e := range env {
+			if ek, _, _ := strings.Cut(e, "="); ek == k {
+				env[i] = kv
+				return
+			}
+		}
+		env = append(env, kv)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			set(line)
+		}
+	}
+	for _, e := range flags {
+		if strings.Contains(e, "=") {
+			set(e)
+		} else if v, ok := os.LookupEnv(e); ok {
+			set(e + "=" + v)
+		}
+	}
+	if env == nil {
+		env = []string{}
+	}
+	return env, nil
+}
+
+// volumeArg translates one -v value: `/abs` or `./rel` host paths are bind
+// mounts, `name:/dst` is a named volume (auto-created), a lone `/dst` is an
+// anonymous volume named anon-<uuid>.
+func (a *app) volumeArg(plan *createPlan, v string) (string, error) {
+	parts := strings.Split(v, ":")
+	switch {
+	case len(parts) == 1:
+		name := "anon-" + newUUID()
+		plan.anon = append(plan.anon, name)
+		return name + ":" + parts[0], nil
+	case strings.HasPrefix(parts[0], "/") || strings.HasPrefix(parts[0], "."):
+		abs, err := filepath.Abs(parts[0])
+		if err != nil {
+			return "", failPlain(err.Error())
+		}
+		parts[0] = abs
+		return strings.Join(parts, ":"), nil
+	default:
+		plan.volumes = append(plan.volumes, parts[0])
+		return v, nil
+	}
+}
+
+// mountArg translates --mount type=virtiofs|bind|volume|tmpfs,… to podman.
+func (a *app) mountArg(plan *createPlan, m string) (string, error) {
+	var typ, src, dst string
+	var extra []string
+	for _, kv := range strings.Split(m, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "type":
+			typ = v
+		case "source", "src":
+			src = v
+		case "target", "dst", "destination":
+			dst = v
+		case "readonly", "ro":
+			extra = append(extra, "readonly")
+		case "size":
+			extra = append(extra, "tmpfs-size="+v)
+		case "mode":
+			extra = append(extra, "tmpfs-mode="+v)
+		default:
+			// reconstructed: Apple's wording for an unknown mount key.
+			return "", a.fail("invalidArgument", "unknown mount option "+k)
+		}
+	}
+	out := []string{}
+	switch typ {
+	case "virtiofs", "bind":
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			return "", failPlain(err.Error())
+		}
+		out = append(out, "type=bind", "source="+abs)
+	case "volume":
+		plan.volumes = append(plan.volumes, src)
+		out = append(out, "type=volume", "source="+src)
+	case "tmpfs":
+		out = append(out, "type=tmpfs")
+	default:
+		return "", a.fail("invalidArgument", "unsupported mount type "+typ)
+	}
+	out = append(out, "destination="+dst)
+	return strings.Join(append(out, extra...), ","), nil
+}
+
+// ensureVolumes creates missing named volumes (with Apple's warning) and
+// the anonymous ones.
+func (a *app) ensureVolumes(plan *createPlan) error {
+	if len(plan.volumes) > 0 {
+		have, err := a.eng.inspectVolumes(plan.volumes...)
+		if err != nil {
+			return err
+		}
+		exists := map[string]bool{}
+		for _, v := range have {
+			exists[v.Name] = true
+		}
+		for _, name := range plan.volumes {
+			if exists[name] {
+				continue
+			}
+			exists[name] = true
+			// reconstructed: Apple warns when it auto-creates a named volume; wording unknown.
+			fmt.Fprintf(a.stderr, "Warning: named volume %s does not exist, creating it\n", name)
+			if r := a.eng.run("volume", "create", name); !r.ok() && !r.contains("already exists") {
+				return a.failCause("internalError", "failed to create volume "+name, r.message())
+			}
+		}
+	}
+	for _, name := range plan.anon {
+		if r := a.eng.run("volume", "create", name); !r.ok() {
+			return a.failCause("internalError", "failed to create volume "+name, r.message())
+		}
+	}
+	return nil
+}
+
+// runForeground runs the container attached: stdout/stderr pass through,
+// stdin only with -i, and the CLI exits with the process's exit code.
+// The container is created and initialised first (runc reports a missing
+// executable there), so bootstrap failures get Apple's texts and the
+// container is deleted, as Apple does.
+func (a *app) runForeground(plan *createPlan) error {
+	args := append([]string{"create"}, plan.podArgs...)
+	args = append(args, plan.image)
+	if r := a.eng.run(append(args, plan.args...)...); !r.ok() {
+		if nameTaken(r) {
+			return a.errExists(plan.id)
+		}
+		a.removeOwn(plan)
+		return a.bootstrapError(r)
+	}
+	if r := a.eng.run("init", plan.id); !r.ok() {
+		a.removeOwn(plan)
+		return a.bootstrapError(r)
+	}
+	if plan.cidfile != "" {
+		if err := os.WriteFile(plan.cidfile, []byte(plan.id), 0o644); err != nil {
+			return failPlain(err.Error())
+		}
+	}
+	start := []string{"start", "--attach"}
+	if plan.stdin {
+		start = append(start, "--interactive")
+	}
+	cmd := a.eng.command(append(start, plan.id)...)
+	if plan.stdin {
+		cmd.Stdin = a.stdin
+	}
+	cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
+	stop := forwardSignals(func(sig os.Signal) {
+		if cmd.Process != nil {
+			_ = cmd.Process.Signal(sig)
+		}
+	})
+	defer stop()
+	return exitCode(exitStatus(cmd.Run()))
+}
+
+// nameTaken reports whether podman refused a create because the name is
+// in use: podman words it differently depending on where the race is lost.
+func nameTaken(r result) bool {
+	return r.contains("already in use") || r.contains("name is in use") || r.contains("container already exists")
+}
+
+// removeOwn deletes the container of a failed create, as Apple does, but
+// only if this invocation created it: under the same name another caller
+// may have won a race and own a healthy container.
+func (a *app) removeOwn(plan *createPlan) {
+	c, err := a.eng.inspectOne(plan.id)
+	if err != nil || c == nil || c.Config.Labels[labelCreator] != plan.creator {
+		return
+	}
+	_ = a.eng.run("rm", "-f", "-t", "0", plan.id)
+}
+
+// newToken returns a random hex token.
+func newToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// The stand-in's build identity (`--version` shows the 7-hex short form).
+const (
+	shortCommit = "0000000"
+	fullCommit  = "0000000000000000000000000000000000000000"
+	installRoot = "/usr/local/"
+	// reconstructed: a plausible macOS version string for status' host.operatingSystem.
+	hostOS = "Version 26.0 (Build 25A354)"
+)
+
+// systemCommands is the `container system` group.
+func systemCommands(v Version) map[string]handler {
+	statusOpts := []opt{option("prefix", "-p", "--prefix"), option("format", "--format").from("0.10.0")}
+	statusUsage := "container system status [--prefix <prefix>] [--format <format>]"
+	if v.Before("0.10.0") {
+		statusUsage = "container system status [--prefix <prefix>]"
+	}
+	return map[string]handler{
+		"start": {&cmdSpec{
+			path:  "container system start",
+			usage: "container system start [<options>]",
+			opts: []opt{option("path", "-a", "--app-root"), option("path", "--install-root"), option("path", "--log-root"),
+				flag("--enable-kernel-install"), flag("--disable-kernel-install"), option("seconds", "--timeout"),
+				flag("--debug")},
+		}, cmdSystemStart},
+		"stop": {&cmdSpec{
+			path:  "container system stop",
+			usage: "container system stop [--prefix <prefix>]",
+			opts:  []opt{option("prefix", "-p", "--prefix")},
+		}, cmdSystemStop},
+		"status": {&cmdSpec{
+			path:  "container system status",
+			usage: statusUsage,
+			opts:  statusOpts,
+		}, cmdSystemStatus},
+		"version": {&cmdSpec{
+			path:  "container system version",
+			usage: "container system version [--format <format>]",
+			opts:  []opt{option("format", "--format")},
+		}, cmdSystemVersion},
+	}
+}
+
+// cmdSystemStart clears the stopped marker (the system is then up).
+func cmdSystemStart(a *app, p *parsed) error {
+	fmt.Fprintln(a.stdout, "Launching container-apiserver...")
+	fmt.Fprintln(a.stdout, "Testing access to container-apiserver...")
+	if a.forced != "" && a.systemDown() != "" {
+		// Captured 1.x failure of the health check (samples §6.1).
+		return &exitError{exitFailure, "Error: internalError: \"failed to get a response from apiserver: interrupted: \"XPC connection error: Connection invalid\"\"\n" +
+			"Ensure container system service has been started with `container system start`."}
+	}
+	if a.home != "" {
+		if err := os.Remove(filepath.Join(a.home, stoppedMarker)); err != nil && !os.IsNotExist(err) {
+			return failPlain(err.Error())
+		}
+	}
+	return nil
+}
+
+// cmdSystemStop marks the system stopped. Containers are left alone:
+// other tests may share the podman store.
+func cmdSystemStop(a *app, p *parsed) error {
+	if a.home == "" {
+		return nil
+	}
+	if err := os.MkdirAll(a.home, 0o755); err != nil {
+		return failPlain(err.Error())
+	}
+	if err := os.WriteFile(filepath.Join(a.home, stoppedMarker), nil, 0o644); err != nil {
+		return failPlain(err.Error())
+	}
+	return nil
+}
+
+// apiserverVersion is the apiserver's version string for the version.
+func (a *app) apiserverVersion() string {
+	if a.v.nestedStatus() {
+		return a.v.String()
+	}
+	return fmt.Sprintf("container-apiserver version %s (build: release, commit: %s)", a.v, shortCommit)
+}
+
+// cmdSystemStatus reports whether the apiserver runs (exit 1 when not).
+func cmdSystemStatus(a *app, p *parsed) error {
+	format := p.val("format", "table")
+	if format != "json" && format != "table" {
+		return usageError(nil, "The value '%s' is invalid for '--format <format>'", format)
+	}
+	down := a.systemDown()
+	if format == "json" {
+		a.printJSON(a.statusJSON(down), false)
+	} else {
+		fmt.Fprintln(a.stdout, a.statusText(down))
+	}
+	if down != "" {
+		return exitCode(exitFailure)
+	}
+	return nil
+}
+
+// statusJSON is `system status --format json` (samples §4.1, §4.2).
+func (a *app) statusJSON(down string) *Obj {
+	if a.v.nestedStatus() {
+		if down != "" {
+			return NewObj().Set("status", down)
+		}
+		running, total, images := a.counts()
+		return NewObj().
+			Set("client", NewObj().Set("appName", "container").Set("build", "release").Set("commit", fullCommit).Set("version", a.v.String())).
+			Set("host", NewObj().Set("architecture", archName()).Set("cpus", runtime.NumCPU()).Set("operatingSystem", hostOS)).
+			Set("paths", NewObj().Set("appRoot", appRoot()).Set("installRoot", installRoot)).
+			Set("resources", NewObj().Set("containersRunning", running).Set("containersTotal", total).Set("images", images)).
+			Set("server", NewObj().Set("appName", "container-apiserver").Set("build", "release").Set("commit", fullCommit).Set("version", a.apiserverVersion())).
+			Set("status", "running")
+	}
+	o := NewObj().Set("status", "running").Set("appRoot", appRoot()).Set("installRoot", installRoot).
+		Set("apiServerVersion", a.apiserverVersion()).Set("apiServerCommit", fullCommit).
+		Set("apiServerBuild", "release").Set("apiServerAppName", "container-apiserver")
+	if down != "" {
+		for _, k := range o.Keys() {
+			o.Set(k, "")
+		}
+		o.Set("status", down)
+	}
+	return o
+}
+
+// counts returns running and total containers and tagged images.
+func (a *app) counts() (running, total, images int) {
+	if r := a.eng.run("ps", "-a", "--format", "json"); r.ok() {
+		var ps []struct {
+			State string `json:"State"`
+		}
+		_ = json.Unmarshal(r.stdout, &ps)
+		for _, c := range ps {
+			total++
+			if strings.EqualFold(c.State, "running") {
+				running++
+			}
+		}
+	}
+	if entries, err := a.listImages(); err == nil {
+		images = len(entries)
+	}
+	return running, total, images
+}
+
+// statusText is the plain `system status` output.
+func (a *app) statusText(down string) string {
+	switch down {
+	case "unregistered":
+		return "apiserver is not running and not registered with launchd"
+	case "not running":
+		return "apiserver is not running"
+	}
+	switch {
+	case a.v.Before("0.10.0"):
+		// reconstructed from the 0.9.0 sources (samples §4.2).
+		return "apiserver is running\n" +
+			"application data root: " + appRoot() + "\n" +
+			"application install root: " + installRoot + "\n" +
+			"container-apiserver version: " + a.apiserverVersion() + "\n" +
+			"container-apiserver commit: " + fullCommit
+	case a.v.nestedStatus():
+		// reconstructed: the 1.4+ table layout is unknown; keys follow the JSON.
+		return renderTable([][]string{
+			{"FIELD", "VALUE"}, {"status", "running"}, {"paths.appRoot", appRoot()},
+			{"paths.installRoot", installRoot}, {"server.version", a.apiserverVersion()},
+			{"server.commit", fullCommit}, {"server.build", "release"}, {"server.appName", "container-apiserver"},
+		})
+	}
+	return renderTable([][]string{
+		{"FIELD", "VALUE"}, {"status", "running"}, {"appRoot", appRoot()}, {"installRoot", installRoot},
+		{"logRoot", ""}, {"apiserver.version", a.apiserverVersion()}, {"apiserver.commit", fullCommit},
+		{"apiserver.build", "release"}, {"apiserver.appName", "container-apiserver"},
+	})
+}
+
+// cmdSystemVersion lists the CLI and, when reachable, the apiserver.
+func cmdSystemVersion(a *app, p *parsed) error {
+	format := p.val("format", "table")
+	if format != "json" && format != "table" {
+		return usageError(nil, "The value '%s' is invalid for '--format <format>'", format)
+	}
+	up := a.systemDown() == ""
+	if format == "json" {
+		arr := []any{NewObj().Set("appName", "container").Set("buildType", "release").Set("commit", fullCommit).Set("version", a.v.String())}
+		if up {
+			arr = append(arr, NewObj().Set("appName", "container-apiserver").Set("buildType", "release").Set("commit", fullCommit).Set("version", a.apiserverVersion()))
+		}
+		a.printJSON(arr, false)
+		return nil
+	}
+	rows := [][]string{{"COMPONENT", "VERSION", "BUILD", "COMMIT"}, {"container", a.v.String(), "release", shortCommit}}
+	if up {
+		rows = append(rows, []string{"container-apiserver", a.apiserverVersion(), "release", shortCommit})
+	}
+	fmt.Fprintln(a.stdout, renderTable(rows))
+	return nil
+}
+
+// builderCommands accepts the BuildKit builder's lifecycle commands; podman
+// needs no builder, so they do nothing.
+func builderCommands() map[string]handler {
+	noop := func(n string, opts ...opt) handler {
+		return handler{&cmdSpec{path: "container builder " + n, usage: "container builder " + n + " [<options>]", opts: opts},
+			func(a *app, p *parsed) error { return a.up("failed to get container") }}
+	}
+	return map[string]handler{
+		"start":  noop("start", option("cpus", "-c", "--cpus"), option("memory", "-m", "--memory"), option("ip", "--dns")),
+		"stop":   noop("stop"),
+		"delete": noop("delete", flag("-f", "--force")),
+		"rm":     noop("rm", flag("-f", "--force")),
+	}
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// exitError ends the command: text goes to stderr as is (it already holds
+// the "Error: " prefix and any extra lines), code is the process exit code.
+type exitError struct {
+	code int
+	text string
+}
+
+func (e *exitError) Error() string { return e.text }
+
+// Exit codes of swift-argument-parser: 1 for thrown errors, 64 for usage.
+const (
+	exitFailure = 1
+	exitUsage   = 64
+)
+
+// coded renders ContainerizationError's description: `code: "message"`.
+func coded(code, msg string) string { return code + `: "` + msg + `"` }
+
+// withCause appends Foundation's cause suffix: ` (cause: "<cause>")`.
+func withCause(text, cause string) string {
+	if cause == "" {
+		return text
+	}
+	return text + ` (cause: "` + cause + `")`
+}
+
+// errText renders one thrown ContainerizationError as the emulated version
+// prints it: before 0.10.0 `code: "message"`, from 0.10.0 the message only
+// (LocalizedError), each with an optional cause.
+func errText(v Version, code, msg, cause string) string {
+	if v.codeErrors() {
+		return withCause(coded(code, msg), cause)
+	}
+	return withCause(msg, cause)
+}
+
+// fail returns the exit-1 error for one ContainerizationError.
+func (a *app) fail(code, msg string) error {
+	return &exitError{exitFailure, "Error: " + errText(a.v, code, msg, "")}
+}
+
+// failCause is fail with a cause.
+func (a *app) failCause(code, msg, cause string) error {
+	return &exitError{exitFailure, "Error: " + errText(a.v, code, msg, cause)}
+}
+
+// failPlain prints `Error: <text>` in every version (errors that are not
+// ContainerizationErrors, e.g. plugin lookup or registry HTTP errors).
+func failPlain(text string) error {
+	return &exitError{exitFailure, "Error: " + text}
+}
+
+// aggregate prints several errors the way AggregateError does for stop,
+// kill and delete: the first line has the "Error: " prefix, each line is
+// in the coded form whatever the version.
+func aggregate(lines []string) error {
+	return &exitError{exitFailure, "Error: " + strings.Join(lines, "\n")}
+}
+
+// opNotFound is one AggregateError line for a missing id (samples §6, §6.2).
+func opNotFound(verb, id string) string {
+	return withCause(coded("internalError", "failed to "+verb+" container"), coded("notFound", "container with ID "+id+" not found"))
+}
+
+// Common container errors (samples §6).
+
+func (a *app) errGetNotFound(id string) error {
+	return a.fail("notFound", "get failed: container "+id+" not found")
+}
+
+func (a *app) errNotRunning(id string) error {
+	return a.fail("invalidState", "container "+id+" is not running")
+}
+
+func (a *app) errExists(id string) error {
+	return a.fail("exists", "container with id "+id+" already exists")
+}
+
+// errXPC is what every command prints when the apiserver is not running
+// (samples §6.1). op is the failing request, e.g. "failed to list containers".
+func (a *app) errXPC(op string) error {
+	const hint = "Ensure container system service has been started with `container system start`."
+	inner := withCause(coded("internalError", op), coded("interrupted", "XPC connection error: Connection invalid"))
+	if a.v.codeErrors() {
+		// 0.x wraps the whole description, hint included, in interrupted: "…" (issue #829).
+		return &exitError{exitFailure, "Error: " + coded("interrupted", inner+"\n"+hint)}
+	}
+	return &exitError{exitFailure, "Error: " + inner + "\n" + hint}
+}
+
+// usageError is an argument-parser failure: message, usage line, help hint,
+// exit 64 (swift-argument-parser's layout).
+func usageError(spec *cmdSpec, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	text := "Error: " + msg
+	if spec != nil {
+		text += "\nUsage: " + spec.usage + "\n  See '" + spec.path + " --help' for more information."
+	}
+	return &exitError{exitUsage, text}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func errString(t *testing.T, err error) string {
+	t.Helper()
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("not an exitError: %v", err)
+	}
+	if ee.code != 1 {
+		t.Errorf("exit code %d, want 1", ee.code)
+	}
+	return ee.text
+}
+
+func TestErrorFormsByVersion(t *testing.T) {
+	type tc struct{ old, new string }
+	cases := map[string]struct {
+		mk   func(a *app) error
+		want tc
+	}{
+		"get not found": {func(a *app) error { return a.errGetNotFound("x") }, tc{
+			`Error: notFound: "get failed: container x not found"`, `Error: get failed: container x not found`}},
+		"not running": {func(a *app) error { return a.errNotRunning("web") }, tc{
+			`Error: invalidState: "container web is not running"`, `Error: container web is not running`}},
+		"exists": {func(a *app) error { return a.errExists("dup") }, tc{
+			`Error: exists: "container with id dup already exists"`, `Error: container with id dup already exists`}},
+		"volume not found": {func(a *app) error { return a.errVolumeNotFound("nope") }, tc{
+			`Error: volume 'nope' not found`, `Error: volume not found: nope`}},
+	}
+	for name, c := range cases {
+		old := &app{v: MustVersion("0.9.0")}
+		if got := errString(t, c.mk(old)); got != c.want.old {
+			t.Errorf("%s 0.9.0: %q, want %q", name, got, c.want.old)
+		}
+		nw := &app{v: MustVersion("1.5.0")}
+		if got := errString(t, c.mk(nw)); got != c.want.new {
+			t.Errorf("%s 1.5.0: %q, want %q", name, got, c.want.new)
+		}
+	}
+	// 0.10–0.12 already print the LocalizedError form.
+	if got := errString(t, (&app{v: MustVersion("0.10.0")}).errGetNotFound("x")); got != "Error: get failed: container x not found" {
+		t.Errorf("0.10.0: %q", got)
+	}
+}
+
+func TestXPCErrors(t *testing.T) {
+	got := errString(t, (&app{v: MustVersion("1.2.0")}).errXPC("failed to list containers"))
+	want := "Error: internalError: \"failed to list containers\" (cause: \"interrupted: \"XPC connection error: Connection invalid\"\")\n" +
+		"Ensure container system service has been started with `container system start`."
+	if got != want {
+		t.Errorf("1.x: %q", got)
+	}
+	got = errString(t, (&app{v: MustVersion("0.9.0")}).errXPC("failed to list containers"))
+	want = "Error: interrupted: \"internalError: \"failed to list containers\" (cause: \"interrupted: \"XPC connection error: Connection invalid\"\")\n" +
+		"Ensure container system service has been started with `container system start`.\""
+	if got != want {
+		t.Errorf("0.x: %q", got)
+	}
+}
+
+func TestAggregate(t *testing.T) {
+	got := errString(t, aggregate([]string{opNotFound("stop", "baz"), opNotFound("stop", "bar")}))
+	want := "Error: internalError: \"failed to stop container\" (cause: \"notFound: \"container with ID baz not found\"\")\n" +
+		"internalError: \"failed to stop container\" (cause: \"notFound: \"container with ID bar not found\"\")"
+	if got != want {
+		t.Errorf("got %q", got)
+	}
+}
+
+// TestSystemDown checks the not-started state without touching podman.
+func TestSystemDown(t *testing.T) {
+	for _, v := range []string{"0.9.0", "1.2.0", "1.5.0"} {
+		a, out, errb := testApp(v)
+		a.forced = "unregistered"
+		if code := a.finish(a.dispatch([]string{"ls"})); code != 1 || !strings.Contains(errb.String(), "XPC connection error") ||
+			!strings.Contains(errb.String(), "`container system start`") || out.Len() != 0 {
+			t.Errorf("%s ls: %d %q", v, code, errb.String())
+		}
+		a, out, _ = testApp(v)
+		a.forced = "unregistered"
+		if code := a.finish(a.dispatch([]string{"system", "status"})); code != 1 ||
+			out.String() != "apiserver is not running and not registered with launchd\n" {
+			t.Errorf("%s status: %d %q", v, code, out.String())
+		}
+		a, out, _ = testApp(v)
+		a.forced = "stopped"
+		if code := a.finish(a.dispatch([]string{"--version"})); code != 0 || !strings.HasPrefix(out.String(), "container CLI version "+v) {
+			t.Errorf("%s --version: %d %q", v, code, out.String())
+		}
+	}
+	a, out, _ := testApp("1.5.0")
+	a.forced = "unregistered"
+	if code := a.finish(a.dispatch([]string{"system", "status", "--format", "json"})); code != 1 || out.String() != "{\"status\":\"unregistered\"}\n" {
+		t.Errorf("json status: %d %q", code, out.String())
+	}
+	a, _, errb := testApp("0.9.0")
+	if code := a.finish(a.dispatch([]string{"system", "status", "--format", "json"})); code != 64 || !strings.HasPrefix(errb.String(), "Error: Unknown option '--format'") {
+		t.Errorf("0.9 --format: %d %q", code, errb.String())
+	}
+	a, _, errb = testApp("1.5.0")
+	a.forced = "unregistered"
+	if code := a.finish(a.dispatch([]string{"run", "-d", "mcp-dev"})); code != 1 || !strings.HasPrefix(errb.String(), `Error: internalError: "failed to create container"`) {
+		t.Errorf("run when down: %d %q", code, errb.String())
+	}
+}

@@ -1,0 +1,108 @@
+package enginetest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
+)
+
+// Environment variables read by the stand-in `container` executable.
+const (
+	EnvStandInVersion = "CONTAINER_STANDIN_VERSION"
+	EnvStandInHome    = "CONTAINER_STANDIN_HOME"
+	EnvStandInSystem  = "CONTAINER_STANDIN_SYSTEM"
+	EnvStandInLog     = "CONTAINER_STANDIN_LOG"
+)
+
+// standInTarget is Apple's container CLI as the stand-in emulates it, at
+// version ("" for the stand-in's default, the newest release it knows).
+func standInTarget(t testing.TB, version string) Target {
+	t.Helper()
+	bin := StandIn(t)
+	var env []string
+	name := "container"
+	if version != "" {
+		env = append(env, EnvStandInVersion+"="+version)
+		name += "-" + version
+	}
+	// Servers find the stand-in as `container` on PATH.
+	serverEnv := append([]string{"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, env...)
+	return Target{Name: name, Runtime: "container", Image: image(), Env: serverEnv, New: func() sandbox.Runtime {
+		return apple.New(apple.Options{Binary: bin, Env: env})
+	}}
+}
+
+var standIn struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// StandIn returns the path of the stand-in `container` executable, built
+// once per source version into the user's cache directory (a file named
+// container in a directory of its own, so it can go first on PATH).
+func StandIn(t testing.TB) string {
+	t.Helper()
+	standIn.once.Do(func() { standIn.path, standIn.err = buildStandIn() })
+	if standIn.err != nil {
+		t.Fatalf("build the stand-in container CLI: %v", standIn.err)
+	}
+	return standIn.path
+}
+
+func buildStandIn() (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	src := filepath.Join(root, "internal", "applestandin")
+	files, err := filepath.Glob(filepath.Join(src, "*.go"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no stand-in sources in %s", src)
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
+		h.Write(b)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "sandbox-mcp-test", "standin-"+hex.EncodeToString(h.Sum(nil))[:16])
+	bin := filepath.Join(dir, "container")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Build beside the target and rename: test packages build concurrently.
+	tmp := filepath.Join(dir, fmt.Sprintf(".container-%d", os.Getpid()))
+	cmd := exec.Command("go", "build", "-o", tmp, "./internal/applestandin")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
