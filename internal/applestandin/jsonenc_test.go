@@ -2,17 +2,21 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
+// readTestdata reads a captured output from the Apple dialect's testdata
+// (provenance in sandbox/apple/testdata/README.md). The stand-in prints
+// exactly one trailing newline where a capture may have kept none or one.
 func readTestdata(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile("testdata/" + name)
+	b, err := os.ReadFile(filepath.Join("..", "..", "sandbox", "apple", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	return strings.TrimSuffix(string(b), "\n")
 }
 
 // TestPrettyMatchesCaptures decodes captured `inspect` outputs (which fixes
@@ -23,12 +27,12 @@ func TestPrettyMatchesCaptures(t *testing.T) {
 		file    string
 		version string
 	}{
-		{"inspect-container-1.0.0.json", "1.0.0"}, // samples §1.2, escaped
-		{"inspect-container-1.2.0.json", "1.2.0"}, // samples §1.4, escaped
-		{"inspect-container-1.4.1.json", "1.4.1"}, // samples §1.7, unescaped
-		{"inspect-volume-1.0.0.json", "1.0.0"},    // samples §5.2
-		{"inspect-volume-1.4.1.json", "1.4.1"},    // samples §5.2
-		{"inspect-image-1.4.1.json", "1.4.1"},     // samples §2.3
+		{"container-inspect-1.0.0.json", "1.0.0"}, // samples §1.2, escaped
+		{"container-inspect-1.2.0.json", "1.2.0"}, // samples §1.4, escaped
+		{"container-inspect-1.4.1.json", "1.4.1"}, // samples §1.7, unescaped
+		{"volume-inspect-1.0.0.json", "1.0.0"},    // samples §5.2
+		{"volume-inspect-1.4.1.json", "1.4.1"},    // samples §5.2
+		{"image-inspect-1.4.1.json", "1.4.1"},     // samples §2.3
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -48,8 +52,8 @@ func TestPrettyMatchesCaptures(t *testing.T) {
 // TestCompactMatchesCaptures does the same for one-line list output.
 func TestCompactMatchesCaptures(t *testing.T) {
 	for _, c := range []struct{ file, version string }{
-		{"ls-1.2.0.json", "1.2.0"},    // samples §1.3, escaped, sorted
-		{"stats-1.2.0.json", "1.2.0"}, // samples §3.2
+		{"container-ls-1.2.0.json", "1.2.0"}, // samples §1.3, escaped, sorted
+		{"stats-1.2.0.json", "1.2.0"},        // samples §3.2
 	} {
 		want := readTestdata(t, c.file)
 		v, err := decodeOrdered([]byte(want))

@@ -54,7 +54,7 @@ func TestContainerInspect141(t *testing.T) {
 	withMac(t)
 	a := &app{v: MustVersion("1.4.1")}
 	got := string(encodingFor(a.v).Pretty([]any{a.containerJSON(view(busy(t)))}))
-	want := strings.Replace(readTestdata(t, "inspect-container-1.4.1.json"), `"size" : 9218`, `"size" : 375`, 1)
+	want := strings.Replace(readTestdata(t, "container-inspect-1.4.1.json"), `"size" : 9218`, `"size" : 375`, 1)
 	if got != want {
 		t.Errorf("differs from capture\n%s", firstDiff(got, want))
 	}
@@ -81,7 +81,7 @@ func TestContainerList0123(t *testing.T) {
 	a := &app{v: MustVersion("0.12.3")}
 	// The capture lost its slash escapes (Swift literal), so compare unescaped.
 	got := string(Encoding{}.Compact([]any{a.containerJSON(view(c))}))
-	want := strings.Replace(readTestdata(t, "ls-0.12.3.json"), `"size":9218`, `"size":375`, 1)
+	want := strings.Replace(readTestdata(t, "container-ls-0.12.3.json"), `"size":9218`, `"size":375`, 1)
 	if got != want {
 		t.Errorf("differs from capture\n%s", firstDiff(got, want))
 	}
@@ -122,8 +122,8 @@ func TestVolumeInspect(t *testing.T) {
 	v := podVolume{Name: "probe-shortform", CreatedAt: mustTime(t, "2026-07-30T23:18:48.77Z"),
 		Labels: map[string]string{labelVolSize: "67108864", labelVolOpt + "size": "64M"}}
 	for _, c := range []struct{ version, file string }{
-		{"1.0.0", "inspect-volume-1.0.0.json"},
-		{"1.4.1", "inspect-volume-1.4.1.json"},
+		{"1.0.0", "volume-inspect-1.0.0.json"},
+		{"1.4.1", "volume-inspect-1.4.1.json"},
 	} {
 		a := &app{v: MustVersion(c.version)}
 		got := string(encodingFor(a.v).Pretty([]any{a.volumeJSON(v)}))
@@ -166,7 +166,7 @@ func TestListTable(t *testing.T) {
 	} {
 		rows = append(rows, a.listRow(view(c)))
 	}
-	if got, want := renderTable(rows), readTestdata(t, "ls-table-1.4.1.txt"); got != want {
+	if got, want := renderTable(rows), readTestdata(t, "table-ls-1.4.1.txt"); got != want {
 		t.Errorf("table differs\n%s", firstDiff(got, want))
 	}
 	a.v = MustVersion("0.12.3")
