@@ -273,7 +273,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 			info.Created = true
 		} else if errors.Is(err, ErrAlreadyExists) {
 			// Another server created it first: adopt theirs.
-			c, err = m.inspectOwned(ctx, name)
+			c, err = m.inspectCreated(ctx, name)
 		}
 	}
 	if err != nil {
@@ -312,6 +312,25 @@ func (m *Manager) inspectOwned(ctx context.Context, name string) (Container, err
 		return c, fmt.Errorf("inspect sandbox %q: %w", name, err)
 	}
 	return c, m.checkOwner(c, name)
+}
+
+// inspectCreated inspects a container another process has just created.
+// Some engines (Apple's among them) refuse a duplicate name before the
+// winner's container is visible to inspect, so a short wait for it is
+// normal, not an error.
+func (m *Manager) inspectCreated(ctx context.Context, name string) (Container, error) {
+	const tries, pause = 20, 150 * time.Millisecond
+	for i := 1; ; i++ {
+		c, err := m.inspectOwned(ctx, name)
+		if !errors.Is(err, ErrNotFound) || i == tries {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return c, err
+		case <-time.After(pause):
+		}
+	}
 }
 
 // adopt takes over an existing container of ours, starting it if stopped,

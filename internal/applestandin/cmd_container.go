@@ -64,6 +64,15 @@ func cmdStart(a *app, p *parsed) error {
 		fmt.Fprintln(a.stdout, id)
 		return nil
 	}
+	var rw []string
+	for _, m := range c.Mounts {
+		if m.Type == "volume" && m.RW {
+			rw = append(rw, m.Name)
+		}
+	}
+	if err := a.checkAttachable(id, rw); err != nil {
+		return err
+	}
 	if attach {
 		args := []string{"start", "--attach"}
 		if p.has("interactive") {

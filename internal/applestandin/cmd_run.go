@@ -130,6 +130,8 @@ type createPlan struct {
 	cidfile  string
 	imageEnv []string
 	creator  string // token in labelCreator: this invocation made the container
+	// rwVolumes are the named volumes attached read-write.
+	rwVolumes []string
 }
 
 // cmdRun implements `container run`.
@@ -203,6 +205,11 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	}
 	if err := a.ensureVolumes(plan); err != nil {
 		return err
+	}
+	if start {
+		if err := a.checkAttachable(plan.id, plan.rwVolumes); err != nil {
+			return err
+		}
 	}
 	if start && !plan.detach {
 		return a.runForeground(plan)
@@ -496,8 +503,52 @@ func (a *app) volumeArg(plan *createPlan, v string) (string, error) {
 		return strings.Join(parts, ":"), nil
 	default:
 		plan.volumes = append(plan.volumes, parts[0])
+		if len(parts) < 3 || !hasOption(parts[2], "ro", "readonly") {
+			plan.rwVolumes = append(plan.rwVolumes, parts[0])
+		}
 		return v, nil
 	}
+}
+
+func hasOption(opts string, names ...string) bool {
+	for _, o := range strings.Split(opts, ",") {
+		for _, n := range names {
+			if o == n {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// checkAttachable refuses to start a container with a named volume that a
+// running container already has attached read-write: an Apple volume is
+// an ext4 block device that only one VM may attach read-write (apple/
+// container#1133).
+func (a *app) checkAttachable(self string, rw []string) error {
+	for _, vol := range rw {
+		r := a.eng.run("ps", "--filter", "status=running", "--filter", "volume="+vol, "--format", "{{.Names}}")
+		if !r.ok() {
+			continue
+		}
+		for _, other := range strings.Fields(string(r.stdout)) {
+			if other == self {
+				continue
+			}
+			c, err := a.eng.inspectOne(other)
+			if err != nil || c == nil {
+				continue
+			}
+			for _, m := range c.Mounts {
+				if m.Type == "volume" && m.Name == vol && m.RW {
+					// reconstructed: the line around the VZ error is not captured.
+					return a.failCause("internalError", "failed to bootstrap container",
+						`Error Domain=VZErrorDomain Code=2 "The storage device attachment is invalid."`)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // mountArg translates --mount type=virtiofs|bind|volume|tmpfs,… to podman.
@@ -534,6 +585,9 @@ func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 		out = append(out, "type=bind", "source="+abs)
 	case "volume":
 		plan.volumes = append(plan.volumes, src)
+		if !hasOption(strings.Join(extra, ","), "readonly") {
+			plan.rwVolumes = append(plan.rwVolumes, src)
+		}
 		out = append(out, "type=volume", "source="+src)
 	case "tmpfs":
 		out = append(out, "type=tmpfs")

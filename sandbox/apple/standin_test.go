@@ -234,3 +234,39 @@ func TestStandInStatsCopyExport(t *testing.T) {
 		t.Fatalf("0.9 cp: %v", err)
 	}
 }
+
+// TestStandInVolumeSingleWriter: like Apple's ext4 volumes, a named volume
+// attached read-write to a running container cannot be attached
+// read-write by a second one; read-only works, and so does a start once
+// the first has stopped.
+func TestStandInVolumeSingleWriter(t *testing.T) {
+	d := standIn(t, "")
+	first := uniqueName(t)
+	boot(t, d, first)
+	second := uniqueName(t)
+	t.Cleanup(func() { _ = d.Remove(context.Background(), second) })
+	spec := sandbox.RunSpec{Name: second, Image: "mcp-dev", Command: []string{"sleep", "infinity"},
+		Mounts: []sandbox.Mount{{Volume: first + "-ws", Target: "/workspace"}}}
+	err := d.Run(ctx(t), spec)
+	if err == nil || !strings.Contains(sandbox.HintOf(err), "only one running container") {
+		t.Fatalf("second read-write attach: %v", err)
+	}
+	_ = d.Remove(ctx(t), second)
+	spec.Mounts[0].ReadOnly = true
+	if err := d.Run(ctx(t), spec); err != nil {
+		t.Fatalf("read-only attach: %v", err)
+	}
+	if err := d.Remove(ctx(t), second); err != nil {
+		t.Fatal(err)
+	}
+	spec.Mounts[0].ReadOnly = false
+	if err := d.Stop(ctx(t), first, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(ctx(t), spec); err != nil {
+		t.Fatalf("attach after the first stopped: %v", err)
+	}
+	if err := d.Start(ctx(t), first); err == nil {
+		t.Fatal("restarting the first while the second holds the volume: want an error")
+	}
+}
