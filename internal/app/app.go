@@ -139,15 +139,19 @@ func NewLogger(level string) *slog.Logger {
 // container CLI on macOS when present, else a docker whose daemon answers,
 // else podman.
 func SelectRuntime(ctx context.Context, kind string, logger *slog.Logger) (sandbox.Runtime, error) {
+	return selectRuntime(ctx, kind, runtime.GOOS, logger)
+}
+
+func selectRuntime(ctx context.Context, kind, goos string, logger *slog.Logger) (sandbox.Runtime, error) {
 	switch kind {
 	case "docker", "podman":
 		return docker.New(docker.Options{Flavor: docker.Flavor(kind), Logger: logger}), nil
 	case "container":
 		return apple.New(apple.Options{Logger: logger}), nil
 	}
-	if runtime.GOOS == "darwin" {
+	if goos == "darwin" {
 		if _, err := exec.LookPath("container"); err == nil {
-			return SelectRuntime(ctx, "container", logger)
+			return selectRuntime(ctx, "container", goos, logger)
 		}
 	}
 	var candidates []sandbox.Runtime

@@ -1,0 +1,39 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestAutoRuntime: auto picks Apple's container CLI on macOS when it is on
+// PATH, and never on Linux, where it falls back to docker or podman.
+func TestAutoRuntime(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"container", "podman"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", dir)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	for goos, want := range map[string]string{"darwin": "container", "linux": "podman"} {
+		rt, err := selectRuntime(ctx, "auto", goos, logger)
+		if err != nil || rt.Kind() != want {
+			t.Errorf("auto on %s: %v %v, want %s", goos, rt, err, want)
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, "container")); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := selectRuntime(ctx, "auto", "darwin", logger); err != nil || rt.Kind() != "podman" {
+		t.Errorf("auto on darwin without container: %v %v", rt, err)
+	}
+	if rt, err := selectRuntime(ctx, "container", "linux", logger); err != nil || rt.Kind() != "container" {
+		t.Errorf("explicit container: %v %v", rt, err)
+	}
+}
