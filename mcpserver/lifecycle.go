@@ -230,7 +230,7 @@ func (s *Server) handleHealth(ctx context.Context, _ mcp.CallToolRequest) (*mcp.
 			state := string(in.State)
 			if in.Connected {
 				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, _, errRes := s.runInternal(pctx, in.Name, "health check", "true", nil, 64)
+				_, _, errRes := s.runInternal(pctx, in.Name, "", "true", nil, 64)
 				cancel()
 				if errRes != nil {
 					state = "not responding"

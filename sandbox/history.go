@@ -60,8 +60,12 @@ func (h *History) AddSecret(value string) {
 	h.mu.Unlock()
 }
 
-// Add records a command's outcome.
+// Add records a command's outcome. An empty command is the server's own
+// housekeeping (health checks, job polling) and is not recorded.
 func (h *History) Add(name, command string, res shell.Result, err error) {
+	if command == "" {
+		return
+	}
 	e := HistoryEntry{
 		Time:       time.Now().UTC(),
 		ExitCode:   res.ExitCode,

@@ -416,7 +416,8 @@ func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (Exe
 }
 
 // ExecAs is Exec that records label in the history instead of the command
-// text (tools that build their own commands record what the user asked).
+// text (tools that build their own commands record what the user asked);
+// an empty label records nothing.
 func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Request) (ExecResult, error) {
 	sb, boot, err := m.Get(ctx, name)
 	if err != nil {
