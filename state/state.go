@@ -1,12 +1,16 @@
-// Package state keeps what the container engine cannot: for now, each
-// sandbox's command history. It is a bbolt file that is opened per
-// operation with a lock timeout and never held between operations, so
-// several server processes (one per MCP client session) share it.
+// Package state keeps what the container engine cannot: background job
+// records and each sandbox's command history (the engine, through labels,
+// stays the truth for which sandboxes exist). It is a bbolt file that is
+// opened per operation with a lock timeout and never held between
+// operations, so several server processes (one per MCP client session)
+// share it.
 //
-// Layout (schema version 1):
+// Layout (schema version 2; version 1 files, which lack the jobs bucket,
+// are upgraded in place on first write):
 //
-//	meta      "schema" -> "1"
+//	meta      "schema" -> "2"
 //	history   <sandbox name> -> JSON []Entry, newest last, bounded
+//	jobs      <sandbox name> NUL <job name> -> JSON Job
 //
 // A file that cannot be opened as bbolt is moved aside (renamed with a
 // ".corrupt-<time>" suffix) and reported, never truncated in place.
@@ -25,11 +29,16 @@ import (
 )
 
 // SchemaVersion is the layout this package writes.
-const SchemaVersion = "1"
+const SchemaVersion = "2"
+
+// upgradable lists older layouts this package upgrades in place: each
+// later version only added buckets.
+var upgradable = map[string]bool{"1": true}
 
 var (
 	bucketMeta    = []byte("meta")
 	bucketHistory = []byte("history")
+	bucketJobs    = []byte("jobs")
 	keySchema     = []byte("schema")
 )
 
@@ -102,7 +111,7 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 		if err != nil {
 			return err
 		}
-		if v := meta.Get(keySchema); v == nil {
+		if v := meta.Get(keySchema); v == nil || upgradable[string(v)] {
 			if err := meta.Put(keySchema, []byte(SchemaVersion)); err != nil {
 				return err
 			}

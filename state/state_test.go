@@ -80,3 +80,89 @@ func TestCorruptFileIsMovedAside(t *testing.T) {
 		t.Fatalf("fresh file: %s", got)
 	}
 }
+
+func TestJobsRoundTrip(t *testing.T) {
+	s, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Job("box", "web"); ok || err != nil {
+		t.Fatalf("empty store: %v %v", ok, err)
+	}
+	started := time.Now().UTC().Truncate(time.Second)
+	for _, j := range []Job{
+		{Sandbox: "box", Name: "web", ID: "a1", Command: "python3 -m http.server", PID: 42, Started: started},
+		{Sandbox: "box", Name: "build", ID: "a2", PID: 43},
+		{Sandbox: "box2", Name: "web", ID: "b1", PID: 7},
+		{Sandbox: "bo", Name: "x", ID: "c1"}, // a name that prefixes another must not leak into it
+	} {
+		if err := s.PutJob(j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, ok, err := s.Job("box", "web")
+	if err != nil || !ok || j.PID != 42 || !j.Started.Equal(started) || j.ExitCode != nil {
+		t.Fatalf("Job: %+v %v %v", j, ok, err)
+	}
+	code := 3
+	j.ExitCode = &code
+	if err := s.PutJob(j); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := s.Jobs("box")
+	if err != nil || len(jobs) != 2 || jobs[0].Name != "build" || jobs[1].ExitCode == nil || *jobs[1].ExitCode != 3 {
+		t.Fatalf("Jobs: %+v %v", jobs, err)
+	}
+	if err := s.DeleteJobs("box", "build"); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, _ := s.Jobs("box"); len(jobs) != 1 {
+		t.Fatalf("after deleting one: %+v", jobs)
+	}
+	if err := s.DeleteJobs("box"); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, _ := s.Jobs("box"); len(jobs) != 0 {
+		t.Fatalf("after deleting all: %+v", jobs)
+	}
+	if jobs, _ := s.Jobs("box2"); len(jobs) != 1 {
+		t.Fatalf("other sandbox touched: %+v", jobs)
+	}
+}
+
+func TestSchemaOneIsUpgraded(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := New(dir)
+	db, err := bolt.Open(s.Path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Update(func(tx *bolt.Tx) error {
+		m, _ := tx.CreateBucketIfNotExists(bucketMeta)
+		_ = m.Put(keySchema, []byte("1"))
+		h, _ := tx.CreateBucketIfNotExists(bucketHistory)
+		return h.Put([]byte("box"), []byte(`["old"]`))
+	})
+	db.Close()
+	if err := s.PutJob(Job{Sandbox: "box", Name: "j"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.History("box")
+	if err != nil || len(h) != 1 {
+		t.Fatalf("history kept: %v %v", h, err)
+	}
+	db, _ = bolt.Open(s.Path, 0o600, nil)
+	defer db.Close()
+	_ = db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keySchema); string(v) != SchemaVersion {
+			t.Errorf("schema %q", v)
+		}
+		return nil
+	})
+	// A newer schema is refused, not overwritten.
+	_ = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchema, []byte("99")) })
+	db.Close()
+	if err := s.PutJob(Job{Sandbox: "box", Name: "k"}); err == nil || !strings.Contains(err.Error(), "schema 99") {
+		t.Fatalf("newer schema: %v", err)
+	}
+}
