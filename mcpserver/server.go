@@ -111,6 +111,7 @@ func (s *Server) tools() []tool {
 	return []tool{
 		s.execTool(), s.pythonTool(), s.installTool(), s.envTool(),
 		s.writeFileTool(), s.readFileTool(), s.batchWriteTool(),
+		s.bgTool(), s.logsTool(), s.killTool(), s.jobsTool(),
 		s.statusTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(), s.outputTool(),
 	}
 }

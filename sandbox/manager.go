@@ -43,7 +43,9 @@ type Config struct {
 	BootTimeout time.Duration
 	// History persists command history; nil keeps it in memory only.
 	History HistoryStore
-	Logger  *slog.Logger
+	// Jobs keeps background job records; nil keeps them in memory.
+	Jobs   JobStore
+	Logger *slog.Logger
 }
 
 // Manager owns named sandboxes: it boots or adopts their containers and
@@ -57,6 +59,7 @@ type Manager struct {
 	boxes   map[string]*Sandbox
 	booting map[string]*bootCall
 	history *History
+	jobs    JobStore
 	secrets map[string]map[string]bool // sandbox -> env keys marked secret
 
 	closeOnce sync.Once
@@ -112,9 +115,13 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 		boxes:   map[string]*Sandbox{},
 		booting: map[string]*bootCall{},
 		history: NewHistory(100, cfg.History),
+		jobs:    cfg.Jobs,
 		secrets: map[string]map[string]bool{},
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
+	}
+	if m.jobs == nil {
+		m.jobs = &memJobs{}
 	}
 	go m.flushHistory()
 	return m
@@ -452,6 +459,13 @@ func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Requ
 	return ExecResult{Result: res, Boot: boot}, err
 }
 
+// forgetJobs drops the job records of a sandbox being destroyed or reset.
+func (m *Manager) forgetJobs(name string) {
+	if err := m.jobs.DeleteJobs(name); err != nil {
+		m.log.Warn("forget jobs", "sandbox", name, "err", err)
+	}
+}
+
 // errShellGone marks a shell that died before its command started.
 var errShellGone = errors.New("the sandbox's shell ended before the command started")
 
@@ -490,6 +504,7 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 		if err := m.history.Forget(name); err != nil {
 			m.log.Warn("forget history", "sandbox", name, "err", err)
 		}
+		m.forgetJobs(name)
 	}
 	return existed, err
 }
@@ -564,6 +579,8 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	if err := ValidateName(name); err != nil {
 		return BootInfo{}, err
 	}
+	// Jobs die with the old container, and their files with its rootfs.
+	m.forgetJobs(name)
 	r, canRename := m.rt.(Renamer)
 	if wipeWorkspace || !canRename {
 		if _, err := m.remove(ctx, name, wipeWorkspace); err != nil {

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+// waitJob polls logs until the job is no longer running.
+func waitJob(t *testing.T, s *server, sb, job string) result {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := s.call(t, "logs", map[string]any{"sandbox": sb, "name": job})
+		if r.isError {
+			t.Fatalf("logs %s: %s", job, r.text)
+		}
+		if r.str("state") != "running" || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestJobs(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			prefix := enginetest.Prefix(t, tg.New())
+			s := startServer(t, tg, prefix, "")
+			const sb = "jobs"
+
+			// A job that prints over time and exits 7; poll with since.
+			r := s.call(t, "bg", map[string]any{"sandbox": sb, "name": "count",
+				"command": "for i in 1 2 3 4 5; do echo line$i; sleep 0.2; done; echo oops >&2; exit 7"})
+			if r.isError || r.num("pid") <= 0 || r.str("name") != "count" {
+				t.Fatalf("bg: %+v", r)
+			}
+			var seen strings.Builder
+			offset := 0.0
+			for i := 0; i < 100; i++ {
+				r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "count", "since": offset})
+				if r.isError {
+					t.Fatal(r.text)
+				}
+				seen.WriteString(r.str("output"))
+				offset = r.num("next_offset")
+				if r.str("state") != "running" {
+					break
+				}
+				time.Sleep(150 * time.Millisecond)
+			}
+			r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "count", "since": offset})
+			seen.WriteString(r.str("output"))
+			if seen.String() != "line1\nline2\nline3\nline4\nline5\noops\n" || r.str("state") != "exited" || r.num("exit_code") != 7 ||
+				!strings.Contains(r.text, "exited with code 7") {
+				t.Fatalf("polled output %q, last %+v", seen.String(), r)
+			}
+
+			// A job that exits at once; the tail form.
+			s.call(t, "bg", map[string]any{"sandbox": sb, "name": "quick", "command": "echo done"})
+			r = waitJob(t, s, sb, "quick")
+			if r.str("state") != "exited" || r.num("exit_code") != 0 || r.str("output") != "done\n" {
+				t.Fatalf("quick: %+v", r)
+			}
+
+			// 100 MB of output: logs stays small and says there is more.
+			s.call(t, "bg", map[string]any{"sandbox": sb, "name": "big", "command": "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo END"})
+			r = waitJob(t, s, sb, "big")
+			if r.str("state") != "exited" || len(r.text) > 20000 || !strings.HasSuffix(r.str("output"), "END\n") || r.num("log_size") < 100000000 {
+				t.Fatalf("big: state %s, text %d bytes, log %v", r.str("state"), len(r.text), r.num("log_size"))
+			}
+			r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "big", "since": 0, "max_bytes": 1000})
+			if len(r.str("output")) != 1000 || r.data["more"] != true || r.num("next_offset") != 1000 {
+				t.Fatalf("big from 0: %d bytes, %+v", len(r.str("output")), r.data["more"])
+			}
+
+			// kill ends the whole process group, children included.
+			r = s.call(t, "bg", map[string]any{"sandbox": sb, "name": "srv", "workdir": "/tmp",
+				"command": "pwd; sleep 1001 & sleep 1002 & wait"})
+			if r.isError {
+				t.Fatal(r.text)
+			}
+			r = s.call(t, "bg", map[string]any{"sandbox": sb, "name": "srv", "command": "true"})
+			if !r.isError || !strings.Contains(r.text, "still running") {
+				t.Fatalf("reusing a running job's name: %+v", r)
+			}
+			r = s.call(t, "jobs", map[string]any{"sandbox": sb})
+			if r.isError || !strings.Contains(r.text, "srv: running") || !strings.Contains(r.text, "count: exited with code 7") {
+				t.Fatalf("jobs: %s", r.text)
+			}
+			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "srv"})
+			if r.isError || r.data["ended"] != true || r.num("exit_code") != 128+15 {
+				t.Fatalf("kill: %+v", r)
+			}
+			r = s.call(t, "exec", map[string]any{"sandbox": sb, "command": "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 100[12]' || true"})
+			if strings.TrimSpace(r.str("stdout")) != "0" {
+				t.Fatalf("sleeps left after kill: %q", r.str("stdout"))
+			}
+			if r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "srv"}); r.str("output") != "/tmp\n" {
+				t.Fatalf("workdir: %q", r.str("output"))
+			}
+			// Killing a job that already ended says so, without error.
+			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "srv", "signal": "KILL"})
+			if r.isError || r.data["already_ended"] != true || !strings.Contains(r.text, "already ended") {
+				t.Fatalf("kill again: %+v", r)
+			}
+
+			// Bad input.
+			for _, c := range []struct {
+				tool string
+				args map[string]any
+				want string
+			}{
+				{"logs", map[string]any{"sandbox": sb, "name": "nope"}, "no such job"},
+				{"kill", map[string]any{"sandbox": sb, "name": "nope"}, "no such job"},
+				{"logs", map[string]any{"sandbox": "never-made", "name": "count"}, "it has none"},
+				{"kill", map[string]any{"sandbox": ".bad", "name": "x"}, "invalid sandbox name"},
+				{"kill", map[string]any{"sandbox": sb, "name": "count", "signal": "SEGV"}, "signal"},
+				{"bg", map[string]any{"sandbox": sb, "command": "true", "workdir": "/no/such/dir"}, "no such directory"},
+				{"bg", map[string]any{"sandbox": sb, "command": "  "}, "command is required"},
+			} {
+				r := s.call(t, c.tool, c.args)
+				if !r.isError || !strings.Contains(r.text, c.want) {
+					t.Errorf("%s %v: %v %q", c.tool, c.args, r.isError, r.text)
+				}
+			}
+			// bg and logs are in the history as what the user asked; polling is not.
+			r = s.call(t, "history", map[string]any{"sandbox": sb})
+			if !strings.Contains(r.text, "bg count: for i in") || strings.Count(r.text, "\n") > 30 {
+				t.Fatalf("history: %s", r.text)
+			}
+		})
+	}
+}
+
+// TestJobsSurviveSIGKILL: a server killed with SIGKILL in the middle of an
+// exec and after starting a job; the next server on the same state finds
+// the sandbox, runs commands, and reads and kills the job.
+func TestJobsSurviveSIGKILL(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	stateDir := t.TempDir()
+	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}
+
+	first, cmd := connectKillable(t, tg.Env, args...)
+	if text, isErr := callText(t, first, "bg", map[string]any{"name": "tick", "command": "while :; do echo tick; sleep 0.2; done"}); isErr {
+		t.Fatal(text)
+	}
+	go func() { // an exec in flight when the server dies
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = first.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "sleep 3; echo late"}})
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	second := connectRaw(t, tg.Env, args...)
+	text, isErr := callText(t, second, "exec", map[string]any{"command": "echo alive"})
+	if isErr || !strings.Contains(text, "alive") {
+		t.Fatalf("exec after SIGKILL: %v %q", isErr, text)
+	}
+	text, isErr = callText(t, second, "logs", map[string]any{"name": "tick", "tail": 2})
+	if isErr || !strings.Contains(text, "running") || !strings.Contains(text, "tick\n") {
+		t.Fatalf("logs after SIGKILL: %v %q", isErr, text)
+	}
+	text, isErr = callText(t, second, "kill", map[string]any{"name": "tick"})
+	if isErr || !strings.Contains(text, "ended by signal 15") {
+		t.Fatalf("kill after SIGKILL: %v %q", isErr, text)
+	}
+}
+
+// connectKillable is connectRaw that also returns the server process.
+func connectKillable(t *testing.T, env []string, args ...string) (*mcp.ClientSession, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = &prefixWriter{t: t}
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs, cmd
+}

@@ -1,0 +1,191 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+const (
+	defaultLogTail  = 100
+	defaultLogBytes = 16 << 10
+	maxLogBytes     = 256 << 10
+)
+
+func jobNameParam(desc string) mcp.ToolOption {
+	return mcp.WithString("name", mcp.Description(desc),
+		mcp.Pattern(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`), mcp.MaxLength(sandbox.MaxNameLen))
+}
+
+func (s *Server) bgTool() tool {
+	return tool{group: "core", handler: s.handleBg, def: newTool("bg",
+		"Start a long-running command (server, watcher, build) in the background and return at once. Its output goes to a log: read it with logs, stop it with kill.",
+		mutating(false), sandboxParam(),
+		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
+		jobNameParam(`Job name for logs and kill (default "job-<id>"). Reusing the name of an ended job replaces it.`),
+		mcp.WithString("workdir", mcp.Description("Directory to start in (default: the shell's current one).")))}
+}
+
+func (s *Server) logsTool() tool {
+	return tool{group: "core", handler: s.handleLogs, def: newTool("logs",
+		"Read a background job's output and whether it is still running or its exit code. Poll cheaply with since=next_offset.",
+		readOnly(), sandboxParam(),
+		jobNameParam("Job name, as given or returned by bg."),
+		mcp.WithNumber("tail", mcp.Description("Last N lines (default 100); ignored with since."), mcp.Min(1)),
+		mcp.WithNumber("since", mcp.Description("Byte offset to read from: the next_offset of a previous call."), mcp.Min(0)),
+		mcp.WithNumber("max_bytes", mcp.Description("At most this many bytes (default 16384, max 262144)."), mcp.Min(1)))}
+}
+
+func (s *Server) killTool() tool {
+	return tool{group: "core", handler: s.handleKill, def: newTool("kill",
+		"Stop a background job and everything it started (its whole process group).",
+		destructive(true), sandboxParam(),
+		jobNameParam("Job name."),
+		mcp.WithString("signal", mcp.Description("TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT.")))}
+}
+
+func (s *Server) jobsTool() tool {
+	return tool{group: "core", handler: s.handleJobs, def: newTool("jobs",
+		"List a sandbox's background jobs: name, command, pid, running or exit code.",
+		readOnly(), sandboxParam())}
+}
+
+func jobFailure(ctx context.Context, what string, err error) *mcp.CallToolResult {
+	if errors.Is(err, sandbox.ErrJobNotFound) || errors.Is(err, sandbox.ErrJobRunning) || errors.Is(err, sandbox.ErrInvalidName) {
+		return argError("%s: %v", what, err)
+	}
+	return failure(ctx, what, err)
+}
+
+func (s *Server) handleBg(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("bg: %v", err), nil
+	}
+	command := req.GetString("command", "")
+	if strings.TrimSpace(command) == "" {
+		return argError("bg: command is required"), nil
+	}
+	st, err := s.m.StartJob(ctx, name, req.GetString("name", ""), command, req.GetString("workdir", ""))
+	if err != nil {
+		return jobFailure(ctx, "bg", err), nil
+	}
+	return mcp.NewToolResultStructured(st, fmt.Sprintf("started job %q (pid %d) in sandbox %q; read its output with logs(name=%q)", st.Name, st.PID, name, st.Name)), nil
+}
+
+// JobLogResult is the structured result of logs.
+type JobLogResult struct {
+	sandbox.JobLog
+	Output    string `json:"output"`
+	Truncated bool   `json:"truncated"`
+}
+
+func (s *Server) handleLogs(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("logs: %v", err), nil
+	}
+	job := req.GetString("name", "")
+	if job == "" {
+		return argError("logs: name is required (see jobs)"), nil
+	}
+	opt := sandbox.LogOptions{Since: -1, Tail: req.GetInt("tail", defaultLogTail), Max: req.GetInt("max_bytes", defaultLogBytes)}
+	if args, ok := req.Params.Arguments.(map[string]any); ok {
+		if _, has := args["since"]; has {
+			opt.Since = int64(req.GetFloat("since", 0))
+		}
+	}
+	if opt.Max > maxLogBytes {
+		opt.Max = maxLogBytes
+	}
+	if opt.Tail <= 0 || opt.Max <= 0 || opt.Since < -1 {
+		return argError("logs: tail and max_bytes must be positive and since not negative"), nil
+	}
+	l, err := s.m.JobLogs(ctx, name, job, opt)
+	if err != nil {
+		return jobFailure(ctx, "logs", err), nil
+	}
+	out := JobLogResult{JobLog: l, Output: encodeBytes(l.Data, ""), Truncated: l.More}
+	var b strings.Builder
+	fmt.Fprintf(&b, "job %q: %s", job, jobState(l.JobStatus))
+	fmt.Fprintf(&b, "; log %d bytes, next_offset %d", l.LogSize, l.NextOffset)
+	if l.More {
+		b.WriteString(" (more: call again with since=next_offset)")
+	}
+	b.WriteString("\n")
+	b.WriteString(out.Output)
+	return mcp.NewToolResultStructured(out, b.String()), nil
+}
+
+func jobState(st sandbox.JobStatus) string {
+	switch {
+	case st.State == "running":
+		return fmt.Sprintf("running (pid %d, for %s)", st.PID, time.Since(st.Started).Round(time.Second))
+	case st.State == "exited" && st.ExitCode != nil:
+		code := *st.ExitCode
+		if code > 128 {
+			return fmt.Sprintf("ended by signal %d (exit %d)", code-128, code)
+		}
+		return fmt.Sprintf("exited with code %d", code)
+	default:
+		return "lost: the sandbox was reset or recreated since it started"
+	}
+}
+
+func (s *Server) handleKill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("kill: %v", err), nil
+	}
+	job := req.GetString("name", "")
+	if job == "" {
+		return argError("kill: name is required (see jobs)"), nil
+	}
+	r, err := s.m.KillJob(ctx, name, job, req.GetString("signal", ""))
+	if err != nil {
+		return jobFailure(ctx, "kill", err), nil
+	}
+	var text string
+	switch {
+	case r.AlreadyEnded:
+		text = fmt.Sprintf("job %q had already ended: %s", job, jobState(r.JobStatus))
+	case r.State == "lost":
+		text = fmt.Sprintf("job %q is gone: %s", job, jobState(r.JobStatus))
+	case r.Ended:
+		text = fmt.Sprintf("sent SIG%s to job %q: %s", r.Signal, job, jobState(r.JobStatus))
+	default:
+		text = fmt.Sprintf("sent SIG%s to job %q; it is still running (try signal KILL)", r.Signal, job)
+	}
+	return mcp.NewToolResultStructured(r, text), nil
+}
+
+// JobList is the structured result of jobs.
+type JobList struct {
+	Sandbox string              `json:"sandbox"`
+	Jobs    []sandbox.JobStatus `json:"jobs"`
+}
+
+func (s *Server) handleJobs(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("jobs: %v", err), nil
+	}
+	list, err := s.m.Jobs(ctx, name)
+	if err != nil {
+		return jobFailure(ctx, "jobs", err), nil
+	}
+	if len(list) == 0 {
+		return mcp.NewToolResultStructured(JobList{Sandbox: name, Jobs: []sandbox.JobStatus{}}, fmt.Sprintf("no background jobs in sandbox %q (start one with bg)", name)), nil
+	}
+	lines := make([]string, 0, len(list))
+	for _, j := range list {
+		lines = append(lines, fmt.Sprintf("%s: %s: %s", j.Name, jobState(j), j.Command))
+	}
+	return mcp.NewToolResultStructured(JobList{Sandbox: name, Jobs: list}, strings.Join(lines, "\n")), nil
+}
