@@ -81,6 +81,11 @@ type Sandbox struct {
 	Profile   Profile
 	pool      *shell.Pool
 	lastUsed  atomic.Int64 // unix nanos
+	// IdleTTL is how long the sandbox may go unused before its watchdog
+	// stops it; 0 never.
+	IdleTTL     time.Duration
+	inflight    atomic.Int32 // commands running now
+	lastTouched atomic.Int64 // unix nanos of the last activity mark
 }
 
 // LastUsed is when a command last ran in the sandbox through this server.
@@ -124,7 +129,71 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 		m.jobs = &memJobs{}
 	}
 	go m.flushHistory()
+	go m.markActivity()
 	return m
+}
+
+// IdleTTL is how long sandbox name may go unused before it is stopped:
+// its profile's idle_ttl, else DefaultIdleTTL; the sandbox named default
+// is reaped only when a profile of its own sets one.
+func (m *Manager) IdleTTL(name string) time.Duration {
+	spec := m.ProfileFor(name).IdleTTL
+	if name == DefaultName {
+		spec = m.cfg.Profiles[name].IdleTTL
+	}
+	if spec == "" {
+		if name == DefaultName {
+			return 0
+		}
+		return DefaultIdleTTL
+	}
+	d, err := ParseIdleTTL(spec)
+	if err != nil {
+		return DefaultIdleTTL // Validate reports it at start-up
+	}
+	return d
+}
+
+// watchdogEvery is how often the in-sandbox watchdog checks for idleness.
+func watchdogEvery(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, time.Second), 30*time.Second)
+}
+
+// markActivity keeps the watchdogs of the sandboxes this server uses from
+// stopping them: every so often it touches the activity file of each
+// sandbox that ran a command since the last mark, or is running one now.
+func (m *Manager) markActivity() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		var due []*Sandbox
+		now := time.Now().UnixNano()
+		for _, sb := range m.boxes {
+			if sb.IdleTTL <= 0 {
+				continue
+			}
+			last := sb.lastTouched.Load()
+			busy := sb.inflight.Load() > 0 || sb.lastUsed.Load() > last
+			if busy && time.Duration(now-last) >= min(sb.IdleTTL/3, 20*time.Second) {
+				due = append(due, sb)
+			}
+		}
+		m.mu.Unlock()
+		for _, sb := range due {
+			sb.lastTouched.Store(now)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, err := sb.pool.Run(ctx, shell.Request{Command: shell.TouchActivity, Timeout: 5 * time.Second}); err != nil {
+				m.log.Debug("mark sandbox active", "sandbox", sb.Name, "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
 // historyFlushEvery is how often history reaches the store.
@@ -294,7 +363,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 			prof.Image = c.Image
 		}
 	}
-	sb := &Sandbox{Name: name, Container: ctr, Profile: prof}
+	sb := &Sandbox{Name: name, Container: ctr, Profile: prof, IdleTTL: m.IdleTTL(name)}
 	sb.pool = shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit()}, m.cfg.PoolSize)
 	sb.lastUsed.Store(time.Now().UnixNano())
 	if err := sb.pool.Warm(ctx); err != nil {
@@ -395,6 +464,9 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 		Init:           true,
 		Command:        []string{"sleep", "infinity"},
 	}
+	if ttl := m.IdleTTL(name); ttl > 0 {
+		spec.Command = shell.WatchdogCommand(ttl, watchdogEvery(ttl))
+	}
 	if err := m.rt.Run(ctx, spec); err != nil {
 		return fmt.Errorf("boot sandbox %q: %w", name, err)
 	}
@@ -431,6 +503,8 @@ func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Requ
 		return ExecResult{Boot: boot}, err
 	}
 	sb.lastUsed.Store(time.Now().UnixNano())
+	sb.inflight.Add(1)
+	defer sb.inflight.Add(-1)
 	res, err := sb.pool.Run(ctx, req)
 	if err == nil && res.NotStarted {
 		err = errShellGone // the container may have gone: check below

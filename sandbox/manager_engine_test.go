@@ -210,3 +210,67 @@ func TestEngineMissing(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestIdleReaping: a sandbox idle past its TTL stops by itself, with no
+// Manager (server) running, and the next use brings it back with its
+// workspace. A command longer than the TTL is not cut short.
+func TestIdleReaping(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			cfg := sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+				Profiles: map[string]sandbox.Profile{"sleepy": {IdleTTL: "3s"}}}
+			m := sandbox.NewManager(rt, cfg)
+			o := run(t, m, "sleepy", shell.Request{Command: "echo kept > /workspace/f; sleep 5; echo still-here"})
+			if o.stdout != "still-here\n" {
+				t.Fatalf("a command longer than the TTL: %q", o.stdout)
+			}
+			m.Close() // no server from here on
+
+			ctr := sandbox.ContainerName(prefix, "sleepy")
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				c, err := rt.Inspect(context.Background(), ctr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !c.Running() {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("still %s 20 s after its 3 s idle TTL", c.State)
+				}
+				time.Sleep(250 * time.Millisecond)
+			}
+
+			m2 := sandbox.NewManager(rt, cfg)
+			t.Cleanup(m2.Close)
+			o = run(t, m2, "sleepy", shell.Request{Command: "cat /workspace/f"})
+			if o.stdout != "kept\n" || !o.res.Boot.Started {
+				t.Fatalf("after reaping: stdout %q boot %+v", o.stdout, o.res.Boot)
+			}
+		})
+	}
+}
+
+func TestIdleTTLDefaults(t *testing.T) {
+	m := sandbox.NewManager(nil, sandbox.Config{Defaults: sandbox.Profile{Image: "x", IdleTTL: "1h"},
+		Profiles: map[string]sandbox.Profile{"quick": {IdleTTL: "5m"}, "keep": {IdleTTL: "off"}}})
+	defer m.Close()
+	for name, want := range map[string]time.Duration{"default": 0, "other": time.Hour, "quick": 5 * time.Minute, "keep": 0} {
+		if got := m.IdleTTL(name); got != want {
+			t.Errorf("IdleTTL(%s) = %v, want %v", name, got, want)
+		}
+	}
+	m2 := sandbox.NewManager(nil, sandbox.Config{Defaults: sandbox.Profile{Image: "x"},
+		Profiles: map[string]sandbox.Profile{"default": {IdleTTL: "2h"}}})
+	defer m2.Close()
+	if m2.IdleTTL("default") != 2*time.Hour || m2.IdleTTL("x") != sandbox.DefaultIdleTTL {
+		t.Errorf("default %v, x %v", m2.IdleTTL("default"), m2.IdleTTL("x"))
+	}
+	if _, err := sandbox.ParseProfileSpec("idle_ttl=5"); err == nil {
+		t.Error("idle_ttl=5 (no unit) must be refused")
+	}
+}

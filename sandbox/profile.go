@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Profile is how a sandbox is booted: its image and resources.
@@ -15,6 +16,27 @@ type Profile struct {
 	Virtualization bool    `json:"virtualization,omitempty"`
 	// Network is "" for the engine's default network or "none".
 	Network string `json:"network,omitempty"`
+	// IdleTTL stops the sandbox after this long without commands, even with
+	// no server running ("30m", "2h"; "off" never). Unset: 30 minutes, except
+	// for the sandbox named default, which only a profile of its own reaps.
+	IdleTTL string `json:"idle_ttl,omitempty"`
+}
+
+// DefaultIdleTTL is the idle time after which a sandbox stops by default.
+const DefaultIdleTTL = 30 * time.Minute
+
+// ParseIdleTTL reads an idle_ttl value: a Go duration of at least one
+// second, or "off" / "0" for never.
+func ParseIdleTTL(s string) (time.Duration, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "off", "0", "never":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Second {
+		return 0, fmt.Errorf("profile: idle_ttl %q must be a duration such as 30m or 2h (at least 1s), or off", s)
+	}
+	return d, nil
 }
 
 // Merge returns p with every field set in o taking precedence.
@@ -33,6 +55,9 @@ func (p Profile) Merge(o Profile) Profile {
 	}
 	if o.Network != "" {
 		p.Network = o.Network
+	}
+	if o.IdleTTL != "" {
+		p.IdleTTL = o.IdleTTL
 	}
 	return p
 }
@@ -56,11 +81,16 @@ func (p Profile) Validate() error {
 	if p.Network != "" && p.Network != "none" {
 		return fmt.Errorf("profile: network must be empty or \"none\", not %q", p.Network)
 	}
+	if p.IdleTTL != "" {
+		if _, err := ParseIdleTTL(p.IdleTTL); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // ParseProfileSpec parses "key=value,key=value" (keys image, cpus, memory,
-// virtualization, network) into a profile, as used by --profile NAME:SPEC.
+// virtualization, network, idle_ttl) into a profile, as used by --profile NAME:SPEC.
 func ParseProfileSpec(spec string) (Profile, error) {
 	var p Profile
 	for _, kv := range strings.Split(spec, ",") {
@@ -91,8 +121,13 @@ func ParseProfileSpec(spec string) (Profile, error) {
 			p.Virtualization = b
 		case "network":
 			p.Network = v
+		case "idle_ttl":
+			if _, err := ParseIdleTTL(v); err != nil {
+				return p, err
+			}
+			p.IdleTTL = v
 		default:
-			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network)", k)
+			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, idle_ttl)", k)
 		}
 	}
 	return p, nil
