@@ -160,8 +160,8 @@ func scenarios(t *testing.T, s *server) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"batch_write", "destroy", "env", "exec", "health", "history", "install", "list_all",
-			"output", "python", "read_file", "reset", "status", "write_file"}
+		want := []string{"batch_write", "bg", "destroy", "env", "exec", "health", "history", "install", "jobs", "kill",
+			"list_all", "logs", "output", "python", "read_file", "reset", "stats", "status", "write_file"}
 		var got []string
 		for _, tl := range res.Tools {
 			got = append(got, tl.Name)
@@ -170,11 +170,12 @@ func scenarios(t *testing.T, s *server) {
 				t.Errorf("%s: annotations missing", tl.Name)
 				continue
 			}
-			readOnly := map[string]bool{"read_file": true, "status": true, "history": true, "list_all": true, "health": true, "output": true}
+			readOnly := map[string]bool{"read_file": true, "status": true, "history": true, "list_all": true, "health": true,
+				"output": true, "jobs": true, "logs": true, "stats": true}
 			if a.ReadOnlyHint != readOnly[tl.Name] {
 				t.Errorf("%s: readOnlyHint = %v", tl.Name, a.ReadOnlyHint)
 			}
-			destructive := tl.Name == "destroy" || tl.Name == "reset"
+			destructive := tl.Name == "destroy" || tl.Name == "reset" || tl.Name == "kill"
 			if *a.DestructiveHint != destructive {
 				t.Errorf("%s: destructiveHint = %v", tl.Name, *a.DestructiveHint)
 			}

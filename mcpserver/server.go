@@ -112,7 +112,7 @@ func (s *Server) tools() []tool {
 		s.execTool(), s.pythonTool(), s.installTool(), s.envTool(),
 		s.writeFileTool(), s.readFileTool(), s.batchWriteTool(),
 		s.bgTool(), s.logsTool(), s.killTool(), s.jobsTool(),
-		s.statusTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(), s.outputTool(),
+		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(), s.outputTool(),
 	}
 }
 

@@ -1,0 +1,98 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+func (s *Server) statsTool() tool {
+	return tool{group: "lifecycle", handler: s.handleStats, def: newTool("stats",
+		"Measure a sandbox's resource use: CPU over a 0.5 s sample (100% = one core), memory, processes, disk, network. -1 means unknown.",
+		readOnly(), sandboxParam())}
+}
+
+// SandboxStats is the structured result of stats.
+type SandboxStats struct {
+	Sandbox string `json:"sandbox"`
+	sandbox.SandboxStats
+}
+
+func (s *Server) handleStats(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("stats: %v", err), nil
+	}
+	st, err := s.m.Stats(ctx, name)
+	if err != nil {
+		return failure(ctx, "stats", err), nil
+	}
+	return mcp.NewToolResultStructured(SandboxStats{Sandbox: name, SandboxStats: st}, describeStats(st, s.m.Config().Workdir)), nil
+}
+
+// describeStats is the one-line summary of stats, e.g. "cpu 3.2% of 1 core
+// (2 CPUs), memory 41 MiB / 512 MiB, 7 processes, /workspace 1.2 MiB used
+// of 9.8 GiB (8.1 GiB free), / 250 MiB used of 9.8 GiB (8.1 GiB free)".
+func describeStats(st sandbox.SandboxStats, workdir string) string {
+	var parts []string
+	cpu := "cpu unknown"
+	if st.CPUPercent >= 0 {
+		cpu = fmt.Sprintf("cpu %.1f%% of 1 core", st.CPUPercent)
+	}
+	if st.CPUs > 0 {
+		cpu += fmt.Sprintf(" (%g CPUs)", st.CPUs)
+	}
+	parts = append(parts, cpu)
+	switch {
+	case st.MemoryBytes < 0:
+		parts = append(parts, "memory unknown")
+	case st.MemoryLimitBytes > 0:
+		parts = append(parts, fmt.Sprintf("memory %s / %s", statsBytes(st.MemoryBytes), statsBytes(st.MemoryLimitBytes)))
+	case st.MemoryLimitBytes == 0:
+		parts = append(parts, fmt.Sprintf("memory %s (no limit)", statsBytes(st.MemoryBytes)))
+	default:
+		parts = append(parts, "memory "+statsBytes(st.MemoryBytes))
+	}
+	if st.Pids >= 0 {
+		parts = append(parts, fmt.Sprintf("%d processes", st.Pids))
+	}
+	parts = append(parts, statsDisk(workdir, st.DiskWorkspaceUsedBytes, st.DiskWorkspaceTotalBytes, st.DiskWorkspaceFreeBytes),
+		statsDisk("/", st.DiskRootUsedBytes, st.DiskRootTotalBytes, st.DiskRootFreeBytes))
+	if st.NetRxBytes >= 0 && st.NetTxBytes >= 0 {
+		parts = append(parts, fmt.Sprintf("net %s in, %s out", statsBytes(st.NetRxBytes), statsBytes(st.NetTxBytes)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func statsDisk(path string, used, total, free int64) string {
+	s := path + " used unknown"
+	if used >= 0 {
+		s = path + " " + statsBytes(used) + " used"
+	}
+	if total > 0 {
+		s += " of " + statsBytes(total)
+		if free >= 0 {
+			s += " (" + statsBytes(free) + " free)"
+		}
+	}
+	return s
+}
+
+// statsBytes renders a byte count in binary units with one decimal.
+func statsBytes(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	f := float64(n)
+	for _, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		f /= 1024
+		if f < 1024 || unit == "TiB" {
+			return fmt.Sprintf("%.1f %s", f, unit)
+		}
+	}
+	return "" // not reached
+}
