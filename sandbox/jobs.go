@@ -24,6 +24,7 @@ type JobStore interface {
 	Job(sandbox, name string) (state.Job, bool, error)
 	Jobs(sandbox string) ([]state.Job, error)
 	DeleteJobs(sandbox string, names ...string) error
+	JobSandboxes() ([]string, error)
 }
 
 // ErrJobNotFound means no job of that name was started in the sandbox.
@@ -338,6 +339,19 @@ func (s *memJobs) Jobs(sandbox string) ([]state.Job, error) {
 		out = append(out, j)
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Name < out[k].Name })
+	return out, nil
+}
+
+func (s *memJobs) JobSandboxes() ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for name, jobs := range s.jobs {
+		if len(jobs) > 0 {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
 	return out, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -725,6 +726,47 @@ func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Reconcile brings the state in line with the engine, the truth for what
+// exists, when a server starts: it removes containers a reset left behind,
+// forgets the job records of sandboxes whose container is gone, and
+// reports (never removes) the sandboxes earlier servers left running or
+// stopped, which any server adopts on first use.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	if n, err := m.RemoveOrphans(ctx); err != nil {
+		return fmt.Errorf("remove containers left by resets: %w", err)
+	} else if n > 0 {
+		m.log.Info("removed containers left by earlier resets", "count", n)
+	}
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return err
+	}
+	exists := map[string]bool{}
+	var found []string
+	for _, c := range cs {
+		name := c.Labels[LabelName]
+		if c.Name != m.ContainerFor(name) {
+			continue
+		}
+		exists[name] = true
+		found = append(found, name+" ("+string(c.State)+")")
+	}
+	if len(found) > 0 {
+		m.log.Info("sandboxes found in the engine", "sandboxes", strings.Join(found, ", "))
+	}
+	names, err := m.jobs.JobSandboxes()
+	if err != nil {
+		return fmt.Errorf("read job records: %w", err)
+	}
+	for _, name := range names {
+		if !exists[name] {
+			m.log.Info("forgetting the jobs of a sandbox the engine no longer has", "sandbox", name)
+			m.forgetJobs(name)
+		}
+	}
+	return nil
 }
 
 // Info describes a sandbox for status and listing.

@@ -121,3 +121,23 @@ func (s *Store) DeleteJobs(sandbox string, names ...string) error {
 		return nil
 	})
 }
+
+// JobSandboxes returns the names of the sandboxes that have job records.
+func (s *Store) JobSandboxes() ([]string, error) {
+	var out []string
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJobs)
+		if b == nil {
+			return nil
+		}
+		last := ""
+		return b.ForEach(func(k, _ []byte) error {
+			if i := bytes.IndexByte(k, 0); i > 0 && string(k[:i]) != last {
+				last = string(k[:i])
+				out = append(out, last)
+			}
+			return nil
+		})
+	})
+	return out, err
+}

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -73,12 +74,8 @@ func (s *Store) open() (*bolt.DB, error) {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
 	case err != nil && s.unreadable(err):
-		moved := fmt.Sprintf("%s.corrupt-%s", s.Path, time.Now().UTC().Format("20060102T150405Z"))
-		if rerr := os.Rename(s.Path, moved); rerr != nil {
-			return nil, fmt.Errorf("state file %s is unreadable (%v) and could not be moved aside: %w", s.Path, err, rerr)
-		}
-		if s.OnCorrupt != nil {
-			s.OnCorrupt(moved, err)
+		if merr := s.moveAside(err); merr != nil {
+			return nil, merr
 		}
 		db, err = bolt.Open(s.Path, 0o600, &bolt.Options{Timeout: timeout})
 	}
@@ -99,8 +96,48 @@ func (s *Store) unreadable(err error) bool {
 	return statErr == nil
 }
 
-// update runs fn in a write transaction on a freshly opened file.
+// moveAside renames the unreadable state file out of the way (never
+// truncating it, so it can be inspected or recovered) and reports it.
+func (s *Store) moveAside(why error) error {
+	moved := fmt.Sprintf("%s.corrupt-%s", s.Path, time.Now().UTC().Format("20060102T150405.000Z"))
+	if err := os.Rename(s.Path, moved); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("state file %s is unreadable (%v) and could not be moved aside: %w", s.Path, why, err)
+	}
+	if s.OnCorrupt != nil {
+		s.OnCorrupt(moved, why)
+	}
+	return nil
+}
+
+// errFault is a state file damaged in a way bbolt does not check before
+// reading: it panics on the bad page, or faults reading past the end of a
+// truncated file it has mapped into memory.
+var errFault = errors.New("state file is damaged")
+
+// update runs fn in a write transaction on a freshly opened file. A file
+// damaged so that reading it faults (bbolt maps it into memory) is moved
+// aside and the operation retried once on a fresh file.
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	err := s.tryUpdate(fn)
+	if errors.Is(err, errFault) {
+		if merr := s.moveAside(err); merr != nil {
+			return merr
+		}
+		err = s.tryUpdate(fn)
+	}
+	return err
+}
+
+func (s *Store) tryUpdate(fn func(tx *bolt.Tx) error) (err error) {
+	// Turn SIGBUS/SIGSEGV on the mapping into a panic, and bbolt's panics
+	// on damaged pages into errFault, instead of a crashed server. Only
+	// bbolt and the small record codecs run in here.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errFault, r)
+		}
+	}()
 	db, err := s.open()
 	if err != nil {
 		return err

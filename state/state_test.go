@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,5 +165,36 @@ func TestSchemaOneIsUpgraded(t *testing.T) {
 	db.Close()
 	if err := s.PutJob(Job{Sandbox: "box", Name: "k"}); err == nil || !strings.Contains(err.Error(), "schema 99") {
 		t.Fatalf("newer schema: %v", err)
+	}
+}
+
+// TestTruncatedFileIsMovedAside: a file cut short (bbolt would fault
+// reading past its end) is moved aside and a fresh one used, without a
+// crash.
+func TestTruncatedFileIsMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := New(dir)
+	var moved string
+	s.OnCorrupt = func(to string, _ error) { moved = to }
+	for i := 0; i < 200; i++ { // grow the file past its first pages
+		if err := s.PutJob(Job{Sandbox: "box", Name: fmt.Sprintf("job-%d", i), Command: strings.Repeat("x", 500)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, _ := os.Stat(s.Path)
+	if err := os.Truncate(s.Path, info.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutJob(Job{Sandbox: "box", Name: "after"}); err != nil {
+		t.Fatalf("write after truncation: %v", err)
+	}
+	if moved == "" {
+		t.Fatal("the truncated file was not reported")
+	}
+	if fi, err := os.Stat(moved); err != nil || fi.Size() != info.Size()/2 {
+		t.Fatalf("moved-aside file: %v %v", fi, err)
+	}
+	if jobs, err := s.Jobs("box"); err != nil || len(jobs) != 1 {
+		t.Fatalf("fresh file: %v %v", jobs, err)
 	}
 }

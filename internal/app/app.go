@@ -217,10 +217,8 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	logger.Info("serving", "runtime", rt.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir)
 	go func() {
-		if n, err := m.RemoveOrphans(ctx); err != nil {
-			logger.Debug("tidy", "err", err)
-		} else if n > 0 {
-			logger.Info("removed replaced containers left by an earlier server", "count", n)
+		if err := m.Reconcile(ctx); err != nil {
+			logger.Debug("reconcile state with the engine", "err", err)
 		}
 	}()
 	if cfg.BootDefault {

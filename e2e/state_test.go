@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// TestStateFileAbuse: the state file locked by a stuck process, deleted,
+// or truncated while a server runs never blocks or breaks exec; the tools
+// that need the file say what is wrong, and recover once it is fixed.
+func TestStateFileAbuse(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	stateDir := t.TempDir()
+	db := filepath.Join(stateDir, "state.db")
+	cs := connectRaw(t, tg.Env, "serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", stateDir, "--no-boot-default")
+	call := func(tool string, args map[string]any) (string, bool) { return callText(t, cs, tool, args) }
+	if text, isErr := call("bg", map[string]any{"name": "one", "command": "sleep 100"}); isErr {
+		t.Fatal(text)
+	}
+
+	// Locked by another process: exec is not held up; bg reports the lock.
+	held, err := bolt.Open(db, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if text, isErr := call("exec", map[string]any{"command": "echo fine"}); isErr || !strings.Contains(text, "fine") {
+		t.Fatalf("exec with the state locked: %v %q", isErr, text)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("exec waited %v for a locked state file", took)
+	}
+	text, isErr := call("bg", map[string]any{"name": "two", "command": "sleep 100"})
+	if !isErr || !strings.Contains(text, "locked") {
+		t.Fatalf("bg with the state locked: %v %q", isErr, text)
+	}
+	held.Close()
+	if text, isErr := call("logs", map[string]any{"name": "one"}); isErr || !strings.Contains(text, "running") {
+		t.Fatalf("logs once the lock is gone: %v %q", isErr, text)
+	}
+
+	// Deleted: a new file is made; the records in it are gone, which logs says.
+	if err := os.Remove(db); err != nil {
+		t.Fatal(err)
+	}
+	if text, isErr := call("logs", map[string]any{"name": "one"}); !isErr || !strings.Contains(text, "no such job") {
+		t.Fatalf("logs after the state file was deleted: %v %q", isErr, text)
+	}
+	if text, isErr := call("bg", map[string]any{"name": "three", "command": "echo three"}); isErr {
+		t.Fatalf("bg after the state file was deleted: %q", text)
+	}
+	if info, err := os.Stat(db); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("recreated state file: %v %v", info, err)
+	}
+
+	// Truncated mid-file: it is moved aside, never overwritten, and a fresh
+	// one is used.
+	info, _ := os.Stat(db)
+	if err := os.Truncate(db, info.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	if text, isErr := call("bg", map[string]any{"name": "four", "command": "echo four"}); isErr {
+		t.Fatalf("bg after truncation: %q", text)
+	}
+	moved, _ := filepath.Glob(db + ".corrupt-*")
+	if len(moved) != 1 {
+		t.Fatalf("corrupt file not moved aside: %v", moved)
+	}
+	if text, isErr := call("exec", map[string]any{"command": "echo still"}); isErr || !strings.Contains(text, "still") {
+		t.Fatalf("exec after truncation: %v %q", isErr, text)
+	}
+}
+
+// TestReconcileForgetsLostSandboxes: job records of a sandbox whose
+// container was removed by hand are dropped by the next server, and the
+// sandbox comes back empty on first use.
+func TestReconcileForgetsLostSandboxes(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	stateDir := t.TempDir()
+	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}
+	first := connectRaw(t, tg.Env, args...)
+	if text, isErr := callText(t, first, "bg", map[string]any{"sandbox": "gone", "name": "j", "command": "sleep 100"}); isErr {
+		t.Fatal(text)
+	}
+	first.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rt.Remove(ctx, sandbox.ContainerName(prefix, "gone")); err != nil {
+		t.Fatal(err)
+	}
+	second := connectRaw(t, tg.Env, args...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		text, isErr := callText(t, second, "jobs", map[string]any{"sandbox": "gone"})
+		if !isErr && strings.Contains(text, "no background jobs") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs of a removed sandbox: %v %q", isErr, text)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
