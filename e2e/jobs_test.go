@@ -133,6 +133,16 @@ func TestJobs(t *testing.T) {
 					t.Errorf("%s %v: %v %q", c.tool, c.args, r.isError, r.text)
 				}
 			}
+			// A token in a job's command is kept out of the records and history.
+			const token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+			if r := s.call(t, "bg", map[string]any{"sandbox": sb, "name": "tok", "command": "echo " + token + " >/dev/null"}); r.isError {
+				t.Fatal(r.text)
+			}
+			for _, tool := range []string{"jobs", "history"} {
+				if r := s.call(t, tool, map[string]any{"sandbox": sb}); strings.Contains(r.text, token) || !strings.Contains(r.text, "echo ***") {
+					t.Errorf("%s shows the token: %s", tool, r.text)
+				}
+			}
 			// bg and logs are in the history as what the user asked; polling is not.
 			r = s.call(t, "history", map[string]any{"sandbox": sb})
 			if !strings.Contains(r.text, "bg count: for i in") || strings.Count(r.text, "\n") > 30 {

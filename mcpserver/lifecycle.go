@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -196,11 +198,34 @@ type Health struct {
 	DefaultImage  string            `json:"default_image"`
 	ImagePresent  bool              `json:"image_present"`
 	Sandboxes     map[string]string `json:"sandboxes"` // name -> "ok" or the problem
+	Server        ServerStats       `json:"server"`
+}
+
+// ServerStats describes the server process itself, so a client (or a test)
+// can see descriptors or goroutines piling up across calls.
+type ServerStats struct {
+	PID        int `json:"pid"`
+	Goroutines int `json:"goroutines"`
+	// OpenFDs counts the entries of /proc/self/fd (including the one used
+	// to read it), or is -1 where there is no such directory.
+	OpenFDs int `json:"open_fds"`
+}
+
+// serverStats reads the server's own figures. It is taken before health
+// does any work, so its own transient goroutines and descriptors are not
+// counted.
+func serverStats() ServerStats {
+	st := ServerStats{PID: os.Getpid(), Goroutines: runtime.NumGoroutine(), OpenFDs: -1}
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		st.OpenFDs = len(ents)
+	}
+	return st
 }
 
 func (s *Server) handleHealth(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	rt := s.m.Runtime()
-	h := Health{Runtime: rt.Kind(), DefaultImage: s.m.ProfileFor(sandbox.DefaultName).Image, Sandboxes: map[string]string{}}
+	h := Health{Runtime: rt.Kind(), DefaultImage: s.m.ProfileFor(sandbox.DefaultName).Image, Sandboxes: map[string]string{},
+		Server: serverStats()}
 	var lines []string
 	err := rt.Ping(ctx)
 	var v string
@@ -242,6 +267,7 @@ func (s *Server) handleHealth(ctx context.Context, _ mcp.CallToolRequest) (*mcp.
 			lines = append(lines, fmt.Sprintf("sandbox %s: %s", in.Name, state))
 		}
 	}
+	lines = append(lines, fmt.Sprintf("server: pid %d, %d goroutines, %d open fds", h.Server.PID, h.Server.Goroutines, h.Server.OpenFDs))
 	h.OK = h.EngineError == "" && h.ImagePresent
 	for _, st := range h.Sandboxes {
 		if st == "not responding" {

@@ -160,6 +160,13 @@ var tokenPatterns = []*regexp.Regexp{
 	regexp.MustCompile(`(https?://[^/\s:@]+:)[^@\s/]+@`),
 }
 
+// Redact hides registered secrets and token-shaped text in s.
+func (h *History) Redact(s string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.redact(s)
+}
+
 // redact hides registered secrets and token-shaped text. Callers hold h.mu.
 func (h *History) redact(s string) string {
 	for v := range h.secrets {

@@ -90,7 +90,7 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 		return JobStatus{}, fmt.Errorf("start job %q: unexpected answer %q", jobName, out.String())
 	}
 	j := state.Job{
-		Sandbox: name, Name: jobName, ID: id, Command: m.history.redact(command), Workdir: workdir,
+		Sandbox: name, Name: jobName, ID: id, Command: m.history.Redact(command), Workdir: workdir,
 		PID: pid, Dir: shell.JobDir(id), Container: m.ContainerFor(name), Started: time.Now().UTC(),
 	}
 	if err := m.jobs.PutJob(j); err != nil {

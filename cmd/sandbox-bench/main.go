@@ -55,6 +55,18 @@ func report(name, measured, floor string, ratio float64, target string, ok bool)
 	fmt.Printf("%-44s %-22s %-26s %-9s %-18s %s\n", name, measured, floor, r.ratio, target, mark)
 }
 
+// bench is one run: the build, the engine, and the main server that most
+// figures are taken on.
+type bench struct {
+	ctx           context.Context
+	engine, image string
+	n             int    // warm calls to time
+	dir           string // temporary: the built binary and state directories
+	launch        launcher
+	main          *benchServer
+	warmP50       time.Duration // set by warmExec
+}
+
 func run(engine, image string, n int) error {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "sandbox-bench")
@@ -71,119 +83,21 @@ func run(engine, image string, n int) error {
 	prefix := "bench" + randHex(3)
 	defer sweep(engine, prefix)
 
-	cmd := exec.Command(bin, "serve", "--runtime", engine, "--image", image, "--prefix", prefix,
-		"--state-dir", filepath.Join(dir, "state"), "--no-boot-default", "--log-level", "warn")
-	cmd.Stderr = os.Stderr
-	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "0"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+	b := &bench{ctx: ctx, engine: engine, image: image, n: n, dir: dir,
+		launch: launcher{bin: bin, engine: engine, image: image, prefix: prefix}}
+	if b.main, err = b.launch.start(ctx, filepath.Join(dir, "state")); err != nil {
+		return err
 	}
-	defer cs.Close()
-	call := func(name string, args map[string]any) (*mcp.CallToolResult, time.Duration, error) {
-		start := time.Now()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-		took := time.Since(start)
-		if err == nil && res.IsError {
-			err = fmt.Errorf("%s: %s", name, text(res))
-		}
-		return res, took, err
-	}
+	defer b.main.close()
 
 	fmt.Printf("sandbox-bench: %s, image %s, %d warm calls; one run, side by side\n\n", engine, image, n)
 	fmt.Printf("%-44s %-22s %-26s %-9s %-18s %s\n", "what", "sandbox-mcp", "engine floor", "ratio", "target", "")
-
-	// 1. First command in a new sandbox name vs run -d plus one exec.
-	var firsts, floors []time.Duration
-	for i := range 3 {
-		name := fmt.Sprintf("first%d", i)
-		_, took, err := call("exec", map[string]any{"sandbox": name, "command": "true"})
-		if err != nil {
+	for _, section := range []func() error{b.firstExec, b.warmExec, b.bigOutput, b.lifecycle,
+		b.benchRestart, b.benchPair, b.benchLeaks} {
+		if err := section(); err != nil {
 			return err
 		}
-		firsts = append(firsts, took)
-		floors = append(floors, engineFirst(engine, image, prefix+"-floor"+strconv.Itoa(i)))
 	}
-	f, fl := median(firsts), median(floors)
-	report("first exec in a new sandbox (median of 3)", ms(f), ms(fl)+" (run -d + exec)", ratio(f, fl), "<= 1.2x", ratio(f, fl) <= 1.2)
-
-	// 2. Warm exec of true through MCP over stdio vs one engine exec.
-	if _, _, err := call("exec", map[string]any{"command": "true"}); err != nil {
-		return err
-	}
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		_, took, err := call("exec", map[string]any{"command": "true"})
-		if err != nil {
-			return err
-		}
-		lat = append(lat, took)
-	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	var engineExecs []time.Duration
-	ctr := prefix + "-default"
-	for range 20 {
-		start := time.Now()
-		if out, err := exec.Command(engine, "exec", ctr, "true").CombinedOutput(); err != nil {
-			return fmt.Errorf("%s exec: %v: %s", engine, err, out)
-		}
-		engineExecs = append(engineExecs, time.Since(start))
-	}
-	ee := median(engineExecs)
-	report("warm exec `true` p50 (MCP, stdio)", us(p50), us(ee)+" (one "+engine+" exec)", ratio(p50, ee), "<= 1ms, <= 0.01x", p50 <= time.Millisecond && ratio(p50, ee) <= 0.01)
-	report("warm exec `true` p99 (MCP, stdio)", us(p99), "", 0, "<= 5ms", p99 <= 5*time.Millisecond)
-	fmt.Printf("%-44s i.e. %.0fx faster than one %s exec per command\n", "", float64(ee)/float64(p50), engine)
-
-	// 3. 50 MB of output: time vs engine exec cat of the same bytes; server memory.
-	if _, _, err := call("exec", map[string]any{"command": "head -c 52428800 /dev/zero | tr '\\0' a > /tmp/big"}); err != nil {
-		return err
-	}
-	pid := cmd.Process.Pid
-	rssBefore := rssKB(pid, "VmRSS")
-	_, big, err := call("exec", map[string]any{"command": "cat /tmp/big"})
-	if err != nil {
-		return err
-	}
-	hwm := rssKB(pid, "VmHWM")
-	var cats []time.Duration
-	for range 3 {
-		start := time.Now()
-		c := exec.Command(engine, "exec", ctr, "cat", "/tmp/big")
-		c.Stdout = nil // discarded by the OS (/dev/null)
-		if err := c.Run(); err != nil {
-			return err
-		}
-		cats = append(cats, time.Since(start))
-	}
-	catFloor := median(cats)
-	report("50 MB output: call time", ms(big), ms(catFloor)+" ("+engine+" exec cat)", ratio(big, catFloor), "<= 2x", ratio(big, catFloor) <= 2)
-	growth := hwm - rssBefore
-	report("50 MB output: server memory growth", fmt.Sprintf("%.1f MB", float64(growth)/1024), fmt.Sprintf("RSS before %.1f MB", float64(rssBefore)/1024), 0, "<= 20 MB", growth <= 20*1024)
-
-	// 4. Destroy and reset vs a cold boot.
-	var destroys, resets, boots []time.Duration
-	for i := range 3 {
-		name := fmt.Sprintf("life%d", i)
-		_, boot, err := call("exec", map[string]any{"sandbox": name, "command": "true"})
-		if err != nil {
-			return err
-		}
-		boots = append(boots, boot)
-		_, reset, err := call("reset", map[string]any{"sandbox": name})
-		if err != nil {
-			return err
-		}
-		resets = append(resets, reset)
-		_, destroy, err := call("destroy", map[string]any{"sandbox": name})
-		if err != nil {
-			return err
-		}
-		destroys = append(destroys, destroy)
-	}
-	d, r, b := median(destroys), median(resets), median(boots)
-	report("destroy (median of 3)", ms(d), "", 0, "<= 1s", d <= time.Second)
-	report("reset vs cold boot (median of 3)", ms(r), ms(b)+" (cold boot via exec)", ratio(r, b), "<= 1.2x", ratio(r, b) <= 1.2)
 
 	missed := 0
 	for _, r := range rows {
@@ -195,6 +109,114 @@ func run(engine, image string, n int) error {
 	if missed > 0 {
 		return fmt.Errorf("%d targets missed", missed)
 	}
+	return nil
+}
+
+// call calls a tool on the main server and times it.
+func (b *bench) call(name string, args map[string]any) (*mcp.CallToolResult, time.Duration, error) {
+	return b.main.call(b.ctx, name, args)
+}
+
+// firstExec: the first command in a new sandbox name vs run -d plus one exec.
+func (b *bench) firstExec() error {
+	var firsts, floors []time.Duration
+	for i := range 3 {
+		took, err := b.main.execTrue(b.ctx, fmt.Sprintf("first%d", i))
+		if err != nil {
+			return err
+		}
+		firsts = append(firsts, took)
+		floors = append(floors, engineFirst(b.engine, b.image, b.launch.prefix+"-floor"+strconv.Itoa(i)))
+	}
+	f, fl := median(firsts), median(floors)
+	report("first exec in a new sandbox (median of 3)", ms(f), ms(fl)+" (run -d + exec)", ratio(f, fl), "<= 1.2x", ratio(f, fl) <= 1.2)
+	return nil
+}
+
+// warmExec: a warm exec of true through MCP over stdio vs one engine exec.
+// It sets b.warmP50 for later figures.
+func (b *bench) warmExec() error {
+	if _, err := b.main.execTrue(b.ctx, "default"); err != nil {
+		return err
+	}
+	lat, err := b.main.execTrueN(b.ctx, "default", b.n)
+	if err != nil {
+		return err
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	b.warmP50 = p50
+	var engineExecs []time.Duration
+	ctr := b.launch.prefix + "-default"
+	for range 20 {
+		start := time.Now()
+		if out, err := exec.Command(b.engine, "exec", ctr, "true").CombinedOutput(); err != nil {
+			return fmt.Errorf("%s exec: %v: %s", b.engine, err, out)
+		}
+		engineExecs = append(engineExecs, time.Since(start))
+	}
+	ee := median(engineExecs)
+	report("warm exec `true` p50 (MCP, stdio)", us(p50), us(ee)+" (one "+b.engine+" exec)", ratio(p50, ee), "<= 1ms, <= 0.01x", p50 <= time.Millisecond && ratio(p50, ee) <= 0.01)
+	report("warm exec `true` p99 (MCP, stdio)", us(p99), "", 0, "<= 5ms", p99 <= 5*time.Millisecond)
+	fmt.Printf("%-44s i.e. %.0fx faster than one %s exec per command\n", "", float64(ee)/float64(p50), b.engine)
+	return nil
+}
+
+// bigOutput: 50 MB of output, time vs engine exec cat of the same bytes,
+// and the server's memory growth.
+func (b *bench) bigOutput() error {
+	if _, _, err := b.call("exec", map[string]any{"command": "head -c 52428800 /dev/zero | tr '\\0' a > /tmp/big"}); err != nil {
+		return err
+	}
+	pid := b.main.pid()
+	rssBefore := rssKB(pid, "VmRSS")
+	_, big, err := b.call("exec", map[string]any{"command": "cat /tmp/big"})
+	if err != nil {
+		return err
+	}
+	hwm := rssKB(pid, "VmHWM")
+	var cats []time.Duration
+	ctr := b.launch.prefix + "-default"
+	for range 3 {
+		start := time.Now()
+		c := exec.Command(b.engine, "exec", ctr, "cat", "/tmp/big")
+		c.Stdout = nil // discarded by the OS (/dev/null)
+		if err := c.Run(); err != nil {
+			return err
+		}
+		cats = append(cats, time.Since(start))
+	}
+	catFloor := median(cats)
+	report("50 MB output: call time", ms(big), ms(catFloor)+" ("+b.engine+" exec cat)", ratio(big, catFloor), "<= 2x", ratio(big, catFloor) <= 2)
+	growth := hwm - rssBefore
+	report("50 MB output: server memory growth", fmt.Sprintf("%.1f MB", float64(growth)/1024), fmt.Sprintf("RSS before %.1f MB", float64(rssBefore)/1024), 0, "<= 20 MB", growth <= 20*1024)
+	return nil
+}
+
+// lifecycle: destroy and reset vs a cold boot.
+func (b *bench) lifecycle() error {
+	var destroys, resets, boots []time.Duration
+	for i := range 3 {
+		name := fmt.Sprintf("life%d", i)
+		boot, err := b.main.execTrue(b.ctx, name)
+		if err != nil {
+			return err
+		}
+		boots = append(boots, boot)
+		_, reset, err := b.call("reset", map[string]any{"sandbox": name})
+		if err != nil {
+			return err
+		}
+		resets = append(resets, reset)
+		_, destroy, err := b.call("destroy", map[string]any{"sandbox": name})
+		if err != nil {
+			return err
+		}
+		destroys = append(destroys, destroy)
+	}
+	d, r, bt := median(destroys), median(resets), median(boots)
+	report("destroy (median of 3)", ms(d), "", 0, "<= 1s", d <= time.Second)
+	report("reset vs cold boot (median of 3)", ms(r), ms(bt)+" (cold boot via exec)", ratio(r, bt), "<= 1.2x", ratio(r, bt) <= 1.2)
 	return nil
 }
 
