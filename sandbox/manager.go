@@ -341,8 +341,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	}
 	ctr := m.ContainerFor(name)
 	c, err := Container{}, error(ErrNotFound)
+	var early *shell.Pool // a shell opened while the inspect runs
 	if mode == bootFind {
-		c, err = m.inspectOwned(ctx, name)
+		c, early, err = m.inspectWithShell(ctx, name)
 	}
 	if errors.Is(err, ErrNotFound) {
 		err = m.create(ctx, name, prof, mode == bootReplace)
@@ -365,13 +366,59 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		}
 	}
 	sb := &Sandbox{Name: name, Container: ctr, Profile: prof, IdleTTL: m.IdleTTL(name)}
-	sb.pool = shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit()}, m.cfg.PoolSize)
+	sb.pool = early
+	if sb.pool == nil {
+		sb.pool = m.newPool(ctr, nil)
+	}
 	sb.lastUsed.Store(time.Now().UnixNano())
 	if err := sb.pool.Warm(ctx); err != nil {
 		sb.pool.Close()
 		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
 	}
 	return sb, info, nil
+}
+
+func (m *Manager) newPool(ctr string, gate func(context.Context) error) *shell.Pool {
+	return shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit(), Gate: gate}, m.cfg.PoolSize)
+}
+
+// inspectWithShell inspects a sandbox's container and, at the same time,
+// starts a shell process in it, so adopting a running sandbox (a server
+// restarted, a second server) costs one engine round trip, not two. The
+// shell is held at its gate, with nothing written to it, until the inspect
+// shows the container is ours and running; otherwise it is dropped and
+// nil returned.
+func (m *Manager) inspectWithShell(ctx context.Context, name string) (Container, *shell.Pool, error) {
+	checked := make(chan struct{})
+	var ok atomic.Bool
+	gate := func(gctx context.Context) error {
+		select {
+		case <-checked:
+		case <-gctx.Done():
+			return gctx.Err()
+		}
+		if !ok.Load() {
+			return errors.New("the container is not a running sandbox of ours")
+		}
+		return nil
+	}
+	pool := m.newPool(m.ContainerFor(name), gate)
+	warmed := make(chan error, 1)
+	go func() { warmed <- pool.Warm(ctx) }()
+	c, err := m.inspectOwned(ctx, name)
+	ok.Store(err == nil && c.Running())
+	close(checked)
+	if !ok.Load() {
+		// Not one to adopt as it is: go on with creating or starting it
+		// while the held shell fails at its gate.
+		go func() { <-warmed; pool.Close() }()
+		return c, nil, err
+	}
+	if werr := <-warmed; werr != nil {
+		pool.Close()
+		return c, nil, err
+	}
+	return c, pool, err
 }
 
 func (m *Manager) checkOwner(c Container, name string) error {

@@ -40,6 +40,11 @@ type Options struct {
 	Init string
 	// OpenTimeout bounds starting a shell; 0 means 30 s.
 	OpenTimeout time.Duration
+	// Gate, if set, is called after the shell process has started and
+	// before anything is written to it; an error abandons the shell. It
+	// lets a caller start a shell while it still checks that the machine
+	// is the right one.
+	Gate func(ctx context.Context) error
 	// KillGrace is how long a timed-out command's shell gets to report after
 	// its processes were killed before the shell itself is replaced; 0
 	// means 1 s.
@@ -153,6 +158,12 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	}
 	octx, ocancel := context.WithTimeout(ctx, timeout)
 	defer ocancel()
+	if opts.Gate != nil {
+		if err := opts.Gate(octx); err != nil {
+			s.abandon()
+			return nil, err
+		}
+	}
 	var pidText, stderrText bytes.Buffer
 	marker := newMarker()
 	_, st, lost, _, err := s.exchange(octx, initScript(marker, opts.Init), marker, false, &pidText, &stderrText)

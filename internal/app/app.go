@@ -181,6 +181,10 @@ func selectRuntime(ctx context.Context, kind, goos string, logger *slog.Logger) 
 	return candidates[0], nil
 }
 
+// reconcileDelay is how long a starting server waits before tidying the
+// state against the engine.
+const reconcileDelay = 3 * time.Second
+
 // Serve runs the stdio MCP server until in closes or ctx ends.
 func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if err := cfg.Validate(); err != nil {
@@ -217,6 +221,13 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	logger.Info("serving", "runtime", rt.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir)
 	go func() {
+		// Tidying waits a moment so it does not compete with the first
+		// call, which a freshly started server usually gets at once.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(reconcileDelay):
+		}
 		if err := m.Reconcile(ctx); err != nil {
 			logger.Debug("reconcile state with the engine", "err", err)
 		}
