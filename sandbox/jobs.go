@@ -159,6 +159,9 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 	if err != nil {
 		return JobLog{}, err
 	}
+	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
+		return JobLog{JobStatus: JobStatus{Job: j, State: "lost"}, NextOffset: max(opt.Since, 0)}, err
+	}
 	out, err := m.housekeeping(ctx, name, script)
 	if err != nil {
 		return JobLog{}, fmt.Errorf("read logs of job %q: %w", jobName, err)
@@ -228,6 +231,12 @@ func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 		return nil, err
 	}
 	out := make([]JobStatus, 0, len(recs))
+	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
+		for _, j := range recs {
+			out = append(out, JobStatus{Job: j, State: "lost"})
+		}
+		return out, err
+	}
 	for _, j := range recs {
 		st, err := m.jobStatus(ctx, j)
 		if err != nil {
@@ -263,6 +272,9 @@ func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillR
 	if err != nil {
 		return KillResult{}, err
 	}
+	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
+		return KillResult{JobStatus: JobStatus{Job: j, State: "lost"}, Signal: sig}, err
+	}
 	out, err := m.housekeeping(ctx, name, script)
 	if err != nil {
 		return KillResult{}, fmt.Errorf("kill job %q: %w", jobName, err)
@@ -287,6 +299,28 @@ func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillR
 	}
 	r.JobStatus = m.settle(j, h)
 	return r, nil
+}
+
+// jobsReachable reports whether a sandbox's jobs can be asked about
+// without booting it: it runs. A stopped sandbox (reaped when idle, or
+// stopped by hand) has no running jobs; one whose container is gone has
+// none at all, and its job records are forgotten.
+func (m *Manager) jobsReachable(ctx context.Context, name string) (bool, error) {
+	m.mu.Lock()
+	_, connected := m.boxes[name]
+	m.mu.Unlock()
+	if connected {
+		return true, nil
+	}
+	c, err := m.inspectOwned(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		m.forgetJobs(name)
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return c.Running(), nil
 }
 
 // housekeeping runs a server-side script in a sandbox's shell, out of the
