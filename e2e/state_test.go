@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // TestStateFileAbuse: the state file locked by a stuck process, deleted,
@@ -96,6 +97,14 @@ func TestReconcileForgetsLostSandboxes(t *testing.T) {
 		t.Fatal(text)
 	}
 	first.Close()
+	st, err := state.New(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.Sandboxes()
+	if err != nil || len(recs) != 1 || recs[0].Name != "gone" || !strings.Contains(string(recs[0].Profile), tg.Image) || recs[0].IdleTTL != "30m0s" {
+		t.Fatalf("sandbox record: %+v %v", recs, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := rt.Remove(ctx, sandbox.ContainerName(prefix, "gone")); err != nil {
@@ -112,5 +121,14 @@ func TestReconcileForgetsLostSandboxes(t *testing.T) {
 			t.Fatalf("jobs of a removed sandbox: %v %q", isErr, text)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		recs, err := st.Sandboxes()
+		if err == nil && len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("record of a removed sandbox kept: %+v %v", recs, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // Labels carried by every container the Manager creates, so any server
@@ -45,8 +47,18 @@ type Config struct {
 	// History persists command history; nil keeps it in memory only.
 	History HistoryStore
 	// Jobs keeps background job records; nil keeps them in memory.
-	Jobs   JobStore
-	Logger *slog.Logger
+	Jobs JobStore
+	// Sandboxes records each sandbox's profile in use; nil records nothing.
+	Sandboxes SandboxStore
+	Logger    *slog.Logger
+}
+
+// SandboxStore keeps, for later servers, what each sandbox was booted with
+// (state.Store in production).
+type SandboxStore interface {
+	PutSandbox(sb state.Sandbox) error
+	Sandboxes() ([]state.Sandbox, error)
+	DeleteSandbox(name string) error
 }
 
 // Manager owns named sandboxes: it boots or adopts their containers and
@@ -61,6 +73,7 @@ type Manager struct {
 	booting map[string]*bootCall
 	history *History
 	jobs    JobStore
+	records sync.WaitGroup             // sandbox records being saved
 	secrets map[string]map[string]bool // sandbox -> env keys marked secret
 
 	closeOnce sync.Once
@@ -375,7 +388,28 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		sb.pool.Close()
 		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
 	}
+	m.records.Add(1)
+	go func() { // off the path of the first command
+		defer m.records.Done()
+		m.recordSandbox(sb, info)
+	}()
 	return sb, info, nil
+}
+
+// recordSandbox saves the profile a sandbox runs with.
+func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
+	if m.cfg.Sandboxes == nil {
+		return
+	}
+	prof, _ := json.Marshal(sb.Profile)
+	rec := state.Sandbox{Name: sb.Name, Container: sb.Container, Profile: prof,
+		IdleTTL: sb.IdleTTL.String(), LastBoot: time.Now().UTC()}
+	if info.Created {
+		rec.Created = rec.LastBoot
+	}
+	if err := m.cfg.Sandboxes.PutSandbox(rec); err != nil {
+		m.log.Warn("save sandbox record", "sandbox", sb.Name, "err", err)
+	}
 }
 
 func (m *Manager) newPool(ctr string, gate func(context.Context) error) *shell.Pool {
@@ -627,6 +661,11 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 			m.log.Warn("forget history", "sandbox", name, "err", err)
 		}
 		m.forgetJobs(name)
+		if m.cfg.Sandboxes != nil {
+			if err := m.cfg.Sandboxes.DeleteSandbox(name); err != nil {
+				m.log.Warn("forget sandbox record", "sandbox", name, "err", err)
+			}
+		}
 	}
 	return existed, err
 }
@@ -803,6 +842,20 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if len(found) > 0 {
 		m.log.Info("sandboxes found in the engine", "sandboxes", strings.Join(found, ", "))
 	}
+	if m.cfg.Sandboxes != nil {
+		recs, err := m.cfg.Sandboxes.Sandboxes()
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if !exists[r.Name] && r.Container == m.ContainerFor(r.Name) {
+				m.log.Info("forgetting a sandbox the engine no longer has", "sandbox", r.Name)
+				if err := m.cfg.Sandboxes.DeleteSandbox(r.Name); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	names, err := m.jobs.JobSandboxes()
 	if err != nil {
 		return fmt.Errorf("read job records: %w", err)
@@ -884,6 +937,7 @@ func (m *Manager) Close() {
 		close(m.stop)
 		<-m.stopped
 	})
+	m.records.Wait()
 	m.mu.Lock()
 	boxes := m.boxes
 	m.boxes = map[string]*Sandbox{}

@@ -1,5 +1,6 @@
-// Package state keeps what the container engine cannot: background job
-// records and each sandbox's command history (the engine, through labels,
+// Package state keeps what the container engine cannot: the profile each
+// sandbox was booted with, background job records and each sandbox's
+// command history (the engine, through labels,
 // stays the truth for which sandboxes exist). It is a bbolt file that is
 // opened per operation with a lock timeout and never held between
 // operations, so several server processes (one per MCP client session)
@@ -11,6 +12,7 @@
 //	meta      "schema" -> "2"
 //	history   <sandbox name> -> JSON []Entry, newest last, bounded
 //	jobs      <sandbox name> NUL <job name> -> JSON Job
+//	sandboxes <sandbox name> -> JSON Sandbox (profile in use, last boot)
 //
 // A file that cannot be opened as bbolt is moved aside (renamed with a
 // ".corrupt-<time>" suffix) and reported, never truncated in place.
@@ -40,6 +42,7 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketHistory = []byte("history")
 	bucketJobs    = []byte("jobs")
+	bucketSandbox = []byte("sandboxes")
 	keySchema     = []byte("schema")
 )
 

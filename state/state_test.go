@@ -198,3 +198,26 @@ func TestTruncatedFileIsMovedAside(t *testing.T) {
 		t.Fatalf("fresh file: %v %v", jobs, err)
 	}
 }
+
+func TestSandboxRecords(t *testing.T) {
+	s, _ := New(t.TempDir())
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, sb := range []Sandbox{
+		{Name: "b", Container: "p-b", Profile: json.RawMessage(`{"image":"mcp-dev"}`), IdleTTL: "30m0s", LastBoot: now},
+		{Name: "a", Container: "p-a", Profile: json.RawMessage(`{"image":"alpine","cpus":2}`), IdleTTL: "0s", LastBoot: now},
+	} {
+		if err := s.PutSandbox(sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := s.Sandboxes()
+	if err != nil || len(all) != 2 || all[0].Name != "a" || string(all[0].Profile) != `{"image":"alpine","cpus":2}` || !all[1].LastBoot.Equal(now) {
+		t.Fatalf("%+v %v", all, err)
+	}
+	if err := s.DeleteSandbox("a"); err != nil {
+		t.Fatal(err)
+	}
+	if all, _ := s.Sandboxes(); len(all) != 1 || all[0].Name != "b" {
+		t.Fatalf("after delete: %+v", all)
+	}
+}

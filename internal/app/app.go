@@ -210,7 +210,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	m := sandbox.NewManager(rt, sandbox.Config{
 		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
-		History: st, Jobs: st, Logger: logger,
+		History: st, Jobs: st, Sandboxes: st, Logger: logger,
 	})
 	defer m.Close()
 	ms, err := mcpserver.New(m, mcpserver.Options{
