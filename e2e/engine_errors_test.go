@@ -18,6 +18,13 @@ import (
 // connectRaw starts the binary with args and env and returns a go-sdk session.
 func connectRaw(t *testing.T, env []string, args ...string) *mcp.ClientSession {
 	t.Helper()
+	cs, _ := connectKillable(t, env, args...)
+	return cs
+}
+
+// connectKillable is connectRaw that also returns the server process.
+func connectKillable(t *testing.T, env []string, args ...string) (*mcp.ClientSession, *exec.Cmd) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = &prefixWriter{t: t}
@@ -29,7 +36,7 @@ func connectRaw(t *testing.T, env []string, args ...string) *mcp.ClientSession {
 		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	return cs
+	return cs, cmd
 }
 
 func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,21 +187,4 @@ func TestJobsSurviveSIGKILL(t *testing.T) {
 	if isErr || !strings.Contains(text, "ended by signal 15") {
 		t.Fatalf("kill after SIGKILL: %v %q", isErr, text)
 	}
-}
-
-// connectKillable is connectRaw that also returns the server process.
-func connectKillable(t *testing.T, env []string, args ...string) (*mcp.ClientSession, *exec.Cmd) {
-	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = &prefixWriter{t: t}
-	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: time.Second}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { cs.Close() })
-	return cs, cmd
 }

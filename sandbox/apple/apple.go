@@ -11,14 +11,14 @@
 package apple
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os/exec"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,25 +364,9 @@ func ExecArgs(name string, spec sandbox.ExecSpec) []string {
 // holding the exec's stdout or stderr: Apple then waits 3 s and fails the
 // exec with a CancellationError, losing the exit code.
 func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
-	cmd := d.ExecCommand(ctx, name, spec)
-	var so, se bytes.Buffer
-	cmd.Stdin = spec.Stdin
-	cmd.Stdout = &so
-	cmd.Stderr = &se
-	err := cmd.Run()
-	res := sandbox.ExecOutput{Stdout: so.Bytes(), Stderr: se.Bytes()}
-	if err == nil {
-		return res, nil
-	}
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) && ctx.Err() == nil {
-		code := exitErr.ExitCode()
-		if !d.cliFailure(ctx, name, code, se.String()) {
-			res.ExitCode = code
-			return res, nil
-		}
-	}
-	return res, d.cli.Failure(ctx, cmd.Args, err, se.Bytes())
+	return d.cli.Exec(ctx, d.ExecCommand(ctx, name, spec), spec.Stdin, func(code int, stderr string) bool {
+		return d.cliFailure(ctx, name, code, stderr)
+	})
 }
 
 // cliFailure tells the CLI's own failure from the process's exit status.
@@ -597,11 +581,4 @@ func (d *Dialect) Build(ctx context.Context, b BuildSpec) error {
 	return err
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

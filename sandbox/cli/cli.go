@@ -135,3 +135,26 @@ func trimStderr(b []byte) string {
 	}
 	return strings.ToValidUTF8(s, "�")
 }
+
+// Exec runs cmd (built by Command) to completion with stdin, for a process
+// inside a container. The process's own non-zero exit is a result, not an
+// error; engineFailed tells, from the exit code and stderr, when the CLI
+// itself failed (no such container, not running, …), which becomes a
+// classified *sandbox.EngineError.
+func (r *Runner) Exec(ctx context.Context, cmd *exec.Cmd, stdin io.Reader, engineFailed func(code int, stderr string) bool) (sandbox.ExecOutput, error) {
+	var so, se bytes.Buffer
+	cmd.Stdin = stdin
+	cmd.Stdout = &so
+	cmd.Stderr = &se
+	err := cmd.Run()
+	res := sandbox.ExecOutput{Stdout: so.Bytes(), Stderr: se.Bytes()}
+	if err == nil {
+		return res, nil
+	}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) && ctx.Err() == nil && !engineFailed(exitErr.ExitCode(), se.String()) {
+		res.ExitCode = exitErr.ExitCode()
+		return res, nil
+	}
+	return res, r.Failure(ctx, cmd.Args, err, se.Bytes())
+}

@@ -4,13 +4,13 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os/exec"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -263,26 +263,10 @@ func ExecArgs(name string, spec sandbox.ExecSpec) []string {
 // reported in the result, not as an error; failures of the engine (missing
 // or stopped container) are errors.
 func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
-	cmd := d.ExecCommand(ctx, name, spec)
-	var so, se bytes.Buffer
-	cmd.Stdin = spec.Stdin
-	cmd.Stdout = &so
-	cmd.Stderr = &se
-	err := cmd.Run()
-	res := sandbox.ExecOutput{Stdout: so.Bytes(), Stderr: se.Bytes()}
-	if err == nil {
-		return res, nil
-	}
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) && ctx.Err() == nil {
-		code := exitErr.ExitCode()
-		kind, _ := d.classify(code, se.String())
-		if kind == nil && !(d.flavor == Podman && code == 125) {
-			res.ExitCode = code
-			return res, nil
-		}
-	}
-	return res, d.cli.Failure(ctx, cmd.Args, err, se.Bytes())
+	return d.cli.Exec(ctx, d.ExecCommand(ctx, name, spec), spec.Stdin, func(code int, stderr string) bool {
+		kind, _ := d.classify(code, stderr)
+		return kind != nil || (d.flavor == Podman && code == 125)
+	})
 }
 
 // VolumeCreate implements sandbox.Runtime.
@@ -351,11 +335,4 @@ func Classify(f Flavor, _ int, stderr string) (error, string) {
 	return nil, ""
 }
 
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
