@@ -35,12 +35,8 @@ func TestStateFileAbuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	if text, isErr := call("exec", map[string]any{"command": "echo fine"}); isErr || !strings.Contains(text, "fine") {
 		t.Fatalf("exec with the state locked: %v %q", isErr, text)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("exec waited %v for a locked state file", took)
 	}
 	text, isErr := call("bg", map[string]any{"name": "two", "command": "sleep 100"})
 	if !isErr || !strings.Contains(text, "locked") {
