@@ -7,7 +7,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 )
 
 func (s *Server) envTool() tool {
@@ -42,7 +42,7 @@ func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	case "set":
 		value := req.GetString("value", "")
 		secret := req.GetBool("secret", false)
-		script, err := shell.EnvSetScript(key, value)
+		script, err := guest.EnvSetScript(key, value)
 		if err != nil {
 			return argError("env set: %v", err), nil
 		}
@@ -55,7 +55,7 @@ func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		}
 		return mcp.NewToolResultStructured(out, fmt.Sprintf("set %s in sandbox %q", key, name)), nil
 	case "unset":
-		script, err := shell.EnvUnsetScript(key)
+		script, err := guest.EnvUnsetScript(key)
 		if err != nil {
 			return argError("env unset: %v", err), nil
 		}
@@ -64,7 +64,7 @@ func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		}
 		return mcp.NewToolResultStructured(out, fmt.Sprintf("unset %s in sandbox %q", key, name)), nil
 	case "list":
-		data, _, errRes := s.runInternal(ctx, name, "env list", shell.EnvListScript, nil, 1<<20)
+		data, _, errRes := s.runInternal(ctx, name, "env list", guest.EnvListScript, nil, 1<<20)
 		if errRes != nil {
 			return errRes, nil
 		}
@@ -109,7 +109,7 @@ func (s *Server) handleInstall(ctx context.Context, req mcp.CallToolRequest) (*m
 			return argError("install: `packages` must be a list of package names"), nil
 		}
 	}
-	script, err := shell.InstallScript(pkgs)
+	script, err := guest.InstallScript(pkgs)
 	if err != nil {
 		return argError("install: %v", err), nil
 	}

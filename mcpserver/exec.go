@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -128,7 +129,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	return s.runCommand(ctx, req, runSpec{
 		what:    "python",
 		label:   "python: " + code,
-		command: shell.PythonCommand,
+		command: guest.PythonCommand,
 		stdin:   []byte(code),
 		timeout: defaultTimeout,
 	})

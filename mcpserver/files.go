@@ -12,6 +12,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -109,7 +110,7 @@ func (s *Server) handleWriteFile(ctx context.Context, req mcp.CallToolRequest) (
 	if err != nil {
 		return argError("write_file: %v", err), nil
 	}
-	script, err := shell.WriteFileScript(path, req.GetBool("append", false))
+	script, err := guest.WriteFileScript(path, req.GetBool("append", false))
 	if err != nil {
 		return argError("write_file: %v", err), nil
 	}
@@ -161,7 +162,7 @@ func (s *Server) handleReadFile(ctx context.Context, req mcp.CallToolRequest) (*
 	if length > maxReadFile {
 		return argError("read_file: length is at most %d", maxReadFile), nil
 	}
-	script, err := shell.ReadFileScript(path, offset, length)
+	script, err := guest.ReadFileScript(path, offset, length)
 	if err != nil {
 		return argError("read_file: %v", err), nil
 	}
@@ -215,7 +216,7 @@ func (s *Server) handleBatchWrite(ctx context.Context, req mcp.CallToolRequest) 
 	out := FilesWritten{Sandbox: name}
 	for _, p := range paths {
 		content := raw[p].(string)
-		script, err := shell.WriteFileScript(p, false)
+		script, err := guest.WriteFileScript(p, false)
 		if err != nil {
 			return argError("batch_write %s: %v (wrote %d of %d files)", p, err, len(out.Files), len(paths)), nil
 		}

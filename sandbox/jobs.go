@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
@@ -71,7 +72,7 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 			return st, fmt.Errorf("%w: %q in sandbox %q (pid %d); kill it or pick another name", ErrJobRunning, jobName, name, old.PID)
 		}
 	}
-	script, err := shell.JobStartScript(id, workdir, command)
+	script, err := guest.JobStartScript(id, workdir, command)
 	if err != nil {
 		return JobStatus{}, err
 	}
@@ -91,7 +92,7 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 	}
 	j := state.Job{
 		Sandbox: name, Name: jobName, ID: id, Command: m.history.Redact(command), Workdir: workdir,
-		PID: pid, Dir: shell.JobDir(id), Container: m.ContainerFor(name), Started: time.Now().UTC(),
+		PID: pid, Dir: guest.JobDir(id), Container: m.ContainerFor(name), Started: time.Now().UTC(),
 	}
 	if err := m.jobs.PutJob(j); err != nil {
 		return JobStatus{Job: j, State: "running"}, fmt.Errorf("job %q started (pid %d) but its record was not saved: %w", jobName, pid, err)
@@ -155,7 +156,7 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 	if err != nil {
 		return JobLog{}, err
 	}
-	script, err := shell.JobLogsScript(j.ID, opt.Since, opt.Tail, opt.Max)
+	script, err := guest.JobLogsScript(j.ID, opt.Since, opt.Tail, opt.Max)
 	if err != nil {
 		return JobLog{}, err
 	}
@@ -166,7 +167,7 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 	if err != nil {
 		return JobLog{}, fmt.Errorf("read logs of job %q: %w", jobName, err)
 	}
-	h, data, err := shell.ParseJobLogs(out)
+	h, data, err := guest.ParseJobLogs(out)
 	if err != nil {
 		return JobLog{}, err
 	}
@@ -182,7 +183,7 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 
 // settle turns a record and a status header into a JobStatus, saving the
 // exit status the first time it is seen.
-func (m *Manager) settle(j state.Job, h shell.JobLogsHeader) JobStatus {
+func (m *Manager) settle(j state.Job, h guest.JobLogsHeader) JobStatus {
 	st := JobStatus{Job: j, LogSize: h.Size}
 	switch h.State {
 	case "running":
@@ -205,7 +206,7 @@ func (m *Manager) settle(j state.Job, h shell.JobLogsHeader) JobStatus {
 
 // jobStatus asks the sandbox about one job.
 func (m *Manager) jobStatus(ctx context.Context, j state.Job) (JobStatus, error) {
-	script, err := shell.JobLogsScript(j.ID, 0, 0, 1)
+	script, err := guest.JobLogsScript(j.ID, 0, 0, 1)
 	if err != nil {
 		return JobStatus{}, err
 	}
@@ -213,7 +214,7 @@ func (m *Manager) jobStatus(ctx context.Context, j state.Job) (JobStatus, error)
 	if err != nil {
 		return JobStatus{}, err
 	}
-	h, _, err := shell.ParseJobLogs(out)
+	h, _, err := guest.ParseJobLogs(out)
 	if err != nil {
 		return JobStatus{}, err
 	}
@@ -264,11 +265,11 @@ func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillR
 	if err != nil {
 		return KillResult{}, err
 	}
-	sig, err = shell.NormalizeSignal(sig)
+	sig, err = guest.NormalizeSignal(sig)
 	if err != nil {
 		return KillResult{}, err
 	}
-	script, err := shell.JobKillScript(j.ID, sig)
+	script, err := guest.JobKillScript(j.ID, sig)
 	if err != nil {
 		return KillResult{}, err
 	}
@@ -281,7 +282,7 @@ func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillR
 	}
 	verb, rc, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
 	r := KillResult{Signal: sig}
-	h := shell.JobLogsHeader{State: "exited"}
+	h := guest.JobLogsHeader{State: "exited"}
 	switch verb {
 	case "ended", "signalled":
 		r.AlreadyEnded = verb == "ended"

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
@@ -202,7 +203,7 @@ func (m *Manager) markActivity() {
 		for _, sb := range due {
 			sb.lastTouched.Store(now)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if _, err := sb.pool.Run(ctx, shell.Request{Command: shell.TouchActivity, Timeout: 5 * time.Second}); err != nil {
+			if _, err := sb.pool.Run(ctx, shell.Request{Command: guest.TouchActivity, Timeout: 5 * time.Second}); err != nil {
 				m.log.Debug("mark sandbox active", "sandbox", sb.Name, "err", err)
 			}
 			cancel()
@@ -547,7 +548,7 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 		Command:        []string{"sleep", "infinity"},
 	}
 	if ttl := m.IdleTTL(name); ttl > 0 {
-		spec.Command = shell.WatchdogCommand(ttl, watchdogEvery(ttl))
+		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl))
 	}
 	if err := m.rt.Run(ctx, spec); err != nil {
 		return fmt.Errorf("boot sandbox %q: %w", name, err)
@@ -560,7 +561,7 @@ func (m *Manager) labels(name string) map[string]string {
 }
 
 func (m *Manager) shellInit() string {
-	return shell.InitScript(m.cfg.Workdir)
+	return guest.InitScript(m.cfg.Workdir)
 }
 
 // ExecResult is the outcome of Exec.
@@ -968,6 +969,6 @@ func (h containerHost) KillTree(ctx context.Context, pid int, self bool) error {
 	if self {
 		s = "1"
 	}
-	_, err := h.rt.Exec(ctx, h.name, ExecSpec{Argv: []string{"sh", "-c", shell.KillTreeScript, "sh", strconv.Itoa(pid), s}})
+	_, err := h.rt.Exec(ctx, h.name, ExecSpec{Argv: []string{"sh", "-c", guest.KillTreeScript, "sh", strconv.Itoa(pid), s}})
 	return err
 }

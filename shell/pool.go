@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 )
 
 // DefaultPoolSize is how many shells a sandbox may run commands in at once.
@@ -59,7 +61,7 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 	var prelude string
 	target := sh.state
 	if p.version != 0 && sh.version != p.version {
-		prelude = restoreScript(p.state, ExportNames(sh.state.Exports))
+		prelude = guest.Restore(p.state, guest.ExportNames(sh.state.Exports))
 		target = p.state
 	}
 	version := p.version

@@ -3,6 +3,9 @@
 // (a local `sh` in tests, `<cli> exec -i <container> sh` in real use), so a
 // warm command costs a pipe round trip instead of a process start.
 //
+// The text written to the shell comes from package guest; this package
+// writes it, reads the frames back, and keeps the shells alive.
+//
 // A Shell runs one command at a time; a Pool keeps several shells of one
 // sandbox consistent (working directory and exported variables) so a long
 // command does not block a short one.
@@ -11,6 +14,8 @@ package shell
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +26,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 )
 
 // Host starts shells and reaches into their machine out of band.
@@ -29,7 +36,7 @@ type Host interface {
 	// commands on stdin. Its lifetime is bounded by ctx.
 	Command(ctx context.Context) *exec.Cmd
 	// KillTree kills the descendants of pid (and pid itself when self is
-	// true) on the shell's machine, by a separate process. See KillTreeScript.
+	// true) on the shell's machine, by a separate process. See guest.KillTreeScript.
 	KillTree(ctx context.Context, pid int, self bool) error
 }
 
@@ -81,9 +88,19 @@ type Result struct {
 }
 
 // State is the shell state kept across commands and shells.
-type State struct {
-	Cwd     string
-	Exports string // `export -p` output, re-input to restore
+type State = guest.State
+
+// ErrNULInCommand is returned for commands that contain a NUL byte, which
+// no shell can carry.
+var ErrNULInCommand = guest.ErrNULInCommand
+
+// newMarker returns a fresh unguessable marker.
+func newMarker() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("shell: crypto/rand failed: " + err.Error())
+	}
+	return "sbx" + hex.EncodeToString(b[:])
 }
 
 // ErrShellDead is returned by Run on a shell that has ended.
@@ -166,7 +183,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	}
 	var pidText, stderrText bytes.Buffer
 	marker := newMarker()
-	_, st, lost, _, err := s.exchange(octx, initScript(marker, opts.Init), marker, false, &pidText, &stderrText)
+	_, st, lost, _, err := s.exchange(octx, guest.InitFrame(marker, opts.Init), marker, false, &pidText, &stderrText)
 	if err == nil && lost {
 		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))
 	}
@@ -218,7 +235,7 @@ func (s *Shell) Run(ctx context.Context, req Request, prelude string) (Result, e
 		return Result{}, ErrShellDead
 	}
 	marker := newMarker()
-	script, err := commandScript(marker, req, prelude)
+	script, err := guest.CommandFrame(marker, guest.Command{Command: req.Command, Stdin: req.Stdin, Workdir: req.Workdir}, prelude)
 	if err != nil {
 		return Result{}, err
 	}
@@ -261,7 +278,8 @@ const lostWait = 5 * time.Second
 // errInterrupted reports that ctx ended the exchange.
 var errInterrupted = errors.New("interrupted")
 
-// exchange writes script and reads one frame from both streams. If ctx ends
+// exchange writes script and reads one frame from both streams (the frame
+// is described in package guest). If ctx ends
 // first it kills what the command started; if the shell does not then
 // finish its frame within KillGrace it kills the shell too. lost reports
 // that the shell ended; code is then its exit status. With beacon, the
@@ -347,7 +365,7 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool
 		}
 		return code, st, true, beaconSeen.Load(), nil
 	}
-	code, st, ok := parseTrailer(trailerBuf.String())
+	code, st, ok := guest.ParseTrailer(trailerBuf.String())
 	if !ok {
 		s.kill()
 		return -1, st, true, true, fmt.Errorf("shell sent a malformed frame trailer")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 )
 
 // localHost runs shells as local `sh` processes, so the framing is tested
@@ -28,7 +30,7 @@ func (localHost) KillTree(ctx context.Context, pid int, self bool) error {
 	if self {
 		s = "1"
 	}
-	return exec.CommandContext(ctx, "sh", "-c", KillTreeScript, "sh", strconv.Itoa(pid), s).Run()
+	return exec.CommandContext(ctx, "sh", "-c", guest.KillTreeScript, "sh", strconv.Itoa(pid), s).Run()
 }
 
 func openShell(t *testing.T) *Shell {

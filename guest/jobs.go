@@ -1,4 +1,4 @@
-package shell
+package guest
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Background jobs live in a directory of their own inside the sandbox:
@@ -169,28 +168,3 @@ func JobKillScript(id, sig string) (string, error) {
 		`if [ -s ` + d + `/rc ]; then echo "signalled $(cat ` + d + `/rc)"; else echo "signalled -"; fi; unset __sbx_ki; ` +
 		`else echo gone; fi; unset __sbx_kp; fi`, nil
 }
-
-// ActivityFile is touched whenever the sandbox is used; the watchdog
-// stops the sandbox when it has not been touched for the idle TTL.
-const ActivityFile = "/var/lib/sandbox-mcp/active"
-
-// TouchActivity marks the sandbox as in use.
-const TouchActivity = `mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile
-
-// WatchdogCommand is the sandbox's main process when it has an idle TTL:
-// it checks every interval whether ActivityFile is older than ttl and then
-// exits, which stops the container and frees its memory, whether or not a
-// server is running. A later first use starts the container again.
-func WatchdogCommand(ttl, interval time.Duration) []string {
-	secs := func(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) }
-	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", secs(ttl), secs(interval)}
-}
-
-const watchdogScript = `ttl=$1; every=$2; f=` + ActivityFile + `
-mkdir -p "${f%/*}" && : >"$f"
-trap 'exit 0' TERM INT
-while :; do
-  sleep "$every" & wait $!
-  now=$(date +%s); last=$(stat -c %Y "$f" 2>/dev/null || echo "$now")
-  if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
-done`

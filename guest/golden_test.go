@@ -1,0 +1,217 @@
+package guest
+
+import (
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current scripts")
+
+// hostile is user input that would break out of careless quoting: quotes
+// of both kinds, a newline, command substitutions, a variable, a leading
+// dash, a trailing backslash and a lone quote.
+const hostile = "-it's \"q\" $(id) `id` $HOME\nline2; rm -rf / \\ '"
+
+// markerLike looks like the end of a frame.
+const markerLike = "\nsbxM 0\n/\nsbxM.\n"
+
+// goldenCase is one script builder with representative inputs. Every case
+// builds a complete script, checked with `sh -n` as well as byte for byte.
+type goldenCase struct {
+	name  string
+	build func() (string, error)
+}
+
+func text(s string) func() (string, error) { return func() (string, error) { return s, nil } }
+
+// argv renders an argv as the sh command line that runs it.
+func argv(a []string) string {
+	q := make([]string, len(a))
+	for i, s := range a {
+		q[i] = quote(s)
+	}
+	return strings.Join(q, " ") + "\n"
+}
+
+var goldenCases = []goldenCase{
+	// Framing.
+	{"init_frame", text(InitFrame("sbxM", ""))},
+	{"init_frame_hostile", text(InitFrame("sbxM", hostile))},
+	{"command_frame", func() (string, error) { return CommandFrame("sbxM", Command{Command: "echo hello; pwd"}, "") }},
+	{"command_frame_hostile", func() (string, error) {
+		return CommandFrame("sbxM", Command{
+			Command: hostile + markerLike,
+			Workdir: "-dir/it's $(x)\nnext",
+			Stdin:   []byte(strings.Repeat("stdin with 'quotes' and sbxM\n", 8)),
+		}, "export A='it'\\''s'\ncd -- '/tmp'\n")
+	}},
+	{"command_frame_syntax_error", func() (string, error) { return CommandFrame("sbxM", Command{Command: "fi ( '"}, "") }},
+	{"command_frame_empty_stdin", func() (string, error) {
+		return CommandFrame("sbxM", Command{Command: "cat", Stdin: []byte{}}, "")
+	}},
+	{"restore", text(Restore(State{
+		Cwd:     hostile,
+		Exports: "export A='it'\\''s'\nexport ML='a\nexport FAKE=1\nb'\nexport NOVAL",
+	}, []string{"A", "GONE", "9bad", "$(id)", "NOVAL"}))},
+	{"restore_cwd_only", text(Restore(State{Cwd: "/workspace"}, nil))},
+	{"kill_tree", text(KillTreeScript)},
+
+	// The env and install tools.
+	{"init_script", text(InitScript("/workspace"))},
+	{"init_script_hostile", text(InitScript(hostile))},
+	{"env_set", func() (string, error) { return EnvSetScript("FOO", hostile) }},
+	{"env_unset", func() (string, error) { return EnvUnsetScript("FOO") }},
+	{"env_list", text(EnvListScript)},
+	{"install", func() (string, error) { return InstallScript([]string{"git", "python3-pip", "libc6:amd64=2.36~1+b1"}) }},
+	{"python", text(PythonCommand)},
+
+	// The file tools.
+	{"write_file", func() (string, error) { return WriteFileScript("/workspace/a.txt", false) }},
+	{"write_file_hostile_append", func() (string, error) { return WriteFileScript(hostile, true) }},
+	{"read_file", func() (string, error) { return ReadFileScript("/workspace/a.txt", 0, 0) }},
+	{"read_file_hostile_range", func() (string, error) { return ReadFileScript(hostile, 10, 20) }},
+	{"read_file_offset", func() (string, error) { return ReadFileScript("-f", 5, 0) }},
+
+	// Background jobs.
+	{"job_start", func() (string, error) { return JobStartScript("abc123", "", "sleep 100") }},
+	{"job_start_hostile", func() (string, error) { return JobStartScript("abc123", hostile, hostile) }},
+	{"job_logs_offset", func() (string, error) { return JobLogsScript("abc123", 4096, 0, 65536) }},
+	{"job_logs_tail", func() (string, error) { return JobLogsScript("abc123", -1, 50, 65536) }},
+	{"job_kill", func() (string, error) { return JobKillScript("abc123", "TERM") }},
+
+	// Idle reaping and stats.
+	{"touch_activity", text(TouchActivity)},
+	{"watchdog", text(argv(WatchdogCommand(90*time.Second, 10*time.Second)))},
+	{"stats", text(StatsScript)},
+}
+
+// TestGolden compares every script byte for byte with its golden file;
+// `go test ./guest -update` rewrites them.
+func TestGolden(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range goldenCases {
+		t.Run(c.name, func(t *testing.T) {
+			if seen[c.name] {
+				t.Fatalf("duplicate case %s", c.name)
+			}
+			seen[c.name] = true
+			got, err := c.build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", c.name+".golden")
+			if *update {
+				if err := os.MkdirAll("testdata", 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./guest -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("%s differs from %s (run go test ./guest -update and review the diff)\ngot:\n%s", c.name, path, got)
+			}
+		})
+	}
+	// A golden file without a case is left over from a removed builder.
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.golden"))
+	for _, f := range files {
+		if name := strings.TrimSuffix(filepath.Base(f), ".golden"); !seen[name] {
+			t.Errorf("%s has no case in goldenCases", f)
+		}
+	}
+}
+
+// TestGoldenParses checks that every golden script is valid sh syntax,
+// whatever the user's input was.
+func TestGoldenParses(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	for _, c := range goldenCases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join("testdata", c.name+".golden")
+			if out, err := exec.Command("/bin/sh", "-n", path).CombinedOutput(); err != nil {
+				t.Errorf("sh -n %s: %v\n%s", path, err, out)
+			}
+		})
+	}
+}
+
+// TestBuildersReject covers the inputs the builders refuse rather than quote.
+func TestBuildersReject(t *testing.T) {
+	for name, build := range map[string]func() (string, error){
+		"command with NUL":      func() (string, error) { return CommandFrame("sbxM", Command{Command: "a\x00b"}, "") },
+		"workdir with NUL":      func() (string, error) { return CommandFrame("sbxM", Command{Command: "a", Workdir: "/\x00"}, "") },
+		"env name with a dash":  func() (string, error) { return EnvSetScript("-x", "v") },
+		"env name with $":       func() (string, error) { return EnvSetScript("A$(id)", "v") },
+		"env value with NUL":    func() (string, error) { return EnvSetScript("A", "\x00") },
+		"env unset bad name":    func() (string, error) { return EnvUnsetScript("1A") },
+		"no packages":           func() (string, error) { return InstallScript(nil) },
+		"package with a dash":   func() (string, error) { return InstallScript([]string{"-y"}) },
+		"package with a space":  func() (string, error) { return InstallScript([]string{"a b"}) },
+		"package with $":        func() (string, error) { return InstallScript([]string{"$(id)"}) },
+		"write empty path":      func() (string, error) { return WriteFileScript("", false) },
+		"read path with NUL":    func() (string, error) { return ReadFileScript("/a\x00", 0, 0) },
+		"read negative offset":  func() (string, error) { return ReadFileScript("/a", -1, 0) },
+		"job id with a quote":   func() (string, error) { return JobStartScript("abc'123", "", "true") },
+		"job empty command":     func() (string, error) { return JobStartScript("abc123", "", "  ") },
+		"job command with NUL":  func() (string, error) { return JobStartScript("abc123", "", "a\x00") },
+		"logs without a range":  func() (string, error) { return JobLogsScript("abc123", -1, 0, 10) },
+		"logs bad id":           func() (string, error) { return JobLogsScript("../x", 0, 0, 10) },
+		"kill unlisted signal":  func() (string, error) { return JobKillScript("abc123", "SEGV") },
+		"kill signal injection": func() (string, error) { return JobKillScript("abc123", "TERM; reboot") },
+		"kill bad id":           func() (string, error) { return JobKillScript("ABC123", "TERM") },
+		"normalize bad signal":  func() (string, error) { return NormalizeSignal("-9") },
+	} {
+		if s, err := build(); err == nil {
+			t.Errorf("%s: accepted, built %q", name, s)
+		}
+	}
+}
+
+func TestNormalizeSignal(t *testing.T) {
+	for in, want := range map[string]string{"": "TERM", "TERM": "TERM", "SIGkill": "KILL", "sigint": "INT", "9": "KILL", "15": "TERM", "usr1": "USR1"} {
+		if got, err := NormalizeSignal(in); err != nil || got != want {
+			t.Errorf("NormalizeSignal(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+}
+
+func TestParseTrailer(t *testing.T) {
+	code, st, ok := ParseTrailer("3\n/tmp/a b\nexport A='1'\nexport B='x\ny'\n")
+	if !ok || code != 3 || st.Cwd != "/tmp/a b" || st.Exports != "export A='1'\nexport B='x\ny'\n" {
+		t.Fatalf("got %d %+v %v", code, st, ok)
+	}
+	for _, bad := range []string{"", "3", "x\n/\n"} {
+		if _, _, ok := ParseTrailer(bad); ok {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
+
+func TestParseJobLogs(t *testing.T) {
+	h, data, err := ParseJobLogs([]byte("job exited 137 12\nhello\nwor"))
+	if err != nil || h != (JobLogsHeader{State: "exited", ExitCode: 137, Size: 12}) || string(data) != "hello\nwor" {
+		t.Fatalf("got %+v %q %v", h, data, err)
+	}
+	h, data, err = ParseJobLogs([]byte("job running - 0\n"))
+	if err != nil || h != (JobLogsHeader{State: "running", Size: 0}) || len(data) != 0 {
+		t.Fatalf("got %+v %q %v", h, data, err)
+	}
+	for _, bad := range []string{"", "job running", "job exited x 3\n", "nonsense\n"} {
+		if _, _, err := ParseJobLogs([]byte(bad)); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
