@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/app"
-	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -30,99 +27,27 @@ func main() {
 	}
 }
 
-func newRoot() *cobra.Command {
-	cfg := app.DefaultConfig()
-	cfg.Version = version
-	var configFile, profiles, toolsets, image, cpus, memory string
-	var noBoot bool
+const precedence = "Each setting comes from its flag, else its environment variable, else the config file, else the default."
 
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "sandbox-mcp",
 		Short:         "MCP server for long-lived Linux sandboxes",
+		Long:          "MCP server for long-lived Linux sandboxes.\n\n" + precedence,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
 	}
 	root.SetOut(os.Stderr) // stdout belongs to the protocol
-	pf := root.PersistentFlags()
-	pf.StringVar(&cfg.Runtime, "runtime", envOr("SANDBOX_MCP_RUNTIME", cfg.Runtime), "container engine: auto, container, docker or podman (env SANDBOX_MCP_RUNTIME)")
-	pf.StringVar(&image, "image", os.Getenv("SANDBOX_MCP_IMAGE"), "default sandbox image (env SANDBOX_MCP_IMAGE; default mcp-dev)")
-	pf.StringVar(&cfg.StateDir, "state-dir", envOr("SANDBOX_MCP_STATE_DIR", cfg.StateDir), "where state lives (env SANDBOX_MCP_STATE_DIR)")
-	pf.StringVar(&cfg.Prefix, "prefix", envOr("SANDBOX_MCP_PREFIX", cfg.Prefix), "container name prefix and owner label (env SANDBOX_MCP_PREFIX)")
-	pf.StringVar(&configFile, "config", os.Getenv("SANDBOX_MCP_CONFIG"), "JSON config file (env SANDBOX_MCP_CONFIG)")
-	pf.StringVar(&cpus, "cpus", os.Getenv("SANDBOX_MCP_CPUS"), "default CPUs per sandbox (env SANDBOX_MCP_CPUS; default 2)")
-	pf.StringVar(&memory, "memory", os.Getenv("SANDBOX_MCP_MEMORY"), "default memory per sandbox, e.g. 1G (env SANDBOX_MCP_MEMORY)")
-	pf.StringVar(&profiles, "profile", os.Getenv("SANDBOX_MCP_PROFILES"), "per-name profiles: NAME:key=v,key=v;NAME2:… (keys image, cpus, memory, virtualization, network; env SANDBOX_MCP_PROFILES)")
-	pf.StringVar(&cfg.LogLevel, "log-level", envOr("SANDBOX_MCP_LOG_LEVEL", "info"), "debug, info, warn or error (logs go to stderr)")
-
-	// resolve applies the config file first, then flags and environment.
-	resolve := func() error {
-		flags := cfg
-		if configFile != "" {
-			if err := cfg.LoadFile(configFile); err != nil {
-				return err
-			}
-			// Flags given explicitly win over the file.
-			for name, v := range map[string]struct {
-				dst  *string
-				flag string
-			}{
-				"runtime":   {&cfg.Runtime, flags.Runtime},
-				"state-dir": {&cfg.StateDir, flags.StateDir},
-				"prefix":    {&cfg.Prefix, flags.Prefix},
-				"log-level": {&cfg.LogLevel, flags.LogLevel},
-			} {
-				if root.PersistentFlags().Changed(name) {
-					*v.dst = v.flag
-				}
-			}
-		}
-		if image != "" {
-			cfg.Defaults.Image = image
-		}
-		if memory != "" {
-			cfg.Defaults.Memory = memory
-		}
-		if cpus != "" {
-			n, err := strconv.ParseFloat(cpus, 64)
-			if err != nil {
-				return fmt.Errorf("--cpus: %w", err)
-			}
-			cfg.Defaults.CPUs = n
-		}
-		for _, entry := range strings.Split(profiles, ";") {
-			if strings.TrimSpace(entry) == "" {
-				continue
-			}
-			name, spec, ok := strings.Cut(entry, ":")
-			if !ok {
-				return fmt.Errorf("--profile %q: want NAME:key=value,…", entry)
-			}
-			p, err := sandbox.ParseProfileSpec(spec)
-			if err != nil {
-				return fmt.Errorf("--profile %s: %w", name, err)
-			}
-			if cfg.Profiles == nil {
-				cfg.Profiles = map[string]sandbox.Profile{}
-			}
-			cfg.Profiles[strings.TrimSpace(name)] = p
-		}
-		return cfg.Validate()
-	}
-
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve MCP over stdio (register with: claude mcp add sandbox -- sandbox-mcp serve)",
+		Long:  "Serve MCP over stdio. Register with: claude mcp add sandbox -- sandbox-mcp serve\n\n" + precedence,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := resolve(); err != nil {
+			cfg, err := resolve(cmd)
+			if err != nil {
 				return err
-			}
-			if toolsets != "" {
-				cfg.Toolsets = app.SplitList(toolsets)
-			}
-			if noBoot {
-				cfg.BootDefault = false
 			}
 			out, err := protocolStdout()
 			if err != nil {
@@ -131,29 +56,45 @@ func newRoot() *cobra.Command {
 			return app.Serve(cmd.Context(), cfg, os.Stdin, out)
 		},
 	}
-	serve.Flags().StringVar(&toolsets, "toolsets", os.Getenv("SANDBOX_MCP_TOOLSETS"), "tool groups to expose: core,files,lifecycle or all (env SANDBOX_MCP_TOOLSETS)")
-	serve.Flags().BoolVar(&noBoot, "no-boot-default", os.Getenv("SANDBOX_MCP_BOOT_DEFAULT") == "false", "do not boot the default sandbox at start (env SANDBOX_MCP_BOOT_DEFAULT=false)")
-
 	doctor := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the container engine and the default image",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := resolve(); err != nil {
+			cfg, err := resolve(cmd)
+			if err != nil {
 				return err
 			}
 			return app.Doctor(cmd.Context(), cfg, os.Stderr)
 		},
 	}
+	for _, s := range app.Settings() {
+		fs := root.PersistentFlags()
+		if s.ServeOnly {
+			fs = serve.Flags()
+		}
+		if s.Bool {
+			fs.Bool(s.Flag, false, s.Help())
+		} else {
+			fs.String(s.Flag, s.Default, s.Help())
+		}
+	}
 	root.AddCommand(serve, doctor)
 	return root
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
+// resolve turns the flags given to cmd, the environment and the config
+// file into the configuration.
+func resolve(cmd *cobra.Command) (app.Config, error) {
+	flags := app.FlagValues{}
+	for _, s := range app.Settings() {
+		if f := cmd.Flags().Lookup(s.Flag); f != nil && f.Changed {
+			flags[s.Flag] = f.Value.String()
+		}
 	}
-	return def
+	cfg, err := app.Resolve(flags, os.Getenv, os.ReadFile)
+	cfg.Version = version
+	return cfg, err
 }
 
 // protocolStdout reserves the real stdout for MCP frames and points fd 1 at

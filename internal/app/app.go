@@ -1,11 +1,10 @@
 // Package app wires sandbox-mcp together: configuration from flags,
-// environment and an optional config file, runtime selection, and the
-// stdio MCP server.
+// environment and an optional config file (Resolve), the runtime, state
+// and manager built from it (Open), and the stdio MCP server (Serve).
 package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,107 +23,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
-
-// Config is everything `sandbox-mcp serve` needs.
-type Config struct {
-	Runtime     string                     `json:"runtime,omitempty"` // auto|container|docker|podman
-	StateDir    string                     `json:"state_dir,omitempty"`
-	Prefix      string                     `json:"prefix,omitempty"`
-	Defaults    sandbox.Profile            `json:"defaults"`
-	Profiles    map[string]sandbox.Profile `json:"profiles,omitempty"`
-	Toolsets    []string                   `json:"toolsets,omitempty"`
-	BootDefault bool                       `json:"boot_default"`
-	PoolSize    int                        `json:"pool_size,omitempty"`
-	LogLevel    string                     `json:"log_level,omitempty"`
-	Version     string                     `json:"-"`
-}
-
-// DefaultConfig is the configuration before flags, environment and file.
-func DefaultConfig() Config {
-	return Config{
-		Runtime:     "auto",
-		StateDir:    defaultStateDir(),
-		Prefix:      "sandbox-mcp",
-		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G"},
-		BootDefault: true,
-	}
-}
-
-func defaultStateDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "sandbox-mcp")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "sandbox-mcp")
-	}
-	return filepath.Join(home, ".local", "state", "sandbox-mcp")
-}
-
-// LoadFile merges a JSON config file into c; fields absent from the file
-// keep their values.
-func (c *Config) LoadFile(path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read config: %w", err)
-	}
-	var f Config
-	f.BootDefault = c.BootDefault
-	if err := json.Unmarshal(data, &f); err != nil {
-		return fmt.Errorf("parse config %s: %w", path, err)
-	}
-	if f.Runtime != "" {
-		c.Runtime = f.Runtime
-	}
-	if f.StateDir != "" {
-		c.StateDir = f.StateDir
-	}
-	if f.Prefix != "" {
-		c.Prefix = f.Prefix
-	}
-	c.Defaults = c.Defaults.Merge(f.Defaults)
-	for name, p := range f.Profiles {
-		if c.Profiles == nil {
-			c.Profiles = map[string]sandbox.Profile{}
-		}
-		c.Profiles[name] = p
-	}
-	if len(f.Toolsets) > 0 {
-		c.Toolsets = f.Toolsets
-	}
-	c.BootDefault = f.BootDefault
-	if f.PoolSize > 0 {
-		c.PoolSize = f.PoolSize
-	}
-	if f.LogLevel != "" {
-		c.LogLevel = f.LogLevel
-	}
-	return nil
-}
-
-// Validate checks the configuration before anything runs.
-func (c *Config) Validate() error {
-	switch c.Runtime {
-	case "auto", "docker", "podman", "container":
-	default:
-		return fmt.Errorf("runtime must be auto, container, docker or podman, not %q", c.Runtime)
-	}
-	if err := sandbox.ValidateName(c.Prefix); err != nil || len(c.Prefix) > 24 {
-		return fmt.Errorf("prefix %q must be a valid name of at most 24 bytes", c.Prefix)
-	}
-	if err := c.Defaults.Validate(); err != nil {
-		return err
-	}
-	for name, p := range c.Profiles {
-		if err := sandbox.ValidateName(name); err != nil {
-			return fmt.Errorf("profile %q: %w", name, err)
-		}
-		if err := c.Defaults.Merge(p).Validate(); err != nil {
-			return fmt.Errorf("profile %q: %w", name, err)
-		}
-	}
-	return nil
-}
 
 // NewLogger returns the server's stderr logger.
 func NewLogger(level string) *slog.Logger {
@@ -181,29 +79,32 @@ func selectRuntime(ctx context.Context, kind, goos string, logger *slog.Logger) 
 	return candidates[0], nil
 }
 
-// reconcileDelay is how long a starting server waits before tidying the
-// state against the engine.
-const reconcileDelay = 3 * time.Second
+// Env is a configuration opened for use: the logger, the container runtime,
+// the state store and the sandbox manager that serve and the CLI share.
+type Env struct {
+	Config  Config
+	Logger  *slog.Logger
+	Runtime sandbox.Runtime
+	State   *state.Store
+	Manager *sandbox.Manager
+}
 
-// Serve runs the stdio MCP server until in closes or ctx ends.
-func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
-	if err := cfg.Validate(); err != nil {
-		return err
+// Open validates cfg, creates the state directory (0700), picks the
+// runtime and builds the manager. Close the Env when done.
+func Open(ctx context.Context, cfg Config) (*Env, error) {
+	logger, rt, err := openRuntime(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-	logger := NewLogger(cfg.LogLevel)
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
+		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	rt, err := SelectRuntime(ctx, cfg.Runtime, logger)
-	if err != nil {
-		return err
+		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	st, err := state.New(cfg.StateDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	st.OnCorrupt = func(movedTo string, err error) {
 		logger.Error("state file was unreadable; moved aside and started afresh", "moved_to", movedTo, "err", err)
@@ -212,14 +113,45 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
 		History: st, Jobs: st, Sandboxes: st, Logger: logger,
 	})
-	defer m.Close()
+	return &Env{Config: cfg, Logger: logger, Runtime: rt, State: st, Manager: m}, nil
+}
+
+// Close stops what the Env's manager runs in this process; sandboxes keep
+// running.
+func (e *Env) Close() { e.Manager.Close() }
+
+// openRuntime validates cfg and returns its logger and runtime.
+func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	logger := NewLogger(cfg.LogLevel)
+	rt, err := SelectRuntime(ctx, cfg.Runtime, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return logger, rt, nil
+}
+
+// reconcileDelay is how long a starting server waits before tidying the
+// state against the engine.
+const reconcileDelay = 3 * time.Second
+
+// Serve runs the stdio MCP server until in closes or ctx ends.
+func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
+	env, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	logger, m := env.Logger, env.Manager
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Version: cfg.Version, Toolsets: cfg.Toolsets, OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("serving", "runtime", rt.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir)
+	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
 	go func() {
 		// Tidying waits a moment so it does not compete with the first
 		// call, which a freshly started server usually gets at once.
@@ -247,13 +179,12 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 
 // Doctor checks the engine and the default image and writes a report to w.
 func Doctor(ctx context.Context, cfg Config, w io.Writer) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	logger := NewLogger(cfg.LogLevel)
-	rt, err := SelectRuntime(ctx, cfg.Runtime, logger)
+	_, rt, err := openRuntime(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if cfg.File != "" {
+		fmt.Fprintf(w, "config:   %s\n", cfg.File)
 	}
 	fmt.Fprintf(w, "runtime:  %s (%s)\n", rt.Kind(), rt.Binary())
 	if err := rt.Ping(ctx); err != nil {

@@ -37,3 +37,31 @@ func TestAutoRuntime(t *testing.T) {
 		t.Errorf("explicit container: %v %v", rt, err)
 	}
 }
+
+// TestOpen: Open makes the state directory private and builds the manager
+// on the runtime the configuration names; a bad configuration opens nothing.
+func TestOpen(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Runtime = "podman"
+	cfg.StateDir = filepath.Join(t.TempDir(), "state")
+	env, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if env.Runtime.Kind() != "podman" || env.Manager == nil || env.State == nil || env.Logger == nil {
+		t.Errorf("env %+v", env)
+	}
+	if fi, err := os.Stat(cfg.StateDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("state dir: %v %v", fi, err)
+	}
+
+	cfg.Runtime = "lxc"
+	cfg.StateDir = filepath.Join(t.TempDir(), "other")
+	if _, err := Open(context.Background(), cfg); err == nil {
+		t.Error("Open with runtime lxc: no error")
+	}
+	if _, err := os.Stat(cfg.StateDir); err == nil {
+		t.Error("a failed Open created the state dir")
+	}
+}

@@ -1,0 +1,471 @@
+package app
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// Config is everything sandbox-mcp needs to run. Build it with Resolve.
+type Config struct {
+	Runtime     string // auto|container|docker|podman
+	StateDir    string
+	Prefix      string
+	File        string // config file read, "" for none
+	Defaults    sandbox.Profile
+	Profiles    map[string]sandbox.Profile
+	Toolsets    []string
+	BootDefault bool
+	PoolSize    int
+	LogLevel    string
+	Version     string
+}
+
+// DefaultConfig is the configuration before flags, environment and file.
+func DefaultConfig() Config {
+	return Config{
+		Runtime:     "auto",
+		StateDir:    defaultStateDir(),
+		Prefix:      "sandbox-mcp",
+		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G"},
+		BootDefault: true,
+		PoolSize:    shell.DefaultPoolSize,
+		LogLevel:    "info",
+	}
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "sandbox-mcp")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "sandbox-mcp")
+	}
+	return filepath.Join(home, ".local", "state", "sandbox-mcp")
+}
+
+// Setting is one value that a flag and an environment variable can set
+// (most also have a key in the config file). For every setting the flag
+// wins over the environment, the environment over the file, and the file
+// over the default.
+type Setting struct {
+	Flag      string // flag name without dashes
+	Env       string // environment variable
+	Usage     string // help text without the variable
+	Default   string // shown in help; "" for none
+	Bool      bool   // the flag takes no value
+	ServeOnly bool   // only `serve` has the flag
+
+	// negate: the flag's value is the opposite of the variable's
+	// (--no-boot-default against SANDBOX_MCP_BOOT_DEFAULT=false).
+	negate bool
+	set    func(c *Config, v string) error
+}
+
+// Help is the flag's help text, naming its environment variable.
+func (s Setting) Help() string {
+	if s.negate {
+		return fmt.Sprintf("%s (env %s=false)", s.Usage, s.Env)
+	}
+	return fmt.Sprintf("%s (env %s)", s.Usage, s.Env)
+}
+
+// Settings lists every setting, in the order Resolve applies them.
+func Settings() []Setting {
+	d := DefaultConfig()
+	return []Setting{
+		{Flag: "runtime", Env: "SANDBOX_MCP_RUNTIME", Default: d.Runtime,
+			Usage: "container engine: auto, container, docker or podman",
+			set: func(c *Config, v string) error {
+				if err := checkRuntime(v); err != nil {
+					return err
+				}
+				c.Runtime = v
+				return nil
+			}},
+		{Flag: "image", Env: "SANDBOX_MCP_IMAGE", Default: d.Defaults.Image,
+			Usage: "default sandbox image",
+			set: func(c *Config, v string) error {
+				if v == "" {
+					return errors.New("image must not be empty")
+				}
+				return setDefault(c, sandbox.Profile{Image: v})
+			}},
+		{Flag: "cpus", Env: "SANDBOX_MCP_CPUS", Default: strconv.FormatFloat(d.Defaults.CPUs, 'f', -1, 64),
+			Usage: "default `number` of CPUs per sandbox",
+			set: func(c *Config, v string) error {
+				n, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return fmt.Errorf("%q is not a number", v)
+				}
+				if err := checkProfile(sandbox.Profile{CPUs: n}); err != nil {
+					return err
+				}
+				c.Defaults.CPUs = n
+				return nil
+			}},
+		{Flag: "memory", Env: "SANDBOX_MCP_MEMORY", Default: d.Defaults.Memory,
+			Usage: "default memory per sandbox, e.g. 512M or 2G",
+			set: func(c *Config, v string) error {
+				return setDefault(c, sandbox.Profile{Memory: v})
+			}},
+		{Flag: "profile", Env: "SANDBOX_MCP_PROFILES",
+			Usage: "per-name `profiles` merged over the file's: NAME:key=value,…;NAME2:… (keys image, cpus, memory, network, idle_ttl, …)",
+			set:   addProfiles},
+		{Flag: "state-dir", Env: "SANDBOX_MCP_STATE_DIR", Default: d.StateDir,
+			Usage: "`directory` where state lives (created 0700)",
+			set: func(c *Config, v string) error {
+				if v == "" {
+					return errors.New("state dir must not be empty")
+				}
+				c.StateDir = v
+				return nil
+			}},
+		{Flag: "prefix", Env: "SANDBOX_MCP_PREFIX", Default: d.Prefix,
+			Usage: "container name prefix and owner label",
+			set: func(c *Config, v string) error {
+				if err := checkPrefix(v); err != nil {
+					return err
+				}
+				c.Prefix = v
+				return nil
+			}},
+		{Flag: "pool-size", Env: "SANDBOX_MCP_POOL_SIZE", Default: strconv.Itoa(d.PoolSize),
+			Usage: "`number` of commands one sandbox runs at once",
+			set: func(c *Config, v string) error {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return fmt.Errorf("%q is not a whole number", v)
+				}
+				if err := checkPoolSize(n); err != nil {
+					return err
+				}
+				c.PoolSize = n
+				return nil
+			}},
+		{Flag: "log-level", Env: "SANDBOX_MCP_LOG_LEVEL", Default: d.LogLevel,
+			Usage: "log `level`: debug, info, warn or error (logs go to stderr)",
+			set: func(c *Config, v string) error {
+				if err := checkLogLevel(v); err != nil {
+					return err
+				}
+				c.LogLevel = v
+				return nil
+			}},
+		{Flag: "config", Env: "SANDBOX_MCP_CONFIG",
+			Usage: "JSON config `file`; flags and environment win over it",
+			set: func(c *Config, v string) error {
+				c.File = v
+				return nil
+			}},
+		{Flag: "toolsets", Env: "SANDBOX_MCP_TOOLSETS", ServeOnly: true,
+			Usage: "tool groups to expose: core,files,lifecycle or all",
+			set: func(c *Config, v string) error {
+				c.Toolsets = SplitList(v)
+				return nil
+			}},
+		{Flag: "no-boot-default", Env: "SANDBOX_MCP_BOOT_DEFAULT", ServeOnly: true, Bool: true, negate: true,
+			Usage: "do not boot the default sandbox at start",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("%q is not true or false", v)
+				}
+				c.BootDefault = b
+				return nil
+			}},
+	}
+}
+
+// FlagValues holds the flags given on the command line, by name without
+// dashes, as typed. A flag that was not given must be absent.
+type FlagValues map[string]string
+
+// Resolve builds the configuration from the defaults, the config file,
+// the environment (getenv; an empty value counts as unset) and flags, each
+// overriding the one before for every setting. Profiles merge per name: a
+// profile from the environment or a flag overrides only the keys it sets.
+// readFile reads the config file named by --config or SANDBOX_MCP_CONFIG.
+// Errors name the flag, variable or file that holds the bad value.
+func Resolve(flags FlagValues, getenv func(string) string, readFile func(string) ([]byte, error)) (Config, error) {
+	c := DefaultConfig()
+	settings := Settings()
+
+	path, src := getenv("SANDBOX_MCP_CONFIG"), "SANDBOX_MCP_CONFIG"
+	if v, ok := flags["config"]; ok {
+		path, src = v, "--config"
+	}
+	if path != "" {
+		data, err := readFile(path)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return Config{}, fmt.Errorf("config file %s (from %s): %w", path, src, err)
+		}
+		if err := c.applyFile(data); err != nil {
+			return Config{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	for _, s := range settings {
+		if v := getenv(s.Env); v != "" {
+			if err := s.set(&c, v); err != nil {
+				return Config{}, fmt.Errorf("%s: %w", s.Env, err)
+			}
+		}
+	}
+	for _, s := range settings {
+		v, ok := flags[s.Flag]
+		if !ok {
+			continue
+		}
+		if s.negate {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Config{}, fmt.Errorf("--%s: %q is not true or false", s.Flag, v)
+			}
+			v = strconv.FormatBool(!b)
+		}
+		if err := s.set(&c, v); err != nil {
+			return Config{}, fmt.Errorf("--%s: %w", s.Flag, err)
+		}
+	}
+	c.File = path
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// fileConfig is the config file's schema; nil means absent.
+type fileConfig struct {
+	Runtime     *string                    `json:"runtime"`
+	StateDir    *string                    `json:"state_dir"`
+	Prefix      *string                    `json:"prefix"`
+	Defaults    *sandbox.Profile           `json:"defaults"`
+	Profiles    map[string]sandbox.Profile `json:"profiles"`
+	Toolsets    []string                   `json:"toolsets"`
+	BootDefault *bool                      `json:"boot_default"`
+	PoolSize    *int                       `json:"pool_size"`
+	LogLevel    *string                    `json:"log_level"`
+}
+
+// applyFile merges a JSON config file into c. Unknown keys are errors, so
+// a misspelt key does not go unnoticed.
+func (c *Config) applyFile(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f fileConfig
+	if err := dec.Decode(&f); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Errorf("line %d: %w", lineOf(data, se.Offset), err)
+		}
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("line %d: %s must be %s, not %s", lineOf(data, te.Offset), te.Field, jsonKind(te.Type), te.Value)
+		}
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("unexpected data after the JSON object")
+	}
+	check := func(key string, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		return nil
+	}
+	if f.Runtime != nil {
+		if err := check("runtime", checkRuntime(*f.Runtime)); err != nil {
+			return err
+		}
+		c.Runtime = *f.Runtime
+	}
+	if f.StateDir != nil {
+		if *f.StateDir == "" {
+			return errors.New("state_dir: must not be empty")
+		}
+		c.StateDir = *f.StateDir
+	}
+	if f.Prefix != nil {
+		if err := check("prefix", checkPrefix(*f.Prefix)); err != nil {
+			return err
+		}
+		c.Prefix = *f.Prefix
+	}
+	if f.Defaults != nil {
+		if err := check("defaults", setDefault(c, *f.Defaults)); err != nil {
+			return err
+		}
+	}
+	for name, p := range f.Profiles {
+		if err := check("profiles."+name, mergeProfile(c, name, p)); err != nil {
+			return err
+		}
+	}
+	if f.Toolsets != nil {
+		c.Toolsets = f.Toolsets
+	}
+	if f.BootDefault != nil {
+		c.BootDefault = *f.BootDefault
+	}
+	if f.PoolSize != nil {
+		if err := check("pool_size", checkPoolSize(*f.PoolSize)); err != nil {
+			return err
+		}
+		c.PoolSize = *f.PoolSize
+	}
+	if f.LogLevel != nil {
+		if err := check("log_level", checkLogLevel(*f.LogLevel)); err != nil {
+			return err
+		}
+		c.LogLevel = *f.LogLevel
+	}
+	return nil
+}
+
+// jsonKind names a Go type as a config file's author knows it.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return t.String()
+}
+
+func lineOf(data []byte, offset int64) int {
+	if offset > int64(len(data)) {
+		offset = int64(len(data))
+	}
+	return 1 + bytes.Count(data[:offset], []byte("\n"))
+}
+
+// addProfiles merges "NAME:key=value,…;NAME2:…" into c.Profiles.
+func addProfiles(c *Config, v string) error {
+	for _, entry := range strings.Split(v, ";") {
+		if strings.TrimSpace(entry) == "" {
+			continue
+		}
+		name, spec, ok := strings.Cut(entry, ":")
+		if !ok {
+			return fmt.Errorf("%q: want NAME:key=value,…", entry)
+		}
+		name = strings.TrimSpace(name)
+		p, err := sandbox.ParseProfileSpec(spec)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := mergeProfile(c, name, p); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// mergeProfile checks p and merges it over c's profile of that name.
+func mergeProfile(c *Config, name string, p sandbox.Profile) error {
+	if err := sandbox.ValidateName(name); err != nil {
+		return err
+	}
+	if err := checkProfile(p); err != nil {
+		return err
+	}
+	if c.Profiles == nil {
+		c.Profiles = map[string]sandbox.Profile{}
+	}
+	c.Profiles[name] = c.Profiles[name].Merge(p)
+	return nil
+}
+
+// setDefault checks p and merges it over c.Defaults.
+func setDefault(c *Config, p sandbox.Profile) error {
+	if err := checkProfile(p); err != nil {
+		return err
+	}
+	c.Defaults = c.Defaults.Merge(p)
+	return nil
+}
+
+// checkProfile validates the keys a partial profile sets; the image it
+// may leave to the defaults.
+func checkProfile(p sandbox.Profile) error {
+	return sandbox.Profile{Image: "image"}.Merge(p).Validate()
+}
+
+func checkRuntime(v string) error {
+	switch v {
+	case "auto", "docker", "podman", "container":
+		return nil
+	}
+	return fmt.Errorf("runtime must be auto, container, docker or podman, not %q", v)
+}
+
+func checkPrefix(v string) error {
+	if err := sandbox.ValidateName(v); err != nil || len(v) > 24 {
+		return fmt.Errorf("prefix %q must be a valid name of at most 24 bytes", v)
+	}
+	return nil
+}
+
+func checkPoolSize(n int) error {
+	if n < 1 {
+		return fmt.Errorf("pool size must be at least 1, not %d", n)
+	}
+	return nil
+}
+
+func checkLogLevel(v string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(v)); err != nil {
+		return fmt.Errorf("log level must be debug, info, warn or error, not %q", v)
+	}
+	return nil
+}
+
+// Validate checks a configuration, however it was built, before anything
+// runs.
+func (c *Config) Validate() error {
+	if err := checkRuntime(c.Runtime); err != nil {
+		return err
+	}
+	if err := checkPrefix(c.Prefix); err != nil {
+		return err
+	}
+	if err := c.Defaults.Validate(); err != nil {
+		return err
+	}
+	for name, p := range c.Profiles {
+		if err := sandbox.ValidateName(name); err != nil {
+			return fmt.Errorf("profile %q: %w", name, err)
+		}
+		if err := c.Defaults.Merge(p).Validate(); err != nil {
+			return fmt.Errorf("profile %q: %w", name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package app
+
+import (
+	"fmt"
+	"io/fs"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// sources are the inputs to Resolve in a test: flags, environment and
+// files by path.
+type sources struct {
+	flags FlagValues
+	env   map[string]string
+	files map[string]string
+}
+
+func (s sources) resolve() (Config, error) {
+	readFile := func(path string) ([]byte, error) {
+		data, ok := s.files[path]
+		if !ok {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+		}
+		return []byte(data), nil
+	}
+	return Resolve(s.flags, func(k string) string { return s.env[k] }, readFile)
+}
+
+// TestResolvePrecedence: for every setting, the default stands alone, the
+// file overrides it, the environment the file, and the flag the
+// environment.
+func TestResolvePrecedence(t *testing.T) {
+	def := DefaultConfig()
+	for _, tc := range []struct {
+		flag, env string
+		fileJSON  string // the setting in the config file, "" if it has no key
+		// values given by file, env and flag, and what each resolves to
+		fileVal, envVal, flagVal string
+		want                     [4]any // default, file, env, flag
+		get                      func(Config) any
+	}{
+		{"runtime", "SANDBOX_MCP_RUNTIME", `"runtime": "docker"`, "", "podman", "container",
+			[4]any{"auto", "docker", "podman", "container"}, func(c Config) any { return c.Runtime }},
+		{"image", "SANDBOX_MCP_IMAGE", `"defaults": {"image": "file-img"}`, "", "env-img", "flag-img",
+			[4]any{"mcp-dev", "file-img", "env-img", "flag-img"}, func(c Config) any { return c.Defaults.Image }},
+		{"state-dir", "SANDBOX_MCP_STATE_DIR", `"state_dir": "/file"`, "", "/env", "/flag",
+			[4]any{def.StateDir, "/file", "/env", "/flag"}, func(c Config) any { return c.StateDir }},
+		{"prefix", "SANDBOX_MCP_PREFIX", `"prefix": "fromfile"`, "", "fromenv", "fromflag",
+			[4]any{"sandbox-mcp", "fromfile", "fromenv", "fromflag"}, func(c Config) any { return c.Prefix }},
+		{"cpus", "SANDBOX_MCP_CPUS", `"defaults": {"cpus": 3}`, "", "4", "0.5",
+			[4]any{2.0, 3.0, 4.0, 0.5}, func(c Config) any { return c.Defaults.CPUs }},
+		{"memory", "SANDBOX_MCP_MEMORY", `"defaults": {"memory": "2G"}`, "", "3G", "512M",
+			[4]any{"1G", "2G", "3G", "512M"}, func(c Config) any { return c.Defaults.Memory }},
+		{"profile", "SANDBOX_MCP_PROFILES", `"profiles": {"big": {"cpus": 3}}`, "", "big:cpus=4", "big:cpus=5",
+			[4]any{0.0, 3.0, 4.0, 5.0}, func(c Config) any { return c.Profiles["big"].CPUs }},
+		{"log-level", "SANDBOX_MCP_LOG_LEVEL", `"log_level": "warn"`, "", "error", "debug",
+			[4]any{"info", "warn", "error", "debug"}, func(c Config) any { return c.LogLevel }},
+		{"toolsets", "SANDBOX_MCP_TOOLSETS", `"toolsets": ["core"]`, "", "files", "core,lifecycle",
+			[4]any{[]string(nil), []string{"core"}, []string{"files"}, []string{"core", "lifecycle"}}, func(c Config) any { return c.Toolsets }},
+		{"no-boot-default", "SANDBOX_MCP_BOOT_DEFAULT", `"boot_default": false`, "", "true", "true",
+			[4]any{true, false, true, false}, func(c Config) any { return c.BootDefault }},
+		{"pool-size", "SANDBOX_MCP_POOL_SIZE", `"pool_size": 2`, "", "3", "8",
+			[4]any{def.PoolSize, 2, 3, 8}, func(c Config) any { return c.PoolSize }},
+	} {
+		steps := []struct {
+			name string
+			src  sources
+		}{
+			{"default", sources{}},
+			{"file", sources{
+				env:   map[string]string{"SANDBOX_MCP_CONFIG": "/cfg.json"},
+				files: map[string]string{"/cfg.json": "{" + tc.fileJSON + "}"}}},
+			{"env over file", sources{
+				env:   map[string]string{"SANDBOX_MCP_CONFIG": "/cfg.json", tc.env: tc.envVal},
+				files: map[string]string{"/cfg.json": "{" + tc.fileJSON + "}"}}},
+			{"flag over env", sources{
+				flags: FlagValues{tc.flag: tc.flagVal},
+				env:   map[string]string{"SANDBOX_MCP_CONFIG": "/cfg.json", tc.env: tc.envVal},
+				files: map[string]string{"/cfg.json": "{" + tc.fileJSON + "}"}}},
+		}
+		for i, step := range steps {
+			t.Run(tc.flag+"/"+step.name, func(t *testing.T) {
+				c, err := step.src.resolve()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := tc.get(c); !reflect.DeepEqual(got, tc.want[i]) {
+					t.Errorf("got %#v, want %#v", got, tc.want[i])
+				}
+			})
+		}
+	}
+}
+
+// TestResolveConfigPath: --config wins over SANDBOX_MCP_CONFIG, and an
+// empty --config reads no file at all.
+func TestResolveConfigPath(t *testing.T) {
+	files := map[string]string{"/env.json": `{"prefix": "envfile"}`, "/flag.json": `{"prefix": "flagfile"}`}
+	for _, tc := range []struct {
+		name       string
+		src        sources
+		wantFile   string
+		wantPrefix string
+	}{
+		{"none", sources{files: files}, "", "sandbox-mcp"},
+		{"env", sources{env: map[string]string{"SANDBOX_MCP_CONFIG": "/env.json"}, files: files}, "/env.json", "envfile"},
+		{"flag over env", sources{flags: FlagValues{"config": "/flag.json"}, env: map[string]string{"SANDBOX_MCP_CONFIG": "/env.json"}, files: files}, "/flag.json", "flagfile"},
+		{"empty flag", sources{flags: FlagValues{"config": ""}, env: map[string]string{"SANDBOX_MCP_CONFIG": "/env.json"}, files: files}, "", "sandbox-mcp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.src.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.File != tc.wantFile || c.Prefix != tc.wantPrefix {
+				t.Errorf("file %q prefix %q, want %q %q", c.File, c.Prefix, tc.wantFile, tc.wantPrefix)
+			}
+		})
+	}
+}
+
+// TestResolveProfiles: profiles merge per name, key by key, file then
+// environment then flag; defaults from the file keep keys no flag sets.
+func TestResolveProfiles(t *testing.T) {
+	file := `{"defaults": {"network": "none", "idle_ttl": "1h"},
+	  "profiles": {"big": {"image": "big-img", "cpus": 4, "memory": "4G"}, "offline": {"network": "none"}}}`
+	for _, tc := range []struct {
+		name string
+		src  sources
+		want map[string]sandbox.Profile
+	}{
+		{"file only", sources{}, map[string]sandbox.Profile{
+			"big":     {Image: "big-img", CPUs: 4, Memory: "4G"},
+			"offline": {Network: "none"},
+		}},
+		{"flag overrides the keys it sets", sources{flags: FlagValues{"profile": "big:memory=8G"}}, map[string]sandbox.Profile{
+			"big":     {Image: "big-img", CPUs: 4, Memory: "8G"},
+			"offline": {Network: "none"},
+		}},
+		{"env then flag", sources{
+			env:   map[string]string{"SANDBOX_MCP_PROFILES": "big:cpus=6;gpu:virtualization=true"},
+			flags: FlagValues{"profile": "big:memory=8G; gpu:image=gpu-img"},
+		}, map[string]sandbox.Profile{
+			"big":     {Image: "big-img", CPUs: 6, Memory: "8G"},
+			"offline": {Network: "none"},
+			"gpu":     {Image: "gpu-img", Virtualization: true},
+		}},
+		{"new name from flag", sources{flags: FlagValues{"profile": "tiny:cpus=0.5,memory=256M,idle_ttl=5m"}}, map[string]sandbox.Profile{
+			"big":     {Image: "big-img", CPUs: 4, Memory: "4G"},
+			"offline": {Network: "none"},
+			"tiny":    {CPUs: 0.5, Memory: "256M", IdleTTL: "5m"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.src.flags = withConfig(tc.src.flags, "/cfg.json")
+			tc.src.files = map[string]string{"/cfg.json": file}
+			c, err := tc.src.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.Profiles, tc.want) {
+				t.Errorf("profiles\n got %+v\nwant %+v", c.Profiles, tc.want)
+			}
+			if want := (sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Network: "none", IdleTTL: "1h"}); c.Defaults != want {
+				t.Errorf("defaults %+v, want %+v", c.Defaults, want)
+			}
+		})
+	}
+}
+
+func withConfig(f FlagValues, path string) FlagValues {
+	out := FlagValues{"config": path}
+	for k, v := range f {
+		out[k] = v
+	}
+	return out
+}
+
+// TestResolveErrors: a bad value fails with the flag, variable or file
+// that holds it.
+func TestResolveErrors(t *testing.T) {
+	cfg := func(body string) map[string]string { return map[string]string{"/etc/smcp.json": body} }
+	withFile := map[string]string{"SANDBOX_MCP_CONFIG": "/etc/smcp.json"}
+	for _, tc := range []struct {
+		name string
+		src  sources
+		want []string // substrings of the error
+	}{
+		{"bad cpus flag", sources{flags: FlagValues{"cpus": "two"}}, []string{"--cpus", `"two"`}},
+		{"bad cpus env", sources{env: map[string]string{"SANDBOX_MCP_CPUS": "lots"}}, []string{"SANDBOX_MCP_CPUS", `"lots"`}},
+		{"cpus out of range", sources{flags: FlagValues{"cpus": "1000"}}, []string{"--cpus", "out of range"}},
+		{"bad cpus file", sources{env: withFile, files: cfg(`{"defaults": {"cpus": "two"}}`)}, []string{"/etc/smcp.json", "defaults.cpus", "a number"}},
+		{"unknown runtime flag", sources{flags: FlagValues{"runtime": "lxc"}}, []string{"--runtime", `"lxc"`}},
+		{"unknown runtime env", sources{env: map[string]string{"SANDBOX_MCP_RUNTIME": "lxc"}}, []string{"SANDBOX_MCP_RUNTIME", `"lxc"`}},
+		{"unknown runtime file", sources{env: withFile, files: cfg(`{"runtime": "lxc"}`)}, []string{"/etc/smcp.json", "runtime", `"lxc"`}},
+		{"bad profile key", sources{flags: FlagValues{"profile": "big:gpus=2"}}, []string{"--profile", "big", `"gpus"`}},
+		{"profile without name", sources{env: map[string]string{"SANDBOX_MCP_PROFILES": "cpus=2"}}, []string{"SANDBOX_MCP_PROFILES", "NAME:key=value"}},
+		{"bad profile value", sources{flags: FlagValues{"profile": "big:memory=lots"}}, []string{"--profile", "big", "memory"}},
+		{"bad profile name", sources{flags: FlagValues{"profile": "Big Box:cpus=2"}}, []string{"--profile", "Big Box"}},
+		{"bad profile in file", sources{env: withFile, files: cfg(`{"profiles": {"big": {"network": "host"}}}`)}, []string{"/etc/smcp.json", "profiles.big", "network"}},
+		{"bad memory env", sources{env: map[string]string{"SANDBOX_MCP_MEMORY": "1 G"}}, []string{"SANDBOX_MCP_MEMORY", "memory"}},
+		{"empty image flag", sources{flags: FlagValues{"image": ""}}, []string{"--image", "empty"}},
+		{"bad prefix", sources{flags: FlagValues{"prefix": "a-very-long-prefix-over-24-bytes"}}, []string{"--prefix"}},
+		{"bad log level", sources{env: map[string]string{"SANDBOX_MCP_LOG_LEVEL": "loud"}}, []string{"SANDBOX_MCP_LOG_LEVEL", `"loud"`}},
+		{"bad pool size", sources{flags: FlagValues{"pool-size": "0"}}, []string{"--pool-size", "at least 1"}},
+		{"bad pool size env", sources{env: map[string]string{"SANDBOX_MCP_POOL_SIZE": "many"}}, []string{"SANDBOX_MCP_POOL_SIZE", `"many"`}},
+		{"bad boot default", sources{env: map[string]string{"SANDBOX_MCP_BOOT_DEFAULT": "nope"}}, []string{"SANDBOX_MCP_BOOT_DEFAULT", `"nope"`}},
+		{"missing file env", sources{env: withFile}, []string{"/etc/smcp.json", "SANDBOX_MCP_CONFIG", "file does not exist"}},
+		{"missing file flag", sources{flags: FlagValues{"config": "/nope.json"}}, []string{"/nope.json", "--config", "file does not exist"}},
+		{"malformed file", sources{env: withFile, files: cfg("{\n\"runtime\": \"docker\",\n}")}, []string{"/etc/smcp.json", "line 3"}},
+		{"unknown key", sources{env: withFile, files: cfg(`{"runtme": "docker"}`)}, []string{"/etc/smcp.json", `"runtme"`}},
+		{"trailing data", sources{env: withFile, files: cfg(`{} {}`)}, []string{"/etc/smcp.json", "after the JSON object"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.src.resolve()
+			if err == nil {
+				t.Fatalf("no error, want one naming %q", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestSettingsHelp: every flag's help names its environment variable, and
+// the names are unique.
+func TestSettingsHelp(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range Settings() {
+		if !strings.Contains(s.Help(), s.Env) {
+			t.Errorf("--%s help %q does not name %s", s.Flag, s.Help(), s.Env)
+		}
+		if !strings.HasPrefix(s.Env, "SANDBOX_MCP_") {
+			t.Errorf("--%s: env %s", s.Flag, s.Env)
+		}
+		for _, k := range []string{s.Flag, s.Env} {
+			if seen[k] {
+				t.Errorf("%s twice", k)
+			}
+			seen[k] = true
+		}
+	}
+	if got := fmt.Sprint(len(Settings())); got != "12" {
+		t.Errorf("%s settings, want 12", got)
+	}
+}
