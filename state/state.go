@@ -4,7 +4,9 @@
 // stays the truth for which sandboxes exist). It is a bbolt file that is
 // opened per operation with a lock timeout and never held between
 // operations, so several server processes (one per MCP client session)
-// share it.
+// share it. Reads open it read-only (a shared lock, no fsync, and a file
+// that does not exist yet is read as empty, not created); writes open it
+// read-write (an exclusive lock).
 //
 // Layout (schema version 2; version 1 files, which lack the jobs bucket,
 // are upgraded in place on first write):
@@ -14,8 +16,9 @@
 //	jobs      <sandbox name> NUL <job name> -> JSON Job
 //	sandboxes <sandbox name> -> JSON Sandbox (profile in use, last boot)
 //
-// A file that cannot be opened as bbolt is moved aside (renamed with a
-// ".corrupt-<time>" suffix) and reported, never truncated in place.
+// A file that cannot be opened as bbolt, or that faults when read, is
+// moved aside (renamed with a ".corrupt-<time>" suffix) and reported,
+// never truncated in place.
 package state
 
 import (
@@ -67,12 +70,26 @@ func New(dir string) (*Store, error) {
 	return &Store{Path: filepath.Join(dir, "state.db")}, nil
 }
 
-func (s *Store) open() (*bolt.DB, error) {
+// errNoFile is a read of a state file that does not exist yet (or was
+// created but not yet initialised): the read sees empty state.
+var errNoFile = errors.New("no state file")
+
+// open opens the file, read-write (creating it) or read-only (a shared
+// lock; errNoFile when there is nothing to read yet).
+func (s *Store) open(write bool) (*bolt.DB, error) {
 	timeout := s.LockTimeout
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
-	db, err := bolt.Open(s.Path, 0o600, &bolt.Options{Timeout: timeout})
+	if !write {
+		// bbolt would try to initialise an empty file, which a read-only
+		// open cannot; an empty file is one a writer is creating.
+		if info, err := os.Stat(s.Path); errors.Is(err, os.ErrNotExist) || err == nil && info.Size() == 0 {
+			return nil, errNoFile
+		}
+	}
+	opts := &bolt.Options{Timeout: timeout, ReadOnly: !write}
+	db, err := bolt.Open(s.Path, 0o600, opts)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
@@ -80,7 +97,10 @@ func (s *Store) open() (*bolt.DB, error) {
 		if merr := s.moveAside(err); merr != nil {
 			return nil, merr
 		}
-		db, err = bolt.Open(s.Path, 0o600, &bolt.Options{Timeout: timeout})
+		db, err = bolt.Open(s.Path, 0o600, opts)
+	}
+	if !write && errors.Is(err, os.ErrNotExist) {
+		return nil, errNoFile
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open state %s: %w", s.Path, err)
@@ -90,13 +110,13 @@ func (s *Store) open() (*bolt.DB, error) {
 
 // unreadable reports whether an open error means the file exists but is
 // not a usable bbolt file (truncated, overwritten, wrong version), rather
-// than a lock or permission problem.
+// than a lock or permission problem or a file not there.
 func (s *Store) unreadable(err error) bool {
-	if errors.Is(err, os.ErrPermission) || errors.Is(err, berrors.ErrTimeout) {
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, berrors.ErrTimeout) || errors.Is(err, os.ErrNotExist) {
 		return false
 	}
-	_, statErr := os.Stat(s.Path)
-	return statErr == nil
+	info, statErr := os.Stat(s.Path)
+	return statErr == nil && info.Size() > 0
 }
 
 // moveAside renames the unreadable state file out of the way (never
@@ -117,21 +137,22 @@ func (s *Store) moveAside(why error) error {
 // truncated file it has mapped into memory.
 var errFault = errors.New("state file is damaged")
 
-// update runs fn in a write transaction on a freshly opened file. A file
-// damaged so that reading it faults (bbolt maps it into memory) is moved
-// aside and the operation retried once on a fresh file.
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
-	err := s.tryUpdate(fn)
+// withDB opens the file (read-only unless write), runs fn on it under the
+// fault guard and closes it. A file damaged so that reading it faults is
+// moved aside and the operation retried once, on a fresh file for a write
+// or on no file for a read.
+func (s *Store) withDB(write bool, fn func(db *bolt.DB) error) error {
+	err := s.guarded(write, fn)
 	if errors.Is(err, errFault) {
 		if merr := s.moveAside(err); merr != nil {
 			return merr
 		}
-		err = s.tryUpdate(fn)
+		err = s.guarded(write, fn)
 	}
 	return err
 }
 
-func (s *Store) tryUpdate(fn func(tx *bolt.Tx) error) (err error) {
+func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (err error) {
 	// Turn SIGBUS/SIGSEGV on the mapping into a panic, and bbolt's panics
 	// on damaged pages into errFault, instead of a crashed server. Only
 	// bbolt and the small record codecs run in here.
@@ -141,25 +162,62 @@ func (s *Store) tryUpdate(fn func(tx *bolt.Tx) error) (err error) {
 			err = fmt.Errorf("%w: %v", errFault, r)
 		}
 	}()
-	db, err := s.open()
+	db, err := s.open(write)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	return db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if v := meta.Get(keySchema); v == nil || upgradable[string(v)] {
-			if err := meta.Put(keySchema, []byte(SchemaVersion)); err != nil {
+	return fn(db)
+}
+
+// view runs fn in a read-only transaction. A file that does not exist is
+// not created: fn sees a transaction with no buckets.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	err := s.withDB(false, func(db *bolt.DB) error {
+		return db.View(func(tx *bolt.Tx) error {
+			if meta := tx.Bucket(bucketMeta); meta != nil {
+				if err := s.checkSchema(meta.Get(keySchema)); err != nil {
+					return err
+				}
+			}
+			return fn(tx)
+		})
+	})
+	if errors.Is(err, errNoFile) {
+		return nil
+	}
+	return err
+}
+
+// update runs fn in a write transaction, first upgrading an older file's
+// schema.
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	return s.withDB(true, func(db *bolt.DB) error {
+		return db.Update(func(tx *bolt.Tx) error {
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
 				return err
 			}
-		} else if string(v) != SchemaVersion {
-			return fmt.Errorf("state %s has schema %s; this sandbox-mcp understands %s", s.Path, v, SchemaVersion)
-		}
-		return fn(tx)
+			v := meta.Get(keySchema)
+			if err := s.checkSchema(v); err != nil {
+				return err
+			}
+			if string(v) != SchemaVersion {
+				if err := meta.Put(keySchema, []byte(SchemaVersion)); err != nil {
+					return err
+				}
+			}
+			return fn(tx)
+		})
 	})
+}
+
+// checkSchema fails for a schema this package neither writes nor upgrades.
+func (s *Store) checkSchema(v []byte) error {
+	if v == nil || upgradable[string(v)] || string(v) == SchemaVersion {
+		return nil
+	}
+	return fmt.Errorf("state %s has schema %s; this sandbox-mcp understands %s", s.Path, v, SchemaVersion)
 }
 
 // AppendHistory appends entries to each sandbox's history, keeping the
@@ -196,7 +254,7 @@ func (s *Store) AppendHistory(batch map[string][]json.RawMessage, limit int) err
 // History returns a sandbox's stored history, oldest first.
 func (s *Store) History(name string) ([]json.RawMessage, error) {
 	var list []json.RawMessage
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketHistory)
 		if b == nil {
 			return nil
