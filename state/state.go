@@ -8,13 +8,47 @@
 // that does not exist yet is read as empty, not created); writes open it
 // read-write (an exclusive lock).
 //
-// Layout (schema version 2; version 1 files, which lack the jobs bucket,
-// are upgraded in place on first write):
+// # Layout
 //
-//	meta      "schema" -> "2"
+//	meta      "schema"     -> layout version that wrote the file, decimal ("2")
+//	          "min_reader" -> oldest layout version that may read and write it ("2")
 //	history   <sandbox name> -> JSON []Entry, newest last, bounded
 //	jobs      <sandbox name> NUL <job name> -> JSON Job
 //	sandboxes <sandbox name> -> JSON Sandbox (profile in use, last boot)
+//
+// # Versioning
+//
+// "schema" is the layout version of the server that last upgraded the
+// file; "min_reader" is the oldest layout version whose servers may read
+// and write it. Both are bumped only for incompatible changes: a key
+// format or a field's meaning changed, a bucket renamed or removed, or a
+// new bucket an older writer would leave inconsistent with an old one.
+// Then the new server sets schema to its version and raises min_reader
+// (to schema, or lower if older servers stay safe). New buckets, new meta
+// keys and new JSON fields are compatible additions and bump nothing:
+// readers ignore what they do not know. A new JSON field must be
+// optional, since an older server that rewrites the record drops it.
+//
+// A server of layout version V (SchemaVersion) opening a file:
+//
+//   - no meta or no "schema" (a new file): its first write records
+//     schema V and min_reader MinReaderVersion.
+//   - schema <= V without min_reader (1 or 2, from before this rule; 1
+//     lacks the jobs and sandboxes buckets): read as it is; the first
+//     write upgrades meta in place to schema V, min_reader
+//     MinReaderVersion.
+//   - min_reader <= V, whatever the schema (a newer server whose changes
+//     were compatible): read and written as usual. Unknown buckets, meta
+//     keys and fields are ignored and kept (except fields of a record it
+//     rewrites), and meta is never lowered or overwritten.
+//   - min_reader > V, schema > V without min_reader, or a value that is
+//     not a decimal number: every read and write fails, without touching
+//     the file, with an *IncompatibleError (errors.Is ErrIncompatible)
+//     that names the file's versions and this one and says to upgrade
+//     sandbox-mcp or point --state-dir at another directory.
+//
+// Servers from before this rule compare schema exactly; files written
+// here keep schema "2", so servers of layout 2 still share them.
 //
 // A file that cannot be opened as bbolt, or that faults when read, is
 // moved aside (renamed with a ".corrupt-<time>" suffix) and reported,
@@ -28,18 +62,23 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// SchemaVersion is the layout this package writes.
-const SchemaVersion = "2"
-
-// upgradable lists older layouts this package upgrades in place: each
-// later version only added buckets.
-var upgradable = map[string]bool{"1": true}
+const (
+	// SchemaVersion is the layout this package writes and understands.
+	// Bump it only for an incompatible change (see the package comment),
+	// never for a new bucket, meta key or JSON field.
+	SchemaVersion = 2
+	// MinReaderVersion is the oldest layout whose servers may read and
+	// write a file written here. Raise it to SchemaVersion only for an
+	// incompatible change.
+	MinReaderVersion = 2
+)
 
 var (
 	bucketMeta    = []byte("meta")
@@ -47,11 +86,42 @@ var (
 	bucketJobs    = []byte("jobs")
 	bucketSandbox = []byte("sandboxes")
 	keySchema     = []byte("schema")
+	keyMinReader  = []byte("min_reader")
 )
 
 // ErrLocked means another process held the state file for longer than the
 // lock timeout.
 var ErrLocked = errors.New("state file is locked by another process")
+
+// ErrIncompatible means the state file was written by a newer sandbox-mcp
+// that declared it unusable by this one.
+var ErrIncompatible = errors.New("state file needs a newer sandbox-mcp")
+
+// IncompatibleError is a state file this version must not read or write.
+type IncompatibleError struct {
+	Path string
+	// Schema and MinReader are the file's meta values as stored ("" when
+	// absent).
+	Schema, MinReader string
+}
+
+func (e *IncompatibleError) Error() string {
+	return fmt.Sprintf("state %s was written with layout schema %s and needs a sandbox-mcp that understands layout %s or later; this one understands layout %d. Try: upgrade sandbox-mcp, or point --state-dir at another directory",
+		e.Path, orNone(e.Schema), orNone(e.MinReader), SchemaVersion)
+}
+
+func orNone(v string) string {
+	if v == "" {
+		return "(none)"
+	}
+	if _, err := strconv.Atoi(v); err != nil {
+		return strconv.Quote(v)
+	}
+	return v
+}
+
+// Is makes errors.Is(err, ErrIncompatible) hold.
+func (e *IncompatibleError) Is(target error) bool { return target == ErrIncompatible }
 
 // Store is the state file at one path.
 type Store struct {
@@ -175,10 +245,8 @@ func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (err error) {
 func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 	err := s.withDB(false, func(db *bolt.DB) error {
 		return db.View(func(tx *bolt.Tx) error {
-			if meta := tx.Bucket(bucketMeta); meta != nil {
-				if err := s.checkSchema(meta.Get(keySchema)); err != nil {
-					return err
-				}
+			if _, _, err := s.checkMeta(tx.Bucket(bucketMeta)); err != nil {
+				return err
 			}
 			return fn(tx)
 		})
@@ -190,7 +258,7 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 }
 
 // update runs fn in a write transaction, first upgrading an older file's
-// schema.
+// meta to this layout. A newer, compatible file's meta is left alone.
 func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	return s.withDB(true, func(db *bolt.DB) error {
 		return db.Update(func(tx *bolt.Tx) error {
@@ -198,12 +266,17 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 			if err != nil {
 				return err
 			}
-			v := meta.Get(keySchema)
-			if err := s.checkSchema(v); err != nil {
+			schema, minReader, err := s.checkMeta(meta)
+			if err != nil {
 				return err
 			}
-			if string(v) != SchemaVersion {
-				if err := meta.Put(keySchema, []byte(SchemaVersion)); err != nil {
+			if schema < SchemaVersion {
+				if err := meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
+					return err
+				}
+			}
+			if schema <= SchemaVersion && minReader < MinReaderVersion {
+				if err := meta.Put(keyMinReader, []byte(strconv.Itoa(MinReaderVersion))); err != nil {
 					return err
 				}
 			}
@@ -212,12 +285,34 @@ func (s *Store) update(fn func(tx *bolt.Tx) error) error {
 	})
 }
 
-// checkSchema fails for a schema this package neither writes nor upgrades.
-func (s *Store) checkSchema(v []byte) error {
-	if v == nil || upgradable[string(v)] || string(v) == SchemaVersion {
-		return nil
+// checkMeta returns the file's schema and min_reader (0 when absent: a new
+// file, or min_reader on a file from before it existed) and fails with an
+// *IncompatibleError when this version must not use the file.
+func (s *Store) checkMeta(meta *bolt.Bucket) (schema, minReader int, err error) {
+	if meta == nil {
+		return 0, 0, nil
 	}
-	return fmt.Errorf("state %s has schema %s; this sandbox-mcp understands %s", s.Path, v, SchemaVersion)
+	rawSchema, rawMin := meta.Get(keySchema), meta.Get(keyMinReader)
+	incompatible := &IncompatibleError{Path: s.Path, Schema: string(rawSchema), MinReader: string(rawMin)}
+	if rawSchema != nil {
+		if schema, err = strconv.Atoi(string(rawSchema)); err != nil || schema < 0 {
+			return 0, 0, incompatible
+		}
+	}
+	floor := schema // a file from before min_reader: its schema exactly
+	if rawMin != nil {
+		if minReader, err = strconv.Atoi(string(rawMin)); err != nil || minReader < 0 {
+			return 0, 0, incompatible
+		}
+		floor = minReader
+	}
+	if floor > SchemaVersion {
+		if rawMin == nil {
+			incompatible.MinReader = incompatible.Schema
+		}
+		return 0, 0, incompatible
+	}
+	return schema, minReader, nil
 }
 
 // AppendHistory appends entries to each sandbox's history, keeping the
