@@ -52,7 +52,7 @@ func (s *Store) PutJob(j Job) error {
 
 // Job returns one job record; ok is false when there is none.
 func (s *Store) Job(sandbox, name string) (j Job, ok bool, err error) {
-	err = s.update(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketJobs)
 		if b == nil {
 			return nil
@@ -74,7 +74,7 @@ func (s *Store) Job(sandbox, name string) (j Job, ok bool, err error) {
 // are skipped.
 func (s *Store) Jobs(sandbox string) ([]Job, error) {
 	var out []Job
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketJobs)
 		if b == nil {
 			return nil
@@ -125,7 +125,7 @@ func (s *Store) DeleteJobs(sandbox string, names ...string) error {
 // JobSandboxes returns the names of the sandboxes that have job records.
 func (s *Store) JobSandboxes() ([]string, error) {
 	var out []string
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketJobs)
 		if b == nil {
 			return nil

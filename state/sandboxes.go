@@ -41,7 +41,7 @@ func (s *Store) PutSandbox(sb Sandbox) error {
 // records are skipped.
 func (s *Store) Sandboxes() ([]Sandbox, error) {
 	var out []Sandbox
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSandbox)
 		if b == nil {
 			return nil

@@ -4,18 +4,55 @@
 // stays the truth for which sandboxes exist). It is a bbolt file that is
 // opened per operation with a lock timeout and never held between
 // operations, so several server processes (one per MCP client session)
-// share it.
+// share it. Reads open it read-only (a shared lock, no fsync, and a file
+// that does not exist yet is read as empty, not created); writes open it
+// read-write (an exclusive lock).
 //
-// Layout (schema version 2; version 1 files, which lack the jobs bucket,
-// are upgraded in place on first write):
+// # Layout
 //
-//	meta      "schema" -> "2"
+//	meta      "schema"     -> layout version that wrote the file, decimal ("2")
+//	          "min_reader" -> oldest layout version that may read and write it ("2")
 //	history   <sandbox name> -> JSON []Entry, newest last, bounded
 //	jobs      <sandbox name> NUL <job name> -> JSON Job
 //	sandboxes <sandbox name> -> JSON Sandbox (profile in use, last boot)
 //
-// A file that cannot be opened as bbolt is moved aside (renamed with a
-// ".corrupt-<time>" suffix) and reported, never truncated in place.
+// # Versioning
+//
+// "schema" is the layout version of the server that last upgraded the
+// file; "min_reader" is the oldest layout version whose servers may read
+// and write it. Both are bumped only for incompatible changes: a key
+// format or a field's meaning changed, a bucket renamed or removed, or a
+// new bucket an older writer would leave inconsistent with an old one.
+// Then the new server sets schema to its version and raises min_reader
+// (to schema, or lower if older servers stay safe). New buckets, new meta
+// keys and new JSON fields are compatible additions and bump nothing:
+// readers ignore what they do not know. A new JSON field must be
+// optional, since an older server that rewrites the record drops it.
+//
+// A server of layout version V (SchemaVersion) opening a file:
+//
+//   - no meta or no "schema" (a new file): its first write records
+//     schema V and min_reader MinReaderVersion.
+//   - schema <= V without min_reader (1 or 2, from before this rule; 1
+//     lacks the jobs and sandboxes buckets): read as it is; the first
+//     write upgrades meta in place to schema V, min_reader
+//     MinReaderVersion.
+//   - min_reader <= V, whatever the schema (a newer server whose changes
+//     were compatible): read and written as usual. Unknown buckets, meta
+//     keys and fields are ignored and kept (except fields of a record it
+//     rewrites), and meta is never lowered or overwritten.
+//   - min_reader > V, schema > V without min_reader, or a value that is
+//     not a decimal number: every read and write fails, without touching
+//     the file, with an *IncompatibleError (errors.Is ErrIncompatible)
+//     that names the file's versions and this one and says to upgrade
+//     sandbox-mcp or point --state-dir at another directory.
+//
+// Servers from before this rule compare schema exactly; files written
+// here keep schema "2", so servers of layout 2 still share them.
+//
+// A file that cannot be opened as bbolt, or that faults when read, is
+// moved aside (renamed with a ".corrupt-<time>" suffix) and reported,
+// never truncated in place.
 package state
 
 import (
@@ -25,18 +62,23 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
 
-// SchemaVersion is the layout this package writes.
-const SchemaVersion = "2"
-
-// upgradable lists older layouts this package upgrades in place: each
-// later version only added buckets.
-var upgradable = map[string]bool{"1": true}
+const (
+	// SchemaVersion is the layout this package writes and understands.
+	// Bump it only for an incompatible change (see the package comment),
+	// never for a new bucket, meta key or JSON field.
+	SchemaVersion = 2
+	// MinReaderVersion is the oldest layout whose servers may read and
+	// write a file written here. Raise it to SchemaVersion only for an
+	// incompatible change.
+	MinReaderVersion = 2
+)
 
 var (
 	bucketMeta    = []byte("meta")
@@ -44,11 +86,42 @@ var (
 	bucketJobs    = []byte("jobs")
 	bucketSandbox = []byte("sandboxes")
 	keySchema     = []byte("schema")
+	keyMinReader  = []byte("min_reader")
 )
 
 // ErrLocked means another process held the state file for longer than the
 // lock timeout.
 var ErrLocked = errors.New("state file is locked by another process")
+
+// ErrIncompatible means the state file was written by a newer sandbox-mcp
+// that declared it unusable by this one.
+var ErrIncompatible = errors.New("state file needs a newer sandbox-mcp")
+
+// IncompatibleError is a state file this version must not read or write.
+type IncompatibleError struct {
+	Path string
+	// Schema and MinReader are the file's meta values as stored ("" when
+	// absent).
+	Schema, MinReader string
+}
+
+func (e *IncompatibleError) Error() string {
+	return fmt.Sprintf("state %s was written with layout schema %s and needs a sandbox-mcp that understands layout %s or later; this one understands layout %d. Try: upgrade sandbox-mcp, or point --state-dir at another directory",
+		e.Path, orNone(e.Schema), orNone(e.MinReader), SchemaVersion)
+}
+
+func orNone(v string) string {
+	if v == "" {
+		return "(none)"
+	}
+	if _, err := strconv.Atoi(v); err != nil {
+		return strconv.Quote(v)
+	}
+	return v
+}
+
+// Is makes errors.Is(err, ErrIncompatible) hold.
+func (e *IncompatibleError) Is(target error) bool { return target == ErrIncompatible }
 
 // Store is the state file at one path.
 type Store struct {
@@ -67,12 +140,26 @@ func New(dir string) (*Store, error) {
 	return &Store{Path: filepath.Join(dir, "state.db")}, nil
 }
 
-func (s *Store) open() (*bolt.DB, error) {
+// errNoFile is a read of a state file that does not exist yet (or was
+// created but not yet initialised): the read sees empty state.
+var errNoFile = errors.New("no state file")
+
+// open opens the file, read-write (creating it) or read-only (a shared
+// lock; errNoFile when there is nothing to read yet).
+func (s *Store) open(write bool) (*bolt.DB, error) {
 	timeout := s.LockTimeout
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
-	db, err := bolt.Open(s.Path, 0o600, &bolt.Options{Timeout: timeout})
+	if !write {
+		// bbolt would try to initialise an empty file, which a read-only
+		// open cannot; an empty file is one a writer is creating.
+		if info, err := os.Stat(s.Path); errors.Is(err, os.ErrNotExist) || err == nil && info.Size() == 0 {
+			return nil, errNoFile
+		}
+	}
+	opts := &bolt.Options{Timeout: timeout, ReadOnly: !write}
+	db, err := bolt.Open(s.Path, 0o600, opts)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
@@ -80,7 +167,10 @@ func (s *Store) open() (*bolt.DB, error) {
 		if merr := s.moveAside(err); merr != nil {
 			return nil, merr
 		}
-		db, err = bolt.Open(s.Path, 0o600, &bolt.Options{Timeout: timeout})
+		db, err = bolt.Open(s.Path, 0o600, opts)
+	}
+	if !write && errors.Is(err, os.ErrNotExist) {
+		return nil, errNoFile
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open state %s: %w", s.Path, err)
@@ -90,13 +180,13 @@ func (s *Store) open() (*bolt.DB, error) {
 
 // unreadable reports whether an open error means the file exists but is
 // not a usable bbolt file (truncated, overwritten, wrong version), rather
-// than a lock or permission problem.
+// than a lock or permission problem or a file not there.
 func (s *Store) unreadable(err error) bool {
-	if errors.Is(err, os.ErrPermission) || errors.Is(err, berrors.ErrTimeout) {
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, berrors.ErrTimeout) || errors.Is(err, os.ErrNotExist) {
 		return false
 	}
-	_, statErr := os.Stat(s.Path)
-	return statErr == nil
+	info, statErr := os.Stat(s.Path)
+	return statErr == nil && info.Size() > 0
 }
 
 // moveAside renames the unreadable state file out of the way (never
@@ -117,21 +207,22 @@ func (s *Store) moveAside(why error) error {
 // truncated file it has mapped into memory.
 var errFault = errors.New("state file is damaged")
 
-// update runs fn in a write transaction on a freshly opened file. A file
-// damaged so that reading it faults (bbolt maps it into memory) is moved
-// aside and the operation retried once on a fresh file.
-func (s *Store) update(fn func(tx *bolt.Tx) error) error {
-	err := s.tryUpdate(fn)
+// withDB opens the file (read-only unless write), runs fn on it under the
+// fault guard and closes it. A file damaged so that reading it faults is
+// moved aside and the operation retried once, on a fresh file for a write
+// or on no file for a read.
+func (s *Store) withDB(write bool, fn func(db *bolt.DB) error) error {
+	err := s.guarded(write, fn)
 	if errors.Is(err, errFault) {
 		if merr := s.moveAside(err); merr != nil {
 			return merr
 		}
-		err = s.tryUpdate(fn)
+		err = s.guarded(write, fn)
 	}
 	return err
 }
 
-func (s *Store) tryUpdate(fn func(tx *bolt.Tx) error) (err error) {
+func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (err error) {
 	// Turn SIGBUS/SIGSEGV on the mapping into a panic, and bbolt's panics
 	// on damaged pages into errFault, instead of a crashed server. Only
 	// bbolt and the small record codecs run in here.
@@ -141,25 +232,87 @@ func (s *Store) tryUpdate(fn func(tx *bolt.Tx) error) (err error) {
 			err = fmt.Errorf("%w: %v", errFault, r)
 		}
 	}()
-	db, err := s.open()
+	db, err := s.open(write)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	return db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if v := meta.Get(keySchema); v == nil || upgradable[string(v)] {
-			if err := meta.Put(keySchema, []byte(SchemaVersion)); err != nil {
+	return fn(db)
+}
+
+// view runs fn in a read-only transaction. A file that does not exist is
+// not created: fn sees a transaction with no buckets.
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	err := s.withDB(false, func(db *bolt.DB) error {
+		return db.View(func(tx *bolt.Tx) error {
+			if _, _, err := s.checkMeta(tx.Bucket(bucketMeta)); err != nil {
 				return err
 			}
-		} else if string(v) != SchemaVersion {
-			return fmt.Errorf("state %s has schema %s; this sandbox-mcp understands %s", s.Path, v, SchemaVersion)
-		}
-		return fn(tx)
+			return fn(tx)
+		})
 	})
+	if errors.Is(err, errNoFile) {
+		return nil
+	}
+	return err
+}
+
+// update runs fn in a write transaction, first upgrading an older file's
+// meta to this layout. A newer, compatible file's meta is left alone.
+func (s *Store) update(fn func(tx *bolt.Tx) error) error {
+	return s.withDB(true, func(db *bolt.DB) error {
+		return db.Update(func(tx *bolt.Tx) error {
+			meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+			if err != nil {
+				return err
+			}
+			schema, minReader, err := s.checkMeta(meta)
+			if err != nil {
+				return err
+			}
+			if schema < SchemaVersion {
+				if err := meta.Put(keySchema, []byte(strconv.Itoa(SchemaVersion))); err != nil {
+					return err
+				}
+			}
+			if schema <= SchemaVersion && minReader < MinReaderVersion {
+				if err := meta.Put(keyMinReader, []byte(strconv.Itoa(MinReaderVersion))); err != nil {
+					return err
+				}
+			}
+			return fn(tx)
+		})
+	})
+}
+
+// checkMeta returns the file's schema and min_reader (0 when absent: a new
+// file, or min_reader on a file from before it existed) and fails with an
+// *IncompatibleError when this version must not use the file.
+func (s *Store) checkMeta(meta *bolt.Bucket) (schema, minReader int, err error) {
+	if meta == nil {
+		return 0, 0, nil
+	}
+	rawSchema, rawMin := meta.Get(keySchema), meta.Get(keyMinReader)
+	incompatible := &IncompatibleError{Path: s.Path, Schema: string(rawSchema), MinReader: string(rawMin)}
+	if rawSchema != nil {
+		if schema, err = strconv.Atoi(string(rawSchema)); err != nil || schema < 0 {
+			return 0, 0, incompatible
+		}
+	}
+	floor := schema // a file from before min_reader: its schema exactly
+	if rawMin != nil {
+		if minReader, err = strconv.Atoi(string(rawMin)); err != nil || minReader < 0 {
+			return 0, 0, incompatible
+		}
+		floor = minReader
+	}
+	if floor > SchemaVersion {
+		if rawMin == nil {
+			incompatible.MinReader = incompatible.Schema
+		}
+		return 0, 0, incompatible
+	}
+	return schema, minReader, nil
 }
 
 // AppendHistory appends entries to each sandbox's history, keeping the
@@ -196,7 +349,7 @@ func (s *Store) AppendHistory(batch map[string][]json.RawMessage, limit int) err
 // History returns a sandbox's stored history, oldest first.
 func (s *Store) History(name string) ([]json.RawMessage, error) {
 	var list []json.RawMessage
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketHistory)
 		if b == nil {
 			return nil

@@ -131,43 +131,6 @@ func TestJobsRoundTrip(t *testing.T) {
 	}
 }
 
-func TestSchemaOneIsUpgraded(t *testing.T) {
-	dir := t.TempDir()
-	s, _ := New(dir)
-	db, err := bolt.Open(s.Path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = db.Update(func(tx *bolt.Tx) error {
-		m, _ := tx.CreateBucketIfNotExists(bucketMeta)
-		_ = m.Put(keySchema, []byte("1"))
-		h, _ := tx.CreateBucketIfNotExists(bucketHistory)
-		return h.Put([]byte("box"), []byte(`["old"]`))
-	})
-	db.Close()
-	if err := s.PutJob(Job{Sandbox: "box", Name: "j"}); err != nil {
-		t.Fatal(err)
-	}
-	h, err := s.History("box")
-	if err != nil || len(h) != 1 {
-		t.Fatalf("history kept: %v %v", h, err)
-	}
-	db, _ = bolt.Open(s.Path, 0o600, nil)
-	defer db.Close()
-	_ = db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keySchema); string(v) != SchemaVersion {
-			t.Errorf("schema %q", v)
-		}
-		return nil
-	})
-	// A newer schema is refused, not overwritten.
-	_ = db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keySchema, []byte("99")) })
-	db.Close()
-	if err := s.PutJob(Job{Sandbox: "box", Name: "k"}); err == nil || !strings.Contains(err.Error(), "schema 99") {
-		t.Fatalf("newer schema: %v", err)
-	}
-}
-
 // TestTruncatedFileIsMovedAside: a file cut short (bbolt would fault
 // reading past its end) is moved aside and a fresh one used, without a
 // crash.
