@@ -7,11 +7,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 func (s *Server) envTool() tool {
-	return tool{group: "core", handler: s.handleEnv, def: newTool("env",
+	return tool{group: "core", handler: s.handleEnv, def: newTool[EnvVars]("env", "Environment variables",
 		"List, set or unset environment variables of a sandbox; they apply to every later command and survive shell restarts. "+
 			"Mark tokens secret to keep them out of history and listings.",
 		mutating(true),
@@ -25,9 +26,9 @@ func (s *Server) envTool() tool {
 
 // EnvVars is the structured result of env.
 type EnvVars struct {
-	Sandbox string            `json:"sandbox"`
-	Action  string            `json:"action"`
-	Vars    map[string]string `json:"vars,omitempty"`
+	Sandbox string           `json:"sandbox"`
+	Action  string           `json:"action"`
+	Vars    []sandbox.EnvVar `json:"vars,omitempty"`
 }
 
 func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -40,49 +41,30 @@ func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out := EnvVars{Sandbox: name, Action: action}
 	switch action {
 	case "set":
-		value := req.GetString("value", "")
-		secret := req.GetBool("secret", false)
-		script, err := guest.EnvSetScript(key, value)
-		if err != nil {
-			return argError("env set: %v", err), nil
+		if err := s.m.SetEnv(ctx, name, key, req.GetString("value", ""), req.GetBool("secret", false)); err != nil {
+			return failure(ctx, "env set", err), nil
 		}
-		if secret {
-			s.m.History().AddSecret(value)
-			s.m.MarkSecret(name, key)
-		}
-		if _, _, errRes := s.runInternal(ctx, name, "env set "+key, script, nil, 4096); errRes != nil {
-			return errRes, nil
-		}
-		return mcp.NewToolResultStructured(out, fmt.Sprintf("set %s in sandbox %q", key, name)), nil
+		return mcp.NewToolResultStructured(out, fmt.Sprintf("set %s in sandbox %q for every later command", key, name)), nil
 	case "unset":
-		script, err := guest.EnvUnsetScript(key)
-		if err != nil {
-			return argError("env unset: %v", err), nil
-		}
-		if _, _, errRes := s.runInternal(ctx, name, "env unset "+key, script, nil, 4096); errRes != nil {
-			return errRes, nil
+		if err := s.m.UnsetEnv(ctx, name, key); err != nil {
+			return failure(ctx, "env unset", err), nil
 		}
 		return mcp.NewToolResultStructured(out, fmt.Sprintf("unset %s in sandbox %q", key, name)), nil
 	case "list":
-		data, _, errRes := s.runInternal(ctx, name, "env list", guest.EnvListScript, nil, 1<<20)
-		if errRes != nil {
-			return errRes, nil
+		vars, err := s.m.Env(ctx, name)
+		if err != nil {
+			return failure(ctx, "env list", err), nil
 		}
-		out.Vars = map[string]string{}
-		var lines []string
-		for _, line := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
-			k, v, ok := strings.Cut(line, "=")
-			if !ok {
-				continue
-			}
-			if s.m.IsSecret(name, k) {
-				v = "***"
-			}
-			out.Vars[k] = v
-			lines = append(lines, k+"="+v)
-		}
-		if len(lines) == 0 {
+		out.Vars = vars
+		if len(vars) == 0 {
 			return mcp.NewToolResultStructured(out, "no variables set with env"), nil
+		}
+		lines := make([]string, len(vars))
+		for i, v := range vars {
+			lines[i] = v.Name + "=" + v.Value
+			if v.Secret {
+				lines[i] += " (secret)"
+			}
 		}
 		return mcp.NewToolResultStructured(out, strings.Join(lines, "\n")), nil
 	}
@@ -90,7 +72,7 @@ func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 }
 
 func (s *Server) installTool() tool {
-	return tool{group: "core", handler: s.handleInstall, def: newTool("install",
+	return tool{group: "core", handler: s.handleInstall, def: newTool[ExecOutput]("install", "Install packages",
 		"Install packages with the sandbox image's package manager (apk, apt-get or dnf). They last until reset; default timeout 300 s.",
 		openWorld(mutating(true)),
 		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.MinItems(1), mcp.Description("Package names.")),
@@ -103,15 +85,12 @@ func (s *Server) handleInstall(ctx context.Context, req mcp.CallToolRequest) (*m
 	pkgs, err := req.RequireStringSlice("packages")
 	if err != nil {
 		// Accept a single space-separated string too, as the original did.
-		one := req.GetString("packages", "")
-		pkgs = strings.Fields(one)
+		pkgs = strings.Fields(req.GetString("packages", ""))
 		if len(pkgs) == 0 {
 			return argError("install: `packages` must be a list of package names"), nil
 		}
 	}
-	script, err := guest.InstallScript(pkgs)
-	if err != nil {
-		return argError("install: %v", err), nil
-	}
-	return s.runCommand(ctx, req, runSpec{what: "install", label: "install " + strings.Join(pkgs, " "), command: script, timeout: 300})
+	return s.runCommand(ctx, req, "install", 300, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
+		return s.m.Install(ctx, name, pkgs, r)
+	})
 }

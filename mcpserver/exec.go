@@ -12,7 +12,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
-	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -44,10 +43,10 @@ type ExecOutput struct {
 }
 
 func (s *Server) execTool() tool {
-	return tool{group: "core", handler: s.handleExec, def: newTool("exec",
+	return tool{group: "core", handler: s.handleExec, def: newTool[ExecOutput]("exec", "Run a command",
 		"Run a shell command (sh) in a sandbox and return its exit code, stdout and stderr. Creates the sandbox on first use; "+
 			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (fetch the rest with `output`). "+
-			"Commands that outlive the timeout are stopped: run servers in the background with nohup … &.",
+			"Commands that outlive the timeout are stopped: start servers and long work with bg.",
 		mutating(false),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
 		sandboxParam(),
@@ -83,12 +82,10 @@ func (s *Server) handleExec(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if errRes != nil {
 		return errRes, nil
 	}
-	return s.runCommand(ctx, req, runSpec{
-		what:    "exec",
-		command: command,
-		stdin:   stdin,
-		workdir: req.GetString("workdir", ""),
-		timeout: defaultTimeout,
+	workdir := req.GetString("workdir", "")
+	return s.runCommand(ctx, req, "exec", defaultTimeout, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
+		r.Command, r.Stdin, r.Workdir = command, stdin, workdir
+		return s.m.Exec(ctx, name, r)
 	})
 }
 
@@ -110,7 +107,7 @@ func stdinArg(req mcp.CallToolRequest) ([]byte, *mcp.CallToolResult) {
 }
 
 func (s *Server) pythonTool() tool {
-	return tool{group: "core", handler: s.handlePython, def: newTool("python",
+	return tool{group: "core", handler: s.handlePython, def: newTool[ExecOutput]("python", "Run Python",
 		"Run Python 3 code in a sandbox (python3 reads it from stdin) and return exit code, stdout and stderr. "+
 			"Same sandbox, limits and output handling as exec.",
 		mutating(false),
@@ -126,56 +123,39 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if err != nil {
 		return argError("python: `code` is required"), nil
 	}
-	return s.runCommand(ctx, req, runSpec{
-		what:    "python",
-		label:   "python: " + code,
-		command: guest.PythonCommand,
-		stdin:   []byte(code),
-		timeout: defaultTimeout,
+	return s.runCommand(ctx, req, "python", defaultTimeout, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
+		return s.m.Python(ctx, name, code, r)
 	})
 }
 
-// runSpec is one command for runCommand.
-type runSpec struct {
-	what    string
-	label   string // shown in history; default: command
-	command string
-	stdin   []byte
-	workdir string
-	timeout float64 // default seconds
-}
+// runFunc runs one command of an exec-like tool; req carries the timeout
+// and output writers.
+type runFunc func(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
 
 // runCommand runs a command for exec-like tools and shapes the result.
-func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, spec runSpec) (*mcp.CallToolResult, error) {
+func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what string, defTimeout float64, run runFunc) (*mcp.CallToolResult, error) {
 	name, err := sandboxArg(req)
 	if err != nil {
-		return argError("%s: %v", spec.what, err), nil
+		return argError("%s: %v", what, err), nil
 	}
-	timeout := req.GetFloat("timeout", spec.timeout)
+	timeout := req.GetFloat("timeout", defTimeout)
 	if timeout <= 0 || timeout > maxTimeout {
-		return argError("%s: timeout must be between 1 and %d seconds", spec.what, maxTimeout), nil
+		return argError("%s: timeout must be between 1 and %d seconds", what, maxTimeout), nil
 	}
 	limit := req.GetInt("max_output", defaultMaxOutput)
 	if limit < 1024 || limit > maxMaxOutput {
-		return argError("%s: max_output must be between 1024 and %d", spec.what, maxMaxOutput), nil
+		return argError("%s: max_output must be between 1024 and %d", what, maxMaxOutput), nil
 	}
 	encoding := req.GetString("encoding", "text")
 	if encoding != "text" && encoding != "base64" {
-		return argError("%s: encoding must be text or base64", spec.what), nil
+		return argError("%s: encoding must be text or base64", what), nil
 	}
 
 	id, outPath, errPath := s.outputs.reserve()
 	stdout := &shell.Capture{Limit: limit, SpillPath: outPath}
 	stderr := &shell.Capture{Limit: limit, SpillPath: errPath}
 	stop := s.startProgress(ctx, req, stdout, stderr)
-	label := spec.label
-	if label == "" {
-		label = spec.command
-	}
-	res, err := s.m.ExecAs(ctx, name, label, shell.Request{
-		Command: spec.command,
-		Stdin:   spec.stdin,
-		Workdir: spec.workdir,
+	res, err := run(ctx, name, shell.Request{
 		Timeout: time.Duration(timeout * float64(time.Second)),
 		Stdout:  stdout,
 		Stderr:  stderr,
@@ -188,7 +168,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, spec r
 		if truncated {
 			s.outputs.discard(id)
 		}
-		return failure(ctx, fmt.Sprintf("%s in sandbox %q", spec.what, name), err), nil
+		return failure(ctx, fmt.Sprintf("%s in sandbox %q", what, name), err), nil
 	}
 	out := ExecOutput{
 		Sandbox:      name,
@@ -241,7 +221,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, spec r
 		} else {
 			text.WriteString("; the shell kept its state")
 		}
-		text.WriteString(". For long-running work use nohup … >log 2>&1 & and poll the log.]")
+		text.WriteString(". Start long-running work with bg and read it with logs.]")
 	case res.Canceled:
 		text.WriteString("\n[canceled: the command was stopped]")
 	case res.ShellLost:

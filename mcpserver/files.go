@@ -1,71 +1,19 @@
 package mcpserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
-	"sort"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandbox-mcp/sandbox-mcp/guest"
-	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
-
-const (
-	maxReadFile   = 1 << 20
-	fileOpTimeout = 60 * time.Second
-)
-
-// runInternal runs a tool-built command and returns its output, or an
-// isError result that says what went wrong.
-func (s *Server) runInternal(ctx context.Context, name, label, command string, stdin []byte, limit int) (stdout []byte, code int, errRes *mcp.CallToolResult) {
-	var out bytes.Buffer
-	errb := &shell.Capture{Limit: 4096}
-	capOut := &limitWriter{w: &out, n: limit}
-	res, err := s.m.ExecAs(ctx, name, label, shell.Request{
-		Command: command, Stdin: stdin, Timeout: fileOpTimeout, Stdout: capOut, Stderr: errb,
-	})
-	if err != nil {
-		return nil, -1, failure(ctx, fmt.Sprintf("%s in sandbox %q", label, name), err)
-	}
-	if res.TimedOut {
-		return nil, -1, argError("%s in sandbox %q: timed out after %s", label, name, fileOpTimeout)
-	}
-	if res.ExitCode != 0 {
-		head, _, _ := errb.Parts()
-		return nil, res.ExitCode, argError("%s in sandbox %q: %s", label, name, strings.TrimSpace(string(head)))
-	}
-	if capOut.over {
-		return out.Bytes(), 0, argError("%s in sandbox %q: more than %d bytes; read it in parts with offset and length", label, name, limit)
-	}
-	return out.Bytes(), 0, nil
-}
-
-// limitWriter keeps the first n bytes and notes whether more came.
-type limitWriter struct {
-	w    *bytes.Buffer
-	n    int
-	over bool
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if room := l.n - l.w.Len(); room < len(p) {
-		l.over = true
-		if room > 0 {
-			l.w.Write(p[:room])
-		}
-		return len(p), nil
-	}
-	return l.w.Write(p)
-}
 
 func (s *Server) writeFileTool() tool {
-	return tool{group: "files", handler: s.handleWriteFile, def: newTool("write_file",
+	return tool{group: "core", handler: s.handleWriteFile, def: newTool[FileWritten]("write_file", "Write a file",
 		"Write a file in a sandbox, creating parent directories; relative paths are from the shell's current directory. Overwrites unless append is set.",
 		mutating(true),
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
@@ -110,19 +58,15 @@ func (s *Server) handleWriteFile(ctx context.Context, req mcp.CallToolRequest) (
 	if err != nil {
 		return argError("write_file: %v", err), nil
 	}
-	script, err := guest.WriteFileScript(path, req.GetBool("append", false))
-	if err != nil {
-		return argError("write_file: %v", err), nil
-	}
-	if _, _, errRes := s.runInternal(ctx, name, "write_file "+path, script, data, 4096); errRes != nil {
-		return errRes, nil
+	if err := s.m.WriteFile(ctx, name, path, data, req.GetBool("append", false)); err != nil {
+		return failure(ctx, fmt.Sprintf("write_file in sandbox %q", name), err), nil
 	}
 	out := FileWritten{Sandbox: name, Path: path, Bytes: len(data)}
 	return mcp.NewToolResultStructured(out, fmt.Sprintf("wrote %d bytes to %s", len(data), path)), nil
 }
 
 func (s *Server) readFileTool() tool {
-	return tool{group: "files", handler: s.handleReadFile, def: newTool("read_file",
+	return tool{group: "core", handler: s.handleReadFile, def: newTool[FileContent]("read_file", "Read a file",
 		"Read a file from a sandbox (at most 1 MiB per call; use offset and length for larger files). "+
 			"Non-UTF-8 content needs encoding=base64 to come back exactly.",
 		readOnly(),
@@ -130,7 +74,7 @@ func (s *Server) readFileTool() tool {
 		sandboxParam(),
 		encodingParam("text, or base64 for exact bytes."),
 		mcp.WithInteger("offset", mcp.Description("Byte offset to start at."), mcp.Min(0), mcp.DefaultNumber(0)),
-		mcp.WithInteger("length", mcp.Description("Bytes to read (default: to the end, at most 1 MiB)."), mcp.Min(0), mcp.Max(maxReadFile)),
+		mcp.WithInteger("length", mcp.Description("Bytes to read (default: to the end, at most 1 MiB)."), mcp.Min(0), mcp.Max(sandbox.MaxReadFile)),
 	)}
 }
 
@@ -159,16 +103,9 @@ func (s *Server) handleReadFile(ctx context.Context, req mcp.CallToolRequest) (*
 		return argError("read_file: encoding must be text or base64"), nil
 	}
 	offset, length := int64(req.GetInt("offset", 0)), int64(req.GetInt("length", 0))
-	if length > maxReadFile {
-		return argError("read_file: length is at most %d", maxReadFile), nil
-	}
-	script, err := guest.ReadFileScript(path, offset, length)
+	data, err := s.m.ReadFile(ctx, name, path, offset, length)
 	if err != nil {
-		return argError("read_file: %v", err), nil
-	}
-	data, _, errRes := s.runInternal(ctx, name, "read_file "+path, script, nil, maxReadFile)
-	if errRes != nil {
-		return errRes, nil
+		return failure(ctx, fmt.Sprintf("read_file in sandbox %q", name), err), nil
 	}
 	valid := utf8.Valid(data)
 	out := FileContent{Sandbox: name, Path: path, Encoding: encoding, Bytes: len(data), Offset: offset, ValidUTF: valid,
@@ -181,7 +118,7 @@ func (s *Server) handleReadFile(ctx context.Context, req mcp.CallToolRequest) (*
 }
 
 func (s *Server) batchWriteTool() tool {
-	return tool{group: "files", handler: s.handleBatchWrite, def: newTool("batch_write",
+	return tool{group: "core", handler: s.handleBatchWrite, def: newTool[FilesWritten]("batch_write", "Write several files",
 		"Write several text files in a sandbox in one call, creating parent directories.",
 		mutating(true),
 		mcp.WithObject("files", mcp.Required(), mcp.Description("Map of path to file content."),
@@ -205,26 +142,22 @@ func (s *Server) handleBatchWrite(ctx context.Context, req mcp.CallToolRequest) 
 	if !ok || len(raw) == 0 {
 		return argError("batch_write: `files` must be a non-empty object of path to content"), nil
 	}
-	paths := make([]string, 0, len(raw))
+	files := make(map[string][]byte, len(raw))
 	for p, v := range raw {
-		if _, ok := v.(string); !ok {
+		content, ok := v.(string)
+		if !ok {
 			return argError("batch_write: content of %q must be a string", p), nil
 		}
-		paths = append(paths, p)
+		files[p] = []byte(content)
 	}
-	sort.Strings(paths)
-	out := FilesWritten{Sandbox: name}
-	for _, p := range paths {
-		content := raw[p].(string)
-		script, err := guest.WriteFileScript(p, false)
-		if err != nil {
-			return argError("batch_write %s: %v (wrote %d of %d files)", p, err, len(out.Files), len(paths)), nil
-		}
-		if _, _, errRes := s.runInternal(ctx, name, "batch_write "+p, script, []byte(content), 4096); errRes != nil {
-			errRes.Content = append(errRes.Content, mcp.NewTextContent(fmt.Sprintf("wrote %d of %d files before this one", len(out.Files), len(paths))))
-			return errRes, nil
-		}
-		out.Files = append(out.Files, FileWritten{Sandbox: name, Path: p, Bytes: len(content)})
+	done, err := s.m.WriteFiles(ctx, name, files)
+	out := FilesWritten{Sandbox: name, Files: []FileWritten{}}
+	for _, p := range done {
+		out.Files = append(out.Files, FileWritten{Sandbox: name, Path: p, Bytes: len(files[p])})
 	}
+	if err != nil {
+		return failure(ctx, fmt.Sprintf("batch_write in sandbox %q (wrote %d of %d files before this failure)", name, len(done), len(files)), err), nil
+	}
+	paths := done
 	return mcp.NewToolResultStructured(out, fmt.Sprintf("wrote %d files: %s", len(out.Files), strings.Join(paths, ", "))), nil
 }

@@ -24,7 +24,7 @@ func jobNameParam(desc string) mcp.ToolOption {
 }
 
 func (s *Server) bgTool() tool {
-	return tool{group: "core", handler: s.handleBg, def: newTool("bg",
+	return tool{group: "jobs", handler: s.handleBg, def: newTool[sandbox.JobStatus]("bg", "Start a background job",
 		"Start a long-running command (server, watcher, build) in the background and return at once. Its output goes to a log: read it with logs, stop it with kill.",
 		mutating(false), sandboxParam(),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
@@ -33,7 +33,7 @@ func (s *Server) bgTool() tool {
 }
 
 func (s *Server) logsTool() tool {
-	return tool{group: "core", handler: s.handleLogs, def: newTool("logs",
+	return tool{group: "jobs", handler: s.handleLogs, def: newTool[JobLogResult]("logs", "Read a job's log",
 		"Read a background job's output and whether it is still running or its exit code. Poll cheaply with since=next_offset.",
 		readOnly(), sandboxParam(),
 		jobNameParam("Job name, as given or returned by bg."),
@@ -43,7 +43,7 @@ func (s *Server) logsTool() tool {
 }
 
 func (s *Server) killTool() tool {
-	return tool{group: "core", handler: s.handleKill, def: newTool("kill",
+	return tool{group: "jobs", handler: s.handleKill, def: newTool[sandbox.KillResult]("kill", "Stop a job",
 		"Stop a background job and everything it started (its whole process group).",
 		destructive(true), sandboxParam(),
 		jobNameParam("Job name."),
@@ -51,7 +51,7 @@ func (s *Server) killTool() tool {
 }
 
 func (s *Server) jobsTool() tool {
-	return tool{group: "core", handler: s.handleJobs, def: newTool("jobs",
+	return tool{group: "jobs", handler: s.handleJobs, def: newTool[JobList]("jobs", "List jobs",
 		"List a sandbox's background jobs: name, command, pid, running or exit code.",
 		readOnly(), sandboxParam())}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 )
 
 func (s *Server) statusTool() tool {
-	return tool{group: "lifecycle", handler: s.handleStatus, def: newTool("status",
+	return tool{group: "lifecycle", handler: s.handleStatus, def: newTool[sandbox.Info]("status", "Sandbox status",
 		"Show one sandbox's state, image, resources and current directory, without creating it.",
 		readOnly(), sandboxParam())}
 }
@@ -59,7 +60,7 @@ func describe(in sandbox.Info) string {
 }
 
 func (s *Server) listAllTool() tool {
-	return tool{group: "lifecycle", handler: s.handleListAll, def: newTool("list_all",
+	return tool{group: "lifecycle", handler: s.handleListAll, def: newTool[SandboxList]("list_all", "List sandboxes",
 		"List every sandbox (running or stopped) with its state and image.", readOnly())}
 }
 
@@ -84,7 +85,7 @@ func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp
 }
 
 func (s *Server) destroyTool() tool {
-	return tool{group: "lifecycle", handler: s.handleDestroy, def: newTool("destroy",
+	return tool{group: "lifecycle", handler: s.handleDestroy, def: newTool[Destroyed]("destroy", "Destroy a sandbox",
 		"Delete a sandbox and its workspace for good. Destroying one that does not exist reports so.",
 		destructive(true), sandboxParam())}
 }
@@ -112,7 +113,7 @@ func (s *Server) handleDestroy(ctx context.Context, req mcp.CallToolRequest) (*m
 }
 
 func (s *Server) resetTool() tool {
-	return tool{group: "lifecycle", handler: s.handleReset, def: newTool("reset",
+	return tool{group: "lifecycle", handler: s.handleReset, def: newTool[ResetDone]("reset", "Reset a sandbox",
 		"Replace a sandbox with a fresh container from its image: installed packages and files outside /workspace are lost; "+
 			"/workspace is kept unless wipe_workspace is set.",
 		destructive(false), sandboxParam(),
@@ -145,7 +146,7 @@ func (s *Server) handleReset(ctx context.Context, req mcp.CallToolRequest) (*mcp
 }
 
 func (s *Server) historyTool() tool {
-	return tool{group: "lifecycle", handler: s.handleHistory, def: newTool("history",
+	return tool{group: "lifecycle", handler: s.handleHistory, def: newTool[HistoryList]("history", "Command history",
 		"List the most recent commands run in a sandbox with exit codes and durations (secrets redacted).",
 		readOnly(), sandboxParam(),
 		mcp.WithInteger("limit", mcp.Description("Entries to return."), mcp.Min(1), mcp.Max(100), mcp.DefaultNumber(20)))}
@@ -166,7 +167,7 @@ func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp
 	if limit < 1 || limit > 100 {
 		return argError("history: limit must be between 1 and 100"), nil
 	}
-	entries, err := s.m.History().Recent(name, limit)
+	entries, err := s.m.CommandHistory(name, limit)
 	if err != nil {
 		return argError("history: %v", err), nil
 	}
@@ -184,21 +185,16 @@ func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp
 }
 
 func (s *Server) healthTool() tool {
-	return tool{group: "lifecycle", handler: s.handleHealth, def: newTool("health",
+	return tool{group: "lifecycle", handler: s.handleHealth, def: newTool[Health]("health", "Health check",
 		"Check the container engine, the default image and every sandbox this server is connected to.",
 		readOnly())}
 }
 
 // Health is the structured result of health.
 type Health struct {
-	OK            bool              `json:"ok"`
-	Runtime       string            `json:"runtime"`
-	EngineVersion string            `json:"engine_version,omitempty"`
-	EngineError   string            `json:"engine_error,omitempty"`
-	DefaultImage  string            `json:"default_image"`
-	ImagePresent  bool              `json:"image_present"`
-	Sandboxes     map[string]string `json:"sandboxes"` // name -> "ok" or the problem
-	Server        ServerStats       `json:"server"`
+	OK bool `json:"ok"`
+	sandbox.Health
+	Server ServerStats `json:"server"`
 }
 
 // ServerStats describes the server process itself, so a client (or a test)
@@ -223,57 +219,36 @@ func serverStats() ServerStats {
 }
 
 func (s *Server) handleHealth(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	rt := s.m.Runtime()
-	h := Health{Runtime: rt.Kind(), DefaultImage: s.m.ProfileFor(sandbox.DefaultName).Image, Sandboxes: map[string]string{},
-		Server: serverStats()}
+	h := Health{Server: serverStats()}
+	h.Health = s.m.Health(ctx)
+	h.OK = h.Health.OK()
 	var lines []string
-	err := rt.Ping(ctx)
-	var v string
-	if err == nil {
-		v, err = rt.Version(ctx)
-	}
-	if err != nil {
-		h.EngineError = err.Error()
-		lines = append(lines, "engine: "+err.Error())
-	} else {
-		h.EngineVersion = v
-		lines = append(lines, fmt.Sprintf("engine: %s %s ok", rt.Kind(), v))
-		h.ImagePresent, err = rt.ImageExists(ctx, h.DefaultImage)
+	switch {
+	case h.EngineError != "" && h.EngineVersion == "":
+		lines = append(lines, "engine: "+h.EngineError)
+	default:
+		lines = append(lines, fmt.Sprintf("engine: %s %s ok", h.Runtime, h.EngineVersion))
 		switch {
-		case err != nil:
-			lines = append(lines, "default image: "+err.Error())
+		case h.ImageError != "":
+			lines = append(lines, "default image: "+h.ImageError)
 		case h.ImagePresent:
 			lines = append(lines, fmt.Sprintf("default image %s: present", h.DefaultImage))
 		default:
-			lines = append(lines, fmt.Sprintf("default image %s: MISSING (%s)", h.DefaultImage, sandbox.ImageHint(rt)))
+			lines = append(lines, fmt.Sprintf("default image %s: MISSING (%s)", h.DefaultImage, h.ImageHint))
 		}
-		list, err := s.m.List(ctx)
-		if err != nil {
-			lines = append(lines, "sandboxes: "+err.Error())
+		if h.EngineError != "" {
+			lines = append(lines, h.EngineError)
 		}
-		for _, in := range list {
-			state := string(in.State)
-			if in.Connected {
-				pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, _, errRes := s.runInternal(pctx, in.Name, "", "true", nil, 64)
-				cancel()
-				if errRes != nil {
-					state = "not responding"
-				} else {
-					state = "ok"
-				}
-			}
-			h.Sandboxes[in.Name] = state
-			lines = append(lines, fmt.Sprintf("sandbox %s: %s", in.Name, state))
+		names := make([]string, 0, len(h.Sandboxes))
+		for n := range h.Sandboxes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			lines = append(lines, fmt.Sprintf("sandbox %s: %s", n, h.Sandboxes[n]))
 		}
 	}
 	lines = append(lines, fmt.Sprintf("server: pid %d, %d goroutines, %d open fds", h.Server.PID, h.Server.Goroutines, h.Server.OpenFDs))
-	h.OK = h.EngineError == "" && h.ImagePresent
-	for _, st := range h.Sandboxes {
-		if st == "not responding" {
-			h.OK = false
-		}
-	}
 	res := mcp.NewToolResultStructured(h, strings.Join(lines, "\n"))
 	res.IsError = !h.OK
 	return res, nil

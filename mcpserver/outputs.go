@@ -97,7 +97,7 @@ func validID(id string) bool {
 }
 
 func (s *Server) outputTool() tool {
-	return tool{group: "lifecycle", handler: s.handleOutput, def: newTool("output",
+	return tool{group: "core", handler: s.handleOutput, def: newTool[OutputChunk]("output", "Fetch omitted output",
 		"Fetch bytes of an earlier command's full output that were omitted from its result (by output_id). Kept for the last 20 truncated commands.",
 		readOnly(),
 		mcp.WithString("id", mcp.Required(), mcp.Description("output_id from an exec, python or install result.")),
@@ -138,12 +138,12 @@ func (s *Server) handleOutput(_ context.Context, req mcp.CallToolRequest) (*mcp.
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("stat output: %w", err)
+		return argError("output: %v", err), nil
 	}
 	buf := make([]byte, length)
 	n, err := f.ReadAt(buf, offset)
 	if err != nil && err != io.EOF {
-		return nil, fmt.Errorf("read output: %w", err)
+		return argError("output: %v", err), nil
 	}
 	data := encodeBytes(buf[:n], encoding)
 	out := OutputChunk{ID: id, Stream: stream, Offset: offset, Data: data, Encoding: encoding,

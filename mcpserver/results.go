@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -40,8 +41,9 @@ func openWorld(opts []mcp.ToolOption) []mcp.ToolOption {
 	return append(opts, mcp.WithOpenWorldHintAnnotation(true))
 }
 
-func newTool(name, desc string, ann []mcp.ToolOption, params ...mcp.ToolOption) mcp.Tool {
-	opts := append([]mcp.ToolOption{mcp.WithDescription(desc)}, params...)
+// newTool defines a tool whose structured content is an Out.
+func newTool[Out any](name, title, desc string, ann []mcp.ToolOption, params ...mcp.ToolOption) mcp.Tool {
+	opts := append([]mcp.ToolOption{mcp.WithToolTitle(title), mcp.WithDescription(desc), mcp.WithOutputSchema[Out]()}, params...)
 	return mcp.NewTool(name, append(opts, ann...)...)
 }
 
@@ -67,7 +69,7 @@ func sandboxArg(req mcp.CallToolRequest) (string, error) {
 // errors already carry their hint ("try: …"), so the model can tell the
 // user what to run.
 func failure(ctx context.Context, what string, err error) *mcp.CallToolResult {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(err, sandbox.ErrCutShort) {
 		return mcp.NewToolResultError(what + ": canceled")
 	}
 	return mcp.NewToolResultError(what + ": " + err.Error())

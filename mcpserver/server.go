@@ -10,28 +10,59 @@ import (
 	"log"
 	"log/slog"
 	"sort"
-	"strings"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
+
+// Sandboxes is what the tools need of the sandbox manager: the one API
+// they call (*sandbox.Manager in production, a fake in unit tests).
+type Sandboxes interface {
+	Exec(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
+	Python(ctx context.Context, name, code string, req shell.Request) (sandbox.ExecResult, error)
+	Install(ctx context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error)
+	WriteFile(ctx context.Context, name, path string, data []byte, appendTo bool) error
+	WriteFiles(ctx context.Context, name string, files map[string][]byte) ([]string, error)
+	ReadFile(ctx context.Context, name, path string, offset, length int64) ([]byte, error)
+	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)
+	SetEnv(ctx context.Context, name, key, value string, secret bool) error
+	UnsetEnv(ctx context.Context, name, key string) error
+
+	StartJob(ctx context.Context, name, jobName, command, workdir string) (sandbox.JobStatus, error)
+	JobLogs(ctx context.Context, name, jobName string, opt sandbox.LogOptions) (sandbox.JobLog, error)
+	KillJob(ctx context.Context, name, jobName, sig string) (sandbox.KillResult, error)
+	Jobs(ctx context.Context, name string) ([]sandbox.JobStatus, error)
+
+	Status(ctx context.Context, name string) (sandbox.Info, error)
+	List(ctx context.Context) ([]sandbox.Info, error)
+	Stats(ctx context.Context, name string) (sandbox.SandboxStats, error)
+	Health(ctx context.Context) sandbox.Health
+	CommandHistory(name string, n int) ([]sandbox.HistoryEntry, error)
+	Destroy(ctx context.Context, name string) (bool, error)
+	Reset(ctx context.Context, name string, wipeWorkspace bool) (sandbox.BootInfo, error)
+}
+
+var _ Sandboxes = (*sandbox.Manager)(nil)
 
 // Options configure the MCP server.
 type Options struct {
 	// Version is reported to clients.
 	Version string
-	// Toolsets limits the tools exposed (see Toolsets); empty means all.
+	// Toolsets selects the tools exposed (see Toolsets); empty means the
+	// default sets, "all" every set.
 	Toolsets []string
+	// Dynamic adds the toolsets and enable_toolset tools, so the agent can
+	// list the sets and enable more at run time.
+	Dynamic bool
 	// OutputDir keeps full outputs of commands that exceeded their cap; ""
 	// disables retrieval of omitted output.
 	OutputDir string
 	Logger    *slog.Logger
 }
-
-// Toolsets are the groups of tools a user may expose with --toolsets.
-var Toolsets = []string{"core", "files", "lifecycle"}
 
 // tool is one tool definition with its handler and group.
 type tool struct {
@@ -42,19 +73,27 @@ type tool struct {
 
 // Server holds the tool handlers' dependencies.
 type Server struct {
-	m       *sandbox.Manager
+	m       Sandboxes
 	outputs *outputStore
 	log     *slog.Logger
+	ms      *server.MCPServer
+
+	mu      sync.Mutex
+	enabled map[string]bool // toolsets whose tools are registered
 }
 
 // New returns an MCP server exposing the sandbox tools of the selected toolsets.
-func New(m *sandbox.Manager, opts Options) (*server.MCPServer, error) {
+func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir), log: logger}
-	tools, err := s.selectTools(opts.Toolsets)
+	sets, err := ResolveToolsets(opts.Toolsets)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir), log: logger, enabled: map[string]bool{}}
+	all, err := checkedTools(s.tools())
 	if err != nil {
 		return nil, err
 	}
@@ -62,35 +101,53 @@ func New(m *sandbox.Manager, opts Options) (*server.MCPServer, error) {
 	if version == "" {
 		version = "dev"
 	}
-	ms := server.NewMCPServer("sandbox-mcp", version,
-		server.WithToolCapabilities(false),
-		server.WithRecovery(),
-		server.WithInstructions("Run commands in isolated, long-lived Linux sandboxes. "+
-			"Every tool takes an optional `sandbox` name (default \"default\"); a sandbox is created on first use "+
-			"and keeps its files, working directory and exported variables between calls."),
-	)
-	for _, t := range tools {
-		ms.AddTool(t.def, t.handler)
+	instructions := "Run commands in isolated, long-lived Linux sandboxes. " +
+		"Every tool takes an optional `sandbox` name (default \"default\"); a sandbox is created on first use " +
+		"and keeps its files, working directory and exported variables between calls."
+	if opts.Dynamic {
+		instructions += " More tools come in toolsets: list them with `toolsets`, enable one with `enable_toolset`."
 	}
-	return ms, nil
+	s.ms = server.NewMCPServer("sandbox-mcp", version,
+		server.WithToolCapabilities(opts.Dynamic),
+		server.WithRecovery(),
+		server.WithInstructions(instructions),
+	)
+	s.enable(all, sets)
+	if opts.Dynamic {
+		for _, t := range s.dynamicTools(all) {
+			s.ms.AddTool(t.def, t.handler)
+		}
+	}
+	return s.ms, nil
 }
 
-// selectTools returns the tools of the named toolsets, checking that every
-// tool states its annotations.
-func (s *Server) selectTools(sets []string) ([]tool, error) {
-	all := s.tools()
-	want := map[string]bool{}
-	for _, name := range sets {
-		name = strings.TrimSpace(name)
-		if name == "" || name == "all" {
+// enable registers the tools of sets (if not yet enabled).
+func (s *Server) enable(all []tool, sets []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var added []string
+	var batch []server.ServerTool
+	for _, set := range sets {
+		if s.enabled[set] {
 			continue
 		}
-		if !contains(Toolsets, name) {
-			return nil, fmt.Errorf("unknown toolset %q (have %s, or all)", name, strings.Join(Toolsets, ", "))
+		s.enabled[set] = true
+		for _, t := range all {
+			if t.group == set {
+				batch = append(batch, server.ServerTool{Tool: t.def, Handler: t.handler})
+				added = append(added, t.def.Name)
+			}
 		}
-		want[name] = true
 	}
-	var out []tool
+	if len(batch) > 0 {
+		s.ms.AddTools(batch...)
+	}
+	return added
+}
+
+// checkedTools returns the tools sorted by name, checking that every tool
+// states its annotations truthfully and belongs to a known toolset.
+func checkedTools(all []tool) ([]tool, error) {
 	for _, t := range all {
 		a := t.def.Annotations
 		if a.ReadOnlyHint == nil || a.DestructiveHint == nil || a.IdempotentHint == nil || a.OpenWorldHint == nil {
@@ -99,20 +156,23 @@ func (s *Server) selectTools(sets []string) ([]tool, error) {
 		if *a.ReadOnlyHint && *a.DestructiveHint {
 			return nil, fmt.Errorf("tool %s: read-only and destructive", t.def.Name)
 		}
-		if len(want) == 0 || want[t.group] {
-			out = append(out, t)
+		if toolsetByName(t.group) == nil {
+			return nil, fmt.Errorf("tool %s: unknown toolset %q", t.def.Name, t.group)
+		}
+		if t.def.Title == "" {
+			return nil, fmt.Errorf("tool %s: no title", t.def.Name)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].def.Name < out[j].def.Name })
-	return out, nil
+	sort.Slice(all, func(i, j int) bool { return all[i].def.Name < all[j].def.Name })
+	return all, nil
 }
 
 func (s *Server) tools() []tool {
 	return []tool{
 		s.execTool(), s.pythonTool(), s.installTool(), s.envTool(),
-		s.writeFileTool(), s.readFileTool(), s.batchWriteTool(),
+		s.writeFileTool(), s.readFileTool(), s.batchWriteTool(), s.outputTool(),
 		s.bgTool(), s.logsTool(), s.killTool(), s.jobsTool(),
-		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(), s.outputTool(),
+		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 func (s *Server) statsTool() tool {
-	return tool{group: "lifecycle", handler: s.handleStats, def: newTool("stats",
+	return tool{group: "lifecycle", handler: s.handleStats, def: newTool[SandboxStats]("stats", "Resource use",
 		"Measure a sandbox's resource use: CPU over a 0.5 s sample (100% = one core), memory, processes, disk, network. -1 means unknown.",
 		readOnly(), sandboxParam())}
 }
@@ -31,7 +31,7 @@ func (s *Server) handleStats(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return failure(ctx, "stats", err), nil
 	}
-	return mcp.NewToolResultStructured(SandboxStats{Sandbox: name, SandboxStats: st}, describeStats(st, s.m.Config().Workdir)), nil
+	return mcp.NewToolResultStructured(SandboxStats{Sandbox: name, SandboxStats: st}, describeStats(st, st.Workdir)), nil
 }
 
 // describeStats is the one-line summary of stats, e.g. "cpu 3.2% of 1 core

@@ -37,14 +37,31 @@ var ErrJobRunning = errors.New("a job of that name is still running")
 // jobOpTimeout bounds the housekeeping commands behind the job tools.
 const jobOpTimeout = 15 * time.Second
 
-// JobStatus is a job's record with what the sandbox says of it now.
+// JobStatus is what a user needs to know of a job: its record (without
+// the server's bookkeeping) and what the sandbox says of it now.
 type JobStatus struct {
-	state.Job
+	Sandbox string `json:"sandbox"`
+	Name    string `json:"name"`
+	// Command is what was asked for, with secrets redacted.
+	Command string `json:"command"`
+	Workdir string `json:"workdir,omitempty"`
+	// PID leads the job's process group inside the sandbox.
+	PID     int        `json:"pid"`
+	Started time.Time  `json:"started"`
+	Ended   *time.Time `json:"ended,omitempty"`
+	// ExitCode is set once the job has ended (128+N: signal N).
+	ExitCode *int `json:"exit_code,omitempty"`
 	// State is running, exited, or lost (the sandbox was reset or
 	// recreated since, or its files were removed).
 	State string `json:"state"`
 	// LogSize is the log's size in bytes.
 	LogSize int64 `json:"log_size"`
+}
+
+// jobStatusOf is the user's view of a record in a given state.
+func jobStatusOf(j state.Job, st string, logSize int64) JobStatus {
+	return JobStatus{Sandbox: j.Sandbox, Name: j.Name, Command: j.Command, Workdir: j.Workdir, PID: j.PID,
+		Started: j.Started, Ended: j.Ended, ExitCode: j.ExitCode, State: st, LogSize: logSize}
 }
 
 // StartJob starts command in the background in sandbox name (booting it if
@@ -95,9 +112,9 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 		PID: pid, Dir: guest.JobDir(id), Container: m.ContainerFor(name), Started: time.Now().UTC(),
 	}
 	if err := m.jobs.PutJob(j); err != nil {
-		return JobStatus{Job: j, State: "running"}, fmt.Errorf("job %q started (pid %d) but its record was not saved: %w", jobName, pid, err)
+		return jobStatusOf(j, "running", 0), fmt.Errorf("job %q started (pid %d) but its record was not saved: %w", jobName, pid, err)
 	}
-	return JobStatus{Job: j, State: "running"}, nil
+	return jobStatusOf(j, "running", 0), nil
 }
 
 func newJobID() string {
@@ -161,9 +178,9 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 		return JobLog{}, err
 	}
 	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
-		return JobLog{JobStatus: JobStatus{Job: j, State: "lost"}, NextOffset: max(opt.Since, 0)}, err
+		return JobLog{JobStatus: jobStatusOf(j, "lost", 0), NextOffset: max(opt.Since, 0)}, err
 	}
-	out, err := m.housekeeping(ctx, name, script)
+	out, err := m.runScript(ctx, name, "", script, nil, 4<<20)
 	if err != nil {
 		return JobLog{}, fmt.Errorf("read logs of job %q: %w", jobName, err)
 	}
@@ -184,24 +201,20 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 // settle turns a record and a status header into a JobStatus, saving the
 // exit status the first time it is seen.
 func (m *Manager) settle(j state.Job, h guest.JobLogsHeader) JobStatus {
-	st := JobStatus{Job: j, LogSize: h.Size}
 	switch h.State {
 	case "running":
-		st.State = "running"
+		return jobStatusOf(j, "running", h.Size)
 	case "exited":
-		st.State = "exited"
 		if j.ExitCode == nil {
 			code, now := h.ExitCode, time.Now().UTC()
 			j.ExitCode, j.Ended = &code, &now
 			if err := m.jobs.PutJob(j); err != nil {
 				m.log.Warn("save job exit status", "sandbox", j.Sandbox, "job", j.Name, "err", err)
 			}
-			st.Job = j
 		}
-	default:
-		st.State = "lost"
+		return jobStatusOf(j, "exited", h.Size)
 	}
-	return st
+	return jobStatusOf(j, "lost", h.Size)
 }
 
 // jobStatus asks the sandbox about one job.
@@ -210,7 +223,7 @@ func (m *Manager) jobStatus(ctx context.Context, j state.Job) (JobStatus, error)
 	if err != nil {
 		return JobStatus{}, err
 	}
-	out, err := m.housekeeping(ctx, j.Sandbox, script)
+	out, err := m.runScript(ctx, j.Sandbox, "", script, nil, 4<<20)
 	if err != nil {
 		return JobStatus{}, err
 	}
@@ -234,7 +247,7 @@ func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 	out := make([]JobStatus, 0, len(recs))
 	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
 		for _, j := range recs {
-			out = append(out, JobStatus{Job: j, State: "lost"})
+			out = append(out, jobStatusOf(j, "lost", 0))
 		}
 		return out, err
 	}
@@ -274,9 +287,9 @@ func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillR
 		return KillResult{}, err
 	}
 	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
-		return KillResult{JobStatus: JobStatus{Job: j, State: "lost"}, Signal: sig}, err
+		return KillResult{JobStatus: jobStatusOf(j, "lost", 0), Signal: sig}, err
 	}
-	out, err := m.housekeeping(ctx, name, script)
+	out, err := m.runScript(ctx, name, "", script, nil, 4<<20)
 	if err != nil {
 		return KillResult{}, fmt.Errorf("kill job %q: %w", jobName, err)
 	}
@@ -307,10 +320,7 @@ func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillR
 // stopped by hand) has no running jobs; one whose container is gone has
 // none at all, and its job records are forgotten.
 func (m *Manager) jobsReachable(ctx context.Context, name string) (bool, error) {
-	m.mu.Lock()
-	_, connected := m.boxes[name]
-	m.mu.Unlock()
-	if connected {
+	if _, connected := m.Lookup(name); connected {
 		return true, nil
 	}
 	c, err := m.inspectOwned(ctx, name)
@@ -322,22 +332,6 @@ func (m *Manager) jobsReachable(ctx context.Context, name string) (bool, error) 
 		return false, err
 	}
 	return c.Running(), nil
-}
-
-// housekeeping runs a server-side script in a sandbox's shell, out of the
-// history, and returns its stdout; a non-zero exit is an error.
-func (m *Manager) housekeeping(ctx context.Context, name, script string) ([]byte, error) {
-	var out bytes.Buffer
-	errb := &shell.Capture{Limit: 2048}
-	res, err := m.ExecAs(ctx, name, "", shell.Request{Command: script, Timeout: jobOpTimeout, Stdout: &out, Stderr: errb})
-	if err != nil {
-		return nil, err
-	}
-	if res.TimedOut || res.ExitCode != 0 {
-		head, _, _ := errb.Parts()
-		return nil, fmt.Errorf("exit %d: %s", res.ExitCode, strings.TrimSpace(string(head)))
-	}
-	return out.Bytes(), nil
 }
 
 // memJobs is the JobStore of a Manager without a state file.

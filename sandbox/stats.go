@@ -15,6 +15,8 @@ import (
 // SandboxStats is a snapshot of one sandbox's resource use. Every number
 // is -1 when it could not be read.
 type SandboxStats struct {
+	// Workdir is the workspace mount the DiskWorkspace figures are of.
+	Workdir string `json:"workdir"`
 	// CPUPercent is CPU use over a 0.5 s sample; 100 is one core busy.
 	CPUPercent float64 `json:"cpu_percent"`
 	// CPUSeconds is the CPU time used since the container started.
@@ -94,6 +96,7 @@ func (m *Manager) Stats(ctx context.Context, name string) (SandboxStats, error) 
 	}
 	st := statsFromVM(vm)
 	st.Source = "vm"
+	st.Workdir = m.cfg.Workdir
 	st.SampledAt = time.Now().UTC()
 	if engine != nil {
 		r := <-engine

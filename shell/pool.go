@@ -31,6 +31,7 @@ type Pool struct {
 	state   State
 	version uint64 // 0: no state known yet
 	closed  bool
+	closing sync.WaitGroup // shells being closed in the background
 }
 
 // NewPool returns a pool of at most size shells (DefaultPoolSize if size <= 0).
@@ -64,6 +65,7 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 		prelude = guest.Restore(p.state, guest.ExportNames(sh.state.Exports))
 		target = p.state
 	}
+	prelude += p.opts.EachCommand
 	version := p.version
 	p.mu.Unlock()
 
@@ -111,7 +113,7 @@ func (p *Pool) acquire(ctx context.Context) (*Shell, error) {
 			return sh, nil
 		}
 		delete(p.live, sh)
-		go sh.Close()
+		p.closeLater(sh)
 	}
 	p.mu.Unlock()
 	sh, err := Open(ctx, p.host, p.opts)
@@ -136,8 +138,8 @@ func (p *Pool) release(sh *Shell, drop bool) {
 	p.mu.Lock()
 	if drop || p.closed {
 		delete(p.live, sh)
+		p.closeLater(sh)
 		p.mu.Unlock()
-		go sh.Close()
 	} else {
 		p.idle = append(p.idle, sh)
 		p.mu.Unlock()
@@ -165,4 +167,15 @@ func (p *Pool) Close() {
 		}()
 	}
 	wg.Wait()
+	p.closing.Wait()
+}
+
+// closeLater closes a dropped shell off the caller's path; Close waits for
+// it. The caller holds p.mu.
+func (p *Pool) closeLater(sh *Shell) {
+	p.closing.Add(1)
+	go func() {
+		defer p.closing.Done()
+		sh.Close()
+	}()
 }

@@ -45,6 +45,9 @@ type Options struct {
 	// Init is sh text run when a shell starts (output discarded): sourcing
 	// an environment file, changing to the workspace.
 	Init string
+	// EachCommand is sh text run before every command (output discarded),
+	// after the Pool restored shared state: keeping the env store in sync.
+	EachCommand string
 	// OpenTimeout bounds starting a shell; 0 means 30 s.
 	OpenTimeout time.Duration
 	// Gate, if set, is called after the shell process has started and

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/app"
+	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -42,7 +43,8 @@ func newRoot() *cobra.Command {
 	serve := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve MCP over stdio (register with: claude mcp add sandbox -- sandbox-mcp serve)",
-		Long:  "Serve MCP over stdio. Register with: claude mcp add sandbox -- sandbox-mcp serve\n\n" + precedence,
+		Long: "Serve MCP over stdio. Register with: claude mcp add sandbox -- sandbox-mcp serve\n\n" + precedence +
+			"\n\nToolsets (--toolsets):\n" + mcpserver.DescribeToolsets(),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := resolve(cmd)

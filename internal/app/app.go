@@ -111,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 	}
 	m := sandbox.NewManager(rt, sandbox.Config{
 		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
-		History: st, Jobs: st, Sandboxes: st, Logger: logger,
+		History: st, Jobs: st, Sandboxes: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 	})
 	return &Env{Config: cfg, Logger: logger, Runtime: rt, State: st, Manager: m}, nil
 }
@@ -146,33 +146,17 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	defer env.Close()
 	logger, m := env.Logger, env.Manager
 	ms, err := mcpserver.New(m, mcpserver.Options{
-		Version: cfg.Version, Toolsets: cfg.Toolsets, OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
+		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
+		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
-	go func() {
-		// Tidying waits a moment so it does not compete with the first
-		// call, which a freshly started server usually gets at once.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(reconcileDelay):
-		}
-		if err := m.Reconcile(ctx); err != nil {
-			logger.Debug("reconcile state with the engine", "err", err)
-		}
-	}()
+	// Both run in the Manager's background and end with it.
+	m.ReconcileAfter(reconcileDelay)
 	if cfg.BootDefault {
-		// Boot in the background: the MCP handshake must not wait for it.
-		go func() {
-			if _, info, err := m.Get(ctx, sandbox.DefaultName); err != nil {
-				logger.Warn("default sandbox not booted", "err", err)
-			} else {
-				logger.Debug("default sandbox ready", "took", info.Took)
-			}
-		}()
+		m.BootInBackground(sandbox.DefaultName)
 	}
 	return mcpserver.ServeStdio(ctx, ms, in, out, log.New(os.Stderr, "sandbox-mcp: ", log.LstdFlags))
 }
@@ -208,6 +192,8 @@ func Doctor(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "image:    ok, %s\n", cfg.Defaults.Image)
 	fmt.Fprintf(w, "state:    %s\n", cfg.StateDir)
+	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
+	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
 	fmt.Fprintf(w, "register: claude mcp add sandbox -- %s serve\n", selfPath())
 	return nil
 }

@@ -14,23 +14,26 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 // Config is everything sandbox-mcp needs to run. Build it with Resolve.
 type Config struct {
-	Runtime     string // auto|container|docker|podman
-	StateDir    string
-	Prefix      string
-	File        string // config file read, "" for none
-	Defaults    sandbox.Profile
-	Profiles    map[string]sandbox.Profile
-	Toolsets    []string
-	BootDefault bool
-	PoolSize    int
-	LogLevel    string
-	Version     string
+	Runtime  string // auto|container|docker|podman
+	StateDir string
+	Prefix   string
+	File     string // config file read, "" for none
+	Defaults sandbox.Profile
+	Profiles map[string]sandbox.Profile
+	Toolsets []string
+	// DynamicToolsets lets the agent list toolsets and enable more.
+	DynamicToolsets bool
+	BootDefault     bool
+	PoolSize        int
+	LogLevel        string
+	Version         string
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
@@ -172,9 +175,23 @@ func Settings() []Setting {
 				return nil
 			}},
 		{Flag: "toolsets", Env: "SANDBOX_MCP_TOOLSETS", ServeOnly: true,
-			Usage: "tool groups to expose: core,files,lifecycle or all",
+			Usage: "tool groups to expose, comma-separated: " + strings.Join(toolsetNames(), ", ") + ", default (core,jobs,lifecycle) or all",
 			set: func(c *Config, v string) error {
-				c.Toolsets = SplitList(v)
+				sets := SplitList(v)
+				if _, err := mcpserver.ResolveToolsets(sets); err != nil {
+					return err
+				}
+				c.Toolsets = sets
+				return nil
+			}},
+		{Flag: "dynamic-toolsets", Env: "SANDBOX_MCP_DYNAMIC_TOOLSETS", ServeOnly: true, Bool: true,
+			Usage: "let the agent list toolsets and enable more at run time (tools toolsets, enable_toolset)",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("%q is not true or false", v)
+				}
+				c.DynamicToolsets = b
 				return nil
 			}},
 		{Flag: "no-boot-default", Env: "SANDBOX_MCP_BOOT_DEFAULT", ServeOnly: true, Bool: true, negate: true,
@@ -259,6 +276,7 @@ type fileConfig struct {
 	Defaults    *sandbox.Profile           `json:"defaults"`
 	Profiles    map[string]sandbox.Profile `json:"profiles"`
 	Toolsets    []string                   `json:"toolsets"`
+	Dynamic     *bool                      `json:"dynamic_toolsets"`
 	BootDefault *bool                      `json:"boot_default"`
 	PoolSize    *int                       `json:"pool_size"`
 	LogLevel    *string                    `json:"log_level"`
@@ -319,7 +337,13 @@ func (c *Config) applyFile(data []byte) error {
 		}
 	}
 	if f.Toolsets != nil {
+		if _, err := mcpserver.ResolveToolsets(f.Toolsets); err != nil {
+			return fmt.Errorf("toolsets: %w", err)
+		}
 		c.Toolsets = f.Toolsets
+	}
+	if f.Dynamic != nil {
+		c.DynamicToolsets = *f.Dynamic
 	}
 	if f.BootDefault != nil {
 		c.BootDefault = *f.BootDefault
@@ -468,4 +492,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+func toolsetNames() []string {
+	names := make([]string, len(mcpserver.Toolsets))
+	for i, t := range mcpserver.Toolsets {
+		names[i] = t.Name
+	}
+	return names
 }

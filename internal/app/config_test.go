@@ -58,8 +58,10 @@ func TestResolvePrecedence(t *testing.T) {
 			[4]any{0.0, 3.0, 4.0, 5.0}, func(c Config) any { return c.Profiles["big"].CPUs }},
 		{"log-level", "SANDBOX_MCP_LOG_LEVEL", `"log_level": "warn"`, "", "error", "debug",
 			[4]any{"info", "warn", "error", "debug"}, func(c Config) any { return c.LogLevel }},
-		{"toolsets", "SANDBOX_MCP_TOOLSETS", `"toolsets": ["core"]`, "", "files", "core,lifecycle",
-			[4]any{[]string(nil), []string{"core"}, []string{"files"}, []string{"core", "lifecycle"}}, func(c Config) any { return c.Toolsets }},
+		{"toolsets", "SANDBOX_MCP_TOOLSETS", `"toolsets": ["core"]`, "", "jobs", "core,lifecycle",
+			[4]any{[]string(nil), []string{"core"}, []string{"jobs"}, []string{"core", "lifecycle"}}, func(c Config) any { return c.Toolsets }},
+		{"dynamic-toolsets", "SANDBOX_MCP_DYNAMIC_TOOLSETS", `"dynamic_toolsets": true`, "", "false", "true",
+			[4]any{false, true, false, true}, func(c Config) any { return c.DynamicToolsets }},
 		{"no-boot-default", "SANDBOX_MCP_BOOT_DEFAULT", `"boot_default": false`, "", "true", "true",
 			[4]any{true, false, true, false}, func(c Config) any { return c.BootDefault }},
 		{"pool-size", "SANDBOX_MCP_POOL_SIZE", `"pool_size": 2`, "", "3", "8",
@@ -246,7 +248,7 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "12" {
-		t.Errorf("%s settings, want 12", got)
+	if got := fmt.Sprint(len(Settings())); got != "13" {
+		t.Errorf("%s settings, want 13", got)
 	}
 }

@@ -1,0 +1,145 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// fake is a Sandboxes whose behaviour each test sets through function
+// fields; an unset field answers with a plausible success.
+type fake struct {
+	exec    func(name string, req shell.Request) (sandbox.ExecResult, error)
+	calls   []string
+	env     []sandbox.EnvVar
+	errAll  error // returned by every method that can fail, when set
+	files   map[string][]byte
+	history []sandbox.HistoryEntry
+}
+
+func (f *fake) note(format string, args ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+func (f *fake) run(name string, req shell.Request) (sandbox.ExecResult, error) {
+	if f.errAll != nil {
+		return sandbox.ExecResult{}, f.errAll
+	}
+	if f.exec != nil {
+		return f.exec(name, req)
+	}
+	fmt.Fprint(req.Stdout, "ok\n")
+	return sandbox.ExecResult{Result: shell.Result{Duration: 3 * time.Millisecond}}, nil
+}
+
+func (f *fake) Exec(_ context.Context, name string, req shell.Request) (sandbox.ExecResult, error) {
+	f.note("exec %s %q", name, req.Command)
+	return f.run(name, req)
+}
+
+func (f *fake) Python(_ context.Context, name, code string, req shell.Request) (sandbox.ExecResult, error) {
+	f.note("python %s %q", name, code)
+	return f.run(name, req)
+}
+
+func (f *fake) Install(_ context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error) {
+	f.note("install %s %v", name, pkgs)
+	return f.run(name, req)
+}
+
+func (f *fake) WriteFile(_ context.Context, name, path string, data []byte, appendTo bool) error {
+	f.note("write %s %s %d %v", name, path, len(data), appendTo)
+	return f.errAll
+}
+
+func (f *fake) WriteFiles(_ context.Context, name string, files map[string][]byte) ([]string, error) {
+	f.note("writes %s %d", name, len(files))
+	if f.errAll != nil {
+		return nil, f.errAll
+	}
+	var done []string
+	for p := range files {
+		done = append(done, p)
+	}
+	return done, nil
+}
+
+func (f *fake) ReadFile(_ context.Context, name, path string, offset, length int64) ([]byte, error) {
+	f.note("read %s %s %d %d", name, path, offset, length)
+	if f.errAll != nil {
+		return nil, f.errAll
+	}
+	return f.files[path], nil
+}
+
+func (f *fake) Env(context.Context, string) ([]sandbox.EnvVar, error) { return f.env, f.errAll }
+
+func (f *fake) SetEnv(_ context.Context, name, key, value string, secret bool) error {
+	f.note("setenv %s %s %v", name, key, secret)
+	return f.errAll
+}
+
+func (f *fake) UnsetEnv(_ context.Context, name, key string) error {
+	f.note("unsetenv %s %s", name, key)
+	return f.errAll
+}
+
+func (f *fake) StartJob(_ context.Context, name, jobName, command, workdir string) (sandbox.JobStatus, error) {
+	f.note("bg %s %s %q", name, jobName, command)
+	return sandbox.JobStatus{Sandbox: name, Name: jobName, Command: command, PID: 42, State: "running", Started: time.Now()}, f.errAll
+}
+
+func (f *fake) JobLogs(_ context.Context, name, jobName string, opt sandbox.LogOptions) (sandbox.JobLog, error) {
+	f.note("logs %s %s %+v", name, jobName, opt)
+	code := 0
+	return sandbox.JobLog{JobStatus: sandbox.JobStatus{Sandbox: name, Name: jobName, State: "exited", ExitCode: &code, LogSize: 3},
+		Data: []byte("hi\n"), NextOffset: 3}, f.errAll
+}
+
+func (f *fake) KillJob(_ context.Context, name, jobName, sig string) (sandbox.KillResult, error) {
+	f.note("kill %s %s %s", name, jobName, sig)
+	code := 143
+	return sandbox.KillResult{JobStatus: sandbox.JobStatus{Sandbox: name, Name: jobName, State: "exited", ExitCode: &code},
+		Signal: "TERM", Ended: true}, f.errAll
+}
+
+func (f *fake) Jobs(_ context.Context, name string) ([]sandbox.JobStatus, error) {
+	return nil, f.errAll
+}
+
+func (f *fake) Status(_ context.Context, name string) (sandbox.Info, error) {
+	if f.errAll != nil {
+		return sandbox.Info{}, f.errAll
+	}
+	return sandbox.Info{Name: name, Container: "sandbox-mcp-" + name, State: sandbox.StateRunning, Image: "mcp-dev"}, nil
+}
+
+func (f *fake) List(context.Context) ([]sandbox.Info, error) { return nil, f.errAll }
+
+func (f *fake) Stats(_ context.Context, name string) (sandbox.SandboxStats, error) {
+	return sandbox.SandboxStats{Workdir: "/workspace", CPUPercent: 1.5, CPUs: 2, MemoryBytes: 1 << 20, Pids: 3}, f.errAll
+}
+
+func (f *fake) Health(context.Context) sandbox.Health {
+	return sandbox.Health{Runtime: "podman", EngineVersion: "4.3.1", DefaultImage: "mcp-dev", ImagePresent: true, Sandboxes: map[string]string{"default": "ok"}}
+}
+
+func (f *fake) CommandHistory(name string, n int) ([]sandbox.HistoryEntry, error) {
+	return f.history, f.errAll
+}
+
+func (f *fake) Destroy(_ context.Context, name string) (bool, error) {
+	f.note("destroy %s", name)
+	return name != "gone", f.errAll
+}
+
+func (f *fake) Reset(_ context.Context, name string, wipe bool) (sandbox.BootInfo, error) {
+	f.note("reset %s %v", name, wipe)
+	return sandbox.BootInfo{Created: true}, f.errAll
+}
+
+var errEngine = errors.New("podman run …: engine fell over (try: run podman info)")

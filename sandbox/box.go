@@ -1,0 +1,192 @@
+package sandbox
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// Sandbox is one booted sandbox in this process. It owns everything that
+// lives with it here: its pool of shells and any work started for it
+// (Go), which ends and is joined when the sandbox ends: on destroy, reset,
+// a container found gone, or the Manager's Close.
+//
+// Life of a Sandbox:
+//
+//	boot (lifecycle lock held) ──▶ ready: commands run side by side
+//	                                 │
+//	  destroy / reset / lost / Close ▼
+//	                               ended(why): running commands are cut
+//	                               short and told why; owned work joined
+type Sandbox struct {
+	Name      string
+	Container string
+	Profile   Profile
+	// IdleTTL is how long the sandbox may go unused before its watchdog
+	// stops it; 0 never.
+	IdleTTL time.Duration
+
+	pool *shell.Pool
+	// gen is the lifecycle generation (see lifecycle.go) it was booted
+	// under; another server's destroy or reset moves it on.
+	gen generation
+
+	// life ends when the sandbox ends; work it owns runs under it.
+	life   context.Context
+	cancel context.CancelFunc
+	work   sync.WaitGroup
+	why    atomic.Pointer[string]
+	once   sync.Once
+
+	// envGen is the env store generation whose secrets are known here.
+	envGen atomic.Pointer[string]
+
+	lastUsed    atomic.Int64 // unix nanos
+	inflight    atomic.Int32 // commands running now
+	lastTouched atomic.Int64 // unix nanos of the last activity mark
+}
+
+// Why a Sandbox ended, as told to a command it cut short.
+const (
+	endedByDestroy  = "was destroyed"
+	endedByReset    = "was reset"
+	endedByShutdown = "is being released by a server that is shutting down"
+)
+
+func newSandbox(name, ctr string, prof Profile, ttl time.Duration, pool *shell.Pool) *Sandbox {
+	sb := &Sandbox{Name: name, Container: ctr, Profile: prof, IdleTTL: ttl, pool: pool}
+	sb.life, sb.cancel = context.WithCancel(context.Background())
+	sb.lastUsed.Store(time.Now().UnixNano())
+	return sb
+}
+
+// LastUsed is when a command last ran in the sandbox through this server.
+func (s *Sandbox) LastUsed() time.Time { return time.Unix(0, s.lastUsed.Load()) }
+
+// Go runs fn as work owned by the sandbox: fn's context ends when the
+// sandbox does, and the sandbox's end waits for fn to return. It reports
+// false, without running fn, if the sandbox has already ended.
+func (s *Sandbox) Go(fn func(ctx context.Context)) bool {
+	s.work.Add(1)
+	if s.life.Err() != nil {
+		s.work.Done()
+		return false
+	}
+	go func() {
+		defer s.work.Done()
+		fn(s.life)
+	}()
+	return true
+}
+
+// Ended reports why the sandbox ended, or "" while it is in use.
+func (s *Sandbox) Ended() string {
+	if p := s.why.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// end ends the sandbox in this process, once: it records why, closes its
+// shells (a running command sees its shell die and is told why) and
+// cancels and joins the work it owns. The container is not touched.
+func (s *Sandbox) end(why string) {
+	s.once.Do(func() {
+		s.why.Store(&why)
+		s.cancel()
+		s.pool.Close()
+		s.work.Wait()
+	})
+}
+
+// slot is one sandbox name in this process: its lifecycle lock and the
+// sandbox booted under it, if any.
+type slot struct {
+	// lc is the in-process half of the lifecycle lock: a token held during
+	// boot, destroy and reset (the lock file is the cross-process half).
+	lc chan struct{}
+	sb *Sandbox // guarded by Manager.mu
+}
+
+// slotFor returns the slot of name, creating it.
+func (m *Manager) slotFor(name string) *slot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.slotFor0(name)
+}
+
+// Lookup returns the sandbox if this Manager has it ready, without booting.
+func (m *Manager) Lookup(name string) (*Sandbox, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.slots[name]; s != nil && s.sb != nil {
+		return s.sb, true
+	}
+	return nil, false
+}
+
+// ready lists the sandboxes booted in this process.
+func (m *Manager) ready() []*Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Sandbox
+	for _, s := range m.slots {
+		if s.sb != nil {
+			out = append(out, s.sb)
+		}
+	}
+	return out
+}
+
+// install makes sb the ready sandbox of its name. It fails if the
+// Manager has closed meanwhile.
+func (m *Manager) install(sb *Sandbox) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	m.slotFor0(sb.Name).sb = sb
+	return nil
+}
+
+// slotFor0 is slotFor for a caller holding m.mu.
+func (m *Manager) slotFor0(name string) *slot {
+	s := m.slots[name]
+	if s == nil {
+		s = &slot{lc: make(chan struct{}, 1)}
+		m.slots[name] = s
+	}
+	return s
+}
+
+// detach removes name's sandbox from this process, if it has one, and
+// returns it (not yet ended).
+func (m *Manager) detach(name string) *Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.slots[name]
+	if s == nil {
+		return nil
+	}
+	sb := s.sb
+	s.sb = nil
+	return sb
+}
+
+// detachAll removes every sandbox from this process and returns them.
+func (m *Manager) detachAll() []*Sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Sandbox
+	for _, s := range m.slots {
+		if s.sb != nil {
+			out = append(out, s.sb)
+			s.sb = nil
+		}
+	}
+	return out
+}

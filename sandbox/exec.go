@@ -1,0 +1,224 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// ExecResult is the outcome of Exec.
+type ExecResult struct {
+	shell.Result
+	Boot BootInfo
+}
+
+// ErrCutShort marks a command that a destroy or reset of its sandbox (in
+// this server or another) ended or kept from starting.
+var ErrCutShort = errors.New("cut short by a lifecycle change")
+
+// CutShortError says which lifecycle change cut a command short.
+type CutShortError struct {
+	Sandbox string
+	// Why is how the sandbox changed: "was reset", "was destroyed by
+	// another server (pid 12)", …
+	Why string
+	// Started means the command had begun and may have done part of its work.
+	Started bool
+	// Destroyed means the sandbox was destroyed, not reset.
+	Destroyed bool
+}
+
+func (e *CutShortError) Error() string {
+	if e.Started {
+		return fmt.Sprintf("the command was cut short: sandbox %q %s while it ran", e.Sandbox, e.Why)
+	}
+	return fmt.Sprintf("the command did not run: sandbox %q %s before it started", e.Sandbox, e.Why)
+}
+
+// Is makes errors.Is(err, ErrCutShort) true.
+func (e *CutShortError) Is(target error) bool { return target == ErrCutShort }
+
+// Exec runs a command in the named sandbox, booting it on first use. If the
+// sandbox's container was stopped or removed behind the server's back, it is
+// brought back once and the command retried.
+func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (ExecResult, error) {
+	return m.ExecAs(ctx, name, req.Command, req)
+}
+
+// ExecAs is Exec that records label in the history instead of the command
+// text (tools that build their own commands record what the user asked);
+// an empty label records nothing.
+//
+// A command cut short by a destroy or reset returns a *CutShortError. One
+// that a reset kept from starting runs on the new sandbox instead; one
+// that a destroy kept from starting does not run (it would bring back the
+// sandbox the user just removed).
+func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Request) (ExecResult, error) {
+	res, ran, err := m.execOnce(ctx, name, req)
+	var cut *CutShortError
+	if errors.As(err, &cut) && !cut.Started && !cut.Destroyed {
+		boot := res.Boot
+		res, ran, err = m.execOnce(ctx, name, req)
+		res.Boot = mergeBoot(boot, res.Boot)
+	}
+	if ran {
+		m.history.Add(name, label, res.Result, err)
+	}
+	return res, err
+}
+
+func mergeBoot(a, b BootInfo) BootInfo {
+	if b.Created || b.Started || b.Adopted || b.Recovered != "" {
+		b.Took += a.Took
+		return b
+	}
+	return a
+}
+
+// execOnce boots or finds the sandbox and runs req once, recovering a
+// container that was stopped or removed behind the server's back. ran
+// reports whether the command reached a shell.
+func (m *Manager) execOnce(ctx context.Context, name string, req shell.Request) (out ExecResult, ran bool, err error) {
+	sb, boot, err := m.Get(ctx, name)
+	out.Boot = boot
+	if err != nil {
+		return out, false, err
+	}
+	out.Result, err = m.runOn(ctx, sb, req)
+	if cut := m.cutShort(sb, out.Result, err); cut != nil {
+		return out, true, cut
+	}
+	if err == nil && out.NotStarted {
+		err = errShellGone // the container may have gone: check below
+	}
+	if err == nil || errors.Is(err, shell.ErrNULInCommand) || ctx.Err() != nil {
+		return out, true, err
+	}
+	// The shell could not be opened: is the container gone or stopped?
+	sb2, boot2, rerr := m.recoverLost(ctx, sb)
+	if rerr != nil {
+		return out, true, rerr
+	}
+	if sb2 == sb && !errors.Is(err, errShellGone) {
+		return out, true, err
+	}
+	out.Boot = mergeBoot(boot, boot2)
+	out.Result, err = m.runOn(ctx, sb2, req)
+	if cut := m.cutShort(sb2, out.Result, err); cut != nil {
+		return out, true, cut
+	}
+	return out, true, err
+}
+
+// runOn runs req on sb's shells, marking the sandbox in use meanwhile.
+func (m *Manager) runOn(ctx context.Context, sb *Sandbox, req shell.Request) (shell.Result, error) {
+	sb.lastUsed.Store(time.Now().UnixNano())
+	sb.inflight.Add(1)
+	defer sb.inflight.Add(-1)
+	res, err := sb.pool.Run(ctx, req)
+	if err == nil && !res.ShellLost {
+		m.noteSecrets(ctx, sb)
+	}
+	return res, err
+}
+
+// cutShort returns the error for a command on sb that a destroy or reset
+// ended or kept from starting, or nil if none did.
+func (m *Manager) cutShort(sb *Sandbox, res shell.Result, err error) error {
+	if err == nil && !res.ShellLost {
+		return nil
+	}
+	cut := &CutShortError{Sandbox: sb.Name, Why: sb.Ended(), Started: err == nil && !res.NotStarted}
+	switch cut.Why {
+	case endedByDestroy:
+		cut.Destroyed = true
+	case endedByReset:
+	default:
+		// Ended here for another reason, or not at all: did another
+		// server destroy or reset it?
+		g, ok := m.changedElsewhere(sb)
+		if !ok {
+			return nil
+		}
+		cut.Why, cut.Destroyed = g.describe(), g.What == "destroyed"
+	}
+	return cut
+}
+
+// forgetJobs drops the job records of a sandbox being destroyed or reset.
+func (m *Manager) forgetJobs(name string) {
+	if err := m.jobs.DeleteJobs(name); err != nil {
+		m.log.Warn("forget jobs", "sandbox", name, "err", err)
+	}
+}
+
+// errShellGone marks a shell that died before its command started.
+var errShellGone = errors.New("the sandbox's shell ended before the command started")
+
+// recoverLost checks, under the lifecycle lock, whether sb's container was
+// stopped or removed behind the server's back, and if so boots its name
+// again. It returns the sandbox to run on: sb itself when nothing was lost.
+func (m *Manager) recoverLost(ctx context.Context, sb *Sandbox) (*Sandbox, BootInfo, error) {
+	release, err := m.lockName(ctx, sb.Name, "recover")
+	if err != nil {
+		return nil, BootInfo{}, err
+	}
+	defer release()
+	if cur, ok := m.Lookup(sb.Name); ok && cur != sb {
+		return cur, BootInfo{}, nil // replaced meanwhile
+	}
+	if why := sb.Ended(); why != "" {
+		return nil, BootInfo{}, &CutShortError{Sandbox: sb.Name, Why: why}
+	}
+	why, lost := m.lostContainer(ctx, sb)
+	if !lost {
+		return sb, BootInfo{}, nil
+	}
+	m.detach(sb.Name)
+	sb.end(why)
+	nsb, boot, err := m.bootLocked(ctx, sb.Name, bootFind)
+	if err != nil {
+		return nil, boot, fmt.Errorf("sandbox %q %s and could not be brought back: %w", sb.Name, why, err)
+	}
+	boot.Recovered = why
+	return nsb, boot, nil
+}
+
+// lostContainer reports whether sb's container is no longer running.
+func (m *Manager) lostContainer(ctx context.Context, sb *Sandbox) (string, bool) {
+	c, err := m.rt.Inspect(ctx, sb.Container)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "was removed", true
+	case err != nil:
+		return "", false
+	case !c.Running():
+		return "was stopped", true
+	}
+	return "", false
+}
+
+// containerHost adapts a Runtime and container to shell.Host.
+type containerHost struct {
+	rt   Runtime
+	name string
+}
+
+func (h containerHost) Command(ctx context.Context) *exec.Cmd {
+	return h.rt.ExecCommand(ctx, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true})
+}
+
+func (h containerHost) KillTree(ctx context.Context, pid int, self bool) error {
+	s := "0"
+	if self {
+		s = "1"
+	}
+	_, err := h.rt.Exec(ctx, h.name, ExecSpec{Argv: []string{"sh", "-c", guest.KillTreeScript, "sh", strconv.Itoa(pid), s}})
+	return err
+}

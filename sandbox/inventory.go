@@ -1,0 +1,181 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// RemoveOrphans deletes containers of this prefix whose name is not their
+// sandbox's (left by a reset whose server exited before deleting the old
+// container). It returns how many it removed.
+func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range cs {
+		if c.Name != m.ContainerFor(c.Labels[LabelName]) {
+			if err := m.rt.Remove(ctx, c.Name); err == nil {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// Reconcile brings the state in line with the engine, the truth for what
+// exists, when a server starts: it removes containers a reset left behind,
+// forgets the job records of sandboxes whose container is gone, and
+// reports (never removes) the sandboxes earlier servers left running or
+// stopped, which any server adopts on first use.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	if n, err := m.RemoveOrphans(ctx); err != nil {
+		return fmt.Errorf("remove containers left by resets: %w", err)
+	} else if n > 0 {
+		m.log.Info("removed containers left by earlier resets", "count", n)
+	}
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return err
+	}
+	exists := map[string]bool{}
+	var found []string
+	for _, c := range cs {
+		name := c.Labels[LabelName]
+		if c.Name != m.ContainerFor(name) {
+			continue
+		}
+		exists[name] = true
+		found = append(found, name+" ("+string(c.State)+")")
+	}
+	if len(found) > 0 {
+		m.log.Info("sandboxes found in the engine", "sandboxes", strings.Join(found, ", "))
+	}
+	if m.cfg.Sandboxes != nil {
+		recs, err := m.cfg.Sandboxes.Sandboxes()
+		if err != nil {
+			return err
+		}
+		for _, r := range recs {
+			if !exists[r.Name] && r.Container == m.ContainerFor(r.Name) {
+				m.log.Info("forgetting a sandbox the engine no longer has", "sandbox", r.Name)
+				if err := m.cfg.Sandboxes.DeleteSandbox(r.Name); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	names, err := m.jobs.JobSandboxes()
+	if err != nil {
+		return fmt.Errorf("read job records: %w", err)
+	}
+	for _, name := range names {
+		if !exists[name] {
+			m.log.Info("forgetting the jobs of a sandbox the engine no longer has", "sandbox", name)
+			m.forgetJobs(name)
+		}
+	}
+	return nil
+}
+
+// Info describes a sandbox for status and listing.
+type Info struct {
+	Name      string    `json:"name"`
+	Container string    `json:"container"`
+	State     State     `json:"state"`
+	Image     string    `json:"image"`
+	Created   time.Time `json:"created,omitzero"`
+	Started   time.Time `json:"started,omitzero"`
+	IP        string    `json:"ip,omitempty"`
+	CPUs      float64   `json:"cpus,omitempty"`
+	MemoryB   int64     `json:"memory_bytes,omitempty"`
+	Connected bool      `json:"connected"` // this server holds shells in it
+	Cwd       string    `json:"cwd,omitempty"`
+	LastUsed  time.Time `json:"last_used,omitzero"`
+}
+
+// List returns every sandbox of this Manager's prefix the engine knows.
+func (m *Manager) List(ctx context.Context) ([]Info, error) {
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Info, 0, len(cs))
+	for _, c := range cs {
+		if c.Name != m.ContainerFor(c.Labels[LabelName]) {
+			continue // a replaced container being deleted
+		}
+		out = append(out, m.info(c.Labels[LabelName], c))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Status describes one sandbox without booting it; a sandbox that does not
+// exist returns an error wrapping ErrNotFound.
+func (m *Manager) Status(ctx context.Context, name string) (Info, error) {
+	if err := ValidateName(name); err != nil {
+		return Info{}, err
+	}
+	c, err := m.inspectOwned(ctx, name)
+	if err != nil {
+		return Info{}, err
+	}
+	return m.info(name, c), nil
+}
+
+func (m *Manager) info(name string, c Container) Info {
+	in := Info{
+		Name: name, Container: c.Name, State: c.State, Image: c.Image,
+		Created: c.Created, Started: c.Started, IP: c.IP, CPUs: c.CPUs, MemoryB: c.Memory,
+	}
+	if sb, ok := m.Lookup(name); ok {
+		in.Connected = true
+		in.LastUsed = sb.LastUsed()
+		if st, ok := sb.pool.State(); ok {
+			in.Cwd = st.Cwd
+		}
+	}
+	return in
+}
+
+// ReconcileAfter runs Reconcile once, after delay (so it does not compete
+// with the first call a fresh server usually gets), in the Manager's
+// background. Only one server tidies at a time: if another holds the
+// reconcile lock, this one leaves it to them.
+func (m *Manager) ReconcileAfter(delay time.Duration) {
+	m.spawn(func() {
+		select {
+		case <-m.life.Done():
+			return
+		case <-time.After(delay):
+		}
+		h, err := m.locks.TryLock(m.cfg.Prefix+"-reconcile", "reconcile")
+		if err != nil {
+			m.log.Debug("reconcile left to another server", "err", err)
+			return
+		}
+		defer h.Release()
+		if err := m.Reconcile(m.life); err != nil {
+			m.log.Debug("reconcile state with the engine", "err", err)
+		}
+	})
+}
+
+// BootInBackground boots name in the Manager's background, so a starting
+// server's first call finds it ready.
+func (m *Manager) BootInBackground(name string) {
+	m.spawn(func() {
+		if _, info, err := m.Get(m.life, name); err != nil {
+			if m.life.Err() == nil {
+				m.log.Warn("sandbox not booted", "sandbox", name, "err", err)
+			}
+		} else {
+			m.log.Debug("sandbox ready", "sandbox", name, "took", info.Took)
+		}
+	})
+}

@@ -1,0 +1,581 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// Lifecycle of one sandbox name.
+//
+// Boot, destroy and reset of a name hold its lifecycle lock: a token in
+// this process (slot.lc) and then a lock file, <LockDir>/<prefix>-<name>.lock,
+// that every server sharing the state directory takes too. So a destroy
+// that arrives during a boot waits for it and then removes the sandbox;
+// two resets run one after the other; and a name means one container
+// whichever server boots it.
+//
+// Destroy and reset also move the name's generation on, a small file
+// beside the lock (<prefix>-<name>.gen: counter, pid, what). A server
+// compares it with the generation its sandbox was booted under: on the
+// next call (one stat of the file) and whenever a command's shell dies.
+// That is how a command cut short by another server's reset says so, and
+// how the next command finds the new container.
+
+// lockKey names the lock and generation files of a sandbox.
+func (m *Manager) lockKey(name string) string { return m.cfg.Prefix + "-" + name }
+
+// lockName takes name's lifecycle lock, waiting for any boot, destroy or
+// reset of it in this or another server process, until ctx ends.
+func (m *Manager) lockName(ctx context.Context, name, purpose string) (release func(), err error) {
+	s := m.slotFor(name)
+	select {
+	case s.lc <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("sandbox %q is busy (%s waits for a boot, destroy or reset): %w", name, purpose, ctx.Err())
+	}
+	h, err := m.locks.Lock(ctx, m.lockKey(name), purpose+" "+name)
+	if err != nil {
+		<-s.lc
+		return nil, fmt.Errorf("sandbox %q: %w", name, err)
+	}
+	return func() { h.Release(); <-s.lc }, nil
+}
+
+// generation identifies one lifecycle of a sandbox name: it moves on at
+// every destroy and reset, in any server.
+type generation struct {
+	N    uint64
+	PID  int
+	What string // "destroyed" or "reset"
+	// mod is the generation file's mtime when read, for the cheap check.
+	mod int64
+}
+
+func (m *Manager) genPath(name string) string {
+	return filepath.Join(m.cfg.LockDir, m.lockKey(name)+".gen")
+}
+
+// readGen reads name's generation; zero if none was ever recorded.
+func (m *Manager) readGen(name string) generation {
+	var g generation
+	if m.cfg.LockDir == "" {
+		return g
+	}
+	f, err := os.Open(m.genPath(name))
+	if err != nil {
+		return g
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil {
+		g.mod = st.ModTime().UnixNano()
+	}
+	var b [128]byte
+	n, _ := f.Read(b[:])
+	fields := strings.Fields(string(b[:n]))
+	if len(fields) == 3 {
+		g.N, _ = strconv.ParseUint(fields[0], 10, 64)
+		g.PID, _ = strconv.Atoi(fields[1])
+		g.What = fields[2]
+	}
+	return g
+}
+
+// bumpGen moves name's generation on; the caller holds the lifecycle lock.
+func (m *Manager) bumpGen(name, what string) {
+	if m.cfg.LockDir == "" {
+		return
+	}
+	g := m.readGen(name)
+	line := fmt.Sprintf("%d %d %s\n", g.N+1, os.Getpid(), what)
+	tmp := m.genPath(name) + ".tmp"
+	if err := os.WriteFile(tmp, []byte(line), 0o600); err != nil {
+		m.log.Warn("record lifecycle change", "sandbox", name, "err", err)
+		return
+	}
+	if err := os.Rename(tmp, m.genPath(name)); err != nil {
+		m.log.Warn("record lifecycle change", "sandbox", name, "err", err)
+	}
+}
+
+// current reports whether sb is still the sandbox its name stands for:
+// no other server destroyed or reset it since it was booted here. It costs
+// one stat of the generation file.
+func (m *Manager) current(sb *Sandbox) bool {
+	if m.cfg.LockDir == "" {
+		return true
+	}
+	var mod int64
+	if st, err := os.Stat(m.genPath(sb.Name)); err == nil {
+		mod = st.ModTime().UnixNano()
+	}
+	if mod == sb.gen.mod {
+		return true
+	}
+	return m.readGen(sb.Name).N == sb.gen.N
+}
+
+// changedElsewhere reports whether another server destroyed or reset
+// sb's name since sb was booted here, and the generation that says how.
+func (m *Manager) changedElsewhere(sb *Sandbox) (generation, bool) {
+	g := m.readGen(sb.Name)
+	return g, g.N != sb.gen.N && g.PID != os.Getpid()
+}
+
+// describe says how the generation began, for a command or boot it
+// affected: "was reset by another server (pid 12)".
+func (g generation) describe() string {
+	return fmt.Sprintf("was %s by another server (pid %d)", g.What, g.PID)
+}
+
+// Get returns the named sandbox, creating, starting or adopting its
+// container as needed. Concurrent calls for one name share one boot.
+func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, BootInfo{}, err
+	}
+	if m.closed.Load() {
+		return nil, BootInfo{}, ErrClosed
+	}
+	if sb, ok := m.Lookup(name); ok && m.current(sb) {
+		return sb, BootInfo{}, nil
+	}
+	release, err := m.lockName(ctx, name, "boot")
+	if err != nil {
+		return nil, BootInfo{}, err
+	}
+	defer release()
+	return m.bootLocked(ctx, name, bootFind)
+}
+
+// bootMode says what a boot already knows.
+type bootMode int
+
+const (
+	// bootFind looks for the container and adopts, starts or creates it.
+	bootFind bootMode = iota
+	// bootCreate creates the container without looking: it is known gone.
+	bootCreate
+	// bootReplace creates it without looking or checking image and
+	// workspace: a reset just moved aside a container that used both.
+	bootReplace
+)
+
+// bootLocked returns name's ready sandbox, or boots one; the caller holds
+// name's lifecycle lock. A sandbox another server destroyed or reset since
+// it was booted here is dropped and its name booted afresh.
+func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*Sandbox, BootInfo, error) {
+	var info BootInfo
+	if sb, ok := m.Lookup(name); ok {
+		g, changed := m.changedElsewhere(sb)
+		if !changed {
+			return sb, info, nil
+		}
+		m.detach(name)
+		sb.end(g.describe())
+		info.Recovered = g.describe()
+	}
+	gen := m.readGen(name)
+	// The boot outlives a caller that gives up, so the next call still
+	// finds the sandbox.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
+	defer cancel()
+	start := time.Now()
+	sb, binfo, err := m.boot(bctx, name, mode)
+	binfo.Took = time.Since(start)
+	binfo.Recovered = info.Recovered
+	if err != nil {
+		return nil, binfo, err
+	}
+	sb.gen = gen
+	if err := m.install(sb); err != nil {
+		sb.end(endedByShutdown)
+		return nil, binfo, err
+	}
+	m.log.Info("sandbox ready", "name", name, "container", sb.Container,
+		"created", binfo.Created, "started", binfo.Started, "adopted", binfo.Adopted, "took", binfo.Took)
+	return sb, binfo, nil
+}
+
+// errForeign is returned when a container with a sandbox's name exists but
+// was not made by this Manager's prefix.
+var errForeign = errors.New("container exists but is not managed by sandbox-mcp")
+
+func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbox, BootInfo, error) {
+	var info BootInfo
+	prof := m.ProfileFor(name)
+	if err := prof.Validate(); err != nil {
+		return nil, info, err
+	}
+	ctr := m.ContainerFor(name)
+	c, err := Container{}, error(ErrNotFound)
+	var early *shell.Pool // a shell opened while the inspect runs
+	if mode == bootFind {
+		c, early, err = m.inspectWithShell(ctx, name)
+	}
+	if errors.Is(err, ErrNotFound) {
+		err = m.create(ctx, name, prof, mode == bootReplace)
+		if err == nil {
+			info.Created = true
+		} else if errors.Is(err, ErrAlreadyExists) {
+			// Another server created it first: adopt theirs.
+			c, err = m.inspectCreated(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, info, err
+	}
+	if !info.Created {
+		if err := m.adopt(ctx, name, c, &info); err != nil {
+			return nil, info, err
+		}
+		if c.Image != "" {
+			prof.Image = c.Image
+		}
+	}
+	pool := early
+	if pool == nil {
+		pool = m.newPool(ctr, nil)
+	}
+	if err := pool.Warm(ctx); err != nil {
+		pool.Close()
+		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
+	}
+	sb := newSandbox(name, ctr, prof, m.IdleTTL(name), pool)
+	m.spawn(func() { m.recordSandbox(sb, info) }) // off the path of the first command
+	return sb, info, nil
+}
+
+// recordSandbox saves the profile a sandbox runs with.
+func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
+	if m.cfg.Sandboxes == nil {
+		return
+	}
+	prof, _ := json.Marshal(sb.Profile)
+	rec := state.Sandbox{Name: sb.Name, Container: sb.Container, Profile: prof,
+		IdleTTL: sb.IdleTTL.String(), LastBoot: time.Now().UTC()}
+	if info.Created {
+		rec.Created = rec.LastBoot
+	}
+	if err := m.cfg.Sandboxes.PutSandbox(rec); err != nil {
+		m.log.Warn("save sandbox record", "sandbox", sb.Name, "err", err)
+	}
+}
+
+func (m *Manager) newPool(ctr string, gate func(context.Context) error) *shell.Pool {
+	return shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit(), EachCommand: guest.EnvSync, Gate: gate}, m.cfg.PoolSize)
+}
+
+// inspectWithShell inspects a sandbox's container and, at the same time,
+// starts a shell process in it, so adopting a running sandbox (a server
+// restarted, a second server) costs one engine round trip, not two. The
+// shell is held at its gate, with nothing written to it, until the inspect
+// shows the container is ours and running; otherwise it is dropped and
+// nil returned.
+func (m *Manager) inspectWithShell(ctx context.Context, name string) (Container, *shell.Pool, error) {
+	checked := make(chan struct{})
+	var ok atomic.Bool
+	gate := func(gctx context.Context) error {
+		select {
+		case <-checked:
+		case <-gctx.Done():
+			return gctx.Err()
+		}
+		if !ok.Load() {
+			return errors.New("the container is not a running sandbox of ours")
+		}
+		return nil
+	}
+	pool := m.newPool(m.ContainerFor(name), gate)
+	warmed := make(chan error, 1)
+	go func() { warmed <- pool.Warm(ctx) }()
+	c, err := m.inspectOwned(ctx, name)
+	ok.Store(err == nil && c.Running())
+	close(checked)
+	if !ok.Load() {
+		// Not one to adopt as it is: go on with creating or starting it
+		// while the held shell fails at its gate.
+		m.spawn(func() { <-warmed; pool.Close() })
+		return c, nil, err
+	}
+	if werr := <-warmed; werr != nil {
+		pool.Close()
+		return c, nil, err
+	}
+	return c, pool, err
+}
+
+func (m *Manager) checkOwner(c Container, name string) error {
+	if c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelName] != name {
+		return fmt.Errorf("%w: %s (remove it or pick another sandbox name)", errForeign, c.Name)
+	}
+	return nil
+}
+
+// inspectOwned inspects a sandbox's container and checks that it is ours.
+// A missing container gives an error wrapping ErrNotFound.
+func (m *Manager) inspectOwned(ctx context.Context, name string) (Container, error) {
+	c, err := m.rt.Inspect(ctx, m.ContainerFor(name))
+	if err != nil {
+		return c, fmt.Errorf("inspect sandbox %q: %w", name, err)
+	}
+	return c, m.checkOwner(c, name)
+}
+
+// inspectCreated inspects a container another process has just created.
+// Some engines (Apple's among them) refuse a duplicate name before the
+// winner's container is visible to inspect, so a short wait for it is
+// normal, not an error.
+func (m *Manager) inspectCreated(ctx context.Context, name string) (Container, error) {
+	const tries, pause = 20, 150 * time.Millisecond
+	for i := 1; ; i++ {
+		c, err := m.inspectOwned(ctx, name)
+		if !errors.Is(err, ErrNotFound) || i == tries {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return c, err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// adopt takes over an existing container of ours, starting it if stopped,
+// and records which it did in info.
+func (m *Manager) adopt(ctx context.Context, name string, c Container, info *BootInfo) error {
+	if c.Running() {
+		info.Adopted = true
+		return nil
+	}
+	if err := m.rt.Start(ctx, m.ContainerFor(name)); err != nil {
+		return fmt.Errorf("start sandbox %q: %w", name, err)
+	}
+	info.Started = true
+	return nil
+}
+
+// ErrImageMissing is returned when a sandbox's image is not present locally.
+var ErrImageMissing = errors.New("image not present")
+
+// ImageHint tells the user how to get a missing sandbox image on rt.
+func ImageHint(rt Runtime) string {
+	if rt.Kind() == "container" {
+		return "build the default image with `container build -t mcp-dev -f Containerfile.mcp-dev .` in the sandbox-mcp checkout, or run `make setup` there; other images: `container image pull`"
+	}
+	return "on Linux run `make setup` to build the default image; other images: pull or build them with " + rt.Binary()
+}
+
+// create boots a new container. known skips checking the image and
+// creating the workspace volume, for a container replacing one that used both.
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) error {
+	labels := m.labels(name)
+	vol := m.volumeFor(name)
+	if !known {
+		ok, err := m.rt.ImageExists(ctx, prof.Image)
+		if err != nil {
+			return fmt.Errorf("look up image %q: %w", prof.Image, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
+		}
+		if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
+			return fmt.Errorf("create workspace volume for %q: %w", name, err)
+		}
+	}
+	spec := RunSpec{
+		Name:           m.ContainerFor(name),
+		Image:          prof.Image,
+		Labels:         labels,
+		CPUs:           prof.CPUs,
+		Memory:         prof.Memory,
+		Network:        prof.Network,
+		Virtualization: prof.Virtualization,
+		Mounts:         []Mount{{Volume: vol, Target: m.cfg.Workdir}},
+		Workdir:        m.cfg.Workdir,
+		Init:           true,
+		Command:        []string{"sleep", "infinity"},
+	}
+	if ttl := m.IdleTTL(name); ttl > 0 {
+		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl))
+	}
+	if err := m.rt.Run(ctx, spec); err != nil {
+		return fmt.Errorf("boot sandbox %q: %w", name, err)
+	}
+	return nil
+}
+
+func (m *Manager) labels(name string) map[string]string {
+	return map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name, LabelRole: "primary"}
+}
+
+func (m *Manager) shellInit() string {
+	return guest.InitScript(m.cfg.Workdir)
+}
+
+// Destroy removes a sandbox's container and workspace. It reports whether
+// there was anything to remove; destroying a missing sandbox is not an
+// error. It waits for a boot, reset or destroy of the same name in any
+// server, and cuts short the commands running in it.
+func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	release, err := m.lockName(ctx, name, "destroy")
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	m.bumpGen(name, "destroyed")
+	if sb := m.detach(name); sb != nil {
+		sb.end(endedByDestroy)
+	}
+	existed, err := m.remove(ctx, name, true)
+	if err == nil {
+		if err := m.history.Forget(name); err != nil {
+			m.log.Warn("forget history", "sandbox", name, "err", err)
+		}
+		m.forgetJobs(name)
+		if m.cfg.Sandboxes != nil {
+			if err := m.cfg.Sandboxes.DeleteSandbox(name); err != nil {
+				m.log.Warn("forget sandbox record", "sandbox", name, "err", err)
+			}
+		}
+	}
+	return existed, err
+}
+
+func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, error) {
+	existed := true
+	_, err := m.inspectOwned(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		existed = false
+	case err != nil:
+		return false, err
+	default:
+		if err := m.rt.Remove(ctx, m.ContainerFor(name)); err != nil && !errors.Is(err, ErrNotFound) {
+			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
+		}
+	}
+	if wipe {
+		// A container replaced by a reset may still hold the workspace.
+		olds, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name})
+		if err != nil {
+			return existed, fmt.Errorf("list containers of %q: %w", name, err)
+		}
+		for _, c := range olds {
+			// It may already be going (the reset's own removal): the volume
+			// removal below retries until it is gone.
+			_ = m.rt.Remove(ctx, c.Name)
+		}
+		if err := m.removeVolume(ctx, m.volumeFor(name)); err != nil {
+			return existed, fmt.Errorf("remove workspace of %q: %w", name, err)
+		}
+	}
+	return existed, nil
+}
+
+// removeVolume removes a volume, retrying briefly while a container that is
+// being deleted still holds it.
+func (m *Manager) removeVolume(ctx context.Context, vol string) error {
+	var err error
+	for range 15 {
+		if err = m.rt.VolumeRemove(ctx, vol); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+// Reset replaces a sandbox's container with a fresh one from its image. The
+// workspace survives unless wipeWorkspace is set. Where the engine can
+// rename, the old container is moved aside and deleted in the background
+// while the new one boots. Commands running in the old one are cut short
+// and say so.
+func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (BootInfo, error) {
+	if err := ValidateName(name); err != nil {
+		return BootInfo{}, err
+	}
+	release, err := m.lockName(ctx, name, "reset")
+	if err != nil {
+		return BootInfo{}, err
+	}
+	defer release()
+	m.bumpGen(name, "reset")
+	// Jobs die with the old container, and their files with its rootfs.
+	m.forgetJobs(name)
+	sb := m.detach(name)
+	if sb != nil {
+		sb.end(endedByReset)
+	}
+	r, canRename := m.rt.(Renamer)
+	if wipeWorkspace || !canRename {
+		if _, err := m.remove(ctx, name, wipeWorkspace); err != nil {
+			return BootInfo{}, err
+		}
+		_, info, err := m.bootLocked(ctx, name, bootCreate)
+		return info, err
+	}
+	ctr := m.ContainerFor(name)
+	if sb == nil {
+		// Not booted by this server: make sure the container is ours.
+		_, err := m.inspectOwned(ctx, name)
+		if errors.Is(err, ErrNotFound) {
+			_, info, err := m.bootLocked(ctx, name, bootCreate)
+			return info, err
+		}
+		if err != nil {
+			return BootInfo{}, err
+		}
+	}
+	trash := m.trashName()
+	err = r.Rename(ctx, ctr, trash)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return BootInfo{}, fmt.Errorf("reset sandbox %q: %w", name, err)
+	}
+	// The image and workspace are known good only if the container moved
+	// aside was booted here from the image the profile names now.
+	mode := bootCreate
+	if err == nil && sb != nil && sb.Profile.Image == m.ProfileFor(name).Image {
+		mode = bootReplace
+	}
+	_, info, bootErr := m.bootLocked(ctx, name, mode)
+	if err == nil {
+		// Deleted after the boot, so it does not compete with it for the
+		// engine; a server that closes first leaves it to RemoveOrphans.
+		m.spawn(func() {
+			rctx, cancel := context.WithTimeout(m.life, time.Minute)
+			defer cancel()
+			if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
+				m.log.Warn("remove replaced container", "container", trash, "err", err)
+			}
+		})
+	}
+	return info, bootErr
+}
+
+// trashName is a fresh name for a container being deleted.
+func (m *Manager) trashName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return m.cfg.Prefix + "-old-" + hex.EncodeToString(b[:])
+}
