@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
@@ -100,6 +101,13 @@ type Sandbox struct {
 	IdleTTL     time.Duration
 	inflight    atomic.Int32 // commands running now
 	lastTouched atomic.Int64 // unix nanos of the last activity mark
+
+	// Limits (limits.go): what the container was booted with, the disk
+	// watcher where the engine cannot bound disk itself, and the message
+	// it left for the next command.
+	limits Limits
+	guard  *diskguard.Guard
+	notice atomic.Pointer[string]
 }
 
 // LastUsed is when a command last ran in the sandbox through this server.
@@ -358,8 +366,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	if mode == bootFind {
 		c, early, err = m.inspectWithShell(ctx, name)
 	}
+	var lim Limits
 	if errors.Is(err, ErrNotFound) {
-		err = m.create(ctx, name, prof, mode == bootReplace)
+		lim, err = m.create(ctx, name, prof, mode == bootReplace)
 		if err == nil {
 			info.Created = true
 		} else if errors.Is(err, ErrAlreadyExists) {
@@ -377,8 +386,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		if c.Image != "" {
 			prof.Image = c.Image
 		}
+		lim = limitsOf(c, prof)
 	}
-	sb := &Sandbox{Name: name, Container: ctr, Profile: prof, IdleTTL: m.IdleTTL(name)}
+	sb := &Sandbox{Name: name, Container: ctr, Profile: prof, IdleTTL: m.IdleTTL(name), limits: lim}
 	sb.pool = early
 	if sb.pool == nil {
 		sb.pool = m.newPool(ctr, nil)
@@ -388,6 +398,8 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		sb.pool.Close()
 		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
 	}
+	m.startGuard(ctx, sb) // limits.go: the disk watcher, stopped by sb.close
+
 	m.records.Add(1)
 	go func() { // off the path of the first command
 		defer m.records.Done()
@@ -498,6 +510,7 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 		info.Adopted = true
 		return nil
 	}
+	m.repairWorkspace(ctx, name, c) // limits.go
 	if err := m.rt.Start(ctx, m.ContainerFor(name)); err != nil {
 		return fmt.Errorf("start sandbox %q: %w", name, err)
 	}
@@ -518,19 +531,16 @@ func ImageHint(rt Runtime) string {
 
 // create boots a new container. known skips checking the image and
 // creating the workspace volume, for a container replacing one that used both.
-func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) error {
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, error) {
 	labels := m.labels(name)
 	vol := m.volumeFor(name)
 	if !known {
 		ok, err := m.rt.ImageExists(ctx, prof.Image)
 		if err != nil {
-			return fmt.Errorf("look up image %q: %w", prof.Image, err)
+			return Limits{}, fmt.Errorf("look up image %q: %w", prof.Image, err)
 		}
 		if !ok {
-			return fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
-		}
-		if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
-			return fmt.Errorf("create workspace volume for %q: %w", name, err)
+			return Limits{}, fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
 		}
 	}
 	spec := RunSpec{
@@ -549,10 +559,15 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 	if ttl := m.IdleTTL(name); ttl > 0 {
 		spec.Command = shell.WatchdogCommand(ttl, watchdogEvery(ttl))
 	}
-	if err := m.rt.Run(ctx, spec); err != nil {
-		return fmt.Errorf("boot sandbox %q: %w", name, err)
+	// limits.go: workspace volume (sized where possible), pids, rootfs size.
+	if err := m.prepareLimits(ctx, name, prof, vol, known, &spec); err != nil {
+		return Limits{}, err
 	}
-	return nil
+	if err := m.rt.Run(ctx, spec); err != nil {
+		return Limits{}, fmt.Errorf("boot sandbox %q: %w", name, err)
+	}
+	lim, _ := parseLimitsLabel(spec.Labels[LabelLimits])
+	return lim, nil
 }
 
 func (m *Manager) labels(name string) map[string]string {
@@ -567,6 +582,9 @@ func (m *Manager) shellInit() string {
 type ExecResult struct {
 	shell.Result
 	Boot BootInfo
+	// Notice is a message about the sandbox the caller should see, such as
+	// the disk watcher having stopped a command.
+	Notice string
 }
 
 // Exec runs a command in the named sandbox, booting it on first use. If the
@@ -580,6 +598,14 @@ func (m *Manager) Exec(ctx context.Context, name string, req shell.Request) (Exe
 // text (tools that build their own commands record what the user asked);
 // an empty label records nothing.
 func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Request) (ExecResult, error) {
+	res, err := m.execAs(ctx, name, label, req)
+	if sb, ok := m.Lookup(name); ok {
+		res.Notice = sb.takeNotice() // limits.go: the disk watcher's message
+	}
+	return res, err
+}
+
+func (m *Manager) execAs(ctx context.Context, name, label string, req shell.Request) (ExecResult, error) {
 	sb, boot, err := m.Get(ctx, name)
 	if err != nil {
 		return ExecResult{Boot: boot}, err
@@ -646,7 +672,8 @@ func (m *Manager) forget(name string, sb *Sandbox) {
 		delete(m.boxes, name)
 	}
 	m.mu.Unlock()
-	go sb.pool.Close()
+	sb.stopGuard()
+	go sb.close()
 }
 
 // Destroy removes a sandbox's container and workspace. It reports whether
@@ -678,7 +705,8 @@ func (m *Manager) detach(name string) *Sandbox {
 	delete(m.boxes, name)
 	m.mu.Unlock()
 	if sb != nil {
-		go sb.pool.Close()
+		sb.stopGuard()
+		go sb.close()
 	}
 	return sb
 }
@@ -883,6 +911,9 @@ type Info struct {
 	Connected bool      `json:"connected"` // this server holds shells in it
 	Cwd       string    `json:"cwd,omitempty"`
 	LastUsed  time.Time `json:"last_used,omitzero"`
+	// Limits are the disk and pids limits the container was booted with
+	// and how each is enforced (limits.go).
+	Limits Limits `json:"limits"`
 }
 
 // List returns every sandbox of this Manager's prefix the engine knows.
@@ -919,6 +950,7 @@ func (m *Manager) info(name string, c Container) Info {
 	in := Info{
 		Name: name, Container: c.Name, State: c.State, Image: c.Image,
 		Created: c.Created, Started: c.Started, IP: c.IP, CPUs: c.CPUs, MemoryB: c.Memory,
+		Limits: limitsOf(c, m.ProfileFor(name)),
 	}
 	if sb, ok := m.Lookup(name); ok {
 		in.Connected = true
@@ -947,7 +979,7 @@ func (m *Manager) Close() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sb.pool.Close()
+			sb.close()
 		}()
 	}
 	wg.Wait()

@@ -52,7 +52,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&configFile, "config", os.Getenv("SANDBOX_MCP_CONFIG"), "JSON config file (env SANDBOX_MCP_CONFIG)")
 	pf.StringVar(&cpus, "cpus", os.Getenv("SANDBOX_MCP_CPUS"), "default CPUs per sandbox (env SANDBOX_MCP_CPUS; default 2)")
 	pf.StringVar(&memory, "memory", os.Getenv("SANDBOX_MCP_MEMORY"), "default memory per sandbox, e.g. 1G (env SANDBOX_MCP_MEMORY)")
-	pf.StringVar(&profiles, "profile", os.Getenv("SANDBOX_MCP_PROFILES"), "per-name profiles: NAME:key=v,key=v;NAME2:… (keys image, cpus, memory, virtualization, network; env SANDBOX_MCP_PROFILES)")
+	pf.StringVar(&profiles, "profile", os.Getenv("SANDBOX_MCP_PROFILES"), "per-name profiles: NAME:key=v,key=v;NAME2:… (keys image, cpus, memory, virtualization, network, idle_ttl, disk, pids; env SANDBOX_MCP_PROFILES)")
 	pf.StringVar(&cfg.LogLevel, "log-level", envOr("SANDBOX_MCP_LOG_LEVEL", "info"), "debug, info, warn or error (logs go to stderr)")
 
 	// resolve applies the config file first, then flags and environment.

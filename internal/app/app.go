@@ -45,7 +45,7 @@ func DefaultConfig() Config {
 		Runtime:     "auto",
 		StateDir:    defaultStateDir(),
 		Prefix:      "sandbox-mcp",
-		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G"},
+		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Disk: "20G", Pids: 1024},
 		BootDefault: true,
 	}
 }
