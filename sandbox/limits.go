@@ -137,6 +137,13 @@ func diskSupport(ctx context.Context, rt Runtime) DiskSupport {
 	return DiskSupport{Notes: []string{rt.Kind() + " reports no disk or pids limits"}}
 }
 
+// HostLimits says how this engine and host would enforce prof's limits,
+// and what it cannot enforce (for doctor).
+func HostLimits(ctx context.Context, rt Runtime, prof Profile) (Limits, DiskSupport) {
+	ds := diskSupport(ctx, rt)
+	return planLimits(ds, rt, prof), ds
+}
+
 // planLimits decides how prof's limits are enforced for a new container.
 func planLimits(ds DiskSupport, rt Runtime, prof Profile) Limits {
 	l := Limits{Disk: prof.Disk}

@@ -143,6 +143,9 @@ func TestDiskLimitOnEngine(t *testing.T) {
 				if mech == sandbox.MechNone {
 					t.Skipf("nothing bounds %s on this host", path)
 				}
+				if rt.Kind() == "container" {
+					t.Skip("the stand-in passes Apple's volume size on but does not enforce it")
+				}
 				before := hostFree(t, dir)
 				var so, se strings.Builder
 				res, err := m.Exec(context.Background(), "full", shell.Request{
