@@ -29,3 +29,21 @@ while :; do
   now=$(date +%s); last=$(stat -c %Y "$f" 2>/dev/null || echo "$now")
   if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
 done`
+
+// KillWritersScript, run as `sh -c KillWritersScript`, stops every process
+// in a container except PID 1, the idle watchdog (PID 1's first child) and
+// the exec sessions (the shells, whose parent is outside the container):
+// what the user's commands and jobs started. The disk watcher runs it.
+const KillWritersScript = `self=$$
+ppid_of() { s=$(cat /proc/$1/stat 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "$2"; }
+dog=
+for d in /proc/[0-9]*; do p=${d#/proc/}
+  [ "$(ppid_of "$p")" = 1 ] && { [ -z "$dog" ] || [ "$p" -lt "$dog" ]; } && dog=$p
+done
+for d in /proc/[0-9]*; do p=${d#/proc/}
+  case $p in 1|"$self"|"$dog") continue;; esac
+  pp=$(ppid_of "$p") || continue
+  case $pp in 0|"$self") continue;; esac
+  kill -9 "$p" 2>/dev/null
+done
+exit 0`

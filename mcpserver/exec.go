@@ -40,6 +40,7 @@ type ExecOutput struct {
 	TimedOut     bool   `json:"timed_out,omitempty"`
 	ShellRestart bool   `json:"shell_restarted,omitempty"`
 	Booted       string `json:"booted,omitempty"` // created, started, adopted, recovered
+	Notice       string `json:"notice,omitempty"` // e.g. the disk watcher stopped the command
 }
 
 func (s *Server) execTool() tool {
@@ -181,6 +182,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		TimedOut:     res.TimedOut,
 		ShellRestart: res.ShellLost,
 		Booted:       bootWord(res.Boot),
+		Notice:       res.Notice,
 	}
 	if truncated {
 		if spillErr == nil && (stdout.Spilled() || stderr.Spilled()) {
@@ -226,6 +228,9 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		text.WriteString("\n[canceled: the command was stopped]")
 	case res.ShellLost:
 		text.WriteString("\n[the shell exited (exit, exec or a signal); a new one with the same cwd and exports serves the next call]")
+	}
+	if res.Notice != "" {
+		fmt.Fprintf(&text, "\n[%s]", res.Notice)
 	}
 	result := mcp.NewToolResultStructured(out, text.String())
 	result.IsError = res.ExitCode != 0 || res.TimedOut || res.Canceled

@@ -55,6 +55,7 @@ func describe(in sandbox.Info) string {
 	if in.Cwd != "" {
 		fmt.Fprintf(&b, ", cwd %s", in.Cwd)
 	}
+	fmt.Fprintf(&b, ", %s", in.Limits)
 	fmt.Fprintf(&b, " (container %s)", in.Container)
 	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -40,6 +41,13 @@ type Sandbox struct {
 	work   sync.WaitGroup
 	why    atomic.Pointer[string]
 	once   sync.Once
+
+	// Limits (limits.go): what the container was booted with, the disk
+	// watcher where the engine cannot bound disk itself, and the message
+	// it left for the next command.
+	limits Limits
+	guard  *diskguard.Guard
+	notice atomic.Pointer[string]
 
 	// envGen is the env store generation whose secrets are known here.
 	envGen atomic.Pointer[string]
@@ -92,11 +100,14 @@ func (s *Sandbox) Ended() string {
 
 // end ends the sandbox in this process, once: it records why, closes its
 // shells (a running command sees its shell die and is told why) and
-// cancels and joins the work it owns. The container is not touched.
+// cancels and joins the work it owns (the disk watcher among it). The container is not touched.
 func (s *Sandbox) end(why string) {
 	s.once.Do(func() {
 		s.why.Store(&why)
 		s.cancel()
+		if s.guard != nil {
+			s.guard.Close()
+		}
 		s.pool.Close()
 		s.work.Wait()
 	})

@@ -16,6 +16,9 @@ import (
 type ExecResult struct {
 	shell.Result
 	Boot BootInfo
+	// Notice is a message about the sandbox the caller should see, such as
+	// the disk watcher having stopped a command.
+	Notice string
 }
 
 // ErrCutShort marks a command that a destroy or reset of its sandbox (in
@@ -69,6 +72,9 @@ func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Requ
 	}
 	if ran {
 		m.history.Add(name, label, res.Result, err)
+	}
+	if sb, ok := m.Lookup(name); ok {
+		res.Notice = sb.takeNotice() // limits.go: the disk watcher's message
 	}
 	return res, err
 }

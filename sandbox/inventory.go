@@ -96,6 +96,9 @@ type Info struct {
 	Connected bool      `json:"connected"` // this server holds shells in it
 	Cwd       string    `json:"cwd,omitempty"`
 	LastUsed  time.Time `json:"last_used,omitzero"`
+	// Limits are the disk and pids limits the container was booted with
+	// and how each is enforced (limits.go).
+	Limits Limits `json:"limits"`
 }
 
 // List returns every sandbox of this Manager's prefix the engine knows.
@@ -132,6 +135,7 @@ func (m *Manager) info(name string, c Container) Info {
 	in := Info{
 		Name: name, Container: c.Name, State: c.State, Image: c.Image,
 		Created: c.Created, Started: c.Started, IP: c.IP, CPUs: c.CPUs, MemoryB: c.Memory,
+		Limits: limitsOf(c, m.ProfileFor(name)),
 	}
 	if sb, ok := m.Lookup(name); ok {
 		in.Connected = true

@@ -132,7 +132,7 @@ func (m *Manager) current(sb *Sandbox) bool {
 // sb's name since sb was booted here, and the generation that says how.
 func (m *Manager) changedElsewhere(sb *Sandbox) (generation, bool) {
 	g := m.readGen(sb.Name)
-	return g, g.N != sb.gen.N && g.PID != os.Getpid()
+	return g, g.N != sb.gen.N
 }
 
 // describe says how the generation began, for a command or boot it
@@ -226,8 +226,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	if mode == bootFind {
 		c, early, err = m.inspectWithShell(ctx, name)
 	}
+	var lim Limits
 	if errors.Is(err, ErrNotFound) {
-		err = m.create(ctx, name, prof, mode == bootReplace)
+		lim, err = m.create(ctx, name, prof, mode == bootReplace)
 		if err == nil {
 			info.Created = true
 		} else if errors.Is(err, ErrAlreadyExists) {
@@ -245,6 +246,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		if c.Image != "" {
 			prof.Image = c.Image
 		}
+		lim = limitsOf(c, prof)
 	}
 	pool := early
 	if pool == nil {
@@ -255,6 +257,8 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
 	}
 	sb := newSandbox(name, ctr, prof, m.IdleTTL(name), pool)
+	sb.limits = lim
+	m.startGuard(ctx, sb)                         // limits.go: the disk watcher, ended with the sandbox
 	m.spawn(func() { m.recordSandbox(sb, info) }) // off the path of the first command
 	return sb, info, nil
 }
@@ -361,6 +365,7 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 		info.Adopted = true
 		return nil
 	}
+	m.repairWorkspace(ctx, name, c) // limits.go
 	if err := m.rt.Start(ctx, m.ContainerFor(name)); err != nil {
 		return fmt.Errorf("start sandbox %q: %w", name, err)
 	}
@@ -381,19 +386,16 @@ func ImageHint(rt Runtime) string {
 
 // create boots a new container. known skips checking the image and
 // creating the workspace volume, for a container replacing one that used both.
-func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) error {
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, error) {
 	labels := m.labels(name)
 	vol := m.volumeFor(name)
 	if !known {
 		ok, err := m.rt.ImageExists(ctx, prof.Image)
 		if err != nil {
-			return fmt.Errorf("look up image %q: %w", prof.Image, err)
+			return Limits{}, fmt.Errorf("look up image %q: %w", prof.Image, err)
 		}
 		if !ok {
-			return fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
-		}
-		if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
-			return fmt.Errorf("create workspace volume for %q: %w", name, err)
+			return Limits{}, fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
 		}
 	}
 	spec := RunSpec{
@@ -412,10 +414,15 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 	if ttl := m.IdleTTL(name); ttl > 0 {
 		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl))
 	}
-	if err := m.rt.Run(ctx, spec); err != nil {
-		return fmt.Errorf("boot sandbox %q: %w", name, err)
+	// limits.go: workspace volume (sized where possible), pids, rootfs size.
+	if err := m.prepareLimits(ctx, name, prof, vol, known, &spec); err != nil {
+		return Limits{}, err
 	}
-	return nil
+	if err := m.rt.Run(ctx, spec); err != nil {
+		return Limits{}, fmt.Errorf("boot sandbox %q: %w", name, err)
+	}
+	lim, _ := parseLimitsLabel(spec.Labels[LabelLimits])
+	return lim, nil
 }
 
 func (m *Manager) labels(name string) map[string]string {

@@ -20,7 +20,54 @@ type Profile struct {
 	// no server running ("30m", "2h"; "off" never). Unset: 30 minutes, except
 	// for the sandbox named default, which only a profile of its own reaps.
 	IdleTTL string `json:"idle_ttl,omitempty"`
+	// Disk bounds what the sandbox may write, /workspace and its root
+	// filesystem each ("512M", "20G"); "" leaves it unbounded. How it is
+	// enforced depends on the engine and host (see DiskLimits).
+	Disk string `json:"disk,omitempty"`
+	// Pids bounds how many processes and threads the sandbox may run at
+	// once; 0 leaves it to the engine.
+	Pids int `json:"pids,omitempty"`
 }
+
+// Defaults of the disk and pids limits.
+const (
+	DefaultDisk = "20G"
+	DefaultPids = 1024
+)
+
+// MaxPids is the largest pids limit a profile may ask for.
+const MaxPids = 1 << 20
+
+// ParseSize reads a disk size such as 512M or 20G (K, M, G, T suffixes are
+// powers of 1024; no suffix is bytes) and returns it in bytes.
+func ParseSize(s string) (int64, error) {
+	if !sizeRE.MatchString(s) {
+		return 0, fmt.Errorf("profile: disk %q must look like 512M or 20G", s)
+	}
+	num, unit := s, byte(0)
+	if c := s[len(s)-1]; c < '0' || c > '9' {
+		num, unit = s[:len(s)-1], c|0x20
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("profile: disk %q: %w", s, err)
+	}
+	shift := map[byte]uint{0: 0, 'k': 10, 'm': 20, 'g': 30, 't': 40}[unit]
+	if n > (1<<62)>>shift {
+		return 0, fmt.Errorf("profile: disk %q is too large", s)
+	}
+	n <<= shift
+	if n < minDisk {
+		return 0, fmt.Errorf("profile: disk %q is below the minimum of 64M", s)
+	}
+	return n, nil
+}
+
+// minDisk is the smallest disk a profile may ask for: below it a fresh
+// filesystem has little room for anything.
+const minDisk = 64 << 20
+
+var sizeRE = regexp.MustCompile(`^[0-9]{1,15}[KMGTkmgt]?$`)
 
 // DefaultIdleTTL is the idle time after which a sandbox stops by default.
 const DefaultIdleTTL = 30 * time.Minute
@@ -59,6 +106,12 @@ func (p Profile) Merge(o Profile) Profile {
 	if o.IdleTTL != "" {
 		p.IdleTTL = o.IdleTTL
 	}
+	if o.Disk != "" {
+		p.Disk = o.Disk
+	}
+	if o.Pids != 0 {
+		p.Pids = o.Pids
+	}
 	return p
 }
 
@@ -86,11 +139,19 @@ func (p Profile) Validate() error {
 			return err
 		}
 	}
+	if p.Disk != "" {
+		if _, err := ParseSize(p.Disk); err != nil {
+			return err
+		}
+	}
+	if p.Pids < 0 || p.Pids > MaxPids {
+		return fmt.Errorf("profile: pids %d must be between 1 and %d", p.Pids, MaxPids)
+	}
 	return nil
 }
 
 // ParseProfileSpec parses "key=value,key=value" (keys image, cpus, memory,
-// virtualization, network, idle_ttl) into a profile, as used by --profile NAME:SPEC.
+// virtualization, network, idle_ttl, disk, pids) into a profile, as used by --profile NAME:SPEC.
 func ParseProfileSpec(spec string) (Profile, error) {
 	var p Profile
 	for _, kv := range strings.Split(spec, ",") {
@@ -126,8 +187,19 @@ func ParseProfileSpec(spec string) (Profile, error) {
 				return p, err
 			}
 			p.IdleTTL = v
+		case "disk":
+			if _, err := ParseSize(v); err != nil {
+				return p, err
+			}
+			p.Disk = v
+		case "pids":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxPids {
+				return p, fmt.Errorf("profile: pids %q must be a number between 1 and %d", v, MaxPids)
+			}
+			p.Pids = n
 		default:
-			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, idle_ttl)", k)
+			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, idle_ttl, disk, pids)", k)
 		}
 	}
 	return p, nil

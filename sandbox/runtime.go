@@ -81,6 +81,12 @@ type RunSpec struct {
 	Network string
 	// Virtualization asks for nested virtualization (Apple) or /dev/kvm (Linux).
 	Virtualization bool
+	// PidsLimit bounds the container's processes and threads; 0: engine
+	// default. Set only where DiskSupport.Pids says the engine enforces it.
+	PidsLimit int
+	// StorageSize bounds the writable root filesystem ("20G"); set only
+	// where DiskSupport.RootfsSize says the storage supports it.
+	StorageSize string
 }
 
 // Mount binds a named volume or a host path into a container.

@@ -45,7 +45,7 @@ func newRoot() *cobra.Command {
 		Short: "Serve MCP over stdio (register with: claude mcp add sandbox -- sandbox-mcp serve)",
 		Long: "Serve MCP over stdio. Register with: claude mcp add sandbox -- sandbox-mcp serve\n\n" + precedence +
 			"\n\nToolsets (--toolsets):\n" + mcpserver.DescribeToolsets(),
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := resolve(cmd)
 			if err != nil {

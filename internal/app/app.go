@@ -191,6 +191,14 @@ func Doctor(ctx context.Context, cfg Config, w io.Writer) error {
 		return errors.New("default image missing")
 	}
 	fmt.Fprintf(w, "image:    ok, %s\n", cfg.Defaults.Image)
+	lim, ds := sandbox.HostLimits(ctx, rt, cfg.Defaults)
+	fmt.Fprintf(w, "limits:   %s\n", lim)
+	for _, n := range ds.Notes {
+		fmt.Fprintf(w, "          %s\n", n)
+	}
+	if lim.Workspace == sandbox.MechWatcher || lim.Rootfs == sandbox.MechWatcher {
+		fmt.Fprintf(w, "          watcher: polls usage every second and stops writers past the limit (overshoot about 1 s of writing) or when host free space falls below max(5%%, 2 GB)\n")
+	}
 	fmt.Fprintf(w, "state:    %s\n", cfg.StateDir)
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())

@@ -42,7 +42,7 @@ func DefaultConfig() Config {
 		Runtime:     "auto",
 		StateDir:    defaultStateDir(),
 		Prefix:      "sandbox-mcp",
-		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G"},
+		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Disk: sandbox.DefaultDisk, Pids: sandbox.DefaultPids},
 		BootDefault: true,
 		PoolSize:    shell.DefaultPoolSize,
 		LogLevel:    "info",
@@ -126,7 +126,7 @@ func Settings() []Setting {
 				return setDefault(c, sandbox.Profile{Memory: v})
 			}},
 		{Flag: "profile", Env: "SANDBOX_MCP_PROFILES",
-			Usage: "per-name `profiles` merged over the file's: NAME:key=value,…;NAME2:… (keys image, cpus, memory, network, idle_ttl, …)",
+			Usage: "per-name `profiles` merged over the file's: NAME:key=value,…;NAME2:… (keys image, cpus, memory, virtualization, network, idle_ttl, disk, pids)",
 			set:   addProfiles},
 		{Flag: "state-dir", Env: "SANDBOX_MCP_STATE_DIR", Default: d.StateDir,
 			Usage: "`directory` where state lives (created 0700)",

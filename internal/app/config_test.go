@@ -166,7 +166,7 @@ func TestResolveProfiles(t *testing.T) {
 			if !reflect.DeepEqual(c.Profiles, tc.want) {
 				t.Errorf("profiles\n got %+v\nwant %+v", c.Profiles, tc.want)
 			}
-			if want := (sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Network: "none", IdleTTL: "1h"}); c.Defaults != want {
+			if want := (sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Network: "none", IdleTTL: "1h", Disk: sandbox.DefaultDisk, Pids: sandbox.DefaultPids}); c.Defaults != want {
 				t.Errorf("defaults %+v, want %+v", c.Defaults, want)
 			}
 		})

@@ -411,11 +411,7 @@ func cliError(code int, stderr string) (kind error, drained bool) {
 
 // VolumeCreate implements sandbox.Runtime.
 func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
-	args := []string{"volume", "create"}
-	for _, k := range sortedKeys(labels) {
-		args = append(args, "--label", k+"="+labels[k])
-	}
-	_, err := d.cli.Output(ctx, nil, append(args, name)...)
+	_, err := d.cli.Output(ctx, nil, VolumeCreateArgs(name, labels, 0)...)
 	if errors.Is(err, sandbox.ErrAlreadyExists) {
 		return nil
 	}
@@ -582,3 +578,43 @@ func (d *Dialect) Build(ctx context.Context, b BuildSpec) error {
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+var (
+	_ sandbox.DiskLimiter        = (*Dialect)(nil)
+	_ sandbox.SizedVolumeCreator = (*Dialect)(nil)
+)
+
+// DiskSupport implements sandbox.DiskLimiter. Apple's volumes are ext4
+// block images of a given size; the rootfs has no size option, and there
+// is no pids flag (each sandbox is a VM with its own kernel, so a fork
+// bomb exhausts only that VM's memory).
+func (d *Dialect) DiskSupport(context.Context) sandbox.DiskSupport {
+	return sandbox.DiskSupport{VolumeSize: true, Notes: []string{
+		"rootfs: `container run` has no size option",
+		"pids: `container run` has no pids limit; each sandbox is a VM of its own",
+	}}
+}
+
+// VolumeCreateSized implements sandbox.SizedVolumeCreator with
+// `volume create -s`. Every Apple volume has a size, so an existing one
+// counts as sized.
+func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64) (bool, error) {
+	_, err := d.cli.Output(ctx, nil, VolumeCreateArgs(name, labels, size)...)
+	if errors.Is(err, sandbox.ErrAlreadyExists) {
+		return true, nil
+	}
+	return err == nil, err
+}
+
+// VolumeCreateArgs builds the argv (without the program) of creating a
+// volume; size 0 leaves the engine's default size. Sizes are whole MiB.
+func VolumeCreateArgs(name string, labels map[string]string, size int64) []string {
+	args := []string{"volume", "create"}
+	for _, k := range sortedKeys(labels) {
+		args = append(args, "--label", k+"="+labels[k])
+	}
+	if size > 0 {
+		args = append(args, "-s", strconv.FormatInt((size+1<<20-1)>>20, 10)+"M")
+	}
+	return append(args, name)
+}

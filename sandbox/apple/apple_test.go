@@ -211,3 +211,21 @@ func TestCLIErrorInExecStderr(t *testing.T) {
 		}
 	}
 }
+
+func TestVolumeCreateArgs(t *testing.T) {
+	labels := map[string]string{"b": "2", "a": "1"}
+	if got := strings.Join(VolumeCreateArgs("ws", labels, 0), " "); got != "volume create --label a=1 --label b=2 ws" {
+		t.Errorf("unsized: %q", got)
+	}
+	if got := strings.Join(VolumeCreateArgs("ws", nil, 1<<30), " "); got != "volume create -s 1024M ws" {
+		t.Errorf("1G: %q", got)
+	}
+	if got := strings.Join(VolumeCreateArgs("ws", nil, 1<<20+1), " "); got != "volume create -s 2M ws" {
+		t.Errorf("rounding up: %q", got)
+	}
+	spec := sandbox.RunSpec{Name: "box", Image: "img", PidsLimit: 64, StorageSize: "1G"}
+	args, err := RunArgs(FeaturesOf(Version{1, 5, 0}), spec)
+	if err != nil || strings.Contains(strings.Join(args, " "), "pids") || strings.Contains(strings.Join(args, " "), "storage") {
+		t.Errorf("Apple has no pids or rootfs size flags: %q %v", args, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -32,6 +33,10 @@ const (
 type Dialect struct {
 	flavor Flavor
 	cli    *cli.Runner
+
+	diskMu   sync.Mutex
+	disk     *sandbox.DiskSupport // cached DiskSupport
+	disksDir string               // where workspace images live
 }
 
 var _ sandbox.Runtime = (*Dialect)(nil)
@@ -117,6 +122,12 @@ func RunArgs(f Flavor, spec sandbox.RunSpec) []string {
 	}
 	if spec.Memory != "" {
 		args = append(args, "--memory", spec.Memory)
+	}
+	if spec.PidsLimit > 0 {
+		args = append(args, "--pids-limit", strconv.Itoa(spec.PidsLimit))
+	}
+	if spec.StorageSize != "" {
+		args = append(args, "--storage-opt", "size="+spec.StorageSize)
 	}
 	if spec.Network != "" {
 		args = append(args, "--network", spec.Network)
@@ -282,11 +293,22 @@ func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[stri
 	return err
 }
 
-// VolumeRemove implements sandbox.Runtime.
+// VolumeRemove implements sandbox.Runtime. A sized volume's loop device
+// and image file go with it.
 func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
-	_, err := d.cli.Output(ctx, nil, "volume", "rm", "--force", "--", name)
+	v, err := d.volumeInspect(ctx, name)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = d.cli.Output(ctx, nil, "volume", "rm", "--force", "--", name)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		err = nil
+	}
+	if err == nil {
+		d.removeImage(v)
 	}
 	return err
 }

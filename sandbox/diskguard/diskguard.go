@@ -1,0 +1,221 @@
+// Package diskguard bounds a sandbox's disk use where the engine cannot:
+// rootless engines and overlay storage on ext4 have no size option for the
+// rootfs or for volumes. A Guard polls the size of host directories (the
+// container's overlay upper directory, the workspace volume's directory)
+// and, once one passes its limit, or the host's free space falls below a
+// floor while it grows, stops the sandbox's writers through a callback and
+// records why.
+//
+// Overshoot: a poll happens every Every (1 s by default, longer when the
+// walk itself is slow), so a writer can pass the limit by about
+// Every × its write rate (plus the time to walk and to kill) before it is
+// stopped: at 1 GB/s about 1 GB. The free-space floor (the larger of 5 % of
+// the filesystem and 2 GB) is what keeps that from filling the host.
+package diskguard
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Target is one directory to bound.
+type Target struct {
+	What  string // for messages: "/workspace", "the root filesystem"
+	Dir   string
+	Limit int64 // bytes
+	// LimitText is the limit as the user wrote it ("1G").
+	LimitText string
+}
+
+// Options configure a Guard.
+type Options struct {
+	Sandbox string
+	Targets []Target
+	// Every is the poll interval; default 1 s.
+	Every time.Duration
+	// Kill stops the processes writing in the sandbox.
+	Kill func(ctx context.Context) error
+	// Report records a message for the sandbox's next command result.
+	Report func(msg string)
+	// Usage measures a directory in bytes; default DirUsage.
+	Usage func(dir string) (int64, error)
+	// Free reports the free and total bytes of the filesystem holding dir;
+	// default statfs.
+	Free   func(dir string) (free, total int64, err error)
+	Logger *slog.Logger
+}
+
+// Guard polls one sandbox's usage until Close.
+type Guard struct {
+	opts Options
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// slack is how much a target must grow after a kill before writers are
+// stopped again: a sandbox over its limit can still run `rm`.
+const slack = 16 << 20
+
+// Floor is the free space the guard keeps on the host: the larger of 5 % of
+// the filesystem and 2 GB.
+func Floor(total int64) int64 { return max(total/20, 2<<30) }
+
+// Start begins polling in a goroutine that Close stops and joins.
+func Start(opts Options) *Guard {
+	if opts.Every <= 0 {
+		opts.Every = time.Second
+	}
+	if opts.Usage == nil {
+		opts.Usage = DirUsage
+	}
+	if opts.Free == nil {
+		opts.Free = statfs
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	g := &Guard{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	go g.run()
+	return g
+}
+
+// Close stops the guard and waits for its goroutine to end.
+func (g *Guard) Close() {
+	g.once.Do(func() { close(g.stop) })
+	<-g.done
+}
+
+type targetState struct {
+	last     int64 // usage at the previous poll
+	killedAt int64 // usage when writers were last stopped; -1 none
+}
+
+func (g *Guard) run() {
+	defer close(g.done)
+	st := make([]targetState, len(g.opts.Targets))
+	for i := range st {
+		st[i] = targetState{last: -1, killedAt: -1}
+	}
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-time.After(wait):
+		}
+		began := time.Now()
+		for i, t := range g.opts.Targets {
+			g.check(t, &st[i])
+		}
+		// A slow walk (a huge tree) must not keep a core busy.
+		wait = max(g.opts.Every, 2*time.Since(began))
+	}
+}
+
+// check polls one target and stops writers when it passed its limit or
+// the host's floor.
+func (g *Guard) check(t Target, s *targetState) {
+	used, err := g.opts.Usage(t.Dir)
+	if err != nil {
+		g.opts.Logger.Debug("disk guard: measure", "sandbox", g.opts.Sandbox, "dir", t.Dir, "err", err)
+		return
+	}
+	grew := s.last >= 0 && used > s.last
+	s.last = used
+	var why string
+	switch {
+	case used <= t.Limit:
+		s.killedAt = -1
+		if free, total, err := g.opts.Free(t.Dir); err == nil && grew && free < Floor(total) {
+			why = fmt.Sprintf("the host's free space fell to %s, below its floor of %s, while %s of sandbox %s grew: the writing command was stopped; remove files to continue",
+				human(free), human(Floor(total)), t.What, g.opts.Sandbox)
+		}
+	case s.killedAt < 0 || used > s.killedAt+slack:
+		why = fmt.Sprintf("sandbox %s passed its disk limit of %s (%s holds %s): the writing command was stopped; remove files to continue",
+			g.opts.Sandbox, t.LimitText, t.What, human(used))
+	}
+	if why == "" {
+		return
+	}
+	s.killedAt = used
+	g.opts.Report(why)
+	g.opts.Logger.Warn("disk guard stopped writers", "sandbox", g.opts.Sandbox, "dir", t.Dir, "used", used, "limit", t.Limit)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := g.opts.Kill(ctx); err != nil {
+		g.opts.Logger.Warn("disk guard: stop writers", "sandbox", g.opts.Sandbox, "err", err)
+	}
+}
+
+// DirUsage is the disk space used by the files under dir on dir's own
+// filesystem, counting each hard-linked file once. Symbolic links are not
+// followed.
+func DirUsage(dir string) (int64, error) {
+	root, err := os.Lstat(dir)
+	if err != nil {
+		return 0, err
+	}
+	rst, ok := root.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, fmt.Errorf("%s: no stat", dir)
+	}
+	seen := map[uint64]bool{}
+	var total int64
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // a file removed while walking
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Dev != rst.Dev {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if st.Nlink > 1 && !d.IsDir() {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
+}
+
+func statfs(dir string) (free, total int64, err error) {
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(dir, &s); err != nil {
+		return 0, 0, err
+	}
+	return int64(s.Bavail) * int64(s.Bsize), int64(s.Blocks) * int64(s.Bsize), nil
+}
+
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,315 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// How the dialect bounds disk on Linux:
+//   - the workspace volume, when the server runs as root on the engine's own
+//     host, is an ext4 filesystem in a sparse image file on a loop device
+//     (`volume create --opt type=ext4 --opt device=/dev/loopN`): a full
+//     workspace is ENOSPC for the writer, and the host loses at most the
+//     size. The image lives in <engine data dir>/../sandbox-mcp-disks and is
+//     detached and deleted with the volume.
+//   - the writable rootfs gets `--storage-opt size=` when the storage is
+//     overlay on xfs (which needs the pquota mount option) or btrfs.
+//
+// Elsewhere (rootless, overlay on ext4, a remote engine) the Manager's
+// watcher polls usage instead.
+
+var (
+	_ sandbox.DiskLimiter        = (*Dialect)(nil)
+	_ sandbox.SizedVolumeCreator = (*Dialect)(nil)
+	_ sandbox.UsageDirs          = (*Dialect)(nil)
+)
+
+// LabelDiskImage on a volume names the image file backing it.
+const LabelDiskImage = "io.sandbox-mcp.disk-image"
+
+// DiskSupport implements sandbox.DiskLimiter. It asks the engine once and
+// caches a successful answer.
+func (d *Dialect) DiskSupport(ctx context.Context) sandbox.DiskSupport {
+	d.diskMu.Lock()
+	defer d.diskMu.Unlock()
+	if d.disk != nil {
+		return *d.disk
+	}
+	ds, err := d.detectDisk(ctx)
+	if err == nil {
+		d.disk = &ds
+	}
+	return ds
+}
+
+func (d *Dialect) detectDisk(ctx context.Context) (sandbox.DiskSupport, error) {
+	ds := sandbox.DiskSupport{Pids: true}
+	format := `{{.Store.GraphDriverName}}|{{index .Store.GraphStatus "Backing Filesystem"}}|{{.Store.GraphRoot}}`
+	if d.flavor == Docker {
+		format = `{{.Driver}}|{{range .DriverStatus}}{{if eq (index . 0) "Backing Filesystem"}}{{index . 1}}{{end}}{{end}}|{{.DockerRootDir}}`
+	}
+	out, err := d.cli.Output(ctx, nil, "info", "--format", format)
+	if err != nil {
+		ds.Notes = append(ds.Notes, "engine info failed: "+err.Error())
+		return ds, err
+	}
+	parts := strings.SplitN(strings.TrimSpace(string(out)), "|", 3)
+	for len(parts) < 3 {
+		parts = append(parts, "")
+	}
+	driver, backing, root := parts[0], parts[1], parts[2]
+	ds.RootfsSize = StorageOptSupported(driver, backing)
+	if !ds.RootfsSize {
+		ds.Notes = append(ds.Notes, fmt.Sprintf("rootfs: storage %s on %s has no size option (needs overlay on xfs with pquota, or btrfs)", driver, orUnknown(backing)))
+	}
+	if why := d.loopUnavailable(root); why != "" {
+		ds.Notes = append(ds.Notes, "workspace: no sized volumes: "+why)
+	} else {
+		d.disksDir = filepath.Join(filepath.Dir(root), "sandbox-mcp-disks")
+		ds.VolumeSize = true
+	}
+	return ds, nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown filesystem"
+	}
+	return s
+}
+
+// StorageOptSupported reports whether `run --storage-opt size=` works on a
+// storage driver and its backing filesystem as `info` names them. Overlay
+// on xfs also needs the pquota mount option, which info does not show.
+func StorageOptSupported(driver, backing string) bool {
+	switch {
+	case driver == "btrfs":
+		return true
+	case strings.HasPrefix(driver, "overlay") && strings.EqualFold(backing, "xfs"):
+		return true
+	}
+	return false
+}
+
+// loopUnavailable says why workspace volumes cannot be ext4 images on loop
+// devices here, or "" when they can.
+func (d *Dialect) loopUnavailable(root string) string {
+	if os.Geteuid() != 0 {
+		return "the server does not run as root (loop devices need it)"
+	}
+	if d.remote() {
+		return "the engine is remote"
+	}
+	if root == "" || !filepath.IsAbs(root) {
+		return "the engine did not name its data directory"
+	}
+	for _, p := range []string{"losetup", "mkfs.ext4"} {
+		if _, err := exec.LookPath(p); err != nil {
+			return p + " is not installed"
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return "no /dev/loop-control"
+	}
+	return ""
+}
+
+// remote reports whether the CLI talks to an engine on another host.
+func (d *Dialect) remote() bool {
+	for _, kv := range append(os.Environ(), d.cli.Env...) {
+		k, v, _ := strings.Cut(kv, "=")
+		if (k == "DOCKER_HOST" || k == "CONTAINER_HOST") && v != "" && !strings.HasPrefix(v, "unix://") {
+			return true
+		}
+	}
+	return false
+}
+
+type volumeJSON struct {
+	Mountpoint string            `json:"Mountpoint"`
+	Labels     map[string]string `json:"Labels"`
+	Options    map[string]string `json:"Options"`
+}
+
+func (d *Dialect) volumeInspect(ctx context.Context, name string) (volumeJSON, error) {
+	out, err := d.cli.Output(ctx, nil, "volume", "inspect", "--", name)
+	if err != nil {
+		return volumeJSON{}, err
+	}
+	var vs []volumeJSON
+	if err := json.Unmarshal(out, &vs); err != nil {
+		return volumeJSON{}, fmt.Errorf("parse volume inspect: %w", err)
+	}
+	if len(vs) == 0 {
+		return volumeJSON{}, fmt.Errorf("volume %s: %w", name, sandbox.ErrNotFound)
+	}
+	return vs[0], nil
+}
+
+// VolumeCreateSized implements sandbox.SizedVolumeCreator with an ext4
+// image on a loop device. It returns false when a volume of that name
+// exists without a size (created before limits existed): it is kept.
+func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64) (bool, error) {
+	if !d.DiskSupport(ctx).VolumeSize {
+		return false, errors.New("sized volumes are not available on this host")
+	}
+	v, err := d.volumeInspect(ctx, name)
+	if err == nil {
+		return d.checkLoop(v)
+	}
+	if !errors.Is(err, sandbox.ErrNotFound) {
+		return false, err
+	}
+	if err := os.MkdirAll(d.disksDir, 0o700); err != nil {
+		return false, err
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	img := filepath.Join(d.disksDir, name+"."+hex.EncodeToString(rnd[:])+".ext4")
+	dev, err := makeLoopImage(ctx, img, size)
+	if err != nil {
+		return false, err
+	}
+	args := []string{"volume", "create", "--label", LabelDiskImage + "=" + img}
+	for _, k := range sortedKeys(labels) {
+		args = append(args, "--label", k+"="+labels[k])
+	}
+	args = append(args, "--opt", "type=ext4", "--opt", "device="+dev, "--", name)
+	if _, err = d.cli.Output(ctx, nil, args...); err != nil {
+		detachImage(img)
+		if errors.Is(err, sandbox.ErrAlreadyExists) { // another server won
+			if v, err := d.volumeInspect(ctx, name); err == nil {
+				return d.checkLoop(v)
+			}
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// makeLoopImage creates a sparse ext4 image of size bytes at img and
+// attaches it to a free loop device, which it returns.
+func makeLoopImage(ctx context.Context, img string, size int64) (string, error) {
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// -m 0: no blocks reserved for root, the sandbox gets the whole size.
+		err = runTool(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "workspace",
+			"-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1", img)
+	}
+	var dev string
+	if err == nil {
+		var out []byte
+		out, err = exec.CommandContext(ctx, "losetup", "--find", "--show", img).Output()
+		dev = strings.TrimSpace(string(out))
+		if err == nil && !strings.HasPrefix(dev, "/dev/loop") {
+			err = fmt.Errorf("losetup printed %q", dev)
+		}
+	}
+	if err != nil {
+		os.Remove(img)
+		return "", fmt.Errorf("make workspace image: %w", err)
+	}
+	return dev, nil
+}
+
+func runTool(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// checkLoop verifies that an existing volume's loop device is still backed
+// by its image, re-attaching the image to the same device after a reboot.
+// It returns false for a volume that has no image (a plain volume).
+func (d *Dialect) checkLoop(v volumeJSON) (bool, error) {
+	img, dev := v.Labels[LabelDiskImage], v.Options["device"]
+	if img == "" || dev == "" {
+		return false, nil
+	}
+	if loopBacking(dev) == img {
+		return true, nil
+	}
+	if _, err := os.Stat(img); err != nil {
+		return false, fmt.Errorf("workspace image %s is gone: destroy or reset with wipe_workspace", img)
+	}
+	if out, err := exec.Command("losetup", dev, img).CombinedOutput(); err != nil {
+		return false, fmt.Errorf("re-attach workspace image %s to %s: %v: %s (destroy or reset with wipe_workspace)",
+			img, dev, err, strings.TrimSpace(string(out)))
+	}
+	return true, nil
+}
+
+// loopBacking is the file behind a loop device, or "".
+func loopBacking(dev string) string {
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// detachImage detaches every loop device backed by img and deletes it.
+func detachImage(img string) {
+	out, _ := exec.Command("losetup", "--associated", img).Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		if dev, _, ok := strings.Cut(line, ":"); ok && strings.HasPrefix(dev, "/dev/loop") && loopBacking(dev) == img {
+			_ = exec.Command("losetup", "--detach", dev).Run()
+		}
+	}
+	os.Remove(img)
+}
+
+// removeImage deletes the image behind a removed volume, if it is one of
+// ours.
+func (d *Dialect) removeImage(v volumeJSON) {
+	img := v.Labels[LabelDiskImage]
+	if img == "" || !strings.HasSuffix(img, ".ext4") || strings.Contains(img, "..") ||
+		filepath.Base(filepath.Dir(img)) != "sandbox-mcp-disks" {
+		return
+	}
+	detachImage(img)
+}
+
+// RootfsDir implements sandbox.UsageDirs: overlay's upper directory.
+func (d *Dialect) RootfsDir(ctx context.Context, name string) (string, error) {
+	out, err := d.cli.Output(ctx, nil, "container", "inspect", "--format", "{{.GraphDriver.Data.UpperDir}}", "--", name)
+	if err != nil {
+		return "", err
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" || dir == "<no value>" || !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("container %s: the storage driver has no upper directory to measure", name)
+	}
+	return dir, nil
+}
+
+// VolumeDir implements sandbox.UsageDirs.
+func (d *Dialect) VolumeDir(ctx context.Context, volume string) (string, error) {
+	v, err := d.volumeInspect(ctx, volume)
+	if err != nil {
+		return "", err
+	}
+	if !filepath.IsAbs(v.Mountpoint) {
+		return "", fmt.Errorf("volume %s has no local mountpoint", volume)
+	}
+	return v.Mountpoint, nil
+}

@@ -1,0 +1,57 @@
+package docker
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+func TestRunArgsLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec sandbox.RunSpec
+		want string // the limit flags, in order
+	}{
+		{"none", sandbox.RunSpec{}, ""},
+		{"pids", sandbox.RunSpec{PidsLimit: 64}, "--pids-limit 64"},
+		{"rootfs", sandbox.RunSpec{StorageSize: "20G"}, "--storage-opt size=20G"},
+		{"both", sandbox.RunSpec{PidsLimit: 1024, StorageSize: "1G"}, "--pids-limit 1024 --storage-opt size=1G"},
+	} {
+		tc.spec.Name, tc.spec.Image = "box", "img"
+		for _, f := range []Flavor{Docker, Podman} {
+			args := RunArgs(f, tc.spec)
+			var got []string
+			for i, a := range args {
+				if a == "--pids-limit" || a == "--storage-opt" {
+					got = append(got, a, args[i+1])
+				}
+			}
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("%s/%s: limit flags %q, want %q (argv %q)", tc.name, f, got, tc.want, args)
+			}
+			if i := slices.Index(args, "--"); i < 0 || args[i+1] != "img" {
+				t.Errorf("%s: image not after --: %q", tc.name, args)
+			}
+		}
+	}
+}
+
+func TestStorageOptSupported(t *testing.T) {
+	for _, tc := range []struct {
+		driver, backing string
+		want            bool
+	}{
+		{"overlay", "extfs", false},
+		{"overlay", "xfs", true},
+		{"overlay2", "xfs", true},
+		{"btrfs", "", true},
+		{"vfs", "xfs", false},
+		{"overlay", "", false},
+	} {
+		if got := StorageOptSupported(tc.driver, tc.backing); got != tc.want {
+			t.Errorf("%s on %s: %v", tc.driver, tc.backing, got)
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
+)
+
+// Optional engine capabilities are small interfaces a Runtime may also
+// implement; the Manager discovers them by type assertion (Renamer,
+// StatsReader, DiskLimiter, SizedVolumeCreator, UsageDirs) and falls back
+// to something weaker when one is missing.
+
+// DiskLimiter is implemented by engines that can say which disk limits
+// this host enforces. The answer is worked out once and cached.
+type DiskLimiter interface {
+	DiskSupport(ctx context.Context) DiskSupport
+}
+
+// DiskSupport says how an engine on this host can bound a sandbox's disk.
+type DiskSupport struct {
+	// RootfsSize: `run --storage-opt size=` bounds the writable root
+	// filesystem (overlay on xfs with project quotas, or btrfs).
+	RootfsSize bool
+	// VolumeSize: volumes can be created with a fixed size
+	// (SizedVolumeCreator), e.g. an ext4 image on a loop device.
+	VolumeSize bool
+	// Pids: the engine enforces RunSpec.PidsLimit.
+	Pids bool
+	// Notes says why a limit is not available, for doctor.
+	Notes []string
+}
+
+// SizedVolumeCreator is implemented by engines that can create a volume of
+// a fixed size. Creating one that exists and is usable is not an error; an
+// engine may repair one whose backing storage went away (a host reboot
+// detaches loop devices).
+// It returns false when a volume of that name already exists without a
+// size (made before limits existed); it is kept as it is.
+type SizedVolumeCreator interface {
+	VolumeCreateSized(ctx context.Context, name string, labels map[string]string, bytes int64) (bool, error)
+}
+
+// UsageDirs is implemented by engines whose container and volume storage
+// is a host directory the server can read, which is what the disk watcher
+// measures.
+type UsageDirs interface {
+	// RootfsDir is the directory holding the container's writes to its
+	// root filesystem (overlay's upper directory).
+	RootfsDir(ctx context.Context, name string) (string, error)
+	// VolumeDir is the directory holding a volume's files.
+	VolumeDir(ctx context.Context, volume string) (string, error)
+}
+
+// How a disk limit is enforced on one part of a sandbox.
+const (
+	MechVolumeSize = "volume-size" // /workspace is a filesystem of that size
+	MechStorageOpt = "storage-opt" // the engine's storage quota on the rootfs
+	MechWatcher    = "watcher"     // the server polls usage and stops writers
+	MechNone       = "none"        // nothing bounds it on this host
+)
+
+// LabelLimits records on a container the limits it was booted with, e.g.
+// "disk=20G,pids=1024,workspace=volume-size,rootfs=watcher". A container
+// without it predates limits: a reset applies them.
+const LabelLimits = "io.sandbox-mcp.limits"
+
+// Limits says what bounds a sandbox's disk and processes.
+type Limits struct {
+	Disk string `json:"disk,omitempty"`
+	Pids int    `json:"pids,omitempty"`
+	// Workspace and Rootfs are the mechanisms in force: volume-size,
+	// storage-opt, watcher or none.
+	Workspace string `json:"workspace,omitempty"`
+	Rootfs    string `json:"rootfs,omitempty"`
+	// Note is set when the sandbox was booted without these limits (before
+	// they existed, or with another profile): "reset to apply".
+	Note string `json:"note,omitempty"`
+}
+
+// String renders limits for people, e.g. "disk 20G (workspace volume-size,
+// rootfs watcher), pids 1024".
+func (l Limits) String() string {
+	var parts []string
+	if l.Disk != "" {
+		parts = append(parts, fmt.Sprintf("disk %s (workspace %s, rootfs %s)", l.Disk, l.Workspace, l.Rootfs))
+	}
+	if l.Pids > 0 {
+		parts = append(parts, fmt.Sprintf("pids %d", l.Pids))
+	}
+	s := strings.Join(parts, ", ")
+	if s == "" {
+		s = "no disk or pids limits"
+	}
+	if l.Note != "" {
+		s += "; " + l.Note
+	}
+	return s
+}
+
+// encode renders limits as the value of LabelLimits.
+func (l Limits) encode() string {
+	return fmt.Sprintf("disk=%s,pids=%d,workspace=%s,rootfs=%s", l.Disk, l.Pids, l.Workspace, l.Rootfs)
+}
+
+// parseLimitsLabel reads LabelLimits; ok is false when it is missing.
+func parseLimitsLabel(s string) (Limits, bool) {
+	if s == "" {
+		return Limits{}, false
+	}
+	var l Limits
+	for _, kv := range strings.Split(s, ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "disk":
+			l.Disk = v
+		case "pids":
+			l.Pids, _ = strconv.Atoi(v)
+		case "workspace":
+			l.Workspace = v
+		case "rootfs":
+			l.Rootfs = v
+		}
+	}
+	return l, true
+}
+
+// diskSupport asks the engine what it can enforce; engines that cannot
+// say enforce nothing.
+func diskSupport(ctx context.Context, rt Runtime) DiskSupport {
+	if dl, ok := rt.(DiskLimiter); ok {
+		return dl.DiskSupport(ctx)
+	}
+	return DiskSupport{Notes: []string{rt.Kind() + " reports no disk or pids limits"}}
+}
+
+// HostLimits says how this engine and host would enforce prof's limits,
+// and what it cannot enforce (for doctor).
+func HostLimits(ctx context.Context, rt Runtime, prof Profile) (Limits, DiskSupport) {
+	ds := diskSupport(ctx, rt)
+	return planLimits(ds, rt, prof), ds
+}
+
+// planLimits decides how prof's limits are enforced for a new container.
+func planLimits(ds DiskSupport, rt Runtime, prof Profile) Limits {
+	l := Limits{Disk: prof.Disk}
+	if ds.Pids {
+		l.Pids = prof.Pids
+	}
+	if prof.Disk == "" {
+		return l
+	}
+	_, watchable := rt.(UsageDirs)
+	pick := func(native bool, mech string) string {
+		switch {
+		case native:
+			return mech
+		case watchable:
+			return MechWatcher
+		}
+		return MechNone
+	}
+	l.Workspace = pick(ds.VolumeSize, MechVolumeSize)
+	if _, ok := rt.(SizedVolumeCreator); !ok && l.Workspace == MechVolumeSize {
+		l.Workspace = pick(false, "")
+	}
+	l.Rootfs = pick(ds.RootfsSize, MechStorageOpt)
+	return l
+}
+
+// limitsOf reads the limits a container was booted with and compares them
+// with the profile it would boot with now.
+func limitsOf(c Container, prof Profile) Limits {
+	l, ok := parseLimitsLabel(c.Labels[LabelLimits])
+	switch {
+	case !ok && (prof.Disk != "" || prof.Pids > 0):
+		l.Note = "booted before disk and pids limits: reset to apply"
+	case ok && (l.Disk != prof.Disk || (l.Pids != prof.Pids && l.Pids != 0)):
+		l.Note = fmt.Sprintf("profile now asks for disk %q, pids %d: reset to apply", prof.Disk, prof.Pids)
+	}
+	return l
+}
+
+// ---- Manager side: the sandbox's limits and its disk watcher ----
+
+// prepareLimits decides a new container's limits, creates its workspace
+// volume (sized when the engine can) and fills spec's limit fields and
+// label. known skips creating the volume (a reset's replacement), but a
+// sized one is still checked so the limits reported are the real ones.
+func (m *Manager) prepareLimits(ctx context.Context, name string, prof Profile, vol string, known bool, spec *RunSpec) error {
+	lim := planLimits(diskSupport(ctx, m.rt), m.rt, prof)
+	spec.PidsLimit = lim.Pids
+	if lim.Rootfs == MechStorageOpt {
+		spec.StorageSize = prof.Disk
+	}
+	labels := m.labels(name)
+	switch svc, _ := m.rt.(SizedVolumeCreator); {
+	case lim.Workspace == MechVolumeSize:
+		size, _ := ParseSize(prof.Disk) // validated at boot
+		sized, err := svc.VolumeCreateSized(ctx, vol, labels, size)
+		if err != nil {
+			return fmt.Errorf("create workspace volume for %q: %w", name, err)
+		}
+		if !sized { // a workspace made before limits: kept, and watched
+			lim.Workspace = planLimits(DiskSupport{}, m.rt, prof).Workspace
+		}
+	case !known:
+		if err := m.rt.VolumeCreate(ctx, vol, labels); err != nil {
+			return fmt.Errorf("create workspace volume for %q: %w", name, err)
+		}
+	}
+	spec.Labels[LabelLimits] = lim.encode()
+	return nil
+}
+
+// repairWorkspace makes a stopped sandbox's sized workspace usable before
+// it starts (a host reboot detaches loop devices).
+func (m *Manager) repairWorkspace(ctx context.Context, name string, c Container) {
+	lim, _ := parseLimitsLabel(c.Labels[LabelLimits])
+	svc, ok := m.rt.(SizedVolumeCreator)
+	if !ok || lim.Workspace != MechVolumeSize {
+		return
+	}
+	size, err := ParseSize(lim.Disk)
+	if err == nil {
+		_, err = svc.VolumeCreateSized(ctx, m.volumeFor(name), m.labels(name), size)
+	}
+	if err != nil {
+		m.log.Warn("check sized workspace", "sandbox", name, "err", err)
+	}
+}
+
+// startGuard starts the disk watcher of a booted sandbox when its limits
+// call for one. The guard's goroutine ends with the sandbox (Sandbox.end).
+func (m *Manager) startGuard(ctx context.Context, sb *Sandbox) {
+	lim := sb.limits
+	ud, ok := m.rt.(UsageDirs)
+	size, err := ParseSize(lim.Disk)
+	if !ok || err != nil || (lim.Workspace != MechWatcher && lim.Rootfs != MechWatcher) {
+		return
+	}
+	var targets []diskguard.Target
+	add := func(what, dir string, err error) {
+		if err != nil {
+			m.log.Warn("disk watcher: no directory to measure", "sandbox", sb.Name, "what", what, "err", err)
+			return
+		}
+		targets = append(targets, diskguard.Target{What: what, Dir: dir, Limit: size, LimitText: lim.Disk})
+	}
+	if lim.Rootfs == MechWatcher {
+		dir, err := ud.RootfsDir(ctx, sb.Container)
+		add("the root filesystem", dir, err)
+	}
+	if lim.Workspace == MechWatcher {
+		dir, err := ud.VolumeDir(ctx, m.volumeFor(sb.Name))
+		add(m.cfg.Workdir, dir, err)
+	}
+	if len(targets) == 0 {
+		return
+	}
+	sb.guard = diskguard.Start(diskguard.Options{
+		Sandbox: sb.Name, Targets: targets, Logger: m.log,
+		Kill:   func(ctx context.Context) error { return m.killWriters(ctx, sb.Container) },
+		Report: func(msg string) { sb.notice.Store(&msg) },
+	})
+}
+
+// killWriters stops what the user's commands and jobs started in a
+// container (see guest.KillWritersScript).
+func (m *Manager) killWriters(ctx context.Context, ctr string) error {
+	_, err := m.rt.Exec(ctx, ctr, ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript}})
+	return err
+}
+
+// takeNotice returns and clears the message the disk watcher left.
+func (sb *Sandbox) takeNotice() string {
+	if p := sb.notice.Swap(nil); p != nil {
+		return *p
+	}
+	return ""
+}

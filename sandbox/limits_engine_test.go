@@ -1,0 +1,198 @@
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+func limitsManager(t *testing.T, tg enginetest.Target, prefix string, profiles map[string]sandbox.Profile) *sandbox.Manager {
+	t.Helper()
+	m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}, Profiles: profiles})
+	t.Cleanup(m.Close)
+	return m
+}
+
+// TestForkBombOnEngine: a fork bomb in a sandbox with pids=64 is bounded,
+// and the server, the sandbox and another sandbox keep working.
+func TestForkBombOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{"bomb": {Pids: 64}})
+			run(t, m, "other", shell.Request{Command: "true"})
+			in, err := m.Status(context.Background(), "bomb")
+			if err == nil {
+				t.Fatalf("bomb exists already: %+v", in)
+			}
+			run(t, m, "bomb", shell.Request{Command: "true"})
+			in, err = m.Status(context.Background(), "bomb")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("limits: %s", in.Limits)
+			if in.Limits.Note != "" {
+				t.Fatalf("fresh sandbox: %+v", in.Limits)
+			}
+			if rt.Kind() != "container" { // Apple has no pids flag: each sandbox is a VM
+				if in.Limits.Pids != 64 {
+					t.Fatalf("limits %+v", in.Limits)
+				}
+				o := run(t, m, "bomb", shell.Request{Command: "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max"})
+				if strings.TrimSpace(o.stdout) != "64" {
+					t.Fatalf("pids.max %q", o.stdout)
+				}
+			}
+			done := make(chan out, 1)
+			go func() {
+				var so, se strings.Builder
+				res, err := m.Exec(context.Background(), "bomb", shell.Request{
+					Command: "f(){ f|f& }; f; sleep 2; echo survived", Timeout: 20 * time.Second, Stdout: &so, Stderr: &se})
+				if err != nil {
+					t.Errorf("fork bomb exec: %v", err)
+				}
+				done <- out{res: res, stdout: so.String(), stderr: se.String()}
+			}()
+			// While it runs, another sandbox answers.
+			if o := run(t, m, "other", shell.Request{Command: "echo fine"}); o.stdout != "fine\n" {
+				t.Fatalf("other sandbox: %q", o.stdout)
+			}
+			select {
+			case o := <-done:
+				t.Logf("fork bomb: exit %d, timed out %v, %d bytes of stderr", o.res.ExitCode, o.res.TimedOut, len(o.stderr))
+			case <-time.After(3 * time.Minute):
+				t.Fatal("the fork bomb's command did not end")
+			}
+			var o out
+			for i := 0; ; i++ { // the bomb's last processes may still be ending
+				var so strings.Builder
+				res, err := m.Exec(context.Background(), "bomb", shell.Request{Command: "echo later", Timeout: 30 * time.Second, Stdout: &so})
+				o = out{res: res, stdout: so.String()}
+				if err == nil && o.stdout == "later\n" || i == 10 {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			if o.stdout != "later\n" {
+				t.Fatalf("after the fork bomb: %q exit %d", o.stdout, o.res.ExitCode)
+			}
+		})
+	}
+}
+
+// hostFree is the free space of the filesystem holding dir.
+func hostFree(t *testing.T, dir string) int64 {
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(dir, &s); err != nil {
+		t.Fatal(err)
+	}
+	return int64(s.Bavail) * int64(s.Bsize)
+}
+
+// storageDir is where the engine keeps containers and volumes, for
+// measuring the host's free space.
+func storageDir(tg enginetest.Target) string {
+	for _, d := range []string{"/var/lib/containers", "/var/lib/docker"} {
+		if _, err := os.Stat(d); err == nil {
+			return d
+		}
+	}
+	return "/"
+}
+
+// TestDiskLimitOnEngine: a sandbox with disk=1G writing 4 GB to /workspace
+// and to its root filesystem is stopped with a clear message, the host
+// loses at most about the limit, and after rm the sandbox works.
+func TestDiskLimitOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			m := limitsManager(t, tg, prefix, map[string]sandbox.Profile{"full": {Disk: "1G"}})
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if _, err := m.Destroy(ctx, "full"); err != nil {
+					t.Errorf("destroy: %v", err)
+				}
+				if tg.Name == "podman" && os.Geteuid() == 0 {
+					left, _ := filepath.Glob("/var/lib/containers/sandbox-mcp-disks/" + prefix + "*")
+					if len(left) > 0 {
+						t.Errorf("workspace images left after destroy: %q", left)
+					}
+				}
+			})
+			run(t, m, "full", shell.Request{Command: "true"})
+			in, err := m.Status(context.Background(), "full")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("limits: %s", in.Limits)
+			dir := storageDir(tg)
+			const limit = int64(1 << 30)
+			write := func(t *testing.T, path, mech string) {
+				if mech == sandbox.MechNone {
+					t.Skipf("nothing bounds %s on this host", path)
+				}
+				if rt.Kind() == "container" {
+					t.Skip("the stand-in passes Apple's volume size on but does not enforce it")
+				}
+				before := hostFree(t, dir)
+				var so, se strings.Builder
+				res, err := m.Exec(context.Background(), "full", shell.Request{
+					Command: "dd if=/dev/zero of=" + path + "/fill bs=1M count=4096; s=$?; sync; exit $s",
+					Timeout: 10 * time.Minute, Stdout: &so, Stderr: &se})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lost := before - hostFree(t, dir)
+				o := run(t, m, "full", shell.Request{Command: "du -sk " + path + "/fill | cut -f1"})
+				t.Logf("%s (%s): exit %d, notice %q, stderr tail %q; file %s KiB; host lost %d MiB",
+					path, mech, res.ExitCode, res.Notice, tail(se.String()), strings.TrimSpace(o.stdout), lost>>20)
+				if res.ExitCode == 0 || res.TimedOut {
+					t.Fatalf("the writer was not stopped: exit %d timed out %v", res.ExitCode, res.TimedOut)
+				}
+				switch mech {
+				case sandbox.MechWatcher:
+					if !strings.Contains(res.Notice, "passed its disk limit of 1G") {
+						t.Fatalf("notice %q", res.Notice)
+					}
+				default:
+					if !strings.Contains(se.String(), "No space left on device") {
+						t.Fatalf("stderr %q", tail(se.String()))
+					}
+				}
+				// The engine's storage is shared with other tests: allow
+				// slack, but far less than the 4 GB an unbounded write takes.
+				if lost > 2*limit+limit/2 {
+					t.Errorf("the host lost %d MiB for a 1G limit", lost>>20)
+				}
+				o = run(t, m, "full", shell.Request{Command: "rm -f " + path + "/fill && echo again > " + path + "/after && cat " + path + "/after"})
+				if o.stdout != "again\n" {
+					t.Fatalf("after rm: %q exit %d", o.stdout, o.res.ExitCode)
+				}
+				if o.res.Notice != "" {
+					t.Fatalf("a notice after rm: %q", o.res.Notice)
+				}
+			}
+			t.Run("workspace", func(t *testing.T) { write(t, "/workspace", in.Limits.Workspace) })
+			t.Run("rootfs", func(t *testing.T) { write(t, "/var/tmp", in.Limits.Rootfs) })
+		})
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 200 {
+		return s[len(s)-200:]
+	}
+	return s
+}
