@@ -135,25 +135,24 @@ func (m *Manager) runOn(ctx context.Context, sb *Sandbox, req shell.Request) (sh
 }
 
 // cutShort returns the error for a command on sb that a destroy or reset
-// ended or kept from starting, or nil if none did.
+// (or this server's shutdown) ended or kept from starting, or nil if none
+// did. A command it ended was killed: its shell died, or it ended by a
+// signal.
 func (m *Manager) cutShort(sb *Sandbox, res shell.Result, err error) error {
-	if err == nil && !res.ShellLost {
+	if err == nil && !res.ShellLost && res.ExitCode >= 0 && res.ExitCode < 128 {
 		return nil
 	}
 	cut := &CutShortError{Sandbox: sb.Name, Why: sb.Ended(), Started: err == nil && !res.NotStarted}
-	switch cut.Why {
-	case endedByDestroy:
-		cut.Destroyed = true
-	case endedByReset:
-	default:
-		// Ended here for another reason, or not at all: did another
-		// server destroy or reset it?
+	if cut.Why == "" {
+		// Not ended here: did another server destroy or reset it?
 		g, ok := m.changedElsewhere(sb)
 		if !ok {
 			return nil
 		}
-		cut.Why, cut.Destroyed = g.describe(), g.What == "destroyed"
+		cut.Why = g.describe()
+		cut.Destroyed = g.What == "destroyed"
 	}
+	cut.Destroyed = cut.Destroyed || cut.Why == endedByDestroy
 	return cut
 }
 

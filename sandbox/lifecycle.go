@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -534,6 +535,13 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	if sb != nil {
 		sb.end(endedByReset)
 	}
+	// The env store lives in the rootfs: carry it over to the new one.
+	env := m.readEnvStore(ctx, name)
+	defer func() {
+		if len(env) > 0 {
+			m.writeEnvStore(ctx, name, env)
+		}
+	}()
 	r, canRename := m.rt.(Renamer)
 	if wipeWorkspace || !canRename {
 		if _, err := m.remove(ctx, name, wipeWorkspace); err != nil {
@@ -585,4 +593,33 @@ func (m *Manager) trashName() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return m.cfg.Prefix + "-old-" + hex.EncodeToString(b[:])
+}
+
+// readEnvStore reads the env store of name's container, if it runs, with
+// a one-off exec (the shells may be gone); nil if there is none.
+func (m *Manager) readEnvStore(ctx context.Context, name string) []guest.EnvVar {
+	out, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", guest.EnvListScript}})
+	if err != nil || out.ExitCode != 0 {
+		return nil
+	}
+	return guest.ParseEnvList(out.Stdout)
+}
+
+// writeEnvStore writes vars into the env store of name's new container.
+func (m *Manager) writeEnvStore(ctx context.Context, name string, vars []guest.EnvVar) {
+	var parts []string
+	for _, v := range vars {
+		script, err := guest.EnvSetScript(v.Name, v.Value, v.Secret)
+		if err != nil {
+			continue // ParseEnvList let only valid names through
+		}
+		parts = append(parts, script)
+	}
+	out, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", strings.Join(parts, " && ")}})
+	if err == nil && out.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", out.ExitCode, bytes.TrimSpace(out.Stderr))
+	}
+	if err != nil {
+		m.log.Warn("carry env variables over the reset", "sandbox", name, "err", err)
+	}
 }

@@ -58,7 +58,7 @@ func TestManagerOnEngine(t *testing.T) {
 					t.Fatalf("stdout %q boot %+v", o.stdout, o.res.Boot)
 				}
 				o = run(t, m, box, shell.Request{Command: "true"})
-				if o.res.Boot != (sandbox.BootInfo{}) || o.res.Duration > 100*time.Millisecond {
+				if o.res.Boot != (sandbox.BootInfo{}) {
 					t.Fatalf("warm exec: boot %+v took %v", o.res.Boot, o.res.Duration)
 				}
 			})
