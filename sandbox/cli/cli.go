@@ -49,14 +49,22 @@ type Runner struct {
 }
 
 // Command prepares argv for the runner's binary with process hygiene set:
-// its own process group, SIGKILL on context end, and a bounded Wait.
+// its own process group, SIGKILL of that group on context end, and a
+// bounded Wait.
 func (r *Runner) Command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, r.Binary, args...)
 	if len(r.Env) > 0 {
 		cmd.Env = append(cmd.Environ(), r.Env...)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return cmd.Process.Kill() }
+	// The CLI leads its own group: ending it ends whatever it started too
+	// (Apple's CLI and podman's conmon helpers among them).
+	cmd.Cancel = func() error {
+		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			return cmd.Process.Kill()
+		}
+		return nil
+	}
 	cmd.WaitDelay = waitDelay
 	if r.Logger != nil && r.Logger.Enabled(ctx, slog.LevelDebug) {
 		r.Logger.Debug("engine command", "argv", cmd.Args)

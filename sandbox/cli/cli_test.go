@@ -3,7 +3,10 @@ package cli
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,4 +47,32 @@ func TestRunnerClassifiesAndKeepsStderr(t *testing.T) {
 	if !errors.Is(err, sandbox.ErrEngineMissing) || sandbox.HintOf(err) != "install it" {
 		t.Fatalf("%v", err)
 	}
+}
+
+func TestCancelKillsTheWholeGroup(t *testing.T) {
+	dir := t.TempDir()
+	r := &Runner{Binary: "sh"}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := r.Command(ctx, "-c", "sleep 300 & echo $! > "+dir+"/child; wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for i := 0; i < 300 && pid == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		b, _ := os.ReadFile(dir + "/child")
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	if pid == 0 {
+		t.Fatal("the child never started")
+	}
+	cancel()
+	_ = cmd.Wait()
+	for i := 0; i < 300; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return // gone
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("child %d of a canceled CLI run is still alive", pid)
 }
