@@ -532,11 +532,11 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	// Jobs die with the old container, and their files with its rootfs.
 	m.forgetJobs(name)
 	sb := m.detach(name)
+	// The env store lives in the rootfs: carry it over to the new one.
+	env := m.readEnvStore(ctx, name, sb)
 	if sb != nil {
 		sb.end(endedByReset)
 	}
-	// The env store lives in the rootfs: carry it over to the new one.
-	env := m.readEnvStore(ctx, name)
 	defer func() {
 		if len(env) > 0 {
 			m.writeEnvStore(ctx, name, env)
@@ -595,9 +595,17 @@ func (m *Manager) trashName() string {
 	return m.cfg.Prefix + "-old-" + hex.EncodeToString(b[:])
 }
 
-// readEnvStore reads the env store of name's container, if it runs, with
-// a one-off exec (the shells may be gone); nil if there is none.
-func (m *Manager) readEnvStore(ctx context.Context, name string) []guest.EnvVar {
+// readEnvStore reads the env store of name's container, if it runs:
+// through sb's shells when this server has them (a pipe round trip), else
+// with a one-off exec; nil if there is none.
+func (m *Manager) readEnvStore(ctx context.Context, name string, sb *Sandbox) []guest.EnvVar {
+	if sb != nil {
+		var out bytes.Buffer
+		res, err := sb.pool.Run(ctx, shell.Request{Command: guest.EnvListScript, Timeout: scriptTimeout, Stdout: &limitWriter{w: &out, n: 4 << 20}})
+		if err == nil && res.ExitCode == 0 && !res.ShellLost {
+			return guest.ParseEnvList(out.Bytes())
+		}
+	}
 	out, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", guest.EnvListScript}})
 	if err != nil || out.ExitCode != 0 {
 		return nil
