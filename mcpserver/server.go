@@ -176,15 +176,6 @@ func (s *Server) tools() []tool {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // ServeStdio serves MCP on in/out until in closes or ctx ends. Tool calls
 // run on a pool large enough that long commands do not queue short ones.
 func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.Writer, errLog *log.Logger) error {

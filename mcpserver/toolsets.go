@@ -38,7 +38,8 @@ func toolsetByName(name string) *Toolset {
 	return nil
 }
 
-func toolsetNames() []string {
+// ToolsetNames lists the toolsets by name, in order.
+func ToolsetNames() []string {
 	names := make([]string, len(Toolsets))
 	for i, t := range Toolsets {
 		names[i] = t.Name
@@ -64,7 +65,7 @@ func ResolveToolsets(list []string) ([]string, error) {
 				want[t.Name] = want[t.Name] || t.Default
 			}
 		case toolsetByName(name) == nil:
-			return nil, fmt.Errorf("unknown toolset %q: the toolsets are %s (or all, or default)", name, strings.Join(toolsetNames(), ", "))
+			return nil, fmt.Errorf("unknown toolset %q: the toolsets are %s (or all, or default)", name, strings.Join(ToolsetNames(), ", "))
 		default:
 			want[name] = true
 		}
@@ -156,11 +157,11 @@ func (s *Server) dynamicTools(all []tool) []tool {
 	enable := tool{group: "", def: newTool[ToolsetEnabled]("enable_toolset", "Enable a toolset",
 		"Enable a toolset so its tools appear (the client is told the tool list changed).",
 		mutating(true),
-		mcp.WithString("toolset", mcp.Required(), mcp.Enum(toolsetNames()...), mcp.Description("Toolset name, from toolsets."))),
+		mcp.WithString("toolset", mcp.Required(), mcp.Enum(ToolsetNames()...), mcp.Description("Toolset name, from toolsets."))),
 		handler: func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			name := req.GetString("toolset", "")
 			if toolsetByName(name) == nil {
-				return argError("enable_toolset: unknown toolset %q: the toolsets are %s", name, strings.Join(toolsetNames(), ", ")), nil
+				return argError("enable_toolset: unknown toolset %q: the toolsets are %s", name, strings.Join(ToolsetNames(), ", ")), nil
 			}
 			added := s.enable(all, []string{name})
 			if added == nil {

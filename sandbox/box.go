@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,22 @@ func (s *Sandbox) Go(fn func(ctx context.Context)) bool {
 	return true
 }
 
+// housekeep runs one of the server's own scripts on the sandbox's shells:
+// not recorded in history, not retried across a lifecycle change, bounded
+// by timeout. It returns the script's stdout (at most 4 MiB); a non-zero
+// exit, a timeout or a lost shell is an error.
+func (s *Sandbox) housekeep(ctx context.Context, script string, timeout time.Duration) ([]byte, error) {
+	var out bytes.Buffer
+	res, err := s.pool.Run(ctx, shell.Request{Command: script, Timeout: timeout, Stdout: &limitWriter{w: &out, n: 4 << 20}})
+	switch {
+	case err != nil:
+		return nil, err
+	case res.TimedOut, res.ShellLost, res.ExitCode != 0:
+		return nil, fmt.Errorf("sandbox %q: housekeeping script ended with exit %d (timed out %v, shell lost %v)", s.Name, res.ExitCode, res.TimedOut, res.ShellLost)
+	}
+	return out.Bytes(), nil
+}
+
 // Ended reports why the sandbox ended, or "" while it is in use.
 func (s *Sandbox) Ended() string {
 	if p := s.why.Load(); p != nil {
@@ -100,7 +118,8 @@ func (s *Sandbox) Ended() string {
 
 // end ends the sandbox in this process, once: it records why, closes its
 // shells (a running command sees its shell die and is told why) and
-// cancels and joins the work it owns (the disk watcher among it). The container is not touched.
+// cancels and joins the work it owns (the disk watcher among it). The
+// container is not touched.
 func (s *Sandbox) end(why string) {
 	s.once.Do(func() {
 		s.why.Store(&why)
@@ -126,7 +145,7 @@ type slot struct {
 func (m *Manager) slotFor(name string) *slot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.slotFor0(name)
+	return m.slotLocked(name)
 }
 
 // Lookup returns the sandbox if this Manager has it ready, without booting.
@@ -140,13 +159,23 @@ func (m *Manager) Lookup(name string) (*Sandbox, bool) {
 }
 
 // ready lists the sandboxes booted in this process.
-func (m *Manager) ready() []*Sandbox {
+func (m *Manager) ready() []*Sandbox { return m.booted(false) }
+
+// detachAll removes every sandbox from this process and returns them.
+func (m *Manager) detachAll() []*Sandbox { return m.booted(true) }
+
+// booted lists the sandboxes booted in this process, removing them from
+// their slots when detach is set.
+func (m *Manager) booted(detach bool) []*Sandbox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*Sandbox
 	for _, s := range m.slots {
 		if s.sb != nil {
 			out = append(out, s.sb)
+			if detach {
+				s.sb = nil
+			}
 		}
 	}
 	return out
@@ -160,12 +189,12 @@ func (m *Manager) install(sb *Sandbox) error {
 	if m.closed.Load() {
 		return ErrClosed
 	}
-	m.slotFor0(sb.Name).sb = sb
+	m.slotLocked(sb.Name).sb = sb
 	return nil
 }
 
-// slotFor0 is slotFor for a caller holding m.mu.
-func (m *Manager) slotFor0(name string) *slot {
+// slotLocked is slotFor for a caller holding m.mu.
+func (m *Manager) slotLocked(name string) *slot {
 	s := m.slots[name]
 	if s == nil {
 		s = &slot{lc: make(chan struct{}, 1)}
@@ -186,18 +215,4 @@ func (m *Manager) detach(name string) *Sandbox {
 	sb := s.sb
 	s.sb = nil
 	return sb
-}
-
-// detachAll removes every sandbox from this process and returns them.
-func (m *Manager) detachAll() []*Sandbox {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []*Sandbox
-	for _, s := range m.slots {
-		if s.sb != nil {
-			out = append(out, s.sb)
-			s.sb = nil
-		}
-	}
-	return out
 }

@@ -595,22 +595,14 @@ func (m *Manager) trashName() string {
 	return m.cfg.Prefix + "-old-" + hex.EncodeToString(b[:])
 }
 
-// readEnvStore reads the env store of name's container, if it runs:
-// through sb's shells when this server has them (a pipe round trip), else
-// with a one-off exec; nil if there is none.
+// readEnvStore reads the env store of name's container, if it runs;
+// nil if there is none.
 func (m *Manager) readEnvStore(ctx context.Context, name string, sb *Sandbox) []guest.EnvVar {
-	if sb != nil {
-		var out bytes.Buffer
-		res, err := sb.pool.Run(ctx, shell.Request{Command: guest.EnvListScript, Timeout: scriptTimeout, Stdout: &limitWriter{w: &out, n: 4 << 20}})
-		if err == nil && res.ExitCode == 0 && !res.ShellLost {
-			return guest.ParseEnvList(out.Bytes())
-		}
-	}
-	out, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", guest.EnvListScript}})
-	if err != nil || out.ExitCode != 0 {
+	out, err := m.guestScript(ctx, name, sb, guest.EnvListScript)
+	if err != nil {
 		return nil
 	}
-	return guest.ParseEnvList(out.Stdout)
+	return guest.ParseEnvList(out)
 }
 
 // writeEnvStore writes vars into the env store of name's new container.
@@ -623,11 +615,27 @@ func (m *Manager) writeEnvStore(ctx context.Context, name string, vars []guest.E
 		}
 		parts = append(parts, script)
 	}
-	out, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", strings.Join(parts, " && ")}})
+	sb, _ := m.Lookup(name)
+	if _, err := m.guestScript(ctx, name, sb, strings.Join(parts, " && ")); err != nil {
+		m.log.Warn("carry env variables over the reset", "sandbox", name, "err", err)
+	}
+}
+
+// guestScript runs one of the server's scripts in name's container:
+// through sb's shells when this server has them (a pipe round trip), else
+// with a one-off engine exec. It returns stdout; a non-zero exit is an error.
+func (m *Manager) guestScript(ctx context.Context, name string, sb *Sandbox, script string) ([]byte, error) {
+	if sb != nil {
+		if out, err := sb.housekeep(ctx, script, scriptTimeout); err == nil {
+			return out, nil
+		}
+	}
+	out, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", script}})
 	if err == nil && out.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", out.ExitCode, bytes.TrimSpace(out.Stderr))
 	}
 	if err != nil {
-		m.log.Warn("carry env variables over the reset", "sandbox", name, "err", err)
+		return nil, err
 	}
+	return out.Stdout, nil
 }

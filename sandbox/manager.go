@@ -10,7 +10,6 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
-	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
@@ -194,11 +193,9 @@ func (m *Manager) markActivity() {
 		}
 		for _, sb := range due {
 			sb.lastTouched.Store(now)
-			ctx, cancel := context.WithTimeout(m.life, 10*time.Second)
-			if _, err := sb.pool.Run(ctx, shell.Request{Command: guest.TouchActivity, Timeout: 5 * time.Second}); err != nil {
+			if _, err := sb.housekeep(m.life, guest.TouchActivity, 5*time.Second); err != nil {
 				m.log.Debug("mark sandbox active", "sandbox", sb.Name, "err", err)
 			}
-			cancel()
 		}
 	}
 }

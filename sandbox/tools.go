@@ -230,15 +230,12 @@ func (m *Manager) noteSecrets(ctx context.Context, sb *Sandbox) {
 	if names, _ := guest.ExportedValue(st.Exports, guest.EnvSecretsVar); names == "" {
 		return
 	}
-	var out bytes.Buffer
-	rctx, cancel := context.WithTimeout(ctx, scriptTimeout)
-	defer cancel()
-	res, err := sb.pool.Run(rctx, shell.Request{Command: guest.EnvListScript, Stdout: &limitWriter{w: &out, n: 4 << 20}})
-	if err != nil || res.ExitCode != 0 {
+	out, err := sb.housekeep(ctx, guest.EnvListScript, scriptTimeout)
+	if err != nil {
 		sb.envGen.Store(nil) // try again after the next command
 		return
 	}
-	for _, v := range guest.ParseEnvList(out.Bytes()) {
+	for _, v := range guest.ParseEnvList(out) {
 		if v.Secret {
 			m.history.AddSecret(v.Value)
 		}
@@ -307,10 +304,7 @@ func (m *Manager) Health(ctx context.Context) Health {
 	for _, in := range list {
 		st := string(in.State)
 		if sb, ok := m.Lookup(in.Name); ok {
-			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			res, err := sb.pool.Run(pctx, shell.Request{Command: "true"})
-			cancel()
-			if err != nil || res.ExitCode != 0 {
+			if _, err := sb.housekeep(ctx, "true", 5*time.Second); err != nil {
 				st = "not responding"
 			} else {
 				st = "ok"

@@ -175,7 +175,7 @@ func Settings() []Setting {
 				return nil
 			}},
 		{Flag: "toolsets", Env: "SANDBOX_MCP_TOOLSETS", ServeOnly: true,
-			Usage: "tool groups to expose, comma-separated: " + strings.Join(toolsetNames(), ", ") + ", default (core,jobs,lifecycle) or all",
+			Usage: "tool groups to expose, comma-separated: " + strings.Join(mcpserver.ToolsetNames(), ", ") + ", default (core,jobs,lifecycle) or all",
 			set: func(c *Config, v string) error {
 				sets := SplitList(v)
 				if _, err := mcpserver.ResolveToolsets(sets); err != nil {
@@ -492,12 +492,4 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
-}
-
-func toolsetNames() []string {
-	names := make([]string, len(mcpserver.Toolsets))
-	for i, t := range mcpserver.Toolsets {
-		names[i] = t.Name
-	}
-	return names
 }
