@@ -29,6 +29,7 @@ func waitJob(t *testing.T, s *server, sb, job string) result {
 }
 
 func TestJobs(t *testing.T) {
+	enginetest.QuietDisk(t) // job records live in the state file
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
@@ -154,6 +155,7 @@ func TestJobs(t *testing.T) {
 // exec and after starting a job; the next server on the same state finds
 // the sandbox, runs commands, and reads and kills the job.
 func TestJobsSurviveSIGKILL(t *testing.T) {
+	enginetest.QuietDisk(t) // job records live in the state file
 	tg := enginetest.Targets(t)[0]
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()

@@ -19,6 +19,7 @@ import (
 // or truncated while a server runs never blocks or breaks exec; the tools
 // that need the file say what is wrong, and recover once it is fixed.
 func TestStateFileAbuse(t *testing.T) {
+	enginetest.QuietDisk(t) // it asserts what the state file does
 	tg := enginetest.Targets(t)[0]
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()

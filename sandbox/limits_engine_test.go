@@ -113,6 +113,7 @@ func storageDir(tg enginetest.Target) string {
 // and to its root filesystem is stopped with a clear message, the host
 // loses at most about the limit, and after rm the sandbox works.
 func TestDiskLimitOnEngine(t *testing.T) {
+	enginetest.FillsDisk(t)
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			rt := tg.New()
