@@ -136,7 +136,10 @@ func (p *Pool) acquire(ctx context.Context) (*Shell, error) {
 // release returns a shell to the idle list, or closes it when drop is set.
 func (p *Pool) release(sh *Shell, drop bool) {
 	p.mu.Lock()
-	if drop || p.closed {
+	if p.closed {
+		// Close took the shell from the live set and closes it.
+		p.mu.Unlock()
+	} else if drop {
 		delete(p.live, sh)
 		p.closeLater(sh)
 		p.mu.Unlock()
@@ -171,7 +174,8 @@ func (p *Pool) Close() {
 }
 
 // closeLater closes a dropped shell off the caller's path; Close waits for
-// it. The caller holds p.mu.
+// it. The caller holds p.mu and has seen the pool open, so every Add comes
+// before Close's Wait.
 func (p *Pool) closeLater(sh *Shell) {
 	p.closing.Add(1)
 	go func() {
