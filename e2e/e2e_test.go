@@ -245,7 +245,7 @@ func scenarios(t *testing.T, s *server) {
 	})
 	t.Run("exec exit and self-kill", func(t *testing.T) {
 		r := s.call(t, "exec", map[string]any{"command": "exit 4"})
-		if r.num("exit_code") != 4 || r.data["shell_restarted"] != true {
+		if r.num("exit_code") != 4 || r.data["shell_restarted"] == true {
 			t.Fatalf("%+v", r)
 		}
 		r = s.call(t, "exec", map[string]any{"command": "kill -9 $$"})

@@ -1,6 +1,9 @@
 package guest
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // ExportNames returns the variable names in the output of `export -p` as
 // printed by dash, busybox ash and bash (`export NAME='v'`, `export NAME`,
@@ -75,4 +78,100 @@ func skipLine(text string, i int) int {
 		return len(text)
 	}
 	return i + j + 1
+}
+
+// Export is one variable of `export -p` output: its name and the whole
+// statement that sets it (which may span lines).
+type Export struct {
+	Name, Stmt string
+}
+
+// ParseExports splits `export -p` output into its statements, in order.
+// Lines that are not export statements are dropped.
+func ParseExports(text string) []Export {
+	var out []Export
+	i := 0
+	for i < len(text) {
+		line := text[i:]
+		var prefix string
+		switch {
+		case strings.HasPrefix(line, "export "):
+			prefix = "export "
+		case strings.HasPrefix(line, "declare -x "):
+			prefix = "declare -x "
+		}
+		if prefix == "" {
+			i = skipLine(text, i)
+			continue
+		}
+		start := i
+		i += len(prefix)
+		nameStart := i
+		for i < len(text) && text[i] != '=' && text[i] != '\n' {
+			i++
+		}
+		name := text[nameStart:i]
+		if i < len(text) && text[i] == '=' {
+			i = skipValue(text, i+1)
+		}
+		stmt := strings.TrimSuffix(text[start:min(i, len(text))], "\n")
+		i = skipLine(text, i)
+		if validVarName(name) {
+			out = append(out, Export{Name: name, Stmt: stmt})
+		}
+	}
+	return out
+}
+
+// MergeState applies the changes a command made (from before to after) to
+// base, the state other commands may have changed meanwhile: per variable
+// the last writer wins, and the directory moves only if the command moved
+// it.
+func MergeState(base, before, after State) State {
+	if base == before {
+		return after
+	}
+	if after.Cwd != before.Cwd {
+		base.Cwd = after.Cwd
+	}
+	if after.Exports == before.Exports {
+		return base
+	}
+	was := map[string]string{}
+	for _, e := range ParseExports(before.Exports) {
+		was[e.Name] = e.Stmt
+	}
+	now := map[string]string{}
+	for _, e := range ParseExports(after.Exports) {
+		now[e.Name] = e.Stmt
+	}
+	merged := map[string]string{}
+	var names []string
+	for _, e := range ParseExports(base.Exports) {
+		merged[e.Name] = e.Stmt
+		names = append(names, e.Name)
+	}
+	for n, stmt := range now {
+		if was[n] != stmt {
+			if _, ok := merged[n]; !ok {
+				names = append(names, n)
+			}
+			merged[n] = stmt
+		}
+	}
+	for n := range was {
+		if _, ok := now[n]; !ok {
+			delete(merged, n)
+		}
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, n := range names {
+		if stmt, ok := merged[n]; ok {
+			b.WriteString(stmt)
+			b.WriteByte('\n')
+		}
+	}
+	base.Exports = b.String()
+	return base
 }

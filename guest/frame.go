@@ -3,6 +3,7 @@ package guest
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -25,17 +26,41 @@ func InitFrame(marker, init string) string {
 	if init != "" {
 		b.WriteString("{ command eval " + quote(init) + "; } </dev/null >/dev/null 2>&1 3>&- 4>&-\n")
 	}
-	b.WriteString("__sbx_rc=0; printf '%s' \"$$\" >&3\n")
-	b.WriteString(trailer(marker))
+	b.WriteString("printf '%s>\\n' " + marker + " >&3; printf '%s<\\n' " + marker + " >&4\n")
+	b.WriteString("__sbx_rc=0; __sbx_b=; printf '%s' \"$$\" >&3\n")
+	b.WriteString(stateBlock(marker, "3") + "\n" + trailer(marker))
 	return b.String()
 }
 
-// trailer ends every frame: status, working directory and exports on
-// stdout, and the marker alone on stderr.
-func trailer(marker string) string {
-	return "printf '\\n%s %d\\n%s\\n' " + marker + " \"$__sbx_rc\" \"$PWD\" >&3; export -p >&3; " +
-		"printf '%s.\\n' " + marker + " >&3; printf '\\n%s\\n' " + marker + " >&4\n"
+// A frame's streams, for marker M:
+//
+//	stdout: M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status>\nM.\n
+//	stderr: M<\n <output> \nM\n
+//
+// The beacons (M> and M<) open the frame: bytes before them were written
+// by a process an earlier command left behind. The state block is missing
+// when an isolated command ended without reporting its state (killed, or
+// it replaced itself with exec); the shell state is then unchanged. <bg> is
+// 1 when the command started background processes, which may still hold
+// its output.
+
+// stateBlock reports the shell's working directory and exports. It uses
+// only special builtins, which no function can replace, and printf behind
+// a backslash (no alias) after removing any function of that name.
+func stateBlock(marker, fd string) string {
+	return "case \"${!-}\" in \"$__sbx_b\") __sbx_b=0;; *) __sbx_b=1;; esac; \\unset -f printf; " +
+		"\\printf '\\n%s=%s %s\\n' " + marker + " \"$__sbx_b\" \"$PWD\" >&" + fd + "; \\export -p >&" + fd
 }
+
+// trailer ends every frame: the status on stdout, the marker alone on stderr.
+func trailer(marker string) string {
+	return "printf '\\n%s %d\\n%s.\\n' " + marker + " \"$__sbx_rc\" " + marker + " >&3; printf '\\n%s\\n' " + marker + " >&4\n"
+}
+
+// RunVar marks every process of a command (its value is the command's run
+// ID), so a timeout or cancel can find and end all of them, including those
+// that left the command's process tree.
+const RunVar = "SANDBOX_MCP_RUN"
 
 // Command is one command to run in the shell.
 type Command struct {
@@ -44,23 +69,85 @@ type Command struct {
 	Stdin []byte
 	// Workdir, if set, is the directory for this command only.
 	Workdir string
+	// RunID is exported as RunVar to the command.
+	RunID string
+}
+
+// Frame is the text that runs one command, and how it runs.
+type Frame struct {
+	Script string
+	// Isolated means the command runs in a subshell of the framing shell:
+	// a timeout ends that subshell and the shell lives on. Otherwise the
+	// command runs in the framing shell itself, and ending it before its
+	// end means ending the shell.
+	Isolated bool
 }
 
 // CommandFrame builds the text that runs one command in the shell.
 // prelude (may be empty) restores shared state before the command; it runs
 // with its output discarded.
-func CommandFrame(marker string, req Command, prelude string) (string, error) {
+//
+// A command that may change the shell in ways other than its working
+// directory and exports (options, limits, traps, aliases, functions, exit,
+// exec: see NeedsIsolation), or that has stdin, runs in a subshell that
+// reports its state when it exits, so nothing else it does outlives it.
+// Other commands run in the framing shell itself, which costs no fork.
+func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	if strings.IndexByte(req.Command, 0) >= 0 || strings.IndexByte(req.Workdir, 0) >= 0 {
-		return "", ErrNULInCommand
+		return Frame{}, ErrNULInCommand
+	}
+	if !validRunID(req.RunID) {
+		return Frame{}, fmt.Errorf("run id %q: want 8-64 letters or digits", req.RunID)
 	}
 	var b strings.Builder
 	if prelude != "" {
 		b.WriteString("{ command eval " + quote(prelude) + "; } </dev/null >/dev/null 2>&1 3>&- 4>&-\n")
 	}
-	in := "/dev/null"
+	// The beacons tell output of this command from output of processes
+	// an earlier one left behind; the stderr one also tells a shell that
+	// died before the command from one that died during it.
+	b.WriteString("printf '%s>\\n' " + marker + " >&3; printf '%s<\\n' " + marker + " >&4\n")
+	isolated := req.Stdin != nil || NeedsIsolation(req.Command)
+	// fds 1 and 2 are re-pointed at the protocol fds for the command, so a
+	// permanent redirection inside it (`exec >/dev/null`) ends with it.
+	run := "command eval " + quote(req.Command)
+	cd := ""
+	if req.Workdir != "" {
+		cd = "cd -- " + quote(req.Workdir) + " </dev/null 3>&- 4>&- && "
+	}
+	if !isolated {
+		b.WriteString("__sbx_b=${!-}; export " + RunVar + "=" + req.RunID + "\n")
+		if cd != "" {
+			b.WriteString("__sbx_o=$PWD; ")
+		}
+		b.WriteString(cd + run + " </dev/null >&3 2>&4 3>&- 4>&-\n__sbx_rc=$?; unset " + RunVar + "\n")
+		if cd != "" {
+			b.WriteString("cd -- \"$__sbx_o\" 2>/dev/null; unset __sbx_o\n")
+		}
+		b.WriteString(stateBlock(marker, "3") + "\n")
+		b.WriteString(trailer(marker))
+		return Frame{Script: b.String()}, nil
+	}
+	// The subshell reports its state when the command ends, whether by
+	// finishing, `exit` or `set -e`: first in line after the command, and
+	// from an EXIT trap in case it did not get there. Tracing (`set -x`) is
+	// switched off first so none of this shows in the command's stderr.
+	// With a workdir for this command only, the directory it started in is
+	// reported.
+	report := "{ __sbx_rc=$?; \\set +xv; } 2>/dev/null; "
+	if cd != "" {
+		report += "\\unset -f cd; \\cd -- \"$__sbx_o\" 2>/dev/null; "
+	}
+	report += "\\unset " + RunVar + "; " + stateBlock(marker, "9") + "; __sbx_done=1; \\exit $__sbx_rc"
+	trap := "case \"${__sbx_done-}\" in \"\") " + report + ";; esac"
+	// One line (newlines only inside quotes), so a here-document for stdin
+	// starts after it.
+	sub := "( \\trap " + quote(trap) + " EXIT; __sbx_b=${!-}; __sbx_o=$PWD; export " + RunVar + "=" + req.RunID + "; " +
+		cd + run + " >&3 2>&4 3>&- 4>&-; " + report + "; ) 9>&3"
 	if req.Stdin != nil {
-		in = "/tmp/.sandbox-mcp-stdin-" + marker
-		b.WriteString("base64 -d >" + in + " <<'" + marker + "'\n")
+		// A pipe, not a file: the command's own disk pressure cannot
+		// truncate its input, and nothing is left behind.
+		b.WriteString("base64 -d <<'" + marker + "' 2>/dev/null 3>&- 4>&- | " + sub + "\n")
 		enc := base64.StdEncoding.EncodeToString(req.Stdin)
 		for len(enc) > 76 {
 			b.WriteString(enc[:76])
@@ -68,24 +155,25 @@ func CommandFrame(marker string, req Command, prelude string) (string, error) {
 			enc = enc[76:]
 		}
 		b.WriteString(enc + "\n" + marker + "\n")
-	}
-	// fds 1 and 2 are re-pointed at the protocol fds for the command, so a
-	// permanent redirection inside it (`exec >/dev/null`) ends with it.
-	// The start beacon tells a shell that died before the command from one
-	// that died during it.
-	b.WriteString("printf '%s<\\n' " + marker + " >&4\n")
-	run := "command eval " + quote(req.Command) + " <" + in + " >&3 2>&4 3>&- 4>&-"
-	if req.Workdir != "" {
-		b.WriteString("__sbx_o=$PWD; cd -- " + quote(req.Workdir) + " </dev/null 3>&- 4>&- && " + run +
-			"\n__sbx_rc=$?; cd -- \"$__sbx_o\" 2>/dev/null\n")
 	} else {
-		b.WriteString(run + "\n__sbx_rc=$?\n")
+		b.WriteString(sub + " </dev/null\n")
 	}
-	if req.Stdin != nil {
-		b.WriteString("rm -f " + in + "\n")
-	}
+	b.WriteString("__sbx_rc=$?\n")
 	b.WriteString(trailer(marker))
-	return b.String(), nil
+	return Frame{Script: b.String(), Isolated: true}, nil
+}
+
+func validRunID(id string) bool {
+	if len(id) < 8 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // State is the shell state kept across commands and shells.
@@ -131,59 +219,75 @@ func validVarName(n string) bool {
 	return true
 }
 
-// KillTreeScript, run as `sh -c KillTreeScript sh PID SELF`, kills with
-// SIGKILL every descendant of PID and the process groups they lead, and PID
-// itself when SELF is 1. It needs only a POSIX sh and /proc, and runs its
-// scan twice to catch processes forked during the first pass.
-const KillTreeScript = `root=$1; self=$2
-rootpg=
-scan() {
+// KillRunScript, run as `sh -c KillRunScript sh SHELLPID RUNID SELF`, ends
+// one command: every process whose environment carries RunVar=RUNID and
+// every descendant of the shell SHELLPID (the shell itself only when SELF
+// is 1). It stops them first, pass after pass until a pass finds none new,
+// so a command that forks (a fork bomb) cannot outrun it, then kills them
+// all with SIGKILL. An empty RUNID ends the shell's descendants only. It forks nothing (builtins and /proc only), so it works
+// in a sandbox that has no free process slots left.
+const KillRunScript = `shell=$1; id=$2; self=$3
+stopped=" "
+pass=0
+while [ "$pass" -lt 200 ]; do
+	pass=$((pass+1))
 	list=
+	desc=" $shell "
 	for d in /proc/[0-9]*; do
+		p=${d#/proc/}
+		[ "$p" = "$$" ] && continue
 		line=
 		read -r line <"$d/stat" 2>/dev/null || continue
 		rest=${line##*) }
 		set -- $rest
-		list="$list ${d#/proc/}:$2:$3"
-		[ "${d#/proc/}" = "$root" ] && rootpg=$3
+		if [ -n "$id" ]; then
+			e=
+			read -r e <"$d/environ" 2>/dev/null
+			case "$e" in *"` + RunVar + `=$id"*) [ "$p" != "$shell" ] && desc="$desc$p " ;; esac
+		fi
+		list="$list $p:$2"
 	done
-	desc=" $root "
 	changed=1
 	while [ "$changed" = 1 ]; do
 		changed=0
 		for e in $list; do
-			p=${e%%:*}; r=${e#*:}; pp=${r%%:*}
+			p=${e%%:*}; pp=${e#*:}
 			case "$desc" in *" $pp "*)
 				case "$desc" in *" $p "*) ;; *) desc="$desc$p "; changed=1 ;; esac ;;
 			esac
 		done
 	done
-	for e in $list; do
-		p=${e%%:*}; r=${e#*:}; pg=${r#*:}
-		case "$desc" in *" $p "*)
-			[ "$p" = "$root" ] && continue
-			kill -9 "$p" 2>/dev/null
-			[ "$pg" != "$rootpg" ] && [ "$pg" != 0 ] && kill -9 -- "-$pg" 2>/dev/null
-			;;
-		esac
+	new=0
+	for p in $desc; do
+		[ "$p" = "$shell" ] && continue
+		case "$stopped" in *" $p "*) continue ;; esac
+		kill -STOP "$p" 2>/dev/null && { stopped="$stopped$p "; new=1; }
 	done
-}
-scan; scan
-[ "$self" = 1 ] && kill -9 "$root" 2>/dev/null
+	[ "$new" = 0 ] && break
+done
+for p in $stopped; do kill -9 "$p" 2>/dev/null; done
+[ "$self" = 1 ] && kill -9 "$shell" 2>/dev/null
 exit 0
 `
 
-// ParseTrailer parses the part of the stdout trailer after the marker and
-// space: "<status>\n<cwd>\n<export -p>" (the closing marker line removed).
-func ParseTrailer(t string) (code int, st State, ok bool) {
-	line, rest, found := strings.Cut(t, "\n")
+// ParseState parses a frame's state block (after the marker and "="):
+// "<bg> <cwd>\n<export -p>". bg reports that the command started background
+// processes.
+func ParseState(t string) (st State, bg bool, ok bool) {
+	line, exports, found := strings.Cut(t, "\n")
 	if !found {
-		return 0, st, false
+		return st, false, false
 	}
-	code, err := strconv.Atoi(line)
-	if err != nil {
-		return 0, st, false
+	flag, cwd, found := strings.Cut(line, " ")
+	if !found || (flag != "0" && flag != "1") {
+		return st, false, false
 	}
-	st.Cwd, st.Exports, _ = strings.Cut(rest, "\n")
-	return code, st, true
+	return State{Cwd: cwd, Exports: exports}, flag == "1", true
+}
+
+// ParseStatus parses a frame's trailer (after the marker and space):
+// "<status>".
+func ParseStatus(t string) (int, bool) {
+	code, err := strconv.Atoi(strings.TrimSpace(t))
+	return code, err == nil
 }

@@ -29,6 +29,17 @@ type goldenCase struct {
 
 func text(s string) func() (string, error) { return func() (string, error) { return s, nil } }
 
+// frame builds a command frame with marker sbxM and a fixed run ID.
+func frame(c Command, prelude string) func() (string, error) {
+	return func() (string, error) {
+		if c.RunID == "" {
+			c.RunID = "run0123456789"
+		}
+		f, err := CommandFrame("sbxM", c, prelude)
+		return f.Script, err
+	}
+}
+
 // argv renders an argv as the sh command line that runs it.
 func argv(a []string) string {
 	q := make([]string, len(a))
@@ -42,24 +53,22 @@ var goldenCases = []goldenCase{
 	// Framing.
 	{"init_frame", text(InitFrame("sbxM", ""))},
 	{"init_frame_hostile", text(InitFrame("sbxM", hostile))},
-	{"command_frame", func() (string, error) { return CommandFrame("sbxM", Command{Command: "echo hello; pwd"}, "") }},
-	{"command_frame_hostile", func() (string, error) {
-		return CommandFrame("sbxM", Command{
-			Command: hostile + markerLike,
-			Workdir: "-dir/it's $(x)\nnext",
-			Stdin:   []byte(strings.Repeat("stdin with 'quotes' and sbxM\n", 8)),
-		}, "export A='it'\\''s'\ncd -- '/tmp'\n")
-	}},
-	{"command_frame_syntax_error", func() (string, error) { return CommandFrame("sbxM", Command{Command: "fi ( '"}, "") }},
-	{"command_frame_empty_stdin", func() (string, error) {
-		return CommandFrame("sbxM", Command{Command: "cat", Stdin: []byte{}}, "")
-	}},
+	{"command_frame", frame(Command{Command: "echo hello; pwd"}, "")},
+	{"command_frame_workdir", frame(Command{Command: "pwd", Workdir: "/usr"}, "")},
+	{"command_frame_isolated", frame(Command{Command: "set -e; false", Workdir: "/usr"}, "")},
+	{"command_frame_hostile", frame(Command{
+		Command: hostile + markerLike,
+		Workdir: "-dir/it's $(x)\nnext",
+		Stdin:   []byte(strings.Repeat("stdin with 'quotes' and sbxM\n", 8)),
+	}, "export A='it'\\''s'\ncd -- '/tmp'\n")},
+	{"command_frame_syntax_error", frame(Command{Command: "fi ( '"}, "")},
+	{"command_frame_empty_stdin", frame(Command{Command: "cat", Stdin: []byte{}}, "")},
 	{"restore", text(Restore(State{
 		Cwd:     hostile,
 		Exports: "export A='it'\\''s'\nexport ML='a\nexport FAKE=1\nb'\nexport NOVAL",
 	}, []string{"A", "GONE", "9bad", "$(id)", "NOVAL"}))},
 	{"restore_cwd_only", text(Restore(State{Cwd: "/workspace"}, nil))},
-	{"kill_tree", text(KillTreeScript)},
+	{"kill_run", text(KillRunScript)},
 
 	// The env and install tools.
 	{"init_script", text(InitScript("/workspace"))},
@@ -153,8 +162,9 @@ func TestGoldenParses(t *testing.T) {
 // TestBuildersReject covers the inputs the builders refuse rather than quote.
 func TestBuildersReject(t *testing.T) {
 	for name, build := range map[string]func() (string, error){
-		"command with NUL":      func() (string, error) { return CommandFrame("sbxM", Command{Command: "a\x00b"}, "") },
-		"workdir with NUL":      func() (string, error) { return CommandFrame("sbxM", Command{Command: "a", Workdir: "/\x00"}, "") },
+		"command with NUL":      frame(Command{Command: "a\x00b"}, ""),
+		"workdir with NUL":      frame(Command{Command: "a", Workdir: "/\x00"}, ""),
+		"run id with a quote":   frame(Command{Command: "a", RunID: "abc'defgh"}, ""),
 		"env name with a dash":  func() (string, error) { return EnvSetScript("-x", "v", false) },
 		"env name with $":       func() (string, error) { return EnvSetScript("A$(id)", "v", false) },
 		"env value with NUL":    func() (string, error) { return EnvSetScript("A", "\x00", false) },
@@ -191,15 +201,21 @@ func TestNormalizeSignal(t *testing.T) {
 	}
 }
 
-func TestParseTrailer(t *testing.T) {
-	code, st, ok := ParseTrailer("3\n/tmp/a b\nexport A='1'\nexport B='x\ny'\n")
-	if !ok || code != 3 || st.Cwd != "/tmp/a b" || st.Exports != "export A='1'\nexport B='x\ny'\n" {
-		t.Fatalf("got %d %+v %v", code, st, ok)
+func TestParseState(t *testing.T) {
+	st, bg, ok := ParseState("1 /tmp/a b\nexport A='1'\nexport B='x\ny'\n")
+	if !ok || !bg || st.Cwd != "/tmp/a b" || st.Exports != "export A='1'\nexport B='x\ny'\n" {
+		t.Fatalf("got %+v %v %v", st, bg, ok)
 	}
-	for _, bad := range []string{"", "3", "x\n/\n"} {
-		if _, _, ok := ParseTrailer(bad); ok {
+	for _, bad := range []string{"", "3", "x /\n", "2 /\n"} {
+		if _, _, ok := ParseState(bad); ok {
 			t.Errorf("%q: accepted", bad)
 		}
+	}
+	if code, ok := ParseStatus("137\n"); !ok || code != 137 {
+		t.Errorf("ParseStatus = %d, %v", code, ok)
+	}
+	if _, ok := ParseStatus("x"); ok {
+		t.Error("ParseStatus accepted x")
 	}
 }
 

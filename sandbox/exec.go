@@ -219,11 +219,30 @@ func (h containerHost) Command(ctx context.Context) *exec.Cmd {
 	return h.rt.ExecCommand(ctx, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true})
 }
 
-func (h containerHost) KillTree(ctx context.Context, pid int, self bool) error {
+// KillRun runs guest.KillRunScript in a process of its own. In a sandbox
+// whose process slots are all taken (a fork bomb) starting it can fail
+// while the bomb holds every slot, so it is tried a few times: the script
+// itself forks nothing, and stopping the bomb's processes frees no slot
+// but keeps them from taking the next one.
+func (h containerHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
 	s := "0"
 	if self {
 		s = "1"
 	}
-	_, err := h.rt.Exec(ctx, h.name, ExecSpec{Argv: []string{"sh", "-c", guest.KillTreeScript, "sh", strconv.Itoa(pid), s}})
-	return err
+	spec := ExecSpec{Argv: []string{"sh", "-c", guest.KillRunScript, "sh", strconv.Itoa(pid), runID, s}}
+	var err error
+	for attempt := range killAttempts {
+		if _, err = h.rt.Exec(ctx, h.name, spec); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(attempt+1) * 50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("end the command's processes: %w", err)
 }
+
+// killAttempts bounds the tries of KillRun.
+const killAttempts = 8

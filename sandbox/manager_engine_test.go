@@ -98,8 +98,9 @@ func TestManagerOnEngine(t *testing.T) {
 			})
 			t.Run("exit and self-kill", func(t *testing.T) {
 				run(t, m, box, shell.Request{Command: "export KEEP=2"})
-				o := run(t, m, box, shell.Request{Command: "exit 5"})
-				if o.res.ExitCode != 5 || !o.res.ShellLost {
+				// exit ends the command, not the shell.
+				o := run(t, m, box, shell.Request{Command: "export KEEP=2; exit 5"})
+				if o.res.ExitCode != 5 || o.res.ShellLost {
 					t.Fatalf("exit: %+v", o.res.Result)
 				}
 				o = run(t, m, box, shell.Request{Command: "kill -9 $$"})

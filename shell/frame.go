@@ -64,3 +64,23 @@ func partialSuffix(b, pat []byte) int {
 	}
 	return 0
 }
+
+// next consumes and returns one byte.
+func (f *frameReader) next() (byte, error) {
+	for len(f.buf) == 0 {
+		n, err := f.r.Read(f.tmp)
+		f.buf = append(f.buf, f.tmp[:n]...)
+		if n == 0 && err != nil {
+			return 0, err
+		}
+	}
+	c := f.buf[0]
+	f.buf = f.buf[1:]
+	return c, nil
+}
+
+// drain discards the rest of the stream until it ends.
+func (f *frameReader) drain() {
+	f.buf = nil
+	_, _ = io.Copy(io.Discard, f.r)
+}

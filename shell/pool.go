@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 )
 
 // DefaultPoolSize is how many shells a sandbox may run commands in at once.
 const DefaultPoolSize = 4
+
+// maxRetired bounds the shells kept open only so that background processes
+// left behind by a command can still write to them (see Result.LeftBehind).
+// Past it the oldest is closed, and what its processes write then fails.
+const maxRetired = 4
 
 // ErrPoolClosed is returned by Run after Close.
 var ErrPoolClosed = errors.New("shell pool closed")
@@ -28,6 +34,7 @@ type Pool struct {
 	mu      sync.Mutex
 	idle    []*Shell
 	live    map[*Shell]struct{}
+	retired []*Shell
 	state   State
 	version uint64 // 0: no state known yet
 	closed  bool
@@ -52,36 +59,68 @@ func (p *Pool) Warm(ctx context.Context) error {
 	return nil
 }
 
-// Run runs one command on an idle or new shell.
+// Run runs one command on an idle or new shell. req.Timeout counts from
+// the call: time spent waiting for a free shell is part of it, and is
+// reported in Result.Queued.
 func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
-	sh, err := p.acquire(ctx)
+	start := time.Now()
+	actx := ctx
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(ctx, start.Add(req.Timeout))
+		defer cancel()
+	}
+	sh, err := p.acquire(actx)
+	queued := time.Since(start)
 	if err != nil {
-		return Result{}, err
+		if ctx.Err() == nil && actx.Err() != nil {
+			// The timeout passed while every shell was busy.
+			return Result{ExitCode: 124, TimedOut: true, NotStarted: true, Queued: queued, Duration: queued}, nil
+		}
+		return Result{Queued: queued}, err
+	}
+	if req.Timeout > 0 {
+		req.Timeout = max(req.Timeout-queued, time.Millisecond)
 	}
 	p.mu.Lock()
-	var prelude string
-	target := sh.state
+	var target *State
+	before := sh.state
 	if p.version != 0 && sh.version != p.version {
-		prelude = guest.Restore(p.state, guest.ExportNames(sh.state.Exports))
-		target = p.state
+		st := p.state
+		target = &st
+		before = st
 	}
-	prelude += p.opts.EachCommand
-	version := p.version
 	p.mu.Unlock()
 
-	res, err := sh.Run(ctx, req, prelude)
+	res, err := sh.run(ctx, req, target, p.opts.EachCommand)
+	res.Queued = queued
 	if err == nil && !res.ShellLost {
 		p.mu.Lock()
-		sh.version = version
-		if p.version == 0 || sh.state != target {
-			// This command changed the shared state (or is the first to report it).
+		after := sh.state
+		switch {
+		case p.version == 0:
 			p.version++
-			p.state = sh.state
-			sh.version = p.version
+			p.state = after
+		case after != before:
+			// This command changed the state: merge its changes into
+			// the shared state, which others may have changed meanwhile.
+			p.version++
+			p.state = guest.MergeState(p.state, before, after)
+		}
+		sh.version = 0 // restored before its next command …
+		if sh.state == p.state {
+			sh.version = p.version // … unless it holds the shared state
 		}
 		p.mu.Unlock()
 	}
-	p.release(sh, err != nil || res.ShellLost || sh.Dead())
+	switch {
+	case err != nil || res.ShellLost || sh.Dead():
+		p.release(sh, true)
+	case res.LeftBehind || res.Stray > 0:
+		p.retire(sh)
+	default:
+		p.release(sh, false)
+	}
 	return res, err
 }
 
@@ -150,16 +189,45 @@ func (p *Pool) release(sh *Shell, drop bool) {
 	<-p.sem
 }
 
+// retire takes a shell out of use because processes a command left behind
+// may still write to it: it stays open, its output discarded, until it is
+// one of more than maxRetired or the pool closes.
+func (p *Pool) retire(sh *Shell) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.sem
+		return
+	}
+	delete(p.live, sh)
+	p.retired = append(p.retired, sh)
+	for _, r := range []*frameReader{sh.out, sh.errs} {
+		p.closing.Add(1)
+		go func() {
+			defer p.closing.Done()
+			r.drain()
+		}()
+	}
+	if len(p.retired) > maxRetired {
+		p.closeLater(p.retired[0])
+		p.retired = append(p.retired[:0], p.retired[1:]...)
+	}
+	p.mu.Unlock()
+	<-p.sem
+}
+
 // Close ends every shell; running commands see their shells die.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	p.closed = true
-	shells := make([]*Shell, 0, len(p.live))
+	shells := make([]*Shell, 0, len(p.live)+len(p.retired))
 	for sh := range p.live {
 		shells = append(shells, sh)
 	}
+	shells = append(shells, p.retired...)
 	p.live = map[*Shell]struct{}{}
 	p.idle = nil
+	p.retired = nil
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, sh := range shells {

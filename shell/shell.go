@@ -35,9 +35,11 @@ type Host interface {
 	// Command returns an unstarted process running a POSIX sh that reads
 	// commands on stdin. Its lifetime is bounded by ctx.
 	Command(ctx context.Context) *exec.Cmd
-	// KillTree kills the descendants of pid (and pid itself when self is
-	// true) on the shell's machine, by a separate process. See guest.KillTreeScript.
-	KillTree(ctx context.Context, pid int, self bool) error
+	// KillRun ends one command on the shell's machine, by a separate
+	// process: the processes marked with runID and the descendants of the
+	// shell pid, and the shell itself when self is true. See
+	// guest.KillRunScript.
+	KillRun(ctx context.Context, pid int, runID string, self bool) error
 }
 
 // Options configure the shells a Pool opens.
@@ -88,6 +90,15 @@ type Result struct {
 	// NotStarted means the shell was lost before the command began, so it
 	// can safely be run again elsewhere.
 	NotStarted bool
+	// Queued is how long the command waited for a free shell.
+	Queued time.Duration
+	// LeftBehind means the command started background processes that may
+	// still hold its stdout and stderr. Its shell is retired: what they
+	// write from now on is discarded, never shown as another command's.
+	LeftBehind bool
+	// Stray counts bytes that processes left behind by earlier commands
+	// wrote to this shell; they were discarded.
+	Stray int64
 }
 
 // State is the shell state kept across commands and shells.
@@ -121,8 +132,13 @@ type Shell struct {
 	out      *frameReader
 	errs     *frameReader
 	pid      int
-	state    State
-	cancel   context.CancelFunc
+	// state is the shell state as commands see it; applied is what the
+	// framing shell itself holds. They differ after an isolated command
+	// changed its directory or exports: the next command restores state
+	// first.
+	state   State
+	applied State
+	cancel  context.CancelFunc
 
 	exited   chan struct{} // closed when the process has been waited for
 	exitCode int
@@ -186,8 +202,9 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	}
 	var pidText, stderrText bytes.Buffer
 	marker := newMarker()
-	_, st, lost, _, err := s.exchange(octx, guest.InitFrame(marker, opts.Init), marker, false, &pidText, &stderrText)
-	if err == nil && lost {
+	ex := s.exchange(octx, guest.InitFrame(marker, opts.Init), marker, "", true, &pidText, &stderrText)
+	err = ex.err
+	if err == nil && ex.lost {
 		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))
 	}
 	if err != nil {
@@ -199,7 +216,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 		s.abandon()
 		return nil, fmt.Errorf("shell answered an unexpected greeting %q", pidText.String())
 	}
-	s.state = st
+	s.state, s.applied = ex.state, ex.state
 	return s, nil
 }
 
@@ -233,12 +250,33 @@ func (s *Shell) Dead() bool {
 // output discarded (the Pool uses it to restore state). A command error
 // (non-zero status, timeout, lost shell) is reported in Result; err is for
 // requests that could not be run at all.
+//
+// A timeout or a cancel ends the whole command, everything it started
+// included (see guest.KillRunScript): the result then has a non-zero exit
+// code, 124 after a timeout and 130 after a cancel when the command's own
+// status says nothing else.
 func (s *Shell) Run(ctx context.Context, req Request, prelude string) (Result, error) {
+	return s.run(ctx, req, nil, prelude)
+}
+
+// run runs one command in state target (the shell's own state when nil),
+// with extra sh text run before it, its output discarded.
+func (s *Shell) run(ctx context.Context, req Request, target *State, extra string) (Result, error) {
 	if s.Dead() {
 		return Result{}, ErrShellDead
 	}
+	want := s.state
+	if target != nil {
+		want = *target
+	}
+	prelude := ""
+	if want != s.applied {
+		prelude = guest.Restore(want, guest.ExportNames(s.applied.Exports))
+	}
+	prelude += extra
 	marker := newMarker()
-	script, err := guest.CommandFrame(marker, guest.Command{Command: req.Command, Stdin: req.Stdin, Workdir: req.Workdir}, prelude)
+	runID := newMarker()[3:]
+	frame, err := guest.CommandFrame(marker, guest.Command{Command: req.Command, Stdin: req.Stdin, Workdir: req.Workdir, RunID: runID}, prelude)
 	if err != nil {
 		return Result{}, err
 	}
@@ -256,21 +294,38 @@ func (s *Shell) Run(ctx context.Context, req Request, prelude string) (Result, e
 		rctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	code, st, lost, started, err := s.exchange(rctx, script, marker, true, stdout, stderr)
-	res := Result{ExitCode: code, Duration: time.Since(start), ShellLost: lost, NotStarted: lost && !started}
+	ex := s.exchange(rctx, frame.Script, marker, runID, !frame.Isolated, stdout, stderr)
+	res := Result{ExitCode: ex.code, Duration: time.Since(start), ShellLost: ex.lost,
+		NotStarted: ex.lost && !ex.started, LeftBehind: ex.bg, Stray: ex.stray}
+	err = ex.err
 	if errors.Is(err, errInterrupted) {
 		err = nil
 		if ctx.Err() != nil {
 			res.Canceled = true
+			if res.ExitCode <= 0 {
+				res.ExitCode = 130
+			}
 		} else {
 			res.TimedOut = true
+			if res.ExitCode <= 0 {
+				res.ExitCode = 124
+			}
 		}
 	}
 	if err != nil {
 		return res, err
 	}
-	if !lost {
-		s.state = st
+	switch {
+	case !frame.Isolated && ex.stateOK:
+		s.state, s.applied = ex.state, ex.state
+	case frame.Isolated:
+		// The subshell's changes reach the framing shell with the next
+		// command; without a report, they are lost with the subshell.
+		s.applied = want
+		s.state = want
+		if ex.stateOK {
+			s.state = ex.state
+		}
 	}
 	return res, nil
 }
@@ -281,33 +336,48 @@ const lostWait = 5 * time.Second
 // errInterrupted reports that ctx ended the exchange.
 var errInterrupted = errors.New("interrupted")
 
+// exchanged is what one exchange with the shell returned.
+type exchanged struct {
+	code    int
+	state   State
+	stateOK bool // the frame reported the shell's state
+	bg      bool // the command started background processes
+	lost    bool // the shell ended; code is then its exit status
+	started bool // the start beacon arrived
+	stray   int64
+	err     error
+}
+
+// countWriter counts what it discards.
+type countWriter struct{ n atomic.Int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
 // exchange writes script and reads one frame from both streams (the frame
-// is described in package guest). If ctx ends
-// first it kills what the command started; if the shell does not then
-// finish its frame within KillGrace it kills the shell too. lost reports
-// that the shell ended; code is then its exit status. With beacon, the
-// stderr frame opens with the start beacon, and started reports whether it
-// arrived.
-func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool, stdout, stderr io.Writer) (code int, st State, lost, started bool, err error) {
+// is described in package guest). If ctx ends first it ends the command
+// (runID), and the shell too when inShell is set (the command runs in the
+// shell itself, so ending only its children would let the rest of it run
+// on); if the shell does not then finish its frame within KillGrace it is
+// killed. With an empty runID (the init frame) nothing is killed but the
+// shell.
+func (s *Shell) exchange(ctx context.Context, script, marker, runID string, inShell bool, stdout, stderr io.Writer) (ex exchanged) {
 	outDone := make(chan error, 1)
 	errDone := make(chan error, 1)
-	var trailerBuf bytes.Buffer
-	go func() {
-		err := s.out.until([]byte("\n"+marker+" "), stdout)
-		if err == nil {
-			err = s.out.until([]byte("\n"+marker+".\n"), &trailerBuf)
-		}
-		outDone <- err
-	}()
+	var stateBuf, statusBuf bytes.Buffer
+	var stray countWriter
 	var beaconSeen atomic.Bool
 	go func() {
-		if beacon {
-			if err := s.errs.until([]byte(marker+"<\n"), io.Discard); err != nil {
-				errDone <- err
-				return
-			}
-			beaconSeen.Store(true)
+		outDone <- s.readStdout(marker, &stray, stdout, &stateBuf, &statusBuf, &ex.stateOK)
+	}()
+	go func() {
+		if err := s.errs.until([]byte(marker+"<\n"), &stray); err != nil {
+			errDone <- err
+			return
 		}
+		beaconSeen.Store(true)
 		errDone <- s.errs.until([]byte("\n"+marker+"\n"), stderr)
 	}()
 	writeDone := make(chan error, 1)
@@ -337,7 +407,11 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool
 	interrupted := false
 	if !wait(ctx.Done(), nil) {
 		interrupted = true
-		s.killTree(false)
+		if runID == "" {
+			s.kill()
+		} else {
+			s.killRun(runID, inShell)
+		}
 		grace := s.opts.KillGrace
 		if grace <= 0 {
 			grace = time.Second
@@ -345,7 +419,8 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool
 		if !wait(nil, time.After(grace)) {
 			s.kill()
 			if !wait(nil, time.After(lostWait)) {
-				return -1, st, true, beaconSeen.Load(), fmt.Errorf("shell did not end after being killed")
+				return exchanged{code: -1, lost: true, started: beaconSeen.Load(), stray: stray.n.Load(),
+					err: fmt.Errorf("shell did not end after being killed")}
 			}
 		}
 	}
@@ -354,46 +429,86 @@ func (s *Shell) exchange(ctx context.Context, script, marker string, beacon bool
 	case <-time.After(lostWait):
 		s.kill()
 	}
+	ex.started = beaconSeen.Load()
+	ex.stray = stray.n.Load()
 	if outErr != nil || errErr != nil {
 		s.markDead()
-		code := -1
+		ex.code, ex.lost, ex.stateOK = -1, true, false
 		select {
 		case <-s.exited:
-			code = s.exitCode
+			ex.code = s.exitCode
 		case <-time.After(lostWait):
 			s.kill()
 		}
 		if interrupted {
-			return code, st, true, beaconSeen.Load(), errInterrupted
+			ex.err = errInterrupted
 		}
-		return code, st, true, beaconSeen.Load(), nil
+		return ex
 	}
-	code, st, ok := guest.ParseTrailer(trailerBuf.String())
+	code, ok := guest.ParseStatus(statusBuf.String())
 	if !ok {
 		s.kill()
-		return -1, st, true, true, fmt.Errorf("shell sent a malformed frame trailer")
+		return exchanged{code: -1, lost: true, started: true, stray: ex.stray, err: fmt.Errorf("shell sent a malformed frame trailer")}
+	}
+	ex.code = code
+	if ex.stateOK {
+		ex.state, ex.bg, ex.stateOK = guest.ParseState(stateBuf.String())
 	}
 	if interrupted {
-		return code, st, false, true, errInterrupted
+		ex.err = errInterrupted
 	}
-	return code, st, false, true, nil
+	return ex
 }
 
-// killTree kills, from outside, what the shell started, and the shell
+// readStdout reads one frame of the shell's stdout: stray bytes up to the
+// start beacon, the command's output, the optional state block and the
+// status.
+func (s *Shell) readStdout(marker string, stray, stdout, state, status io.Writer, stateOK *bool) error {
+	if err := s.out.until([]byte(marker+">\n"), stray); err != nil {
+		return err
+	}
+	if err := s.out.until([]byte("\n"+marker), stdout); err != nil {
+		return err
+	}
+	c, err := s.out.next()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case '=':
+		*stateOK = true
+		if err := s.out.until([]byte("\n"+marker+" "), state); err != nil {
+			return err
+		}
+	case ' ':
+	default:
+		return fmt.Errorf("shell sent a malformed frame")
+	}
+	return s.out.until([]byte("\n"+marker+".\n"), status)
+}
+
+// killRun ends, from outside, the command marked runID, and the shell
 // itself when self is set.
-func (s *Shell) killTree(self bool) {
+func (s *Shell) killRun(runID string, self bool) {
 	if s.pid == 0 {
+		s.kill()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = s.host.KillTree(ctx, s.pid, self)
+	if err := s.host.KillRun(ctx, s.pid, runID, self); err != nil && self {
+		s.kill()
+	}
 }
 
-// kill ends the shell and everything in it.
+// kill ends the shell and everything it runs.
 func (s *Shell) kill() {
 	s.markDead()
-	s.killTree(true)
+	if s.pid != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.host.KillRun(ctx, s.pid, "", true)
+		cancel()
+	}
 	s.cancel()
 	_ = s.stdin.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +26,12 @@ func (localHost) Command(ctx context.Context) *exec.Cmd {
 	return cmd
 }
 
-func (localHost) KillTree(ctx context.Context, pid int, self bool) error {
+func (localHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
 	s := "0"
 	if self {
 		s = "1"
 	}
-	return exec.CommandContext(ctx, "sh", "-c", guest.KillTreeScript, "sh", strconv.Itoa(pid), s).Run()
+	return exec.CommandContext(ctx, "sh", "-c", guest.KillRunScript, "sh", strconv.Itoa(pid), runID, s).Run()
 }
 
 func openShell(t *testing.T) *Shell {
@@ -179,14 +180,15 @@ func TestRedirectingShellOutputIsUndone(t *testing.T) {
 	}
 }
 
-func TestExitLosesShellAndReportsStatus(t *testing.T) {
+func TestExitEndsOnlyTheCommand(t *testing.T) {
 	sh := openShell(t)
-	r := runOn(t, sh, Request{Command: "echo bye; exit 7"})
-	if !r.res.ShellLost || r.res.ExitCode != 7 || r.stdout != "bye\n" {
+	r := runOn(t, sh, Request{Command: "cd /usr; export LEFT=yes; echo bye; exit 7; echo never"})
+	if r.res.ShellLost || r.res.ExitCode != 7 || r.stdout != "bye\n" {
 		t.Fatalf("got %+v stdout %q", r.res, r.stdout)
 	}
-	if _, err := sh.Run(context.Background(), Request{Command: "true"}, ""); err != ErrShellDead {
-		t.Fatalf("Run on dead shell: %v", err)
+	r = runOn(t, sh, Request{Command: `pwd; echo "$LEFT"`})
+	if r.stdout != "/usr\nyes\n" || r.res.ExitCode != 0 {
+		t.Fatalf("state of the exited command not kept: %+v %q", r.res, r.stdout)
 	}
 }
 
@@ -194,9 +196,10 @@ func TestTimeoutKeepsShell(t *testing.T) {
 	sh := openShell(t)
 	runOn(t, sh, Request{Command: "cd /usr; export KEEP=yes"})
 	start := time.Now()
-	r := runOn(t, sh, Request{Command: "echo started; sleep 987651 & sleep 987652", Timeout: time.Second})
+	// set -e makes it run isolated: the timeout ends the subshell only.
+	r := runOn(t, sh, Request{Command: "set -e; echo started; sleep 987651 & sleep 987652", Timeout: time.Second})
 	took := time.Since(start)
-	if !r.res.TimedOut || r.res.ShellLost {
+	if !r.res.TimedOut || r.res.ShellLost || r.res.ExitCode == 0 {
 		t.Fatalf("got %+v", r.res)
 	}
 	if took > hangGuard {
@@ -231,7 +234,7 @@ func TestBusyShellIsReplacedWithState(t *testing.T) {
 		t.Fatalf("state not restored in new shell: %q", r.stdout)
 	}
 	r = runPool(t, p, Request{Command: "exit 3"})
-	if r.res.ExitCode != 3 || !r.res.ShellLost {
+	if r.res.ExitCode != 3 || r.res.ShellLost {
 		t.Fatalf("exit: %+v", r.res)
 	}
 	r = runPool(t, p, Request{Command: `kill -9 $$`})
@@ -281,16 +284,28 @@ func TestPoolLongCommandDoesNotBlockShort(t *testing.T) {
 }
 
 func TestCanceledContext(t *testing.T) {
-	sh := openShell(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	res, err := sh.Run(ctx, Request{Command: "sleep 987653"}, "")
-	if err != nil || !res.Canceled {
-		t.Fatalf("got %+v, %v", res, err)
+	p := NewPool(localHost{}, Options{}, 2)
+	t.Cleanup(p.Close)
+	runPool(t, p, Request{Command: "cd /usr; export KEEP=yes"})
+	// One command runs in the framing shell, one isolated in a subshell
+	// (umask): either way the cancel ends all of it and nothing after
+	// the sleep runs.
+	dir := t.TempDir()
+	for i, cmd := range []string{"sleep 1.5; touch %s/a", "umask 022; sleep 1.5; touch %s/b"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		res, err := p.Run(ctx, Request{Command: fmt.Sprintf(cmd, dir)})
+		cancel()
+		if err != nil || !res.Canceled || res.ExitCode == 0 {
+			t.Fatalf("%d: got %+v, %v", i, res, err)
+		}
 	}
-	r := runOn(t, sh, Request{Command: "echo ok"})
-	if r.stdout != "ok\n" {
+	r := runPool(t, p, Request{Command: `echo ok; pwd; echo $KEEP`})
+	if r.stdout != "ok\n/usr\nyes\n" {
 		t.Fatalf("%q", r.stdout)
+	}
+	time.Sleep(2 * time.Second)
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("the rest of a cancelled command ran: %v", ents)
 	}
 }
 

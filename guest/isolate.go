@@ -1,0 +1,191 @@
+package guest
+
+import "strings"
+
+// isolatingWords are the commands that change a shell in ways that should
+// not outlive the command (options, limits, traps, aliases, functions,
+// sourced files, the shell's own exit or replacement), or that run text
+// the check cannot see (eval, ., source).
+var isolatingWords = map[string]bool{
+	"set": true, "ulimit": true, "umask": true, "trap": true, "alias": true, "unalias": true,
+	"exit": true, "exec": true, "eval": true, ".": true, "source": true, "readonly": true,
+	"return": true, "break": true, "continue": true, "local": true, "typeset": true,
+	"declare": true, "function": true, "shopt": true, "enable": true, "builtin": true,
+	"hash": true, "unset": true, "shift": true, "getopts": true, "command": true,
+}
+
+// reservedWords keep the next word in command position.
+var reservedWords = map[string]bool{
+	"if": true, "then": true, "else": true, "elif": true, "while": true, "until": true,
+	"do": true, "!": true, "time": true, "{": true,
+}
+
+// NeedsIsolation reports whether command must run in a subshell of the
+// framing shell rather than in the shell itself. It is conservative: it
+// looks at every word in command position (after ;, &, |, newline, (, {,
+// and keywords), and says yes for a command name from isolatingWords, a
+// function definition, a command name that comes from an expansion
+// ($x, `x`, $(x)), or an assignment to IFS. Commands that only run
+// programs, cd and export run in the framing shell, which saves a fork.
+func NeedsIsolation(command string) bool {
+	cmdPos := true
+	prevWord := ""
+	i := 0
+	n := len(command)
+	for i < n {
+		c := command[i]
+		switch {
+		case c == ' ' || c == '\t':
+			i++
+			continue
+		case c == '#' && (i == 0 || isSpaceOrOp(command[i-1])):
+			for i < n && command[i] != '\n' {
+				i++
+			}
+			continue
+		case c == '\n' || c == ';' || c == '&' || c == '|':
+			i++
+			cmdPos, prevWord = true, ""
+			continue
+		case c == '(':
+			if prevWord != "" && !cmdPos {
+				return true // name ( ) { … }: a function definition
+			}
+			i++
+			cmdPos, prevWord = true, ""
+			continue
+		case c == ')' || c == '<' || c == '>':
+			i++
+			if c != ')' {
+				// A redirection's target is not a command.
+				for i < n && (command[i] == '>' || command[i] == '&' || command[i] == '|' || command[i] == ' ' || command[i] == '\t') {
+					i++
+				}
+				_, j := scanWord(command, i)
+				i = j
+			}
+			continue
+		}
+		word, j := scanWord(command, i)
+		i = j
+		if word == "" {
+			i++
+			continue
+		}
+		if strings.Contains(word, "IFS=") {
+			return true
+		}
+		if !cmdPos {
+			prevWord = word
+			continue
+		}
+		if strings.ContainsAny(word, "$`") {
+			if eq := strings.IndexByte(word, '='); eq > 0 && validVarName(word[:eq]) {
+				continue // an assignment: the command name is still to come
+			}
+			return true
+		}
+		name := unquoteWord(word)
+		if isolatingWords[name] {
+			return true
+		}
+		if eq := strings.IndexByte(word, '='); eq > 0 && validVarName(word[:eq]) {
+			continue
+		}
+		if reservedWords[name] {
+			continue
+		}
+		if strings.HasSuffix(name, "()") {
+			return true
+		}
+		cmdPos, prevWord = false, word
+	}
+	return false
+}
+
+func isSpaceOrOp(c byte) bool {
+	return strings.IndexByte(" \t\n;&|()<>", c) >= 0
+}
+
+// scanWord returns the word starting at i (quotes kept, so callers see
+// expansions) and the index after it.
+func scanWord(s string, i int) (string, int) {
+	start := i
+	for i < len(s) {
+		c := s[i]
+		switch {
+		case c == '\\':
+			i += 2
+		case c == '\'':
+			j := strings.IndexByte(s[i+1:], '\'')
+			if j < 0 {
+				return s[start:], len(s)
+			}
+			i += j + 2
+		case c == '"':
+			i++
+			for i < len(s) && s[i] != '"' {
+				if s[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			i++
+		case c == '$' && i+1 < len(s) && s[i+1] == '(':
+			// $( … ) or $(( … )): to the matching parenthesis.
+			depth := 0
+			for i < len(s) {
+				if s[i] == '(' {
+					depth++
+				} else if s[i] == ')' {
+					depth--
+					if depth == 0 {
+						i++
+						break
+					}
+				}
+				i++
+			}
+		case c == '`':
+			j := strings.IndexByte(s[i+1:], '`')
+			if j < 0 {
+				return s[start:], len(s)
+			}
+			i += j + 2
+		case strings.IndexByte(" \t\n;&|<>", c) >= 0:
+			return s[start:i], i
+		case c == '(' || c == ')':
+			if c == '(' && i+1 < len(s) && s[i+1] == ')' && i > start {
+				return s[start : i+2], i + 2 // name()
+			}
+			return s[start:i], i
+		default:
+			i++
+		}
+	}
+	if i > len(s) {
+		i = len(s)
+	}
+	return s[start:i], i
+}
+
+// unquoteWord removes backslashes and quotes, so \set and 'set' are set.
+func unquoteWord(w string) string {
+	if !strings.ContainsAny(w, `\'"`) {
+		return w
+	}
+	var b strings.Builder
+	for i := 0; i < len(w); i++ {
+		switch c := w[i]; c {
+		case '\\':
+			if i+1 < len(w) {
+				i++
+				b.WriteByte(w[i])
+			}
+		case '\'', '"':
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
