@@ -222,50 +222,45 @@ func validVarName(n string) bool {
 // KillRunScript, run as `sh -c KillRunScript sh SHELLPID RUNID SELF`, ends
 // one command: every process whose environment carries RunVar=RUNID and
 // every descendant of the shell SHELLPID (the shell itself only when SELF
-// is 1). It stops them first, pass after pass until a pass finds none new,
-// so a command that forks (a fork bomb) cannot outrun it, then kills them
-// all with SIGKILL. An empty RUNID ends the shell's descendants only. It forks nothing (builtins and /proc only), so it works
+// is 1). It stops them first, pass after pass until a pass stops none, so
+// a command that forks (a fork bomb) cannot outrun it, then kills them all
+// with SIGKILL. Membership is kept in variables (t_PID), so a pass costs
+// the same per process however many there are. An empty RUNID ends the shell's descendants only. It forks nothing (builtins and /proc only), so it works
 // in a sandbox that has no free process slots left.
 const KillRunScript = `shell=$1; id=$2; self=$3
-stopped=" "
+# t_PID is set for every process found to belong to the command.
+eval "t_$shell=1"
 pass=0
-while [ "$pass" -lt 200 ]; do
+while [ "$pass" -lt 100 ]; do
 	pass=$((pass+1))
-	list=
-	desc=" $shell "
+	new=0
 	for d in /proc/[0-9]*; do
 		p=${d#/proc/}
 		[ "$p" = "$$" ] && continue
+		[ "$p" = "$shell" ] && continue
 		line=
 		read -r line <"$d/stat" 2>/dev/null || continue
 		rest=${line##*) }
 		set -- $rest
-		if [ -n "$id" ]; then
+		hit=
+		eval "[ -n \"\${t_$2-}\" ]" && hit=1
+		if [ -z "$hit" ] && [ -n "$id" ]; then
 			e=
 			read -r e <"$d/environ" 2>/dev/null
-			case "$e" in *"` + RunVar + `=$id"*) [ "$p" != "$shell" ] && desc="$desc$p " ;; esac
+			case "$e" in *"` + RunVar + `=$id"*) hit=1 ;; esac
 		fi
-		list="$list $p:$2"
-	done
-	changed=1
-	while [ "$changed" = 1 ]; do
-		changed=0
-		for e in $list; do
-			p=${e%%:*}; pp=${e#*:}
-			case "$desc" in *" $pp "*)
-				case "$desc" in *" $p "*) ;; *) desc="$desc$p "; changed=1 ;; esac ;;
-			esac
-		done
-	done
-	new=0
-	for p in $desc; do
-		[ "$p" = "$shell" ] && continue
-		case "$stopped" in *" $p "*) continue ;; esac
-		kill -STOP "$p" 2>/dev/null && { stopped="$stopped$p "; new=1; }
+		[ -n "$hit" ] || continue
+		eval "t_$p=1"
+		case "$1" in T|Z|X) continue ;; esac
+		kill -STOP "$p" 2>/dev/null && new=1
 	done
 	[ "$new" = 0 ] && break
 done
-for p in $stopped; do kill -9 "$p" 2>/dev/null; done
+for d in /proc/[0-9]*; do
+	p=${d#/proc/}
+	[ "$p" = "$shell" ] && continue
+	eval "[ -n \"\${t_$p-}\" ]" && kill -9 "$p" 2>/dev/null
+done
 [ "$self" = 1 ] && kill -9 "$shell" 2>/dev/null
 exit 0
 `

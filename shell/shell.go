@@ -333,6 +333,10 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 // lostWait bounds each wait for a shell that is being killed.
 const lostWait = 5 * time.Second
 
+// killWait bounds ending a command's processes (thousands of them in a
+// fork bomb) from outside.
+const killWait = 30 * time.Second
+
 // errInterrupted reports that ctx ended the exchange.
 var errInterrupted = errors.New("interrupted")
 
@@ -494,7 +498,7 @@ func (s *Shell) killRun(runID string, self bool) {
 		s.kill()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), killWait)
 	defer cancel()
 	if err := s.host.KillRun(ctx, s.pid, runID, self); err != nil && self {
 		s.kill()
@@ -505,7 +509,7 @@ func (s *Shell) killRun(runID string, self bool) {
 func (s *Shell) kill() {
 	s.markDead()
 	if s.pid != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), killWait)
 		_ = s.host.KillRun(ctx, s.pid, "", true)
 		cancel()
 	}
