@@ -67,7 +67,7 @@ func (s *Server) handleWriteFile(ctx context.Context, req mcp.CallToolRequest) (
 
 func (s *Server) readFileTool() tool {
 	return tool{group: "core", handler: s.handleReadFile, def: newTool[FileContent]("read_file", "Read a file",
-		"Read a file from a sandbox (at most 1 MiB per call; use offset and length for larger files). "+
+		"Read a regular file from a sandbox (not a device or fifo; at most 1 MiB per call; use offset and length for larger files). "+
 			"Non-UTF-8 content needs encoding=base64 to come back exactly.",
 		readOnly(),
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
