@@ -6,36 +6,218 @@ import (
 	"strings"
 )
 
-// WriteFileScript writes stdin to path, creating parent directories;
-// with appendTo it appends instead.
-func WriteFileScript(path string, appendTo bool) (string, error) {
+// The file scripts run in a subshell, so an early exit ends the script and
+// not the persistent shell, and their variables do not outlive them. Every
+// tool they call goes through `command`, so a function or alias a user left
+// in the shell cannot stand in for it.
+
+// ExitNotRegular is the status of a write or read script refused
+// because the path exists and is not a regular file (a device, a fifo, a
+// socket): writing or reading one could block or never end.
+const ExitNotRegular = 22
+
+// WriteFileScript writes stdin to path, creating parent directories; with
+// appendTo it appends instead. n is the number of bytes sent on stdin; with
+// hash the script also prints the file's sha256 after a clean write.
+//
+// After the parent directories exist, the script always ends by printing
+// its status on stdout (see ParseWriteStatus) and exits with the status of
+// the write itself, whose own message (`cat: write error: No space left on
+// device`) is on stderr. It fails before printing a status, with the file
+// untouched, when the path is a directory (21) or not a regular file (22),
+// its parent directory cannot be made (20) or the file cannot be opened
+// for writing (23).
+func WriteFileScript(path string, appendTo bool, n int64, hash bool) (string, error) {
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return "", errors.New("path must be a non-empty string without NUL")
 	}
-	op := ">"
-	if appendTo {
-		op = ">>"
+	if n < 0 {
+		return "", errors.New("size must not be negative")
 	}
-	p := quote(path)
-	return `if [ -d ` + p + ` ]; then echo "is a directory" >&2; (exit 21); else __sbx_d=$(dirname -- ` + p + `) && mkdir -p -- "$__sbx_d" && cat ` + op + p + `; fi`, nil
+	var b strings.Builder
+	b.WriteString("(__sbx_p=" + quote(path) + "; __sbx_n=" + strconv.FormatInt(n, 10) + "\n")
+	b.WriteString(`if [ -d "$__sbx_p" ]; then echo 'is a directory' >&2; exit 21; fi` + "\n")
+	b.WriteString(`if [ -e "$__sbx_p" ] && [ ! -f "$__sbx_p" ]; then echo 'not a regular file' >&2; exit ` +
+		strconv.Itoa(ExitNotRegular) + "; fi\n")
+	b.WriteString(`__sbx_d=$(command dirname -- "$__sbx_p") && command mkdir -p -- "$__sbx_d" || exit 20` + "\n")
+	// Opening the file is a step of its own, so a file that cannot be
+	// opened (read-only, permission) is known to be untouched.
+	if appendTo {
+		b.WriteString(`command : >>"$__sbx_p" || exit 23` + "\n")
+		b.WriteString(`__sbx_b=$(command wc -c <"$__sbx_p") || exit 1` + "\n")
+	} else {
+		b.WriteString(`command : >"$__sbx_p" || exit 23` + "\n")
+		b.WriteString("__sbx_b=0\n")
+	}
+	b.WriteString(`command cat >>"$__sbx_p"; __sbx_rc=$?` + "\n")
+	b.WriteString(`__sbx_a=-; __sbx_t=-; __sbx_h=-` + "\n")
+	b.WriteString(`if [ -e "$__sbx_p" ]; then __sbx_a=$(command wc -c <"$__sbx_p") || __sbx_a=-; fi` + "\n")
+	// A size that does not add up may be a kernel file's (/proc, /sys):
+	// name the filesystem so the reader can tell.
+	b.WriteString(`if [ "$__sbx_a" != - ] && [ "$((__sbx_a - __sbx_b))" != "$__sbx_n" ]; then ` +
+		`__sbx_t=$(command stat -f -c %T -- "$__sbx_p" 2>/dev/null) || __sbx_t=-; fi` + "\n")
+	if hash {
+		b.WriteString(`if [ "$__sbx_rc" = 0 ]; then __sbx_h=$(command sha256sum <"$__sbx_p") || __sbx_h=-; fi` + "\n")
+	}
+	b.WriteString(`command printf 'rc=%s\nbefore=%s\nafter=%s\nfstype=%s\nsha256=%s\n' "$__sbx_rc" "$__sbx_b" "$__sbx_a" "${__sbx_t:--}" "${__sbx_h%% *}"` + "\n")
+	b.WriteString(`exit "$__sbx_rc")`)
+	return b.String(), nil
 }
 
-// ReadFileScript prints length bytes of path from offset (length 0: to the
-// end), and fails with status 2 (missing) or 21 (directory) and a message.
-func ReadFileScript(path string, offset, length int64) (string, error) {
+// WriteStatus is what a write script reports after writing.
+type WriteStatus struct {
+	// Code is the write's exit status (0: every byte read was written).
+	Code int
+	// Before and After are the file's sizes around the write; After is -1
+	// when the file could not be measured (it was never created).
+	Before, After int64
+	// FSType names the file's filesystem ("proc", "sysfs"…) when the
+	// sizes do not add up to the bytes sent; "" otherwise.
+	FSType string
+	// SHA256 is the file's hash after a clean write, when it was asked for
+	// and could be computed; lower-case hex.
+	SHA256 string
+}
+
+// ParseWriteStatus parses a write script's stdout. The text comes from the
+// sandbox: anything that does not parse is rejected.
+func ParseWriteStatus(out []byte) (WriteStatus, bool) {
+	st := WriteStatus{After: -1}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSuffix(string(out), "\n"), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return WriteStatus{}, false
+		}
+		v = strings.TrimSpace(v)
+		var err error
+		switch k {
+		case "rc":
+			st.Code, err = strconv.Atoi(v)
+		case "before":
+			st.Before, err = strconv.ParseInt(v, 10, 64)
+		case "after":
+			if v != "-" {
+				st.After, err = strconv.ParseInt(v, 10, 64)
+			}
+		case "fstype":
+			if v != "-" && v != "" {
+				st.FSType = v
+			}
+		case "sha256":
+			if isHexSHA256(v) {
+				st.SHA256 = strings.ToLower(v)
+			}
+		default:
+			return WriteStatus{}, false
+		}
+		if err != nil || st.Before < 0 || st.After < -1 {
+			return WriteStatus{}, false
+		}
+		seen++
+	}
+	return st, seen == 5
+}
+
+func isHexSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i] | 0x20
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// PseudoFS reports whether fstype (as `stat -f -c %T` names it) is a
+// kernel filesystem whose file sizes say nothing about what was written.
+func PseudoFS(fstype string) bool {
+	switch fstype {
+	case "proc", "sysfs", "cgroupfs", "cgroup2fs", "debugfs", "securityfs", "configfs", "tracefs":
+		return true
+	}
+	return false
+}
+
+// Causes of a failed file operation, as named to the agent.
+const (
+	CauseNoSpace    = "no space left on device"
+	CauseQuota      = "disk quota exceeded"
+	CauseReadOnly   = "read-only file system"
+	CausePermission = "permission denied"
+	CauseNotDir     = "not a directory"
+	CauseIsDir      = "is a directory"
+	CauseTooLarge   = "file too large"
+	CauseNotRegular = "not a regular file"
+	CauseNoDir      = "no such directory"
+	CauseIO         = "input/output error"
+)
+
+// FileErrorCause names the cause of a failed file operation from the
+// messages the sandbox's tools printed (strerror texts of coreutils,
+// busybox and dash), or "" when none is recognised.
+func FileErrorCause(stderr string) string {
+	s := strings.ToLower(stderr)
+	for _, c := range []struct{ text, cause string }{
+		{"no space left on device", CauseNoSpace},
+		{"quota exceeded", CauseQuota},
+		{"read-only file system", CauseReadOnly},
+		{"permission denied", CausePermission},
+		{"operation not permitted", CausePermission},
+		{"not a directory", CauseNotDir},
+		{"is a directory", CauseIsDir},
+		{"file too large", CauseTooLarge},
+		{"not a regular file", CauseNotRegular},
+		{"directory nonexistent", CauseNoDir},
+		{"no such file or directory", CauseNoDir},
+		{"input/output error", CauseIO},
+		{"i/o error", CauseIO},
+	} {
+		if strings.Contains(s, c.text) {
+			return c.cause
+		}
+	}
+	return ""
+}
+
+// ReadFailedMark is printed on stderr by a read script whose reader failed
+// before the end of its range (see ReadFileScript).
+const ReadFailedMark = "sandbox-mcp: read failed"
+
+// ReadFileScript prints at most limit bytes of path from offset. It fails
+// with status 2 (missing), 21 (directory), 22 (not a regular file: devices,
+// fifos and sockets are refused, since reading one may never end) or 13
+// (not readable) and a message. Kernel files (/proc, /sys) are regular
+// files and are read up to limit like any other.
+//
+// From an offset the reader is `tail | head`, whose status is head's: a
+// tail that fails prints ReadFailedMark on stderr, which matters when fewer
+// than limit bytes came (with limit bytes, head ended the read itself).
+func ReadFileScript(path string, offset, limit int64) (string, error) {
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return "", errors.New("path must be a non-empty string without NUL")
 	}
-	if offset < 0 || length < 0 {
-		return "", errors.New("offset and length must not be negative")
+	if offset < 0 || limit <= 0 {
+		return "", errors.New("offset must not be negative and limit must be positive")
 	}
-	p := quote(path)
-	read := "cat -- " + p
-	if offset > 0 {
-		read = "tail -c +" + strconv.FormatInt(offset+1, 10) + " -- " + p
+	var b strings.Builder
+	b.WriteString("(__sbx_p=" + quote(path) + "\n")
+	b.WriteString(`if [ -d "$__sbx_p" ]; then echo 'is a directory' >&2; exit 21; fi` + "\n")
+	b.WriteString(`if [ ! -e "$__sbx_p" ]; then echo 'no such file' >&2; exit 2; fi` + "\n")
+	b.WriteString(`if [ ! -f "$__sbx_p" ]; then __sbx_k='not a regular file'` + "\n" +
+		`if [ -c "$__sbx_p" ]; then __sbx_k='a character device'; elif [ -b "$__sbx_p" ]; then __sbx_k='a block device'; ` +
+		`elif [ -p "$__sbx_p" ]; then __sbx_k='a fifo'; elif [ -S "$__sbx_p" ]; then __sbx_k='a socket'; fi` + "\n" +
+		`echo "not a regular file ($__sbx_k)" >&2; exit ` + strconv.Itoa(ExitNotRegular) + "; fi\n")
+	b.WriteString(`if [ ! -r "$__sbx_p" ]; then echo 'permission denied' >&2; exit 13; fi` + "\n")
+	n := strconv.FormatInt(limit, 10)
+	if offset == 0 {
+		b.WriteString(`command head -c ` + n + ` -- "$__sbx_p")`)
+	} else {
+		b.WriteString(`{ command tail -c +` + strconv.FormatInt(offset+1, 10) + ` -- "$__sbx_p" || echo '` + ReadFailedMark +
+			`' >&2; } | command head -c ` + n + `)`)
 	}
-	if length > 0 {
-		read += " | head -c " + strconv.FormatInt(length, 10)
-	}
-	return `if [ -d ` + p + ` ]; then echo "is a directory" >&2; (exit 21); elif [ ! -e ` + p + ` ]; then echo "no such file" >&2; (exit 2); elif [ ! -r ` + p + ` ]; then echo "permission denied" >&2; (exit 13); else ` + read + `; fi`, nil
+	return b.String(), nil
 }

@@ -82,11 +82,12 @@ var goldenCases = []goldenCase{
 	{"python", text(PythonCommand)},
 
 	// The file tools.
-	{"write_file", func() (string, error) { return WriteFileScript("/workspace/a.txt", false) }},
-	{"write_file_hostile_append", func() (string, error) { return WriteFileScript(hostile, true) }},
-	{"read_file", func() (string, error) { return ReadFileScript("/workspace/a.txt", 0, 0) }},
+	{"write_file", func() (string, error) { return WriteFileScript("/workspace/a.txt", false, 5, false) }},
+	{"write_file_hostile_append", func() (string, error) { return WriteFileScript(hostile, true, 1000000, false) }},
+	{"write_file_sha256", func() (string, error) { return WriteFileScript("/data/big", false, 1<<20, true) }},
+	{"read_file", func() (string, error) { return ReadFileScript("/workspace/a.txt", 0, 1<<20+1) }},
 	{"read_file_hostile_range", func() (string, error) { return ReadFileScript(hostile, 10, 20) }},
-	{"read_file_offset", func() (string, error) { return ReadFileScript("-f", 5, 0) }},
+	{"read_file_offset", func() (string, error) { return ReadFileScript("-f", 5, 1<<20+1) }},
 
 	// Background jobs.
 	{"job_start", func() (string, error) { return JobStartScript("abc123", "", "sleep 100") }},
@@ -174,9 +175,12 @@ func TestBuildersReject(t *testing.T) {
 		"package with a dash":   func() (string, error) { return InstallScript([]string{"-y"}) },
 		"package with a space":  func() (string, error) { return InstallScript([]string{"a b"}) },
 		"package with $":        func() (string, error) { return InstallScript([]string{"$(id)"}) },
-		"write empty path":      func() (string, error) { return WriteFileScript("", false) },
-		"read path with NUL":    func() (string, error) { return ReadFileScript("/a\x00", 0, 0) },
-		"read negative offset":  func() (string, error) { return ReadFileScript("/a", -1, 0) },
+		"write empty path":      func() (string, error) { return WriteFileScript("", false, 0, false) },
+		"write path with NUL":   func() (string, error) { return WriteFileScript("/a\x00", false, 0, false) },
+		"write negative size":   func() (string, error) { return WriteFileScript("/a", false, -1, false) },
+		"read path with NUL":    func() (string, error) { return ReadFileScript("/a\x00", 0, 1) },
+		"read negative offset":  func() (string, error) { return ReadFileScript("/a", -1, 1) },
+		"read without a limit":  func() (string, error) { return ReadFileScript("/a", 0, 0) },
 		"job id with a quote":   func() (string, error) { return JobStartScript("abc'123", "", "true") },
 		"job empty command":     func() (string, error) { return JobStartScript("abc123", "", "  ") },
 		"job command with NUL":  func() (string, error) { return JobStartScript("abc123", "", "a\x00") },

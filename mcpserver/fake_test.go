@@ -18,6 +18,7 @@ type fake struct {
 	env     []sandbox.EnvVar
 	errAll  error // returned by every method that can fail, when set
 	files   map[string][]byte
+	write   func(req sandbox.WriteRequest) (sandbox.Written, error) // WriteFile's answer, when set
 	history []sandbox.HistoryEntry
 }
 
@@ -51,21 +52,36 @@ func (f *fake) Install(_ context.Context, name string, pkgs []string, req shell.
 	return f.run(name, req)
 }
 
-func (f *fake) WriteFile(_ context.Context, name, path string, data []byte, appendTo bool) error {
-	f.note("write %s %s %d %v", name, path, len(data), appendTo)
-	return f.errAll
+func (f *fake) WriteFile(_ context.Context, name string, req sandbox.WriteRequest) (sandbox.Written, error) {
+	f.note("write %s %s %d %v %s", name, req.Path, len(req.Data), req.Append, req.SHA256)
+	if f.errAll != nil {
+		return sandbox.Written{}, f.errAll
+	}
+	if f.write != nil {
+		return f.write(req)
+	}
+	return sandbox.Written{Path: req.Path, Bytes: int64(len(req.Data)), Size: int64(len(req.Data)), SHA256: req.SHA256}, nil
 }
 
-func (f *fake) WriteFiles(_ context.Context, name string, files map[string][]byte) ([]string, error) {
-	f.note("writes %s %d", name, len(files))
-	if f.errAll != nil {
-		return nil, f.errAll
+func (f *fake) WriteFiles(ctx context.Context, name string, reqs []sandbox.WriteRequest) ([]sandbox.WriteOutcome, error) {
+	f.note("writes %s %d", name, len(reqs))
+	outs := make([]sandbox.WriteOutcome, len(reqs))
+	var stop error
+	for i, r := range reqs {
+		outs[i].Path = r.Path
+		if stop != nil {
+			outs[i].Err = sandbox.ErrNotAttempted
+			continue
+		}
+		w, err := f.WriteFile(ctx, name, r)
+		outs[i].Written, outs[i].Err = w, err
+		outs[i].Path = r.Path
+		var we *sandbox.WriteError
+		if err != nil && !errors.As(err, &we) {
+			stop = err
+		}
 	}
-	var done []string
-	for p := range files {
-		done = append(done, p)
-	}
-	return done, nil
+	return outs, stop
 }
 
 func (f *fake) ReadFile(_ context.Context, name, path string, offset, length int64) ([]byte, error) {

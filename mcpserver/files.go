@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -14,21 +15,29 @@ import (
 
 func (s *Server) writeFileTool() tool {
 	return tool{group: "core", handler: s.handleWriteFile, def: newTool[FileWritten]("write_file", "Write a file",
-		"Write a file in a sandbox, creating parent directories; relative paths are from the shell's current directory. Overwrites unless append is set.",
+		"Write a file in a sandbox, creating parent directories; relative paths are from the shell's current directory. Overwrites unless append is set. "+
+			"Checks what landed; a failure names its cause (no space, read-only…).",
 		mutating(true),
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
 		mcp.WithString("content", mcp.Required(), mcp.Description("File content (text, or base64 with encoding=base64).")),
 		sandboxParam(),
 		encodingParam("How content is encoded; base64 writes exact bytes."),
 		mcp.WithBoolean("append", mcp.Description("Append instead of overwriting."), mcp.DefaultBool(false)),
+		mcp.WithString("sha256", mcp.Description("Hex sha256 to check the file against after writing (with append: of the whole file)."),
+			mcp.Pattern("^[0-9a-fA-F]{64}$")),
 	)}
 }
 
-// FileWritten is the structured result of write_file.
+// FileWritten is the structured result of write_file, and one file of
+// batch_write's.
 type FileWritten struct {
 	Sandbox string `json:"sandbox"`
 	Path    string `json:"path"`
-	Bytes   int    `json:"bytes"`
+	// Bytes were written; Size is the file's size after (-1: a kernel
+	// file, whose size says nothing).
+	Bytes  int64  `json:"bytes"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 func decodeContent(content, encoding string) ([]byte, error) {
@@ -58,16 +67,42 @@ func (s *Server) handleWriteFile(ctx context.Context, req mcp.CallToolRequest) (
 	if err != nil {
 		return argError("write_file: %v", err), nil
 	}
-	if err := s.m.WriteFile(ctx, name, path, data, req.GetBool("append", false)); err != nil {
+	wr := sandbox.WriteRequest{Path: path, Data: data, Append: req.GetBool("append", false), SHA256: req.GetString("sha256", "")}
+	w, err := s.m.WriteFile(ctx, name, wr)
+	if err != nil {
 		return failure(ctx, fmt.Sprintf("write_file in sandbox %q", name), err), nil
 	}
-	out := FileWritten{Sandbox: name, Path: path, Bytes: len(data)}
-	return mcp.NewToolResultStructured(out, fmt.Sprintf("wrote %d bytes to %s", len(data), path)), nil
+	return mcp.NewToolResultStructured(fileWritten(name, w), writtenText(w, wr.Append)), nil
+}
+
+func fileWritten(name string, w sandbox.Written) FileWritten {
+	return FileWritten{Sandbox: name, Path: w.Path, Bytes: w.Bytes, Size: w.Size, SHA256: w.SHA256}
+}
+
+// writtenText says what landed: "wrote 5 bytes to /a (size checked)".
+func writtenText(w sandbox.Written, appended bool) string {
+	verb := "wrote"
+	if appended {
+		verb = "appended"
+	}
+	t := fmt.Sprintf("%s %d bytes to %s", verb, w.Bytes, w.Path)
+	switch {
+	case w.Size < 0:
+		t += " (a kernel file: its size and content cannot be checked)"
+	case appended:
+		t += fmt.Sprintf(" (size checked: the file now holds %d bytes)", w.Size)
+	default:
+		t += " (size checked)"
+	}
+	if w.SHA256 != "" {
+		t += "; sha256 checked"
+	}
+	return t
 }
 
 func (s *Server) readFileTool() tool {
 	return tool{group: "core", handler: s.handleReadFile, def: newTool[FileContent]("read_file", "Read a file",
-		"Read a file from a sandbox (at most 1 MiB per call; use offset and length for larger files). "+
+		"Read a regular file from a sandbox (not a device or fifo; at most 1 MiB per call; use offset and length for larger files). "+
 			"Non-UTF-8 content needs encoding=base64 to come back exactly.",
 		readOnly(),
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
@@ -119,7 +154,8 @@ func (s *Server) handleReadFile(ctx context.Context, req mcp.CallToolRequest) (*
 
 func (s *Server) batchWriteTool() tool {
 	return tool{group: "core", handler: s.handleBatchWrite, def: newTool[FilesWritten]("batch_write", "Write several files",
-		"Write several text files in a sandbox in one call, creating parent directories.",
+		"Write several text files in a sandbox in one call, creating parent directories. "+
+			"Checks each file; a failure lists what landed and why the rest did not.",
 		mutating(true),
 		mcp.WithObject("files", mcp.Required(), mcp.Description("Map of path to file content."),
 			mcp.AdditionalProperties(map[string]any{"type": "string"})),
@@ -127,10 +163,18 @@ func (s *Server) batchWriteTool() tool {
 	)}
 }
 
-// FilesWritten is the structured result of batch_write.
+// FilesWritten is the structured result of batch_write: the files that
+// landed whole, and those that did not.
 type FilesWritten struct {
 	Sandbox string        `json:"sandbox"`
 	Files   []FileWritten `json:"files"`
+	Failed  []FileFailed  `json:"failed,omitempty"`
+}
+
+// FileFailed is a file of batch_write that did not land whole.
+type FileFailed struct {
+	Path  string `json:"path"`
+	Error string `json:"error"`
 }
 
 func (s *Server) handleBatchWrite(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -142,22 +186,51 @@ func (s *Server) handleBatchWrite(ctx context.Context, req mcp.CallToolRequest) 
 	if !ok || len(raw) == 0 {
 		return argError("batch_write: `files` must be a non-empty object of path to content"), nil
 	}
-	files := make(map[string][]byte, len(raw))
+	reqs := make([]sandbox.WriteRequest, 0, len(raw))
 	for p, v := range raw {
 		content, ok := v.(string)
 		if !ok {
 			return argError("batch_write: content of %q must be a string", p), nil
 		}
-		files[p] = []byte(content)
+		reqs = append(reqs, sandbox.WriteRequest{Path: p, Data: []byte(content)})
 	}
-	done, err := s.m.WriteFiles(ctx, name, files)
+	sort.Slice(reqs, func(i, j int) bool { return reqs[i].Path < reqs[j].Path })
+	outs, err := s.m.WriteFiles(ctx, name, reqs)
+	if err != nil && !anyLanded(outs) {
+		return failure(ctx, fmt.Sprintf("batch_write in sandbox %q (no file was written)", name), err), nil
+	}
 	out := FilesWritten{Sandbox: name, Files: []FileWritten{}}
-	for _, p := range done {
-		out.Files = append(out.Files, FileWritten{Sandbox: name, Path: p, Bytes: len(files[p])})
+	var landed, bad []string
+	for _, o := range outs {
+		if o.Err == nil {
+			out.Files = append(out.Files, fileWritten(name, o.Written))
+			landed = append(landed, fmt.Sprintf("%s (%d bytes)", o.Path, o.Bytes))
+			continue
+		}
+		msg := o.Err.Error()
+		out.Failed = append(out.Failed, FileFailed{Path: o.Path, Error: msg})
+		bad = append(bad, o.Path+": "+strings.TrimPrefix(msg, o.Path+": "))
 	}
-	if err != nil {
-		return failure(ctx, fmt.Sprintf("batch_write in sandbox %q (wrote %d of %d files before this failure)", name, len(done), len(files)), err), nil
+	if len(bad) == 0 {
+		return mcp.NewToolResultStructured(out, fmt.Sprintf("wrote %d files (sizes checked): %s", len(landed), strings.Join(landed, ", "))), nil
 	}
-	paths := done
-	return mcp.NewToolResultStructured(out, fmt.Sprintf("wrote %d files: %s", len(out.Files), strings.Join(paths, ", "))), nil
+	text := fmt.Sprintf("batch_write in sandbox %q: %d of %d files did not land whole", name, len(bad), len(outs))
+	text += "\nfailed:\n  " + strings.Join(bad, "\n  ")
+	if len(landed) > 0 {
+		text += "\nwritten (sizes checked):\n  " + strings.Join(landed, "\n  ")
+	} else {
+		text += "\nno file was written"
+	}
+	res := mcp.NewToolResultStructured(out, text)
+	res.IsError = true
+	return res, nil
+}
+
+func anyLanded(outs []sandbox.WriteOutcome) bool {
+	for _, o := range outs {
+		if o.Err == nil {
+			return true
+		}
+	}
+	return false
 }

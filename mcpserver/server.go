@@ -25,8 +25,8 @@ type Sandboxes interface {
 	Exec(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
 	Python(ctx context.Context, name, code string, req shell.Request) (sandbox.ExecResult, error)
 	Install(ctx context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error)
-	WriteFile(ctx context.Context, name, path string, data []byte, appendTo bool) error
-	WriteFiles(ctx context.Context, name string, files map[string][]byte) ([]string, error)
+	WriteFile(ctx context.Context, name string, req sandbox.WriteRequest) (sandbox.Written, error)
+	WriteFiles(ctx context.Context, name string, reqs []sandbox.WriteRequest) ([]sandbox.WriteOutcome, error)
 	ReadFile(ctx context.Context, name, path string, offset, length int64) ([]byte, error)
 	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)
 	SetEnv(ctx context.Context, name, key, value string, secret bool) error

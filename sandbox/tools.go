@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -113,52 +112,6 @@ type ArgError struct{ Err error }
 
 func (e *ArgError) Error() string { return e.Err.Error() }
 func (e *ArgError) Unwrap() error { return e.Err }
-
-// WriteFile writes data to path in the sandbox, creating parent
-// directories; appendTo appends.
-func (m *Manager) WriteFile(ctx context.Context, name, path string, data []byte, appendTo bool) error {
-	script, err := guest.WriteFileScript(path, appendTo)
-	if err != nil {
-		return &ArgError{Err: err}
-	}
-	_, err = m.runScript(ctx, name, "write_file "+path, script, data, 4096)
-	return err
-}
-
-// WriteFiles writes several files in path order. It returns the paths
-// written before any failure.
-func (m *Manager) WriteFiles(ctx context.Context, name string, files map[string][]byte) ([]string, error) {
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	var done []string
-	for _, p := range paths {
-		if err := m.WriteFile(ctx, name, p, files[p], false); err != nil {
-			return done, err
-		}
-		done = append(done, p)
-	}
-	return done, nil
-}
-
-// ReadFile reads length bytes of path from offset (length 0: to the end),
-// at most MaxReadFile; more is an error wrapping ErrTooLarge.
-func (m *Manager) ReadFile(ctx context.Context, name, path string, offset, length int64) ([]byte, error) {
-	if length > MaxReadFile {
-		return nil, &ArgError{Err: fmt.Errorf("length is at most %d", MaxReadFile)}
-	}
-	script, err := guest.ReadFileScript(path, offset, length)
-	if err != nil {
-		return nil, &ArgError{Err: err}
-	}
-	data, err := m.runScript(ctx, name, "read_file "+path, script, nil, MaxReadFile)
-	if errors.Is(err, ErrTooLarge) {
-		return nil, fmt.Errorf("read_file %s: %w: more than %d bytes; read it in parts with offset and length", path, ErrTooLarge, MaxReadFile)
-	}
-	return data, err
-}
 
 // EnvVar is one variable of a sandbox's env store. A secret's Value is
 // never given out: it reads "***".
