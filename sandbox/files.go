@@ -92,7 +92,7 @@ func (e *WriteError) Error() string {
 	}
 	switch e.Cause {
 	case CauseShortInput:
-		b.WriteString("no step in the sandbox failed, so the input was cut short on its way in (is the sandbox's /tmp full?); ")
+		b.WriteString("no step in the sandbox failed, so the input was cut short on its way in; ")
 	case CauseSizeMismatch:
 		fmt.Fprintf(&b, "the file grew by %d bytes, not the %d written: another process may be writing it; ", e.Landed, e.Sent)
 	case CauseHashMismatch:
