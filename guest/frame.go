@@ -18,43 +18,50 @@ func quote(s string) string {
 }
 
 // InitFrame is written once when a shell starts. It saves the protocol fds,
-// runs the caller's init text with its output discarded, and answers with a
-// normal frame whose stdout is the shell's PID.
+// defines the frame's functions, runs the caller's init text with its output
+// discarded, and answers with a normal frame whose stdout is the shell's PID.
+//
+// The functions are safe in the framing shell because only commands that
+// cannot define or remove functions run there (see NeedsIsolation).
 func InitFrame(marker, init string) string {
 	var b strings.Builder
 	b.WriteString("exec 3>&1 4>&2\n")
+	b.WriteString(frameFuncs)
 	if init != "" {
 		b.WriteString("{ command eval " + quote(init) + "; } </dev/null >/dev/null 2>&1 3>&- 4>&-\n")
 	}
-	b.WriteString("printf '%s>\\n' " + marker + " >&3; printf '%s<\\n' " + marker + " >&4\n")
-	b.WriteString("__sbx_rc=0; __sbx_b=; printf '%s' \"$$\" >&3\n")
-	b.WriteString(stateBlock(marker, "3") + "\n" + trailer(marker))
+	b.WriteString("__sbx_pre " + marker + "; __sbx_rc=0; printf '%s' \"$$\" >&3; __sbx_end " + marker + " 1\n")
 	return b.String()
 }
 
 // A frame's streams, for marker M:
 //
-//	stdout: M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status>\nM.\n
+//	stdout: M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg>\nM.\n
 //	stderr: M<\n <output> \nM\n
 //
 // The beacons (M> and M<) open the frame: bytes before them were written
-// by a process an earlier command left behind. The state block is missing
-// when an isolated command ended without reporting its state (killed, or
-// it replaced itself with exec); the shell state is then unchanged. <bg> is
-// 1 when the command started background processes, which may still hold
-// its output.
+// by a process an earlier command left behind. The state block comes only
+// after a command that may have changed the directory or exports (see
+// MayChangeState); an isolated command that ended without reporting its
+// state (killed, or replaced by exec) has none either, and the shell state
+// is then unchanged. <bg> is 1 when the command started background
+// processes, which may still hold its output.
 
-// stateBlock reports the shell's working directory and exports. It uses
-// only special builtins, which no function can replace, and printf behind
-// a backslash (no alias) after removing any function of that name.
+// frameFuncs are the framing shell's own functions: __sbx_pre M opens a
+// frame, __sbx_end M S closes it (with the state block when S is 1).
+const frameFuncs = `__sbx_pre() { printf '%s>\n' "$1" >&3; printf '%s<\n' "$1" >&4; __sbx_b=${!-}; }
+__sbx_end() { case "${!-}" in "$__sbx_b") __sbx_b=0;; *) __sbx_b=1;; esac
+if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD" >&3; export -p >&3; fi
+printf '\n%s %d %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$1" >&3; printf '\n%s\n' "$1" >&4; }
+`
+
+// stateBlock reports the shell's working directory and exports from a
+// subshell where the command may have replaced any function. It uses only
+// special builtins, which no function can replace, and printf behind a
+// backslash (no alias) after removing any function of that name.
 func stateBlock(marker, fd string) string {
 	return "case \"${!-}\" in \"$__sbx_b\") __sbx_b=0;; *) __sbx_b=1;; esac; \\unset -f printf; " +
 		"\\printf '\\n%s=%s %s\\n' " + marker + " \"$__sbx_b\" \"$PWD\" >&" + fd + "; \\export -p >&" + fd
-}
-
-// trailer ends every frame: the status on stdout, the marker alone on stderr.
-func trailer(marker string) string {
-	return "printf '\\n%s %d\\n%s.\\n' " + marker + " \"$__sbx_rc\" " + marker + " >&3; printf '\\n%s\\n' " + marker + " >&4\n"
 }
 
 // RunVar marks every process of a command (its value is the command's run
@@ -106,7 +113,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	// The beacons tell output of this command from output of processes
 	// an earlier one left behind; the stderr one also tells a shell that
 	// died before the command from one that died during it.
-	b.WriteString("printf '%s>\\n' " + marker + " >&3; printf '%s<\\n' " + marker + " >&4\n")
+	b.WriteString("__sbx_pre " + marker + "\n")
 	isolated := req.Stdin != nil || NeedsIsolation(req.Command)
 	// fds 1 and 2 are re-pointed at the protocol fds for the command, so a
 	// permanent redirection inside it (`exec >/dev/null`) ends with it.
@@ -116,7 +123,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 		cd = "cd -- " + quote(req.Workdir) + " </dev/null 3>&- 4>&- && "
 	}
 	if !isolated {
-		b.WriteString("__sbx_b=${!-}; export " + RunVar + "=" + req.RunID + "\n")
+		b.WriteString("export " + RunVar + "=" + req.RunID + "\n")
 		if cd != "" {
 			b.WriteString("__sbx_o=$PWD; ")
 		}
@@ -124,8 +131,11 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 		if cd != "" {
 			b.WriteString("cd -- \"$__sbx_o\" 2>/dev/null; unset __sbx_o\n")
 		}
-		b.WriteString(stateBlock(marker, "3") + "\n")
-		b.WriteString(trailer(marker))
+		state := "0"
+		if MayChangeState(req.Command) {
+			state = "1"
+		}
+		b.WriteString("__sbx_end " + marker + " " + state + "\n")
 		return Frame{Script: b.String()}, nil
 	}
 	// The subshell reports its state when the command ends, whether by
@@ -158,8 +168,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	} else {
 		b.WriteString(sub + " </dev/null\n")
 	}
-	b.WriteString("__sbx_rc=$?\n")
-	b.WriteString(trailer(marker))
+	b.WriteString("__sbx_rc=$?; __sbx_end " + marker + " 0\n")
 	return Frame{Script: b.String(), Isolated: true}, nil
 }
 
@@ -237,12 +246,15 @@ while [ "$pass" -lt 100 ]; do
 	for d in /proc/[0-9]*; do
 		p=${d#/proc/}
 		[ "$p" = "$$" ] && continue
-		[ "$p" = "$shell" ] && continue
+		# The shell goes too when it runs the command itself: stop it
+		# first, or it forks on while the passes run.
+		[ "$p" = "$shell" ] && [ "$self" != 1 ] && continue
 		line=
 		read -r line <"$d/stat" 2>/dev/null || continue
 		rest=${line##*) }
 		set -- $rest
 		hit=
+		[ "$p" = "$shell" ] && hit=1
 		eval "[ -n \"\${t_$2-}\" ]" && hit=1
 		if [ -z "$hit" ] && [ -n "$id" ]; then
 			e=
@@ -258,10 +270,9 @@ while [ "$pass" -lt 100 ]; do
 done
 for d in /proc/[0-9]*; do
 	p=${d#/proc/}
-	[ "$p" = "$shell" ] && continue
+	[ "$p" = "$shell" ] && [ "$self" != 1 ] && continue
 	eval "[ -n \"\${t_$p-}\" ]" && kill -9 "$p" 2>/dev/null
 done
-[ "$self" = 1 ] && kill -9 "$shell" 2>/dev/null
 exit 0
 `
 
@@ -281,8 +292,12 @@ func ParseState(t string) (st State, bg bool, ok bool) {
 }
 
 // ParseStatus parses a frame's trailer (after the marker and space):
-// "<status>".
-func ParseStatus(t string) (int, bool) {
-	code, err := strconv.Atoi(strings.TrimSpace(t))
-	return code, err == nil
+// "<status> <bg>".
+func ParseStatus(t string) (code int, bg bool, ok bool) {
+	num, flag, found := strings.Cut(strings.TrimSpace(t), " ")
+	if !found || (flag != "0" && flag != "1") {
+		return 0, false, false
+	}
+	code, err := strconv.Atoi(num)
+	return code, flag == "1", err == nil
 }

@@ -215,10 +215,10 @@ func TestParseState(t *testing.T) {
 			t.Errorf("%q: accepted", bad)
 		}
 	}
-	if code, ok := ParseStatus("137\n"); !ok || code != 137 {
+	if code, bg, ok := ParseStatus("137 1\n"); !ok || code != 137 || !bg {
 		t.Errorf("ParseStatus = %d, %v", code, ok)
 	}
-	if _, ok := ParseStatus("x"); ok {
+	if _, _, ok := ParseStatus("137"); ok {
 		t.Error("ParseStatus accepted x")
 	}
 }

@@ -189,3 +189,38 @@ func unquoteWord(w string) string {
 	}
 	return b.String()
 }
+
+// stateWords are the commands that change the working directory or the
+// exported variables of the shell they run in.
+var stateWords = map[string]bool{
+	"export": true, "unset": true, "cd": true, "pushd": true, "popd": true, "read": true,
+	"getopts": true, "readonly": true, "local": true, "declare": true, "typeset": true,
+}
+
+// MayChangeState reports whether a command run in the framing shell may
+// change its directory or exports: it names one of stateWords or holds an
+// assignment (any "="). Only then does its frame carry the shell's state,
+// which keeps the common frame small. It errs towards yes.
+func MayChangeState(command string) bool {
+	if strings.IndexByte(command, '=') >= 0 {
+		return true
+	}
+	isWordByte := func(c byte) bool {
+		return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	}
+	for i := 0; i < len(command); {
+		if !isWordByte(command[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(command) && isWordByte(command[j]) {
+			j++
+		}
+		if stateWords[command[i:j]] {
+			return true
+		}
+		i = j
+	}
+	return false
+}

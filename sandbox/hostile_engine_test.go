@@ -130,7 +130,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				var wg sync.WaitGroup
-				for range 4 { // the pool's size
+				for range shell.DefaultPoolSize {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()

@@ -10,7 +10,7 @@ import (
 )
 
 // DefaultPoolSize is how many shells a sandbox may run commands in at once.
-const DefaultPoolSize = 4
+const DefaultPoolSize = 8
 
 // maxRetired bounds the shells kept open only so that background processes
 // left behind by a command can still write to them (see Result.LeftBehind).

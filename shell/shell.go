@@ -318,6 +318,9 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	switch {
 	case !frame.Isolated && ex.stateOK:
 		s.state, s.applied = ex.state, ex.state
+	case !frame.Isolated:
+		// A command that cannot have changed the state reports none.
+		s.state, s.applied = want, want
 	case frame.Isolated:
 		// The subshell's changes reach the framing shell with the next
 		// command; without a report, they are lost with the subshell.
@@ -449,14 +452,16 @@ func (s *Shell) exchange(ctx context.Context, script, marker, runID string, inSh
 		}
 		return ex
 	}
-	code, ok := guest.ParseStatus(statusBuf.String())
+	code, bg, ok := guest.ParseStatus(statusBuf.String())
 	if !ok {
 		s.kill()
 		return exchanged{code: -1, lost: true, started: true, stray: ex.stray, err: fmt.Errorf("shell sent a malformed frame trailer")}
 	}
-	ex.code = code
+	ex.code, ex.bg = code, bg
 	if ex.stateOK {
-		ex.state, ex.bg, ex.stateOK = guest.ParseState(stateBuf.String())
+		var subBG bool
+		ex.state, subBG, ex.stateOK = guest.ParseState(stateBuf.String())
+		ex.bg = ex.bg || subBG
 	}
 	if interrupted {
 		ex.err = errInterrupted

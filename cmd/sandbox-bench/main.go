@@ -3,7 +3,7 @@
 // and target. It builds the server, drives it over stdio with the official
 // go-sdk MCP client, and times the engine CLI doing the same work directly.
 //
-//	go run ./cmd/sandbox-bench [-runtime podman] [-image mcp-dev] [-n 1000]
+//	go run ./cmd/sandbox-bench [-runtime podman] [-image mcp-dev] [-n 1000] [-only floor,warm]
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,8 +29,9 @@ func main() {
 	rt := flag.String("runtime", "podman", "engine CLI: podman or docker")
 	image := flag.String("image", "mcp-dev", "sandbox image")
 	n := flag.Int("n", 1000, "warm exec calls to time")
+	only := flag.String("only", "", "comma-separated sections to run (first, warm, floor, output, lifecycle, restart, pair, leaks); all when empty")
 	flag.Parse()
-	if err := run(*rt, *image, *n); err != nil {
+	if err := run(*rt, *image, *n, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-bench:", err)
 		os.Exit(1)
 	}
@@ -67,7 +69,7 @@ type bench struct {
 	warmP50       time.Duration // set by warmExec
 }
 
-func run(engine, image string, n int) error {
+func run(engine, image string, n int, only string) error {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "sandbox-bench")
 	if err != nil {
@@ -92,9 +94,16 @@ func run(engine, image string, n int) error {
 
 	fmt.Printf("sandbox-bench: %s, image %s, %d warm calls; one run, side by side\n\n", engine, image, n)
 	fmt.Printf("%-44s %-22s %-26s %-9s %-18s %s\n", "what", "sandbox-mcp", "engine floor", "ratio", "target", "")
-	for _, section := range []func() error{b.firstExec, b.warmExec, b.bigOutput, b.lifecycle,
-		b.benchRestart, b.benchPair, b.benchLeaks} {
-		if err := section(); err != nil {
+	sections := []struct {
+		name string
+		run  func() error
+	}{{"first", b.firstExec}, {"warm", b.warmExec}, {"floor", b.execFloor}, {"output", b.bigOutput},
+		{"lifecycle", b.lifecycle}, {"restart", b.benchRestart}, {"pair", b.benchPair}, {"leaks", b.benchLeaks}}
+	for _, section := range sections {
+		if only != "" && !slices.Contains(strings.Split(only, ","), section.name) {
+			continue
+		}
+		if err := section.run(); err != nil {
 			return err
 		}
 	}

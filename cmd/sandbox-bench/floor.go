@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os/exec"
+	"sort"
+	"sync"
+	"time"
+)
+
+// floorConcurrency is the concurrent case of the exec-vs-floor figures.
+const floorConcurrency = 8
+
+// execFloor: a warm exec through MCP cannot beat one framed round trip over
+// the engine's `exec -i sh` plus one MCP round trip (ping). Both floors and
+// exec are measured here, in the same run, sequentially and 8 at a time.
+func (b *bench) execFloor() error {
+	ctr := b.launch.prefix + "-default"
+	if _, err := b.main.execTrue(b.ctx, "default"); err != nil {
+		return err
+	}
+	for _, conc := range []int{1, floorConcurrency} {
+		n := b.n
+		frame, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
+			return openFrameShell(b.engine, ctr)
+		})
+		if err != nil {
+			return fmt.Errorf("framing floor: %w", err)
+		}
+		ping, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
+			return func() error { return b.main.cs.Ping(b.ctx, nil) }, func() {}, nil
+		})
+		if err != nil {
+			return fmt.Errorf("ping floor: %w", err)
+		}
+		execs, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
+			return func() error { _, err := b.main.execTrue(b.ctx, "default"); return err }, func() {}, nil
+		})
+		if err != nil {
+			return err
+		}
+		how := "sequential"
+		if conc > 1 {
+			how = fmt.Sprintf("%d-way", conc)
+		}
+		for _, q := range []struct {
+			name string
+			at   float64
+		}{{"p50", 0.50}, {"p95", 0.95}} {
+			f, p, e := pct(frame, q.at), pct(ping, q.at), pct(execs, q.at)
+			floor := f + p
+			report(fmt.Sprintf("warm exec %s, %s (n=%d)", q.name, how, n), us(e),
+				fmt.Sprintf("%s frame + %s ping", us(f), us(p)), ratio(e, floor), "<= 1.5x", ratio(e, floor) <= 1.5)
+		}
+	}
+	return nil
+}
+
+// openFrameShell starts `engine exec -i ctr sh` and returns a function that
+// does one minimal framed round trip on it: run `true`, then an end marker
+// on stdout and on stderr, read back from both.
+func openFrameShell(engine, ctr string) (func() error, func(), error) {
+	cmd := exec.Command(engine, "exec", "-i", ctr, "sh")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	out, errs := bufio.NewReader(outPipe), bufio.NewReader(errPipe)
+	const marker = "sbxfloor0123456789"
+	script := []byte("true\nprintf '\\n%s %d\\n' " + marker + " $? ; printf '\\n%s\\n' " + marker + " >&2\n")
+	until := func(r *bufio.Reader) error {
+		for {
+			line, err := r.ReadBytes('\n')
+			if err != nil {
+				return err
+			}
+			if bytes.HasPrefix(line, []byte(marker)) {
+				return nil
+			}
+		}
+	}
+	once := func() error {
+		if _, err := in.Write(script); err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- until(errs) }()
+		if err := until(out); err != nil {
+			return err
+		}
+		return <-done
+	}
+	closeFn := func() {
+		_ = in.Close()
+		_, _ = io.Copy(io.Discard, out)
+		_ = cmd.Wait()
+	}
+	return once, closeFn, nil
+}
+
+// timeParallel runs n calls spread over conc workers (each with its own
+// setup) after a short warm-up, and returns every call's time.
+func timeParallel(conc, n int, setup func(worker int) (func() error, func(), error)) ([]time.Duration, error) {
+	var (
+		mu   sync.Mutex
+		lat  = make([]time.Duration, 0, n)
+		wg   sync.WaitGroup
+		errc = make(chan error, conc)
+	)
+	calls := make([]func() error, conc)
+	for w := range conc {
+		call, closeFn, err := setup(w)
+		if err != nil {
+			return nil, err
+		}
+		defer closeFn()
+		calls[w] = call
+		for range 20 { // warm-up
+			if err := call(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	per := n / conc
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, per)
+			for range per {
+				start := time.Now()
+				if err := calls[w](); err != nil {
+					errc <- err
+					return
+				}
+				mine = append(mine, time.Since(start))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, nil
+}
+
+// pct is the q quantile of sorted durations.
+func pct(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * q)
+	return sorted[i]
+}
+
