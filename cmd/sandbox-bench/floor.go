@@ -172,4 +172,3 @@ func pct(sorted []time.Duration, q float64) time.Duration {
 	i := int(float64(len(sorted)-1) * q)
 	return sorted[i]
 }
-
