@@ -23,6 +23,8 @@ const (
 	maxMaxOutput     = 256 << 10
 	progressEvery    = time.Second
 	progressBytes    = 400
+	// queueNoted is the wait for a free shell that a result mentions.
+	queueNoted = 50 * time.Millisecond
 )
 
 // ExecOutput is the structured result of exec, python and install.
@@ -39,7 +41,12 @@ type ExecOutput struct {
 	OutputID     string `json:"output_id,omitempty"` // for the output tool, when truncated
 	TimedOut     bool   `json:"timed_out,omitempty"`
 	ShellRestart bool   `json:"shell_restarted,omitempty"`
-	Booted       string `json:"booted,omitempty"` // created, started, adopted, recovered
+	// QueuedMS is how long the command waited for a free shell.
+	QueuedMS int64 `json:"queued_ms,omitempty"`
+	// Background means the command left processes running that may still
+	// hold its stdout and stderr; what they print from now on is discarded.
+	Background bool   `json:"background_left,omitempty"`
+	Booted     string `json:"booted,omitempty"` // created, started, adopted, recovered
 	Notice       string `json:"notice,omitempty"` // e.g. the disk watcher stopped the command
 }
 
@@ -181,6 +188,8 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		Truncated:    truncated,
 		TimedOut:     res.TimedOut,
 		ShellRestart: res.ShellLost,
+		QueuedMS:     res.Queued.Milliseconds(),
+		Background:   res.LeftBehind,
 		Booted:       bootWord(res.Boot),
 		Notice:       res.Notice,
 	}
@@ -194,6 +203,9 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	}
 	var text strings.Builder
 	fmt.Fprintf(&text, "exit %d · %s", res.ExitCode, fmtDuration(res.Duration))
+	if res.Queued >= queueNoted {
+		fmt.Fprintf(&text, " · waited %s for a free shell", fmtDuration(res.Queued))
+	}
 	if out.Booted != "" {
 		fmt.Fprintf(&text, " · sandbox %q %s", name, out.Booted)
 		if res.Boot.Recovered != "" {
@@ -216,18 +228,24 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		text.WriteString("\n[output is not valid UTF-8; invalid bytes shown as \uFFFD; use encoding=base64 for exact bytes]")
 	}
 	switch {
+	case res.TimedOut && res.NotStarted:
+		fmt.Fprintf(&text, "\n[timed out after %gs waiting for a free shell: every shell of the sandbox was busy, and the command did not run]", timeout)
 	case res.TimedOut:
-		fmt.Fprintf(&text, "\n[timed out after %gs: the command and its children were stopped", timeout)
+		fmt.Fprintf(&text, "\n[timed out after %gs: the command and every process it started were ended, and nothing after that point ran", timeout)
 		if res.ShellLost {
 			text.WriteString("; the shell was replaced and its cwd and exports restored")
-		} else {
-			text.WriteString("; the shell kept its state")
 		}
 		text.WriteString(". Start long-running work with bg and read it with logs.]")
 	case res.Canceled:
-		text.WriteString("\n[canceled: the command was stopped]")
+		text.WriteString("\n[canceled: the command and every process it started were ended]")
 	case res.ShellLost:
 		text.WriteString("\n[the shell exited (exit, exec or a signal); a new one with the same cwd and exports serves the next call]")
+	}
+	if res.LeftBehind {
+		text.WriteString("\n[the command left background processes running; what they print to its stdout or stderr from now on is discarded: redirect their output to a file, or use bg]")
+	}
+	if res.Stray > 0 {
+		fmt.Fprintf(&text, "\n[%d bytes printed between commands by background processes of earlier commands were discarded]", res.Stray)
 	}
 	if res.Notice != "" {
 		fmt.Fprintf(&text, "\n[%s]", res.Notice)
