@@ -259,3 +259,40 @@ func TestJobsOfStoppedSandboxOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestJobForkBombOnEngine: a job that forks until the sandbox's pids
+// limit is reached (its shell then dies of "Cannot fork", its sleeps fill
+// the table) is still killed to the last process: the sweep forks nothing.
+func TestJobForkBombOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			m := newManager(t, tg, enginetest.Prefix(t, tg.New()))
+			ctx := context.Background()
+			const box = "bomb"
+			run(t, m, box, shell.Request{Command: "true"}) // the pool's shells exist before the bomb
+			st := startJob(t, m, box, "bomb", `setsid sh -c 'while :; do sleep 1000 & done' & while :; do sleep 1000 & done`)
+			// Wait for it to hit the limit; meanwhile logs may fail for want of a process.
+			for deadline := time.Now().Add(hangGuard); ; time.Sleep(100 * time.Millisecond) {
+				l, err := m.JobLogs(ctx, box, "bomb", sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
+				if err == nil && l.State == "exited" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the bomb never hit the limit: %+v %v", l, err)
+				}
+			}
+			r, err := m.KillJob(ctx, box, "bomb", "KILL")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Ended || r.Processes != 0 || r.Signalled < 100 {
+				t.Fatalf("KILL: %+v", r)
+			}
+			if n := jobProcs(t, m, box, st.ID); n != 0 {
+				t.Fatalf("after KILL %d processes carry the marker", n)
+			}
+			t.Logf("killed %d processes", r.Signalled)
+		})
+	}
+}
