@@ -52,7 +52,7 @@ const killConfirm = 10 * time.Second
 const (
 	lostStopped = "the sandbox's container is stopped, which ended every process in it"
 	lostRemoved = "the sandbox's container was removed"
-	lostNoExit  = "its process ended without an exit status: the sandbox's container was stopped or restarted since it started"
+	lostNoExit  = "its process is gone without an exit status (the sandbox's container was stopped or restarted since it started, or its waiter was killed)"
 	lostGone    = "its files are gone: the sandbox was reset or recreated since it started"
 )
 
@@ -242,7 +242,7 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 	defer cancel()
 	res, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", script}})
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exit %d: %s", res.ExitCode, bytes.TrimSpace(res.Stderr))
+		err = fmt.Errorf("exit %d: %.200s", res.ExitCode, bytes.TrimSpace(res.Stderr)) // the sandbox's words: bounded
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("sandbox %q: job script: %w", name, err)
