@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
 // waitJob polls logs until the job is no longer running.
@@ -97,7 +98,8 @@ func TestJobs(t *testing.T) {
 				t.Fatalf("jobs: %s", r.text)
 			}
 			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "srv"})
-			if r.isError || r.data["ended"] != true || r.num("exit_code") != 128+15 {
+			if r.isError || r.data["ended"] != true || r.num("exit_code") != 128+15 || r.num("signalled") != 3 ||
+				!strings.Contains(r.text, "sent SIGTERM to 3 processes") || !strings.Contains(r.text, "none of them is left") {
 				t.Fatalf("kill: %+v", r)
 			}
 			r = s.call(t, "exec", map[string]any{"sandbox": sb, "command": "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 100[12]' || true"})
@@ -123,6 +125,9 @@ func TestJobs(t *testing.T) {
 				{"kill", map[string]any{"sandbox": sb, "name": "nope"}, "no such job"},
 				{"logs", map[string]any{"sandbox": "never-made", "name": "count"}, "it has none"},
 				{"kill", map[string]any{"sandbox": ".bad", "name": "x"}, "invalid sandbox name"},
+				{"kill", map[string]any{"sandbox": sb, "name": ".bad"}, "invalid job name"},
+				{"logs", map[string]any{"sandbox": sb, "name": "a/b"}, "invalid job name"},
+				{"bg", map[string]any{"sandbox": sb, "name": "-x", "command": "true"}, "invalid job name"},
 				{"kill", map[string]any{"sandbox": sb, "name": "count", "signal": "SEGV"}, "signal"},
 				{"bg", map[string]any{"sandbox": sb, "command": "true", "workdir": "/no/such/dir"}, "no such directory"},
 				{"bg", map[string]any{"sandbox": sb, "command": "  "}, "command is required"},
@@ -188,5 +193,94 @@ func TestJobsSurviveSIGKILL(t *testing.T) {
 	text, isErr = callText(t, second, "kill", map[string]any{"name": "tick"})
 	if isErr || !strings.Contains(text, "ended by signal 15") {
 		t.Fatalf("kill after SIGKILL: %v %q", isErr, text)
+	}
+}
+
+// waitProcs polls logs until the job has n processes alive.
+func waitProcs(t *testing.T, s *server, sb, job string, n float64) result {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := s.call(t, "logs", map[string]any{"sandbox": sb, "name": job})
+		if r.isError {
+			t.Fatalf("logs %s: %s", job, r.text)
+		}
+		if r.num("processes") == n {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %v processes, want %v: %s", job, r.num("processes"), n, r.text)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestJobsTellTheTruth: kill ends a child that ignores TERM and one in its
+// own session (a second kill with KILL finishes the work), and a sandbox
+// whose container was stopped behind the server's back is neither started
+// by jobs, logs or kill nor shown with running jobs.
+func TestJobsTellTheTruth(t *testing.T) {
+	enginetest.QuietDisk(t) // job records live in the state file
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			s := startServer(t, tg, prefix, "")
+			const sb = "truth"
+
+			r := s.call(t, "bg", map[string]any{"sandbox": sb, "name": "tree",
+				"command": `(trap '' TERM; exec sleep 1000) & setsid sh -c "trap '' TERM; exec sleep 1001" & setsid sleep 1002 & wait`})
+			if r.isError {
+				t.Fatal(r.text)
+			}
+			waitProcs(t, s, sb, "tree", 4)
+			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "tree"})
+			if r.isError || r.data["ended"] != false || r.num("processes") != 2 || r.num("exit_code") != 143 ||
+				!strings.Contains(r.text, "ended by signal 15") ||
+				!strings.Contains(r.text, "2 processes ignored TERM and still run: kill with signal KILL") {
+				t.Fatalf("kill: %+v", r)
+			}
+			if r = s.call(t, "jobs", map[string]any{"sandbox": sb}); !strings.Contains(r.text, "tree: ended by signal 15 (exit 143); 2 processes it started still run") {
+				t.Fatalf("jobs: %s", r.text)
+			}
+			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "tree", "signal": "KILL"})
+			if r.isError || r.data["already_ended"] != false || r.data["ended"] != true || r.num("signalled") != 2 ||
+				!strings.Contains(r.text, "sent SIGKILL to 2 processes") {
+				t.Fatalf("second kill: %+v", r)
+			}
+			r = s.call(t, "exec", map[string]any{"sandbox": sb, "command": "grep -l SANDBOX_MCP_JOB= /proc/[0-9]*/environ 2>/dev/null | wc -l"})
+			if strings.TrimSpace(r.str("stdout")) != "0" {
+				t.Fatalf("marked processes left: %q", r.str("stdout"))
+			}
+
+			// Stopped behind the server's back.
+			if r = s.call(t, "bg", map[string]any{"sandbox": sb, "name": "sleeper", "command": "sleep 1000"}); r.isError {
+				t.Fatal(r.text)
+			}
+			ctx := context.Background()
+			ctr := sandbox.ContainerName(prefix, sb)
+			if err := rt.Stop(ctx, ctr, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 2; i++ { // the age of a lost job does not grow: it has none
+				r = s.call(t, "jobs", map[string]any{"sandbox": sb})
+				if r.isError || !strings.Contains(r.text, "sleeper: lost: the sandbox's container is stopped") || strings.Contains(r.text, "running") {
+					t.Fatalf("jobs: %s", r.text)
+				}
+				time.Sleep(1100 * time.Millisecond)
+			}
+			r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "sleeper"})
+			if r.isError || r.str("state") != "lost" || !strings.Contains(r.text, "lost: the sandbox's container is stopped") {
+				t.Fatalf("logs: %+v", r)
+			}
+			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "sleeper"})
+			if r.isError || r.str("state") != "lost" || !strings.Contains(r.text, "nothing of it was left") {
+				t.Fatalf("kill: %+v", r)
+			}
+			if c, err := rt.Inspect(ctx, ctr); err != nil || c.Running() {
+				t.Fatalf("the job tools started the container: %v %v", c.State, err)
+			}
+		})
 	}
 }

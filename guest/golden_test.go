@@ -17,6 +17,9 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 // dash, a trailing backslash and a lone quote.
 const hostile = "-it's \"q\" $(id) `id` $HOME\nline2; rm -rf / \\ '"
 
+// jobID is a job id as the server makes them.
+const jobID = "0123456789abcdef"
+
 // markerLike looks like the end of a frame.
 const markerLike = "\nsbxM 0\n/\nsbxM.\n"
 
@@ -90,11 +93,15 @@ var goldenCases = []goldenCase{
 	{"read_file_offset", func() (string, error) { return ReadFileScript("-f", 5, 1<<20+1) }},
 
 	// Background jobs.
-	{"job_start", func() (string, error) { return JobStartScript("abc123", "", "sleep 100") }},
-	{"job_start_hostile", func() (string, error) { return JobStartScript("abc123", hostile, hostile) }},
-	{"job_logs_offset", func() (string, error) { return JobLogsScript("abc123", 4096, 0, 65536) }},
-	{"job_logs_tail", func() (string, error) { return JobLogsScript("abc123", -1, 50, 65536) }},
-	{"job_kill", func() (string, error) { return JobKillScript("abc123", "TERM") }},
+	{"job_start", func() (string, error) { return JobStartScript(jobID, "", "sleep 100") }},
+	{"job_start_hostile", func() (string, error) { return JobStartScript(jobID, hostile, hostile) }},
+	{"job_logs_offset", func() (string, error) { return JobLogsScript(jobID, 4096, 0, 65536) }},
+	{"job_logs_tail", func() (string, error) { return JobLogsScript(jobID, -1, 50, 65536) }},
+	{"job_signal_term", func() (string, error) { return JobSignalScript(jobID, "TERM") }},
+	{"job_signal_kill", func() (string, error) { return JobSignalScript(jobID, "KILL") }},
+	{"job_signal_stop", func() (string, error) { return JobSignalScript(jobID, "STOP") }},
+	{"job_signal_cont", func() (string, error) { return JobSignalScript(jobID, "CONT") }},
+	{"job_count", func() (string, error) { return JobSignalScript(jobID, "") }},
 
 	// Idle reaping and stats.
 	{"touch_activity", text(TouchActivity)},
@@ -181,14 +188,15 @@ func TestBuildersReject(t *testing.T) {
 		"read path with NUL":    func() (string, error) { return ReadFileScript("/a\x00", 0, 1) },
 		"read negative offset":  func() (string, error) { return ReadFileScript("/a", -1, 1) },
 		"read without a limit":  func() (string, error) { return ReadFileScript("/a", 0, 0) },
-		"job id with a quote":   func() (string, error) { return JobStartScript("abc'123", "", "true") },
-		"job empty command":     func() (string, error) { return JobStartScript("abc123", "", "  ") },
-		"job command with NUL":  func() (string, error) { return JobStartScript("abc123", "", "a\x00") },
-		"logs without a range":  func() (string, error) { return JobLogsScript("abc123", -1, 0, 10) },
+		"job id with a quote":   func() (string, error) { return JobStartScript("0123456789abcde'", "", "true") },
+		"job id too short":      func() (string, error) { return JobStartScript("abc123", "", "true") },
+		"job empty command":     func() (string, error) { return JobStartScript(jobID, "", "  ") },
+		"job command with NUL":  func() (string, error) { return JobStartScript(jobID, "", "a\x00") },
+		"logs without a range":  func() (string, error) { return JobLogsScript(jobID, -1, 0, 10) },
 		"logs bad id":           func() (string, error) { return JobLogsScript("../x", 0, 0, 10) },
-		"kill unlisted signal":  func() (string, error) { return JobKillScript("abc123", "SEGV") },
-		"kill signal injection": func() (string, error) { return JobKillScript("abc123", "TERM; reboot") },
-		"kill bad id":           func() (string, error) { return JobKillScript("ABC123", "TERM") },
+		"kill unlisted signal":  func() (string, error) { return JobSignalScript(jobID, "SEGV") },
+		"kill signal injection": func() (string, error) { return JobSignalScript(jobID, "TERM; reboot") },
+		"kill bad id":           func() (string, error) { return JobSignalScript("0123456789ABCDEF", "TERM") },
 		"normalize bad signal":  func() (string, error) { return NormalizeSignal("-9") },
 	} {
 		if s, err := build(); err == nil {
@@ -224,16 +232,33 @@ func TestParseState(t *testing.T) {
 }
 
 func TestParseJobLogs(t *testing.T) {
-	h, data, err := ParseJobLogs([]byte("job exited 137 12\nhello\nwor"))
-	if err != nil || h != (JobLogsHeader{State: "exited", ExitCode: 137, Size: 12}) || string(data) != "hello\nwor" {
+	h, data, err := ParseJobLogs([]byte("job exited 137 12 2\nhello\nwor"))
+	if err != nil || h != (JobLogsHeader{State: "exited", ExitCode: 137, Size: 12, Processes: 2}) || string(data) != "hello\nwor" {
 		t.Fatalf("got %+v %q %v", h, data, err)
 	}
-	h, data, err = ParseJobLogs([]byte("job running - 0\n"))
-	if err != nil || h != (JobLogsHeader{State: "running", Size: 0}) || len(data) != 0 {
+	h, data, err = ParseJobLogs([]byte("job running - 0 1\n"))
+	if err != nil || h != (JobLogsHeader{State: "running", Size: 0, Processes: 1}) || len(data) != 0 {
 		t.Fatalf("got %+v %q %v", h, data, err)
 	}
-	for _, bad := range []string{"", "job running", "job exited x 3\n", "nonsense\n"} {
+	for _, bad := range []string{"", "job running", "job exited x 3 0\n", "job running - 3\n", "job sleeping - 3 0\n", "nonsense\n"} {
 		if _, _, err := ParseJobLogs([]byte(bad)); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
+
+func TestParseJobSweep(t *testing.T) {
+	for in, want := range map[string]JobSweep{
+		"3 - 1 dir\n":   {Processes: 3, Leader: true},
+		"2 143 0 dir\n": {Processes: 2, Exited: true, ExitCode: 143},
+		"0 - 0 gone\n":  {Gone: true},
+	} {
+		if got, err := ParseJobSweep([]byte(in)); err != nil || got != want {
+			t.Errorf("%q: got %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "3 - dir\n", "x - 0 dir\n", "-1 - 0 dir\n", "1 x 0 dir\n", "1 - 2 dir\n", "1 - 0 here\n", "1 - 0 dir extra\n"} {
+		if _, err := ParseJobSweep([]byte(bad)); err == nil {
 			t.Errorf("%q: accepted", bad)
 		}
 	}

@@ -10,30 +10,57 @@ import (
 
 // Background jobs live in a directory of their own inside the sandbox:
 //
-//	pid  the job's process id, which also leads its process group
-//	log  its stdout and stderr, appended
-//	rc   its exit status, written when it ends (128+N when killed by signal N)
+//	pid   the job's process id, which also leads its session and process group
+//	log   its stdout and stderr, appended
+//	rc    its exit status, written when it ends (128+N when killed by signal N)
+//	boot  which boot of the container started it (see jobBoot)
 //
 // The scripts below run in a sandbox's persistent shell, so a job starts
 // with the shell's directory and exported variables. A job holds none of
 // the shell's pipes and is not the shell's descendant (it is started by a
 // double fork), so neither closing a shell nor killing a command's process
 // tree touches it, and Apple's exec never waits for it.
+//
+// Every process of a job carries JobMarker(id) in its environment from the
+// start, inherited by everything it forks, including processes that leave
+// its session (setsid, daemons). The job's processes are those that carry
+// the marker and those in a session that one of them leads (a child that
+// cleared its environment stays in its parent's session; only a session
+// led by a marked process counts, so a marker set by hand on a process
+// in some other session does not take that session along). The sweep
+// that finds them reads /proc with shell builtins only, so it works while
+// the job holds every process the sandbox may have.
 
 // JobsDir is where job directories are kept.
 const JobsDir = "/var/lib/sandbox-mcp/jobs"
 
+// JobMarkerVar is the environment variable that marks a job's processes;
+// its value is the job's id.
+const JobMarkerVar = "SANDBOX_MCP_JOB"
+
+// JobMarker is the environment entry every process of job id carries.
+func JobMarker(id string) string { return JobMarkerVar + "=" + id }
+
 // JobDir is the directory of the job with the given id.
 func JobDir(id string) string { return JobsDir + "/" + id }
 
-var jobIDRE = regexp.MustCompile(`^[a-z0-9]{6,32}$`)
+// jobIDRE: ids have one fixed length, so no id's marker is a prefix of
+// another's (the sweep reads a process's environment as one string).
+var jobIDRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+func checkJobID(id string) error {
+	if !jobIDRE.MatchString(id) {
+		return fmt.Errorf("job id %q: want 16 lowercase hex digits", id)
+	}
+	return nil
+}
 
 // JobStartScript starts command as a background job in dir (made fresh),
 // in workdir when set, and prints its pid. It fails with status 127 when
 // the sandbox lacks setsid, 2 when workdir does not exist.
 func JobStartScript(id, workdir, command string) (string, error) {
-	if !jobIDRE.MatchString(id) {
-		return "", fmt.Errorf("job id %q: want 6-32 lowercase letters or digits", id)
+	if err := checkJobID(id); err != nil {
+		return "", err
 	}
 	if strings.IndexByte(command, 0) >= 0 || strings.IndexByte(workdir, 0) >= 0 {
 		return "", ErrNULInCommand
@@ -49,12 +76,18 @@ func JobStartScript(id, workdir, command string) (string, error) {
 		b.WriteString(`; elif [ ! -d ` + w + ` ]; then echo "no such directory: "` + w + ` >&2; (exit 2)`)
 	}
 	b.WriteString(`; elif ! { rm -rf -- ` + d + ` && mkdir -p -- ` + d + ` && : >` + d + `/log; }; then (exit 1); else `)
+	b.WriteString(jobBoot + `; echo "$__sbx_b" >` + d + `/boot; unset __sbx_b __sbx_i __sbx_l; `)
 	if workdir != "" {
 		b.WriteString(`__sbx_jw=$PWD; cd -- ` + quote(workdir) + `; `)
 	}
 	// The outer ( … & ) returns at once, so the waiter is reparented to the
-	// sandbox's init; setsid makes the job leader its own process group.
-	b.WriteString(`( ( setsid sh -c 'echo $$ >"$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" && exec sh -c "$2"' sh ` + d + ` ` + quote(command) +
+	// sandbox's init; setsid makes the job leader its own session and
+	// process group. The marker is in the leader's environment from its
+	// exec on; the waiter does not carry it, so a kill never ends the
+	// waiter before it records the exit status.
+	// The job is no part of the command that started it: a timeout of
+	// that command must not end it.
+	b.WriteString(`( ( unset ` + RunVar + `; ` + JobMarker(id) + ` setsid sh -c 'echo $$ >"$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" && exec sh -c "$2"' sh ` + d + ` ` + quote(command) +
 		` <` + "/dev/null" + ` >>` + d + `/log 2>&1 & __sbx_jp=$!; wait $__sbx_jp; echo $? >` + d + `/rc.tmp; mv ` + d + `/rc.tmp ` + d + `/rc ) </dev/null >/dev/null 2>&1 & ); `)
 	if workdir != "" {
 		b.WriteString(`cd -- "$__sbx_jw"; unset __sbx_jw; `)
@@ -64,18 +97,100 @@ func JobStartScript(id, workdir, command string) (string, error) {
 	return b.String(), nil
 }
 
-// JobStatusHeader is the first line JobLogsScript prints:
-// "job <state> <exit code or -> <log size>", state being running, exited
-// or gone (the directory no longer exists: the sandbox was reset or
-// recreated).
-const jobHeaderFormat = "job %s %s %d"
+// jobSweep is the forkless sweep (see the top of this file). Before it:
+// __sbx_j holds the marker, __sbx_lp the leader's pid (or -). It leaves
+// in __sbx_f the pids found (" 12 34 "), in __sbx_n their number and in
+// __sbx_lv 1 when the leader is among them. With stop, each process is
+// stopped as it is found.
+//
+// A pass reads every /proc/PID/stat (state and session) and, for a
+// process not in a session led by a process found, its environ; it repeats until a pass
+// finds nothing new, so what the job forks meanwhile is found too. When
+// stopping, nothing found can fork again, and the sweep ends once the
+// job has no running process left outside the list. Zombies are skipped:
+// they are already dead.
+func jobSweep(stop bool) string {
+	act := ""
+	if stop {
+		act = "\t\tkill -s STOP \"$__sbx_q\" 2>/dev/null\n"
+	}
+	return `__sbx_f=' '; __sbx_s=' '; __sbx_n=0; __sbx_lv=0; __sbx_a=1; __sbx_i=0
+while [ $__sbx_a = 1 ] && [ $__sbx_i -lt 100 ]; do
+	__sbx_a=0; __sbx_i=$((__sbx_i+1))
+	for __sbx_p in /proc/[0-9]*; do
+		__sbx_q=${__sbx_p#/proc/}
+		case "$__sbx_f" in *" $__sbx_q "*) continue ;; esac
+		[ "$__sbx_q" = "$$" ] && continue
+		__sbx_l=
+		{ IFS= read -r __sbx_l <"$__sbx_p/stat"; } 2>/dev/null
+		__sbx_r=${__sbx_l##*) }
+		case "$__sbx_r" in ''|Z*|X*|x*) continue ;; esac
+		__sbx_r=${__sbx_r#* }; __sbx_r=${__sbx_r#* }; __sbx_r=${__sbx_r#* }; __sbx_d=${__sbx_r%% *}
+		__sbx_h=0
+		case "$__sbx_s" in *" $__sbx_d "*) __sbx_h=1 ;; esac
+		if [ $__sbx_h = 0 ]; then
+			__sbx_l=
+			while IFS= read -r __sbx_l || [ -n "$__sbx_l" ]; do
+				case "$__sbx_l" in *"$__sbx_j"*) __sbx_h=1; break ;; esac
+				__sbx_l=
+			done 2>/dev/null <"$__sbx_p/environ"
+		fi
+		[ $__sbx_h = 1 ] || continue
+` + act + `		__sbx_f="$__sbx_f$__sbx_q "; __sbx_n=$((__sbx_n+1)); __sbx_a=1
+		[ "$__sbx_q" = "$__sbx_lp" ] && __sbx_lv=1
+		[ "$__sbx_q" = "$__sbx_d" ] && case "$__sbx_s" in *" $__sbx_d "*) ;; *) __sbx_s="$__sbx_s$__sbx_d " ;; esac
+	done
+done
+`
+}
+
+// jobBoot sets __sbx_b to what tells one boot of the container from the
+// next: the kernel's boot id (a VM's own) and the start time of PID 1.
+// It uses builtins only.
+const jobBoot = `__sbx_b=; __sbx_l=; { IFS= read -r __sbx_b </proc/sys/kernel/random/boot_id; IFS= read -r __sbx_l </proc/1/stat; } 2>/dev/null; ` +
+	`__sbx_l=${__sbx_l##*) }; __sbx_i=0; while [ $__sbx_i -lt 19 ]; do __sbx_l=${__sbx_l#* }; __sbx_i=$((__sbx_i+1)); done; __sbx_b="$__sbx_b-${__sbx_l%% *}"`
+
+// jobAwaitRC: when the leader is gone without an exit status in the boot
+// that started it, its waiter is about to write the status; give it a
+// second. After a restart, nothing will: the job is lost at once.
+func jobAwaitRC(d string) string {
+	return `if [ "$__sbx_rc" = - ] && [ $__sbx_lv = 0 ] && [ -d ` + d + ` ]; then
+	` + jobBoot + `; __sbx_l=; { IFS= read -r __sbx_l <` + d + `/boot; } 2>/dev/null
+	if [ "$__sbx_l" = "$__sbx_b" ]; then __sbx_i=0; while [ ! -s ` + d + `/rc ] && [ $__sbx_i -lt 20 ]; do sleep 0.05 2>/dev/null || break; __sbx_i=$((__sbx_i+1)); done; fi
+	` + strings.TrimSuffix(readRC(d), "\n") + `
+fi
+`
+}
+
+// jobSweepVars are the variables jobSweep and its callers leave behind.
+const jobSweepVars = "__sbx_j __sbx_lp __sbx_f __sbx_s __sbx_n __sbx_lv __sbx_a __sbx_i __sbx_p __sbx_q __sbx_l __sbx_r __sbx_d __sbx_h __sbx_rc __sbx_o __sbx_b"
+
+// jobPrologue sets up the sweep's inputs for job id in directory d: the
+// marker, the leader's pid (only digits) and its exit status if recorded.
+func jobPrologue(id, d string) string {
+	return `__sbx_j=` + quote(JobMarker(id)) + `; __sbx_lp=; __sbx_rc=-
+{ IFS= read -r __sbx_lp <` + d + `/pid; } 2>/dev/null
+case "$__sbx_lp" in ''|*[!0-9]*) __sbx_lp=- ;; esac
+`
+}
+
+// readRC reads the job's recorded exit status into __sbx_rc (- if none).
+func readRC(d string) string {
+	return `if [ -s ` + d + `/rc ]; then { IFS= read -r __sbx_rc <` + d + `/rc; } 2>/dev/null; case "$__sbx_rc" in ''|*[!0-9]*) __sbx_rc=- ;; esac; fi
+`
+}
 
 // JobLogsScript prints a status header line and then part of the job's
 // log: from byte offset (when offset >= 0) or the last tail lines, at most
-// max bytes.
+// max bytes. The header is "job <state> <exit code or -> <log size>
+// <processes>", the state being running (its leader is alive), exited
+// (its exit status is recorded), lost (its leader is gone without an exit
+// status: the container was stopped or restarted meanwhile) or gone (its
+// directory no longer exists: the sandbox was reset or recreated), and
+// processes the number of the job's processes still alive (see jobSweep).
 func JobLogsScript(id string, offset int64, tail, max int) (string, error) {
-	if !jobIDRE.MatchString(id) {
-		return "", fmt.Errorf("job id %q: want 6-32 lowercase letters or digits", id)
+	if err := checkJobID(id); err != nil {
+		return "", err
 	}
 	if max <= 0 || (offset < 0 && tail <= 0) {
 		return "", errors.New("logs: need max > 0 and an offset >= 0 or tail > 0")
@@ -85,17 +200,28 @@ func JobLogsScript(id string, offset int64, tail, max int) (string, error) {
 	if offset >= 0 {
 		read = "tail -c +" + strconv.FormatInt(offset+1, 10) + " " + d + "/log | head -c " + strconv.Itoa(max)
 	}
-	return `if [ ! -f ` + d + `/log ]; then echo "job gone - 0"; else ` +
-		`__sbx_js=$(stat -c %s ` + d + `/log 2>/dev/null || wc -c <` + d + `/log); ` +
-		`if [ -s ` + d + `/rc ]; then echo "job exited $(cat ` + d + `/rc) $__sbx_js"; else echo "job running - $__sbx_js"; fi; ` +
-		read + `; unset __sbx_js; fi`, nil
+	var b strings.Builder
+	b.WriteString(`if [ ! -f ` + d + `/log ]; then echo "job gone - 0 0"; else
+__sbx_js=$(stat -c %s ` + d + `/log 2>/dev/null || wc -c <` + d + `/log)
+`)
+	b.WriteString(jobPrologue(id, d))
+	b.WriteString(jobSweep(false))
+	b.WriteString(readRC(d))
+	b.WriteString(jobAwaitRC(d))
+	b.WriteString(`if [ "$__sbx_rc" != - ]; then __sbx_o=exited; elif [ $__sbx_lv = 1 ]; then __sbx_o=running; else __sbx_o=lost; fi
+echo "job $__sbx_o $__sbx_rc $__sbx_js $__sbx_n"
+` + read + `; unset __sbx_js ` + jobSweepVars + `; fi`)
+	return b.String(), nil
 }
 
 // JobLogsHeader is the parsed first line of JobLogsScript's output.
 type JobLogsHeader struct {
-	State    string // running, exited or gone
+	State    string // running, exited, lost or gone
 	ExitCode int    // valid when State is exited
 	Size     int64  // log size in bytes when the header was written
+	// Processes is how many of the job's processes are alive, the leader
+	// and whatever it started that outlived it.
+	Processes int
 }
 
 // ParseJobLogs splits JobLogsScript's output into its header and data.
@@ -106,15 +232,19 @@ func ParseJobLogs(out []byte) (JobLogsHeader, []byte, error) {
 	}
 	var h JobLogsHeader
 	var rc string
-	if n, err := fmt.Sscanf(line, jobHeaderFormat, &h.State, &rc, &h.Size); n != 3 || err != nil {
+	if n, err := fmt.Sscanf(line, "job %s %s %d %d", &h.State, &rc, &h.Size, &h.Processes); n != 4 || err != nil {
 		return JobLogsHeader{}, nil, fmt.Errorf("job logs: bad header %q", line)
 	}
-	if h.State == "exited" {
+	switch h.State {
+	case "exited":
 		code, err := strconv.Atoi(rc)
 		if err != nil {
 			return JobLogsHeader{}, nil, fmt.Errorf("job logs: bad exit status %q", rc)
 		}
 		h.ExitCode = code
+	case "running", "lost", "gone":
+	default:
+		return JobLogsHeader{}, nil, fmt.Errorf("job logs: bad state %q", h.State)
 	}
 	return h, []byte(data), nil
 }
@@ -149,22 +279,77 @@ func NormalizeSignal(s string) (string, error) {
 	return "", fmt.Errorf("signal %q: want one of TERM, KILL, INT, HUP, QUIT, USR1, USR2, STOP, CONT", s)
 }
 
-// JobKillScript sends sig to the job's whole process group and waits up to
-// about two seconds for it to end. It prints one line: "ended <rc>" when
-// the job had already ended, "gone" when nothing of it is left, or
-// "signalled <rc or ->" with the exit status if it ended in time.
-func JobKillScript(id, sig string) (string, error) {
-	if !jobIDRE.MatchString(id) {
-		return "", fmt.Errorf("job id %q: want 6-32 lowercase letters or digits", id)
+// JobSignalScript finds every process of the job (see jobSweep) and sends
+// it sig; sig "" only counts them (and, when the leader has just ended,
+// waits a moment for its exit status, see jobAwaitRC). Every signal but CONT is sent to a
+// stopped job: each process is stopped as it is found, so nothing forks
+// while the sweep runs, then all get sig, then (unless sig is KILL or
+// STOP) CONT, so that a handler runs. It prints one line, "<processes>
+// <exit code or -> <leader alive: 1 or 0> <dir>", dir being "gone" when
+// the job's directory no longer exists, else "dir". It uses shell
+// builtins only (no fork), so it works when the job has used up the
+// sandbox's processes.
+func JobSignalScript(id, sig string) (string, error) {
+	if err := checkJobID(id); err != nil {
+		return "", err
 	}
-	if !jobSignals[sig] {
+	if sig != "" && !jobSignals[sig] {
 		return "", fmt.Errorf("signal %q not allowed", sig)
 	}
 	d := quote(JobDir(id))
-	return `if [ ! -s ` + d + `/pid ]; then echo gone; elif [ -s ` + d + `/rc ]; then echo "ended $(cat ` + d + `/rc)"; else ` +
-		`__sbx_kp=$(cat ` + d + `/pid); ` +
-		`if kill -s ` + sig + ` -- -$__sbx_kp 2>/dev/null || kill -` + sig + ` -$__sbx_kp 2>/dev/null || kill -s ` + sig + ` $__sbx_kp 2>/dev/null; then ` +
-		`__sbx_ki=0; while [ ! -s ` + d + `/rc ] && [ $__sbx_ki -lt 40 ]; do sleep 0.05 2>/dev/null || sleep 1; __sbx_ki=$((__sbx_ki+1)); done; ` +
-		`if [ -s ` + d + `/rc ]; then echo "signalled $(cat ` + d + `/rc)"; else echo "signalled -"; fi; unset __sbx_ki; ` +
-		`else echo gone; fi; unset __sbx_kp; fi`, nil
+	var b strings.Builder
+	b.WriteString(jobPrologue(id, d))
+	b.WriteString(jobSweep(sig != "" && sig != "CONT"))
+	each := func(cmd string) {
+		b.WriteString(`__sbx_r=${__sbx_f# }; while [ -n "$__sbx_r" ]; do __sbx_q=${__sbx_r%% *}; __sbx_r=${__sbx_r#* }; ` + cmd + ` "$__sbx_q" 2>/dev/null; done
+`)
+	}
+	if sig != "" && sig != "STOP" {
+		each("kill -s " + sig)
+		if sig != "KILL" && sig != "CONT" {
+			each("kill -s CONT")
+		}
+	}
+	b.WriteString(readRC(d))
+	if sig == "" {
+		b.WriteString(jobAwaitRC(d))
+	}
+	b.WriteString(`__sbx_o=dir; [ -d ` + d + ` ] || __sbx_o=gone
+echo "$__sbx_n $__sbx_rc $__sbx_lv $__sbx_o"; unset ` + jobSweepVars)
+	return b.String(), nil
+}
+
+// JobSweep is the parsed output of JobSignalScript.
+type JobSweep struct {
+	// Processes is how many of the job's processes were found alive (and
+	// sent the signal).
+	Processes int
+	// Exited says the job's exit status is recorded, ExitCode is it.
+	Exited   bool
+	ExitCode int
+	// Leader means the job's first process is alive (before the signal).
+	Leader bool
+	// Gone means the job's directory no longer exists.
+	Gone bool
+}
+
+// ParseJobSweep parses JobSignalScript's output.
+func ParseJobSweep(out []byte) (JobSweep, error) {
+	f := strings.Fields(string(out))
+	if len(f) != 4 || (f[2] != "0" && f[2] != "1") || (f[3] != "dir" && f[3] != "gone") {
+		return JobSweep{}, fmt.Errorf("job sweep: unexpected answer %q", truncate(out, 80))
+	}
+	var s JobSweep
+	var err error
+	if s.Processes, err = strconv.Atoi(f[0]); err != nil || s.Processes < 0 {
+		return JobSweep{}, fmt.Errorf("job sweep: bad count %q", f[0])
+	}
+	if f[1] != "-" {
+		if s.ExitCode, err = strconv.Atoi(f[1]); err != nil {
+			return JobSweep{}, fmt.Errorf("job sweep: bad exit status %q", f[1])
+		}
+		s.Exited = true
+	}
+	s.Leader, s.Gone = f[2] == "1", f[3] == "gone"
+	return s, nil
 }

@@ -120,7 +120,7 @@ func (f *fake) KillJob(_ context.Context, name, jobName, sig string) (sandbox.Ki
 	f.note("kill %s %s %s", name, jobName, sig)
 	code := 143
 	return sandbox.KillResult{JobStatus: sandbox.JobStatus{Sandbox: name, Name: jobName, State: "exited", ExitCode: &code},
-		Signal: "TERM", Ended: true}, f.errAll
+		Signal: "TERM", Signalled: 1, ProcessesEnded: 1, Ended: true}, f.errAll
 }
 
 func (f *fake) Jobs(_ context.Context, name string) ([]sandbox.JobStatus, error) {

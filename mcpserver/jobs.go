@@ -44,7 +44,7 @@ func (s *Server) logsTool() tool {
 
 func (s *Server) killTool() tool {
 	return tool{group: "jobs", handler: s.handleKill, def: newTool[sandbox.KillResult]("kill", "Stop a job",
-		"Stop a background job and everything it started (its whole process group).",
+		"Stop a background job and every process it started, even in another session. Says which ignored TERM; KILL ends them.",
 		destructive(true), sandboxParam(),
 		jobNameParam("Job name."),
 		mcp.WithString("signal", mcp.Description("TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT.")))}
@@ -52,12 +52,13 @@ func (s *Server) killTool() tool {
 
 func (s *Server) jobsTool() tool {
 	return tool{group: "jobs", handler: s.handleJobs, def: newTool[JobList]("jobs", "List jobs",
-		"List a sandbox's background jobs: name, command, pid, running or exit code.",
+		"List a sandbox's background jobs: name, command, pid, running, exit code or lost. Never starts the sandbox.",
 		readOnly(), sandboxParam())}
 }
 
 func jobFailure(ctx context.Context, what string, err error) *mcp.CallToolResult {
-	if errors.Is(err, sandbox.ErrJobNotFound) || errors.Is(err, sandbox.ErrJobRunning) || errors.Is(err, sandbox.ErrInvalidName) {
+	if errors.Is(err, sandbox.ErrJobNotFound) || errors.Is(err, sandbox.ErrJobRunning) || errors.Is(err, sandbox.ErrInvalidName) ||
+		errors.Is(err, sandbox.ErrInvalidJobName) {
 		return argError("%s: %v", what, err)
 	}
 	return failure(ctx, what, err)
@@ -123,19 +124,43 @@ func (s *Server) handleLogs(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	return mcp.NewToolResultStructured(out, b.String()), nil
 }
 
+// jobState says what became of a job, and what of it still runs.
 func jobState(st sandbox.JobStatus) string {
+	s := jobOutcome(st)
+	if st.State != "running" && st.Processes > 0 {
+		s += fmt.Sprintf("; %s it started still run (kill ends them)", processes(st.Processes))
+	}
+	return s
+}
+
+// jobOutcome is jobState without what still runs.
+func jobOutcome(st sandbox.JobStatus) string {
 	switch {
 	case st.State == "running":
-		return fmt.Sprintf("running (pid %d, for %s)", st.PID, time.Since(st.Started).Round(time.Second))
+		procs := ""
+		if st.Processes > 1 {
+			procs = ", " + processes(st.Processes)
+		}
+		return fmt.Sprintf("running (pid %d%s, for %s)", st.PID, procs, time.Since(st.Started).Round(time.Second))
 	case st.State == "exited" && st.ExitCode != nil:
 		code := *st.ExitCode
 		if code > 128 {
 			return fmt.Sprintf("ended by signal %d (exit %d)", code-128, code)
 		}
 		return fmt.Sprintf("exited with code %d", code)
+	case st.Reason != "":
+		return "lost: " + st.Reason
 	default:
-		return "lost: the sandbox was reset or recreated since it started"
+		return "lost: its exit status cannot be known"
 	}
+}
+
+// processes is "1 process" or "N processes".
+func processes(n int) string {
+	if n == 1 {
+		return "1 process"
+	}
+	return fmt.Sprintf("%d processes", n)
 }
 
 func (s *Server) handleKill(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -151,18 +176,33 @@ func (s *Server) handleKill(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if err != nil {
 		return jobFailure(ctx, "kill", err), nil
 	}
-	var text string
-	switch {
-	case r.AlreadyEnded:
-		text = fmt.Sprintf("job %q had already ended: %s", job, jobState(r.JobStatus))
-	case r.State == "lost":
-		text = fmt.Sprintf("job %q is gone: %s", job, jobState(r.JobStatus))
-	case r.Ended:
-		text = fmt.Sprintf("sent SIG%s to job %q: %s", r.Signal, job, jobState(r.JobStatus))
-	default:
-		text = fmt.Sprintf("sent SIG%s to job %q; it is still running (try signal KILL)", r.Signal, job)
+	return mcp.NewToolResultStructured(r, killText(job, r)), nil
+}
+
+// killText says what kill did: to how many processes, what became of the
+// job, and what still runs.
+func killText(job string, r sandbox.KillResult) string {
+	if r.AlreadyEnded {
+		return fmt.Sprintf("job %q had already ended, nothing of it was left to signal: %s", job, jobState(r.JobStatus))
 	}
-	return mcp.NewToolResultStructured(r, text), nil
+	procs := processes(r.Signalled)
+	switch r.Signal {
+	case "STOP":
+		return fmt.Sprintf("stopped %s of job %q; resume them with signal CONT", procs, job)
+	case "CONT":
+		return fmt.Sprintf("resumed %s of job %q: %s", procs, job, jobState(r.JobStatus))
+	case "USR1", "USR2":
+		return fmt.Sprintf("sent SIG%s to %s of job %q: %s", r.Signal, procs, job, jobState(r.JobStatus))
+	}
+	text := fmt.Sprintf("sent SIG%s to %s of job %q: %s", r.Signal, procs, job, jobOutcome(r.JobStatus))
+	switch {
+	case r.Ended:
+		return text + "; none of them is left"
+	case r.Signal == "KILL":
+		return text + fmt.Sprintf("; %s still present (in uninterruptible sleep?): call kill again", processes(r.Processes))
+	default:
+		return text + fmt.Sprintf("; %s ignored %s and still run: kill with signal KILL", processes(r.Processes), r.Signal)
+	}
 }
 
 // JobList is the structured result of jobs.

@@ -34,39 +34,88 @@ var ErrJobNotFound = errors.New("no such job")
 // ErrJobRunning means a job of that name is still running.
 var ErrJobRunning = errors.New("a job of that name is still running")
 
+// ErrInvalidJobName means a job name failed validation.
+var ErrInvalidJobName = errors.New("invalid job name")
+
 // jobOpTimeout bounds the housekeeping commands behind the job tools.
 const jobOpTimeout = 15 * time.Second
+
+// DefaultKillGrace is how long kill gives a job to end after TERM (or INT,
+// HUP, QUIT) before it reports the processes that are still running.
+const DefaultKillGrace = 2 * time.Second
+
+// killConfirm bounds how long kill with KILL waits for every process of
+// the job to be gone (a process in uninterruptible sleep dies late).
+const killConfirm = 10 * time.Second
+
+// Why a job is lost, as JobStatus.Reason says it.
+const (
+	lostStopped = "the sandbox's container is stopped, which ended every process in it"
+	lostRemoved = "the sandbox's container was removed"
+	lostNoExit  = "its process is gone without an exit status (the sandbox's container was stopped or restarted since it started, or its waiter was killed)"
+	lostGone    = "its files are gone: the sandbox was reset or recreated since it started"
+)
 
 // JobStatus is what a user needs to know of a job: its record (without
 // the server's bookkeeping) and what the sandbox says of it now.
 type JobStatus struct {
 	Sandbox string `json:"sandbox"`
 	Name    string `json:"name"`
+	// ID is the job's id; each of its processes has SANDBOX_MCP_JOB=<id>
+	// in its environment.
+	ID string `json:"id"`
 	// Command is what was asked for, with secrets redacted.
 	Command string `json:"command"`
 	Workdir string `json:"workdir,omitempty"`
-	// PID leads the job's process group inside the sandbox.
+	// PID leads the job's session and process group inside the sandbox.
 	PID     int        `json:"pid"`
 	Started time.Time  `json:"started"`
 	Ended   *time.Time `json:"ended,omitempty"`
 	// ExitCode is set once the job has ended (128+N: signal N).
 	ExitCode *int `json:"exit_code,omitempty"`
-	// State is running, exited, or lost (the sandbox was reset or
-	// recreated since, or its files were removed).
-	State string `json:"state"`
+	// State is running, exited (with ExitCode), or lost (no exit status
+	// can be known: Reason says why).
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
 	// LogSize is the log's size in bytes.
 	LogSize int64 `json:"log_size"`
+	// Processes counts the job's processes alive now: its own and those
+	// it started, including any that outlived it.
+	Processes int `json:"processes"`
 }
 
 // jobStatusOf is the user's view of a record in a given state.
 func jobStatusOf(j state.Job, st string, logSize int64) JobStatus {
-	return JobStatus{Sandbox: j.Sandbox, Name: j.Name, Command: j.Command, Workdir: j.Workdir, PID: j.PID,
+	return JobStatus{Sandbox: j.Sandbox, Name: j.Name, ID: j.ID, Command: j.Command, Workdir: j.Workdir, PID: j.PID,
 		Started: j.Started, Ended: j.Ended, ExitCode: j.ExitCode, State: st, LogSize: logSize}
+}
+
+// unreachable is the status of a job whose sandbox cannot be asked (its
+// container is stopped or gone): exited if its exit status was seen
+// before, else lost.
+func unreachable(j state.Job, why string) JobStatus {
+	if j.ExitCode != nil {
+		return jobStatusOf(j, "exited", 0)
+	}
+	st := jobStatusOf(j, "lost", 0)
+	st.Reason = why
+	return st
+}
+
+// ValidateJobName checks a job name: the rules of sandbox names, with
+// errors that say job name.
+func ValidateJobName(name string) error {
+	if err := ValidateName(name); err != nil {
+		why := strings.TrimPrefix(err.Error(), ErrInvalidName.Error()+": ")
+		return fmt.Errorf("%w: %s", ErrInvalidJobName, why)
+	}
+	return nil
 }
 
 // StartJob starts command in the background in sandbox name (booting it if
 // needed) and records it under jobName ("" picks one). A job of the same
-// name that has ended is replaced; one still running is an error.
+// name that has ended, with nothing of it left running, is replaced; one
+// still running is an error.
 func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir string) (JobStatus, error) {
 	if err := ValidateName(name); err != nil {
 		return JobStatus{}, err
@@ -75,18 +124,22 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 	if jobName == "" {
 		jobName = "job-" + id[:6]
 	}
-	if err := ValidateName(jobName); err != nil {
-		return JobStatus{}, fmt.Errorf("job name: %w", err)
+	if err := ValidateJobName(jobName); err != nil {
+		return JobStatus{}, err
 	}
 	if old, ok, err := m.jobs.Job(name, jobName); err != nil {
 		return JobStatus{}, err
 	} else if ok {
-		st, err := m.jobStatus(ctx, old)
+		st, _, err := m.jobStatus(ctx, old)
 		if err != nil {
 			return JobStatus{}, err
 		}
 		if st.State == "running" {
 			return st, fmt.Errorf("%w: %q in sandbox %q (pid %d); kill it or pick another name", ErrJobRunning, jobName, name, old.PID)
+		}
+		if st.Processes > 0 {
+			return st, fmt.Errorf("%w: %q in sandbox %q has ended, but %s it started still run; kill it or pick another name",
+				ErrJobRunning, jobName, name, processes(st.Processes))
 		}
 	}
 	script, err := guest.JobStartScript(id, workdir, command)
@@ -111,10 +164,20 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 		Sandbox: name, Name: jobName, ID: id, Command: m.history.Redact(command), Workdir: workdir,
 		PID: pid, Dir: guest.JobDir(id), Container: m.ContainerFor(name), Started: time.Now().UTC(),
 	}
+	st := jobStatusOf(j, "running", 0)
+	st.Processes = 1
 	if err := m.jobs.PutJob(j); err != nil {
-		return jobStatusOf(j, "running", 0), fmt.Errorf("job %q started (pid %d) but its record was not saved: %w", jobName, pid, err)
+		return st, fmt.Errorf("job %q started (pid %d) but its record was not saved: %w", jobName, pid, err)
 	}
-	return jobStatusOf(j, "running", 0), nil
+	return st, nil
+}
+
+// processes is "1 process" or "N processes".
+func processes(n int) string {
+	if n == 1 {
+		return "1 process"
+	}
+	return strconv.Itoa(n) + " processes"
 }
 
 func newJobID() string {
@@ -126,6 +189,9 @@ func newJobID() string {
 // job returns a job's record, or an error naming the jobs there are.
 func (m *Manager) job(name, jobName string) (state.Job, error) {
 	if err := ValidateName(name); err != nil {
+		return state.Job{}, err
+	}
+	if err := ValidateJobName(jobName); err != nil {
 		return state.Job{}, err
 	}
 	j, ok, err := m.jobs.Job(name, jobName)
@@ -145,6 +211,43 @@ func (m *Manager) job(name, jobName string) (state.Job, error) {
 		return j, fmt.Errorf("%w %q in sandbox %q (%s)", ErrJobNotFound, jobName, name, have)
 	}
 	return j, nil
+}
+
+// jobScript runs one of the job scripts in sandbox name without booting or
+// starting it: on this server's shells when it has them, else with a
+// one-off engine exec if the container runs. When the container is
+// stopped or gone it runs nothing and returns why the sandbox's jobs are
+// lost.
+func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byte, lost string, err error) {
+	if sb, ok := m.Lookup(name); ok {
+		out, err := sb.housekeep(ctx, script, jobOpTimeout)
+		if err == nil {
+			return out, "", nil
+		}
+		if ctx.Err() != nil {
+			return nil, "", ctx.Err()
+		}
+		// The shells may have ended with the container: ask the engine.
+	}
+	c, err := m.inspectOwned(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, lostRemoved, nil
+	case err != nil:
+		return nil, "", err
+	case !c.Running():
+		return nil, lostStopped, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, jobOpTimeout)
+	defer cancel()
+	res, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", script}})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %.200s", res.ExitCode, bytes.TrimSpace(res.Stderr)) // the sandbox's words: bounded
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("sandbox %q: job script: %w", name, err)
+	}
+	return res.Stdout, "", nil
 }
 
 // LogOptions select part of a job's log.
@@ -167,7 +270,9 @@ type JobLog struct {
 	More bool `json:"more"`
 }
 
-// JobLogs reads a job's status and part of its log.
+// JobLogs reads a job's status and part of its log. It never boots or
+// starts the sandbox: when its container is stopped or gone, the job is
+// reported as it was last seen (exited) or lost, without log data.
 func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOptions) (JobLog, error) {
 	j, err := m.job(name, jobName)
 	if err != nil {
@@ -177,12 +282,12 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 	if err != nil {
 		return JobLog{}, err
 	}
-	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
-		return JobLog{JobStatus: jobStatusOf(j, "lost", 0), NextOffset: max(opt.Since, 0)}, err
-	}
-	out, err := m.runScript(ctx, name, "", script, nil, 4<<20)
+	out, lost, err := m.jobScript(ctx, name, script)
 	if err != nil {
 		return JobLog{}, fmt.Errorf("read logs of job %q: %w", jobName, err)
+	}
+	if lost != "" {
+		return JobLog{JobStatus: unreachable(j, lost), NextOffset: max(opt.Since, 0)}, nil
 	}
 	h, data, err := guest.ParseJobLogs(out)
 	if err != nil {
@@ -201,41 +306,57 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 // settle turns a record and a status header into a JobStatus, saving the
 // exit status the first time it is seen.
 func (m *Manager) settle(j state.Job, h guest.JobLogsHeader) JobStatus {
+	var st JobStatus
 	switch h.State {
 	case "running":
-		return jobStatusOf(j, "running", h.Size)
+		st = jobStatusOf(j, "running", h.Size)
 	case "exited":
-		if j.ExitCode == nil {
-			code, now := h.ExitCode, time.Now().UTC()
-			j.ExitCode, j.Ended = &code, &now
-			if err := m.jobs.PutJob(j); err != nil {
-				m.log.Warn("save job exit status", "sandbox", j.Sandbox, "job", j.Name, "err", err)
-			}
-		}
-		return jobStatusOf(j, "exited", h.Size)
+		st = jobStatusOf(m.saveExit(j, h.ExitCode), "exited", h.Size)
+	case "gone":
+		st = jobStatusOf(j, "lost", h.Size)
+		st.Reason = lostGone
+	default:
+		st = jobStatusOf(j, "lost", h.Size)
+		st.Reason = lostNoExit
 	}
-	return jobStatusOf(j, "lost", h.Size)
+	st.Processes = h.Processes
+	return st
 }
 
-// jobStatus asks the sandbox about one job.
-func (m *Manager) jobStatus(ctx context.Context, j state.Job) (JobStatus, error) {
+// saveExit records a job's exit status the first time it is seen.
+func (m *Manager) saveExit(j state.Job, code int) state.Job {
+	if j.ExitCode != nil {
+		return j
+	}
+	now := time.Now().UTC()
+	j.ExitCode, j.Ended = &code, &now
+	if err := m.jobs.PutJob(j); err != nil {
+		m.log.Warn("save job exit status", "sandbox", j.Sandbox, "job", j.Name, "err", err)
+	}
+	return j
+}
+
+// jobStatus asks the sandbox about one job, without booting it; lost is
+// set when the sandbox's container is stopped or gone.
+func (m *Manager) jobStatus(ctx context.Context, j state.Job) (st JobStatus, lost string, err error) {
 	script, err := guest.JobLogsScript(j.ID, 0, 0, 1)
 	if err != nil {
-		return JobStatus{}, err
+		return JobStatus{}, "", err
 	}
-	out, err := m.runScript(ctx, j.Sandbox, "", script, nil, 4<<20)
-	if err != nil {
-		return JobStatus{}, err
+	out, lost, err := m.jobScript(ctx, j.Sandbox, script)
+	if err != nil || lost != "" {
+		return unreachable(j, lost), lost, err
 	}
 	h, _, err := guest.ParseJobLogs(out)
 	if err != nil {
-		return JobStatus{}, err
+		return JobStatus{}, "", err
 	}
-	return m.settle(j, h), nil
+	return m.settle(j, h), "", nil
 }
 
 // Jobs lists a sandbox's jobs with their current state. A sandbox that
-// does not run is not booted for it: its jobs are reported lost.
+// does not run is not booted or started for it: its jobs are reported as
+// last seen (exited) or lost.
 func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -245,93 +366,149 @@ func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 		return nil, err
 	}
 	out := make([]JobStatus, 0, len(recs))
-	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
-		for _, j := range recs {
-			out = append(out, jobStatusOf(j, "lost", 0))
-		}
-		return out, err
-	}
+	lost := ""
 	for _, j := range recs {
-		st, err := m.jobStatus(ctx, j)
+		if lost != "" {
+			out = append(out, unreachable(j, lost))
+			continue
+		}
+		st, why, err := m.jobStatus(ctx, j)
 		if err != nil {
 			return nil, err
 		}
+		lost = why
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Started.Before(out[k].Started) })
 	return out, nil
 }
 
+// KillOptions say how to kill a job.
+type KillOptions struct {
+	// Signal is TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT.
+	Signal string
+	// Grace is how long TERM, INT, HUP or QUIT has to end the job before
+	// the processes still running are reported; default DefaultKillGrace.
+	Grace time.Duration
+}
+
 // KillResult says what kill did.
 type KillResult struct {
+	// JobStatus is the job after the signal; Processes counts those of
+	// its processes that still run.
 	JobStatus
 	Signal string `json:"signal"`
-	// AlreadyEnded means the job had ended before the signal.
+	// AlreadyEnded means nothing of the job was left to signal.
 	AlreadyEnded bool `json:"already_ended"`
-	// Ended means the job ended within about two seconds of the signal.
+	// Signalled counts the processes the signal was sent to, and
+	// ProcessesEnded those of them that are gone now.
+	Signalled      int `json:"signalled"`
+	ProcessesEnded int `json:"processes_ended"`
+	// Ended means nothing of the job runs any more.
 	Ended bool `json:"ended"`
 }
 
-// KillJob sends sig (default TERM) to a job's whole process group.
+// KillJob sends sig (default TERM) to every process of a job; see
+// KillJobWith.
 func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillResult, error) {
+	return m.KillJobWith(ctx, name, jobName, KillOptions{Signal: sig})
+}
+
+// KillJobWith sends a signal to every process of a job: its process
+// group, whatever it started in other sessions, and what outlived it (a
+// job that has ended with processes left is not "already ended": they get
+// the signal). The processes are stopped first, so none forks meanwhile.
+// After TERM, INT, HUP or QUIT it waits up to the grace for them to end;
+// after KILL, until none is left. It never boots or starts the sandbox.
+func (m *Manager) KillJobWith(ctx context.Context, name, jobName string, opt KillOptions) (KillResult, error) {
 	j, err := m.job(name, jobName)
 	if err != nil {
 		return KillResult{}, err
 	}
-	sig, err = guest.NormalizeSignal(sig)
+	sig, err := guest.NormalizeSignal(opt.Signal)
 	if err != nil {
 		return KillResult{}, err
 	}
-	script, err := guest.JobKillScript(j.ID, sig)
-	if err != nil {
-		return KillResult{}, err
+	grace := opt.Grace
+	if grace <= 0 {
+		grace = DefaultKillGrace
 	}
-	if up, err := m.jobsReachable(ctx, name); err != nil || !up {
-		return KillResult{JobStatus: jobStatusOf(j, "lost", 0), Signal: sig}, err
-	}
-	out, err := m.runScript(ctx, name, "", script, nil, 4<<20)
+	sw, lost, err := m.sweepJob(ctx, j, sig)
 	if err != nil {
 		return KillResult{}, fmt.Errorf("kill job %q: %w", jobName, err)
 	}
-	verb, rc, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-	r := KillResult{Signal: sig}
-	h := guest.JobLogsHeader{State: "exited"}
-	switch verb {
-	case "ended", "signalled":
-		r.AlreadyEnded = verb == "ended"
-		code, err := strconv.Atoi(rc)
-		if err != nil {
-			h.State = "running" // signalled but still running (e.g. STOP, or TERM ignored)
-		} else {
-			h.ExitCode = code
-			r.Ended = !r.AlreadyEnded
-		}
-	case "gone":
-		h.State = "gone"
-	default:
-		return KillResult{}, fmt.Errorf("kill job %q: unexpected answer %q", jobName, out)
+	if lost != "" {
+		return KillResult{JobStatus: unreachable(j, lost), Signal: sig, AlreadyEnded: true, Ended: true}, nil
 	}
-	r.JobStatus = m.settle(j, h)
+	r := KillResult{Signal: sig, Signalled: sw.Processes, AlreadyEnded: sw.Processes == 0}
+	switch {
+	case sw.Processes == 0:
+	case sig == "KILL":
+		// Sweep again until nothing is left: a process stopped in the
+		// middle of a fork leaves a child the sweep may have passed.
+		sw, err = m.pollSweep(ctx, j, "KILL", killConfirm)
+	case sig == "TERM" || sig == "INT" || sig == "HUP" || sig == "QUIT":
+		sw, err = m.pollSweep(ctx, j, "", grace)
+	default:
+		sw, _, err = m.sweepJob(ctx, j, "")
+	}
+	if err != nil {
+		return KillResult{}, fmt.Errorf("kill job %q: %w", jobName, err)
+	}
+	// The job's status with its log size, now that the sandbox has
+	// processes to spare again; the sweep's answer if that fails.
+	r.JobStatus = m.settleSweep(j, sw)
+	if st, lost, err := m.jobStatus(ctx, j); err == nil && lost == "" {
+		r.JobStatus = st
+	}
+	r.ProcessesEnded = max(r.Signalled-r.Processes, 0)
+	r.Ended = r.Processes == 0
 	return r, nil
 }
 
-// jobsReachable reports whether a sandbox's jobs can be asked about
-// without booting it: it runs. A stopped sandbox (reaped when idle, or
-// stopped by hand) has no running jobs; one whose container is gone has
-// none at all, and its job records are forgotten.
-func (m *Manager) jobsReachable(ctx context.Context, name string) (bool, error) {
-	if _, connected := m.Lookup(name); connected {
-		return true, nil
+// sweepJob runs JobSignalScript (sig "" counts only).
+func (m *Manager) sweepJob(ctx context.Context, j state.Job, sig string) (guest.JobSweep, string, error) {
+	script, err := guest.JobSignalScript(j.ID, sig)
+	if err != nil {
+		return guest.JobSweep{}, "", err
 	}
-	c, err := m.inspectOwned(ctx, name)
+	out, lost, err := m.jobScript(ctx, j.Sandbox, script)
+	if err != nil || lost != "" {
+		return guest.JobSweep{}, lost, err
+	}
+	sw, err := guest.ParseJobSweep(out)
+	return sw, "", err
+}
+
+// pollSweep repeats a sweep (sending sig, or only counting) until none of
+// the job's processes is left or d has passed, and returns the last.
+func (m *Manager) pollSweep(ctx context.Context, j state.Job, sig string, d time.Duration) (guest.JobSweep, error) {
+	deadline := time.Now().Add(d)
+	for {
+		sw, lost, err := m.sweepJob(ctx, j, sig)
+		if err != nil || lost != "" || sw.Processes == 0 || time.Now().After(deadline) {
+			return sw, err
+		}
+		select {
+		case <-ctx.Done():
+			return sw, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// settleSweep is settle for a sweep's answer.
+func (m *Manager) settleSweep(j state.Job, sw guest.JobSweep) JobStatus {
+	h := guest.JobLogsHeader{State: "lost", Processes: sw.Processes}
 	switch {
-	case errors.Is(err, ErrNotFound):
-		m.forgetJobs(name)
-		return false, nil
-	case err != nil:
-		return false, err
+	case sw.Exited:
+		h.State, h.ExitCode = "exited", sw.ExitCode
+	case sw.Leader:
+		h.State = "running"
+	case sw.Gone:
+		h.State = "gone"
 	}
-	return c.Running(), nil
+	return m.settle(j, h) // without the log's size: a sweep does not read it
 }
 
 // memJobs is the JobStore of a Manager without a state file.

@@ -1,0 +1,298 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// jobProcs counts, by a command of its own in the sandbox, the processes
+// that carry job id's marker (zombies have no environment and do not count).
+func jobProcs(t *testing.T, m *sandbox.Manager, name, id string) int {
+	t.Helper()
+	o := run(t, m, name, shell.Request{Command: "grep -l '" + guest.JobMarker(id) + "' /proc/[0-9]*/environ 2>/dev/null | wc -l"})
+	n, err := strconv.Atoi(strings.TrimSpace(o.stdout))
+	if err != nil {
+		t.Fatalf("count: %q %q", o.stdout, o.stderr)
+	}
+	return n
+}
+
+// jobAt polls a job's status until ok accepts it.
+func jobAt(t *testing.T, m *sandbox.Manager, name, job string, ok func(sandbox.JobStatus) bool) sandbox.JobStatus {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		l, err := m.JobLogs(context.Background(), name, job, sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(l.JobStatus) {
+			return l.JobStatus
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %+v", job, l.JobStatus)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func startJob(t *testing.T, m *sandbox.Manager, name, job, command string) sandbox.JobStatus {
+	t.Helper()
+	st, err := m.StartJob(context.Background(), name, job, command, "")
+	if err != nil {
+		t.Fatalf("bg %s: %v", job, err)
+	}
+	return st
+}
+
+// TestJobKillOnEngine: kill ends a job's whole tree, processes that ignore
+// TERM or left its session included, and says what it could not end.
+func TestJobKillOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			m := newManager(t, tg, enginetest.Prefix(t, tg.New()))
+			ctx := context.Background()
+
+			t.Run("TERM then KILL", func(t *testing.T) {
+				const box = "kill"
+				st := startJob(t, m, box, "srv", `(trap '' TERM; exec sleep 1000) & setsid sleep 1001 & setsid sh -c "trap '' TERM; exec sleep 1002" & wait`)
+				jobAt(t, m, box, "srv", func(s sandbox.JobStatus) bool { return s.Processes == 4 })
+
+				r, err := m.KillJobWith(ctx, box, "srv", sandbox.KillOptions{Signal: "TERM", Grace: time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The leader and setsid sleep 1001 end; the two that ignore TERM live on.
+				if r.Signalled != 4 || r.Processes != 2 || r.ProcessesEnded != 2 || r.Ended || r.AlreadyEnded ||
+					r.State != "exited" || r.ExitCode == nil || *r.ExitCode != 143 {
+					t.Fatalf("TERM: %+v", r)
+				}
+				if n := jobProcs(t, m, box, st.ID); n != 2 {
+					t.Fatalf("after TERM %d processes carry the marker, want 2", n)
+				}
+				if l := jobAt(t, m, box, "srv", func(sandbox.JobStatus) bool { return true }); l.State != "exited" || l.Processes != 2 {
+					t.Fatalf("logs after TERM: %+v", l)
+				}
+				// Its name is not free while something of it runs.
+				if _, err := m.StartJob(ctx, box, "srv", "true", ""); !errors.Is(err, sandbox.ErrJobRunning) || !strings.Contains(err.Error(), "2 processes") {
+					t.Fatalf("bg over survivors: %v", err)
+				}
+
+				r, err = m.KillJob(ctx, box, "srv", "KILL")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.AlreadyEnded || r.Signalled != 2 || !r.Ended || r.Processes != 0 || *r.ExitCode != 143 {
+					t.Fatalf("second kill, KILL: %+v", r)
+				}
+				if n := jobProcs(t, m, box, st.ID); n != 0 {
+					t.Fatalf("after KILL %d processes carry the marker", n)
+				}
+				o := run(t, m, box, shell.Request{Command: "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c 'sleep 100[0-2]' || true"})
+				if strings.TrimSpace(o.stdout) != "0" {
+					t.Fatalf("sleeps left: %q", o.stdout)
+				}
+				r, err = m.KillJob(ctx, box, "srv", "KILL")
+				if err != nil || !r.AlreadyEnded || r.Signalled != 0 {
+					t.Fatalf("third kill: %+v %v", r, err)
+				}
+			})
+
+			t.Run("200 processes", func(t *testing.T) {
+				const box = "many"
+				st := startJob(t, m, box, "fan", `i=0; while [ $i -lt 200 ]; do if [ $((i % 4)) = 0 ]; then setsid sleep 1000 & else sleep 1000 & fi; i=$((i+1)); done; wait`)
+				jobAt(t, m, box, "fan", func(s sandbox.JobStatus) bool { return s.Processes == 201 })
+				r, err := m.KillJob(ctx, box, "fan", "KILL")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Signalled != 201 || !r.Ended || r.Processes != 0 || r.State != "exited" || *r.ExitCode != 137 {
+					t.Fatalf("KILL: %+v", r)
+				}
+				if n := jobProcs(t, m, box, st.ID); n != 0 {
+					t.Fatalf("after KILL %d processes carry the marker", n)
+				}
+			})
+
+			t.Run("STOP and CONT", func(t *testing.T) {
+				const box = "kill"
+				startJob(t, m, box, "ticker", `while :; do date +%s%N; sleep 0.05; done`)
+				jobAt(t, m, box, "ticker", func(s sandbox.JobStatus) bool { return s.LogSize > 0 })
+				r, err := m.KillJob(ctx, box, "ticker", "STOP")
+				if err != nil || r.Signalled == 0 || r.State != "running" || r.Ended {
+					t.Fatalf("STOP: %+v %v", r, err)
+				}
+				a := jobAt(t, m, box, "ticker", func(sandbox.JobStatus) bool { return true }).LogSize
+				time.Sleep(300 * time.Millisecond)
+				if b := jobAt(t, m, box, "ticker", func(sandbox.JobStatus) bool { return true }).LogSize; b != a {
+					t.Fatalf("a stopped job wrote: %d then %d bytes", a, b)
+				}
+				if r, err = m.KillJob(ctx, box, "ticker", "CONT"); err != nil || r.Signalled == 0 {
+					t.Fatalf("CONT: %+v %v", r, err)
+				}
+				jobAt(t, m, box, "ticker", func(s sandbox.JobStatus) bool { return s.LogSize > a })
+				if r, err = m.KillJob(ctx, box, "ticker", ""); err != nil || !r.Ended || *r.ExitCode != 143 {
+					t.Fatalf("TERM: %+v %v", r, err)
+				}
+			})
+
+			t.Run("process gone", func(t *testing.T) {
+				const box = "kill"
+				// The leader killed from outside: its exit status is
+				// recorded, and the child it leaves is still counted.
+				st := startJob(t, m, box, "victim", "sleep 1000; true")
+				jobAt(t, m, box, "victim", func(s sandbox.JobStatus) bool { return s.Processes == 2 })
+				run(t, m, box, shell.Request{Command: "kill -9 " + strconv.Itoa(st.PID)})
+				l := jobAt(t, m, box, "victim", func(s sandbox.JobStatus) bool { return s.State != "running" })
+				if l.State != "exited" || *l.ExitCode != 137 || l.Processes != 1 {
+					t.Fatalf("killed from outside: %+v", l)
+				}
+				r, err := m.KillJob(ctx, box, "victim", "")
+				if err != nil || r.AlreadyEnded || r.Signalled != 1 || !r.Ended || *r.ExitCode != 137 {
+					t.Fatalf("kill what it left: %+v %v", r, err)
+				}
+			})
+
+			t.Run("bad job name", func(t *testing.T) {
+				for _, bad := range []string{"../x", ".bad", "a b", strings.Repeat("j", 64)} {
+					_, err1 := m.StartJob(ctx, "kill", bad, "true", "")
+					_, err2 := m.JobLogs(ctx, "kill", bad, sandbox.LogOptions{Since: -1, Tail: 1, Max: 10})
+					_, err3 := m.KillJob(ctx, "kill", bad, "")
+					for _, err := range []error{err1, err2, err3} {
+						if !errors.Is(err, sandbox.ErrInvalidJobName) || !strings.Contains(err.Error(), "invalid job name") || strings.Contains(err.Error(), "sandbox name") {
+							t.Errorf("%q: %v", bad, err)
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestJobsOfStoppedSandboxOnEngine: a sandbox's container stopped or
+// removed behind the server's back: the job tools answer from what they
+// know, lost or exited, and never boot or start it.
+func TestJobsOfStoppedSandboxOnEngine(t *testing.T) {
+	enginetest.QuietDisk(t) // job records live in the state file
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			a, b, _ := servers(t, tg, prefix)
+			ctx := context.Background()
+			const box = "stopped"
+			ctr := a.ContainerFor(box)
+
+			startJob(t, a, box, "sleeper", "sleep 1000")
+			startJob(t, a, box, "done", "exit 3")
+			jobAt(t, a, box, "done", func(s sandbox.JobStatus) bool { return s.State == "exited" })
+			if err := rt.Stop(ctx, ctr, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			stillStopped := func(when string) {
+				t.Helper()
+				c, err := rt.Inspect(ctx, ctr)
+				if err != nil || c.Running() {
+					t.Fatalf("%s: the container is %+v (%v), want it stopped", when, c.State, err)
+				}
+			}
+			// a has shells in the sandbox (now dead); b never booted it.
+			for _, m := range []*sandbox.Manager{a, b} {
+				list, err := m.Jobs(ctx, box)
+				if err != nil || len(list) != 2 {
+					t.Fatalf("jobs: %+v %v", list, err)
+				}
+				for _, j := range list {
+					switch {
+					case j.Name == "sleeper" && (j.State != "lost" || !strings.Contains(j.Reason, "stopped")):
+						t.Errorf("sleeper: %+v", j)
+					case j.Name == "done" && (j.State != "exited" || *j.ExitCode != 3):
+						t.Errorf("done: %+v", j)
+					}
+				}
+				l, err := m.JobLogs(ctx, box, "sleeper", sandbox.LogOptions{Since: -1, Tail: 10, Max: 100})
+				if err != nil || l.State != "lost" || len(l.Data) != 0 {
+					t.Fatalf("logs: %+v %v", l, err)
+				}
+				r, err := m.KillJob(ctx, box, "sleeper", "KILL")
+				if err != nil || r.State != "lost" || !r.AlreadyEnded {
+					t.Fatalf("kill: %+v %v", r, err)
+				}
+				stillStopped("after the job tools")
+			}
+
+			// Started again (by a command): the job's process is gone
+			// without an exit status.
+			run(t, a, box, shell.Request{Command: "true"})
+			l := jobAt(t, b, box, "sleeper", func(sandbox.JobStatus) bool { return true })
+			if l.State != "lost" || !strings.Contains(l.Reason, "without an exit status") || l.Processes != 0 {
+				t.Fatalf("after a restart: %+v", l)
+			}
+			if r, err := b.KillJob(ctx, box, "sleeper", ""); err != nil || !r.AlreadyEnded || r.State != "lost" {
+				t.Fatalf("kill after a restart: %+v %v", r, err)
+			}
+
+			// Removed: lost, and nothing is created.
+			if err := rt.Remove(ctx, ctr); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []*sandbox.Manager{a, b} {
+				list, err := m.Jobs(ctx, box)
+				if err != nil || len(list) != 2 || list[0].State != "lost" || !strings.Contains(list[0].Reason, "removed") {
+					t.Fatalf("jobs of a removed sandbox: %+v %v", list, err)
+				}
+			}
+			if n := containers(t, tg, prefix, box); n != 0 {
+				t.Fatalf("the job tools created %d containers", n)
+			}
+		})
+	}
+}
+
+// TestJobForkBombOnEngine: a job that forks until the sandbox's pids
+// limit is reached (its shell then dies of "Cannot fork", its sleeps fill
+// the table) is still killed to the last process: the sweep forks nothing.
+func TestJobForkBombOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			m := newManager(t, tg, enginetest.Prefix(t, tg.New()))
+			ctx := context.Background()
+			const box = "bomb"
+			run(t, m, box, shell.Request{Command: "true"}) // the pool's shells exist before the bomb
+			st := startJob(t, m, box, "bomb", `setsid sh -c 'while :; do sleep 1000 & done' & while :; do sleep 1000 & done`)
+			// Wait for it to hit the limit; meanwhile logs may fail for want of a process.
+			for deadline := time.Now().Add(hangGuard); ; time.Sleep(100 * time.Millisecond) {
+				l, err := m.JobLogs(ctx, box, "bomb", sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
+				if err == nil && l.State == "exited" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the bomb never hit the limit: %+v %v", l, err)
+				}
+			}
+			r, err := m.KillJob(ctx, box, "bomb", "KILL")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Ended || r.Processes != 0 || r.Signalled < 100 {
+				t.Fatalf("KILL: %+v", r)
+			}
+			if n := jobProcs(t, m, box, st.ID); n != 0 {
+				t.Fatalf("after KILL %d processes carry the marker", n)
+			}
+			t.Logf("killed %d processes", r.Signalled)
+		})
+	}
+}
