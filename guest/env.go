@@ -27,11 +27,18 @@ const EnvDir = "/etc/sandbox-mcp/env.d"
 // envGenFile changes at every change to the store.
 const envGenFile = "/etc/sandbox-mcp/env.gen"
 
-// InitScript is the init text of a sandbox shell: load the env store and
-// start in workdir.
+// InitScript is the init text of a sandbox shell: load the env store,
+// start in workdir, and load the shell store (see StateSync).
 func InitScript(workdir string) string {
-	return EnvSync + "cd -- " + quote(workdir) + " 2>/dev/null || cd /\n"
+	return syncFunc + "cd -- " + quote(workdir) + " 2>/dev/null || cd /\n" + SyncCall + "\n"
 }
+
+// SyncCall brings a shell in line with the env store and the shell store
+// (EnvSync, StateSync); InitScript defines it. A sandbox's shells run it
+// before every command.
+const SyncCall = "__sbx_sync"
+
+const syncFunc = SyncCall + "() {\n" + EnvSync + StateSync + "} </dev/null >/dev/null 2>&1\n"
 
 // EnvGenVar and EnvSecretsVar are exported by EnvSync in every shell.
 const (
@@ -47,7 +54,7 @@ if [ "$__sbx_g" != "${__sbx_envgen-}" ]; then
 for __sbx_n in ${__sbx_envnames-}; do [ -e ` + EnvDir + `/"$__sbx_n".sh ] || unset "$__sbx_n"; done
 __sbx_envnames=; __sbx_sec=
 for __sbx_f in ` + EnvDir + `/*.sh; do [ -r "$__sbx_f" ] || continue; . "$__sbx_f"; __sbx_n=${__sbx_f##*/}; __sbx_n=${__sbx_n%.sh}; __sbx_envnames="$__sbx_envnames $__sbx_n"; [ -e ` + EnvDir + `/"$__sbx_n".secret ] && __sbx_sec="$__sbx_sec $__sbx_n"; done
-__sbx_envgen=$__sbx_g
+__sbx_envgen=$__sbx_g; __sbx_synced=1
 if [ -n "$__sbx_g" ]; then export ` + EnvGenVar + `="$__sbx_g"; fi
 if [ -n "$__sbx_sec" ]; then export ` + EnvSecretsVar + `="${__sbx_sec# }"; else unset ` + EnvSecretsVar + `; fi
 fi

@@ -36,11 +36,13 @@ func InitFrame(marker, init string) string {
 
 // A frame's streams, for marker M:
 //
-//	stdout: M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg>\nM.\n
+//	stdout: [M}<cwd>\n<export -p>] M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg>\nM.\n
 //	stderr: M<\n <output> \nM\n
 //
 // The beacons (M> and M<) open the frame: bytes before them were written
-// by a process an earlier command left behind. The state block comes only
+// by a process an earlier command left behind, except for the block that
+// opens with M}: the state the command starts in, sent when the shell
+// loaded changes from the sandbox's stores just before it (see SyncCall). The state block comes only
 // after a command that may have changed the directory or exports (see
 // MayChangeState); an isolated command that ended without reporting its
 // state (killed, or replaced by exec) has none either, and the shell state
@@ -49,7 +51,8 @@ func InitFrame(marker, init string) string {
 
 // frameFuncs are the framing shell's own functions: __sbx_pre M opens a
 // frame, __sbx_end M S closes it (with the state block when S is 1).
-const frameFuncs = `__sbx_pre() { printf '%s>\n' "$1" >&3; printf '%s<\n' "$1" >&4; __sbx_b=${!-}; }
+const frameFuncs = `__sbx_pre() { if [ -n "${__sbx_synced-}" ]; then __sbx_synced=; printf '%s}%s\n' "$1" "$PWD" >&3; export -p >&3; fi
+printf '%s>\n' "$1" >&3; printf '%s<\n' "$1" >&4; __sbx_b=${!-}; }
 __sbx_end() { case "${!-}" in "$__sbx_b") __sbx_b=0;; *) __sbx_b=1;; esac
 if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD" >&3; export -p >&3; fi
 printf '\n%s %d %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$1" >&3; printf '\n%s\n' "$1" >&4; }
@@ -78,6 +81,9 @@ type Command struct {
 	Workdir string
 	// RunID is exported as RunVar to the command.
 	RunID string
+	// Each is trusted sh text run first, as is (a call of a function the
+	// shell defined at start, such as SyncCall).
+	Each string
 }
 
 // Frame is the text that runs one command, and how it runs.
@@ -109,6 +115,9 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	var b strings.Builder
 	if prelude != "" {
 		b.WriteString("{ command eval " + quote(prelude) + "; } </dev/null >/dev/null 2>&1 3>&- 4>&-\n")
+	}
+	if req.Each != "" {
+		b.WriteString(req.Each + "\n")
 	}
 	// The beacons tell output of this command from output of processes
 	// an earlier one left behind; the stderr one also tells a shell that

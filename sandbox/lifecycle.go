@@ -281,7 +281,7 @@ func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
 }
 
 func (m *Manager) newPool(ctr string, gate func(context.Context) error) *shell.Pool {
-	return shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit(), EachCommand: guest.EnvSync, Gate: gate}, m.cfg.PoolSize)
+	return shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: gate}, m.cfg.PoolSize)
 }
 
 // inspectWithShell inspects a sandbox's container and, at the same time,

@@ -84,16 +84,18 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	p.mu.Lock()
 	var target *State
-	before := sh.state
-	if p.version != 0 && sh.version != p.version {
+	if !p.opts.Store && p.version != 0 && sh.version != p.version {
+		// Without the sandbox's store, the pool carries the shared state
+		// from shell to shell itself.
 		st := p.state
 		target = &st
-		before = st
 	}
 	p.mu.Unlock()
 
 	res, err := sh.run(ctx, req, target, p.opts.EachCommand)
 	res.Queued = queued
+	changed := false
+	before := sh.started
 	if err == nil && !res.ShellLost {
 		p.mu.Lock()
 		after := sh.state
@@ -106,12 +108,16 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 			// the shared state, which others may have changed meanwhile.
 			p.version++
 			p.state = guest.MergeState(p.state, before, after)
+			changed = true
 		}
 		sh.version = 0 // restored before its next command …
 		if sh.state == p.state {
 			sh.version = p.version // … unless it holds the shared state
 		}
 		p.mu.Unlock()
+	}
+	if changed && p.opts.Store && !sh.Dead() {
+		p.store(ctx, sh, before, sh.state)
 	}
 	switch {
 	case err != nil || res.ShellLost || sh.Dead():
@@ -122,6 +128,22 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 		p.release(sh, false)
 	}
 	return res, err
+}
+
+// storeWait bounds recording a command's state changes in the sandbox.
+const storeWait = 10 * time.Second
+
+// store records in the sandbox's shell store what a command changed, on
+// the shell that ran it. The command has ended, so a cancel of the call no
+// longer stops this.
+func (p *Pool) store(ctx context.Context, sh *Shell, before, after State) {
+	script, ok := guest.StateWriteScript(before, after, newMarker()[3:])
+	if !ok {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWait)
+	defer cancel()
+	_, _ = sh.run(sctx, Request{Command: script}, nil, "")
 }
 
 // State returns the pool's shared state and whether any is known.

@@ -47,9 +47,14 @@ type Options struct {
 	// Init is sh text run when a shell starts (output discarded): sourcing
 	// an environment file, changing to the workspace.
 	Init string
-	// EachCommand is sh text run before every command (output discarded),
-	// after the Pool restored shared state: keeping the env store in sync.
+	// EachCommand is trusted sh text run before every command, after the
+	// Pool restored shared state, as is: a call of a function that Init
+	// defined, which keeps the shell in line with the sandbox's stores.
 	EachCommand string
+	// Store makes the Pool record in the sandbox's shell store (see
+	// guest.StateWriteScript) what each command changed, so shells of other
+	// servers and shells opened after a restart see it.
+	Store bool
 	// OpenTimeout bounds starting a shell; 0 means 30 s.
 	OpenTimeout time.Duration
 	// Gate, if set, is called after the shell process has started and
@@ -138,6 +143,9 @@ type Shell struct {
 	// first.
 	state   State
 	applied State
+	// started is the state the last command started in (after the shell
+	// loaded changes from the sandbox's stores).
+	started State
 	cancel  context.CancelFunc
 
 	exited   chan struct{} // closed when the process has been waited for
@@ -260,7 +268,7 @@ func (s *Shell) Run(ctx context.Context, req Request, prelude string) (Result, e
 }
 
 // run runs one command in state target (the shell's own state when nil),
-// with extra sh text run before it, its output discarded.
+// with extra trusted sh text run before it as is.
 func (s *Shell) run(ctx context.Context, req Request, target *State, extra string) (Result, error) {
 	if s.Dead() {
 		return Result{}, ErrShellDead
@@ -273,10 +281,9 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	if want != s.applied {
 		prelude = guest.Restore(want, guest.ExportNames(s.applied.Exports))
 	}
-	prelude += extra
 	marker := newMarker()
 	runID := newMarker()[3:]
-	frame, err := guest.CommandFrame(marker, guest.Command{Command: req.Command, Stdin: req.Stdin, Workdir: req.Workdir, RunID: runID}, prelude)
+	frame, err := guest.CommandFrame(marker, guest.Command{Command: req.Command, Stdin: req.Stdin, Workdir: req.Workdir, RunID: runID, Each: extra}, prelude)
 	if err != nil {
 		return Result{}, err
 	}
@@ -315,6 +322,11 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	if err != nil {
 		return res, err
 	}
+	s.started = want
+	if ex.pre != nil {
+		s.started = *ex.pre
+		want = *ex.pre
+	}
 	switch {
 	case !frame.Isolated && ex.stateOK:
 		s.state, s.applied = ex.state, ex.state
@@ -347,7 +359,8 @@ var errInterrupted = errors.New("interrupted")
 type exchanged struct {
 	code    int
 	state   State
-	stateOK bool // the frame reported the shell's state
+	stateOK bool   // the frame reported the shell's state
+	pre     *State // the state the command started in, when the shell reported it
 	bg      bool // the command started background processes
 	lost    bool // the shell ended; code is then its exit status
 	started bool // the start beacon arrived
@@ -376,8 +389,9 @@ func (s *Shell) exchange(ctx context.Context, script, marker, runID string, inSh
 	var stateBuf, statusBuf bytes.Buffer
 	var stray countWriter
 	var beaconSeen atomic.Bool
+	var preBuf bytes.Buffer
 	go func() {
-		outDone <- s.readStdout(marker, &stray, stdout, &stateBuf, &statusBuf, &ex.stateOK)
+		outDone <- s.readStdout(marker, &stray, stdout, &stateBuf, &statusBuf, &ex.stateOK, &preBuf)
 	}()
 	go func() {
 		if err := s.errs.until([]byte(marker+"<\n"), &stray); err != nil {
@@ -458,6 +472,12 @@ func (s *Shell) exchange(ctx context.Context, script, marker, runID string, inSh
 		return exchanged{code: -1, lost: true, started: true, stray: ex.stray, err: fmt.Errorf("shell sent a malformed frame trailer")}
 	}
 	ex.code, ex.bg = code, bg
+	if preBuf.Len() > 0 {
+		cwd, exports, found := strings.Cut(preBuf.String(), "\n")
+		if found {
+			ex.pre = &State{Cwd: cwd, Exports: exports}
+		}
+	}
 	if ex.stateOK {
 		var subBG bool
 		ex.state, subBG, ex.stateOK = guest.ParseState(stateBuf.String())
@@ -472,10 +492,19 @@ func (s *Shell) exchange(ctx context.Context, script, marker, runID string, inSh
 // readStdout reads one frame of the shell's stdout: stray bytes up to the
 // start beacon, the command's output, the optional state block and the
 // status.
-func (s *Shell) readStdout(marker string, stray, stdout, state, status io.Writer, stateOK *bool) error {
-	if err := s.out.until([]byte(marker+">\n"), stray); err != nil {
+func (s *Shell) readStdout(marker string, stray *countWriter, stdout, state, status io.Writer, stateOK *bool, pre *bytes.Buffer) error {
+	// Up to the beacon: stray bytes, then the state the command starts in
+	// when the shell just loaded changes from the sandbox's stores.
+	var head bytes.Buffer
+	if err := s.out.until([]byte(marker+">\n"), &head); err != nil {
 		return err
 	}
+	h := head.Bytes()
+	if i := bytes.Index(h, []byte(marker+"}")); i >= 0 {
+		pre.Write(h[i+len(marker)+1:])
+		h = h[:i]
+	}
+	_, _ = stray.Write(h)
 	if err := s.out.until([]byte("\n"+marker), stdout); err != nil {
 		return err
 	}
