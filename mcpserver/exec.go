@@ -139,14 +139,15 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	if err != nil {
 		return argError("%s: %v", what, err), nil
 	}
-	timeout := req.GetFloat("timeout", defTimeout)
-	if timeout <= 0 || timeout > maxTimeout {
-		return argError("%s: timeout must be between 1 and %d seconds", what, maxTimeout), nil
+	timeout, err := numberArg(req, "timeout", defTimeout, 1, maxTimeout, "seconds")
+	if err != nil {
+		return argError("%s: %v", what, err), nil
 	}
-	limit := req.GetInt("max_output", defaultMaxOutput)
-	if limit < 1024 || limit > maxMaxOutput {
-		return argError("%s: max_output must be between 1024 and %d", what, maxMaxOutput), nil
+	limit64, err := intArg(req, "max_output", defaultMaxOutput, 1024, maxMaxOutput)
+	if err != nil {
+		return argError("%s: %v", what, err), nil
 	}
+	limit := int(limit64)
 	encoding := req.GetString("encoding", "text")
 	if encoding != "text" && encoding != "base64" {
 		return argError("%s: encoding must be text or base64", what), nil
