@@ -61,7 +61,12 @@ type Options struct {
 	// OutputDir keeps full outputs of commands that exceeded their cap; ""
 	// disables retrieval of omitted output.
 	OutputDir string
-	Logger    *slog.Logger
+	// OutputsCap bounds the bytes all saved outputs in OutputDir hold (the
+	// oldest go first); OutputCallCap the bytes one call saves (the copy is
+	// cut past it). 0 means the default; below 0 disables saving.
+	OutputsCap, OutputCallCap int64
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
 }
 
 // tool is one tool definition with its handler and group.
@@ -92,7 +97,8 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir), log: logger, enabled: map[string]bool{}}
+	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
+		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{}}
 	all, err := checkedTools(s.tools())
 	if err != nil {
 		return nil, err
@@ -119,6 +125,13 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		}
 	}
 	return s.ms, nil
+}
+
+func orDefault(v, def int64) int64 {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // enable registers the tools of sets (if not yet enabled).
