@@ -148,6 +148,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
+		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),
 	})
 	if err != nil {
 		return err
@@ -159,6 +160,14 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		m.BootInBackground(sandbox.DefaultName)
 	}
 	return mcpserver.ServeStdio(ctx, ms, in, out, log.New(os.Stderr, "sandbox-mcp: ", log.LstdFlags))
+}
+
+// offIfZero maps a configured cap of 0 (off) to mcpserver's "disabled".
+func offIfZero(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // Doctor checks the engine and the default image and writes a report to w.
