@@ -14,9 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
@@ -133,6 +135,12 @@ func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime
 	return logger, rt, nil
 }
 
+// memoryLimit is the heap size past which the GC works harder (unless
+// GOMEMLIMIT sets another): four times the largest JSON-RPC message, so the
+// garbage of a large request is collected as it goes instead of piling up
+// to twice the live heap. A server's heap is a few MB otherwise.
+const memoryLimit = 4 * msglimit.DefaultMax
+
 // reconcileDelay is how long a starting server waits before tidying the
 // state against the engine.
 const reconcileDelay = 3 * time.Second
@@ -152,6 +160,9 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	})
 	if err != nil {
 		return err
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
 	}
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
 	// Both run in the Manager's background and end with it.
