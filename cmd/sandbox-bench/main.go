@@ -93,7 +93,7 @@ func run(engine, image string, n int) error {
 	fmt.Printf("sandbox-bench: %s, image %s, %d warm calls; one run, side by side\n\n", engine, image, n)
 	fmt.Printf("%-44s %-22s %-26s %-9s %-18s %s\n", "what", "sandbox-mcp", "engine floor", "ratio", "target", "")
 	for _, section := range []func() error{b.firstExec, b.warmExec, b.bigOutput, b.lifecycle,
-		b.benchRestart, b.benchPair, b.benchLeaks} {
+		b.benchRestart, b.benchPair, b.benchLeaks, b.benchBounds} {
 		if err := section(); err != nil {
 			return err
 		}
