@@ -246,13 +246,14 @@ func render(s *spillStream, encoding, id string) (string, bool) {
 		return enc(head), binary
 	}
 	note := fmt.Sprintf("\n[… %d bytes of %s omitted", omitted, s.stream)
-	if id != "" && s.retrievable() {
+	retrievable, saved, cut := s.savedCopy()
+	if id != "" && retrievable {
 		note += fmt.Sprintf("; fetch them with output(id=%q, stream=%q, offset=%d)", id, s.stream, len(head))
-		if s.cut != "" {
-			note += fmt.Sprintf("; the full output was cut at %d bytes (%s)", s.saved, s.cut)
+		if cut != "" {
+			note += fmt.Sprintf("; the full output was cut at %d bytes (%s)", saved, cut)
 		}
-	} else if s.cut != "" {
-		note += fmt.Sprintf("; not saved: %s", s.cut)
+	} else if cut != "" {
+		note += fmt.Sprintf("; not saved: %s", cut)
 	}
 	return enc(head) + note + " …]\n" + enc(tail), binary
 }

@@ -313,6 +313,7 @@ type spillStream struct {
 	call   *spillCall
 	stream string
 
+	mu       sync.Mutex // for the close and result after a late write
 	f        *os.File
 	spilling bool  // saving to f
 	started  bool  // the stream passed the limit
@@ -327,6 +328,8 @@ func newSpillStream(call *spillCall, stream string, limit int) *spillStream {
 
 // Write implements io.Writer; it never fails.
 func (s *spillStream) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.started && s.c.Total()+int64(len(p)) > int64(s.limit()) {
 		s.started = true
 		if s.call != nil {
@@ -393,6 +396,8 @@ func (s *spillStream) stop(why string) {
 // close closes the spill file and gives back unused room. Call it once the
 // command has ended.
 func (s *spillStream) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.f != nil {
 		_ = s.f.Close()
 		s.f = nil
@@ -405,8 +410,17 @@ func (s *spillStream) close() {
 
 // retrievable reports whether the saved copy holds omitted bytes.
 func (s *spillStream) retrievable() bool {
+	ok, _, _ := s.savedCopy()
+	return ok
+}
+
+// savedCopy reports whether the saved copy holds omitted bytes, how many
+// bytes it holds, and why it stops short of the stream ("" if it does not).
+func (s *spillStream) savedCopy() (retrievable bool, saved int64, cut string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	head, _, omitted := s.c.Parts()
-	return omitted > 0 && s.saved > int64(len(head))
+	return omitted > 0 && s.saved > int64(len(head)), s.saved, s.cut
 }
 
 // sizeText renders a byte count as people write caps: 256 MiB, 1.5 GiB.
