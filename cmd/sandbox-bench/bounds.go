@@ -53,7 +53,7 @@ func (b *bench) benchBounds() error {
 	if err != nil {
 		return err
 	}
-	b.reportOutputs("cat /dev/zero 30 s: saved outputs peak / after", stateDir, peak)
+	b.reportOutputs("cat /dev/zero 30 s: outputs peak / after", stateDir, peak)
 
 	// Many at once, over two sandboxes: the directory cap, not the
 	// per-call one, is what holds.
@@ -73,7 +73,7 @@ func (b *bench) benchBounds() error {
 	if err != nil {
 		return err
 	}
-	b.reportOutputs(fmt.Sprintf("%d x cat /dev/zero at once: saved outputs", manyCats), stateDir, peak)
+	b.reportOutputs(fmt.Sprintf("%d x cat /dev/zero at once: outputs", manyCats), stateDir, peak)
 
 	pid := s.pid()
 	// A 24 MB write_file: a message of about 32 MB.
