@@ -3,7 +3,6 @@ package mcpserver
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -47,14 +46,14 @@ type ExecOutput struct {
 	// hold its stdout and stderr; what they print from now on is discarded.
 	Background bool   `json:"background_left,omitempty"`
 	Booted     string `json:"booted,omitempty"` // created, started, adopted, recovered
-	Notice       string `json:"notice,omitempty"` // e.g. the disk watcher stopped the command
+	Notice     string `json:"notice,omitempty"` // e.g. the disk watcher stopped the command
 }
 
 func (s *Server) execTool() tool {
 	return tool{group: "core", handler: s.handleExec, def: newTool[ExecOutput]("exec", "Run a command",
 		"Run a shell command (sh) in a sandbox and return its exit code, stdout and stderr. Creates the sandbox on first use; "+
 			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (fetch the rest with `output`). "+
-			"Commands that outlive the timeout are stopped: start servers and long work with bg.",
+			"A timeout ends the command and all it started: run servers and long work with bg.",
 		mutating(false),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
 		sandboxParam(),
@@ -146,36 +145,35 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	if err != nil {
 		return argError("%s: %v", what, err), nil
 	}
-	timeout := req.GetFloat("timeout", defTimeout)
-	if timeout <= 0 || timeout > maxTimeout {
-		return argError("%s: timeout must be between 1 and %d seconds", what, maxTimeout), nil
+	timeout, err := numberArg(req, "timeout", defTimeout, 1, maxTimeout, "seconds")
+	if err != nil {
+		return argError("%s: %v", what, err), nil
 	}
-	limit := req.GetInt("max_output", defaultMaxOutput)
-	if limit < 1024 || limit > maxMaxOutput {
-		return argError("%s: max_output must be between 1024 and %d", what, maxMaxOutput), nil
+	limit64, err := intArg(req, "max_output", defaultMaxOutput, 1024, maxMaxOutput)
+	if err != nil {
+		return argError("%s: %v", what, err), nil
 	}
+	limit := int(limit64)
 	encoding := req.GetString("encoding", "text")
 	if encoding != "text" && encoding != "base64" {
 		return argError("%s: encoding must be text or base64", what), nil
 	}
 
-	id, outPath, errPath := s.outputs.reserve()
-	stdout := &shell.Capture{Limit: limit, SpillPath: outPath}
-	stderr := &shell.Capture{Limit: limit, SpillPath: errPath}
-	stop := s.startProgress(ctx, req, stdout, stderr)
+	call := s.outputs.newCall()
+	stdout := newSpillStream(call, "stdout", limit)
+	stderr := newSpillStream(call, "stderr", limit)
+	stop := s.startProgress(ctx, req, stdout.c, stderr.c)
 	res, err := run(ctx, name, shell.Request{
 		Timeout: time.Duration(timeout * float64(time.Second)),
 		Stdout:  stdout,
 		Stderr:  stderr,
 	})
 	stop()
-	spillErr := errors.Join(stdout.Close(), stderr.Close())
-	// Spill files exist only for a stream that overflowed its cap.
-	truncated := stdout.Truncated() || stderr.Truncated()
+	stdout.close()
+	stderr.close()
+	retrievable := err == nil && (stdout.retrievable() || stderr.retrievable())
+	call.finish(retrievable)
 	if err != nil {
-		if truncated {
-			s.outputs.discard(id)
-		}
 		return failure(ctx, fmt.Sprintf("%s in sandbox %q", what, name), err), nil
 	}
 	out := ExecOutput{
@@ -183,9 +181,9 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		ExitCode:     res.ExitCode,
 		DurationMS:   res.Duration.Milliseconds(),
 		Encoding:     encoding,
-		StdoutBytes:  stdout.Total(),
-		StderrBytes:  stderr.Total(),
-		Truncated:    truncated,
+		StdoutBytes:  stdout.c.Total(),
+		StderrBytes:  stderr.c.Total(),
+		Truncated:    stdout.c.Truncated() || stderr.c.Truncated(),
 		TimedOut:     res.TimedOut,
 		ShellRestart: res.ShellLost,
 		QueuedMS:     res.Queued.Milliseconds(),
@@ -193,13 +191,8 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		Booted:       bootWord(res.Boot),
 		Notice:       res.Notice,
 	}
-	if truncated {
-		if spillErr == nil && (stdout.Spilled() || stderr.Spilled()) {
-			out.OutputID = id
-			s.outputs.keep(id)
-		} else {
-			s.outputs.discard(id)
-		}
+	if retrievable {
+		out.OutputID = call.id
 	}
 	var text strings.Builder
 	fmt.Fprintf(&text, "exit %d · %s", res.ExitCode, fmtDuration(res.Duration))
@@ -214,8 +207,8 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	}
 	text.WriteByte('\n')
 	var stdoutBinary, stderrBinary bool
-	out.Stdout, stdoutBinary = render(stdout, encoding, "stdout", id, out.OutputID != "")
-	out.Stderr, stderrBinary = render(stderr, encoding, "stderr", id, out.OutputID != "")
+	out.Stdout, stdoutBinary = render(stdout, encoding, out.OutputID)
+	out.Stderr, stderrBinary = render(stderr, encoding, out.OutputID)
 	text.WriteString(out.Stdout)
 	if out.Stderr != "" {
 		if out.Stdout != "" && !strings.HasSuffix(out.Stdout, "\n") {
@@ -255,10 +248,11 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	return result, nil
 }
 
-// render returns a capture's text for the result: exact bytes or base64,
-// with the omitted middle marked.
-func render(c *shell.Capture, encoding, stream, id string, retrievable bool) (string, bool) {
-	head, tail, omitted := c.Parts()
+// render returns a stream's text for the result: exact bytes or base64,
+// with the omitted middle marked, where to fetch it (id, when kept) and
+// where its saved copy stops if it was cut.
+func render(s *spillStream, encoding, id string) (string, bool) {
+	head, tail, omitted := s.c.Parts()
 	enc := func(b []byte) string {
 		if encoding == "base64" {
 			return base64.StdEncoding.EncodeToString(b)
@@ -269,9 +263,15 @@ func render(c *shell.Capture, encoding, stream, id string, retrievable bool) (st
 	if omitted == 0 {
 		return enc(head), binary
 	}
-	note := fmt.Sprintf("\n[… %d bytes of %s omitted", omitted, stream)
-	if retrievable {
-		note += fmt.Sprintf("; fetch them with output(id=%q, stream=%q, offset=%d)", id, stream, len(head))
+	note := fmt.Sprintf("\n[… %d bytes of %s omitted", omitted, s.stream)
+	retrievable, saved, cut := s.savedCopy()
+	if id != "" && retrievable {
+		note += fmt.Sprintf("; fetch them with output(id=%q, stream=%q, offset=%d)", id, s.stream, len(head))
+		if cut != "" {
+			note += fmt.Sprintf("; the full output was cut at %d bytes (%s)", saved, cut)
+		}
+	} else if cut != "" {
+		note += fmt.Sprintf("; not saved: %s", cut)
 	}
 	return enc(head) + note + " …]\n" + enc(tail), binary
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -53,16 +54,96 @@ func sandboxParam() mcp.ToolOption {
 		mcp.Pattern(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`), mcp.MaxLength(sandbox.MaxNameLen))
 }
 
-// sandboxArg returns the sandbox argument, validated.
+// sandboxArg returns the sandbox argument, validated. Omitted (or null)
+// means the default sandbox; an empty name or a value that is not a string
+// is an error, so a typo never lands in "default" silently.
 func sandboxArg(req mcp.CallToolRequest) (string, error) {
-	name := req.GetString("sandbox", "")
+	v, ok := req.GetArguments()["sandbox"]
+	if !ok || v == nil {
+		return sandbox.DefaultName, nil
+	}
+	name, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("sandbox must be a string (a sandbox name), not %s; omit it for %q", jsonKindOf(v), sandbox.DefaultName)
+	}
 	if name == "" {
-		name = sandbox.DefaultName
+		return "", fmt.Errorf("sandbox must not be empty; omit it for %q", sandbox.DefaultName)
 	}
 	if err := sandbox.ValidateName(name); err != nil {
 		return "", fmt.Errorf("%w; names are 1-63 letters, digits, '_', '.', '-', starting with a letter or digit", err)
 	}
 	return name, nil
+}
+
+// numberArg returns the number argument key, or def when it is omitted or
+// null. A value that is not a number, or outside [lo, hi], is an error that
+// states the range (unit, if any, follows it: "seconds").
+func numberArg(req mcp.CallToolRequest, key string, def, lo, hi float64, unit string) (float64, error) {
+	v, ok := req.GetArguments()[key]
+	if !ok || v == nil {
+		return def, nil
+	}
+	rangeText := fmt.Sprintf("between %g and %g", lo, hi)
+	if unit != "" {
+		rangeText += " " + unit
+	}
+	n, ok := v.(float64)
+	if !ok {
+		if i, isInt := v.(int); isInt { // in-process callers
+			n, ok = float64(i), true
+		}
+	}
+	if !ok {
+		return 0, fmt.Errorf("%s must be a number %s, not %s", key, rangeText, jsonKindOf(v))
+	}
+	if math.IsNaN(n) || n < lo || n > hi {
+		return 0, fmt.Errorf("%s must be %s, not %g", key, rangeText, n)
+	}
+	return n, nil
+}
+
+// intArg is numberArg for whole numbers.
+func intArg(req mcp.CallToolRequest, key string, def, lo, hi int64) (int64, error) {
+	n, err := numberArg(req, key, float64(def), float64(lo), float64(hi), "")
+	if err != nil {
+		return 0, err
+	}
+	if n != math.Trunc(n) {
+		return 0, fmt.Errorf("%s must be a whole number between %d and %d, not %g", key, lo, hi, n)
+	}
+	return int64(n), nil
+}
+
+// maxOffset is the largest byte offset an argument may name: the largest
+// whole number a JSON number carries exactly.
+const maxOffset = 1 << 53
+
+// offsetArg returns a byte-offset argument (a whole number >= 0) and whether
+// it was given. A reader that answers with a next offset should clamp it to
+// the data's real size, so an offset past the end comes back as the end.
+func offsetArg(req mcp.CallToolRequest, key string) (int64, bool, error) {
+	if v, ok := req.GetArguments()[key]; !ok || v == nil {
+		return 0, false, nil
+	}
+	n, err := intArg(req, key, 0, 0, maxOffset)
+	return n, err == nil, err
+}
+
+// jsonKindOf names a decoded JSON value's type as a caller knows it.
+func jsonKindOf(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case float64, int, int64:
+		return "a number"
+	case bool:
+		return "true or false"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // failure turns an error from the Manager into an isError result. Engine

@@ -9,12 +9,15 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -61,7 +64,12 @@ type Options struct {
 	// OutputDir keeps full outputs of commands that exceeded their cap; ""
 	// disables retrieval of omitted output.
 	OutputDir string
-	Logger    *slog.Logger
+	// OutputsCap bounds the bytes all saved outputs in OutputDir hold (the
+	// oldest go first); OutputCallCap the bytes one call saves (the copy is
+	// cut past it). 0 means the default; below 0 disables saving.
+	OutputsCap, OutputCallCap int64
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
 }
 
 // tool is one tool definition with its handler and group.
@@ -92,7 +100,8 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir), log: logger, enabled: map[string]bool{}}
+	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
+		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{}}
 	all, err := checkedTools(s.tools())
 	if err != nil {
 		return nil, err
@@ -110,6 +119,8 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	s.ms = server.NewMCPServer("sandbox-mcp", version,
 		server.WithToolCapabilities(opts.Dynamic),
 		server.WithRecovery(),
+		server.WithToolHandlerMiddleware(releaseAfterLarge),
+		server.WithHooks(dropRawArguments()),
 		server.WithInstructions(instructions),
 	)
 	s.enable(all, sets)
@@ -119,6 +130,13 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		}
 	}
 	return s.ms, nil
+}
+
+func orDefault(v, def int64) int64 {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // enable registers the tools of sets (if not yet enabled).
@@ -178,12 +196,98 @@ func (s *Server) tools() []tool {
 
 // ServeStdio serves MCP on in/out until in closes or ctx ends. Tool calls
 // run on a pool large enough that long commands do not queue short ones.
+// Messages over msglimit.DefaultMax are refused with an error that says
+// how to send large files instead.
 func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.Writer, errLog *log.Logger) error {
+	lim := msglimit.New(in, out, msglimit.Options{
+		Hint:    largeDataHint(ms),
+		Dropped: func() { go debug.FreeOSMemory() },
+	})
 	ss := server.NewStdioServer(ms)
 	if errLog != nil {
 		ss.SetErrorLogger(errLog)
 	}
 	server.WithWorkerPoolSize(64)(ss)
 	server.WithQueueSize(1024)(ss)
-	return ss.Listen(ctx, in, out)
+	return ss.Listen(ctx, lim.Reader(), releasingWriter{lim.Writer()})
+}
+
+// largeDataHint is the end of the error for an over-long message: how to
+// send a large file instead, naming only tools this server has.
+func largeDataHint(ms *server.MCPServer) func() string {
+	return func() string {
+		hint := "send a large file in parts of a few MiB with write_file and append=true"
+		if ms.GetTool("write_file") == nil {
+			hint += " (write_file is in the core toolset)"
+		}
+		return hint
+	}
+}
+
+// largeArgs is the size of a tool call's string arguments past which the
+// memory the call used is returned to the OS once it is answered.
+const largeArgs = 1 << 20
+
+// releaseAfterLarge marks a large tool call as answered, so the next reply
+// written returns the freed memory (the transport holds the request until
+// its reply is written).
+func releaseAfterLarge(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		large := stringBytes(req.GetArguments(), largeArgs) >= largeArgs
+		res, err := next(ctx, req)
+		if large {
+			releasePending.Store(true)
+		}
+		return res, err
+	}
+}
+
+// dropRawArguments drops the copy of a large call's arguments as JSON
+// that mcp-go keeps beside the decoded ones (no handler reads it), so the
+// call holds one copy fewer while it runs.
+func dropRawArguments() *server.Hooks {
+	h := &server.Hooks{}
+	h.AddBeforeCallTool(func(_ context.Context, _ any, req *mcp.CallToolRequest) {
+		if len(req.Params.RawArguments) >= largeArgs {
+			req.Params.RawArguments = nil
+		}
+	})
+	return h
+}
+
+// releasePending is process-wide, as the heap it concerns.
+var releasePending atomic.Bool
+
+// releasingWriter returns freed memory to the OS after a reply that
+// follows a large call.
+type releasingWriter struct{ w io.Writer }
+
+func (r releasingWriter) Write(p []byte) (int, error) {
+	n, err := r.w.Write(p)
+	if releasePending.Swap(false) {
+		go debug.FreeOSMemory()
+	}
+	return n, err
+}
+
+// stringBytes sums the lengths of the strings in v, stopping past limit.
+func stringBytes(v any, limit int) int {
+	n := 0
+	switch v := v.(type) {
+	case string:
+		return len(v)
+	case map[string]any:
+		for _, x := range v {
+			if n += stringBytes(x, limit-n); n >= limit {
+				break
+			}
+		}
+	case []any:
+		for _, x := range v {
+			if n += stringBytes(x, limit-n); n >= limit {
+				break
+			}
+		}
+	}
+	return n
 }

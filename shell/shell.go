@@ -361,9 +361,9 @@ type exchanged struct {
 	state   State
 	stateOK bool   // the frame reported the shell's state
 	pre     *State // the state the command started in, when the shell reported it
-	bg      bool // the command started background processes
-	lost    bool // the shell ended; code is then its exit status
-	started bool // the start beacon arrived
+	bg      bool   // the command started background processes
+	lost    bool   // the shell ended; code is then its exit status
+	started bool   // the start beacon arrived
 	stray   int64
 	err     error
 }

@@ -14,9 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
@@ -133,6 +135,12 @@ func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime
 	return logger, rt, nil
 }
 
+// memoryLimit is the heap size past which the GC works harder (unless
+// GOMEMLIMIT sets another): four times the largest JSON-RPC message, so the
+// garbage of a large request is collected as it goes instead of piling up
+// to twice the live heap. A server's heap is a few MB otherwise.
+const memoryLimit = 4 * msglimit.DefaultMax
+
 // reconcileDelay is how long a starting server waits before tidying the
 // state against the engine.
 const reconcileDelay = 3 * time.Second
@@ -148,9 +156,13 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
+		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),
 	})
 	if err != nil {
 		return err
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
 	}
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
 	// Both run in the Manager's background and end with it.
@@ -159,6 +171,14 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		m.BootInBackground(sandbox.DefaultName)
 	}
 	return mcpserver.ServeStdio(ctx, ms, in, out, log.New(os.Stderr, "sandbox-mcp: ", log.LstdFlags))
+}
+
+// offIfZero maps a configured cap of 0 (off) to mcpserver's "disabled".
+func offIfZero(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // Doctor checks the engine and the default image and writes a report to w.

@@ -32,8 +32,13 @@ type Config struct {
 	DynamicToolsets bool
 	BootDefault     bool
 	PoolSize        int
-	LogLevel        string
-	Version         string
+	// OutputsCap bounds the bytes of saved full outputs in the state
+	// directory; OutputCallCap the bytes one command saves. 0 turns
+	// saving off.
+	OutputsCap    int64
+	OutputCallCap int64
+	LogLevel      string
+	Version       string
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
@@ -45,7 +50,8 @@ func DefaultConfig() Config {
 		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Disk: sandbox.DefaultDisk, Pids: sandbox.DefaultPids},
 		BootDefault: true,
 		PoolSize:    shell.DefaultPoolSize,
-		LogLevel:    "info",
+		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap,
+		LogLevel: "info",
 	}
 }
 
@@ -158,6 +164,20 @@ func Settings() []Setting {
 				}
 				c.PoolSize = n
 				return nil
+			}},
+		{Flag: "outputs-cap", Env: "SANDBOX_MCP_OUTPUTS_CAP", ServeOnly: true, Default: formatBytes(d.OutputsCap),
+			Usage: "`size` the saved full outputs of truncated commands may take in the state directory, e.g. 256M or 1G; the oldest go first; 0 saves none",
+			set: func(c *Config, v string) error {
+				n, err := parseBytes(v)
+				c.OutputsCap = n
+				return err
+			}},
+		{Flag: "output-cap-per-call", Env: "SANDBOX_MCP_OUTPUT_CAP_PER_CALL", ServeOnly: true, Default: formatBytes(d.OutputCallCap),
+			Usage: "`size` one command's saved full output may take; past it the saved copy is cut",
+			set: func(c *Config, v string) error {
+				n, err := parseBytes(v)
+				c.OutputCallCap = n
+				return err
 			}},
 		{Flag: "log-level", Env: "SANDBOX_MCP_LOG_LEVEL", Default: d.LogLevel,
 			Usage: "log `level`: debug, info, warn or error (logs go to stderr)",
@@ -279,6 +299,8 @@ type fileConfig struct {
 	Dynamic     *bool                      `json:"dynamic_toolsets"`
 	BootDefault *bool                      `json:"boot_default"`
 	PoolSize    *int                       `json:"pool_size"`
+	OutputsCap  json.RawMessage            `json:"outputs_cap"` // a size: "256M" or bytes
+	OutputCall  json.RawMessage            `json:"output_cap_per_call"`
 	LogLevel    *string                    `json:"log_level"`
 }
 
@@ -354,6 +376,20 @@ func (c *Config) applyFile(data []byte) error {
 		}
 		c.PoolSize = *f.PoolSize
 	}
+	if f.OutputsCap != nil {
+		n, err := sizeFromJSON(f.OutputsCap)
+		if err := check("outputs_cap", err); err != nil {
+			return err
+		}
+		c.OutputsCap = n
+	}
+	if f.OutputCall != nil {
+		n, err := sizeFromJSON(f.OutputCall)
+		if err := check("output_cap_per_call", err); err != nil {
+			return err
+		}
+		c.OutputCallCap = n
+	}
 	if f.LogLevel != nil {
 		if err := check("log_level", checkLogLevel(*f.LogLevel)); err != nil {
 			return err
@@ -361,6 +397,54 @@ func (c *Config) applyFile(data []byte) error {
 		c.LogLevel = *f.LogLevel
 	}
 	return nil
+}
+
+// sizeFromJSON reads a size from a config file: "256M" or a number of
+// bytes.
+func sizeFromJSON(data json.RawMessage) (int64, error) {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		return 0, err
+	}
+	switch v := v.(type) {
+	case string:
+		return parseBytes(v)
+	case float64:
+		return parseBytes(strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	return 0, fmt.Errorf("must be a size such as \"256M\" or a number of bytes, not %s", data)
+}
+
+// parseBytes reads a size: a whole number of bytes, or one with a K, M, G
+// or T suffix (powers of 1024, an optional trailing B or iB).
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	t = strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(t), "B"), "I")
+	shift := 0
+	if t != "" {
+		if i := strings.IndexByte("KMGT", t[len(t)-1]); i >= 0 {
+			shift, t = 10*(i+1), t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>shift {
+		return 0, fmt.Errorf("size %q must look like 256M, 1G or a number of bytes", s)
+	}
+	return n << shift, nil
+}
+
+// formatBytes renders a size as parseBytes reads it, in the largest
+// unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		shift  int
+	}{{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}} {
+		if n != 0 && n%(1<<u.shift) == 0 {
+			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // jsonKind names a Go type as a config file's author knows it.

@@ -66,6 +66,10 @@ func TestResolvePrecedence(t *testing.T) {
 			[4]any{true, false, true, false}, func(c Config) any { return c.BootDefault }},
 		{"pool-size", "SANDBOX_MCP_POOL_SIZE", `"pool_size": 2`, "", "3", "8",
 			[4]any{def.PoolSize, 2, 3, 8}, func(c Config) any { return c.PoolSize }},
+		{"outputs-cap", "SANDBOX_MCP_OUTPUTS_CAP", `"outputs_cap": "1G"`, "", "512M", "0",
+			[4]any{int64(256 << 20), int64(1 << 30), int64(512 << 20), int64(0)}, func(c Config) any { return c.OutputsCap }},
+		{"output-cap-per-call", "SANDBOX_MCP_OUTPUT_CAP_PER_CALL", `"output_cap_per_call": 1048576`, "", "2MiB", "16m",
+			[4]any{int64(64 << 20), int64(1 << 20), int64(2 << 20), int64(16 << 20)}, func(c Config) any { return c.OutputCallCap }},
 	} {
 		steps := []struct {
 			name string
@@ -195,6 +199,10 @@ func TestResolveErrors(t *testing.T) {
 		{"bad cpus env", sources{env: map[string]string{"SANDBOX_MCP_CPUS": "lots"}}, []string{"SANDBOX_MCP_CPUS", `"lots"`}},
 		{"cpus out of range", sources{flags: FlagValues{"cpus": "1000"}}, []string{"--cpus", "out of range"}},
 		{"bad cpus file", sources{env: withFile, files: cfg(`{"defaults": {"cpus": "two"}}`)}, []string{"/etc/smcp.json", "defaults.cpus", "a number"}},
+		{"bad outputs cap flag", sources{flags: FlagValues{"outputs-cap": "lots"}}, []string{"--outputs-cap", `"lots"`, "256M"}},
+		{"negative outputs cap env", sources{env: map[string]string{"SANDBOX_MCP_OUTPUTS_CAP": "-1"}}, []string{"SANDBOX_MCP_OUTPUTS_CAP", `"-1"`}},
+		{"bad per-call cap file", sources{env: withFile, files: cfg(`{"output_cap_per_call": "5X"}`)}, []string{"/etc/smcp.json", "output_cap_per_call", `"5X"`}},
+		{"per-call cap of a wrong type", sources{env: withFile, files: cfg(`{"output_cap_per_call": true}`)}, []string{"/etc/smcp.json", "output_cap_per_call", "a size"}},
 		{"unknown runtime flag", sources{flags: FlagValues{"runtime": "lxc"}}, []string{"--runtime", `"lxc"`}},
 		{"unknown runtime env", sources{env: map[string]string{"SANDBOX_MCP_RUNTIME": "lxc"}}, []string{"SANDBOX_MCP_RUNTIME", `"lxc"`}},
 		{"unknown runtime file", sources{env: withFile, files: cfg(`{"runtime": "lxc"}`)}, []string{"/etc/smcp.json", "runtime", `"lxc"`}},
@@ -248,7 +256,7 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "13" {
-		t.Errorf("%s settings, want 13", got)
+	if got := fmt.Sprint(len(Settings())); got != "15" {
+		t.Errorf("%s settings, want 15", got)
 	}
 }

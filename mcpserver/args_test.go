@@ -1,0 +1,100 @@
+package mcpserver
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// TestArgumentChecks: a wrong type, an empty sandbox name and a number out
+// of its stated range are tool errors that name what is accepted; none
+// reaches the manager.
+func TestArgumentChecks(t *testing.T) {
+	cases := []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"exec", map[string]any{"command": "ls", "sandbox": ""}, `sandbox must not be empty; omit it for "default"`},
+		{"exec", map[string]any{"command": "ls", "sandbox": 5}, "sandbox must be a string (a sandbox name), not a number"},
+		{"exec", map[string]any{"command": "ls", "sandbox": true}, "sandbox must be a string"},
+		{"status", map[string]any{"sandbox": ""}, "sandbox must not be empty"},
+		{"write_file", map[string]any{"path": "/a", "content": "x", "sandbox": []any{"a"}}, "not a list"},
+		{"exec", map[string]any{"command": "ls", "timeout": 0.001}, "timeout must be between 1 and 3600 seconds, not 0.001"},
+		{"exec", map[string]any{"command": "ls", "timeout": 3600.5}, "timeout must be between 1 and 3600 seconds"},
+		{"exec", map[string]any{"command": "ls", "timeout": "10"}, "timeout must be a number between 1 and 3600 seconds, not a string"},
+		{"python", map[string]any{"code": "1", "timeout": -1}, "timeout must be between 1 and 3600 seconds"},
+		{"install", map[string]any{"packages": []any{"jq"}, "timeout": 0.5}, "timeout must be between 1 and 3600 seconds"},
+		{"exec", map[string]any{"command": "ls", "max_output": 2048.5}, "max_output must be a whole number"},
+		{"exec", map[string]any{"command": "ls", "max_output": "big"}, "max_output must be a number"},
+	}
+	f := &fake{}
+	s := connect(t, f, Options{Toolsets: []string{"all"}, OutputDir: t.TempDir()})
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%s %v", c.tool, c.args), func(t *testing.T) {
+			f.calls = nil
+			r := s.call(c.tool, c.args)
+			if !r.isError || !strings.Contains(r.text, c.want) {
+				t.Fatalf("want a tool error containing %q, got %+v", c.want, r)
+			}
+			if len(f.calls) != 0 {
+				t.Fatalf("the manager was called: %v", f.calls)
+			}
+		})
+	}
+}
+
+// TestArgumentDefaults: an omitted or null sandbox is "default", and the
+// ends of the timeout range are accepted.
+func TestArgumentDefaults(t *testing.T) {
+	f := &fake{}
+	s := connect(t, f, Options{})
+	for _, args := range []map[string]any{
+		{"command": "ls"},
+		{"command": "ls", "sandbox": nil},
+		{"command": "ls", "timeout": 1},
+		{"command": "ls", "timeout": 3600},
+	} {
+		f.calls = nil
+		if r := s.call("exec", args); r.isError {
+			t.Fatalf("%v: %+v", args, r)
+		}
+		if len(f.calls) != 1 || f.calls[0] != `exec default "ls"` {
+			t.Fatalf("%v: calls %v", args, f.calls)
+		}
+	}
+}
+
+func TestOffsetArg(t *testing.T) {
+	cases := []struct {
+		args    map[string]any
+		want    int64
+		given   bool
+		wantErr string
+	}{
+		{map[string]any{}, 0, false, ""},
+		{map[string]any{"since": nil}, 0, false, ""},
+		{map[string]any{"since": 0.0}, 0, true, ""},
+		{map[string]any{"since": 1e12}, 1e12, true, ""},
+		{map[string]any{"since": -1.0}, 0, false, "since must be between 0 and"},
+		{map[string]any{"since": 1.5}, 0, false, "whole number"},
+		{map[string]any{"since": 1e300}, 0, false, "since must be between 0 and"},
+		{map[string]any{"since": "10"}, 0, false, "not a string"},
+	}
+	for _, c := range cases {
+		req := mcp.CallToolRequest{}
+		req.Params.Arguments = c.args
+		got, given, err := offsetArg(req, "since")
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("%v: err %v, want %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != c.want || given != c.given {
+			t.Errorf("%v: got %d %v %v, want %d %v", c.args, got, given, err, c.want, c.given)
+		}
+	}
+}
