@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 )
@@ -88,7 +89,11 @@ type Command struct {
 
 // Frame is the text that runs one command, and how it runs.
 type Frame struct {
+	// Script is the frame's text, all of it unless Tail is set.
 	Script string
+	// Stdin and Tail, when Tail is set, follow Script: see WriteTo.
+	Stdin []byte
+	Tail  string
 	// Isolated means the command runs in a subshell of the framing shell:
 	// a timeout ends that subshell and the shell lives on. Otherwise the
 	// command runs in the framing shell itself, and ending it before its
@@ -166,19 +171,53 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	if req.Stdin != nil {
 		// A pipe, not a file: the command's own disk pressure cannot
 		// truncate its input, and nothing is left behind.
+		// The here-document's body (stdin in base64) is written between
+		// Script and Tail, as it is encoded: never whole in memory.
 		b.WriteString("base64 -d <<'" + marker + "' 2>/dev/null 3>&- 4>&- | " + sub + "\n")
-		enc := base64.StdEncoding.EncodeToString(req.Stdin)
-		for len(enc) > 76 {
-			b.WriteString(enc[:76])
-			b.WriteByte('\n')
-			enc = enc[76:]
-		}
-		b.WriteString(enc + "\n" + marker + "\n")
-	} else {
-		b.WriteString(sub + " </dev/null\n")
+		tail := marker + "\n__sbx_rc=$?; __sbx_end " + marker + " 0\n"
+		return Frame{Script: b.String(), Stdin: req.Stdin, Tail: tail, Isolated: true}, nil
 	}
+	b.WriteString(sub + " </dev/null\n")
 	b.WriteString("__sbx_rc=$?; __sbx_end " + marker + " 0\n")
 	return Frame{Script: b.String(), Isolated: true}, nil
+}
+
+// WriteTo writes the whole frame to w: Script, then Stdin as the body of
+// a here-document (base64, 76 columns, encoded in pieces), then Tail.
+func (f Frame) WriteTo(w io.Writer) (int64, error) {
+	var n int64
+	m, err := io.WriteString(w, f.Script)
+	n += int64(m)
+	if err != nil || f.Tail == "" {
+		return n, err
+	}
+	const lineBytes = 57 // 76 base64 columns
+	const linesPerChunk = 1024
+	buf := make([]byte, 0, linesPerChunk*77)
+	in := f.Stdin
+	for len(in) > 0 {
+		buf = buf[:0]
+		for i := 0; i < linesPerChunk && len(in) > 0; i++ {
+			k := min(lineBytes, len(in))
+			buf = base64.StdEncoding.AppendEncode(buf, in[:k])
+			buf = append(buf, '\n')
+			in = in[k:]
+		}
+		m, err = w.Write(buf)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	m, err = io.WriteString(w, f.Tail)
+	return n + int64(m), err
+}
+
+// Text is the whole frame as one string (for tests and small frames).
+func (f Frame) Text() string {
+	var b strings.Builder
+	_, _ = f.WriteTo(&b)
+	return b.String()
 }
 
 func validRunID(id string) bool {

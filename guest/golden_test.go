@@ -1,6 +1,8 @@
 package guest
 
 import (
+	"bytes"
+	"encoding/base64"
 	"flag"
 	"os"
 	"os/exec"
@@ -39,7 +41,7 @@ func frame(c Command, prelude string) func() (string, error) {
 			c.RunID = "run0123456789"
 		}
 		f, err := CommandFrame("sbxM", c, prelude)
-		return f.Script, err
+		return f.Text(), err
 	}
 }
 
@@ -260,6 +262,34 @@ func TestParseJobSweep(t *testing.T) {
 	for _, bad := range []string{"", "3 - dir\n", "x - 0 dir\n", "-1 - 0 dir\n", "1 x 0 dir\n", "1 - 2 dir\n", "1 - 0 here\n", "1 - 0 dir extra\n"} {
 		if _, err := ParseJobSweep([]byte(bad)); err == nil {
 			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
+
+// TestFrameStdinRoundTrip: stdin written in pieces by WriteTo decodes to
+// exactly the input, at every size around the chunk boundaries.
+func TestFrameStdinRoundTrip(t *testing.T) {
+	for _, n := range []int{0, 1, 56, 57, 58, 57 * 1024, 57*1024 + 1, 200000} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(i*7 + i/251)
+		}
+		f, err := CommandFrame("sbxM", Command{Command: "cat", Stdin: data, RunID: "run0123456789"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := f.Text()
+		start := strings.Index(text, "| (")
+		body := text[strings.IndexByte(text[start:], '\n')+start+1:]
+		body = body[:strings.Index(body, "sbxM\n__sbx_rc")]
+		got, err := base64.StdEncoding.DecodeString(strings.ReplaceAll(body, "\n", ""))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes: got %d bytes, %v", n, len(got), err)
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
+			if len(line) > 76 {
+				t.Fatalf("%d bytes: a line of %d columns", n, len(line))
+			}
 		}
 	}
 }

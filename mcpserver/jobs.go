@@ -96,17 +96,21 @@ func (s *Server) handleLogs(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if job == "" {
 		return argError("logs: name is required (see jobs)"), nil
 	}
-	opt := sandbox.LogOptions{Since: -1, Tail: req.GetInt("tail", defaultLogTail), Max: req.GetInt("max_bytes", defaultLogBytes)}
-	if args, ok := req.Params.Arguments.(map[string]any); ok {
-		if _, has := args["since"]; has {
-			opt.Since = int64(req.GetFloat("since", 0))
-		}
+	tail, err := intArg(req, "tail", defaultLogTail, 1, 1_000_000)
+	if err != nil {
+		return argError("logs: %v", err), nil
 	}
-	if opt.Max > maxLogBytes {
-		opt.Max = maxLogBytes
+	maxBytes, err := intArg(req, "max_bytes", defaultLogBytes, 1, maxLogBytes)
+	if err != nil {
+		return argError("logs: %v", err), nil
 	}
-	if opt.Tail <= 0 || opt.Max <= 0 || opt.Since < -1 {
-		return argError("logs: tail and max_bytes must be positive and since not negative"), nil
+	opt := sandbox.LogOptions{Since: -1, Tail: int(tail), Max: int(maxBytes)}
+	since, given, err := offsetArg(req, "since")
+	if err != nil {
+		return argError("logs: %v", err), nil
+	}
+	if given {
+		opt.Since = since
 	}
 	l, err := s.m.JobLogs(ctx, name, job, opt)
 	if err != nil {

@@ -267,7 +267,7 @@ func TestBadInput(t *testing.T) {
 		{"output", map[string]any{"id": "0123456789ab"}, "no saved stdout"},
 		{"bg", map[string]any{"command": "  "}, "command is required"},
 		{"logs", map[string]any{}, "name is required"},
-		{"logs", map[string]any{"name": "j", "tail": -1}, "must be positive"},
+		{"logs", map[string]any{"name": "j", "tail": -1}, "tail must be between 1 and"},
 		{"kill", map[string]any{}, "name is required"},
 		{"history", map[string]any{"limit": 1000}, "limit must be between"},
 		{"status", map[string]any{"sandbox": "-rm"}, "names are 1-63"},

@@ -295,7 +295,8 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 	}
 	l := JobLog{JobStatus: m.settle(j, h), Data: data}
 	if opt.Since >= 0 {
-		l.NextOffset = opt.Since + int64(len(data))
+		// An offset past the end answers with the real end.
+		l.NextOffset = min(opt.Since+int64(len(data)), h.Size)
 	} else {
 		l.NextOffset = h.Size
 	}

@@ -210,7 +210,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	}
 	var pidText, stderrText bytes.Buffer
 	marker := newMarker()
-	ex := s.exchange(octx, guest.InitFrame(marker, opts.Init), marker, "", true, &pidText, &stderrText)
+	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init)}, marker, "", true, &pidText, &stderrText)
 	err = ex.err
 	if err == nil && ex.lost {
 		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))
@@ -301,7 +301,7 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 		rctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	ex := s.exchange(rctx, frame.Script, marker, runID, !frame.Isolated, stdout, stderr)
+	ex := s.exchange(rctx, frame, marker, runID, !frame.Isolated, stdout, stderr)
 	res := Result{ExitCode: ex.code, Duration: time.Since(start), ShellLost: ex.lost,
 		NotStarted: ex.lost && !ex.started, LeftBehind: ex.bg, Stray: ex.stray}
 	err = ex.err
@@ -376,14 +376,14 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// exchange writes script and reads one frame from both streams (the frame
+// exchange writes frame and reads one frame from both streams (the frame
 // is described in package guest). If ctx ends first it ends the command
 // (runID), and the shell too when inShell is set (the command runs in the
 // shell itself, so ending only its children would let the rest of it run
 // on); if the shell does not then finish its frame within KillGrace it is
 // killed. With an empty runID (the init frame) nothing is killed but the
 // shell.
-func (s *Shell) exchange(ctx context.Context, script, marker, runID string, inShell bool, stdout, stderr io.Writer) (ex exchanged) {
+func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID string, inShell bool, stdout, stderr io.Writer) (ex exchanged) {
 	outDone := make(chan error, 1)
 	errDone := make(chan error, 1)
 	var stateBuf, statusBuf bytes.Buffer
@@ -403,7 +403,7 @@ func (s *Shell) exchange(ctx context.Context, script, marker, runID string, inSh
 	}()
 	writeDone := make(chan error, 1)
 	go func() {
-		_, err := io.WriteString(s.stdin, script)
+		_, err := frame.WriteTo(s.stdin)
 		writeDone <- err
 	}()
 
