@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+// TestCommandsCannotLie drives exec through a real client the way a hostile
+// or careless agent would: a timed-out or cancelled sequence does not run
+// on, a background process's late output stays out of later results, and
+// shell damage lasts for one command.
+func TestCommandsCannotLie(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "")
+			s.call(t, "exec", map[string]any{"command": "true"})
+
+			t.Run("a timeout ends the whole sequence", func(t *testing.T) {
+				r := s.call(t, "exec", map[string]any{"command": "sleep 3; touch /workspace/after; echo ran-after", "timeout": 1})
+				if !r.isError || r.data["timed_out"] != true || r.num("exit_code") == 0 || strings.Contains(r.str("stdout"), "ran-after") {
+					t.Fatalf("%+v", r)
+				}
+				if !strings.Contains(r.text, "nothing after that point ran") {
+					t.Fatalf("text: %q", r.text)
+				}
+				time.Sleep(3 * time.Second)
+				r = s.call(t, "exec", map[string]any{"command": "ls /workspace/after 2>&1 || echo absent"})
+				if !strings.Contains(r.str("stdout"), "absent") {
+					t.Fatalf("the rest of the command ran: %+v", r)
+				}
+			})
+			t.Run("a cancel ends the whole sequence", func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() {
+					_, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{
+						"command": "sleep 3; touch /workspace/after-cancel"}})
+					done <- err
+				}()
+				time.Sleep(time.Second)
+				cancel() // the client sends notifications/cancelled
+				<-done
+				time.Sleep(3 * time.Second)
+				r := s.call(t, "exec", map[string]any{"command": "ls /workspace/after-cancel 2>&1 || echo absent"})
+				if !strings.Contains(r.str("stdout"), "absent") {
+					t.Fatalf("the rest of a cancelled command ran: %+v", r)
+				}
+			})
+			t.Run("late output stays out of the next result", func(t *testing.T) {
+				r := s.call(t, "exec", map[string]any{"command": "(sleep 1; echo LATE; echo LATE-ERR >&2) &"})
+				if r.data["background_left"] != true || !strings.Contains(r.text, "discarded") {
+					t.Fatalf("%+v", r)
+				}
+				time.Sleep(2 * time.Second)
+				r = s.call(t, "exec", map[string]any{"command": "echo next"})
+				if r.str("stdout") != "next\n" || r.str("stderr") != "" {
+					t.Fatalf("%+v", r)
+				}
+			})
+			t.Run("set -e and functions last for one command", func(t *testing.T) {
+				s.call(t, "exec", map[string]any{"command": "set -e; printf() { :; }; alias echo=false; ulimit -v 1000"})
+				r := s.call(t, "exec", map[string]any{"command": "false; printf 'still %s\\n' here; echo ok", "timeout": 10})
+				if r.str("stdout") != "still here\nok\n" || r.num("exit_code") != 0 {
+					t.Fatalf("%+v", r)
+				}
+			})
+			t.Run("exit ends the command only", func(t *testing.T) {
+				r := s.call(t, "exec", map[string]any{"command": "export KEPT=1; exit 3"})
+				if r.num("exit_code") != 3 || r.data["shell_restarted"] == true {
+					t.Fatalf("%+v", r)
+				}
+				if r = s.call(t, "exec", map[string]any{"command": "echo $KEPT"}); r.str("stdout") != "1\n" {
+					t.Fatalf("%+v", r)
+				}
+			})
+		})
+	}
+}
