@@ -38,7 +38,18 @@ func InitScript(workdir string) string {
 // before every command.
 const SyncCall = "__sbx_sync"
 
-const syncFunc = SyncCall + "() {\n" + EnvSync + StateSync + "} </dev/null >/dev/null 2>&1\n"
+const syncFunc = SyncCall + "() {\n" +
+	`__sbx_a=; read -r __sbx_a <` + anyGenFile + ` 2>/dev/null
+if [ "$__sbx_a" != "${__sbx_anygen-none}" ]; then
+` + EnvSync + StateSync + `__sbx_anygen=$__sbx_a
+fi
+unset __sbx_a
+} </dev/null >/dev/null 2>&1
+`
+
+// anyGenFile changes whenever the env store or the shell store does, so a
+// shell with nothing to load reads one file before a command.
+const anyGenFile = ShellStateDir + "/.any"
 
 // EnvGenVar and EnvSecretsVar are exported by EnvSync in every shell.
 const (
@@ -62,7 +73,8 @@ unset __sbx_g __sbx_n __sbx_f __sbx_sec
 `
 
 // envBump gives the store a new generation.
-const envBump = `od -An -N8 -tx1 /dev/urandom | tr -d ' \n' >` + envGenFile + `.tmp && mv -f ` + envGenFile + `.tmp ` + envGenFile
+const envBump = `od -An -N8 -tx1 /dev/urandom | tr -d ' \n' >` + envGenFile + `.tmp && mv -f ` + envGenFile + `.tmp ` + envGenFile +
+	` && { mkdir -p ` + ShellStateDir + ` && cat ` + envGenFile + ` >` + anyGenFile + `; }`
 
 // ErrBadVarName is returned for environment variable names sh cannot take.
 var ErrBadVarName = errors.New("variable names must match [A-Za-z_][A-Za-z0-9_]*")

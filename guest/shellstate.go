@@ -84,5 +84,5 @@ func StateWriteScript(before, after State, gen string) (string, bool) {
 		return "", false
 	}
 	return "[ -d " + ShellStateDir + " ] || mkdir -p " + ShellStateDir + "\n" + b.String() +
-		"printf '%s\\n' " + gen + " >" + ShellStateDir + "/.gen\n", true
+		"printf '%s\\n' " + gen + " >" + ShellStateDir + "/.gen; printf '%s\\n' " + gen + " >" + anyGenFile + "\n", true
 }
