@@ -348,6 +348,10 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 // lostWait bounds each wait for a shell that is being killed.
 const lostWait = 5 * time.Second
 
+// syncWriteMax is the largest frame written without a goroutine: well
+// inside a pipe's buffer.
+const syncWriteMax = 16 << 10
+
 // killWait bounds ending a command's processes (thousands of them in a
 // fork bomb) from outside.
 const killWait = 30 * time.Second
@@ -402,10 +406,17 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 		errDone <- s.errs.until([]byte("\n"+marker+"\n"), stderr)
 	}()
 	writeDone := make(chan error, 1)
-	go func() {
-		_, err := frame.WriteTo(s.stdin)
+	if frame.Tail == "" && len(frame.Script) <= syncWriteMax {
+		// The shell is idle and its stdin pipe empty, so a small frame
+		// fits in the pipe at once: no goroutine needed.
+		_, err := io.WriteString(s.stdin, frame.Script)
 		writeDone <- err
-	}()
+	} else {
+		go func() {
+			_, err := frame.WriteTo(s.stdin)
+			writeDone <- err
+		}()
+	}
 
 	var outErr, errErr error
 	gotOut, gotErr := false, false

@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -22,29 +25,54 @@ func (b *bench) execFloor() error {
 	if _, err := b.main.execTrue(b.ctx, "default"); err != nil {
 		return err
 	}
-	for _, conc := range []int{1, floorConcurrency} {
-		n := b.n
-		frame, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
-			return openFrameShell(b.engine, ctr)
-		})
-		if err != nil {
-			return fmt.Errorf("framing floor: %w", err)
+	// The server's own figures come from a minimal JSON-RPC client (one
+	// line out, one line back), so neither a client library's work nor its
+	// checks of the result count; the go-sdk client's rows follow.
+	raw, err := startRawClient(b.launch, filepath.Join(b.dir, "state"))
+	if err != nil {
+		return err
+	}
+	defer raw.close()
+	for _, client := range []string{"raw", "go-sdk"} {
+		for _, conc := range []int{1, floorConcurrency} {
+			if err := b.floorRows(ctr, client, raw, conc); err != nil {
+				return err
+			}
 		}
-		ping, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
-			return func() error { return b.main.cs.Ping(b.ctx, nil) }, func() {}, nil
-		})
-		if err != nil {
-			return fmt.Errorf("ping floor: %w", err)
+	}
+	return nil
+}
+
+// floorRows measures the two floors and warm exec with one client at one
+// concurrency, and reports exec against the floors' sum.
+func (b *bench) floorRows(ctr, client string, raw *rawClient, conc int) error {
+	n := b.n
+	frame, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
+		return openFrameShell(b.engine, ctr)
+	})
+	if err != nil {
+		return fmt.Errorf("framing floor: %w", err)
+	}
+	pingCall := func() error { return b.main.cs.Ping(b.ctx, nil) }
+	execCall := func() error { _, err := b.main.execTrue(b.ctx, "default"); return err }
+	if client == "raw" {
+		pingCall = func() error { return raw.call(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`) }
+		execCall = func() error {
+			return raw.call(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"exec","arguments":{"command":"true"}}}`)
 		}
-		execs, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
-			return func() error { _, err := b.main.execTrue(b.ctx, "default"); return err }, func() {}, nil
-		})
-		if err != nil {
-			return err
-		}
-		how := "sequential"
+	}
+	ping, err := timeParallel(conc, n, func(int) (func() error, func(), error) { return pingCall, func() {}, nil })
+	if err != nil {
+		return fmt.Errorf("ping floor: %w", err)
+	}
+	execs, err := timeParallel(conc, n, func(int) (func() error, func(), error) { return execCall, func() {}, nil })
+	if err != nil {
+		return err
+	}
+	{
+		how := client + ", sequential"
 		if conc > 1 {
-			how = fmt.Sprintf("%d-way", conc)
+			how = fmt.Sprintf("%s, %d-way", client, conc)
 		}
 		for _, q := range []struct {
 			name string
@@ -52,11 +80,98 @@ func (b *bench) execFloor() error {
 		}{{"p50", 0.50}, {"p95", 0.95}} {
 			f, p, e := pct(frame, q.at), pct(ping, q.at), pct(execs, q.at)
 			floor := f + p
-			report(fmt.Sprintf("warm exec %s, %s (n=%d)", q.name, how, n), us(e),
+			report(fmt.Sprintf("warm exec %s, %s", q.name, how), us(e),
 				fmt.Sprintf("%s frame + %s ping", us(f), us(p)), ratio(e, floor), "<= 1.5x", ratio(e, floor) <= 1.5)
 		}
 	}
 	return nil
+}
+
+// rawClient is a minimal JSON-RPC client of its own server process: it
+// writes one request line and reads lines until the response with its id.
+type rawClient struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	mu  sync.Mutex
+	id  int
+	// waiting maps request ids to the channel their response line goes to.
+	waiting map[int]chan []byte
+}
+
+func startRawClient(l launcher, stateDir string) (*rawClient, error) {
+	cmd := exec.Command(l.bin, "serve", "--runtime", l.engine, "--image", l.image, "--prefix", l.prefix,
+		"--state-dir", stateDir, "--no-boot-default", "--log-level", "warn")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &rawClient{cmd: cmd, in: in, waiting: map[int]chan []byte{}}
+	go c.readLoop(bufio.NewReaderSize(out, 1<<20))
+	if err := c.call(`{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}`); err != nil {
+		return nil, err
+	}
+	if _, err := io.WriteString(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *rawClient) readLoop(r *bufio.Reader) {
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var msg struct {
+			ID *int `json:"id"`
+		}
+		if json.Unmarshal(line, &msg) != nil || msg.ID == nil {
+			continue
+		}
+		c.mu.Lock()
+		ch := c.waiting[*msg.ID]
+		delete(c.waiting, *msg.ID)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- line
+		}
+	}
+}
+
+// call sends format (with %d for the id) and waits for its response.
+func (c *rawClient) call(format string) error {
+	ch := make(chan []byte, 1)
+	c.mu.Lock()
+	c.id++
+	id := c.id
+	c.waiting[id] = ch
+	_, err := fmt.Fprintf(c.in, format+"\n", id)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case line := <-ch:
+		if bytes.Contains(line, []byte(`"isError":true`)) || bytes.Contains(line, []byte(`"error":{`)) {
+			return fmt.Errorf("raw call: %s", line)
+		}
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("raw call %d: no answer", id)
+	}
+}
+
+func (c *rawClient) close() {
+	_ = c.in.Close()
+	_ = c.cmd.Wait()
 }
 
 // openFrameShell starts `engine exec -i ctr sh` and returns a function that
