@@ -295,8 +295,10 @@ func (m *Manager) JobLogs(ctx context.Context, name, jobName string, opt LogOpti
 	}
 	l := JobLog{JobStatus: m.settle(j, h), Data: data}
 	if opt.Since >= 0 {
-		// An offset past the end answers with the real end.
-		l.NextOffset = min(opt.Since+int64(len(data)), h.Size)
+		l.NextOffset = opt.Since + int64(len(data))
+		if len(data) == 0 && opt.Since > h.Size {
+			l.NextOffset = h.Size // an offset past the end answers with the real end
+		}
 	} else {
 		l.NextOffset = h.Size
 	}
