@@ -85,6 +85,10 @@ type Command struct {
 	// Each is trusted sh text run first, as is (a call of a function the
 	// shell defined at start, such as SyncCall).
 	Each string
+	// Trusted marks the server's own scripts, written to leave the shell
+	// as they found it: they run in the framing shell (forking nothing
+	// they do not fork themselves) unless they have stdin.
+	Trusted bool
 }
 
 // Frame is the text that runs one command, and how it runs.
@@ -128,7 +132,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	// an earlier one left behind; the stderr one also tells a shell that
 	// died before the command from one that died during it.
 	b.WriteString("__sbx_pre " + marker + "\n")
-	isolated := req.Stdin != nil || NeedsIsolation(req.Command)
+	isolated := req.Stdin != nil || (!req.Trusted && NeedsIsolation(req.Command))
 	// fds 1 and 2 are re-pointed at the protocol fds for the command, so a
 	// permanent redirection inside it (`exec >/dev/null`) ends with it.
 	run := "command eval " + quote(req.Command)
@@ -284,44 +288,70 @@ func validVarName(n string) bool {
 // with SIGKILL. Membership is kept in variables (t_PID), so a pass costs
 // the same per process however many there are. An empty RUNID ends the shell's descendants only. It forks nothing (builtins and /proc only), so it works
 // in a sandbox that has no free process slots left.
-const KillRunScript = `shell=$1; id=$2; self=$3
-# t_PID is set for every process found to belong to the command.
-eval "t_$shell=1"
-pass=0
-while [ "$pass" -lt 100 ]; do
-	pass=$((pass+1))
-	new=0
-	for d in /proc/[0-9]*; do
-		p=${d#/proc/}
-		[ "$p" = "$$" ] && continue
+const KillRunScript = `__sbx_ks=$1; __sbx_ki=$2; __sbx_kself=$3
+` + killBody + `exit 0
+`
+
+// KillRunInShell is KillRunScript as text for another idle shell of the
+// same machine to run: no process to start, so it is fast and works when
+// the machine has no free process slot. It leaves nothing behind in that
+// shell: its variables are unset at the end. runID must be letters and
+// digits (or empty); pid is the shell running the command.
+func KillRunInShell(pid int, runID string, self bool) string {
+	if runID != "" && !validRunID(runID) {
+		runID = "invalid"
+	}
+	s := "0"
+	if self {
+		s = "1"
+	}
+	return "__sbx_ks=" + strconv.Itoa(pid) + "; __sbx_ki=" + runID + "; __sbx_kself=" + s + "\n" + killBody +
+		"for __sbx_p in $__sbx_kl; do unset __sbx_t_$__sbx_p; done\n" +
+		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_pass __sbx_new __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
+}
+
+// killBody stops, pass after pass, then kills every process of one
+// command (see KillRunScript), with variables of its own prefix and
+// parameter expansion only (no set, no exit), so it can run in a shell
+// that lives on.
+const killBody = `# __sbx_t_PID is set for every process found to belong to the command.
+eval "__sbx_t_$__sbx_ks=1"; __sbx_kl=" $__sbx_ks"
+__sbx_pass=0
+while [ "$__sbx_pass" -lt 100 ]; do
+	__sbx_pass=$((__sbx_pass+1))
+	__sbx_new=0
+	for __sbx_d in /proc/[0-9]*; do
+		__sbx_p=${__sbx_d#/proc/}
+		[ "$__sbx_p" = "$$" ] && continue
 		# The shell goes too when it runs the command itself: stop it
 		# first, or it forks on while the passes run.
-		[ "$p" = "$shell" ] && [ "$self" != 1 ] && continue
-		line=
-		read -r line <"$d/stat" 2>/dev/null || continue
-		rest=${line##*) }
-		set -- $rest
-		hit=
-		[ "$p" = "$shell" ] && hit=1
-		eval "[ -n \"\${t_$2-}\" ]" && hit=1
-		if [ -z "$hit" ] && [ -n "$id" ]; then
-			e=
-			read -r e <"$d/environ" 2>/dev/null
-			case "$e" in *"` + RunVar + `=$id"*) hit=1 ;; esac
+		[ "$__sbx_p" = "$__sbx_ks" ] && [ "$__sbx_kself" != 1 ] && continue
+		__sbx_line=
+		read -r __sbx_line <"$__sbx_d/stat" 2>/dev/null || continue
+		__sbx_rest=${__sbx_line##*) }
+		__sbx_st=${__sbx_rest%% *}
+		__sbx_rest=${__sbx_rest#* }
+		__sbx_pp=${__sbx_rest%% *}
+		__sbx_hit=
+		[ "$__sbx_p" = "$__sbx_ks" ] && __sbx_hit=1
+		eval "[ -n \"\${__sbx_t_$__sbx_pp-}\" ]" && __sbx_hit=1
+		if [ -z "$__sbx_hit" ] && [ -n "$__sbx_ki" ]; then
+			__sbx_e=
+			read -r __sbx_e <"$__sbx_d/environ" 2>/dev/null
+			case "$__sbx_e" in *"` + RunVar + `=$__sbx_ki"*) __sbx_hit=1 ;; esac
 		fi
-		[ -n "$hit" ] || continue
-		eval "t_$p=1"
-		case "$1" in T|Z|X) continue ;; esac
-		kill -STOP "$p" 2>/dev/null && new=1
+		[ -n "$__sbx_hit" ] || continue
+		eval "[ -n \"\${__sbx_t_$__sbx_p-}\" ]" || __sbx_kl="$__sbx_kl $__sbx_p"
+		eval "__sbx_t_$__sbx_p=1"
+		case "$__sbx_st" in T|Z|X) continue ;; esac
+		kill -STOP "$__sbx_p" 2>/dev/null && __sbx_new=1
 	done
-	[ "$new" = 0 ] && break
+	[ "$__sbx_new" = 0 ] && break
 done
-for d in /proc/[0-9]*; do
-	p=${d#/proc/}
-	[ "$p" = "$shell" ] && [ "$self" != 1 ] && continue
-	eval "[ -n \"\${t_$p-}\" ]" && kill -9 "$p" 2>/dev/null
+for __sbx_p in $__sbx_kl; do
+	[ "$__sbx_p" = "$__sbx_ks" ] && [ "$__sbx_kself" != 1 ] && continue
+	kill -9 "$__sbx_p" 2>/dev/null
 done
-exit 0
 `
 
 // ParseState parses a frame's state block (after the marker and "="):

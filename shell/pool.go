@@ -3,6 +3,7 @@ package shell
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"sync"
 	"time"
 
@@ -51,7 +52,7 @@ func NewPool(host Host, opts Options, size int) *Pool {
 
 // Warm opens a shell if none is idle, so the first command does not pay for it.
 func (p *Pool) Warm(ctx context.Context) error {
-	sh, err := p.acquire(ctx)
+	sh, _, err := p.acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -70,8 +71,7 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 		actx, cancel = context.WithDeadline(ctx, start.Add(req.Timeout))
 		defer cancel()
 	}
-	sh, err := p.acquire(actx)
-	queued := time.Since(start)
+	sh, queued, err := p.acquire(actx)
 	if err != nil {
 		if ctx.Err() == nil && actx.Err() != nil {
 			// The timeout passed while every shell was busy.
@@ -143,7 +143,7 @@ func (p *Pool) store(ctx context.Context, sh *Shell, before, after State) {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeWait)
 	defer cancel()
-	_, _ = sh.run(sctx, Request{Command: script}, nil, "")
+	_, _ = sh.run(sctx, Request{Command: script, Trusted: true}, nil, "")
 }
 
 // State returns the pool's shared state and whether any is known.
@@ -154,12 +154,24 @@ func (p *Pool) State() (State, bool) {
 }
 
 // acquire takes a slot and returns an idle shell or opens one.
-func (p *Pool) acquire(ctx context.Context) (*Shell, error) {
+func (p *Pool) acquire(ctx context.Context) (*Shell, time.Duration, error) {
+	start := time.Now()
 	select {
 	case p.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		select {
+		case p.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, time.Since(start), ctx.Err()
+		}
 	}
+	waited := time.Since(start)
+	sh, err := p.acquireSlot(ctx)
+	return sh, waited, err
+}
+
+// acquireSlot returns an idle shell or opens one; the caller holds a slot.
+func (p *Pool) acquireSlot(ctx context.Context) (*Shell, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -177,7 +189,7 @@ func (p *Pool) acquire(ctx context.Context) (*Shell, error) {
 		p.closeLater(sh)
 	}
 	p.mu.Unlock()
-	sh, err := Open(ctx, p.host, p.opts)
+	sh, err := Open(ctx, poolHost{p}, p.opts)
 	if err != nil {
 		<-p.sem
 		return nil, err
@@ -272,4 +284,54 @@ func (p *Pool) closeLater(sh *Shell) {
 		defer p.closing.Done()
 		sh.Close()
 	}()
+}
+
+// poolHost is the Host a pool's shells get: it ends a command through
+// another idle shell of the pool when there is one (no process to start:
+// fast, and possible when the machine has no free process slot), and
+// through the pool's Host otherwise.
+type poolHost struct{ p *Pool }
+
+func (h poolHost) Command(ctx context.Context) *exec.Cmd { return h.p.host.Command(ctx) }
+
+func (h poolHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
+	if h.p.killInIdle(ctx, pid, runID, self) {
+		return nil
+	}
+	return h.p.host.KillRun(ctx, pid, runID, self)
+}
+
+// killInIdle runs guest.KillRunInShell on an idle shell, outside the
+// pool's slots (a kill must not queue), and reports whether it ran.
+func (p *Pool) killInIdle(ctx context.Context, pid int, runID string, self bool) bool {
+	p.mu.Lock()
+	var sh *Shell
+	for n := len(p.idle); n > 0 && sh == nil && !p.closed; n = len(p.idle) {
+		cand := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if cand.Dead() {
+			delete(p.live, cand)
+			p.closeLater(cand)
+			continue
+		}
+		sh = cand // idle, so not the shell running the command
+	}
+	p.mu.Unlock()
+	if sh == nil {
+		return false
+	}
+	res, err := sh.run(ctx, Request{Command: guest.KillRunInShell(pid, runID, self), Trusted: true}, nil, "")
+	ok := err == nil && !res.ShellLost && res.ExitCode == 0 && !res.TimedOut && !res.Canceled
+	p.mu.Lock()
+	switch {
+	case p.closed:
+		// Close took it from the live set and closes it.
+	case sh.Dead() || err != nil || res.ShellLost:
+		delete(p.live, sh)
+		p.closeLater(sh)
+	default:
+		p.idle = append(p.idle, sh)
+	}
+	p.mu.Unlock()
+	return ok
 }

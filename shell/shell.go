@@ -75,6 +75,8 @@ type Request struct {
 	Stdin []byte
 	// Workdir, if set, is the directory for this command only.
 	Workdir string
+	// Trusted marks the server's own scripts: see guest.Command.
+	Trusted bool
 	// Timeout ends the command; 0 means no limit beyond ctx.
 	Timeout        time.Duration
 	Stdout, Stderr io.Writer
@@ -283,7 +285,7 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	}
 	marker := newMarker()
 	runID := newMarker()[3:]
-	frame, err := guest.CommandFrame(marker, guest.Command{Command: req.Command, Stdin: req.Stdin, Workdir: req.Workdir, RunID: runID, Each: extra}, prelude)
+	frame, err := guest.CommandFrame(marker, guest.Command{Command: req.Command, Stdin: req.Stdin, Workdir: req.Workdir, RunID: runID, Each: extra, Trusted: req.Trusted}, prelude)
 	if err != nil {
 		return Result{}, err
 	}
