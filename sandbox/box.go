@@ -33,6 +33,8 @@ type Sandbox struct {
 	IdleTTL time.Duration
 
 	pool *shell.Pool
+	// own checks every shell open against the container it booted in (owner.go).
+	own *owner
 	// gen is the lifecycle generation (see lifecycle.go) it was booted
 	// under; another server's destroy or reset moves it on.
 	gen generation
