@@ -423,8 +423,10 @@ func (m *Manager) labels(name string) map[string]string {
 	return map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name, LabelRole: "primary"}
 }
 
+// shellInit is the init text of every shell: the env store and the
+// workspace, and the server's mark removed from what commands inherit.
 func (m *Manager) shellInit() string {
-	return guest.InitScript(m.cfg.Workdir)
+	return guest.InitScript(m.cfg.Workdir) + "unset " + guest.ShellVar + "\n"
 }
 
 // Destroy removes a sandbox's container and workspace. It reports whether

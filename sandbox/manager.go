@@ -86,6 +86,11 @@ type Manager struct {
 	history *History
 	jobs    JobStore
 
+	// serverID names this server in the sandboxes' shells, and server
+	// holds its lock file while it runs (sweep.go).
+	serverID string
+	server   *locks.Held
+
 	closeOnce sync.Once
 }
 
@@ -127,6 +132,7 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 	if m.jobs == nil {
 		m.jobs = &memJobs{}
 	}
+	m.claimServerID()
 	m.spawn(m.flushHistory)
 	m.spawn(m.markActivity)
 	return m
@@ -250,5 +256,6 @@ func (m *Manager) Close() {
 		}
 		wg.Wait()
 		m.wg.Wait()
+		m.releaseServerID()
 	})
 }

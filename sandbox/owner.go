@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,8 +196,23 @@ func (o *owner) target() string {
 	return o.ctr
 }
 
-// newPool returns the pool of shells of a sandbox: each shell is opened
-// only into the container own accepts.
+// newPool returns the pool of shells of a sandbox: each shell carries this
+// server's mark (see ServerVar) and is opened only into the container own
+// accepts.
 func (m *Manager) newPool(own *owner) *shell.Pool {
-	return shell.NewPool(containerHost{rt: m.rt, name: own.ctr}, shell.Options{Init: m.shellInit(), EachCommand: guest.EnvSync, Gate: own.gate}, m.cfg.PoolSize)
+	host := markedHost{containerHost: containerHost{rt: m.rt, name: own.ctr}, env: map[string]string{guest.ShellVar: m.serverID}}
+	return shell.NewPool(host, shell.Options{Init: m.shellInit(), EachCommand: guest.EnvSync, Gate: own.gate}, m.cfg.PoolSize)
+}
+
+// markedHost starts a sandbox's shells with env in their environment, so
+// a later server can tell this server's shells in the sandbox (see
+// sweep.go); the shell's init removes it again, so commands do not see
+// it.
+type markedHost struct {
+	containerHost
+	env map[string]string
+}
+
+func (h markedHost) Command(ctx context.Context) *exec.Cmd {
+	return h.rt.ExecCommand(ctx, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: h.env})
 }
