@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,6 +166,57 @@ func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string) sandbox.
 			t.Fatalf("no history entry of %s says %q: %+v", box, why, list.Entries)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestServerExitEndsCommands: when a server's input ends or it gets
+// SIGTERM, a command still running is ended inside the sandbox (nothing
+// of it runs on, nothing after it runs) and recorded as ended by the
+// shutdown, and the server exits.
+func TestServerExitEndsCommands(t *testing.T) {
+	enginetest.QuietDisk(t) // history lives in the state file
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	stateDir := t.TempDir()
+	for _, how := range []string{"eof", "sigterm"} {
+		t.Run(how, func(t *testing.T) {
+			box := "exit-" + how
+			ctr := sandbox.ContainerName(prefix, box)
+			p := startProc(t, tg, prefix, stateDir)
+			command := "sleep 987; touch /workspace/after"
+			done := callAsync(p.cs, "exec", map[string]any{"command": command, "timeout": 600, "sandbox": box})
+			waitProcess(t, rt, ctr, "sleep 987")
+
+			if how == "eof" {
+				_ = p.close()
+			} else if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case text := <-done:
+				if how == "sigterm" && (!strings.HasPrefix(text, "isError") || !strings.Contains(text, "shutting down")) {
+					t.Fatalf("the command's result: %q", text)
+				}
+			case <-time.After(hangGuard):
+				t.Fatal("the command's call hung")
+			}
+			p.waitExit(t)
+
+			if n := processes(t, rt, ctr, "sleep 987"); n != 0 {
+				t.Fatal("the command runs on after the server exited")
+			}
+			time.Sleep(time.Second) // what would follow sleep 987, had its shell lived
+			if exists(t, rt, ctr, "/workspace/after") {
+				t.Fatal("the rest of the command ran after the server exited")
+			}
+
+			next := startProc(t, tg, prefix, stateDir)
+			e := historyEntry(t, next.cs, box, "shutting down")
+			if e.Command != command {
+				t.Fatalf("history entry: %+v", e)
+			}
+		})
 	}
 }
 
