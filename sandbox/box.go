@@ -33,6 +33,8 @@ type Sandbox struct {
 	IdleTTL time.Duration
 
 	pool *shell.Pool
+	// own checks every shell open against the container it booted in (owner.go).
+	own *owner
 	// gen is the lifecycle generation (see lifecycle.go) it was booted
 	// under; another server's destroy or reset moves it on.
 	gen generation
@@ -161,8 +163,6 @@ func (m *Manager) Lookup(name string) (*Sandbox, bool) {
 // ready lists the sandboxes booted in this process.
 func (m *Manager) ready() []*Sandbox { return m.booted(false) }
 
-// detachAll removes every sandbox from this process and returns them.
-func (m *Manager) detachAll() []*Sandbox { return m.booted(true) }
 
 // booted lists the sandboxes booted in this process, removing them from
 // their slots when detach is set.

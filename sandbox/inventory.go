@@ -29,9 +29,10 @@ func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
 
 // Reconcile brings the state in line with the engine, the truth for what
 // exists, when a server starts: it removes containers a reset left behind,
-// forgets the job records of sandboxes whose container is gone, and
-// reports (never removes) the sandboxes earlier servers left running or
-// stopped, which any server adopts on first use.
+// ends and records the commands that killed servers left running (see
+// sweep.go), forgets the job records of sandboxes whose container is gone,
+// and reports (never removes) the sandboxes earlier servers left running
+// or stopped, which any server adopts on first use.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	if n, err := m.RemoveOrphans(ctx); err != nil {
 		return fmt.Errorf("remove containers left by resets: %w", err)
@@ -42,6 +43,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.sweepGoneServers(ctx, cs) // sweep.go
 	exists := map[string]bool{}
 	var found []string
 	for _, c := range cs {

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
@@ -211,10 +210,6 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	return sb, binfo, nil
 }
 
-// errForeign is returned when a container with a sandbox's name exists but
-// was not made by this Manager's prefix.
-var errForeign = errors.New("container exists but is not managed by sandbox-mcp")
-
 func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbox, BootInfo, error) {
 	var info BootInfo
 	prof := m.ProfileFor(name)
@@ -222,10 +217,11 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		return nil, info, err
 	}
 	ctr := m.ContainerFor(name)
+	own := m.newOwner(name)
 	c, err := Container{}, error(ErrNotFound)
 	var early *shell.Pool // a shell opened while the inspect runs
 	if mode == bootFind {
-		c, early, err = m.inspectWithShell(ctx, name)
+		c, early, err = m.inspectWithShell(ctx, own)
 	}
 	var lim Limits
 	if errors.Is(err, ErrNotFound) {
@@ -241,6 +237,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		return nil, info, err
 	}
 	if !info.Created {
+		own.record(c)
 		if err := m.adopt(ctx, name, c, &info); err != nil {
 			return nil, info, err
 		}
@@ -251,13 +248,14 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	}
 	pool := early
 	if pool == nil {
-		pool = m.newPool(ctr, nil)
+		pool = m.newPool(own)
 	}
 	if err := pool.Warm(ctx); err != nil {
 		pool.Close()
 		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
 	}
 	sb := newSandbox(name, ctr, prof, m.IdleTTL(name), pool)
+	sb.own = own
 	sb.limits = lim
 	m.startGuard(ctx, sb)                         // limits.go: the disk watcher, ended with the sandbox
 	m.spawn(func() { m.recordSandbox(sb, info) }) // off the path of the first command
@@ -280,52 +278,47 @@ func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
 	}
 }
 
-func (m *Manager) newPool(ctr string, gate func(context.Context) error) *shell.Pool {
-	return shell.NewPool(containerHost{rt: m.rt, name: ctr}, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: gate}, m.cfg.PoolSize)
-}
-
 // inspectWithShell inspects a sandbox's container and, at the same time,
 // starts a shell process in it, so adopting a running sandbox (a server
 // restarted, a second server) costs one engine round trip, not two. The
 // shell is held at its gate, with nothing written to it, until the inspect
 // shows the container is ours and running; otherwise it is dropped and
-// nil returned.
-func (m *Manager) inspectWithShell(ctx context.Context, name string) (Container, *shell.Pool, error) {
-	checked := make(chan struct{})
-	var ok atomic.Bool
-	gate := func(gctx context.Context) error {
-		select {
-		case <-checked:
-		case <-gctx.Done():
-			return gctx.Err()
-		}
-		if !ok.Load() {
-			return errors.New("the container is not a running sandbox of ours")
-		}
-		return nil
-	}
-	pool := m.newPool(m.ContainerFor(name), gate)
+// nil returned. Later shells of the pool check for themselves (owner.go).
+func (m *Manager) inspectWithShell(ctx context.Context, own *owner) (Container, *shell.Pool, error) {
+	verdict := make(chan error, 1)
+	own.expect(verdict)
+	pool := m.newPool(own)
 	warmed := make(chan error, 1)
 	go func() { warmed <- pool.Warm(ctx) }()
-	c, err := m.inspectOwned(ctx, name)
-	ok.Store(err == nil && c.Running())
-	close(checked)
-	if !ok.Load() {
+	c, err := m.inspectOwned(ctx, own.name)
+	ok := err == nil && c.Running()
+	if ok {
+		own.record(c)
+		verdict <- nil
+	} else {
+		verdict <- errors.New("the container is not a running sandbox of ours")
+	}
+	if !ok {
 		// Not one to adopt as it is: go on with creating or starting it
 		// while the held shell fails at its gate.
+		own.disarm() // so the verdict cannot reach the next pool's first shell
 		m.spawn(func() { <-warmed; pool.Close() })
 		return c, nil, err
 	}
-	if werr := <-warmed; werr != nil {
+	werr := <-warmed
+	own.disarm() // in case the shell failed before its gate
+	if werr != nil {
 		pool.Close()
 		return c, nil, err
 	}
 	return c, pool, err
 }
 
+// checkOwner returns a *ForeignError if c is not labelled as sandbox
+// name's container.
 func (m *Manager) checkOwner(c Container, name string) error {
-	if c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelName] != name {
-		return fmt.Errorf("%w: %s (remove it or pick another sandbox name)", errForeign, c.Name)
+	if e := m.foreign(c, name); e != nil {
+		return e
 	}
 	return nil
 }
@@ -367,7 +360,7 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 		return nil
 	}
 	m.repairWorkspace(ctx, name, c) // limits.go
-	if err := m.rt.Start(ctx, m.ContainerFor(name)); err != nil {
+	if err := m.rt.Start(ctx, idOr(c)); err != nil {
 		return fmt.Errorf("start sandbox %q: %w", name, err)
 	}
 	info.Started = true
@@ -430,8 +423,10 @@ func (m *Manager) labels(name string) map[string]string {
 	return map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name, LabelRole: "primary"}
 }
 
+// shellInit is the init text of every shell: the env store and the
+// workspace, and the server's mark removed from what commands inherit.
 func (m *Manager) shellInit() string {
-	return guest.InitScript(m.cfg.Workdir)
+	return guest.InitScript(m.cfg.Workdir) + "unset " + guest.ShellVar + "\n"
 }
 
 // Destroy removes a sandbox's container and workspace. It reports whether
@@ -448,10 +443,12 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 	}
 	defer release()
 	m.bumpGen(name, "destroyed")
-	if sb := m.detach(name); sb != nil {
+	sb := m.detach(name)
+	if sb != nil {
 		sb.end(endedByDestroy)
 	}
 	existed, err := m.remove(ctx, name, true)
+	existed = existed || sb != nil
 	if err == nil {
 		if err := m.history.Forget(name); err != nil {
 			m.log.Warn("forget history", "sandbox", name, "err", err)
@@ -466,16 +463,23 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 	return existed, err
 }
 
+// remove deletes name's container and, with wipe, its workspace and any
+// container a reset left behind. A container under the name that is not
+// ours is left alone: without wipe that is an error (there is nothing of
+// ours to remove), with wipe what is ours still goes.
 func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, error) {
 	existed := true
-	_, err := m.inspectOwned(ctx, name)
+	c, err := m.inspectOwned(ctx, name)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		existed = false
+	case errors.Is(err, ErrForeign) && wipe:
+		existed = false
+		m.log.Warn("leaving alone a container that is not the sandbox's", "sandbox", name, "err", err)
 	case err != nil:
 		return false, err
 	default:
-		if err := m.rt.Remove(ctx, m.ContainerFor(name)); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := m.rt.Remove(ctx, idOr(c)); err != nil && !errors.Is(err, ErrNotFound) {
 			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
 		}
 	}
@@ -550,10 +554,15 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		_, info, err := m.bootLocked(ctx, name, bootCreate)
 		return info, err
 	}
-	ctr := m.ContainerFor(name)
-	if sb == nil {
+	// The container is addressed by its ID, never its name: a stranger
+	// that took the name is neither renamed nor removed.
+	var target string
+	if sb != nil && sb.own != nil {
+		target = sb.own.ID()
+	}
+	if target == "" {
 		// Not booted by this server: make sure the container is ours.
-		_, err := m.inspectOwned(ctx, name)
+		c, err := m.inspectOwned(ctx, name)
 		if errors.Is(err, ErrNotFound) {
 			_, info, err := m.bootLocked(ctx, name, bootCreate)
 			return info, err
@@ -561,9 +570,10 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		if err != nil {
 			return BootInfo{}, err
 		}
+		target = idOr(c)
 	}
 	trash := m.trashName()
-	err = r.Rename(ctx, ctr, trash)
+	err = r.Rename(ctx, target, trash)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return BootInfo{}, fmt.Errorf("reset sandbox %q: %w", name, err)
 	}
@@ -586,6 +596,15 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		})
 	}
 	return info, bootErr
+}
+
+// idOr is what to address c by in an engine command: its ID, which no
+// other container can take over, else its name.
+func idOr(c Container) string {
+	if c.ID != "" {
+		return c.ID
+	}
+	return c.Name
 }
 
 // trashName is a fresh name for a container being deleted.
@@ -630,7 +649,11 @@ func (m *Manager) guestScript(ctx context.Context, name string, sb *Sandbox, scr
 			return out, nil
 		}
 	}
-	out, err := m.rt.Exec(ctx, m.ContainerFor(name), ExecSpec{Argv: []string{"sh", "-c", script}})
+	c, err := m.inspectOwned(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	out, err := m.rt.Exec(ctx, idOr(c), ExecSpec{Argv: []string{"sh", "-c", script}})
 	if err == nil && out.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", out.ExitCode, bytes.TrimSpace(out.Stderr))
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,13 @@ type Manager struct {
 	history *History
 	jobs    JobStore
 
+	// serverID names this server in the sandboxes' shells, and server
+	// holds its lock file while it runs (sweep.go).
+	serverID string
+	server   *locks.Held
+
 	closeOnce sync.Once
+	ending    sync.WaitGroup // sandboxes ended by Shutdown
 }
 
 // BootInfo says what Get had to do to make a sandbox ready.
@@ -127,6 +134,7 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 	if m.jobs == nil {
 		m.jobs = &memJobs{}
 	}
+	m.claimServerID()
 	m.spawn(m.flushHistory)
 	m.spawn(m.markActivity)
 	return m
@@ -233,22 +241,77 @@ func (m *Manager) ContainerFor(name string) string { return ContainerName(m.cfg.
 
 func (m *Manager) volumeFor(name string) string { return ContainerName(m.cfg.Prefix+"-ws", name) }
 
-// Close ends every sandbox's work in this process (shells, and everything
-// else a sandbox owns), stops the Manager's background work, saves history
-// and joins every goroutine it started. Containers keep running.
+// Shutdown begins the server's shutdown: no sandbox boots any more, and
+// every command running in a sandbox booted here is ended inside the
+// sandbox (its processes killed, those that left its shell's tree
+// included) and fails with a *CutShortError saying the server is shutting
+// down, which is what its history entry records. It returns once the
+// commands are ended, within shutdownKill; the sandboxes' shells are
+// closed in the background, and Close waits for that. Containers keep
+// running. Calling it again does nothing.
+func (m *Manager) Shutdown() {
+	why := endedByShutdown
+	m.mu.Lock()
+	m.closed.Store(true)
+	var sbs []*Sandbox
+	for _, s := range m.slots {
+		if sb := s.sb; sb != nil {
+			s.sb = nil
+			// Before anything ends: a command that ends from now on says why.
+			sb.why.CompareAndSwap(nil, &why)
+			m.ending.Add(1)
+			sbs = append(sbs, sb)
+		}
+	}
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownKill)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, sb := range sbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.endOwnShells(ctx, sb)
+		}()
+		go func() {
+			defer m.ending.Done()
+			wg.Wait()
+			sb.end(why)
+		}()
+	}
+	wg.Wait()
+}
+
+// shutdownKill bounds how long Shutdown spends ending running commands.
+const shutdownKill = 10 * time.Second
+
+// endOwnShells kills this server's shells in sb's container and every
+// command they run, at once: closing a busy shell would wait for its
+// command, and a command whose context ends (the MCP session's requests
+// end with it) has only its current process killed, not what follows it.
+func (m *Manager) endOwnShells(ctx context.Context, sb *Sandbox) {
+	if sb.own == nil {
+		return
+	}
+	out, err := m.rt.Exec(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.SweepScript, "sh", m.serverID}})
+	if err == nil && out.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", out.ExitCode, out.Stderr)
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotRunning) {
+		m.log.Warn("end the commands running at shutdown", "sandbox", sb.Name, "err", err)
+	}
+}
+
+// Close shuts down (see Shutdown), waits for every sandbox's work in this
+// process to end (shells, and everything else a sandbox owns), stops the
+// Manager's background work, saves history and joins every goroutine it
+// started. Containers keep running.
 func (m *Manager) Close() {
 	m.closeOnce.Do(func() {
-		m.closed.Store(true)
+		m.Shutdown()
+		m.ending.Wait()
 		m.stop()
-		var wg sync.WaitGroup
-		for _, sb := range m.detachAll() {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sb.end(endedByShutdown)
-			}()
-		}
-		wg.Wait()
 		m.wg.Wait()
+		m.releaseServerID()
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
@@ -151,7 +152,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer env.Close()
+	defer env.closeWithin(shutdownBound)
 	logger, m := env.Logger, env.Manager
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
@@ -170,7 +171,54 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if cfg.BootDefault {
 		m.BootInBackground(sandbox.DefaultName)
 	}
-	return mcpserver.ServeStdio(ctx, ms, in, out, log.New(os.Stderr, "sandbox-mcp: ", log.LstdFlags))
+	// The session ends when its input does (EOF) or ctx does (SIGTERM,
+	// SIGINT). Either way the commands still running are ended first
+	// (Manager.Shutdown), before the MCP server cancels their requests, so
+	// each says, and its history records, that the server shut down.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { m.Shutdown(); cancel() })
+	defer stop()
+	err = mcpserver.ServeStdio(sctx, ms, &endReader{r: in, end: m.Shutdown}, out, log.New(os.Stderr, "sandbox-mcp: ", log.LstdFlags))
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil // a signal: a normal end
+	}
+	return err
+}
+
+// shutdownBound bounds how long a server whose session ended takes to
+// exit: ending the sandboxes' commands and shells, saving history.
+const shutdownBound = 30 * time.Second
+
+// closeWithin closes the Env, giving up after d (work still under way,
+// such as a boot, then ends with the process).
+func (e *Env) closeWithin(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		e.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		e.Logger.Warn("shutdown did not finish in time; exiting anyway", "waited", d)
+	}
+}
+
+// endReader calls end, once, when its reader first reports an error (EOF
+// among them), before passing it on.
+type endReader struct {
+	r    io.Reader
+	end  func()
+	once sync.Once
+}
+
+func (e *endReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(e.end)
+	}
+	return n, err
 }
 
 // offIfZero maps a configured cap of 0 (off) to mcpserver's "disabled".

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -63,5 +64,21 @@ func TestOpen(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.StateDir); err == nil {
 		t.Error("a failed Open created the state dir")
+	}
+}
+
+// TestEndReader: the end of the session's input runs the shutdown once,
+// before the MCP server sees it (and cancels the requests in flight).
+func TestEndReader(t *testing.T) {
+	ended := 0
+	r := &endReader{r: strings.NewReader("{}\n"), end: func() { ended++ }}
+	b := make([]byte, 8)
+	if n, err := r.Read(b); n != 3 || err != nil || ended != 0 {
+		t.Fatalf("first read: %d %v, ended %d", n, err, ended)
+	}
+	for range 2 {
+		if _, err := r.Read(b); err != io.EOF || ended != 1 {
+			t.Fatalf("at the end: %v, ended %d", err, ended)
+		}
 	}
 }

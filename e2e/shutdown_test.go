@@ -1,0 +1,275 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// proc is a real server process with a client session on its stdio,
+// whose input and signals the test controls.
+type proc struct {
+	cs     *mcp.ClientSession
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process has exited
+	close  func() error  // closes the server's input
+}
+
+// startProc starts a real server on stateDir and connects a client to it.
+// When the test ends its input is closed and it is killed if it has not
+// exited.
+func startProc(t *testing.T, tg enginetest.Target, prefix, stateDir string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, "serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", stateDir, "--no-boot-default")
+	cmd.Env = append(os.Environ(), tg.Env...)
+	cmd.Stderr = &prefixWriter{t: t}
+	cmd.WaitDelay = 5 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), close: stdin.Close}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		select {
+		case <-p.exited:
+		case <-time.After(hangGuard):
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	p.cs, err = client.Connect(ctx, &mcp.IOTransport{Reader: stdout, Writer: stdin}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	return p
+}
+
+// waitExit waits until the server process has exited.
+func (p *proc) waitExit(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(hangGuard):
+		t.Fatal("the server did not exit")
+	}
+}
+
+// callAsync calls a tool in the background; the result (or the protocol
+// error, as text) arrives later.
+func callAsync(cs *mcp.ClientSession, name string, args map[string]any) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			done <- "protocol error: " + err.Error()
+			return
+		}
+		var b strings.Builder
+		if res.IsError {
+			b.WriteString("isError: ")
+		}
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				b.WriteString(tc.Text)
+			}
+		}
+		done <- b.String()
+	}()
+	return done
+}
+
+// processes counts the processes in ctr whose command line is args; -1
+// if ctr cannot be looked into.
+func processes(t *testing.T, rt sandbox.Runtime, ctr, args string) int {
+	t.Helper()
+	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"ps", "-eo", "args"}})
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, l := range strings.Split(string(out.Stdout), "\n") {
+		if strings.TrimSpace(l) == args {
+			n++
+		}
+	}
+	return n
+}
+
+// waitProcess waits until a process with command line args runs in ctr.
+func waitProcess(t *testing.T, rt sandbox.Runtime, ctr, args string) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for processes(t, rt, ctr, args) <= 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q never ran", args)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func exists(t *testing.T, rt sandbox.Runtime, ctr, path string) bool {
+	t.Helper()
+	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"test", "-e", path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.ExitCode == 0
+}
+
+// historyEntry waits until a server's history of box has an entry whose
+// error contains why, and returns it.
+func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string) sandbox.HistoryEntry {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "history", Arguments: map[string]any{"sandbox": box}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct{ Entries []sandbox.HistoryEntry }
+		b, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(b, &list)
+		for _, e := range list.Entries {
+			if strings.Contains(e.Error, why) {
+				return e
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no history entry of %s says %q: %+v", box, why, list.Entries)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestServerExitEndsCommands: when a server's input ends or it gets
+// SIGTERM, a command still running is ended inside the sandbox (nothing
+// of it runs on, nothing after it runs) and recorded as ended by the
+// shutdown, and the server exits.
+func TestServerExitEndsCommands(t *testing.T) {
+	enginetest.QuietDisk(t) // history lives in the state file
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	stateDir := t.TempDir()
+	for _, how := range []string{"eof", "sigterm"} {
+		t.Run(how, func(t *testing.T) {
+			box := "exit-" + how
+			ctr := sandbox.ContainerName(prefix, box)
+			p := startProc(t, tg, prefix, stateDir)
+			command := "sleep 987; touch /workspace/after"
+			done := callAsync(p.cs, "exec", map[string]any{"command": command, "timeout": 600, "sandbox": box})
+			waitProcess(t, rt, ctr, "sleep 987")
+
+			if how == "eof" {
+				_ = p.close()
+			} else if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case text := <-done:
+				if how == "sigterm" && (!strings.HasPrefix(text, "isError") || !strings.Contains(text, "shutting down")) {
+					t.Fatalf("the command's result: %q", text)
+				}
+			case <-time.After(hangGuard):
+				t.Fatal("the command's call hung")
+			}
+			p.waitExit(t)
+
+			if n := processes(t, rt, ctr, "sleep 987"); n != 0 {
+				t.Fatal("the command runs on after the server exited")
+			}
+			time.Sleep(time.Second) // what would follow sleep 987, had its shell lived
+			if exists(t, rt, ctr, "/workspace/after") {
+				t.Fatal("the rest of the command ran after the server exited")
+			}
+
+			next := startProc(t, tg, prefix, stateDir)
+			e := historyEntry(t, next.cs, box, "shutting down")
+			if e.Command != command {
+				t.Fatalf("history entry: %+v", e)
+			}
+		})
+	}
+}
+
+// TestKilledServerCommandsEndedByNext: a command still running when its
+// server is killed (SIGKILL) runs on; the next server to start ends it,
+// every process of it (one in a session of its own too), leaves alone
+// what a finished command left behind, and records it in the history.
+func TestKilledServerCommandsEndedByNext(t *testing.T) {
+	enginetest.QuietDisk(t)
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	stateDir := t.TempDir()
+	const box = "killed"
+	ctr := sandbox.ContainerName(prefix, box)
+
+	a := startProc(t, tg, prefix, stateDir)
+	if text, isErr := callText(t, a.cs, "exec", map[string]any{"command": "(sleep 976 >/dev/null 2>&1 &)", "sandbox": box}); isErr {
+		t.Fatal(text)
+	}
+	// The command marks its processes as the command frame does, so the
+	// one that leaves its shell's tree can be found.
+	command := "export SANDBOX_MCP_RUN=" + strings.Repeat("5", 32) +
+		"; (setsid sleep 977 >/dev/null 2>&1 &); sleep 978; touch /workspace/after"
+	callAsync(a.cs, "exec", map[string]any{"command": command, "timeout": 600, "sandbox": box})
+	waitProcess(t, rt, ctr, "sleep 977")
+	waitProcess(t, rt, ctr, "sleep 978")
+
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	a.waitExit(t)
+	time.Sleep(500 * time.Millisecond)
+	if processes(t, rt, ctr, "sleep 978") != 1 {
+		t.Fatal("the command did not outlive its server: nothing to test")
+	}
+
+	b := startProc(t, tg, prefix, stateDir)
+	e := historyEntry(t, b.cs, box, "was killed")
+	if !strings.HasPrefix(e.Command, "sleep 978") || e.ExitCode != 137 ||
+		!strings.Contains(e.Error, "the server that ran it (pid "+strconv.Itoa(a.cmd.Process.Pid)+") was killed") {
+		t.Fatalf("history entry: %+v", e)
+	}
+	for args, want := range map[string]int{"sleep 976": 1, "sleep 977": 0, "sleep 978": 0} {
+		if n := processes(t, rt, ctr, args); n != want {
+			t.Errorf("%d × %q after the next server started, want %d", n, args, want)
+		}
+	}
+	if exists(t, rt, ctr, "/workspace/after") {
+		t.Error("the rest of the killed server's command ran")
+	}
+	locks, _ := filepath.Glob(filepath.Join(stateDir, "locks", prefix+"-server-*.lock"))
+	if len(locks) != 1 {
+		t.Errorf("server lock files: %v (want only the running server's)", locks)
+	}
+}

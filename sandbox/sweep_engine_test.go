@@ -1,0 +1,129 @@
+package sandbox_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// serverShell starts, in container ctr, a shell as a server with the
+// given ID opens one (its ID in the environment it starts with, unset by
+// its init) and gives it script; the shell stays open until the test ends.
+func serverShell(t *testing.T, rt sandbox.Runtime, ctr, id, script string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := rt.ExecCommand(ctx, ctr, sandbox.ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: map[string]string{guest.ShellVar: id}})
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cancel()
+		_ = cmd.Wait()
+	})
+	if _, err := io.WriteString(in, "unset "+guest.ShellVar+"\n"+script+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// procs lists the command lines of the processes running in ctr.
+func procs(t *testing.T, rt sandbox.Runtime, ctr string) []string {
+	t.Helper()
+	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"ps", "-eo", "args"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(out.Stdout)), "\n")
+}
+
+func count(list []string, args string) int {
+	n := 0
+	for _, a := range list {
+		if a == args {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSweepOnEngine runs guest.SweepScript in a real sandbox: it ends
+// what a killed server's shell was running, every process of it (one
+// that left the shell's tree with setsid, and hundreds of children),
+// and nothing else: not a process a finished command of that server left
+// behind, not what a running server's shell runs.
+func TestSweepOnEngine(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	m := newManager(t, tg, prefix)
+	run(t, m, "sweep", shell.Request{Command: "true"})
+	ctr := sandbox.ContainerName(prefix, "sweep")
+	const gone, alive = "0123456789abcdef", "fedcba9876543210"
+	runID := func(c string) string { return strings.Repeat(c, 32) }
+
+	// The killed server's shell: a command in flight, which started a
+	// process in a session of its own and 200 children.
+	serverShell(t, rt, ctr, gone, "export SANDBOX_MCP_RUN="+runID("a")+
+		"; (setsid sleep 971 &); i=0; while [ $i -lt 200 ]; do sleep 972 & i=$((i+1)); done; sleep 973; touch /tmp/after")
+	// What a finished command of that server left behind.
+	if _, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c",
+		"export SANDBOX_MCP_RUN=" + runID("b") + "; (sleep 974 >/dev/null 2>&1 &)"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A running server's shell.
+	serverShell(t, rt, ctr, alive, "export SANDBOX_MCP_RUN="+runID("c")+"; sleep 975")
+
+	deadline := time.Now().Add(hangGuard)
+	for {
+		ps := procs(t, rt, ctr)
+		if count(ps, "sleep 971") == 1 && count(ps, "sleep 972") == 200 && count(ps, "sleep 973") == 1 &&
+			count(ps, "sleep 974") == 1 && count(ps, "sleep 975") == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the processes never all ran:\n%s", strings.Join(ps, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.SweepScript, "sh", gone}})
+	if err != nil || out.ExitCode != 0 {
+		t.Fatalf("sweep: exit %d, %v: %s", out.ExitCode, err, out.Stderr)
+	}
+	swept := guest.ParseSweep(out.Stdout)
+	// 202: sleep 971, 200 × sleep 972 and sleep 973 (and a shell the
+	// Apple stand-in wraps the exec in); described from the oldest child
+	// of the shell.
+	if len(swept) != 1 || swept[0].Server != gone || swept[0].Procs < 202 || swept[0].Procs > 203 || len(swept[0].Commands) != 8 ||
+		swept[0].Commands[0] != "sleep 972" {
+		t.Fatalf("sweep found %+v\n%s", swept, out.Stdout)
+	}
+
+	time.Sleep(time.Second) // what would follow sleep 973, had the shell lived
+	ps := procs(t, rt, ctr)
+	for args, want := range map[string]int{"sleep 971": 0, "sleep 972": 0, "sleep 973": 0, "sleep 974": 1, "sleep 975": 1} {
+		if n := count(ps, args); n != want {
+			t.Errorf("%d × %q after the sweep, want %d:\n%s", n, args, want, strings.Join(ps, "\n"))
+		}
+	}
+	if out, _ := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"test", "-e", "/tmp/after"}}); out.ExitCode == 0 {
+		t.Error("the rest of the killed server's command ran")
+	}
+
+	// Sweeping again finds nothing.
+	out, err = rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.SweepScript, "sh", gone}})
+	if err != nil || len(guest.ParseSweep(out.Stdout)) != 0 {
+		t.Fatalf("second sweep: %v %q", err, out.Stdout)
+	}
+}
