@@ -181,6 +181,12 @@ func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	for _, e := range entries {
 		fmt.Fprintf(&b, "%s  exit %d  %dms  %s\n", e.Time.Format(time.TimeOnly), e.ExitCode, e.DurationMS, e.Command)
+		switch {
+		case e.Error != "":
+			fmt.Fprintf(&b, "    (%s)\n", e.Error)
+		case e.TimedOut:
+			b.WriteString("    (timed out)\n")
+		}
 	}
 	return mcp.NewToolResultStructured(HistoryList{Sandbox: name, Entries: entries}, strings.TrimRight(b.String(), "\n")), nil
 }

@@ -106,6 +106,11 @@ func (m *Manager) execOnce(ctx context.Context, name string, req shell.Request) 
 	if err == nil || errors.Is(err, shell.ErrNULInCommand) || ctx.Err() != nil {
 		return out, true, err
 	}
+	if errors.Is(err, ErrForeign) {
+		// A stranger holds the name: nothing ran, and recovery must not
+		// touch it.
+		return out, false, err
+	}
 	// The shell could not be opened: is the container gone or stopped?
 	sb2, boot2, rerr := m.recoverLost(ctx, sb)
 	if rerr != nil {
