@@ -163,7 +163,6 @@ func (m *Manager) Lookup(name string) (*Sandbox, bool) {
 // ready lists the sandboxes booted in this process.
 func (m *Manager) ready() []*Sandbox { return m.booted(false) }
 
-
 // booted lists the sandboxes booted in this process, removing them from
 // their slots when detach is set.
 func (m *Manager) booted(detach bool) []*Sandbox {
