@@ -54,16 +54,19 @@ func NeedsIsolation(command string) bool {
 			i++
 			cmdPos, prevWord = true, ""
 			continue
-		case c == ')' || c == '<' || c == '>':
+		case c == ')':
+			// The end of a subshell or of a case pattern: a command may follow.
 			i++
-			if c != ')' {
-				// A redirection's target is not a command.
-				for i < n && (command[i] == '>' || command[i] == '&' || command[i] == '|' || command[i] == ' ' || command[i] == '\t') {
-					i++
-				}
-				_, j := scanWord(command, i)
-				i = j
+			cmdPos, prevWord = true, ""
+			continue
+		case c == '<' || c == '>':
+			// A redirection's target is not a command.
+			i++
+			for i < n && (command[i] == '>' || command[i] == '&' || command[i] == '|' || command[i] == ' ' || command[i] == '\t') {
+				i++
 			}
+			_, j := scanWord(command, i)
+			i = j
 			continue
 		}
 		word, j := scanWord(command, i)

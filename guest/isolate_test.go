@@ -1,0 +1,83 @@
+package guest
+
+import "testing"
+
+func TestNeedsIsolation(t *testing.T) {
+	for cmd, want := range map[string]bool{
+		"true":                          false,
+		"ls -la /tmp && echo done":      false,
+		"cd /tmp; export A=1":           false,
+		"python3 -m pytest -q":          false,
+		"echo $(date) `id` ${HOME}":     false,
+		"git reset --hard":              false,
+		"echo set exit trap":            false, // arguments, not commands
+		"X=1 make":                      false,
+		"sleep 1 &":                     false,
+		"set -e; false":                 true,
+		"  set -x":                      true,
+		"true && set -u":                true,
+		"ulimit -v 1000":                true,
+		"umask 077":                     true,
+		"trap 'echo x' EXIT":            true,
+		"alias ll='ls -l'":              true,
+		"f() { :; }; f":                 true,
+		"f () { :; }":                   true,
+		"function f { :; }":             true,
+		"exit 3":                        true,
+		"exec >/dev/null":               true,
+		"eval \"$CMD\"":                 true,
+		". ./venv/bin/activate":         true,
+		"source env.sh":                 true,
+		"$CMD arg":                      true,
+		"`echo exit`":                   true,
+		"\"$(echo exit)\"":              true,
+		"IFS=:":                         true,
+		"if true; then exit 1; fi":      true,
+		"case x in x) set -e;; esac":    true,
+		"\\set -e":                      true,
+		"'exit' 1":                      true,
+		"readonly PATH":                 true,
+		"for i in 1 2; do return; done": true,
+	} {
+		if got := NeedsIsolation(cmd); got != want {
+			t.Errorf("NeedsIsolation(%q) = %v, want %v", cmd, got, want)
+		}
+	}
+}
+
+func TestMayChangeState(t *testing.T) {
+	for cmd, want := range map[string]bool{
+		"true":                false,
+		"ls -la":              false,
+		"make test":           false,
+		"cd /tmp":             true,
+		"export A":            true,
+		"A=1":                 true,
+		"unset B":             true,
+		"read line < f":       true,
+		"echo a=b":            true, // errs towards yes
+		"abcd efexport":       false,
+		"pushd /x":            true,
+		": ${X:=1}":           true,
+		"popd":                true,
+		"getopts ab opt":      true,
+		"/usr/bin/env | sort": false,
+	} {
+		if got := MayChangeState(cmd); got != want {
+			t.Errorf("MayChangeState(%q) = %v, want %v", cmd, got, want)
+		}
+	}
+}
+
+func TestMergeState(t *testing.T) {
+	base := State{Cwd: "/a", Exports: "export A='1'\nexport B='2'\nexport OTHER='x'\n"}
+	before := State{Cwd: "/a", Exports: "export A='1'\nexport B='2'\n"}
+	after := State{Cwd: "/b", Exports: "export A='9'\nexport C='3'\n"}
+	got := MergeState(base, before, after)
+	if got.Cwd != "/b" || got.Exports != "export A='9'\nexport C='3'\nexport OTHER='x'\n" {
+		t.Fatalf("got %+v", got)
+	}
+	if MergeState(before, before, after) != after {
+		t.Fatal("an unchanged base should take the command's state as is")
+	}
+}
