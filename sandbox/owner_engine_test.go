@@ -146,6 +146,12 @@ func TestForeignContainerOnEngine(t *testing.T) {
 			})
 
 			t.Run("labelled stranger", func(t *testing.T) {
+				if tg.Name == "container-0.9.0" {
+					// 0.x reports no creation date and an ID that is the
+					// name: a container with our labels under our name is
+					// indistinguishable from ours there.
+					t.Skip("Apple container 0.x JSON has no creation date and IDs are names; a labelled stranger cannot be told apart")
+				}
 				const box = "labelled"
 				run(t, m, box, shell.Request{Command: "true"})
 				c := stranger(t, tg, prefix, box, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: box})

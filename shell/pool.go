@@ -39,7 +39,12 @@ type Pool struct {
 	state   State
 	version uint64 // 0: no state known yet
 	closed  bool
-	closing sync.WaitGroup // shells being closed in the background
+	closing sync.WaitGroup // shells being closed or opened in the background
+	// spare is set while a spare shell is being opened (see keepSpare);
+	// life ends with Close and bounds that.
+	spare bool
+	life  context.Context
+	end   context.CancelFunc
 }
 
 // NewPool returns a pool of at most size shells (DefaultPoolSize if size <= 0).
@@ -47,7 +52,42 @@ func NewPool(host Host, opts Options, size int) *Pool {
 	if size <= 0 {
 		size = DefaultPoolSize
 	}
-	return &Pool{host: host, opts: opts, sem: make(chan struct{}, size), live: map[*Shell]struct{}{}}
+	life, end := context.WithCancel(context.Background())
+	return &Pool{host: host, opts: opts, sem: make(chan struct{}, size), live: map[*Shell]struct{}{}, life: life, end: end}
+}
+
+// keepSpare opens a shell in the background when every open shell is busy
+// and the pool has room, so a timeout or cancel can end a command through
+// an idle shell (see killInIdle) instead of waiting for a process to start
+// in the sandbox, which under load takes seconds while the command runs on.
+// The spare also serves the next command.
+func (p *Pool) keepSpare() {
+	p.mu.Lock()
+	if p.closed || p.spare || len(p.idle) > 0 || len(p.live) >= cap(p.sem) {
+		p.mu.Unlock()
+		return
+	}
+	p.spare = true
+	p.closing.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.closing.Done()
+		sh, err := Open(p.life, poolHost{p}, p.opts)
+		p.mu.Lock()
+		p.spare = false
+		if err != nil {
+			p.mu.Unlock()
+			return
+		}
+		if p.closed || len(p.live) >= cap(p.sem) {
+			p.mu.Unlock()
+			sh.Close()
+			return
+		}
+		p.live[sh] = struct{}{}
+		p.idle = append([]*Shell{sh}, p.idle...) // taken last: the warm ones go first
+		p.mu.Unlock()
+	}()
 }
 
 // Warm opens a shell if none is idle, so the first command does not pay for it.
@@ -82,6 +122,7 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 	if req.Timeout > 0 {
 		req.Timeout = max(req.Timeout-queued, time.Millisecond)
 	}
+	p.keepSpare()
 	p.mu.Lock()
 	var target *State
 	if !p.opts.Store && p.version != 0 && sh.version != p.version {
@@ -252,6 +293,7 @@ func (p *Pool) retire(sh *Shell) {
 
 // Close ends every shell; running commands see their shells die.
 func (p *Pool) Close() {
+	p.end()
 	p.mu.Lock()
 	p.closed = true
 	shells := make([]*Shell, 0, len(p.live)+len(p.retired))
