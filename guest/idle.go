@@ -12,28 +12,36 @@ const ActivityFile = "/var/lib/sandbox-mcp/active"
 // TouchActivity marks the sandbox as in use.
 const TouchActivity = `mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile
 
-// WatchdogCommand is the sandbox's main process when it has an idle TTL:
-// it checks every interval whether ActivityFile is older than ttl and then
-// exits, which stops the container and frees its memory, whether or not a
-// server is running. A later first use starts the container again.
+// WatchdogCommand is the sandbox's main process when it has an idle TTL.
+// The main process itself only sleeps (it never forks, so a fork bomb that
+// fills the sandbox's process table cannot end it and stop the sandbox);
+// a child checks every interval whether ActivityFile is older than ttl and
+// then ends the main process, which stops the container and frees its
+// memory, whether or not a server is running. A later first use starts
+// the container again. If the checker dies (it cannot fork), the sandbox
+// only loses its idle stop.
 func WatchdogCommand(ttl, interval time.Duration) []string {
 	secs := func(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) }
 	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", secs(ttl), secs(interval)}
 }
 
-const watchdogScript = `ttl=$1; every=$2; f=` + ActivityFile + `
+const watchdogScript = `ttl=$1; every=$2; f=` + ActivityFile + `; main=$$
 mkdir -p "${f%/*}" && : >"$f"
-trap 'exit 0' TERM INT
-while :; do
-  sleep "$every" & wait $!
-  now=$(date +%s); last=$(stat -c %Y "$f" 2>/dev/null || echo "$now")
-  if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
-done`
+(
+  trap 'exit 0' TERM INT
+  while :; do
+    sleep "$every"
+    now=$(date +%s); last=$(stat -c %Y "$f" 2>/dev/null || echo "$now")
+    if [ $((now - last)) -ge "$ttl" ]; then kill -TERM "$main"; exit 0; fi
+  done
+) </dev/null >/dev/null 2>&1 &
+exec sleep infinity`
 
 // KillWritersScript, run as `sh -c KillWritersScript`, stops every process
-// in a container except PID 1, the idle watchdog (PID 1's first child) and
-// the exec sessions (the shells, whose parent is outside the container):
-// what the user's commands and jobs started. The disk watcher runs it.
+// in a container except PID 1, the main process (PID 1's first child), the
+// idle watchdog's checker (the main process's child) and the exec sessions
+// (the shells, whose parent is outside the container): what the user's
+// commands and jobs started. The disk watcher runs it.
 const KillWritersScript = `self=$$
 ppid_of() { s=$(cat /proc/$1/stat 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "$2"; }
 dog=
@@ -43,7 +51,7 @@ done
 for d in /proc/[0-9]*; do p=${d#/proc/}
   case $p in 1|"$self"|"$dog") continue;; esac
   pp=$(ppid_of "$p") || continue
-  case $pp in 0|"$self") continue;; esac
+  case $pp in 0|"$self"|"$dog") continue;; esac
   kill -9 "$p" 2>/dev/null
 done
 exit 0`
