@@ -13,29 +13,33 @@ const ActivityFile = "/var/lib/sandbox-mcp/active"
 const TouchActivity = `mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile
 
 // WatchdogCommand is the sandbox's main process when it has an idle TTL.
-// The main process itself only sleeps (it never forks, so a fork bomb that
-// fills the sandbox's process table cannot end it and stop the sandbox);
-// a child checks every interval whether ActivityFile is older than ttl and
-// then ends the main process, which stops the container and frees its
-// memory, whether or not a server is running. A later first use starts
-// the container again. If the checker dies (it cannot fork), the sandbox
-// only loses its idle stop.
+// A child checks every interval whether ActivityFile is older than ttl
+// and then exits 0; the main process, waiting for it, then exits too,
+// which stops the container and frees its memory, whether or not a server
+// is running. A later first use starts the container again. The main
+// process forks nothing after the start, so a fork bomb that fills the
+// sandbox's process table cannot end it (dash exits when a fork fails):
+// if the checker dies that way, the main process stays up, blocked on a
+// fifo, and the sandbox only loses its idle stop.
 func WatchdogCommand(ttl, interval time.Duration) []string {
 	secs := func(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) }
 	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", secs(ttl), secs(interval)}
 }
 
-const watchdogScript = `ttl=$1; every=$2; f=` + ActivityFile + `; main=$$
+const watchdogScript = `ttl=$1; every=$2; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
 mkdir -p "${f%/*}" && : >"$f"
+rm -f "$fifo"; mkfifo "$fifo" 2>/dev/null
+trap 'exit 0' TERM INT
 (
-  trap 'exit 0' TERM INT
   while :; do
     sleep "$every"
     now=$(date +%s); last=$(stat -c %Y "$f" 2>/dev/null || echo "$now")
-    if [ $((now - last)) -ge "$ttl" ]; then kill -TERM "$main"; exit 0; fi
+    if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
   done
 ) </dev/null >/dev/null 2>&1 &
-exec sleep infinity`
+wait $!
+[ $? = 0 ] && exit 0
+while :; do read -r _ <"$fifo"; done`
 
 // KillWritersScript, run as `sh -c KillWritersScript`, stops every process
 // in a container except PID 1, the main process (PID 1's first child), the
