@@ -76,7 +76,9 @@ func TestJobs(t *testing.T) {
 			s.call(t, "bg", map[string]any{"sandbox": sb, "name": "big", "command": "head -c 100000000 /dev/zero | tr '\\0' x; echo; echo END"})
 			r = waitJob(t, s, sb, "big")
 			if r.str("state") != "exited" || len(r.text) > 20000 || !strings.HasSuffix(r.str("output"), "END\n") || r.num("log_size") < 100000000 {
-				t.Fatalf("big: state %s, text %d bytes, log %v", r.str("state"), len(r.text), r.num("log_size"))
+				out := r.str("output")
+				t.Fatalf("big: state %s, exit %v, text %d bytes, log %v, output ends %q; %s", r.str("state"), r.data["exit_code"],
+					len(r.text), r.num("log_size"), out[max(0, len(out)-80):], r.text[:min(len(r.text), 300)])
 			}
 			r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "big", "since": 0, "max_bytes": 1000})
 			if len(r.str("output")) != 1000 || r.data["more"] != true || r.num("next_offset") != 1000 {
