@@ -36,6 +36,11 @@ func stranger(t *testing.T, tg enginetest.Target, prefix, name string, labels ma
 		if cur, err := rt.Inspect(context.Background(), ctr); err == nil && cur.ID == c.ID {
 			_ = rt.Remove(context.Background(), c.ID)
 		}
+		// The sandbox's workspace outlived its container, which the
+		// stranger replaced, so the prefix sweep cannot find it by that.
+		if _, err := rt.Inspect(context.Background(), ctr); errors.Is(err, sandbox.ErrNotFound) {
+			_ = rt.VolumeRemove(context.Background(), sandbox.ContainerName(prefix+"-ws", name))
+		}
 	})
 	return c
 }
