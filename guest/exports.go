@@ -11,33 +11,8 @@ import (
 // the names are returned, in order.
 func ExportNames(text string) []string {
 	var names []string
-	i := 0
-	for i < len(text) {
-		// At the start of a logical line.
-		line := text[i:]
-		var prefix string
-		switch {
-		case strings.HasPrefix(line, "export "):
-			prefix = "export "
-		case strings.HasPrefix(line, "declare -x "):
-			prefix = "declare -x "
-		}
-		if prefix == "" {
-			i = skipLine(text, i)
-			continue
-		}
-		i += len(prefix)
-		start := i
-		for i < len(text) && text[i] != '=' && text[i] != '\n' {
-			i++
-		}
-		if name := text[start:i]; validVarName(name) {
-			names = append(names, name)
-		}
-		if i < len(text) && text[i] == '=' {
-			i = skipValue(text, i+1)
-		}
-		i = skipLine(text, i)
+	for _, e := range ParseExports(text) {
+		names = append(names, e.Name)
 	}
 	return names
 }
@@ -137,14 +112,7 @@ func MergeState(base, before, after State) State {
 	if after.Exports == before.Exports {
 		return base
 	}
-	was := map[string]string{}
-	for _, e := range ParseExports(before.Exports) {
-		was[e.Name] = e.Stmt
-	}
-	now := map[string]string{}
-	for _, e := range ParseExports(after.Exports) {
-		now[e.Name] = e.Stmt
-	}
+	was, now := exportMap(before.Exports), exportMap(after.Exports)
 	merged := map[string]string{}
 	var names []string
 	for _, e := range ParseExports(base.Exports) {
@@ -174,4 +142,13 @@ func MergeState(base, before, after State) State {
 	}
 	base.Exports = b.String()
 	return base
+}
+
+// exportMap maps each variable of `export -p` output to its statement.
+func exportMap(text string) map[string]string {
+	m := map[string]string{}
+	for _, e := range ParseExports(text) {
+		m[e.Name] = e.Stmt
+	}
+	return m
 }

@@ -51,15 +51,10 @@ func StateWriteScript(before, after State, gen string) (string, bool) {
 		return "", false
 	}
 	var b strings.Builder
-	was := map[string]string{}
-	for _, e := range ParseExports(before.Exports) {
-		was[e.Name] = e.Stmt
-	}
-	now := map[string]string{}
+	was, now := exportMap(before.Exports), exportMap(after.Exports)
 	var names []string
-	for _, e := range ParseExports(after.Exports) {
-		now[e.Name] = e.Stmt
-		names = append(names, e.Name)
+	for n := range now {
+		names = append(names, n)
 	}
 	for n := range was {
 		if _, ok := now[n]; !ok {
