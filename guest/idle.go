@@ -20,7 +20,10 @@ const TouchActivity = `mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile
 // process forks nothing after the start, so a fork bomb that fills the
 // sandbox's process table cannot end it (dash exits when a fork fails):
 // if the checker dies that way, the main process stays up, blocked on a
-// fifo, and the sandbox only loses its idle stop.
+// fifo, and the sandbox only loses its idle stop. The checker decides
+// "idle" only on two clock readings it really got: a reading lost to a
+// failed fork inside a command substitution skips the check, never stops
+// a sandbox in use.
 func WatchdogCommand(ttl, interval time.Duration) []string {
 	secs := func(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) }
 	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", secs(ttl), secs(interval)}
@@ -33,7 +36,8 @@ trap 'exit 0' TERM INT
 (
   while :; do
     sleep "$every"
-    now=$(date +%s); last=$(stat -c %Y "$f" 2>/dev/null || echo "$now")
+    now=$(date +%s) && last=$(stat -c %Y "$f" 2>/dev/null || echo "$now") || continue
+    case $now:$last in :*|*:|*[!0-9:]*) continue;; esac
     if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
   done
 ) </dev/null >/dev/null 2>&1 &
