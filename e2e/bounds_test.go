@@ -193,8 +193,9 @@ func TestLargeMessages(t *testing.T) {
 	}
 }
 
-// TestBadArgumentsAreRefused: an empty or non-string sandbox name and a
-// timeout outside 1-3600 are tool errors, and no sandbox is booted for them.
+// TestBadArgumentsAreRefused: an empty or non-string sandbox name, a
+// timeout outside 1-3600 or of the wrong type and an unknown argument are
+// tool errors that name the argument, and no sandbox is booted for them.
 func TestBadArgumentsAreRefused(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -205,10 +206,12 @@ func TestBadArgumentsAreRefused(t *testing.T) {
 				args map[string]any
 				want string
 			}{
-				{map[string]any{"command": "true", "sandbox": ""}, "sandbox must not be empty"},
-				{map[string]any{"command": "true", "sandbox": 5}, "sandbox must be a string"},
-				{map[string]any{"command": "true", "timeout": 0.001}, "timeout must be between 1 and 3600 seconds, not 0.001"},
-				{map[string]any{"command": "true", "timeout": 7200}, "timeout must be between 1 and 3600 seconds"},
+				{map[string]any{"command": "true", "sandbox": ""}, `"sandbox" must be a name (names are 1-63 letters, digits, '_', '.', '-', starting with a letter or digit); got the string ""`},
+				{map[string]any{"command": "true", "sandbox": 5}, `"sandbox" must be a name (names are 1-63`},
+				{map[string]any{"command": "true", "timeout": 0.001}, `"timeout" must be a number from 1 to 3600; got the number 0.001`},
+				{map[string]any{"command": "true", "timeout": 7200}, `"timeout" must be a number from 1 to 3600; got the number 7200`},
+				{map[string]any{"command": "true", "timeout": "5"}, `"timeout" must be a number from 1 to 3600; got the string "5"`},
+				{map[string]any{"command": "true", "timout": 5}, `unknown argument "timout"; exec takes command,`},
 			} {
 				if r := s.call(t, "exec", c.args); !r.isError || !strings.Contains(r.text, c.want) {
 					t.Errorf("%v: want a tool error containing %q, got %+v", c.args, c.want, r)

@@ -84,6 +84,24 @@ func TestEngineMissing(t *testing.T) {
 	}
 }
 
+// TestNoEngineAuto: in auto mode with no engine on PATH, the server still
+// completes initialize, lists its tools, and each tool says what to do. (On
+// a machine with an engine in /usr/local/bin, auto finds it there, as a
+// macOS GUI app with launchd's PATH would; its daemon is then unreachable
+// here, which the tools also explain.)
+func TestNoEngineAuto(t *testing.T) {
+	cs := connectRaw(t, []string{"PATH=/nonexistent", "DOCKER_HOST=unix:///nonexistent/docker.sock"},
+		"serve", "--state-dir", t.TempDir(), "--prefix", "smtnoengine")
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil || len(tools.Tools) < 10 {
+		t.Fatalf("tools/list without an engine: %v", err)
+	}
+	text, isErr := callText(t, cs, "exec", map[string]any{"command": "true"})
+	if !isErr || !strings.Contains(text, "try:") && !strings.Contains(text, "install") {
+		t.Fatalf("exec: %v %q", isErr, text)
+	}
+}
+
 // TestMCPGoClient drives the binary with mcp-go's own stdio client.
 func TestMCPGoClient(t *testing.T) {
 	tg := enginetest.Targets(t)[0]

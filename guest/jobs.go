@@ -257,7 +257,16 @@ func truncate(b []byte, n int) string {
 }
 
 // Signals a job may be sent.
-var jobSignals = map[string]bool{"TERM": true, "KILL": true, "INT": true, "HUP": true, "QUIT": true, "USR1": true, "USR2": true, "STOP": true, "CONT": true}
+// Signals are the signals a job may be sent, by name, TERM first.
+var Signals = []string{"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"}
+
+var jobSignals = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range Signals {
+		m[s] = true
+	}
+	return m
+}()
 
 // NormalizeSignal accepts TERM, SIGTERM, sigterm or 15 and returns the
 // name ("TERM").

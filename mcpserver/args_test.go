@@ -17,18 +17,18 @@ func TestArgumentChecks(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{"exec", map[string]any{"command": "ls", "sandbox": ""}, `sandbox must not be empty; omit it for "default"`},
-		{"exec", map[string]any{"command": "ls", "sandbox": 5}, "sandbox must be a string (a sandbox name), not a number"},
-		{"exec", map[string]any{"command": "ls", "sandbox": true}, "sandbox must be a string"},
-		{"status", map[string]any{"sandbox": ""}, "sandbox must not be empty"},
-		{"write_file", map[string]any{"path": "/a", "content": "x", "sandbox": []any{"a"}}, "not a list"},
-		{"exec", map[string]any{"command": "ls", "timeout": 0.001}, "timeout must be between 1 and 3600 seconds, not 0.001"},
-		{"exec", map[string]any{"command": "ls", "timeout": 3600.5}, "timeout must be between 1 and 3600 seconds"},
-		{"exec", map[string]any{"command": "ls", "timeout": "10"}, "timeout must be a number between 1 and 3600 seconds, not a string"},
-		{"python", map[string]any{"code": "1", "timeout": -1}, "timeout must be between 1 and 3600 seconds"},
-		{"install", map[string]any{"packages": []any{"jq"}, "timeout": 0.5}, "timeout must be between 1 and 3600 seconds"},
-		{"exec", map[string]any{"command": "ls", "max_output": 2048.5}, "max_output must be a whole number"},
-		{"exec", map[string]any{"command": "ls", "max_output": "big"}, "max_output must be a number"},
+		{"exec", map[string]any{"command": "ls", "sandbox": ""}, `"sandbox" must be a name (names are 1-63`},
+		{"exec", map[string]any{"command": "ls", "sandbox": 5}, `"sandbox" must be a name (names are 1-63 letters, digits, '_', '.', '-', starting with a letter or digit); got the number 5`},
+		{"exec", map[string]any{"command": "ls", "sandbox": true}, `"sandbox" must be a name (names are 1-63`},
+		{"status", map[string]any{"sandbox": ""}, `"sandbox" must be a name (names are 1-63`},
+		{"write_file", map[string]any{"path": "/a", "content": "x", "sandbox": []any{"a"}}, "got a list of 1 item(s)"},
+		{"exec", map[string]any{"command": "ls", "timeout": 0.001}, `"timeout" must be a number from 1 to 3600; got the number 0.001`},
+		{"exec", map[string]any{"command": "ls", "timeout": 3600.5}, `"timeout" must be a number from 1 to 3600`},
+		{"exec", map[string]any{"command": "ls", "timeout": "10"}, `"timeout" must be a number from 1 to 3600; got the string "10"`},
+		{"python", map[string]any{"code": "1", "timeout": -1}, `"timeout" must be a number from 1 to 3600; got the number -1`},
+		{"install", map[string]any{"packages": []any{"jq"}, "timeout": 0.5}, `"timeout" must be a number from 1 to 3600`},
+		{"exec", map[string]any{"command": "ls", "max_output": 2048.5}, `"max_output" must be a whole number from 1024 to 262144; got the number 2048.5`},
+		{"exec", map[string]any{"command": "ls", "max_output": "big"}, `"max_output" must be a whole number from 1024 to 262144; got the string "big"`},
 	}
 	f := &fake{}
 	s := connect(t, f, Options{Toolsets: []string{"all"}, OutputDir: t.TempDir()})
@@ -95,6 +95,40 @@ func TestOffsetArg(t *testing.T) {
 		}
 		if err != nil || got != c.want || given != c.given {
 			t.Errorf("%v: got %d %v %v, want %d %v", c.args, got, given, err, c.want, c.given)
+		}
+	}
+}
+
+// TestEveryToolRefusesBadArguments: every tool of every set refuses an
+// unknown argument, and a value of the wrong type for each of its
+// arguments, naming the argument, before anything runs.
+func TestEveryToolRefusesBadArguments(t *testing.T) {
+	f := &fake{}
+	s := connect(t, f, Options{Toolsets: []string{"all"}, Dynamic: true, OutputDir: t.TempDir()})
+	if len(s.tools) < 19 {
+		t.Fatalf("only %d tools listed", len(s.tools))
+	}
+	wrong := map[string]any{"string": 12345, "number": "12", "integer": "12", "boolean": "yes", "array": "x", "object": "x"}
+	for name, def := range s.tools {
+		f.calls = nil
+		r := s.call(name, map[string]any{"no_such_arg": 1})
+		if !r.isError || !strings.HasPrefix(r.text, name+": invalid arguments: ") || !strings.Contains(r.text, `unknown argument "no_such_arg"; `+name+" takes") {
+			t.Errorf("%s with an unknown argument: %+v", name, r)
+		}
+		for prop, schema := range def.InputSchema.Properties {
+			typ, _ := schema.(map[string]any)["type"].(string)
+			bad, ok := wrong[typ]
+			if !ok {
+				t.Errorf("%s.%s: no type in the schema", name, prop)
+				continue
+			}
+			r := s.call(name, map[string]any{prop: bad})
+			if !r.isError || !strings.Contains(r.text, fmt.Sprintf("%q must be ", prop)) || !strings.Contains(r.text, "; got ") {
+				t.Errorf("%s with %s=%v: %+v", name, prop, bad, r)
+			}
+		}
+		if len(f.calls) != 0 {
+			t.Errorf("%s: the manager was called: %v", name, f.calls)
 		}
 	}
 }

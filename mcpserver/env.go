@@ -90,7 +90,7 @@ func (s *Server) handleInstall(ctx context.Context, req mcp.CallToolRequest) (*m
 			return argError("install: `packages` must be a list of package names"), nil
 		}
 	}
-	return s.runCommand(ctx, req, "install", 300, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
+	return s.runCommand(ctx, req, "install", 300, true, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
 		return s.m.Install(ctx, name, pkgs, r)
 	})
 }

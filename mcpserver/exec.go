@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -53,7 +54,7 @@ func (s *Server) execTool() tool {
 	return tool{group: "core", handler: s.handleExec, def: newTool[ExecOutput]("exec", "Run a command",
 		"Run a shell command (sh) in a sandbox and return its exit code, stdout and stderr. Creates the sandbox on first use; "+
 			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (fetch the rest with `output`). "+
-			"A timeout ends the command and all it started: run servers and long work with bg.",
+			"A timeout ends the command and all it started: "+s.mention("jobs", "run servers and long work with bg.", "start servers and long work with `cmd >log 2>&1 &`."),
 		mutating(false),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
 		sandboxParam(),
@@ -90,7 +91,7 @@ func (s *Server) handleExec(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 		return errRes, nil
 	}
 	workdir := req.GetString("workdir", "")
-	return s.runCommand(ctx, req, "exec", defaultTimeout, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
+	return s.runCommand(ctx, req, "exec", defaultTimeout, false, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
 		r.Command, r.Stdin, r.Workdir = command, stdin, workdir
 		return s.m.Exec(ctx, name, r)
 	})
@@ -130,7 +131,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if err != nil {
 		return argError("python: `code` is required"), nil
 	}
-	return s.runCommand(ctx, req, "python", defaultTimeout, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
+	return s.runCommand(ctx, req, "python", defaultTimeout, false, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
 		return s.m.Python(ctx, name, code, r)
 	})
 }
@@ -140,7 +141,10 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 type runFunc func(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
 
 // runCommand runs a command for exec-like tools and shapes the result.
-func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what string, defTimeout float64, run runFunc) (*mcp.CallToolResult, error) {
+// runCommand runs a command tool (exec, python, install) and shapes its
+// result. With redraws, progress lines rewritten in place keep only their
+// last state (see redrawWriter).
+func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what string, defTimeout float64, redraws bool, run runFunc) (*mcp.CallToolResult, error) {
 	name, err := sandboxArg(req)
 	if err != nil {
 		return argError("%s: %v", what, err), nil
@@ -163,11 +167,19 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	stdout := newSpillStream(call, "stdout", limit)
 	stderr := newSpillStream(call, "stderr", limit)
 	stop := s.startProgress(ctx, req, stdout.c, stderr.c)
+	var so, se io.Writer = stdout, stderr
+	if redraws {
+		so, se = newRedrawWriter(stdout), newRedrawWriter(stderr)
+	}
 	res, err := run(ctx, name, shell.Request{
 		Timeout: time.Duration(timeout * float64(time.Second)),
-		Stdout:  stdout,
-		Stderr:  stderr,
+		Stdout:  so,
+		Stderr:  se,
 	})
+	if redraws { // the last lines, held back for a redraw
+		_ = so.(*redrawWriter).Close()
+		_ = se.(*redrawWriter).Close()
+	}
 	stop()
 	stdout.close()
 	stderr.close()
@@ -228,14 +240,22 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		if res.ShellLost {
 			text.WriteString("; the shell was replaced and its cwd and exports restored")
 		}
-		text.WriteString(". Start long-running work with bg and read it with logs.]")
+		if s.offers("jobs") {
+			text.WriteString(". Start long-running work with bg and read it with logs.]")
+		} else {
+			text.WriteString(". Start long-running work in the background (`cmd >log 2>&1 &`) and read its log later.]")
+		}
 	case res.Canceled:
 		text.WriteString("\n[canceled: the command and every process it started were ended]")
 	case res.ShellLost:
 		text.WriteString("\n[the shell exited (exit, exec or a signal); a new one with the same cwd and exports serves the next call]")
 	}
 	if res.LeftBehind {
-		text.WriteString("\n[the command left background processes running; what they print to its stdout or stderr from now on is discarded: redirect their output to a file, or use bg]")
+		text.WriteString("\n[the command left background processes running; what they print to its stdout or stderr from now on is discarded: redirect their output to a file")
+		if s.offers("jobs") {
+			text.WriteString(", or use bg")
+		}
+		text.WriteString("]")
 	}
 	if res.Stray > 0 {
 		fmt.Fprintf(&text, "\n[%d bytes printed between commands by background processes of earlier commands were discarded]", res.Stray)

@@ -141,7 +141,7 @@ func (f *fake) Stats(_ context.Context, name string) (sandbox.SandboxStats, erro
 }
 
 func (f *fake) Health(context.Context) sandbox.Health {
-	return sandbox.Health{Runtime: "podman", EngineVersion: "4.3.1", DefaultImage: "mcp-dev", ImagePresent: true, Sandboxes: map[string]string{"default": "ok"}}
+	return sandbox.Health{Runtime: "podman", EngineVersion: "4.3.1", DefaultImage: "mcp-dev", ImagePresent: true, Sandboxes: map[string]string{"default": sandbox.HealthResponding}}
 }
 
 func (f *fake) CommandHistory(name string, n int) ([]sandbox.HistoryEntry, error) {

@@ -17,7 +17,7 @@ func (s *Server) writeFileTool() tool {
 	return tool{group: "core", handler: s.handleWriteFile, def: newTool[FileWritten]("write_file", "Write a file",
 		"Write a file in a sandbox, creating parent directories; relative paths are from the shell's current directory. Overwrites unless append is set. "+
 			"Checks what landed; a failure names its cause (no space, read-only…).",
-		mutating(true),
+		mutating(false), // append=true adds on every call
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
 		mcp.WithString("content", mcp.Required(), mcp.Description("File content (text, or base64 with encoding=base64).")),
 		sandboxParam(),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
@@ -16,11 +17,15 @@ const (
 	defaultLogTail  = 100
 	defaultLogBytes = 16 << 10
 	maxLogBytes     = 256 << 10
+	maxLogTail      = 1_000_000
 )
 
-func jobNameParam(desc string) mcp.ToolOption {
-	return mcp.WithString("name", mcp.Description(desc),
-		mcp.Pattern(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`), mcp.MaxLength(sandbox.MaxNameLen))
+func jobNameParam(desc string, required bool) mcp.ToolOption {
+	opts := []mcp.PropertyOption{mcp.Description(desc), mcp.Pattern(sandboxPattern), mcp.MaxLength(sandbox.MaxNameLen)}
+	if required {
+		opts = append(opts, mcp.Required())
+	}
+	return mcp.WithString("name", opts...)
 }
 
 func (s *Server) bgTool() tool {
@@ -28,7 +33,7 @@ func (s *Server) bgTool() tool {
 		"Start a long-running command (server, watcher, build) in the background and return at once. Its output goes to a log: read it with logs, stop it with kill.",
 		mutating(false), sandboxParam(),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
-		jobNameParam(`Job name for logs and kill (default "job-<id>"). Reusing the name of an ended job replaces it.`),
+		jobNameParam(`Job name for logs and kill (default "job-<id>"). Reusing the name of an ended job replaces it.`, false),
 		mcp.WithString("workdir", mcp.Description("Directory to start in (default: the shell's current one).")))}
 }
 
@@ -36,18 +41,18 @@ func (s *Server) logsTool() tool {
 	return tool{group: "jobs", handler: s.handleLogs, def: newTool[JobLogResult]("logs", "Read a job's log",
 		"Read a background job's output and whether it is still running or its exit code. Poll cheaply with since=next_offset.",
 		readOnly(), sandboxParam(),
-		jobNameParam("Job name, as given or returned by bg."),
-		mcp.WithNumber("tail", mcp.Description("Last N lines (default 100); ignored with since."), mcp.Min(1)),
-		mcp.WithNumber("since", mcp.Description("Byte offset to read from: the next_offset of a previous call."), mcp.Min(0)),
-		mcp.WithNumber("max_bytes", mcp.Description("At most this many bytes (default 16384, max 262144)."), mcp.Min(1)))}
+		jobNameParam("Job name, as given or returned by bg.", true),
+		mcp.WithInteger("tail", mcp.Description("Last N lines (default 100); ignored with since."), mcp.Min(1), mcp.Max(maxLogTail)),
+		mcp.WithInteger("since", mcp.Description("Byte offset to read from: the next_offset of a previous call."), mcp.Min(0), mcp.Max(maxOffset)),
+		mcp.WithInteger("max_bytes", mcp.Description("At most this many bytes (default 16384)."), mcp.Min(1), mcp.Max(maxLogBytes)))}
 }
 
 func (s *Server) killTool() tool {
 	return tool{group: "jobs", handler: s.handleKill, def: newTool[sandbox.KillResult]("kill", "Stop a job",
 		"Stop a background job and every process it started, even in another session. Says which ignored TERM; KILL ends them.",
 		destructive(true), sandboxParam(),
-		jobNameParam("Job name."),
-		mcp.WithString("signal", mcp.Description("TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT.")))}
+		jobNameParam("Job name.", true),
+		mcp.WithString("signal", mcp.Description("Default TERM."), mcp.Enum(guest.Signals...)))}
 }
 
 func (s *Server) jobsTool() tool {
@@ -96,7 +101,7 @@ func (s *Server) handleLogs(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if job == "" {
 		return argError("logs: name is required (see jobs)"), nil
 	}
-	tail, err := intArg(req, "tail", defaultLogTail, 1, 1_000_000)
+	tail, err := intArg(req, "tail", defaultLogTail, 1, maxLogTail)
 	if err != nil {
 		return argError("logs: %v", err), nil
 	}

@@ -471,8 +471,8 @@ func (s *Server) handleOutput(_ context.Context, req mcp.CallToolRequest) (*mcp.
 	id := req.GetString("id", "")
 	stream := req.GetString("stream", "stdout")
 	encoding := req.GetString("encoding", "text")
-	if !validID(id) || (stream != "stdout" && stream != "stderr") {
-		return argError("output: need an id from a truncated result and stream stdout|stderr"), nil
+	if !validID(id) {
+		return argError("output: unknown id %q: ids are the output_id of a truncated exec or python result (12 hex digits)", id), nil
 	}
 	offset, _, err := offsetArg(req, "offset")
 	if err != nil {

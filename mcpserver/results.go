@@ -45,14 +45,46 @@ func openWorld(opts []mcp.ToolOption) []mcp.ToolOption {
 // newTool defines a tool whose structured content is an Out.
 func newTool[Out any](name, title, desc string, ann []mcp.ToolOption, params ...mcp.ToolOption) mcp.Tool {
 	opts := append([]mcp.ToolOption{mcp.WithToolTitle(title), mcp.WithDescription(desc), mcp.WithOutputSchema[Out]()}, params...)
-	return mcp.NewTool(name, append(opts, ann...)...)
+	t := mcp.NewTool(name, append(opts, ann...)...)
+	t.InputSchema.AdditionalProperties = false // unknown arguments are refused (validate.go)
+	// An output schema describes what the server sends: "no other
+	// properties" tells a client nothing, and every byte of tools/list is
+	// sent on every turn.
+	t.OutputSchema.AdditionalProperties = nil
+	for _, p := range t.OutputSchema.Properties {
+		dropClosed(p)
+	}
+	return t
+}
+
+// dropClosed removes additionalProperties:false from a schema and those
+// under it.
+func dropClosed(s any) {
+	m, ok := s.(map[string]any)
+	if !ok {
+		return
+	}
+	if m["additionalProperties"] == false {
+		delete(m, "additionalProperties")
+	}
+	for _, k := range []string{"properties", "$defs"} {
+		if sub, ok := m[k].(map[string]any); ok {
+			for _, v := range sub {
+				dropClosed(v)
+			}
+		}
+	}
+	dropClosed(m["items"])
 }
 
 // sandboxParam is the optional sandbox name every tool takes.
 func sandboxParam() mcp.ToolOption {
 	return mcp.WithString("sandbox", mcp.Description(`Sandbox name (default "default").`),
-		mcp.Pattern(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`), mcp.MaxLength(sandbox.MaxNameLen))
+		mcp.Pattern(sandboxPattern), mcp.MaxLength(sandbox.MaxNameLen))
 }
+
+// sandboxPattern is the schema's form of sandbox.ValidateName.
+const sandboxPattern = `^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
 
 // sandboxArg returns the sandbox argument, validated. Omitted (or null)
 // means the default sandbox; an empty name or a value that is not a string

@@ -10,6 +10,7 @@ import (
 	"log"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -86,8 +87,34 @@ type Server struct {
 	log     *slog.Logger
 	ms      *server.MCPServer
 
+	// planned are the toolsets exposed at start: tool descriptions name
+	// only tools of these sets (or say which set to enable).
+	planned map[string]bool
+	dynamic bool
+
 	mu      sync.Mutex
 	enabled map[string]bool // toolsets whose tools are registered
+}
+
+// offers reports whether the tools of toolset are exposed now, so that a
+// result recommends only tools the client can call.
+func (s *Server) offers(toolset string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.enabled[toolset]
+}
+
+// mention names tool (of toolset) in a description: as is when its set is
+// exposed at start, with how to get it when the set can be enabled, else
+// not at all (instead).
+func (s *Server) mention(toolset, with, instead string) string {
+	switch {
+	case s.planned[toolset]:
+		return with
+	case s.dynamic:
+		return with + " (enable_toolset " + toolset + ")"
+	}
+	return instead
 }
 
 // New returns an MCP server exposing the sandbox tools of the selected toolsets.
@@ -101,7 +128,11 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		return nil, err
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
-		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{}}
+		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{},
+		planned: map[string]bool{}, dynamic: opts.Dynamic}
+	for _, set := range sets {
+		s.planned[set] = true
+	}
 	all, err := checkedTools(s.tools())
 	if err != nil {
 		return nil, err
@@ -116,18 +147,29 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	if opts.Dynamic {
 		instructions += " More tools come in toolsets: list them with `toolsets`, enable one with `enable_toolset`."
 	}
+	var dynamic []tool
+	if opts.Dynamic {
+		dynamic = s.dynamicTools(all)
+	}
+	defs := make([]mcp.Tool, 0, len(all)+len(dynamic))
+	for _, t := range append(slices.Clone(all), dynamic...) {
+		defs = append(defs, t.def)
+	}
+	args, err := newArgChecker(defs)
+	if err != nil {
+		return nil, err
+	}
 	s.ms = server.NewMCPServer("sandbox-mcp", version,
 		server.WithToolCapabilities(opts.Dynamic),
 		server.WithRecovery(),
+		server.WithToolHandlerMiddleware(args.middleware), // outermost: nothing runs on bad arguments
 		server.WithToolHandlerMiddleware(releaseAfterLarge),
 		server.WithHooks(dropRawArguments()),
 		server.WithInstructions(instructions),
 	)
 	s.enable(all, sets)
-	if opts.Dynamic {
-		for _, t := range s.dynamicTools(all) {
-			s.ms.AddTool(t.def, t.handler)
-		}
+	for _, t := range dynamic {
+		s.ms.AddTool(t.def, t.handler)
 	}
 	return s.ms, nil
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -231,7 +232,7 @@ func TestDynamicToolsets(t *testing.T) {
 	if r := s.call("enable_toolset", map[string]any{"toolset": "jobs"}); r.isError || !strings.Contains(r.text, "already") {
 		t.Fatalf("second enable: %+v", r)
 	}
-	if r := s.call("enable_toolset", map[string]any{"toolset": "nope"}); !r.isError || !strings.Contains(r.text, "core, jobs, lifecycle") {
+	if r := s.call("enable_toolset", map[string]any{"toolset": "nope"}); !r.isError || !strings.Contains(r.text, `one of "core", "jobs", "lifecycle"`) {
 		t.Fatalf("unknown set: %+v", r)
 	}
 }
@@ -244,33 +245,37 @@ func TestBadInput(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{"exec", map[string]any{}, "`command` is required"},
+		{"exec", map[string]any{}, `"command" is required: a string`},
 		{"exec", map[string]any{"command": "ls", "sandbox": "../etc"}, "names are 1-63"},
 		{"exec", map[string]any{"command": "ls", "sandbox": strings.Repeat("a", 64)}, "names are 1-63"},
-		{"exec", map[string]any{"command": "ls", "timeout": 0}, "timeout must be between"},
-		{"exec", map[string]any{"command": "ls", "timeout": 4000}, "timeout must be between"},
-		{"exec", map[string]any{"command": "ls", "max_output": 10}, "max_output must be between"},
-		{"exec", map[string]any{"command": "ls", "encoding": "hex"}, "encoding must be"},
+		{"exec", map[string]any{"command": "ls", "timeout": 0}, `"timeout" must be a number from 1 to 3600; got the number 0`},
+		{"exec", map[string]any{"command": "ls", "timeout": "5"}, `"timeout" must be a number from 1 to 3600; got the string "5"`},
+		{"exec", map[string]any{"command": "ls", "max_output": 10}, `"max_output" must be a whole number from`},
+		{"exec", map[string]any{"command": "ls", "encoding": "hex"}, `"encoding" must be one of "text", "base64"`},
 		{"exec", map[string]any{"command": "ls", "stdin": "a", "stdin_base64": "YQ=="}, "not both"},
 		{"exec", map[string]any{"command": "ls", "stdin_base64": "%%%"}, "not valid base64"},
-		{"python", map[string]any{}, "`code` is required"},
-		{"install", map[string]any{}, "must be a list"},
-		{"write_file", map[string]any{"content": "x"}, "`path` is required"},
-		{"write_file", map[string]any{"path": "/a"}, "`content` is required"},
+		{"python", map[string]any{}, `"code" is required`},
+		{"install", map[string]any{}, `"packages" is required: a list of strings`},
+		{"write_file", map[string]any{"content": "x"}, `"path" is required`},
+		{"write_file", map[string]any{"path": "/a"}, `"content" is required`},
 		{"write_file", map[string]any{"path": "/a", "content": "%%", "encoding": "base64"}, "illegal base64"},
-		{"read_file", map[string]any{}, "`path` is required"},
-		{"read_file", map[string]any{"path": "/a", "encoding": "rot13"}, "encoding must be"},
-		{"batch_write", map[string]any{}, "non-empty object"},
-		{"batch_write", map[string]any{"files": map[string]any{"/a": 3}}, "must be a string"},
-		{"env", map[string]any{"action": "dance"}, "action must be"},
-		{"output", map[string]any{"id": "nope"}, "need an id"},
+		{"read_file", map[string]any{}, `"path" is required`},
+		{"read_file", map[string]any{"path": "/a", "encoding": "rot13"}, `"encoding" must be one of`},
+		{"batch_write", map[string]any{}, `"files" is required: an object whose values are strings`},
+		{"batch_write", map[string]any{"files": map[string]any{"/a": 3}}, `"files[\"/a\"]" must be a string; got the number 3`},
+		{"env", map[string]any{"action": "dance"}, `"action" must be one of "list", "set", "unset"; got the string "dance"`},
+		{"output", map[string]any{"id": "nope"}, `output: unknown id "nope"`},
 		{"output", map[string]any{"id": "0123456789ab"}, "no saved stdout"},
 		{"bg", map[string]any{"command": "  "}, "command is required"},
-		{"logs", map[string]any{}, "name is required"},
-		{"logs", map[string]any{"name": "j", "tail": -1}, "tail must be between 1 and"},
-		{"kill", map[string]any{}, "name is required"},
-		{"history", map[string]any{"limit": 1000}, "limit must be between"},
+		{"logs", map[string]any{}, `"name" is required`},
+		{"logs", map[string]any{"name": "j", "tail": -1}, `"tail" must be`},
+		{"kill", map[string]any{}, `"name" is required`},
+		{"history", map[string]any{"limit": 1000}, `"limit" must be a whole number from 1 to 100; got the number 1000`},
 		{"status", map[string]any{"sandbox": "-rm"}, "names are 1-63"},
+		{"status", map[string]any{"sandbox": ""}, "names are 1-63"},
+		{"status", map[string]any{"sandbox": 5}, `"sandbox" must be a name (names are 1-63`},
+		{"exec", map[string]any{"command": "ls", "timout": 5}, `unknown argument "timout"; exec takes command, encoding, max_output, sandbox, stdin, stdin_base64, timeout, workdir`},
+		{"list_all", map[string]any{"a": 1, "b": 2}, `unknown arguments "a", "b"; list_all takes no arguments`},
 		{"destroy", map[string]any{"sandbox": "a b"}, "names are 1-63"},
 		{"reset", map[string]any{"sandbox": "a/b"}, "names are 1-63"},
 	}
@@ -337,7 +342,12 @@ func TestErrorsAreToolErrors(t *testing.T) {
 	}
 	f.errAll = errEngine
 	for _, tool := range []string{"exec", "python", "read_file", "write_file", "env", "status", "list_all", "destroy", "reset", "jobs", "stats", "history", "bg"} {
-		args := map[string]any{"command": "x", "code": "x", "path": "/a", "content": "x", "name": "j"}
+		args := map[string]any{}
+		for k, v := range map[string]any{"command": "x", "code": "x", "path": "/a", "content": "x", "name": "j"} {
+			if _, takes := s.tools[tool].InputSchema.Properties[k]; takes {
+				args[k] = v
+			}
+		}
 		r := s.call(tool, args)
 		if !r.isError || !strings.Contains(r.text, "try: run podman info") {
 			t.Errorf("%s: %+v", tool, r)
@@ -381,6 +391,41 @@ func TestLifecycleTexts(t *testing.T) {
 	for _, tool := range []string{"jobs", "list_all", "history", "status"} {
 		if r := s.call(tool, nil); r.isError {
 			t.Fatalf("%s: %+v", tool, r)
+		}
+	}
+}
+
+// TestTextsNameOnlyExposedTools: with the core set alone, no description
+// or result recommends bg or logs, which the client does not have; with
+// the jobs set they do.
+func TestTextsNameOnlyExposedTools(t *testing.T) {
+	bgWord := regexp.MustCompile(`\bbg\b|\blogs\(|with logs`)
+	timedOut := func(name string, req shell.Request) (sandbox.ExecResult, error) {
+		return sandbox.ExecResult{Result: shell.Result{ExitCode: 124, TimedOut: true, LeftBehind: true}}, nil
+	}
+	for _, tc := range []struct {
+		sets []string
+		want bool
+	}{{[]string{"core"}, false}, {[]string{"core", "lifecycle"}, false}, {nil, true}} {
+		s := connect(t, &fake{exec: timedOut}, Options{Toolsets: tc.sets})
+		var texts []string
+		for _, def := range s.tools {
+			b, _ := json.Marshal(def)
+			texts = append(texts, def.Name+": "+string(b))
+		}
+		r := s.call("exec", map[string]any{"command": "sleep 9", "timeout": 1})
+		texts = append(texts, "exec result: "+r.text)
+		found := false
+		for _, text := range texts {
+			if bgWord.MatchString(text) {
+				found = true
+				if !tc.want {
+					t.Errorf("toolsets %v: %.300s", tc.sets, text)
+				}
+			}
+		}
+		if tc.want && !found {
+			t.Errorf("toolsets %v: nothing recommends bg", tc.sets)
 		}
 	}
 }

@@ -214,10 +214,18 @@ type Health struct {
 	ImageError    string `json:"image_error,omitempty"`
 	// ImageHint says how to get a missing default image.
 	ImageHint string `json:"image_hint,omitempty"`
-	// Sandboxes maps each sandbox to its state; a running one this server
-	// is connected to is "ok" or "not responding".
+	// Sandboxes maps each sandbox to its state in the words of status
+	// (running, stopped, …); for a running one this server has shells in,
+	// whether they answered: "running, responding" or "running, not
+	// responding".
 	Sandboxes map[string]string `json:"sandboxes"`
 }
+
+// The states of health for a sandbox whose shells were asked.
+const (
+	HealthResponding    = "running, responding"
+	HealthNotResponding = "running, not responding"
+)
 
 // OK reports whether everything answered.
 func (h Health) OK() bool {
@@ -225,7 +233,7 @@ func (h Health) OK() bool {
 		return false
 	}
 	for _, st := range h.Sandboxes {
-		if st == "not responding" {
+		if st == HealthNotResponding {
 			return false
 		}
 	}
@@ -258,9 +266,9 @@ func (m *Manager) Health(ctx context.Context) Health {
 		st := string(in.State)
 		if sb, ok := m.Lookup(in.Name); ok {
 			if _, err := sb.housekeep(ctx, "true", 5*time.Second); err != nil {
-				st = "not responding"
+				st = HealthNotResponding
 			} else {
-				st = "ok"
+				st = HealthResponding
 			}
 		}
 		h.Sandboxes[in.Name] = st

@@ -11,7 +11,6 @@ import (
 	"log"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -38,31 +37,46 @@ func NewLogger(level string) *slog.Logger {
 
 // SelectRuntime returns the driver for kind. "auto" picks Apple's
 // container CLI on macOS when present, else a docker whose daemon answers,
-// else podman.
-func SelectRuntime(ctx context.Context, kind string, logger *slog.Logger) (sandbox.Runtime, error) {
-	return selectRuntime(ctx, kind, runtime.GOOS, logger)
+// else podman. Each CLI is looked for at enginePath when set, else on PATH
+// and then in EngineDirs. With no engine at all it still returns the
+// platform's engine, so that the server starts and every tool answers
+// with the install hint instead of the client seeing a dead server.
+func SelectRuntime(ctx context.Context, kind, enginePath string, logger *slog.Logger) sandbox.Runtime {
+	return selectRuntime(ctx, kind, runtime.GOOS, newEngineFinder(enginePath), logger)
 }
 
-func selectRuntime(ctx context.Context, kind, goos string, logger *slog.Logger) (sandbox.Runtime, error) {
-	switch kind {
-	case "docker", "podman":
-		return docker.New(docker.Options{Flavor: docker.Flavor(kind), Logger: logger}), nil
-	case "container":
-		return apple.New(apple.Options{Logger: logger}), nil
-	}
-	if goos == "darwin" {
-		if _, err := exec.LookPath("container"); err == nil {
-			return selectRuntime(ctx, "container", goos, logger)
+func selectRuntime(ctx context.Context, kind, goos string, find engineFinder, logger *slog.Logger) sandbox.Runtime {
+	newRuntime := func(kind string) sandbox.Runtime {
+		bin := find.find(kind)
+		if bin == "" {
+			bin = kind // not found: its calls fail with the install hint
 		}
+		if kind == "container" {
+			return apple.New(apple.Options{Binary: bin, Logger: logger})
+		}
+		return docker.New(docker.Options{Flavor: docker.Flavor(kind), Binary: bin, Logger: logger})
+	}
+	switch kind {
+	case "docker", "podman", "container":
+		return newRuntime(kind)
+	}
+	if goos == "darwin" && find.find("container") != "" {
+		return newRuntime("container")
 	}
 	var candidates []sandbox.Runtime
-	for _, f := range []docker.Flavor{docker.Docker, docker.Podman} {
-		if _, err := exec.LookPath(string(f)); err == nil {
-			candidates = append(candidates, docker.New(docker.Options{Flavor: f, Logger: logger}))
+	for _, f := range []string{"docker", "podman"} {
+		if find.find(f) != "" {
+			candidates = append(candidates, newRuntime(f))
 		}
 	}
 	if len(candidates) == 0 {
-		return nil, fmt.Errorf("%w: none of container, docker, podman is on PATH (Linux: run `make setup` or `sudo apt-get install podman`; macOS: install Apple's container)", sandbox.ErrEngineMissing)
+		preferred := "podman"
+		if goos == "darwin" {
+			preferred = "container"
+		}
+		logger.Warn("no container engine found; tools will say how to install one",
+			"searched", find.searched(), "using", preferred)
+		return newRuntime(preferred)
 	}
 	var firstErr error
 	for _, rt := range candidates {
@@ -70,7 +84,7 @@ func selectRuntime(ctx context.Context, kind, goos string, logger *slog.Logger) 
 		err := rt.Ping(pctx)
 		cancel()
 		if err == nil {
-			return rt, nil
+			return rt
 		}
 		if firstErr == nil {
 			firstErr = err
@@ -79,7 +93,7 @@ func selectRuntime(ctx context.Context, kind, goos string, logger *slog.Logger) 
 	}
 	// Nothing answers: use the first so tools report its error and hint.
 	logger.Warn("no container engine answered", "err", firstErr)
-	return candidates[0], nil
+	return candidates[0]
 }
 
 // Env is a configuration opened for use: the logger, the container runtime,
@@ -129,11 +143,7 @@ func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime
 		return nil, nil, err
 	}
 	logger := NewLogger(cfg.LogLevel)
-	rt, err := SelectRuntime(ctx, cfg.Runtime, logger)
-	if err != nil {
-		return nil, nil, err
-	}
-	return logger, rt, nil
+	return logger, SelectRuntime(ctx, cfg.Runtime, cfg.EnginePath, logger), nil
 }
 
 // memoryLimit is the heap size past which the GC works harder (unless

@@ -2,40 +2,103 @@ package app
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
-// TestAutoRuntime: auto picks Apple's container CLI on macOS when it is on
-// PATH, and never on Linux, where it falls back to docker or podman.
-func TestAutoRuntime(t *testing.T) {
+// fakeEngines writes stand-in CLIs named names into a new directory.
+func fakeEngines(t *testing.T, names ...string) string {
+	t.Helper()
 	dir := t.TempDir()
-	for _, name := range []string{"container", "podman"} {
+	for _, name := range names {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dir
+}
+
+// binaryOf is the CLI a runtime runs.
+func binaryOf(rt sandbox.Runtime) string {
+	if b, ok := rt.(interface{ Binary() string }); ok {
+		return b.Binary()
+	}
+	return "?"
+}
+
+// TestAutoRuntime: auto picks Apple's container CLI on macOS when it is
+// found, and never on Linux, where it falls back to docker or podman.
+func TestAutoRuntime(t *testing.T) {
+	dir := fakeEngines(t, "container", "podman")
 	t.Setenv("PATH", dir)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
+	find := engineFinder{lookPath: exec.LookPath}
 	for goos, want := range map[string]string{"darwin": "container", "linux": "podman"} {
-		rt, err := selectRuntime(ctx, "auto", goos, logger)
-		if err != nil || rt.Kind() != want {
-			t.Errorf("auto on %s: %v %v, want %s", goos, rt, err, want)
+		if rt := selectRuntime(ctx, "auto", goos, find, logger); rt.Kind() != want {
+			t.Errorf("auto on %s: %v, want %s", goos, rt.Kind(), want)
 		}
 	}
 	if err := os.Remove(filepath.Join(dir, "container")); err != nil {
 		t.Fatal(err)
 	}
-	if rt, err := selectRuntime(ctx, "auto", "darwin", logger); err != nil || rt.Kind() != "podman" {
-		t.Errorf("auto on darwin without container: %v %v", rt, err)
+	if rt := selectRuntime(ctx, "auto", "darwin", find, logger); rt.Kind() != "podman" {
+		t.Errorf("auto on darwin without container: %v", rt.Kind())
 	}
-	if rt, err := selectRuntime(ctx, "container", "linux", logger); err != nil || rt.Kind() != "container" {
-		t.Errorf("explicit container: %v %v", rt, err)
+	if rt := selectRuntime(ctx, "container", "linux", find, logger); rt.Kind() != "container" {
+		t.Errorf("explicit container: %v", rt.Kind())
+	}
+}
+
+// TestEngineOutsidePATH: a GUI app on macOS has launchd's minimal PATH;
+// the engine in /usr/local/bin or /opt/homebrew/bin (here: a directory
+// standing in for them) is still found, and run by its full path. A
+// configured engine_path wins over both.
+func TestEngineOutsidePATH(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // nothing on PATH
+	brew := fakeEngines(t, "container", "podman")
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
+	find := engineFinder{dirs: []string{t.TempDir(), brew}, lookPath: exec.LookPath}
+	rt := selectRuntime(ctx, "auto", "darwin", find, logger)
+	if rt.Kind() != "container" || binaryOf(rt) != filepath.Join(brew, "container") {
+		t.Errorf("auto on darwin: %s %s", rt.Kind(), binaryOf(rt))
+	}
+	rt = selectRuntime(ctx, "podman", "linux", find, logger)
+	if binaryOf(rt) != filepath.Join(brew, "podman") {
+		t.Errorf("explicit podman: %s", binaryOf(rt))
+	}
+	own := fakeEngines(t, "docker")
+	find.path = filepath.Join(own, "docker")
+	if rt := selectRuntime(ctx, "auto", "darwin", find, logger); rt.Kind() != "docker" || binaryOf(rt) != find.path {
+		t.Errorf("engine_path: %s %s", rt.Kind(), binaryOf(rt))
+	}
+}
+
+// TestNoEngine: with no engine anywhere, auto still gives a runtime (the
+// platform's), whose calls fail with the install hint, so that the server
+// starts and its tools explain.
+func TestNoEngine(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	find := engineFinder{dirs: []string{t.TempDir()}, lookPath: exec.LookPath}
+	for goos, want := range map[string]string{"darwin": "container", "linux": "podman"} {
+		rt := selectRuntime(context.Background(), "auto", goos, find, logger)
+		if rt.Kind() != want {
+			t.Fatalf("%s: %s", goos, rt.Kind())
+		}
+		err := rt.Ping(context.Background())
+		if !errors.Is(err, sandbox.ErrEngineMissing) || !strings.Contains(err.Error(), "install") {
+			t.Errorf("%s: ping without an engine: %v", goos, err)
+		}
 	}
 }
 

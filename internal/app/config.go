@@ -21,13 +21,16 @@ import (
 
 // Config is everything sandbox-mcp needs to run. Build it with Resolve.
 type Config struct {
-	Runtime  string // auto|container|docker|podman
-	StateDir string
-	Prefix   string
-	File     string // config file read, "" for none
-	Defaults sandbox.Profile
-	Profiles map[string]sandbox.Profile
-	Toolsets []string
+	Runtime string // auto|container|docker|podman
+	// EnginePath is the engine CLI to run, when it is neither on PATH nor
+	// in EngineDirs.
+	EnginePath string
+	StateDir   string
+	Prefix     string
+	File       string // config file read, "" for none
+	Defaults   sandbox.Profile
+	Profiles   map[string]sandbox.Profile
+	Toolsets   []string
 	// DynamicToolsets lets the agent list toolsets and enable more.
 	DynamicToolsets bool
 	BootDefault     bool
@@ -103,6 +106,15 @@ func Settings() []Setting {
 					return err
 				}
 				c.Runtime = v
+				return nil
+			}},
+		{Flag: "engine-path", Env: "SANDBOX_MCP_ENGINE_PATH",
+			Usage: "the engine's CLI (an absolute path to container, docker or podman) when it is not on PATH",
+			set: func(c *Config, v string) error {
+				if err := checkEnginePath(v); err != nil {
+					return err
+				}
+				c.EnginePath = v
 				return nil
 			}},
 		{Flag: "image", Env: "SANDBOX_MCP_IMAGE", Default: d.Defaults.Image,
@@ -291,6 +303,7 @@ func Resolve(flags FlagValues, getenv func(string) string, readFile func(string)
 // fileConfig is the config file's schema; nil means absent.
 type fileConfig struct {
 	Runtime     *string                    `json:"runtime"`
+	EnginePath  *string                    `json:"engine_path"`
 	StateDir    *string                    `json:"state_dir"`
 	Prefix      *string                    `json:"prefix"`
 	Defaults    *sandbox.Profile           `json:"defaults"`
@@ -335,6 +348,12 @@ func (c *Config) applyFile(data []byte) error {
 			return err
 		}
 		c.Runtime = *f.Runtime
+	}
+	if f.EnginePath != nil {
+		if err := check("engine_path", checkEnginePath(*f.EnginePath)); err != nil {
+			return err
+		}
+		c.EnginePath = *f.EnginePath
 	}
 	if f.StateDir != nil {
 		if *f.StateDir == "" {

@@ -223,6 +223,9 @@ func TestResolveErrors(t *testing.T) {
 		{"malformed file", sources{env: withFile, files: cfg("{\n\"runtime\": \"docker\",\n}")}, []string{"/etc/smcp.json", "line 3"}},
 		{"unknown key", sources{env: withFile, files: cfg(`{"runtme": "docker"}`)}, []string{"/etc/smcp.json", `"runtme"`}},
 		{"trailing data", sources{env: withFile, files: cfg(`{} {}`)}, []string{"/etc/smcp.json", "after the JSON object"}},
+		{"relative engine path", sources{flags: FlagValues{"engine-path": "bin/podman"}}, []string{"--engine-path", "not an absolute path"}},
+		{"engine path of another program", sources{env: map[string]string{"SANDBOX_MCP_ENGINE_PATH": "/bin/sh"}}, []string{"SANDBOX_MCP_ENGINE_PATH", "container, docker or podman"}},
+		{"missing engine path", sources{env: withFile, files: cfg(`{"engine_path": "/nowhere/container"}`)}, []string{"/etc/smcp.json", "engine_path", "no such file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.src.resolve()
@@ -256,7 +259,7 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "15" {
-		t.Errorf("%s settings, want 15", got)
+	if got := fmt.Sprint(len(Settings())); got != "16" {
+		t.Errorf("%s settings, want 16", got)
 	}
 }
