@@ -13,7 +13,7 @@ CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
 all: build
 
 build:
-	$(GO) build -o $(BIN)/sandbox-mcp ./cmd/sandbox-mcp
+	$(GO) build -buildvcs=auto -o $(BIN)/sandbox-mcp ./cmd/sandbox-mcp
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOST_ARCH) $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl ./cmd/sandbox-ctl
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-amd64 ./cmd/sandbox-ctl
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-arm64 ./cmd/sandbox-ctl

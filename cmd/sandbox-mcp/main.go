@@ -13,11 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/app"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/version"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 )
-
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -37,7 +35,7 @@ func newRoot() *cobra.Command {
 		Long:          "MCP server for long-lived Linux sandboxes.\n\n" + precedence,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version,
+		Version:       version.String(),
 	}
 	root.SetOut(os.Stderr) // stdout belongs to the protocol
 	serve := &cobra.Command{
@@ -50,6 +48,9 @@ func newRoot() *cobra.Command {
 			cfg, err := resolve(cmd)
 			if err != nil {
 				return err
+			}
+			if isTerminal(os.Stdin) {
+				fmt.Fprintln(os.Stderr, "sandbox-mcp: waiting for an MCP client on stdin. An MCP client (Claude Code, Claude Desktop, Cursor…) starts this command itself; `sandbox-mcp doctor` prints the configuration to give it. Ctrl-C stops.")
 			}
 			out, err := protocolStdout()
 			if err != nil {
@@ -67,13 +68,19 @@ func newRoot() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Doctor(cmd.Context(), cfg, os.Stderr)
+			return app.Doctor(cmd.Context(), cfg, givenFlags(cmd), os.Stderr)
 		},
 	}
 	for _, s := range app.Settings() {
 		fs := root.PersistentFlags()
 		if s.ServeOnly {
 			fs = serve.Flags()
+			// doctor takes them too, to print the client setup with them.
+			if s.Bool {
+				doctor.Flags().Bool(s.Flag, false, s.Help())
+			} else {
+				doctor.Flags().String(s.Flag, s.Default, s.Help())
+			}
 		}
 		if s.Bool {
 			fs.Bool(s.Flag, false, s.Help())
@@ -83,6 +90,24 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(serve, doctor)
 	return root
+}
+
+// givenFlags are the setting flags given to cmd, as arguments to repeat
+// to serve.
+func givenFlags(cmd *cobra.Command) []string {
+	var args []string
+	for _, s := range app.Settings() {
+		f := cmd.Flags().Lookup(s.Flag)
+		if f == nil || !f.Changed {
+			continue
+		}
+		if s.Bool {
+			args = append(args, "--"+s.Flag)
+		} else {
+			args = append(args, "--"+s.Flag, f.Value.String())
+		}
+	}
+	return args
 }
 
 // resolve turns the flags given to cmd, the environment and the config
@@ -95,7 +120,7 @@ func resolve(cmd *cobra.Command) (app.Config, error) {
 		}
 	}
 	cfg, err := app.Resolve(flags, os.Getenv, os.ReadFile)
-	cfg.Version = version
+	cfg.Version = version.String()
 	return cfg, err
 }
 
@@ -112,4 +137,10 @@ func protocolStdout() (*os.File, error) {
 	}
 	os.Stdout = os.Stderr
 	return os.NewFile(uintptr(fd), "mcp-stdout"), nil
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), ioctlGetTermios)
+	return err == nil
 }

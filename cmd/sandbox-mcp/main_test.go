@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/app"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/version"
 )
 
 // TestServeHelp: serve --help names every setting's flag and variable.
@@ -43,7 +44,7 @@ func TestResolveFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.PoolSize != 3 || cfg.BootDefault || cfg.Prefix != "fromenv" || cfg.Runtime != "auto" || cfg.Profiles["big"].CPUs != 4 || cfg.Version != version {
+	if cfg.PoolSize != 3 || cfg.BootDefault || cfg.Prefix != "fromenv" || cfg.Runtime != "auto" || cfg.Profiles["big"].CPUs != 4 || cfg.Version != version.String() {
 		t.Errorf("got %+v", cfg)
 	}
 }

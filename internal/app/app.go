@@ -240,7 +240,7 @@ func offIfZero(n int64) int64 {
 }
 
 // Doctor checks the engine and the default image and writes a report to w.
-func Doctor(ctx context.Context, cfg Config, w io.Writer) error {
+func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) error {
 	_, rt, err := openRuntime(ctx, cfg)
 	if err != nil {
 		return err
@@ -280,7 +280,7 @@ func Doctor(ctx context.Context, cfg Config, w io.Writer) error {
 	fmt.Fprintf(w, "state:    %s\n", cfg.StateDir)
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
-	fmt.Fprintf(w, "register: claude mcp add sandbox -- %s serve\n", selfPath())
+	fmt.Fprintf(w, "\nTo use it, give your MCP client this server (with the flags of this doctor run):\n\n%s", ClientSetup(selfPath(), serveArgs, setupEnv(os.Environ()), hostOS))
 	return nil
 }
 

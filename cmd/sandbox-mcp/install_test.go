@@ -1,0 +1,129 @@
+package main
+
+import (
+	"archive/zip"
+	"bytes"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestGoInstall: `go install github.com/sandbox-mcp/sandbox-mcp/cmd/sandbox-mcp@VERSION`
+// works from a module proxy and gives a binary that reports VERSION. The
+// proxy is a local directory (GOPROXY=file://…) holding this checkout as
+// that version; the dependencies come from the local module cache, so the
+// test needs no network.
+func TestGoInstall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: go install compiles the whole module")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	const module, ver = "github.com/sandbox-mcp/sandbox-mcp", "v0.9.9"
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := t.TempDir()
+	dir := filepath.Join(proxy, module, "@v")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{
+		"list":        []byte(ver + "\n"),
+		ver + ".info": []byte(`{"Version":"` + ver + `","Time":"2026-11-23T00:00:00Z"}`),
+		ver + ".mod":  gomod,
+		ver + ".zip":  moduleZip(t, root, module+"@"+ver),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modCache := strings.TrimSpace(run(t, goBin, nil, "env", "GOMODCACHE"))
+	bin := t.TempDir()
+	env := []string{
+		"GOBIN=" + bin,
+		"GOPROXY=file://" + proxy + ",file://" + filepath.Join(modCache, "cache", "download"),
+		"GOSUMDB=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local",
+	}
+	start := time.Now()
+	run(t, goBin, env, "install", module+"/cmd/sandbox-mcp@"+ver)
+	t.Logf("go install took %s", time.Since(start).Round(time.Millisecond))
+	out := run(t, filepath.Join(bin, "sandbox-mcp"), nil, "--version")
+	if !strings.Contains(out, ver) {
+		t.Fatalf("--version of the installed binary: %q, want %s", out, ver)
+	}
+}
+
+// run runs a command in a temporary directory and returns its output.
+func run(t *testing.T, name string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// moduleZip packs the module's files (as `git ls-files` lists them, or
+// every regular file outside .git) in the module zip layout.
+func moduleZip(t *testing.T, root, prefix string) []byte {
+	t.Helper()
+	var names []string
+	if out, err := exec.Command("git", "-C", root, "ls-files", "--cached", "--others", "--exclude-standard").Output(); err == nil {
+		names = strings.Fields(string(out))
+	} else {
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() && d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			if d.Type().IsRegular() {
+				rel, _ := filepath.Rel(root, p)
+				names = append(names, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // deleted in the work tree
+			}
+			t.Fatal(err)
+		}
+		w, err := zw.Create(prefix + "/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}

@@ -1,0 +1,85 @@
+package app
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// engineEnv are the environment variables that change how the engine's
+// CLI behaves; ClientSetup passes on those set.
+var engineEnv = []string{"CONTAINERS_CONF", "DOCKER_HOST", "DOCKER_CONTEXT", "CONTAINER_HOST"}
+
+// ClientSetup is what to give each MCP client to start this server with
+// args (the serve flags in use) and env (variables to set), as text to
+// paste.
+func ClientSetup(self string, args []string, env map[string]string, goos string) string {
+	argv := append([]string{"serve"}, args...)
+	entry := map[string]any{"command": self, "args": argv}
+	var envFlags []string
+	if len(env) > 0 {
+		entry["env"] = env
+		for _, k := range sortedNames(env) {
+			envFlags = append(envFlags, "-e", k+"="+env[k])
+		}
+	}
+	cfg, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"sandbox": entry}}, "  ", "  ")
+	desktop := "~/.config/Claude/claude_desktop_config.json"
+	if goos == "darwin" {
+		desktop = "~/Library/Application Support/Claude/claude_desktop_config.json"
+	}
+	var b strings.Builder
+	add := append(append([]string{"claude", "mcp", "add", "--scope", "user"}, envFlags...), "sandbox", "--", self)
+	fmt.Fprintf(&b, "Claude Code (every project of this user):\n  %s\n\n", shellJoin(append(add, argv...)))
+	fmt.Fprintf(&b, "Claude Desktop (%s) and Cursor (~/.cursor/mcp.json), merged into \"mcpServers\":\n  %s\n", desktop, cfg)
+	if goos == "darwin" {
+		b.WriteString("  Apps started from the Dock get launchd's PATH; the server also looks in /usr/local/bin and /opt/homebrew/bin,\n" +
+			"  and --engine-path names the engine's CLI anywhere else.\n")
+	}
+	return b.String()
+}
+
+// shellJoin quotes words for a POSIX shell where needed.
+func shellJoin(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		if w != "" && strings.Trim(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,@+") == "" {
+			out[i] = w
+		} else {
+			out[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// hostOS is runtime.GOOS; tests pass another.
+var hostOS = runtime.GOOS
+
+// setupEnv picks the variables a client must set for the server to reach
+// the engine as this process does: the engine's own (engineEnv) and every
+// SANDBOX_MCP_ setting.
+func setupEnv(environ []string) map[string]string {
+	env := map[string]string{}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || v == "" {
+			continue
+		}
+		if slices.Contains(engineEnv, k) || strings.HasPrefix(k, "SANDBOX_MCP_") {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+func sortedNames(m map[string]string) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
