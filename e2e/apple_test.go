@@ -27,8 +27,8 @@ func appleTarget(t *testing.T) enginetest.Target {
 func TestContainerMissing(t *testing.T) {
 	cs := connectRaw(t, []string{"PATH=/nonexistent"},
 		"serve", "--runtime", "container", "--state-dir", t.TempDir(), "--no-boot-default", "--prefix", "smtnocontainer")
-	for _, tool := range []string{"exec", "health"} {
-		text, isErr := callText(t, cs, tool, map[string]any{"command": "true"})
+	for tool, args := range map[string]map[string]any{"exec": {"command": "true"}, "health": {}} {
+		text, isErr := callText(t, cs, tool, args)
 		if !isErr || !strings.Contains(text, "github.com/apple/container/releases") {
 			t.Fatalf("%s: %v %q", tool, isErr, text)
 		}
@@ -49,8 +49,8 @@ func TestContainerSystemNotStarted(t *testing.T) {
 	cs := connectRaw(t, env, "serve", "--runtime", "container", "--image", tg.Image, "--prefix", prefix,
 		"--state-dir", t.TempDir(), "--no-boot-default")
 	const want = "container system start --enable-kernel-install"
-	for _, tool := range []string{"exec", "health", "list_all"} {
-		text, isErr := callText(t, cs, tool, map[string]any{"command": "true"})
+	for tool, args := range map[string]map[string]any{"exec": {"command": "true"}, "health": {}, "list_all": {}} {
+		text, isErr := callText(t, cs, tool, args)
 		if !isErr || !strings.Contains(text, want) {
 			t.Fatalf("%s with the system stopped: %v %q", tool, isErr, text)
 		}
@@ -80,7 +80,7 @@ func TestContainerNamesNeverReachTheCLI(t *testing.T) {
 	long := strings.Repeat("a", 64)
 	for _, bad := range []string{".hidden", long, "a/b", "-rm", "x y"} {
 		text, isErr := callText(t, cs, "exec", map[string]any{"command": "true", "sandbox": bad})
-		if !isErr || !strings.Contains(text, "invalid sandbox name") {
+		if !isErr || !strings.Contains(text, `"sandbox" must be a name`) {
 			t.Fatalf("exec in %q: %v %q", bad, isErr, text)
 		}
 	}

@@ -409,7 +409,7 @@ func scenarios(t *testing.T, s *server) {
 	t.Run("bad sandbox names", func(t *testing.T) {
 		for _, name := range []string{"../x", "--rm", strings.Repeat("n", 64), "ünï", " "} {
 			r := s.call(t, "exec", map[string]any{"command": "true", "sandbox": name})
-			if !r.isError || !strings.Contains(r.text, "invalid sandbox name") {
+			if !r.isError || !strings.Contains(r.text, `"sandbox" must be a name`) {
 				t.Errorf("%q: %+v", name, r)
 			}
 		}

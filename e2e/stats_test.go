@@ -53,7 +53,7 @@ func TestStats(t *testing.T) {
 			}
 
 			r = s.call(t, "stats", map[string]any{"sandbox": "../x"})
-			if !r.isError || !strings.Contains(r.text, "invalid sandbox name") {
+			if !r.isError || !strings.Contains(r.text, `"sandbox" must be a name`) {
 				t.Fatalf("invalid name: %+v", r)
 			}
 		})

@@ -144,6 +144,12 @@ type Container struct {
 // Running reports whether the container is running.
 func (c Container) Running() bool { return c.State == StateRunning }
 
+// VolumeLister is implemented by engines that list their volumes, which
+// prune needs to find workspaces whose sandbox is gone.
+type VolumeLister interface {
+	VolumeNames(ctx context.Context) ([]string, error)
+}
+
 // StatsReader is implemented by engines that report a container's
 // resource use.
 type StatsReader interface {

@@ -71,6 +71,23 @@ func newRoot() *cobra.Command {
 			return app.Doctor(cmd.Context(), cfg, givenFlags(cmd), os.Stderr)
 		},
 	}
+	var dryRun bool
+	prune := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove what servers left on the host: unused containers, workspaces without a sandbox, saved outputs",
+		Long: "Remove what servers of this prefix left on the host: containers no sandbox uses (left by a reset),\n" +
+			"workspace volumes whose sandbox's container is gone, and the saved full outputs in the state\n" +
+			"directory. Sandboxes and their workspaces stay (destroy removes one).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Prune(cmd.Context(), cfg, dryRun, os.Stderr)
+		},
+	}
+	prune.Flags().BoolVar(&dryRun, "dry-run", false, "only say what would be removed")
 	for _, s := range app.Settings() {
 		fs := root.PersistentFlags()
 		if s.ServeOnly {
@@ -88,7 +105,7 @@ func newRoot() *cobra.Command {
 			fs.String(s.Flag, s.Default, s.Help())
 		}
 	}
-	root.AddCommand(serve, doctor)
+	root.AddCommand(serve, doctor, prune)
 	return root
 }
 

@@ -302,3 +302,68 @@ func SplitList(s string) []string {
 	}
 	return out
 }
+
+// Prune removes what servers of this configuration left on the host:
+// containers no sandbox uses, workspace volumes whose sandbox is gone, and
+// the saved full outputs in the state directory. Sandboxes and their
+// workspaces stay. With dryRun it only says what it would remove.
+func Prune(ctx context.Context, cfg Config, dryRun bool, w io.Writer) error {
+	env, err := Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	verb := "removed"
+	if dryRun {
+		verb = "would remove"
+	}
+	p, err := env.Manager.Prune(ctx, dryRun)
+	for _, c := range p.Containers {
+		fmt.Fprintf(w, "%s container %s (left by a reset)\n", verb, c)
+	}
+	for _, v := range p.Volumes {
+		fmt.Fprintf(w, "%s volume %s (its sandbox's container is gone)\n", verb, v)
+	}
+	if p.VolumesUnknown != "" {
+		fmt.Fprintf(w, "volumes not checked: %s\n", p.VolumesUnknown)
+	}
+	if err != nil {
+		return err
+	}
+	files, bytes, err := pruneDir(filepath.Join(cfg.StateDir, "outputs"), dryRun)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s %d saved outputs (%d bytes) in %s\n", verb, files, bytes, filepath.Join(cfg.StateDir, "outputs"))
+	return nil
+}
+
+// pruneDir removes the regular files directly in dir (none of its
+// subdirectories or links), returning how many and their size.
+func pruneDir(dir string, dryRun bool) (int, int64, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	n, size := 0, int64(0)
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if !dryRun {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return n, size, err
+			}
+		}
+		n++
+		size += info.Size()
+	}
+	return n, size, nil
+}

@@ -145,3 +145,33 @@ func TestEndReader(t *testing.T) {
 		}
 	}
 }
+
+// TestPruneDir: prune removes the saved outputs (regular files) and keeps
+// what is not one; a dry run only counts.
+func TestPruneDir(t *testing.T) {
+	dir := t.TempDir()
+	for name, data := range map[string]string{"a.stdout": "12345", "a.stderr": "1", "b.stdout": "123"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if n, size, err := pruneDir(dir, true); n != 3 || size != 9 || err != nil {
+		t.Fatalf("dry run: %d %d %v", n, size, err)
+	}
+	if n, size, err := pruneDir(dir, false); n != 3 || size != 9 || err != nil {
+		t.Fatalf("prune: %d %d %v", n, size, err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Fatalf("left %v, want sub and link", ents)
+	}
+	if n, _, err := pruneDir(filepath.Join(dir, "missing"), false); n != 0 || err != nil {
+		t.Fatalf("missing dir: %d %v", n, err)
+	}
+}

@@ -436,6 +436,19 @@ func (d *Dialect) Volumes(ctx context.Context) ([]Volume, error) {
 	return ParseVolumes(out)
 }
 
+// VolumeNames implements sandbox.VolumeLister.
+func (d *Dialect) VolumeNames(ctx context.Context) ([]string, error) {
+	vols, err := d.Volumes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(vols))
+	for i, v := range vols {
+		names[i] = v.Name
+	}
+	return names, nil
+}
+
 // Images lists the local images.
 func (d *Dialect) Images(ctx context.Context) ([]Image, error) {
 	out, err := d.cli.Output(ctx, nil, "image", "list", "--format", "json")

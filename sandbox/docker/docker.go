@@ -293,6 +293,15 @@ func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[stri
 	return err
 }
 
+// VolumeNames implements sandbox.VolumeLister.
+func (d *Dialect) VolumeNames(ctx context.Context) ([]string, error) {
+	out, err := d.cli.Output(ctx, nil, "volume", "ls", "--format", "{{.Name}}")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
 // VolumeRemove implements sandbox.Runtime. A sized volume's loop device
 // and image file go with it.
 func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {

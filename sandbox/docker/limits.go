@@ -54,20 +54,25 @@ func (d *Dialect) DiskSupport(ctx context.Context) sandbox.DiskSupport {
 
 func (d *Dialect) detectDisk(ctx context.Context) (sandbox.DiskSupport, error) {
 	ds := sandbox.DiskSupport{Pids: true}
-	format := `{{.Store.GraphDriverName}}|{{index .Store.GraphStatus "Backing Filesystem"}}|{{.Store.GraphRoot}}`
+	format := `{{.Host.Security.Rootless}}|{{.Host.CgroupsVersion}}|{{.Store.GraphDriverName}}|{{index .Store.GraphStatus "Backing Filesystem"}}|{{.Store.GraphRoot}}`
 	if d.flavor == Docker {
-		format = `{{.Driver}}|{{range .DriverStatus}}{{if eq (index . 0) "Backing Filesystem"}}{{index . 1}}{{end}}{{end}}|{{.DockerRootDir}}`
+		format = `{{range .SecurityOptions}}{{.}},{{end}}|v{{.CgroupVersion}}|{{.Driver}}|{{range .DriverStatus}}{{if eq (index . 0) "Backing Filesystem"}}{{index . 1}}{{end}}{{end}}|{{.DockerRootDir}}`
 	}
 	out, err := d.cli.Output(ctx, nil, "info", "--format", format)
 	if err != nil {
 		ds.Notes = append(ds.Notes, "engine info failed: "+err.Error())
 		return ds, err
 	}
-	parts := strings.SplitN(strings.TrimSpace(string(out)), "|", 3)
-	for len(parts) < 3 {
+	parts := strings.SplitN(strings.TrimSpace(string(out)), "|", 5)
+	for len(parts) < 5 {
 		parts = append(parts, "")
 	}
-	driver, backing, root := parts[0], parts[1], parts[2]
+	rootless := parts[0] == "true" || strings.Contains(parts[0], "name=rootless")
+	if note := RootlessV1Note(rootless, parts[1]); note != "" {
+		ds.Pids = false
+		ds.Notes = append(ds.Notes, note)
+	}
+	driver, backing, root := parts[2], parts[3], parts[4]
 	ds.RootfsSize = StorageOptSupported(driver, backing)
 	if !ds.RootfsSize {
 		ds.Notes = append(ds.Notes, fmt.Sprintf("rootfs: storage %s on %s has no size option (needs overlay on xfs with pquota, or btrfs)", driver, orUnknown(backing)))
@@ -79,6 +84,17 @@ func (d *Dialect) detectDisk(ctx context.Context) (sandbox.DiskSupport, error) {
 		ds.VolumeSize = true
 	}
 	return ds, nil
+}
+
+// RootlessV1Note is the degraded-mode notice for a rootless engine on
+// cgroup v1, where the kernel cannot delegate cgroups to a normal user:
+// the engine ignores cpu, memory and pids limits. It is "" otherwise.
+func RootlessV1Note(rootless bool, cgroupVersion string) string {
+	if !rootless || cgroupVersion != "v1" {
+		return ""
+	}
+	return "DEGRADED: a rootless engine on cgroup v1 cannot enforce cpu, memory or pids limits (the engine ignores them); " +
+		"boot the host with cgroup v2 (systemd.unified_cgroup_hierarchy=1) or run the engine as root to get them"
 }
 
 func orUnknown(s string) string {

@@ -55,3 +55,17 @@ func TestStorageOptSupported(t *testing.T) {
 		}
 	}
 }
+
+func TestRootlessV1Note(t *testing.T) {
+	if RootlessV1Note(true, "v1") == "" {
+		t.Error("rootless on cgroup v1 is degraded")
+	}
+	for _, c := range []struct {
+		rootless bool
+		v        string
+	}{{false, "v1"}, {true, "v2"}, {false, "v2"}} {
+		if n := RootlessV1Note(c.rootless, c.v); n != "" {
+			t.Errorf("%v %s: %q", c.rootless, c.v, n)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Pruned is what Prune removed (or, in a dry run, would remove).
+type Pruned struct {
+	// Containers are containers of this prefix that no sandbox uses: the
+	// old container of a reset whose server exited before removing it.
+	Containers []string `json:"containers"`
+	// Volumes are workspace volumes of this prefix whose sandbox's
+	// container is gone (removed behind the server's back).
+	Volumes []string `json:"volumes"`
+	// VolumesUnknown says why volumes were not looked at, if they were not.
+	VolumesUnknown string `json:"volumes_unknown,omitempty"`
+}
+
+// Prune removes what sandboxes of this prefix left in the engine:
+// containers no sandbox uses, and workspace volumes without a sandbox.
+// Running sandboxes and their workspaces are never touched; each volume is
+// checked and removed under its sandbox's lifecycle lock, so a boot cannot
+// lose a volume it has just created. With dryRun nothing is removed.
+func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
+	var p Pruned
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return p, err
+	}
+	for _, c := range cs {
+		if c.Name == m.ContainerFor(c.Labels[LabelName]) {
+			continue
+		}
+		if !dryRun {
+			if err := m.rt.Remove(ctx, c.Name); err != nil {
+				return p, fmt.Errorf("remove container %s: %w", c.Name, err)
+			}
+		}
+		p.Containers = append(p.Containers, c.Name)
+	}
+	vl, ok := m.rt.(VolumeLister)
+	if !ok {
+		p.VolumesUnknown = m.rt.Kind() + " does not list volumes"
+		return p, nil
+	}
+	names, err := vl.VolumeNames(ctx)
+	if err != nil {
+		return p, err
+	}
+	wsPrefix := m.cfg.Prefix + "-ws-"
+	for _, vol := range names {
+		name, ok := strings.CutPrefix(vol, wsPrefix)
+		if !ok || ValidateName(name) != nil || m.volumeFor(name) != vol {
+			continue
+		}
+		gone, err := m.pruneVolume(ctx, name, vol, dryRun)
+		if err != nil {
+			return p, err
+		}
+		if gone {
+			p.Volumes = append(p.Volumes, vol)
+		}
+	}
+	return p, nil
+}
+
+// pruneVolume removes the workspace vol of sandbox name when the sandbox's
+// container does not exist, holding the name's lifecycle lock.
+func (m *Manager) pruneVolume(ctx context.Context, name, vol string, dryRun bool) (bool, error) {
+	release, err := m.lockName(ctx, name, "prune")
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	if _, err := m.rt.Inspect(ctx, m.ContainerFor(name)); err == nil {
+		return false, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return false, err
+	}
+	if !dryRun {
+		if err := m.rt.VolumeRemove(ctx, vol); err != nil {
+			return false, fmt.Errorf("remove volume %s: %w", vol, err)
+		}
+	}
+	return true, nil
+}
