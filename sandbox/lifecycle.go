@@ -375,6 +375,11 @@ func ImageHint(rt Runtime) string {
 	if rt.Kind() == "container" {
 		return "build the default image with `container build -t mcp-dev -f Containerfile.mcp-dev .` in the sandbox-mcp checkout, or run `make setup` there; other images: `container image pull`"
 	}
+	if rt.Kind() == "podman" && os.Geteuid() != 0 {
+		// A root set-up built the images into root's store, which a rootless
+		// podman does not see; make setup as this user builds them here.
+		return "podman keeps images per user: run `make setup` as this user (it uses sudo only to install packages) to build the default image into your store; other images: pull or build them with " + rt.Binary()
+	}
 	return "on Linux run `make setup` to build the default image; other images: pull or build them with " + rt.Binary()
 }
 

@@ -1,30 +1,48 @@
 #!/usr/bin/env bash
 # Installs a container engine for sandbox-mcp on Debian 12 and makes plain `podman`
 # work on kernels where podman's defaults fail (see shared/reference/engine-linux.md).
-# Idempotent; run as root. Usage: setup-engine.sh [--no-docker]
+# Idempotent. Run it as the user who will serve: the steps that need root (apt-get,
+# /etc/containers, the tun device for rootless networking) run through sudo, and the
+# script says which before it runs them. As a normal user podman runs rootless and keeps
+# its images in that user's store.
+#
+#   setup-engine.sh [--with-docker]
+#
+# --with-docker also installs Debian's Docker Engine (the tests use it; the server does
+# not need it). --no-docker is accepted and is the default.
 set -euo pipefail
 
-usage() { echo "usage: $0 [--no-docker]" >&2; }
+usage() { echo "usage: $0 [--with-docker]" >&2; }
 
-with_docker=1
+with_docker=0
 for arg in "$@"; do
   case "$arg" in
+    --with-docker) with_docker=1 ;;
     --no-docker) with_docker=0 ;;
     -h|--help) usage; exit 0 ;;
     *) usage; exit 2 ;;
   esac
 done
 
-if [[ "$(id -u)" -ne 0 ]]; then
-  echo "setup-engine: must run as root (apt-get, /etc/containers)" >&2
-  exit 1
+me="$(id -un)"
+if [[ "$(id -u)" -eq 0 ]]; then
+  as_root() { "$@"; }
+else
+  if ! command -v sudo >/dev/null; then
+    echo "setup-engine: installing packages needs root, and sudo is not installed." >&2
+    echo "  Run this once as root (su -c '$0 $*'), then run make setup again as $me." >&2
+    exit 1
+  fi
+  as_root() { sudo "$@"; }
+  echo "setup-engine: running as $me; the steps that need root run with sudo (you may be asked for your password)"
 fi
 
 export DEBIAN_FRONTEND=noninteractive
 
 # --- packages --------------------------------------------------------------
 # runc is named explicitly so apt satisfies podman's "crun | runc" with runc.
-packages=(podman runc debootstrap busybox-static catatonit)
+# uidmap and slirp4netns make rootless podman work for a normal user.
+packages=(podman runc debootstrap busybox-static catatonit uidmap slirp4netns)
 if [[ "$with_docker" -eq 1 ]]; then
   packages+=(docker.io)
 fi
@@ -43,14 +61,14 @@ for pkg in "${packages[@]}"; do
 done
 
 if [[ "${#missing[@]}" -gt 0 ]]; then
-  echo "setup-engine: apt-get update"
-  apt-get update -q >/dev/null
-  echo "setup-engine: apt-get install -y ${missing[*]}"
-  apt-get install -y -q "${missing[@]}" >/dev/null
+  echo "setup-engine: apt-get update (as root)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  echo "setup-engine: apt-get install -y ${missing[*]} (as root)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
 fi
 
 for cmd in podman runc debootstrap busybox; do
-  if ! command -v "$cmd" >/dev/null; then
+  if ! command -v "$cmd" >/dev/null && ! [[ -x "/usr/sbin/$cmd" ]]; then
     echo "setup-engine: $cmd not on PATH after install" >&2
     exit 1
   fi
@@ -58,6 +76,20 @@ done
 if [[ "$with_docker" -eq 1 ]] && ! command -v dockerd >/dev/null; then
   echo "setup-engine: dockerd not on PATH after install" >&2
   exit 1
+fi
+
+# --- rootless podman for a normal user -----------------------------------------
+if [[ "$(id -u)" -ne 0 ]]; then
+  if ! grep -q "^$me:" /etc/subuid || ! grep -q "^$me:" /etc/subgid; then
+    echo "setup-engine: giving $me subordinate ids for rootless containers (as root: usermod --add-subuids/--add-subgids)"
+    as_root usermod --add-subuids 100000-165535 --add-subgids 100000-165535 "$me"
+  fi
+  # Debian's udev makes /dev/net/tun usable by everyone; some VMs ship it 0600, which
+  # breaks rootless networking (slirp4netns).
+  if [[ -e /dev/net/tun && ! -w /dev/net/tun ]]; then
+    echo "setup-engine: /dev/net/tun is not usable by $me; making it 0666 as Debian does (as root)"
+    as_root chmod 0666 /dev/net/tun
+  fi
 fi
 
 # --- podman smoke test with the system config ---------------------------------
@@ -114,24 +146,24 @@ runtime = "runc"
 # containers.conf); keep it only if podman then really works.
 dropin_dir=/etc/containers/containers.conf.d
 dropin="$dropin_dir/50-sandbox-mcp.conf"
-mkdir -p "$dropin_dir"
-printf '%s' "$settings" >"$dropin"
-echo "setup-engine: wrote $dropin"
+as_root mkdir -p "$dropin_dir"
+printf '%s' "$settings" | as_root tee "$dropin" >/dev/null
+echo "setup-engine: wrote $dropin (as root)"
 if smoke; then
   echo "setup-engine: podman works now (drop-in honoured)"
   exit 0
 fi
 
-rm -f "$dropin"
+as_root rm -f "$dropin"
 echo "setup-engine: drop-in not honoured; removed $dropin"
 main_conf=/etc/containers/containers.conf
 if [[ -e "$main_conf" ]]; then
   backup="$main_conf.bak.$(date +%Y%m%d%H%M%S)"
-  cp -p "$main_conf" "$backup"
+  as_root cp -p "$main_conf" "$backup"
   echo "setup-engine: backed up $main_conf to $backup"
 fi
-printf '%s' "$settings" >"$main_conf"
-echo "setup-engine: wrote $main_conf"
+printf '%s' "$settings" | as_root tee "$main_conf" >/dev/null
+echo "setup-engine: wrote $main_conf (as root)"
 if smoke; then
   echo "setup-engine: podman works now"
   exit 0

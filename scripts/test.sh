@@ -113,7 +113,7 @@ needs_podman() { has_runtime podman || [[ ",${runtimes// /}," == *",container"* 
 
 # --- engine set-up (slow; only when needed) ------------------------------------
 setup_args=()
-has_runtime docker || setup_args+=(--no-docker)
+has_runtime docker && setup_args+=(--with-docker)
 if [[ "$do_setup" -eq 0 ]]; then
   if ! command -v podman >/dev/null; then
     log "podman not found: running scripts/setup-engine.sh"

@@ -259,16 +259,6 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 		return errors.New("container engine not usable")
 	}
 	fmt.Fprintf(w, "engine:   ok, version %s\n", v)
-	ok, err := rt.ImageExists(ctx, cfg.Defaults.Image)
-	switch {
-	case err != nil:
-		fmt.Fprintf(w, "image:    FAIL %v\n", err)
-		return err
-	case !ok:
-		fmt.Fprintf(w, "image:    FAIL %s is missing (Linux: `make setup`; macOS: `container build -t mcp-dev -f Containerfile.mcp-dev .`)\n", cfg.Defaults.Image)
-		return errors.New("default image missing")
-	}
-	fmt.Fprintf(w, "image:    ok, %s\n", cfg.Defaults.Image)
 	lim, ds := sandbox.HostLimits(ctx, rt, cfg.Defaults)
 	fmt.Fprintf(w, "limits:   %s\n", lim)
 	for _, n := range ds.Notes {
@@ -277,6 +267,16 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 	if lim.Workspace == sandbox.MechWatcher || lim.Rootfs == sandbox.MechWatcher {
 		fmt.Fprintf(w, "          watcher: polls usage every second and stops writers past the limit (overshoot about 1 s of writing) or when host free space falls below max(5%%, 2 GB)\n")
 	}
+	ok, err := rt.ImageExists(ctx, cfg.Defaults.Image)
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "image:    FAIL %v\n", err)
+		return err
+	case !ok:
+		fmt.Fprintf(w, "image:    FAIL %s is missing: %s\n", cfg.Defaults.Image, sandbox.ImageHint(rt))
+		return errors.New("default image missing")
+	}
+	fmt.Fprintf(w, "image:    ok, %s\n", cfg.Defaults.Image)
 	fmt.Fprintf(w, "state:    %s\n", cfg.StateDir)
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
