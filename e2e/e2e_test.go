@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
@@ -54,6 +55,33 @@ type server struct {
 	mu       sync.Mutex
 	progress []string
 	stateDir string
+	schemas  map[string]*jsonschema.Resolved // output schemas by tool, read on first use
+}
+
+// outputSchema is tool's output schema as the server lists it.
+func (s *server) outputSchema(t *testing.T, tool string) *jsonschema.Resolved {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.schemas == nil {
+		s.schemas = map[string]*jsonschema.Resolved{}
+		for tl, err := range s.cs.Tools(context.Background(), nil) {
+			if err != nil {
+				t.Fatalf("tools/list: %v", err)
+			}
+			raw, _ := json.Marshal(tl.OutputSchema)
+			var sch jsonschema.Schema
+			if err := json.Unmarshal(raw, &sch); err != nil {
+				t.Fatalf("%s: output schema: %v", tl.Name, err)
+			}
+			rs, err := sch.Resolve(nil)
+			if err != nil {
+				t.Fatalf("%s: output schema: %v", tl.Name, err)
+			}
+			s.schemas[tl.Name] = rs
+		}
+	}
+	return s.schemas[tool]
 }
 
 func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, extra ...string) *server {
@@ -129,6 +157,18 @@ func (s *server) callWith(t *testing.T, name string, args map[string]any, progre
 	if res.StructuredContent != nil {
 		b, _ := json.Marshal(res.StructuredContent)
 		_ = json.Unmarshal(b, &r.data)
+		// Every result's structured content matches its tool's output schema.
+		if rs := s.outputSchema(t, name); rs == nil {
+			t.Errorf("%s: no output schema listed", name)
+		} else {
+			var inst any
+			_ = json.Unmarshal(b, &inst)
+			if err := rs.Validate(inst); err != nil {
+				t.Errorf("%s: structured content does not match the output schema: %v\n%.500s", name, err, b)
+			}
+		}
+	} else if !res.IsError {
+		t.Errorf("%s: a successful result without structured content", name)
 	}
 	return r
 }

@@ -24,11 +24,19 @@ func TestCommandsCannotLie(t *testing.T) {
 
 			t.Run("a timeout ends the whole sequence", func(t *testing.T) {
 				r := s.call(t, "exec", map[string]any{"command": "sleep 3; touch /workspace/after; echo ran-after", "timeout": 1})
-				if !r.isError || r.data["timed_out"] != true || r.num("exit_code") == 0 || strings.Contains(r.str("stdout"), "ran-after") {
+				if !r.isError || r.data["timed_out"] != true || r.num("exit_code") == 0 {
 					t.Fatalf("%+v", r)
 				}
-				if !strings.Contains(r.text, "nothing after that point ran") {
-					t.Fatalf("text: %q", r.text)
+				if r.num("stop_took_ms") >= 2000 {
+					// A loaded host: stopping took past the sleep, and the
+					// result says the command ran on; nothing more to check.
+					if !strings.Contains(r.text, "what it did meanwhile ran") {
+						t.Fatalf("a slow stop not reported: %q", r.text)
+					}
+					t.Skipf("the host was too slow to stop the command within 2 s (%v ms), which the result said", r.num("stop_took_ms"))
+				}
+				if strings.Contains(r.str("stdout"), "ran-after") || !strings.Contains(r.text, "nothing after that point ran") && !strings.Contains(r.text, "what it did meanwhile ran") {
+					t.Fatalf("%+v", r)
 				}
 				time.Sleep(3 * time.Second)
 				r = s.call(t, "exec", map[string]any{"command": "ls /workspace/after 2>&1 || echo absent"})
@@ -45,12 +53,19 @@ func TestCommandsCannotLie(t *testing.T) {
 					done <- err
 				}()
 				time.Sleep(time.Second)
+				start := time.Now()
 				cancel() // the client sends notifications/cancelled
 				<-done
 				time.Sleep(3 * time.Second)
 				r := s.call(t, "exec", map[string]any{"command": "ls /workspace/after-cancel 2>&1 || echo absent"})
 				if !strings.Contains(r.str("stdout"), "absent") {
-					t.Fatalf("the rest of a cancelled command ran: %+v", r)
+					// The cancelled call's result is not delivered, so its
+					// stop time is not known here; the history keeps it.
+					h := s.call(t, "history", map[string]any{"limit": 3})
+					if strings.Contains(h.text, "slow to answer") {
+						t.Skipf("the host was too slow to stop the command (%s after the cancel), which its record says", time.Since(start))
+					}
+					t.Fatalf("the rest of a cancelled command ran: %+v\nhistory: %s", r, h.text)
 				}
 			})
 			t.Run("late output stays out of the next result", func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 
 func (s *Server) envTool() tool {
 	return tool{group: "core", handler: s.handleEnv, def: newTool[EnvVars]("env", "Environment variables",
-		"List, set or unset environment variables of a sandbox; they apply to every later command and survive shell restarts. "+
+		"List, set or unset a sandbox's environment variables, for every later command. "+
 			"Mark tokens secret to keep them out of history and listings.",
 		mutating(true),
 		mcp.WithString("action", mcp.Enum("list", "set", "unset"), mcp.DefaultString("list")),

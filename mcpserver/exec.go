@@ -48,6 +48,9 @@ type ExecOutput struct {
 	Background bool   `json:"background_left,omitempty"`
 	Booted     string `json:"booted,omitempty"` // created, started, adopted, recovered
 	Notice     string `json:"notice,omitempty"` // e.g. the disk watcher stopped the command
+	// StopTookMS is how long ending a timed-out or cancelled command took;
+	// the command ran on meanwhile (set when that was noticeable).
+	StopTookMS int64 `json:"stop_took_ms,omitempty"`
 }
 
 func (s *Server) execTool() tool {
@@ -203,6 +206,9 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		Booted:       bootWord(res.Boot),
 		Notice:       res.Notice,
 	}
+	if (res.TimedOut || res.Canceled) && res.StopTook >= shell.SlowStop {
+		out.StopTookMS = res.StopTook.Milliseconds()
+	}
 	if retrievable {
 		out.OutputID = call.id
 	}
@@ -235,6 +241,12 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	switch {
 	case res.TimedOut && res.NotStarted:
 		fmt.Fprintf(&text, "\n[timed out after %gs waiting for a free shell: every shell of the sandbox was busy, and the command did not run]", timeout)
+	case res.TimedOut && res.StopTook >= shell.SlowStop:
+		fmt.Fprintf(&text, "\n[timed out after %gs, but the sandbox was slow to answer: stopping the command took %s more, and what it did meanwhile ran; then it and every process it started were ended", timeout, fmtDuration(res.StopTook))
+		if res.ShellLost {
+			text.WriteString("; the shell was replaced and its cwd and exports restored")
+		}
+		text.WriteString("]")
 	case res.TimedOut:
 		fmt.Fprintf(&text, "\n[timed out after %gs: the command and every process it started were ended, and nothing after that point ran", timeout)
 		if res.ShellLost {
@@ -245,6 +257,8 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		} else {
 			text.WriteString(". Start long-running work in the background (`cmd >log 2>&1 &`) and read its log later.]")
 		}
+	case res.Canceled && res.StopTook >= shell.SlowStop:
+		fmt.Fprintf(&text, "\n[canceled, but the sandbox was slow to answer: stopping the command took %s, and what it did meanwhile ran; then it and every process it started were ended]", fmtDuration(res.StopTook))
 	case res.Canceled:
 		text.WriteString("\n[canceled: the command and every process it started were ended]")
 	case res.ShellLost:

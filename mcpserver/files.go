@@ -15,7 +15,7 @@ import (
 
 func (s *Server) writeFileTool() tool {
 	return tool{group: "core", handler: s.handleWriteFile, def: newTool[FileWritten]("write_file", "Write a file",
-		"Write a file in a sandbox, creating parent directories; relative paths are from the shell's current directory. Overwrites unless append is set. "+
+		"Write a file in a sandbox, creating parent directories; relative paths start at the shell's cwd. Overwrites unless append is set. "+
 			"Checks what landed; a failure names its cause (no space, read-only…).",
 		mutating(false), // append=true adds on every call
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
@@ -102,8 +102,8 @@ func writtenText(w sandbox.Written, appended bool) string {
 
 func (s *Server) readFileTool() tool {
 	return tool{group: "core", handler: s.handleReadFile, def: newTool[FileContent]("read_file", "Read a file",
-		"Read a regular file from a sandbox (not a device or fifo; at most 1 MiB per call; use offset and length for larger files). "+
-			"Non-UTF-8 content needs encoding=base64 to come back exactly.",
+		"Read a regular file from a sandbox, at most 1 MiB per call (offset and length page through larger ones). "+
+			"Use encoding=base64 for non-UTF-8 content.",
 		readOnly(),
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
 		sandboxParam(),

@@ -181,11 +181,17 @@ func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp
 	}
 	for _, e := range entries {
 		fmt.Fprintf(&b, "%s  exit %d  %dms  %s\n", e.Time.Format(time.TimeOnly), e.ExitCode, e.DurationMS, e.Command)
+		late := ""
+		if e.StopTookMS > 0 {
+			late = fmt.Sprintf("; the sandbox was slow to answer: stopping it took %dms, and it ran on meanwhile", e.StopTookMS)
+		}
 		switch {
 		case e.Error != "":
 			fmt.Fprintf(&b, "    (%s)\n", e.Error)
 		case e.TimedOut:
-			b.WriteString("    (timed out)\n")
+			fmt.Fprintf(&b, "    (timed out%s)\n", late)
+		case e.Canceled:
+			fmt.Fprintf(&b, "    (canceled%s)\n", late)
 		}
 	}
 	return mcp.NewToolResultStructured(HistoryList{Sandbox: name, Entries: entries}, strings.TrimRight(b.String(), "\n")), nil

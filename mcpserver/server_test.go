@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mark3labs/mcp-go/client"
@@ -426,6 +427,26 @@ func TestTextsNameOnlyExposedTools(t *testing.T) {
 		}
 		if tc.want && !found {
 			t.Errorf("toolsets %v: nothing recommends bg", tc.sets)
+		}
+	}
+}
+
+// TestSlowStopIsReported: when ending a timed-out command took long (a
+// loaded host), the result does not claim that nothing after the timeout
+// ran: it says how long the command ran on.
+func TestSlowStopIsReported(t *testing.T) {
+	for _, took := range []time.Duration{10 * time.Millisecond, 2300 * time.Millisecond} {
+		f := &fake{exec: func(name string, req shell.Request) (sandbox.ExecResult, error) {
+			return sandbox.ExecResult{Result: shell.Result{ExitCode: 124, TimedOut: true, StopTook: took}}, nil
+		}}
+		s := connect(t, f, Options{})
+		r := s.call("exec", map[string]any{"command": "sleep 9", "timeout": 1})
+		slow := took > time.Second
+		if strings.Contains(r.text, "nothing after that point ran") == slow || strings.Contains(r.text, "stopping the command took 2300ms more") != slow {
+			t.Errorf("stop took %s: %q", took, r.text)
+		}
+		if ms, _ := r.data["stop_took_ms"].(float64); slow && ms != 2300 || !slow && ms != 0 {
+			t.Errorf("stop took %s: stop_took_ms %v", took, r.data["stop_took_ms"])
 		}
 	}
 }

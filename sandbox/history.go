@@ -17,7 +17,11 @@ type HistoryEntry struct {
 	ExitCode   int       `json:"exit_code"`
 	DurationMS int64     `json:"duration_ms"`
 	TimedOut   bool      `json:"timed_out,omitempty"`
-	Error      string    `json:"error,omitempty"`
+	Canceled   bool      `json:"canceled,omitempty"`
+	// StopTookMS is set when ending a timed-out or cancelled command took
+	// long enough (shell.SlowStop) that it ran on meanwhile.
+	StopTookMS int64  `json:"stop_took_ms,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // maxHistoryCommand bounds the command text kept per entry.
@@ -71,6 +75,10 @@ func (h *History) Add(name, command string, res shell.Result, err error) {
 		ExitCode:   res.ExitCode,
 		DurationMS: res.Duration.Milliseconds(),
 		TimedOut:   res.TimedOut,
+		Canceled:   res.Canceled,
+	}
+	if (res.TimedOut || res.Canceled) && res.StopTook >= shell.SlowStop {
+		e.StopTookMS = res.StopTook.Milliseconds()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

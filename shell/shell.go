@@ -106,7 +106,17 @@ type Result struct {
 	// Stray counts bytes that processes left behind by earlier commands
 	// wrote to this shell; they were discarded.
 	Stray int64
+	// StopTook is, for a command that timed out or was cancelled, how long
+	// stopping it took after that moment: while the sandbox is slow to
+	// answer (a loaded host) the command runs on for that long.
+	StopTook time.Duration
 }
+
+// SlowStop is how long ending an interrupted command may take before it is
+// worth telling: usually an idle shell stops it within milliseconds; on a
+// loaded host an engine exec can take seconds, and the command runs on
+// meanwhile.
+const SlowStop = 250 * time.Millisecond
 
 // State is the shell state kept across commands and shells.
 type State = guest.State
@@ -305,7 +315,7 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	}
 	ex := s.exchange(rctx, frame, marker, runID, !frame.Isolated, stdout, stderr)
 	res := Result{ExitCode: ex.code, Duration: time.Since(start), ShellLost: ex.lost,
-		NotStarted: ex.lost && !ex.started, LeftBehind: ex.bg, Stray: ex.stray}
+		NotStarted: ex.lost && !ex.started, LeftBehind: ex.bg, Stray: ex.stray, StopTook: ex.stopped}
 	err = ex.err
 	if errors.Is(err, errInterrupted) {
 		err = nil
@@ -371,6 +381,7 @@ type exchanged struct {
 	lost    bool   // the shell ended; code is then its exit status
 	started bool   // the start beacon arrived
 	stray   int64
+	stopped time.Duration // how long ending an interrupted command took
 	err     error
 }
 
@@ -439,13 +450,16 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 		return true
 	}
 	interrupted := false
+	var stopped time.Duration
 	if !wait(ctx.Done(), nil) {
 		interrupted = true
+		t0 := time.Now()
 		if runID == "" {
 			s.kill()
 		} else {
 			s.killRun(runID, inShell)
 		}
+		stopped = time.Since(t0)
 		grace := s.opts.KillGrace
 		if grace <= 0 {
 			grace = time.Second
@@ -453,7 +467,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 		if !wait(nil, time.After(grace)) {
 			s.kill()
 			if !wait(nil, time.After(lostWait)) {
-				return exchanged{code: -1, lost: true, started: beaconSeen.Load(), stray: stray.n.Load(),
+				return exchanged{code: -1, lost: true, started: beaconSeen.Load(), stray: stray.n.Load(), stopped: stopped,
 					err: fmt.Errorf("shell did not end after being killed")}
 			}
 		}
@@ -465,6 +479,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 	}
 	ex.started = beaconSeen.Load()
 	ex.stray = stray.n.Load()
+	ex.stopped = stopped
 	if outErr != nil || errErr != nil {
 		s.markDead()
 		ex.code, ex.lost, ex.stateOK = -1, true, false
