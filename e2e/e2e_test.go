@@ -30,6 +30,12 @@ const hangGuard = 30 * time.Second
 var binary string
 
 func TestMain(m *testing.M) {
+	if b := os.Getenv("SANDBOX_MCP_TEST_BINARY"); b != "" {
+		// A binary built beforehand (scripts/test-rootless.sh runs this
+		// test binary as a user without the Go toolchain's caches).
+		binary = b
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "sandbox-mcp-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
