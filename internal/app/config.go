@@ -580,6 +580,9 @@ func (c *Config) Validate() error {
 	if err := checkRuntime(c.Runtime); err != nil {
 		return err
 	}
+	if c.EnginePath != "" && c.Runtime != "auto" && filepath.Base(c.EnginePath) != c.Runtime {
+		return fmt.Errorf("engine_path %s is not the CLI of runtime %s", c.EnginePath, c.Runtime)
+	}
 	if err := checkPrefix(c.Prefix); err != nil {
 		return err
 	}

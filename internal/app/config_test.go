@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -261,5 +262,21 @@ func TestSettingsHelp(t *testing.T) {
 	}
 	if got := fmt.Sprint(len(Settings())); got != "16" {
 		t.Errorf("%s settings, want 16", got)
+	}
+}
+
+// TestEnginePathMatchesRuntime: an engine_path names the CLI of the runtime
+// asked for, or the runtime is auto.
+func TestEnginePathMatchesRuntime(t *testing.T) {
+	dir := fakeEngines(t, "docker")
+	docker := filepath.Join(dir, "docker")
+	if _, err := (sources{flags: FlagValues{"engine-path": docker, "runtime": "podman"}}).resolve(); err == nil ||
+		!strings.Contains(err.Error(), "is not the CLI of runtime podman") {
+		t.Errorf("docker's CLI for podman: %v", err)
+	}
+	for _, rt := range []string{"docker", "auto"} {
+		if c, err := (sources{flags: FlagValues{"engine-path": docker, "runtime": rt}}).resolve(); err != nil || c.EnginePath != docker {
+			t.Errorf("runtime %s: %+v %v", rt, c.EnginePath, err)
+		}
 	}
 }
