@@ -8,7 +8,8 @@
 #         localhost/ names, but lists them as "localhost/..." and the short names are
 #         what docker users expect)
 #
-# Existing images are kept unless --force. The dev rootfs tarball is cached under
+# Existing images are kept unless --force, or, for mcp-dev, unless they were built from
+# an older recipe (package list). The dev rootfs tarball is cached under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp/, so --force or a second engine reuses
 # it; --no-cache runs debootstrap again. podman honours CONTAINERS_CONF as usual;
 # docker uses DOCKER_HOST (see scripts/dockerd.sh).
@@ -62,13 +63,34 @@ if [[ "$engine" == docker ]] && ! docker version >/dev/null 2>&1; then
 fi
 
 suite=bookworm
-dev_includes=python3-minimal,netcat-openbsd,procps,ca-certificates,git,coreutils
-# Bump when the dev rootfs recipe changes, so an old cached tarball is not reused.
-dev_recipe=1
+# mcp-dev is Debian minbase (dash, coreutils, util-linux, apt) plus the toolbox that
+# Containerfile.mcp-dev gives macOS users (README: "What the default image holds") and
+# what the server runs in a sandbox (nc, pkill). Installed by apt-get in the new root,
+# without recommends: debootstrap's own resolver cannot follow npm's virtual packages.
+# debootstrap itself adds only ca-certificates, so that apt can verify an https mirror.
+dev_base=ca-certificates
+dev_packages=(
+  ca-certificates curl git jq tar unzip
+  python3 python3-pip python3-venv
+  nodejs npm
+  build-essential
+  netcat-openbsd procps
+)
+# Bump when the dev rootfs recipe changes otherwise, so an old cached tarball or image
+# is not reused.
+dev_recipe=2
+dev_key="$(printf '%s|%s|%s|%s' "$suite" "minbase+$dev_base" "${dev_packages[*]}" "$dev_recipe" \
+  | sha256sum | cut -c1-12)"
+recipe_label=io.sandbox-mcp.recipe
 cache_dir="${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp"
 path_env='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 # Same --change syntax for podman and docker import (Dockerfile instructions).
 changes=(--change 'CMD ["/bin/sh"]' --change 'WORKDIR /workspace' --change "$path_env")
+# A sandbox is disposable: `pip install` goes to the system's Python, as on the Alpine
+# image, instead of stopping at Debian's "externally managed" marker. Debian's pip puts
+# it under /usr/local, apart from apt's packages; `python3 -m venv` works as well.
+dev_changes=(--change 'ENV PIP_BREAK_SYSTEM_PACKAGES=1' --change 'ENV PIP_ROOT_USER_ACTION=ignore'
+  --change "LABEL $recipe_label=$dev_key")
 
 workdir=""
 cleanup() {
@@ -82,21 +104,25 @@ trap cleanup EXIT
 log() { echo "build-images: $*"; }
 
 image_id() {
-  if [[ "$engine" == podman ]]; then
-    podman image inspect --format '{{.Id}}' "$1" 2>/dev/null || true
-  else
-    docker image inspect --format '{{.Id}}' "$1" 2>/dev/null || true
-  fi
+  "$engine" image inspect --format '{{.Id}}' "$1" 2>/dev/null || true
 }
 
-# Imports the rootfs tar on stdin as image $1 and drops the image it replaces, if unused.
+# The recipe key image $1 was built from (empty for images built before the label).
+image_recipe() {
+  "$engine" image inspect --format "{{index .Config.Labels \"$recipe_label\"}}" "$1" \
+    2>/dev/null || true
+}
+
+# Imports the rootfs tar on stdin as image $1, with the extra --change arguments that
+# follow, and drops the image it replaces, if unused.
 import_rootfs() {
   local name="$1" old new
+  shift
   old="$(image_id "$name")"
   if [[ "$engine" == podman ]]; then
-    podman import --quiet "${changes[@]}" - "$name" >/dev/null
+    podman import --quiet "${changes[@]}" "$@" - "$name" >/dev/null
   else
-    docker import "${changes[@]}" - "$name" >/dev/null
+    docker import "${changes[@]}" "$@" - "$name" >/dev/null
   fi
   new="$(image_id "$name")"
   if [[ -n "$old" && "$old" != "$new" ]]; then
@@ -180,10 +206,8 @@ apt_mirror() {
 # needed. Not run in $(...): the EXIT trap must see $workdir.
 dev_tarball=""
 dev_rootfs_tar() {
-  local key tarball mirror root proxy
-  key="$(printf '%s|%s|%s|%s' "$suite" minbase "$dev_includes" "$dev_recipe" \
-    | sha256sum | cut -c1-12)"
-  tarball="$cache_dir/mcp-dev-$suite-$key.tar"
+  local tarball mirror root proxy t0
+  tarball="$cache_dir/mcp-dev-$suite-$dev_key.tar"
   if [[ "$no_cache" -eq 0 && -s "$tarball" ]]; then
     log "reusing cached rootfs $tarball"
     dev_tarball="$tarball"
@@ -209,8 +233,9 @@ dev_rootfs_tar() {
   # Build next to the cache (same filesystem) rather than in a possibly small /tmp.
   workdir="$(mktemp -d "$cache_dir/build.XXXXXX")"
   root="$workdir/rootfs"
-  log "debootstrap $suite from $mirror (about a minute)"
-  if ! debootstrap --variant=minbase --include="$dev_includes" "$suite" "$root" "$mirror" \
+  t0="$EPOCHREALTIME"
+  log "debootstrap $suite minbase from $mirror (about a minute)"
+  if ! debootstrap --variant=minbase --include="$dev_base" "$suite" "$root" "$mirror" \
     >"$workdir/debootstrap.log" 2>&1; then
     echo "build-images: debootstrap failed; log tail:" >&2
     tail -n 30 "$workdir/debootstrap.log" >&2
@@ -219,6 +244,22 @@ dev_rootfs_tar() {
     fi
     return 1
   fi
+  log "debootstrap done in $(seconds_since "$t0") s"
+  t0="$EPOCHREALTIME"
+  log "apt-get install ${dev_packages[*]} (about a minute)"
+  # debootstrap left the suite's package lists in the root, so no `apt-get update`.
+  # No service may start in the chroot; unsafe-io: a failed build is thrown away anyway.
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+  chmod 755 "$root/usr/sbin/policy-rc.d"
+  if ! LC_ALL=C DEBIAN_FRONTEND=noninteractive chroot "$root" \
+    apt-get install -y -q --no-install-recommends -o Dpkg::Options::=--force-unsafe-io \
+    "${dev_packages[@]}" >"$workdir/apt.log" 2>&1; then
+    echo "build-images: apt-get install in the new root failed; log tail:" >&2
+    tail -n 30 "$workdir/apt.log" >&2
+    return 1
+  fi
+  rm -f "$root/usr/sbin/policy-rc.d"
+  log "apt-get install done in $(seconds_since "$t0") s"
   mkdir -p "$root/workspace"
   # Smaller image: apt lists and caches are rebuilt by `apt-get update` when needed.
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin \
@@ -232,31 +273,56 @@ dev_rootfs_tar() {
   cleanup
   workdir=""
   log "cached rootfs $tarball"
+  # Rootfs tarballs of older recipes are never used again.
+  local old
+  for old in "$cache_dir"/mcp-dev-*.tar; do
+    if [[ -f "$old" && "$old" != "$tarball" ]]; then
+      rm -f "$old"
+      log "removed $old (an older recipe)"
+    fi
+  done
   dev_tarball="$tarball"
 }
 
 build_dev() {
-  local start="$EPOCHREALTIME"
-  if [[ "$force" -eq 0 && -n "$(image_id "$dev_image")" ]]; then
+  local start="$EPOCHREALTIME" recipe
+  recipe="$(image_recipe "$dev_image")"
+  if [[ "$force" -eq 0 && "$recipe" == "$dev_key" ]]; then
     log "$dev_image exists; skipped (--force rebuilds)"
   else
+    if [[ "$force" -eq 0 && -n "$(image_id "$dev_image")" ]]; then
+      log "$dev_image was built from an older recipe; rebuilding"
+    fi
     dev_rootfs_tar
-    import_rootfs "$dev_image" <"$dev_tarball"
+    import_rootfs "$dev_image" "${dev_changes[@]}" <"$dev_tarball"
     log "$dev_image built in $(seconds_since "$start") s"
   fi
+  # The toolbox, as the README's table and e2e/toolbox_test.go list it.
   # shellcheck disable=SC2016 # expanded by the container's shell
   check_image "$dev_image" '
-    for c in sh python3 base64 nc setsid pkill timeout tar git apt-get; do
+    for c in sh base64 nc setsid pkill timeout apt-get python3 pip3 node npm cc c++ make \
+      git curl jq tar unzip; do
       command -v "$c" >/dev/null || { echo "missing $c"; exit 1; }
     done
+    fail() { echo "$1 broken"; exit 1; }
     case "$(readlink -f /bin/sh)" in */dash) ;; *) echo "sh is not dash"; exit 1 ;; esac
-    [ "$(echo aGk= | base64 -d)" = hi ] || { echo "base64 broken"; exit 1; }
-    [ "$(python3 -c "print(6*7)")" = 42 ] || { echo "python3 broken"; exit 1; }
+    [ "$(echo aGk= | base64 -d)" = hi ] || fail base64
     nc -h 2>&1 | grep -q OpenBSD || { echo "nc is not netcat-openbsd"; exit 1; }
-    setsid true && timeout 5 true || { echo "setsid/timeout broken"; exit 1; }
-    pkill --version >/dev/null && tar --version >/dev/null && git --version >/dev/null \
-      && apt-get --version >/dev/null || { echo "pkill/tar/git/apt-get broken"; exit 1; }
-    echo "ok: dash python3 base64 nc setsid pkill timeout tar git apt-get"'
+    setsid true && timeout 5 true || fail setsid/timeout
+    pkill --version >/dev/null && apt-get --version >/dev/null || fail pkill/apt-get
+    [ "$(python3 -c "import json, http, asyncio, sqlite3, dataclasses, shutil, unittest, ssl
+print(6*7)")" = 42 ] || fail python3
+    python3 -m pip --version >/dev/null || fail pip
+    python3 -m venv /tmp/venv && /tmp/venv/bin/python -m pip --version >/dev/null || fail venv
+    [ "$(node -e "console.log(6*7)")" = 42 ] && npm --version >/dev/null || fail node/npm
+    printf "int main(void) { return 42; }\n" >/tmp/t.c && cc -o /tmp/t /tmp/t.c || fail cc
+    /tmp/t; [ $? = 42 ] || fail cc
+    make --version >/dev/null || fail make
+    git --version >/dev/null && curl --version >/dev/null || fail git/curl
+    [ "$(echo "{\"a\": 42}" | jq .a)" = 42 ] || fail jq
+    tar --version >/dev/null && unzip -v >/dev/null || fail tar/unzip
+    [ -s /etc/ssl/certs/ca-certificates.crt ] || fail ca-certificates
+    echo "ok: dash base64 nc setsid pkill timeout apt-get python3 pip venv node npm cc make git curl jq tar unzip ca-certificates"'
 }
 
 case "$target" in

@@ -138,12 +138,8 @@ fi
 # --- images --------------------------------------------------------------------
 if needs_podman; then
   phase "podman images"
-  if podman image exists localhost/sandbox-mcp-minimal:latest \
-    && podman image exists localhost/mcp-dev:latest; then
-    log "podman images present (scripts/build-images.sh --force rebuilds)"
-  else
-    "$repo/scripts/build-images.sh" --engine podman all
-  fi
+  # Builds only what is missing or from an older recipe, and checks both images.
+  "$repo/scripts/build-images.sh" --engine podman all
 fi
 
 # --- private Docker Engine -------------------------------------------------------
