@@ -8,7 +8,7 @@ CTL_FLAGS := -trimpath -ldflags "-s -w"
 HOST_ARCH := $(shell $(GO) env GOARCH)
 CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
 
-.PHONY: all build setup test test-unit bench lint cross images clean
+.PHONY: all build setup test test-unit test-rootless bench lint cross images clean
 
 all: build
 
@@ -37,6 +37,11 @@ endif
 # Extra go test args: make test ARGS='-run TestX ./shell/'
 test:
 	scripts/test.sh $(if $(ARGS),-- $(ARGS))
+
+# As root: creates the user sandbox-mcp-ci (passwordless sudo) and proves that a normal
+# user sets up and serves with rootless podman. CI runs it; it changes the machine.
+test-rootless:
+	scripts/test-rootless.sh
 
 # No engine: the engine tests skip.
 test-unit:

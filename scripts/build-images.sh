@@ -13,7 +13,10 @@
 # ${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp/, so --force or a second engine reuses
 # it; --no-cache runs debootstrap again. podman honours CONTAINERS_CONF as usual;
 # docker uses DOCKER_HOST (see scripts/dockerd.sh).
-# The dev image needs root (debootstrap); run scripts/setup-engine.sh first.
+# Run it as the user who will serve: podman keeps images per user. Building the dev
+# rootfs needs root (debootstrap, apt-get in a chroot); a normal user's run does that one
+# step through sudo, says so first, and owns the resulting tarball. Run
+# scripts/setup-engine.sh first.
 set -euo pipefail
 
 usage() {
@@ -24,8 +27,17 @@ engine=podman
 force=0
 no_cache=0
 target=all
+# Internal: build only the dev rootfs tarball into --cache-dir (the sudo step).
+rootfs_only=0
+cache_dir_arg=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --rootfs-only) rootfs_only=1; shift ;;
+    --cache-dir)
+      [[ $# -ge 2 ]] || { usage; exit 2; }
+      cache_dir_arg="$2"
+      shift 2
+      ;;
     --engine)
       [[ $# -ge 2 ]] || { usage; exit 2; }
       engine="$2"
@@ -52,11 +64,11 @@ case "$engine" in
   *) usage; exit 2 ;;
 esac
 
-if ! command -v "$engine" >/dev/null; then
+if [[ "$rootfs_only" -eq 0 ]] && ! command -v "$engine" >/dev/null; then
   echo "build-images: $engine not found (run scripts/setup-engine.sh)" >&2
   exit 1
 fi
-if [[ "$engine" == docker ]] && ! docker version >/dev/null 2>&1; then
+if [[ "$rootfs_only" -eq 0 && "$engine" == docker ]] && ! docker version >/dev/null 2>&1; then
   echo "build-images: no docker daemon answers (DOCKER_HOST=${DOCKER_HOST:-unset});" \
     "start one with: eval \"\$(scripts/dockerd.sh start /tmp/smd)\"" >&2
   exit 1
@@ -82,7 +94,7 @@ dev_recipe=2
 dev_key="$(printf '%s|%s|%s|%s' "$suite" "minbase+$dev_base" "${dev_packages[*]}" "$dev_recipe" \
   | sha256sum | cut -c1-12)"
 recipe_label=io.sandbox-mcp.recipe
-cache_dir="${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp"
+cache_dir="${cache_dir_arg:-${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp}"
 path_env='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 # Same --change syntax for podman and docker import (Dockerfile instructions).
 changes=(--change 'CMD ["/bin/sh"]' --change 'WORKDIR /workspace' --change "$path_env")
@@ -214,8 +226,20 @@ dev_rootfs_tar() {
     return
   fi
   if [[ "$(id -u)" -ne 0 ]]; then
-    echo "build-images: debootstrap needs root" >&2
-    return 1
+    if ! command -v sudo >/dev/null; then
+      echo "build-images: building the dev rootfs needs root (debootstrap, apt-get in a chroot), and sudo is not installed;" >&2
+      echo "  run once as root: su -c '$0 --rootfs-only --cache-dir $cache_dir', then this again" >&2
+      return 1
+    fi
+    log "building the dev rootfs needs root (debootstrap, apt-get in a chroot): running that step with sudo"
+    mkdir -p "$cache_dir"
+    local args=(--rootfs-only --cache-dir "$cache_dir")
+    [[ "$no_cache" -eq 1 ]] && args+=(--no-cache)
+    sudo "$0" "${args[@]}"
+    sudo chown "$(id -u):$(id -g)" "$tarball"
+    [[ -s "$tarball" ]] || { echo "build-images: the sudo step made no $tarball" >&2; return 1; }
+    dev_tarball="$tarball"
+    return
   fi
   command -v debootstrap >/dev/null || {
     echo "build-images: debootstrap not found (run scripts/setup-engine.sh)" >&2
@@ -325,6 +349,10 @@ print(6*7)")" = 42 ] || fail python3
     echo "ok: dash base64 nc setsid pkill timeout apt-get python3 pip venv node npm cc make git curl jq tar unzip ca-certificates"'
 }
 
+if [[ "$rootfs_only" -eq 1 ]]; then
+  dev_rootfs_tar
+  exit 0
+fi
 case "$target" in
   minimal) build_minimal ;;
   dev) build_dev ;;
