@@ -21,10 +21,11 @@ import (
 // proc is a real server process with a client session on its stdio,
 // whose input and signals the test controls.
 type proc struct {
-	cs     *mcp.ClientSession
-	cmd    *exec.Cmd
-	exited chan struct{} // closed once the process has exited
-	close  func() error  // closes the server's input
+	cs      *mcp.ClientSession
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed once the process has exited
+	waitErr error         // how it exited, once exited is closed
+	close   func() error  // closes the server's input
 }
 
 // startProc starts a real server on stateDir and connects a client to it.
@@ -50,7 +51,7 @@ func startProc(t *testing.T, tg enginetest.Target, prefix, stateDir string) *pro
 	}
 	p := &proc{cmd: cmd, exited: make(chan struct{}), close: stdin.Close}
 	go func() {
-		_ = cmd.Wait()
+		p.waitErr = cmd.Wait()
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
@@ -172,7 +173,7 @@ func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string) sandbox.
 // TestServerExitEndsCommands: when a server's input ends or it gets
 // SIGTERM, a command still running is ended inside the sandbox (nothing
 // of it runs on, nothing after it runs) and recorded as ended by the
-// shutdown, and the server exits.
+// shutdown, and the server exits with status 0.
 func TestServerExitEndsCommands(t *testing.T) {
 	enginetest.QuietDisk(t) // history lives in the state file
 	tg := enginetest.Targets(t)[0]
@@ -202,6 +203,9 @@ func TestServerExitEndsCommands(t *testing.T) {
 				t.Fatal("the command's call hung")
 			}
 			p.waitExit(t)
+			if p.waitErr != nil {
+				t.Fatalf("the server ended by %s exited with %v, want status 0", how, p.waitErr)
+			}
 
 			if n := processes(t, rt, ctr, "sleep 987"); n != 0 {
 				t.Fatal("the command runs on after the server exited")
