@@ -29,6 +29,7 @@ func TestArgumentChecks(t *testing.T) {
 		{"install", map[string]any{"packages": []any{"jq"}, "timeout": 0.5}, `"timeout" must be a number from 1 to 3600`},
 		{"exec", map[string]any{"command": "ls", "max_output": 2048.5}, `"max_output" must be a whole number from 1024 to 262144; got the number 2048.5`},
 		{"exec", map[string]any{"command": "ls", "max_output": "big"}, `"max_output" must be a whole number from 1024 to 262144; got the string "big"`},
+		{"logs", map[string]any{"name": "j", "since": -1}, `"since" must be a whole number from 0 to 9007199254740992; got the number -1`},
 	}
 	f := &fake{}
 	s := connect(t, f, Options{Toolsets: []string{"all"}, OutputDir: t.TempDir()})

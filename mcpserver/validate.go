@@ -224,7 +224,7 @@ func accepted(s map[string]any) string {
 			fmt.Fprintf(&b, " matching %s", p)
 		}
 		if n, ok := number(s["maxLength"]); ok {
-			fmt.Fprintf(&b, " of at most %g characters", n)
+			fmt.Fprintf(&b, " of at most %s characters", plain(n))
 		}
 	case "integer", "number":
 		if typ == "integer" {
@@ -236,11 +236,11 @@ func accepted(s map[string]any) string {
 		hi, hasHi := number(s["maximum"])
 		switch {
 		case hasLo && hasHi:
-			fmt.Fprintf(&b, " from %g to %g", lo, hi)
+			fmt.Fprintf(&b, " from %s to %s", plain(lo), plain(hi))
 		case hasLo:
-			fmt.Fprintf(&b, " of at least %g", lo)
+			fmt.Fprintf(&b, " of at least %s", plain(lo))
 		case hasHi:
-			fmt.Fprintf(&b, " of at most %g", hi)
+			fmt.Fprintf(&b, " of at most %s", plain(hi))
 		}
 	case "boolean":
 		b.WriteString("true or false")
@@ -252,7 +252,7 @@ func accepted(s map[string]any) string {
 			}
 		}
 		if n, ok := number(s["minItems"]); ok && n > 0 {
-			fmt.Fprintf(&b, " with at least %g item(s)", n)
+			fmt.Fprintf(&b, " with at least %s item(s)", plain(n))
 		}
 	case "object":
 		b.WriteString("an object")
@@ -365,6 +365,9 @@ func isIndex(s string) bool {
 	_, err := strconv.Atoi(s)
 	return err == nil
 }
+
+// plain writes a number without an exponent: 9007199254740992, not 9.007e+15.
+func plain(n float64) string { return strconv.FormatFloat(n, 'f', -1, 64) }
 
 func number(v any) (float64, bool) {
 	switch n := v.(type) {
