@@ -26,6 +26,12 @@ func TestStats(t *testing.T) {
 			start := time.Now()
 			r = s.call(t, "stats", map[string]any{})
 			t.Logf("stats took %v: %s", time.Since(start).Round(time.Millisecond), r.text)
+			// On a loaded host one 0.5 s sample may find the burner starved;
+			// it burns on, so a few more samples must see it.
+			for try := 0; try < 5 && !r.isError && r.num("cpu_percent") <= 20; try++ {
+				r = s.call(t, "stats", map[string]any{})
+				t.Logf("sampled again: cpu %v%%", r.num("cpu_percent"))
+			}
 			if k := s.call(t, "exec", map[string]any{"command": "kill " + pid}); k.isError {
 				t.Errorf("kill the burner: %s", k.text)
 			}
