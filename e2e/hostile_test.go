@@ -45,11 +45,12 @@ func TestCommandsCannotLie(t *testing.T) {
 				}
 			})
 			t.Run("a cancel ends the whole sequence", func(t *testing.T) {
+				const cancelled = "sleep 3; touch /workspace/after-cancel"
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() {
 					_, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{
-						"command": "sleep 3; touch /workspace/after-cancel"}})
+						"command": cancelled}})
 					done <- err
 				}()
 				time.Sleep(time.Second)
@@ -59,13 +60,24 @@ func TestCommandsCannotLie(t *testing.T) {
 				time.Sleep(3 * time.Second)
 				r := s.call(t, "exec", map[string]any{"command": "ls /workspace/after-cancel 2>&1 || echo absent"})
 				if !strings.Contains(r.str("stdout"), "absent") {
-					// The cancelled call's result is not delivered, so its
-					// stop time is not known here; the history keeps it.
-					h := s.call(t, "history", map[string]any{"limit": 3})
-					if strings.Contains(h.text, "slow to answer") {
-						t.Skipf("the host was too slow to stop the command (%s after the cancel), which its record says", time.Since(start))
+					// The cancelled call's result is not delivered, so how
+					// long stopping it took is known only from its history
+					// entry, written once the stop is done.
+					for deadline := time.Now().Add(hangGuard); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+						h := s.call(t, "history", map[string]any{"limit": 5})
+						entries, _ := h.data["entries"].([]any)
+						for _, e := range entries {
+							e, _ := e.(map[string]any)
+							if e["command"] != cancelled {
+								continue
+							}
+							if ms, _ := e["stop_took_ms"].(float64); ms > 0 && strings.Contains(h.text, "slow to answer") {
+								t.Skipf("the host was too slow to stop the command (%v ms after the cancel), which its record says", ms)
+							}
+							t.Fatalf("the rest of a cancelled command ran (%s after the cancel): %+v\nhistory: %s", time.Since(start), r, h.text)
+						}
 					}
-					t.Fatalf("the rest of a cancelled command ran: %+v\nhistory: %s", r, h.text)
+					t.Fatalf("the rest of a cancelled command ran, and it was never recorded: %+v", r)
 				}
 			})
 			t.Run("late output stays out of the next result", func(t *testing.T) {
