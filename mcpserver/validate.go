@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -30,6 +31,9 @@ type argChecker struct {
 type checkedSchema struct {
 	def    mcp.Tool
 	schema *jsonschema.Schema
+	// doc is the schema as generic JSON, where a refusal looks up what an
+	// argument accepts.
+	doc map[string]any
 }
 
 // newArgChecker compiles the input schema of every tool; a schema that
@@ -54,7 +58,8 @@ func newArgChecker(defs []mcp.Tool) (*argChecker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tool %s: input schema: %w", def.Name, err)
 		}
-		c.tools[def.Name] = checkedSchema{def: def, schema: sch}
+		m, _ := doc.(map[string]any)
+		c.tools[def.Name] = checkedSchema{def: def, schema: sch, doc: m}
 	}
 	return c, nil
 }
@@ -89,10 +94,9 @@ func (c *argChecker) check(name string, args any) string {
 	if !errors.As(err, &verr) {
 		return fmt.Sprintf("%s: invalid arguments: %v", name, err)
 	}
-	schema, _ := schemaMap(t.def.InputSchema)
 	var lines []string
 	for _, leaf := range leaves(verr) {
-		for _, l := range explain(name, schema, inst, leaf) {
+		for _, l := range explain(name, t.doc, inst, leaf) {
 			if !slices.Contains(lines, l) {
 				lines = append(lines, l)
 			}
@@ -178,7 +182,8 @@ func explain(tool string, root map[string]any, inst any, v *jsonschema.Validatio
 			what = "unknown arguments " + strings.Join(unknown, ", ")
 		}
 		if len(loc) == 0 {
-			if names := sortedKeys(here["properties"]); len(names) > 0 {
+			props, _ := here["properties"].(map[string]any)
+			if names := slices.Sorted(maps.Keys(props)); len(names) > 0 {
 				what += "; " + tool + " takes " + strings.Join(names, ", ")
 			} else {
 				what += "; " + tool + " takes no arguments"
@@ -292,16 +297,6 @@ func describeValue(v any) string {
 	return jsonKindOf(v)
 }
 
-// schemaMap is the tool's input schema as generic JSON.
-func schemaMap(s mcp.ToolInputSchema) (map[string]any, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	return m, json.Unmarshal(b, &m)
-}
-
 // schemaAt walks properties and items down to the schema of loc.
 func schemaAt(s map[string]any, loc []string) map[string]any {
 	for _, seg := range loc {
@@ -380,14 +375,4 @@ func number(v any) (float64, bool) {
 		return float64(n), true
 	}
 	return 0, false
-}
-
-func sortedKeys(v any) []string {
-	m, _ := v.(map[string]any)
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

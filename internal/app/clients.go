@@ -3,9 +3,9 @@ package app
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -22,7 +22,7 @@ func ClientSetup(self string, args []string, env map[string]string, goos string)
 	var envFlags []string
 	if len(env) > 0 {
 		entry["env"] = env
-		for _, k := range sortedNames(env) {
+		for _, k := range slices.Sorted(maps.Keys(env)) {
 			envFlags = append(envFlags, "-e", k+"="+env[k])
 		}
 	}
@@ -73,13 +73,4 @@ func setupEnv(environ []string) map[string]string {
 		}
 	}
 	return env
-}
-
-func sortedNames(m map[string]string) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
 }

@@ -59,7 +59,12 @@ func (f engineFinder) searched() string {
 
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
+	return err == nil && executable(st)
+}
+
+// executable reports whether st is a regular file someone may execute.
+func executable(st os.FileInfo) bool {
+	return st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0
 }
 
 // checkEnginePath checks an engine_path value: an executable file named
@@ -80,7 +85,7 @@ func checkEnginePath(p string) error {
 	if err != nil {
 		return err
 	}
-	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+	if !executable(st) {
 		return errors.New(p + " is not an executable file")
 	}
 	return nil
