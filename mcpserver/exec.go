@@ -206,7 +206,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		Booted:       bootWord(res.Boot),
 		Notice:       res.Notice,
 	}
-	if (res.TimedOut || res.Canceled) && res.StopTook >= shell.SlowStop {
+	if res.StoppedLate() {
 		out.StopTookMS = res.StopTook.Milliseconds()
 	}
 	if retrievable {
@@ -241,7 +241,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	switch {
 	case res.TimedOut && res.NotStarted:
 		fmt.Fprintf(&text, "\n[timed out after %gs waiting for a free shell: every shell of the sandbox was busy, and the command did not run]", timeout)
-	case res.TimedOut && res.StopTook >= shell.SlowStop:
+	case res.TimedOut && res.StoppedLate():
 		fmt.Fprintf(&text, "\n[timed out after %gs, but the sandbox was slow to answer: stopping the command took %s more, and what it did meanwhile ran; then it and every process it started were ended", timeout, fmtDuration(res.StopTook))
 		if res.ShellLost {
 			text.WriteString("; the shell was replaced and its cwd and exports restored")
@@ -257,7 +257,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		} else {
 			text.WriteString(". Start long-running work in the background (`cmd >log 2>&1 &`) and read its log later.]")
 		}
-	case res.Canceled && res.StopTook >= shell.SlowStop:
+	case res.Canceled && res.StoppedLate():
 		fmt.Fprintf(&text, "\n[canceled, but the sandbox was slow to answer: stopping the command took %s, and what it did meanwhile ran; then it and every process it started were ended]", fmtDuration(res.StopTook))
 	case res.Canceled:
 		text.WriteString("\n[canceled: the command and every process it started were ended]")

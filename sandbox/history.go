@@ -19,7 +19,7 @@ type HistoryEntry struct {
 	TimedOut   bool      `json:"timed_out,omitempty"`
 	Canceled   bool      `json:"canceled,omitempty"`
 	// StopTookMS is set when ending a timed-out or cancelled command took
-	// long enough (shell.SlowStop) that it ran on meanwhile.
+	// long enough that it ran on meanwhile (shell.Result.StoppedLate).
 	StopTookMS int64  `json:"stop_took_ms,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
@@ -77,7 +77,7 @@ func (h *History) Add(name, command string, res shell.Result, err error) {
 		TimedOut:   res.TimedOut,
 		Canceled:   res.Canceled,
 	}
-	if (res.TimedOut || res.Canceled) && res.StopTook >= shell.SlowStop {
+	if res.StoppedLate() {
 		e.StopTookMS = res.StopTook.Milliseconds()
 	}
 	h.mu.Lock()

@@ -17,14 +17,24 @@ func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	n := 0
-	for _, c := range cs {
-		if c.Name != m.ContainerFor(c.Labels[LabelName]) {
-			if err := m.rt.Remove(ctx, c.Name); err == nil {
-				n++
-			}
+	for _, name := range m.orphans(cs) {
+		if err := m.rt.Remove(ctx, name); err == nil {
+			n++
 		}
 	}
 	return n, nil
+}
+
+// orphans are the containers among cs (this prefix's) that no sandbox
+// uses: their name is not their sandbox's.
+func (m *Manager) orphans(cs []Container) []string {
+	var names []string
+	for _, c := range cs {
+		if c.Name != m.ContainerFor(c.Labels[LabelName]) {
+			names = append(names, c.Name)
+		}
+	}
+	return names
 }
 
 // Reconcile brings the state in line with the engine, the truth for what

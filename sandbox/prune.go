@@ -30,16 +30,13 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 	if err != nil {
 		return p, err
 	}
-	for _, c := range cs {
-		if c.Name == m.ContainerFor(c.Labels[LabelName]) {
-			continue
-		}
+	for _, name := range m.orphans(cs) {
 		if !dryRun {
-			if err := m.rt.Remove(ctx, c.Name); err != nil {
-				return p, fmt.Errorf("remove container %s: %w", c.Name, err)
+			if err := m.rt.Remove(ctx, name); err != nil {
+				return p, fmt.Errorf("remove container %s: %w", name, err)
 			}
 		}
-		p.Containers = append(p.Containers, c.Name)
+		p.Containers = append(p.Containers, name)
 	}
 	vl, ok := m.rt.(VolumeLister)
 	if !ok {

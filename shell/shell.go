@@ -118,6 +118,12 @@ type Result struct {
 // meanwhile.
 const SlowStop = 250 * time.Millisecond
 
+// StoppedLate reports whether the command timed out or was cancelled and
+// ending it took SlowStop or more, so that it ran on for that long.
+func (r Result) StoppedLate() bool {
+	return (r.TimedOut || r.Canceled) && r.StopTook >= SlowStop
+}
+
 // State is the shell state kept across commands and shells.
 type State = guest.State
 
