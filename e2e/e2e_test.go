@@ -61,14 +61,19 @@ type server struct {
 	mu       sync.Mutex
 	progress []string
 	stateDir string
-	schemas  map[string]*jsonschema.Resolved // output schemas by tool, read on first use
+
+	// schemas are the output schemas by tool, read on first use. Their
+	// own lock: mu is taken by the progress handler, which must not wait
+	// for a tools/list round trip.
+	schemaMu sync.Mutex
+	schemas  map[string]*jsonschema.Resolved
 }
 
 // outputSchema is tool's output schema as the server lists it.
 func (s *server) outputSchema(t *testing.T, tool string) *jsonschema.Resolved {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
 	if s.schemas == nil {
 		s.schemas = map[string]*jsonschema.Resolved{}
 		for tl, err := range s.cs.Tools(context.Background(), nil) {
