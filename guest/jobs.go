@@ -202,13 +202,16 @@ func JobLogsScript(id string, offset int64, tail, max int) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString(`if [ ! -f ` + d + `/log ]; then echo "job gone - 0 0"; else
-__sbx_js=$(stat -c %s ` + d + `/log 2>/dev/null || wc -c <` + d + `/log)
 `)
 	b.WriteString(jobPrologue(id, d))
 	b.WriteString(jobSweep(false))
 	b.WriteString(readRC(d))
 	b.WriteString(jobAwaitRC(d))
-	b.WriteString(`if [ "$__sbx_rc" != - ]; then __sbx_o=exited; elif [ $__sbx_lv = 1 ]; then __sbx_o=running; else __sbx_o=lost; fi
+	// The size is read once the state is known: read before, a job that
+	// ends meanwhile would be "exited" with the size of a log still being
+	// written.
+	b.WriteString(`__sbx_js=$(stat -c %s ` + d + `/log 2>/dev/null || wc -c <` + d + `/log)
+if [ "$__sbx_rc" != - ]; then __sbx_o=exited; elif [ $__sbx_lv = 1 ]; then __sbx_o=running; else __sbx_o=lost; fi
 echo "job $__sbx_o $__sbx_rc $__sbx_js $__sbx_n"
 ` + read + `; unset __sbx_js ` + jobSweepVars + `; fi`)
 	return b.String(), nil
