@@ -293,13 +293,22 @@ func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[stri
 	return err
 }
 
-// VolumeNames implements sandbox.VolumeLister.
+// VolumeNames implements sandbox.VolumeLister. podman's `volume ls`
+// fails with "no such volume" when a volume is removed while it lists;
+// the listing is then taken again.
 func (d *Dialect) VolumeNames(ctx context.Context) ([]string, error) {
-	out, err := d.cli.Output(ctx, nil, "volume", "ls", "--format", "{{.Name}}")
-	if err != nil {
-		return nil, err
+	var err error
+	for range 5 {
+		var out []byte
+		out, err = d.cli.Output(ctx, nil, "volume", "ls", "--format", "{{.Name}}")
+		if err == nil {
+			return strings.Fields(string(out)), nil
+		}
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			break
+		}
 	}
-	return strings.Fields(string(out)), nil
+	return nil, err
 }
 
 // VolumeRemove implements sandbox.Runtime. A sized volume's loop device
