@@ -1,9 +1,11 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -20,6 +22,11 @@ type fake struct {
 	files   map[string][]byte
 	write   func(req sandbox.WriteRequest) (sandbox.Written, error) // WriteFile's answer, when set
 	history []sandbox.HistoryEntry
+	// uploaded is the last upload's tar stream; download is the stream a
+	// download serves, under the top entry downloadTop.
+	uploaded    []byte
+	download    []byte
+	downloadTop string
 }
 
 func (f *fake) note(format string, args ...any) {
@@ -90,6 +97,30 @@ func (f *fake) ReadFile(_ context.Context, name, path string, offset, length int
 		return nil, f.errAll
 	}
 	return f.files[path], nil
+}
+
+func (f *fake) Upload(_ context.Context, name, dest, base string, pack func(io.Writer, string) error) (sandbox.Landing, error) {
+	f.note("upload %s %s %s", name, dest, base)
+	if f.errAll != nil {
+		return sandbox.Landing{}, f.errAll
+	}
+	var b bytes.Buffer
+	err := pack(&b, base)
+	f.uploaded = b.Bytes()
+	return sandbox.Landing{Dir: dest, Top: base, Path: dest + "/" + base}, err
+}
+
+func (f *fake) Download(_ context.Context, name, src string, unpack func(io.Reader, string, func() error) error) (string, error) {
+	f.note("download %s %s", name, src)
+	if f.errAll != nil {
+		return "", f.errAll
+	}
+	return src, unpack(bytes.NewReader(f.download), f.downloadTop, func() error { return nil })
+}
+
+func (f *fake) GitClone(_ context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error) {
+	f.note("git_clone %s %s", name, req.Repo)
+	return sandbox.Cloned{Repo: req.Repo, Path: req.Path}, f.errAll
 }
 
 func (f *fake) Env(context.Context, string) ([]sandbox.EnvVar, error) { return f.env, f.errAll }

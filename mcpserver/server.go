@@ -32,6 +32,9 @@ type Sandboxes interface {
 	WriteFile(ctx context.Context, name string, req sandbox.WriteRequest) (sandbox.Written, error)
 	WriteFiles(ctx context.Context, name string, reqs []sandbox.WriteRequest) ([]sandbox.WriteOutcome, error)
 	ReadFile(ctx context.Context, name, path string, offset, length int64) ([]byte, error)
+	Upload(ctx context.Context, name, dest, base string, pack func(w io.Writer, top string) error) (sandbox.Landing, error)
+	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error)
+	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)
 	SetEnv(ctx context.Context, name, key, value string, secret bool) error
 	UnsetEnv(ctx context.Context, name, key string) error
@@ -69,6 +72,12 @@ type Options struct {
 	// oldest go first); OutputCallCap the bytes one call saves (the copy is
 	// cut past it). 0 means the default; below 0 disables saving.
 	OutputsCap, OutputCallCap int64
+	// AllowDirs are host directories transfers may use besides the
+	// client's roots; StartDir is the directory the server started in,
+	// a root when the client offers none (unless it is / or the home
+	// directory).
+	AllowDirs []string
+	StartDir  string
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -86,6 +95,8 @@ type Server struct {
 	outputs *outputStore
 	log     *slog.Logger
 	ms      *server.MCPServer
+
+	hostRoots *hostRoots
 
 	// planned are the toolsets exposed at start: tool descriptions name
 	// only tools of these sets (or say which set to enable).
@@ -129,7 +140,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
 		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{},
-		planned: map[string]bool{}, dynamic: opts.Dynamic}
+		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir)}
 	for _, set := range sets {
 		s.planned[set] = true
 	}
@@ -167,6 +178,9 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		server.WithHooks(dropRawArguments()),
 		server.WithInstructions(instructions),
 	)
+	s.ms.AddNotificationHandler(mcp.MethodNotificationRootsListChanged, func(context.Context, mcp.JSONRPCNotification) {
+		s.forgetClientRoots()
+	})
 	s.enable(all, sets)
 	for _, t := range dynamic {
 		s.ms.AddTool(t.def, t.handler)
@@ -233,6 +247,7 @@ func (s *Server) tools() []tool {
 		s.writeFileTool(), s.readFileTool(), s.batchWriteTool(), s.outputTool(),
 		s.bgTool(), s.logsTool(), s.killTool(), s.jobsTool(),
 		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
+		s.uploadTool(), s.downloadTool(), s.gitCloneTool(),
 	}
 }
 

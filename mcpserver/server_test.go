@@ -147,7 +147,7 @@ func TestToolSchemasSnapshot(t *testing.T) {
 // schemas included) to a budget, and the default sets to 24 KB: every byte
 // is sent to the model on every turn.
 func TestToolListBudget(t *testing.T) {
-	budgets := map[string]int{"core": 12500, "jobs": 6000, "lifecycle": 7500}
+	budgets := map[string]int{"core": 12500, "jobs": 6000, "lifecycle": 7500, "transfer": 5500}
 	for _, set := range Toolsets {
 		b, _ := json.Marshal(listTools(t, set.Name))
 		budget, ok := budgets[set.Name]
@@ -179,8 +179,14 @@ func TestToolsets(t *testing.T) {
 	}
 	def := names(listTools(t))
 	all := names(listTools(t, "all"))
-	if def != all || !strings.Contains(def, "exec") || !strings.Contains(def, "bg") || !strings.Contains(def, "destroy") {
-		t.Errorf("default %q, all %q", def, all)
+	if !strings.Contains(def, "exec") || !strings.Contains(def, "bg") || !strings.Contains(def, "destroy") || strings.Contains(def, "upload") {
+		t.Errorf("default %q", def)
+	}
+	if got := names(listTools(t, "transfer")); got != "download git_clone upload" {
+		t.Errorf("transfer toolset: %s", got)
+	}
+	if !strings.Contains(all, "upload") || !strings.Contains(all, "exec") {
+		t.Errorf("all %q", all)
 	}
 	for _, tl := range listTools(t, "all") {
 		if tl.Title == "" || tl.OutputSchema.Type != "object" {

@@ -37,6 +37,10 @@ type UnpackOptions struct {
 	// MaxBytes and MaxEntries bound the stream; 0: the defaults.
 	MaxBytes   int64
 	MaxEntries int
+	// BeforeCommit, when set, runs once the stream was read whole and
+	// before anything is moved into place; its error aborts the unpack
+	// (the sender failed part way).
+	BeforeCommit func() error
 }
 
 // CheckTarget refuses dest when it exists and overwrite is not set, so a
@@ -85,6 +89,9 @@ func Unpack(root *os.Root, dest string, r io.Reader, opt UnpackOptions) (Counts,
 	}
 	u := &unpacker{root: root, staging: staging, c: &c, links: map[string]bool{}, maxBytes: maxBytes}
 	err := u.run(tar.NewReader(r), opt.Top, maxEntries)
+	if err == nil && opt.BeforeCommit != nil {
+		err = opt.BeforeCommit()
+	}
 	if err == nil {
 		err = u.commit(dest, opt.Overwrite)
 	}

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/app"
@@ -93,15 +95,21 @@ func newRoot() *cobra.Command {
 		if s.ServeOnly {
 			fs = serve.Flags()
 			// doctor takes them too, to print the client setup with them.
-			if s.Bool {
+			switch {
+			case s.Bool:
 				doctor.Flags().Bool(s.Flag, false, s.Help())
-			} else {
+			case s.List:
+				doctor.Flags().StringArray(s.Flag, nil, s.Help())
+			default:
 				doctor.Flags().String(s.Flag, s.Default, s.Help())
 			}
 		}
-		if s.Bool {
+		switch {
+		case s.Bool:
 			fs.Bool(s.Flag, false, s.Help())
-		} else {
+		case s.List:
+			fs.StringArray(s.Flag, nil, s.Help())
+		default:
 			fs.String(s.Flag, s.Default, s.Help())
 		}
 	}
@@ -118,13 +126,26 @@ func givenFlags(cmd *cobra.Command) []string {
 		if f == nil || !f.Changed {
 			continue
 		}
-		if s.Bool {
+		switch {
+		case s.Bool:
 			args = append(args, "--"+s.Flag)
-		} else {
+		case s.List:
+			for _, v := range listValues(f) {
+				args = append(args, "--"+s.Flag, v)
+			}
+		default:
 			args = append(args, "--"+s.Flag, f.Value.String())
 		}
 	}
 	return args
+}
+
+// listValues are the values of a repeatable flag.
+func listValues(f *pflag.Flag) []string {
+	if sv, ok := f.Value.(pflag.SliceValue); ok {
+		return sv.GetSlice()
+	}
+	return []string{f.Value.String()}
 }
 
 // resolve turns the flags given to cmd, the environment and the config
@@ -134,6 +155,9 @@ func resolve(cmd *cobra.Command) (app.Config, error) {
 	for _, s := range app.Settings() {
 		if f := cmd.Flags().Lookup(s.Flag); f != nil && f.Changed {
 			flags[s.Flag] = f.Value.String()
+			if s.List {
+				flags[s.Flag] = strings.Join(listValues(f), string(os.PathListSeparator))
+			}
 		}
 	}
 	cfg, err := app.Resolve(flags, os.Getenv, os.ReadFile)

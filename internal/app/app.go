@@ -167,6 +167,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
+		AllowDirs: cfg.AllowDirs, StartDir: startDir(),
 		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),
 	})
 	if err != nil {
@@ -366,4 +367,13 @@ func pruneDir(dir string, dryRun bool) (int, int64, error) {
 		size += info.Size()
 	}
 	return n, size, nil
+}
+
+// startDir is the directory the server was started in, "" if unknown.
+func startDir() string {
+	d, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	return d
 }

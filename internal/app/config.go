@@ -42,6 +42,9 @@ type Config struct {
 	OutputCallCap int64
 	LogLevel      string
 	Version       string
+	// AllowDirs are host directories that transfers may use, besides
+	// the client's roots (or the start directory).
+	AllowDirs []string
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
@@ -79,6 +82,7 @@ type Setting struct {
 	Usage     string // help text without the variable
 	Default   string // shown in help; "" for none
 	Bool      bool   // the flag takes no value
+	List      bool   // the flag may be repeated; each value adds
 	ServeOnly bool   // only `serve` has the flag
 
 	// negate: the flag's value is the opposite of the variable's
@@ -226,6 +230,18 @@ func Settings() []Setting {
 				c.DynamicToolsets = b
 				return nil
 			}},
+		{Flag: "allow-dir", Env: "SANDBOX_MCP_ALLOW_DIRS", ServeOnly: true, List: true,
+			Usage: "host `directory` that upload and download may use besides the client's roots; repeatable, and the variable takes a " +
+				string(os.PathListSeparator) + "-separated list",
+			set: func(c *Config, v string) error {
+				for _, d := range filepath.SplitList(v) {
+					if err := checkAllowDir(d); err != nil {
+						return err
+					}
+					c.AllowDirs = append(c.AllowDirs, d)
+				}
+				return nil
+			}},
 		{Flag: "no-boot-default", Env: "SANDBOX_MCP_BOOT_DEFAULT", ServeOnly: true, Bool: true, negate: true,
 			Usage: "do not boot the default sandbox at start",
 			set: func(c *Config, v string) error {
@@ -315,6 +331,7 @@ type fileConfig struct {
 	OutputsCap  json.RawMessage            `json:"outputs_cap"` // a size: "256M" or bytes
 	OutputCall  json.RawMessage            `json:"output_cap_per_call"`
 	LogLevel    *string                    `json:"log_level"`
+	AllowDirs   []string                   `json:"allow_dirs"`
 }
 
 // applyFile merges a JSON config file into c. Unknown keys are errors, so
@@ -414,6 +431,35 @@ func (c *Config) applyFile(data []byte) error {
 			return err
 		}
 		c.LogLevel = *f.LogLevel
+	}
+	for _, d := range f.AllowDirs {
+		if err := check("allow_dirs", checkAllowDir(d)); err != nil {
+			return err
+		}
+		c.AllowDirs = append(c.AllowDirs, d)
+	}
+	return nil
+}
+
+// checkAllowDir accepts an existing directory other than the filesystem
+// root.
+func checkAllowDir(d string) error {
+	if d == "" {
+		return errors.New("an allowed directory must not be empty")
+	}
+	abs, err := filepath.Abs(d)
+	if err != nil {
+		return err
+	}
+	if filepath.Clean(abs) == string(filepath.Separator) {
+		return errors.New("/ cannot be allowed as a whole: name the directories to share")
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return fmt.Errorf("allowed directory %s: %w", d, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("allowed directory %s is not a directory", d)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -260,8 +261,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "16" {
-		t.Errorf("%s settings, want 16", got)
+	if got := fmt.Sprint(len(Settings())); got != "17" {
+		t.Errorf("%s settings, want 17", got)
 	}
 }
 
@@ -277,6 +278,26 @@ func TestEnginePathMatchesRuntime(t *testing.T) {
 	for _, rt := range []string{"docker", "auto"} {
 		if c, err := (sources{flags: FlagValues{"engine-path": docker, "runtime": rt}}).resolve(); err != nil || c.EnginePath != docker {
 			t.Errorf("runtime %s: %+v %v", rt, c.EnginePath, err)
+		}
+	}
+}
+
+// TestAllowDirs: allowed directories add up across the file, the
+// environment (a list) and repeated flags; / and missing ones are refused.
+func TestAllowDirs(t *testing.T) {
+	a, b, c, d := t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()
+	cfg, err := sources{
+		files: map[string]string{"/cfg.json": `{"allow_dirs": ["` + a + `"]}`},
+		env:   map[string]string{"SANDBOX_MCP_CONFIG": "/cfg.json", "SANDBOX_MCP_ALLOW_DIRS": b + string(os.PathListSeparator) + c},
+		flags: FlagValues{"allow-dir": d},
+	}.resolve()
+	if err != nil || strings.Join(cfg.AllowDirs, ",") != strings.Join([]string{a, b, c, d}, ",") {
+		t.Fatalf("allow dirs %v, %v", cfg.AllowDirs, err)
+	}
+	for _, bad := range []string{"/", filepath.Join(a, "missing")} {
+		_, err := sources{flags: FlagValues{"allow-dir": bad}}.resolve()
+		if err == nil || !strings.Contains(err.Error(), "--allow-dir") {
+			t.Errorf("%s: %v", bad, err)
 		}
 	}
 }

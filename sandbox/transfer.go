@@ -1,0 +1,185 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// This file is the Manager's side of moving files between the host and a
+// sandbox: tar streams over the engine's own `exec -i`, one per transfer,
+// with tar inside the sandbox. What happens on the host (which paths are
+// allowed, how a stream is written there) is the caller's: see package
+// transfer.
+
+// transferTimeout bounds one upload or download.
+const transferTimeout = time.Hour
+
+// Landing says where an upload lands: the stream's top entry Top is
+// extracted into the directory Dir, so the result is Path.
+type Landing struct {
+	Dir, Top, Path string
+	// Replaced is set when Path existed before.
+	Replaced bool
+}
+
+// ErrNoSuchPath marks a sandbox path that does not exist.
+var ErrNoSuchPath = errors.New("no such path in the sandbox")
+
+// probe resolves p in the sandbox's shell and says what is there.
+func (m *Manager) probe(ctx context.Context, sb *Sandbox, p string) (kind, abs string, err error) {
+	script, err := guest.ProbePathScript(p)
+	if err != nil {
+		return "", "", &ArgError{Err: err}
+	}
+	out, err := sb.housekeep(ctx, script, scriptTimeout)
+	if err != nil {
+		return "", "", err
+	}
+	kind, abs, err = guest.ParseProbe(string(out))
+	if err != nil {
+		return "", "", fmt.Errorf("sandbox %q: %w", sb.Name, err)
+	}
+	return kind, path.Clean(abs), nil
+}
+
+// Upload streams a tar archive written by pack into the sandbox at dest:
+// into dest when it is a directory (the archive's top entry named base),
+// else as dest itself (the top entry named after dest). Files land owned
+// by the sandbox's default user with the archive's modes and mtimes.
+func (m *Manager) Upload(ctx context.Context, name, dest, base string, pack func(w io.Writer, top string) error) (Landing, error) {
+	sb, _, err := m.Get(ctx, name)
+	if err != nil {
+		return Landing{}, err
+	}
+	defer sb.busy()()
+	kind, abs, err := m.probe(ctx, sb, dest)
+	if err != nil {
+		return Landing{}, err
+	}
+	land := Landing{Dir: path.Dir(abs), Top: path.Base(abs), Path: abs, Replaced: kind != "none"}
+	if kind == "dir" {
+		land = Landing{Dir: abs, Top: base, Path: path.Join(abs, base)}
+		if k, _, err := m.probe(ctx, sb, land.Path); err == nil && k != "none" {
+			land.Replaced = true
+		}
+	}
+	if land.Top == "/" || land.Top == "." || land.Top == ".." {
+		return Landing{}, &ArgError{Err: fmt.Errorf("cannot upload onto %q: name a path below /", abs)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
+	defer cancel()
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.UntarScript, "sh", land.Dir}, Interactive: true})
+	stderr := &shell.Capture{Limit: 4096}
+	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return Landing{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return Landing{}, fmt.Errorf("sandbox %q: start tar: %w", name, err)
+	}
+	packErr := pack(stdin, land.Top)
+	stdin.Close()
+	waitErr := cmd.Wait()
+	if waitErr != nil {
+		return land, m.transferFailed(ctx, sb, "upload into", land.Path, waitErr, stderr,
+			"what was extracted before the failure is still there")
+	}
+	if packErr != nil {
+		return land, fmt.Errorf("upload into sandbox %q at %s: %w", name, land.Path, packErr)
+	}
+	return land, nil
+}
+
+// Download streams the sandbox path src (a file, a directory with all
+// under it, or a symlink as a link) as a tar archive to unpack, whose top
+// entry is src's base name. unpack must call finish once it has read the
+// whole archive and before it keeps anything: finish reports tar's
+// failure in the sandbox (an unreadable file, a vanished path).
+func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error) {
+	sb, _, err := m.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	defer sb.busy()()
+	kind, abs, err := m.probe(ctx, sb, src)
+	if err != nil {
+		return "", err
+	}
+	if kind == "none" {
+		return abs, fmt.Errorf("%w: %s (in sandbox %q)", ErrNoSuchPath, abs, name)
+	}
+	if abs == "/" {
+		return abs, &ArgError{Err: errors.New("cannot download / as a whole: name a directory below it")}
+	}
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
+	defer cancel()
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.TarScript, "sh", path.Dir(abs), path.Base(abs)}})
+	stderr := &shell.Capture{Limit: 4096}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return abs, err
+	}
+	if err := cmd.Start(); err != nil {
+		return abs, fmt.Errorf("sandbox %q: start tar: %w", name, err)
+	}
+	waited := false
+	var waitErr error
+	finish := func() error {
+		// tar pads its archive past the end marker: drain it.
+		_, _ = io.Copy(io.Discard, io.LimitReader(stdout, 1<<20))
+		waited, waitErr = true, cmd.Wait()
+		if waitErr != nil {
+			return m.transferFailed(ctx, sb, "download from", abs, waitErr, stderr, "nothing was written on the host")
+		}
+		return nil
+	}
+	err = unpack(stdout, path.Base(abs), finish)
+	if !waited {
+		cancel() // the host gave up on the stream: stop tar
+		_ = cmd.Wait()
+	}
+	return abs, err
+}
+
+// transferFailed describes a tar in the sandbox that failed.
+func (m *Manager) transferFailed(ctx context.Context, sb *Sandbox, what, p string, err error, stderr *shell.Capture, after string) error {
+	head, _, _ := stderr.Parts()
+	msg := strings.TrimSpace(string(head))
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s sandbox %q at %s: stopped (%v); %s", what, sb.Name, p, context.Cause(ctx), after)
+	}
+	code := -1
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	}
+	if code == 127 || strings.Contains(msg, "tar: not found") || strings.Contains(msg, "tar: command not found") {
+		return fmt.Errorf("%s sandbox %q: the sandbox has no tar; install it (install tool, package tar) and try again", what, sb.Name)
+	}
+	if msg == "" {
+		msg = err.Error()
+	}
+	return fmt.Errorf("%s sandbox %q at %s failed (tar exit %d): %s; %s", what, sb.Name, p, code, shorten(msg, 600), after)
+}
+
+// busy marks the sandbox in use until the returned func runs, so the idle
+// watchdog leaves it alone during a long transfer.
+func (s *Sandbox) busy() func() {
+	s.lastUsed.Store(time.Now().UnixNano())
+	s.inflight.Add(1)
+	return func() {
+		s.lastUsed.Store(time.Now().UnixNano())
+		s.inflight.Add(-1)
+	}
+}
