@@ -83,7 +83,7 @@ func ParseGitCloned(out string) (commit, path string, ok bool) {
 	if i < 0 {
 		return "", "", false
 	}
-	rest := strings.TrimSuffix(out[i+len(GitCloneMark)+1:], "\n")
-	commit, path, ok = strings.Cut(rest, " ")
+	rest, _, _ := strings.Cut(out[i+len(GitCloneMark)+1:], "\n")
+	commit, path, ok = strings.Cut(strings.TrimSuffix(rest, "\r"), " ")
 	return commit, path, ok
 }
