@@ -68,6 +68,25 @@ func TestTransfer(t *testing.T) {
 				}
 			})
 
+			t.Run("read_file lines", func(t *testing.T) {
+				r := s.call(t, "exec", map[string]any{"command": "seq 1 200000 >/workspace/big.txt"})
+				if r.isError {
+					t.Fatal(r.text)
+				}
+				r = s.call(t, "read_file", map[string]any{"path": "/workspace/big.txt", "line": 150000, "lines": 3})
+				if r.isError || r.str("content") != "150000\n150001\n150002\n" {
+					t.Fatalf("lines: %q %s", r.str("content"), r.text)
+				}
+				r = s.call(t, "read_file", map[string]any{"path": "/workspace/big.txt", "line": 1})
+				if !r.isError || !strings.Contains(r.text, "fewer lines") {
+					t.Fatalf("over 1 MiB by lines: %.300s", r.text)
+				}
+				r = s.call(t, "read_file", map[string]any{"path": "/workspace/big.txt", "line": 2, "offset": 5})
+				if !r.isError || !strings.Contains(r.text, "not both") {
+					t.Fatalf("lines and offset: %s", r.text)
+				}
+			})
+
 			t.Run("download", func(t *testing.T) {
 				back := filepath.Join(host, "back")
 				r := s.call(t, "download", map[string]any{"sandbox_path": "/workspace/tree", "local_path": back})

@@ -204,14 +204,7 @@ func ReadFileScript(path string, offset, limit int64) (string, error) {
 		return "", errors.New("offset must not be negative and limit must be positive")
 	}
 	var b strings.Builder
-	b.WriteString("(__sbx_p=" + quote(path) + "\n")
-	b.WriteString(`if [ -d "$__sbx_p" ]; then echo 'is a directory' >&2; exit 21; fi` + "\n")
-	b.WriteString(`if [ ! -e "$__sbx_p" ]; then echo 'no such file' >&2; exit 2; fi` + "\n")
-	b.WriteString(`if [ ! -f "$__sbx_p" ]; then __sbx_k='not a regular file'` + "\n" +
-		`if [ -c "$__sbx_p" ]; then __sbx_k='a character device'; elif [ -b "$__sbx_p" ]; then __sbx_k='a block device'; ` +
-		`elif [ -p "$__sbx_p" ]; then __sbx_k='a fifo'; elif [ -S "$__sbx_p" ]; then __sbx_k='a socket'; fi` + "\n" +
-		`echo "not a regular file ($__sbx_k)" >&2; exit ` + strconv.Itoa(ExitNotRegular) + "; fi\n")
-	b.WriteString(`if [ ! -r "$__sbx_p" ]; then echo 'permission denied' >&2; exit 13; fi` + "\n")
+	readChecks(&b, path)
 	n := strconv.FormatInt(limit, 10)
 	if offset == 0 {
 		b.WriteString(`command head -c ` + n + ` -- "$__sbx_p")`)
@@ -220,4 +213,39 @@ func ReadFileScript(path string, offset, limit int64) (string, error) {
 			`' >&2; } | command head -c ` + n + `)`)
 	}
 	return b.String(), nil
+}
+
+// ReadLinesScript prints count lines of path from line first (1-based;
+// count 0: to the end), at most limit bytes. It refuses what
+// ReadFileScript refuses, with the same statuses and ReadFailedMark.
+func ReadLinesScript(path string, first, count, limit int64) (string, error) {
+	if path == "" || strings.IndexByte(path, 0) >= 0 {
+		return "", errors.New("path must be a non-empty string without NUL")
+	}
+	if first < 1 || count < 0 || limit <= 0 {
+		return "", errors.New("the first line is 1 or more, the count not negative, the limit positive")
+	}
+	var b strings.Builder
+	readChecks(&b, path)
+	// tail ended by SIGPIPE (141) is head having read enough.
+	b.WriteString(`{ command tail -n +` + strconv.FormatInt(first, 10) + ` -- "$__sbx_p"; __sbx_r=$?; ` +
+		`[ "$__sbx_r" = 0 ] || [ "$__sbx_r" = 141 ] || echo '` + ReadFailedMark + `' >&2; }`)
+	if count > 0 {
+		b.WriteString(` | command head -n ` + strconv.FormatInt(count, 10))
+	}
+	b.WriteString(` | command head -c ` + strconv.FormatInt(limit, 10) + `)`)
+	return b.String(), nil
+}
+
+// readChecks opens a read script's subshell with path in __sbx_p and
+// refuses what is not a readable regular file.
+func readChecks(b *strings.Builder, path string) {
+	b.WriteString("(__sbx_p=" + quote(path) + "\n")
+	b.WriteString(`if [ -d "$__sbx_p" ]; then echo 'is a directory' >&2; exit 21; fi` + "\n")
+	b.WriteString(`if [ ! -e "$__sbx_p" ]; then echo 'no such file' >&2; exit 2; fi` + "\n")
+	b.WriteString(`if [ ! -f "$__sbx_p" ]; then __sbx_k='not a regular file'` + "\n" +
+		`if [ -c "$__sbx_p" ]; then __sbx_k='a character device'; elif [ -b "$__sbx_p" ]; then __sbx_k='a block device'; ` +
+		`elif [ -p "$__sbx_p" ]; then __sbx_k='a fifo'; elif [ -S "$__sbx_p" ]; then __sbx_k='a socket'; fi` + "\n" +
+		`echo "not a regular file ($__sbx_k)" >&2; exit ` + strconv.Itoa(ExitNotRegular) + "; fi\n")
+	b.WriteString(`if [ ! -r "$__sbx_p" ]; then echo 'permission denied' >&2; exit 13; fi` + "\n")
 }

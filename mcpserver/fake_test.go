@@ -99,6 +99,11 @@ func (f *fake) ReadFile(_ context.Context, name, path string, offset, length int
 	return f.files[path], nil
 }
 
+func (f *fake) ReadLines(_ context.Context, name, path string, first, count int64) ([]byte, error) {
+	f.note("readlines %s %s %d %d", name, path, first, count)
+	return f.files[path], f.errAll
+}
+
 func (f *fake) Upload(_ context.Context, name, dest, base string, pack func(io.Writer, string) error) (sandbox.Landing, error) {
 	f.note("upload %s %s %s", name, dest, base)
 	if f.errAll != nil {

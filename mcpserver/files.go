@@ -102,14 +102,16 @@ func writtenText(w sandbox.Written, appended bool) string {
 
 func (s *Server) readFileTool() tool {
 	return tool{group: "core", handler: s.handleReadFile, def: newTool[FileContent]("read_file", "Read a file",
-		"Read a regular file from a sandbox, at most 1 MiB per call (offset and length page through larger ones). "+
-			"Use encoding=base64 for non-UTF-8 content.",
+		"Read a regular file from a sandbox, at most 1 MiB a call (page with offset/length or line/lines); "+
+			"encoding=base64 for non-UTF-8.",
 		readOnly(),
 		mcp.WithString("path", mcp.Required(), mcp.Description("File path in the sandbox.")),
 		sandboxParam(),
 		encodingParam("text, or base64 for exact bytes."),
 		mcp.WithInteger("offset", mcp.Description("Byte offset to start at."), mcp.Min(0), mcp.DefaultNumber(0)),
-		mcp.WithInteger("length", mcp.Description("Bytes to read (default: to the end, at most 1 MiB)."), mcp.Min(0), mcp.Max(sandbox.MaxReadFile)),
+		mcp.WithInteger("length", mcp.Description("Bytes to read (default: to the end)."), mcp.Min(0), mcp.Max(sandbox.MaxReadFile)),
+		mcp.WithInteger("line", mcp.Description("First line (1-based)."), mcp.Min(1)),
+		mcp.WithInteger("lines", mcp.Description("Line count (default: all)."), mcp.Min(1)),
 	)}
 }
 
@@ -138,7 +140,18 @@ func (s *Server) handleReadFile(ctx context.Context, req mcp.CallToolRequest) (*
 		return argError("read_file: encoding must be text or base64"), nil
 	}
 	offset, length := int64(req.GetInt("offset", 0)), int64(req.GetInt("length", 0))
-	data, err := s.m.ReadFile(ctx, name, path, offset, length)
+	line, lines := int64(req.GetInt("line", 0)), int64(req.GetInt("lines", 0))
+	var data []byte
+	switch {
+	case line > 0 && (offset > 0 || length > 0):
+		return argError("read_file: give either offset and length (bytes) or line and lines, not both"), nil
+	case lines > 0 && line == 0:
+		return argError("read_file: lines needs line, the first line to read (1-based)"), nil
+	case line > 0:
+		data, err = s.m.ReadLines(ctx, name, path, line, lines)
+	default:
+		data, err = s.m.ReadFile(ctx, name, path, offset, length)
+	}
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("read_file in sandbox %q", name), err), nil
 	}

@@ -292,6 +292,23 @@ func (m *Manager) ReadFile(ctx context.Context, name, path string, offset, lengt
 	if err != nil {
 		return nil, &ArgError{Err: err}
 	}
+	return m.runRead(ctx, name, path, script, limit, length == 0, "offset and length")
+}
+
+// ReadLines reads count lines of path from line first (1-based; count 0:
+// to the end), at most MaxReadFile bytes; more is an error wrapping
+// ErrTooLarge. It refuses what ReadFile refuses.
+func (m *Manager) ReadLines(ctx context.Context, name, path string, first, count int64) ([]byte, error) {
+	script, err := guest.ReadLinesScript(path, first, count, MaxReadFile+1)
+	if err != nil {
+		return nil, &ArgError{Err: err}
+	}
+	return m.runRead(ctx, name, path, script, MaxReadFile+1, true, "fewer lines")
+}
+
+// runRead runs a read script that prints at most limit bytes; with
+// capped, limit is one past MaxReadFile and reaching it is ErrTooLarge.
+func (m *Manager) runRead(ctx context.Context, name, path, script string, limit int64, capped bool, how string) ([]byte, error) {
 	op := "read_file " + path
 	data, stderr, res, err := m.runFileScript(ctx, name, op, script, nil, int(limit))
 	if err != nil {
@@ -306,8 +323,8 @@ func (m *Manager) ReadFile(ctx context.Context, name, path string, offset, lengt
 		}
 		return nil, se
 	}
-	if length == 0 && len(data) > MaxReadFile {
-		return nil, fmt.Errorf("%s: %w: more than %d bytes; read it in parts with offset and length", op, ErrTooLarge, MaxReadFile)
+	if capped && len(data) > MaxReadFile {
+		return nil, fmt.Errorf("%s: %w: more than %d bytes; read it in parts with %s", op, ErrTooLarge, MaxReadFile, how)
 	}
 	return data, nil
 }
