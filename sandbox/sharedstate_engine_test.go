@@ -22,6 +22,12 @@ func TestSharedStateOnEngine(t *testing.T) {
 			rt := tg.New()
 			a, b, _ := servers(t, tg, enginetest.Prefix(t, rt))
 			const box = "shared"
+			// The first command a server runs in a sandbox changes its
+			// state: that is recorded for every server too.
+			run(t, a, box, shell.Request{Command: "cd /tmp && export FIRST=yes"})
+			if o := run(t, b, box, shell.Request{Command: `pwd; echo "$FIRST"`}); o.stdout != "/tmp\nyes\n" {
+				t.Fatalf("server b after a's first command: %q", o.stdout)
+			}
 			// Both servers have open shells before anything changes.
 			run(t, a, box, shell.Request{Command: "true"})
 			run(t, b, box, shell.Request{Command: "true"})

@@ -142,8 +142,12 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 		after := sh.state
 		switch {
 		case p.version == 0:
+			// The pool's first command: its changes are recorded like
+			// any other's (a shell whose start state is unknown has none
+			// to tell).
 			p.version++
 			p.state = after
+			changed = after != before && before.Cwd != ""
 		case after != before:
 			// This command changed the state: merge its changes into
 			// the shared state, which others may have changed meanwhile.
