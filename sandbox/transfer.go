@@ -170,7 +170,16 @@ func (m *Manager) transferFailed(ctx context.Context, sb *Sandbox, what, p strin
 	if msg == "" {
 		msg = err.Error()
 	}
-	return fmt.Errorf("%s sandbox %q at %s failed (tar exit %d): %s; %s", what, sb.Name, p, code, shorten(msg, 600), after)
+	cause := ""
+	switch {
+	case strings.Contains(msg, "No space left") || strings.Contains(msg, "Wrote only"):
+		cause = "no space left on the sandbox's disk (see `df -h`); "
+	case strings.Contains(msg, "Read-only file system"):
+		cause = "that filesystem is read-only; "
+	case strings.Contains(msg, "Permission denied"):
+		cause = "permission denied; "
+	}
+	return fmt.Errorf("%s sandbox %q at %s failed (tar exit %d): %s%s; %s", what, sb.Name, p, code, cause, shorten(msg, 600), after)
 }
 
 // busy marks the sandbox in use until the returned func runs, so the idle

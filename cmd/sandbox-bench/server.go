@@ -15,6 +15,8 @@ import (
 // launcher starts sandbox-mcp servers of one build, engine, image and prefix.
 type launcher struct {
 	bin, engine, image, prefix string
+	// allow is the host directory transfers may use.
+	allow string
 }
 
 // benchServer is one running sandbox-mcp process with a go-sdk client
@@ -28,7 +30,7 @@ type benchServer struct {
 // It does not boot the default sandbox, so every boot is one the bench asks for.
 func (l launcher) start(ctx context.Context, stateDir string) (*benchServer, error) {
 	cmd := exec.Command(l.bin, "serve", "--runtime", l.engine, "--image", l.image, "--prefix", l.prefix,
-		"--state-dir", stateDir, "--no-boot-default", "--log-level", "warn")
+		"--state-dir", stateDir, "--no-boot-default", "--log-level", "warn", "--toolsets", "all", "--allow-dir", l.allow)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "0"}, nil)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}, nil)
