@@ -41,3 +41,56 @@ const UntarScript = `command mkdir -p -- "$1" && cd -- "$1" && exec tar -x -p -o
 // TarScript writes the entry $2 of the directory $1 (and all under it)
 // to stdout as a tar stream. Symlinks are stored as links.
 const TarScript = `cd -- "$1" && exec tar -c -f - -- "$2"`
+
+// SyncListScript prints every path under dir (as "./rel", NUL-separated),
+// leaving out entries named in ignore and all under them; nothing when
+// dir does not exist. It runs in the persistent shell, in a subshell.
+func SyncListScript(dir string, ignore []string) (string, error) {
+	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
+		return "", errors.New("sandbox directory must be non-empty, without NUL")
+	}
+	var b strings.Builder
+	b.WriteString("(cd -- " + quote(dir) + " 2>/dev/null || exit 0\ncommand find . -mindepth 1")
+	if len(ignore) > 0 {
+		b.WriteString(` \(`)
+		for i, n := range ignore {
+			if strings.ContainsAny(n, "/\x00") || n == "" {
+				return "", errors.New("ignore names are base names without / or NUL")
+			}
+			if i > 0 {
+				b.WriteString(" -o")
+			}
+			b.WriteString(" -name " + quote(n))
+		}
+		b.WriteString(` \) -prune -o`)
+	}
+	b.WriteString(" -print0)")
+	return b.String(), nil
+}
+
+// SyncApplyScript makes dir, removes the given paths under it (each
+// "./rel") and, with untar, extracts a tar stream from stdin into it as
+// the shell's user (owners ignored, modes kept). It runs in the persistent
+// shell, in a subshell, and fails at the first step that fails.
+func SyncApplyScript(dir string, remove []string, untar bool) (string, error) {
+	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
+		return "", errors.New("sandbox directory must be non-empty, without NUL")
+	}
+	var b strings.Builder
+	b.WriteString("(command mkdir -p -- " + quote(dir) + " && cd -- " + quote(dir) + " || exit 1\n")
+	if len(remove) > 0 {
+		b.WriteString("command rm -rf --")
+		for _, p := range remove {
+			if !strings.HasPrefix(p, "./") || strings.IndexByte(p, 0) >= 0 {
+				return "", errors.New("paths to remove are ./relative, without NUL")
+			}
+			b.WriteString(" " + quote(p))
+		}
+		b.WriteString(" || exit 1\n")
+	}
+	if untar {
+		b.WriteString("command tar -x -p -o -f - || exit 1\n")
+	}
+	b.WriteString(")")
+	return b.String(), nil
+}

@@ -85,6 +85,7 @@ var (
 	bucketHistory = []byte("history")
 	bucketJobs    = []byte("jobs")
 	bucketSandbox = []byte("sandboxes")
+	bucketSyncs   = []byte("syncs")
 	keySchema     = []byte("schema")
 	keyMinReader  = []byte("min_reader")
 )

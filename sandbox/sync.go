@@ -1,0 +1,130 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// This file is what live sync (package syncer) needs of the Manager: the
+// sandbox's presence without booting it, a listing of a directory, and
+// changes applied to it.
+
+// Presence says whether name's container exists and runs, without booting,
+// starting or adopting it.
+func (m *Manager) Presence(ctx context.Context, name string) (exists, running bool, err error) {
+	if err := ValidateName(name); err != nil {
+		return false, false, err
+	}
+	c, err := m.inspectOwned(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, false, nil
+	case err != nil:
+		return false, false, err
+	}
+	return true, c.Running(), nil
+}
+
+// maxSyncList bounds the listing a sandbox may send back.
+const maxSyncList = 64 << 20
+
+// SyncList lists the paths under dir in the sandbox ("./rel"), leaving out
+// entries named in ignore and all under them. The names come from the
+// sandbox: the caller uses them only to name paths inside it.
+func (m *Manager) SyncList(ctx context.Context, name, dir string, ignore []string) ([]string, error) {
+	script, err := guest.SyncListScript(dir, ignore)
+	if err != nil {
+		return nil, &ArgError{Err: err}
+	}
+	sb, _, err := m.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer sb.busy()()
+	var out bytes.Buffer
+	res, err := sb.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Timeout: time.Minute,
+		Stdout: &limitWriter{w: &out, n: maxSyncList + 1}})
+	switch {
+	case err != nil:
+		return nil, err
+	case res.TimedOut || res.ShellLost || res.ExitCode != 0:
+		return nil, fmt.Errorf("sandbox %q: list %s: exit %d", name, dir, res.ExitCode)
+	case out.Len() > maxSyncList:
+		return nil, fmt.Errorf("sandbox %q: the listing of %s is over %d bytes", name, dir, maxSyncList)
+	}
+	var paths []string
+	for p := range strings.SplitSeq(out.String(), "\x00") {
+		if strings.HasPrefix(p, "./") {
+			paths = append(paths, p)
+		}
+	}
+	return paths, nil
+}
+
+// smallSync is the largest tar a sync sends through the sandbox's shell;
+// larger ones stream over an exec of their own.
+const smallSync = 4 << 20
+
+// SyncApply brings changes into dir in the sandbox: it removes the paths
+// in remove ("./rel") and then extracts the tar stream that pack writes
+// (nil: none). size is the stream's expected size: small ones go through
+// the sandbox's shell (about a pipe round trip), large ones stream over
+// the engine's exec.
+func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []string, size int64, pack func(w io.Writer) error) error {
+	sb, _, err := m.Get(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer sb.busy()()
+	untar := pack != nil && size <= smallSync
+	script, err := guest.SyncApplyScript(dir, remove, untar)
+	if err != nil {
+		return &ArgError{Err: err}
+	}
+	var stdin []byte
+	if untar {
+		var b bytes.Buffer
+		if err := pack(&b); err != nil {
+			return err
+		}
+		stdin = b.Bytes()
+	}
+	if len(remove) > 0 || untar {
+		errb := &shell.Capture{Limit: 2048}
+		res, err := sb.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Timeout: 5 * time.Minute, Stdin: stdin, Stderr: errb})
+		if err != nil {
+			return err
+		}
+		if res.TimedOut || res.ShellLost || res.ExitCode != 0 {
+			head, _, _ := errb.Parts()
+			return fmt.Errorf("sandbox %q: apply changes in %s: exit %d: %s", name, dir, res.ExitCode, shorten(strings.TrimSpace(string(head)), 400))
+		}
+	}
+	if pack == nil || untar {
+		return nil
+	}
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.UntarScript, "sh", dir}, Interactive: true})
+	stderr := &shell.Capture{Limit: 4096}
+	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("sandbox %q: start tar: %w", name, err)
+	}
+	perr := pack(w)
+	w.Close()
+	if err := cmd.Wait(); err != nil {
+		return m.transferFailed(ctx, sb, "sync into", dir, err, stderr, "the next change or a restart of the sync sends it again")
+	}
+	return perr
+}
