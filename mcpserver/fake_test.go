@@ -104,6 +104,11 @@ func (f *fake) ReadLines(_ context.Context, name, path string, first, count int6
 	return f.files[path], f.errAll
 }
 
+func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {
+	f.note("boot %s", name)
+	return sandbox.BootInfo{}, f.errAll
+}
+
 func (f *fake) Upload(_ context.Context, name, dest, base string, pack func(io.Writer, string) error) (sandbox.Landing, error) {
 	f.note("upload %s %s %s", name, dest, base)
 	if f.errAll != nil {

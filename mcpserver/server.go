@@ -36,6 +36,7 @@ type Sandboxes interface {
 	Upload(ctx context.Context, name, dest, base string, pack func(w io.Writer, top string) error) (sandbox.Landing, error)
 	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error)
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
+	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
 	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)
 	SetEnv(ctx context.Context, name, key, value string, secret bool) error
 	UnsetEnv(ctx context.Context, name, key string) error
@@ -79,6 +80,8 @@ type Options struct {
 	// directory).
 	AllowDirs []string
 	StartDir  string
+	// Syncs runs live sync jobs; nil: the sync tools say it is not available.
+	Syncs Syncs
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -98,6 +101,7 @@ type Server struct {
 	ms      *server.MCPServer
 
 	hostRoots *hostRoots
+	syncs     Syncs
 
 	// planned are the toolsets exposed at start: tool descriptions name
 	// only tools of these sets (or say which set to enable).
@@ -141,7 +145,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
 		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{},
-		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir)}
+		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs}
 	for _, set := range sets {
 		s.planned[set] = true
 	}
@@ -248,7 +252,7 @@ func (s *Server) tools() []tool {
 		s.writeFileTool(), s.readFileTool(), s.batchWriteTool(), s.outputTool(),
 		s.bgTool(), s.logsTool(), s.killTool(), s.jobsTool(),
 		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
-		s.uploadTool(), s.downloadTool(), s.gitCloneTool(),
+		s.uploadTool(), s.downloadTool(), s.gitCloneTool(), s.syncStartTool(), s.syncStopTool(), s.syncListTool(),
 	}
 }
 

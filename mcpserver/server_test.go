@@ -147,7 +147,7 @@ func TestToolSchemasSnapshot(t *testing.T) {
 // schemas included) to a budget, and the default sets to 24 KB: every byte
 // is sent to the model on every turn.
 func TestToolListBudget(t *testing.T) {
-	budgets := map[string]int{"core": 12500, "jobs": 6000, "lifecycle": 7500, "transfer": 5500}
+	budgets := map[string]int{"core": 12500, "jobs": 6000, "lifecycle": 7500, "transfer": 9500}
 	for _, set := range Toolsets {
 		b, _ := json.Marshal(listTools(t, set.Name))
 		budget, ok := budgets[set.Name]
@@ -182,7 +182,7 @@ func TestToolsets(t *testing.T) {
 	if !strings.Contains(def, "exec") || !strings.Contains(def, "bg") || !strings.Contains(def, "destroy") || strings.Contains(def, "upload") {
 		t.Errorf("default %q", def)
 	}
-	if got := names(listTools(t, "transfer")); got != "download git_clone upload" {
+	if got := names(listTools(t, "transfer")); got != "download git_clone sync_list sync_start sync_stop upload" {
 		t.Errorf("transfer toolset: %s", got)
 	}
 	if !strings.Contains(all, "upload") || !strings.Contains(all, "exec") {

@@ -33,6 +33,12 @@ func (m *Manager) Presence(ctx context.Context, name string) (exists, running bo
 	return true, c.Running(), nil
 }
 
+// Boot boots, starts or adopts the named sandbox if it is not ready.
+func (m *Manager) Boot(ctx context.Context, name string) (BootInfo, error) {
+	_, info, err := m.Get(ctx, name)
+	return info, err
+}
+
 // maxSyncList bounds the listing a sandbox may send back.
 const maxSyncList = 64 << 20
 

@@ -19,11 +19,13 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
+	"github.com/sandbox-mcp/sandbox-mcp/syncer"
 )
 
 // NewLogger returns the server's stderr logger.
@@ -104,6 +106,8 @@ type Env struct {
 	Runtime sandbox.Runtime
 	State   *state.Store
 	Manager *sandbox.Manager
+	// Syncs runs live sync jobs; set by Serve only.
+	Syncs *syncer.Manager
 }
 
 // Open validates cfg, creates the state directory (0700), picks the
@@ -135,7 +139,12 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 
 // Close stops what the Env's manager runs in this process; sandboxes keep
 // running.
-func (e *Env) Close() { e.Manager.Close() }
+func (e *Env) Close() {
+	if e.Syncs != nil {
+		e.Syncs.Close()
+	}
+	e.Manager.Close()
+}
 
 // openRuntime validates cfg and returns its logger and runtime.
 func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime, error) {
@@ -164,7 +173,9 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	defer env.closeWithin(shutdownBound)
 	logger, m := env.Logger, env.Manager
+	env.Syncs = syncer.New(syncer.Options{Remote: m, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Logger: logger})
 	ms, err := mcpserver.New(m, mcpserver.Options{
+		Syncs:   env.Syncs,
 		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
 		AllowDirs: cfg.AllowDirs, StartDir: startDir(),
@@ -179,6 +190,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
 	// Both run in the Manager's background and end with it.
 	m.ReconcileAfter(reconcileDelay)
+	env.Syncs.Resume() // jobs of servers that ended
 	if cfg.BootDefault {
 		m.BootInBackground(sandbox.DefaultName)
 	}
