@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 )
@@ -319,5 +323,62 @@ func gitClone(t *testing.T, s *server) {
 	r = s.call(t, "git_clone", map[string]any{"repo": url, "token": token})
 	if !r.isError || !strings.Contains(r.text, "not empty") {
 		t.Fatalf("clone onto a clone: %s", r.text)
+	}
+}
+
+// TestClientRoots: with no --allow-dir, the client's roots decide, on the
+// newest protocol (asked by multi round-trip) and on 2025-06-18 (asked by
+// roots/list); a root the client adds later counts once it says so.
+func TestClientRoots(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	for _, protocol := range []string{"", "2025-06-18"} {
+		t.Run("protocol "+protocol, func(t *testing.T) {
+			t.Parallel()
+			prefix := enginetest.Prefix(t, tg.New())
+			a, b := t.TempDir(), t.TempDir()
+			os.WriteFile(filepath.Join(a, "fa"), []byte("a"), 0o644)
+			os.WriteFile(filepath.Join(b, "fb"), []byte("b"), 0o644)
+			client := mcp.NewClient(&mcp.Implementation{Name: "e2e-roots", Version: "0"}, nil)
+			client.AddRoots(&mcp.Root{URI: "file://" + a, Name: "a"})
+			s := &server{stateDir: t.TempDir()}
+			cmd := exec.Command(binary, "serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
+				"--state-dir", s.stateDir, "--no-boot-default", "--toolsets", "all")
+			cmd.Dir = b // the start directory is no root when the client offers roots
+			cmd.Env = append(os.Environ(), tg.Env...)
+			cmd.Stderr = &prefixWriter{t: t}
+			var opts *mcp.ClientSessionOptions
+			if protocol != "" {
+				opts = &mcp.ClientSessionOptions{ProtocolVersion: protocol}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			s.cs = cs
+
+			r := s.call(t, "upload", map[string]any{"local_path": filepath.Join(a, "fa"), "sandbox_path": "/tmp/fa"})
+			if r.isError {
+				t.Fatalf("from the client's root: %s", r.text)
+			}
+			r = s.call(t, "upload", map[string]any{"local_path": filepath.Join(b, "fb"), "sandbox_path": "/tmp/fb"})
+			if !r.isError || !strings.Contains(r.text, a) || !strings.Contains(r.text, "--allow-dir") {
+				t.Fatalf("outside the client's roots: %s", r.text)
+			}
+			client.AddRoots(&mcp.Root{URI: "file://" + b, Name: "b"})
+			deadline := time.Now().Add(hangGuard)
+			for {
+				r = s.call(t, "upload", map[string]any{"local_path": filepath.Join(b, "fb"), "sandbox_path": "/tmp/fb"})
+				if !r.isError {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("a root added later: %s", r.text)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -35,12 +35,18 @@ func ParseProbe(out string) (kind, path string, err error) {
 
 // UntarScript extracts a tar stream from stdin into the directory $1,
 // creating it, as the exec's user: owners in the stream are ignored
-// (-o), modes kept (-p).
-const UntarScript = `command mkdir -p -- "$1" && cd -- "$1" && exec tar -x -p -o -f -`
+// (-o), modes kept (-p). GNU tar reads 1 MiB records (fewer, larger reads
+// from the pipe).
+const UntarScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
+case $(tar --version 2>/dev/null) in *GNU*) exec tar -x -p -o -b 2048 -f - ;; esac
+exec tar -x -p -o -f -`
 
 // TarScript writes the entry $2 of the directory $1 (and all under it)
-// to stdout as a tar stream. Symlinks are stored as links.
-const TarScript = `cd -- "$1" && exec tar -c -f - -- "$2"`
+// to stdout as a tar stream. Symlinks are stored as links. GNU tar writes
+// 1 MiB records.
+const TarScript = `cd -- "$1" || exit 1
+case $(tar --version 2>/dev/null) in *GNU*) exec tar -c -b 2048 -f - -- "$2" ;; esac
+exec tar -c -f - -- "$2"`
 
 // SyncListScript prints every path under dir (as "./rel", NUL-separated),
 // leaving out entries named in ignore and all under them; nothing when

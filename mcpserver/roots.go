@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -36,44 +35,27 @@ func newHostRoots(allow []string, startDir string) *hostRoots {
 	return h
 }
 
-// rootsWait bounds asking the client for its roots.
-const rootsWait = 5 * time.Second
+// rootsKey names the roots request in a multi round-trip exchange.
+const rootsKey = "roots"
 
-// roots returns the roots in force for this call.
-func (s *Server) roots(ctx context.Context) transfer.Roots {
-	h := s.hostRoots
-	out := slices.Clone(h.allowed)
-	client, ok := s.clientRoots(ctx)
-	if !ok {
-		client = h.start
-	}
-	for _, r := range client {
-		if !slices.Contains(out, r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// clientRoots asks the client for its roots once (again after it says
-// they changed); ok is false when the client offers none.
-func (s *Server) clientRoots(ctx context.Context) (transfer.Roots, bool) {
-	sess, _ := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
-	if sess == nil || sess.GetClientCapabilities().Roots == nil || s.ms == nil {
-		return nil, false
+// askRoots returns a result that asks the client for its roots when it
+// offers them and they are not known yet (again after roots/list_changed),
+// or nil to go on. The client answers and calls the tool again (SEP-2322;
+// for clients of earlier protocol versions mcp-go sends roots/list and
+// calls the handler again itself), and the answer is kept.
+func (s *Server) askRoots(ctx context.Context, req mcp.CallToolRequest) *mcp.CallToolResult {
+	if !clientOffersRoots(ctx) {
+		return nil
 	}
 	h := s.hostRoots
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.fetched {
-		return h.client, true
+		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, rootsWait)
-	defer cancel()
-	res, err := s.ms.RequestRoots(rctx, mcp.ListRootsRequest{})
-	if err != nil {
-		s.log.Warn("roots/list failed; using the start directory", "err", err)
-		return nil, false
+	res := server.RootsResponse(req.Params.InputResponses, rootsKey)
+	if res == nil {
+		return server.NewInputRequestBuilder("").Roots(rootsKey).ToolResult()
 	}
 	var dirs []string
 	for _, r := range res.Roots {
@@ -89,7 +71,32 @@ func (s *Server) clientRoots(ctx context.Context) (transfer.Roots, bool) {
 		s.log.Info("client roots not used", "dropped", dropped)
 	}
 	h.fetched = true
-	return h.client, true
+	return nil
+}
+
+func clientOffersRoots(ctx context.Context) bool {
+	sess, _ := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
+	return sess != nil && sess.GetClientCapabilities().Roots != nil
+}
+
+// roots returns the roots in force for this call: --allow-dir, and the
+// client's roots when it offers them (askRoots fetched them), else the
+// start directory.
+func (s *Server) roots(ctx context.Context) transfer.Roots {
+	h := s.hostRoots
+	out := slices.Clone(h.allowed)
+	client := h.start
+	if clientOffersRoots(ctx) {
+		h.mu.Lock()
+		client = h.client
+		h.mu.Unlock()
+	}
+	for _, r := range client {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // forgetClientRoots makes the next transfer ask the client again.

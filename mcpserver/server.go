@@ -4,6 +4,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -271,7 +272,31 @@ func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 	}
 	server.WithWorkerPoolSize(64)(ss)
 	server.WithQueueSize(1024)(ss)
-	return ss.Listen(ctx, lim.Reader(), releasingWriter{lim.Writer()})
+	return ss.Listen(ctx, lim.Reader(), releasingWriter{rootsParamsWriter{lim.Writer()}})
+}
+
+// rootsRequestBare is how mcp-go writes the roots request of an
+// input_required result (roots/list takes no parameters, so it leaves them
+// out); rootsRequestFull is the same with empty parameters, which the spec
+// allows and some clients (the official Go SDK among them) need to decode
+// it. The request's key is ours (rootsKey), so the bytes are known.
+var (
+	rootsRequestBare = []byte(`"inputRequests":{"` + rootsKey + `":{"method":"roots/list"}}`)
+	rootsRequestFull = []byte(`"inputRequests":{"` + rootsKey + `":{"method":"roots/list","params":{}}}`)
+)
+
+// rootsParamsWriter adds the empty parameters to the roots request of a
+// message (one Write is one message).
+type rootsParamsWriter struct{ w io.Writer }
+
+func (r rootsParamsWriter) Write(p []byte) (int, error) {
+	if len(p) < 4096 && bytes.Contains(p, rootsRequestBare) {
+		if _, err := r.w.Write(bytes.Replace(p, rootsRequestBare, rootsRequestFull, 1)); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return r.w.Write(p)
 }
 
 // largeDataHint is the end of the error for an over-long message: how to

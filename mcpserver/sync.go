@@ -92,6 +92,9 @@ func (s *Server) syncListTool() tool {
 }
 
 func (s *Server) handleSyncStart(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if ask := s.askRoots(ctx, req); ask != nil {
+		return ask, nil
+	}
 	name, err := sandboxArg(req)
 	if err != nil {
 		return argError("sync_start: %v", err), nil

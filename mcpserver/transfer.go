@@ -61,6 +61,9 @@ func (s *Server) downloadTool() tool {
 }
 
 func (s *Server) handleUpload(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if ask := s.askRoots(ctx, req); ask != nil {
+		return ask, nil
+	}
 	name, err := sandboxArg(req)
 	if err != nil {
 		return argError("upload: %v", err), nil
@@ -93,6 +96,9 @@ func (s *Server) handleUpload(ctx context.Context, req mcp.CallToolRequest) (*mc
 }
 
 func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if ask := s.askRoots(ctx, req); ask != nil {
+		return ask, nil
+	}
 	name, err := sandboxArg(req)
 	if err != nil {
 		return argError("download: %v", err), nil

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -87,7 +88,11 @@ func (m *Manager) Upload(ctx context.Context, name, dest, base string, pack func
 	if err := cmd.Start(); err != nil {
 		return Landing{}, fmt.Errorf("sandbox %q: start tar: %w", name, err)
 	}
-	packErr := pack(stdin, land.Top)
+	bw := bufio.NewWriterSize(stdin, 1<<20)
+	packErr := pack(bw, land.Top)
+	if packErr == nil {
+		packErr = bw.Flush()
+	}
 	stdin.Close()
 	waitErr := cmd.Wait()
 	if waitErr != nil {
@@ -144,7 +149,7 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 		}
 		return nil
 	}
-	err = unpack(stdout, path.Base(abs), finish)
+	err = unpack(bufio.NewReaderSize(stdout, 1<<20), path.Base(abs), finish)
 	if !waited {
 		cancel() // the host gave up on the stream: stop tar
 		_ = cmd.Wait()

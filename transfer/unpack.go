@@ -87,7 +87,7 @@ func Unpack(root *os.Root, dest string, r io.Reader, opt UnpackOptions) (Counts,
 	if err := root.Mkdir(staging, 0o700); err != nil {
 		return c, fmt.Errorf("create staging directory in %s: %w", filepath.Join(root.Name(), parent), hostErr(err))
 	}
-	u := &unpacker{root: root, staging: staging, c: &c, links: map[string]bool{}, maxBytes: maxBytes}
+	u := &unpacker{root: root, staging: staging, c: &c, links: map[string]bool{}, maxBytes: maxBytes, buf: make([]byte, 1<<20)}
 	err := u.run(tar.NewReader(r), opt.Top, maxEntries)
 	if err == nil && opt.BeforeCommit != nil {
 		err = opt.BeforeCommit()
@@ -111,6 +111,7 @@ type unpacker struct {
 	dirs     []dirMeta
 	maxBytes int64
 	sawTop   bool
+	buf      []byte // the copy buffer: large writes on the host
 }
 
 type dirMeta struct {
@@ -218,7 +219,7 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 		if err != nil {
 			return fmt.Errorf("create %s: %w", hdr.Name, hostErr(err))
 		}
-		n, err := io.Copy(f, tr)
+		n, err := io.CopyBuffer(struct{ io.Writer }{f}, tr, u.buf)
 		u.c.Bytes += n
 		if cerr := f.Close(); err == nil {
 			err = cerr
