@@ -89,9 +89,15 @@ func TestSync(t *testing.T) {
 			}
 
 			t.Run("outside the roots", func(t *testing.T) {
-				r := s.call(t, "sync_start", map[string]any{"local_dir": t.TempDir(), "sandbox_dir": "/workspace/x"})
+				outside := t.TempDir()
+				r := s.call(t, "sync_start", map[string]any{"local_dir": outside, "sandbox_dir": "/workspace/x"})
 				if !r.isError || !strings.Contains(r.text, "--allow-dir") {
 					t.Fatalf("%s", r.text)
+				}
+				os.Symlink(outside, filepath.Join(host, "door"))
+				r = s.call(t, "sync_start", map[string]any{"local_dir": filepath.Join(host, "door"), "sandbox_dir": "/workspace/x"})
+				if !r.isError || !strings.Contains(r.text, "--allow-dir") {
+					t.Fatalf("through a symlink out of the roots: %s", r.text)
 				}
 			})
 

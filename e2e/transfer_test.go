@@ -70,6 +70,11 @@ func TestTransfer(t *testing.T) {
 				if r.str("stdout") != "ran\n" {
 					t.Fatalf("renamed file: %+v", r)
 				}
+				// A directory may not replace a file.
+				r = s.call(t, "upload", map[string]any{"local_path": filepath.Join(tree, "sub"), "sandbox_path": "/workspace/renamed.sh"})
+				if !r.isError || !strings.Contains(r.text, "is a file") {
+					t.Fatalf("a directory onto a file: %s", r.text)
+				}
 			})
 
 			t.Run("read_file lines", func(t *testing.T) {

@@ -109,15 +109,15 @@ func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {
 	return sandbox.BootInfo{}, f.errAll
 }
 
-func (f *fake) Upload(_ context.Context, name, dest, base string, pack func(io.Writer, string) error) (sandbox.Landing, error) {
-	f.note("upload %s %s %s", name, dest, base)
+func (f *fake) Upload(_ context.Context, name string, req sandbox.UploadRequest) (sandbox.Landing, error) {
+	f.note("upload %s %s %s", name, req.Dest, req.Base)
 	if f.errAll != nil {
 		return sandbox.Landing{}, f.errAll
 	}
 	var b bytes.Buffer
-	err := pack(&b, base)
+	err := req.Pack(&b, req.Base)
 	f.uploaded = b.Bytes()
-	return sandbox.Landing{Dir: dest, Top: base, Path: dest + "/" + base}, err
+	return sandbox.Landing{Dir: req.Dest, Top: req.Base, Path: req.Dest + "/" + req.Base}, err
 }
 
 func (f *fake) Download(_ context.Context, name, src string, unpack func(io.Reader, string, func() error) error) (string, error) {

@@ -34,7 +34,7 @@ type Sandboxes interface {
 	WriteFiles(ctx context.Context, name string, reqs []sandbox.WriteRequest) ([]sandbox.WriteOutcome, error)
 	ReadFile(ctx context.Context, name, path string, offset, length int64) ([]byte, error)
 	ReadLines(ctx context.Context, name, path string, first, count int64) ([]byte, error)
-	Upload(ctx context.Context, name, dest, base string, pack func(w io.Writer, top string) error) (sandbox.Landing, error)
+	Upload(ctx context.Context, name string, req sandbox.UploadRequest) (sandbox.Landing, error)
 	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error)
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)

@@ -76,17 +76,18 @@ func (s *Server) handleUpload(ctx context.Context, req mcp.CallToolRequest) (*mc
 		return failure(ctx, "upload", err), nil
 	}
 	defer root.Close()
-	if _, err := root.Lstat(rel); err != nil {
+	fi, err := root.Lstat(rel)
+	if err != nil {
 		return failure(ctx, "upload", hostPathErr(local, err)), nil
 	}
 	base := filepath.Base(filepath.Join(root.Name(), rel))
 	start := time.Now()
 	var counts transfer.Counts
-	land, err := s.m.Upload(ctx, name, dest, base, func(w io.Writer, top string) error {
+	land, err := s.m.Upload(ctx, name, sandbox.UploadRequest{Dest: dest, Base: base, Dir: fi.IsDir(), Pack: func(w io.Writer, top string) error {
 		var perr error
 		counts, perr = transfer.Pack(root, rel, top, w, transfer.PackOptions{Ignore: ignoreFunc(ignore)})
 		return perr
-	})
+	}})
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("upload %s to sandbox %q", local, name), err), nil
 	}

@@ -52,11 +52,21 @@ func (m *Manager) probe(ctx context.Context, sb *Sandbox, p string) (kind, abs s
 	return kind, path.Clean(abs), nil
 }
 
-// Upload streams a tar archive written by pack into the sandbox at dest:
-// into dest when it is a directory (the archive's top entry named base),
-// else as dest itself (the top entry named after dest). Files land owned
-// by the sandbox's default user with the archive's modes and mtimes.
-func (m *Manager) Upload(ctx context.Context, name, dest, base string, pack func(w io.Writer, top string) error) (Landing, error) {
+// UploadRequest is one upload.
+type UploadRequest struct {
+	// Dest is where it lands: into Dest when that is a directory (under
+	// the name Base), else as Dest itself.
+	Dest, Base string
+	// Dir says that a directory is uploaded: it may not replace a file.
+	Dir bool
+	// Pack writes the tar archive whose top entry is named top.
+	Pack func(w io.Writer, top string) error
+}
+
+// Upload streams the archive req.Pack writes into the sandbox. Files land
+// owned by the sandbox's default user with the archive's modes and mtimes.
+func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (Landing, error) {
+	dest, base, pack := req.Dest, req.Base, req.Pack
 	sb, _, err := m.Get(ctx, name)
 	if err != nil {
 		return Landing{}, err
@@ -72,6 +82,9 @@ func (m *Manager) Upload(ctx context.Context, name, dest, base string, pack func
 		if k, _, err := m.probe(ctx, sb, land.Path); err == nil && k != "none" {
 			land.Replaced = true
 		}
+	}
+	if req.Dir && kind == "file" {
+		return Landing{}, &ArgError{Err: fmt.Errorf("%s is a file in sandbox %q: a directory cannot replace it; name a directory or a new path", abs, name)}
 	}
 	if land.Top == "/" || land.Top == "." || land.Top == ".." {
 		return Landing{}, &ArgError{Err: fmt.Errorf("cannot upload onto %q: name a path below /", abs)}

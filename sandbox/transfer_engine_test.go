@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
@@ -36,10 +37,10 @@ func TestTransferOnEngine(t *testing.T) {
 
 			t.Run("full disk", func(t *testing.T) {
 				os.WriteFile(filepath.Join(host, "two.bin"), bytes.Repeat([]byte("x"), 2<<20), 0o644)
-				_, err := m.Upload(guarded(t), box, "/data/two.bin", "two.bin", func(w io.Writer, top string) error {
+				_, err := m.Upload(guarded(t), box, sandbox.UploadRequest{Dest: "/data/two.bin", Base: "two.bin", Pack: func(w io.Writer, top string) error {
 					_, err := transfer.Pack(root, "two.bin", top, w, transfer.PackOptions{})
 					return err
-				})
+				}})
 				if err == nil || !strings.Contains(err.Error(), "no space left") || !strings.Contains(err.Error(), "failed") {
 					t.Fatalf("upload into a full tmpfs: %v", err)
 				}
@@ -54,11 +55,11 @@ func TestTransferOnEngine(t *testing.T) {
 					}
 				}
 				var c transfer.Counts
-				land, err := m.Upload(guarded(t), box, "/workspace", "many", func(w io.Writer, top string) error {
+				land, err := m.Upload(guarded(t), box, sandbox.UploadRequest{Dest: "/workspace", Base: "many", Dir: true, Pack: func(w io.Writer, top string) error {
 					var err error
 					c, err = transfer.Pack(root, "many", top, w, transfer.PackOptions{})
 					return err
-				})
+				}})
 				if err != nil || c.Files != 10000 || land.Path != "/workspace/many" {
 					t.Fatalf("%+v %+v %v", land, c, err)
 				}
@@ -85,7 +86,7 @@ func TestTransferOnEngine(t *testing.T) {
 					size = 256 << 20 // a small CI disk: the same path with less
 					t.Logf("host disk has under 3 GiB free: streaming %d MiB", size>>20)
 				}
-				_, err := m.Upload(context.Background(), box, "/workspace/huge", "huge", func(w io.Writer, top string) error {
+				_, err := m.Upload(context.Background(), box, sandbox.UploadRequest{Dest: "/workspace/huge", Base: "huge", Pack: func(w io.Writer, top string) error {
 					tw := tar.NewWriter(w)
 					if err := tw.WriteHeader(&tar.Header{Name: top, Mode: 0o644, Size: size, Typeflag: tar.TypeReg}); err != nil {
 						return err
@@ -94,7 +95,7 @@ func TestTransferOnEngine(t *testing.T) {
 						return err
 					}
 					return tw.Close()
-				})
+				}})
 				if err != nil {
 					t.Fatal(err)
 				}

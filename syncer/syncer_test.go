@@ -173,28 +173,32 @@ func TestSyncMirrorsAndFollows(t *testing.T) {
 			os.MkdirAll(filepath.Join(sbx, "w", "node_modules"), 0o755)
 			os.WriteFile(filepath.Join(sbx, "w", "node_modules", "kept"), []byte("k"), 0o644)
 			os.WriteFile(filepath.Join(sbx, "w", "stale.txt"), []byte("s"), 0o644)
+			// Links are synced as links: a loop and one out of the tree are
+			// never followed.
+			os.Symlink("loop", filepath.Join(host, "loop"))
+			os.Symlink(t.TempDir(), filepath.Join(host, "out"))
 
 			st, err := m.Start(context.Background(), "default", host, "w", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st.Mirror.Files != 1 || st.Mirror.Removed != 1 {
+			if st.Mirror.Files != 1 || st.Mirror.Removed != 1 || st.Mirror.Bytes != 2 {
 				t.Fatalf("mirror %+v", st.Mirror)
 			}
 			w := filepath.Join(sbx, "w")
-			eventually(t, w, "node_modules/ node_modules/kept=k src/ src/a.go=a1")
+			eventually(t, w, "loop= node_modules/ node_modules/kept=k out= src/ src/a.go=a1")
 
 			os.WriteFile(filepath.Join(host, "src", "a.go"), []byte("a2"), 0o644)
 			os.WriteFile(filepath.Join(host, "b.txt"), []byte("b"), 0o644)
-			eventually(t, w, "b.txt=b node_modules/ node_modules/kept=k src/ src/a.go=a2")
+			eventually(t, w, "b.txt=b loop= node_modules/ node_modules/kept=k out= src/ src/a.go=a2")
 			os.Rename(filepath.Join(host, "b.txt"), filepath.Join(host, "c.txt"))
 			os.MkdirAll(filepath.Join(host, "new", "deeper"), 0o755)
 			os.WriteFile(filepath.Join(host, "new", "deeper", "d.txt"), []byte("d"), 0o644)
-			eventually(t, w, "c.txt=b new/ new/deeper/ new/deeper/d.txt=d node_modules/ node_modules/kept=k src/ src/a.go=a2")
+			eventually(t, w, "c.txt=b loop= new/ new/deeper/ new/deeper/d.txt=d node_modules/ node_modules/kept=k out= src/ src/a.go=a2")
 			// Later changes inside the new directory are seen too.
 			os.WriteFile(filepath.Join(host, "new", "deeper", "e.txt"), []byte("e"), 0o644)
 			os.RemoveAll(filepath.Join(host, "src"))
-			eventually(t, w, "c.txt=b new/ new/deeper/ new/deeper/d.txt=d new/deeper/e.txt=e node_modules/ node_modules/kept=k")
+			eventually(t, w, "c.txt=b loop= new/ new/deeper/ new/deeper/d.txt=d new/deeper/e.txt=e node_modules/ node_modules/kept=k out=")
 			if tc.maxWatches > 0 {
 				if l := m.List(); len(l) != 1 || l[0].Polled == 0 {
 					t.Fatalf("polled directories not reported: %+v", l)
