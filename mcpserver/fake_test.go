@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // fake is a Sandboxes whose behaviour each test sets through function
@@ -102,6 +103,32 @@ func (f *fake) ReadFile(_ context.Context, name, path string, offset, length int
 func (f *fake) ReadLines(_ context.Context, name, path string, first, count int64) ([]byte, error) {
 	f.note("readlines %s %s %d %d", name, path, first, count)
 	return f.files[path], f.errAll
+}
+
+func (f *fake) Snapshot(_ context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error) {
+	f.note("snapshot %s %s", name, req.Name)
+	return state.Snapshot{Name: req.Name, Sandbox: name}, f.errAll
+}
+
+func (f *fake) Restore(_ context.Context, snap, name string) (sandbox.BootInfo, state.Snapshot, error) {
+	f.note("restore %s %s", snap, name)
+	return sandbox.BootInfo{}, state.Snapshot{Name: snap}, f.errAll
+}
+
+func (f *fake) Snapshots() ([]state.Snapshot, error) { return nil, f.errAll }
+
+func (f *fake) DeleteSnapshot(_ context.Context, snap string) (state.Snapshot, error) {
+	f.note("delete_snapshot %s", snap)
+	return state.Snapshot{Name: snap}, f.errAll
+}
+
+func (f *fake) CloneSandbox(_ context.Context, source, target string, _ *sandbox.Profile) (sandbox.BootInfo, error) {
+	f.note("clone %s %s", source, target)
+	return sandbox.BootInfo{}, f.errAll
+}
+
+func (f *fake) NamedProfile(string) (sandbox.Profile, []string, bool) {
+	return sandbox.Profile{}, nil, false
 }
 
 func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // Sandboxes is what the tools need of the sandbox manager: the one API
@@ -38,6 +39,13 @@ type Sandboxes interface {
 	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error)
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
+
+	Snapshot(ctx context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error)
+	Restore(ctx context.Context, snap, name string) (sandbox.BootInfo, state.Snapshot, error)
+	Snapshots() ([]state.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, snap string) (state.Snapshot, error)
+	CloneSandbox(ctx context.Context, source, target string, prof *sandbox.Profile) (sandbox.BootInfo, error)
+	NamedProfile(name string) (sandbox.Profile, []string, bool)
 	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)
 	SetEnv(ctx context.Context, name, key, value string, secret bool) error
 	UnsetEnv(ctx context.Context, name, key string) error
@@ -254,6 +262,7 @@ func (s *Server) tools() []tool {
 		s.bgTool(), s.logsTool(), s.killTool(), s.jobsTool(),
 		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
 		s.uploadTool(), s.downloadTool(), s.gitCloneTool(), s.syncStartTool(), s.syncStopTool(), s.syncListTool(),
+		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(),
 	}
 }
 

@@ -23,6 +23,9 @@ var (
 	ErrEngineMissing = errors.New("container engine not installed")
 	// ErrInvalidName means a sandbox name failed validation before any CLI saw it.
 	ErrInvalidName = errors.New("invalid sandbox name")
+	// ErrUnsupported means the engine (or its version) cannot do what
+	// was asked.
+	ErrUnsupported = errors.New("not supported by this engine")
 )
 
 // EngineError is a failed container CLI invocation: what was run, how it

@@ -213,6 +213,9 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbox, BootInfo, error) {
 	var info BootInfo
 	prof := m.ProfileFor(name)
+	if o := m.override(name); o != nil {
+		prof = o.prof // a restore or clone: another image, perhaps another profile
+	}
 	if err := prof.Validate(); err != nil {
 		return nil, info, err
 	}
@@ -387,6 +390,11 @@ func ImageHint(rt Runtime) string {
 // creating the workspace volume, for a container replacing one that used both.
 func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, error) {
 	labels := m.labels(name)
+	if o := m.override(name); o != nil {
+		for k, v := range o.labels {
+			labels[k] = v
+		}
+	}
 	vol := m.volumeFor(name)
 	if !known {
 		ok, err := m.rt.ImageExists(ctx, prof.Image)
@@ -448,6 +456,7 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 	}
 	defer release()
 	m.bumpGen(name, "destroyed")
+	m.runHooks(name, "destroy")
 	sb := m.detach(name)
 	if sb != nil {
 		sb.end(endedByDestroy)
@@ -538,6 +547,7 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	}
 	defer release()
 	m.bumpGen(name, "reset")
+	m.runHooks(name, "reset")
 	// Jobs die with the old container, and their files with its rootfs.
 	m.forgetJobs(name)
 	sb := m.detach(name)

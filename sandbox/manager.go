@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,10 @@ type Config struct {
 	Jobs JobStore
 	// Sandboxes records each sandbox's profile in use; nil records nothing.
 	Sandboxes SandboxStore
+	// Snapshots keeps snapshot records, and SnapshotDir their workspace
+	// tars; without both, snapshots are not offered.
+	Snapshots   SnapshotStore
+	SnapshotDir string
 	// LockDir holds the lock files that serialise lifecycle changes across
 	// server processes sharing one state directory; "" locks within this
 	// process only.
@@ -82,10 +88,14 @@ type Manager struct {
 	wg     sync.WaitGroup
 	closed atomic.Bool
 
-	mu      sync.Mutex
-	slots   map[string]*slot
-	history *History
-	jobs    JobStore
+	mu    sync.Mutex
+	slots map[string]*slot
+	// overrides are boots under way with another image (restore, clone);
+	// hooks run on restore, reset and destroy (snapshot.go).
+	overrides map[string]*bootOverride
+	hooks     []func(name, event string)
+	history   *History
+	jobs      JobStore
 
 	// serverID names this server in the sandboxes' shells, and server
 	// holds its lock file while it runs (sweep.go).
@@ -225,6 +235,15 @@ func (m *Manager) flushHistory() {
 			m.log.Warn("save history", "err", err)
 		}
 	}
+}
+
+// NamedProfile returns the configured profile called name (merged over
+// the defaults), or false and the configured names.
+func (m *Manager) NamedProfile(name string) (Profile, []string, bool) {
+	if _, ok := m.cfg.Profiles[name]; ok {
+		return m.ProfileFor(name), nil, true
+	}
+	return Profile{}, slices.Sorted(maps.Keys(m.cfg.Profiles)), false
 }
 
 // ProfileFor returns the profile a sandbox of that name boots with.

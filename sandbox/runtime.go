@@ -168,3 +168,25 @@ type Stats struct {
 	BlockWrite  int64
 	Processes   int
 }
+
+// ImageSaver is implemented by engines that turn a container's root
+// filesystem (volumes excluded) into an image: docker and podman by
+// commit, Apple by export and build.
+type ImageSaver interface {
+	// SaveImage makes image ref, carrying labels, from container name.
+	// env is the environment the image keeps (from the container's PID 1),
+	// for engines that rebuild the image config. pause freezes the
+	// container meanwhile, where the engine can.
+	SaveImage(ctx context.Context, name, ref string, labels map[string]string, env []string, pause bool) error
+	// RemoveImage removes image ref. An image a container still uses is
+	// untagged, or kept until the container is gone, never forced out
+	// from under it; a missing one is ErrNotFound.
+	RemoveImage(ctx context.Context, ref string) error
+}
+
+// LiveSaver is implemented by ImageSavers that may need the container
+// stopped to save it (Apple before 1.2.1). An error says snapshots are not
+// possible at all with this engine version.
+type LiveSaver interface {
+	SavesRunning(ctx context.Context) (bool, error)
+}

@@ -86,6 +86,7 @@ var (
 	bucketJobs    = []byte("jobs")
 	bucketSandbox = []byte("sandboxes")
 	bucketSyncs   = []byte("syncs")
+	bucketSnaps   = []byte("snapshots")
 	keySchema     = []byte("schema")
 	keyMinReader  = []byte("min_reader")
 )

@@ -17,7 +17,9 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -630,4 +632,75 @@ func VolumeCreateArgs(name string, labels map[string]string, size int64) []strin
 		args = append(args, "-s", strconv.FormatInt((size+1<<20-1)>>20, 10)+"M")
 	}
 	return append(args, name)
+}
+
+var _ sandbox.ImageSaver = (*Dialect)(nil)
+
+// SavesRunning reports whether SaveImage works on a running container
+// (1.2.1 and newer export live); before, the container must be stopped.
+func (d *Dialect) SavesRunning(ctx context.Context) (bool, error) {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !f.TarExport {
+		return false, fmt.Errorf("%w: snapshots need container 0.11.0 or newer (its export writes a tar of the root filesystem); this is %s", sandbox.ErrUnsupported, f.Version)
+	}
+	return f.LiveExport, nil
+}
+
+// SaveImage implements sandbox.ImageSaver. Apple has no commit: the
+// root filesystem is exported to a tar and built into an image FROM
+// scratch, with env (the container's PID 1 environment) and labels set
+// again, since the rootfs tar carries no image config.
+func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[string]string, env []string, _ bool) error {
+	if _, err := d.SavesRunning(ctx); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sandbox-mcp-save-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := d.Export(ctx, name, filepath.Join(dir, "rootfs.tar")); err != nil {
+		return err
+	}
+	var cf strings.Builder
+	cf.WriteString("FROM scratch\nADD rootfs.tar /\n")
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || !validEnvName(k) || strings.ContainsAny(v, "\n\r") {
+			continue
+		}
+		fmt.Fprintf(&cf, "ENV %s=%s\n", k, strconv.Quote(v))
+	}
+	for _, k := range sortedKeys(labels) {
+		fmt.Fprintf(&cf, "LABEL %s=%s\n", strconv.Quote(k), strconv.Quote(labels[k]))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf.String()), 0o600); err != nil {
+		return err
+	}
+	return d.Build(ctx, BuildSpec{Tag: ref, File: filepath.Join(dir, "Containerfile"), ContextDir: dir})
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveImage implements sandbox.ImageSaver. Apple's containers keep
+// their own root filesystems, so an image in use can go.
+func (d *Dialect) RemoveImage(ctx context.Context, ref string) error {
+	if strings.HasPrefix(ref, "-") {
+		return fmt.Errorf("image delete: %q starts with '-'", ref)
+	}
+	_, err := d.cli.Output(ctx, nil, "image", "delete", ref)
+	return err
 }

@@ -39,6 +39,8 @@ var (
 	// v0_10 added `run --init`, `system status --format json` and the
 	// `Error: <message>` error form.
 	v0_10 = Version{0, 10, 0}
+	// v0_11 made `container export` write a tar of the root filesystem.
+	v0_11 = Version{0, 11, 0}
 	// v1_0 added `container cp` and errors on `inspect` of a missing id.
 	v1_0 = Version{1, 0, 0}
 	// v1_1 made host unix sockets mounted with -v usable in the guest.
@@ -82,6 +84,8 @@ type Features struct {
 	Copy bool
 	// SocketMounts: a host unix socket mounted with -v works in the guest (1.1.0).
 	SocketMounts bool
+	// TarExport: `container export` writes a tar of the rootfs (0.11.0).
+	TarExport bool
 	// LiveExport: `container export` of a running container (1.2.1).
 	LiveExport bool
 }
@@ -94,6 +98,7 @@ func FeaturesOf(v Version) Features {
 		StatusJSON:   v.AtLeast(v0_10),
 		Copy:         v.AtLeast(v1_0),
 		SocketMounts: v.AtLeast(v1_1),
+		TarExport:    v.AtLeast(v0_11),
 		LiveExport:   v.AtLeast(v1_2_1),
 	}
 }

@@ -376,3 +376,36 @@ func Classify(f Flavor, _ int, stderr string) (error, string) {
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+var _ sandbox.ImageSaver = (*Dialect)(nil)
+
+// SaveImage implements sandbox.ImageSaver with commit.
+func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[string]string, _ []string, pause bool) error {
+	if strings.HasPrefix(ref, "-") || strings.HasPrefix(name, "-") {
+		return fmt.Errorf("commit: %q or %q starts with '-'", name, ref)
+	}
+	args := []string{"commit", fmt.Sprintf("--pause=%t", pause)}
+	for _, k := range sortedKeys(labels) {
+		args = append(args, "--change", fmt.Sprintf("LABEL %q=%q", k, labels[k]))
+	}
+	_, err := d.cli.Output(ctx, nil, append(args, name, ref)...)
+	return err
+}
+
+// RemoveImage implements sandbox.ImageSaver. docker's `rmi --force` only
+// untags an image a container uses; podman's would remove the container,
+// so podman untags it instead.
+func (d *Dialect) RemoveImage(ctx context.Context, ref string) error {
+	if strings.HasPrefix(ref, "-") {
+		return fmt.Errorf("rmi: %q starts with '-'", ref)
+	}
+	if d.flavor == Podman {
+		_, err := d.cli.Output(ctx, nil, "rmi", ref)
+		if err != nil && strings.Contains(strings.ToLower(err.Error()), "in use") {
+			_, err = d.cli.Output(ctx, nil, "untag", ref, ref)
+		}
+		return err
+	}
+	_, err := d.cli.Output(ctx, nil, "rmi", "--force", ref)
+	return err
+}

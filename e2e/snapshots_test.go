@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+// TestSnapshots: a snapshot keeps the whole filesystem (deletions, modes,
+// links), the env tool's variables and the workspace; restore gives them
+// back, chains keep every change, a clone starts from the current state
+// with a workspace of its own; bad names, unknown snapshots and missing
+// sandboxes are refused; a restore ends a running command and the jobs.
+func TestSnapshots(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			prefix := enginetest.Prefix(t, tg.New())
+			s := startServer(t, tg, prefix, "", "--toolsets", "all")
+			state := "cat /opt/a; stat -c %a /opt/a; readlink /opt/link; test -e /etc/issue && echo issue; " +
+				"test -e /opt/b && echo b; test -e /opt/c && echo c; cat /workspace/w.txt; echo \"env=$SNAPVAR\""
+			r := s.call(t, "exec", map[string]any{"command": "echo one >/opt/a && chmod 640 /opt/a && ln -s /opt/a /opt/link && " +
+				"rm -f /etc/issue && echo ws1 >/workspace/w.txt"})
+			if r.isError {
+				t.Fatal(r.text)
+			}
+			if r := s.call(t, "env", map[string]any{"action": "set", "key": "SNAPVAR", "value": "kept"}); r.isError {
+				t.Fatal(r.text)
+			}
+			want1 := "one\n640\n/opt/a\nws1\nenv=kept\n"
+			if r := s.call(t, "exec", map[string]any{"command": state}); r.str("stdout") != want1 {
+				t.Fatalf("before: %q", r.str("stdout"))
+			}
+
+			r = s.call(t, "snapshot", map[string]any{"snapshot_name": "s1", "note": "first"})
+			if strings.HasPrefix(tg.Name, "container@0.9") {
+				// Apple's container before 0.11 exports no tar: no snapshots, said plainly.
+				if !r.isError || !strings.Contains(r.text, "0.11.0") {
+					t.Fatalf("snapshot on %s: %s", tg.Name, r.text)
+				}
+				return
+			}
+			if r.isError || r.str("name") != "s1" {
+				t.Fatalf("snapshot: %s", r.text)
+			}
+			if r := s.call(t, "snapshot", map[string]any{"snapshot_name": "s1"}); !r.isError || !strings.Contains(r.text, "exists") {
+				t.Fatalf("a name in use: %s", r.text)
+			}
+
+			// Change everything, then restore.
+			r = s.call(t, "exec", map[string]any{"command": "echo two >/opt/a && chmod 600 /opt/a && rm /opt/link && ln -s /x /opt/link && " +
+				"touch /opt/b /etc/issue && echo ws2 >/workspace/w.txt"})
+			if r.isError {
+				t.Fatal(r.text)
+			}
+			s.call(t, "env", map[string]any{"action": "unset", "key": "SNAPVAR"})
+			if r := s.call(t, "bg", map[string]any{"command": "sleep 600", "name": "sleeper"}); r.isError {
+				t.Fatal(r.text)
+			}
+			running := make(chan result, 1)
+			go func() {
+				running <- s.call(t, "exec", map[string]any{"command": "sleep 60; echo survived", "timeout": 120})
+			}()
+			time.Sleep(500 * time.Millisecond)
+			r = s.call(t, "restore", map[string]any{"snapshot_name": "s1"})
+			if r.isError {
+				t.Fatalf("restore: %s", r.text)
+			}
+			cut := <-running
+			if !cut.isError || !strings.Contains(cut.text, "restored") || strings.Contains(cut.text, "survived") {
+				t.Fatalf("the command running during the restore: %s", cut.text)
+			}
+			if r := s.call(t, "exec", map[string]any{"command": state}); r.str("stdout") != want1 {
+				t.Fatalf("after restore: %q (%s)", r.str("stdout"), r.str("stderr"))
+			}
+			if r := s.call(t, "jobs", map[string]any{}); strings.Contains(r.text, "running") {
+				t.Fatalf("jobs after restore: %s", r.text)
+			}
+
+			// A chain: s2 on top of the restored s1 keeps both changes.
+			if r := s.call(t, "exec", map[string]any{"command": "touch /opt/c"}); r.isError {
+				t.Fatal(r.text)
+			}
+			r = s.call(t, "snapshot", map[string]any{"snapshot_name": "s2"})
+			if r.isError || r.str("parent") != "s1" {
+				t.Fatalf("s2: %s %+v", r.text, r.data)
+			}
+			s.call(t, "exec", map[string]any{"command": "rm /opt/c /opt/a"})
+			if r := s.call(t, "restore", map[string]any{"snapshot_name": "s2"}); r.isError {
+				t.Fatal(r.text)
+			}
+			want2 := "one\n640\n/opt/a\nc\nws1\nenv=kept\n"
+			if r := s.call(t, "exec", map[string]any{"command": state}); r.str("stdout") != want2 {
+				t.Fatalf("after restoring s2: %q", r.str("stdout"))
+			}
+
+			// A clone starts from the current state, with its own workspace.
+			s.call(t, "exec", map[string]any{"command": "echo ws3 >/workspace/w.txt"})
+			r = s.call(t, "clone", map[string]any{"source": "default", "target": "copy"})
+			if r.isError {
+				t.Fatalf("clone: %s", r.text)
+			}
+			if r := s.call(t, "exec", map[string]any{"sandbox": "copy", "command": state}); r.str("stdout") != strings.Replace(want2, "ws1", "ws3", 1) {
+				t.Fatalf("clone: %q", r.str("stdout"))
+			}
+			s.call(t, "exec", map[string]any{"sandbox": "copy", "command": "echo mine >/workspace/w.txt"})
+			if r := s.call(t, "exec", map[string]any{"command": "cat /workspace/w.txt"}); r.str("stdout") != "ws3\n" {
+				t.Fatalf("the clone shares the workspace: %q", r.str("stdout"))
+			}
+			if r := s.call(t, "clone", map[string]any{"source": "default", "target": "copy"}); !r.isError || !strings.Contains(r.text, "exists") {
+				t.Fatalf("clone onto an existing sandbox: %s", r.text)
+			}
+
+			r = s.call(t, "list_snapshots", map[string]any{})
+			if !strings.Contains(r.text, "s1") || !strings.Contains(r.text, "parent s1") || !strings.Contains(r.text, "note: first") {
+				t.Fatalf("list: %s", r.text)
+			}
+			// Deleting the snapshot the sandbox runs from leaves it running.
+			if r := s.call(t, "delete_snapshot", map[string]any{"snapshot_name": "s2"}); r.isError {
+				t.Fatal(r.text)
+			}
+			if r := s.call(t, "exec", map[string]any{"command": "cat /opt/a"}); r.str("stdout") != "one\n" {
+				t.Fatalf("after deleting its snapshot: %+v", r)
+			}
+
+			// Bad input.
+			for _, tc := range []struct {
+				tool string
+				args map[string]any
+				want string
+			}{
+				{"restore", map[string]any{"snapshot_name": "nope"}, "no such snapshot"},
+				{"delete_snapshot", map[string]any{"snapshot_name": "s2"}, "no such snapshot"},
+				{"snapshot", map[string]any{"snapshot_name": "-x"}, "snapshot_name"},
+				{"snapshot", map[string]any{"snapshot_name": "a/b"}, "snapshot_name"},
+				{"snapshot", map[string]any{"snapshot_name": "fine", "sandbox": "nosuch"}, "does not exist"},
+			} {
+				if r := s.call(t, tc.tool, tc.args); !r.isError || !strings.Contains(r.text, tc.want) {
+					t.Errorf("%s %v: %s", tc.tool, tc.args, r.text)
+				}
+			}
+			if r := s.call(t, "status", map[string]any{"sandbox": "nosuch"}); !r.isError {
+				t.Errorf("a snapshot of a missing sandbox created it: %s", r.text)
+			}
+		})
+	}
+}

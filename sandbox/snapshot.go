@@ -1,0 +1,540 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// This file is the Manager's snapshots: a sandbox's root filesystem saved
+// as an image in the engine (ImageSaver) plus its workspace as a tar
+// beside the state file, restored into a new container; and clones.
+
+// Labels of snapshot images and of containers restored from one.
+const (
+	LabelSnapshot = "io.sandbox-mcp.snapshot" // on a snapshot's image: its name
+	LabelParent   = "io.sandbox-mcp.parent"   // on a restored container: the snapshot
+	LabelClone    = "io.sandbox-mcp.clone"    // on a clone's image: the clone
+)
+
+// SnapshotStore keeps snapshot records (state.Store in production).
+type SnapshotStore interface {
+	AddSnapshot(sn state.Snapshot) error
+	Snapshot(name string) (state.Snapshot, bool, error)
+	Snapshots() ([]state.Snapshot, error)
+	DeleteSnapshot(name string) (bool, error)
+}
+
+// Why commands end when their sandbox is restored or snapshotted.
+const (
+	endedByRestore  = "was restored from a snapshot"
+	endedBySnapshot = "was stopped to be snapshotted (this engine saves stopped containers only)"
+)
+
+// ErrNoSnapshot marks an unknown snapshot name.
+var ErrNoSnapshot = errors.New("no such snapshot")
+
+var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$`)
+
+// ValidateSnapshotName accepts names that are valid image tags: letters,
+// digits, '_', '.', '-', starting with a letter or digit, at most 100.
+func ValidateSnapshotName(name string) error {
+	if !snapshotName.MatchString(name) {
+		return fmt.Errorf("%w: snapshot name %q: use 1-100 letters, digits, '_', '.', '-', starting with a letter or digit", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// SnapshotRef is the image reference of a snapshot.
+func (m *Manager) SnapshotRef(snap string) string {
+	return strings.ToLower(m.cfg.Prefix) + "-snapshot:" + snap
+}
+
+// SnapshotRequest is one snapshot.
+type SnapshotRequest struct {
+	Name             string
+	IncludeWorkspace bool
+	Note             string
+}
+
+// maxWorkspaceTar bounds a saved workspace.
+const maxWorkspaceTar = 64 << 30
+
+// bootOverride makes the next boot of a name use another image and profile
+// (restore, clone); set and cleared under the name's lifecycle lock.
+type bootOverride struct {
+	prof   Profile
+	labels map[string]string
+}
+
+func (m *Manager) setOverride(name string, o *bootOverride) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.overrides == nil {
+		m.overrides = map[string]*bootOverride{}
+	}
+	if o == nil {
+		delete(m.overrides, name)
+		return
+	}
+	m.overrides[name] = o
+}
+
+func (m *Manager) override(name string) *bootOverride {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.overrides[name]
+}
+
+func (m *Manager) snapshotter() (ImageSaver, SnapshotStore, error) {
+	saver, ok := m.rt.(ImageSaver)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %s cannot save a container as an image", ErrUnsupported, m.rt.Kind())
+	}
+	if m.cfg.Snapshots == nil || m.cfg.SnapshotDir == "" {
+		return nil, nil, fmt.Errorf("%w: this server keeps no snapshot records", ErrUnsupported)
+	}
+	return saver, m.cfg.Snapshots, nil
+}
+
+// Snapshot saves sandbox name: its root filesystem (with deletions,
+// modes, owners, links, and the env tool's variables, which live there) as
+// an image, and its workspace unless left out. A stopped sandbox is
+// started; a missing one is an error. Nothing half-made is kept: the
+// record is written last, and a failure removes the image and tar.
+func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest) (state.Snapshot, error) {
+	if err := ValidateName(name); err != nil {
+		return state.Snapshot{}, err
+	}
+	if err := ValidateSnapshotName(req.Name); err != nil {
+		return state.Snapshot{}, &ArgError{Err: err}
+	}
+	saver, store, err := m.snapshotter()
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	if _, ok, _ := store.Snapshot(req.Name); ok {
+		return state.Snapshot{}, &ArgError{Err: fmt.Errorf("%w: %q; pick another name or delete_snapshot it first", state.ErrSnapshotExists, req.Name)}
+	}
+	live := true
+	if ls, ok := saver.(LiveSaver); ok {
+		if live, err = ls.SavesRunning(ctx); err != nil {
+			return state.Snapshot{}, err
+		}
+	}
+	release, err := m.lockName(ctx, name, "snapshot")
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	defer release()
+	c, err := m.inspectOwned(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return state.Snapshot{}, fmt.Errorf("sandbox %q does not exist: nothing to snapshot", name)
+	}
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	sb, _, err := m.bootLocked(ctx, name, bootFind)
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	defer sb.busy()()
+	target := sb.own.target()
+	env := m.pid1Env(ctx, target)
+	rec := state.Snapshot{Name: req.Name, Image: m.SnapshotRef(req.Name), Sandbox: name, BaseImage: c.Image,
+		Parent: c.Labels[LabelParent], Created: time.Now().UTC(), Note: req.Note, Workspace: req.IncludeWorkspace}
+	if base := c.Labels[LabelBaseImage]; base != "" {
+		rec.BaseImage = base
+	}
+	rec.Profile, _ = json.Marshal(sb.Profile)
+	if vars, err := m.Env(ctx, name); err == nil {
+		for _, v := range vars {
+			rec.Env = append(rec.Env, v.Name)
+		}
+	}
+	cleanup := func() {
+		if rec.WorkspaceFile != "" {
+			os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := saver.RemoveImage(rctx, rec.Image); err != nil && !errors.Is(err, ErrNotFound) {
+			m.log.Warn("remove the image of a failed snapshot", "image", rec.Image, "err", err)
+		}
+	}
+	if req.IncludeWorkspace {
+		n, file, err := m.saveWorkspace(ctx, sb, req.Name)
+		if err != nil {
+			return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: save the workspace: %w", req.Name, name, err)
+		}
+		rec.WorkspaceFile, rec.WorkspaceBytes = file, n
+	}
+	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelSnapshot: req.Name, LabelName: name, LabelBaseImage: rec.BaseImage}
+	if !live {
+		// This engine saves stopped containers only: stop it, save, and
+		// let the next command start it again.
+		m.bumpGen(name, "snapshotted")
+		if old := m.detach(name); old != nil {
+			old.end(endedBySnapshot)
+		}
+		if err := m.rt.Stop(ctx, target, 10*time.Second); err != nil {
+			cleanup()
+			return state.Snapshot{}, fmt.Errorf("stop sandbox %q to snapshot it: %w", name, err)
+		}
+	}
+	err = saver.SaveImage(ctx, target, rec.Image, labels, env, sb.inflight.Load() > 1)
+	if !live {
+		if serr := m.rt.Start(context.WithoutCancel(ctx), target); serr != nil {
+			m.log.Warn("start sandbox again after its snapshot", "sandbox", name, "err", serr)
+		}
+	}
+	if err != nil {
+		cleanup()
+		return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: save the image: %w; nothing was kept", req.Name, name, err)
+	}
+	if err := store.AddSnapshot(rec); err != nil {
+		cleanup()
+		return state.Snapshot{}, fmt.Errorf("snapshot %q: %w", req.Name, err)
+	}
+	return rec, nil
+}
+
+// LabelBaseImage names, on a container or snapshot image, the image the
+// chain started from.
+const LabelBaseImage = "io.sandbox-mcp.base-image"
+
+// pid1Env is the environment of the container's PID 1: the image's ENV
+// and the run's -e, which an engine that rebuilds the image config needs.
+func (m *Manager) pid1Env(ctx context.Context, target string) []string {
+	out, err := m.rt.Exec(ctx, target, ExecSpec{Argv: []string{"sh", "-c", "cat /proc/1/environ"}})
+	if err != nil || out.ExitCode != 0 {
+		return nil
+	}
+	var env []string
+	for kv := range strings.SplitSeq(string(out.Stdout), "\x00") {
+		if k, _, ok := strings.Cut(kv, "="); ok && k != "" && !strings.HasPrefix(k, "SANDBOX_MCP_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// saveWorkspace streams the workspace as a tar into the snapshot
+// directory; the file appears under its final name only when whole.
+func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (int64, string, error) {
+	if err := os.MkdirAll(m.cfg.SnapshotDir, 0o700); err != nil {
+		return 0, "", err
+	}
+	file := snap + ".workspace.tar"
+	tmp := filepath.Join(m.cfg.SnapshotDir, "."+file+".partial")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, "", err
+	}
+	defer os.Remove(tmp)
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, "."}})
+	stderr := &shell.Capture{Limit: 4096}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		f.Close()
+		return 0, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return 0, "", err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	n, cerr := io.Copy(w, io.LimitReader(out, maxWorkspaceTar+1))
+	if cerr == nil {
+		cerr = w.Flush()
+	}
+	if cerr == nil {
+		cerr = f.Sync()
+	}
+	f.Close()
+	if n > maxWorkspaceTar {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, "", fmt.Errorf("the workspace is over %d bytes", int64(maxWorkspaceTar))
+	}
+	if err := cmd.Wait(); err != nil {
+		return 0, "", m.transferFailed(ctx, sb, "save the workspace of", m.cfg.Workdir, err, stderr, "nothing was kept")
+	}
+	if cerr != nil {
+		return 0, "", fmt.Errorf("write %s: %w", tmp, cerr)
+	}
+	if err := os.Rename(tmp, filepath.Join(m.cfg.SnapshotDir, file)); err != nil {
+		return 0, "", err
+	}
+	return n, file, nil
+}
+
+// loadWorkspace extracts a saved workspace tar into the sandbox's
+// workspace.
+func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, file string) error {
+	f, err := os.Open(filepath.Join(m.cfg.SnapshotDir, file))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.UntarScript, "sh", m.cfg.Workdir}, Interactive: true})
+	stderr := &shell.Capture{Limit: 4096}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bufio.NewReaderSize(f, 1<<20), io.Discard, stderr
+	if err := cmd.Run(); err != nil {
+		return m.transferFailed(ctx, sb, "restore the workspace into", m.cfg.Workdir, err, stderr, "the workspace may be incomplete")
+	}
+	return nil
+}
+
+// Restore replaces sandbox name's container with one from snapshot snap,
+// and its workspace with the snapshot's (when it saved one; else the
+// workspace is kept). Commands running in the sandbox are ended first and
+// told why; its jobs are gone with the old container.
+func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, state.Snapshot, error) {
+	if err := ValidateName(name); err != nil {
+		return BootInfo{}, state.Snapshot{}, err
+	}
+	_, store, err := m.snapshotter()
+	if err != nil {
+		return BootInfo{}, state.Snapshot{}, err
+	}
+	rec, err := m.snapshotRecord(store, snap)
+	if err != nil {
+		return BootInfo{}, rec, err
+	}
+	if ok, err := m.rt.ImageExists(ctx, rec.Image); err == nil && !ok {
+		return BootInfo{}, rec, fmt.Errorf("snapshot %q: its image %s is gone from the engine; delete_snapshot it", snap, rec.Image)
+	}
+	release, err := m.lockName(ctx, name, "restore")
+	if err != nil {
+		return BootInfo{}, rec, err
+	}
+	defer release()
+	m.bumpGen(name, "restored")
+	m.forgetJobs(name)
+	if sb := m.detach(name); sb != nil {
+		sb.end(endedByRestore + " (" + snap + ")")
+	}
+	m.runHooks(name, "restore")
+	if _, err := m.remove(ctx, name, rec.Workspace); err != nil {
+		return BootInfo{}, rec, err
+	}
+	prof := m.ProfileFor(name)
+	prof.Image = rec.Image
+	m.setOverride(name, &bootOverride{prof: prof, labels: map[string]string{LabelParent: snap, LabelBaseImage: rec.BaseImage}})
+	defer m.setOverride(name, nil)
+	sb, info, err := m.bootLocked(ctx, name, bootCreate)
+	if err != nil {
+		return info, rec, err
+	}
+	if rec.Workspace {
+		if err := m.loadWorkspace(ctx, sb, rec.WorkspaceFile); err != nil {
+			return info, rec, err
+		}
+	}
+	return info, rec, nil
+}
+
+func (m *Manager) snapshotRecord(store SnapshotStore, snap string) (state.Snapshot, error) {
+	if err := ValidateSnapshotName(snap); err != nil {
+		return state.Snapshot{}, &ArgError{Err: err}
+	}
+	rec, ok, err := store.Snapshot(snap)
+	if err != nil {
+		return rec, err
+	}
+	if !ok {
+		var names []string
+		if all, err := store.Snapshots(); err == nil {
+			for _, s := range all {
+				names = append(names, s.Name)
+			}
+		}
+		known := "there are none"
+		if len(names) > 0 {
+			known = "the snapshots are " + strings.Join(names, ", ")
+		}
+		return rec, fmt.Errorf("%w: %q (%s)", ErrNoSnapshot, snap, known)
+	}
+	return rec, nil
+}
+
+// Snapshots lists the recorded snapshots.
+func (m *Manager) Snapshots() ([]state.Snapshot, error) {
+	_, store, err := m.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	return store.Snapshots()
+}
+
+// DeleteSnapshot removes a snapshot's image, workspace tar and record. A
+// sandbox restored from it keeps running: where the engine keeps the
+// image for it, the image goes when that sandbox does.
+func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapshot, error) {
+	saver, store, err := m.snapshotter()
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	rec, err := m.snapshotRecord(store, snap)
+	if err != nil {
+		return rec, err
+	}
+	if err := saver.RemoveImage(ctx, rec.Image); err != nil && !errors.Is(err, ErrNotFound) {
+		return rec, fmt.Errorf("delete snapshot %q: %w", snap, err)
+	}
+	if rec.WorkspaceFile != "" {
+		os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
+	}
+	if _, err := store.DeleteSnapshot(snap); err != nil {
+		return rec, err
+	}
+	return rec, nil
+}
+
+// CloneSandbox makes sandbox target from source's current state: its
+// root filesystem and a copy of its workspace, its profile unless prof is
+// given, and no volume shared with it.
+func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof *Profile) (BootInfo, error) {
+	for _, n := range []string{source, target} {
+		if err := ValidateName(n); err != nil {
+			return BootInfo{}, err
+		}
+	}
+	if source == target {
+		return BootInfo{}, &ArgError{Err: errors.New("a clone needs a name of its own")}
+	}
+	saver, _, err := m.snapshotter()
+	if err != nil {
+		return BootInfo{}, err
+	}
+	if _, err := m.inspectOwned(ctx, target); err == nil {
+		return BootInfo{}, &ArgError{Err: fmt.Errorf("sandbox %q exists: destroy it first or name another clone", target)}
+	} else if !errors.Is(err, ErrNotFound) {
+		return BootInfo{}, err
+	}
+	live := true
+	if ls, ok := saver.(LiveSaver); ok {
+		if live, err = ls.SavesRunning(ctx); err != nil {
+			return BootInfo{}, err
+		}
+	}
+	ref := strings.ToLower(m.cfg.Prefix) + "-clone:" + strings.ToLower(target) + "-" + time.Now().UTC().Format("20060102t150405")
+	srcProf, file, base, err := m.saveForClone(ctx, saver, source, target, ref, live)
+	if err != nil {
+		return BootInfo{}, err
+	}
+	defer os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+	if prof == nil {
+		prof = &srcProf
+	}
+	p := *prof
+	p.Image = ref
+	release, err := m.lockName(ctx, target, "clone")
+	if err != nil {
+		return BootInfo{}, err
+	}
+	defer release()
+	m.setOverride(target, &bootOverride{prof: p, labels: map[string]string{LabelBaseImage: base}})
+	defer m.setOverride(target, nil)
+	sb, info, err := m.bootLocked(ctx, target, bootCreate)
+	if err != nil {
+		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
+		return info, err
+	}
+	if err := m.loadWorkspace(ctx, sb, file); err != nil {
+		return info, err
+	}
+	// The container holds its root filesystem now: the tag can go (an
+	// engine that keeps the image for the container keeps it untagged).
+	if err := saver.RemoveImage(ctx, ref); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Info("clone image kept", "image", ref, "err", err)
+	}
+	return info, nil
+}
+
+// saveForClone saves source's root filesystem as image ref and its
+// workspace as a tar, under source's lifecycle lock.
+func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, target, ref string, live bool) (Profile, string, string, error) {
+	release, err := m.lockName(ctx, source, "clone")
+	if err != nil {
+		return Profile{}, "", "", err
+	}
+	defer release()
+	c, err := m.inspectOwned(ctx, source)
+	if errors.Is(err, ErrNotFound) {
+		return Profile{}, "", "", fmt.Errorf("sandbox %q does not exist: nothing to clone", source)
+	}
+	if err != nil {
+		return Profile{}, "", "", err
+	}
+	sb, _, err := m.bootLocked(ctx, source, bootFind)
+	if err != nil {
+		return Profile{}, "", "", err
+	}
+	defer sb.busy()()
+	base := c.Image
+	if b := c.Labels[LabelBaseImage]; b != "" {
+		base = b
+	}
+	env := m.pid1Env(ctx, sb.own.target())
+	_, file, err := m.saveWorkspace(ctx, sb, ".clone-"+target)
+	if err != nil {
+		return Profile{}, "", "", fmt.Errorf("clone %q: save the workspace: %w", source, err)
+	}
+	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: target, LabelBaseImage: base}
+	target2 := sb.own.target()
+	if !live {
+		m.bumpGen(source, "snapshotted")
+		if old := m.detach(source); old != nil {
+			old.end(endedBySnapshot)
+		}
+		if err := m.rt.Stop(ctx, target2, 10*time.Second); err != nil {
+			os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+			return Profile{}, "", "", err
+		}
+	}
+	err = saver.SaveImage(ctx, target2, ref, labels, env, sb.inflight.Load() > 1)
+	if !live {
+		_ = m.rt.Start(context.WithoutCancel(ctx), target2)
+	}
+	if err != nil {
+		os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+		return Profile{}, "", "", fmt.Errorf("clone %q: save the image: %w", source, err)
+	}
+	return sb.Profile, file, base, nil
+}
+
+// runHooks tells what lives beside a sandbox (port forwards, children,
+// once they exist) that it is being restored, reset or destroyed.
+func (m *Manager) runHooks(name, event string) {
+	m.mu.Lock()
+	hooks := slices.Clone(m.hooks)
+	m.mu.Unlock()
+	for _, h := range hooks {
+		h(name, event)
+	}
+}
+
+// OnLifecycle registers fn to run when a sandbox is restored, reset or
+// destroyed (event "restore", "reset", "destroy"), under its lifecycle
+// lock, before the old container goes.
+func (m *Manager) OnLifecycle(fn func(name, event string)) {
+	m.mu.Lock()
+	m.hooks = append(m.hooks, fn)
+	m.mu.Unlock()
+}

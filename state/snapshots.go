@@ -1,0 +1,103 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Snapshot records a saved sandbox: the image in the engine (labelled as
+// ours) and the workspace tar beside the state file.
+type Snapshot struct {
+	Name      string          `json:"name"`
+	Image     string          `json:"image"`
+	Sandbox   string          `json:"sandbox"`
+	BaseImage string          `json:"base_image"`
+	Profile   json.RawMessage `json:"profile,omitempty"`
+	// Parent is the snapshot the sandbox was restored from, if any.
+	Parent  string    `json:"parent,omitempty"`
+	Created time.Time `json:"created"`
+	Note    string    `json:"note,omitempty"`
+	// Workspace is set when the workspace was saved, in WorkspaceFile
+	// (relative to the state directory).
+	Workspace      bool   `json:"workspace"`
+	WorkspaceFile  string `json:"workspace_file,omitempty"`
+	WorkspaceBytes int64  `json:"workspace_bytes,omitempty"`
+	// Env names the env variables the env tool had set (values stay in
+	// the image).
+	Env []string `json:"env,omitempty"`
+}
+
+// ErrSnapshotExists marks a snapshot name in use.
+var ErrSnapshotExists = errors.New("snapshot exists")
+
+// AddSnapshot records a new snapshot; a name in use is ErrSnapshotExists.
+func (s *Store) AddSnapshot(sn Snapshot) error {
+	data, err := json.Marshal(sn)
+	if err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketSnaps)
+		if err != nil {
+			return err
+		}
+		if b.Get([]byte(sn.Name)) != nil {
+			return fmt.Errorf("%w: %q", ErrSnapshotExists, sn.Name)
+		}
+		return b.Put([]byte(sn.Name), data)
+	})
+}
+
+// Snapshot returns one snapshot record.
+func (s *Store) Snapshot(name string) (sn Snapshot, ok bool, err error) {
+	err = s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSnaps)
+		if b == nil {
+			return nil
+		}
+		v := b.Get([]byte(name))
+		if v == nil {
+			return nil
+		}
+		ok = true
+		return json.Unmarshal(v, &sn)
+	})
+	return sn, ok, err
+}
+
+// Snapshots returns every snapshot record, in name order.
+func (s *Store) Snapshots() ([]Snapshot, error) {
+	var out []Snapshot
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSnaps)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(_, v []byte) error {
+			var sn Snapshot
+			if json.Unmarshal(v, &sn) == nil {
+				out = append(out, sn)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeleteSnapshot forgets a snapshot; it reports whether there was one.
+func (s *Store) DeleteSnapshot(name string) (bool, error) {
+	found := false
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSnaps)
+		if b == nil || b.Get([]byte(name)) == nil {
+			return nil
+		}
+		found = true
+		return b.Delete([]byte(name))
+	})
+	return found, err
+}
