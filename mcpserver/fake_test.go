@@ -131,6 +131,14 @@ func (f *fake) NamedProfile(string) (sandbox.Profile, []string, bool) {
 	return sandbox.Profile{}, nil, false
 }
 
+func (f *fake) BuildImage(_ context.Context, tag, _, _ string, log io.Writer) error {
+	f.note("build %s", tag)
+	fmt.Fprintln(log, "STEP 1/1")
+	return f.errAll
+}
+
+func (f *fake) Images(context.Context) ([]sandbox.ImageEntry, error) { return nil, f.errAll }
+
 func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {
 	f.note("boot %s", name)
 	return sandbox.BootInfo{}, f.errAll

@@ -46,6 +46,8 @@ type Sandboxes interface {
 	DeleteSnapshot(ctx context.Context, snap string) (state.Snapshot, error)
 	CloneSandbox(ctx context.Context, source, target string, prof *sandbox.Profile) (sandbox.BootInfo, error)
 	NamedProfile(name string) (sandbox.Profile, []string, bool)
+	BuildImage(ctx context.Context, tag, containerfile, contextDir string, log io.Writer) error
+	Images(ctx context.Context) ([]sandbox.ImageEntry, error)
 	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)
 	SetEnv(ctx context.Context, name, key, value string, secret bool) error
 	UnsetEnv(ctx context.Context, name, key string) error
@@ -262,7 +264,7 @@ func (s *Server) tools() []tool {
 		s.bgTool(), s.logsTool(), s.killTool(), s.jobsTool(),
 		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
 		s.uploadTool(), s.downloadTool(), s.gitCloneTool(), s.syncStartTool(), s.syncStopTool(), s.syncListTool(),
-		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(),
+		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(), s.imagesTool(), s.buildImageTool(),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
@@ -195,4 +196,123 @@ func (s *Server) handleClone(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	took := time.Since(start).Seconds()
 	return mcp.NewToolResultStructured(Restored{Sandbox: target, Source: source, Seconds: took},
 		fmt.Sprintf("sandbox %q cloned from %q's current state (filesystem and a copy of its workspace) in %.1f s", target, source, took)), nil
+}
+
+// ImageItem is one image in the images tool's result.
+type ImageItem struct {
+	Ref      string        `json:"ref"`
+	ID       string        `json:"id"`
+	Size     string        `json:"size,omitempty"`
+	Created  string        `json:"created,omitempty"`
+	Snapshot *SnapshotInfo `json:"snapshot,omitempty"`
+}
+
+// ImageList is the structured result of images.
+type ImageList struct {
+	Images []ImageItem `json:"images"`
+}
+
+// Built is the structured result of build_image.
+type Built struct {
+	Image   string  `json:"image"`
+	Seconds float64 `json:"seconds"`
+	LogTail string  `json:"log_tail"`
+}
+
+func (s *Server) imagesTool() tool {
+	return tool{group: "snapshots", handler: s.handleImages, def: newTool[ImageList]("images", "List images",
+		"List the engine's images; snapshots are marked with their source sandbox and note.",
+		readOnly(),
+	)}
+}
+
+func (s *Server) buildImageTool() tool {
+	return tool{group: "snapshots", handler: s.handleBuildImage, def: newTool[Built]("build_image", "Build an image",
+		"Build an image from a Containerfile's text, for sandboxes to boot from (a profile's image). "+
+			"Streams the build log as progress; a failure returns the log's tail.",
+		openWorld(mutating(true)),
+		mcp.WithString("name", mcp.Required(), mcp.Description("Image name, e.g. my-tools:1.0."), mcp.MaxLength(200)),
+		mcp.WithString("containerfile", mcp.Required(), mcp.Description("The Containerfile's text.")),
+		mcp.WithString("context_dir", mcp.Description("Host directory for COPY/ADD, under an allowed root (default: an empty context).")),
+	)}
+}
+
+func (s *Server) handleImages(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	imgs, err := s.m.Images(ctx)
+	if err != nil {
+		return failure(ctx, "images", err), nil
+	}
+	out := ImageList{Images: []ImageItem{}}
+	var b strings.Builder
+	for _, img := range imgs {
+		it := ImageItem{Ref: img.Ref, ID: img.ID, Size: img.Size, Created: img.Created}
+		ref := img.Ref
+		if ref == "" {
+			ref = "<untagged>"
+		}
+		fmt.Fprintf(&b, "%s  %s", ref, img.ID)
+		if img.Size != "" {
+			b.WriteString("  " + img.Size)
+		}
+		if img.Created != "" {
+			b.WriteString("  " + img.Created)
+		}
+		if img.Snapshot != nil {
+			info := snapshotInfo(*img.Snapshot)
+			it.Snapshot = &info
+			fmt.Fprintf(&b, "  snapshot %q of sandbox %q", info.Name, info.Sandbox)
+			if info.Note != "" {
+				b.WriteString(" (" + info.Note + ")")
+			}
+		}
+		b.WriteString("\n")
+		out.Images = append(out.Images, it)
+	}
+	if len(imgs) == 0 {
+		return mcp.NewToolResultStructured(out, "no images"), nil
+	}
+	return mcp.NewToolResultStructured(out, strings.TrimSuffix(b.String(), "\n")), nil
+}
+
+func (s *Server) handleBuildImage(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	if ask := s.askRoots(ctx, req); ask != nil {
+		return ask, nil
+	}
+	name := req.GetString("name", "")
+	contextDir := ""
+	if d := req.GetString("context_dir", ""); d != "" {
+		dir, err := s.hostDir(ctx, d)
+		if err != nil {
+			return failure(ctx, "build_image", err), nil
+		}
+		contextDir = dir
+	}
+	log := &shell.Capture{Limit: 64 << 10}
+	stop := s.startProgress(ctx, req, log, &shell.Capture{})
+	start := time.Now()
+	err := s.m.BuildImage(ctx, name, req.GetString("containerfile", ""), contextDir, log)
+	stop()
+	head, tail, _ := log.Parts()
+	logTail := string(tail)
+	if logTail == "" {
+		logTail = string(head)
+	}
+	logTail = lastBytes(strings.ToValidUTF8(logTail, "\uFFFD"), 3000)
+	if err != nil {
+		return failure(ctx, fmt.Sprintf("build_image %q", name), fmt.Errorf("%w\nlog tail:\n%s", err, logTail)), nil
+	}
+	out := Built{Image: name, Seconds: time.Since(start).Seconds(), LogTail: logTail}
+	return mcp.NewToolResultStructured(out, fmt.Sprintf("built image %s in %.1f s; a profile can boot from it (image=%s)\n%s", name, out.Seconds, name, lastBytes(logTail, 600))), nil
+}
+
+// lastBytes keeps the end of s, at most n bytes, from a line start when it can.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 && i < len(s)-1 {
+		s = s[i+1:]
+	}
+	return strings.ToValidUTF8(s, "")
 }

@@ -190,3 +190,29 @@ type ImageSaver interface {
 type LiveSaver interface {
 	SavesRunning(ctx context.Context) (bool, error)
 }
+
+// BuildSpec describes an image build.
+type BuildSpec struct {
+	Tag        string
+	File       string // the Containerfile
+	ContextDir string
+}
+
+// ImageBuilder is implemented by engines that build images, streaming
+// the build's output to log.
+type ImageBuilder interface {
+	BuildImage(ctx context.Context, b BuildSpec, log io.Writer) error
+}
+
+// ImageInfo is one image the engine has.
+type ImageInfo struct {
+	Ref     string // repository:tag, or "" for an untagged image
+	ID      string // or digest
+	Size    string // as the engine prints it
+	Created string // as the engine prints it
+}
+
+// ImageLister is implemented by engines that list their images.
+type ImageLister interface {
+	ListImages(ctx context.Context) ([]ImageInfo, error)
+}

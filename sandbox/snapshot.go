@@ -70,6 +70,9 @@ type SnapshotRequest struct {
 	Note             string
 }
 
+// saveTimeout bounds saving a container as an image.
+const saveTimeout = 30 * time.Minute
+
 // maxWorkspaceTar bounds a saved workspace.
 const maxWorkspaceTar = 64 << 30
 
@@ -195,7 +198,9 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest
 			return state.Snapshot{}, fmt.Errorf("stop sandbox %q to snapshot it: %w", name, err)
 		}
 	}
-	err = saver.SaveImage(ctx, target, rec.Image, labels, env, sb.inflight.Load() > 1)
+	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	err = saver.SaveImage(sctx, target, rec.Image, labels, env, sb.inflight.Load() > 1)
+	cancel()
 	if !live {
 		if serr := m.rt.Start(context.WithoutCancel(ctx), target); serr != nil {
 			m.log.Warn("start sandbox again after its snapshot", "sandbox", name, "err", serr)
@@ -508,7 +513,9 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 			return Profile{}, "", "", err
 		}
 	}
-	err = saver.SaveImage(ctx, target2, ref, labels, env, sb.inflight.Load() > 1)
+	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	err = saver.SaveImage(sctx, target2, ref, labels, env, sb.inflight.Load() > 1)
+	cancel()
 	if !live {
 		_ = m.rt.Start(context.WithoutCancel(ctx), target2)
 	}
@@ -537,4 +544,89 @@ func (m *Manager) OnLifecycle(fn func(name, event string)) {
 	m.mu.Lock()
 	m.hooks = append(m.hooks, fn)
 	m.mu.Unlock()
+}
+
+// imageRef is what build_image accepts as an image name: a lowercase
+// repository path and an optional tag.
+var imageRef = regexp.MustCompile(`^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$`)
+
+// maxContainerfile bounds build_image's Containerfile.
+const maxContainerfile = 1 << 20
+
+// BuildImage builds image tag from a Containerfile's text with contextDir
+// (a host directory the caller has checked, or "" for an empty context),
+// streaming the build's output to log. The image is labelled as ours.
+func (m *Manager) BuildImage(ctx context.Context, tag, containerfile, contextDir string, log io.Writer) error {
+	b, ok := m.rt.(ImageBuilder)
+	if !ok {
+		return fmt.Errorf("%w: %s cannot build images", ErrUnsupported, m.rt.Kind())
+	}
+	if len(tag) > 200 || !imageRef.MatchString(tag) {
+		return &ArgError{Err: fmt.Errorf("image name %q: use a lowercase name like my-tools or team/tools:1.0", tag)}
+	}
+	if strings.TrimSpace(containerfile) == "" || len(containerfile) > maxContainerfile {
+		return &ArgError{Err: fmt.Errorf("the Containerfile must be 1 byte to %d bytes of text", maxContainerfile)}
+	}
+	dir, err := os.MkdirTemp("", "sandbox-mcp-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if contextDir == "" {
+		contextDir = filepath.Join(dir, "context")
+		if err := os.Mkdir(contextDir, 0o700); err != nil {
+			return err
+		}
+	}
+	text := strings.TrimRight(containerfile, "\n") + fmt.Sprintf("\nLABEL %q=%q\n", LabelOwner, m.cfg.Prefix)
+	file := filepath.Join(dir, "Containerfile")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	return b.BuildImage(bctx, BuildSpec{Tag: tag, File: file, ContextDir: contextDir}, log)
+}
+
+// ImageEntry is an image of the engine, with its snapshot when it is one.
+type ImageEntry struct {
+	ImageInfo
+	Snapshot *state.Snapshot
+}
+
+// Images lists the engine's images, marking snapshots with their records.
+func (m *Manager) Images(ctx context.Context) ([]ImageEntry, error) {
+	l, ok := m.rt.(ImageLister)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s cannot list images", ErrUnsupported, m.rt.Kind())
+	}
+	imgs, err := l.ListImages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	snaps := map[string]state.Snapshot{}
+	if m.cfg.Snapshots != nil {
+		if all, err := m.cfg.Snapshots.Snapshots(); err == nil {
+			for _, sn := range all {
+				snaps[shortRef(sn.Image)] = sn
+			}
+		}
+	}
+	out := make([]ImageEntry, 0, len(imgs))
+	for _, img := range imgs {
+		e := ImageEntry{ImageInfo: img}
+		if sn, ok := snaps[shortRef(img.Ref)]; ok {
+			e.Snapshot = &sn
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// shortRef drops the registry engines add to a local name.
+func shortRef(ref string) string {
+	for _, p := range []string{"localhost/", "docker.io/library/", "docker.io/"} {
+		ref = strings.TrimPrefix(ref, p)
+	}
+	return ref
 }

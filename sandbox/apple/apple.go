@@ -11,9 +11,11 @@
 package apple
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
@@ -703,4 +705,54 @@ func (d *Dialect) RemoveImage(ctx context.Context, ref string) error {
 	}
 	_, err := d.cli.Output(ctx, nil, "image", "delete", ref)
 	return err
+}
+
+var (
+	_ sandbox.ImageBuilder = (*Dialect)(nil)
+	_ sandbox.ImageLister  = (*Dialect)(nil)
+)
+
+// BuildImage implements sandbox.ImageBuilder, streaming the build's output.
+func (d *Dialect) BuildImage(ctx context.Context, b sandbox.BuildSpec, log io.Writer) error {
+	args, err := BuildArgs(BuildSpec{Tag: b.Tag, File: b.File, ContextDir: b.ContextDir})
+	if err != nil {
+		return err
+	}
+	cmd := d.cli.Command(ctx, args...)
+	var tail bytes.Buffer
+	w := io.MultiWriter(log, &limitTail{buf: &tail, n: 4096})
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Run(); err != nil {
+		return d.cli.Failure(ctx, cmd.Args, err, tail.Bytes())
+	}
+	return nil
+}
+
+// limitTail keeps the last n bytes written to it in buf.
+type limitTail struct {
+	buf *bytes.Buffer
+	n   int
+}
+
+func (l *limitTail) Write(p []byte) (int, error) {
+	l.buf.Write(p)
+	if l.buf.Len() > l.n {
+		keep := append([]byte(nil), l.buf.Bytes()[l.buf.Len()-l.n:]...)
+		l.buf.Reset()
+		l.buf.Write(keep)
+	}
+	return len(p), nil
+}
+
+// ListImages implements sandbox.ImageLister.
+func (d *Dialect) ListImages(ctx context.Context) ([]sandbox.ImageInfo, error) {
+	imgs, err := d.Images(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandbox.ImageInfo, 0, len(imgs))
+	for _, img := range imgs {
+		out = append(out, sandbox.ImageInfo{Ref: img.Reference, ID: img.Digest})
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os/exec"
@@ -409,3 +410,59 @@ func (d *Dialect) RemoveImage(ctx context.Context, ref string) error {
 	_, err := d.cli.Output(ctx, nil, "rmi", "--force", ref)
 	return err
 }
+
+var (
+	_ sandbox.ImageBuilder = (*Dialect)(nil)
+	_ sandbox.ImageLister  = (*Dialect)(nil)
+)
+
+// BuildImage implements sandbox.ImageBuilder.
+func (d *Dialect) BuildImage(ctx context.Context, b sandbox.BuildSpec, log io.Writer) error {
+	if b.Tag == "" || strings.HasPrefix(b.Tag, "-") || b.ContextDir == "" || strings.HasPrefix(b.ContextDir, "-") || strings.HasPrefix(b.File, "-") {
+		return fmt.Errorf("build: need a tag and a context directory (tag %q, context %q)", b.Tag, b.ContextDir)
+	}
+	cmd := d.cli.Command(ctx, "build", "-t", b.Tag, "-f", b.File, b.ContextDir)
+	tail := &tailWriter{n: 4096}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(log, tail), io.MultiWriter(log, tail)
+	if err := cmd.Run(); err != nil {
+		return d.cli.Failure(ctx, cmd.Args, err, tail.bytes())
+	}
+	return nil
+}
+
+// ListImages implements sandbox.ImageLister.
+func (d *Dialect) ListImages(ctx context.Context) ([]sandbox.ImageInfo, error) {
+	out, err := d.cli.Output(ctx, nil, "images", "--format", "{{.Repository}}\t{{.Tag}}\t{{.ID}}\t{{.Size}}\t{{.CreatedSince}}")
+	if err != nil {
+		return nil, err
+	}
+	var imgs []sandbox.ImageInfo
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 5 {
+			continue
+		}
+		ref := f[0] + ":" + f[1]
+		if f[0] == "<none>" {
+			ref = ""
+		}
+		imgs = append(imgs, sandbox.ImageInfo{Ref: ref, ID: f[2], Size: f[3], Created: f[4]})
+	}
+	return imgs, nil
+}
+
+// tailWriter keeps the last n bytes written to it.
+type tailWriter struct {
+	n   int
+	buf []byte
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.n {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.n:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailWriter) bytes() []byte { return t.buf }
