@@ -41,6 +41,13 @@ const UntarScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
 case $(tar --version 2>/dev/null) in *GNU*) exec tar -x -p -o -b 2048 -f - ;; esac
 exec tar -x -p -o -f -`
 
+// ReplaceDirScript empties the directory $1 and extracts a tar stream
+// from stdin into it, like UntarScript.
+const ReplaceDirScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
+command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1
+case $(tar --version 2>/dev/null) in *GNU*) exec tar -x -p -o -b 2048 -f - ;; esac
+exec tar -x -p -o -f -`
+
 // TarScript writes the entry $2 of the directory $1 (and all under it)
 // to stdout as a tar stream. Symlinks are stored as links. GNU tar writes
 // 1 MiB records.
@@ -99,4 +106,17 @@ func SyncApplyScript(dir string, remove []string, untar bool) (string, error) {
 	}
 	b.WriteString(")")
 	return b.String(), nil
+}
+
+// WorkspaceLoadScript extracts a tar stream from stdin into dir (emptied
+// first with replace) through the persistent shell, in a subshell.
+func WorkspaceLoadScript(dir string, replace bool) (string, error) {
+	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
+		return "", errors.New("directory must be non-empty, without NUL")
+	}
+	s := "(command mkdir -p -- " + quote(dir) + " && cd -- " + quote(dir) + " || exit 1\n"
+	if replace {
+		s += "command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1\n"
+	}
+	return s + "command tar -x -p -o -f - || exit 1\n)", nil
 }

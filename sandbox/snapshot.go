@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
@@ -289,14 +290,41 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 }
 
 // loadWorkspace extracts a saved workspace tar into the sandbox's
-// workspace.
-func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, file string) error {
-	f, err := os.Open(filepath.Join(m.cfg.SnapshotDir, file))
+// workspace, emptying it first when replace is set. A small one goes
+// through the sandbox's shell (a pipe round trip), a large one over an
+// exec of its own.
+func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snapshot, replace bool) error {
+	path := filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile)
+	if rec.WorkspaceBytes > 0 && rec.WorkspaceBytes <= smallSync {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		script, err := guest.WorkspaceLoadScript(m.cfg.Workdir, replace)
+		if err != nil {
+			return err
+		}
+		errb := &shell.Capture{Limit: 2048}
+		res, err := sb.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Stdin: data, Timeout: 5 * time.Minute, Stderr: errb})
+		if err != nil {
+			return err
+		}
+		if res.TimedOut || res.ShellLost || res.ExitCode != 0 {
+			head, _, _ := errb.Parts()
+			return fmt.Errorf("restore the workspace into sandbox %q: exit %d: %s", sb.Name, res.ExitCode, shorten(strings.TrimSpace(string(head)), 400))
+		}
+		return nil
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.UntarScript, "sh", m.cfg.Workdir}, Interactive: true})
+	script := guest.UntarScript
+	if replace {
+		script = guest.ReplaceDirScript
+	}
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", script, "sh", m.cfg.Workdir}, Interactive: true})
 	stderr := &shell.Capture{Limit: 4096}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = bufio.NewReaderSize(f, 1<<20), io.Discard, stderr
 	if err := cmd.Run(); err != nil {
@@ -331,27 +359,93 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	defer release()
 	m.bumpGen(name, "restored")
 	m.forgetJobs(name)
+	known := ""
 	if sb := m.detach(name); sb != nil {
 		sb.end(endedByRestore + " (" + snap + ")")
+		if sb.own != nil {
+			known = sb.own.ID() // booted here: no need to look it up
+		}
 	}
 	m.runHooks(name, "restore")
-	if _, err := m.remove(ctx, name, rec.Workspace); err != nil {
+	// The old container is killed and moved aside (deleted in the
+	// background once the new one runs); the workspace volume stays and
+	// is refilled from the snapshot.
+	finish, err := m.retire(ctx, name, known)
+	if err != nil {
 		return BootInfo{}, rec, err
 	}
+	defer finish()
 	prof := m.ProfileFor(name)
 	prof.Image = rec.Image
 	m.setOverride(name, &bootOverride{prof: prof, labels: map[string]string{LabelParent: snap, LabelBaseImage: rec.BaseImage}})
 	defer m.setOverride(name, nil)
-	sb, info, err := m.bootLocked(ctx, name, bootCreate)
+	// The image was checked above and the workspace volume is kept: the
+	// boot need not look for either.
+	sb, info, err := m.bootLocked(ctx, name, bootReplace)
 	if err != nil {
 		return info, rec, err
 	}
+	finish() // the old container's processes are gone before the workspace changes
 	if rec.Workspace {
-		if err := m.loadWorkspace(ctx, sb, rec.WorkspaceFile); err != nil {
+		if err := m.loadWorkspace(ctx, sb, rec, true); err != nil {
 			return info, rec, err
 		}
 	}
 	return info, rec, nil
+}
+
+// retire frees name for a new container and returns finish, which ends
+// the old one: where the engine can rename, the container is moved aside
+// at once, and finish kills it (nothing in it writes to the workspace
+// after finish returns) and deletes it in the background, so the new
+// container boots without competing with the kill; elsewhere the container
+// is removed before retire returns. The workspace volume is kept. The
+// caller holds the lifecycle lock and must call finish. id is the
+// container's ID when known (booted by this server), else it is looked up.
+func (m *Manager) retire(ctx context.Context, name, id string) (finish func(), err error) {
+	done := func() {}
+	target := id
+	if target == "" {
+		c, err := m.inspectOwned(ctx, name)
+		if errors.Is(err, ErrNotFound) {
+			return done, nil
+		}
+		if err != nil {
+			return done, err
+		}
+		target = idOr(c)
+	}
+	r, ok := m.rt.(Renamer)
+	if !ok {
+		if err := m.rt.Remove(ctx, target); err != nil && !errors.Is(err, ErrNotFound) {
+			return done, fmt.Errorf("remove sandbox %q: %w", name, err)
+		}
+		return done, nil
+	}
+	trash := m.trashName()
+	if err := r.Rename(ctx, target, trash); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return done, nil
+		}
+		return done, fmt.Errorf("move sandbox %q aside: %w", name, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := m.rt.Stop(kctx, trash, 0); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotRunning) {
+				m.log.Warn("stop replaced container", "container", trash, "err", err)
+			}
+			m.spawn(func() {
+				rctx, cancel := context.WithTimeout(m.life, time.Minute)
+				defer cancel()
+				if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
+					m.log.Warn("remove replaced container", "container", trash, "err", err)
+				}
+			})
+		})
+	}, nil
 }
 
 func (m *Manager) snapshotRecord(store SnapshotStore, snap string) (state.Snapshot, error) {
@@ -461,7 +555,7 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
 		return info, err
 	}
-	if err := m.loadWorkspace(ctx, sb, file); err != nil {
+	if err := m.loadWorkspace(ctx, sb, state.Snapshot{WorkspaceFile: file, WorkspaceBytes: fileSize(filepath.Join(m.cfg.SnapshotDir, file))}, false); err != nil {
 		return info, err
 	}
 	// The container holds its root filesystem now: the tag can go (an
@@ -629,4 +723,12 @@ func shortRef(ref string) string {
 		ref = strings.TrimPrefix(ref, p)
 	}
 	return ref
+}
+
+func fileSize(p string) int64 {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
 }
