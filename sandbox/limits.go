@@ -3,11 +3,15 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/hostkill"
 )
 
 // Optional engine capabilities are small interfaces a Runtime may also
@@ -54,6 +58,14 @@ type UsageDirs interface {
 	RootfsDir(ctx context.Context, name string) (string, error)
 	// VolumeDir is the directory holding a volume's files.
 	VolumeDir(ctx context.Context, volume string) (string, error)
+}
+
+// HostPIDs is implemented by runtimes whose containers run on the server's
+// own kernel, so that the disk watcher can stop writers from the host at
+// once (see package hostkill) instead of through an engine exec.
+type HostPIDs interface {
+	// InitPID is the host PID of the container's first process.
+	InitPID(ctx context.Context, name string) (int, error)
 }
 
 // How a disk limit is enforced on one part of a sandbox.
@@ -262,11 +274,78 @@ func (m *Manager) startGuard(ctx context.Context, sb *Sandbox) {
 	if len(targets) == 0 {
 		return
 	}
+	hk := m.hostKiller(sb.Container)
 	sb.guard = diskguard.Start(diskguard.Options{
 		Sandbox: sb.Name, Targets: targets, Logger: m.log,
-		Kill:   func(ctx context.Context) error { return m.killWriters(ctx, sb.Container) },
+		Kill: func(ctx context.Context) error {
+			hk.kill(ctx)
+			return m.killWriters(ctx, sb.Container)
+		},
 		Report: func(msg string) { sb.notice.Store(&msg) },
 	})
+}
+
+// hostKiller stops a container's writers from the host where the runtime
+// allows it. The container's init is looked up ahead of the first kill,
+// and again after the container restarted.
+type hostKiller struct {
+	lookup func(ctx context.Context) (*hostkill.Container, error)
+	mu     sync.Mutex
+	c      *hostkill.Container
+	log    *slog.Logger
+}
+
+func (m *Manager) hostKiller(ctr string) *hostKiller {
+	hp, ok := m.rt.(HostPIDs)
+	if !ok {
+		return &hostKiller{}
+	}
+	hk := &hostKiller{log: m.log, lookup: func(ctx context.Context) (*hostkill.Container, error) {
+		pid, err := hp.InitPID(ctx, ctr)
+		if err != nil {
+			return nil, err
+		}
+		return hostkill.Open(pid)
+	}}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		hk.mu.Lock()
+		defer hk.mu.Unlock()
+		hk.get(ctx)
+	}()
+	return hk
+}
+
+// get returns the container, looking it up when unknown; mu is held.
+func (hk *hostKiller) get(ctx context.Context) *hostkill.Container {
+	if hk.c == nil && hk.lookup != nil {
+		c, err := hk.lookup(ctx)
+		if err != nil {
+			hk.log.Debug("disk watcher: no host view of the container", "err", err)
+		}
+		hk.c = c
+	}
+	return hk.c
+}
+
+// kill signals the writers it can reach from the host; the in-container
+// pass that follows reaches the rest.
+func (hk *hostKiller) kill(ctx context.Context) {
+	hk.mu.Lock()
+	defer hk.mu.Unlock()
+	c := hk.get(ctx)
+	if c == nil {
+		return
+	}
+	n, err := c.KillWriters()
+	if err != nil {
+		hk.c = nil // restarted: look it up again next time
+		if c = hk.get(ctx); c != nil {
+			n, err = c.KillWriters()
+		}
+	}
+	hk.log.Debug("disk watcher: host kill", "signalled", n, "err", err)
 }
 
 // killWriters stops what the user's commands and jobs started in a

@@ -62,7 +62,13 @@ type imageEntry struct {
 
 // listImages returns every tagged podman image under its Apple reference.
 func (a *app) listImages() ([]imageEntry, error) {
+	// podman fails the whole listing when an image is removed while it
+	// reads them; Apple's list does not, so read it again.
 	r := a.eng.run("images", "-q", "--no-trunc")
+	for try := 0; !r.ok() && r.contains("image not known") && try < 5; try++ {
+		time.Sleep(50 * time.Millisecond)
+		r = a.eng.run("images", "-q", "--no-trunc")
+	}
 	if !r.ok() {
 		return nil, failPlain(r.message())
 	}

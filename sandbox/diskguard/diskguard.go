@@ -6,11 +6,13 @@
 // floor while it grows, stops the sandbox's writers through a callback and
 // records why.
 //
-// Overshoot: a poll happens every Every (1 s by default, longer when the
-// walk itself is slow), so a writer can pass the limit by about
-// Every × its write rate (plus the time to walk and to kill) before it is
-// stopped: at 1 GB/s about 1 GB. The free-space floor (the larger of 5 % of
-// the filesystem and 2 GB) is what keeps that from filling the host.
+// Overshoot: a poll happens every Every (250 ms by default, longer when the
+// walk itself is slow) and sooner while a target grows toward its limit:
+// at the rate it grew, the next poll comes at half the time left before the
+// limit (not under MinEvery, 50 ms by default). A writer still passes the
+// limit by its write rate × (the poll left + the time to walk and to
+// kill). The free-space floor (the larger of 5 % of the filesystem and
+// 2 GB) is what keeps that from filling the host.
 package diskguard
 
 import (
@@ -38,8 +40,11 @@ type Target struct {
 type Options struct {
 	Sandbox string
 	Targets []Target
-	// Every is the poll interval; default 1 s.
+	// Every is the poll interval; default 250 ms.
 	Every time.Duration
+	// MinEvery bounds how soon a poll follows the last one while a target
+	// grows toward its limit; default 50 ms.
+	MinEvery time.Duration
 	// Kill stops the processes writing in the sandbox.
 	Kill func(ctx context.Context) error
 	// Report records a message for the sandbox's next command result.
@@ -71,7 +76,10 @@ func Floor(total int64) int64 { return max(total/20, 2<<30) }
 // Start begins polling in a goroutine that Close stops and joins.
 func Start(opts Options) *Guard {
 	if opts.Every <= 0 {
-		opts.Every = time.Second
+		opts.Every = 250 * time.Millisecond
+	}
+	if opts.MinEvery <= 0 {
+		opts.MinEvery = min(50*time.Millisecond, opts.Every)
 	}
 	if opts.Usage == nil {
 		opts.Usage = DirUsage
@@ -94,8 +102,9 @@ func (g *Guard) Close() {
 }
 
 type targetState struct {
-	last     int64 // usage at the previous poll
-	killedAt int64 // usage when writers were last stopped; -1 none
+	last     int64     // usage at the previous poll
+	lastAt   time.Time // when it was measured
+	killedAt int64     // usage when writers were last stopped; -1 none
 }
 
 func (g *Guard) run() {
@@ -112,24 +121,30 @@ func (g *Guard) run() {
 		case <-time.After(wait):
 		}
 		began := time.Now()
+		wait = g.opts.Every
 		for i, t := range g.opts.Targets {
-			g.check(t, &st[i])
+			wait = min(wait, g.check(t, &st[i]))
 		}
 		// A slow walk (a huge tree) must not keep a core busy.
-		wait = max(g.opts.Every, 2*time.Since(began))
+		wait = max(wait, 2*time.Since(began))
 	}
 }
 
-// check polls one target and stops writers when it passed its limit or
-// the host's floor.
-func (g *Guard) check(t Target, s *targetState) {
+// check polls one target, stops writers when it passed its limit or the
+// host's floor, and says how soon it wants the next poll.
+func (g *Guard) check(t Target, s *targetState) time.Duration {
+	now := time.Now()
 	used, err := g.opts.Usage(t.Dir)
 	if err != nil {
 		g.opts.Logger.Debug("disk guard: measure", "sandbox", g.opts.Sandbox, "dir", t.Dir, "err", err)
-		return
+		return g.opts.Every
 	}
 	grew := s.last >= 0 && used > s.last
-	s.last = used
+	next := g.opts.Every
+	if grew {
+		next = nextPoll(used-s.last, now.Sub(s.lastAt), t.Limit-used, g.opts.MinEvery, g.opts.Every)
+	}
+	s.last, s.lastAt = used, now
 	var why string
 	switch {
 	case used <= t.Limit:
@@ -143,7 +158,7 @@ func (g *Guard) check(t Target, s *targetState) {
 			g.opts.Sandbox, t.LimitText, t.What, human(used))
 	}
 	if why == "" {
-		return
+		return next
 	}
 	s.killedAt = used
 	g.opts.Report(why)
@@ -153,6 +168,18 @@ func (g *Guard) check(t Target, s *targetState) {
 	if err := g.opts.Kill(ctx); err != nil {
 		g.opts.Logger.Warn("disk guard: stop writers", "sandbox", g.opts.Sandbox, "err", err)
 	}
+	return next
+}
+
+// nextPoll is how soon to poll a target that grew by grown bytes in dt
+// and has left bytes before its limit: half the time it takes at that
+// rate, within [lo, hi].
+func nextPoll(grown int64, dt time.Duration, left int64, lo, hi time.Duration) time.Duration {
+	if grown <= 0 || dt <= 0 || left <= 0 {
+		return hi
+	}
+	eta := time.Duration(float64(left) / float64(grown) * float64(dt))
+	return max(lo, min(hi, eta/2))
 }
 
 // DirUsage is the disk space used by the files under dir on dir's own

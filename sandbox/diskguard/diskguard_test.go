@@ -132,3 +132,26 @@ func TestCloseJoins(t *testing.T) {
 		t.Fatal("goroutine still running after Close")
 	}
 }
+
+func TestNextPollComesSoonerNearTheLimit(t *testing.T) {
+	const lo, hi = 50 * time.Millisecond, time.Second
+	for _, c := range []struct {
+		name  string
+		grown int64
+		dt    time.Duration
+		left  int64
+		want  time.Duration
+	}{
+		{"idle", 0, time.Second, 1 << 30, hi},
+		{"slow writer, far away", 1 << 20, time.Second, 1 << 30, hi},
+		{"1 GB/s, 1 GB left", 1 << 30, time.Second, 1 << 30, 500 * time.Millisecond},
+		{"1 GB/s, 200 MB left", 1 << 30, time.Second, 200 << 20, 97656250 * time.Nanosecond},
+		{"2 GB/s, 10 MB left", 2 << 30, time.Second, 10 << 20, lo},
+		{"over the limit", 1 << 30, time.Second, -5, hi},
+		{"no time passed", 1 << 20, 0, 1 << 30, hi},
+	} {
+		if got := nextPoll(c.grown, c.dt, c.left, lo, hi); got != c.want {
+			t.Errorf("%s: nextPoll = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -316,6 +317,19 @@ func (d *Dialect) RootfsDir(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("container %s: the storage driver has no upper directory to measure", name)
 	}
 	return dir, nil
+}
+
+// InitPID implements sandbox.HostPIDs.
+func (d *Dialect) InitPID(ctx context.Context, name string) (int, error) {
+	out, err := d.cli.Output(ctx, nil, "container", "inspect", "--format", "{{.State.Pid}}", "--", name)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 1 {
+		return 0, fmt.Errorf("container %s: no host PID (%q)", name, strings.TrimSpace(string(out)))
+	}
+	return pid, nil
 }
 
 // VolumeDir implements sandbox.UsageDirs.

@@ -1,0 +1,110 @@
+package hostkill
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestParseStatCountsFieldsFromTheLastParen(t *testing.T) {
+	s := "4242 (a) b (c)) S 17 4242 4242 0 -1 4194560 99 0 0 0 0 0 0 0 20 0 1 0 987654 2215936 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n"
+	p, err := parseStat(4242, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ppid != 17 || p.start != 987654 {
+		t.Fatalf("ppid %d start %d, want 17 987654", p.ppid, p.start)
+	}
+	for _, bad := range []string{"", "1 (x", "1 (x) S 2"} {
+		if _, err := parseStat(1, bad); err == nil {
+			t.Errorf("parseStat(%q) accepted", bad)
+		}
+	}
+}
+
+func TestWritersKeepsInitWatchdogAndExecSessions(t *testing.T) {
+	// Host view: 100 is the engine (conmon), 10 the container's init,
+	// 11 the watchdog (init's first child) with its checker 12, 13 a job
+	// started under init, 20 an exec session (parent 100) running the
+	// user's command 21, which started 22 in a nested namespace.
+	procs := map[int]*proc{}
+	add := func(pid, ppid int, start uint64, inNS bool) {
+		procs[pid] = &proc{pid: pid, ppid: ppid, start: start, inNS: inNS}
+	}
+	add(1, 0, 0, false)
+	add(100, 1, 5, false)
+	add(10, 100, 10, true)
+	add(11, 10, 11, true)
+	add(12, 11, 12, true)
+	add(13, 10, 13, true)
+	add(20, 100, 20, true)
+	add(21, 20, 21, true)
+	add(22, 21, 22, false)
+	add(30, 1, 30, false) // an unrelated host process
+	var got []int
+	for _, p := range writers(10, procs) {
+		got = append(got, p.pid)
+	}
+	slices.Sort(got)
+	if want := []int{13, 21, 22}; !slices.Equal(got, want) {
+		t.Fatalf("writers = %v, want %v", got, want)
+	}
+}
+
+func TestKillWritersSignalsOnlyThatTree(t *testing.T) {
+	// The test stands for the engine: a shell plays the container's init,
+	// its first child the watchdog and its second a writer. Only the
+	// writer may die.
+	if _, err := os.Stat("/proc/self/ns/pid"); err != nil {
+		t.Skip("no /proc here: hostkill is for Linux hosts")
+	}
+	cmd := exec.Command("sh", "-c", "sleep 300 & sleep 300 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	kids := func() []int {
+		procs, err := readProcs("none")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int
+		for _, p := range procs {
+			if p.ppid == cmd.Process.Pid {
+				out = append(out, p.pid)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(kids()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the children did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := Open(cmd.Process.Pid); err == nil {
+		t.Fatal("Open accepted a process in the server's own PID namespace")
+	}
+	// The test shares the host's namespace, which holds every process:
+	// narrow the container to init's tree.
+	c, err := open(cmd.Process.Pid, "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.KillWriters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("signalled %d processes, want the one writer", n)
+	}
+	for time.Now().Before(deadline) && len(kids()) > 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if k := kids(); len(k) != 1 {
+		t.Fatalf("children left: %v, want the first (the watchdog's slot)", k)
+	}
+}
