@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package hostkill stops a container's writers from the host, without
 // starting a process in the container: where the engine's processes run on
 // this kernel (docker and podman on Linux), an engine exec costs 100 ms
