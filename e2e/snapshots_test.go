@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -139,6 +143,19 @@ func TestSnapshots(t *testing.T) {
 			if r := s.call(t, "clone", map[string]any{"source": "default", "target": "copy"}); !r.isError || !strings.Contains(r.text, "exists") {
 				t.Fatalf("clone onto an existing sandbox: %s", r.text)
 			}
+			if tg.Runtime != "container" {
+				// The clone's untagged image goes with `prune` once the clone is gone.
+				flags := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", s.stateDir}
+				if out, _ := runCLI(t, tg, append([]string{"prune", "--dry-run"}, flags...)...); strings.Contains(out, "image") {
+					t.Fatalf("prune would remove the image of a live clone:\n%s", out)
+				}
+				if r := s.call(t, "destroy", map[string]any{"sandbox": "copy"}); r.isError {
+					t.Fatal(r.text)
+				}
+				if out, ok := runCLI(t, tg, append([]string{"prune"}, flags...)...); !ok || !strings.Contains(out, "removed image") {
+					t.Fatalf("prune after the clone is gone:\n%s", out)
+				}
+			}
 
 			r = s.call(t, "list_snapshots", map[string]any{})
 			if !strings.Contains(r.text, "s1") || !strings.Contains(r.text, "parent s1") || !strings.Contains(r.text, "note: first") {
@@ -212,5 +229,136 @@ func TestBuildImage(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestSnapshotsUnderPressure: a snapshot whose workspace does not fit in
+// the state directory fails plainly and leaves nothing behind; two servers
+// taking the same snapshot name at once make exactly one snapshot whose
+// image survives the loser; two snapshots of one sandbox from two servers
+// at once both succeed.
+func TestSnapshotsUnderPressure(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs as the snapshot directory needs root")
+	}
+	var prefix string
+	t.Cleanup(func() { pruneImages(t, tg, prefix) })
+	prefix = enginetest.Prefix(t, tg.New())
+	stateDir := t.TempDir()
+	snapDir := filepath.Join(stateDir, "snapshots")
+	if err := os.Mkdir(snapDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", snapDir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", snapDir).Run() })
+	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", stateDir, "--no-boot-default", "--toolsets", "all"}
+	a := connectRaw(t, tg.Env, args...)
+	b := connectRaw(t, tg.Env, args...)
+	box := map[string]any{"sandbox": "snapc"}
+	with := func(kv ...any) map[string]any {
+		m := map[string]any{"sandbox": "snapc"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{"full", "dup", "c1", "c2"} {
+			callText(t, a, "delete_snapshot", map[string]any{"snapshot_name": n})
+		}
+		callText(t, a, "destroy", box)
+	})
+
+	// 8 MB of noise in the workspace, 3 MiB of room for its tar.
+	if text, isErr := callText(t, a, "exec", with("command", "head -c 8000000 /dev/urandom >/workspace/big && echo /opt/x >/opt/x")); isErr {
+		t.Fatal(text)
+	}
+	text, isErr := callText(t, a, "snapshot", with("snapshot_name", "full"))
+	if !isErr || !strings.Contains(strings.ToLower(text), "no space left on device") {
+		t.Fatalf("a workspace that does not fit: %s", text)
+	}
+	if left, _ := os.ReadDir(snapDir); len(left) != 0 {
+		t.Errorf("a failed snapshot left files: %v", left)
+	}
+	if text, _ := callText(t, b, "list_snapshots", map[string]any{}); strings.Contains(text, "full") {
+		t.Errorf("a failed snapshot is listed: %s", text)
+	}
+	if text, _ := callText(t, b, "images", map[string]any{}); strings.Contains(text, "full") {
+		t.Errorf("a failed snapshot left its image: %s", text)
+	}
+	if text, isErr := callText(t, a, "exec", with("command", "cat /opt/x")); isErr || !strings.Contains(text, "/opt/x") {
+		t.Fatalf("the sandbox after a failed snapshot: %s", text)
+	}
+	if text, isErr := callText(t, a, "snapshot", with("snapshot_name", "full", "include_workspace", false)); isErr {
+		t.Fatalf("without the workspace it fits: %s", text)
+	}
+
+	// A restore whose boot fails puts the sandbox back as it was.
+	if text, isErr := callText(t, a, "exec", with("command", "echo mark >/opt/mark && mv /bin/sh /bin/sh.moved && echo moved")); isErr || !strings.Contains(text, "moved") {
+		t.Fatalf("move sh away: %s", text)
+	}
+	text, isErr = callText(t, a, "snapshot", with("snapshot_name", "nosh", "include_workspace", false))
+	callText(t, a, "exec", with("command", "mv /bin/sh.moved /bin/sh"))
+	if isErr {
+		t.Fatalf("snapshot without sh: %s", text)
+	}
+	t.Cleanup(func() { callText(t, a, "delete_snapshot", map[string]any{"snapshot_name": "nosh"}) })
+	if text, isErr := callText(t, b, "restore", with("snapshot_name", "nosh")); !isErr || !strings.Contains(text, "put back as it was") {
+		t.Fatalf("a restore that cannot boot: %s", text)
+	}
+	if text, isErr := callText(t, a, "exec", with("command", "cat /opt/mark; test -e /bin/sh && echo sh")); isErr || !strings.Contains(text, "mark\nsh\n") {
+		t.Fatalf("the sandbox after a failed restore: %s", text)
+	}
+
+	// One name, two servers, at once: one snapshot, and its image is whole.
+	callText(t, a, "exec", with("command", "rm /workspace/big; echo dup >/opt/dup"))
+	texts := make(chan string, 2)
+	errs := make(chan bool, 2)
+	for _, cs := range []*mcp.ClientSession{a, b} {
+		go func() {
+			text, isErr := callText(t, cs, "snapshot", with("snapshot_name", "dup"))
+			texts <- text
+			errs <- isErr
+		}()
+	}
+	var failed []string
+	for range 2 {
+		if text := <-texts; <-errs {
+			failed = append(failed, text)
+		}
+	}
+	if len(failed) != 1 || !(strings.Contains(failed[0], "exists") || strings.Contains(failed[0], "being made")) {
+		t.Fatalf("one name twice at once: %d failed: %q", len(failed), failed)
+	}
+	if text, _ := callText(t, b, "list_snapshots", map[string]any{}); strings.Count(text, "dup") != 1 {
+		t.Fatalf("list after the race: %s", text)
+	}
+	callText(t, a, "exec", with("command", "rm /opt/dup"))
+	if text, isErr := callText(t, b, "restore", with("snapshot_name", "dup")); isErr {
+		t.Fatalf("restore the race's snapshot: %s", text)
+	}
+	if text, isErr := callText(t, a, "exec", with("command", "cat /opt/dup")); isErr || !strings.Contains(text, "dup") {
+		t.Fatalf("after restoring the race's snapshot: %s", text)
+	}
+
+	// Two names, one sandbox, two servers, at once: both made.
+	for i, cs := range []*mcp.ClientSession{a, b} {
+		go func() {
+			text, isErr := callText(t, cs, "snapshot", with("snapshot_name", fmt.Sprintf("c%d", i+1)))
+			texts <- text
+			errs <- isErr
+		}()
+	}
+	for range 2 {
+		if text := <-texts; <-errs {
+			t.Errorf("two snapshots at once: %s", text)
+		}
+	}
+	if text, _ := callText(t, a, "list_snapshots", map[string]any{}); !strings.Contains(text, "c1") || !strings.Contains(text, "c2") {
+		t.Fatalf("list: %s", text)
 	}
 }

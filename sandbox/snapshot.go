@@ -16,7 +16,8 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
-	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/hostkill"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
@@ -57,6 +58,21 @@ func ValidateSnapshotName(name string) error {
 		return fmt.Errorf("%w: snapshot name %q: use 1-100 letters, digits, '_', '.', '-', starting with a letter or digit", ErrInvalidName, name)
 	}
 	return nil
+}
+
+// lockSnapshot holds snapshot name snap, across server processes, while
+// it is made or deleted: the same name taken twice at once would share
+// one image tag. A name held elsewhere is refused at once, not waited for.
+func (m *Manager) lockSnapshot(snap, purpose string) (release func(), err error) {
+	// '@' is in neither sandbox nor snapshot names: no clash with lockKey.
+	h, err := m.locks.TryLock(m.cfg.Prefix+"-@snapshot-"+snap, purpose+" "+snap)
+	if errors.Is(err, locks.ErrHeld) {
+		return nil, &ArgError{Err: fmt.Errorf("snapshot %q is being made or deleted right now (%w); try again once that is done, or pick another name", snap, err)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return h.Release, nil
 }
 
 // SnapshotRef is the image reference of a snapshot.
@@ -130,6 +146,11 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest
 	if err != nil {
 		return state.Snapshot{}, err
 	}
+	unlock, err := m.lockSnapshot(req.Name, "snapshot "+name+" as")
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	defer unlock()
 	if _, ok, _ := store.Snapshot(req.Name); ok {
 		return state.Snapshot{}, &ArgError{Err: fmt.Errorf("%w: %q; pick another name or delete_snapshot it first", state.ErrSnapshotExists, req.Name)}
 	}
@@ -187,35 +208,43 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest
 		rec.WorkspaceFile, rec.WorkspaceBytes = file, n
 	}
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelSnapshot: req.Name, LabelName: name, LabelBaseImage: rec.BaseImage}
-	if !live {
-		// This engine saves stopped containers only: stop it, save, and
-		// let the next command start it again.
-		m.bumpGen(name, "snapshotted")
-		if old := m.detach(name); old != nil {
-			old.end(endedBySnapshot)
-		}
-		if err := m.rt.Stop(ctx, target, 10*time.Second); err != nil {
-			cleanup()
-			return state.Snapshot{}, fmt.Errorf("stop sandbox %q to snapshot it: %w", name, err)
-		}
-	}
-	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
-	err = saver.SaveImage(sctx, target, rec.Image, labels, env, sb.inflight.Load() > 1)
-	cancel()
-	if !live {
-		if serr := m.rt.Start(context.WithoutCancel(ctx), target); serr != nil {
-			m.log.Warn("start sandbox again after its snapshot", "sandbox", name, "err", serr)
-		}
-	}
-	if err != nil {
+	if err := m.saveImage(ctx, saver, sb, rec.Image, labels, env, live); err != nil {
 		cleanup()
-		return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: save the image: %w; nothing was kept", req.Name, name, err)
+		return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: %w; nothing was kept", req.Name, name, err)
 	}
 	if err := store.AddSnapshot(rec); err != nil {
 		cleanup()
 		return state.Snapshot{}, fmt.Errorf("snapshot %q: %w", req.Name, err)
 	}
 	return rec, nil
+}
+
+// saveImage saves sb's container as image ref. Where the engine saves
+// stopped containers only (live false), the container is stopped for the
+// save, its commands ended and told why, and started again after.
+func (m *Manager) saveImage(ctx context.Context, saver ImageSaver, sb *Sandbox, ref string, labels map[string]string, env []string, live bool) error {
+	target := sb.own.target()
+	if !live {
+		m.bumpGen(sb.Name, "snapshotted")
+		if old := m.detach(sb.Name); old != nil {
+			old.end(endedBySnapshot)
+		}
+		if err := m.rt.Stop(ctx, target, 10*time.Second); err != nil {
+			return fmt.Errorf("stop the sandbox to save it: %w", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
+	err := saver.SaveImage(sctx, target, ref, labels, env, sb.inflight.Load() > 1)
+	cancel()
+	if !live {
+		if serr := m.rt.Start(context.WithoutCancel(ctx), target); serr != nil {
+			m.log.Warn("start sandbox again after saving it", "sandbox", sb.Name, "err", serr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("save the image: %w", err)
+	}
+	return nil
 }
 
 // LabelBaseImage names, on a container or snapshot image, the image the
@@ -251,37 +280,30 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 		return 0, "", err
 	}
 	defer os.Remove(tmp)
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, "."}})
-	stderr := &shell.Capture{Limit: 4096}
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		f.Close()
+	var n int64
+	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, "."},
+		func(r io.Reader, _ func() *streamFailure) error {
+			w := bufio.NewWriterSize(f, streamBuffer)
+			var err error
+			if n, err = io.Copy(w, io.LimitReader(r, maxWorkspaceTar+1)); err != nil {
+				return fmt.Errorf("write %s: %w", tmp, err)
+			}
+			if n > maxWorkspaceTar {
+				return fmt.Errorf("the workspace is over %d bytes", int64(maxWorkspaceTar))
+			}
+			if err := w.Flush(); err != nil {
+				return fmt.Errorf("write %s: %w", tmp, err)
+			}
+			return f.Sync()
+		})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
 		return 0, "", err
-	}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return 0, "", err
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	n, cerr := io.Copy(w, io.LimitReader(out, maxWorkspaceTar+1))
-	if cerr == nil {
-		cerr = w.Flush()
-	}
-	if cerr == nil {
-		cerr = f.Sync()
-	}
-	f.Close()
-	if n > maxWorkspaceTar {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return 0, "", fmt.Errorf("the workspace is over %d bytes", int64(maxWorkspaceTar))
-	}
-	if err := cmd.Wait(); err != nil {
-		return 0, "", m.transferFailed(ctx, sb, "save the workspace of", m.cfg.Workdir, err, stderr, "nothing was kept")
-	}
-	if cerr != nil {
-		return 0, "", fmt.Errorf("write %s: %w", tmp, cerr)
+	case failed != nil:
+		return 0, "", m.transferFailed(ctx, sb, "save the workspace of", m.cfg.Workdir, failed, "nothing was kept")
 	}
 	if err := os.Rename(tmp, filepath.Join(m.cfg.SnapshotDir, file)); err != nil {
 		return 0, "", err
@@ -304,16 +326,7 @@ func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snap
 		if err != nil {
 			return err
 		}
-		errb := &shell.Capture{Limit: 2048}
-		res, err := sb.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Stdin: data, Timeout: 5 * time.Minute, Stderr: errb})
-		if err != nil {
-			return err
-		}
-		if res.TimedOut || res.ShellLost || res.ExitCode != 0 {
-			head, _, _ := errb.Parts()
-			return fmt.Errorf("restore the workspace into sandbox %q: exit %d: %s", sb.Name, res.ExitCode, shorten(strings.TrimSpace(string(head)), 400))
-		}
-		return nil
+		return sb.viaShell(ctx, "restore the workspace into", script, data)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -324,13 +337,12 @@ func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snap
 	if replace {
 		script = guest.ReplaceDirScript
 	}
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", script, "sh", m.cfg.Workdir}, Interactive: true})
-	stderr := &shell.Capture{Limit: 4096}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bufio.NewReaderSize(f, 1<<20), io.Discard, stderr
-	if err := cmd.Run(); err != nil {
-		return m.transferFailed(ctx, sb, "restore the workspace into", m.cfg.Workdir, err, stderr, "the workspace may be incomplete")
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir},
+		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+	if failed != nil {
+		return m.transferFailed(ctx, sb, "restore the workspace into", m.cfg.Workdir, failed, "the workspace may be incomplete")
 	}
-	return nil
+	return werr
 }
 
 // Restore replaces sandbox name's container with one from snapshot snap,
@@ -370,7 +382,7 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	// The old container is killed and moved aside (deleted in the
 	// background once the new one runs); the workspace volume stays and
 	// is refilled from the snapshot.
-	finish, err := m.retire(ctx, name, known)
+	finish, undo, err := m.retire(ctx, name, known)
 	if err != nil {
 		return BootInfo{}, rec, err
 	}
@@ -383,6 +395,9 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	// boot need not look for either.
 	sb, info, err := m.bootLocked(ctx, name, bootReplace)
 	if err != nil {
+		if undo() {
+			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (its commands and jobs had ended)", name, snap, err)
+		}
 		return info, rec, err
 	}
 	finish() // the old container's processes are gone before the workspace changes
@@ -399,53 +414,97 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 // at once, and finish kills it (nothing in it writes to the workspace
 // after finish returns) and deletes it in the background, so the new
 // container boots without competing with the kill; elsewhere the container
-// is removed before retire returns. The workspace volume is kept. The
-// caller holds the lifecycle lock and must call finish. id is the
-// container's ID when known (booted by this server), else it is looked up.
-func (m *Manager) retire(ctx context.Context, name, id string) (finish func(), err error) {
-	done := func() {}
+// is removed before retire returns. Until finish, undo moves the old
+// container back and reports whether it could. The workspace volume is
+// kept. The caller holds the lifecycle lock and must call finish. id is
+// the container's ID when known (booted by this server), else it is
+// looked up.
+func (m *Manager) retire(ctx context.Context, name, id string) (finish func(), undo func() bool, err error) {
+	done, cannot := func() {}, func() bool { return false }
 	target := id
 	if target == "" {
 		c, err := m.inspectOwned(ctx, name)
 		if errors.Is(err, ErrNotFound) {
-			return done, nil
+			return done, cannot, nil
 		}
 		if err != nil {
-			return done, err
+			return done, cannot, err
 		}
 		target = idOr(c)
 	}
 	r, ok := m.rt.(Renamer)
 	if !ok {
 		if err := m.rt.Remove(ctx, target); err != nil && !errors.Is(err, ErrNotFound) {
-			return done, fmt.Errorf("remove sandbox %q: %w", name, err)
+			return done, cannot, fmt.Errorf("remove sandbox %q: %w", name, err)
 		}
-		return done, nil
+		return done, cannot, nil
 	}
 	trash := m.trashName()
 	if err := r.Rename(ctx, target, trash); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return done, nil
+			return done, cannot, nil
 		}
-		return done, fmt.Errorf("move sandbox %q aside: %w", name, err)
+		return done, cannot, fmt.Errorf("move sandbox %q aside: %w", name, err)
+	}
+	// Where the container runs on this kernel, finish kills it from the
+	// host (a signal, not an engine call); its init is looked up while the
+	// new container boots.
+	hostView := make(chan *hostkill.Container, 1)
+	if hp, ok := m.rt.(HostPIDs); ok {
+		go func() {
+			var c *hostkill.Container
+			if pid, err := hp.InitPID(ctx, target); err == nil {
+				c, _ = hostkill.Open(pid)
+			}
+			hostView <- c
+		}()
+	} else {
+		hostView <- nil
 	}
 	var once sync.Once
+	undo = func() (back bool) {
+		once.Do(func() {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			// The failed boot's container, if it got that far, is this
+			// restore's own (the caller holds the lifecycle lock).
+			if err := m.rt.Remove(uctx, m.ContainerFor(name)); err != nil && !errors.Is(err, ErrNotFound) {
+				m.log.Warn("remove the container of a failed restore", "sandbox", name, "err", err)
+			}
+			if err := r.Rename(uctx, trash, m.ContainerFor(name)); err != nil {
+				m.log.Warn("put a sandbox back after a failed restore", "sandbox", name, "container", trash, "err", err)
+				m.spawn(func() { m.removeRetired(trash) })
+				return
+			}
+			back = true
+		})
+		return back
+	}
 	return func() {
 		once.Do(func() {
+			if c := <-hostView; c != nil {
+				if err := c.KillAll(10 * time.Second); err == nil {
+					m.spawn(func() { m.removeRetired(trash) })
+					return
+				}
+			}
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
 			if err := m.rt.Stop(kctx, trash, 0); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotRunning) {
 				m.log.Warn("stop replaced container", "container", trash, "err", err)
 			}
-			m.spawn(func() {
-				rctx, cancel := context.WithTimeout(m.life, time.Minute)
-				defer cancel()
-				if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
-					m.log.Warn("remove replaced container", "container", trash, "err", err)
-				}
-			})
+			m.spawn(func() { m.removeRetired(trash) })
 		})
-	}, nil
+	}, undo, nil
+}
+
+// removeRetired deletes a container that retire moved aside.
+func (m *Manager) removeRetired(trash string) {
+	rctx, cancel := context.WithTimeout(m.life, time.Minute)
+	defer cancel()
+	if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Warn("remove replaced container", "container", trash, "err", err)
+	}
 }
 
 func (m *Manager) snapshotRecord(store SnapshotStore, snap string) (state.Snapshot, error) {
@@ -489,6 +548,11 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapsh
 	if err != nil {
 		return state.Snapshot{}, err
 	}
+	unlock, err := m.lockSnapshot(snap, "delete")
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	defer unlock()
 	rec, err := m.snapshotRecord(store, snap)
 	if err != nil {
 		return rec, err
@@ -596,26 +660,9 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 		return Profile{}, "", "", fmt.Errorf("clone %q: save the workspace: %w", source, err)
 	}
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: target, LabelBaseImage: base}
-	target2 := sb.own.target()
-	if !live {
-		m.bumpGen(source, "snapshotted")
-		if old := m.detach(source); old != nil {
-			old.end(endedBySnapshot)
-		}
-		if err := m.rt.Stop(ctx, target2, 10*time.Second); err != nil {
-			os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
-			return Profile{}, "", "", err
-		}
-	}
-	sctx, cancel := context.WithTimeout(ctx, saveTimeout)
-	err = saver.SaveImage(sctx, target2, ref, labels, env, sb.inflight.Load() > 1)
-	cancel()
-	if !live {
-		_ = m.rt.Start(context.WithoutCancel(ctx), target2)
-	}
-	if err != nil {
+	if err := m.saveImage(ctx, saver, sb, ref, labels, env, live); err != nil {
 		os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
-		return Profile{}, "", "", fmt.Errorf("clone %q: save the image: %w", source, err)
+		return Profile{}, "", "", fmt.Errorf("clone %q: %w", source, err)
 	}
 	return sb.Profile, file, base, nil
 }

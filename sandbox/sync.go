@@ -104,33 +104,16 @@ func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []stri
 		stdin = b.Bytes()
 	}
 	if len(remove) > 0 || untar {
-		errb := &shell.Capture{Limit: 2048}
-		res, err := sb.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Timeout: 5 * time.Minute, Stdin: stdin, Stderr: errb})
-		if err != nil {
+		if err := sb.viaShell(ctx, "apply changes in "+dir+" of", script, stdin); err != nil {
 			return err
-		}
-		if res.TimedOut || res.ShellLost || res.ExitCode != 0 {
-			head, _, _ := errb.Parts()
-			return fmt.Errorf("sandbox %q: apply changes in %s: exit %d: %s", name, dir, res.ExitCode, shorten(strings.TrimSpace(string(head)), 400))
 		}
 	}
 	if pack == nil || untar {
 		return nil
 	}
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.UntarScript, "sh", dir}, Interactive: true})
-	stderr := &shell.Capture{Limit: 4096}
-	cmd.Stdout, cmd.Stderr = io.Discard, stderr
-	w, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("sandbox %q: start tar: %w", name, err)
-	}
-	perr := pack(w)
-	w.Close()
-	if err := cmd.Wait(); err != nil {
-		return m.transferFailed(ctx, sb, "sync into", dir, err, stderr, "the next change or a restart of the sync sends it again")
+	perr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.UntarScript, "sh", dir}, pack)
+	if failed != nil {
+		return m.transferFailed(ctx, sb, "sync into", dir, failed, "the next change or a restart of the sync sends it again")
 	}
 	return perr
 }

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
-	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 // This file is the Manager's side of moving files between the host and a
@@ -91,25 +89,10 @@ func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (L
 	}
 	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
 	defer cancel()
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.UntarScript, "sh", land.Dir}, Interactive: true})
-	stderr := &shell.Capture{Limit: 4096}
-	cmd.Stdout, cmd.Stderr = io.Discard, stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return Landing{}, err
-	}
-	if err := cmd.Start(); err != nil {
-		return Landing{}, fmt.Errorf("sandbox %q: start tar: %w", name, err)
-	}
-	bw := bufio.NewWriterSize(stdin, 1<<20)
-	packErr := pack(bw, land.Top)
-	if packErr == nil {
-		packErr = bw.Flush()
-	}
-	stdin.Close()
-	waitErr := cmd.Wait()
-	if waitErr != nil {
-		return land, m.transferFailed(ctx, sb, "upload into", land.Path, waitErr, stderr,
+	packErr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.UntarScript, "sh", land.Dir},
+		func(w io.Writer) error { return pack(w, land.Top) })
+	if failed != nil {
+		return land, m.transferFailed(ctx, sb, "upload into", land.Path, failed,
 			"what was extracted before the failure is still there")
 	}
 	if packErr != nil {
@@ -141,38 +124,25 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 	}
 	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
 	defer cancel()
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: []string{"sh", "-c", guest.TarScript, "sh", path.Dir(abs), path.Base(abs)}})
-	stderr := &shell.Capture{Limit: 4096}
-	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return abs, err
-	}
-	if err := cmd.Start(); err != nil {
-		return abs, fmt.Errorf("sandbox %q: start tar: %w", name, err)
-	}
-	waited := false
-	var waitErr error
-	finish := func() error {
-		// tar pads its archive past the end marker: drain it.
-		_, _ = io.Copy(io.Discard, io.LimitReader(stdout, 1<<20))
-		waited, waitErr = true, cmd.Wait()
-		if waitErr != nil {
-			return m.transferFailed(ctx, sb, "download from", abs, waitErr, stderr, "nothing was written on the host")
-		}
-		return nil
-	}
-	err = unpack(bufio.NewReaderSize(stdout, 1<<20), path.Base(abs), finish)
-	if !waited {
-		cancel() // the host gave up on the stream: stop tar
-		_ = cmd.Wait()
+	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", path.Dir(abs), path.Base(abs)},
+		func(r io.Reader, wait func() *streamFailure) error {
+			return unpack(r, path.Base(abs), func() error {
+				if f := wait(); f != nil {
+					return m.transferFailed(ctx, sb, "download from", abs, f, "nothing was written on the host")
+				}
+				return nil
+			})
+		})
+	if err == nil && failed != nil {
+		err = m.transferFailed(ctx, sb, "download from", abs, failed, "nothing was written on the host")
 	}
 	return abs, err
 }
 
 // transferFailed describes a tar in the sandbox that failed.
-func (m *Manager) transferFailed(ctx context.Context, sb *Sandbox, what, p string, err error, stderr *shell.Capture, after string) error {
-	head, _, _ := stderr.Parts()
+func (m *Manager) transferFailed(ctx context.Context, sb *Sandbox, what, p string, f *streamFailure, after string) error {
+	err := f.err
+	head, _, _ := f.stderr.Parts()
 	msg := strings.TrimSpace(string(head))
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s sandbox %q at %s: stopped (%v); %s", what, sb.Name, p, context.Cause(ctx), after)

@@ -22,6 +22,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -86,6 +87,43 @@ func (c *Container) KillWriters() (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// KillAll ends the whole container: SIGKILL to its init, which takes
+// every process of its PID namespace with it, and waits (up to timeout)
+// until they are all gone, so that nothing in the container writes after
+// KillAll returns nil.
+func (c *Container) KillAll(timeout time.Duration) error {
+	fd, err := unix.PidfdOpen(c.init, 0)
+	if err != nil {
+		return fmt.Errorf("container init %d: %w", c.init, err)
+	}
+	defer unix.Close(fd)
+	if p, err := readProc(c.init); err != nil || p.start != c.start {
+		return fmt.Errorf("container init %d is gone", c.init)
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+		return fmt.Errorf("kill container init %d: %w", c.init, err)
+	}
+	// A pidfd turns readable once its process has exited, which for a
+	// namespace's init is after every other process in it.
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for end := time.Now().Add(timeout); ; {
+		left := time.Until(end)
+		if left <= 0 {
+			return fmt.Errorf("container init %d: still there %v after SIGKILL", c.init, timeout)
+		}
+		n, err := unix.Poll(fds, int(left.Milliseconds())+1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("wait for container init %d: %w", c.init, err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
 }
 
 // writers picks the processes to kill out of the host's processes.

@@ -2,7 +2,10 @@
 
 package hostkill
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Container is one container's process tree; off Linux the engine's
 // processes never run on the server's kernel.
@@ -15,3 +18,6 @@ func Open(pid int) (*Container, error) { return nil, errNotLinux }
 
 // KillWriters fails off Linux.
 func (c *Container) KillWriters() (int, error) { return 0, errNotLinux }
+
+// KillAll fails off Linux.
+func (c *Container) KillAll(timeout time.Duration) error { return errNotLinux }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -108,5 +109,27 @@ func TestKillWritersSignalsOnlyThatTree(t *testing.T) {
 	}
 	if k := kids(); len(k) != 1 {
 		t.Fatalf("children left: %v, want the first (the watchdog's slot)", k)
+	}
+}
+
+func TestKillAllEndsInitAndWaits(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 300 & wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	c, err := open(cmd.Process.Pid, "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.KillAll(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exited; err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("init's exit: %v", err)
+	}
+	if err := c.KillAll(time.Second); err == nil {
+		t.Fatal("a second KillAll of a gone container succeeded")
 	}
 }
