@@ -17,10 +17,14 @@ type Pruned struct {
 	Volumes []string `json:"volumes"`
 	// VolumesUnknown says why volumes were not looked at, if they were not.
 	VolumesUnknown string `json:"volumes_unknown,omitempty"`
+	// Images are the untagged images that clones of this prefix left and
+	// no container uses any more.
+	Images []string `json:"images"`
 }
 
 // Prune removes what sandboxes of this prefix left in the engine:
-// containers no sandbox uses, and workspace volumes without a sandbox.
+// containers no sandbox uses, untagged clone images no container uses,
+// and workspace volumes without a sandbox.
 // Running sandboxes and their workspaces are never touched; each volume is
 // checked and removed under its sandbox's lifecycle lock, so a boot cannot
 // lose a volume it has just created. With dryRun nothing is removed.
@@ -37,6 +41,12 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 			}
 		}
 		p.Containers = append(p.Containers, name)
+	}
+	if ip, ok := m.rt.(ImagePruner); ok {
+		p.Images, err = ip.PruneImages(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: ""}, dryRun)
+		if err != nil {
+			return p, fmt.Errorf("clone images: %w", err)
+		}
 	}
 	vl, ok := m.rt.(VolumeLister)
 	if !ok {

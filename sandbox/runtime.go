@@ -212,6 +212,16 @@ type ImageInfo struct {
 	Created string // as the engine prints it
 }
 
+// ImagePruner is implemented by engines that can remove the untagged
+// images a clone leaves (its tag goes once it booted; the engine keeps
+// the image while the clone's container uses it).
+type ImagePruner interface {
+	// PruneImages removes the untagged images carrying every label of
+	// labels (an empty value: the key alone) that no container uses, and
+	// returns their IDs; with dryRun it only lists them.
+	PruneImages(ctx context.Context, labels map[string]string, dryRun bool) ([]string, error)
+}
+
 // ImageLister is implemented by engines that list their images.
 type ImageLister interface {
 	ListImages(ctx context.Context) ([]ImageInfo, error)

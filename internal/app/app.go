@@ -318,7 +318,8 @@ func SplitList(s string) []string {
 }
 
 // Prune removes what servers of this configuration left on the host:
-// containers no sandbox uses, workspace volumes whose sandbox is gone, and
+// containers no sandbox uses, workspace volumes whose sandbox is gone,
+// images of clones that are gone, and
 // the saved full outputs in the state directory. Sandboxes and their
 // workspaces stay. With dryRun it only says what it would remove.
 func Prune(ctx context.Context, cfg Config, dryRun bool, w io.Writer) error {
@@ -337,6 +338,9 @@ func Prune(ctx context.Context, cfg Config, dryRun bool, w io.Writer) error {
 	}
 	for _, v := range p.Volumes {
 		fmt.Fprintf(w, "%s volume %s (its sandbox's container is gone)\n", verb, v)
+	}
+	for _, i := range p.Images {
+		fmt.Fprintf(w, "%s image %s (left by a clone that is gone)\n", verb, i)
 	}
 	if p.VolumesUnknown != "" {
 		fmt.Fprintf(w, "volumes not checked: %s\n", p.VolumesUnknown)

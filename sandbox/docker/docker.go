@@ -5,6 +5,7 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,7 @@ type Dialect struct {
 	diskMu   sync.Mutex
 	disk     *sandbox.DiskSupport // cached DiskSupport
 	disksDir string               // where workspace images live
+	squashAt int                  // see Options.SquashLayers
 }
 
 var _ sandbox.Runtime = (*Dialect)(nil)
@@ -50,7 +52,15 @@ type Options struct {
 	// Env is added to the CLI's environment (e.g. CONTAINERS_CONF, DOCKER_HOST).
 	Env    []string
 	Logger *slog.Logger
+	// SquashLayers is the layer count past which SaveImage squashes the
+	// saved image into one layer; 0 means DefaultSquashLayers.
+	SquashLayers int
 }
+
+// DefaultSquashLayers: overlay stacks at most 128 layers under a
+// container (docker and podman refuse deeper images), and each snapshot
+// of a restored sandbox adds one; a chain is squashed well before that.
+const DefaultSquashLayers = 100
 
 // New returns a dialect for the docker or podman CLI.
 func New(opts Options) *Dialect {
@@ -58,7 +68,10 @@ func New(opts Options) *Dialect {
 	if bin == "" {
 		bin = string(opts.Flavor)
 	}
-	d := &Dialect{flavor: opts.Flavor}
+	d := &Dialect{flavor: opts.Flavor, squashAt: opts.SquashLayers}
+	if d.squashAt <= 0 {
+		d.squashAt = DefaultSquashLayers
+	}
 	d.cli = &cli.Runner{
 		Binary:      bin,
 		Env:         opts.Env,
@@ -385,12 +398,104 @@ func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[st
 	if strings.HasPrefix(ref, "-") || strings.HasPrefix(name, "-") {
 		return fmt.Errorf("commit: %q or %q starts with '-'", name, ref)
 	}
+	changes := labelChanges(labels)
+	if n, err := d.layers(ctx, name); err == nil && n >= d.squashAt {
+		return d.saveSquashed(ctx, name, ref, changes, pause)
+	}
 	args := []string{"commit", fmt.Sprintf("--pause=%t", pause)}
+	_, err := d.cli.Output(ctx, nil, append(append(args, changes...), name, ref)...)
+	return err
+}
+
+// labelChanges turns labels into --change LABEL arguments.
+func labelChanges(labels map[string]string) []string {
+	var args []string
 	for _, k := range sortedKeys(labels) {
 		args = append(args, "--change", fmt.Sprintf("LABEL %q=%q", k, labels[k]))
 	}
-	_, err := d.cli.Output(ctx, nil, append(args, name, ref)...)
-	return err
+	return args
+}
+
+// layers counts the layers of container name's image.
+func (d *Dialect) layers(ctx context.Context, name string) (int, error) {
+	out, err := d.cli.Output(ctx, nil, "container", "inspect", "--format", "{{.Image}}", "--", name)
+	if err != nil {
+		return 0, err
+	}
+	img := strings.TrimSpace(string(out))
+	if img == "" || strings.HasPrefix(img, "-") {
+		return 0, fmt.Errorf("container %s: no image", name)
+	}
+	out, err = d.cli.Output(ctx, nil, "image", "inspect", "--format", "{{len .RootFS.Layers}}", "--", img)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(out)))
+}
+
+// saveSquashed saves container name as a one-layer image: podman commits
+// with --squash; docker has no such commit, so the container's filesystem
+// is exported and imported, with the config a sandbox boot relies on
+// (environment, working directory, user) carried over.
+func (d *Dialect) saveSquashed(ctx context.Context, name, ref string, changes []string, pause bool) error {
+	if d.flavor == Podman {
+		args := []string{"commit", "--squash", fmt.Sprintf("--pause=%t", pause)}
+		_, err := d.cli.Output(ctx, nil, append(append(args, changes...), name, ref)...)
+		return err
+	}
+	out, err := d.cli.Output(ctx, nil, "container", "inspect", "--format", "{{json .Config}}", "--", name)
+	if err != nil {
+		return err
+	}
+	var cfg struct {
+		Env        []string
+		WorkingDir string
+		User       string
+	}
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		return fmt.Errorf("container %s: read its config: %w", name, err)
+	}
+	for _, kv := range cfg.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			changes = append(changes, "--change", fmt.Sprintf("ENV %s=%q", k, v))
+		}
+	}
+	if cfg.WorkingDir != "" {
+		changes = append(changes, "--change", "WORKDIR "+cfg.WorkingDir)
+	}
+	if cfg.User != "" {
+		changes = append(changes, "--change", "USER "+cfg.User)
+	}
+	if pause {
+		if _, err := d.cli.Output(ctx, nil, "pause", "--", name); err != nil {
+			return err
+		}
+		defer func() { _, _ = d.cli.Output(context.WithoutCancel(ctx), nil, "unpause", "--", name) }()
+	}
+	export := d.cli.Command(ctx, "export", "--", name)
+	imp := d.cli.Command(ctx, append(append([]string{"import"}, changes...), "-", ref)...)
+	pipe, err := export.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	imp.Stdin = pipe
+	eTail, iTail := &tailWriter{n: 2048}, &tailWriter{n: 2048}
+	export.Stderr, imp.Stdout, imp.Stderr = eTail, io.Discard, iTail
+	if err := export.Start(); err != nil {
+		return err
+	}
+	ierr := imp.Run()
+	if ierr != nil {
+		_ = export.Process.Kill()
+	}
+	eerr := export.Wait()
+	if eerr != nil {
+		return d.cli.Failure(ctx, export.Args, eerr, eTail.bytes())
+	}
+	if ierr != nil {
+		return d.cli.Failure(ctx, imp.Args, ierr, iTail.bytes())
+	}
+	return nil
 }
 
 // RemoveImage implements sandbox.ImageSaver. docker's `rmi --force` only
@@ -449,6 +554,41 @@ func (d *Dialect) ListImages(ctx context.Context) ([]sandbox.ImageInfo, error) {
 		imgs = append(imgs, sandbox.ImageInfo{Ref: ref, ID: f[2], Size: f[3], Created: f[4]})
 	}
 	return imgs, nil
+}
+
+// PruneImages implements sandbox.ImagePruner. Untagged images of ours are
+// listed, then removed one by one: one a container uses is refused by the
+// engine and kept.
+func (d *Dialect) PruneImages(ctx context.Context, labels map[string]string, dryRun bool) ([]string, error) {
+	args := []string{"images", "-q", "--no-trunc", "--filter", "dangling=true"}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		f := "label=" + k
+		if v := labels[k]; v != "" {
+			f += "=" + v
+		}
+		args = append(args, "--filter", f)
+	}
+	out, err := d.cli.Output(ctx, nil, args...)
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	for _, id := range slices.Compact(slices.Sorted(strings.FieldsSeq(string(out)))) {
+		if strings.HasPrefix(id, "-") {
+			continue
+		}
+		// podman matches an ancestor by its bare hex ID only.
+		if used, err := d.cli.Output(ctx, nil, "ps", "-aq", "--no-trunc", "--filter", "ancestor="+strings.TrimPrefix(id, "sha256:")); err != nil || len(strings.TrimSpace(string(used))) > 0 {
+			continue
+		}
+		if !dryRun {
+			if _, err := d.cli.Output(ctx, nil, "rmi", id); err != nil {
+				continue // taken by a container meanwhile
+			}
+		}
+		gone = append(gone, id)
+	}
+	return gone, nil
 }
 
 // tailWriter keeps the last n bytes written to it.

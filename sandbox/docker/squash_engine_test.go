@@ -1,0 +1,62 @@
+package docker_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
+)
+
+// TestSaveImageSquashesDeepImages: past the layer limit, a save makes a
+// one-layer image that keeps the container's changes (a file written, a
+// file deleted), the labels and the environment, on podman (commit
+// --squash) and docker (export and import).
+func TestSaveImageSquashesDeepImages(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		if tg.Runtime != "docker" && tg.Runtime != "podman" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			prefix := enginetest.Prefix(t, tg.New())
+			d := docker.New(docker.Options{Flavor: docker.Flavor(tg.Runtime), Env: tg.Env, SquashLayers: 1})
+			cli := func(args ...string) string {
+				t.Helper()
+				cmd := exec.CommandContext(ctx, tg.Runtime, args...)
+				cmd.Env = append(os.Environ(), tg.Env...)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s %v: %v: %s", tg.Runtime, args, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			ctr, ref := prefix+"-squash", strings.ToLower(prefix)+"-squashed:1"
+			t.Cleanup(func() {
+				exec.Command(tg.Runtime, "rm", "-f", ctr).Run()
+				exec.Command(tg.Runtime, "rmi", "-f", ref).Run()
+			})
+			cli("run", "-d", "--name", ctr, "-e", "SQUASH_ENV=kept value", "--label", "io.sandbox-mcp.owner="+prefix, tg.Image, "sleep", "600")
+			cli("exec", ctr, "sh", "-c", "echo squashed >/opt/sq && rm /etc/issue")
+			if err := d.SaveImage(ctx, ctr, ref, map[string]string{"io.sandbox-mcp.test": "yes"}, nil, false); err != nil {
+				t.Fatal(err)
+			}
+			if n := cli("image", "inspect", "--format", "{{len .RootFS.Layers}}", ref); n != "1" {
+				t.Fatalf("the saved image has %s layers, want 1", n)
+			}
+			if l := cli("image", "inspect", "--format", `{{index .Config.Labels "io.sandbox-mcp.test"}}`, ref); l != "yes" {
+				t.Fatalf("label %q", l)
+			}
+			out := cli("run", "--rm", ref, "sh", "-c", `cat /opt/sq; test -e /etc/issue || echo deleted; echo "$SQUASH_ENV"`)
+			if out != "squashed\ndeleted\nkept value" {
+				t.Fatalf("a container of the squashed image sees %q", out)
+			}
+		})
+	}
+}
