@@ -361,4 +361,25 @@ func TestSnapshotsUnderPressure(t *testing.T) {
 	if text, _ := callText(t, a, "list_snapshots", map[string]any{}); !strings.Contains(text, "c1") || !strings.Contains(text, "c2") {
 		t.Fatalf("list: %s", text)
 	}
+
+	// A snapshot whose image was removed behind the server's back is
+	// refused before anything in the sandbox is touched: its job lives on.
+	if text, isErr := callText(t, a, "bg", with("command", "sleep 600", "name", "keeper")); isErr {
+		t.Fatal(text)
+	}
+	bin := tg.Runtime
+	if bin == "container" {
+		bin = "podman" // the Apple stand-in keeps its images in podman
+	}
+	rmi := exec.Command(bin, "rmi", strings.ToLower(prefix)+"-snapshot:c2")
+	rmi.Env = append(os.Environ(), tg.Env...)
+	if out, err := rmi.CombinedOutput(); err != nil {
+		t.Fatalf("rmi: %v: %s", err, out)
+	}
+	if text, isErr := callText(t, b, "restore", with("snapshot_name", "c2")); !isErr || !strings.Contains(text, "gone from the engine") {
+		t.Fatalf("restore of a snapshot whose image is gone: %s", text)
+	}
+	if text, _ := callText(t, a, "jobs", box); !strings.Contains(text, "keeper") || !strings.Contains(text, "running") {
+		t.Fatalf("the job after a refused restore: %s", text)
+	}
 }

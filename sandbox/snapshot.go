@@ -361,32 +361,47 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	if err != nil {
 		return BootInfo{}, rec, err
 	}
-	if ok, err := m.rt.ImageExists(ctx, rec.Image); err == nil && !ok {
-		return BootInfo{}, rec, fmt.Errorf("snapshot %q: its image %s is gone from the engine; delete_snapshot it", snap, rec.Image)
+	gone := fmt.Errorf("snapshot %q: its image %s is gone from the engine; delete_snapshot it", snap, rec.Image)
+	imageGone := func() bool { ok, err := m.rt.ImageExists(ctx, rec.Image); return err == nil && !ok }
+	_, undoable := m.rt.(Renamer)
+	if !undoable && imageGone() {
+		return BootInfo{}, rec, gone
 	}
 	release, err := m.lockName(ctx, name, "restore")
 	if err != nil {
 		return BootInfo{}, rec, err
 	}
 	defer release()
-	m.bumpGen(name, "restored")
-	m.forgetJobs(name)
 	known := ""
-	if sb := m.detach(name); sb != nil {
-		sb.end(endedByRestore + " (" + snap + ")")
-		if sb.own != nil {
-			known = sb.own.ID() // booted here: no need to look it up
-		}
+	if sb, ok := m.Lookup(name); ok && sb.own != nil {
+		known = sb.own.ID() // booted here: no need to look it up
 	}
-	m.runHooks(name, "restore")
-	// The old container is killed and moved aside (deleted in the
-	// background once the new one runs); the workspace volume stays and
-	// is refilled from the snapshot.
+	// The old container is moved aside (killed once the new one runs,
+	// deleted in the background); the workspace volume stays and is
+	// refilled from the snapshot. Where that move can be undone, the image
+	// is checked meanwhile, and a missing one puts the container back
+	// before anything in it was touched.
+	checked := make(chan bool, 1)
+	if undoable {
+		go func() { checked <- imageGone() }()
+	}
 	finish, undo, err := m.retire(ctx, name, known)
+	if undoable && <-checked {
+		if err == nil && !undo() {
+			finish()
+		}
+		return BootInfo{}, rec, gone
+	}
 	if err != nil {
 		return BootInfo{}, rec, err
 	}
 	defer finish()
+	m.bumpGen(name, "restored")
+	m.forgetJobs(name)
+	if sb := m.detach(name); sb != nil {
+		sb.end(endedByRestore + " (" + snap + ")")
+	}
+	m.runHooks(name, "restore")
 	prof := m.ProfileFor(name)
 	prof.Image = rec.Image
 	m.setOverride(name, &bootOverride{prof: prof, labels: map[string]string{LabelParent: snap, LabelBaseImage: rec.BaseImage}})

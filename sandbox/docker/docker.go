@@ -556,25 +556,39 @@ func (d *Dialect) ListImages(ctx context.Context) ([]sandbox.ImageInfo, error) {
 	return imgs, nil
 }
 
-// PruneImages implements sandbox.ImagePruner. Untagged images of ours are
-// listed, then removed one by one: one a container uses is refused by the
-// engine and kept.
+// PruneImages implements sandbox.ImagePruner. Untagged images are listed
+// and their labels checked here (podman 4 ORs several label filters), then
+// removed one by one: one a container uses is kept.
 func (d *Dialect) PruneImages(ctx context.Context, labels map[string]string, dryRun bool) ([]string, error) {
 	args := []string{"images", "-q", "--no-trunc", "--filter", "dangling=true"}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		f := "label=" + k
-		if v := labels[k]; v != "" {
-			f += "=" + v
-		}
-		args = append(args, "--filter", f)
+	if v := labels[sandbox.LabelOwner]; v != "" {
+		args = append(args, "--filter", "label="+sandbox.LabelOwner+"="+v)
 	}
 	out, err := d.cli.Output(ctx, nil, args...)
 	if err != nil {
 		return nil, err
 	}
-	var gone []string
+	var ids []string
 	for _, id := range slices.Compact(slices.Sorted(strings.FieldsSeq(string(out)))) {
-		if strings.HasPrefix(id, "-") {
+		if !strings.HasPrefix(id, "-") {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	out, err = d.cli.Output(ctx, nil, append([]string{"image", "inspect", "--format", "{{json .Config.Labels}}", "--"}, ids...)...)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(ids) {
+		return nil, fmt.Errorf("image inspect: %d answers for %d images", len(lines), len(ids))
+	}
+	var gone []string
+	for i, id := range ids {
+		var have map[string]string
+		if json.Unmarshal([]byte(lines[i]), &have) != nil || !hasLabels(have, labels) {
 			continue
 		}
 		// podman matches an ancestor by its bare hex ID only.
@@ -589,6 +603,18 @@ func (d *Dialect) PruneImages(ctx context.Context, labels map[string]string, dry
 		gone = append(gone, id)
 	}
 	return gone, nil
+}
+
+// hasLabels says whether have carries every label of want (an empty
+// value: the key with any value).
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		got, ok := have[k]
+		if !ok || (v != "" && got != v) {
+			return false
+		}
+	}
+	return true
 }
 
 // tailWriter keeps the last n bytes written to it.

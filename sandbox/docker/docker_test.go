@@ -86,3 +86,20 @@ func TestParseInspectEmptyAndGarbage(t *testing.T) {
 		t.Fatal("garbage parsed")
 	}
 }
+
+func TestHasLabels(t *testing.T) {
+	have := map[string]string{"owner": "p1", "clone": "copy"}
+	for _, c := range []struct {
+		want map[string]string
+		ok   bool
+	}{
+		{map[string]string{"owner": "p1", "clone": ""}, true},
+		{map[string]string{"owner": "p2", "clone": ""}, false},
+		{map[string]string{"owner": "p1", "snapshot": ""}, false},
+		{nil, true},
+	} {
+		if got := hasLabels(have, c.want); got != c.ok {
+			t.Errorf("hasLabels(%v) = %v, want %v", c.want, got, c.ok)
+		}
+	}
+}
