@@ -16,17 +16,22 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
+// bin is the engine CLI behind a target (the Apple stand-in keeps its
+// containers and images in podman).
+func bin(tg enginetest.Target) string {
+	if tg.Runtime == "docker" {
+		return "docker"
+	}
+	return "podman"
+}
+
 // pruneImages removes the unused images a test's sandboxes left (a
 // clone's, untagged once it booted), by their owner label.
 func pruneImages(t *testing.T, tg enginetest.Target, prefix string) {
 	if prefix == "" {
 		return
 	}
-	bin := "podman" // the Apple stand-in keeps its images in podman
-	if tg.Runtime == "docker" {
-		bin = "docker"
-	}
-	cmd := exec.Command(bin, "image", "prune", "-f", "--filter", "label="+sandbox.LabelOwner+"="+prefix)
+	cmd := exec.Command(bin(tg), "image", "prune", "-f", "--filter", "label="+sandbox.LabelOwner+"="+prefix)
 	cmd.Env = append(os.Environ(), tg.Env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Logf("prune images: %v: %s", err, out)
@@ -287,7 +292,7 @@ func TestSnapshotsUnderPressure(t *testing.T) {
 	if text, _ := callText(t, b, "list_snapshots", map[string]any{}); strings.Contains(text, "full") {
 		t.Errorf("a failed snapshot is listed: %s", text)
 	}
-	if text, _ := callText(t, b, "images", map[string]any{}); strings.Contains(text, "full") {
+	if text, _ := callText(t, b, "images", map[string]any{}); strings.Contains(text, strings.ToLower(prefix)+"-snapshot:full") {
 		t.Errorf("a failed snapshot left its image: %s", text)
 	}
 	if text, isErr := callText(t, a, "exec", with("command", "cat /opt/x")); isErr || !strings.Contains(text, "/opt/x") {
@@ -362,16 +367,28 @@ func TestSnapshotsUnderPressure(t *testing.T) {
 		t.Fatalf("list: %s", text)
 	}
 
+	// A stopped sandbox is started for its snapshot.
+	stop := exec.Command(bin(tg), "stop", "-t", "0", sandbox.ContainerName(prefix, "snapc"))
+	stop.Env = append(os.Environ(), tg.Env...)
+	if out, err := stop.CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v: %s", err, out)
+	}
+	if text, isErr := callText(t, b, "snapshot", with("snapshot_name", "stopped")); isErr {
+		ls, _ := exec.Command("ls", "-la", snapDir).CombinedOutput()
+		du, _ := callText(t, a, "exec", with("command", "du -a /workspace | tail; df -h /workspace"))
+		t.Fatalf("snapshot of a stopped sandbox: %s\n%s\n%s", text, ls, du)
+	}
+	t.Cleanup(func() { callText(t, a, "delete_snapshot", map[string]any{"snapshot_name": "stopped"}) })
+	if text, isErr := callText(t, a, "exec", with("command", "cat /opt/dup")); isErr || !strings.Contains(text, "dup") {
+		t.Fatalf("after a snapshot of the stopped sandbox: %s", text)
+	}
+
 	// A snapshot whose image was removed behind the server's back is
 	// refused before anything in the sandbox is touched: its job lives on.
 	if text, isErr := callText(t, a, "bg", with("command", "sleep 600", "name", "keeper")); isErr {
 		t.Fatal(text)
 	}
-	bin := tg.Runtime
-	if bin == "container" {
-		bin = "podman" // the Apple stand-in keeps its images in podman
-	}
-	rmi := exec.Command(bin, "rmi", strings.ToLower(prefix)+"-snapshot:c2")
+	rmi := exec.Command(bin(tg), "rmi", strings.ToLower(prefix)+"-snapshot:c2")
 	rmi.Env = append(os.Environ(), tg.Env...)
 	if out, err := rmi.CombinedOutput(); err != nil {
 		t.Fatalf("rmi: %v: %s", err, out)

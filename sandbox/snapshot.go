@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"archive/tar"
 	"bufio"
 	"context"
 	"encoding/json"
@@ -44,6 +45,7 @@ type SnapshotStore interface {
 const (
 	endedByRestore  = "was restored from a snapshot"
 	endedBySnapshot = "was stopped to be snapshotted (this engine saves stopped containers only)"
+	endedByStop     = "was stopped outside this server"
 )
 
 // ErrNoSnapshot marks an unknown snapshot name.
@@ -172,7 +174,7 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest
 	if err != nil {
 		return state.Snapshot{}, err
 	}
-	sb, _, err := m.bootLocked(ctx, name, bootFind)
+	sb, err := m.runningLocked(ctx, name, c)
 	if err != nil {
 		return state.Snapshot{}, err
 	}
@@ -185,8 +187,10 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest
 		rec.BaseImage = base
 	}
 	rec.Profile, _ = json.Marshal(sb.Profile)
-	if vars, err := m.Env(ctx, name); err == nil {
-		for _, v := range vars {
+	// Straight through the shell: the lifecycle lock is held, so the
+	// recovery of a lost shell (which takes it) must not run here.
+	if out, err := sb.housekeep(ctx, guest.EnvListScript, scriptTimeout); err == nil {
+		for _, v := range guest.ParseEnvList(out) {
 			rec.Env = append(rec.Env, v.Name)
 		}
 	}
@@ -217,6 +221,19 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest
 		return state.Snapshot{}, fmt.Errorf("snapshot %q: %w", req.Name, err)
 	}
 	return rec, nil
+}
+
+// runningLocked returns sandbox name, whose container is c, running: a
+// container stopped behind the server's back is started, and the shells
+// of its earlier run are dropped. The caller holds the lifecycle lock.
+func (m *Manager) runningLocked(ctx context.Context, name string, c Container) (*Sandbox, error) {
+	if !c.Running() {
+		if old := m.detach(name); old != nil {
+			old.end(endedByStop)
+		}
+	}
+	sb, _, err := m.bootLocked(ctx, name, bootFind)
+	return sb, err
 }
 
 // saveImage saves sb's container as image ref. Where the engine saves
@@ -283,15 +300,30 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 	var n int64
 	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, "."},
 		func(r io.Reader, _ func() *streamFailure) error {
-			w := bufio.NewWriterSize(f, streamBuffer)
-			var err error
-			if n, err = io.Copy(w, io.LimitReader(r, maxWorkspaceTar+1)); err != nil {
-				return fmt.Errorf("write %s: %w", tmp, err)
+			w := &countWriter{w: bufio.NewWriterSize(f, streamBuffer)}
+			// Read as a tar archive, kept up to its end marker: tar pads
+			// its output to whole records (1 MiB here), which is not kept.
+			tr := tar.NewReader(io.TeeReader(io.LimitReader(r, maxWorkspaceTar+1), w))
+			for {
+				_, err := tr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err == nil {
+					_, err = io.Copy(io.Discard, tr)
+				}
+				if w.err != nil {
+					return fmt.Errorf("write %s: %w", tmp, w.err)
+				}
+				if w.n > maxWorkspaceTar {
+					return fmt.Errorf("the workspace is over %d bytes", int64(maxWorkspaceTar))
+				}
+				if err != nil {
+					return fmt.Errorf("the workspace's tar stream: %w", err)
+				}
 			}
-			if n > maxWorkspaceTar {
-				return fmt.Errorf("the workspace is over %d bytes", int64(maxWorkspaceTar))
-			}
-			if err := w.Flush(); err != nil {
+			n = w.n
+			if err := w.w.(*bufio.Writer).Flush(); err != nil {
 				return fmt.Errorf("write %s: %w", tmp, err)
 			}
 			return f.Sync()
@@ -309,6 +341,23 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 		return 0, "", err
 	}
 	return n, file, nil
+}
+
+// countWriter counts what it passes on and keeps the first error.
+type countWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	c.err = err
+	return n, err
 }
 
 // loadWorkspace extracts a saved workspace tar into the sandbox's
@@ -381,9 +430,19 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	// refilled from the snapshot. Where that move can be undone, the image
 	// is checked meanwhile, and a missing one puts the container back
 	// before anything in it was touched.
+	endOld := func() {
+		m.bumpGen(name, "restored")
+		m.forgetJobs(name)
+		if sb := m.detach(name); sb != nil {
+			sb.end(endedByRestore + " (" + snap + ")")
+		}
+		m.runHooks(name, "restore")
+	}
 	checked := make(chan bool, 1)
 	if undoable {
 		go func() { checked <- imageGone() }()
+	} else {
+		endOld() // retire removes the container: its commands end first, told why
 	}
 	finish, undo, err := m.retire(ctx, name, known)
 	if undoable && <-checked {
@@ -396,12 +455,9 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 		return BootInfo{}, rec, err
 	}
 	defer finish()
-	m.bumpGen(name, "restored")
-	m.forgetJobs(name)
-	if sb := m.detach(name); sb != nil {
-		sb.end(endedByRestore + " (" + snap + ")")
+	if undoable {
+		endOld()
 	}
-	m.runHooks(name, "restore")
 	prof := m.ProfileFor(name)
 	prof.Image = rec.Image
 	m.setOverride(name, &bootOverride{prof: prof, labels: map[string]string{LabelParent: snap, LabelBaseImage: rec.BaseImage}})
@@ -660,7 +716,7 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 	if err != nil {
 		return Profile{}, "", "", err
 	}
-	sb, _, err := m.bootLocked(ctx, source, bootFind)
+	sb, err := m.runningLocked(ctx, source, c)
 	if err != nil {
 		return Profile{}, "", "", err
 	}
