@@ -1,0 +1,157 @@
+// Package agent is the channel between the server and a sandbox: one
+// long-lived `exec -i sandbox-ctl agent` per sandbox whose stdio carries a
+// yamux session, with one stream per independent exchange (a forwarded TCP
+// connection today; terminals, file streams and the child-control socket
+// can ride it later).
+//
+// The server opens every stream. A stream starts with one JSON line from
+// the server (a Request) and one JSON line from the agent (a Reply); what
+// follows depends on the request. The first stream of a session is a hello
+// that tells the two versions apart, so that a stale agent is replaced.
+//
+// Everything the agent sends is untrusted on the host: replies are read
+// through a bounded reader and decoded into fixed types.
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+// Version is the protocol version; the server replaces an agent that
+// answers the hello with another one.
+const Version = "1"
+
+// Operations a stream can ask for.
+const (
+	OpHello = "hello" // answer with Version
+	OpDial  = "dial"  // connect to 127.0.0.1:Port inside the sandbox, then splice
+)
+
+// Request opens a stream.
+type Request struct {
+	Op   string `json:"op"`
+	Port int    `json:"port,omitempty"`
+}
+
+// Reply answers a Request.
+type Reply struct {
+	OK      bool   `json:"ok"`
+	Error   string `json:"error,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+// maxLine bounds a request or reply line.
+const maxLine = 4096
+
+// config is the yamux configuration of both ends: keepalives off (the
+// exec's own end tells a dead agent), logs off.
+func config() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.EnableKeepAlive = false
+	c.LogOutput = io.Discard
+	c.StreamCloseTimeout = time.Minute
+	return c
+}
+
+// pipeConn joins a reader and a writer (an exec's stdout and stdin) into
+// the io.ReadWriteCloser yamux runs on.
+type pipeConn struct {
+	io.Reader
+	io.Writer
+	close func() error
+}
+
+func (p pipeConn) Close() error { return p.close() }
+
+// readLine reads one line of at most maxLine bytes.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		line = append(line, frag...)
+		if len(line) > maxLine {
+			return nil, errors.New("agent: line too long")
+		}
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return nil, err
+		}
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// Splice copies a to b and b to a until both directions end, passing on a
+// half-close in each direction, then closes both.
+func Splice(a, b net.Conn) {
+	var wg sync.WaitGroup
+	one := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.Copy(dst, src)
+		closeWrite(dst)
+	}
+	wg.Add(2)
+	go one(a, b)
+	go one(b, a)
+	wg.Wait()
+	a.Close()
+	b.Close()
+}
+
+// closeWrite ends the write half of c: a TCP FIN, or a yamux stream's
+// close (which leaves it readable until the other end closes too).
+func closeWrite(c net.Conn) {
+	switch c := c.(type) {
+	case interface{ CloseWrite() error }:
+		_ = c.CloseWrite()
+	case *yamux.Stream:
+		_ = c.Close()
+	default:
+		_ = c.Close()
+	}
+}
+
+// readReply reads the agent's reply line on a fresh stream.
+func readReply(r *bufio.Reader) (Reply, error) {
+	line, err := readLine(r)
+	if err != nil {
+		return Reply{}, fmt.Errorf("agent reply: %w", err)
+	}
+	var rep Reply
+	if err := json.Unmarshal(line, &rep); err != nil {
+		return Reply{}, fmt.Errorf("agent reply: %w", err)
+	}
+	return rep, nil
+}
+
+// bufferedConn is a net.Conn whose first bytes were read into r.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite passes a half-close on to the stream underneath.
+func (c bufferedConn) CloseWrite() error {
+	closeWrite(c.Conn)
+	return nil
+}

@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pair runs Serve on one end of two pipes and returns the Client on the
+// other.
+func pair(t *testing.T) *Client {
+	t.Helper()
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	go func() { _ = Serve(toAgentR, fromAgentW) }()
+	c, err := NewClient(fromAgentR, toAgentW, func() error {
+		toAgentW.Close()
+		return fromAgentR.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// listen starts a TCP server on 127.0.0.1 that runs serve per connection.
+func listen(t *testing.T, serve func(net.Conn)) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestDialCarriesBinaryAndHalfClose(t *testing.T) {
+	c := pair(t)
+	// The server reads to EOF, then answers with what it read, reversed
+	// in order of halves: it needs the client's half-close to answer.
+	port := listen(t, func(conn net.Conn) {
+		defer conn.Close()
+		in, _ := io.ReadAll(conn)
+		conn.Write(in[len(in)/2:])
+		conn.Write(in[:len(in)/2])
+	})
+	data := make([]byte, 3<<20)
+	rand.Read(data)
+	conn, err := c.Dial(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() {
+		conn.Write(data)
+		conn.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	conn.SetDeadline(time.Now().Add(time.Minute))
+	got, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{}, data[len(data)/2:]...), data[:len(data)/2]...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, not what was sent", len(got))
+	}
+}
+
+func TestDialServerSpeaksFirstAndStreamsAreIndependent(t *testing.T) {
+	c := pair(t)
+	port := listen(t, func(conn net.Conn) {
+		defer conn.Close()
+		conn.Write([]byte("220 hello\n"))
+		io.Copy(conn, conn)
+	})
+	var conns []net.Conn
+	for i := 0; i < 20; i++ {
+		conn, err := c.Dial(port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conns = append(conns, conn)
+	}
+	for i, conn := range conns {
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		buf := make([]byte, 10)
+		if _, err := io.ReadFull(conn, buf); err != nil || string(buf) != "220 hello\n" {
+			t.Fatalf("stream %d greeting: %q %v", i, buf, err)
+		}
+		msg := []byte(strings.Repeat("x", i+1))
+		conn.Write(msg)
+		back := make([]byte, len(msg))
+		if _, err := io.ReadFull(conn, back); err != nil || !bytes.Equal(back, msg) {
+			t.Fatalf("stream %d echo: %q %v", i, back, err)
+		}
+	}
+}
+
+func TestDialRefusedPortAndBadPort(t *testing.T) {
+	c := pair(t)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	if _, err := c.Dial(port); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a closed port: %v", err)
+	}
+	if _, err := c.Dial(70000); err == nil || !strings.Contains(err.Error(), "not a TCP port") {
+		t.Fatalf("port 70000: %v", err)
+	}
+}
+
+func TestStaleAgentIsTold(t *testing.T) {
+	// An "agent" that answers the hello with another version.
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	go func() {
+		sess, err := yamuxServer(toAgentR, fromAgentW)
+		if err != nil {
+			return
+		}
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 100)
+		st.Read(buf)
+		writeJSON(st, Reply{OK: true, Version: "0"})
+		st.Close()
+	}()
+	_, err := NewClient(fromAgentR, toAgentW, func() error { toAgentW.Close(); return fromAgentR.Close() })
+	if err == nil || !strings.Contains(err.Error(), "another version") {
+		t.Fatalf("a stale agent: %v", err)
+	}
+}

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/hashicorp/yamux"
+)
+
+// Client is the server's end of a session.
+type Client struct {
+	sess *yamux.Session
+}
+
+// ErrStale marks an agent that answered the hello with another version.
+var ErrStale = errors.New("the agent in the sandbox is of another version")
+
+// NewClient starts a session over r (the agent's stdout) and w (its
+// stdin); closeFn ends the agent. It checks the agent's version.
+func NewClient(r io.Reader, w io.Writer, closeFn func() error) (*Client, error) {
+	sess, err := yamux.Client(pipeConn{Reader: r, Writer: w, close: closeFn}, config())
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{sess: sess}
+	st, rep, err := c.open(Request{Op: OpHello})
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	st.Close()
+	if rep.Version != Version {
+		sess.Close()
+		return nil, fmt.Errorf("%w: it speaks %q, this server %q", ErrStale, rep.Version, Version)
+	}
+	return c, nil
+}
+
+// open opens a stream, sends req and reads the reply; the stream is the
+// caller's to close.
+func (c *Client) open(req Request) (net.Conn, Reply, error) {
+	st, err := c.sess.OpenStream()
+	if err != nil {
+		return nil, Reply{}, fmt.Errorf("agent: open a stream: %w", err)
+	}
+	if err := writeJSON(st, req); err != nil {
+		st.Close()
+		return nil, Reply{}, fmt.Errorf("agent: %w", err)
+	}
+	br := bufio.NewReader(st)
+	rep, err := readReply(br)
+	if err != nil {
+		st.Close()
+		return nil, rep, err
+	}
+	return bufferedConn{Conn: st, r: br}, rep, nil
+}
+
+// Dial connects to 127.0.0.1:port inside the sandbox, as one stream.
+func (c *Client) Dial(port int) (net.Conn, error) {
+	conn, rep, err := c.open(Request{Op: OpDial, Port: port})
+	if err != nil {
+		return nil, err
+	}
+	if !rep.OK {
+		conn.Close()
+		return nil, fmt.Errorf("port %d in the sandbox: %s", port, rep.Error)
+	}
+	return conn, nil
+}
+
+// Done is closed when the session ends (the agent or its exec died).
+func (c *Client) Done() <-chan struct{} { return c.sess.CloseChan() }
+
+// Close ends the session and the agent.
+func (c *Client) Close() error { return c.sess.Close() }
