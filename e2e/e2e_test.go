@@ -50,6 +50,15 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build sandbox-mcp:", err)
 		os.Exit(1)
 	}
+	// The in-sandbox agent, where the server looks for it: beside itself.
+	ctl := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "sandbox-ctl-linux-"+runtime.GOARCH), "./cmd/sandbox-ctl")
+	ctl.Dir = build.Dir
+	ctl.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	ctl.Stdout, ctl.Stderr = os.Stderr, os.Stderr
+	if err := ctl.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build sandbox-ctl:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -142,6 +143,11 @@ func (f *fake) Images(context.Context) ([]sandbox.ImageEntry, error) { return ni
 func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {
 	f.note("boot %s", name)
 	return sandbox.BootInfo{}, f.errAll
+}
+
+func (f *fake) Dial(_ context.Context, name string, port int) (net.Conn, error) {
+	f.note("dial %s %d", name, port)
+	return nil, errors.New("connection refused")
 }
 
 func (f *fake) Upload(_ context.Context, name string, req sandbox.UploadRequest) (sandbox.Landing, error) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"log"
 	"log/slog"
 	"runtime/debug"
@@ -39,6 +40,7 @@ type Sandboxes interface {
 	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error)
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
+	Dial(ctx context.Context, name string, port int) (net.Conn, error)
 
 	Snapshot(ctx context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error)
 	Restore(ctx context.Context, snap, name string) (sandbox.BootInfo, state.Snapshot, error)
@@ -93,6 +95,9 @@ type Options struct {
 	StartDir  string
 	// Syncs runs live sync jobs; nil: the sync tools say it is not available.
 	Syncs Syncs
+	// Ports holds the port forwards; nil: the port tools say they are not
+	// available.
+	Ports Ports
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -113,6 +118,7 @@ type Server struct {
 
 	hostRoots *hostRoots
 	syncs     Syncs
+	ports     Ports
 
 	// planned are the toolsets exposed at start: tool descriptions name
 	// only tools of these sets (or say which set to enable).
@@ -156,7 +162,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
 		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{},
-		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs}
+		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs, ports: opts.Ports}
 	for _, set := range sets {
 		s.planned[set] = true
 	}
@@ -265,6 +271,7 @@ func (s *Server) tools() []tool {
 		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
 		s.uploadTool(), s.downloadTool(), s.gitCloneTool(), s.syncStartTool(), s.syncStopTool(), s.syncListTool(),
 		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(), s.imagesTool(), s.buildImageTool(),
+		s.exposeTool(), s.unexposeTool(), s.listPortsTool(),
 	}
 }
 

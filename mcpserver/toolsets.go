@@ -21,14 +21,15 @@ type Toolset struct {
 }
 
 // Toolsets lists the sets in the order they are shown. Sets for the
-// coming capabilities (ports, children, terminals) join this list with
-// their tools.
+// coming capabilities (children, terminals) join this list with their
+// tools.
 var Toolsets = []Toolset{
 	{Name: "core", Description: "run commands and Python, read and write files, install packages, env variables, full outputs", Default: true},
 	{Name: "jobs", Description: "background jobs: start, read logs, kill, list", Default: true},
 	{Name: "lifecycle", Description: "status, health, stats, history, reset, destroy, list sandboxes", Default: true},
 	{Name: "transfer", Description: "copy files and directories between the host and a sandbox, git clone, live sync"},
 	{Name: "snapshots", Description: "snapshot, restore and clone sandboxes"},
+	{Name: "ports", Description: "expose a sandbox's TCP ports on the host (port forwarding)"},
 }
 
 func toolsetByName(name string) *Toolset {

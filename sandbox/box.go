@@ -53,6 +53,9 @@ type Sandbox struct {
 	guard  *diskguard.Guard
 	notice atomic.Pointer[string]
 
+	// agent is the channel into the sandbox (agent.go), started on use.
+	agent agentConn
+
 	// envGen is the env store generation whose secrets are known here.
 	envGen atomic.Pointer[string]
 
@@ -126,6 +129,7 @@ func (s *Sandbox) end(why string) {
 	s.once.Do(func() {
 		s.why.Store(&why)
 		s.cancel()
+		s.closeAgent()
 		if s.guard != nil {
 			s.guard.Close()
 		}

@@ -46,6 +46,7 @@ rm -rf "$work"
 mkdir -p "$work/bin"
 log "building the server and the end-to-end tests"
 (cd "$repo" && go build -buildvcs=auto -o "$work/bin/sandbox-mcp" ./cmd/sandbox-mcp)
+(cd "$repo" && CGO_ENABLED=0 GOOS=linux go build -trimpath -o "$work/bin/sandbox-ctl-linux-$(go env GOARCH)" ./cmd/sandbox-ctl)
 (cd "$repo" && go test -c -o "$work/bin/e2e.test" ./e2e)
 # The scripts, as a checkout the user owns.
 tar -C "$repo" -c scripts Containerfile.mcp-dev | tar -C "$work" -x

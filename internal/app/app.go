@@ -25,6 +25,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
+	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
 	"github.com/sandbox-mcp/sandbox-mcp/syncer"
 )
 
@@ -108,6 +109,8 @@ type Env struct {
 	Manager *sandbox.Manager
 	// Syncs runs live sync jobs; set by Serve only.
 	Syncs *syncer.Manager
+	// Ports holds the port forwards; set by Serve only.
+	Ports *portfwd.Set
 }
 
 // Open validates cfg, creates the state directory (0700), picks the
@@ -141,6 +144,9 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 // Close stops what the Env's manager runs in this process; sandboxes keep
 // running.
 func (e *Env) Close() {
+	if e.Ports != nil {
+		e.Ports.Close()
+	}
 	if e.Syncs != nil {
 		e.Syncs.Close()
 	}
@@ -175,8 +181,15 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	defer env.closeWithin(shutdownBound)
 	logger, m := env.Logger, env.Manager
 	env.Syncs = syncer.New(syncer.Options{Remote: m, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Logger: logger})
+	env.Ports = portfwd.New(m.DialExisting, "", logger)
+	m.OnLifecycle(func(name, event string) {
+		if event == "destroy" {
+			env.Ports.Drop(name)
+		}
+	})
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Syncs:   env.Syncs,
+		Ports:   env.Ports,
 		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
 		AllowDirs: cfg.AllowDirs, StartDir: startDir(),

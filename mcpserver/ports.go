@@ -1,0 +1,127 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
+)
+
+// Ports is what the port tools need (*portfwd.Set in production).
+type Ports interface {
+	Expose(sandbox string, port, hostPort int) (portfwd.Info, error)
+	Unexpose(sandbox string, port int) (portfwd.Info, error)
+	List(sandbox string) []portfwd.Info
+}
+
+// Forwards is the structured result of list_ports.
+type Forwards struct {
+	Forwards []portfwd.Info `json:"forwards"`
+}
+
+func (s *Server) exposeTool() tool {
+	return tool{group: "ports", handler: s.handleExpose, def: newTool[portfwd.Info]("expose", "Expose a sandbox port",
+		"Forward a host port (127.0.0.1) to a TCP port inside a sandbox and return its URL, e.g. a web server the sandbox "+
+			"runs on 8000. Works with no network in the sandbox; lasts until unexpose, destroy or the server's exit.",
+		mutating(true),
+		mcp.WithNumber("port", mcp.Required(), mcp.Description("TCP port inside the sandbox (1-65535)."), mcp.Min(1), mcp.Max(65535)),
+		mcp.WithNumber("host_port", mcp.Description("Host port; 0: the sandbox port's number when free on the host, else a free one."), mcp.DefaultNumber(0), mcp.Min(0), mcp.Max(65535)),
+		sandboxParam(),
+	)}
+}
+
+func (s *Server) unexposeTool() tool {
+	return tool{group: "ports", handler: s.handleUnexpose, def: newTool[portfwd.Info]("unexpose", "Stop exposing a port",
+		"End the forward of a sandbox port and its open connections.",
+		mutating(true),
+		mcp.WithNumber("port", mcp.Required(), mcp.Description("The sandbox port given to expose."), mcp.Min(1), mcp.Max(65535)),
+		sandboxParam(),
+	)}
+}
+
+func (s *Server) listPortsTool() tool {
+	return tool{group: "ports", handler: s.handleListPorts, def: newTool[Forwards]("list_ports", "List exposed ports",
+		"List the port forwards of this server: sandbox port, host URL, connections.",
+		readOnly(),
+	)}
+}
+
+var errNoPorts = errors.New("port forwarding is not available in this server")
+
+func (s *Server) handleExpose(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("expose: %v", err), nil
+	}
+	port, err := intArg(req, "port", 0, 1, 65535)
+	if err != nil {
+		return argError("expose: %v", err), nil
+	}
+	hostPort, err := intArg(req, "host_port", 0, 0, 65535)
+	if err != nil {
+		return argError("expose: %v", err), nil
+	}
+	if s.ports == nil {
+		return failure(ctx, "expose", errNoPorts), nil
+	}
+	// Start the sandbox and its agent now, so that the first connection
+	// does not pay for them and a sandbox the agent cannot reach says so.
+	conn, derr := s.m.Dial(ctx, name, int(port))
+	if derr != nil && !strings.Contains(derr.Error(), "refused") {
+		return failure(ctx, fmt.Sprintf("expose port %d of sandbox %q", port, name), derr), nil
+	}
+	if conn != nil {
+		conn.Close()
+	}
+	info, err := s.ports.Expose(name, int(port), int(hostPort))
+	if err != nil {
+		return failure(ctx, fmt.Sprintf("expose port %d of sandbox %q", port, name), err), nil
+	}
+	text := fmt.Sprintf("%s -> port %d in sandbox %q (each connection is one stream through the sandbox's agent)", info.URL, port, name)
+	if hostPort == 0 && info.HostPort != int(port) {
+		text += fmt.Sprintf("\nhost port %d is taken: a free one was picked", port)
+	}
+	if derr != nil {
+		text += fmt.Sprintf("\nnothing listens on port %d in the sandbox yet: start the server there (bind 127.0.0.1 or 0.0.0.0); the forward waits for it", port)
+	}
+	return mcp.NewToolResultStructured(info, text), nil
+}
+
+func (s *Server) handleUnexpose(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("unexpose: %v", err), nil
+	}
+	port, err := intArg(req, "port", 0, 1, 65535)
+	if err != nil {
+		return argError("unexpose: %v", err), nil
+	}
+	if s.ports == nil {
+		return failure(ctx, "unexpose", errNoPorts), nil
+	}
+	info, err := s.ports.Unexpose(name, int(port))
+	if err != nil {
+		return failure(ctx, "unexpose", err), nil
+	}
+	return mcp.NewToolResultStructured(info, fmt.Sprintf("stopped forwarding %s to port %d in sandbox %q after %d connections", info.URL, port, name, info.Connections)), nil
+}
+
+func (s *Server) handleListPorts(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	out := Forwards{Forwards: []portfwd.Info{}}
+	if s.ports == nil {
+		return mcp.NewToolResultStructured(out, "no forwards (port forwarding is not available in this server)"), nil
+	}
+	out.Forwards = s.ports.List("")
+	if len(out.Forwards) == 0 {
+		return mcp.NewToolResultStructured(out, "no ports exposed: expose forwards one"), nil
+	}
+	var b strings.Builder
+	for _, f := range out.Forwards {
+		fmt.Fprintf(&b, "%s -> %q:%d  %d connections (%d open)\n", f.URL, f.Sandbox, f.Port, f.Connections, f.Active)
+	}
+	return mcp.NewToolResultStructured(out, strings.TrimSuffix(b.String(), "\n")), nil
+}

@@ -1,0 +1,171 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// The agent (package agent) is one `exec -i sandbox-ctl agent` per sandbox,
+// started on first use and kept until the sandbox ends or the agent dies.
+// Its binary is copied in through an exec the first time, under a path
+// that names the protocol version, so that an agent left by an older
+// server is never spoken to as a current one.
+
+// agentDir holds the agent's binary in a sandbox.
+const agentDir = "/tmp/.sandbox-mcp"
+
+func agentPath() string { return agentDir + "/sandbox-ctl-" + agent.Version }
+
+// agentConn is a sandbox's agent, started once.
+type agentConn struct {
+	mu sync.Mutex
+	c  *agent.Client
+}
+
+// Dial connects to 127.0.0.1:port inside sandbox name (booting it if
+// needed) as one stream of its agent.
+func (m *Manager) Dial(ctx context.Context, name string, port int) (net.Conn, error) {
+	sb, _, err := m.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	c, err := m.agentOf(ctx, sb)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := c.Dial(port)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", name, err)
+	}
+	return conn, nil
+}
+
+// DialExisting is Dial for a connection to a forwarded port: it starts a
+// stopped sandbox but never creates one, so that a connection cannot bring
+// back a sandbox that was destroyed (here or by another server).
+func (m *Manager) DialExisting(ctx context.Context, name string, port int) (net.Conn, error) {
+	if sb, ok := m.Lookup(name); !ok || !m.current(sb) {
+		if _, err := m.inspectOwned(ctx, name); err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", name, err)
+		}
+	}
+	return m.Dial(ctx, name, port)
+}
+
+// agentOf returns sb's agent, starting (and, when missing or stale,
+// installing) it.
+func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, error) {
+	sb.agent.mu.Lock()
+	defer sb.agent.mu.Unlock()
+	if c := sb.agent.c; c != nil {
+		select {
+		case <-c.Done():
+			sb.agent.c = nil
+		default:
+			return c, nil
+		}
+	}
+	c, err := m.startAgent(ctx, sb, false)
+	if errors.Is(err, agent.ErrStale) {
+		c, err = m.startAgent(ctx, sb, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %q: start its agent: %w", sb.Name, err)
+	}
+	sb.agent.c = c
+	return c, nil
+}
+
+// startAgent installs the agent when it is missing (or always, with
+// reinstall) and starts it under the sandbox's life.
+func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (*agent.Client, error) {
+	out, err := sb.housekeep(ctx, `if [ -x "`+agentPath()+`" ]; then echo ok; else uname -m; fi`, scriptTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if have := strings.TrimSpace(string(out)); have != "ok" || reinstall {
+		if err := m.installAgent(ctx, sb, have); err != nil {
+			return nil, err
+		}
+	}
+	cmd := m.rt.ExecCommand(sb.life, sb.own.target(), ExecSpec{Argv: []string{agentPath(), "agent"}, Interactive: true})
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = &shell.Capture{Limit: 4096}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() error {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		<-exited
+		return nil
+	}
+	c, err := agent.NewClient(stdout, stdin, stop)
+	if err != nil {
+		_ = stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// installAgent copies the static sandbox-ctl for the sandbox's machine
+// (as `uname -m` names it, or asked again when unknown) into it.
+func (m *Manager) installAgent(ctx context.Context, sb *Sandbox, machine string) error {
+	if agent.GoArch(machine) == "" {
+		out, err := sb.housekeep(ctx, "uname -m", scriptTimeout)
+		if err != nil {
+			return err
+		}
+		machine = strings.TrimSpace(string(out))
+	}
+	arch := agent.GoArch(machine)
+	if arch == "" {
+		return fmt.Errorf("no agent for a %q machine", machine)
+	}
+	bin, err := agent.FindBinary(arch)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(bin)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c",
+		`mkdir -p "$1" && chmod 1777 "$1" 2>/dev/null; cat >"$2.$$" && chmod 755 "$2.$$" && mv -f "$2.$$" "$2"`,
+		"sh", agentDir, agentPath()},
+		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+	if failed != nil {
+		return m.transferFailed(ctx, sb, "install the agent into", agentPath(), failed, "port forwarding is not available")
+	}
+	return werr
+}
+
+// closeAgent ends sb's agent, if it runs.
+func (sb *Sandbox) closeAgent() {
+	sb.agent.mu.Lock()
+	c := sb.agent.c
+	sb.agent.c = nil
+	sb.agent.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
