@@ -59,7 +59,39 @@ func config() *yamux.Config {
 	c.EnableKeepAlive = false
 	c.LogOutput = io.Discard
 	c.StreamCloseTimeout = time.Minute
+	// The exec between the two ends has a long round trip: a larger
+	// window keeps a bulk stream moving (and bounds what one stream whose
+	// reader stalls can hold).
+	c.MaxStreamWindowSize = 1 << 20
 	return c
+}
+
+// yamux writes a data frame as two writes, header then body; over an
+// engine exec each write is relayed on its own. joinWriter holds a data
+// frame's header and writes it with its body.
+type joinWriter struct {
+	w   io.Writer
+	hdr []byte // a held data header, or nil
+	buf []byte
+}
+
+const (
+	headerSize = 12 // yamux: version, type, flags, stream ID, length
+	typeData   = 0
+)
+
+func (j *joinWriter) Write(p []byte) (int, error) {
+	if j.hdr == nil {
+		if len(p) == headerSize && p[1] == typeData && (p[8]|p[9]|p[10]|p[11]) != 0 {
+			j.hdr = append(j.buf[:0], p...)
+			return len(p), nil
+		}
+		return j.w.Write(p)
+	}
+	j.buf = append(j.hdr, p...)
+	j.hdr = nil
+	n, err := j.w.Write(j.buf)
+	return max(n-headerSize, 0), err
 }
 
 // pipeConn joins a reader and a writer (an exec's stdout and stdin) into

@@ -21,7 +21,7 @@ var ErrStale = errors.New("the agent in the sandbox is of another version")
 // NewClient starts a session over r (the agent's stdout) and w (its
 // stdin); closeFn ends the agent. It checks the agent's version.
 func NewClient(r io.Reader, w io.Writer, closeFn func() error) (*Client, error) {
-	sess, err := yamux.Client(pipeConn{Reader: r, Writer: w, close: closeFn}, config())
+	sess, err := yamux.Client(pipeConn{Reader: r, Writer: &joinWriter{w: w}, close: closeFn}, config())
 	if err != nil {
 		return nil, err
 	}

@@ -15,7 +15,7 @@ import (
 // Serve runs the agent's end of a session over r and w (the stdio of
 // `sandbox-ctl agent`) until the server goes away.
 func Serve(r io.Reader, w io.Writer) error {
-	sess, err := yamux.Server(pipeConn{Reader: r, Writer: w, close: func() error { return nil }}, config())
+	sess, err := yamux.Server(pipeConn{Reader: r, Writer: &joinWriter{w: w}, close: func() error { return nil }}, config())
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,7 +30,7 @@ func main() {
 	rt := flag.String("runtime", "podman", "engine CLI: podman or docker")
 	image := flag.String("image", "mcp-dev", "sandbox image")
 	n := flag.Int("n", 1000, "warm exec calls to time")
-	only := flag.String("only", "", "comma-separated sections to run (first, warm, floor, output, lifecycle, restart, pair, leaks, jobkill, bounds, transfer, sync, snapshots); all when empty")
+	only := flag.String("only", "", "comma-separated sections to run (first, warm, floor, output, lifecycle, restart, pair, leaks, jobkill, bounds, transfer, sync, snapshots, ports); all when empty")
 	flag.Parse()
 	if err := run(*rt, *image, *n, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-bench:", err)
@@ -82,6 +83,12 @@ func run(engine, image string, n int, only string) error {
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
+	ctl := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "sandbox-ctl-linux-"+runtime.GOARCH), "./cmd/sandbox-ctl")
+	ctl.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	ctl.Stdout, ctl.Stderr = os.Stderr, os.Stderr
+	if err := ctl.Run(); err != nil {
+		return fmt.Errorf("build sandbox-ctl: %w", err)
+	}
 	prefix := "bench" + randHex(3)
 	defer sweep(engine, prefix)
 
@@ -99,7 +106,7 @@ func run(engine, image string, n int, only string) error {
 		run  func() error
 	}{{"first", b.firstExec}, {"warm", b.warmExec}, {"floor", b.execFloor}, {"output", b.bigOutput},
 		{"lifecycle", b.lifecycle}, {"restart", b.benchRestart}, {"pair", b.benchPair}, {"leaks", b.benchLeaks}, {"jobkill", b.benchJobKill}, {"bounds", b.benchBounds},
-		{"transfer", b.benchTransfer}, {"sync", b.benchSync}, {"snapshots", b.benchSnapshots}}
+		{"transfer", b.benchTransfer}, {"sync", b.benchSync}, {"snapshots", b.benchSnapshots}, {"ports", b.benchPorts}}
 	for _, section := range sections {
 		if only != "" && !slices.Contains(strings.Split(only, ","), section.name) {
 			continue
