@@ -146,3 +146,177 @@ func TestPorts(t *testing.T) {
 		})
 	}
 }
+
+// stressServer: 8770 answers HTTP; 8771 streams zeros forever; 8772
+// greets then exits the whole process (a server dying mid-stream).
+const stressServer = `import socket, threading, os, http.server, socketserver
+def zeros(c):
+    z = bytes(1 << 16)
+    try:
+        while True: c.sendall(z)
+    except Exception: c.close()
+def listen(port, fn):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", port)); s.listen(512)
+    while True:
+        c, _ = s.accept(); threading.Thread(target=fn, args=(c,), daemon=True).start()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "3"); self.end_headers(); self.wfile.write(b"ok\n")
+    def log_message(self, *a): pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True; request_queue_size = 512
+threading.Thread(target=listen, args=(8771, zeros), daemon=True).start()
+S(("127.0.0.1", 8770), H).serve_forever()
+`
+
+// TestPortsUnderStress: 200 connections at once; a client that never
+// reads (the server's memory stays bounded); a port with nothing
+// listening (closed soon, works once something listens); a server that
+// dies mid-stream; the agent killed inside the sandbox (restarted); the
+// sandbox destroyed under an open connection (closed, forward gone).
+func TestPortsUnderStress(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "all")
+	if r := s.call(t, "write_file", map[string]any{"path": "/tmp/stress.py", "content": stressServer}); r.isError {
+		t.Fatal(r.text)
+	}
+	if r := s.call(t, "bg", map[string]any{"command": "exec python3 /tmp/stress.py"}); r.isError {
+		t.Fatal(r.text)
+	}
+	addr := func(port int) string {
+		t.Helper()
+		r := s.call(t, "expose", map[string]any{"port": port})
+		if r.isError {
+			t.Fatal(r.text)
+		}
+		return strings.TrimPrefix(r.str("url"), "http://")
+	}
+	web := addr(8770)
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func() error {
+		resp, err := client.Get("http://" + web + "/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && string(b) != "ok\n" {
+			err = fmt.Errorf("body %q", b)
+		}
+		return err
+	}
+	for deadline := time.Now().Add(hangGuard); get() != nil; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server in the sandbox: %v", get())
+		}
+	}
+
+	// 200 at once.
+	errs := make(chan error, 200)
+	for range 200 {
+		go func() { errs <- get() }()
+	}
+	for range 200 {
+		if err := <-errs; err != nil {
+			t.Fatalf("one of 200 connections at once: %v", err)
+		}
+	}
+
+	// A client that never reads from a server that never stops writing.
+	pid := serverPID(t, s)
+	before := procKB(t, pid, "VmRSS")
+	stalled, err := net.Dial("tcp", addr(8771))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if grew := procKB(t, pid, "VmRSS") - before; grew > 32<<10 {
+		t.Errorf("a stalled client grew the server by %d KiB", grew)
+	}
+	stalled.Close()
+
+	// Nothing listening yet: closed soon; then it works.
+	late := addr(8773)
+	c, err := net.Dial("tcp", late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(hangGuard))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection to a port nothing listens on got data")
+	}
+	c.Close()
+	if r := s.call(t, "bg", map[string]any{"command": "exec python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1', 8773)); s.listen(); c,_=s.accept(); c.sendall(b'late\\n'); c.close()\""}); r.isError {
+		t.Fatal(r.text)
+	}
+	for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
+		c, err := net.Dial("tcp", late)
+		if err == nil {
+			c.SetDeadline(time.Now().Add(time.Minute))
+			b, _ := io.ReadAll(c)
+			c.Close()
+			if string(b) == "late\n" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the forward did not work once something listened")
+		}
+	}
+
+	// The agent killed inside the sandbox: the next connection starts it again.
+	if r := s.call(t, "exec", map[string]any{"command": "pkill -KILL -f 'sandbox-ctl-[0-9]* agent'; echo killed"}); r.isError {
+		t.Fatal(r.text)
+	}
+	for deadline := time.Now().Add(hangGuard); get() != nil; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the agent was killed: %v", get())
+		}
+	}
+
+	// A server dying mid-stream: the client sees the end soon.
+	mid, err := net.Dial("tcp", addr(8771))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid.SetDeadline(time.Now().Add(hangGuard))
+	if _, err := io.ReadFull(mid, make([]byte, 1<<16)); err != nil {
+		t.Fatalf("the stream before the server died: %v", err)
+	}
+	if r := s.call(t, "exec", map[string]any{"command": "pkill -KILL -f stress.py; echo ok"}); r.isError {
+		t.Fatal(r.text)
+	}
+	if _, err := io.Copy(io.Discard, mid); err != nil {
+		t.Fatalf("after the server died mid-stream: %v (want a plain end)", err)
+	}
+	mid.Close()
+
+	// Destroyed under an open connection: it closes, and the forward goes.
+	if r := s.call(t, "bg", map[string]any{"command": "exec python3 /tmp/stress.py"}); r.isError {
+		t.Fatal(r.text)
+	}
+	var open net.Conn
+	for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
+		if open, err = net.Dial("tcp", addr(8771)); err == nil {
+			open.SetDeadline(time.Now().Add(hangGuard))
+			if _, err = io.ReadFull(open, make([]byte, 10)); err == nil {
+				break
+			}
+			open.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted server: %v", err)
+		}
+	}
+	if r := s.call(t, "destroy", map[string]any{}); r.isError {
+		t.Fatal(r.text)
+	}
+	if _, err := io.Copy(io.Discard, open); err != nil && !strings.Contains(err.Error(), "reset") && !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("an open connection after destroy: %v", err)
+	}
+	open.Close()
+	if r := s.call(t, "list_ports", map[string]any{}); strings.Contains(r.text, "8771") {
+		t.Fatalf("forwards after destroy: %s", r.text)
+	}
+}
