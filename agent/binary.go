@@ -14,7 +14,8 @@ const EnvBinaryDir = "SANDBOX_MCP_CTL_DIR"
 // FindBinary returns the static sandbox-ctl for a linux/goarch sandbox:
 // sandbox-ctl-linux-<goarch> in $SANDBOX_MCP_CTL_DIR or next to the
 // server's executable (where `make build` puts it), or sandbox-ctl there
-// when the host is that platform itself.
+// when the host is that platform itself, or linux_<goarch>/sandbox-ctl
+// there (where a cross `go install` puts it).
 func FindBinary(goarch string) (string, error) {
 	var dirs []string
 	if d := os.Getenv(EnvBinaryDir); d != "" {
@@ -31,6 +32,8 @@ func FindBinary(goarch string) (string, error) {
 	if runtime.GOOS == "linux" && runtime.GOARCH == goarch {
 		names = append(names, "sandbox-ctl")
 	}
+	// `GOOS=linux go install` from another platform puts it in linux_<arch>.
+	names = append(names, filepath.Join("linux_"+goarch, "sandbox-ctl"))
 	for _, d := range dirs {
 		for _, n := range names {
 			p := filepath.Join(d, n)
