@@ -173,3 +173,30 @@ func TestFindBinaryLooksBesideTheServerAndInTheOverride(t *testing.T) {
 		}
 	}
 }
+
+func TestSilentAgentIsGivenUpOn(t *testing.T) {
+	defer func(d time.Duration) { replyTimeout = d }(replyTimeout)
+	replyTimeout = 300 * time.Millisecond
+	// An "agent" that accepts the session but never answers.
+	toAgentR, toAgentW := io.Pipe()
+	fromAgentR, fromAgentW := io.Pipe()
+	go func() {
+		sess, err := yamuxServer(toAgentR, fromAgentW)
+		if err != nil {
+			return
+		}
+		for {
+			if _, err := sess.AcceptStream(); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	_, err := NewClient(fromAgentR, toAgentW, func() error { toAgentW.Close(); return fromAgentR.Close() })
+	if err == nil {
+		t.Fatal("a silent agent was accepted")
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Fatalf("gave up after %v", took)
+	}
+}

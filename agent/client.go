@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/hashicorp/yamux"
 )
@@ -14,6 +15,11 @@ import (
 type Client struct {
 	sess *yamux.Session
 }
+
+// replyTimeout bounds the wait for the agent's reply to a request (a
+// dial included: the agent gives up on a port after 10 s). A variable for
+// tests.
+var replyTimeout = 30 * time.Second
 
 // ErrStale marks an agent that answered the hello with another version.
 var ErrStale = errors.New("the agent in the sandbox is of another version")
@@ -46,6 +52,9 @@ func (c *Client) open(req Request) (net.Conn, Reply, error) {
 	if err != nil {
 		return nil, Reply{}, fmt.Errorf("agent: open a stream: %w", err)
 	}
+	// An agent that does not answer (a hung or replaced binary) must not
+	// hold the caller forever.
+	_ = st.SetDeadline(time.Now().Add(replyTimeout))
 	if err := writeJSON(st, req); err != nil {
 		st.Close()
 		return nil, Reply{}, fmt.Errorf("agent: %w", err)
@@ -56,6 +65,7 @@ func (c *Client) open(req Request) (net.Conn, Reply, error) {
 		st.Close()
 		return nil, rep, err
 	}
+	_ = st.SetDeadline(time.Time{})
 	return bufferedConn{Conn: st, r: br}, rep, nil
 }
 

@@ -106,7 +106,8 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stderr = &shell.Capture{Limit: 4096}
+	errb := &shell.Capture{Limit: 4096}
+	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -121,6 +122,9 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 	c, err := agent.NewClient(stdout, stdin, stop)
 	if err != nil {
 		_ = stop()
+		if head, _, _ := errb.Parts(); len(head) > 0 {
+			err = fmt.Errorf("%w (it said: %s)", err, shorten(strings.TrimSpace(string(head)), 300))
+		}
 		return nil, err
 	}
 	return c, nil
