@@ -320,3 +320,60 @@ func TestPortsUnderStress(t *testing.T) {
 		t.Fatalf("forwards after destroy: %s", r.text)
 	}
 }
+
+// TestPortsOutliveTheirServer: a forward made by server A is served by
+// server B, which shares the state directory, within seconds of A being
+// killed (same host port); list_ports in B names who serves it; an
+// unexpose through B ends it.
+func TestPortsOutliveTheirServer(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	stateDir := t.TempDir()
+	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", stateDir, "--no-boot-default", "--toolsets", "all"}
+	a, aProc := connectKillable(t, tg.Env, args...)
+	b := connectRaw(t, tg.Env, args...)
+	if text, isErr := callText(t, a, "bg", map[string]any{"command": "mkdir -p /tmp/w && echo outlived >/tmp/w/index.html && cd /tmp/w && exec python3 -m http.server 8790 --bind 127.0.0.1"}); isErr {
+		t.Fatal(text)
+	}
+	text, isErr := callText(t, a, "expose", map[string]any{"port": 8790})
+	if isErr {
+		t.Fatal(text)
+	}
+	url := strings.Fields(text)[0]
+	get := func() string {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get(url + "/index.html")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(hangGuard); !ok(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: last answer %q", what, get())
+			}
+		}
+	}
+	waitFor("through A", func() bool { return get() == "outlived\n" })
+	if text, _ := callText(t, b, "list_ports", map[string]any{}); !strings.Contains(text, fmt.Sprintf("server pid %d", aProc.Process.Pid)) {
+		t.Fatalf("B's list_ports while A serves: %s", text)
+	}
+	if err := aProc.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitFor("B taking the forward over", func() bool { return get() == "outlived\n" })
+	t.Logf("B served the forward %v after A was killed", time.Since(start).Round(time.Millisecond))
+	if text, _ := callText(t, b, "list_ports", map[string]any{}); !strings.Contains(text, "this server") {
+		t.Fatalf("B's list_ports after the take-over: %s", text)
+	}
+	if text, isErr := callText(t, b, "unexpose", map[string]any{"port": 8790}); isErr {
+		t.Fatal(text)
+	}
+	waitFor("the forward gone", func() bool { return get() != "outlived\n" })
+}

@@ -26,7 +26,7 @@ type Forwards struct {
 func (s *Server) exposeTool() tool {
 	return tool{group: "ports", handler: s.handleExpose, def: newTool[portfwd.Info]("expose", "Expose a sandbox port",
 		"Forward a host port (127.0.0.1) to a TCP port inside a sandbox and return its URL, e.g. a web server the sandbox "+
-			"runs on 8000. Works with no network in the sandbox; lasts until unexpose, destroy or the server's exit.",
+			"runs on 8000. Works with no network in the sandbox; lasts until unexpose or destroy (another or the next server takes it over).",
 		mutating(true),
 		mcp.WithNumber("port", mcp.Required(), mcp.Description("TCP port inside the sandbox (1-65535)."), mcp.Min(1), mcp.Max(65535)),
 		mcp.WithNumber("host_port", mcp.Description("Host port; 0: the sandbox port's number when free on the host, else a free one."), mcp.DefaultNumber(0), mcp.Min(0), mcp.Max(65535)),
@@ -45,7 +45,7 @@ func (s *Server) unexposeTool() tool {
 
 func (s *Server) listPortsTool() tool {
 	return tool{group: "ports", handler: s.handleListPorts, def: newTool[Forwards]("list_ports", "List exposed ports",
-		"List the port forwards of this server: sandbox port, host URL, connections.",
+		"List the port forwards: sandbox port, host URL, which server serves it, connections.",
 		readOnly(),
 	)}
 }
@@ -121,7 +121,11 @@ func (s *Server) handleListPorts(ctx context.Context, _ mcp.CallToolRequest) (*m
 	}
 	var b strings.Builder
 	for _, f := range out.Forwards {
-		fmt.Fprintf(&b, "%s -> %q:%d  %d connections (%d open)\n", f.URL, f.Sandbox, f.Port, f.Connections, f.Active)
+		fmt.Fprintf(&b, "%s -> %q:%d  %s", f.URL, f.Sandbox, f.Port, f.Server)
+		if f.Server == "this server" {
+			fmt.Fprintf(&b, ", %d connections (%d open)", f.Connections, f.Active)
+		}
+		b.WriteString("\n")
 	}
 	return mcp.NewToolResultStructured(out, strings.TrimSuffix(b.String(), "\n")), nil
 }

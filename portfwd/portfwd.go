@@ -4,8 +4,10 @@
 // 127.0.0.1:<port> inside the sandbox, opened by a Dialer (the in-sandbox
 // agent in production), so no process starts per connection.
 //
-// Forwards live in this server process: they end with it (recording them
-// so that the next server serves them again is left for later).
+// Forwards are recorded in the state and outlive the server that made
+// them: every server looks for recorded forwards that no server serves and
+// takes one over under its lease (a lock file, released by the kernel when
+// its holder dies), so exactly one process listens on a forward's port.
 package portfwd
 
 import (
@@ -21,10 +23,34 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // Dialer connects to port inside sandbox.
 type Dialer func(ctx context.Context, sandbox string, port int) (net.Conn, error)
+
+// Store keeps the forward records (*state.Store in production).
+type Store interface {
+	PutForward(f state.Forward) error
+	DeleteForward(sandbox string, port int) (bool, error)
+	Forwards() ([]state.Forward, error)
+}
+
+// Options configure a Set.
+type Options struct {
+	Dial Dialer
+	// Bind is the address listeners bind to; "127.0.0.1" when empty.
+	Bind string
+	Log  *slog.Logger
+	// Store and Locks make forwards outlive this process (both or none).
+	Store Store
+	Locks locks.Dir
+	// Every is how often a server looks for forwards that no server
+	// serves, and checks that the ones it serves are still recorded;
+	// 1 s when zero.
+	Every time.Duration
+}
 
 // Info describes one forward.
 type Info struct {
@@ -32,11 +58,15 @@ type Info struct {
 	Port     int    `json:"port"`
 	HostPort int    `json:"host_port"`
 	URL      string `json:"url"`
-	// Connections counts the connections accepted; Active those open now.
+	// Connections counts the connections accepted; Active those open now
+	// (known for forwards this server serves).
 	Connections int64 `json:"connections"`
 	Active      int64 `json:"active"`
 	// Via says how connections reach the sandbox.
 	Via string `json:"via"`
+	// Server says which server process listens: "this server", "server
+	// pid N", or "waiting" (no server has taken it over yet).
+	Server string `json:"server"`
 }
 
 // ErrNotForwarded marks an unexpose of a port that has no forward.
@@ -51,36 +81,47 @@ type key struct {
 	port    int
 }
 
+func (k key) lockKey() string { return "fwd@" + k.sandbox + "@" + strconv.Itoa(k.port) }
+
 type forward struct {
 	key
 	ln          net.Listener
 	hostPort    int
+	lock        *locks.Held // nil without a lock directory
 	connections atomic.Int64
 	active      atomic.Int64
 	done        chan struct{}
+	stopOnce    sync.Once
 	conns       sync.WaitGroup
 }
 
-// Set is this server's forwards.
+// Set is the forwards this server serves, and its part in serving the
+// recorded ones.
 type Set struct {
-	dial Dialer
-	bind string
-	log  *slog.Logger
+	opt  Options
+	life context.Context
+	end  context.CancelFunc
+	wg   sync.WaitGroup
 
-	mu sync.Mutex
-	fw map[key]*forward
+	mu      sync.Mutex
+	fw      map[key]*forward
+	leasing map[key]bool
 }
 
-// New returns an empty Set whose listeners bind to address bind
-// ("127.0.0.1" when empty).
-func New(dial Dialer, bind string, log *slog.Logger) *Set {
-	if bind == "" {
-		bind = "127.0.0.1"
+// New returns a Set. With a Store, call Resume to take over recorded
+// forwards that no server serves.
+func New(opt Options) *Set {
+	if opt.Bind == "" {
+		opt.Bind = "127.0.0.1"
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Set{dial: dial, bind: bind, log: log, fw: map[key]*forward{}}
+	if opt.Every <= 0 {
+		opt.Every = time.Second
+	}
+	life, end := context.WithCancel(context.Background())
+	return &Set{opt: opt, life: life, end: end, fw: map[key]*forward{}, leasing: map[key]bool{}}
 }
 
 func checkPort(what string, p int, zeroOK bool) error {
@@ -93,7 +134,7 @@ func checkPort(what string, p int, zeroOK bool) error {
 // Expose forwards hostPort on the host to port in sandbox; hostPort 0
 // means the same number as port when it is free on the host, else any
 // free port. Exposing a port again returns its forward when hostPort is 0
-// or the same.
+// or the same, whichever server serves it.
 func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 	if err := checkPort("port", port, false); err != nil {
 		return Info{}, err
@@ -101,44 +142,125 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 	if err := checkPort("host_port", hostPort, true); err != nil {
 		return Info{}, err
 	}
+	k := key{sandbox, port}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := key{sandbox, port}
-	if f, ok := s.fw[k]; ok {
-		if hostPort == 0 || hostPort == f.hostPort {
-			return s.info(f), nil
+	same := func(have int) (Info, error) {
+		if hostPort == 0 || hostPort == have {
+			return s.infoOf(k, have), nil
 		}
-		return Info{}, fmt.Errorf("port %d of sandbox %q is already forwarded from host port %d: unexpose it first", port, sandbox, f.hostPort)
+		return Info{}, fmt.Errorf("port %d of sandbox %q is already forwarded from host port %d: unexpose it first", port, sandbox, have)
+	}
+	if f, ok := s.fw[k]; ok {
+		return same(f.hostPort)
+	}
+	if rec, ok := s.record(k); ok {
+		return same(rec.HostPort)
+	}
+	lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+sandbox+":"+strconv.Itoa(port))
+	if err != nil {
+		return Info{}, fmt.Errorf("port %d of sandbox %q is being exposed by another server: %w", port, sandbox, err)
 	}
 	var ln net.Listener
-	var err error
 	if hostPort == 0 {
 		// The same number as in the sandbox when it is free here.
-		ln, err = net.Listen("tcp", net.JoinHostPort(s.bind, strconv.Itoa(port)))
+		ln, err = net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(port)))
 	}
 	if ln == nil {
-		ln, err = net.Listen("tcp", net.JoinHostPort(s.bind, strconv.Itoa(hostPort)))
+		ln, err = net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(hostPort)))
 	}
 	if err != nil {
-		return Info{}, fmt.Errorf("listen on %s:%d: %w", s.bind, hostPort, err)
+		lock.Release()
+		return Info{}, fmt.Errorf("listen on %s:%d: %w", s.opt.Bind, hostPort, err)
 	}
-	f := &forward{key: k, ln: ln, hostPort: ln.Addr().(*net.TCPAddr).Port, done: make(chan struct{})}
-	s.fw[k] = f
-	go s.serve(f)
+	f := &forward{key: k, ln: ln, hostPort: ln.Addr().(*net.TCPAddr).Port, lock: lock, done: make(chan struct{})}
+	if s.opt.Store != nil {
+		if err := s.opt.Store.PutForward(state.Forward{Sandbox: sandbox, Port: port, HostPort: f.hostPort, Created: time.Now().UTC()}); err != nil {
+			ln.Close()
+			lock.Release()
+			return Info{}, fmt.Errorf("record the forward: %w", err)
+		}
+	}
+	s.start(f)
 	return s.info(f), nil
 }
 
-func (s *Set) info(f *forward) Info {
-	host := s.bind
+// record returns k's record, if the Set keeps records and has one.
+func (s *Set) record(k key) (state.Forward, bool) {
+	if s.opt.Store == nil {
+		return state.Forward{}, false
+	}
+	recs, err := s.opt.Store.Forwards()
+	if err != nil {
+		return state.Forward{}, false
+	}
+	for _, r := range recs {
+		if r.Sandbox == k.sandbox && r.Port == k.port {
+			return r, true
+		}
+	}
+	return state.Forward{}, false
+}
+
+// start serves f here; s.mu is held.
+func (s *Set) start(f *forward) {
+	s.fw[f.key] = f
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.serve(f)
+	}()
+	if s.opt.Store != nil {
+		// Another server's unexpose removes the record: stop then.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			t := time.NewTicker(s.opt.Every)
+			defer t.Stop()
+			for {
+				select {
+				case <-f.done:
+					return
+				case <-t.C:
+				}
+				if recs, err := s.opt.Store.Forwards(); err == nil && !hasRecord(recs, f.key) {
+					s.forget(f.key)
+					return
+				}
+			}
+		}()
+	}
+}
+
+func hasRecord(recs []state.Forward, k key) bool {
+	for _, r := range recs {
+		if r.Sandbox == k.sandbox && r.Port == k.port {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Set) infoOf(k key, hostPort int) Info {
+	host := s.opt.Bind
 	if host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
-	return Info{Sandbox: f.sandbox, Port: f.port, HostPort: f.hostPort,
-		URL:         "http://" + net.JoinHostPort(host, strconv.Itoa(f.hostPort)),
-		Connections: f.connections.Load(), Active: f.active.Load(), Via: "agent"}
+	in := Info{Sandbox: k.sandbox, Port: k.port, HostPort: hostPort,
+		URL: "http://" + net.JoinHostPort(host, strconv.Itoa(hostPort)), Via: "agent", Server: "waiting"}
+	if h := s.opt.Locks.Holder(k.lockKey()); h.PID != 0 {
+		in.Server = "server pid " + strconv.Itoa(h.PID)
+	}
+	return in
 }
 
-// serve accepts connections until the forward is closed.
+func (s *Set) info(f *forward) Info {
+	in := s.infoOf(f.key, f.hostPort)
+	in.Connections, in.Active, in.Server = f.connections.Load(), f.active.Load(), "this server"
+	return in
+}
+
+// serve accepts connections until the forward is stopped.
 func (s *Set) serve(f *forward) {
 	for {
 		c, err := f.ln.Accept()
@@ -152,7 +274,8 @@ func (s *Set) serve(f *forward) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			s.log.Warn("port forward: accept", "sandbox", f.sandbox, "port", f.port, "err", err)
+			s.opt.Log.Warn("port forward: accept", "sandbox", f.sandbox, "port", f.port, "err", err)
+			s.forget(f.key)
 			return
 		}
 		f.connections.Add(1)
@@ -176,10 +299,10 @@ func (s *Set) carry(f *forward, c net.Conn) {
 		case <-ctx.Done():
 		}
 	}()
-	sc, err := s.dial(ctx, f.sandbox, f.port)
+	sc, err := s.opt.Dial(ctx, f.sandbox, f.port)
 	cancel()
 	if err != nil {
-		s.log.Info("port forward: reach the sandbox", "sandbox", f.sandbox, "port", f.port, "err", err)
+		s.opt.Log.Info("port forward: reach the sandbox", "sandbox", f.sandbox, "port", f.port, "err", err)
 		c.Close()
 		return
 	}
@@ -196,26 +319,53 @@ func (s *Set) carry(f *forward, c net.Conn) {
 	close(stop)
 }
 
-// Unexpose ends the forward of port in sandbox and its open connections.
+// Unexpose ends the forward of port in sandbox, whichever server serves
+// it, and its open connections.
 func (s *Set) Unexpose(sandbox string, port int) (Info, error) {
+	k := key{sandbox, port}
 	s.mu.Lock()
-	f, ok := s.fw[key{sandbox, port}]
-	if ok {
-		delete(s.fw, f.key)
+	f := s.fw[k]
+	var info Info
+	if f != nil {
+		info = s.info(f)
+	}
+	rec, recorded := s.record(k)
+	if f == nil && recorded {
+		info = s.infoOf(k, rec.HostPort)
 	}
 	s.mu.Unlock()
-	if !ok {
+	if f == nil && !recorded {
 		return Info{}, fmt.Errorf("%w: port %d of sandbox %q is not forwarded", ErrNotForwarded, port, sandbox)
 	}
-	info := s.info(f)
-	s.stop(f)
+	if s.opt.Store != nil {
+		if _, err := s.opt.Store.DeleteForward(sandbox, port); err != nil {
+			return info, err
+		}
+	}
+	s.forget(k)
 	return info, nil
 }
 
+// forget stops serving k here, if it is served here.
+func (s *Set) forget(k key) {
+	s.mu.Lock()
+	f := s.fw[k]
+	delete(s.fw, k)
+	s.mu.Unlock()
+	if f != nil {
+		s.stop(f)
+	}
+}
+
 func (s *Set) stop(f *forward) {
-	close(f.done)
-	f.ln.Close()
-	f.conns.Wait()
+	f.stopOnce.Do(func() {
+		close(f.done)
+		f.ln.Close()
+		f.conns.Wait()
+		if f.lock != nil {
+			f.lock.Release()
+		}
+	})
 }
 
 // List returns the forwards of sandbox ("" for all), by sandbox and port.
@@ -223,9 +373,20 @@ func (s *Set) List(sandbox string) []Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := []Info{}
+	seen := map[key]bool{}
 	for _, f := range s.fw {
 		if sandbox == "" || f.sandbox == sandbox {
 			out = append(out, s.info(f))
+			seen[f.key] = true
+		}
+	}
+	if s.opt.Store != nil {
+		recs, _ := s.opt.Store.Forwards()
+		for _, r := range recs {
+			k := key{r.Sandbox, r.Port}
+			if !seen[k] && (sandbox == "" || r.Sandbox == sandbox) {
+				out = append(out, s.infoOf(k, r.HostPort))
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -237,24 +398,115 @@ func (s *Set) List(sandbox string) []Info {
 	return out
 }
 
-// Drop ends every forward of sandbox (it was destroyed).
+// Drop ends every forward of sandbox (it was destroyed), here and in its
+// records.
 func (s *Set) Drop(sandbox string) {
+	var keys []key
 	s.mu.Lock()
-	var gone []*forward
-	for k, f := range s.fw {
+	for k := range s.fw {
 		if k.sandbox == sandbox {
-			gone = append(gone, f)
-			delete(s.fw, k)
+			keys = append(keys, k)
 		}
 	}
 	s.mu.Unlock()
-	for _, f := range gone {
-		s.stop(f)
+	if s.opt.Store != nil {
+		if recs, err := s.opt.Store.Forwards(); err == nil {
+			for _, r := range recs {
+				if r.Sandbox == sandbox {
+					_, _ = s.opt.Store.DeleteForward(r.Sandbox, r.Port)
+				}
+			}
+		}
+	}
+	for _, k := range keys {
+		s.forget(k)
 	}
 }
 
-// Close ends every forward.
+// Resume takes over, in the background, recorded forwards that no server
+// serves (their server ended), and keeps doing so until Close.
+func (s *Set) Resume() {
+	if s.opt.Store == nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.life.Done():
+				return
+			case <-t.C:
+			}
+			s.adopt()
+			t.Reset(s.opt.Every)
+		}
+	}()
+}
+
+func (s *Set) adopt() {
+	recs, err := s.opt.Store.Forwards()
+	if err != nil {
+		return
+	}
+	for _, r := range recs {
+		k := key{r.Sandbox, r.Port}
+		s.mu.Lock()
+		busy := s.fw[k] != nil || s.leasing[k]
+		if !busy {
+			s.leasing[k] = true
+		}
+		s.mu.Unlock()
+		if busy {
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.leasing, k)
+				s.mu.Unlock()
+			}()
+			lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+k.sandbox+":"+strconv.Itoa(k.port))
+			if err != nil {
+				return // served elsewhere: looked at again next time
+			}
+			s.takeOver(k, lock)
+		}()
+	}
+}
+
+// takeOver serves a recorded forward here; the caller holds its lock,
+// which passes to the forward.
+func (s *Set) takeOver(k key, lock *locks.Held) {
+	rec, ok := s.record(k)
+	if !ok {
+		lock.Release() // unexposed meanwhile
+		return
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(rec.HostPort)))
+	if err != nil {
+		s.opt.Log.Warn("port forward: take over", "sandbox", k.sandbox, "port", k.port, "host_port", rec.HostPort, "err", err)
+		lock.Release()
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.life.Err() != nil || s.fw[k] != nil {
+		ln.Close()
+		lock.Release()
+		return
+	}
+	s.opt.Log.Info("port forward taken over", "sandbox", k.sandbox, "port", k.port, "host_port", rec.HostPort)
+	s.start(&forward{key: k, ln: ln, hostPort: rec.HostPort, lock: lock, done: make(chan struct{})})
+}
+
+// Close stops serving here; the records stay for the next server.
 func (s *Set) Close() {
+	s.end()
 	s.mu.Lock()
 	all := make([]*forward, 0, len(s.fw))
 	for k, f := range s.fw {
@@ -265,4 +517,5 @@ func (s *Set) Close() {
 	for _, f := range all {
 		s.stop(f)
 	}
+	s.wg.Wait()
 }

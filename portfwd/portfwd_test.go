@@ -6,9 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // toLocal "dials into a sandbox" by connecting to a local port: ports
@@ -44,7 +49,7 @@ func echoServer(t *testing.T) int {
 }
 
 func TestExposeCarriesConnectionsAndUnexposeEndsThem(t *testing.T) {
-	s := New(toLocal(map[int]int{8000: echoServer(t)}), "", nil)
+	s := New(Options{Dial: toLocal(map[int]int{8000: echoServer(t)})})
 	defer s.Close()
 	info, err := s.Expose("box", 8000, 0)
 	if err != nil {
@@ -88,7 +93,7 @@ func TestExposeCarriesConnectionsAndUnexposeEndsThem(t *testing.T) {
 }
 
 func TestHostPortZeroPrefersTheSameNumber(t *testing.T) {
-	s := New(toLocal(nil), "", nil)
+	s := New(Options{Dial: toLocal(nil)})
 	defer s.Close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -106,7 +111,7 @@ func TestHostPortZeroPrefersTheSameNumber(t *testing.T) {
 }
 
 func TestBadPortsAndBusyHostPort(t *testing.T) {
-	s := New(toLocal(nil), "", nil)
+	s := New(Options{Dial: toLocal(nil)})
 	defer s.Close()
 	for _, c := range []struct{ port, host int }{{0, 0}, {70000, 0}, {80, -1}, {80, 65536}} {
 		if _, err := s.Expose("box", c.port, c.host); err == nil || !strings.Contains(err.Error(), "not a TCP port") {
@@ -125,7 +130,7 @@ func TestBadPortsAndBusyHostPort(t *testing.T) {
 }
 
 func TestUnreachablePortClosesTheConnection(t *testing.T) {
-	s := New(toLocal(nil), "", nil)
+	s := New(Options{Dial: toLocal(nil)})
 	defer s.Close()
 	info, err := s.Expose("box", 9, 0)
 	if err != nil {
@@ -143,7 +148,7 @@ func TestUnreachablePortClosesTheConnection(t *testing.T) {
 }
 
 func TestDropEndsASandboxsForwards(t *testing.T) {
-	s := New(toLocal(nil), "", nil)
+	s := New(Options{Dial: toLocal(nil)})
 	defer s.Close()
 	s.Expose("a", 1, 0)
 	s.Expose("a", 2, 0)
@@ -151,5 +156,76 @@ func TestDropEndsASandboxsForwards(t *testing.T) {
 	s.Drop("a")
 	if l := s.List(""); len(l) != 1 || l[0].Sandbox != "b" {
 		t.Fatalf("after drop: %+v", l)
+	}
+}
+
+// TestForwardsOutliveTheirServer: two servers share the state and lock
+// directory. A's forward is recorded; B does not fight over it while A
+// runs; when A ends, B listens on the same host port within a few polls;
+// an unexpose through A (a new one) ends B's listener.
+func TestForwardsOutliveTheirServer(t *testing.T) {
+	dir := t.TempDir()
+	store, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := locks.Dir{Path: filepath.Join(dir, "locks")}
+	dial := toLocal(map[int]int{8000: echoServer(t)})
+	opts := Options{Dial: dial, Store: store, Locks: lk, Every: 20 * time.Millisecond}
+	a, b := New(opts), New(opts)
+	defer b.Close()
+	info, err := a.Expose("box", 8000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Resume()
+	time.Sleep(100 * time.Millisecond) // several of B's polls
+	if l := b.List(""); len(l) != 1 || l[0].Server != fmt.Sprintf("server pid %d", os.Getpid()) || l[0].HostPort != info.HostPort {
+		t.Fatalf("B's list while A serves: %+v", l)
+	}
+	if again, err := b.Expose("box", 8000, 0); err != nil || again.HostPort != info.HostPort {
+		t.Fatalf("B exposing A's forward: %+v %v", again, err)
+	}
+	echo := func() error {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", info.HostPort))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			return err
+		}
+		buf := make([]byte, 1)
+		_, err = io.ReadFull(c, buf)
+		return err
+	}
+	if err := echo(); err != nil {
+		t.Fatalf("through A: %v", err)
+	}
+	a.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for echo() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("B did not take the forward over: %v", echo())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := b.List(""); len(l) != 1 || l[0].Server != "this server" {
+		t.Fatalf("B's list after the take-over: %+v", l)
+	}
+	c := New(opts)
+	defer c.Close()
+	if _, err := c.Unexpose("box", 8000); err != nil {
+		t.Fatalf("unexpose through a third server: %v", err)
+	}
+	for echo() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("B still serves an unexposed forward")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := b.List(""); len(l) != 0 {
+		t.Fatalf("after unexpose: %+v", l)
 	}
 }

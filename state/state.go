@@ -81,14 +81,15 @@ const (
 )
 
 var (
-	bucketMeta    = []byte("meta")
-	bucketHistory = []byte("history")
-	bucketJobs    = []byte("jobs")
-	bucketSandbox = []byte("sandboxes")
-	bucketSyncs   = []byte("syncs")
-	bucketSnaps   = []byte("snapshots")
-	keySchema     = []byte("schema")
-	keyMinReader  = []byte("min_reader")
+	bucketMeta     = []byte("meta")
+	bucketHistory  = []byte("history")
+	bucketJobs     = []byte("jobs")
+	bucketSandbox  = []byte("sandboxes")
+	bucketSyncs    = []byte("syncs")
+	bucketForwards = []byte("forwards")
+	bucketSnaps    = []byte("snapshots")
+	keySchema      = []byte("schema")
+	keyMinReader   = []byte("min_reader")
 )
 
 // ErrLocked means another process held the state file for longer than the
