@@ -46,7 +46,29 @@ func (m *Manager) Dial(ctx context.Context, name string, port int) (net.Conn, er
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", name, err)
 	}
-	return conn, nil
+	// An open connection is activity: the idle watchdog leaves the
+	// sandbox alone while it lasts.
+	return &busyConn{Conn: conn, done: sb.busy()}, nil
+}
+
+// busyConn keeps its sandbox marked in use until it is closed.
+type busyConn struct {
+	net.Conn
+	once sync.Once
+	done func()
+}
+
+func (c *busyConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
+}
+
+// CloseWrite passes a half-close on.
+func (c *busyConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 // DialExisting is Dial for a connection to a forwarded port: it starts a
