@@ -63,6 +63,10 @@ func (c *Client) open(req Request) (net.Conn, Reply, error) {
 	rep, err := readReply(br)
 	if err != nil {
 		st.Close()
+		// An agent that does not answer in time is wedged (or its exec
+		// is gone without the engine saying so): end the session, so
+		// that the next stream starts a new agent.
+		c.sess.Close()
 		return nil, rep, err
 	}
 	_ = st.SetDeadline(time.Time{})
