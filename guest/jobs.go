@@ -85,15 +85,21 @@ func JobStartScript(id, workdir, command string) (string, error) {
 	// process group. The marker is in the leader's environment from its
 	// exec on; the waiter does not carry it, so a kill never ends the
 	// waiter before it records the exit status.
+	// The waiter is a fresh sh, not a fork of the framing shell: a fork
+	// keeps the shell's environment block, server ID included, and would
+	// pass for that server's shell (see SweepScript).
 	// The job is no part of the command that started it: a timeout of
 	// that command must not end it.
-	b.WriteString(`( ( unset ` + RunVar + `; ` + JobMarker(id) + ` setsid sh -c 'echo $$ >"$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" && exec sh -c "$2"' sh ` + d + ` ` + quote(command) +
-		` <` + "/dev/null" + ` >>` + d + `/log 2>&1 & __sbx_jp=$!; wait $__sbx_jp; echo $? >` + d + `/rc.tmp; mv ` + d + `/rc.tmp ` + d + `/rc ) </dev/null >/dev/null 2>&1 & ); `)
+	leader := `echo $$ >"$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" && exec sh -c "$2"`
+	waiter := JobMarker(id) + ` setsid sh -c ` + quote(leader) + ` sh "$1" "$2" </dev/null >>"$1/log" 2>&1 & p=$!; wait $p; echo $? >"$1/rc.tmp"; mv "$1/rc.tmp" "$1/rc"`
+	b.WriteString(`( ( unset ` + RunVar + `; exec sh -c ` + quote(waiter) + ` sh ` + d + ` ` + quote(command) + ` ) </dev/null >/dev/null 2>&1 & ); `)
 	if workdir != "" {
 		b.WriteString(`cd -- "$__sbx_jw"; unset __sbx_jw; `)
 	}
 	b.WriteString(`__sbx_ji=0; while [ ! -s ` + d + `/pid ] && [ $__sbx_ji -lt 500 ]; do sleep 0.01 2>/dev/null || sleep 1; __sbx_ji=$((__sbx_ji+1)); done; unset __sbx_ji; `)
-	b.WriteString(`if [ -s ` + d + `/pid ]; then cat ` + d + `/pid; else echo "the job did not start" >&2; (exit 1); fi; fi`)
+	// Builtins only once the job runs: a job that forks without end (a
+	// fork bomb) leaves no process slot for a `cat`.
+	b.WriteString(`if [ -s ` + d + `/pid ]; then read -r __sbx_jp <` + d + `/pid; echo "$__sbx_jp"; unset __sbx_jp; else echo "the job did not start" >&2; (exit 1); fi; fi`)
 	return b.String(), nil
 }
 

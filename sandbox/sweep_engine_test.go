@@ -61,7 +61,8 @@ func count(list []string, args string) int {
 // what a killed server's shell was running, every process of it (one
 // that left the shell's tree with setsid, and hundreds of children),
 // and nothing else: not a process a finished command of that server left
-// behind, not what a running server's shell runs.
+// behind, not a job it started (and its waiter), not what a running
+// server's shell runs.
 func TestSweepOnEngine(t *testing.T) {
 	tg := enginetest.Targets(t)[0]
 	rt := tg.New()
@@ -74,7 +75,14 @@ func TestSweepOnEngine(t *testing.T) {
 
 	// The killed server's shell: a command in flight, which started a
 	// process in a session of its own and 200 children.
-	serverShell(t, rt, ctr, gone, "export SANDBOX_MCP_RUN="+runID("a")+
+	// Before it, a job that server started, whose waiter waits for it: it
+	// is no part of any command.
+	job, err := guest.JobStartScript("0123456789abcdef", "", "sleep 976")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverShell(t, rt, ctr, gone, "{ "+job+"; } >/dev/null 2>&1; "+
+		"export SANDBOX_MCP_RUN="+runID("a")+
 		"; (setsid sleep 971 &); i=0; while [ $i -lt 200 ]; do sleep 972 & i=$((i+1)); done; sleep 973; touch /tmp/after")
 	// What a finished command of that server left behind.
 	if _, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c",
@@ -88,7 +96,7 @@ func TestSweepOnEngine(t *testing.T) {
 	for {
 		ps := procs(t, rt, ctr)
 		if count(ps, "sleep 971") == 1 && count(ps, "sleep 972") == 200 && count(ps, "sleep 973") == 1 &&
-			count(ps, "sleep 974") == 1 && count(ps, "sleep 975") == 1 {
+			count(ps, "sleep 974") == 1 && count(ps, "sleep 975") == 1 && count(ps, "sleep 976") == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -112,7 +120,7 @@ func TestSweepOnEngine(t *testing.T) {
 
 	time.Sleep(time.Second) // what would follow sleep 973, had the shell lived
 	ps := procs(t, rt, ctr)
-	for args, want := range map[string]int{"sleep 971": 0, "sleep 972": 0, "sleep 973": 0, "sleep 974": 1, "sleep 975": 1} {
+	for args, want := range map[string]int{"sleep 971": 0, "sleep 972": 0, "sleep 973": 0, "sleep 974": 1, "sleep 975": 1, "sleep 976": 1} {
 		if n := count(ps, args); n != want {
 			t.Errorf("%d × %q after the sweep, want %d:\n%s", n, args, want, strings.Join(ps, "\n"))
 		}
