@@ -26,13 +26,24 @@ func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
 }
 
 // orphans are the containers among cs (this prefix's) that no sandbox
-// uses: their name is not their sandbox's.
+// uses: their name is not their sandbox's. A container of a sandbox whose
+// lifecycle lock another operation holds is left out: a restore or reset
+// in progress (in any server) has moved it aside and still needs it.
 func (m *Manager) orphans(cs []Container) []string {
 	var names []string
 	for _, c := range cs {
-		if c.Name != m.ContainerFor(c.Labels[LabelName]) {
-			names = append(names, c.Name)
+		name := c.Labels[LabelName]
+		if c.Name == m.ContainerFor(name) {
+			continue
 		}
+		if ValidateName(name) == nil {
+			h, err := m.locks.TryLock(m.lockKey(name), "look for containers left by resets")
+			if err != nil {
+				continue // in use: a later look removes it if it is left
+			}
+			h.Release()
+		}
+		names = append(names, c.Name)
 	}
 	return names
 }
