@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -376,4 +378,65 @@ func TestPortsOutliveTheirServer(t *testing.T) {
 		t.Fatal(text)
 	}
 	waitFor("the forward gone", func() bool { return get() != "outlived\n" })
+}
+
+// TestPortsWithoutAgent: where the agent cannot run (here a sandbox-ctl
+// the sandbox cannot execute), expose still works, one exec per
+// connection, and says so; the half-close and binary data still go
+// through exactly.
+func TestPortsWithoutAgent(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	dir := t.TempDir()
+	for _, arch := range []string{"amd64", "arm64"} {
+		if err := os.WriteFile(filepath.Join(dir, "sandbox-ctl-linux-"+arch), []byte("not a program\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tg.Env = append(append([]string{}, tg.Env...), "SANDBOX_MCP_CTL_DIR="+dir)
+	s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "all")
+	if r := s.call(t, "write_file", map[string]any{"path": "/tmp/ports.py", "content": portsServer}); r.isError {
+		t.Fatal(r.text)
+	}
+	if r := s.call(t, "bg", map[string]any{"command": "exec python3 /tmp/ports.py"}); r.isError {
+		t.Fatal(r.text)
+	}
+	r := s.call(t, "expose", map[string]any{"port": 8766})
+	if r.isError || r.str("via") != "exec" || !strings.Contains(r.text, "agent cannot run") {
+		t.Fatalf("expose: %s", r.text)
+	}
+	addr := strings.TrimPrefix(r.str("url"), "http://")
+	for i := range 5 {
+		data := make([]byte, 256<<10)
+		rand.Read(data)
+		var c net.Conn
+		for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
+			var err error
+			if c, err = net.Dial("tcp", addr); err == nil {
+				c.SetDeadline(time.Now().Add(time.Minute))
+				greet := make([]byte, 10)
+				if _, err = io.ReadFull(c, greet); err == nil && string(greet) == "220 ready\n" {
+					break
+				}
+				c.Close()
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+		}
+		go func() {
+			c.Write(data)
+			c.(*net.TCPConn).CloseWrite()
+		}()
+		got, err := io.ReadAll(c)
+		c.Close()
+		if want := append(append([]byte{}, data[len(data)/2:]...), data[:len(data)/2]...); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("connection %d: %d bytes back, %v", i, len(got), err)
+		}
+	}
+	if r := s.call(t, "list_ports", map[string]any{}); r.isError || !strings.Contains(r.text, "via exec") {
+		t.Fatalf("list_ports: %s", r.text)
+	}
+	if r := s.call(t, "unexpose", map[string]any{"port": 8766}); r.isError || r.num("connections") < 5 {
+		t.Fatalf("unexpose: %s", r.text)
+	}
 }

@@ -145,6 +145,8 @@ func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {
 	return sandbox.BootInfo{}, f.errAll
 }
 
+func (f *fake) AgentProblem(string) string { return "" }
+
 func (f *fake) Dial(_ context.Context, name string, port int) (net.Conn, error) {
 	f.note("dial %s %d", name, port)
 	return nil, errors.New("connection refused")

@@ -9,6 +9,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
 // Ports is what the port tools need (*portfwd.Set in production).
@@ -74,14 +75,21 @@ func (s *Server) handleExpose(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if derr != nil && !strings.Contains(derr.Error(), "refused") {
 		return failure(ctx, fmt.Sprintf("expose port %d of sandbox %q", port, name), derr), nil
 	}
+	via := sandbox.ViaAgent
 	if conn != nil {
+		via = sandbox.Via(conn)
 		conn.Close()
 	}
 	info, err := s.ports.Expose(name, int(port), int(hostPort))
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("expose port %d of sandbox %q", port, name), err), nil
 	}
+	info.Via = via
 	text := fmt.Sprintf("%s -> port %d in sandbox %q (each connection is one stream through the sandbox's agent)", info.URL, port, name)
+	if via == sandbox.ViaExec {
+		text = fmt.Sprintf("%s -> port %d in sandbox %q (each connection starts an exec in the sandbox, slower to open: the agent cannot run there: %s)",
+			info.URL, port, name, s.m.AgentProblem(name))
+	}
 	if hostPort == 0 && info.HostPort != int(port) {
 		text += fmt.Sprintf("\nhost port %d is taken: a free one was picked", port)
 	}
@@ -124,6 +132,9 @@ func (s *Server) handleListPorts(ctx context.Context, _ mcp.CallToolRequest) (*m
 		fmt.Fprintf(&b, "%s -> %q:%d  %s", f.URL, f.Sandbox, f.Port, f.Server)
 		if f.Server == "this server" {
 			fmt.Fprintf(&b, ", %d connections (%d open)", f.Connections, f.Active)
+		}
+		if f.Via != "" {
+			fmt.Fprintf(&b, ", via %s", f.Via)
 		}
 		b.WriteString("\n")
 	}

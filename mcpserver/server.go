@@ -41,6 +41,9 @@ type Sandboxes interface {
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
 	Dial(ctx context.Context, name string, port int) (net.Conn, error)
+	// AgentProblem says why connections into a sandbox go through an
+	// exec each rather than its agent; "" when they do not.
+	AgentProblem(name string) string
 
 	Snapshot(ctx context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error)
 	Restore(ctx context.Context, snap, name string) (sandbox.BootInfo, state.Snapshot, error)

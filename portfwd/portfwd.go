@@ -62,8 +62,10 @@ type Info struct {
 	// (known for forwards this server serves).
 	Connections int64 `json:"connections"`
 	Active      int64 `json:"active"`
-	// Via says how connections reach the sandbox.
-	Via string `json:"via"`
+	// Via says how connections reach the sandbox: "agent" (a stream of the
+	// sandbox's agent) or "exec" (an exec each, where the agent cannot
+	// run); "" before this server carried a connection.
+	Via string `json:"via,omitempty"`
 	// Server says which server process listens: "this server", "server
 	// pid N", or "waiting" (no server has taken it over yet).
 	Server string `json:"server"`
@@ -90,6 +92,7 @@ type forward struct {
 	lock        *locks.Held // nil without a lock directory
 	connections atomic.Int64
 	active      atomic.Int64
+	via         atomic.Pointer[string] // the path of the last connection
 	done        chan struct{}
 	stopOnce    sync.Once
 	conns       sync.WaitGroup
@@ -247,7 +250,7 @@ func (s *Set) infoOf(k key, hostPort int) Info {
 		host = "127.0.0.1"
 	}
 	in := Info{Sandbox: k.sandbox, Port: k.port, HostPort: hostPort,
-		URL: "http://" + net.JoinHostPort(host, strconv.Itoa(hostPort)), Via: "agent", Server: "waiting"}
+		URL: "http://" + net.JoinHostPort(host, strconv.Itoa(hostPort)), Server: "waiting"}
 	if h := s.opt.Locks.Holder(k.lockKey()); h.PID != 0 {
 		in.Server = "server pid " + strconv.Itoa(h.PID)
 	}
@@ -257,6 +260,9 @@ func (s *Set) infoOf(k key, hostPort int) Info {
 func (s *Set) info(f *forward) Info {
 	in := s.infoOf(f.key, f.hostPort)
 	in.Connections, in.Active, in.Server = f.connections.Load(), f.active.Load(), "this server"
+	if v := f.via.Load(); v != nil {
+		in.Via = *v
+	}
 	return in
 }
 
@@ -305,6 +311,10 @@ func (s *Set) carry(f *forward, c net.Conn) {
 		s.opt.Log.Info("port forward: reach the sandbox", "sandbox", f.sandbox, "port", f.port, "err", err)
 		c.Close()
 		return
+	}
+	if v, ok := sc.(interface{ Via() string }); ok {
+		via := v.Via()
+		f.via.Store(&via)
 	}
 	stop := make(chan struct{})
 	go func() {

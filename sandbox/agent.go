@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -29,20 +30,43 @@ func agentPath() string { return agentDir + "/sandbox-ctl-" + agent.Version }
 type agentConn struct {
 	mu sync.Mutex
 	c  *agent.Client
+	// unusable says why the agent cannot run in this sandbox; until
+	// retryAt, connections go through an exec each (execdial.go).
+	unusable error
+	retryAt  time.Time
 }
 
+// agentRetry is how long a sandbox whose agent could not run is served
+// through execs before the agent is tried again.
+const agentRetry = time.Minute
+
+// agentUnusable marks a failure of the agent itself (no build for the
+// machine, a binary that does not run or answer) rather than of the
+// sandbox: connections then fall back to an exec each.
+type agentUnusable struct{ err error }
+
+func (e *agentUnusable) Error() string { return e.err.Error() }
+func (e *agentUnusable) Unwrap() error { return e.err }
+
 // Dial connects to 127.0.0.1:port inside sandbox name (booting it if
-// needed) as one stream of its agent.
+// needed) as one stream of its agent, or, where the agent cannot run,
+// through an exec of its own (Via tells which).
 func (m *Manager) Dial(ctx context.Context, name string, port int) (net.Conn, error) {
 	sb, _, err := m.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	var conn net.Conn
 	c, err := m.agentOf(ctx, sb)
-	if err != nil {
+	var unusable *agentUnusable
+	switch {
+	case err == nil:
+		conn, err = c.Dial(port)
+	case errors.As(err, &unusable):
+		conn, err = m.dialExec(sb, port)
+	default:
 		return nil, err
 	}
-	conn, err := c.Dial(port)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", name, err)
 	}
@@ -51,11 +75,34 @@ func (m *Manager) Dial(ctx context.Context, name string, port int) (net.Conn, er
 	return &busyConn{Conn: conn, done: sb.busy()}, nil
 }
 
+// AgentProblem says why connections into sandbox name go through an exec
+// each rather than its agent; "" when the agent runs (or was not tried).
+func (m *Manager) AgentProblem(name string) string {
+	sb, ok := m.Lookup(name)
+	if !ok {
+		return ""
+	}
+	sb.agent.mu.Lock()
+	defer sb.agent.mu.Unlock()
+	if sb.agent.unusable == nil {
+		return ""
+	}
+	return sb.agent.unusable.Error()
+}
+
 // busyConn keeps its sandbox marked in use until it is closed.
 type busyConn struct {
 	net.Conn
 	once sync.Once
 	done func()
+}
+
+// Via reports the path of the connection: ViaAgent or ViaExec.
+func (c *busyConn) Via() string {
+	if v := Via(c.Conn); v != "" {
+		return v
+	}
+	return ViaAgent
 }
 
 func (c *busyConn) Close() error {
@@ -96,14 +143,24 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 			return c, nil
 		}
 	}
+	if sb.agent.unusable != nil && time.Now().Before(sb.agent.retryAt) {
+		return nil, sb.agent.unusable
+	}
 	c, err := m.startAgent(ctx, sb, false)
 	if errors.Is(err, agent.ErrStale) {
 		c, err = m.startAgent(ctx, sb, true)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q: start its agent: %w", sb.Name, err)
+		err = fmt.Errorf("sandbox %q: start its agent: %w", sb.Name, err)
+		var unusable *agentUnusable
+		if errors.As(err, &unusable) && ctx.Err() == nil {
+			m.log.Warn("the agent cannot run: connections go through an exec each", "sandbox", sb.Name, "err", err)
+			sb.agent.unusable, sb.agent.retryAt = &agentUnusable{err: err}, time.Now().Add(agentRetry)
+			return nil, sb.agent.unusable
+		}
+		return nil, err
 	}
-	sb.agent.c = c
+	sb.agent.c, sb.agent.unusable = c, nil
 	return c, nil
 }
 
@@ -116,7 +173,7 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 	}
 	if have := strings.TrimSpace(string(out)); have != "ok" || reinstall {
 		if err := m.installAgent(ctx, sb, have); err != nil {
-			return nil, err
+			return nil, &agentUnusable{err: err}
 		}
 	}
 	cmd := m.rt.ExecCommand(sb.life, sb.own.target(), ExecSpec{Argv: []string{agentPath(), "agent"}, Interactive: true})
@@ -147,7 +204,10 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		if head, _, _ := errb.Parts(); len(head) > 0 {
 			err = fmt.Errorf("%w (it said: %s)", err, shorten(strings.TrimSpace(string(head)), 300))
 		}
-		return nil, err
+		if errors.Is(err, agent.ErrStale) && !reinstall {
+			return nil, err
+		}
+		return nil, &agentUnusable{err: err}
 	}
 	return c, nil
 }
