@@ -26,7 +26,7 @@ type Forwards struct {
 
 func (s *Server) exposeTool() tool {
 	return tool{group: "ports", handler: s.handleExpose, def: newTool[portfwd.Info]("expose", "Expose a sandbox port",
-		"Forward a host port (127.0.0.1) to a TCP port inside a sandbox and return its URL, e.g. a web server the sandbox "+
+		"Forward a host port (127.0.0.1 by default) to a TCP port inside a sandbox and return its URL, e.g. a web server the sandbox "+
 			"runs on 8000. Works with no network in the sandbox; lasts until unexpose or destroy (another or the next server takes it over).",
 		mutating(true),
 		mcp.WithNumber("port", mcp.Required(), mcp.Description("TCP port inside the sandbox (1-65535)."), mcp.Min(1), mcp.Max(65535)),

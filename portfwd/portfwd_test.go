@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +229,27 @@ func TestForwardsOutliveTheirServer(t *testing.T) {
 	if l := b.List(""); len(l) != 0 {
 		t.Fatalf("after unexpose: %+v", l)
 	}
+}
+
+// TestBindAddress: a Set listens on the address it is given, and its URLs
+// name it.
+func TestBindAddress(t *testing.T) {
+	s := New(Options{Dial: toLocal(map[int]int{47613: echoServer(t)}), Bind: "127.0.0.2"})
+	defer s.Close()
+	info, err := s.Expose("box", 47613, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(info.URL, "http://127.0.0.2:") {
+		t.Fatalf("url %s", info.URL)
+	}
+	if c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(info.HostPort))); err == nil {
+		c.Close()
+		t.Fatal("the forward answers on 127.0.0.1 too")
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(info.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
 }

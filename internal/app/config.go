@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -45,6 +46,8 @@ type Config struct {
 	// AllowDirs are host directories that transfers may use, besides
 	// the client's roots (or the start directory).
 	AllowDirs []string
+	// PortsBind is the host address port forwards listen on.
+	PortsBind string
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
@@ -57,7 +60,8 @@ func DefaultConfig() Config {
 		BootDefault: true,
 		PoolSize:    shell.DefaultPoolSize,
 		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap,
-		LogLevel: "info",
+		LogLevel:  "info",
+		PortsBind: "127.0.0.1",
 	}
 }
 
@@ -242,6 +246,15 @@ func Settings() []Setting {
 				}
 				return nil
 			}},
+		{Flag: "ports-bind", Env: "SANDBOX_MCP_PORTS_BIND", ServeOnly: true, Default: d.PortsBind,
+			Usage: "host `address` that port forwards listen on (0.0.0.0 opens them to the network)",
+			set: func(c *Config, v string) error {
+				if err := checkBind(v); err != nil {
+					return err
+				}
+				c.PortsBind = v
+				return nil
+			}},
 		{Flag: "no-boot-default", Env: "SANDBOX_MCP_BOOT_DEFAULT", ServeOnly: true, Bool: true, negate: true,
 			Usage: "do not boot the default sandbox at start",
 			set: func(c *Config, v string) error {
@@ -332,6 +345,7 @@ type fileConfig struct {
 	OutputCall  json.RawMessage            `json:"output_cap_per_call"`
 	LogLevel    *string                    `json:"log_level"`
 	AllowDirs   []string                   `json:"allow_dirs"`
+	PortsBind   *string                    `json:"ports_bind"`
 }
 
 // applyFile merges a JSON config file into c. Unknown keys are errors, so
@@ -405,6 +419,12 @@ func (c *Config) applyFile(data []byte) error {
 	}
 	if f.BootDefault != nil {
 		c.BootDefault = *f.BootDefault
+	}
+	if f.PortsBind != nil {
+		if err := check("ports_bind", checkBind(*f.PortsBind)); err != nil {
+			return err
+		}
+		c.PortsBind = *f.PortsBind
 	}
 	if f.PoolSize != nil {
 		if err := check("pool_size", checkPoolSize(*f.PoolSize)); err != nil {
@@ -642,6 +662,14 @@ func (c *Config) Validate() error {
 		if err := c.Defaults.Merge(p).Validate(); err != nil {
 			return fmt.Errorf("profile %q: %w", name, err)
 		}
+	}
+	return nil
+}
+
+// checkBind accepts an IP address of this host to listen on.
+func checkBind(v string) error {
+	if net.ParseIP(v) == nil {
+		return fmt.Errorf("%q is not an IP address (such as 127.0.0.1, ::1 or 0.0.0.0)", v)
 	}
 	return nil
 }

@@ -72,6 +72,8 @@ func TestResolvePrecedence(t *testing.T) {
 			[4]any{int64(256 << 20), int64(1 << 30), int64(512 << 20), int64(0)}, func(c Config) any { return c.OutputsCap }},
 		{"output-cap-per-call", "SANDBOX_MCP_OUTPUT_CAP_PER_CALL", `"output_cap_per_call": 1048576`, "", "2MiB", "16m",
 			[4]any{int64(64 << 20), int64(1 << 20), int64(2 << 20), int64(16 << 20)}, func(c Config) any { return c.OutputCallCap }},
+		{"ports-bind", "SANDBOX_MCP_PORTS_BIND", `"ports_bind": "::1"`, "", "0.0.0.0", "127.0.0.2",
+			[4]any{"127.0.0.1", "::1", "0.0.0.0", "127.0.0.2"}, func(c Config) any { return c.PortsBind }},
 	} {
 		steps := []struct {
 			name string
@@ -261,8 +263,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "17" {
-		t.Errorf("%s settings, want 17", got)
+	if got := fmt.Sprint(len(Settings())); got != "18" {
+		t.Errorf("%s settings, want 18", got)
 	}
 }
 
@@ -278,6 +280,24 @@ func TestEnginePathMatchesRuntime(t *testing.T) {
 	for _, rt := range []string{"docker", "auto"} {
 		if c, err := (sources{flags: FlagValues{"engine-path": docker, "runtime": rt}}).resolve(); err != nil || c.EnginePath != docker {
 			t.Errorf("runtime %s: %+v %v", rt, c.EnginePath, err)
+		}
+	}
+}
+
+// TestPortsBindMustBeAnAddress: a host name or garbage is refused where
+// it is given, since a listener on the wrong interface is a security
+// matter.
+func TestPortsBindMustBeAnAddress(t *testing.T) {
+	for _, tc := range []struct {
+		src  sources
+		want string
+	}{
+		{sources{flags: FlagValues{"ports-bind": "localhost"}}, "--ports-bind"},
+		{sources{env: map[string]string{"SANDBOX_MCP_PORTS_BIND": "127.0.0.1:80"}}, "SANDBOX_MCP_PORTS_BIND"},
+		{sources{env: map[string]string{"SANDBOX_MCP_CONFIG": "/c.json"}, files: map[string]string{"/c.json": `{"ports_bind": ""}`}}, "ports_bind"},
+	} {
+		if _, err := tc.src.resolve(); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not an IP address") {
+			t.Errorf("%+v: %v", tc.src, err)
 		}
 	}
 }
