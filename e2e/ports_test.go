@@ -89,6 +89,9 @@ func TestPorts(t *testing.T) {
 				}
 			}
 
+			if r := s.call(t, "status", map[string]any{}); r.isError || !strings.Contains(r.text, "port 8765 exposed at "+url) {
+				t.Fatalf("status does not show the forward: %s", r.text)
+			}
 			r = s.call(t, "expose", map[string]any{"port": 8766})
 			if r.isError {
 				t.Fatal(r.text)
@@ -145,6 +148,16 @@ func TestPorts(t *testing.T) {
 				}
 			}
 			s.call(t, "unexpose", map[string]any{"port": 8766})
+
+			// network_info: the sandbox with its address, how sandboxes
+			// reach each other here, and a clear error for an unknown one.
+			r = s.call(t, "network_info", map[string]any{})
+			if r.isError || !strings.Contains(r.text, "default (running): ") || !strings.Contains(r.text, "reach each other") {
+				t.Fatalf("network_info: %s", r.text)
+			}
+			if r := s.call(t, "network_info", map[string]any{"sandbox": "nosuch"}); !r.isError || !strings.Contains(r.text, "nosuch") {
+				t.Fatalf("network_info of an unknown sandbox: %s", r.text)
+			}
 		})
 	}
 }

@@ -147,6 +147,10 @@ func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {
 
 func (f *fake) AgentProblem(string) string { return "" }
 
+func (f *fake) NetworkInfo(context.Context, string) (sandbox.NetworkReport, error) {
+	return sandbox.NetworkReport{}, errors.New("the fake has no network")
+}
+
 func (f *fake) Dial(_ context.Context, name string, port int) (net.Conn, error) {
 	f.note("dial %s %d", name, port)
 	return nil, errors.New("connection refused")

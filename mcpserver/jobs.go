@@ -33,7 +33,7 @@ func (s *Server) bgTool() tool {
 		"Start a long-running command (server, watcher, build) in the background and return at once. Its output goes to a log: read it with logs, stop it with kill.",
 		mutating(false), sandboxParam(),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
-		jobNameParam(`Job name for logs and kill (default "job-<id>"). Reusing the name of an ended job replaces it.`, false),
+		jobNameParam(`Job name for logs and kill (default "job-<id>"); an ended job's name can be reused.`, false),
 		mcp.WithString("workdir", mcp.Description("Directory to start in (default: the shell's current one).")))}
 }
 
@@ -57,7 +57,7 @@ func (s *Server) killTool() tool {
 
 func (s *Server) jobsTool() tool {
 	return tool{group: "jobs", handler: s.handleJobs, def: newTool[JobList]("jobs", "List jobs",
-		"List a sandbox's background jobs: name, command, pid, running, exit code or lost. Never starts the sandbox.",
+		"A sandbox's background jobs: name, command, pid, running, exit code or lost. Never starts the sandbox.",
 		readOnly(), sandboxParam())}
 }
 

@@ -7,17 +7,19 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
 func (s *Server) statusTool() tool {
-	return tool{group: "lifecycle", handler: s.handleStatus, def: newTool[sandbox.Info]("status", "Sandbox status",
-		"Show one sandbox's state, image, resources and current directory, without creating it.",
+	return tool{group: "lifecycle", handler: s.handleStatus, def: newTool[SandboxStatus]("status", "Sandbox status",
+		"One sandbox's state, image, resources, cwd and exposed ports, without creating it.",
 		readOnly(), sandboxParam())}
 }
 
@@ -37,10 +39,36 @@ func (s *Server) handleStatus(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if err != nil {
 		return failure(ctx, "status", err), nil
 	}
-	return mcp.NewToolResultStructured(in, describe(in)), nil
+	st := s.statusOf(in)
+	return mcp.NewToolResultStructured(st, describe(st)), nil
 }
 
-func describe(in sandbox.Info) string {
+// SandboxStatus is the structured result of status, and one sandbox in
+// list_all: the sandbox and its port forwards.
+type SandboxStatus struct {
+	sandbox.Info
+	// Forwards maps each exposed sandbox port to its host URL (list_ports
+	// tells more).
+	Forwards map[string]string `json:"forwards,omitempty"`
+	forwards []portfwd.Info
+}
+
+func (s *Server) statusOf(in sandbox.Info) SandboxStatus {
+	st := SandboxStatus{Info: in}
+	if s.ports != nil {
+		st.forwards = s.ports.List(in.Name)
+	}
+	for _, f := range st.forwards {
+		if st.Forwards == nil {
+			st.Forwards = map[string]string{}
+		}
+		st.Forwards[strconv.Itoa(f.Port)] = f.URL
+	}
+	return st
+}
+
+func describe(st SandboxStatus) string {
+	in := st.Info
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s, image %s", in.Name, in.State, in.Image)
 	if in.CPUs > 0 {
@@ -57,6 +85,13 @@ func describe(in sandbox.Info) string {
 	}
 	fmt.Fprintf(&b, ", %s", in.Limits)
 	fmt.Fprintf(&b, " (container %s)", in.Container)
+	for _, f := range st.forwards {
+		fmt.Fprintf(&b, "; port %d exposed at %s (%s", f.Port, f.URL, f.Server)
+		if f.Server == "this server" {
+			fmt.Fprintf(&b, ", %d connections", f.Connections)
+		}
+		b.WriteString(")")
+	}
 	return b.String()
 }
 
@@ -67,7 +102,7 @@ func (s *Server) listAllTool() tool {
 
 // SandboxList is the structured result of list_all.
 type SandboxList struct {
-	Sandboxes []sandbox.Info `json:"sandboxes"`
+	Sandboxes []SandboxStatus `json:"sandboxes"`
 }
 
 func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -76,18 +111,20 @@ func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp
 		return failure(ctx, "list_all", err), nil
 	}
 	if len(list) == 0 {
-		return mcp.NewToolResultStructured(SandboxList{Sandboxes: []sandbox.Info{}}, "no sandboxes yet: exec creates one"), nil
+		return mcp.NewToolResultStructured(SandboxList{Sandboxes: []SandboxStatus{}}, "no sandboxes yet: exec creates one"), nil
 	}
+	out := SandboxList{Sandboxes: make([]SandboxStatus, len(list))}
 	lines := make([]string, len(list))
 	for i, in := range list {
-		lines[i] = describe(in)
+		out.Sandboxes[i] = s.statusOf(in)
+		lines[i] = describe(out.Sandboxes[i])
 	}
-	return mcp.NewToolResultStructured(SandboxList{Sandboxes: list}, strings.Join(lines, "\n")), nil
+	return mcp.NewToolResultStructured(out, strings.Join(lines, "\n")), nil
 }
 
 func (s *Server) destroyTool() tool {
 	return tool{group: "lifecycle", handler: s.handleDestroy, def: newTool[Destroyed]("destroy", "Destroy a sandbox",
-		"Delete a sandbox and its workspace for good. Destroying one that does not exist reports so.",
+		"Delete a sandbox and its workspace for good.",
 		destructive(true), sandboxParam())}
 }
 
@@ -148,7 +185,7 @@ func (s *Server) handleReset(ctx context.Context, req mcp.CallToolRequest) (*mcp
 
 func (s *Server) historyTool() tool {
 	return tool{group: "lifecycle", handler: s.handleHistory, def: newTool[HistoryList]("history", "Command history",
-		"List the most recent commands run in a sandbox with exit codes and durations (secrets redacted).",
+		"Recent commands in a sandbox with exit codes and durations (secrets redacted).",
 		readOnly(), sandboxParam(),
 		mcp.WithInteger("limit", mcp.Description("Entries to return."), mcp.Min(1), mcp.Max(100), mcp.DefaultNumber(20)))}
 }
@@ -199,7 +236,7 @@ func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp
 
 func (s *Server) healthTool() tool {
 	return tool{group: "lifecycle", handler: s.handleHealth, def: newTool[Health]("health", "Health check",
-		"Check the container engine, the default image and every sandbox this server is connected to.",
+		"Check the engine, the default image and the sandboxes this server uses.",
 		readOnly())}
 }
 

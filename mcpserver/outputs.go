@@ -446,7 +446,7 @@ func validID(id string) bool {
 
 func (s *Server) outputTool() tool {
 	return tool{group: "core", handler: s.handleOutput, def: newTool[OutputChunk]("output", "Fetch omitted output",
-		"Fetch the bytes omitted from an earlier command's result, by its output_id. Outputs are kept for a day, up to a disk cap.",
+		"Fetch the bytes omitted from an earlier command's result by its output_id (kept a day, up to a disk cap).",
 		readOnly(),
 		mcp.WithString("id", mcp.Required(), mcp.Description("output_id from an exec, python or install result.")),
 		mcp.WithString("stream", mcp.Enum("stdout", "stderr"), mcp.DefaultString("stdout")),

@@ -51,6 +51,59 @@ func (s *Server) listPortsTool() tool {
 	)}
 }
 
+func (s *Server) networkInfoTool() tool {
+	return tool{group: "ports", handler: s.handleNetworkInfo, def: newTool[sandbox.NetworkReport]("network_info", "Show sandbox networking",
+		"Each sandbox's addresses and which sandboxes it reaches by name or address; says where the platform allows none.",
+		readOnly(),
+		mcp.WithString("sandbox", mcp.Description("Only this sandbox; all when omitted."),
+			mcp.Pattern(sandboxPattern), mcp.MaxLength(sandbox.MaxNameLen)),
+	)}
+}
+
+func (s *Server) handleNetworkInfo(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name := ""
+	if _, ok := req.GetArguments()["sandbox"]; ok {
+		n, err := sandboxArg(req)
+		if err != nil {
+			return argError("network_info: %v", err), nil
+		}
+		name = n
+	}
+	rep, err := s.m.NetworkInfo(ctx, name)
+	if err != nil {
+		return failure(ctx, "network_info", err), nil
+	}
+	var b strings.Builder
+	b.WriteString(rep.Platform)
+	if len(rep.Sandboxes) == 0 {
+		b.WriteString("\nno sandboxes")
+	}
+	for _, sn := range rep.Sandboxes {
+		fmt.Fprintf(&b, "\n%s (%s)", sn.Name, sn.State)
+		switch {
+		case sn.Isolated:
+			b.WriteString(": no network")
+		case len(sn.Networks) > 0:
+			var addrs []string
+			for _, a := range sn.Networks {
+				if a.IP != "" {
+					addrs = append(addrs, a.IP+" on "+a.Network)
+				}
+			}
+			if len(addrs) > 0 {
+				b.WriteString(": " + strings.Join(addrs, ", "))
+			}
+		}
+		if len(sn.ReachesByName) > 0 {
+			b.WriteString("; reaches by name: " + strings.Join(sn.ReachesByName, ", "))
+		}
+		if len(sn.ReachesByAddress) > 0 {
+			b.WriteString("; reaches by address only: " + strings.Join(sn.ReachesByAddress, ", "))
+		}
+	}
+	return mcp.NewToolResultStructured(rep, b.String()), nil
+}
+
 var errNoPorts = errors.New("port forwarding is not available in this server")
 
 func (s *Server) handleExpose(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -44,6 +44,7 @@ type Sandboxes interface {
 	// AgentProblem says why connections into a sandbox go through an
 	// exec each rather than its agent; "" when they do not.
 	AgentProblem(name string) string
+	NetworkInfo(ctx context.Context, name string) (sandbox.NetworkReport, error)
 
 	Snapshot(ctx context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error)
 	Restore(ctx context.Context, snap, name string) (sandbox.BootInfo, state.Snapshot, error)
@@ -274,7 +275,7 @@ func (s *Server) tools() []tool {
 		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
 		s.uploadTool(), s.downloadTool(), s.gitCloneTool(), s.syncStartTool(), s.syncStopTool(), s.syncListTool(),
 		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(), s.imagesTool(), s.buildImageTool(),
-		s.exposeTool(), s.unexposeTool(), s.listPortsTool(),
+		s.exposeTool(), s.unexposeTool(), s.listPortsTool(), s.networkInfoTool(),
 	}
 }
 

@@ -29,7 +29,7 @@ var Toolsets = []Toolset{
 	{Name: "lifecycle", Description: "status, health, stats, history, reset, destroy, list sandboxes", Default: true},
 	{Name: "transfer", Description: "copy files and directories between the host and a sandbox, git clone, live sync"},
 	{Name: "snapshots", Description: "snapshot, restore and clone sandboxes"},
-	{Name: "ports", Description: "expose a sandbox's TCP ports on the host (port forwarding)"},
+	{Name: "ports", Description: "expose a sandbox's TCP ports on the host (port forwarding); how sandboxes reach each other"},
 }
 
 func toolsetByName(name string) *Toolset {

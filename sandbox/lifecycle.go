@@ -411,7 +411,6 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 		Labels:         labels,
 		CPUs:           prof.CPUs,
 		Memory:         prof.Memory,
-		Network:        prof.Network,
 		Virtualization: prof.Virtualization,
 		Mounts:         []Mount{{Volume: vol, Target: m.cfg.Workdir}},
 		Workdir:        m.cfg.Workdir,
@@ -425,7 +424,8 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 	if err := m.prepareLimits(ctx, name, prof, vol, known, &spec); err != nil {
 		return Limits{}, err
 	}
-	if err := m.rt.Run(ctx, spec); err != nil {
+	m.placeOnNetwork(ctx, name, prof, &spec) // network.go
+	if err := m.runContainer(ctx, name, prof, spec); err != nil {
 		return Limits{}, fmt.Errorf("boot sandbox %q: %w", name, err)
 	}
 	lim, _ := parseLimitsLabel(spec.Labels[LabelLimits])

@@ -104,6 +104,8 @@ type Manager struct {
 
 	closeOnce sync.Once
 	ending    sync.WaitGroup // sandboxes ended by Shutdown
+
+	net netState // the sandboxes' shared network (network.go)
 }
 
 // BootInfo says what Get had to do to make a sandbox ready.

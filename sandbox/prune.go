@@ -20,6 +20,9 @@ type Pruned struct {
 	// Images are the untagged images that clones of this prefix left and
 	// no container uses any more.
 	Images []string `json:"images"`
+	// Network is the sandboxes' shared network, removed when no
+	// container of this prefix is left.
+	Network string `json:"network,omitempty"`
 }
 
 // Prune removes what sandboxes of this prefix left in the engine:
@@ -46,6 +49,15 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 		p.Images, err = ip.PruneImages(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: ""}, dryRun)
 		if err != nil {
 			return p, fmt.Errorf("clone images: %w", err)
+		}
+	}
+	if nw, ok := m.rt.(Networker); ok && len(cs) == len(p.Containers) {
+		gone, err := nw.RemoveNetwork(ctx, m.NetworkName(), dryRun)
+		if err != nil {
+			return p, err
+		}
+		if gone {
+			p.Network = m.NetworkName()
 		}
 	}
 	vl, ok := m.rt.(VolumeLister)

@@ -55,8 +55,20 @@ func TestPruneOnEngine(t *testing.T) {
 			if o := run(t, m, "keep", shell.Request{Command: "cat /workspace/f"}); o.stdout != "kept\n" {
 				t.Fatalf("the kept sandbox after prune: %+v", o)
 			}
-			if p, err := m.Prune(ctx, false); err != nil || len(p.Containers)+len(p.Volumes) != 0 {
+			if p, err := m.Prune(ctx, false); err != nil || len(p.Containers)+len(p.Volumes) != 0 || p.Network != "" {
 				t.Fatalf("a second prune: %+v %v", p, err)
+			}
+			// With no sandbox left, the sandboxes' network goes too; a
+			// server that made it boots the next sandbox all the same.
+			if _, err := m.Destroy(ctx, "keep"); err != nil {
+				t.Fatal(err)
+			}
+			_, networker := rt.(sandbox.Networker)
+			if p, err := m.Prune(ctx, false); err != nil || (p.Network == m.NetworkName()) != networker {
+				t.Fatalf("prune with no sandbox left: %+v %v", p, err)
+			}
+			if o := run(t, m, "keep", shell.Request{Command: "echo back"}); o.stdout != "back\n" {
+				t.Fatalf("a boot after the network was pruned: %+v", o)
 			}
 		})
 	}

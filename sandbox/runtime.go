@@ -77,8 +77,12 @@ type RunSpec struct {
 	// Init runs a minimal init as PID 1 so stop signals end the container at
 	// once and zombies are reaped.
 	Init bool
-	// Network is "" for the engine default or "none" for loopback only.
+	// Network is "" for the engine default, "none" for loopback only, or
+	// a network the engine made through Networker.
 	Network string
+	// Aliases are names the container answers to on Network (set only for
+	// a Networker's network).
+	Aliases []string
 	// Virtualization asks for nested virtualization (Apple) or /dev/kvm (Linux).
 	Virtualization bool
 	// PidsLimit bounds the container's processes and threads; 0: engine
@@ -139,6 +143,29 @@ type Container struct {
 	IP      string
 	CPUs    float64
 	Memory  int64 // bytes, 0 if unknown
+	// Networks are the networks the container is on, with its address on
+	// each (empty while stopped); none for a container without network.
+	Networks []Attachment
+	// NoNetwork is set for a container made with network "none".
+	NoNetwork bool
+}
+
+// Attachment is a container's place on one network.
+type Attachment struct {
+	Network string `json:"network"`
+	IP      string `json:"ip,omitempty"`
+	// Aliases are the names the engine resolves to IP on Network.
+	Aliases []string `json:"aliases,omitempty"`
+}
+
+// Networker is implemented by engines that make networks on which
+// containers reach each other by name (the engine's DNS, with Aliases).
+type Networker interface {
+	// EnsureNetwork creates network name, with labels, unless it exists.
+	EnsureNetwork(ctx context.Context, name string, labels map[string]string) error
+	// RemoveNetwork removes network name and reports whether it existed;
+	// with dryRun it only reports.
+	RemoveNetwork(ctx context.Context, name string, dryRun bool) (bool, error)
 }
 
 // Running reports whether the container is running.

@@ -357,6 +357,9 @@ func Prune(ctx context.Context, cfg Config, dryRun bool, w io.Writer) error {
 	for _, i := range p.Images {
 		fmt.Fprintf(w, "%s image %s (left by a clone that is gone)\n", verb, i)
 	}
+	if p.Network != "" {
+		fmt.Fprintf(w, "%s network %s (no sandbox is left on it)\n", verb, p.Network)
+	}
 	if p.VolumesUnknown != "" {
 		fmt.Fprintf(w, "volumes not checked: %s\n", p.VolumesUnknown)
 	}

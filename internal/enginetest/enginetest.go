@@ -88,7 +88,8 @@ func Prefix(t testing.TB, rt sandbox.Runtime) string {
 	return prefix
 }
 
-// Sweep removes every container and workspace volume labelled with prefix.
+// Sweep removes every container and workspace volume labelled with prefix,
+// and the network of its sandboxes.
 func Sweep(rt sandbox.Runtime, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -96,5 +97,8 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 	for _, c := range cs {
 		_ = rt.Remove(ctx, c.Name)
 		_ = rt.VolumeRemove(ctx, sandbox.ContainerName(prefix+"-ws", c.Labels[sandbox.LabelName]))
+	}
+	if nw, ok := rt.(sandbox.Networker); ok {
+		_, _ = nw.RemoveNetwork(ctx, sandbox.NetworkNameFor(prefix), false)
 	}
 }

@@ -148,11 +148,14 @@ func ParseContainers(b []byte) ([]sandbox.Container, error) {
 			c.Labels = map[string]string{}
 		}
 		for _, n := range nets {
-			if ip := n.ip(); ip != "" {
+			ip := n.ip()
+			if c.IP == "" {
 				c.IP = ip
-				break
 			}
+			c.Networks = append(c.Networks, sandbox.Attachment{Network: n.Network, IP: ip})
 		}
+		// `--network none` leaves a running container on no network.
+		c.NoNetwork = c.State == sandbox.StateRunning && len(nets) == 0
 		out = append(out, c)
 	}
 	return out, nil

@@ -316,3 +316,11 @@ func TestClassifyCapturedErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestMajorOf(t *testing.T) {
+	for in, want := range map[string]int{"15.6.1\n": 15, "26.0": 26, "26": 26, "": 0, "x.1": 0} {
+		if got := majorOf(in); got != want {
+			t.Errorf("majorOf(%q) = %d, want %d", in, got, want)
+		}
+	}
+}

@@ -145,6 +145,9 @@ func RunArgs(f Flavor, spec sandbox.RunSpec) []string {
 	}
 	if spec.Network != "" {
 		args = append(args, "--network", spec.Network)
+		for _, a := range spec.Aliases {
+			args = append(args, "--network-alias", a)
+		}
 	}
 	if spec.Virtualization {
 		args = append(args, "--device", "/dev/kvm")
@@ -174,6 +177,50 @@ func mountArg(m sandbox.Mount) string {
 		b.WriteString(",readonly")
 	}
 	return b.String()
+}
+
+var _ sandbox.Networker = (*Dialect)(nil)
+
+// EnsureNetwork implements sandbox.Networker: a bridge network, whose
+// containers resolve each other's names and aliases (podman's
+// aardvark-dns, docker's embedded DNS).
+func (d *Dialect) EnsureNetwork(ctx context.Context, name string, labels map[string]string) error {
+	if strings.HasPrefix(name, "-") {
+		return fmt.Errorf("network name %q starts with '-'", name)
+	}
+	if _, err := d.cli.Output(ctx, nil, "network", "inspect", "--", name); err == nil {
+		return nil
+	}
+	args := []string{"network", "create"}
+	for _, k := range sortedKeys(labels) {
+		args = append(args, "--label", k+"="+labels[k])
+	}
+	_, err := d.cli.Output(ctx, nil, append(args, "--", name)...)
+	if err != nil {
+		// Another server made it meanwhile.
+		if _, ierr := d.cli.Output(ctx, nil, "network", "inspect", "--", name); ierr == nil {
+			return nil
+		}
+		return fmt.Errorf("create network %s: %w", name, err)
+	}
+	return nil
+}
+
+// RemoveNetwork implements sandbox.Networker.
+func (d *Dialect) RemoveNetwork(ctx context.Context, name string, dryRun bool) (bool, error) {
+	if strings.HasPrefix(name, "-") {
+		return false, fmt.Errorf("network name %q starts with '-'", name)
+	}
+	if _, err := d.cli.Output(ctx, nil, "network", "inspect", "--", name); err != nil {
+		return false, nil
+	}
+	if dryRun {
+		return true, nil
+	}
+	if _, err := d.cli.Output(ctx, nil, "network", "rm", "--", name); err != nil {
+		return false, fmt.Errorf("remove network %s: %w", name, err)
+	}
+	return true, nil
 }
 
 var _ sandbox.Renamer = (*Dialect)(nil)
@@ -389,7 +436,7 @@ func Classify(f Flavor, _ int, stderr string) (error, string) {
 	return nil, ""
 }
 
-func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 var _ sandbox.ImageSaver = (*Dialect)(nil)
 

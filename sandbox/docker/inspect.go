@@ -26,13 +26,15 @@ type inspectJSON struct {
 		Labels map[string]string `json:"Labels"`
 	} `json:"Config"`
 	HostConfig struct {
-		NanoCpus int64 `json:"NanoCpus"`
-		Memory   int64 `json:"Memory"`
+		NanoCpus    int64  `json:"NanoCpus"`
+		Memory      int64  `json:"Memory"`
+		NetworkMode string `json:"NetworkMode"`
 	} `json:"HostConfig"`
 	NetworkSettings struct {
 		IPAddress string `json:"IPAddress"`
 		Networks  map[string]struct {
-			IPAddress string `json:"IPAddress"`
+			IPAddress string   `json:"IPAddress"`
+			Aliases   []string `json:"Aliases"`
 		} `json:"Networks"`
 	} `json:"NetworkSettings"`
 }
@@ -60,12 +62,15 @@ func ParseInspect(data []byte) ([]sandbox.Container, error) {
 		if c.Image == "" {
 			c.Image = r.ImageName
 		}
-		if c.IP == "" {
-			for _, n := range r.NetworkSettings.Networks {
-				if n.IPAddress != "" {
-					c.IP = n.IPAddress
-					break
-				}
+		c.NoNetwork = r.HostConfig.NetworkMode == "none"
+		for _, name := range sortedKeys(r.NetworkSettings.Networks) {
+			n := r.NetworkSettings.Networks[name]
+			if name == "none" {
+				continue
+			}
+			c.Networks = append(c.Networks, sandbox.Attachment{Network: name, IP: n.IPAddress, Aliases: n.Aliases})
+			if c.IP == "" {
+				c.IP = n.IPAddress
 			}
 		}
 		if c.Labels == nil {

@@ -1,0 +1,201 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Networks. Where the engine makes networks (Networker: podman, docker),
+// the sandboxes of one prefix share a bridge network, <prefix>-net, on
+// which each answers to its sandbox name and its container's name through
+// the engine's DNS: `curl http://web:8000` from one sandbox reaches the
+// sandbox "web". A sandbox with network "none" has loopback only. Other
+// engines (Apple's container) boot sandboxes on their default network.
+//
+// A boot needs only a network name and the aliases on it, so a family of
+// sandboxes can be given a network of its own the same way.
+
+// netState remembers that this server made (or found) the network.
+type netState struct {
+	mu    sync.Mutex
+	ready bool
+}
+
+// NetworkName is the network the sandboxes of this Manager share, where
+// the engine makes networks.
+func (m *Manager) NetworkName() string { return NetworkNameFor(m.cfg.Prefix) }
+
+// NetworkNameFor is the network the sandboxes of prefix share.
+func NetworkNameFor(prefix string) string { return prefix + "-net" }
+
+// placeOnNetwork sets the network a sandbox of profile prof boots on.
+// When the shared network cannot be made, the sandbox boots on the
+// engine's default network (reachable by address where the engine allows
+// it) rather than not at all.
+func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile, spec *RunSpec) {
+	if prof.Network == "none" {
+		spec.Network = "none"
+		return
+	}
+	nw, ok := m.rt.(Networker)
+	if !ok {
+		return
+	}
+	m.net.mu.Lock()
+	defer m.net.mu.Unlock()
+	if !m.net.ready {
+		labels := map[string]string{LabelOwner: m.cfg.Prefix}
+		if err := nw.EnsureNetwork(ctx, m.NetworkName(), labels); err != nil {
+			m.log.Warn("sandboxes will not reach each other by name: booting on the engine's default network", "network", m.NetworkName(), "err", err)
+			return
+		}
+		m.net.ready = true
+	}
+	spec.Network = m.NetworkName()
+	spec.Aliases = []string{name}
+}
+
+// runContainer boots spec. When the shared network went away under this
+// server (pruned, removed by hand), it is made again and the boot retried.
+func (m *Manager) runContainer(ctx context.Context, name string, prof Profile, spec RunSpec) error {
+	err := m.rt.Run(ctx, spec)
+	if err == nil || spec.Network != m.NetworkName() || !strings.Contains(strings.ToLower(err.Error()), "network") {
+		return err
+	}
+	if c, ierr := m.rt.Inspect(ctx, spec.Name); ierr == nil {
+		if c.Running() {
+			return err // it runs: the failure is not the network's
+		}
+		// docker creates the container, then fails to start it.
+		if rerr := m.rt.Remove(ctx, spec.Name); rerr != nil {
+			return err
+		}
+	}
+	m.net.mu.Lock()
+	m.net.ready = false
+	m.net.mu.Unlock()
+	spec.Network, spec.Aliases = "", nil
+	m.placeOnNetwork(ctx, name, prof, &spec)
+	if rerr := m.rt.Run(ctx, spec); rerr != nil {
+		return fmt.Errorf("%w (and again with the network made anew: %v)", err, rerr)
+	}
+	return nil
+}
+
+// PeerReacher is implemented by engines that say whether containers on
+// one network reach each other at all (Apple's container on macOS 15
+// isolates every container).
+type PeerReacher interface {
+	PeersReachable() (ok bool, why string)
+}
+
+// NetworkReport says how the sandboxes reach each other.
+type NetworkReport struct {
+	// Platform says in a sentence how sandboxes reach each other here.
+	Platform  string       `json:"platform"`
+	Sandboxes []SandboxNet `json:"sandboxes"`
+}
+
+// SandboxNet is one sandbox's place in the network.
+type SandboxNet struct {
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// Networks are its networks with its address on each (none while
+	// stopped).
+	Networks []Attachment `json:"networks"`
+	// Isolated is set for a sandbox with network "none".
+	Isolated bool `json:"isolated,omitempty"`
+	// Names are the host names other sandboxes reach it by.
+	Names []string `json:"names,omitempty"`
+	// ReachesByName are the running sandboxes it reaches by name;
+	// ReachesByAddress those it reaches only by their address.
+	ReachesByName    []string `json:"reaches_by_name"`
+	ReachesByAddress []string `json:"reaches_by_address,omitempty"`
+}
+
+// NetworkInfo reports the sandboxes' addresses and which reach which;
+// with name set, only that sandbox (which must exist).
+func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, error) {
+	if name != "" {
+		if _, err := m.Status(ctx, name); err != nil {
+			return NetworkReport{}, err
+		}
+	}
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return NetworkReport{}, err
+	}
+	var all []Container
+	for _, c := range cs {
+		if c.Name == m.ContainerFor(c.Labels[LabelName]) {
+			all = append(all, c)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Labels[LabelName] < all[j].Labels[LabelName] })
+	_, named := m.rt.(Networker)
+	reachable, why := true, ""
+	if pr, ok := m.rt.(PeerReacher); ok {
+		reachable, why = pr.PeersReachable()
+	}
+	rep := NetworkReport{Platform: m.platformNote(named, reachable, why), Sandboxes: []SandboxNet{}}
+	for _, a := range all {
+		an := a.Labels[LabelName]
+		if name != "" && an != name {
+			continue
+		}
+		sn := SandboxNet{Name: an, State: a.State, Networks: a.Networks, Isolated: a.NoNetwork, ReachesByName: []string{}}
+		if sn.Networks == nil {
+			sn.Networks = []Attachment{}
+		}
+		if named && m.onShared(a) {
+			sn.Names = []string{an, a.Name}
+		}
+		for _, b := range all {
+			bn := b.Labels[LabelName]
+			if bn == an || !a.Running() || !b.Running() || !reachable || a.NoNetwork || b.NoNetwork {
+				continue
+			}
+			switch {
+			case named && m.onShared(a) && m.onShared(b):
+				sn.ReachesByName = append(sn.ReachesByName, bn)
+			case shareNetwork(a, b):
+				sn.ReachesByAddress = append(sn.ReachesByAddress, bn)
+			}
+		}
+		rep.Sandboxes = append(rep.Sandboxes, sn)
+	}
+	return rep, nil
+}
+
+// onShared reports whether c is on the shared network with an address.
+func (m *Manager) onShared(c Container) bool {
+	return slices.ContainsFunc(c.Networks, func(a Attachment) bool { return a.Network == m.NetworkName() && a.IP != "" })
+}
+
+// shareNetwork reports whether a and b have addresses on one network.
+func shareNetwork(a, b Container) bool {
+	for _, x := range a.Networks {
+		for _, y := range b.Networks {
+			if x.Network == y.Network && x.IP != "" && y.IP != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (m *Manager) platformNote(named, reachable bool, why string) string {
+	switch {
+	case !reachable:
+		return why
+	case named:
+		return fmt.Sprintf("sandboxes share the %s network %q and reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\") through %s's DNS; "+
+			"one with network \"none\" reaches none, and one booted before the network existed reaches the others by address only", m.rt.Kind(), m.NetworkName(), m.rt.Kind())
+	default:
+		return fmt.Sprintf("sandboxes share %s's default network and reach each other by address (listed); %s resolves no sandbox names", m.rt.Kind(), m.rt.Kind())
+	}
+}
