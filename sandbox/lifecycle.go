@@ -207,6 +207,9 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	}
 	m.log.Info("sandbox ready", "name", name, "container", sb.Container,
 		"created", binfo.Created, "started", binfo.Started, "adopted", binfo.Adopted, "took", binfo.Took)
+	if binfo.Created || binfo.Started {
+		m.refreshHostsSoon() // network.go
+	}
 	return sb, binfo, nil
 }
 
@@ -472,6 +475,9 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 			if err := m.cfg.Sandboxes.DeleteSandbox(name); err != nil {
 				m.log.Warn("forget sandbox record", "sandbox", name, "err", err)
 			}
+		}
+		if existed {
+			m.refreshHostsSoon() // network.go
 		}
 	}
 	return existed, err

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +17,12 @@ import (
 // sandbox "web". A sandbox with network "none" has loopback only. Other
 // engines (Apple's container) boot sandboxes on their default network.
 //
+// Where the engine resolves no sandbox names but lets containers reach
+// each other by address (Apple's container on macOS 26), the server keeps
+// a block of /etc/hosts in every running sandbox that names the others,
+// rewritten whenever a sandbox boots or is destroyed (and before a
+// network_info answers).
+//
 // A boot needs only a network name and the aliases on it, so a family of
 // sandboxes can be given a network of its own the same way.
 
@@ -23,6 +30,80 @@ import (
 type netState struct {
 	mu    sync.Mutex
 	ready bool
+	hosts sync.Mutex // one hosts refresh at a time
+}
+
+// hostsMark ends each /etc/hosts line the server keeps.
+const hostsMark = " # sandbox-mcp"
+
+// hostsScript replaces the kept lines of /etc/hosts with its arguments,
+// in place (engines bind-mount the file, so it cannot be renamed over).
+const hostsScript = `kept=$(grep -v ' # sandbox-mcp$' /etc/hosts 2>/dev/null)
+{ [ -n "$kept" ] && printf '%s\n' "$kept"; for l in "$@"; do printf '%s # sandbox-mcp\n' "$l"; done; } >/etc/hosts`
+
+// keepsHosts reports whether this engine's sandboxes find each other
+// through kept /etc/hosts lines rather than the engine's DNS.
+func (m *Manager) keepsHosts() bool {
+	if _, ok := m.rt.(Networker); ok {
+		return false
+	}
+	if pr, ok := m.rt.(PeerReacher); ok {
+		reachable, _ := pr.PeersReachable()
+		return reachable
+	}
+	return true
+}
+
+// refreshHostsSoon rewrites the kept hosts lines in the background.
+func (m *Manager) refreshHostsSoon() {
+	if m.keepsHosts() {
+		m.spawn(func() { m.refreshHosts(m.life) })
+	}
+}
+
+// refreshHosts writes, in every running sandbox of this prefix, one hosts
+// line for each other running sandbox it shares a network with: its
+// address, then its sandbox and container names. Everything written comes
+// from the engine's inspect and is checked first: an address must parse,
+// a name must be valid.
+func (m *Manager) refreshHosts(ctx context.Context) {
+	m.net.hosts.Lock()
+	defer m.net.hosts.Unlock()
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		m.log.Debug("refresh the sandboxes' hosts entries", "err", err)
+		return
+	}
+	var running []Container
+	for _, c := range cs {
+		if c.Running() && !c.NoNetwork && ValidateName(c.Labels[LabelName]) == nil && c.Name == m.ContainerFor(c.Labels[LabelName]) {
+			running = append(running, c)
+		}
+	}
+	for _, a := range running {
+		var lines []string
+		for _, b := range running {
+			if ip := sharedIP(a, b); b.Name != a.Name && net.ParseIP(ip) != nil {
+				lines = append(lines, ip+" "+b.Labels[LabelName]+" "+b.Name)
+			}
+		}
+		argv := append([]string{"sh", "-c", hostsScript, "sh"}, lines...)
+		if out, err := m.rt.Exec(ctx, a.Name, ExecSpec{Argv: argv, User: "root"}); err != nil || out.ExitCode != 0 {
+			m.log.Debug("write hosts entries", "sandbox", a.Labels[LabelName], "err", err, "stderr", shorten(string(out.Stderr), 200))
+		}
+	}
+}
+
+// sharedIP is b's address on a network a is on too, or "".
+func sharedIP(a, b Container) string {
+	for _, x := range a.Networks {
+		for _, y := range b.Networks {
+			if x.Network == y.Network && x.IP != "" && y.IP != "" {
+				return y.IP
+			}
+		}
+	}
+	return ""
 }
 
 // NetworkName is the network the sandboxes of this Manager share, where
@@ -136,12 +217,16 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].Labels[LabelName] < all[j].Labels[LabelName] })
+	if m.keepsHosts() {
+		m.refreshHosts(ctx)
+	}
 	_, named := m.rt.(Networker)
+	hosts := m.keepsHosts()
 	reachable, why := true, ""
 	if pr, ok := m.rt.(PeerReacher); ok {
 		reachable, why = pr.PeersReachable()
 	}
-	rep := NetworkReport{Platform: m.platformNote(named, reachable, why), Sandboxes: []SandboxNet{}}
+	rep := NetworkReport{Platform: m.platformNote(named, hosts, reachable, why), Sandboxes: []SandboxNet{}}
 	for _, a := range all {
 		an := a.Labels[LabelName]
 		if name != "" && an != name {
@@ -151,7 +236,7 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 		if sn.Networks == nil {
 			sn.Networks = []Attachment{}
 		}
-		if named && m.onShared(a) {
+		if (named && m.onShared(a)) || (hosts && a.Running() && !a.NoNetwork) {
 			sn.Names = []string{an, a.Name}
 		}
 		for _, b := range all {
@@ -160,9 +245,9 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 				continue
 			}
 			switch {
-			case named && m.onShared(a) && m.onShared(b):
+			case named && m.onShared(a) && m.onShared(b), hosts && sharedIP(a, b) != "":
 				sn.ReachesByName = append(sn.ReachesByName, bn)
-			case shareNetwork(a, b):
+			case sharedIP(a, b) != "":
 				sn.ReachesByAddress = append(sn.ReachesByAddress, bn)
 			}
 		}
@@ -176,26 +261,17 @@ func (m *Manager) onShared(c Container) bool {
 	return slices.ContainsFunc(c.Networks, func(a Attachment) bool { return a.Network == m.NetworkName() && a.IP != "" })
 }
 
-// shareNetwork reports whether a and b have addresses on one network.
-func shareNetwork(a, b Container) bool {
-	for _, x := range a.Networks {
-		for _, y := range b.Networks {
-			if x.Network == y.Network && x.IP != "" && y.IP != "" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func (m *Manager) platformNote(named, reachable bool, why string) string {
+func (m *Manager) platformNote(named, hosts, reachable bool, why string) string {
 	switch {
 	case !reachable:
 		return why
 	case named:
 		return fmt.Sprintf("sandboxes share the %s network %q and reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\") through %s's DNS; "+
 			"one with network \"none\" reaches none, and one booted before the network existed reaches the others by address only", m.rt.Kind(), m.NetworkName(), m.rt.Kind())
+	case hosts:
+		return fmt.Sprintf("sandboxes share %s's default network; the server keeps each running sandbox's /etc/hosts naming the others, "+
+			"so they reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\"); one with network \"none\" reaches none", m.rt.Kind())
 	default:
-		return fmt.Sprintf("sandboxes share %s's default network and reach each other by address (listed); %s resolves no sandbox names", m.rt.Kind(), m.rt.Kind())
+		return fmt.Sprintf("sandboxes share %s's default network and reach each other by address (listed)", m.rt.Kind())
 	}
 }

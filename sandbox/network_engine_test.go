@@ -48,23 +48,28 @@ func TestNetworkOnEngine(t *testing.T) {
 			if len(rep.Sandboxes) != 3 || !iso.Isolated || len(iso.ReachesByName)+len(iso.ReachesByAddress) != 0 {
 				t.Fatalf("report: %+v", rep)
 			}
-			_, named := rt.(sandbox.Networker)
-			target := "web:8000"
-			if named {
-				if !slices.Equal(client.ReachesByName, []string{"web"}) || !slices.Contains(web.Names, "web") {
-					t.Fatalf("by name: %+v", rep)
-				}
-			} else {
-				if !slices.Equal(client.ReachesByAddress, []string{"web"}) || web.Networks[0].IP == "" {
-					t.Fatalf("by address: %+v", rep)
-				}
-				target = web.Networks[0].IP + ":8000"
+			if !slices.Equal(client.ReachesByName, []string{"web"}) || !slices.Contains(web.Names, "web") || web.Networks[0].IP == "" {
+				t.Fatalf("by name: %+v", rep)
 			}
-			if o := run(t, m, "client", shell.Request{Command: fetch + target}); o.stdout != "hi-from-web\n" {
-				t.Fatalf("client -> %s: %+v\n%s", target, o, rep.Platform)
+			for _, target := range []string{"web:8000", web.Networks[0].IP + ":8000"} {
+				if o := run(t, m, "client", shell.Request{Command: fetch + target}); o.stdout != "hi-from-web\n" {
+					t.Fatalf("client -> %s: %+v\n%s", target, o, rep.Platform)
+				}
+				if o := run(t, m, "iso", shell.Request{Command: fetch + target}); !strings.HasPrefix(o.stdout, "failed:") {
+					t.Fatalf("the isolated sandbox reached %s: %+v", target, o)
+				}
 			}
-			if o := run(t, m, "iso", shell.Request{Command: fetch + target}); !strings.HasPrefix(o.stdout, "failed:") {
-				t.Fatalf("the isolated sandbox reached %s: %+v", target, o)
+			if _, named := rt.(sandbox.Networker); !named {
+				// Kept hosts entries: a destroyed sandbox leaves them.
+				if _, err := m.Destroy(ctx, "web"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.NetworkInfo(ctx, ""); err != nil {
+					t.Fatal(err)
+				}
+				if o := run(t, m, "client", shell.Request{Command: "grep -c ' web ' /etc/hosts"}); o.stdout != "0\n" {
+					t.Fatalf("the destroyed sandbox is still in the client's hosts: %+v", o)
+				}
 			}
 			one, err := m.NetworkInfo(ctx, "client")
 			if err != nil || len(one.Sandboxes) != 1 || one.Sandboxes[0].Name != "client" {
