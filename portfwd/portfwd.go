@@ -93,7 +93,9 @@ type forward struct {
 	connections atomic.Int64
 	active      atomic.Int64
 	via         atomic.Pointer[string] // the path of the last connection
+	started     time.Time
 	done        chan struct{}
+	served      chan struct{} // closed when the accept loop has returned
 	stopOnce    sync.Once
 	conns       sync.WaitGroup
 }
@@ -111,8 +113,8 @@ type Set struct {
 	leasing map[key]bool
 }
 
-// New returns a Set. With a Store, call Resume to take over recorded
-// forwards that no server serves.
+// New returns a Set. With a Store, it serves recorded forwards that no
+// server serves, and follows unexposes made through other servers.
 func New(opt Options) *Set {
 	if opt.Bind == "" {
 		opt.Bind = "127.0.0.1"
@@ -124,7 +126,12 @@ func New(opt Options) *Set {
 		opt.Every = time.Second
 	}
 	life, end := context.WithCancel(context.Background())
-	return &Set{opt: opt, life: life, end: end, fw: map[key]*forward{}, leasing: map[key]bool{}}
+	s := &Set{opt: opt, life: life, end: end, fw: map[key]*forward{}, leasing: map[key]bool{}}
+	if opt.Store != nil {
+		s.wg.Add(1)
+		go s.watch()
+	}
+	return s
 }
 
 func checkPort(what string, p int, zeroOK bool) error {
@@ -176,7 +183,7 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 		lock.Release()
 		return Info{}, fmt.Errorf("listen on %s:%d: %w", s.opt.Bind, hostPort, err)
 	}
-	f := &forward{key: k, ln: ln, hostPort: ln.Addr().(*net.TCPAddr).Port, lock: lock, done: make(chan struct{})}
+	f := &forward{key: k, ln: ln, hostPort: ln.Addr().(*net.TCPAddr).Port, lock: lock, done: make(chan struct{}), served: make(chan struct{})}
 	if s.opt.Store != nil {
 		if err := s.opt.Store.PutForward(state.Forward{Sandbox: sandbox, Port: port, HostPort: f.hostPort, Created: time.Now().UTC()}); err != nil {
 			ln.Close()
@@ -207,41 +214,17 @@ func (s *Set) record(k key) (state.Forward, bool) {
 
 // start serves f here; s.mu is held.
 func (s *Set) start(f *forward) {
+	f.started = time.Now()
 	s.fw[f.key] = f
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.serve(f)
-	}()
-	if s.opt.Store != nil {
-		// Another server's unexpose removes the record: stop then.
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			t := time.NewTicker(s.opt.Every)
-			defer t.Stop()
-			for {
-				select {
-				case <-f.done:
-					return
-				case <-t.C:
-				}
-				if recs, err := s.opt.Store.Forwards(); err == nil && !hasRecord(recs, f.key) {
-					s.forget(f.key)
-					return
-				}
-			}
-		}()
-	}
-}
-
-func hasRecord(recs []state.Forward, k key) bool {
-	for _, r := range recs {
-		if r.Sandbox == k.sandbox && r.Port == k.port {
-			return true
+		failed := s.serve(f)
+		close(f.served)
+		if failed {
+			s.forget(f.key)
 		}
-	}
-	return false
+	}()
 }
 
 func (s *Set) infoOf(k key, hostPort int) Info {
@@ -266,14 +249,15 @@ func (s *Set) info(f *forward) Info {
 	return in
 }
 
-// serve accepts connections until the forward is stopped.
-func (s *Set) serve(f *forward) {
+// serve accepts connections until the forward is stopped; it reports
+// whether it ended on its own (the listener failed).
+func (s *Set) serve(f *forward) bool {
 	for {
 		c, err := f.ln.Accept()
 		if err != nil {
 			select {
 			case <-f.done:
-				return
+				return false
 			default:
 			}
 			var ne net.Error
@@ -281,8 +265,7 @@ func (s *Set) serve(f *forward) {
 				continue
 			}
 			s.opt.Log.Warn("port forward: accept", "sandbox", f.sandbox, "port", f.port, "err", err)
-			s.forget(f.key)
-			return
+			return true
 		}
 		f.connections.Add(1)
 		f.active.Add(1)
@@ -371,6 +354,7 @@ func (s *Set) stop(f *forward) {
 	f.stopOnce.Do(func() {
 		close(f.done)
 		f.ln.Close()
+		<-f.served // no connection is added after this
 		f.conns.Wait()
 		if f.lock != nil {
 			f.lock.Release()
@@ -433,45 +417,55 @@ func (s *Set) Drop(sandbox string) {
 	}
 }
 
-// Resume takes over, in the background, recorded forwards that no server
-// serves (their server ended), and keeps doing so until Close.
-func (s *Set) Resume() {
-	if s.opt.Store == nil {
-		return
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		t := time.NewTimer(0)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.life.Done():
-				return
-			case <-t.C:
-			}
-			s.adopt()
-			t.Reset(s.opt.Every)
+// watch keeps this Set in line with the records until Close: once every
+// Every it stops serving the forwards whose record is gone (unexposed or
+// dropped through another server) and takes over, under their lease, the
+// recorded forwards that no server serves (their server ended).
+func (s *Set) watch() {
+	defer s.wg.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.life.Done():
+			return
+		case <-t.C:
 		}
-	}()
+		s.sync()
+		t.Reset(s.opt.Every)
+	}
 }
 
-func (s *Set) adopt() {
+func (s *Set) sync() {
+	readAt := time.Now()
 	recs, err := s.opt.Store.Forwards()
 	if err != nil {
+		s.opt.Log.Debug("port forward: read the records", "err", err)
 		return
 	}
+	recorded := make(map[key]bool, len(recs))
 	for _, r := range recs {
-		k := key{r.Sandbox, r.Port}
-		s.mu.Lock()
-		busy := s.fw[k] != nil || s.leasing[k]
-		if !busy {
+		recorded[key{r.Sandbox, r.Port}] = true
+	}
+	var gone, free []key
+	s.mu.Lock()
+	for k, f := range s.fw {
+		// A forward started after the read is not in it yet.
+		if !recorded[k] && f.started.Before(readAt) {
+			gone = append(gone, k)
+		}
+	}
+	for k := range recorded {
+		if s.fw[k] == nil && !s.leasing[k] && s.life.Err() == nil {
 			s.leasing[k] = true
+			free = append(free, k)
 		}
-		s.mu.Unlock()
-		if busy {
-			continue
-		}
+	}
+	s.mu.Unlock()
+	for _, k := range gone {
+		s.forget(k)
+	}
+	for _, k := range free {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -511,7 +505,7 @@ func (s *Set) takeOver(k key, lock *locks.Held) {
 		return
 	}
 	s.opt.Log.Info("port forward taken over", "sandbox", k.sandbox, "port", k.port, "host_port", rec.HostPort)
-	s.start(&forward{key: k, ln: ln, hostPort: rec.HostPort, lock: lock, done: make(chan struct{})})
+	s.start(&forward{key: k, ln: ln, hostPort: rec.HostPort, lock: lock, done: make(chan struct{}), served: make(chan struct{})})
 }
 
 // Close stops serving here; the records stay for the next server.

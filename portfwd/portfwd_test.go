@@ -179,7 +179,6 @@ func TestForwardsOutliveTheirServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Resume()
 	time.Sleep(100 * time.Millisecond) // several of B's polls
 	if l := b.List(""); len(l) != 1 || l[0].Server != fmt.Sprintf("server pid %d", os.Getpid()) || l[0].HostPort != info.HostPort {
 		t.Fatalf("B's list while A serves: %+v", l)

@@ -183,7 +183,6 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	env.Syncs = syncer.New(syncer.Options{Remote: m, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Logger: logger})
 	env.Ports = portfwd.New(portfwd.Options{Dial: m.DialExisting, Log: logger, Bind: cfg.PortsBind,
 		Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}})
-	env.Ports.Resume()
 	m.OnLifecycle(func(name, event string) {
 		if event == "destroy" {
 			env.Ports.Drop(name)
