@@ -2,10 +2,7 @@ package state
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Sandbox records what a server booted or adopted a sandbox with, for the
@@ -24,48 +21,17 @@ type Sandbox struct {
 
 // PutSandbox stores or replaces a sandbox record.
 func (s *Store) PutSandbox(sb Sandbox) error {
-	data, err := json.Marshal(sb)
-	if err != nil {
-		return err
-	}
-	return s.update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketSandbox)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(sb.Name), data)
-	})
+	return s.putRecord(bucketSandbox, []byte(sb.Name), sb)
 }
 
 // Sandboxes returns every sandbox record, in name order; unreadable
 // records are skipped.
 func (s *Store) Sandboxes() ([]Sandbox, error) {
-	var out []Sandbox
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSandbox)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(_, v []byte) error {
-			var sb Sandbox
-			if json.Unmarshal(v, &sb) == nil {
-				out = append(out, sb)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read sandbox records: %w", err)
-	}
-	return out, nil
+	return listRecords[Sandbox](s, bucketSandbox, "sandbox")
 }
 
 // DeleteSandbox forgets a sandbox's record.
 func (s *Store) DeleteSandbox(name string) error {
-	return s.update(func(tx *bolt.Tx) error {
-		if b := tx.Bucket(bucketSandbox); b != nil {
-			return b.Delete([]byte(name))
-		}
-		return nil
-	})
+	_, err := s.deleteRecord(bucketSandbox, []byte(name))
+	return err
 }

@@ -54,50 +54,16 @@ func (s *Store) AddSnapshot(sn Snapshot) error {
 
 // Snapshot returns one snapshot record.
 func (s *Store) Snapshot(name string) (sn Snapshot, ok bool, err error) {
-	err = s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSnaps)
-		if b == nil {
-			return nil
-		}
-		v := b.Get([]byte(name))
-		if v == nil {
-			return nil
-		}
-		ok = true
-		return json.Unmarshal(v, &sn)
-	})
-	return sn, ok, err
+	return getRecord[Snapshot](s, bucketSnaps, []byte(name))
 }
 
-// Snapshots returns every snapshot record, in name order.
+// Snapshots returns every snapshot record, in name order; unreadable
+// ones are skipped.
 func (s *Store) Snapshots() ([]Snapshot, error) {
-	var out []Snapshot
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSnaps)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(_, v []byte) error {
-			var sn Snapshot
-			if json.Unmarshal(v, &sn) == nil {
-				out = append(out, sn)
-			}
-			return nil
-		})
-	})
-	return out, err
+	return listRecords[Snapshot](s, bucketSnaps, "snapshot")
 }
 
 // DeleteSnapshot forgets a snapshot; it reports whether there was one.
 func (s *Store) DeleteSnapshot(name string) (bool, error) {
-	found := false
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSnaps)
-		if b == nil || b.Get([]byte(name)) == nil {
-			return nil
-		}
-		found = true
-		return b.Delete([]byte(name))
-	})
-	return found, err
+	return s.deleteRecord(bucketSnaps, []byte(name))
 }

@@ -35,17 +35,7 @@ var ErrNoSync = errors.New("no such sync job")
 
 // PutSync stores or replaces a sync record.
 func (s *Store) PutSync(j Sync) error {
-	data, err := json.Marshal(j)
-	if err != nil {
-		return err
-	}
-	return s.update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketSyncs)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(j.ID), data)
-	})
+	return s.putRecord(bucketSyncs, []byte(j.ID), j)
 }
 
 // UpdateSync changes a recorded sync with fn; a record that is gone
@@ -75,36 +65,10 @@ func (s *Store) UpdateSync(id string, fn func(*Sync)) error {
 
 // Syncs returns every sync record, in id order; unreadable ones are skipped.
 func (s *Store) Syncs() ([]Sync, error) {
-	var out []Sync
-	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSyncs)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(_, v []byte) error {
-			var j Sync
-			if json.Unmarshal(v, &j) == nil {
-				out = append(out, j)
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read sync records: %w", err)
-	}
-	return out, nil
+	return listRecords[Sync](s, bucketSyncs, "sync")
 }
 
 // DeleteSync forgets a sync job; it reports whether there was one.
 func (s *Store) DeleteSync(id string) (bool, error) {
-	found := false
-	err := s.update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSyncs)
-		if b == nil || b.Get([]byte(id)) == nil {
-			return nil
-		}
-		found = true
-		return b.Delete([]byte(id))
-	})
-	return found, err
+	return s.deleteRecord(bucketSyncs, []byte(id))
 }
