@@ -38,13 +38,17 @@ func InitScript(workdir string) string {
 // before every command.
 const SyncCall = "__sbx_sync"
 
+// The check runs before every command, so it takes no redirection it can
+// do without (each costs the shell a save and restore of the fd): the
+// file is tested before it is read rather than errors sent to /dev/null.
 const syncFunc = SyncCall + "() {\n" +
-	`__sbx_a=; read -r __sbx_a <` + anyGenFile + ` 2>/dev/null
-if [ "$__sbx_a" != "${__sbx_anygen-none}" ]; then
-` + EnvSync + StateSync + `__sbx_anygen=$__sbx_a
-fi
+	`__sbx_a=; [ -r ` + anyGenFile + ` ] && read -r __sbx_a <` + anyGenFile + `
+if [ "$__sbx_a" != "${__sbx_anygen-none}" ]; then __sbx_load "$__sbx_a" </dev/null >/dev/null 2>&1; fi
 unset __sbx_a
-} </dev/null >/dev/null 2>&1
+}
+__sbx_load() {
+` + EnvSync + StateSync + `__sbx_anygen=$1
+}
 `
 
 // anyGenFile changes whenever the env store or the shell store does, so a

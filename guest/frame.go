@@ -52,11 +52,18 @@ func InitFrame(marker, init string) string {
 
 // frameFuncs are the framing shell's own functions: __sbx_pre M opens a
 // frame, __sbx_end M S closes it (with the state block when S is 1).
-const frameFuncs = `__sbx_pre() { if [ -n "${__sbx_synced-}" ]; then __sbx_synced=; printf '%s}%s\n' "$1" "$PWD" >&3; export -p >&3; fi
-printf '%s>\n' "$1" >&3; printf '%s<\n' "$1" >&4; __sbx_b=${!-}; }
+//
+// They write the protocol to fds 1 and 2, which in the framing shell are
+// always the protocol pipes (fds 3 and 4 are copies): commands that could
+// redirect the shell's own fds for good (exec, eval, ...) run isolated,
+// and the server's trusted scripts leave them as they found them. Every
+// redirection a builtin takes costs the shell a save and a restore of the
+// fd, system calls that a VM's exec relay makes dear.
+const frameFuncs = `__sbx_pre() { if [ -n "${__sbx_synced-}" ]; then __sbx_synced=; printf '%s}%s\n' "$1" "$PWD"; export -p; fi
+printf '%s>\n' "$1"; printf '%s<\n' "$1" >&2; __sbx_b=${!-}; }
 __sbx_end() { case "${!-}" in "$__sbx_b") __sbx_b=0;; *) __sbx_b=1;; esac
-if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD" >&3; export -p >&3; fi
-printf '\n%s %d %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$1" >&3; printf '\n%s\n' "$1" >&4; }
+if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD"; export -p; fi
+printf '\n%s %d %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$1"; printf '\n%s\n' "$1" >&2; }
 `
 
 // stateBlock reports the shell's working directory and exports from a
@@ -133,8 +140,6 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	// died before the command from one that died during it.
 	b.WriteString("__sbx_pre " + marker + "\n")
 	isolated := req.Stdin != nil || (!req.Trusted && NeedsIsolation(req.Command))
-	// fds 1 and 2 are re-pointed at the protocol fds for the command, so a
-	// permanent redirection inside it (`exec >/dev/null`) ends with it.
 	run := "command eval " + quote(req.Command)
 	cd := ""
 	if req.Workdir != "" {
@@ -145,7 +150,11 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 		if cd != "" {
 			b.WriteString("__sbx_o=$PWD; ")
 		}
-		b.WriteString(cd + run + " </dev/null >&3 2>&4 3>&- 4>&-\n__sbx_rc=$?; unset " + RunVar + "\n")
+		// In the framing shell the command's fds 1 and 2 are the
+		// protocol pipes already, and it cannot redirect them for good
+		// (see NeedsIsolation): only stdin is pointed away from the
+		// frames.
+		b.WriteString(cd + run + " </dev/null\n__sbx_rc=$?; unset " + RunVar + "\n")
 		if cd != "" {
 			b.WriteString("cd -- \"$__sbx_o\" 2>/dev/null; unset __sbx_o\n")
 		}
