@@ -177,6 +177,20 @@ func TestLargeMessages(t *testing.T) {
 			if r := s.call(t, "exec", map[string]any{"command": "sha256sum </tmp/big"}); !strings.HasPrefix(r.str("stdout"), hex.EncodeToString(sum[:])) {
 				t.Fatalf("the file differs: %q", r.str("stdout"))
 			}
+			// Long text full of escapes, alone and nested in batch_write,
+			// lands byte for byte too.
+			text := strings.Repeat("line \"quoted\" \\ back\tslash é ✓ </x>\n", 100_000)
+			tsum := sha256.Sum256([]byte(text))
+			if r := s.call(t, "write_file", map[string]any{"path": "/tmp/text", "content": text}); r.isError {
+				t.Fatalf("long text write_file: %s", r.text)
+			}
+			if r := s.call(t, "batch_write", map[string]any{"files": map[string]any{"/tmp/b1": text, "/tmp/b2": "short"}}); r.isError {
+				t.Fatalf("long text batch_write: %s", r.text)
+			}
+			if r := s.call(t, "exec", map[string]any{"command": "sha256sum </tmp/text; sha256sum </tmp/b1; cat /tmp/b2"}); r.str("stdout") !=
+				strings.Repeat(hex.EncodeToString(tsum[:])+"  -\n", 2)+"short" {
+				t.Fatalf("the long text differs: %q", r.str("stdout"))
+			}
 			deadline := time.Now().Add(hangGuard)
 			for {
 				after := procKB(t, pid, "VmRSS")

@@ -199,7 +199,8 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	s.ms = server.NewMCPServer("sandbox-mcp", version,
 		server.WithToolCapabilities(opts.Dynamic),
 		server.WithRecovery(),
-		server.WithToolHandlerMiddleware(args.middleware), // outermost: nothing runs on bad arguments
+		server.WithToolHandlerMiddleware(restoreLifted),   // outermost: the arguments as sent
+		server.WithToolHandlerMiddleware(args.middleware), // nothing runs on bad arguments
 		server.WithToolHandlerMiddleware(releaseAfterLarge),
 		server.WithHooks(dropRawArguments()),
 		server.WithInstructions(instructions),
@@ -287,6 +288,7 @@ func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 	lim := msglimit.New(in, out, msglimit.Options{
 		Hint:    largeDataHint(ms),
 		Dropped: func() { go debug.FreeOSMemory() },
+		Blobs:   lifted,
 	})
 	ss := server.NewStdioServer(ms)
 	if errLog != nil {
@@ -336,6 +338,23 @@ func largeDataHint(ms *server.MCPServer) func() string {
 // largeArgs is the size of a tool call's string arguments past which the
 // memory the call used is returned to the OS once it is answered.
 const largeArgs = 1 << 20
+
+// lifted holds the long strings that the stdio reader lifts out of long
+// messages, so that the transport copies a small message rather than
+// tens of MiB several times (see msglimit); restoreLifted puts them back.
+var lifted = msglimit.NewBlobs()
+
+// restoreLifted gives the handlers the arguments as the client sent them.
+func restoreLifted(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args, ok := lifted.Resolve(req.Params.Arguments)
+		if !ok {
+			return mcp.NewToolResultError(req.Params.Name + ": a long argument of this call was lost before the call ran (it waited over a minute); send the call again"), nil
+		}
+		req.Params.Arguments = args
+		return next(ctx, req)
+	}
+}
 
 // releaseAfterLarge marks a large tool call as answered, so the next reply
 // written returns the freed memory (the transport holds the request until

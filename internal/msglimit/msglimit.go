@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"sync"
 )
 
@@ -47,6 +48,11 @@ type Options struct {
 	// through and the transport is done with its part (a place to return
 	// memory to the OS).
 	Dropped func()
+	// Blobs, if set, receives the long strings of messages of LiftAt bytes
+	// or more (see lift.go); such messages are held whole before they
+	// pass. LiftAt 0 means DefaultLiftAt.
+	Blobs  *Blobs
+	LiftAt int64
 }
 
 // Limiter is a bounded stdin and a stdout for one transport.
@@ -55,9 +61,11 @@ type Limiter struct {
 	br   *bufio.Reader
 
 	// Read side, used by the transport's one reader goroutine.
-	out        []byte // passable bytes not yet read
+	out        []byte   // passable bytes not yet read
+	queue      [][]byte // more passable bytes, after out
+	held       pieces   // the current message, held to lift its strings
 	err        error
-	n          int64  // bytes of the current message passed on
+	n          int64  // bytes of the current message read
 	prefix     []byte // the current message's first IDWindow bytes
 	discarding bool   // dropping the rest of an over-long message
 	cutPassed  bool   // ...of which the transport saw a part
@@ -72,6 +80,9 @@ type Limiter struct {
 func New(in io.Reader, out io.Writer, opts Options) *Limiter {
 	if opts.Max <= 0 {
 		opts.Max = DefaultMax
+	}
+	if opts.LiftAt <= 0 {
+		opts.LiftAt = DefaultLiftAt
 	}
 	return &Limiter{opts: opts, br: bufio.NewReaderSize(in, readSize), w: out}
 }
@@ -88,6 +99,10 @@ type limitReader struct{ l *Limiter }
 func (r limitReader) Read(p []byte) (int, error) {
 	l := r.l
 	for len(l.out) == 0 {
+		if len(l.queue) > 0 {
+			l.out, l.queue = l.queue[0], l.queue[1:]
+			continue
+		}
 		if l.err != nil {
 			return 0, l.err
 		}
@@ -124,7 +139,15 @@ func (l *Limiter) fill() {
 	if l.n+body <= l.opts.Max {
 		l.keepPrefix(piece)
 		l.n += body
-		l.out = piece
+		switch {
+		case l.opts.Blobs == nil || (complete && l.held == nil):
+			l.out = piece // whole in one piece, or nothing to lift into
+		default:
+			l.held = append(l.held, bytes.Clone(piece))
+			if complete {
+				l.pass()
+			}
+		}
 		if complete {
 			l.endMessage()
 		}
@@ -134,7 +157,8 @@ func (l *Limiter) fill() {
 	// and the rest is dropped.
 	l.keepPrefix(piece)
 	id := findID(l.prefix)
-	passed := l.n > 0
+	passed := l.n > 0 && l.opts.Blobs == nil
+	l.held = nil
 	if passed {
 		l.out = []byte("#\n")
 	}
@@ -147,6 +171,23 @@ func (l *Limiter) fill() {
 	} else {
 		l.discarding, l.cutPassed = true, passed
 	}
+}
+
+// pass hands the held message on, with its long strings lifted when it
+// is long enough.
+func (l *Limiter) pass() {
+	held := l.held
+	l.held = nil
+	if l.n >= l.opts.LiftAt {
+		if out := held.lift(l.opts.Blobs); out != nil {
+			l.queue = append(l.queue, out)
+			// The pieces are garbage now: give their memory back before
+			// the handler makes its own copies.
+			debug.FreeOSMemory()
+			return
+		}
+	}
+	l.queue = append(l.queue, held...)
 }
 
 func (l *Limiter) keepPrefix(piece []byte) {
