@@ -47,12 +47,6 @@ func (b *bench) execFloor() error {
 // concurrency, and reports exec against the floors' sum.
 func (b *bench) floorRows(ctr, client string, raw *rawClient, conc int) error {
 	n := b.n
-	frame, err := timeParallel(conc, n, func(int) (func() error, func(), error) {
-		return openFrameShell(b.engine, ctr)
-	})
-	if err != nil {
-		return fmt.Errorf("framing floor: %w", err)
-	}
 	pingCall := func() error { return b.main.cs.Ping(b.ctx, nil) }
 	execCall := func() error { _, err := b.main.execTrue(b.ctx, "default"); return err }
 	if client == "raw" {
@@ -61,13 +55,33 @@ func (b *bench) floorRows(ctr, client string, raw *rawClient, conc int) error {
 			return raw.call(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"exec","arguments":{"command":"true"}}}`)
 		}
 	}
-	ping, err := timeParallel(conc, n, func(int) (func() error, func(), error) { return pingCall, func() {}, nil })
-	if err != nil {
-		return fmt.Errorf("ping floor: %w", err)
-	}
-	execs, err := timeParallel(conc, n, func(int) (func() error, func(), error) { return execCall, func() {}, nil })
-	if err != nil {
-		return err
+	var frame, ping, execs []time.Duration
+	if conc == 1 {
+		// One call of each in turn, so that the machine's drift during
+		// the run weighs on the three alike.
+		frameCall, closeFrame, err := openFrameShell(b.engine, ctr)
+		if err != nil {
+			return fmt.Errorf("framing floor: %w", err)
+		}
+		lat, err := timeInterleaved(n, frameCall, pingCall, execCall)
+		closeFrame()
+		if err != nil {
+			return err
+		}
+		frame, ping, execs = lat[0], lat[1], lat[2]
+	} else {
+		var err error
+		if frame, err = timeParallel(conc, n, func(int) (func() error, func(), error) {
+			return openFrameShell(b.engine, ctr)
+		}); err != nil {
+			return fmt.Errorf("framing floor: %w", err)
+		}
+		if ping, err = timeParallel(conc, n, func(int) (func() error, func(), error) { return pingCall, func() {}, nil }); err != nil {
+			return fmt.Errorf("ping floor: %w", err)
+		}
+		if execs, err = timeParallel(conc, n, func(int) (func() error, func(), error) { return execCall, func() {}, nil }); err != nil {
+			return err
+		}
 	}
 	{
 		how := client + ", sequential"
@@ -276,6 +290,32 @@ func timeParallel(conc, n int, setup func(worker int) (func() error, func(), err
 	default:
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, nil
+}
+
+// timeInterleaved times n rounds of calls, one call of each per round in
+// turn, after a short warm-up, and returns each call's sorted times.
+func timeInterleaved(n int, calls ...func() error) ([][]time.Duration, error) {
+	for range 20 {
+		for _, c := range calls {
+			if err := c(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	lat := make([][]time.Duration, len(calls))
+	for range n {
+		for i, c := range calls {
+			start := time.Now()
+			if err := c(); err != nil {
+				return nil, err
+			}
+			lat[i] = append(lat[i], time.Since(start))
+		}
+	}
+	for _, l := range lat {
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+	}
 	return lat, nil
 }
 
