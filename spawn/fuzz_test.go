@@ -138,7 +138,7 @@ func FuzzDerive(f *testing.F) {
 		if d.TotalChildMemory > max(p.TotalChildMemory, MinDerivedMemory) || d.ChildMaxMemory > d.TotalChildMemory || d.ChildMaxMemory < MinMemory {
 			t.Fatalf("memory %+v from %+v", d, p)
 		}
-		if d.ChildTTL > p.ChildTTL || d.ChildTTL < 0 || d.ChildCanSpawn || d.InjectCtl || d.ChildAllowPortForward {
+		if d.ChildTTL > p.ChildTTL || d.ChildTTL < 0 || d.ChildCanSpawn || !d.InjectCtl || d.ChildAllowPortForward {
 			t.Fatalf("the rest %+v from %+v", d, p)
 		}
 	})

@@ -119,8 +119,9 @@ func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 // Derive is the policy a child spawns under when its parent's policy p
 // lets it spawn: counts and budgets halved (at least 1 and 128M), children
 // that live no longer than the child itself has left (left), and nothing
-// further: no spawning, port forwarding, resets, snapshots or socket
-// below it.
+// further below it: its children may not spawn, be exposed, reset or
+// snapshotted. The child itself has the control socket (it needs it to
+// spawn).
 func Derive(p Policy, left time.Duration) Policy {
 	d := p
 	d.MaxConcurrent = max(p.MaxConcurrent/2, 1)
@@ -131,7 +132,7 @@ func Derive(p Policy, left time.Duration) Policy {
 	d.ChildMaxMemory = min(max(p.ChildMaxMemory/2, MinDerivedMemory), d.TotalChildMemory)
 	d.AllowedImages = append([]string(nil), p.AllowedImages...)
 	d.ChildTTL = min(p.ChildTTL, Duration(max(left, 0)))
-	d.ChildCanSpawn, d.ChildAllowPortForward, d.ChildAllowReset, d.ChildAllowSnapshot, d.InjectCtl = false, false, false, false, false
+	d.ChildCanSpawn, d.ChildAllowPortForward, d.ChildAllowReset, d.ChildAllowSnapshot, d.InjectCtl = false, false, false, false, true
 	return d
 }
 

@@ -162,7 +162,7 @@ func TestGrandchildren(t *testing.T) {
 	}
 	dp := d.Policy
 	if dp.MaxConcurrent != 1 || dp.MaxTotal != 5 || dp.TotalChildCPUs != 3 || dp.ChildMaxCPUs != 1 || dp.TotalChildMemory != 768<<20 ||
-		dp.ChildMaxMemory != 256<<20 || dp.ChildCanSpawn || dp.InjectCtl || dp.ChildAllowPortForward || time.Duration(dp.ChildTTL) != time.Hour {
+		dp.ChildMaxMemory != 256<<20 || dp.ChildCanSpawn || !dp.InjectCtl || dp.ChildAllowPortForward || time.Duration(dp.ChildTTL) != time.Hour {
 		t.Fatalf("derived policy %+v", dp)
 	}
 	f["c"] = Member{Name: "c", Parent: "default", CPUs: d.CPUs, Memory: d.Memory, Expires: t0.Add(10 * time.Minute), Policy: dp}
