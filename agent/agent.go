@@ -28,18 +28,22 @@ import (
 
 // Version is the protocol version; the server replaces an agent that
 // answers the hello with another one.
-const Version = "1"
+const Version = "2"
 
-// Operations a stream can ask for.
+// Operations a stream can ask for. The server opens streams for all but
+// OpCtl, which the agent opens for each connection to the control socket.
 const (
-	OpHello = "hello" // answer with Version
-	OpDial  = "dial"  // connect to 127.0.0.1:Port inside the sandbox, then splice
+	OpHello     = "hello"      // answer with Version
+	OpDial      = "dial"       // connect to 127.0.0.1:Port inside the sandbox, then splice
+	OpCtlListen = "ctl-listen" // listen on the unix socket Path in the sandbox
+	OpCtl       = "ctl"        // (from the agent) a connection to that socket follows
 )
 
 // Request opens a stream.
 type Request struct {
 	Op   string `json:"op"`
 	Port int    `json:"port,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 // Reply answers a Request.

@@ -200,3 +200,54 @@ func TestSilentAgentIsGivenUpOn(t *testing.T) {
 		t.Fatalf("gave up after %v", took)
 	}
 }
+
+// TestCtlRelay: each connection to the control socket in the sandbox
+// reaches the server's handler as a stream of its own, both ways; a
+// socket left by an earlier agent is replaced; a relative path is refused.
+func TestCtlRelay(t *testing.T) {
+	c := pair(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "ctl.sock")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.(*net.UnixListener).SetUnlinkOnClose(false)
+	old.Close() // a dead socket left behind
+	if err := c.ListenCtl("run/ctl.sock"); err == nil {
+		t.Fatal("a relative socket path was accepted")
+	}
+	if err := c.ListenCtl(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ListenCtl(sock); err != nil {
+		t.Fatalf("asking again: %v", err)
+	}
+	c.ServeCtl(func(conn net.Conn) {
+		defer conn.Close()
+		line := make([]byte, 6)
+		if _, err := io.ReadFull(conn, line); err != nil {
+			return
+		}
+		conn.Write([]byte(strings.ToUpper(string(line))))
+	})
+	for i := range 20 {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		conn.Write([]byte("hello\n"))
+		got, err := io.ReadAll(conn)
+		conn.Close()
+		if string(got) != "HELLO\n" {
+			t.Fatalf("connection %d: %q %v", i, got, err)
+		}
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o666 {
+		t.Fatalf("socket mode: %v %v", fi, err)
+	}
+}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -84,6 +85,62 @@ func (c *Client) Dial(port int) (net.Conn, error) {
 		return nil, fmt.Errorf("port %d in the sandbox: %s", port, rep.Error)
 	}
 	return conn, nil
+}
+
+// ListenCtl asks the agent to serve the control socket at path in the
+// sandbox; Accept then hands over its connections.
+func (c *Client) ListenCtl(path string) error {
+	conn, rep, err := c.open(Request{Op: OpCtlListen, Path: path})
+	if err != nil {
+		return err
+	}
+	conn.Close()
+	if !rep.OK {
+		return fmt.Errorf("control socket %s in the sandbox: %s", path, rep.Error)
+	}
+	return nil
+}
+
+// maxPending bounds the streams from the agent whose first line is not
+// read yet: a sandbox that opens streams and sends nothing holds little.
+const maxPending = 64
+
+// headerTimeout bounds the wait for the first line of a stream the agent
+// opens.
+const headerTimeout = 10 * time.Second
+
+// ServeCtl hands each connection to the sandbox's control socket to
+// handle, until the session ends. Streams that do not open as a control
+// connection in time are closed.
+func (c *Client) ServeCtl(handle func(net.Conn)) {
+	pending := make(chan struct{}, maxPending)
+	go func() {
+		for {
+			st, err := c.sess.AcceptStream()
+			if err != nil {
+				return
+			}
+			select {
+			case pending <- struct{}{}:
+			default:
+				st.Close()
+				continue
+			}
+			go func() {
+				_ = st.SetReadDeadline(time.Now().Add(headerTimeout))
+				br := bufio.NewReader(st)
+				line, err := readLine(br)
+				<-pending
+				var req Request
+				if err != nil || json.Unmarshal(line, &req) != nil || req.Op != OpCtl {
+					st.Close()
+					return
+				}
+				_ = st.SetReadDeadline(time.Time{})
+				handle(bufferedConn{Conn: st, r: br})
+			}()
+		}
+	}()
 }
 
 // Done is closed when the session ends (the agent or its exec died).
