@@ -1,8 +1,10 @@
-// Command sandbox-ctl runs inside a sandbox. `sandbox-ctl agent` is the
-// server's end of the channel into the sandbox (package agent): the server
-// starts it over the engine's `exec -i` and speaks yamux on its stdio.
-// Asking the host for child sandboxes is not implemented in this release:
-// other commands say so and exit 69.
+// Command sandbox-ctl runs inside a sandbox.
+//
+// `sandbox-ctl agent` is the server's end of the channel into the sandbox
+// (package agent): the server starts it over the engine's `exec -i` and
+// speaks yamux on its stdio. The other commands ask the host for child
+// sandboxes over the control socket (package ctl); `sandbox-ctl --help`
+// lists them.
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"os"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/ctl"
 )
 
 func main() {
@@ -24,6 +27,5 @@ func main() {
 		fmt.Println("sandbox-ctl agent protocol", agent.Version)
 		return
 	}
-	fmt.Fprintln(os.Stderr, "sandbox-ctl: child sandboxes are not available in this release of sandbox-mcp")
-	os.Exit(69) // EX_UNAVAILABLE
+	os.Exit(ctl.Main(os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
