@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -25,8 +27,7 @@ const maxReplyLine = 16 << 20
 // returns its result, writing streamed output to stdout and stderr as it
 // comes. A refusal is returned as an *Error.
 func Call(ctx context.Context, path, method string, params any, stdout, stderr io.Writer) (json.RawMessage, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := dial(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("reach the host at %s: %w", path, err)
 	}
@@ -75,6 +76,23 @@ func Call(ctx context.Context, path, method string, params any, stdout, stderr i
 		default:
 			return nil, fmt.Errorf("the host sent a reply with neither result nor error")
 		}
+	}
+}
+
+// socketWait is how long a client waits for a socket that is not there
+// yet: the host starts serving it just after the sandbox boots.
+const socketWait = 5 * time.Second
+
+func dial(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	deadline := time.Now().Add(socketWait)
+	for {
+		c, err := d.DialContext(ctx, "unix", path)
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil ||
+			!(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+			return c, err
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -270,6 +270,9 @@ type streamWriter struct {
 }
 
 func (s streamWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil // an empty line would carry nothing at all
+	}
 	r := Reply{ID: s.w.id}
 	if s.stderr {
 		r.Stderr = string(p)

@@ -102,6 +102,9 @@ type Options struct {
 	// Ports holds the port forwards; nil: the port tools say they are not
 	// available.
 	Ports Ports
+	// Children keeps child sandboxes; nil: the children tools say they
+	// are not available.
+	Children Children
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -123,6 +126,7 @@ type Server struct {
 	hostRoots *hostRoots
 	syncs     Syncs
 	ports     Ports
+	children  Children
 
 	// planned are the toolsets exposed at start: tool descriptions name
 	// only tools of these sets (or say which set to enable).
@@ -166,7 +170,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
 		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{},
-		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs, ports: opts.Ports}
+		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs, ports: opts.Ports, children: opts.Children}
 	for _, set := range sets {
 		s.planned[set] = true
 	}
@@ -277,6 +281,7 @@ func (s *Server) tools() []tool {
 		s.uploadTool(), s.downloadTool(), s.gitCloneTool(), s.syncStartTool(), s.syncStopTool(), s.syncListTool(),
 		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(), s.imagesTool(), s.buildImageTool(),
 		s.exposeTool(), s.unexposeTool(), s.listPortsTool(), s.networkInfoTool(),
+		s.spawnTool(), s.childrenTool(), s.destroyChildTool(),
 	}
 }
 

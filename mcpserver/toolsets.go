@@ -30,6 +30,7 @@ var Toolsets = []Toolset{
 	{Name: "transfer", Description: "copy files and directories between the host and a sandbox, git clone, live sync"},
 	{Name: "snapshots", Description: "snapshot, restore and clone sandboxes"},
 	{Name: "ports", Description: "expose a sandbox's TCP ports on the host (port forwarding); how sandboxes reach each other"},
+	{Name: "children", Description: "child sandboxes under spawn policies: spawn, list, destroy"},
 }
 
 func toolsetByName(name string) *Toolset {

@@ -161,6 +161,7 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 		return nil, err
 	}
 	sb.agent.c, sb.agent.unusable = c, nil
+	m.startControl(sb, c) // children.go
 	return c, nil
 }
 
@@ -236,7 +237,7 @@ func (m *Manager) installAgent(ctx context.Context, sb *Sandbox, machine string)
 	}
 	defer f.Close()
 	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c",
-		`mkdir -p "$1" && chmod 1777 "$1" 2>/dev/null; cat >"$2.$$" && chmod 755 "$2.$$" && mv -f "$2.$$" "$2"`,
+		`mkdir -p "$1" && chmod 1777 "$1" 2>/dev/null; cat >"$2.$$" && chmod 755 "$2.$$" && mv -f "$2.$$" "$2" && { ln -sf "$2" /usr/local/bin/sandbox-ctl 2>/dev/null; :; }`,
 		"sh", agentDir, agentPath()},
 		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
 	if failed != nil {

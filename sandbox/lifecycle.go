@@ -210,6 +210,7 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	if binfo.Created || binfo.Started {
 		m.refreshHostsSoon() // network.go
 	}
+	m.controlSoon(sb) // children.go
 	return sb, binfo, nil
 }
 

@@ -21,7 +21,7 @@ import (
 const (
 	LabelOwner = "io.sandbox-mcp.owner" // the Manager's prefix
 	LabelName  = "io.sandbox-mcp.name"  // the sandbox name
-	LabelRole  = "io.sandbox-mcp.role"  // "primary" (children come later)
+	LabelRole  = "io.sandbox-mcp.role"  // "primary" or "child"
 )
 
 // Config configures a Manager.
@@ -106,6 +106,8 @@ type Manager struct {
 	ending    sync.WaitGroup // sandboxes ended by Shutdown
 
 	net netState // the sandboxes' shared network (network.go)
+
+	control *Control // the control socket (children.go); under mu
 }
 
 // BootInfo says what Get had to do to make a sandbox ready.

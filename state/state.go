@@ -88,6 +88,8 @@ var (
 	bucketSyncs    = []byte("syncs")
 	bucketForwards = []byte("forwards")
 	bucketSnaps    = []byte("snapshots")
+	bucketChildren = []byte("children")
+	bucketSpawned  = []byte("spawned")
 	keySchema      = []byte("schema")
 	keyMinReader   = []byte("min_reader")
 )

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/children"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
@@ -111,6 +112,8 @@ type Env struct {
 	Syncs *syncer.Manager
 	// Ports holds the port forwards; set by Serve only.
 	Ports *portfwd.Set
+	// Children keeps the child sandboxes; set by Serve only.
+	Children *children.Keeper
 }
 
 // Open validates cfg, creates the state directory (0700), picks the
@@ -144,6 +147,9 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 // Close stops what the Env's manager runs in this process; sandboxes keep
 // running.
 func (e *Env) Close() {
+	if e.Children != nil {
+		e.Children.Close()
+	}
 	if e.Ports != nil {
 		e.Ports.Close()
 	}
@@ -183,15 +189,20 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	env.Syncs = syncer.New(syncer.Options{Remote: m, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Logger: logger})
 	env.Ports = portfwd.New(portfwd.Options{Dial: m.DialExisting, Log: logger, Bind: cfg.PortsBind,
 		Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}})
+	env.Children = children.New(children.Options{Sandboxes: m, Store: env.State, Policies: cfg.ChildPolicies,
+		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: logger})
+	m.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn})
 	m.OnLifecycle(func(name, event string) {
 		if event == "destroy" {
 			env.Ports.Drop(name)
 		}
+		env.Children.ParentChanged(name, event) // reset, restore, destroy
 	})
 	ms, err := mcpserver.New(m, mcpserver.Options{
-		Syncs:   env.Syncs,
-		Ports:   env.Ports,
-		Version: cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
+		Syncs:    env.Syncs,
+		Ports:    env.Ports,
+		Children: env.Children,
+		Version:  cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
 		AllowDirs: cfg.AllowDirs, StartDir: startDir(),
 		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),
@@ -205,7 +216,8 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
 	// Both run in the Manager's background and end with it.
 	m.ReconcileAfter(reconcileDelay)
-	env.Syncs.Resume() // jobs of servers that ended
+	env.Syncs.Resume()   // jobs of servers that ended
+	env.Children.Start() // children whose life ended
 	if cfg.BootDefault {
 		m.BootInBackground(sandbox.DefaultName)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/spawn"
 )
 
 // Config is everything sandbox-mcp needs to run. Build it with Resolve.
@@ -48,6 +49,9 @@ type Config struct {
 	AllowDirs []string
 	// PortsBind is the host address port forwards listen on.
 	PortsBind string
+	// ChildPolicies are the sandboxes that may spawn children, and under
+	// what policy; a sandbox not named may not.
+	ChildPolicies map[string]spawn.Policy
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
@@ -60,8 +64,9 @@ func DefaultConfig() Config {
 		BootDefault: true,
 		PoolSize:    shell.DefaultPoolSize,
 		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap,
-		LogLevel:  "info",
-		PortsBind: "127.0.0.1",
+		LogLevel:      "info",
+		PortsBind:     "127.0.0.1",
+		ChildPolicies: map[string]spawn.Policy{sandbox.DefaultName: spawn.DefaultPolicy()},
 	}
 }
 
@@ -255,6 +260,22 @@ func Settings() []Setting {
 				c.PortsBind = v
 				return nil
 			}},
+		{Flag: "child-policy", Env: "SANDBOX_MCP_CHILD_POLICIES", ServeOnly: true, List: true,
+			Usage: "let sandbox `NAME` spawn children: NAME alone for the default policy, NAME:{json} to change keys of it " +
+				"(max_concurrent, max_total, total_child_cpus, total_child_memory, child_max_cpus, child_max_memory, allowed_images, child_ttl, " +
+				"child_can_spawn, child_network_peers, inject_ctl, ...); repeatable, and the variable takes a ;-separated list",
+			set: func(c *Config, v string) error {
+				for _, one := range strings.Split(v, ";") {
+					if one = strings.TrimSpace(one); one == "" {
+						continue
+					}
+					name, js, _ := strings.Cut(one, ":")
+					if err := addChildPolicy(c, name, []byte(js)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}},
 		{Flag: "no-boot-default", Env: "SANDBOX_MCP_BOOT_DEFAULT", ServeOnly: true, Bool: true, negate: true,
 			Usage: "do not boot the default sandbox at start",
 			set: func(c *Config, v string) error {
@@ -346,6 +367,8 @@ type fileConfig struct {
 	LogLevel    *string                    `json:"log_level"`
 	AllowDirs   []string                   `json:"allow_dirs"`
 	PortsBind   *string                    `json:"ports_bind"`
+	// ChildPolicies replaces the default's: {} lets no sandbox spawn.
+	ChildPolicies map[string]json.RawMessage `json:"child_policies"`
 }
 
 // applyFile merges a JSON config file into c. Unknown keys are errors, so
@@ -419,6 +442,14 @@ func (c *Config) applyFile(data []byte) error {
 	}
 	if f.BootDefault != nil {
 		c.BootDefault = *f.BootDefault
+	}
+	if f.ChildPolicies != nil {
+		c.ChildPolicies = map[string]spawn.Policy{}
+		for name, js := range f.ChildPolicies {
+			if err := check("child_policies."+name, addChildPolicy(c, name, js)); err != nil {
+				return err
+			}
+		}
 	}
 	if f.PortsBind != nil {
 		if err := check("ports_bind", checkBind(*f.PortsBind)); err != nil {
@@ -671,5 +702,29 @@ func checkBind(v string) error {
 	if net.ParseIP(v) == nil {
 		return fmt.Errorf("%q is not an IP address (such as 127.0.0.1, ::1 or 0.0.0.0)", v)
 	}
+	return nil
+}
+
+// addChildPolicy gives sandbox name the default child policy with the
+// keys of js (a JSON object, or nothing) changed, after checking it.
+func addChildPolicy(c *Config, name string, js []byte) error {
+	if err := sandbox.ValidateName(name); err != nil {
+		return fmt.Errorf("child policy for %q: %w", name, err)
+	}
+	p := spawn.DefaultPolicy()
+	if len(bytes.TrimSpace(js)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			return fmt.Errorf("child policy for %q: %w", name, err)
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("child policy for %q: %w", name, err)
+	}
+	if c.ChildPolicies == nil {
+		c.ChildPolicies = map[string]spawn.Policy{}
+	}
+	c.ChildPolicies[name] = p
 	return nil
 }

@@ -263,8 +263,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "18" {
-		t.Errorf("%s settings, want 18", got)
+	if got := fmt.Sprint(len(Settings())); got != "19" {
+		t.Errorf("%s settings, want 19", got)
 	}
 }
 
@@ -318,6 +318,42 @@ func TestAllowDirs(t *testing.T) {
 		_, err := sources{flags: FlagValues{"allow-dir": bad}}.resolve()
 		if err == nil || !strings.Contains(err.Error(), "--allow-dir") {
 			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
+
+// TestChildPolicies: default may spawn under the default policy unless
+// the file says otherwise; the file's keys change the default policy's;
+// flags add names; bad policies are refused where they are given.
+func TestChildPolicies(t *testing.T) {
+	cfg, err := sources{}.resolve()
+	if err != nil || len(cfg.ChildPolicies) != 1 || cfg.ChildPolicies["default"].MaxConcurrent != 3 {
+		t.Fatalf("default: %+v %v", cfg.ChildPolicies, err)
+	}
+	cfg, err = sources{env: map[string]string{"SANDBOX_MCP_CONFIG": "/c.json"}, files: map[string]string{"/c.json": `{"child_policies": {}}`}}.resolve()
+	if err != nil || len(cfg.ChildPolicies) != 0 {
+		t.Fatalf("none: %+v %v", cfg.ChildPolicies, err)
+	}
+	cfg, err = sources{
+		env:   map[string]string{"SANDBOX_MCP_CONFIG": "/c.json", "SANDBOX_MCP_CHILD_POLICIES": "e1;e2:{\"max_total\":4}"},
+		files: map[string]string{"/c.json": `{"child_policies": {"w": {"max_concurrent": 1, "max_total": 2, "child_ttl": "1m"}}}`},
+		flags: FlagValues{"child-policy": `f:{"allowed_images":["alpine"]}`},
+	}.resolve()
+	if err != nil || len(cfg.ChildPolicies) != 4 || cfg.ChildPolicies["w"].MaxTotal != 2 || cfg.ChildPolicies["w"].TotalChildCPUs != 6 ||
+		cfg.ChildPolicies["e2"].MaxTotal != 4 || cfg.ChildPolicies["f"].AllowedImages[0] != "alpine" {
+		t.Fatalf("merged: %+v %v", cfg.ChildPolicies, err)
+	}
+	for _, tc := range []struct {
+		src  sources
+		want string
+	}{
+		{sources{flags: FlagValues{"child-policy": `x:{"max_concurrent":0}`}}, "--child-policy"},
+		{sources{flags: FlagValues{"child-policy": `x:{"nonsense":1}`}}, "unknown field"},
+		{sources{flags: FlagValues{"child-policy": `bad name:`}}, "--child-policy"},
+		{sources{env: map[string]string{"SANDBOX_MCP_CONFIG": "/c.json"}, files: map[string]string{"/c.json": `{"child_policies": {"w": {"child_network_peers": "friends"}}}`}}, "child_policies.w"},
+	} {
+		if _, err := tc.src.resolve(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v", tc.src, err)
 		}
 	}
 }

@@ -1,0 +1,446 @@
+// Package children keeps the child sandboxes: code inside a sandbox (over
+// the control socket) or the user (through the MCP tools) spawns them
+// under the policies of package spawn, and they are destroyed when their
+// life ends or their parent is reset, restored or destroyed. Their records
+// live in the state, so every server knows every family.
+package children
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/ctl"
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/spawn"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// Sandboxes is what the package needs of the sandbox manager.
+type Sandboxes interface {
+	List(ctx context.Context) ([]sandbox.Info, error)
+	CreateChild(ctx context.Context, name, parent string, prof sandbox.Profile, labels map[string]string) (sandbox.BootInfo, error)
+	Destroy(ctx context.Context, name string) (bool, error)
+	Exec(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
+	Status(ctx context.Context, name string) (sandbox.Info, error)
+}
+
+// Store keeps the records (*state.Store).
+type Store interface {
+	PutChild(c state.Child) error
+	Children() ([]state.Child, error)
+	DeleteChild(name string) (bool, error)
+	Spawned() (map[string]int, error)
+	AddSpawned(name string) (int, error)
+}
+
+// Options configure a Keeper.
+type Options struct {
+	Sandboxes Sandboxes
+	Store     Store
+	// Policies are the configured policies of root sandboxes by name;
+	// a sandbox not named cannot spawn.
+	Policies map[string]spawn.Policy
+	Locks    locks.Dir
+	Log      *slog.Logger
+	// DefaultTimeout bounds a command run through the socket without a
+	// timeout of its own; MaxTimeout bounds any.
+	DefaultTimeout, MaxTimeout time.Duration
+}
+
+// Keeper keeps the child sandboxes.
+type Keeper struct {
+	opt  Options
+	ctl  ctl.Server
+	life context.Context
+	end  context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// New returns a Keeper; Start begins reaping.
+func New(opt Options) *Keeper {
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.DefaultTimeout <= 0 {
+		opt.DefaultTimeout = 5 * time.Minute
+	}
+	if opt.MaxTimeout <= 0 {
+		opt.MaxTimeout = time.Hour
+	}
+	k := &Keeper{opt: opt}
+	k.ctl.Handler = k
+	k.life, k.end = context.WithCancel(context.Background())
+	return k
+}
+
+// lockKey serialises spawns across servers: the limits are checked and
+// the record written under it.
+const lockKey = "children-spawn"
+
+// Spawn starts a child of parent under parent's policy.
+func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (ctl.Child, error) {
+	held, err := k.opt.Locks.Lock(ctx, lockKey, "spawn a child of "+parent)
+	if err != nil {
+		return ctl.Child{}, err
+	}
+	fam, err := k.family(ctx)
+	if err != nil {
+		held.Release()
+		return ctl.Child{}, err
+	}
+	now := time.Now()
+	d, err := spawn.Decide(fam, spawn.Request{Parent: parent, Name: p.Name, Image: p.Image, CPUs: p.CPUs, Memory: p.Memory}, now, sandbox.ValidateName)
+	if err != nil {
+		held.Release()
+		return ctl.Child{}, err
+	}
+	rec := state.Child{Name: d.Name, Parent: parent, Root: d.Root, Image: d.Image, CPUs: d.CPUs, Memory: int64(d.Memory),
+		Created: now.UTC(), Expires: d.Expires.UTC(), Peers: d.Peers, PortForward: d.PortForward, Reset: d.Reset, Snapshot: d.Snapshot}
+	if d.Policy != nil {
+		rec.Policy, _ = json.Marshal(d.Policy)
+	}
+	if err := k.opt.Store.PutChild(rec); err != nil {
+		held.Release()
+		return ctl.Child{}, fmt.Errorf("record the child: %w", err)
+	}
+	if _, err := k.opt.Store.AddSpawned(parent); err != nil {
+		k.opt.Log.Warn("count a spawn", "parent", parent, "err", err)
+	}
+	held.Release() // the record holds the child's place now
+	prof := sandbox.Profile{Image: d.Image, CPUs: d.CPUs, Memory: d.Memory.String(), IdleTTL: "off"}
+	if d.Peers == spawn.PeersNone {
+		prof.Network = "none"
+	}
+	if _, err := k.opt.Sandboxes.CreateChild(ctx, d.Name, parent, prof, nil); err != nil {
+		k.remove(context.WithoutCancel(ctx), d.Name)
+		return ctl.Child{}, fmt.Errorf("boot child %q: %w", d.Name, err)
+	}
+	rec.Ready = true
+	if err := k.opt.Store.PutChild(rec); err != nil {
+		k.opt.Log.Warn("record the child as ready", "child", d.Name, "err", err)
+	}
+	out := childOf(rec)
+	out.Notes = d.Notes
+	if in, err := k.opt.Sandboxes.Status(ctx, d.Name); err == nil {
+		out.Container, out.IP = in.Container, in.IP
+	}
+	return out, nil
+}
+
+func childOf(r state.Child) ctl.Child {
+	return ctl.Child{Name: r.Name, Image: r.Image, CPUs: r.CPUs, MemoryMB: r.Memory >> 20, ExpiresAt: r.Expires}
+}
+
+// family is every sandbox as spawn.Decide sees it.
+func (k *Keeper) family(ctx context.Context) (spawn.Family, error) {
+	infos, err := k.opt.Sandboxes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return nil, err
+	}
+	counts, err := k.opt.Store.Spawned()
+	if err != nil {
+		return nil, err
+	}
+	fam := spawn.Family{}
+	for _, in := range infos {
+		m := spawn.Member{Name: in.Name, Spawned: counts[in.Name]}
+		if p, ok := k.opt.Policies[in.Name]; ok {
+			m.Policy = &p
+		}
+		fam[in.Name] = m
+	}
+	for _, r := range recs {
+		m := spawn.Member{Name: r.Name, Parent: r.Parent, CPUs: r.CPUs, Memory: spawn.Bytes(r.Memory), Expires: r.Expires, Spawned: counts[r.Name]}
+		if len(r.Policy) > 0 {
+			var p spawn.Policy
+			if json.Unmarshal(r.Policy, &p) == nil {
+				m.Policy = &p
+			}
+		}
+		fam[r.Name] = m
+	}
+	// A record whose parent is gone keeps no place of its own.
+	for n, m := range fam {
+		if _, ok := fam[m.Parent]; m.Parent != "" && !ok {
+			delete(fam, n)
+		}
+	}
+	return fam, nil
+}
+
+// descendants returns the records below name, deepest first.
+func descendants(recs []state.Child, name string) []state.Child {
+	var out []state.Child
+	for _, r := range recs {
+		if r.Parent == name {
+			out = append(out, descendants(recs, r.Name)...)
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// List returns the children below parent ("" for every child), by name.
+func (k *Keeper) List(parent string) ([]ctl.Child, error) {
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return nil, err
+	}
+	sel := recs
+	if parent != "" {
+		sel = descendants(recs, parent)
+	}
+	out := []ctl.Child{}
+	for _, r := range sel {
+		out = append(out, childOf(r))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Records returns every child record.
+func (k *Keeper) Records() ([]state.Child, error) { return k.opt.Store.Children() }
+
+// Destroy destroys child name and everything below it. caller, unless
+// empty (the user), must be above it.
+func (k *Keeper) Destroy(ctx context.Context, caller, name string) error {
+	if _, err := k.below(caller, name); err != nil {
+		return err
+	}
+	k.remove(ctx, name)
+	return nil
+}
+
+// below returns name's record if caller ("" for the user) may touch it.
+func (k *Keeper) below(caller, name string) (state.Child, error) {
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return state.Child{}, err
+	}
+	i := slices.IndexFunc(recs, func(r state.Child) bool { return r.Name == name })
+	if i < 0 || (caller != "" && !slices.ContainsFunc(descendants(recs, caller), func(r state.Child) bool { return r.Name == name })) {
+		// A sandbox learns nothing of sandboxes outside its family.
+		return state.Child{}, ctl.Errorf(ctl.CodeNotFound, "no child %q of %s", name, orUser(caller))
+	}
+	return recs[i], nil
+}
+
+func orUser(caller string) string {
+	if caller == "" {
+		return "any sandbox"
+	}
+	return fmt.Sprintf("%q", caller)
+}
+
+// remove destroys name and everything below it, deepest first, and
+// forgets their records.
+func (k *Keeper) remove(ctx context.Context, name string) {
+	recs, _ := k.opt.Store.Children()
+	for _, r := range append(descendants(recs, name), state.Child{Name: name}) {
+		if _, err := k.opt.Sandboxes.Destroy(ctx, r.Name); err != nil {
+			k.opt.Log.Warn("destroy a child", "child", r.Name, "err", err)
+			continue
+		}
+		if _, err := k.opt.Store.DeleteChild(r.Name); err != nil {
+			k.opt.Log.Warn("forget a child", "child", r.Name, "err", err)
+		}
+	}
+}
+
+// ParentChanged destroys the children of a sandbox that is being reset,
+// restored or destroyed (a lifecycle hook of the sandbox manager).
+func (k *Keeper) ParentChanged(name, event string) {
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return
+	}
+	kids := descendants(recs, name)
+	if len(kids) == 0 {
+		return
+	}
+	k.opt.Log.Info("destroying the children of a sandbox", "sandbox", name, "event", event, "children", len(kids))
+	ctx, cancel := context.WithTimeout(k.life, 5*time.Minute)
+	defer cancel()
+	for _, r := range kids {
+		if r.Parent == name {
+			k.remove(ctx, r.Name)
+		}
+	}
+}
+
+// Exec runs a command in child name through its shell, streaming the
+// output to stdout and stderr.
+func (k *Keeper) Exec(ctx context.Context, caller string, p ctl.ExecParams, stdout, stderr io.Writer) (ctl.ExecResult, error) {
+	if _, err := k.below(caller, p.Name); err != nil {
+		return ctl.ExecResult{}, err
+	}
+	timeout, err := k.timeout(p.Timeout)
+	if err != nil {
+		return ctl.ExecResult{}, err
+	}
+	if strings.TrimSpace(p.Command) == "" {
+		return ctl.ExecResult{}, ctl.Errorf(ctl.CodeInvalidRequest, "no command")
+	}
+	res, err := k.opt.Sandboxes.Exec(ctx, p.Name, shell.Request{Command: p.Command, Workdir: p.Workdir, Timeout: timeout, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return ctl.ExecResult{}, err
+	}
+	return ctl.ExecResult{Name: p.Name, ExitCode: res.ExitCode, DurationMS: res.Duration.Milliseconds(), TimedOut: res.TimedOut}, nil
+}
+
+func (k *Keeper) timeout(secs float64) (time.Duration, error) {
+	switch {
+	case secs == 0:
+		return k.opt.DefaultTimeout, nil
+	case !(secs > 0) || time.Duration(secs*float64(time.Second)) > k.opt.MaxTimeout:
+		return 0, ctl.Errorf(ctl.CodeInvalidRequest, "timeout %v: want seconds above 0, at most %v", secs, k.opt.MaxTimeout)
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// Wants reports whether sandbox name has the control socket: a root
+// whose policy says so, or a child that may spawn.
+func (k *Keeper) Wants(name string) bool {
+	if p, ok := k.opt.Policies[name]; ok {
+		return p.InjectCtl
+	}
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return false
+	}
+	for _, r := range recs {
+		if r.Name == name && len(r.Policy) > 0 {
+			var p spawn.Policy
+			return json.Unmarshal(r.Policy, &p) == nil && p.InjectCtl
+		}
+	}
+	return false
+}
+
+// ServeConn answers one connection to sandbox caller's control socket.
+func (k *Keeper) ServeConn(ctx context.Context, caller string, c net.Conn) {
+	k.ctl.Serve(ctx, caller, c)
+}
+
+// Handle implements ctl.Handler.
+func (k *Keeper) Handle(ctx context.Context, caller string, req ctl.Request, out ctl.Output) (any, error) {
+	switch req.Method {
+	case ctl.MethodPing:
+		return ctl.PingResult{OK: true, Parent: caller}, nil
+	case ctl.MethodSpawn:
+		var p ctl.SpawnParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
+		return k.Spawn(ctx, caller, p)
+	case ctl.MethodList:
+		l, err := k.List(caller)
+		return ctl.ListResult{Children: l}, err
+	case ctl.MethodDestroy:
+		var p ctl.NameParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
+		return struct{}{}, k.Destroy(ctx, caller, p.Name)
+	case ctl.MethodExec:
+		var p ctl.ExecParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
+		return k.Exec(ctx, caller, p, out.Stdout(), out.Stderr())
+	case ctl.MethodRun:
+		var p ctl.RunParams
+		if err := params(req, &p); err != nil {
+			return nil, err
+		}
+		ch, err := k.Spawn(ctx, caller, ctl.SpawnParams{Image: p.Image})
+		if err != nil {
+			return nil, err
+		}
+		defer k.remove(context.WithoutCancel(ctx), ch.Name)
+		return k.Exec(ctx, caller, ctl.ExecParams{Name: ch.Name, Command: p.Command, Timeout: p.Timeout, Workdir: p.Workdir}, out.Stdout(), out.Stderr())
+	}
+	return nil, ctl.Errorf(ctl.CodeInvalidRequest, "unknown method %q (ping, spawn, list, destroy, exec, run)", req.Method)
+}
+
+// params decodes a request's params strictly.
+func params(req ctl.Request, v any) error {
+	if len(req.Params) == 0 || string(req.Params) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(req.Params)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return ctl.Errorf(ctl.CodeInvalidRequest, "params of %s: %v", req.Method, err)
+	}
+	return nil
+}
+
+// reapEvery is how often expired children, and spawns that a dead server
+// left half done, are looked for.
+const reapEvery = 5 * time.Second
+
+// halfDone is how long a spawn may take before its record, still not
+// ready, is taken for one a dead server left.
+const halfDone = 10 * time.Minute
+
+// Start reaps expired children in the background until Close; one server
+// at a time does it.
+func (k *Keeper) Start() {
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		t := time.NewTicker(reapEvery)
+		defer t.Stop()
+		for {
+			k.reap()
+			select {
+			case <-k.life.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (k *Keeper) reap() {
+	held, err := k.opt.Locks.TryLock("children-reaper", "destroy expired children")
+	if err != nil {
+		return
+	}
+	defer held.Release()
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	for _, r := range recs {
+		expired := !now.Before(r.Expires)
+		stale := !r.Ready && now.Sub(r.Created) > halfDone
+		if expired || stale {
+			k.opt.Log.Info("destroying a child", "child", r.Name, "expired", expired, "spawn left half done", stale)
+			k.remove(k.life, r.Name)
+		}
+	}
+}
+
+// Close stops reaping; the children stay.
+func (k *Keeper) Close() {
+	k.end()
+	k.wg.Wait()
+}

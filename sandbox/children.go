@@ -1,0 +1,106 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/sandbox-mcp/sandbox-mcp/ctl"
+)
+
+// Child sandboxes are ordinary sandboxes booted with a profile and labels
+// of their own (the package that keeps their family decides both), and
+// the control socket rides each sandbox's agent channel.
+
+// Labels of a child's container.
+const (
+	LabelChildOf = "io.sandbox-mcp.child-of" // the sandbox that spawned it
+)
+
+// CreateChild boots a new sandbox name with profile prof and extra
+// labels, failing if name exists.
+func (m *Manager) CreateChild(ctx context.Context, name, parent string, prof Profile, labels map[string]string) (BootInfo, error) {
+	if err := ValidateName(name); err != nil {
+		return BootInfo{}, err
+	}
+	if err := prof.Validate(); err != nil {
+		return BootInfo{}, err
+	}
+	release, err := m.lockName(ctx, name, "spawn")
+	if err != nil {
+		return BootInfo{}, err
+	}
+	defer release()
+	if _, err := m.inspectOwned(ctx, name); err == nil {
+		return BootInfo{}, &ArgError{Err: fmt.Errorf("sandbox %q exists", name)}
+	} else if !errors.Is(err, ErrNotFound) {
+		return BootInfo{}, err
+	}
+	l := map[string]string{LabelRole: "child", LabelChildOf: parent}
+	for k, v := range labels {
+		l[k] = v
+	}
+	m.setOverride(name, &bootOverride{prof: prof, labels: l})
+	defer m.setOverride(name, nil)
+	_, info, err := m.bootLocked(ctx, name, bootCreate)
+	return info, err
+}
+
+// Control is how the Manager serves the control socket: Wants says which
+// sandboxes have it, Serve answers one connection from sandbox name.
+type Control struct {
+	Wants func(name string) bool
+	Serve func(ctx context.Context, name string, conn net.Conn)
+}
+
+// SetControl gives sandboxes the control socket from now on (those whose
+// agent runs get it when it next starts).
+func (m *Manager) SetControl(c Control) {
+	m.mu.Lock()
+	m.control = &c
+	m.mu.Unlock()
+}
+
+func (m *Manager) controlFor(name string) *Control {
+	m.mu.Lock()
+	c := m.control
+	m.mu.Unlock()
+	if c == nil || c.Wants == nil || !c.Wants(name) {
+		return nil
+	}
+	return c
+}
+
+// startControl has sb's agent serve the control socket, if sb has one.
+func (m *Manager) startControl(sb *Sandbox, c interface {
+	ListenCtl(string) error
+	ServeCtl(func(net.Conn))
+}) {
+	cc := m.controlFor(sb.Name)
+	if cc == nil {
+		return
+	}
+	if err := c.ListenCtl(ctl.DefaultSocket); err != nil {
+		m.log.Warn("control socket", "sandbox", sb.Name, "err", err)
+		return
+	}
+	c.ServeCtl(func(conn net.Conn) {
+		defer conn.Close()
+		cc.Serve(sb.life, sb.Name, conn)
+	})
+}
+
+// controlSoon starts sb's agent in the background when sb has the
+// control socket, so that sandbox-ctl finds it without waiting for a
+// port forward.
+func (m *Manager) controlSoon(sb *Sandbox) {
+	if m.controlFor(sb.Name) == nil {
+		return
+	}
+	m.spawn(func() {
+		if _, err := m.agentOf(sb.life, sb); err != nil {
+			m.log.Warn("start the agent for the control socket", "sandbox", sb.Name, "err", err)
+		}
+	})
+}
