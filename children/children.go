@@ -313,6 +313,31 @@ func (k *Keeper) timeout(secs float64) (time.Duration, error) {
 	return time.Duration(secs * float64(time.Second)), nil
 }
 
+// Allowed says whether op (destroy, reset, restore, snapshot, clone) may
+// be done to sandbox name through the ordinary tools: always for a
+// sandbox that is not a child; for a child, reset when its parent's
+// policy allowed it, snapshot and clone likewise, and never destroy or
+// restore (destroy_child ends a child; a restore would give it another
+// life than its record says).
+func (k *Keeper) Allowed(name, op string) error {
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return nil // the engine call that follows reports a broken state
+	}
+	i := slices.IndexFunc(recs, func(r state.Child) bool { return r.Name == name })
+	if i < 0 {
+		return nil
+	}
+	r := recs[i]
+	switch {
+	case op == "destroy":
+		return fmt.Errorf("sandbox %q is a child of %q: destroy it with destroy_child", name, r.Parent)
+	case op == "reset" && r.Reset, (op == "snapshot" || op == "clone") && r.Snapshot:
+		return nil
+	}
+	return fmt.Errorf("sandbox %q is a child of %q, and its policy does not allow %s", name, r.Parent, op)
+}
+
 // Wants reports whether sandbox name has the control socket: a root
 // whose policy says so, or a child that may spawn.
 func (k *Keeper) Wants(name string) bool {

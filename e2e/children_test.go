@@ -42,6 +42,16 @@ func TestChildren(t *testing.T) {
 	if r := sh("sandbox-ctl list"); !strings.Contains(r.str("stdout"), "k1") || !strings.Contains(r.str("stdout"), "c1") {
 		t.Fatalf("list: %s", r.text)
 	}
+	// The ordinary tools refuse what the child's policy does not allow.
+	for tool, want := range map[string]string{"destroy": "destroy_child", "reset": "does not allow reset", "snapshot": "does not allow snapshot"} {
+		args := map[string]any{"sandbox": "k1"}
+		if tool == "snapshot" {
+			args["snapshot_name"] = "s1"
+		}
+		if r := s.call(t, tool, args); !r.isError || !strings.Contains(r.text, want) {
+			t.Errorf("%s of a child: %s", tool, r.text)
+		}
+	}
 	if r := sh("sandbox-ctl --json run -- uname -s"); r.num("exit_code") != 0 || !strings.Contains(r.str("stdout"), `"stdout":"Linux\n"`) {
 		t.Fatalf("run: %s", r.text)
 	}

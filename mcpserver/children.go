@@ -18,6 +18,10 @@ type Children interface {
 	Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (ctl.Child, error)
 	List(parent string) ([]ctl.Child, error)
 	Destroy(ctx context.Context, caller, name string) error
+	// Allowed says whether op (destroy, reset, restore, snapshot, clone)
+	// may be done to sandbox name through the ordinary tools: nil for a
+	// sandbox that is not a child, or a child whose policy allows it.
+	Allowed(name, op string) error
 }
 
 // ChildList is the structured result of children.
@@ -129,6 +133,17 @@ func (s *Server) handleDestroyChild(ctx context.Context, req mcp.CallToolRequest
 		return failure(ctx, "destroy_child", err), nil
 	}
 	return mcp.NewToolResultStructured(Destroyed{Sandbox: name, Existed: true}, fmt.Sprintf("destroyed child %q and its own children", name)), nil
+}
+
+// childGuard refuses op on a child whose policy does not allow it.
+func (s *Server) childGuard(name, op string) *mcp.CallToolResult {
+	if s.children == nil {
+		return nil
+	}
+	if err := s.children.Allowed(name, op); err != nil {
+		return argError("%s: %v", op, err)
+	}
+	return nil
 }
 
 func orDash(s string) string {

@@ -139,6 +139,9 @@ func (s *Server) handleDestroy(ctx context.Context, req mcp.CallToolRequest) (*m
 	if err != nil {
 		return argError("destroy: %v", err), nil
 	}
+	if refused := s.childGuard(name, "destroy"); refused != nil {
+		return refused, nil
+	}
 	existed, err := s.m.Destroy(ctx, name)
 	if err != nil {
 		return failure(ctx, "destroy", err), nil
@@ -169,6 +172,9 @@ func (s *Server) handleReset(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	name, err := sandboxArg(req)
 	if err != nil {
 		return argError("reset: %v", err), nil
+	}
+	if refused := s.childGuard(name, "reset"); refused != nil {
+		return refused, nil
 	}
 	wipe := req.GetBool("wipe_workspace", false)
 	start := time.Now()

@@ -104,6 +104,9 @@ func (s *Server) handleSnapshot(ctx context.Context, req mcp.CallToolRequest) (*
 	if err != nil {
 		return argError("snapshot: %v", err), nil
 	}
+	if refused := s.childGuard(name, "snapshot"); refused != nil {
+		return refused, nil
+	}
 	start := time.Now()
 	sn, err := s.m.Snapshot(ctx, name, snapshotRequest(req))
 	if err != nil {
@@ -126,6 +129,9 @@ func (s *Server) handleRestore(ctx context.Context, req mcp.CallToolRequest) (*m
 	name, err := sandboxArg(req)
 	if err != nil {
 		return argError("restore: %v", err), nil
+	}
+	if refused := s.childGuard(name, "restore"); refused != nil {
+		return refused, nil
 	}
 	snap := req.GetString("snapshot_name", "")
 	start := time.Now()
@@ -181,6 +187,9 @@ func (s *Server) handleDeleteSnapshot(ctx context.Context, req mcp.CallToolReque
 
 func (s *Server) handleClone(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	source, target := req.GetString("source", ""), req.GetString("target", "")
+	if refused := s.childGuard(source, "clone"); refused != nil {
+		return refused, nil
+	}
 	var prof *sandbox.Profile
 	if name := req.GetString("profile", ""); name != "" {
 		p, names, ok := s.m.NamedProfile(name)

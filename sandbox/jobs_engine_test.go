@@ -313,6 +313,13 @@ func TestJobForkBombOnEngine(t *testing.T) {
 				t.Fatalf("after KILL %d processes carry the marker", n)
 			}
 			t.Logf("killed %d processes", r.Signalled)
+			// Gone before the test ends: a bomb container that a slow
+			// cleanup left behind would load the machine for the rest.
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			if _, err := m.Destroy(dctx, box); err != nil {
+				t.Errorf("destroy the bomb's sandbox: %v", err)
+			}
 		})
 	}
 }

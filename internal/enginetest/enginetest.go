@@ -91,7 +91,9 @@ func Prefix(t testing.TB, rt sandbox.Runtime) string {
 // Sweep removes every container and workspace volume labelled with prefix,
 // and the network of its sandboxes.
 func Sweep(rt sandbox.Runtime, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Generous: a container full of processes takes a while to remove on
+	// a loaded machine, and one left behind loads every later test.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cs, _ := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix})
 	for _, c := range cs {
