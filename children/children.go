@@ -8,6 +8,7 @@ package children
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -362,8 +363,17 @@ func (k *Keeper) ServeConn(ctx context.Context, caller string, c net.Conn) {
 	k.ctl.Serve(ctx, caller, c)
 }
 
-// Handle implements ctl.Handler.
+// Handle implements ctl.Handler; a refusal of the policy keeps its code.
 func (k *Keeper) Handle(ctx context.Context, caller string, req ctl.Request, out ctl.Output) (any, error) {
+	res, err := k.handle(ctx, caller, req, out)
+	var se *spawn.Error
+	if errors.As(err, &se) {
+		return nil, ctl.Errorf(string(se.Code), "%s", se.Msg)
+	}
+	return res, err
+}
+
+func (k *Keeper) handle(ctx context.Context, caller string, req ctl.Request, out ctl.Output) (any, error) {
 	switch req.Method {
 	case ctl.MethodPing:
 		return ctl.PingResult{OK: true, Parent: caller}, nil

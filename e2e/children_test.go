@@ -56,7 +56,7 @@ func TestChildren(t *testing.T) {
 		t.Fatalf("run: %s", r.text)
 	}
 	for cmd, want := range map[string]string{
-		"sandbox-ctl spawn --image alpine": "not allowed",
+		"sandbox-ctl spawn --image alpine": "not allowed for children of \"default\" (allowed: [mcp-dev]). Try: ask the user",
 		"sandbox-ctl spawn --cpus -1":      "cpus",
 		"sandbox-ctl spawn --memory 10M":   "minimum",
 		"sandbox-ctl spawn --name default": "taken",
@@ -70,7 +70,8 @@ func TestChildren(t *testing.T) {
 	if r := sh("sandbox-ctl spawn --name k2 --cpus 0.5 --memory 64M"); r.num("exit_code") != 0 {
 		t.Fatalf("a third child: %s", r.text)
 	}
-	if r := sh("sandbox-ctl spawn --cpus 0.5 --memory 64M"); r.num("exit_code") != 1 || !strings.Contains(r.str("stderr"), "live children") {
+	if r := sh("sandbox-ctl spawn --cpus 0.5 --memory 64M"); r.num("exit_code") != 1 || !strings.Contains(r.str("stderr"), "live children") ||
+		!strings.Contains(r.str("stderr"), "Try: sandbox-ctl list, then sandbox-ctl destroy NAME") {
 		t.Fatalf("a fourth child: %s", r.text)
 	}
 	if r := sh("sandbox-ctl destroy k2"); r.num("exit_code") != 0 {

@@ -1,0 +1,216 @@
+package children
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/ctl"
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/spawn"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// engine is a sandbox manager in memory: sandboxes by name, and the order
+// of destroys.
+type engine struct {
+	mu        sync.Mutex
+	boxes     map[string]sandbox.Profile
+	destroyed []string
+	failBoot  bool
+}
+
+func (e *engine) List(context.Context) ([]sandbox.Info, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []sandbox.Info
+	for n := range e.boxes {
+		out = append(out, sandbox.Info{Name: n})
+	}
+	return out, nil
+}
+
+func (e *engine) CreateChild(_ context.Context, name, _ string, prof sandbox.Profile, _ map[string]string) (sandbox.BootInfo, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failBoot {
+		return sandbox.BootInfo{}, errors.New("no image")
+	}
+	e.boxes[name] = prof
+	return sandbox.BootInfo{Created: true}, nil
+}
+
+func (e *engine) Destroy(_ context.Context, name string) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.boxes[name]
+	delete(e.boxes, name)
+	e.destroyed = append(e.destroyed, name)
+	return ok, nil
+}
+
+func (e *engine) Exec(_ context.Context, name string, req shell.Request) (sandbox.ExecResult, error) {
+	io.WriteString(req.Stdout, "ran in "+name)
+	return sandbox.ExecResult{Result: shell.Result{ExitCode: 3}}, nil
+}
+
+func (e *engine) Status(_ context.Context, name string) (sandbox.Info, error) {
+	return sandbox.Info{Name: name, IP: "10.0.0.9"}, nil
+}
+
+func keeper(t *testing.T, policies map[string]spawn.Policy) (*Keeper, *engine, *state.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &engine{boxes: map[string]sandbox.Profile{"default": {}, "other": {}}}
+	return New(Options{Sandboxes: e, Store: st, Policies: policies, Locks: locks.Dir{Path: filepath.Join(dir, "locks")}}), e, st
+}
+
+func code(err error) string {
+	var ce *ctl.Error
+	var se *spawn.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce.Code
+	case errors.As(err, &se):
+		return string(se.Code)
+	}
+	return ""
+}
+
+func TestSpawnExecDestroy(t *testing.T) {
+	can := spawn.DefaultPolicy()
+	can.ChildCanSpawn = true
+	k, e, st := keeper(t, map[string]spawn.Policy{"default": can})
+	ctx := context.Background()
+	c, err := k.Spawn(ctx, "default", ctl.SpawnParams{Name: "c", CPUs: 1, Memory: "256M"})
+	if err != nil || c.Name != "c" || c.MemoryMB != 256 || c.IP != "10.0.0.9" || e.boxes["c"].Memory != "256M" || e.boxes["c"].IdleTTL != "off" {
+		t.Fatalf("spawn: %+v %v %+v", c, err, e.boxes["c"])
+	}
+	g, err := k.Spawn(ctx, "c", ctl.SpawnParams{Name: "g"})
+	if err != nil || g.CPUs != 1 || g.MemoryMB != 256 {
+		t.Fatalf("grandchild (under the derived policy): %+v %v", g, err)
+	}
+	if _, err := k.Spawn(ctx, "other", ctl.SpawnParams{}); code(err) != string(spawn.PermissionDenied) {
+		t.Fatalf("a sandbox without a policy: %v", err)
+	}
+	if !k.Wants("default") || !k.Wants("c") || k.Wants("g") || k.Wants("other") {
+		t.Fatal("the control socket goes to the wrong sandboxes")
+	}
+	var out ctl.ExecResult
+	var buf writer
+	if out, err = k.Exec(ctx, "default", ctl.ExecParams{Name: "g", Command: "true"}, &buf, io.Discard); err != nil || out.ExitCode != 3 || buf.s != "ran in g" {
+		t.Fatalf("exec in a grandchild from the root: %+v %v %q", out, err, buf.s)
+	}
+	if _, err := k.Exec(ctx, "other", ctl.ExecParams{Name: "c", Command: "true"}, io.Discard, io.Discard); code(err) != ctl.CodeNotFound {
+		t.Fatalf("exec in another family's child: %v", err)
+	}
+	if _, err := k.Exec(ctx, "default", ctl.ExecParams{Name: "c", Command: "true", Timeout: -1}, io.Discard, io.Discard); code(err) != ctl.CodeInvalidRequest {
+		t.Fatalf("a negative timeout: %v", err)
+	}
+	if err := k.Allowed("c", "destroy"); err == nil {
+		t.Fatal("destroy of a child through the ordinary tool")
+	}
+	if err := k.Allowed("c", "reset"); err == nil || k.Allowed("default", "reset") != nil {
+		t.Fatal("reset: allowed for the child or refused for the root")
+	}
+	if err := k.Destroy(ctx, "g", "c"); code(err) != ctl.CodeNotFound {
+		t.Fatalf("a grandchild destroying its parent: %v", err)
+	}
+	if err := k.Destroy(ctx, "default", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(e.destroyed, []string{"g", "c"}) {
+		t.Fatalf("destroyed %v, want the grandchild first", e.destroyed)
+	}
+	if recs, _ := st.Children(); len(recs) != 0 {
+		t.Fatalf("records left: %+v", recs)
+	}
+	if counts, _ := st.Spawned(); counts["default"] != 1 || counts["c"] != 0 {
+		t.Fatalf("spawn counts %v (a destroyed child's count goes with it)", counts)
+	}
+}
+
+type writer struct{ s string }
+
+func (w *writer) Write(p []byte) (int, error) { w.s += string(p); return len(p), nil }
+
+// TestFailedBootLeavesNothing: a child that cannot boot leaves no record.
+func TestFailedBootLeavesNothing(t *testing.T) {
+	k, e, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	e.failBoot = true
+	if _, err := k.Spawn(context.Background(), "default", ctl.SpawnParams{}); err == nil {
+		t.Fatal("no error")
+	}
+	if recs, _ := st.Children(); len(recs) != 0 {
+		t.Fatalf("records left: %+v", recs)
+	}
+}
+
+// TestReapAndParentChanged: expired children and spawns left half done
+// are destroyed; a parent's reset takes its children.
+func TestReapAndParentChanged(t *testing.T) {
+	k, e, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	now := time.Now().UTC()
+	for _, c := range []state.Child{
+		{Name: "old", Parent: "default", Root: "default", Created: now.Add(-time.Hour), Expires: now.Add(-time.Minute), Ready: true},
+		{Name: "half", Parent: "default", Root: "default", Created: now.Add(-time.Hour), Expires: now.Add(time.Hour)},
+		{Name: "young", Parent: "default", Root: "default", Created: now, Expires: now.Add(time.Hour)},
+		{Name: "live", Parent: "default", Root: "default", Created: now, Expires: now.Add(time.Hour), Ready: true},
+	} {
+		e.boxes[c.Name] = sandbox.Profile{}
+		if err := st.PutChild(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.reap()
+	recs, _ := st.Children()
+	var left []string
+	for _, r := range recs {
+		left = append(left, r.Name)
+	}
+	if !slices.Equal(left, []string{"live", "young"}) {
+		t.Fatalf("after reaping: %v", left)
+	}
+	k.ParentChanged("default", "reset")
+	if recs, _ := st.Children(); len(recs) != 0 || len(e.boxes) != 2 {
+		t.Fatalf("after the parent's reset: %+v %v", recs, e.boxes)
+	}
+}
+
+// TestHandleRefusesBadParams: unknown fields and methods are refused.
+func TestHandleRefusesBadParams(t *testing.T) {
+	k, _, _ := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	for _, req := range []ctl.Request{
+		{ID: json.RawMessage("1"), Method: "spawn", Params: json.RawMessage(`{"cpus":1,"privileged":true}`)},
+		{ID: json.RawMessage("1"), Method: "spawn", Params: json.RawMessage(`{"cpus":"many"}`)},
+		{ID: json.RawMessage("1"), Method: "format-disk"},
+		{ID: json.RawMessage("1"), Method: "spawn", Params: json.RawMessage(`{"cpus":-1}`)},
+	} {
+		if _, err := k.Handle(context.Background(), "default", req, nil); code(err) != ctl.CodeInvalidRequest {
+			t.Errorf("%s %s: %v", req.Method, req.Params, err)
+		}
+	}
+}
+
+// TestRefusalsKeepTheirCode: a policy refusal reaches the socket with its
+// code, so sandbox-ctl says what to try.
+func TestRefusalsKeepTheirCode(t *testing.T) {
+	k, _, _ := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	_, err := k.Handle(context.Background(), "other", ctl.Request{ID: json.RawMessage("1"), Method: "spawn"}, nil)
+	var ce *ctl.Error
+	if !errors.As(err, &ce) || ce.Code != ctl.CodePermissionDenied {
+		t.Fatalf("%v", err)
+	}
+}
