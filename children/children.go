@@ -119,12 +119,15 @@ func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 		k.opt.Log.Warn("count a spawn", "parent", parent, "err", err)
 	}
 	held.Release() // the record holds the child's place now
-	prof := sandbox.Profile{Image: d.Image, CPUs: d.CPUs, Memory: d.Memory.String(), IdleTTL: "off"}
-	if d.Peers == spawn.PeersNone {
-		prof.Network = "none"
-	}
-	if _, err := k.opt.Sandboxes.CreateChild(ctx, d.Name, parent, prof, nil); err != nil {
-		k.remove(context.WithoutCancel(ctx), d.Name)
+	prof, labels := profileOf(rec)
+	if _, err := k.opt.Sandboxes.CreateChild(ctx, d.Name, parent, prof, labels); err != nil {
+		var exists *sandbox.ArgError
+		if errors.As(err, &exists) {
+			// The name is someone else's sandbox: never touch it.
+			_, _ = k.opt.Store.DeleteChild(d.Name)
+		} else {
+			k.remove(context.WithoutCancel(ctx), d.Name)
+		}
 		return ctl.Child{}, fmt.Errorf("boot child %q: %w", d.Name, err)
 	}
 	rec.Ready = true
@@ -137,6 +140,38 @@ func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 		out.Container, out.IP = in.Container, in.IP
 	}
 	return out, nil
+}
+
+// profileOf is the profile and labels every boot of a child uses.
+func profileOf(r state.Child) (sandbox.Profile, map[string]string) {
+	prof := sandbox.Profile{Image: r.Image, CPUs: r.CPUs, Memory: spawn.Bytes(r.Memory).String(), IdleTTL: "off"}
+	if r.Peers == spawn.PeersNone {
+		prof.Network = "none"
+	}
+	return prof, map[string]string{sandbox.LabelRole: "child", sandbox.LabelChildOf: r.Parent}
+}
+
+// Child gives a child's profile and labels to the sandbox manager, for
+// every boot of it.
+func (k *Keeper) Child(name string) (sandbox.Profile, map[string]string, bool) {
+	r, ok := k.record(name)
+	if !ok {
+		return sandbox.Profile{}, nil, false
+	}
+	p, l := profileOf(r)
+	return p, l, true
+}
+
+func (k *Keeper) record(name string) (state.Child, bool) {
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		return state.Child{}, false
+	}
+	i := slices.IndexFunc(recs, func(r state.Child) bool { return r.Name == name })
+	if i < 0 {
+		return state.Child{}, false
+	}
+	return recs[i], true
 }
 
 func childOf(r state.Child) ctl.Child {
@@ -248,17 +283,23 @@ func orUser(caller string) string {
 	return fmt.Sprintf("%q", caller)
 }
 
-// remove destroys name and everything below it, deepest first, and
-// forgets their records.
+// remove destroys name and everything below it, deepest first. Each
+// record goes before its container, so no command can reach (and boot
+// again) a child being destroyed; a failed destroy puts it back.
 func (k *Keeper) remove(ctx context.Context, name string) {
 	recs, _ := k.opt.Store.Children()
-	for _, r := range append(descendants(recs, name), state.Child{Name: name}) {
-		if _, err := k.opt.Sandboxes.Destroy(ctx, r.Name); err != nil {
-			k.opt.Log.Warn("destroy a child", "child", r.Name, "err", err)
-			continue
-		}
+	self, _ := k.record(name)
+	self.Name = name
+	for _, r := range append(descendants(recs, name), self) {
 		if _, err := k.opt.Store.DeleteChild(r.Name); err != nil {
 			k.opt.Log.Warn("forget a child", "child", r.Name, "err", err)
+			continue
+		}
+		if _, err := k.opt.Sandboxes.Destroy(ctx, r.Name); err != nil {
+			k.opt.Log.Warn("destroy a child", "child", r.Name, "err", err)
+			if r.Parent != "" {
+				_ = k.opt.Store.PutChild(r) // for the reaper's next look
+			}
 		}
 	}
 }
@@ -277,6 +318,12 @@ func (k *Keeper) ParentChanged(name, event string) {
 	k.opt.Log.Info("destroying the children of a sandbox", "sandbox", name, "event", event, "children", len(kids))
 	ctx, cancel := context.WithTimeout(k.life, 5*time.Minute)
 	defer cancel()
+	// No spawn from it may slip in while its children go.
+	if held, err := k.opt.Locks.Lock(ctx, lockKey, "destroy the children of "+name); err == nil {
+		defer held.Release()
+	}
+	recs, _ = k.opt.Store.Children()
+	kids = descendants(recs, name)
 	for _, r := range kids {
 		if r.Parent == name {
 			k.remove(ctx, r.Name)
@@ -308,16 +355,17 @@ func (k *Keeper) timeout(secs float64) (time.Duration, error) {
 	switch {
 	case secs == 0:
 		return k.opt.DefaultTimeout, nil
-	case !(secs > 0) || time.Duration(secs*float64(time.Second)) > k.opt.MaxTimeout:
+	case !(secs > 0) || secs > k.opt.MaxTimeout.Seconds(): // compared as seconds: a huge value overflows a Duration
 		return 0, ctl.Errorf(ctl.CodeInvalidRequest, "timeout %v: want seconds above 0, at most %v", secs, k.opt.MaxTimeout)
 	}
 	return time.Duration(secs * float64(time.Second)), nil
 }
 
-// Allowed says whether op (destroy, reset, restore, snapshot, clone) may
-// be done to sandbox name through the ordinary tools: always for a
-// sandbox that is not a child; for a child, reset when its parent's
-// policy allowed it, snapshot and clone likewise, and never destroy or
+// Allowed says whether op (destroy, reset, restore, snapshot, clone,
+// expose) may be done to sandbox name through the ordinary tools: always
+// for a sandbox that is not a child; for a child, reset, snapshot (and
+// clone) and expose when its parent's policy allowed them, and never
+// destroy or
 // restore (destroy_child ends a child; a restore would give it another
 // life than its record says).
 func (k *Keeper) Allowed(name, op string) error {
@@ -333,29 +381,22 @@ func (k *Keeper) Allowed(name, op string) error {
 	switch {
 	case op == "destroy":
 		return fmt.Errorf("sandbox %q is a child of %q: destroy it with destroy_child", name, r.Parent)
-	case op == "reset" && r.Reset, (op == "snapshot" || op == "clone") && r.Snapshot:
+	case op == "reset" && r.Reset, (op == "snapshot" || op == "clone") && r.Snapshot, op == "expose" && r.PortForward:
 		return nil
 	}
 	return fmt.Errorf("sandbox %q is a child of %q, and its policy does not allow %s", name, r.Parent, op)
 }
 
-// Wants reports whether sandbox name has the control socket: a root
-// whose policy says so, or a child that may spawn.
+// Wants reports whether sandbox name has the control socket: a child
+// that may spawn, or a root whose policy says so (a child's record comes
+// first: a child named like a configured root does not get its policy).
 func (k *Keeper) Wants(name string) bool {
-	if p, ok := k.opt.Policies[name]; ok {
-		return p.InjectCtl
+	if r, ok := k.record(name); ok {
+		var p spawn.Policy
+		return len(r.Policy) > 0 && json.Unmarshal(r.Policy, &p) == nil && p.InjectCtl
 	}
-	recs, err := k.opt.Store.Children()
-	if err != nil {
-		return false
-	}
-	for _, r := range recs {
-		if r.Name == name && len(r.Policy) > 0 {
-			var p spawn.Policy
-			return json.Unmarshal(r.Policy, &p) == nil && p.InjectCtl
-		}
-	}
-	return false
+	p, ok := k.opt.Policies[name]
+	return ok && p.InjectCtl
 }
 
 // ServeConn answers one connection to sandbox caller's control socket.

@@ -26,6 +26,9 @@ type engine struct {
 	boxes     map[string]sandbox.Profile
 	destroyed []string
 	failBoot  bool
+	// claimed are names a boot finds taken (a sandbox the user made
+	// between the check and the boot).
+	claimed map[string]bool
 }
 
 func (e *engine) List(context.Context) ([]sandbox.Info, error) {
@@ -43,6 +46,9 @@ func (e *engine) CreateChild(_ context.Context, name, _ string, prof sandbox.Pro
 	defer e.mu.Unlock()
 	if e.failBoot {
 		return sandbox.BootInfo{}, errors.New("no image")
+	}
+	if e.claimed[name] {
+		return sandbox.BootInfo{}, &sandbox.ArgError{Err: errors.New("sandbox " + name + " exists")}
 	}
 	e.boxes[name] = prof
 	return sandbox.BootInfo{Created: true}, nil
@@ -94,50 +100,56 @@ func TestSpawnExecDestroy(t *testing.T) {
 	can.ChildCanSpawn = true
 	k, e, st := keeper(t, map[string]spawn.Policy{"default": can})
 	ctx := context.Background()
-	c, err := k.Spawn(ctx, "default", ctl.SpawnParams{Name: "c", CPUs: 1, Memory: "256M"})
-	if err != nil || c.Name != "c" || c.MemoryMB != 256 || c.IP != "10.0.0.9" || e.boxes["c"].Memory != "256M" || e.boxes["c"].IdleTTL != "off" {
-		t.Fatalf("spawn: %+v %v %+v", c, err, e.boxes["c"])
+	c, err := k.Spawn(ctx, "default", ctl.SpawnParams{Name: "default-c", CPUs: 1, Memory: "256M"})
+	if err != nil || c.Name != "default-c" || c.MemoryMB != 256 || c.IP != "10.0.0.9" || e.boxes["default-c"].Memory != "256M" || e.boxes["default-c"].IdleTTL != "off" {
+		t.Fatalf("spawn: %+v %v %+v", c, err, e.boxes["default-c"])
 	}
-	g, err := k.Spawn(ctx, "c", ctl.SpawnParams{Name: "g"})
+	g, err := k.Spawn(ctx, "default-c", ctl.SpawnParams{Name: "default-c-g"})
 	if err != nil || g.CPUs != 1 || g.MemoryMB != 256 {
 		t.Fatalf("grandchild (under the derived policy): %+v %v", g, err)
 	}
 	if _, err := k.Spawn(ctx, "other", ctl.SpawnParams{}); code(err) != string(spawn.PermissionDenied) {
 		t.Fatalf("a sandbox without a policy: %v", err)
 	}
-	if !k.Wants("default") || !k.Wants("c") || k.Wants("g") || k.Wants("other") {
+	if !k.Wants("default") || !k.Wants("default-c") || k.Wants("default-c-g") || k.Wants("other") {
 		t.Fatal("the control socket goes to the wrong sandboxes")
 	}
 	var out ctl.ExecResult
 	var buf writer
-	if out, err = k.Exec(ctx, "default", ctl.ExecParams{Name: "g", Command: "true"}, &buf, io.Discard); err != nil || out.ExitCode != 3 || buf.s != "ran in g" {
+	if out, err = k.Exec(ctx, "default", ctl.ExecParams{Name: "default-c-g", Command: "true"}, &buf, io.Discard); err != nil || out.ExitCode != 3 || buf.s != "ran in default-c-g" {
 		t.Fatalf("exec in a grandchild from the root: %+v %v %q", out, err, buf.s)
 	}
-	if _, err := k.Exec(ctx, "other", ctl.ExecParams{Name: "c", Command: "true"}, io.Discard, io.Discard); code(err) != ctl.CodeNotFound {
+	if _, err := k.Exec(ctx, "other", ctl.ExecParams{Name: "default-c", Command: "true"}, io.Discard, io.Discard); code(err) != ctl.CodeNotFound {
 		t.Fatalf("exec in another family's child: %v", err)
 	}
-	if _, err := k.Exec(ctx, "default", ctl.ExecParams{Name: "c", Command: "true", Timeout: -1}, io.Discard, io.Discard); code(err) != ctl.CodeInvalidRequest {
+	if _, err := k.Exec(ctx, "default", ctl.ExecParams{Name: "default-c", Command: "true", Timeout: -1}, io.Discard, io.Discard); code(err) != ctl.CodeInvalidRequest {
 		t.Fatalf("a negative timeout: %v", err)
 	}
-	if err := k.Allowed("c", "destroy"); err == nil {
+	if _, err := k.Exec(ctx, "default", ctl.ExecParams{Name: "default-c", Command: "true", Timeout: 1e300}, io.Discard, io.Discard); code(err) != ctl.CodeInvalidRequest {
+		t.Fatalf("a timeout that overflows: %v", err)
+	}
+	if p, l, ok := k.Child("default-c"); !ok || p.Memory != "256M" || p.CPUs != 1 || l[sandbox.LabelChildOf] != "default" {
+		t.Fatalf("the child's profile for its next boot: %+v %v %v", p, l, ok)
+	}
+	if err := k.Allowed("default-c", "destroy"); err == nil {
 		t.Fatal("destroy of a child through the ordinary tool")
 	}
-	if err := k.Allowed("c", "reset"); err == nil || k.Allowed("default", "reset") != nil {
-		t.Fatal("reset: allowed for the child or refused for the root")
+	if k.Allowed("default-c", "reset") == nil || k.Allowed("default-c", "expose") == nil || k.Allowed("default", "reset") != nil {
+		t.Fatal("reset or expose: allowed for the child, or refused for the root")
 	}
-	if err := k.Destroy(ctx, "g", "c"); code(err) != ctl.CodeNotFound {
+	if err := k.Destroy(ctx, "default-c-g", "default-c"); code(err) != ctl.CodeNotFound {
 		t.Fatalf("a grandchild destroying its parent: %v", err)
 	}
-	if err := k.Destroy(ctx, "default", "c"); err != nil {
+	if err := k.Destroy(ctx, "default", "default-c"); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(e.destroyed, []string{"g", "c"}) {
+	if !slices.Equal(e.destroyed, []string{"default-c-g", "default-c"}) {
 		t.Fatalf("destroyed %v, want the grandchild first", e.destroyed)
 	}
 	if recs, _ := st.Children(); len(recs) != 0 {
 		t.Fatalf("records left: %+v", recs)
 	}
-	if counts, _ := st.Spawned(); counts["default"] != 1 || counts["c"] != 0 {
+	if counts, _ := st.Spawned(); counts["default"] != 1 || counts["default-c"] != 0 {
 		t.Fatalf("spawn counts %v (a destroyed child's count goes with it)", counts)
 	}
 }
@@ -212,5 +224,22 @@ func TestRefusalsKeepTheirCode(t *testing.T) {
 	var ce *ctl.Error
 	if !errors.As(err, &ce) || ce.Code != ctl.CodePermissionDenied {
 		t.Fatalf("%v", err)
+	}
+}
+
+// TestNameTakenAtBootIsLeftAlone: when the boot finds the name taken by
+// a sandbox that is not the child, the spawn fails and that sandbox is
+// never destroyed.
+func TestNameTakenAtBootIsLeftAlone(t *testing.T) {
+	k, e, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	e.claimed = map[string]bool{"default-web": true}
+	if _, err := k.Spawn(context.Background(), "default", ctl.SpawnParams{Name: "default-web"}); err == nil {
+		t.Fatal("no error")
+	}
+	if len(e.destroyed) != 0 {
+		t.Fatalf("destroyed %v", e.destroyed)
+	}
+	if recs, _ := st.Children(); len(recs) != 0 {
+		t.Fatalf("records left: %+v", recs)
 	}
 }

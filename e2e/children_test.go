@@ -21,11 +21,11 @@ func TestChildren(t *testing.T) {
 		return s.call(t, "exec", map[string]any{"command": cmd, "timeout": 300})
 	}
 
-	r := s.call(t, "spawn", map[string]any{"name": "c1", "cpus": 1, "memory": "128M"})
-	if r.isError || r.str("name") != "c1" || r.num("memory_mb") != 128 {
+	r := s.call(t, "spawn", map[string]any{"name": "default-c1", "cpus": 1, "memory": "128M"})
+	if r.isError || r.str("name") != "default-c1" || r.num("memory_mb") != 128 {
 		t.Fatalf("spawn: %s", r.text)
 	}
-	if r := s.call(t, "exec", map[string]any{"sandbox": "c1", "command": "echo in-child"}); r.str("stdout") != "in-child\n" {
+	if r := s.call(t, "exec", map[string]any{"sandbox": "default-c1", "command": "echo in-child"}); r.str("stdout") != "in-child\n" {
 		t.Fatalf("exec in the child: %s", r.text)
 	}
 
@@ -33,20 +33,24 @@ func TestChildren(t *testing.T) {
 	if r := sh("sandbox-ctl ping"); r.num("exit_code") != 0 || !strings.Contains(r.str("stdout"), "sandbox default") {
 		t.Fatalf("ping: %s", r.text)
 	}
-	if r := sh("sandbox-ctl spawn --name k1 --cpus 0.5 --memory 128M"); r.num("exit_code") != 0 || !strings.Contains(r.str("stdout"), "k1") {
+	if r := sh("sandbox-ctl spawn --name default-k1 --cpus 0.5 --memory 128M"); r.num("exit_code") != 0 || !strings.Contains(r.str("stdout"), "default-k1") {
 		t.Fatalf("spawn from inside: %s", r.text)
 	}
-	if r := sh("sandbox-ctl exec k1 -- 'echo hi; echo err >&2; exit 7'"); r.num("exit_code") != 7 || r.str("stdout") != "hi\n" || r.str("stderr") != "err\n" {
+	if r := sh("sandbox-ctl exec default-k1 -- 'echo hi; echo err >&2; exit 7'"); r.num("exit_code") != 7 || r.str("stdout") != "hi\n" || r.str("stderr") != "err\n" {
 		t.Fatalf("exec from inside: %s", r.text)
 	}
-	if r := sh("sandbox-ctl list"); !strings.Contains(r.str("stdout"), "k1") || !strings.Contains(r.str("stdout"), "c1") {
+	if r := sh("sandbox-ctl list"); !strings.Contains(r.str("stdout"), "default-k1") || !strings.Contains(r.str("stdout"), "default-c1") {
 		t.Fatalf("list: %s", r.text)
 	}
 	// The ordinary tools refuse what the child's policy does not allow.
-	for tool, want := range map[string]string{"destroy": "destroy_child", "reset": "does not allow reset", "snapshot": "does not allow snapshot"} {
-		args := map[string]any{"sandbox": "k1"}
-		if tool == "snapshot" {
+	for tool, want := range map[string]string{"destroy": "destroy_child", "reset": "does not allow reset", "snapshot": "does not allow snapshot",
+		"expose": "does not allow expose"} {
+		args := map[string]any{"sandbox": "default-k1"}
+		switch tool {
+		case "snapshot":
 			args["snapshot_name"] = "s1"
+		case "expose":
+			args["port"] = 8000
 		}
 		if r := s.call(t, tool, args); !r.isError || !strings.Contains(r.text, want) {
 			t.Errorf("%s of a child: %s", tool, r.text)
@@ -59,25 +63,25 @@ func TestChildren(t *testing.T) {
 		"sandbox-ctl spawn --image alpine": "not allowed for children of \"default\" (allowed: [mcp-dev]). Try: ask the user",
 		"sandbox-ctl spawn --cpus -1":      "cpus",
 		"sandbox-ctl spawn --memory 10M":   "minimum",
-		"sandbox-ctl spawn --name default": "taken",
+		"sandbox-ctl spawn --name web":     "must start with \"default-\"",
 		"sandbox-ctl exec nosuch -- true":  "Try: sandbox-ctl list",
 	} {
 		if r := sh(cmd); r.num("exit_code") == 0 || !strings.Contains(r.str("stderr"), want) {
 			t.Errorf("%s: %s", cmd, r.text)
 		}
 	}
-	// c1 and k1 live: one more fits, the next is over max_concurrent.
-	if r := sh("sandbox-ctl spawn --name k2 --cpus 0.5 --memory 64M"); r.num("exit_code") != 0 {
+	// default-c1 and default-k1 live: one more fits, the next is over max_concurrent.
+	if r := sh("sandbox-ctl spawn --name default-k2 --cpus 0.5 --memory 64M"); r.num("exit_code") != 0 {
 		t.Fatalf("a third child: %s", r.text)
 	}
 	if r := sh("sandbox-ctl spawn --cpus 0.5 --memory 64M"); r.num("exit_code") != 1 || !strings.Contains(r.str("stderr"), "live children") ||
 		!strings.Contains(r.str("stderr"), "Try: sandbox-ctl list, then sandbox-ctl destroy NAME") {
 		t.Fatalf("a fourth child: %s", r.text)
 	}
-	if r := sh("sandbox-ctl destroy k2"); r.num("exit_code") != 0 {
+	if r := sh("sandbox-ctl destroy default-k2"); r.num("exit_code") != 0 {
 		t.Fatalf("destroy: %s", r.text)
 	}
-	if r := s.call(t, "children", map[string]any{}); r.isError || !strings.Contains(r.text, "c1") || !strings.Contains(r.text, "k1") || strings.Contains(r.text, "k2") {
+	if r := s.call(t, "children", map[string]any{}); r.isError || !strings.Contains(r.text, "default-c1") || !strings.Contains(r.text, "default-k1") || strings.Contains(r.text, "default-k2") {
 		t.Fatalf("children: %s", r.text)
 	}
 
@@ -88,7 +92,7 @@ func TestChildren(t *testing.T) {
 		t.Fatalf("ping from a sandbox without a policy: %s", r.text)
 	}
 
-	if r := s.call(t, "destroy_child", map[string]any{"name": "c1"}); r.isError {
+	if r := s.call(t, "destroy_child", map[string]any{"name": "default-c1"}); r.isError {
 		t.Fatalf("destroy_child: %s", r.text)
 	}
 	if r := s.call(t, "reset", map[string]any{}); r.isError {
@@ -97,7 +101,7 @@ func TestChildren(t *testing.T) {
 	if r := s.call(t, "children", map[string]any{}); !strings.Contains(r.text, "no children") {
 		t.Fatalf("children after the parent's reset: %s", r.text)
 	}
-	if r := s.call(t, "status", map[string]any{"sandbox": "k1"}); !r.isError {
+	if r := s.call(t, "status", map[string]any{"sandbox": "default-k1"}); !r.isError {
 		t.Fatalf("k1 outlived its parent's reset: %s", r.text)
 	}
 }

@@ -122,6 +122,9 @@ func (s *Server) handleExpose(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if s.ports == nil {
 		return failure(ctx, "expose", errNoPorts), nil
 	}
+	if refused := s.childGuard(name, "expose"); refused != nil {
+		return refused, nil
+	}
 	// Start the sandbox and its agent now, so that the first connection
 	// does not pay for them and a sandbox the agent cannot reach says so.
 	conn, derr := s.m.Dial(ctx, name, int(port))

@@ -354,7 +354,7 @@ func restoreLifted(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		args, ok := lifted.Resolve(req.Params.Arguments)
 		if !ok {
-			return mcp.NewToolResultError(req.Params.Name + ": a long argument of this call was lost before the call ran (it waited over a minute); send the call again"), nil
+			return mcp.NewToolResultError(req.Params.Name + ": a long argument of this call was lost before the call ran (it waited too long, or too many long calls waited); send the call again"), nil
 		}
 		req.Params.Arguments = args
 		return next(ctx, req)

@@ -47,11 +47,25 @@ func (m *Manager) CreateChild(ctx context.Context, name, parent string, prof Pro
 	return info, err
 }
 
-// Control is how the Manager serves the control socket: Wants says which
-// sandboxes have it, Serve answers one connection from sandbox name.
+// Control is how the Manager serves the control socket and boots
+// children: Wants says which sandboxes have the socket, Serve answers one
+// connection from sandbox name, and Child gives a child's profile and
+// labels, which every boot of it (a reset, a restart) uses.
 type Control struct {
 	Wants func(name string) bool
 	Serve func(ctx context.Context, name string, conn net.Conn)
+	Child func(name string) (Profile, map[string]string, bool)
+}
+
+// childProfile is name's profile and labels when it is a child.
+func (m *Manager) childProfile(name string) (Profile, map[string]string, bool) {
+	m.mu.Lock()
+	c := m.control
+	m.mu.Unlock()
+	if c == nil || c.Child == nil {
+		return Profile{}, nil, false
+	}
+	return c.Child(name)
 }
 
 // SetControl gives sandboxes the control socket from now on (those whose
@@ -72,17 +86,21 @@ func (m *Manager) controlFor(name string) *Control {
 	return c
 }
 
-// startControl has sb's agent serve the control socket, if sb has one.
+// startControl has sb's agent serve the control socket, if sb has one;
+// otherwise streams the agent opens are closed as they come (a sandbox
+// must not park them on the host).
 func (m *Manager) startControl(sb *Sandbox, c interface {
 	ListenCtl(string) error
 	ServeCtl(func(net.Conn))
 }) {
 	cc := m.controlFor(sb.Name)
 	if cc == nil {
+		c.ServeCtl(func(conn net.Conn) { conn.Close() })
 		return
 	}
 	if err := c.ListenCtl(ctl.DefaultSocket); err != nil {
 		m.log.Warn("control socket", "sandbox", sb.Name, "err", err)
+		c.ServeCtl(func(conn net.Conn) { conn.Close() })
 		return
 	}
 	c.ServeCtl(func(conn net.Conn) {

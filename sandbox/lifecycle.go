@@ -219,6 +219,8 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	prof := m.ProfileFor(name)
 	if o := m.override(name); o != nil {
 		prof = o.prof // a restore or clone: another image, perhaps another profile
+	} else if cp, _, ok := m.childProfile(name); ok {
+		prof = cp // a child keeps what it was spawned with (children.go)
 	}
 	if err := prof.Validate(); err != nil {
 		return nil, info, err
@@ -396,6 +398,10 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 	labels := m.labels(name)
 	if o := m.override(name); o != nil {
 		for k, v := range o.labels {
+			labels[k] = v
+		}
+	} else if _, cl, ok := m.childProfile(name); ok {
+		for k, v := range cl {
 			labels[k] = v
 		}
 	}

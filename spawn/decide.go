@@ -3,6 +3,7 @@ package spawn
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -127,8 +128,8 @@ func Decide(f Family, req Request, now time.Time, valid func(string) error) (Dec
 	}
 
 	switch c := req.CPUs; {
-	case !finite(c) || c < 0:
-		return Decision{}, refuse(InvalidRequest, "cpus %v: want a number above 0 (or 0 for the most allowed, %g)", c, p.ChildMaxCPUs)
+	case !finite(c) || c < 0 || (c > 0 && c < MinCPUs):
+		return Decision{}, refuse(InvalidRequest, "cpus %v: want at least %g (or 0 for the most allowed, %g)", c, MinCPUs, p.ChildMaxCPUs)
 	case c == 0:
 		d.CPUs = p.ChildMaxCPUs
 	case c > p.ChildMaxCPUs:
@@ -199,6 +200,11 @@ func childName(f Family, req Request, parent Member, valid func(string) error) (
 			if err := valid(req.Name); err != nil {
 				return "", refuse(InvalidRequest, "child name: %v", err)
 			}
+		}
+		// A child's name starts with its parent's: a sandbox cannot claim
+		// a name the user has, or will give, a sandbox of their own.
+		if !strings.HasPrefix(req.Name, req.Parent+"-") || len(req.Name) == len(req.Parent)+1 {
+			return "", refuse(InvalidRequest, "child name %q must start with %q", req.Name, req.Parent+"-")
 		}
 		if _, taken := f[req.Name]; taken {
 			return "", refuse(InvalidRequest, "the name %q is taken by another sandbox", req.Name)

@@ -27,6 +27,10 @@ const (
 // MaxDepth is the deepest a family goes: root, child, grandchild.
 const MaxDepth = 2
 
+// MinCPUs is the least CPU a child may ask for: engines turn a quota that
+// rounds to nothing into no limit at all.
+const MinCPUs = 0.01
+
 // MinMemory is the least memory a child may have; MinDerivedMemory the
 // least a derived (halved) memory budget falls to.
 const (
@@ -89,8 +93,8 @@ func (p Policy) Validate() error {
 	if p.MaxConcurrent > p.MaxTotal {
 		bad("max_concurrent (%d) must not exceed max_total (%d)", p.MaxConcurrent, p.MaxTotal)
 	}
-	if !finite(p.ChildMaxCPUs) || !finite(p.TotalChildCPUs) || p.ChildMaxCPUs <= 0 || p.TotalChildCPUs < p.ChildMaxCPUs {
-		bad("child_max_cpus must be above 0 and at most total_child_cpus")
+	if !finite(p.ChildMaxCPUs) || !finite(p.TotalChildCPUs) || p.ChildMaxCPUs < MinCPUs || p.TotalChildCPUs < p.ChildMaxCPUs {
+		bad("child_max_cpus must be at least %g and at most total_child_cpus", MinCPUs)
 	}
 	if p.ChildMaxMemory < MinMemory || p.TotalChildMemory < p.ChildMaxMemory {
 		bad("child_max_memory must be at least 64M and at most total_child_memory")

@@ -70,8 +70,8 @@ func TestDecide(t *testing.T) {
 				t.Errorf("%+v", d)
 			}
 		}},
-		{name: "asked for less", f: family(), req: Request{Parent: "default", Name: "w1", CPUs: 0.5, Memory: "128M"}, check: func(t *testing.T, d Decision) {
-			if d.Name != "w1" || d.CPUs != 0.5 || d.Memory != 128<<20 || len(d.Notes) != 0 {
+		{name: "asked for less", f: family(), req: Request{Parent: "default", Name: "default-w1", CPUs: 0.5, Memory: "128M"}, check: func(t *testing.T, d Decision) {
+			if d.Name != "default-w1" || d.CPUs != 0.5 || d.Memory != 128<<20 || len(d.Notes) != 0 {
 				t.Errorf("%+v", d)
 			}
 		}},
@@ -94,7 +94,10 @@ func TestDecide(t *testing.T) {
 		{name: "memory below 64M", f: family(), req: Request{Parent: "default", Memory: "63M"}, want: InvalidRequest},
 		{name: "memory unparsable", f: family(), req: Request{Parent: "default", Memory: "lots"}, want: InvalidRequest},
 		{name: "memory negative", f: family(), req: Request{Parent: "default", Memory: "-5M"}, want: InvalidRequest},
-		{name: "a sibling's name", f: family("a:default:1:64M"), req: Request{Parent: "default", Name: "a"}, want: InvalidRequest},
+		{name: "a sibling's name", f: family("default-a:default:1:64M"), req: Request{Parent: "default", Name: "default-a"}, want: InvalidRequest},
+		{name: "a name outside the parent's", f: family(), req: Request{Parent: "default", Name: "web"}, want: InvalidRequest},
+		{name: "the bare prefix", f: family(), req: Request{Parent: "default", Name: "default-"}, want: InvalidRequest},
+		{name: "tiny cpus", f: family(), req: Request{Parent: "default", CPUs: 1e-9}, want: InvalidRequest},
 		{name: "its parent's name", f: family(), req: Request{Parent: "default", Name: "default"}, want: InvalidRequest},
 		{name: "a bad name", f: family(), req: Request{Parent: "default", Name: "../x"}, want: InvalidRequest},
 		{name: "three live already", f: family("a:default:0.5:64M", "b:default:0.5:64M", "c:default:0.5:64M"), req: Request{Parent: "default", CPUs: 0.5, Memory: "64M"}, want: LimitReached},
@@ -156,7 +159,7 @@ func TestLifetimeCount(t *testing.T) {
 func TestGrandchildren(t *testing.T) {
 	root := policy(func(p *Policy) { p.ChildCanSpawn = true; p.ChildTTL = Duration(time.Hour) })
 	f := Family{"default": {Name: "default", Policy: root}}
-	d, err := Decide(f, Request{Parent: "default", Name: "c"}, t0, nil)
+	d, err := Decide(f, Request{Parent: "default", Name: "default-c"}, t0, nil)
 	if err != nil || d.Policy == nil {
 		t.Fatalf("child: %+v %v", d, err)
 	}
@@ -165,29 +168,29 @@ func TestGrandchildren(t *testing.T) {
 		dp.ChildMaxMemory != 256<<20 || dp.ChildCanSpawn || !dp.InjectCtl || dp.ChildAllowPortForward || time.Duration(dp.ChildTTL) != time.Hour {
 		t.Fatalf("derived policy %+v", dp)
 	}
-	f["c"] = Member{Name: "c", Parent: "default", CPUs: d.CPUs, Memory: d.Memory, Expires: t0.Add(10 * time.Minute), Policy: dp}
-	g, err := Decide(f, Request{Parent: "c", Name: "g"}, t0, nil)
+	f["default-c"] = Member{Name: "default-c", Parent: "default", CPUs: d.CPUs, Memory: d.Memory, Expires: t0.Add(10 * time.Minute), Policy: dp}
+	g, err := Decide(f, Request{Parent: "default-c", Name: "default-c-g"}, t0, nil)
 	if err != nil || g.Depth != 2 || g.Root != "default" || g.Policy != nil || !g.Expires.Equal(t0.Add(10*time.Minute)) {
 		t.Fatalf("grandchild: %+v %v", g, err)
 	}
 	// The root's budget is 6 cpus: two children of 2 and a grandchild of
 	// 1 leave 1; a second child's grandchild of 1 fits, a third does not.
-	f["c2"] = Member{Name: "c2", Parent: "default", CPUs: 2, Memory: 64 << 20, Expires: t0.Add(time.Hour), Policy: dp}
-	f["g"] = Member{Name: "g", Parent: "c", CPUs: 1, Memory: 64 << 20, Expires: g.Expires}
-	if _, err := Decide(f, Request{Parent: "c2", Name: "g2", Memory: "128M"}, t0, nil); err != nil {
+	f["default-c2"] = Member{Name: "default-c2", Parent: "default", CPUs: 2, Memory: 64 << 20, Expires: t0.Add(time.Hour), Policy: dp}
+	f["default-c-g"] = Member{Name: "default-c-g", Parent: "default-c", CPUs: 1, Memory: 64 << 20, Expires: g.Expires}
+	if _, err := Decide(f, Request{Parent: "default-c2", Name: "default-c2-g2", Memory: "128M"}, t0, nil); err != nil {
 		t.Fatalf("g2: %v", err)
 	}
-	f["g2"] = Member{Name: "g2", Parent: "c2", CPUs: 1, Memory: 128 << 20, Expires: t0.Add(time.Hour)}
-	if _, err := Decide(f, Request{Parent: "c", Name: "g3", CPUs: 0.5, Memory: "64M"}, t0, nil); codeOf(err) != LimitReached {
+	f["default-c2-g2"] = Member{Name: "default-c2-g2", Parent: "default-c2", CPUs: 1, Memory: 128 << 20, Expires: t0.Add(time.Hour)}
+	if _, err := Decide(f, Request{Parent: "default-c", Name: "default-c-g3", CPUs: 0.5, Memory: "64M"}, t0, nil); codeOf(err) != LimitReached {
 		t.Fatalf("over the root's envelope: %v", err)
 	}
 	// A child of the root counts the grandchildren too: its children use
 	// 4 of the 6 cpus, but the family all 6.
-	if _, err := Decide(f, Request{Parent: "default", Name: "c3", CPUs: 0.5, Memory: "64M"}, t0, nil); codeOf(err) != LimitReached {
+	if _, err := Decide(f, Request{Parent: "default", Name: "default-c3", CPUs: 0.5, Memory: "64M"}, t0, nil); codeOf(err) != LimitReached {
 		t.Fatalf("a child over the family's envelope: %v", err)
 	}
 	// A child's life ends: it may not spawn any more.
-	if _, err := Decide(f, Request{Parent: "c"}, t0.Add(11*time.Minute), nil); codeOf(err) != PermissionDenied {
+	if _, err := Decide(f, Request{Parent: "default-c"}, t0.Add(11*time.Minute), nil); codeOf(err) != PermissionDenied {
 		t.Fatalf("an expired parent: %v", err)
 	}
 }

@@ -191,7 +191,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}})
 	env.Children = children.New(children.Options{Sandboxes: m, Store: env.State, Policies: cfg.ChildPolicies,
 		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: logger})
-	m.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn})
+	m.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn, Child: env.Children.Child})
 	m.OnLifecycle(func(name, event string) {
 		if event == "destroy" {
 			env.Ports.Drop(name)

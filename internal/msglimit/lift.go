@@ -26,8 +26,10 @@ const (
 	liftMin = 64 << 10
 	// blobTTL is how long a lifted string waits for its handler (a
 	// message that never reaches one, such as a call of an unknown tool,
-	// leaves its strings behind).
-	blobTTL = time.Minute
+	// leaves its strings behind); blobCap bounds what waits, oldest
+	// dropped first.
+	blobTTL = 10 * time.Minute
+	blobCap = 4 * DefaultMax
 )
 
 // Blobs holds strings lifted out of messages until a handler takes them.
@@ -36,6 +38,7 @@ type Blobs struct {
 	mu     sync.Mutex
 	seq    uint64
 	m      map[string]blob
+	held   int64 // bytes in m
 }
 
 type blob struct {
@@ -56,9 +59,19 @@ func (b *Blobs) put(s string) string {
 	now := time.Now()
 	for k, v := range b.m {
 		if now.Sub(v.at) > blobTTL {
-			delete(b.m, k)
+			b.drop(k)
 		}
 	}
+	for b.held+int64(len(s)) > blobCap && len(b.m) > 0 {
+		oldest := ""
+		for k, v := range b.m {
+			if oldest == "" || v.at.Before(b.m[oldest].at) {
+				oldest = k
+			}
+		}
+		b.drop(oldest)
+	}
+	b.held += int64(len(s))
 	b.seq++
 	tok := b.prefix + hex.EncodeToString([]byte{byte(b.seq >> 24), byte(b.seq >> 16), byte(b.seq >> 8), byte(b.seq)})
 	b.m[tok] = blob{s: s, at: now}
@@ -70,8 +83,16 @@ func (b *Blobs) take(tok string) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	v, ok := b.m[tok]
-	delete(b.m, tok)
+	b.drop(tok)
 	return v.s, ok
+}
+
+// drop forgets the string under tok; b.mu is held.
+func (b *Blobs) drop(tok string) {
+	if v, ok := b.m[tok]; ok {
+		b.held -= int64(len(v.s))
+		delete(b.m, tok)
+	}
 }
 
 // Len is how many lifted strings wait for their handler.
@@ -127,16 +148,25 @@ func (p pieces) size() int64 {
 	return n
 }
 
-// longStrings finds the strings of at least liftMin bytes in the message.
+// longStrings finds the string values (not object keys) of at least
+// liftMin bytes in the message. Whether a string is a key shows only in
+// the next byte that is not space, which may lie in a later piece.
 func (p pieces) longStrings() []span {
 	var out []span
 	var off int64
 	in, esc := false, false
 	var cur span
+	var pending *span // a long string, a value unless a ':' follows
 	for _, b := range p {
 		for i, c := range b {
 			switch {
 			case !in:
+				if pending != nil && c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+					if c != ':' {
+						out = append(out, *pending)
+					}
+					pending = nil
+				}
 				if c == '"' {
 					in, cur = true, span{start: off + int64(i)}
 				}
@@ -148,11 +178,15 @@ func (p pieces) longStrings() []span {
 				in = false
 				cur.end = off + int64(i) + 1
 				if cur.end-cur.start >= liftMin {
-					out = append(out, cur)
+					sp := cur
+					pending = &sp
 				}
 			}
 		}
 		off += int64(len(b))
+	}
+	if pending != nil {
+		out = append(out, *pending)
 	}
 	return out
 }

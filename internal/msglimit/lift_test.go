@@ -130,3 +130,31 @@ func TestLiftOverLimit(t *testing.T) {
 		t.Fatalf("reply %q, %d blobs", out.String(), blobs.Len())
 	}
 }
+
+// TestLiftLeavesKeysAlone: a long object key is not lifted (the handler
+// would see a token for a name), while a long value after it is.
+func TestLiftLeavesKeysAlone(t *testing.T) {
+	key := strings.Repeat("k", 70_000)
+	msg := callLine(map[string]any{key: strings.Repeat("v", 1_200_000)})
+	blobs := NewBlobs()
+	lines := readLines(t, blobs, msg)
+	if len(lines) != 1 || !strings.Contains(lines[0], key) || len(lines[0]) > 80_000 || blobs.Len() != 1 {
+		t.Fatalf("%d lines, %d bytes, %d blobs", len(lines), len(lines[0]), blobs.Len())
+	}
+}
+
+// TestBlobsAreCapped: what waits for handlers is bounded, oldest first.
+func TestBlobsAreCapped(t *testing.T) {
+	b := NewBlobs()
+	big := strings.Repeat("z", blobCap/3)
+	first := b.put(big)
+	for range 3 {
+		b.put(big)
+	}
+	if b.Len() != 3 || b.held > blobCap {
+		t.Fatalf("%d blobs, %d bytes held", b.Len(), b.held)
+	}
+	if _, ok := b.Resolve(first); ok {
+		t.Fatal("the oldest was kept over the cap")
+	}
+}
