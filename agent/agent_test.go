@@ -251,3 +251,44 @@ func TestCtlRelay(t *testing.T) {
 		t.Fatalf("socket mode: %v %v", fi, err)
 	}
 }
+
+// TestCtlSocketPassesBetweenAgents: two servers' agents in one sandbox
+// share the control socket: one holds it, and when its session ends the
+// other takes it over.
+func TestCtlSocketPassesBetweenAgents(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "ctl.sock")
+	echo := func(tag string) func(net.Conn) {
+		return func(conn net.Conn) {
+			defer conn.Close()
+			conn.Write([]byte(tag))
+		}
+	}
+	first, second := pair(t), pair(t)
+	for i, c := range []*Client{first, second} {
+		if err := c.ListenCtl(sock); err != nil {
+			t.Fatal(err)
+		}
+		c.ServeCtl(echo([]string{"first", "second"}[i]))
+	}
+	ask := func() string {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			return err.Error()
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(conn)
+		return string(b)
+	}
+	if got := ask(); got != "first" {
+		t.Fatalf("while the first agent holds it: %q", got)
+	}
+	first.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for got := ask(); got != "second"; got = ask() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second agent did not take the socket over: %q", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

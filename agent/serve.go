@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -94,8 +95,9 @@ func (a *agentState) handle(st *yamux.Stream) {
 }
 
 // listenCtl serves the control socket at path: each connection to it is
-// carried to the server as a stream of its own. A socket left by an
-// earlier agent is replaced.
+// carried to the server as a stream of its own. Several servers may each
+// run an agent in one sandbox: one of them holds the path, and another
+// takes it over when it goes (a socket nothing answers on is replaced).
 func (a *agentState) listenCtl(path string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -108,28 +110,96 @@ func (a *agentState) listenCtl(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path)
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := claimSocket(path)
 	if err != nil {
 		return err
 	}
-	// Every process of the sandbox may ask: the sandbox is one party.
-	_ = os.Chmod(path, 0o666)
 	a.listening[path] = true
+	go a.holdCtl(path, ln)
+	return nil
+}
+
+// ctlRecheck is how often an agent looks whether it should (still) hold
+// the control socket.
+const ctlRecheck = 2 * time.Second
+
+// holdCtl serves path while this agent holds it, and waits to take it
+// over while another agent does, until the session ends.
+func (a *agentState) holdCtl(path string, ln *net.UnixListener) {
+	for {
+		if ln != nil {
+			a.serveCtl(path, ln)
+		}
+		select {
+		case <-a.sess.CloseChan():
+			return
+		case <-time.After(ctlRecheck):
+		}
+		ln, _ = claimSocket(path)
+	}
+}
+
+// serveCtl accepts on ln until the session ends or path no longer names
+// ln's socket (another agent took it).
+func (a *agentState) serveCtl(path string, ln *net.UnixListener) {
+	ino := inode(path)
+	done := make(chan struct{})
 	go func() {
 		defer ln.Close()
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			select {
+			case <-a.sess.CloseChan():
 				return
+			case <-done:
+				return
+			case <-time.After(ctlRecheck):
+				if inode(path) != ino {
+					return
+				}
 			}
-			go a.relayCtl(c)
 		}
 	}()
-	go func() { <-a.sess.CloseChan(); ln.Close() }()
-	return nil
+	defer close(done)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go a.relayCtl(c)
+	}
+}
+
+// claimSocket listens on path unless a live socket is there already (nil
+// then); a dead one is replaced.
+func claimSocket(path string) (*net.UnixListener, error) {
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, nil
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	// The path may be another agent's by the time this one closes.
+	ln.SetUnlinkOnClose(false)
+	// Every process of the sandbox may ask: the sandbox is one party.
+	_ = os.Chmod(path, 0o666)
+	return ln, nil
+}
+
+// inode identifies the file at path (0 when there is none).
+func inode(path string) uint64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
 }
 
 // relayCtl carries one control connection to the server.

@@ -109,16 +109,14 @@ func (m *Manager) startControl(sb *Sandbox, c interface {
 	})
 }
 
-// controlSoon starts sb's agent in the background when sb has the
-// control socket, so that sandbox-ctl finds it without waiting for a
-// port forward.
+// controlSoon starts sb's agent when sb has the control socket, so that
+// sandbox-ctl is there (and the socket served) when the boot's first
+// command runs. A failure is logged: the sandbox works without it.
 func (m *Manager) controlSoon(sb *Sandbox) {
 	if m.controlFor(sb.Name) == nil {
 		return
 	}
-	m.spawn(func() {
-		if _, err := m.agentOf(sb.life, sb); err != nil {
-			m.log.Warn("start the agent for the control socket", "sandbox", sb.Name, "err", err)
-		}
-	})
+	if _, err := m.agentOf(sb.life, sb); err != nil {
+		m.log.Warn("start the agent for the control socket", "sandbox", sb.Name, "err", err)
+	}
 }

@@ -18,10 +18,10 @@ func (b *bench) benchChildren() error {
 	if _, err := b.main.execTrue(b.ctx, "default"); err != nil {
 		return err
 	}
-	execs, err := b.timesInside(`sandbox-ctl spawn --name benchkid >/dev/null || exit 1
-sandbox-ctl exec benchkid -- true || exit 2
-for i in $(seq 60); do s=$(date +%s%N); sandbox-ctl exec benchkid -- true || exit 3; e=$(date +%s%N); echo $((e-s)); done
-sandbox-ctl destroy benchkid >/dev/null`)
+	execs, err := b.timesInside(`sandbox-ctl spawn --name default-kid >/dev/null || exit 1
+sandbox-ctl exec default-kid -- true || exit 2
+for i in $(seq 60); do s=$(date +%s%N); sandbox-ctl exec default-kid -- true || exit 3; e=$(date +%s%N); echo $((e-s)); done
+sandbox-ctl destroy default-kid >/dev/null`)
 	if err != nil {
 		return fmt.Errorf("sandbox-ctl exec: %w", err)
 	}
