@@ -138,12 +138,25 @@ func (e *engine) inspectContainers(ids ...string) ([]podContainer, error) {
 		return nil, nil
 	}
 	r := e.run(append([]string{"container", "inspect"}, ids...)...)
+	if !r.ok() && r.contains("container not known") && len(ids) > 1 {
+		// podman lists a container it is still removing, then fails the
+		// whole inspect on it; Apple's list never shows such a one.
+		var all []podContainer
+		for _, id := range ids {
+			cs, err := e.inspectContainers(id)
+			if err != nil {
+				return nil, err
+			}
+			all = append(all, cs...)
+		}
+		return all, nil
+	}
 	var all []podContainer
 	if out := bytes.TrimSpace(r.stdout); len(out) > 0 {
 		if err := json.Unmarshal(out, &all); err != nil {
 			return nil, err
 		}
-	} else if !r.ok() && !r.contains("no such container") && !r.contains("no such object") {
+	} else if !r.ok() && !r.contains("no such container") && !r.contains("no such object") && !r.contains("container not known") {
 		return nil, failPlain(r.message())
 	}
 	return all, nil
