@@ -9,8 +9,10 @@ import (
 // stops the sandbox when it has not been touched for the idle TTL.
 const ActivityFile = "/var/lib/sandbox-mcp/active"
 
-// TouchActivity marks the sandbox as in use.
-const TouchActivity = `mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile
+// TouchActivity marks the sandbox as in use. The usual path forks
+// nothing: a sandbox whose process table is full (a fork bomb) is still
+// marked, so its watchdog never takes it for idle.
+const TouchActivity = `{ : >` + ActivityFile + `; } 2>/dev/null || { mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile + `; }`
 
 // WatchdogCommand is the sandbox's main process when it has an idle TTL.
 // A child checks every interval whether ActivityFile is older than ttl

@@ -90,8 +90,11 @@ func JobStartScript(id, workdir, command string) (string, error) {
 	// pass for that server's shell (see SweepScript).
 	// The job is no part of the command that started it: a timeout of
 	// that command must not end it.
+	// The waiter records the status with builtins only (one short write,
+	// no rename): a job that filled the process table leaves no slot for
+	// an mv, and its status must not be lost for that.
 	leader := `echo $$ >"$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid" && exec sh -c "$2"`
-	waiter := JobMarker(id) + ` setsid sh -c ` + quote(leader) + ` sh "$1" "$2" </dev/null >>"$1/log" 2>&1 & p=$!; wait $p; echo $? >"$1/rc.tmp"; mv "$1/rc.tmp" "$1/rc"`
+	waiter := JobMarker(id) + ` setsid sh -c ` + quote(leader) + ` sh "$1" "$2" </dev/null >>"$1/log" 2>&1 & p=$!; wait $p; echo $? >"$1/rc"`
 	b.WriteString(`( ( unset ` + RunVar + `; exec sh -c ` + quote(waiter) + ` sh ` + d + ` ` + quote(command) + ` ) </dev/null >/dev/null 2>&1 & ); `)
 	if workdir != "" {
 		b.WriteString(`cd -- "$__sbx_jw"; unset __sbx_jw; `)
@@ -162,7 +165,16 @@ const jobBoot = `__sbx_b=; __sbx_l=; { IFS= read -r __sbx_b </proc/sys/kernel/ra
 func jobAwaitRC(d string) string {
 	return `if [ "$__sbx_rc" = - ] && [ $__sbx_lv = 0 ] && [ -d ` + d + ` ]; then
 	` + jobBoot + `; __sbx_l=; { IFS= read -r __sbx_l <` + d + `/boot; } 2>/dev/null
-	if [ "$__sbx_l" = "$__sbx_b" ]; then __sbx_i=0; while [ ! -s ` + d + `/rc ] && [ $__sbx_i -lt 20 ]; do sleep 0.05 2>/dev/null || break; __sbx_i=$((__sbx_i+1)); done; fi
+	if [ "$__sbx_l" = "$__sbx_b" ]; then __sbx_i=0; __sbx_d=
+		while [ ! -s ` + d + `/rc ] && [ $__sbx_i -lt 20 ]; do
+			if sleep 0.05 2>/dev/null; then __sbx_i=$((__sbx_i+1)); continue; fi
+			# No process slot for a sleep: count two seconds on the clock.
+			__sbx_r=; { read -r __sbx_r __sbx_h </proc/uptime; } 2>/dev/null; __sbx_r=${__sbx_r%%.*}
+			case "$__sbx_r" in ''|*[!0-9]*) break ;; esac
+			[ -n "$__sbx_d" ] || __sbx_d=$((__sbx_r+2))
+			[ "$__sbx_r" -lt "$__sbx_d" ] || break
+		done
+	fi
 	` + strings.TrimSuffix(readRC(d), "\n") + `
 fi
 `

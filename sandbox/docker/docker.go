@@ -4,6 +4,7 @@
 package docker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -584,7 +585,7 @@ func (d *Dialect) BuildImage(ctx context.Context, b sandbox.BuildSpec, log io.Wr
 
 // ListImages implements sandbox.ImageLister.
 func (d *Dialect) ListImages(ctx context.Context) ([]sandbox.ImageInfo, error) {
-	out, err := d.cli.Output(ctx, nil, "images", "--format", "{{.Repository}}\t{{.Tag}}\t{{.ID}}\t{{.Size}}\t{{.CreatedSince}}")
+	out, err := d.listImages(ctx, "images", "--format", "{{.Repository}}\t{{.Tag}}\t{{.ID}}\t{{.Size}}\t{{.CreatedSince}}")
 	if err != nil {
 		return nil, err
 	}
@@ -611,7 +612,7 @@ func (d *Dialect) PruneImages(ctx context.Context, labels map[string]string, dry
 	if v := labels[sandbox.LabelOwner]; v != "" {
 		args = append(args, "--filter", "label="+sandbox.LabelOwner+"="+v)
 	}
-	out, err := d.cli.Output(ctx, nil, args...)
+	out, err := d.listImages(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -624,18 +625,19 @@ func (d *Dialect) PruneImages(ctx context.Context, labels map[string]string, dry
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	out, err = d.cli.Output(ctx, nil, append([]string{"image", "inspect", "--format", "{{json .Config.Labels}}", "--"}, ids...)...)
-	if err != nil {
-		return nil, err
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != len(ids) {
-		return nil, fmt.Errorf("image inspect: %d answers for %d images", len(lines), len(ids))
-	}
 	var gone []string
-	for i, id := range ids {
+	for _, id := range ids {
+		// One by one: an image another client removes meanwhile fails
+		// only its own inspect.
+		out, err := d.cli.Output(ctx, nil, "image", "inspect", "--format", "{{json .Config.Labels}}", "--", id)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return gone, err
+		}
 		var have map[string]string
-		if json.Unmarshal([]byte(lines[i]), &have) != nil || !hasLabels(have, labels) {
+		if json.Unmarshal(bytes.TrimSpace(out), &have) != nil || !hasLabels(have, labels) {
 			continue
 		}
 		// podman matches an ancestor by its bare hex ID only.
@@ -650,6 +652,23 @@ func (d *Dialect) PruneImages(ctx context.Context, labels map[string]string, dry
 		gone = append(gone, id)
 	}
 	return gone, nil
+}
+
+// listImages runs an image listing. podman fails a whole listing with
+// "image not known" when another client removes one of the images while
+// it lists them; the listing is then tried again, a few times.
+func (d *Dialect) listImages(ctx context.Context, args ...string) ([]byte, error) {
+	for try := 1; ; try++ {
+		out, err := d.cli.Output(ctx, nil, args...)
+		if err == nil || !errors.Is(err, sandbox.ErrNotFound) || try == 5 {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(try) * 200 * time.Millisecond):
+		}
+	}
 }
 
 // hasLabels says whether have carries every label of want (an empty
