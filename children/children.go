@@ -15,6 +15,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -111,6 +112,15 @@ func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 	if d.Policy != nil {
 		rec.Policy, _ = json.Marshal(d.Policy)
 	}
+	// While the child boots, this server holds its spawning lock: a record
+	// not ready whose lock is free was left by a server that died
+	// mid-spawn, and the reaper clears it at once.
+	booting, err := k.opt.Locks.TryLock(spawningKey(d.Name), "boot child "+d.Name)
+	if err != nil {
+		held.Release()
+		return ctl.Child{}, fmt.Errorf("child %q: %w", d.Name, err)
+	}
+	defer booting.Release()
 	if err := k.opt.Store.PutChild(rec); err != nil {
 		held.Release()
 		return ctl.Child{}, fmt.Errorf("record the child: %w", err)
@@ -148,8 +158,16 @@ func profileOf(r state.Child) (sandbox.Profile, map[string]string) {
 	if r.Peers == spawn.PeersNone {
 		prof.Network = "none"
 	}
-	return prof, map[string]string{sandbox.LabelRole: "child", sandbox.LabelChildOf: r.Parent}
+	labels := map[string]string{sandbox.LabelRole: "child", sandbox.LabelChildOf: r.Parent,
+		sandbox.LabelEnd: strconv.FormatInt(r.Expires.Unix(), 10)}
+	if r.Peers == spawn.PeersFamily && r.Root != "" {
+		labels[sandbox.LabelFamily] = r.Root
+	}
+	return prof, labels
 }
+
+// spawningKey names the lock a server holds while it boots child name.
+func spawningKey(name string) string { return "spawning-" + name }
 
 // Child gives a child's profile and labels to the sandbox manager, for
 // every boot of it.
@@ -334,8 +352,14 @@ func (k *Keeper) ParentChanged(name, event string) {
 // Exec runs a command in child name through its shell, streaming the
 // output to stdout and stderr.
 func (k *Keeper) Exec(ctx context.Context, caller string, p ctl.ExecParams, stdout, stderr io.Writer) (ctl.ExecResult, error) {
-	if _, err := k.below(caller, p.Name); err != nil {
+	r, err := k.below(caller, p.Name)
+	if err != nil {
 		return ctl.ExecResult{}, err
+	}
+	if !time.Now().Before(r.Expires) {
+		// Its container has stopped itself, or is about to: it is not
+		// booted again for a command.
+		return ctl.ExecResult{}, ctl.Errorf(ctl.CodeNotFound, "child %q reached the end of its life at %s", p.Name, r.Expires.Format(time.RFC3339))
 	}
 	timeout, err := k.timeout(p.Timeout)
 	if err != nil {
@@ -471,6 +495,10 @@ func params(req ctl.Request, v any) error {
 // left half done, are looked for.
 const reapEvery = 5 * time.Second
 
+// orphansEvery is how many reaps apart the engine is searched for child
+// containers without a record (the first reap does it too).
+const orphansEvery = 6
+
 // halfDone is how long a spawn may take before its record, still not
 // ready, is taken for one a dead server left.
 const halfDone = 10 * time.Minute
@@ -483,8 +511,8 @@ func (k *Keeper) Start() {
 		defer k.wg.Done()
 		t := time.NewTicker(reapEvery)
 		defer t.Stop()
-		for {
-			k.reap()
+		for i := 0; ; i++ {
+			k.reap(i%orphansEvery == 0)
 			select {
 			case <-k.life.Done():
 				return
@@ -494,24 +522,48 @@ func (k *Keeper) Start() {
 	}()
 }
 
-func (k *Keeper) reap() {
+func (k *Keeper) reap(orphans bool) {
 	held, err := k.opt.Locks.TryLock("children-reaper", "destroy expired children")
 	if err != nil {
 		return
 	}
 	defer held.Release()
+	// The sandboxes are listed before the records are read: a spawn writes
+	// its record before it makes the container, so a child listed here
+	// without a record below is no spawn in progress.
+	var infos []sandbox.Info
+	if orphans {
+		if infos, err = k.opt.Sandboxes.List(k.life); err != nil {
+			k.opt.Log.Debug("list sandboxes for orphaned children", "err", err)
+		}
+	}
 	recs, err := k.opt.Store.Children()
 	if err != nil {
 		return
 	}
+	for _, in := range infos {
+		if in.ChildOf != "" && !slices.ContainsFunc(recs, func(r state.Child) bool { return r.Name == in.Name }) {
+			// A server killed while its engine command still ran leaves
+			// a container the engine finished making after it died.
+			k.opt.Log.Info("destroying a child sandbox with no record", "child", in.Name, "parent", in.ChildOf)
+			if _, err := k.opt.Sandboxes.Destroy(k.life, in.Name); err != nil {
+				k.opt.Log.Warn("destroy a child", "child", in.Name, "err", err)
+			}
+		}
+	}
 	now := time.Now()
 	for _, r := range recs {
 		expired := !now.Before(r.Expires)
-		stale := !r.Ready && now.Sub(r.Created) > halfDone
+		var abandoned *locks.Held
+		if !r.Ready {
+			abandoned, _ = k.opt.Locks.TryLock(spawningKey(r.Name), "clear a spawn left half done")
+		}
+		stale := !r.Ready && (abandoned != nil || now.Sub(r.Created) > halfDone)
 		if expired || stale {
 			k.opt.Log.Info("destroying a child", "child", r.Name, "expired", expired, "spawn left half done", stale)
 			k.remove(k.life, r.Name)
 		}
+		abandoned.Release()
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,7 +38,11 @@ func (e *engine) List(context.Context) ([]sandbox.Info, error) {
 	defer e.mu.Unlock()
 	var out []sandbox.Info
 	for n := range e.boxes {
-		out = append(out, sandbox.Info{Name: n})
+		in := sandbox.Info{Name: n}
+		if i := strings.LastIndexByte(n, '-'); i > 0 {
+			in.ChildOf = n[:i] // the engine's label, as the manager reads it
+		}
+		out = append(out, in)
 	}
 	return out, nil
 }
@@ -179,6 +185,7 @@ func TestReapAndParentChanged(t *testing.T) {
 		{Name: "old", Parent: "default", Root: "default", Created: now.Add(-time.Hour), Expires: now.Add(-time.Minute), Ready: true},
 		{Name: "half", Parent: "default", Root: "default", Created: now.Add(-time.Hour), Expires: now.Add(time.Hour)},
 		{Name: "young", Parent: "default", Root: "default", Created: now, Expires: now.Add(time.Hour)},
+		{Name: "orphan", Parent: "default", Root: "default", Created: now, Expires: now.Add(time.Hour)},
 		{Name: "live", Parent: "default", Root: "default", Created: now, Expires: now.Add(time.Hour), Ready: true},
 	} {
 		e.boxes[c.Name] = sandbox.Profile{}
@@ -186,7 +193,15 @@ func TestReapAndParentChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	k.reap()
+	// A child container whose server died before it recorded it.
+	e.boxes["default-stray"] = sandbox.Profile{}
+	// "young" is still booting: its spawning server holds its lock.
+	// "orphan" was being spawned by a server that died: nobody holds it.
+	booting, err := k.opt.Locks.TryLock(spawningKey("young"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.reap(true)
 	recs, _ := st.Children()
 	var left []string
 	for _, r := range recs {
@@ -195,6 +210,13 @@ func TestReapAndParentChanged(t *testing.T) {
 	if !slices.Equal(left, []string{"live", "young"}) {
 		t.Fatalf("after reaping: %v", left)
 	}
+	if _, ok := e.boxes["orphan"]; ok {
+		t.Fatal("the sandbox of a spawn left half done was not destroyed")
+	}
+	if _, ok := e.boxes["default-stray"]; ok {
+		t.Fatal("a child container with no record was not destroyed")
+	}
+	booting.Release()
 	k.ParentChanged("default", "reset")
 	if recs, _ := st.Children(); len(recs) != 0 || len(e.boxes) != 2 {
 		t.Fatalf("after the parent's reset: %+v %v", recs, e.boxes)
@@ -241,5 +263,26 @@ func TestNameTakenAtBootIsLeftAlone(t *testing.T) {
 	}
 	if recs, _ := st.Children(); len(recs) != 0 {
 		t.Fatalf("records left: %+v", recs)
+	}
+}
+
+// TestExpiredChildIsNotBooted: a command for a child past its end of
+// life is refused, not run (running it would boot the container its
+// main process stopped); the child's every boot carries its end.
+func TestExpiredChildIsNotBooted(t *testing.T) {
+	k, e, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	end := time.Now().Add(-time.Second).UTC()
+	if err := st.PutChild(state.Child{Name: "default-done", Parent: "default", Root: "default", Created: end.Add(-time.Minute), Expires: end, Ready: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.boxes["default-done"] = sandbox.Profile{}
+	var out strings.Builder
+	_, err := k.Exec(context.Background(), "default", ctl.ExecParams{Name: "default-done", Command: "true"}, &out, &out)
+	if code(err) != ctl.CodeNotFound || !strings.Contains(err.Error(), "end of its life") || out.Len() != 0 {
+		t.Fatalf("exec in an expired child: %v (output %q)", err, out.String())
+	}
+	_, labels, ok := k.Child("default-done")
+	if !ok || labels[sandbox.LabelEnd] != strconv.FormatInt(end.Unix(), 10) {
+		t.Fatalf("the child's labels carry no end of life: %v", labels)
 	}
 }

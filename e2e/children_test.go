@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
 // TestChildren: the user spawns a child through MCP and runs commands in
@@ -103,5 +107,164 @@ func TestChildren(t *testing.T) {
 	}
 	if r := s.call(t, "status", map[string]any{"sandbox": "default-k1"}); !r.isError {
 		t.Fatalf("k1 outlived its parent's reset: %s", r.text)
+	}
+}
+
+// TestChildrenLifetimes: a grandchild is spawned from inside a child and
+// has no socket of its own; destroying a parent while its descendants run
+// commands ends the commands and the descendants; a child's TTL stops it
+// with no server running, and the next server destroys it; a server
+// killed mid-spawn leaves no container without a record.
+func TestChildrenLifetimes(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	stateDir := t.TempDir()
+	args := []string{"--toolsets", "all",
+		"--child-policy", `default:{"child_can_spawn":true,"child_ttl":"10m"}`,
+		"--child-policy", `short:{"child_ttl":"15s"}`}
+	ctr := func(name string) string { return sandbox.ContainerName(prefix, name) }
+	present := func(name string) (exists, running bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := rt.Inspect(ctx, ctr(name))
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return false, false
+		}
+		if err != nil {
+			t.Fatalf("inspect %s: %v", name, err)
+		}
+		return true, c.Running()
+	}
+	a := startProc(t, tg, prefix, stateDir, args...)
+	sh := func(p *proc, box, cmd string) (string, bool) {
+		t.Helper()
+		r := (&server{cs: p.cs}).call(t, "exec", map[string]any{"sandbox": box, "command": cmd, "timeout": 300})
+		return r.text, !r.isError && r.data["exit_code"] == 0.0
+	}
+
+	// A grandchild, from inside the child.
+	if text, ok := sh(a, "default", "sandbox-ctl spawn --name default-g --memory 128M"); !ok {
+		t.Fatalf("spawn a child: %s", text)
+	}
+	if text, ok := sh(a, "default", "sandbox-ctl exec default-g -- sandbox-ctl spawn --name default-g-x --memory 64M"); !ok {
+		t.Fatalf("spawn a grandchild from inside the child: %s", text)
+	}
+	if text, ok := sh(a, "default", "sandbox-ctl exec default-g -- sandbox-ctl destroy default"); ok || !strings.Contains(text, "no child") {
+		t.Fatalf("a child destroyed its parent: %s", text)
+	}
+	if text, ok := sh(a, "default-g-x", "sandbox-ctl spawn --memory 64M"); ok || !strings.Contains(text, "sandbox-ctl") {
+		t.Fatalf("a grandchild reached a control socket: %s", text)
+	}
+	if text, ok := sh(a, "default", "sandbox-ctl exec default-g-x -- echo from-the-root"); !ok || !strings.Contains(text, "from-the-root") {
+		t.Fatalf("the root ran nothing in its grandchild: %s", text)
+	}
+
+	// The family (peers "family") has a network of its own: its members
+	// and its root reach each other by name, other sandboxes do not.
+	if _, named := rt.(sandbox.Networker); named {
+		const resolve = `python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' `
+		if text, ok := sh(a, "outsider", "true"); !ok {
+			t.Fatal(text)
+		}
+		for _, c := range []struct {
+			from, to string
+			reach    bool
+		}{
+			{"default-g", "default", true}, {"default-g", "default-g-x", true}, {"default", "default-g", true},
+			{"default-g", "outsider", false}, {"outsider", "default-g", false}, {"outsider", "default", true},
+		} {
+			if text, ok := sh(a, c.from, resolve+c.to); ok != c.reach {
+				t.Errorf("%s resolves %s: %v, want %v: %s", c.from, c.to, ok, c.reach, text)
+			}
+		}
+	}
+
+	// The root destroyed while its descendants run commands.
+	inChild := callAsync(a.cs, "exec", map[string]any{"sandbox": "default-g", "command": "sleep 600", "timeout": 900})
+	viaCtl := callAsync(a.cs, "exec", map[string]any{"sandbox": "default", "command": "sandbox-ctl exec default-g-x -- sleep 600", "timeout": 900})
+	waitProcess(t, rt, ctr("default-g"), "sleep 600")
+	waitProcess(t, rt, ctr("default-g-x"), "sleep 600")
+	if text, isErr := callText(t, a.cs, "destroy", map[string]any{"sandbox": "default"}); isErr {
+		t.Fatalf("destroy the root: %s", text)
+	}
+	for what, ch := range map[string]<-chan string{"the child's command": inChild, "the grandchild's command": viaCtl} {
+		select {
+		case text := <-ch:
+			if !strings.HasPrefix(text, "isError") && !strings.Contains(text, "destroyed") && !strings.Contains(text, "lost") {
+				t.Errorf("%s ended well after its sandbox was destroyed: %s", what, text)
+			}
+		case <-time.After(hangGuard):
+			t.Fatalf("%s outlived the destroy of its root", what)
+		}
+	}
+	for _, n := range []string{"default-g", "default-g-x"} {
+		if ok, _ := present(n); ok {
+			t.Errorf("%s outlived the destroy of its root", n)
+		}
+	}
+
+	// A child's TTL ends with no server running.
+	if text, isErr := callText(t, a.cs, "spawn", map[string]any{"parent": "short", "name": "short-t", "memory": "64M"}); isErr {
+		t.Fatalf("spawn: %s", text)
+	}
+	if err := a.close(); err != nil {
+		t.Fatal(err)
+	}
+	a.waitExit(t)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		ok, running := present("short-t")
+		if !ok {
+			t.Fatal("the expired child's container went without a server")
+		}
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a child outlived its TTL with no server running")
+		}
+	}
+	b := startProc(t, tg, prefix, stateDir, args...)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if ok, _ := present("short-t"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the next server did not destroy the expired child")
+		}
+	}
+
+	// A server killed while it boots a child.
+	spawned := callAsync(b.cs, "spawn", map[string]any{"name": "default-m", "memory": "64M"})
+	for deadline := time.Now().Add(hangGuard); ; time.Sleep(20 * time.Millisecond) {
+		if ok, _ := present("default-m"); ok {
+			break
+		}
+		select {
+		case text := <-spawned:
+			t.Fatalf("the spawn ended before its container was seen: %s", text)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child's container never appeared")
+		}
+	}
+	if err := b.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b.waitExit(t)
+	c := startProc(t, tg, prefix, stateDir, args...)
+	// Whatever the kill interrupted, the next server ends with a child
+	// that has both its record and its container, or with neither.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		text, _ := callText(t, c.cs, "children", map[string]any{"parent": "default"})
+		listed := strings.Contains(text, "default-m")
+		ok, running := present("default-m")
+		if listed == ok && (!ok || running) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a kill mid-spawn: listed %v, container %v (running %v): %s", listed, ok, running, text)
+		}
 	}
 }

@@ -28,13 +28,14 @@ type proc struct {
 	close   func() error  // closes the server's input
 }
 
-// startProc starts a real server on stateDir and connects a client to it.
+// startProc starts a real server on stateDir (with extra arguments) and
+// connects a client to it.
 // When the test ends its input is closed and it is killed if it has not
 // exited.
-func startProc(t *testing.T, tg enginetest.Target, prefix, stateDir string) *proc {
+func startProc(t *testing.T, tg enginetest.Target, prefix, stateDir string, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, "serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
-		"--state-dir", stateDir, "--no-boot-default")
+	cmd := exec.Command(binary, append([]string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", stateDir, "--no-boot-default"}, extra...)...)
 	cmd.Env = append(os.Environ(), tg.Env...)
 	cmd.Stderr = &prefixWriter{t: t}
 	cmd.WaitDelay = 5 * time.Second

@@ -107,7 +107,8 @@ var goldenCases = []goldenCase{
 
 	// Idle reaping and stats.
 	{"touch_activity", text(TouchActivity)},
-	{"watchdog", text(argv(WatchdogCommand(90*time.Second, 10*time.Second)))},
+	{"watchdog", text(argv(WatchdogCommand(90*time.Second, 10*time.Second, time.Time{})))},
+	{"watchdog_until", text(argv(WatchdogCommand(0, 5*time.Second, time.Unix(1900000000, 0))))},
 	{"stats", text(StatsScript)},
 }
 

@@ -14,30 +14,43 @@ const ActivityFile = "/var/lib/sandbox-mcp/active"
 // marked, so its watchdog never takes it for idle.
 const TouchActivity = `{ : >` + ActivityFile + `; } 2>/dev/null || { mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile + `; }`
 
-// WatchdogCommand is the sandbox's main process when it has an idle TTL.
-// A child checks every interval whether ActivityFile is older than ttl
-// and then exits 0; the main process, waiting for it, then exits too,
-// which stops the container and frees its memory, whether or not a server
-// is running. A later first use starts the container again. The main
-// process forks nothing after the start, so a fork bomb that fills the
-// sandbox's process table cannot end it (dash exits when a fork fails):
-// if the checker dies that way, the main process stays up, blocked on a
-// fifo, and the sandbox only loses its idle stop. The checker decides
-// "idle" only on two clock readings it really got: a reading lost to a
-// failed fork inside a command substitution skips the check, never stops
-// a sandbox in use.
-func WatchdogCommand(ttl, interval time.Duration) []string {
+// WatchdogCommand is the sandbox's main process when it has an idle TTL
+// or an end of life (until, non-zero: a child sandbox's TTL). A child
+// process checks every interval whether ActivityFile is older than ttl
+// (0: never idle) or the clock has passed until, and then exits 0; the
+// main process, waiting for it, then exits too, which stops the container
+// and frees its memory, whether or not a server is running. A later first
+// use starts the container again (a server destroys an expired child
+// instead). The main process forks nothing after the start, so a fork bomb
+// that fills the sandbox's process table cannot end it (dash exits when a
+// fork fails): if the checker dies that way, the main process stays up,
+// blocked on a fifo, and the sandbox only loses its idle stop. The checker
+// decides only on clock readings it really got: a reading lost to a failed
+// fork inside a command substitution skips the check, never stops a
+// sandbox in use.
+func WatchdogCommand(ttl, interval time.Duration, until time.Time) []string {
 	secs := func(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) }
-	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", secs(ttl), secs(interval)}
+	t, end := "0", "0"
+	if ttl > 0 {
+		t = secs(ttl)
+	}
+	if !until.IsZero() {
+		end = strconv.FormatInt(max(1, until.Unix()), 10)
+	}
+	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", t, secs(interval), end}
 }
 
-const watchdogScript = `ttl=$1; every=$2; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
+const watchdogScript = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
 mkdir -p "${f%/*}" && : >"$f"
 rm -f "$fifo"; mkfifo "$fifo" 2>/dev/null
 trap 'exit 0' TERM INT
 (
   while :; do
+    now=$(date +%s) || continue
+    case $now in ''|*[!0-9]*) continue;; esac
+    if [ "$until" -gt 0 ] && [ "$now" -ge "$until" ]; then exit 0; fi
     sleep "$every"
+    [ "$ttl" -gt 0 ] || continue
     now=$(date +%s) && last=$(stat -c %Y "$f" 2>/dev/null || echo "$now") || continue
     case $now:$last in :*|*:|*[!0-9:]*) continue;; esac
     if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi

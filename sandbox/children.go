@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/ctl"
 )
@@ -16,7 +18,20 @@ import (
 // Labels of a child's container.
 const (
 	LabelChildOf = "io.sandbox-mcp.child-of" // the sandbox that spawned it
+	// LabelEnd is the end of a child's life, in Unix seconds. The
+	// container's main process stops it then, with or without a server;
+	// a server destroys it.
+	LabelEnd = "io.sandbox-mcp.end"
 )
+
+// childEnd is the end of life a container's labels give, or zero.
+func childEnd(labels map[string]string) time.Time {
+	n, err := strconv.ParseInt(labels[LabelEnd], 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(n, 0)
+}
 
 // CreateChild boots a new sandbox name with profile prof and extra
 // labels, failing if name exists.

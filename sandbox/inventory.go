@@ -119,6 +119,9 @@ type Info struct {
 	Connected bool      `json:"connected"` // this server holds shells in it
 	Cwd       string    `json:"cwd,omitempty"`
 	LastUsed  time.Time `json:"last_used,omitzero"`
+	// ChildOf is the sandbox that spawned this one, for a child sandbox
+	// (not shown: the children tool lists them).
+	ChildOf string `json:"-"`
 	// Limits are the disk and pids limits the container was booted with
 	// and how each is enforced (limits.go).
 	Limits Limits `json:"limits"`
@@ -159,6 +162,9 @@ func (m *Manager) info(name string, c Container) Info {
 		Name: name, Container: c.Name, State: c.State, Image: c.Image,
 		Created: c.Created, Started: c.Started, IP: c.IP, CPUs: c.CPUs, MemoryB: c.Memory,
 		Limits: limitsOf(c, m.ProfileFor(name)),
+	}
+	if c.Labels[LabelRole] == "child" && ValidateName(c.Labels[LabelChildOf]) == nil {
+		in.ChildOf = c.Labels[LabelChildOf]
 	}
 	if sb, ok := m.Lookup(name); ok {
 		in.Connected = true

@@ -427,8 +427,9 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 		Init:           true,
 		Command:        []string{"sleep", "infinity"},
 	}
-	if ttl := m.IdleTTL(name); ttl > 0 {
-		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl))
+	until := childEnd(labels) // children.go
+	if ttl := m.IdleTTL(name); ttl > 0 || !until.IsZero() {
+		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl, until), until)
 	}
 	// limits.go: workspace volume (sized where possible), pids, rootfs size.
 	if err := m.prepareLimits(ctx, name, prof, vol, known, &spec); err != nil {
@@ -486,6 +487,7 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 		if existed {
 			m.refreshHostsSoon() // network.go
 		}
+		m.removeFamilyNetwork(ctx, name) // network.go
 	}
 	return existed, err
 }

@@ -184,9 +184,17 @@ func (m *Manager) IdleTTL(name string) time.Duration {
 	return d
 }
 
-// watchdogEvery is how often the in-sandbox watchdog checks for idleness.
-func watchdogEvery(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, time.Second), 30*time.Second)
+// watchdogEvery is how often the in-sandbox watchdog checks for idleness
+// (ttl, when above 0) and the end of life (until, when set).
+func watchdogEvery(ttl time.Duration, until time.Time) time.Duration {
+	every := 30 * time.Second
+	if ttl > 0 {
+		every = min(max(ttl/10, time.Second), every)
+	}
+	if !until.IsZero() {
+		every = min(every, 5*time.Second)
+	}
+	return every
 }
 
 // markActivity keeps the watchdogs of the sandboxes this server uses from

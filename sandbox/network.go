@@ -33,6 +33,21 @@ type netState struct {
 	hosts sync.Mutex // one hosts refresh at a time
 }
 
+// LabelFamily, on a child sandbox whose peers are its family, names the
+// root of the family: the child boots on the family's network
+// (FamilyNetworkName), which the root joins too, instead of the shared
+// one. Where the engine makes no networks the label changes nothing.
+const LabelFamily = "io.sandbox-mcp.family"
+
+// FamilyNetworkName is the network of the family of sandboxes under root.
+func (m *Manager) FamilyNetworkName(root string) string { return m.cfg.Prefix + "-fam-" + root }
+
+// ours reports whether network is one this Manager makes: the shared
+// network or a family's.
+func (m *Manager) ours(network string) bool {
+	return network == m.NetworkName() || strings.HasPrefix(network, m.cfg.Prefix+"-fam-")
+}
+
 // hostsMark ends each /etc/hosts line the server keeps.
 const hostsMark = " # sandbox-mcp"
 
@@ -126,6 +141,10 @@ func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile,
 	if !ok {
 		return
 	}
+	if root := spec.Labels[LabelFamily]; root != "" && ValidateName(root) == nil {
+		m.placeInFamily(ctx, nw, name, root, spec)
+		return
+	}
 	m.net.mu.Lock()
 	defer m.net.mu.Unlock()
 	if !m.net.ready {
@@ -140,11 +159,39 @@ func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile,
 	spec.Aliases = []string{name}
 }
 
+// placeInFamily puts a child on the network of its family, made if need
+// be, and joins the family's root to it, so that the root, the child and
+// its siblings reach each other by name and no other sandbox reaches them.
+// A failure falls back to no network at all: a child must not reach
+// sandboxes outside its family.
+func (m *Manager) placeInFamily(ctx context.Context, nw Networker, name, root string, spec *RunSpec) {
+	fam := m.FamilyNetworkName(root)
+	if err := nw.EnsureNetwork(ctx, fam, map[string]string{LabelOwner: m.cfg.Prefix, LabelFamily: root}); err != nil {
+		m.log.Warn("the child gets no network: its family's network cannot be made", "child", name, "network", fam, "err", err)
+		spec.Network = "none"
+		return
+	}
+	spec.Network, spec.Aliases = fam, []string{name}
+	if err := nw.ConnectNetwork(ctx, m.ContainerFor(root), fam, []string{root}); err != nil {
+		m.log.Warn("the family's root does not reach its children by name", "root", root, "network", fam, "err", err)
+	}
+}
+
+// removeFamilyNetwork removes the network of root's family once root is
+// gone (its children went before it).
+func (m *Manager) removeFamilyNetwork(ctx context.Context, root string) {
+	if nw, ok := m.rt.(Networker); ok {
+		if _, err := nw.RemoveNetwork(ctx, m.FamilyNetworkName(root), false); err != nil {
+			m.log.Debug("remove a family's network", "root", root, "err", err)
+		}
+	}
+}
+
 // runContainer boots spec. When the shared network went away under this
 // server (pruned, removed by hand), it is made again and the boot retried.
 func (m *Manager) runContainer(ctx context.Context, name string, prof Profile, spec RunSpec) error {
 	err := m.rt.Run(ctx, spec)
-	if err == nil || spec.Network != m.NetworkName() || !strings.Contains(strings.ToLower(err.Error()), "network") {
+	if err == nil || !m.ours(spec.Network) || !strings.Contains(strings.ToLower(err.Error()), "network") {
 		return err
 	}
 	if c, ierr := m.rt.Inspect(ctx, spec.Name); ierr == nil {
@@ -157,7 +204,7 @@ func (m *Manager) runContainer(ctx context.Context, name string, prof Profile, s
 		}
 	}
 	m.net.mu.Lock()
-	m.net.ready = false
+	m.net.ready = spec.Network != m.NetworkName() && m.net.ready
 	m.net.mu.Unlock()
 	spec.Network, spec.Aliases = "", nil
 	m.placeOnNetwork(ctx, name, prof, &spec)
@@ -236,7 +283,7 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 		if sn.Networks == nil {
 			sn.Networks = []Attachment{}
 		}
-		if (named && m.onShared(a)) || (hosts && a.Running() && !a.NoNetwork) {
+		if (named && m.onOurs(a)) || (hosts && a.Running() && !a.NoNetwork) {
 			sn.Names = []string{an, a.Name}
 		}
 		for _, b := range all {
@@ -245,7 +292,7 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 				continue
 			}
 			switch {
-			case named && m.onShared(a) && m.onShared(b), hosts && sharedIP(a, b) != "":
+			case named && m.shareOurs(a, b), hosts && sharedIP(a, b) != "":
 				sn.ReachesByName = append(sn.ReachesByName, bn)
 			case sharedIP(a, b) != "":
 				sn.ReachesByAddress = append(sn.ReachesByAddress, bn)
@@ -256,9 +303,23 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 	return rep, nil
 }
 
-// onShared reports whether c is on the shared network with an address.
-func (m *Manager) onShared(c Container) bool {
-	return slices.ContainsFunc(c.Networks, func(a Attachment) bool { return a.Network == m.NetworkName() && a.IP != "" })
+// onOurs reports whether c has an address on a network of this Manager
+// (where it answers to its sandbox name).
+func (m *Manager) onOurs(c Container) bool {
+	return slices.ContainsFunc(c.Networks, func(a Attachment) bool { return m.ours(a.Network) && a.IP != "" })
+}
+
+// shareOurs reports whether a and b have addresses on one network of
+// this Manager.
+func (m *Manager) shareOurs(a, b Container) bool {
+	for _, x := range a.Networks {
+		for _, y := range b.Networks {
+			if x.Network == y.Network && m.ours(x.Network) && x.IP != "" && y.IP != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (m *Manager) platformNote(named, hosts, reachable bool, why string) string {
@@ -267,10 +328,12 @@ func (m *Manager) platformNote(named, hosts, reachable bool, why string) string 
 		return why
 	case named:
 		return fmt.Sprintf("sandboxes share the %s network %q and reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\") through %s's DNS; "+
-			"one with network \"none\" reaches none, and one booted before the network existed reaches the others by address only", m.rt.Kind(), m.NetworkName(), m.rt.Kind())
+			"one with network \"none\" reaches none, one booted before the network existed reaches the others by address only, "+
+			"and child sandboxes whose policy keeps them to their family are on their family's network %q with its root only", m.rt.Kind(), m.NetworkName(), m.rt.Kind(), m.FamilyNetworkName("ROOT"))
 	case hosts:
 		return fmt.Sprintf("sandboxes share %s's default network; the server keeps each running sandbox's /etc/hosts naming the others, "+
-			"so they reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\"); one with network \"none\" reaches none", m.rt.Kind())
+			"so they reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\"); one with network \"none\" reaches none; "+
+			"%s makes no networks of its own, so a child sandbox whose policy keeps it to its family reaches every sandbox here", m.rt.Kind(), m.rt.Kind())
 	default:
 		return fmt.Sprintf("sandboxes share %s's default network and reach each other by address (listed)", m.rt.Kind())
 	}

@@ -23,6 +23,8 @@ type Pruned struct {
 	// Network is the sandboxes' shared network, removed when no
 	// container of this prefix is left.
 	Network string `json:"network,omitempty"`
+	// Networks are the family networks removed (see LabelFamily).
+	Networks []string `json:"family_networks,omitempty"`
 }
 
 // Prune removes what sandboxes of this prefix left in the engine:
@@ -58,6 +60,21 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 		}
 		if gone {
 			p.Network = m.NetworkName()
+		}
+		// The networks of families whose sandboxes are all gone.
+		fams, err := nw.Networks(ctx, LabelOwner, m.cfg.Prefix)
+		if err != nil {
+			return p, fmt.Errorf("list networks: %w", err)
+		}
+		for _, n := range fams {
+			if n == m.NetworkName() || !m.ours(n) {
+				continue
+			}
+			if gone, err := nw.RemoveNetwork(ctx, n, dryRun); err != nil {
+				return p, err
+			} else if gone {
+				p.Networks = append(p.Networks, n)
+			}
 		}
 	}
 	vl, ok := m.rt.(VolumeLister)

@@ -166,6 +166,11 @@ type Networker interface {
 	// RemoveNetwork removes network name and reports whether it existed;
 	// with dryRun it only reports.
 	RemoveNetwork(ctx context.Context, name string, dryRun bool) (bool, error)
+	// ConnectNetwork attaches container to network, answering to
+	// aliases there; one attached already is left as it is.
+	ConnectNetwork(ctx context.Context, container, network string, aliases []string) error
+	// Networks lists the networks that carry label key=value.
+	Networks(ctx context.Context, key, value string) ([]string, error)
 }
 
 // Running reports whether the container is running.

@@ -156,7 +156,7 @@ func resolve(cmd *cobra.Command) (app.Config, error) {
 		if f := cmd.Flags().Lookup(s.Flag); f != nil && f.Changed {
 			flags[s.Flag] = f.Value.String()
 			if s.List {
-				flags[s.Flag] = strings.Join(listValues(f), string(os.PathListSeparator))
+				flags[s.Flag] = strings.Join(listValues(f), s.ListSep())
 			}
 		}
 	}

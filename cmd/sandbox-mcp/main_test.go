@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/app"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/version"
@@ -37,7 +38,8 @@ func TestResolveFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := serve.ParseFlags([]string{"--pool-size", "3", "--no-boot-default", "--profile", "big:cpus=4"}); err != nil {
+	if err := serve.ParseFlags([]string{"--pool-size", "3", "--no-boot-default", "--profile", "big:cpus=4",
+		"--child-policy", `default:{"child_can_spawn":true}`, "--child-policy", `short:{"child_ttl":"15s"}`}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := resolve(serve)
@@ -46,5 +48,9 @@ func TestResolveFlags(t *testing.T) {
 	}
 	if cfg.PoolSize != 3 || cfg.BootDefault || cfg.Prefix != "fromenv" || cfg.Runtime != "auto" || cfg.Profiles["big"].CPUs != 4 || cfg.Version != version.String() {
 		t.Errorf("got %+v", cfg)
+	}
+	// A repeated flag whose values hold ':' keeps each value whole.
+	if len(cfg.ChildPolicies) != 2 || !cfg.ChildPolicies["default"].ChildCanSpawn || time.Duration(cfg.ChildPolicies["short"].ChildTTL) != 15*time.Second {
+		t.Errorf("child policies from two flags: %+v", cfg.ChildPolicies)
 	}
 }

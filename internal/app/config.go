@@ -93,6 +93,9 @@ type Setting struct {
 	Bool      bool   // the flag takes no value
 	List      bool   // the flag may be repeated; each value adds
 	ServeOnly bool   // only `serve` has the flag
+	// Sep joins the values of a repeated flag into one, as the variable
+	// takes them: os.PathListSeparator unless set.
+	Sep string
 
 	// negate: the flag's value is the opposite of the variable's
 	// (--no-boot-default against SANDBOX_MCP_BOOT_DEFAULT=false).
@@ -260,7 +263,7 @@ func Settings() []Setting {
 				c.PortsBind = v
 				return nil
 			}},
-		{Flag: "child-policy", Env: "SANDBOX_MCP_CHILD_POLICIES", ServeOnly: true, List: true,
+		{Flag: "child-policy", Env: "SANDBOX_MCP_CHILD_POLICIES", ServeOnly: true, List: true, Sep: ";",
 			Usage: "let sandbox `NAME` spawn children: NAME alone for the default policy, NAME:{json} to change keys of it " +
 				"(max_concurrent, max_total, total_child_cpus, total_child_memory, child_max_cpus, child_max_memory, allowed_images, child_ttl, " +
 				"child_can_spawn, child_network_peers, inject_ctl, ...); repeatable, and the variable takes a ;-separated list",
@@ -705,6 +708,14 @@ func checkBind(v string) error {
 	return nil
 }
 
+// ListSep is what joins the values of a repeated flag of s.
+func (s Setting) ListSep() string {
+	if s.Sep != "" {
+		return s.Sep
+	}
+	return string(os.PathListSeparator)
+}
+
 // addChildPolicy gives sandbox name the default child policy with the
 // keys of js (a JSON object, or nothing) changed, after checking it.
 func addChildPolicy(c *Config, name string, js []byte) error {
@@ -717,6 +728,9 @@ func addChildPolicy(c *Config, name string, js []byte) error {
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&p); err != nil {
 			return fmt.Errorf("child policy for %q: %w", name, err)
+		}
+		if dec.More() {
+			return fmt.Errorf("child policy for %q: more than one JSON object (separate policies with ;)", name)
 		}
 	}
 	if err := p.Validate(); err != nil {

@@ -350,6 +350,7 @@ func TestChildPolicies(t *testing.T) {
 		{sources{flags: FlagValues{"child-policy": `x:{"max_concurrent":0}`}}, "--child-policy"},
 		{sources{flags: FlagValues{"child-policy": `x:{"nonsense":1}`}}, "unknown field"},
 		{sources{flags: FlagValues{"child-policy": `bad name:`}}, "--child-policy"},
+		{sources{flags: FlagValues{"child-policy": `x:{"max_total":2}:y:{}`}}, "more than one JSON object"},
 		{sources{env: map[string]string{"SANDBOX_MCP_CONFIG": "/c.json"}, files: map[string]string{"/c.json": `{"child_policies": {"w": {"child_network_peers": "friends"}}}`}}, "child_policies.w"},
 	} {
 		if _, err := tc.src.resolve(); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -102,5 +102,11 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 	}
 	if nw, ok := rt.(sandbox.Networker); ok {
 		_, _ = nw.RemoveNetwork(ctx, sandbox.NetworkNameFor(prefix), false)
+		fams, _ := nw.Networks(ctx, sandbox.LabelOwner, prefix)
+		for _, n := range fams {
+			if strings.HasPrefix(n, prefix+"-fam-") {
+				_, _ = nw.RemoveNetwork(ctx, n, false)
+			}
+		}
 	}
 }

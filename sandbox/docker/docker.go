@@ -224,6 +224,41 @@ func (d *Dialect) RemoveNetwork(ctx context.Context, name string, dryRun bool) (
 	return true, nil
 }
 
+// ConnectNetwork implements sandbox.Networker.
+func (d *Dialect) ConnectNetwork(ctx context.Context, container, network string, aliases []string) error {
+	if strings.HasPrefix(network, "-") || strings.HasPrefix(container, "-") {
+		return fmt.Errorf("network %q or container %q starts with '-'", network, container)
+	}
+	args := []string{"network", "connect"}
+	for _, a := range aliases {
+		args = append(args, "--alias", a)
+	}
+	_, err := d.cli.Output(ctx, nil, append(args, "--", network, container)...)
+	if err != nil && (errors.Is(err, sandbox.ErrAlreadyExists) || strings.Contains(strings.ToLower(err.Error()), "already connected")) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("connect %s to network %s: %w", container, network, err)
+	}
+	return nil
+}
+
+// Networks implements sandbox.Networker.
+// One label only: podman 4 ORs several label filters.
+func (d *Dialect) Networks(ctx context.Context, key, value string) ([]string, error) {
+	out, err := d.cli.Output(ctx, nil, "network", "ls", "--format", "{{.Name}}", "--filter", "label="+key+"="+value)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for n := range strings.FieldsSeq(string(out)) {
+		if !strings.HasPrefix(n, "-") {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
 var _ sandbox.Renamer = (*Dialect)(nil)
 
 // Rename implements sandbox.Renamer.
