@@ -39,6 +39,7 @@ type Sandboxes interface {
 
 // Store keeps the records (*state.Store).
 type Store interface {
+	Sandboxes() ([]state.Sandbox, error)
 	PutChild(c state.Child) error
 	Children() ([]state.Child, error)
 	DeleteChild(name string) (bool, error)
@@ -90,13 +91,24 @@ func New(opt Options) *Keeper {
 // the record written under it.
 const lockKey = "children-spawn"
 
-// Spawn starts a child of parent under parent's policy.
+// Spawn starts a child of parent under parent's policy, for the user:
+// parent must exist.
 func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (ctl.Child, error) {
+	if _, ok := k.record(parent); !ok {
+		if _, err := k.opt.Sandboxes.Status(ctx, parent); err != nil {
+			return ctl.Child{}, err
+		}
+	}
+	return k.spawn(ctx, parent, p)
+}
+
+// spawn starts a child of parent, which exists (it may be calling).
+func (k *Keeper) spawn(ctx context.Context, parent string, p ctl.SpawnParams) (ctl.Child, error) {
 	held, err := k.opt.Locks.Lock(ctx, lockKey, "spawn a child of "+parent)
 	if err != nil {
 		return ctl.Child{}, err
 	}
-	fam, err := k.family(ctx)
+	fam, err := k.family(parent)
 	if err != nil {
 		held.Release()
 		return ctl.Child{}, err
@@ -130,7 +142,8 @@ func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 	}
 	held.Release() // the record holds the child's place now
 	prof, labels := profileOf(rec)
-	if _, err := k.opt.Sandboxes.CreateChild(ctx, d.Name, parent, prof, labels); err != nil {
+	boot, err := k.opt.Sandboxes.CreateChild(ctx, d.Name, parent, prof, labels)
+	if err != nil {
 		var exists *sandbox.ArgError
 		if errors.As(err, &exists) {
 			// The name is someone else's sandbox: never touch it.
@@ -146,9 +159,7 @@ func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 	}
 	out := childOf(rec)
 	out.Notes = d.Notes
-	if in, err := k.opt.Sandboxes.Status(ctx, d.Name); err == nil {
-		out.Container, out.IP = in.Container, in.IP
-	}
+	out.Container, out.IP = boot.Container, boot.IP
 	return out, nil
 }
 
@@ -196,9 +207,13 @@ func childOf(r state.Child) ctl.Child {
 	return ctl.Child{Name: r.Name, Image: r.Image, CPUs: r.CPUs, MemoryMB: r.Memory >> 20, ExpiresAt: r.Expires}
 }
 
-// family is every sandbox as spawn.Decide sees it.
-func (k *Keeper) family(ctx context.Context) (spawn.Family, error) {
-	infos, err := k.opt.Sandboxes.List(ctx)
+// family is every sandbox as spawn.Decide sees it, parent among them.
+// The sandboxes come from the state's records (every server records what
+// it boots), not the engine: a spawn costs no engine listing. A name a
+// record misses (a sandbox booted a moment ago) is refused at the boot,
+// never taken over.
+func (k *Keeper) family(parent string) (spawn.Family, error) {
+	boxes, err := k.opt.Store.Sandboxes()
 	if err != nil {
 		return nil, err
 	}
@@ -211,12 +226,24 @@ func (k *Keeper) family(ctx context.Context) (spawn.Family, error) {
 		return nil, err
 	}
 	fam := spawn.Family{}
-	for _, in := range infos {
-		m := spawn.Member{Name: in.Name, Spawned: counts[in.Name]}
-		if p, ok := k.opt.Policies[in.Name]; ok {
+	root := func(name string) {
+		m := spawn.Member{Name: name, Spawned: counts[name]}
+		if p, ok := k.opt.Policies[name]; ok {
 			m.Policy = &p
 		}
-		fam[in.Name] = m
+		fam[name] = m
+	}
+	for _, b := range boxes {
+		root(b.Name)
+	}
+	// The parent exists, and so does its family's root: their records may
+	// still be on their way (a boot records its sandbox after it).
+	top := parent
+	if i := slices.IndexFunc(recs, func(r state.Child) bool { return r.Name == parent }); i >= 0 {
+		top = recs[i].Root
+	}
+	if _, ok := fam[top]; !ok && top != "" {
+		root(top)
 	}
 	for _, r := range recs {
 		m := spawn.Member{Name: r.Name, Parent: r.Parent, CPUs: r.CPUs, Memory: spawn.Bytes(r.Memory), Expires: r.Expires, Spawned: counts[r.Name]}
@@ -447,7 +474,7 @@ func (k *Keeper) handle(ctx context.Context, caller string, req ctl.Request, out
 		if err := params(req, &p); err != nil {
 			return nil, err
 		}
-		return k.Spawn(ctx, caller, p)
+		return k.spawn(ctx, caller, p)
 	case ctl.MethodList:
 		l, err := k.List(caller)
 		return ctl.ListResult{Children: l}, err
@@ -468,7 +495,7 @@ func (k *Keeper) handle(ctx context.Context, caller string, req ctl.Request, out
 		if err := params(req, &p); err != nil {
 			return nil, err
 		}
-		ch, err := k.Spawn(ctx, caller, ctl.SpawnParams{Image: p.Image})
+		ch, err := k.spawn(ctx, caller, ctl.SpawnParams{Image: p.Image})
 		if err != nil {
 			return nil, err
 		}

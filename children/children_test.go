@@ -57,7 +57,7 @@ func (e *engine) CreateChild(_ context.Context, name, _ string, prof sandbox.Pro
 		return sandbox.BootInfo{}, &sandbox.ArgError{Err: errors.New("sandbox " + name + " exists")}
 	}
 	e.boxes[name] = prof
-	return sandbox.BootInfo{Created: true}, nil
+	return sandbox.BootInfo{Created: true, IP: "10.0.0.9", Container: "ctr-" + name}, nil
 }
 
 func (e *engine) Destroy(_ context.Context, name string) (bool, error) {

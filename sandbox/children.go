@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -34,7 +33,7 @@ func childEnd(labels map[string]string) time.Time {
 }
 
 // CreateChild boots a new sandbox name with profile prof and extra
-// labels, failing if name exists.
+// labels, failing with an *ArgError if name exists.
 func (m *Manager) CreateChild(ctx context.Context, name, parent string, prof Profile, labels map[string]string) (BootInfo, error) {
 	if err := ValidateName(name); err != nil {
 		return BootInfo{}, err
@@ -47,10 +46,8 @@ func (m *Manager) CreateChild(ctx context.Context, name, parent string, prof Pro
 		return BootInfo{}, err
 	}
 	defer release()
-	if _, err := m.inspectOwned(ctx, name); err == nil {
+	if _, ok := m.Lookup(name); ok {
 		return BootInfo{}, &ArgError{Err: fmt.Errorf("sandbox %q exists", name)}
-	} else if !errors.Is(err, ErrNotFound) {
-		return BootInfo{}, err
 	}
 	l := map[string]string{LabelRole: "child", LabelChildOf: parent}
 	for k, v := range labels {
@@ -58,7 +55,11 @@ func (m *Manager) CreateChild(ctx context.Context, name, parent string, prof Pro
 	}
 	m.setOverride(name, &bootOverride{prof: prof, labels: l})
 	defer m.setOverride(name, nil)
-	_, info, err := m.bootLocked(ctx, name, bootCreate)
+	// The engine refuses a taken name (bootNew): no inspect first.
+	sb, info, err := m.bootLocked(ctx, name, bootNew)
+	if err == nil {
+		info.IP, info.Container = sb.own.IP(), sb.Container
+	}
 	return info, err
 }
 

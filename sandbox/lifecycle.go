@@ -172,6 +172,9 @@ const (
 	// bootReplace creates it without looking or checking image and
 	// workspace: a reset just moved aside a container that used both.
 	bootReplace
+	// bootNew creates it without looking, and fails with an *ArgError if
+	// the name is taken: it must be new.
+	bootNew
 )
 
 // bootLocked returns name's ready sandbox, or boots one; the caller holds
@@ -237,6 +240,8 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		lim, err = m.create(ctx, name, prof, mode == bootReplace)
 		if err == nil {
 			info.Created = true
+		} else if errors.Is(err, ErrAlreadyExists) && mode == bootNew {
+			return nil, info, &ArgError{Err: fmt.Errorf("sandbox %q exists", name)}
 		} else if errors.Is(err, ErrAlreadyExists) {
 			// Another server created it first: adopt theirs.
 			c, err = m.inspectCreated(ctx, name)
@@ -472,7 +477,11 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 	if sb != nil {
 		sb.end(endedByDestroy)
 	}
-	existed, err := m.remove(ctx, name, true)
+	id := ""
+	if sb != nil {
+		id = sb.own.ID()
+	}
+	existed, err := m.remove(ctx, name, id, true)
 	existed = existed || sb != nil
 	if err == nil {
 		if err := m.history.Forget(name); err != nil {
@@ -487,7 +496,7 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 		if existed {
 			m.refreshHostsSoon() // network.go
 		}
-		m.removeFamilyNetwork(ctx, name) // network.go
+		m.removeFamilyNetworkSoon(name) // network.go
 	}
 	return existed, err
 }
@@ -495,9 +504,21 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 // remove deletes name's container and, with wipe, its workspace and any
 // container a reset left behind. A container under the name that is not
 // ours is left alone: without wipe that is an error (there is nothing of
-// ours to remove), with wipe what is ours still goes.
-func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, error) {
+// ours to remove), with wipe what is ours still goes. id, when set, is the
+// container this server verified as the sandbox's at its boot: it is
+// removed without another inspect.
+func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool, error) {
 	existed := true
+	if id != "" {
+		err := m.rt.Remove(ctx, id)
+		if err == nil {
+			return true, m.wipe(ctx, name, wipe, false)
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
+		}
+		// Gone already: look under the name.
+	}
 	c, err := m.inspectOwned(ctx, name)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -512,22 +533,36 @@ func (m *Manager) remove(ctx context.Context, name string, wipe bool) (bool, err
 			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
 		}
 	}
-	if wipe {
-		// A container replaced by a reset may still hold the workspace.
-		olds, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name})
-		if err != nil {
-			return existed, fmt.Errorf("list containers of %q: %w", name, err)
-		}
-		for _, c := range olds {
-			// It may already be going (the reset's own removal): the volume
-			// removal below retries until it is gone.
-			_ = m.rt.Remove(ctx, c.Name)
-		}
-		if err := m.removeVolume(ctx, m.volumeFor(name)); err != nil {
-			return existed, fmt.Errorf("remove workspace of %q: %w", name, err)
+	return existed, m.wipe(ctx, name, wipe, !existed)
+}
+
+// wipe removes name's workspace (when wipe is set) and the containers a
+// reset left behind that still hold it. Those are looked for first when
+// look is set, else only when the workspace will not go: a leftover
+// container holds the workspace it was booted with.
+func (m *Manager) wipe(ctx context.Context, name string, wipe, look bool) error {
+	if !wipe {
+		return nil
+	}
+	vol := m.volumeFor(name)
+	if !look {
+		if err := m.rt.VolumeRemove(ctx, vol); err == nil {
+			return nil
 		}
 	}
-	return existed, nil
+	olds, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name})
+	if err != nil {
+		return fmt.Errorf("list containers of %q: %w", name, err)
+	}
+	for _, c := range olds {
+		// It may already be going (the reset's own removal): the volume
+		// removal below retries until it is gone.
+		_ = m.rt.Remove(ctx, c.Name)
+	}
+	if err := m.removeVolume(ctx, vol); err != nil {
+		return fmt.Errorf("remove workspace of %q: %w", name, err)
+	}
+	return nil
 }
 
 // removeVolume removes a volume, retrying briefly while a container that is
@@ -578,7 +613,7 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	}()
 	r, canRename := m.rt.(Renamer)
 	if wipeWorkspace || !canRename {
-		if _, err := m.remove(ctx, name, wipeWorkspace); err != nil {
+		if _, err := m.remove(ctx, name, "", wipeWorkspace); err != nil {
 			return BootInfo{}, err
 		}
 		_, info, err := m.bootLocked(ctx, name, bootCreate)

@@ -117,6 +117,8 @@ type BootInfo struct {
 	Adopted   bool          // a running container was found and adopted
 	Took      time.Duration // time spent booting
 	Recovered string        // set when a lost container was brought back, with why
+	IP        string        // the container's address, when the boot learnt it
+	Container string        // the container's name
 }
 
 // ErrClosed is returned by a Manager that has been closed.

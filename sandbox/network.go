@@ -30,7 +30,10 @@ import (
 type netState struct {
 	mu    sync.Mutex
 	ready bool
-	hosts sync.Mutex // one hosts refresh at a time
+	// joined maps a family's root to the container of it that this
+	// server made sure is on the family's network.
+	joined map[string]string
+	hosts  sync.Mutex // one hosts refresh at a time
 }
 
 // LabelFamily, on a child sandbox whose peers are its family, names the
@@ -164,26 +167,59 @@ func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile,
 // its siblings reach each other by name and no other sandbox reaches them.
 // A failure falls back to no network at all: a child must not reach
 // sandboxes outside its family.
+//
+// The root's container, once joined, is remembered: the next spawn in the
+// family costs no network call while that container lives.
 func (m *Manager) placeInFamily(ctx context.Context, nw Networker, name, root string, spec *RunSpec) {
 	fam := m.FamilyNetworkName(root)
-	if err := nw.EnsureNetwork(ctx, fam, map[string]string{LabelOwner: m.cfg.Prefix, LabelFamily: root}); err != nil {
-		m.log.Warn("the child gets no network: its family's network cannot be made", "child", name, "network", fam, "err", err)
-		spec.Network = "none"
+	spec.Network, spec.Aliases = fam, []string{name}
+	rootID := ""
+	if sb, ok := m.Lookup(root); ok {
+		rootID = sb.own.ID()
+	}
+	m.net.mu.Lock()
+	done := rootID != "" && m.net.joined[root] == rootID
+	m.net.mu.Unlock()
+	if done {
 		return
 	}
-	spec.Network, spec.Aliases = fam, []string{name}
+	if err := nw.EnsureNetwork(ctx, fam, map[string]string{LabelOwner: m.cfg.Prefix, LabelFamily: root}); err != nil {
+		m.log.Warn("the child gets no network: its family's network cannot be made", "child", name, "network", fam, "err", err)
+		spec.Network, spec.Aliases = "none", nil
+		return
+	}
 	if err := nw.ConnectNetwork(ctx, m.ContainerFor(root), fam, []string{root}); err != nil {
 		m.log.Warn("the family's root does not reach its children by name", "root", root, "network", fam, "err", err)
+		return
+	}
+	if rootID != "" {
+		m.net.mu.Lock()
+		if m.net.joined == nil {
+			m.net.joined = map[string]string{}
+		}
+		m.net.joined[root] = rootID
+		m.net.mu.Unlock()
 	}
 }
 
-// removeFamilyNetwork removes the network of root's family once root is
-// gone (its children went before it).
-func (m *Manager) removeFamilyNetwork(ctx context.Context, root string) {
+// forgetFamily drops what this server remembers of root's family network
+// (its network went away, or root did).
+func (m *Manager) forgetFamily(root string) {
+	m.net.mu.Lock()
+	delete(m.net.joined, root)
+	m.net.mu.Unlock()
+}
+
+// removeFamilyNetworkSoon removes, in the background, the network of
+// root's family once root is gone (its children went before it).
+func (m *Manager) removeFamilyNetworkSoon(root string) {
+	m.forgetFamily(root)
 	if nw, ok := m.rt.(Networker); ok {
-		if _, err := nw.RemoveNetwork(ctx, m.FamilyNetworkName(root), false); err != nil {
-			m.log.Debug("remove a family's network", "root", root, "err", err)
-		}
+		m.spawn(func() {
+			if _, err := nw.RemoveNetwork(m.life, m.FamilyNetworkName(root), false); err != nil {
+				m.log.Debug("remove a family's network", "root", root, "err", err)
+			}
+		})
 	}
 }
 
@@ -206,6 +242,9 @@ func (m *Manager) runContainer(ctx context.Context, name string, prof Profile, s
 	m.net.mu.Lock()
 	m.net.ready = spec.Network != m.NetworkName() && m.net.ready
 	m.net.mu.Unlock()
+	if root := spec.Labels[LabelFamily]; root != "" {
+		m.forgetFamily(root)
+	}
 	spec.Network, spec.Aliases = "", nil
 	m.placeOnNetwork(ctx, name, prof, &spec)
 	if rerr := m.rt.Run(ctx, spec); rerr != nil {

@@ -113,9 +113,10 @@ func (m *Manager) newOwner(name string) *owner {
 type instance struct {
 	id      string
 	created time.Time
+	ip      string // its address as inspected then
 }
 
-func instanceOf(c Container) instance { return instance{id: c.ID, created: c.Created} }
+func instanceOf(c Container) instance { return instance{id: c.ID, created: c.Created, ip: c.IP} }
 
 // same reports whether c is the container i identifies.
 func (i instance) same(c Container) bool {
@@ -126,6 +127,14 @@ func (i instance) same(c Container) bool {
 func (o *owner) ID() string {
 	if p := o.id.Load(); p != nil {
 		return p.id
+	}
+	return ""
+}
+
+// IP is the recorded container's address, "" while unknown.
+func (o *owner) IP() string {
+	if p := o.id.Load(); p != nil {
+		return p.ip
 	}
 	return ""
 }
