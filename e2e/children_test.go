@@ -268,3 +268,31 @@ func TestChildrenLifetimes(t *testing.T) {
 		}
 	}
 }
+
+// TestChildrenOnApple: on Apple's container (its stand-in here) the
+// control socket rides the agent channel too: code in the default sandbox
+// spawns a child, runs a command in it, runs one in a fresh child, and
+// destroys the first; network_info says a family is not kept apart there.
+func TestChildrenOnApple(t *testing.T) {
+	tg := appleTarget(t)
+	s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "all")
+	sh := func(cmd string) result {
+		t.Helper()
+		return s.call(t, "exec", map[string]any{"command": cmd, "timeout": 300})
+	}
+	if r := sh("sandbox-ctl spawn --name default-a --memory 128M"); r.num("exit_code") != 0 {
+		t.Fatalf("spawn: %s", r.text)
+	}
+	if r := sh("sandbox-ctl exec default-a -- 'uname -s; exit 4'"); r.num("exit_code") != 4 || r.str("stdout") != "Linux\n" {
+		t.Fatalf("exec in the child: %s", r.text)
+	}
+	if r := sh("sandbox-ctl run -- echo once"); r.num("exit_code") != 0 || r.str("stdout") != "once\n" {
+		t.Fatalf("run: %s", r.text)
+	}
+	if r := s.call(t, "network_info", map[string]any{}); r.isError || !strings.Contains(r.text, "family") {
+		t.Fatalf("network_info: %s", r.text)
+	}
+	if r := sh("sandbox-ctl destroy default-a && sandbox-ctl list"); r.num("exit_code") != 0 || !strings.Contains(r.str("stdout"), "no children") {
+		t.Fatalf("destroy: %s", r.text)
+	}
+}
