@@ -260,6 +260,12 @@ func sweep(engine, prefix string) {
 		_ = exec.Command(engine, "volume", "rm", "-f", v).Run()
 	}
 	_ = exec.Command(engine, "network", "rm", prefix+"-net").Run()
+	out, _ = exec.Command(engine, "network", "ls", "--format", "{{.Name}}", "--filter", "label=io.sandbox-mcp.owner="+prefix).Output()
+	for _, n := range strings.Fields(string(out)) {
+		if strings.HasPrefix(n, prefix+"-fam-") {
+			_ = exec.Command(engine, "network", "rm", n).Run()
+		}
+	}
 }
 
 func rssKB(pid int, field string) int64 {
