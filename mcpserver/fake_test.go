@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -33,6 +34,19 @@ type fake struct {
 
 func (f *fake) note(format string, args ...any) {
 	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+// TerminalCommand runs the command on the host (sh -c): terminal tools
+// are tested without an engine here, and end to end in e2e.
+func (f *fake) TerminalCommand(_ context.Context, name, command string) (*exec.Cmd, func(), error) {
+	f.note("terminal %s %q", name, command)
+	if f.errAll != nil {
+		return nil, nil, f.errAll
+	}
+	if command == "" {
+		command = "exec sh"
+	}
+	return exec.Command("sh", "-c", command), func() {}, nil
 }
 
 func (f *fake) run(name string, req shell.Request) (sandbox.ExecResult, error) {

@@ -11,6 +11,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"os/exec"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -30,6 +31,7 @@ import (
 // they call (*sandbox.Manager in production, a fake in unit tests).
 type Sandboxes interface {
 	Exec(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
+	TerminalCommand(ctx context.Context, name, command string) (*exec.Cmd, func(), error)
 	Python(ctx context.Context, name, code string, req shell.Request) (sandbox.ExecResult, error)
 	Install(ctx context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error)
 	WriteFile(ctx context.Context, name string, req sandbox.WriteRequest) (sandbox.Written, error)
@@ -105,6 +107,9 @@ type Options struct {
 	// Children keeps child sandboxes; nil: the children tools say they
 	// are not available.
 	Children Children
+	// Terminals keeps terminal sessions; nil: the terminal tools say they
+	// are not available.
+	Terminals Terminals
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -127,6 +132,7 @@ type Server struct {
 	syncs     Syncs
 	ports     Ports
 	children  Children
+	terminals Terminals
 
 	// planned are the toolsets exposed at start: tool descriptions name
 	// only tools of these sets (or say which set to enable).
@@ -170,7 +176,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
 		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{},
-		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs, ports: opts.Ports, children: opts.Children}
+		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs, ports: opts.Ports, children: opts.Children, terminals: opts.Terminals}
 	for _, set := range sets {
 		s.planned[set] = true
 	}
@@ -282,6 +288,7 @@ func (s *Server) tools() []tool {
 		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(), s.imagesTool(), s.buildImageTool(),
 		s.exposeTool(), s.unexposeTool(), s.listPortsTool(), s.networkInfoTool(),
 		s.spawnTool(), s.childrenTool(), s.destroyChildTool(),
+		s.terminalOpenTool(), s.terminalSendTool(), s.terminalReadTool(), s.terminalResizeTool(), s.terminalCloseTool(), s.terminalListTool(),
 	}
 }
 

@@ -20,9 +20,7 @@ type Toolset struct {
 	Default bool
 }
 
-// Toolsets lists the sets in the order they are shown. Sets for the
-// coming capabilities (children, terminals) join this list with their
-// tools.
+// Toolsets lists the sets in the order they are shown.
 var Toolsets = []Toolset{
 	{Name: "core", Description: "run commands and Python, read and write files, install packages, env variables, full outputs", Default: true},
 	{Name: "jobs", Description: "background jobs: start, read logs, kill, list", Default: true},
@@ -31,6 +29,7 @@ var Toolsets = []Toolset{
 	{Name: "snapshots", Description: "snapshot, restore and clone sandboxes"},
 	{Name: "ports", Description: "expose a sandbox's TCP ports on the host (port forwarding); how sandboxes reach each other"},
 	{Name: "children", Description: "child sandboxes under spawn policies: spawn, list, destroy"},
+	{Name: "terminals", Description: "interactive programs behind a terminal: open, type, read the screen, resize, close"},
 }
 
 func toolsetByName(name string) *Toolset {

@@ -105,7 +105,10 @@ type Mount struct {
 // ExecSpec describes a process to run inside a container.
 type ExecSpec struct {
 	Argv        []string
-	Interactive bool // keep stdin open (-i); a TTY is never requested
+	Interactive bool // keep stdin open (-i)
+	// TTY asks the engine for a terminal (-t): only for terminal
+	// sessions, whose stdin is a pseudo-terminal on the host.
+	TTY bool
 	Workdir     string
 	Env         map[string]string
 	User        string

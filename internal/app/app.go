@@ -28,6 +28,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 	"github.com/sandbox-mcp/sandbox-mcp/syncer"
+	"github.com/sandbox-mcp/sandbox-mcp/terminal"
 )
 
 // NewLogger returns the server's stderr logger.
@@ -114,6 +115,8 @@ type Env struct {
 	Ports *portfwd.Set
 	// Children keeps the child sandboxes; set by Serve only.
 	Children *children.Keeper
+	// Terminals keeps the terminal sessions; set by Serve only.
+	Terminals *terminal.Sessions
 }
 
 // Open validates cfg, creates the state directory (0700), picks the
@@ -147,6 +150,9 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 // Close stops what the Env's manager runs in this process; sandboxes keep
 // running.
 func (e *Env) Close() {
+	if e.Terminals != nil {
+		e.Terminals.CloseAll()
+	}
 	if e.Children != nil {
 		e.Children.Close()
 	}
@@ -192,17 +198,21 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	env.Children = children.New(children.Options{Sandboxes: m, Store: env.State, Policies: cfg.ChildPolicies,
 		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: logger})
 	m.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn, Child: env.Children.Child})
+	env.Terminals = &terminal.Sessions{}
 	m.OnLifecycle(func(name, event string) {
 		if event == "destroy" {
 			env.Ports.Drop(name)
 		}
+		// Their programs die with the container; a read answers at once.
+		go env.Terminals.CloseSandbox(name)
 		env.Children.ParentChanged(name, event) // reset, restore, destroy
 	})
 	ms, err := mcpserver.New(m, mcpserver.Options{
-		Syncs:    env.Syncs,
-		Ports:    env.Ports,
-		Children: env.Children,
-		Version:  cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
+		Syncs:     env.Syncs,
+		Ports:     env.Ports,
+		Children:  env.Children,
+		Terminals: env.Terminals,
+		Version:   cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
 		AllowDirs: cfg.AllowDirs, StartDir: startDir(),
 		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),

@@ -343,11 +343,15 @@ func (d *Dialect) ExecCommand(ctx context.Context, name string, spec sandbox.Exe
 }
 
 // ExecArgs builds the argv (without the program) of an exec: always -i
-// when there is input, never -t.
+// when there is input, -t only for a terminal session (Apple then needs
+// its stdin to be a terminal, and merges stderr into stdout).
 func ExecArgs(name string, spec sandbox.ExecSpec) []string {
 	args := []string{"exec"}
 	if spec.Interactive || spec.Stdin != nil {
 		args = append(args, "-i")
+	}
+	if spec.TTY {
+		args = append(args, "-t")
 	}
 	if spec.Workdir != "" {
 		args = append(args, "-w", spec.Workdir)

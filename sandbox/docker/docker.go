@@ -354,6 +354,9 @@ func ExecArgs(name string, spec sandbox.ExecSpec) []string {
 	if spec.Interactive || spec.Stdin != nil {
 		args = append(args, "--interactive")
 	}
+	if spec.TTY {
+		args = append(args, "--tty")
+	}
 	if spec.Workdir != "" {
 		args = append(args, "--workdir", spec.Workdir)
 	}

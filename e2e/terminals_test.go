@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+// TestTerminals: a terminal session in a real sandbox: a curses program
+// draws where it says and takes a key; the login shell has a terminal of
+// the size asked, the env tool's variables and keeps state between sends;
+// a resize reaches it; a session whose sandbox is destroyed answers a read
+// at once, as ended.
+func TestTerminals(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "core,terminals")
+			read := func(id, want string) result {
+				t.Helper()
+				var r result
+				for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+					r = s.call(t, "terminal_read", map[string]any{"id": id, "wait_ms": 2000})
+					if strings.Contains(r.text, want) || r.data["exited"] == true {
+						return r
+					}
+				}
+				t.Fatalf("%q never showed: %s", want, r.text)
+				return r
+			}
+
+			curses := `python3 -c '
+import curses
+def main(w):
+    w.addstr(5, 10, "hello curses")
+    w.refresh()
+    return w.getch()
+raise SystemExit(curses.wrapper(main) - 96)'`
+			r := s.call(t, "terminal_open", map[string]any{"command": curses, "cols": 80, "rows": 24})
+			id, _ := r.data["id"].(string)
+			if r.isError || id == "" {
+				t.Fatalf("open: %s", r.text)
+			}
+			r = read(id, "hello curses")
+			lines, _ := r.data["screen"].([]any)
+			if len(lines) < 6 || !strings.HasPrefix(lines[5].(string), strings.Repeat(" ", 10)+"hello curses") {
+				t.Fatalf("the curses screen: %s", r.text)
+			}
+			s.call(t, "terminal_send", map[string]any{"id": id, "text": "c"})
+			if r = read(id, "exited"); r.data["exit_code"] != 3.0 {
+				t.Fatalf("the key did not reach the program: %s", r.text)
+			}
+
+			if r := s.call(t, "env", map[string]any{"action": "set", "key": "GREETING", "value": "hi-there"}); r.isError {
+				t.Fatalf("env: %s", r.text)
+			}
+			r = s.call(t, "terminal_open", map[string]any{"cols": 100, "rows": 30})
+			sh, _ := r.data["id"].(string)
+			if r.isError || sh == "" {
+				t.Fatalf("open a shell: %s", r.text)
+			}
+			s.call(t, "terminal_send", map[string]any{"id": sh, "text": "cd /tmp; X=kept; tty; stty size; echo $GREETING", "keys": []any{"Enter"}})
+			r = read(sh, "hi-there")
+			if !strings.Contains(r.text, "/dev/pts/") || !strings.Contains(r.text, "30 100") {
+				t.Fatalf("the shell's terminal: %s", r.text)
+			}
+			if r := s.call(t, "terminal_resize", map[string]any{"id": sh, "cols": 90, "rows": 25}); r.isError {
+				t.Fatalf("resize: %s", r.text)
+			}
+			s.call(t, "terminal_send", map[string]any{"id": sh, "text": "echo $X-$(pwd)-$(stty size)", "keys": []any{"Enter"}})
+			read(sh, "kept-/tmp-25 90")
+
+			if r := s.call(t, "destroy", map[string]any{}); r.isError {
+				t.Fatalf("destroy: %s", r.text)
+			}
+			began := time.Now()
+			r = read(sh, "exited")
+			if r.data["exited"] != true || time.Since(began) > time.Minute {
+				t.Fatalf("after the destroy: %s", r.text)
+			}
+		})
+	}
+}

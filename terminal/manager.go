@@ -1,0 +1,168 @@
+package terminal
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os/exec"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// DefaultMaxSessions bounds the sessions a server keeps.
+const DefaultMaxSessions = 8
+
+// endedKept is how long an ended session still answers reads (with its
+// last screen and exit status) before it is forgotten.
+const endedKept = 10 * time.Minute
+
+// closeGrace is how long a closed program has to end after its hang-up.
+const closeGrace = 2 * time.Second
+
+// ErrNotFound means no session has that id.
+var ErrNotFound = errors.New("no such terminal session")
+
+// Sessions keeps a server's terminal sessions.
+type Sessions struct {
+	// Max bounds the sessions open at once (DefaultMaxSessions if 0).
+	Max int
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	closed   bool
+}
+
+// Open starts cmd (an engine exec with a TTY into sandbox) as a new
+// session. Ended sessions make room for it, oldest first.
+func (m *Sessions) Open(sandbox, command string, cmd *exec.Cmd, cols, rows int) (*Session, error) {
+	if err := CheckSize(cols, rows); err != nil {
+		return nil, err
+	}
+	max := m.Max
+	if max <= 0 {
+		max = DefaultMaxSessions
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errors.New("the server is shutting down")
+	}
+	if m.sessions == nil {
+		m.sessions = map[string]*Session{}
+	}
+	m.forgetLocked(time.Now())
+	if len(m.sessions) >= max {
+		var ended []*Session
+		for _, s := range m.sessions {
+			if s.Ended() {
+				ended = append(ended, s)
+			}
+		}
+		if len(ended) == 0 {
+			return nil, fmt.Errorf("%d terminal sessions are open, the most a server keeps: close one with terminal_close (terminal_list lists them)", len(m.sessions))
+		}
+		sort.Slice(ended, func(i, j int) bool { return ended[i].Started.Before(ended[j].Started) })
+		delete(m.sessions, ended[0].ID)
+	}
+	s, err := Start(newID(), sandbox, command, cmd, cols, rows)
+	if err != nil {
+		return nil, err
+	}
+	m.sessions[s.ID] = s
+	return s, nil
+}
+
+// forgetLocked drops sessions that ended long ago.
+func (m *Sessions) forgetLocked(now time.Time) {
+	for id, s := range m.sessions {
+		if s.Ended() {
+			s.mu.Lock()
+			old := now.Sub(s.ended) > endedKept
+			s.mu.Unlock()
+			if old {
+				delete(m.sessions, id)
+			}
+		}
+	}
+}
+
+func newID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b)
+}
+
+// Get returns the session with id.
+func (m *Sessions) Get(id string) (*Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgetLocked(time.Now())
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (terminal_list lists the open ones; a session does not outlive its server)", ErrNotFound, id)
+	}
+	return s, nil
+}
+
+// Close ends session id's program and forgets the session.
+func (m *Sessions) Close(id string) (Info, error) {
+	s, err := m.Get(id)
+	if err != nil {
+		return Info{}, err
+	}
+	s.Close(closeGrace)
+	m.mu.Lock()
+	delete(m.sessions, id)
+	m.mu.Unlock()
+	return s.Info(), nil
+}
+
+// List describes the sessions, oldest first.
+func (m *Sessions) List() []Info {
+	m.mu.Lock()
+	m.forgetLocked(time.Now())
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].Started.Before(all[j].Started) })
+	out := make([]Info, 0, len(all))
+	for _, s := range all {
+		out = append(out, s.Info())
+	}
+	return out
+}
+
+// CloseSandbox ends the sessions in sandbox (it is being destroyed or
+// reset: their programs die with it anyway).
+func (m *Sessions) CloseSandbox(sandbox string) {
+	m.mu.Lock()
+	var in []*Session
+	for _, s := range m.sessions {
+		if s.Sandbox == sandbox {
+			in = append(in, s)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range in {
+		s.Close(closeGrace)
+	}
+}
+
+// CloseAll ends every session; no session opens after it.
+func (m *Sessions) CloseAll() {
+	m.mu.Lock()
+	m.closed = true
+	all := slices.Collect(maps.Values(m.sessions))
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range all {
+		wg.Go(func() { s.Close(closeGrace) })
+	}
+	wg.Wait()
+}
