@@ -30,6 +30,8 @@ type fake struct {
 	uploaded    []byte
 	download    []byte
 	downloadTop string
+	// cloneFor makes GitClone report progress and take that long.
+	cloneFor time.Duration
 }
 
 func (f *fake) note(format string, args ...any) {
@@ -191,6 +193,10 @@ func (f *fake) Download(_ context.Context, name, src string, unpack func(io.Read
 
 func (f *fake) GitClone(_ context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error) {
 	f.note("git_clone %s %s", name, req.Repo)
+	if f.cloneFor > 0 && req.Progress != nil {
+		io.WriteString(req.Progress, "Receiving objects:  50% (5/10)")
+		time.Sleep(f.cloneFor)
+	}
 	return sandbox.Cloned{Repo: req.Repo, Path: req.Path}, f.errAll
 }
 

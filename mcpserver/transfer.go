@@ -14,6 +14,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
 
@@ -246,7 +247,11 @@ func (s *Server) handleGitClone(ctx context.Context, req mcp.CallToolRequest) (*
 	if t := req.GetFloat("timeout", 0); t > 0 {
 		cr.Timeout = time.Duration(t * float64(time.Second))
 	}
+	progress := &shell.Capture{Limit: 64 << 10}
+	cr.Progress = progress
+	stop := s.startProgress(ctx, req, progress, &shell.Capture{})
 	c, err := s.m.GitClone(ctx, name, cr)
+	stop()
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("git_clone in sandbox %q", name), err), nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"path"
 	"regexp"
@@ -28,6 +29,20 @@ type CloneRequest struct {
 	// Depth 0 clones the whole history.
 	Depth   int
 	Timeout time.Duration
+	// Progress, if set, receives git's output as it comes, credentials
+	// taken out (for progress notifications).
+	Progress io.Writer
+}
+
+// redactingWriter passes each write on with credentials taken out.
+type redactingWriter struct {
+	red func(string) string
+	w   io.Writer
+}
+
+func (r redactingWriter) Write(p []byte) (int, error) {
+	_, _ = io.WriteString(r.w, r.red(string(p)))
+	return len(p), nil
 }
 
 // Cloned is a clone that worked.
@@ -74,9 +89,13 @@ func (m *Manager) GitClone(ctx context.Context, name string, req CloneRequest) (
 	}
 	red := redactor(token)
 	out := &shell.Capture{Limit: 64 << 10}
+	var w io.Writer = out
+	if req.Progress != nil {
+		w = io.MultiWriter(out, redactingWriter{red: red, w: req.Progress})
+	}
 	start := time.Now()
 	res, err := m.ExecAs(ctx, name, "git_clone "+repo, shell.Request{
-		Command: script, Trusted: true, Stdin: stdin, Timeout: timeout, Stdout: out, Stderr: out,
+		Command: script, Trusted: true, Stdin: stdin, Timeout: timeout, Stdout: w, Stderr: w,
 	})
 	took := time.Since(start)
 	if err != nil {

@@ -108,11 +108,11 @@ type ExecSpec struct {
 	Interactive bool // keep stdin open (-i)
 	// TTY asks the engine for a terminal (-t): only for terminal
 	// sessions, whose stdin is a pseudo-terminal on the host.
-	TTY bool
-	Workdir     string
-	Env         map[string]string
-	User        string
-	Stdin       io.Reader // for Exec only
+	TTY     bool
+	Workdir string
+	Env     map[string]string
+	User    string
+	Stdin   io.Reader // for Exec only
 }
 
 // ExecOutput is the outcome of Runtime.Exec.

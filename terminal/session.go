@@ -218,6 +218,29 @@ func (s *Session) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
+// Await waits up to timeout until ok holds for the screen's rows, looking
+// again whenever output arrives, and reports whether it held. It leaves
+// the new output for the next read.
+func (s *Session) Await(timeout time.Duration, ok func(lines []string) bool) bool {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		if ok(s.lines()) {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-s.done:
+			return ok(s.lines())
+		case <-t.C:
+			return false
+		}
+	}
+}
+
 // Done is closed when the program has ended.
 func (s *Session) Done() <-chan struct{} { return s.done }
 
@@ -377,6 +400,20 @@ func (s *Session) snapshot() Screen {
 	out.Cols, out.Rows, out.CursorRow, out.CursorCol = cols, rows, cur.Y, cur.X
 	out.Title = s.vt.Title()
 	out.AltScreen = s.vt.Mode()&vt10x.ModeAltScreen != 0
+	out.Lines = s.linesLocked()
+	s.vt.Unlock()
+	return out
+}
+
+// lines is the screen's rows as text (see Screen.Lines).
+func (s *Session) lines() []string {
+	s.vt.Lock()
+	defer s.vt.Unlock()
+	return s.linesLocked()
+}
+
+func (s *Session) linesLocked() []string {
+	cols, rows := s.vt.Size()
 	lines := make([]string, rows)
 	var b strings.Builder
 	for y := range rows {
@@ -390,13 +427,11 @@ func (s *Session) snapshot() Screen {
 		}
 		lines[y] = strings.TrimRight(b.String(), " ")
 	}
-	s.vt.Unlock()
 	n := len(lines)
 	for n > 0 && lines[n-1] == "" {
 		n--
 	}
-	out.Lines = lines[:n]
-	return out
+	return lines[:n]
 }
 
 // Close ends the program: its terminal is hung up, and it is killed if
