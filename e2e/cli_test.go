@@ -1,11 +1,20 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -73,5 +82,171 @@ func TestDoctorAndPruneCLI(t *testing.T) {
 	}
 	if r := s.call(t, "exec", map[string]any{"command": "echo still", "sandbox": "keep"}); r.str("stdout") != "still\n" {
 		t.Fatalf("the kept sandbox after prune: %+v", r)
+	}
+}
+
+// runExit runs the binary with args and returns its output and exit status.
+func runExit(t *testing.T, tg enginetest.Target, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), tg.Env...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// TestPeopleCLI: the command line for people works beside a running
+// server on the same sandboxes: ls (table and JSON), exec with the
+// command's status and the agent's working directory, logs of a job the
+// agent started, shell on a terminal (its size, its status), snapshot and
+// restore, destroy; a missing sandbox, a missing job and a shell without a
+// terminal are refused with statuses a script can tell apart.
+func TestPeopleCLI(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	stateDir := t.TempDir()
+	flags := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir}
+	p := startProc(t, tg, prefix, stateDir)
+	s := &server{cs: p.cs}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "box", "command": "mkdir -p /tmp/here && cd /tmp/here"}); r.isError {
+		t.Fatal(r.text)
+	}
+	if r := s.call(t, "bg", map[string]any{"sandbox": "box", "name": "ticker", "command": "for i in 1 2 3; do echo tick$i; sleep 1; done"}); r.isError {
+		t.Fatal(r.text)
+	}
+	cli := func(args ...string) (string, int) {
+		t.Helper()
+		return runExit(t, tg, append(append([]string{args[0]}, flags...), args[1:]...)...)
+	}
+
+	if out, code := cli("exec", "box", "--", "pwd; echo err >&2; exit 7"); code != 7 || !strings.Contains(out, "/tmp/here\n") || !strings.Contains(out, "err\n") {
+		t.Fatalf("exec: %d %q", code, out)
+	}
+	if out, code := cli("exec", "box", "--", "sh", "-c", `echo "[$1]"`, "x", "two words"); code != 0 || out != "[two words]\n" {
+		t.Fatalf("exec of words: %d %q", code, out)
+	}
+	if out, code := cli("exec", "nosuch", "--", "true"); code != 3 || !strings.Contains(out, `no sandbox "nosuch"`) {
+		t.Fatalf("exec in a missing sandbox: %d %q", code, out)
+	}
+	if out, code := cli("ls"); code != 0 || !strings.Contains(out, "box") || !strings.Contains(out, "running") {
+		t.Fatalf("ls: %d %q", code, out)
+	}
+	out, code := cli("ls", "--json")
+	var infos []sandbox.Info
+	if err := json.Unmarshal([]byte(out), &infos); code != 0 || err != nil || len(infos) != 1 || infos[0].Name != "box" {
+		t.Fatalf("ls --json: %d %v %q", code, err, out)
+	}
+	if out, code := cli("logs", "box", "ticker", "-f"); code != 0 || out != "tick1\ntick2\ntick3\n" {
+		t.Fatalf("logs -f: %d %q", code, out)
+	}
+	if out, code := cli("logs", "box", "nojob"); code != 3 {
+		t.Fatalf("logs of a missing job: %d %q", code, out)
+	}
+	if out, code := cli("shell", "box"); code != 2 || !strings.Contains(out, "needs a terminal") {
+		t.Fatalf("shell without a terminal: %d %q", code, out)
+	}
+
+	// On a terminal: the shell has its size and passes its status on.
+	cmd := exec.Command(binary, append(append([]string{"shell"}, flags...), "box")...)
+	cmd.Env = append(os.Environ(), tg.Env...)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: 91, Rows: 27})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	var screen bytes.Buffer
+	read := make(chan struct{})
+	go func() { _, _ = io.Copy(&screen, ptmx); close(read) }()
+	if _, err := ptmx.WriteString("stty size; exit 5\r"); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 5 {
+			t.Fatalf("shell: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("the shell did not end")
+	}
+	ptmx.Close()
+	<-read
+	if !strings.Contains(screen.String(), "27 91") {
+		t.Fatalf("the shell's terminal: %q", screen.String())
+	}
+
+	if out, code := cli("snapshot", "box", "snap1"); code != 0 {
+		t.Fatalf("snapshot: %d %q", code, out)
+	}
+	cli("exec", "box", "--", "touch /marker")
+	if out, code := cli("restore", "box", "snap1"); code != 0 {
+		t.Fatalf("restore: %d %q", code, out)
+	}
+	if out, code := cli("exec", "box", "--", "test ! -e /marker"); code != 0 {
+		t.Fatalf("the restore kept a later file: %d %q", code, out)
+	}
+	if out, code := cli("restore", "box", "nosnap"); code != 3 {
+		t.Fatalf("restore of a missing snapshot: %d %q", code, out)
+	}
+	if out, code := cli("destroy", "box"); code != 0 || !strings.Contains(out, "destroyed box") {
+		t.Fatalf("destroy: %d %q", code, out)
+	}
+	if out, code := cli("destroy", "box"); code != 3 {
+		t.Fatalf("destroy of a missing sandbox: %d %q", code, out)
+	}
+	if out, code := cli("exec", "box"); code != 2 {
+		t.Fatalf("exec without a command: %d %q", code, out)
+	}
+}
+
+// TestDoctorFailures: doctor says what is wrong, with what to run, and
+// exits non-zero: no engine installed, an engine that is not started, a
+// state file another process holds locked.
+func TestDoctorFailures(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	state := t.TempDir()
+	run := func(env []string, args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, append([]string{"doctor", "--state-dir", state}, args...)...)
+		cmd.Env = append(append(os.Environ(), tg.Env...), env...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	if out, code := run([]string{"PATH=/nonexistent"}, "--runtime", "podman"); code == 0 || !strings.Contains(out, "podman") {
+		t.Errorf("no engine: %d %q", code, out)
+	}
+	if _, err := exec.LookPath("docker"); err == nil {
+		out, code := run([]string{"DOCKER_HOST=unix://" + filepath.Join(t.TempDir(), "none.sock")}, "--runtime", "docker")
+		if code == 0 || !strings.Contains(out, "engine:   FAIL") || !strings.Contains(out, "start the Docker daemon") {
+			t.Errorf("an engine not started: %d %q", code, out)
+		}
+	}
+	// A state file held by another process (bbolt locks it whole).
+	f, err := os.OpenFile(filepath.Join(state, "state.db"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(nil, "--runtime", tg.Runtime, "--image", tg.Image); code == 0 || !strings.Contains(out, "state:    FAIL") || !strings.Contains(out, "lock") {
+		t.Errorf("a locked state file: %d %q", code, out)
 	}
 }

@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,10 +24,39 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := newRoot().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "sandbox-mcp:", err)
-		os.Exit(1)
+	os.Exit(exitCode(newRoot().ExecuteContext(ctx), os.Stderr))
+}
+
+// exitCode is the process's exit status for err, which it reports on w:
+// an *app.ExitError's code (a command's own status is not reported), 2
+// for a command line cobra refused, else 1.
+func exitCode(err error, w io.Writer) int {
+	if err == nil {
+		return app.ExitOK
 	}
+	var ee *app.ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintln(w, "sandbox-mcp:", ee.Err)
+		}
+		return ee.Code
+	}
+	fmt.Fprintln(w, "sandbox-mcp:", err)
+	if isUsageError(err) {
+		return app.ExitUsage
+	}
+	return app.ExitFailed
+}
+
+// isUsageError reports whether cobra refused the command line.
+func isUsageError(err error) bool {
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "accepts ", "requires at least", "invalid argument", "flag needs an argument", "requires exactly"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 const precedence = "Each setting comes from its flag, else its environment variable, else the config file, else the default."
@@ -114,6 +145,7 @@ func newRoot() *cobra.Command {
 		}
 	}
 	root.AddCommand(serve, doctor, prune)
+	root.AddCommand(peopleCommands()...)
 	return root
 }
 

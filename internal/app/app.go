@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/children"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
@@ -327,11 +328,34 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 		return errors.New("default image missing")
 	}
 	fmt.Fprintf(w, "image:    ok, %s\n", cfg.Defaults.Image)
-	fmt.Fprintf(w, "state:    %s\n", cfg.StateDir)
+	if err := checkState(cfg.StateDir); err != nil {
+		fmt.Fprintf(w, "state:    FAIL %s: %v\n", cfg.StateDir, err)
+		return errors.New("state not usable")
+	}
+	fmt.Fprintf(w, "state:    ok, %s\n", cfg.StateDir)
+	for _, arch := range []string{"amd64", "arm64"} {
+		if p, err := agent.FindBinary(arch); err != nil {
+			fmt.Fprintf(w, "agent:    missing for linux/%s (port forwards fall back to one exec per connection; no child sandboxes): %v\n", arch, err)
+		} else {
+			fmt.Fprintf(w, "agent:    ok, linux/%s %s\n", arch, p)
+		}
+	}
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
 	fmt.Fprintf(w, "\nTo use it, give your MCP client this server (with the flags of this doctor run):\n\n%s", ClientSetup(selfPath(), serveArgs, setupEnv(os.Environ()), hostOS))
 	return nil
+}
+
+// checkState opens the state file for writing, as a server does: a file
+// another process holds past the lock timeout, or a directory that cannot
+// be written, fails.
+func checkState(dir string) error {
+	st, err := state.New(dir)
+	if err != nil {
+		return err
+	}
+	_, err = st.Sandboxes()
+	return err
 }
 
 func selfPath() string {

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/app"
+)
+
+// peopleCommands are the commands for people at a terminal: they work on
+// the same sandboxes and state as the MCP servers, while those run.
+func peopleCommands() []*cobra.Command {
+	const exits = "\n\nExit status: 0 done, 1 failed, 2 bad command line, 3 no such sandbox, job or snapshot."
+	var asJSON bool
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List the sandboxes",
+		Long:  "List the sandboxes of this prefix: name, state, image, address, creation time." + exits,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.List(cmd.Context(), cfg, asJSON, os.Stdout)
+		},
+	}
+	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	var timeout time.Duration
+	execCmd := &cobra.Command{
+		Use:   "exec NAME -- CMD...",
+		Short: "Run a command in a sandbox; its exit status is this command's",
+		Long: "Run a command in a sandbox through its shells, with the working directory and variables an agent's\n" +
+			"commands see, streaming its output. One argument is a shell command line (pipes and all); several are\n" +
+			"words, each quoted. Exit status: the command's; 124 when it timed out; 125 when sandbox-mcp failed.",
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return &app.ExitError{Code: app.ExitUsage, Err: errUsage(cmd)}
+			}
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return &app.ExitError{Code: app.ExitEngine, Err: err}
+			}
+			return app.Exec(cmd.Context(), cfg, args[0], args[1:], timeout, os.Stdout, os.Stderr)
+		},
+	}
+	execCmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "stop the command after this long")
+
+	var command string
+	shell := &cobra.Command{
+		Use:   "shell NAME",
+		Short: "Open an interactive shell in a sandbox",
+		Long: "Open an interactive login shell (or --command) in a sandbox on this terminal, which it follows\n" +
+			"when resized. Exit status: the shell's; 125 when sandbox-mcp failed.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return &app.ExitError{Code: app.ExitEngine, Err: err}
+			}
+			return app.Shell(cmd.Context(), cfg, args[0], command, isTerminal(os.Stdin), os.Stdin, os.Stdout, os.Stderr)
+		},
+	}
+	shell.Flags().StringVar(&command, "command", "", "run this command line instead of the login shell")
+
+	var follow bool
+	logs := &cobra.Command{
+		Use:   "logs NAME JOB",
+		Short: "Print a background job's log",
+		Long:  "Print the log of a background job started with the bg tool; with -f, keep printing until it ends." + exits,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Logs(cmd.Context(), cfg, args[0], args[1], follow, os.Stdout)
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the job adds until it ends")
+
+	destroy := &cobra.Command{
+		Use:   "destroy NAME",
+		Short: "Destroy a sandbox, its workspace and its children",
+		Long:  "Destroy a sandbox: its container, its workspace and its child sandboxes." + exits,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Destroy(cmd.Context(), cfg, args[0], os.Stdout)
+		},
+	}
+
+	var workspace bool
+	snapshot := &cobra.Command{
+		Use:   "snapshot NAME SNAPSHOT",
+		Short: "Save a sandbox as a named snapshot",
+		Long:  "Save a sandbox's filesystem (and, with --workspace, its workspace) as a named snapshot." + exits,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Snapshot(cmd.Context(), cfg, args[0], args[1], workspace, os.Stdout)
+		},
+	}
+	snapshot.Flags().BoolVar(&workspace, "workspace", false, "include the workspace")
+
+	restore := &cobra.Command{
+		Use:   "restore NAME SNAPSHOT",
+		Short: "Replace a sandbox with a snapshot",
+		Long:  "Replace a sandbox's container with one booted from a snapshot." + exits,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Restore(cmd.Context(), cfg, args[0], args[1], os.Stdout)
+		},
+	}
+	return []*cobra.Command{ls, execCmd, shell, logs, destroy, snapshot, restore}
+}
+
+func errUsage(cmd *cobra.Command) error {
+	return &usageError{use: cmd.UseLine()}
+}
+
+type usageError struct{ use string }
+
+func (e *usageError) Error() string { return "usage: " + e.use }

@@ -1,0 +1,298 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/children"
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// Exit statuses of the command line for people. exec and shell pass the
+// command's own status through and use ExitEngine for their own failures,
+// as docker and podman do.
+const (
+	ExitOK       = 0
+	ExitFailed   = 1   // the operation failed
+	ExitUsage    = 2   // the command line is wrong
+	ExitNotFound = 3   // no such sandbox, job or snapshot
+	ExitEngine   = 125 // exec, shell: sandbox-mcp itself failed
+)
+
+// ExitError carries the exit status a command ends with.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// exitFor classifies an error of a Manager call.
+func exitFor(err error) error {
+	if err == nil {
+		return nil
+	}
+	var arg *sandbox.ArgError
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrJobNotFound):
+		return &ExitError{Code: ExitNotFound, Err: err}
+	case errors.As(err, &arg):
+		return &ExitError{Code: ExitUsage, Err: err}
+	}
+	return &ExitError{Code: ExitFailed, Err: err}
+}
+
+// openCLI opens an Env for one command of the command line: the same
+// Manager a server builds, with the children keeper's lifecycle hook, so
+// that a destroy there takes the sandbox's children as the tool does.
+func openCLI(ctx context.Context, cfg Config) (*Env, error) {
+	env, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	env.Children = children.New(children.Options{Sandboxes: env.Manager, Store: env.State, Policies: cfg.ChildPolicies,
+		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: env.Logger})
+	env.Manager.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn, Child: env.Children.Child})
+	env.Manager.OnLifecycle(func(name, event string) { env.Children.ParentChanged(name, event) })
+	return env, nil
+}
+
+// List writes the sandboxes of this prefix, as a table or JSON.
+func List(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	infos, err := env.Manager.List(ctx)
+	if err != nil {
+		return exitFor(err)
+	}
+	if asJSON {
+		if infos == nil {
+			infos = []sandbox.Info{}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(infos)
+	}
+	if len(infos) == 0 {
+		fmt.Fprintln(w, "no sandboxes")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tIMAGE\tIP\tCREATED")
+	for _, in := range infos {
+		created := "-"
+		if !in.Created.IsZero() {
+			created = in.Created.Local().Format("2006-01-02 15:04")
+		}
+		ip := in.IP
+		if ip == "" {
+			ip = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.Name, in.State, in.Image, ip, created)
+	}
+	return tw.Flush()
+}
+
+// commandLine turns exec's arguments into one shell command: a single
+// argument is a command line as is (pipes and all), several are words,
+// each quoted.
+func commandLine(argv []string) string {
+	if len(argv) == 1 {
+		return argv[0]
+	}
+	return shellJoin(argv)
+}
+
+// mustExist fails with ExitNotFound when sandbox name does not exist: a
+// person's exec or shell does not create one by a typo (an agent's first
+// command does).
+func mustExist(ctx context.Context, m *sandbox.Manager, name string) error {
+	exists, _, err := m.Presence(ctx, name)
+	switch {
+	case err != nil:
+		e := exitFor(err).(*ExitError)
+		if e.Code == ExitFailed {
+			e.Code = ExitEngine
+		}
+		return e
+	case !exists:
+		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no sandbox %q (sandbox-mcp ls lists them; an agent's first command in a name creates it)", name)}
+	}
+	return nil
+}
+
+// Exec runs a command in sandbox name through its shells (the same
+// working directory and variables an agent's commands see), streaming
+// its output, and returns an *ExitError with the command's status when it
+// is not 0.
+func Exec(ctx context.Context, cfg Config, name string, argv []string, timeout time.Duration, stdout, stderr io.Writer) error {
+	if len(argv) == 0 {
+		return &ExitError{Code: ExitUsage, Err: errors.New("exec: no command (sandbox-mcp exec NAME -- CMD...)")}
+	}
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return &ExitError{Code: ExitEngine, Err: err}
+	}
+	defer env.Close()
+	if err := mustExist(ctx, env.Manager, name); err != nil {
+		return err
+	}
+	res, err := env.Manager.Exec(ctx, name, shell.Request{Command: commandLine(argv), Timeout: timeout, Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		e := exitFor(err).(*ExitError)
+		if e.Code == ExitFailed {
+			e.Code = ExitEngine
+		}
+		return e
+	}
+	switch {
+	case res.TimedOut:
+		return &ExitError{Code: 124, Err: fmt.Errorf("timed out after %s", timeout)}
+	case res.ExitCode != 0:
+		return &ExitError{Code: res.ExitCode}
+	}
+	return nil
+}
+
+// Shell runs an interactive shell (or command) in sandbox name on this
+// terminal (tty: stdin is one); the engine's CLI follows its size.
+func Shell(ctx context.Context, cfg Config, name, command string, tty bool, stdin, stdout, stderr *os.File) error {
+	if !tty {
+		return &ExitError{Code: ExitUsage, Err: errors.New("shell needs a terminal on stdin; for a command without one, use: sandbox-mcp exec " + name + " -- CMD")}
+	}
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return &ExitError{Code: ExitEngine, Err: err}
+	}
+	defer env.Close()
+	if err := mustExist(ctx, env.Manager, name); err != nil {
+		return err
+	}
+	cmd, done, err := env.Manager.TerminalCommand(ctx, name, command)
+	if err != nil {
+		e := exitFor(err).(*ExitError)
+		if e.Code == ExitFailed {
+			e.Code = ExitEngine
+		}
+		return e
+	}
+	defer done()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return &ExitError{Code: ee.ExitCode()}
+	case err != nil:
+		return &ExitError{Code: ExitEngine, Err: err}
+	}
+	return nil
+}
+
+// Logs writes a background job's log; with follow it keeps writing what
+// the job adds until the job ends (or ctx does).
+func Logs(ctx context.Context, cfg Config, name, job string, follow bool, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	var off int64
+	for {
+		l, err := env.Manager.JobLogs(ctx, name, job, sandbox.LogOptions{Since: off, Max: 1 << 20})
+		if err != nil {
+			return exitFor(err)
+		}
+		if _, err := w.Write(l.Data); err != nil {
+			return err
+		}
+		off = l.NextOffset
+		if l.More {
+			continue
+		}
+		if !follow || l.State != "running" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// Destroy destroys sandbox name (and its children).
+func Destroy(ctx context.Context, cfg Config, name string, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if err := env.Children.Allowed(name, "destroy"); err != nil {
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+	existed, err := env.Manager.Destroy(ctx, name)
+	if err != nil {
+		return exitFor(err)
+	}
+	if !existed {
+		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no sandbox %q", name)}
+	}
+	fmt.Fprintf(w, "destroyed %s\n", name)
+	return nil
+}
+
+// Snapshot saves sandbox name as snapshot snap.
+func Snapshot(ctx context.Context, cfg Config, name, snap string, workspace bool, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if err := env.Children.Allowed(name, "snapshot"); err != nil {
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+	rec, err := env.Manager.Snapshot(ctx, name, sandbox.SnapshotRequest{Name: snap, IncludeWorkspace: workspace})
+	if err != nil {
+		return exitFor(err)
+	}
+	fmt.Fprintf(w, "saved %s as snapshot %s (image %s)\n", name, rec.Name, rec.Image)
+	return nil
+}
+
+// Restore replaces sandbox name with snapshot snap.
+func Restore(ctx context.Context, cfg Config, name, snap string, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if err := env.Children.Allowed(name, "restore"); err != nil {
+		return &ExitError{Code: ExitFailed, Err: err}
+	}
+	if _, _, err := env.Manager.Restore(ctx, snap, name); err != nil {
+		return exitFor(err)
+	}
+	fmt.Fprintf(w, "restored %s from snapshot %s\n", name, snap)
+	return nil
+}
