@@ -176,7 +176,9 @@ func TestPeopleCLI(t *testing.T) {
 		}
 	case <-time.After(2 * time.Minute):
 		_ = cmd.Process.Kill()
-		t.Fatal("the shell did not end")
+		ptmx.Close()
+		<-read
+		t.Fatalf("the shell did not end: %q", screen.String())
 	}
 	ptmx.Close()
 	<-read

@@ -17,7 +17,7 @@ func TestTerminals(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "core,terminals")
+			s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "core,lifecycle,terminals")
 			read := func(id, want string) result {
 				t.Helper()
 				var r result

@@ -506,10 +506,12 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 // ours is left alone: without wipe that is an error (there is nothing of
 // ours to remove), with wipe what is ours still goes. id, when set, is the
 // container this server verified as the sandbox's at its boot: it is
-// removed without another inspect.
+// removed without another inspect, where the engine's IDs are not names
+// (Apple's container is addressed by its name, which a stranger may have
+// taken since).
 func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool, error) {
 	existed := true
-	if id != "" {
+	if id != "" && id != m.ContainerFor(name) {
 		err := m.rt.Remove(ctx, id)
 		if err == nil {
 			return true, m.wipe(ctx, name, wipe, false)

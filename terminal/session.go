@@ -99,6 +99,12 @@ func Start(id, sandbox, command string, cmd *exec.Cmd, cols, rows int) (*Session
 	s := &Session{ID: id, Sandbox: sandbox, Command: command, Started: time.Now(), cmd: cmd, cols: cols, rows: rows,
 		changed: make(chan struct{}), replies: make(chan []byte, 16), done: make(chan struct{})}
 	s.vt = vt10x.New(vt10x.WithSize(cols, rows), vt10x.WithWriter(replyWriter{s.replies}))
+	if a := cmd.SysProcAttr; a != nil {
+		// The program leads a session of its own (its process group is
+		// that session's): a process group asked for besides would make
+		// the start fail (setpgid after setsid is EPERM).
+		a.Setpgid, a.Pgid, a.Foreground = false, 0, false
+	}
 	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
 	if err != nil {
 		return nil, fmt.Errorf("start the terminal's program: %w", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,4 +222,17 @@ func TestSessionsLimit(t *testing.T) {
 	if _, err := m.Open("box", "x", exec.Command("true"), 0, 0); err == nil {
 		t.Fatal("a 0x0 session opened")
 	}
+}
+
+// TestProcessGroupAsked: a command built to lead a process group of its
+// own (as the engine CLI's commands are) still starts behind the terminal.
+func TestProcessGroupAsked(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "echo grouped")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	s, err := Start("t1", "box", "sh", cmd, 80, 24)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(time.Second) })
+	readUntil(t, s, "grouped")
 }

@@ -51,7 +51,7 @@ func exitFor(err error) error {
 	}
 	var arg *sandbox.ArgError
 	switch {
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrJobNotFound):
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, sandbox.ErrJobNotFound), errors.Is(err, sandbox.ErrNoSnapshot):
 		return &ExitError{Code: ExitNotFound, Err: err}
 	case errors.As(err, &arg):
 		return &ExitError{Code: ExitUsage, Err: err}
@@ -63,6 +63,9 @@ func exitFor(err error) error {
 // Manager a server builds, with the children keeper's lifecycle hook, so
 // that a destroy there takes the sandbox's children as the tool does.
 func openCLI(ctx context.Context, cfg Config) (*Env, error) {
+	if cfg.LogLevel == "" || cfg.LogLevel == "info" {
+		cfg.LogLevel = "warn" // a person reads the command's own output
+	}
 	env, err := Open(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -198,6 +201,12 @@ func Shell(ctx context.Context, cfg Config, name, command string, tty bool, stdi
 	}
 	defer done()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	if cmd.SysProcAttr != nil {
+		// The engine's CLI must stay in the terminal's foreground process
+		// group: in a group of its own it would be stopped (SIGTTIN) as
+		// soon as it reads the terminal.
+		cmd.SysProcAttr.Setpgid = false
+	}
 	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {
