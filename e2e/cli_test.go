@@ -185,6 +185,23 @@ func TestPeopleCLI(t *testing.T) {
 	if !strings.Contains(screen.String(), "27 91") {
 		t.Fatalf("the shell's terminal: %q", screen.String())
 	}
+	// A shell in a sandbox that does not exist creates none.
+	missing := exec.Command(binary, append(append([]string{"shell"}, flags...), "nosuch")...)
+	missing.Env = append(os.Environ(), tg.Env...)
+	mpt, err := pty.Start(missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mout bytes.Buffer
+	mread := make(chan struct{})
+	go func() { _, _ = io.Copy(&mout, mpt); close(mread) }()
+	merr := missing.Wait()
+	mpt.Close()
+	<-mread
+	var mee *exec.ExitError
+	if !errors.As(merr, &mee) || mee.ExitCode() != 3 || !strings.Contains(mout.String(), `no sandbox "nosuch"`) {
+		t.Fatalf("shell in a missing sandbox: %v %q", merr, mout.String())
+	}
 
 	if out, code := cli("snapshot", "box", "snap1"); code != 0 {
 		t.Fatalf("snapshot: %d %q", code, out)
