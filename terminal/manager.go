@@ -138,19 +138,17 @@ func (m *Sessions) List() []Info {
 	return out
 }
 
-// CloseSandbox ends the sessions in sandbox (it is being destroyed or
-// reset: their programs die with it anyway).
+// CloseSandbox ends, in the background, the sessions open in sandbox now
+// (it is being destroyed, reset or restored: their programs die with its
+// container anyway). Sessions opened later, in its next container, are
+// not touched.
 func (m *Sessions) CloseSandbox(sandbox string) {
 	m.mu.Lock()
-	var in []*Session
+	defer m.mu.Unlock()
 	for _, s := range m.sessions {
 		if s.Sandbox == sandbox {
-			in = append(in, s)
+			go s.Close(closeGrace)
 		}
-	}
-	m.mu.Unlock()
-	for _, s := range in {
-		s.Close(closeGrace)
 	}
 }
 

@@ -74,12 +74,18 @@ type Session struct {
 	ptmx *os.File
 	vt   vt10x.Terminal
 
+	wmu      sync.Mutex // one write to the program at a time, each with its own deadline
+	resizeMu sync.Mutex
+
 	mu      sync.Mutex
 	cols    int
 	rows    int
 	fresh   []byte // new output, control sequences removed
 	dropped int64  // bytes of new output dropped since the last read
 	strip   stripper
+	san     sanitizer     // what the emulator may see (pump only)
+	broken  bool          // the emulator failed for good (pump only)
+	reset   int           // times the emulator was started afresh after it failed
 	partial []byte        // the start of a UTF-8 sequence the last read ended in
 	changed chan struct{} // closed and replaced when output arrives
 	lastOut time.Time
@@ -109,7 +115,7 @@ func Start(id, sandbox, command string, cmd *exec.Cmd, cols, rows int) (*Session
 	if err != nil {
 		return nil, fmt.Errorf("start the terminal's program: %w", err)
 	}
-	s.ptmx = ptmx
+	s.ptmx = pollable(ptmx)
 	go s.answer()
 	go s.pump()
 	return s, nil
@@ -128,11 +134,43 @@ func (w replyWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// pollable returns f as a file whose reads and writes take deadlines
+// (creack/pty hands out a blocking one on some systems, macOS among them),
+// or f itself if that cannot be done.
+func pollable(f *os.File) *os.File {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return f
+	}
+	var dup int
+	var derr error
+	if err := sc.Control(func(fd uintptr) { dup, derr = syscall.Dup(int(fd)) }); err != nil || derr != nil {
+		return f
+	}
+	if err := syscall.SetNonblock(dup, true); err != nil {
+		_ = syscall.Close(dup)
+		return f
+	}
+	syscall.CloseOnExec(dup)
+	nf := os.NewFile(uintptr(dup), f.Name())
+	_ = f.Close()
+	return nf
+}
+
+// write types p into the terminal, giving up after d.
+func (s *Session) write(p []byte, d time.Duration) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_ = s.ptmx.SetWriteDeadline(time.Now().Add(d))
+	_, err := s.ptmx.Write(p)
+	return err
+}
+
 func (s *Session) answer() {
 	for {
 		select {
 		case p := <-s.replies:
-			_, _ = s.ptmx.Write(p)
+			_ = s.write(p, time.Second)
 		case <-s.done:
 			return
 		}
@@ -173,25 +211,50 @@ func (s *Session) pump() {
 func (s *Session) feed(p []byte) {
 	// The emulator parses whole UTF-8 sequences: a piece that ends
 	// inside one keeps its start for the next.
-	data := p
-	if len(s.partial) > 0 {
-		data = append(s.partial, p...)
-		s.partial = nil
-	}
+	data := s.san.filter(s.partial, p)
+	s.partial = nil
 	if cut := incompleteTail(data); cut > 0 {
 		s.partial = bytes.Clone(data[len(data)-cut:])
 		data = data[:len(data)-cut]
 	}
-	_, _ = s.vt.Write(data)
+	s.emulate(data)
 	s.mu.Lock()
 	s.fresh = s.strip.strip(s.fresh, p)
-	if over := len(s.fresh) - OutputCap; over > 0 {
+	// Kept up to twice the cap, then cut to it: the copying is amortised
+	// under a flood, and a read takes only the newest OutputCap.
+	if over := len(s.fresh) - OutputCap; over > OutputCap {
 		s.dropped += int64(over)
 		s.fresh = append(s.fresh[:0], s.fresh[over:]...)
 	}
 	s.lastOut = time.Now()
 	s.notifyLocked()
 	s.mu.Unlock()
+}
+
+// emulate feeds the emulator. Should it fail on output the sanitizer let
+// through, the session goes on with the screen reset (RIS) rather than
+// taking the server down; if even that fails, the screen stays as it is.
+func (s *Session) emulate(data []byte) {
+	if s.broken {
+		return
+	}
+	if !try(func() { _, _ = s.vt.Write(data) }) {
+		s.mu.Lock()
+		s.reset++
+		s.mu.Unlock()
+		s.broken = !try(func() { _, _ = s.vt.Write([]byte("\x1bc")) })
+	}
+}
+
+// try runs f and reports whether it returned without a panic.
+func try(f func()) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	f()
+	return true
 }
 
 // incompleteTail is the length of an unfinished UTF-8 sequence at the end
@@ -288,8 +351,7 @@ func (s *Session) Send(text string, keyNames []string) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	_ = s.ptmx.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := s.ptmx.WriteString(b.String()); err != nil {
+	if err := s.write([]byte(b.String()), 5*time.Second); err != nil {
 		if s.Ended() {
 			return ErrEnded
 		}
@@ -309,6 +371,8 @@ func (s *Session) Resize(cols, rows int) error {
 	if s.Ended() {
 		return ErrEnded
 	}
+	s.resizeMu.Lock()
+	defer s.resizeMu.Unlock()
 	s.vt.Resize(cols, rows)
 	s.mu.Lock()
 	s.cols, s.rows = cols, rows
@@ -336,7 +400,10 @@ type Screen struct {
 	Output        string `json:"output"`
 	OutputDropped int64  `json:"output_dropped,omitempty"`
 	Title         string `json:"title,omitempty"`
-	AltScreen     bool   `json:"alt_screen,omitempty"`
+	// EmulatorResets counts the times the emulator failed on the
+	// program's output and started afresh (its screen then blank).
+	EmulatorResets int  `json:"emulator_resets,omitempty"`
+	AltScreen      bool `json:"alt_screen,omitempty"`
 	// Exited is set once the program has ended, with its exit status.
 	Exited   bool   `json:"exited"`
 	ExitCode *int   `json:"exit_code,omitempty"`
@@ -350,6 +417,7 @@ func (s *Session) Read(wait time.Duration, cancel <-chan struct{}) Screen {
 	start := time.Now()
 	end := start.Add(wait)
 	hardEnd := end.Add(settleMax)
+	var seen time.Time // when this read first saw new output
 	for {
 		s.mu.Lock()
 		ch := s.changed
@@ -358,12 +426,17 @@ func (s *Session) Read(wait time.Duration, cancel <-chan struct{}) Screen {
 		quiet := time.Since(s.lastOut)
 		s.mu.Unlock()
 		now := time.Now()
+		if fresh && seen.IsZero() {
+			seen = now
+		}
 		var sleep time.Duration
 		switch {
 		case ended, wait <= 0:
 			return s.snapshot()
 		case fresh && quiet >= Settle, !now.Before(hardEnd):
 			return s.snapshot()
+		case fresh && now.Sub(seen) >= settleMax:
+			return s.snapshot() // output that never pauses
 		case fresh:
 			sleep = Settle - quiet
 		case !now.Before(end):
@@ -387,7 +460,16 @@ func (s *Session) Read(wait time.Duration, cancel <-chan struct{}) Screen {
 // snapshot takes the screen and the new output.
 func (s *Session) snapshot() Screen {
 	s.mu.Lock()
-	out := Screen{ID: s.ID, Output: strings.ToValidUTF8(string(s.fresh), "\uFFFD"), OutputDropped: s.dropped}
+	fresh, dropped := s.fresh, s.dropped
+	if over := len(fresh) - OutputCap; over > 0 {
+		dropped += int64(over)
+		fresh = fresh[over:]
+	}
+	// Start at a whole character.
+	for i := 0; i < 3 && len(fresh) > 0 && fresh[0]&0xc0 == 0x80 && dropped > 0; i++ {
+		fresh, dropped = fresh[1:], dropped+1
+	}
+	out := Screen{ID: s.ID, Output: strings.ToValidUTF8(string(fresh), "\uFFFD"), OutputDropped: dropped, EmulatorResets: s.reset}
 	s.fresh, s.dropped = s.fresh[:0], 0
 	if cap(s.fresh) > 64<<10 {
 		s.fresh = nil // a flood's buffer is not kept
@@ -455,7 +537,12 @@ func (s *Session) Close(grace time.Duration) {
 		_ = s.cmd.Process.Kill()
 	}
 	_ = s.ptmx.Close()
-	<-s.done
+	select {
+	case <-s.done:
+	case <-time.After(grace):
+		// The process is killed and its terminal closed; what is left
+		// ends on its own, and no caller waits for it.
+	}
 }
 
 // Info is one session as terminal_list shows it.

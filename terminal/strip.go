@@ -8,7 +8,12 @@ package terminal
 // over between writes: a sequence split across reads is still removed.
 type stripper struct {
 	state int
+	n     int // bytes of the current string sequence
 }
+
+// maxStripString bounds a string sequence (OSC, DCS, …) the stripper
+// skips: one left open does not swallow the rest of the output.
+const maxStripString = 4096
 
 const (
 	stText = iota
@@ -43,7 +48,7 @@ func (s *stripper) strip(out, p []byte) []byte {
 			case c == '[':
 				s.state = stCSI
 			case c == ']' || c == 'P' || c == '_' || c == '^' || c == 'X':
-				s.state = stOSC // OSC, DCS, APC, PM, SOS: all end with ST
+				s.state, s.n = stOSC, 0 // OSC, DCS, APC, PM, SOS: all end with ST
 			case c >= 0x20 && c <= 0x2f:
 				s.state = stEscInter
 			default:
@@ -54,14 +59,15 @@ func (s *stripper) strip(out, p []byte) []byte {
 				s.state = stText
 			}
 		case stCSI:
-			if c >= 0x40 && c <= 0x7e {
+			if c >= 0x40 && c <= 0x7e || c == 0x18 || c == 0x1a {
 				s.state = stText
 			}
 		case stOSC:
-			switch c {
-			case 0x07:
+			s.n++
+			switch {
+			case c == 0x07 || c == 0x18 || c == 0x1a || s.n > maxStripString:
 				s.state = stText
-			case 0x1b:
+			case c == 0x1b:
 				s.state = stOSCEsc
 			}
 		case stOSCEsc:

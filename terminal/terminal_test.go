@@ -236,3 +236,66 @@ func TestProcessGroupAsked(t *testing.T) {
 	t.Cleanup(func() { s.Close(time.Second) })
 	readUntil(t, s, "grouped")
 }
+
+// TestHostileOutput: control sequences that crash or hang a terminal
+// emulator trusting their numbers (negative counts, a billion tabs, a
+// colour map grown without end, a string left open) leave the session
+// working: the text after them shows, and reads and closes return.
+func TestHostileOutput(t *testing.T) {
+	script := `printf 'a\033[-5@b\033[-5P\033[999999999999999999Ic\033[999999999999999999Z'
+i=0; while [ $i -lt 300 ]; do printf '\033]4;%d;rgb:00/00/00\007' $((i*50000)); i=$((i+1)); done
+printf '\033Pnever ended'; head -c 5000 /dev/zero | tr '\0' x; printf '\033\\\n'
+echo after-all; read -r x`
+	s := start(t, script)
+	sc := readUntil(t, s, "after-all")
+	if sc.EmulatorResets != 0 {
+		t.Fatalf("the emulator failed %d times", sc.EmulatorResets)
+	}
+	began := time.Now()
+	s.Close(2 * time.Second)
+	if time.Since(began) > 10*time.Second {
+		t.Fatalf("close took %v", time.Since(began))
+	}
+}
+
+func TestSanitize(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":                      "plain",
+		"\x1b[1;31mred":              "\x1b[1;31mred",
+		"\x1b[-5@x":                  "x",
+		"\x1b[99999999999Ix":         "\x1b[999Ix",
+		"\x1b[12;4000Hx":             "\x1b[12;999Hx",
+		"\x1b]0;title\x07x":          "\x1b]0;title\x07x",
+		"\x1b]4;1;rgb:00/00/00\x07x": "x",
+		"\x1b]2;t\x1b\\x":            "\x1b]2;t\x1b\\x",
+		"\x1bPdcs\x1b\\x":            "x",
+		"\x1b[1\x18x":                "x",
+		"\x1b(Bx":                    "\x1b(Bx",
+		"\x1b[" + strings.Repeat("1;", 40) + "mx": "x",
+	} {
+		var z sanitizer
+		if got := string(z.filter(nil, []byte(in))); got != want {
+			t.Errorf("%q: got %q, want %q", in, got, want)
+		}
+	}
+	// Split across writes.
+	var z sanitizer
+	got := z.filter(nil, []byte("a\x1b[-"))
+	got = z.filter(got, []byte("3Pb"))
+	if string(got) != "ab" {
+		t.Fatalf("split: %q", got)
+	}
+}
+
+// TestSendDeadlineIsPerWrite: a send's deadline does not outlive it: the
+// emulator's replies to a query the program makes later still arrive.
+func TestSendDeadlineIsPerWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits past a send's deadline")
+	}
+	s := start(t, `stty raw -echo; read -r x; sleep 6; printf '\033[6n'; dd bs=1 count=6 2>/dev/null | od -c | head -1; echo; echo done-reading`)
+	if err := s.Send("go\r", nil); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, s, "done-reading")
+}

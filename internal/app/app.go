@@ -205,7 +205,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 			env.Ports.Drop(name)
 		}
 		// Their programs die with the container; a read answers at once.
-		go env.Terminals.CloseSandbox(name)
+		env.Terminals.CloseSandbox(name)
 		env.Children.ParentChanged(name, event) // reset, restore, destroy
 	})
 	ms, err := mcpserver.New(m, mcpserver.Options{

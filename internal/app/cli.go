@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -171,10 +172,26 @@ func Exec(ctx context.Context, cfg Config, name string, argv []string, timeout t
 	switch {
 	case res.TimedOut:
 		return &ExitError{Code: 124, Err: fmt.Errorf("timed out after %s", timeout)}
+	case res.ShellLost:
+		return &ExitError{Code: ExitEngine, Err: fmt.Errorf("the sandbox's shell was lost while the command ran (exit %d)", res.ExitCode)}
+	case res.ExitCode < 0 || res.ExitCode > 255:
+		return &ExitError{Code: ExitEngine, Err: fmt.Errorf("the command ended without an exit status (%d)", res.ExitCode)}
 	case res.ExitCode != 0:
 		return &ExitError{Code: res.ExitCode}
 	}
 	return nil
+}
+
+// statusOf is the exit status to pass on for a finished engine CLI: its
+// own, or 128+N when a signal N ended it.
+func statusOf(ee *exec.ExitError) int {
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	if c := ee.ExitCode(); c >= 0 {
+		return c
+	}
+	return ExitEngine
 }
 
 // Shell runs an interactive shell (or command) in sandbox name on this
@@ -211,7 +228,7 @@ func Shell(ctx context.Context, cfg Config, name, command string, tty bool, stdi
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
-		return &ExitError{Code: ee.ExitCode()}
+		return &ExitError{Code: statusOf(ee)}
 	case err != nil:
 		return &ExitError{Code: ExitEngine, Err: err}
 	}
