@@ -72,6 +72,31 @@ raise SystemExit(curses.wrapper(main) - 96)'`
 			s.call(t, "terminal_send", map[string]any{"id": sh, "text": "echo $X-$(pwd)-$(stty size)", "keys": []any{"Enter"}})
 			read(sh, "kept-/tmp-25 90")
 
+			// Closing a session ends its processes in the sandbox, those it
+			// put in the background too.
+			r = s.call(t, "terminal_open", map[string]any{"command": "sleep 777 & sleep 778"})
+			bg, _ := r.data["id"].(string)
+			count := `for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 77[78] $'`
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+				if r := s.call(t, "exec", map[string]any{"command": count}); r.str("stdout") == "2\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the session's sleeps never ran")
+				}
+			}
+			if r := s.call(t, "terminal_close", map[string]any{"id": bg}); r.isError {
+				t.Fatalf("close: %s", r.text)
+			}
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+				if r := s.call(t, "exec", map[string]any{"command": count}); r.str("stdout") == "0\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the closed session's processes live on in the sandbox")
+				}
+			}
+
 			if r := s.call(t, "destroy", map[string]any{}); r.isError {
 				t.Fatalf("destroy: %s", r.text)
 			}

@@ -2,7 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os/exec"
+	"sync"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 )
@@ -14,12 +18,19 @@ const loginShell = `if command -v bash >/dev/null 2>&1; then exec bash -l; fi; e
 // tool, as every command has them.
 const terminalPrelude = `for __sbx_f in ` + guest.EnvDir + `/*.sh; do [ -r "$__sbx_f" ] && . "$__sbx_f"; done; unset __sbx_f; `
 
+// noShell is a process id no Linux process has (pid_max is at most
+// 2^22): KillRunScript given it ends the marked processes only.
+const noShell = 1<<22 + 1
+
 // TerminalCommand prepares an engine exec with a terminal into sandbox
 // name (booted if need be) that runs command through sh, or the login
 // shell when command is empty, in the directory the sandbox's shells are
 // in, with TERM set and the env tool's variables. The caller runs it
 // behind a pseudo-terminal, and calls done when the session ends: until
 // then the sandbox counts as in use, so idle reaping leaves it alone.
+// Every process of the session carries a run marker (as a command's do),
+// and done ends those still running in the sandbox: an engine does not
+// end an exec's processes when its client goes.
 func (m *Manager) TerminalCommand(ctx context.Context, name, command string) (cmd *exec.Cmd, done func(), err error) {
 	sb, _, err := m.Get(ctx, name)
 	if err != nil {
@@ -32,8 +43,26 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string) (cm
 	if st, ok := sb.pool.State(); ok && st.Cwd != "" {
 		wd = st.Cwd
 	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	runID := hex.EncodeToString(b)
+	target := sb.own.target()
 	spec := ExecSpec{Argv: []string{"sh", "-c", terminalPrelude + command}, Interactive: true, TTY: true, Workdir: wd,
-		Env: map[string]string{"TERM": "xterm-256color"}}
+		Env: map[string]string{"TERM": "xterm-256color", guest.RunVar: runID}}
+	release := sb.busy()
+	var once sync.Once
+	done = func() {
+		once.Do(func() {
+			release()
+			m.spawn(func() {
+				kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // after the Manager closes, too
+				defer cancel()
+				if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, noShell, runID, false); err != nil {
+					m.log.Debug("end a terminal session's processes", "sandbox", name, "err", err)
+				}
+			})
+		})
+	}
 	// The session outlives the call that opens it: its own context.
-	return m.rt.ExecCommand(context.Background(), sb.own.target(), spec), sb.busy(), nil
+	return m.rt.ExecCommand(context.Background(), target, spec), done, nil
 }
