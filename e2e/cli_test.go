@@ -85,12 +85,17 @@ func TestDoctorAndPruneCLI(t *testing.T) {
 	}
 }
 
-// runExit runs the binary with args and returns its output and exit status.
+// runExit runs the binary with args and returns its output (stdout, then
+// stderr: the two are read apart, so neither cuts into the other) and its
+// exit status.
 func runExit(t *testing.T, tg enginetest.Target, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), tg.Env...)
-	out, err := cmd.CombinedOutput()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	out := append(stdout, stderr.Bytes()...)
 	code := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

@@ -69,8 +69,17 @@ raise SystemExit(curses.wrapper(main) - 96)'`
 			if r := s.call(t, "terminal_resize", map[string]any{"id": sh, "cols": 90, "rows": 25}); r.isError {
 				t.Fatalf("resize: %s", r.text)
 			}
-			s.call(t, "terminal_send", map[string]any{"id": sh, "text": "echo $X-$(pwd)-$(stty size)", "keys": []any{"Enter"}})
-			read(sh, "kept-/tmp-25 90")
+			// The engine passes the new size on asynchronously (docker's CLI
+			// calls its API on SIGWINCH): ask until the program sees it.
+			for deadline := time.Now().Add(time.Minute); ; {
+				r := s.call(t, "terminal_send", map[string]any{"id": sh, "text": "echo $X-$(pwd)-$(stty size)", "keys": []any{"Enter"}, "wait_ms": 1000})
+				if strings.Contains(r.text, "kept-/tmp-25 90") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the program never saw the new size: %s", r.text)
+				}
+			}
 
 			// Closing a session ends its processes in the sandbox, those it
 			// put in the background too.
