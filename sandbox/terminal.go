@@ -64,5 +64,13 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string) (cm
 		})
 	}
 	// The session outlives the call that opens it: its own context.
-	return m.rt.ExecCommand(context.Background(), target, spec), done, nil
+	cmd = m.rt.ExecCommand(context.Background(), target, spec)
+	if cmd.SysProcAttr != nil {
+		// The engine's CLI belongs to the terminal it runs on: in a
+		// process group of its own it cannot lead a pseudo-terminal's
+		// session (setpgid after setsid fails), and on a person's
+		// terminal it would be stopped (SIGTTIN) at its first read.
+		cmd.SysProcAttr.Setpgid = false
+	}
+	return cmd, done, nil
 }

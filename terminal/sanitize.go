@@ -71,11 +71,10 @@ func (z *sanitizer) byte(out []byte, b byte) []byte {
 		}
 		return append(out, b)
 	case zEsc:
+		if o, ok := z.interrupt(out, b); ok {
+			return o
+		}
 		switch {
-		case b == can || b == sub:
-			z.state = zText
-		case b == esc:
-			z.start(b)
 		case b == '[':
 			z.seq = append(z.seq, b)
 			z.state = zCSI
@@ -87,38 +86,28 @@ func (z *sanitizer) byte(out []byte, b byte) []byte {
 		case b >= 0x20 && b <= 0x2f:
 			z.seq = append(z.seq, b)
 			z.state = zEscInter
-		case b < 0x20:
-			out = append(out, b) // a control inside a sequence acts at once
 		default:
 			out = append(append(out, z.seq...), b)
 			z.state = zText
 		}
 		return out
 	case zEscInter:
+		if o, ok := z.interrupt(out, b); ok {
+			return o
+		}
 		switch {
-		case b == can || b == sub:
-			z.state = zText
-		case b == esc:
-			z.start(b)
-			z.state = zEsc
 		case b >= 0x20 && b <= 0x2f && len(z.seq) < 8:
 			z.seq = append(z.seq, b)
-		case b < 0x20:
-			out = append(out, b)
 		default:
 			out = append(append(out, z.seq...), b)
 			z.state = zText
 		}
 		return out
 	case zCSI:
+		if o, ok := z.interrupt(out, b); ok {
+			return o
+		}
 		switch {
-		case b == can || b == sub:
-			z.state = zText
-		case b == esc:
-			z.start(b)
-			z.state = zEsc
-		case b < 0x20:
-			out = append(out, b)
 		case b >= 0x40 && b <= 0x7e:
 			out = appendCSI(out, z.seq, b)
 			z.state = zText
@@ -180,6 +169,25 @@ func (z *sanitizer) byte(out []byte, b byte) []byte {
 		return z.byte(out, b)
 	}
 	return out
+}
+
+// interrupt handles, inside an escape or CSI sequence, the bytes that act
+// on their own: CAN and SUB abort the sequence, ESC starts another, and
+// other controls act at once (the sequence goes on). It reports whether b
+// was one of them.
+func (z *sanitizer) interrupt(out []byte, b byte) ([]byte, bool) {
+	switch {
+	case b == can || b == sub:
+		z.state = zText
+	case b == esc:
+		z.start(b)
+		z.state = zEsc
+	case b < 0x20:
+		out = append(out, b)
+	default:
+		return out, false
+	}
+	return out, true
 }
 
 // appendCSI appends the CSI sequence seq (ESC [ params) ending in final,

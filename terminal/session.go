@@ -192,19 +192,29 @@ func (s *Session) pump() {
 	}
 	err := s.cmd.Wait()
 	s.mu.Lock()
-	s.exit = s.cmd.ProcessState.ExitCode()
-	if err != nil && s.exit < 0 {
-		s.exitMsg = err.Error()
-	}
+	s.exit = ExitStatus(s.cmd.ProcessState)
 	if ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		s.exitMsg = "ended by signal " + ws.Signal().String()
-		s.exit = 128 + int(ws.Signal())
+	} else if err != nil && s.exit < 0 {
+		s.exitMsg = err.Error()
 	}
 	s.ended = time.Now()
 	s.notifyLocked()
 	s.mu.Unlock()
 	close(s.done)
 	_ = s.ptmx.Close()
+}
+
+// ExitStatus is a finished process's status as a shell reports it: its
+// exit code, or 128+N when signal N ended it; -1 when it has neither.
+func ExitStatus(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
 }
 
 // feed takes one piece of output.

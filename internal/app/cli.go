@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/terminal"
 )
 
 // Exit statuses of the command line for people. exec and shell pass the
@@ -60,6 +60,16 @@ func exitFor(err error) error {
 	return &ExitError{Code: ExitFailed, Err: err}
 }
 
+// engineExit is exitFor for exec and shell, whose own failures are
+// ExitEngine (their ExitFailed would read as the command's status 1).
+func engineExit(err error) error {
+	e := exitFor(err).(*ExitError)
+	if e.Code == ExitFailed {
+		e.Code = ExitEngine
+	}
+	return e
+}
+
 // openCLI opens an Env for one command of the command line: the same
 // Manager a server builds, with the children keeper's lifecycle hook, so
 // that a destroy there takes the sandbox's children as the tool does.
@@ -75,6 +85,21 @@ func openCLI(ctx context.Context, cfg Config) (*Env, error) {
 		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: env.Logger})
 	env.Manager.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn, Child: env.Children.Child})
 	env.Manager.OnLifecycle(func(name, event string) { env.Children.ParentChanged(name, event) })
+	return env, nil
+}
+
+// openFor opens an Env for op (destroy, snapshot, restore) on sandbox
+// name, refused, as the tools refuse it, for a child whose policy does
+// not allow it.
+func openFor(ctx context.Context, cfg Config, name, op string) (*Env, error) {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.Children.Allowed(name, op); err != nil {
+		env.Close()
+		return nil, &ExitError{Code: ExitFailed, Err: err}
+	}
 	return env, nil
 }
 
@@ -134,11 +159,7 @@ func mustExist(ctx context.Context, m *sandbox.Manager, name string) error {
 	exists, _, err := m.Presence(ctx, name)
 	switch {
 	case err != nil:
-		e := exitFor(err).(*ExitError)
-		if e.Code == ExitFailed {
-			e.Code = ExitEngine
-		}
-		return e
+		return engineExit(err)
 	case !exists:
 		return &ExitError{Code: ExitNotFound, Err: fmt.Errorf("no sandbox %q (sandbox-mcp ls lists them; an agent's first command in a name creates it)", name)}
 	}
@@ -163,11 +184,7 @@ func Exec(ctx context.Context, cfg Config, name string, argv []string, timeout t
 	}
 	res, err := env.Manager.Exec(ctx, name, shell.Request{Command: commandLine(argv), Timeout: timeout, Stdout: stdout, Stderr: stderr})
 	if err != nil {
-		e := exitFor(err).(*ExitError)
-		if e.Code == ExitFailed {
-			e.Code = ExitEngine
-		}
-		return e
+		return engineExit(err)
 	}
 	switch {
 	case res.TimedOut:
@@ -185,10 +202,7 @@ func Exec(ctx context.Context, cfg Config, name string, argv []string, timeout t
 // statusOf is the exit status to pass on for a finished engine CLI: its
 // own, or 128+N when a signal N ended it.
 func statusOf(ee *exec.ExitError) int {
-	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	if c := ee.ExitCode(); c >= 0 {
+	if c := terminal.ExitStatus(ee.ProcessState); c >= 0 {
 		return c
 	}
 	return ExitEngine
@@ -210,20 +224,10 @@ func Shell(ctx context.Context, cfg Config, name, command string, tty bool, stdi
 	}
 	cmd, done, err := env.Manager.TerminalCommand(ctx, name, command)
 	if err != nil {
-		e := exitFor(err).(*ExitError)
-		if e.Code == ExitFailed {
-			e.Code = ExitEngine
-		}
-		return e
+		return engineExit(err)
 	}
 	defer done()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	if cmd.SysProcAttr != nil {
-		// The engine's CLI must stay in the terminal's foreground process
-		// group: in a group of its own it would be stopped (SIGTTIN) as
-		// soon as it reads the terminal.
-		cmd.SysProcAttr.Setpgid = false
-	}
 	err = cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -269,14 +273,11 @@ func Logs(ctx context.Context, cfg Config, name, job string, follow bool, w io.W
 
 // Destroy destroys sandbox name (and its children).
 func Destroy(ctx context.Context, cfg Config, name string, w io.Writer) error {
-	env, err := openCLI(ctx, cfg)
+	env, err := openFor(ctx, cfg, name, "destroy")
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	if err := env.Children.Allowed(name, "destroy"); err != nil {
-		return &ExitError{Code: ExitFailed, Err: err}
-	}
 	existed, err := env.Manager.Destroy(ctx, name)
 	if err != nil {
 		return exitFor(err)
@@ -290,14 +291,11 @@ func Destroy(ctx context.Context, cfg Config, name string, w io.Writer) error {
 
 // Snapshot saves sandbox name as snapshot snap.
 func Snapshot(ctx context.Context, cfg Config, name, snap string, workspace bool, w io.Writer) error {
-	env, err := openCLI(ctx, cfg)
+	env, err := openFor(ctx, cfg, name, "snapshot")
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	if err := env.Children.Allowed(name, "snapshot"); err != nil {
-		return &ExitError{Code: ExitFailed, Err: err}
-	}
 	rec, err := env.Manager.Snapshot(ctx, name, sandbox.SnapshotRequest{Name: snap, IncludeWorkspace: workspace})
 	if err != nil {
 		return exitFor(err)
@@ -308,14 +306,11 @@ func Snapshot(ctx context.Context, cfg Config, name, snap string, workspace bool
 
 // Restore replaces sandbox name with snapshot snap.
 func Restore(ctx context.Context, cfg Config, name, snap string, w io.Writer) error {
-	env, err := openCLI(ctx, cfg)
+	env, err := openFor(ctx, cfg, name, "restore")
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	if err := env.Children.Allowed(name, "restore"); err != nil {
-		return &ExitError{Code: ExitFailed, Err: err}
-	}
 	if _, _, err := env.Manager.Restore(ctx, snap, name); err != nil {
 		return exitFor(err)
 	}
