@@ -66,6 +66,10 @@ raise SystemExit(curses.wrapper(main) - 96)'`
 			if !strings.Contains(r.text, "/dev/pts/") || !strings.Contains(r.text, "30 100") {
 				t.Fatalf("the shell's terminal: %s", r.text)
 			}
+			if r := s.call(t, "terminal_list", map[string]any{}); !strings.Contains(r.text, sh+"  default  100x30  running") ||
+				!strings.Contains(r.text, id+"  default  80x24  exited 3") {
+				t.Fatalf("list: %s", r.text)
+			}
 			if r := s.call(t, "terminal_resize", map[string]any{"id": sh, "cols": 90, "rows": 25}); r.isError {
 				t.Fatalf("resize: %s", r.text)
 			}
