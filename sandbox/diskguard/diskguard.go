@@ -168,6 +168,13 @@ func (g *Guard) check(t Target, s *targetState) time.Duration {
 	if err := g.opts.Kill(ctx); err != nil {
 		g.opts.Logger.Warn("disk guard: stop writers", "sandbox", g.opts.Sandbox, "err", err)
 	}
+	// Writes in flight while the kill ran (a writer passes its limit by
+	// its write rate × the time to kill) are the stopped command's, not a
+	// new writer's: the slack counts from the usage the kill left.
+	if after, err := g.opts.Usage(t.Dir); err == nil {
+		s.killedAt = max(s.killedAt, after)
+		s.last, s.lastAt = after, time.Now()
+	}
 	return next
 }
 

@@ -75,6 +75,36 @@ func TestGuardStopsWritersOnceOverLimit(t *testing.T) {
 	waitFor(t, "a third kill", func() bool { return f.kills.Load() == 3 })
 }
 
+// TestGuardCountsSlackFromAfterTheKill: a writer that goes on writing
+// while it is being stopped (more than the slack, at a fast write rate and
+// a slow engine exec) is stopped once; the user's next command (rm) is not
+// stopped again.
+func TestGuardCountsSlackFromAfterTheKill(t *testing.T) {
+	f := &fake{}
+	f.free.Store(50 << 30)
+	f.used.Store(100 << 20)
+	g := Start(Options{
+		Sandbox: "box",
+		Targets: []Target{{What: "/workspace", Dir: "/x", Limit: 1 << 30, LimitText: "1G"}},
+		Every:   time.Millisecond,
+		Usage:   func(string) (int64, error) { return f.used.Load(), nil },
+		Free:    func(string) (int64, int64, error) { return f.free.Load(), 100 << 30, nil },
+		Kill: func(context.Context) error {
+			f.kills.Add(1)
+			f.used.Add(3 * slack) // written while the kill ran
+			return nil
+		},
+		Report: func(string) {},
+	})
+	defer g.Close()
+	f.used.Store(1<<30 + 1)
+	waitFor(t, "a kill", func() bool { return f.kills.Load() >= 1 })
+	time.Sleep(20 * time.Millisecond)
+	if n := f.kills.Load(); n != 1 {
+		t.Fatalf("%d kills for one writer", n)
+	}
+}
+
 func TestGuardKeepsHostFloor(t *testing.T) {
 	f := &fake{}
 	f.free.Store(1 << 30) // below the 5 GiB floor of a 100 GiB disk
