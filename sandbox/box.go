@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -46,11 +45,10 @@ type Sandbox struct {
 	why    atomic.Pointer[string]
 	once   sync.Once
 
-	// Limits (limits.go): what the container was booted with, the disk
-	// watcher where the engine cannot bound disk itself, and the message
-	// it left for the next command.
+	// Limits (limits.go): what the container was booted with, and the
+	// message the disk watcher (run as the sandbox's work where the engine
+	// cannot bound disk itself) left for the next command.
 	limits Limits
-	guard  *diskguard.Guard
 	notice atomic.Pointer[string]
 
 	// agent is the channel into the sandbox (agent.go), started on use.
@@ -130,9 +128,6 @@ func (s *Sandbox) end(why string) {
 		s.why.Store(&why)
 		s.cancel()
 		s.closeAgent()
-		if s.guard != nil {
-			s.guard.Close()
-		}
 		s.pool.Close()
 		s.work.Wait()
 	})

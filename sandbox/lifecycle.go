@@ -271,7 +271,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	sb := newSandbox(name, ctr, prof, m.IdleTTL(name), pool)
 	sb.own = own
 	sb.limits = lim
-	m.startGuard(ctx, sb)                         // limits.go: the disk watcher, ended with the sandbox
+	m.startGuard(sb)                              // limits.go: the disk watcher, ended with the sandbox
 	m.spawn(func() { m.recordSandbox(sb, info) }) // off the path of the first command
 	return sb, info, nil
 }

@@ -247,41 +247,49 @@ func (m *Manager) repairWorkspace(ctx context.Context, name string, c Container)
 }
 
 // startGuard starts the disk watcher of a booted sandbox when its limits
-// call for one. The guard's goroutine ends with the sandbox (Sandbox.end).
-func (m *Manager) startGuard(ctx context.Context, sb *Sandbox) {
+// call for one. It runs as the sandbox's work (Sandbox.Go), so it ends
+// with the sandbox; the directories it measures are looked up there too,
+// off the path of the sandbox's first command.
+func (m *Manager) startGuard(sb *Sandbox) {
 	lim := sb.limits
 	ud, ok := m.rt.(UsageDirs)
 	size, err := ParseSize(lim.Disk)
 	if !ok || err != nil || (lim.Workspace != MechWatcher && lim.Rootfs != MechWatcher) {
 		return
 	}
-	var targets []diskguard.Target
-	add := func(what, dir string, err error) {
-		if err != nil {
-			m.log.Warn("disk watcher: no directory to measure", "sandbox", sb.Name, "what", what, "err", err)
+	sb.Go(func(ctx context.Context) {
+		var targets []diskguard.Target
+		add := func(what, dir string, err error) {
+			if err != nil {
+				if ctx.Err() == nil {
+					m.log.Warn("disk watcher: no directory to measure", "sandbox", sb.Name, "what", what, "err", err)
+				}
+				return
+			}
+			targets = append(targets, diskguard.Target{What: what, Dir: dir, Limit: size, LimitText: lim.Disk})
+		}
+		if lim.Rootfs == MechWatcher {
+			dir, err := ud.RootfsDir(ctx, sb.Container)
+			add("the root filesystem", dir, err)
+		}
+		if lim.Workspace == MechWatcher {
+			dir, err := ud.VolumeDir(ctx, m.volumeFor(sb.Name))
+			add(m.cfg.Workdir, dir, err)
+		}
+		if len(targets) == 0 || ctx.Err() != nil {
 			return
 		}
-		targets = append(targets, diskguard.Target{What: what, Dir: dir, Limit: size, LimitText: lim.Disk})
-	}
-	if lim.Rootfs == MechWatcher {
-		dir, err := ud.RootfsDir(ctx, sb.Container)
-		add("the root filesystem", dir, err)
-	}
-	if lim.Workspace == MechWatcher {
-		dir, err := ud.VolumeDir(ctx, m.volumeFor(sb.Name))
-		add(m.cfg.Workdir, dir, err)
-	}
-	if len(targets) == 0 {
-		return
-	}
-	hk := m.hostKiller(sb.Container)
-	sb.guard = diskguard.Start(diskguard.Options{
-		Sandbox: sb.Name, Targets: targets, Logger: m.log,
-		Kill: func(ctx context.Context) error {
-			hk.kill(ctx)
-			return m.killWriters(ctx, sb.Container)
-		},
-		Report: func(msg string) { sb.notice.Store(&msg) },
+		hk := m.hostKiller(sb.Container)
+		g := diskguard.Start(diskguard.Options{
+			Sandbox: sb.Name, Targets: targets, Logger: m.log,
+			Kill: func(ctx context.Context) error {
+				hk.kill(ctx)
+				return m.killWriters(ctx, sb.Container)
+			},
+			Report: func(msg string) { sb.notice.Store(&msg) },
+		})
+		<-ctx.Done()
+		g.Close()
 	})
 }
 
