@@ -522,6 +522,11 @@ func params(req ctl.Request, v any) error {
 // left half done, are looked for.
 const reapEvery = 5 * time.Second
 
+// firstReapAfter is how long a starting server waits before its first
+// reap, which also searches the engine: the first commands of a server
+// that adopts running sandboxes go first.
+const firstReapAfter = 2 * time.Second
+
 // orphansEvery is how many reaps apart the engine is searched for child
 // containers without a record (the first reap does it too).
 const orphansEvery = 6
@@ -536,6 +541,11 @@ func (k *Keeper) Start() {
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
+		select {
+		case <-k.life.Done():
+			return
+		case <-time.After(firstReapAfter):
+		}
 		t := time.NewTicker(reapEvery)
 		defer t.Stop()
 		for i := 0; ; i++ {
