@@ -8,8 +8,8 @@ package terminal
 // without bound. So every sequence is read whole (bounded) before it
 // passes:
 //
-//   - CSI: a sequence with a '-' is dropped, numbers over maxParam become
-//     maxParam, and one longer than maxCSI is dropped;
+//   - CSI: a sequence with a '-' or a byte over 0x7f is dropped, numbers
+//     over maxParam become maxParam, and one longer than maxCSI is dropped;
 //   - OSC: only 0, 1 and 2 (the title) pass, up to maxOSC bytes;
 //   - DCS, APC, PM and SOS strings are dropped (at most maxString bytes
 //     are skipped, so one left open does not swallow the rest);
@@ -111,7 +111,10 @@ func (z *sanitizer) byte(out []byte, b byte) []byte {
 		case b >= 0x40 && b <= 0x7e:
 			out = appendCSI(out, z.seq, b)
 			z.state = zText
-		case len(z.seq) >= maxCSI:
+		case b >= 0x80 || len(z.seq) >= maxCSI:
+			// The emulator decodes UTF-8 and keeps a CSI rune's low
+			// byte: U+0139 would count as '9' and U+012D as '-', past
+			// the checks above. No CSI has a byte over 0x7f.
 			z.state = zCSISkip
 		default:
 			z.seq = append(z.seq, b)

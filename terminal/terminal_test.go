@@ -245,11 +245,13 @@ func TestProcessGroupAsked(t *testing.T) {
 }
 
 // TestHostileOutput: control sequences that crash or hang a terminal
-// emulator trusting their numbers (negative counts, a billion tabs, a
-// colour map grown without end, a string left open) leave the session
+// emulator trusting their numbers (negative counts, a billion tabs, the
+// same written with runes whose low byte is a digit or '-', a colour map
+// grown without end, a string left open) leave the session
 // working: the text after them shows, and reads and closes return.
 func TestHostileOutput(t *testing.T) {
 	script := `printf 'a\033[-5@b\033[-5P\033[999999999999999999Ic\033[999999999999999999Z'
+printf '\033[9\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271\304\271I\033[\304\2555@'
 i=0; while [ $i -lt 300 ]; do printf '\033]4;%d;rgb:00/00/00\007' $((i*50000)); i=$((i+1)); done
 printf '\033Pnever ended'; head -c 5000 /dev/zero | tr '\0' x; printf '\033\\\n'
 echo after-all; read -r x`
@@ -280,6 +282,10 @@ func TestSanitize(t *testing.T) {
 		"\x1bPdcs\x1b\\x":            "x",
 		"\x1b[1\x18x":                "x",
 		"\x1b(Bx":                    "\x1b(Bx",
+		// The emulator keeps a CSI rune's low byte: U+0139 reads as '9',
+		// U+012D as '-'.
+		"\x1b[9" + strings.Repeat("\u0139", 17) + "Ix": "x",
+		"\x1b[\u012d5@x": "x",
 		"\x1b[" + strings.Repeat("1;", 40) + "mx": "x",
 	} {
 		var z sanitizer
