@@ -193,7 +193,12 @@ func (s *Session) pump() {
 	err := s.cmd.Wait()
 	s.mu.Lock()
 	s.exit = ExitStatus(s.cmd.ProcessState)
-	if ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ps := s.cmd.ProcessState; ps == nil {
+		// Wait failed before the process was reaped: no status to read.
+		if err != nil {
+			s.exitMsg = err.Error()
+		}
+	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		s.exitMsg = "ended by signal " + ws.Signal().String()
 	} else if err != nil && s.exit < 0 {
 		s.exitMsg = err.Error()
