@@ -153,9 +153,30 @@ func (k *Keeper) spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 		}
 		return ctl.Child{}, fmt.Errorf("boot child %q: %w", d.Name, err)
 	}
+	// A reset, restore or destroy of the parent, or a destroy of the
+	// child, while it booted took its record away: the child must not come
+	// back. The spawn lock orders this check against ParentChanged.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	held, err = k.opt.Locks.Lock(lctx, lockKey, "record child "+d.Name)
+	if err != nil {
+		k.remove(lctx, d.Name)
+		return ctl.Child{}, fmt.Errorf("record child %q: %w", d.Name, err)
+	}
+	if _, ok, err := k.lookup(d.Name); err != nil || !ok {
+		held.Release()
+		k.remove(lctx, d.Name)
+		if err != nil {
+			return ctl.Child{}, fmt.Errorf("record child %q: %w", d.Name, err)
+		}
+		return ctl.Child{}, ctl.Errorf(ctl.CodeNotFound, "child %q was destroyed while it booted (its parent %q was reset, restored or destroyed, or the child was destroyed)", d.Name, parent)
+	}
 	rec.Ready = true
-	if err := k.opt.Store.PutChild(rec); err != nil {
-		k.opt.Log.Warn("record the child as ready", "child", d.Name, "err", err)
+	err = k.opt.Store.PutChild(rec)
+	held.Release()
+	if err != nil {
+		k.remove(lctx, d.Name)
+		return ctl.Child{}, fmt.Errorf("record child %q as ready: %w", d.Name, err)
 	}
 	out := childOf(rec)
 	out.Notes = d.Notes
@@ -191,16 +212,25 @@ func (k *Keeper) Child(name string) (sandbox.Profile, map[string]string, bool) {
 	return p, l, true
 }
 
+// record is child name's record; false when there is none or the state
+// cannot be read.
 func (k *Keeper) record(name string) (state.Child, bool) {
+	r, ok, _ := k.lookup(name)
+	return r, ok
+}
+
+// lookup is child name's record, and whether there is one; an error when
+// the state cannot be read, which is no answer either way.
+func (k *Keeper) lookup(name string) (state.Child, bool, error) {
 	recs, err := k.opt.Store.Children()
 	if err != nil {
-		return state.Child{}, false
+		return state.Child{}, false, fmt.Errorf("read the children's records: %w", err)
 	}
 	i := slices.IndexFunc(recs, func(r state.Child) bool { return r.Name == name })
 	if i < 0 {
-		return state.Child{}, false
+		return state.Child{}, false, nil
 	}
-	return recs[i], true
+	return recs[i], true, nil
 }
 
 func childOf(r state.Child) ctl.Child {
@@ -303,7 +333,9 @@ func (k *Keeper) Destroy(ctx context.Context, caller, name string) error {
 	if _, err := k.below(caller, name); err != nil {
 		return err
 	}
-	k.remove(ctx, name)
+	if failed := k.remove(ctx, name); len(failed) > 0 {
+		return fmt.Errorf("destroy child %q: %w", name, errors.Join(failed...))
+	}
 	return nil
 }
 
@@ -330,23 +362,36 @@ func orUser(caller string) string {
 
 // remove destroys name and everything below it, deepest first. Each
 // record goes before its container, so no command can reach (and boot
-// again) a child being destroyed; a failed destroy puts it back.
-func (k *Keeper) remove(ctx context.Context, name string) {
-	recs, _ := k.opt.Store.Children()
-	self, _ := k.record(name)
-	self.Name = name
+// again) a child being destroyed; a failed destroy puts it back for the
+// reaper's next look. It returns what failed, a child each.
+func (k *Keeper) remove(ctx context.Context, name string) []error {
+	recs, err := k.opt.Store.Children()
+	if err != nil {
+		// Without the records the descendants are unknown: destroying
+		// only name would leave them without a parent.
+		k.opt.Log.Warn("destroy a child: read the records", "child", name, "err", err)
+		return []error{fmt.Errorf("read the children's records: %w", err)}
+	}
+	self := state.Child{Name: name}
+	if i := slices.IndexFunc(recs, func(r state.Child) bool { return r.Name == name }); i >= 0 {
+		self = recs[i]
+	}
+	var failed []error
 	for _, r := range append(descendants(recs, name), self) {
 		if _, err := k.opt.Store.DeleteChild(r.Name); err != nil {
 			k.opt.Log.Warn("forget a child", "child", r.Name, "err", err)
+			failed = append(failed, fmt.Errorf("%s: forget its record: %w", r.Name, err))
 			continue
 		}
 		if _, err := k.opt.Sandboxes.Destroy(ctx, r.Name); err != nil {
 			k.opt.Log.Warn("destroy a child", "child", r.Name, "err", err)
+			failed = append(failed, fmt.Errorf("%s: %w", r.Name, err))
 			if r.Parent != "" {
 				_ = k.opt.Store.PutChild(r) // for the reaper's next look
 			}
 		}
 	}
+	return failed
 }
 
 // ParentChanged destroys the children of a sandbox that is being reset,
@@ -354,6 +399,7 @@ func (k *Keeper) remove(ctx context.Context, name string) {
 func (k *Keeper) ParentChanged(name, event string) {
 	recs, err := k.opt.Store.Children()
 	if err != nil {
+		k.opt.Log.Warn("destroy the children of a sandbox: read the records", "sandbox", name, "event", event, "err", err)
 		return
 	}
 	kids := descendants(recs, name)
@@ -402,12 +448,16 @@ func (k *Keeper) Exec(ctx context.Context, caller string, p ctl.ExecParams, stdo
 	return ctl.ExecResult{Name: p.Name, ExitCode: res.ExitCode, DurationMS: res.Duration.Milliseconds(), TimedOut: res.TimedOut}, nil
 }
 
+// minTimeout is the shortest command timeout a child's exec takes; a
+// shorter one (down to a Duration of 0, which is no limit) is refused.
+const minTimeout = 10 * time.Millisecond
+
 func (k *Keeper) timeout(secs float64) (time.Duration, error) {
 	switch {
 	case secs == 0:
 		return k.opt.DefaultTimeout, nil
-	case !(secs > 0) || secs > k.opt.MaxTimeout.Seconds(): // compared as seconds: a huge value overflows a Duration
-		return 0, ctl.Errorf(ctl.CodeInvalidRequest, "timeout %v: want seconds above 0, at most %v", secs, k.opt.MaxTimeout)
+	case !(secs >= minTimeout.Seconds()) || secs > k.opt.MaxTimeout.Seconds(): // compared as seconds: a huge value overflows a Duration
+		return 0, ctl.Errorf(ctl.CodeInvalidRequest, "timeout %v: want seconds from %v to %v", secs, minTimeout.Seconds(), k.opt.MaxTimeout.Seconds())
 	}
 	return time.Duration(secs * float64(time.Second)), nil
 }
@@ -422,7 +472,9 @@ func (k *Keeper) timeout(secs float64) (time.Duration, error) {
 func (k *Keeper) Allowed(name, op string) error {
 	recs, err := k.opt.Store.Children()
 	if err != nil {
-		return nil // the engine call that follows reports a broken state
+		// Unknown is not "not a child": refuse rather than let a child
+		// be destroyed or restored through the ordinary tools.
+		return fmt.Errorf("sandbox %q: cannot tell whether it is a child: %w", name, err)
 	}
 	i := slices.IndexFunc(recs, func(r state.Child) bool { return r.Name == name })
 	if i < 0 {

@@ -31,6 +31,9 @@ type engine struct {
 	// claimed are names a boot finds taken (a sandbox the user made
 	// between the check and the boot).
 	claimed map[string]bool
+	// whileBooting runs in CreateChild before the child exists.
+	whileBooting func()
+	failDestroy  bool
 }
 
 func (e *engine) List(context.Context) ([]sandbox.Info, error) {
@@ -48,6 +51,9 @@ func (e *engine) List(context.Context) ([]sandbox.Info, error) {
 }
 
 func (e *engine) CreateChild(_ context.Context, name, _ string, prof sandbox.Profile, _ map[string]string) (sandbox.BootInfo, error) {
+	if e.whileBooting != nil {
+		e.whileBooting()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.failBoot {
@@ -63,6 +69,9 @@ func (e *engine) CreateChild(_ context.Context, name, _ string, prof sandbox.Pro
 func (e *engine) Destroy(_ context.Context, name string) (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.failDestroy {
+		return false, errors.New("engine timed out")
+	}
 	_, ok := e.boxes[name]
 	delete(e.boxes, name)
 	e.destroyed = append(e.destroyed, name)
@@ -284,5 +293,65 @@ func TestExpiredChildIsNotBooted(t *testing.T) {
 	_, labels, ok := k.Child("default-done")
 	if !ok || labels[sandbox.LabelEnd] != strconv.FormatInt(end.Unix(), 10) {
 		t.Fatalf("the child's labels carry no end of life: %v", labels)
+	}
+}
+
+// TestSpawnLosesToParentReset: a parent reset while its child boots takes
+// the child too; the spawn finishing after it neither records the child
+// nor leaves its container.
+func TestSpawnLosesToParentReset(t *testing.T) {
+	for _, event := range []string{"reset", "destroy"} {
+		t.Run(event, func(t *testing.T) {
+			k, e, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+			e.whileBooting = func() { k.ParentChanged("default", event) }
+			_, err := k.Spawn(context.Background(), "default", ctl.SpawnParams{Name: "default-c"})
+			if code(err) != ctl.CodeNotFound || !strings.Contains(err.Error(), "while it booted") {
+				t.Fatalf("spawn: %v", err)
+			}
+			if recs, _ := st.Children(); len(recs) != 0 {
+				t.Fatalf("records: %+v", recs)
+			}
+			if _, ok := e.boxes["default-c"]; ok {
+				t.Fatal("the child's container was left")
+			}
+		})
+	}
+}
+
+// TestDestroyReportsFailure: a child the engine failed to destroy is not
+// reported destroyed, and its record stays for the reaper.
+func TestDestroyReportsFailure(t *testing.T) {
+	k, e, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	if _, err := k.Spawn(context.Background(), "default", ctl.SpawnParams{Name: "default-c"}); err != nil {
+		t.Fatal(err)
+	}
+	e.failDestroy = true
+	err := k.Destroy(context.Background(), "", "default-c")
+	if err == nil || !strings.Contains(err.Error(), "engine timed out") {
+		t.Fatalf("destroy: %v", err)
+	}
+	if recs, _ := st.Children(); len(recs) != 1 {
+		t.Fatalf("records: %+v", recs)
+	}
+	e.failDestroy = false
+	if err := k.Destroy(context.Background(), "", "default-c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.boxes["default-c"]; ok {
+		t.Fatal("still there")
+	}
+}
+
+// TestTimeoutBounds: a timeout that would round to no limit is refused,
+// as is one over the maximum.
+func TestTimeoutBounds(t *testing.T) {
+	k, _, _ := keeper(t, nil)
+	for _, secs := range []float64{1e-10, 0.001, -1, 1e300} {
+		if d, err := k.timeout(secs); code(err) != ctl.CodeInvalidRequest {
+			t.Errorf("timeout %v: %v %v", secs, d, err)
+		}
+	}
+	if d, err := k.timeout(0.5); err != nil || d != 500*time.Millisecond {
+		t.Errorf("timeout 0.5: %v %v", d, err)
 	}
 }
