@@ -201,8 +201,11 @@ func childName(f Family, req Request, parent Member, valid func(string) error) (
 				return "", refuse(InvalidRequest, "child name: %v", err)
 			}
 		}
-		// A child's name starts with its parent's: a sandbox cannot claim
-		// a name the user has, or will give, a sandbox of their own.
+		// A child's name starts with its parent's, and a taken name is
+		// refused: a sandbox cannot take over one of the user's. It can
+		// take a name the user has not used yet under its own prefix
+		// (default-web); status and list_all show such a sandbox as its
+		// child.
 		if !strings.HasPrefix(req.Name, req.Parent+"-") || len(req.Name) == len(req.Parent)+1 {
 			return "", refuse(InvalidRequest, "child name %q must start with %q", req.Name, req.Parent+"-")
 		}
