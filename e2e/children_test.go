@@ -88,6 +88,10 @@ func TestChildren(t *testing.T) {
 	if r := s.call(t, "children", map[string]any{}); r.isError || !strings.Contains(r.text, "default-c1") || !strings.Contains(r.text, "default-k1") || strings.Contains(r.text, "default-k2") {
 		t.Fatalf("children: %s", r.text)
 	}
+	// A name the user did not make shows whose child it is.
+	if r := s.call(t, "status", map[string]any{"sandbox": "default-k1"}); r.isError || r.str("child_of") != "default" || !strings.Contains(r.text, "a child of default") {
+		t.Fatalf("status of a child: %s", r.text)
+	}
 
 	// A sandbox without a policy has no socket (nor sandbox-ctl, unless
 	// its agent runs for a port forward).

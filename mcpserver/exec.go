@@ -55,8 +55,8 @@ type ExecOutput struct {
 
 func (s *Server) execTool() tool {
 	return tool{group: "core", handler: s.handleExec, def: newTool[ExecOutput]("exec", "Run a command",
-		"Run a shell command (sh) in a sandbox and return its exit code, stdout and stderr. Creates the sandbox on first use; "+
-			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (fetch the rest with `output`). "+
+		"Run a shell command (sh) in a sandbox; return its exit code, stdout and stderr. Creates the sandbox on first use; "+
+			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (the rest via `output`). "+
 			"A timeout ends the command and all it started: "+s.mention("jobs", "run servers and long work with bg.", "start servers and long work with `cmd >log 2>&1 &`."),
 		mutating(false),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
@@ -119,7 +119,7 @@ func stdinArg(req mcp.CallToolRequest) ([]byte, *mcp.CallToolResult) {
 
 func (s *Server) pythonTool() tool {
 	return tool{group: "core", handler: s.handlePython, def: newTool[ExecOutput]("python", "Run Python",
-		"Run Python 3 code in a sandbox (python3 reads it from stdin) and return exit code, stdout and stderr. "+
+		"Run Python 3 code in a sandbox (python3 reads it from stdin); return exit code, stdout and stderr. "+
 			"Same sandbox, limits and output handling as exec.",
 		mutating(false),
 		mcp.WithString("code", mcp.Required(), mcp.Description("Python source.")),

@@ -30,7 +30,7 @@ func jobNameParam(desc string, required bool) mcp.ToolOption {
 
 func (s *Server) bgTool() tool {
 	return tool{group: "jobs", handler: s.handleBg, def: newTool[sandbox.JobStatus]("bg", "Start a background job",
-		"Start a long-running command (server, watcher, build) in the background and return at once. Its output goes to a log: read it with logs, stop it with kill.",
+		"Start a long-running command (server, watcher, build) in the background and return at once; read its output with logs, stop it with kill.",
 		mutating(false), sandboxParam(),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
 		jobNameParam(`Job name for logs and kill (default "job-<id>"); an ended job's name can be reused.`, false),
@@ -39,7 +39,7 @@ func (s *Server) bgTool() tool {
 
 func (s *Server) logsTool() tool {
 	return tool{group: "jobs", handler: s.handleLogs, def: newTool[JobLogResult]("logs", "Read a job's log",
-		"Read a background job's output and whether it is still running or its exit code. Poll cheaply with since=next_offset.",
+		"Read a background job's output, and whether it runs or its exit code. Poll cheaply with since=next_offset.",
 		readOnly(), sandboxParam(),
 		jobNameParam("Job name, as given or returned by bg.", true),
 		mcp.WithInteger("tail", mcp.Description("Last N lines (default 100); ignored with since."), mcp.Min(1), mcp.Max(maxLogTail)),

@@ -71,6 +71,9 @@ func describe(st SandboxStatus) string {
 	in := st.Info
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s, image %s", in.Name, in.State, in.Image)
+	if in.ChildOf != "" {
+		fmt.Fprintf(&b, ", a child of %s", in.ChildOf)
+	}
 	if in.CPUs > 0 {
 		fmt.Fprintf(&b, ", %g cpus", in.CPUs)
 	}
@@ -155,8 +158,8 @@ func (s *Server) handleDestroy(ctx context.Context, req mcp.CallToolRequest) (*m
 
 func (s *Server) resetTool() tool {
 	return tool{group: "lifecycle", handler: s.handleReset, def: newTool[ResetDone]("reset", "Reset a sandbox",
-		"Replace a sandbox with a fresh container from its image: installed packages and files outside /workspace are lost; "+
-			"/workspace is kept unless wipe_workspace is set.",
+		"Replace a sandbox with a fresh container from its image: packages and files outside /workspace are lost; "+
+			"/workspace stays unless wipe_workspace is set.",
 		destructive(false), sandboxParam(),
 		mcp.WithBoolean("wipe_workspace", mcp.Description("Also empty /workspace."), mcp.DefaultBool(false)))}
 }

@@ -119,9 +119,9 @@ type Info struct {
 	Connected bool      `json:"connected"` // this server holds shells in it
 	Cwd       string    `json:"cwd,omitempty"`
 	LastUsed  time.Time `json:"last_used,omitzero"`
-	// ChildOf is the sandbox that spawned this one, for a child sandbox
-	// (not shown: the children tool lists them).
-	ChildOf string `json:"-"`
+	// ChildOf is the sandbox that spawned this one, for a child sandbox:
+	// a name the user did not make may be a parent's child.
+	ChildOf string `json:"child_of,omitempty"`
 	// Limits are the disk and pids limits the container was booted with
 	// and how each is enforced (limits.go).
 	Limits Limits `json:"limits"`
