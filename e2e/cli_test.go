@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -220,6 +221,17 @@ func TestPeopleCLI(t *testing.T) {
 	}
 	if out, code := cli("restore", "box", "nosnap"); code != 3 {
 		t.Fatalf("restore of a missing snapshot: %d %q", code, out)
+	}
+	// A job whose sandbox was stopped behind the servers' backs is lost:
+	// logs says so and fails, rather than printing nothing with status 0.
+	if r := s.call(t, "bg", map[string]any{"sandbox": "box", "name": "sleeper", "command": "echo started; sleep 600"}); r.isError {
+		t.Fatal(r.text)
+	}
+	if err := tg.New().Stop(context.Background(), sandbox.ContainerName(prefix, "box"), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := cli("logs", "box", "sleeper"); code != 1 || !strings.Contains(out, `job "sleeper" of sandbox "box" is lost`) {
+		t.Fatalf("logs of a lost job: %d %q", code, out)
 	}
 	if out, code := cli("destroy", "box"); code != 0 || !strings.Contains(out, "destroyed box") {
 		t.Fatalf("destroy: %d %q", code, out)

@@ -251,6 +251,9 @@ func Logs(ctx context.Context, cfg Config, name, job string, follow bool, w io.W
 	for {
 		l, err := env.Manager.JobLogs(ctx, name, job, sandbox.LogOptions{Since: off, Max: 1 << 20})
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted while following, as at the wait below
+			}
 			return exitFor(err)
 		}
 		if _, err := w.Write(l.Data); err != nil {
@@ -259,6 +262,9 @@ func Logs(ctx context.Context, cfg Config, name, job string, follow bool, w io.W
 		off = l.NextOffset
 		if l.More {
 			continue
+		}
+		if l.State == "lost" {
+			return &ExitError{Code: ExitFailed, Err: fmt.Errorf("job %q of sandbox %q is lost: %s", job, name, l.Reason)}
 		}
 		if !follow || l.State != "running" {
 			return nil
