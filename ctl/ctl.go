@@ -58,6 +58,9 @@ const (
 	DefaultReadTimeout = 30 * time.Second
 	// DefaultMaxConns bounds one caller's connections at once.
 	DefaultMaxConns = 8
+	// DefaultWriteStall bounds how long a client may leave a reply line
+	// unread (a pager on sandbox-ctl's output may pause it this long).
+	DefaultWriteStall = 2 * time.Minute
 )
 
 // Request is one call.
@@ -114,10 +117,13 @@ type Output interface {
 // Server serves connections.
 type Server struct {
 	Handler Handler
-	// ReadTimeout and MaxConns: 0 means DefaultReadTimeout and
-	// DefaultMaxConns.
+	// ReadTimeout, MaxConns and WriteStall: 0 means DefaultReadTimeout,
+	// DefaultMaxConns and DefaultWriteStall.
 	ReadTimeout time.Duration
 	MaxConns    int
+	// WriteStall is how long a reply line may wait for a client that
+	// does not read before the connection is closed and its call ended.
+	WriteStall time.Duration
 
 	mu    sync.Mutex
 	conns map[string]int // open connections by caller
@@ -127,7 +133,7 @@ type Server struct {
 // returns when the call is done (or refused), or ctx ends.
 func (s *Server) Serve(ctx context.Context, caller string, c net.Conn) {
 	defer c.Close()
-	w := &replyWriter{c: c}
+	w := &replyWriter{c: c, stall: cmp.Or(s.WriteStall, DefaultWriteStall)}
 	maxConns, timeout := cmp.Or(s.MaxConns, DefaultMaxConns), cmp.Or(s.ReadTimeout, DefaultReadTimeout)
 	if !s.enter(caller, maxConns) {
 		_ = w.write(Reply{ID: json.RawMessage("null"), Error: Errorf(CodeLimitReached, "%d connections of this sandbox are open already, the most at once", maxConns)})
@@ -245,9 +251,10 @@ func validID(id json.RawMessage) bool {
 // replyWriter writes whole reply lines, one at a time, and carries a
 // command's output as stdout and stderr lines.
 type replyWriter struct {
-	mu sync.Mutex
-	c  net.Conn
-	id json.RawMessage
+	mu    sync.Mutex
+	c     net.Conn
+	id    json.RawMessage
+	stall time.Duration // how long one line may wait for the client
 }
 
 func (w *replyWriter) write(r Reply) error {
@@ -257,7 +264,13 @@ func (w *replyWriter) write(r Reply) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, err = w.c.Write(append(b, '\n'))
+	_ = w.c.SetWriteDeadline(time.Now().Add(w.stall))
+	if _, err = w.c.Write(append(b, '\n')); err != nil {
+		// A client that stopped reading (or left) must not hold the
+		// call, and the child's shell behind it: closing the connection
+		// ends the call (Serve's reader sees the close).
+		_ = w.c.Close()
+	}
 	return err
 }
 

@@ -71,6 +71,15 @@ func (e *echo) Handle(ctx context.Context, caller string, req Request, out Outpu
 	case "hold":
 		time.Sleep(300 * time.Millisecond)
 		return nil, nil
+	case "flood":
+		defer close(e.ended)
+		line := strings.Repeat("x", 4096) + "\n"
+		for ctx.Err() == nil {
+			if _, err := io.WriteString(out.Stdout(), line); err != nil {
+				return nil, err
+			}
+		}
+		return nil, ctx.Err()
 	}
 	return nil, Errorf(CodeInvalidRequest, "unknown method %q", req.Method)
 }
@@ -198,5 +207,27 @@ func TestClientGoneEndsTheCall(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the client: %v", err)
+	}
+}
+
+// TestClientThatStopsReadingEndsTheCall: a client that sends a request
+// and then never reads its output (nor closes) does not hold the call: once
+// a line waits longer than WriteStall, the connection is closed and the
+// handler's writes fail.
+func TestClientThatStopsReadingEndsTheCall(t *testing.T) {
+	h := &echo{ended: make(chan struct{})}
+	path := listen(t, &Server{Handler: h, WriteStall: 200 * time.Millisecond})
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, `{"id":1,"method":"flood"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call went on while its client did not read")
 	}
 }
