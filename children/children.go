@@ -203,13 +203,13 @@ func spawningKey(name string) string { return "spawning-" + name }
 
 // Child gives a child's profile and labels to the sandbox manager, for
 // every boot of it.
-func (k *Keeper) Child(name string) (sandbox.Profile, map[string]string, bool) {
-	r, ok := k.record(name)
-	if !ok {
-		return sandbox.Profile{}, nil, false
+func (k *Keeper) Child(name string) (sandbox.Profile, map[string]string, bool, error) {
+	r, ok, err := k.lookup(name)
+	if err != nil || !ok {
+		return sandbox.Profile{}, nil, false, err
 	}
 	p, l := profileOf(r)
-	return p, l, true
+	return p, l, true, nil
 }
 
 // record is child name's record; false when there is none or the state
@@ -494,7 +494,11 @@ func (k *Keeper) Allowed(name, op string) error {
 // that may spawn, or a root whose policy says so (a child's record comes
 // first: a child named like a configured root does not get its policy).
 func (k *Keeper) Wants(name string) bool {
-	if r, ok := k.record(name); ok {
+	r, ok, err := k.lookup(name)
+	if err != nil {
+		return false // unknown: no socket rather than a root's
+	}
+	if ok {
 		var p spawn.Policy
 		return len(r.Policy) > 0 && json.Unmarshal(r.Policy, &p) == nil && p.InjectCtl
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/sandbox-mcp/sandbox-mcp/ctl"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -143,8 +145,8 @@ func TestSpawnExecDestroy(t *testing.T) {
 	if _, err := k.Exec(ctx, "default", ctl.ExecParams{Name: "default-c", Command: "true", Timeout: 1e300}, io.Discard, io.Discard); code(err) != ctl.CodeInvalidRequest {
 		t.Fatalf("a timeout that overflows: %v", err)
 	}
-	if p, l, ok := k.Child("default-c"); !ok || p.Memory != "256M" || p.CPUs != 1 || l[sandbox.LabelChildOf] != "default" {
-		t.Fatalf("the child's profile for its next boot: %+v %v %v", p, l, ok)
+	if p, l, ok, err := k.Child("default-c"); err != nil || !ok || p.Memory != "256M" || p.CPUs != 1 || l[sandbox.LabelChildOf] != "default" {
+		t.Fatalf("the child's profile for its next boot: %+v %v %v %v", p, l, ok, err)
 	}
 	if err := k.Allowed("default-c", "destroy"); err == nil {
 		t.Fatal("destroy of a child through the ordinary tool")
@@ -290,7 +292,7 @@ func TestExpiredChildIsNotBooted(t *testing.T) {
 	if code(err) != ctl.CodeNotFound || !strings.Contains(err.Error(), "end of its life") || out.Len() != 0 {
 		t.Fatalf("exec in an expired child: %v (output %q)", err, out.String())
 	}
-	_, labels, ok := k.Child("default-done")
+	_, labels, ok, _ := k.Child("default-done")
 	if !ok || labels[sandbox.LabelEnd] != strconv.FormatInt(end.Unix(), 10) {
 		t.Fatalf("the child's labels carry no end of life: %v", labels)
 	}
@@ -353,5 +355,32 @@ func TestTimeoutBounds(t *testing.T) {
 	}
 	if d, err := k.timeout(0.5); err != nil || d != 500*time.Millisecond {
 		t.Errorf("timeout 0.5: %v %v", d, err)
+	}
+}
+
+// TestUnreadableStateFailsClosed: with the state file held by another
+// process, a possible child is neither booted as a root, nor given a
+// root's socket, nor destroyed or restored through the ordinary tools.
+func TestUnreadableStateFailsClosed(t *testing.T) {
+	k, _, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	if _, err := k.Spawn(context.Background(), "default", ctl.SpawnParams{Name: "default-c"}); err != nil {
+		t.Fatal(err)
+	}
+	st.LockTimeout = 50 * time.Millisecond
+	held, err := bolt.Open(st.Path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, _, ok, err := k.Child("default-c"); err == nil || ok {
+		t.Fatalf("Child with the state held: %v %v", ok, err)
+	}
+	if k.Wants("default-c") {
+		t.Fatal("a control socket for a sandbox that may be a child")
+	}
+	for _, op := range []string{"destroy", "restore"} {
+		if err := k.Allowed("default-c", op); err == nil {
+			t.Fatalf("%s allowed with the state held", op)
+		}
 	}
 }

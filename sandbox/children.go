@@ -70,18 +70,24 @@ func (m *Manager) CreateChild(ctx context.Context, name, parent string, prof Pro
 type Control struct {
 	Wants func(name string) bool
 	Serve func(ctx context.Context, name string, conn net.Conn)
-	Child func(name string) (Profile, map[string]string, bool)
+	// Child is name's profile and labels when it is a child; an error
+	// when that cannot be told (a child must not boot as a root).
+	Child func(name string) (Profile, map[string]string, bool, error)
 }
 
 // childProfile is name's profile and labels when it is a child.
-func (m *Manager) childProfile(name string) (Profile, map[string]string, bool) {
+func (m *Manager) childProfile(name string) (Profile, map[string]string, bool, error) {
 	m.mu.Lock()
 	c := m.control
 	m.mu.Unlock()
 	if c == nil || c.Child == nil {
-		return Profile{}, nil, false
+		return Profile{}, nil, false, nil
 	}
-	return c.Child(name)
+	p, l, ok, err := c.Child(name)
+	if err != nil {
+		return Profile{}, nil, false, fmt.Errorf("sandbox %q: cannot tell whether it is a child: %w", name, err)
+	}
+	return p, l, ok, nil
 }
 
 // SetControl gives sandboxes the control socket from now on (those whose

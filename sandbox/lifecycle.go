@@ -222,7 +222,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	prof := m.ProfileFor(name)
 	if o := m.override(name); o != nil {
 		prof = o.prof // a restore or clone: another image, perhaps another profile
-	} else if cp, _, ok := m.childProfile(name); ok {
+	} else if cp, _, ok, err := m.childProfile(name); err != nil {
+		return nil, info, err
+	} else if ok {
 		prof = cp // a child keeps what it was spawned with (children.go)
 	}
 	if err := prof.Validate(); err != nil {
@@ -405,7 +407,9 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 		for k, v := range o.labels {
 			labels[k] = v
 		}
-	} else if _, cl, ok := m.childProfile(name); ok {
+	} else if _, cl, ok, err := m.childProfile(name); err != nil {
+		return Limits{}, err
+	} else if ok {
 		for k, v := range cl {
 			labels[k] = v
 		}
