@@ -174,6 +174,9 @@ func (s *server) callWith(t *testing.T, name string, args map[string]any, progre
 			r.text += tc.Text
 		}
 	}
+	if r.isError {
+		enginetest.LogIfHung(t, r.text)
+	}
 	if res.StructuredContent != nil {
 		b, _ := json.Marshal(res.StructuredContent)
 		_ = json.Unmarshal(b, &r.data)

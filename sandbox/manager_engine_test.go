@@ -36,6 +36,7 @@ func run(t *testing.T, m *sandbox.Manager, name string, req shell.Request) out {
 	req.Stdout, req.Stderr = &so, &se
 	res, err := m.Exec(context.Background(), name, req)
 	if err != nil {
+		enginetest.LogIfHung(t, err.Error())
 		t.Fatalf("Exec(%s, %q): %v", name, req.Command, err)
 	}
 	return out{res, so.String(), se.String()}
