@@ -2,6 +2,7 @@ package guest
 
 import (
 	"errors"
+	"path"
 	"strings"
 )
 
@@ -23,14 +24,17 @@ if [ -d "$p" ] && [ ! -L "$p" ]; then k=dir; elif [ -e "$p" ] || [ -L "$p" ]; th
 command printf '%s %s\n' "$k" "$p")`, nil
 }
 
-// ParseProbe reads ProbePathScript's line.
-func ParseProbe(out string) (kind, path string, err error) {
+// ParseProbe reads ProbePathScript's line. The answer comes from the
+// sandbox, so it is checked: the path must be absolute, and is returned
+// cleaned, so its base name is never "." or ".." (a download names what
+// it writes on the host after it).
+func ParseProbe(out string) (kind, p string, err error) {
 	line := strings.TrimSuffix(out, "\n")
-	kind, path, ok := strings.Cut(line, " ")
-	if !ok || path == "" || (kind != "dir" && kind != "file" && kind != "none") {
+	kind, p, ok := strings.Cut(line, " ")
+	if !ok || !strings.HasPrefix(p, "/") || strings.IndexByte(p, 0) >= 0 || (kind != "dir" && kind != "file" && kind != "none") {
 		return "", "", errors.New("unexpected answer from the sandbox's path probe")
 	}
-	return kind, path, nil
+	return kind, path.Clean(p), nil
 }
 
 // UntarScript extracts a tar stream from stdin into the directory $1,

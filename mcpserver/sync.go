@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -107,7 +108,9 @@ func (s *Server) handleSyncStart(ctx context.Context, req mcp.CallToolRequest) (
 	if err != nil {
 		return failure(ctx, "sync_start", err), nil
 	}
-	sdir := req.GetString("sandbox_dir", "/workspace")
+	// Cleaned before it is checked: "/workspace/.." and "//" are "/", and
+	// a mirror into "/" would remove the sandbox's whole root filesystem.
+	sdir := path.Clean(req.GetString("sandbox_dir", "/workspace"))
 	if !strings.HasPrefix(sdir, "/") || sdir == "/" {
 		return argError("sync_start: sandbox_dir must be an absolute path below /"), nil
 	}
@@ -122,7 +125,7 @@ func (s *Server) handleSyncStart(ctx context.Context, req mcp.CallToolRequest) (
 	if _, err := s.m.Boot(ctx, name); err != nil {
 		return failure(ctx, fmt.Sprintf("sync_start in sandbox %q", name), err), nil
 	}
-	st, err := s.syncs.Start(ctx, name, dir, filepath.Clean(sdir), ignore)
+	st, err := s.syncs.Start(ctx, name, dir, sdir, ignore)
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("sync_start %s to sandbox %q", dir, name), err), nil
 	}

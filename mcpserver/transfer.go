@@ -127,6 +127,11 @@ func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*
 	var counts transfer.Counts
 	target, replaced := rel, false
 	from, err := s.m.Download(ctx, name, src, func(r io.Reader, top string, finish func() error) error {
+		// top comes from the sandbox: it must name one entry, or "into a
+		// directory" would replace the directory itself.
+		if top == "" || top == "." || top == ".." || strings.ContainsAny(top, "/\\\x00") {
+			return fmt.Errorf("the sandbox named the downloaded path %q, which cannot name a host file", top)
+		}
 		if intoDir {
 			target = filepath.Join(rel, top)
 		}

@@ -16,7 +16,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,6 +137,11 @@ func newID() string {
 // Start records a new job, mirrors the host directory into the sandbox
 // (the call waits for this first copy) and keeps it in step from then on.
 func (m *Manager) Start(ctx context.Context, sandbox, localDir, sandboxDir string, ignore []string) (Status, error) {
+	// The first copy mirrors: what the host lacks goes from sandboxDir. So
+	// never "/" in any spelling.
+	if c := path.Clean(sandboxDir); c != sandboxDir || !strings.HasPrefix(c, "/") || c == "/" {
+		return Status{}, fmt.Errorf("sandbox directory %q: want a clean absolute path below /", sandboxDir)
+	}
 	if ignore == nil {
 		ignore = DefaultIgnore
 	}

@@ -178,7 +178,7 @@ func TestSyncMirrorsAndFollows(t *testing.T) {
 			os.Symlink("loop", filepath.Join(host, "loop"))
 			os.Symlink(t.TempDir(), filepath.Join(host, "out"))
 
-			st, err := m.Start(context.Background(), "default", host, "w", nil)
+			st, err := m.Start(context.Background(), "default", host, "/w", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,7 +226,7 @@ func TestSyncMirrorsAndFollows(t *testing.T) {
 func TestSyncResumesInAnotherServer(t *testing.T) {
 	host, sbx, remote, store, lockDir := setup(t)
 	a := New(Options{Remote: remote, Store: store, Locks: locks.Dir{Path: lockDir}, Resume: 100 * time.Millisecond})
-	st, err := a.Start(context.Background(), "default", host, "w", nil)
+	st, err := a.Start(context.Background(), "default", host, "/w", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,11 +269,11 @@ func TestSyncResumesInAnotherServer(t *testing.T) {
 func TestSyncEndsWhenSandboxDestroyed(t *testing.T) {
 	host, _, remote, store, lockDir := setup(t)
 	m := newManager(t, remote, store, lockDir, 0)
-	st, err := m.Start(context.Background(), "default", host, "w", nil)
+	st, err := m.Start(context.Background(), "default", host, "/w", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Start(context.Background(), "default", host, "w", nil); err == nil || !strings.Contains(err.Error(), "already syncs") {
+	if _, err := m.Start(context.Background(), "default", host, "/w", nil); err == nil || !strings.Contains(err.Error(), "already syncs") {
 		t.Fatalf("a second job on the same directory: %v", err)
 	}
 	remote.set(false, false)
@@ -297,5 +297,21 @@ func waitState(t *testing.T, m *Manager, id, want string) Status {
 			t.Fatalf("job %s never reached %s: %+v", id, want, m.List())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The first copy removes what the host lacks: a sandbox directory that is
+// "/" in any spelling, relative or not clean, is refused before anything
+// runs in the sandbox.
+func TestStartRefusesTheRootAndUncleanPaths(t *testing.T) {
+	host, _, remote, store, lockDir := setup(t)
+	m := newManager(t, remote, store, lockDir, 0)
+	for _, dir := range []string{"/", "//", "/workspace/..", "/.", "w", "", "/w/"} {
+		if _, err := m.Start(context.Background(), "default", host, dir, nil); err == nil {
+			t.Errorf("Start(%q) was accepted", dir)
+		}
+	}
+	if remote.batches != 0 {
+		t.Fatalf("%d batches ran in the sandbox", remote.batches)
 	}
 }
