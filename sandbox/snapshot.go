@@ -656,9 +656,7 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	if err != nil {
 		return BootInfo{}, err
 	}
-	if _, err := m.inspectOwned(ctx, target); err == nil {
-		return BootInfo{}, &ArgError{Err: fmt.Errorf("sandbox %q exists: destroy it first or name another clone", target)}
-	} else if !errors.Is(err, ErrNotFound) {
+	if err := m.cloneTargetFree(ctx, target); err != nil {
 		return BootInfo{}, err
 	}
 	live := true
@@ -680,12 +678,20 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	p.Image = ref
 	release, err := m.lockName(ctx, target, "clone")
 	if err != nil {
+		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
 		return BootInfo{}, err
 	}
 	defer release()
+	// Again under the target's lock: a command may have booted the name
+	// while the source was saved, and a clone must not pour the source's
+	// workspace into it. bootNew refuses one another server creates now.
+	if err := m.cloneTargetFree(ctx, target); err != nil {
+		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
+		return BootInfo{}, err
+	}
 	m.setOverride(target, &bootOverride{prof: p, labels: map[string]string{LabelBaseImage: base}})
 	defer m.setOverride(target, nil)
-	sb, info, err := m.bootLocked(ctx, target, bootCreate)
+	sb, info, err := m.bootLocked(ctx, target, bootNew)
 	if err != nil {
 		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
 		return info, err
@@ -699,6 +705,23 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		m.log.Info("clone image kept", "image", ref, "err", err)
 	}
 	return info, nil
+}
+
+// cloneTargetFree fails unless no sandbox of the name target runs here
+// or exists on the engine.
+func (m *Manager) cloneTargetFree(ctx context.Context, target string) error {
+	exists := &ArgError{Err: fmt.Errorf("sandbox %q exists: destroy it first or name another clone", target)}
+	if sb, ok := m.Lookup(target); ok {
+		if _, changed := m.changedElsewhere(sb); !changed {
+			return exists
+		}
+	}
+	if _, err := m.inspectOwned(ctx, target); err == nil {
+		return exists
+	} else if !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // saveForClone saves source's root filesystem as image ref and its

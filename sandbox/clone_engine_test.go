@@ -1,0 +1,68 @@
+package sandbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// TestCloneRefusesATargetBootedMeanwhile: a clone checks that its target
+// name is free, then saves the source, which takes a while. A command that
+// boots the target name meanwhile makes an ordinary sandbox; the clone
+// must then fail, not pour the source's workspace into that sandbox and
+// report success.
+func TestCloneRefusesATargetBootedMeanwhile(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			lockDir, stateDir := t.TempDir(), t.TempDir()
+			store, err := state.New(stateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+				LockDir: lockDir, Snapshots: store, SnapshotDir: t.TempDir()})
+			t.Cleanup(m.Close)
+			ctx := context.Background()
+			run(t, m, "src", shell.Request{Command: "echo from-src > /workspace/src-file"})
+
+			// Hold the source's lifecycle lock, as another server booting or
+			// saving it would, so the clone waits between its check of the
+			// target and its boot of it.
+			h, err := locks.Dir{Path: lockDir}.Lock(ctx, prefix+"-src" /* the lock key of sandbox src */, "the test holds src")
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { _, err := m.CloneSandbox(ctx, "src", "dst", nil); done <- err }()
+			time.Sleep(3 * time.Second) // the clone is past its first check (if not, it fails there: also right)
+			run(t, m, "dst", shell.Request{Command: "echo mine > /workspace/dst-own"})
+			h.Release()
+			select {
+			case err = <-done:
+			case <-time.After(5 * time.Minute):
+				t.Fatal("the clone did not end")
+			}
+			if errors.Is(err, sandbox.ErrUnsupported) {
+				t.Skipf("this engine cannot clone: %v", err)
+			}
+			o := run(t, m, "dst", shell.Request{Command: "ls /workspace"})
+			if err == nil || !strings.Contains(err.Error(), `sandbox "dst" exists`) {
+				t.Fatalf("clone into a sandbox booted meanwhile: %v; dst holds %q", err, o.stdout)
+			}
+			if o.stdout != "dst-own\n" {
+				t.Fatalf("the failed clone changed dst's workspace: %q", o.stdout)
+			}
+		})
+	}
+}
