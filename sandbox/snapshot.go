@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -284,13 +286,23 @@ func (m *Manager) pid1Env(ctx context.Context, target string) []string {
 	return env
 }
 
+// workspaceFileName names the workspace tar of a snapshot (or of a clone
+// under way) after it and a hash of its exact name, so that names that
+// differ only in case ("Foo", "foo") do not share one file where the file
+// system ignores case (macOS's default). A record keeps its file's name,
+// so tars saved under the older plain name still load.
+func workspaceFileName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return key + "-" + hex.EncodeToString(sum[:4]) + ".workspace.tar"
+}
+
 // saveWorkspace streams the workspace as a tar into the snapshot
 // directory; the file appears under its final name only when whole.
 func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (int64, string, error) {
 	if err := os.MkdirAll(m.cfg.SnapshotDir, 0o700); err != nil {
 		return 0, "", err
 	}
-	file := snap + ".workspace.tar"
+	file := workspaceFileName(snap)
 	tmp := filepath.Join(m.cfg.SnapshotDir, "."+file+".partial")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
