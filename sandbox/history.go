@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,9 @@ type History struct {
 	entries map[string][]HistoryEntry // without a store
 	pending map[string][]HistoryEntry // with a store: not yet flushed
 	secrets map[string]struct{}
+	// longestFirst holds the secrets, longest first, the order redact
+	// replaces them in.
+	longestFirst []string
 }
 
 // NewHistory keeps at most limit entries per sandbox, in store if not nil.
@@ -60,8 +64,15 @@ func (h *History) AddSecret(value string) {
 		return // too short to redact without mangling ordinary text
 	}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.secrets[value]; ok {
+		return
+	}
 	h.secrets[value] = struct{}{}
-	h.mu.Unlock()
+	// Longest first: a secret that holds a shorter one is hidden whole,
+	// not cut at the shorter one with its rest left in the clear.
+	i, _ := slices.BinarySearchFunc(h.longestFirst, value, func(a, b string) int { return len(b) - len(a) })
+	h.longestFirst = slices.Insert(h.longestFirst, i, value)
 }
 
 // Add records a command's outcome. An empty command is the server's own
@@ -166,6 +177,11 @@ var tokenPatterns = []*regexp.Regexp{
 	regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`),
 	regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:bearer\s+)?)("[^"]*"|'[^']*'|\S+)`),
 	regexp.MustCompile(`(https?://[^/\s:@]+:)[^@\s/]+@`),
+	// Flags whose next word is a secret: --password S, --token S, and the
+	// user:password of curl's -u/--user.
+	regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`),
+	// (All digits is a gid, as in docker's -u 1000:1000, and is kept.)
+	regexp.MustCompile(`((?:^|\s)(?:-u|--user)\s+[^\s:]+:)("[^"]*"|'[^']*'|\S*[^\d\s]\S*)`),
 }
 
 // Redact hides registered secrets and token-shaped text in s.
@@ -177,10 +193,12 @@ func (h *History) Redact(s string) string {
 
 // redact hides registered secrets and token-shaped text. Callers hold h.mu.
 func (h *History) redact(s string) string {
-	for v := range h.secrets {
+	for _, v := range h.longestFirst {
 		s = strings.ReplaceAll(s, v, "***")
 	}
 	s = tokenPatterns[0].ReplaceAllString(s, "***")
 	s = tokenPatterns[1].ReplaceAllString(s, "${1}***")
-	return tokenPatterns[2].ReplaceAllString(s, "${1}***@")
+	s = tokenPatterns[2].ReplaceAllString(s, "${1}***@")
+	s = tokenPatterns[3].ReplaceAllString(s, "${1}***")
+	return tokenPatterns[4].ReplaceAllString(s, "${1}***")
 }
