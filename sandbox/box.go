@@ -54,8 +54,10 @@ type Sandbox struct {
 	// agent is the channel into the sandbox (agent.go), started on use.
 	agent agentConn
 
-	// envGen is the env store generation whose secrets are known here.
-	envGen atomic.Pointer[string]
+	// envGens are the env store generations whose secrets are known here
+	// (the latest few: a pool's shells may report more than one).
+	envMu   sync.Mutex
+	envGens []string
 
 	lastUsed    atomic.Int64 // unix nanos
 	inflight    atomic.Int32 // commands running now

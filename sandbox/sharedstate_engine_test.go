@@ -100,3 +100,42 @@ func TestSharedStateOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestSecretSetByAnotherServerIsHidden: a secret one server sets stays
+// out of the history of another server that already runs commands in the
+// sandbox, whose next command loads the store but changes nothing itself.
+func TestSecretSetByAnotherServerIsHidden(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			a := newManager(t, tg, prefix)
+			b := newManager(t, tg, prefix)
+			const box = "twoservers"
+			const secret = "pw-Zq9xT4-prod-db"
+			run(t, a, box, shell.Request{Command: "true"})
+			run(t, b, box, shell.Request{Command: "true"}) // b adopts the sandbox
+			if err := a.SetEnv(context.Background(), box, "DB_PW", secret, true); err != nil {
+				t.Fatal(err)
+			}
+			o := run(t, b, box, shell.Request{Command: `test "$DB_PW" = ` + secret + ` && echo same`})
+			if o.stdout != "same\n" {
+				t.Fatalf("b does not see the variable: %q", o.stdout)
+			}
+			run(t, b, box, shell.Request{Command: "echo " + secret})
+			h, err := b.CommandHistory(box, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(h) < 2 {
+				t.Fatalf("history %+v", h)
+			}
+			for _, e := range h {
+				if strings.Contains(e.Command, secret) {
+					t.Errorf("b's history keeps a secret a set: %q", e.Command)
+				}
+			}
+		})
+	}
+}

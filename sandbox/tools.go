@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,25 +168,35 @@ func (m *Manager) UnsetEnv(ctx context.Context, name, key string) error {
 	return err
 }
 
-// noteSecrets keeps redaction in step with the env store: when a command's
-// shell reports a new store generation, the secrets it names are read
-// (once per change) and their values hidden from then on.
+// noteSecrets keeps redaction in step with the env store: when a shell
+// reports a store generation not seen here yet (a SetEnv through this
+// server or another), the secrets it names are read (once per change) and
+// their values hidden from then on. Both the pool's shared state and the
+// state the latest command started in are looked at: a store loaded
+// before a command that changed nothing reaches only the latter.
 func (m *Manager) noteSecrets(ctx context.Context, sb *Sandbox) {
-	st, ok := sb.pool.State()
-	if !ok {
-		return
+	var fresh []string
+	load := false
+	for _, get := range []func() (shell.State, bool){sb.pool.State, sb.pool.LastStart} {
+		st, ok := get()
+		if !ok {
+			continue
+		}
+		gen, _ := guest.ExportedValue(st.Exports, guest.EnvGenVar)
+		if !sb.noteEnvGen(gen) {
+			continue
+		}
+		fresh = append(fresh, gen)
+		if names, _ := guest.ExportedValue(st.Exports, guest.EnvSecretsVar); names != "" {
+			load = true
+		}
 	}
-	gen, _ := guest.ExportedValue(st.Exports, guest.EnvGenVar)
-	if p := sb.envGen.Load(); p != nil && *p == gen {
-		return
-	}
-	sb.envGen.Store(&gen)
-	if names, _ := guest.ExportedValue(st.Exports, guest.EnvSecretsVar); names == "" {
+	if !load {
 		return
 	}
 	out, err := sb.housekeep(ctx, guest.EnvListScript, scriptTimeout)
 	if err != nil {
-		sb.envGen.Store(nil) // try again after the next command
+		sb.forgetEnvGens(fresh) // try again after the next command
 		return
 	}
 	for _, v := range guest.ParseEnvList(out) {
@@ -193,6 +204,27 @@ func (m *Manager) noteSecrets(ctx context.Context, sb *Sandbox) {
 			m.history.AddSecret(v.Value)
 		}
 	}
+}
+
+// noteEnvGen records gen as seen and reports whether it was new.
+func (sb *Sandbox) noteEnvGen(gen string) bool {
+	sb.envMu.Lock()
+	defer sb.envMu.Unlock()
+	if slices.Contains(sb.envGens, gen) {
+		return false
+	}
+	if len(sb.envGens) >= 8 {
+		sb.envGens = sb.envGens[1:]
+	}
+	sb.envGens = append(sb.envGens, gen)
+	return true
+}
+
+// forgetEnvGens drops gens, so their secrets are read again.
+func (sb *Sandbox) forgetEnvGens(gens []string) {
+	sb.envMu.Lock()
+	defer sb.envMu.Unlock()
+	sb.envGens = slices.DeleteFunc(sb.envGens, func(g string) bool { return slices.Contains(gens, g) })
 }
 
 // CommandHistory returns up to n of the newest commands run in a sandbox

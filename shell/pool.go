@@ -38,8 +38,13 @@ type Pool struct {
 	retired []*Shell
 	state   State
 	version uint64 // 0: no state known yet
-	closed  bool
-	closing sync.WaitGroup // shells being closed or opened in the background
+	// lastStart is the state the latest command started in, as its shell
+	// reported it: with what other servers stored loaded, which p.state
+	// does not take in when the command itself changed nothing.
+	lastStart State
+	ranOne    bool
+	closed    bool
+	closing   sync.WaitGroup // shells being closed or opened in the background
 	// spare is set while a spare shell is being opened (see keepSpare);
 	// life ends with Close and bounds that.
 	spare bool
@@ -140,6 +145,7 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 	if err == nil && !res.ShellLost {
 		p.mu.Lock()
 		after := sh.state
+		p.lastStart, p.ranOne = before, true
 		switch {
 		case p.version == 0:
 			// The pool's first command: its changes are recorded like
@@ -196,6 +202,14 @@ func (p *Pool) State() (State, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state, p.version != 0
+}
+
+// LastStart returns the state the latest finished command started in,
+// and whether one finished.
+func (p *Pool) LastStart() (State, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastStart, p.ranOne
 }
 
 // acquire takes a slot and returns an idle shell or opens one.
