@@ -139,8 +139,15 @@ func (s *Server) handleReadFile(ctx context.Context, req mcp.CallToolRequest) (*
 	if encoding != "text" && encoding != "base64" {
 		return argError("read_file: encoding must be text or base64"), nil
 	}
-	offset, length := int64(req.GetInt("offset", 0)), int64(req.GetInt("length", 0))
-	line, lines := int64(req.GetInt("line", 0)), int64(req.GetInt("lines", 0))
+	// Read as whole numbers in range: GetInt would wrap 1e19 to a negative
+	// number, and a line past any file would read from its start.
+	var n [4]int64
+	for i, key := range []string{"offset", "length", "line", "lines"} {
+		if n[i], err = intArg(req, key, 0, 0, maxOffset); err != nil {
+			return argError("read_file: %v", err), nil
+		}
+	}
+	offset, length, line, lines := n[0], n[1], n[2], n[3]
 	var data []byte
 	switch {
 	case line > 0 && (offset > 0 || length > 0):

@@ -95,3 +95,20 @@ func TestReadFileRefusalReachesTheAgent(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// Numbers past any file are refused as such, not wrapped to negative ones
+// (a huge line read the file from its start; a huge offset was "negative").
+func TestReadFileHugeNumbers(t *testing.T) {
+	for _, key := range []string{"offset", "length", "line", "lines"} {
+		f := &fake{files: map[string][]byte{"/f": []byte("line1\nline2\n")}}
+		s := connect(t, f, Options{})
+		args := map[string]any{"path": "/f", key: 1e19}
+		if key == "lines" {
+			args["line"] = 1
+		}
+		r := s.call("read_file", args)
+		if !r.isError || !strings.Contains(r.text, key) || !strings.Contains(r.text, "must be") || len(f.calls) != 0 {
+			t.Errorf("%s=1e19: error %v, calls %v: %s", key, r.isError, f.calls, r.text)
+		}
+	}
+}
