@@ -82,6 +82,7 @@ type joinWriter struct {
 const (
 	headerSize = 12 // yamux: version, type, flags, stream ID, length
 	typeData   = 0
+	typePing   = 2
 )
 
 func (j *joinWriter) Write(p []byte) (int, error) {

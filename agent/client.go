@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +29,7 @@ var ErrStale = errors.New("the agent in the sandbox is of another version")
 // NewClient starts a session over r (the agent's stdout) and w (its
 // stdin); closeFn ends the agent. It checks the agent's version.
 func NewClient(r io.Reader, w io.Writer, closeFn func() error) (*Client, error) {
-	sess, err := yamux.Client(pipeConn{Reader: r, Writer: &joinWriter{w: w}, close: closeFn}, config())
+	sess, err := yamux.Client(pipeConn{Reader: &pingFilter{r: r}, Writer: &joinWriter{w: w}, close: closeFn}, config())
 	if err != nil {
 		return nil, err
 	}
@@ -120,11 +121,20 @@ func (c *Client) ServeCtl(handle func(net.Conn)) {
 			if err != nil {
 				return
 			}
+			// The agent opens a stream per control connection and writes
+			// its first line at once. One whose streams stay without it
+			// (no slot frees within headerTimeout), or that sends another
+			// line, is not the agent this server installed: end the
+			// session. (A stream closed alone would keep what was sent
+			// into its window for a minute: closing streams one by one
+			// would not bound the memory.) A burst of real connections
+			// waits here for a slot.
 			select {
 			case pending <- struct{}{}:
-			default:
+			case <-time.After(headerTimeout):
 				st.Close()
-				continue
+				c.sess.Close()
+				return
 			}
 			go func() {
 				_ = st.SetReadDeadline(time.Now().Add(headerTimeout))
@@ -134,6 +144,7 @@ func (c *Client) ServeCtl(handle func(net.Conn)) {
 				var req Request
 				if err != nil || json.Unmarshal(line, &req) != nil || req.Op != OpCtl {
 					st.Close()
+					c.sess.Close()
 					return
 				}
 				_ = st.SetReadDeadline(time.Time{})
@@ -141,6 +152,46 @@ func (c *Client) ServeCtl(handle func(net.Conn)) {
 			}()
 		}
 	}()
+}
+
+// pingFilter passes the agent's yamux frames on, except pings. Neither
+// end sends keepalives, so the agent this server installed never pings;
+// yamux answers each ping from its own goroutine, so a sandbox that sent
+// pings and stopped reading would grow the server's goroutines without
+// bound.
+type pingFilter struct {
+	r    io.Reader
+	hdr  [headerSize]byte
+	out  []byte // the rest of a header to pass on
+	body int64  // the rest of a data frame's body to pass on
+}
+
+func (f *pingFilter) Read(p []byte) (int, error) {
+	for {
+		if len(f.out) > 0 {
+			n := copy(p, f.out)
+			f.out = f.out[n:]
+			return n, nil
+		}
+		if f.body > 0 {
+			if int64(len(p)) > f.body {
+				p = p[:f.body]
+			}
+			n, err := f.r.Read(p)
+			f.body -= int64(n)
+			return n, err
+		}
+		if _, err := io.ReadFull(f.r, f.hdr[:]); err != nil {
+			return 0, err
+		}
+		switch f.hdr[1] {
+		case typePing:
+			continue
+		case typeData:
+			f.body = int64(binary.BigEndian.Uint32(f.hdr[8:]))
+		}
+		f.out = f.hdr[:]
+	}
 }
 
 // Done is closed when the session ends (the agent or its exec died).
