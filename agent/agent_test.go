@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -118,10 +119,10 @@ func TestDialRefusedPortAndBadPort(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if _, err := c.Dial(port); err == nil || !strings.Contains(err.Error(), "refused") {
+	if _, err := c.Dial(port); !errors.Is(err, ErrPortClosed) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("a closed port: %v", err)
 	}
-	if _, err := c.Dial(70000); err == nil || !strings.Contains(err.Error(), "not a TCP port") {
+	if _, err := c.Dial(70000); err == nil || errors.Is(err, ErrPortClosed) || !strings.Contains(err.Error(), "not a TCP port") {
 		t.Fatalf("port 70000: %v", err)
 	}
 }

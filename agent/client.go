@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/yamux"
@@ -83,10 +84,17 @@ func (c *Client) Dial(port int) (net.Conn, error) {
 	}
 	if !rep.OK {
 		conn.Close()
+		if strings.Contains(rep.Error, "connection refused") {
+			return nil, fmt.Errorf("port %d in the sandbox: %s: %w", port, rep.Error, ErrPortClosed)
+		}
 		return nil, fmt.Errorf("port %d in the sandbox: %s", port, rep.Error)
 	}
 	return conn, nil
 }
+
+// ErrPortClosed marks a dial the sandbox refused: nothing listens on the
+// port (yet).
+var ErrPortClosed = errors.New("nothing listens there")
 
 // ListenCtl asks the agent to serve the control socket at path in the
 // sandbox; Accept then hands over its connections.

@@ -169,7 +169,7 @@ func (f *fake) NetworkInfo(context.Context, string) (sandbox.NetworkReport, erro
 
 func (f *fake) Dial(_ context.Context, name string, port int) (net.Conn, error) {
 	f.note("dial %s %d", name, port)
-	return nil, errors.New("connection refused")
+	return nil, fmt.Errorf("port %d in the sandbox: connection refused: %w", port, sandbox.ErrPortClosed)
 }
 
 func (f *fake) Upload(_ context.Context, name string, req sandbox.UploadRequest) (sandbox.Landing, error) {

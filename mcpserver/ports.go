@@ -128,7 +128,7 @@ func (s *Server) handleExpose(ctx context.Context, req mcp.CallToolRequest) (*mc
 	// Start the sandbox and its agent now, so that the first connection
 	// does not pay for them and a sandbox the agent cannot reach says so.
 	conn, derr := s.m.Dial(ctx, name, int(port))
-	if derr != nil && !strings.Contains(derr.Error(), "refused") {
+	if derr != nil && !errors.Is(derr, sandbox.ErrPortClosed) {
 		return failure(ctx, fmt.Sprintf("expose port %d of sandbox %q", port, name), derr), nil
 	}
 	via := sandbox.ViaAgent

@@ -21,6 +21,10 @@ import (
 // that names the protocol version, so that an agent left by an older
 // server is never spoken to as a current one.
 
+// ErrPortClosed marks a Dial that the sandbox refused: nothing listens on
+// the port yet.
+var ErrPortClosed = agent.ErrPortClosed
+
 // agentDir holds the agent's binary in a sandbox.
 const agentDir = "/tmp/.sandbox-mcp"
 
