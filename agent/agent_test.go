@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"io"
@@ -63,7 +64,7 @@ func TestDialCarriesBinaryAndHalfClose(t *testing.T) {
 	})
 	data := make([]byte, 3<<20)
 	rand.Read(data)
-	conn, err := c.Dial(port)
+	conn, err := c.Dial(context.Background(), port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestDialServerSpeaksFirstAndStreamsAreIndependent(t *testing.T) {
 	})
 	var conns []net.Conn
 	for i := 0; i < 20; i++ {
-		conn, err := c.Dial(port)
+		conn, err := c.Dial(context.Background(), port)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,10 +120,10 @@ func TestDialRefusedPortAndBadPort(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if _, err := c.Dial(port); !errors.Is(err, ErrPortClosed) || !strings.Contains(err.Error(), "refused") {
+	if _, err := c.Dial(context.Background(), port); !errors.Is(err, ErrPortClosed) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("a closed port: %v", err)
 	}
-	if _, err := c.Dial(70000); err == nil || errors.Is(err, ErrPortClosed) || !strings.Contains(err.Error(), "not a TCP port") {
+	if _, err := c.Dial(context.Background(), 70000); err == nil || errors.Is(err, ErrPortClosed) || !strings.Contains(err.Error(), "not a TCP port") {
 		t.Fatalf("port 70000: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,7 @@ func NewClient(r io.Reader, w io.Writer, closeFn func() error) (*Client, error) 
 		return nil, err
 	}
 	c := &Client{sess: sess}
-	st, rep, err := c.open(Request{Op: OpHello})
+	st, rep, err := c.open(context.Background(), Request{Op: OpHello})
 	if err != nil {
 		sess.Close()
 		return nil, err
@@ -49,8 +50,12 @@ func NewClient(r io.Reader, w io.Writer, closeFn func() error) (*Client, error) 
 }
 
 // open opens a stream, sends req and reads the reply; the stream is the
-// caller's to close.
-func (c *Client) open(req Request) (net.Conn, Reply, error) {
+// caller's to close. When ctx ends first, the stream is closed and the
+// session kept: the caller gave up, which says nothing of the agent.
+func (c *Client) open(ctx context.Context, req Request) (net.Conn, Reply, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, Reply{}, err
+	}
 	st, err := c.sess.OpenStream()
 	if err != nil {
 		return nil, Reply{}, fmt.Errorf("agent: open a stream: %w", err)
@@ -58,27 +63,40 @@ func (c *Client) open(req Request) (net.Conn, Reply, error) {
 	// An agent that does not answer (a hung or replaced binary) must not
 	// hold the caller forever.
 	_ = st.SetDeadline(time.Now().Add(replyTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = st.SetDeadline(time.Now()) })
+	defer stop()
 	if err := writeJSON(st, req); err != nil {
 		st.Close()
+		if ctx.Err() != nil {
+			return nil, Reply{}, ctx.Err()
+		}
 		return nil, Reply{}, fmt.Errorf("agent: %w", err)
 	}
 	br := bufio.NewReader(st)
 	rep, err := readReply(br)
 	if err != nil {
 		st.Close()
+		if ctx.Err() != nil {
+			return nil, rep, ctx.Err()
+		}
 		// An agent that does not answer in time is wedged (or its exec
 		// is gone without the engine saying so): end the session, so
 		// that the next stream starts a new agent.
 		c.sess.Close()
 		return nil, rep, err
 	}
+	if !stop() { // ctx ended as the reply came: the deadline may be set
+		st.Close()
+		return nil, rep, ctx.Err()
+	}
 	_ = st.SetDeadline(time.Time{})
 	return bufferedConn{Conn: st, r: br}, rep, nil
 }
 
-// Dial connects to 127.0.0.1:port inside the sandbox, as one stream.
-func (c *Client) Dial(port int) (net.Conn, error) {
-	conn, rep, err := c.open(Request{Op: OpDial, Port: port})
+// Dial connects to 127.0.0.1:port inside the sandbox, as one stream,
+// giving up when ctx ends.
+func (c *Client) Dial(ctx context.Context, port int) (net.Conn, error) {
+	conn, rep, err := c.open(ctx, Request{Op: OpDial, Port: port})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +117,7 @@ var ErrPortClosed = errors.New("nothing listens there")
 // ListenCtl asks the agent to serve the control socket at path in the
 // sandbox; Accept then hands over its connections.
 func (c *Client) ListenCtl(path string) error {
-	conn, rep, err := c.open(Request{Op: OpCtlListen, Path: path})
+	conn, rep, err := c.open(context.Background(), Request{Op: OpCtlListen, Path: path})
 	if err != nil {
 		return err
 	}

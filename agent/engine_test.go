@@ -72,7 +72,7 @@ func TestAgentInContainer(t *testing.T) {
 			defer func() { c.Close(); cmd.Wait() }()
 
 			get := func() (string, error) {
-				conn, err := c.Dial(8765)
+				conn, err := c.Dial(context.Background(), 8765)
 				if err != nil {
 					return "", err
 				}
@@ -101,7 +101,7 @@ func TestAgentInContainer(t *testing.T) {
 					t.Fatalf("request %d: %v %q", i, err, body)
 				}
 			}
-			if _, err := c.Dial(8766); err == nil || !strings.Contains(err.Error(), "refused") {
+			if _, err := c.Dial(context.Background(), 8766); err == nil || !strings.Contains(err.Error(), "refused") {
 				t.Fatalf("a port nothing listens on: %v", err)
 			}
 		})

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -128,5 +130,28 @@ func TestStreamFloodEndsTheSession(t *testing.T) {
 	runtime.ReadMemStats(&ms)
 	if held := int64(ms.HeapInuse) - int64(before); held > 16<<20 {
 		t.Fatalf("the sandbox's bytes hold %d MiB", held>>20)
+	}
+}
+
+// A dial the agent does not answer ends with its context, and the session
+// stays: the caller gave up, which says nothing against the agent.
+func TestDialEndsWithItsContext(t *testing.T) {
+	c, _ := hostileAgent(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := c.Dial(ctx, 8000); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("dial: %v", err)
+		}
+	case <-time.After(20 * time.Second): // the reply timeout is 30 s
+		t.Fatal("the dial outlived its context")
+	}
+	select {
+	case <-c.Done():
+		t.Fatal("the session ended")
+	default:
 	}
 }

@@ -65,7 +65,7 @@ func (m *Manager) Dial(ctx context.Context, name string, port int) (net.Conn, er
 	var unusable *agentUnusable
 	switch {
 	case err == nil:
-		conn, err = c.Dial(port)
+		conn, err = c.Dial(ctx, port)
 	case errors.As(err, &unusable):
 		conn, err = m.dialExec(sb, port)
 	default:
