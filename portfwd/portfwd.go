@@ -155,17 +155,17 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 	k := key{sandbox, port}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	same := func(have int) (Info, error) {
+	same := func(have int, bind string) (Info, error) {
 		if hostPort == 0 || hostPort == have {
-			return s.infoOf(k, have), nil
+			return s.infoOf(k, have, bind), nil
 		}
 		return Info{}, fmt.Errorf("port %d of sandbox %q is already forwarded from host port %d: unexpose it first", port, sandbox, have)
 	}
 	if f, ok := s.fw[k]; ok {
-		return same(f.hostPort)
+		return same(f.hostPort, s.opt.Bind)
 	}
 	if rec, ok := s.record(k); ok {
-		return same(rec.HostPort)
+		return same(rec.HostPort, rec.BindAddr())
 	}
 	lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+sandbox+":"+strconv.Itoa(port))
 	if err != nil {
@@ -185,7 +185,7 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 	}
 	f := &forward{key: k, ln: ln, hostPort: ln.Addr().(*net.TCPAddr).Port, lock: lock, done: make(chan struct{}), served: make(chan struct{})}
 	if s.opt.Store != nil {
-		if err := s.opt.Store.PutForward(state.Forward{Sandbox: sandbox, Port: port, HostPort: f.hostPort, Created: time.Now().UTC()}); err != nil {
+		if err := s.opt.Store.PutForward(state.Forward{Sandbox: sandbox, Port: port, HostPort: f.hostPort, Bind: s.opt.Bind, Created: time.Now().UTC()}); err != nil {
 			ln.Close()
 			lock.Release()
 			return Info{}, fmt.Errorf("record the forward: %w", err)
@@ -227,8 +227,9 @@ func (s *Set) start(f *forward) {
 	}()
 }
 
-func (s *Set) infoOf(k key, hostPort int) Info {
-	host := s.opt.Bind
+// infoOf describes k, forwarded from hostPort on the address bind.
+func (s *Set) infoOf(k key, hostPort int, bind string) Info {
+	host := bind
 	if host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
@@ -241,7 +242,7 @@ func (s *Set) infoOf(k key, hostPort int) Info {
 }
 
 func (s *Set) info(f *forward) Info {
-	in := s.infoOf(f.key, f.hostPort)
+	in := s.infoOf(f.key, f.hostPort, s.opt.Bind)
 	in.Connections, in.Active, in.Server = f.connections.Load(), f.active.Load(), "this server"
 	if v := f.via.Load(); v != nil {
 		in.Via = *v
@@ -324,7 +325,7 @@ func (s *Set) Unexpose(sandbox string, port int) (Info, error) {
 	}
 	rec, recorded := s.record(k)
 	if f == nil && recorded {
-		info = s.infoOf(k, rec.HostPort)
+		info = s.infoOf(k, rec.HostPort, rec.BindAddr())
 	}
 	s.mu.Unlock()
 	if f == nil && !recorded {
@@ -379,7 +380,7 @@ func (s *Set) List(sandbox string) []Info {
 		for _, r := range recs {
 			k := key{r.Sandbox, r.Port}
 			if !seen[k] && (sandbox == "" || r.Sandbox == sandbox) {
-				out = append(out, s.infoOf(k, r.HostPort))
+				out = append(out, s.infoOf(k, r.HostPort, r.BindAddr()))
 			}
 		}
 	}
@@ -444,8 +445,13 @@ func (s *Set) sync() {
 		return
 	}
 	recorded := make(map[key]bool, len(recs))
+	mine := make(map[key]bool, len(recs))
 	for _, r := range recs {
 		recorded[key{r.Sandbox, r.Port}] = true
+		// A forward is served on the address it was exposed on, never
+		// moved: a server bound elsewhere (0.0.0.0, say) leaves it to one
+		// bound as it was.
+		mine[key{r.Sandbox, r.Port}] = r.BindAddr() == s.opt.Bind
 	}
 	var gone, free []key
 	s.mu.Lock()
@@ -456,7 +462,7 @@ func (s *Set) sync() {
 		}
 	}
 	for k := range recorded {
-		if s.fw[k] == nil && !s.leasing[k] && s.life.Err() == nil {
+		if mine[k] && s.fw[k] == nil && !s.leasing[k] && s.life.Err() == nil {
 			s.leasing[k] = true
 			free = append(free, k)
 		}
@@ -487,8 +493,8 @@ func (s *Set) sync() {
 // which passes to the forward.
 func (s *Set) takeOver(k key, lock *locks.Held) {
 	rec, ok := s.record(k)
-	if !ok {
-		lock.Release() // unexposed meanwhile
+	if !ok || rec.BindAddr() != s.opt.Bind {
+		lock.Release() // unexposed (or exposed again elsewhere) meanwhile
 		return
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(rec.HostPort)))

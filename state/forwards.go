@@ -7,10 +7,21 @@ import (
 
 // Forward is a port forward: any server may serve it, one at a time.
 type Forward struct {
-	Sandbox  string    `json:"sandbox"`
-	Port     int       `json:"port"`
-	HostPort int       `json:"host_port"`
-	Created  time.Time `json:"created"`
+	Sandbox  string `json:"sandbox"`
+	Port     int    `json:"port"`
+	HostPort int    `json:"host_port"`
+	// Bind is the address the forward listens on; "" in records made
+	// before it was kept, which listened on 127.0.0.1.
+	Bind    string    `json:"bind,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// BindAddr is the address f listens on.
+func (f Forward) BindAddr() string {
+	if f.Bind == "" {
+		return "127.0.0.1"
+	}
+	return f.Bind
 }
 
 func forwardKey(sandbox string, port int) []byte {
