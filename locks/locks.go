@@ -144,6 +144,25 @@ func (d Dir) Holder(key string) Holder {
 	return Holder{PID: n, Purpose: purpose}
 }
 
+// HeldBy reports who holds a lock now, and whether anyone does: Holder
+// alone names the last holder too. (It takes the lock shared for a moment
+// to find out, so a TryLock at that instant fails as if it were held.)
+func (d Dir) HeldBy(key string) (Holder, bool) {
+	if d.Path == "" || validKey(key) != nil {
+		return Holder{}, false
+	}
+	f, err := os.OpenFile(d.path(key), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return Holder{}, false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+		return Holder{}, false
+	}
+	return d.Holder(key), true
+}
+
 // record writes "<pid> <purpose>" into a lock file this process holds.
 func record(f *os.File, purpose string) {
 	line := strconv.Itoa(os.Getpid()) + " " + strings.Map(func(r rune) rune {

@@ -181,3 +181,31 @@ func TestLeaseTakenOverWhenHolderDies(t *testing.T) {
 		t.Fatalf("duty ran %d times after the holder died", ran.Load())
 	}
 }
+
+// HeldBy tells a lock held now from one whose file only names its last
+// holder, and leaves it free to take.
+func TestHeldByTellsHeldFromLastHeld(t *testing.T) {
+	d := Dir{Path: filepath.Join(t.TempDir(), "locks")}
+	if _, held := d.HeldBy("sbx-web"); held {
+		t.Fatal("a lock never taken is held")
+	}
+	h, err := d.TryLock("sbx-web", "forward")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who, held := d.HeldBy("sbx-web"); !held || who.PID != os.Getpid() || who.Purpose != "forward" {
+		t.Fatalf("held: %v %+v", held, who)
+	}
+	h.Release()
+	if d.Holder("sbx-web").PID != os.Getpid() {
+		t.Fatal("Holder should still name the last holder")
+	}
+	if who, held := d.HeldBy("sbx-web"); held {
+		t.Fatalf("a released lock is held by %+v", who)
+	}
+	h, err = d.TryLock("sbx-web", "again")
+	if err != nil {
+		t.Fatalf("after HeldBy: %v", err)
+	}
+	h.Release()
+}

@@ -165,6 +165,23 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 		return same(f.hostPort, s.opt.Bind)
 	}
 	if rec, ok := s.record(k); ok {
+		if rec.BindAddr() == s.opt.Bind && !s.leasing[k] {
+			// Recorded, but served by no server now (its server ended):
+			// serve it here at once, or say why it cannot be, rather
+			// than hand out a URL whose port another process may hold.
+			if lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+sandbox+":"+strconv.Itoa(port)); err == nil {
+				ln, err := net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(rec.HostPort)))
+				if err != nil {
+					lock.Release()
+					return Info{}, fmt.Errorf("port %d of sandbox %q is forwarded from host port %d, which this server cannot listen on now (%w); another program may hold it: unexpose the port and expose it again", port, sandbox, rec.HostPort, err)
+				}
+				f := &forward{key: k, ln: ln, hostPort: rec.HostPort, lock: lock, done: make(chan struct{}), served: make(chan struct{})}
+				s.start(f)
+				if hostPort == 0 || hostPort == rec.HostPort {
+					return s.info(f), nil
+				}
+			}
+		}
 		return same(rec.HostPort, rec.BindAddr())
 	}
 	lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+sandbox+":"+strconv.Itoa(port))
@@ -235,7 +252,7 @@ func (s *Set) infoOf(k key, hostPort int, bind string) Info {
 	}
 	in := Info{Sandbox: k.sandbox, Port: k.port, HostPort: hostPort,
 		URL: "http://" + net.JoinHostPort(host, strconv.Itoa(hostPort)), Server: "waiting"}
-	if h := s.opt.Locks.Holder(k.lockKey()); h.PID != 0 {
+	if h, held := s.opt.Locks.HeldBy(k.lockKey()); held && h.PID != 0 {
 		in.Server = "server pid " + strconv.Itoa(h.PID)
 	}
 	return in
