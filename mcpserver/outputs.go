@@ -500,6 +500,12 @@ func (s *Server) handleOutput(_ context.Context, req mcp.CallToolRequest) (*mcp.
 	if err != nil && err != io.EOF {
 		return argError("output: %v", err), nil
 	}
+	if encoding == "text" && offset+int64(n) < st.Size() {
+		// End the page on a character, so the next starts on one.
+		if k := shell.PartialRuneEnd(buf[:n]); k < n {
+			n -= k
+		}
+	}
 	data := encodeBytes(buf[:n], encoding)
 	out := OutputChunk{ID: id, Stream: stream, Offset: offset, Data: data, Encoding: encoding,
 		Total: st.Size(), More: offset+int64(n) < st.Size()}

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -230,3 +233,43 @@ func TestSizeText(t *testing.T) {
 		}
 	}
 }
+
+// Truncated text output stays text: the kept parts are valid UTF-8 with no
+// note saying otherwise, and paging the saved rest in text from the offset
+// the result names never splits a character.
+func TestTruncatedTextStaysText(t *testing.T) {
+	all := "a" + strings.Repeat("é", 8000) // valid UTF-8, 16,001 bytes
+	f := &fake{exec: func(name string, req shell.Request) (sandbox.ExecResult, error) {
+		fmt.Fprint(req.Stdout, all)
+		return sandbox.ExecResult{}, nil
+	}}
+	s := connect(t, f, Options{OutputDir: t.TempDir()})
+	r := s.call("exec", map[string]any{"command": "x", "max_output": 1024})
+	if strings.Contains(r.text, "not valid UTF-8") || strings.ContainsRune(str(r.data["stdout"]), utf8.RuneError) {
+		t.Fatalf("valid UTF-8 shown as invalid:\n%.300s", r.text)
+	}
+	m := regexp.MustCompile(`offset=(\d+)\)`).FindStringSubmatch(r.text)
+	if m == nil {
+		t.Fatalf("no offset named:\n%s", r.text)
+	}
+	offset, _ := strconv.Atoi(m[1])
+	var got strings.Builder
+	got.WriteString(all[:offset])
+	for {
+		o := s.call("output", map[string]any{"id": str(r.data["output_id"]), "offset": offset, "length": 101})
+		d := str(o.data["data"])
+		if o.isError || strings.ContainsRune(d, utf8.RuneError) {
+			t.Fatalf("page at %d: %v %q", offset, o.isError, d)
+		}
+		got.WriteString(d)
+		offset += len(d)
+		if more, _ := o.data["more"].(bool); !more {
+			break
+		}
+	}
+	if got.String() != all {
+		t.Fatalf("paged %d bytes, want %d", got.Len(), len(all))
+	}
+}
+
+func str(v any) string { s, _ := v.(string); return s }

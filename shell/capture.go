@@ -141,7 +141,50 @@ func (c *Capture) Parts() (head, tail []byte, omitted int64) {
 		return head, nil, 0
 	}
 	tail = c.tailBytes()
+	// The cuts fall on byte counts; where they split a UTF-8 character,
+	// its pieces count as left out, so text stays text and the offset of
+	// what was left out starts on a character.
+	head = head[:len(head)-PartialRuneEnd(head)]
+	tail = tail[partialRuneStart(tail):]
 	return head, tail, c.total - int64(len(head)) - int64(len(tail))
+}
+
+// PartialRuneEnd is how many bytes at the end of b start a UTF-8 character
+// that b does not finish (0 to 3).
+func PartialRuneEnd(b []byte) int {
+	for i := 1; i <= 3 && i <= len(b); i++ {
+		c := b[len(b)-i]
+		switch {
+		case c < 0x80:
+			return 0
+		case c&0xC0 == 0x80:
+			continue // a continuation byte: look further back
+		}
+		need := 0 // bytes in the character c starts
+		switch {
+		case c&0xE0 == 0xC0:
+			need = 2
+		case c&0xF0 == 0xE0:
+			need = 3
+		case c&0xF8 == 0xF0:
+			need = 4
+		}
+		if need > i {
+			return i
+		}
+		return 0
+	}
+	return 0
+}
+
+// partialRuneStart is how many continuation bytes b starts with (0 to 3):
+// the end of a character cut off before b.
+func partialRuneStart(b []byte) int {
+	n := 0
+	for n < 3 && n < len(b) && b[n]&0xC0 == 0x80 {
+		n++
+	}
+	return n
 }
 
 // Newest returns up to n of the most recent bytes, for progress reports.
