@@ -46,33 +46,40 @@ type History struct {
 	mu      sync.Mutex
 	entries map[string][]HistoryEntry // without a store
 	pending map[string][]HistoryEntry // with a store: not yet flushed
-	secrets map[string]struct{}
-	// longestFirst holds the secrets, longest first, the order redact
-	// replaces them in.
-	longestFirst []string
+	// secrets holds each sandbox's secret values, longest first, the
+	// order redact replaces them in. They are the sandbox's own: its env
+	// store lives in the sandbox, so it may name any text secret, and
+	// that must not rewrite other sandboxes' history.
+	secrets map[string][]string
 }
+
+// maxSecrets bounds the secrets kept per sandbox; past it the oldest go.
+const maxSecrets = 256
 
 // NewHistory keeps at most limit entries per sandbox, in store if not nil.
 func NewHistory(limit int, store HistoryStore) *History {
 	return &History{limit: limit, store: store, entries: map[string][]HistoryEntry{},
-		pending: map[string][]HistoryEntry{}, secrets: map[string]struct{}{}}
+		pending: map[string][]HistoryEntry{}, secrets: map[string][]string{}}
 }
 
-// AddSecret makes every later entry hide value.
-func (h *History) AddSecret(value string) {
+// AddSecret makes every later entry of sandbox name hide value.
+func (h *History) AddSecret(name, value string) {
 	if len(value) < 4 {
 		return // too short to redact without mangling ordinary text
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.secrets[value]; ok {
+	list := h.secrets[name]
+	if slices.Contains(list, value) {
 		return
 	}
-	h.secrets[value] = struct{}{}
+	if len(list) >= maxSecrets {
+		list = list[1:]
+	}
 	// Longest first: a secret that holds a shorter one is hidden whole,
 	// not cut at the shorter one with its rest left in the clear.
-	i, _ := slices.BinarySearchFunc(h.longestFirst, value, func(a, b string) int { return len(b) - len(a) })
-	h.longestFirst = slices.Insert(h.longestFirst, i, value)
+	i, _ := slices.BinarySearchFunc(list, value, func(a, b string) int { return len(b) - len(a) })
+	h.secrets[name] = slices.Insert(slices.Clip(list), i, value)
 }
 
 // Add records a command's outcome. An empty command is the server's own
@@ -94,9 +101,9 @@ func (h *History) Add(name, command string, res shell.Result, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err != nil {
-		e.Error = h.redact(err.Error())
+		e.Error = h.redact(name, err.Error())
 	}
-	e.Command = h.redact(command)
+	e.Command = h.redact(name, command)
 	if len(e.Command) > maxHistoryCommand {
 		e.Command = e.Command[:maxHistoryCommand] + "…"
 	}
@@ -166,6 +173,7 @@ func (h *History) Forget(name string) error {
 	h.mu.Lock()
 	delete(h.entries, name)
 	delete(h.pending, name)
+	delete(h.secrets, name)
 	h.mu.Unlock()
 	if h.store != nil {
 		return h.store.DeleteHistory(name)
@@ -184,16 +192,17 @@ var tokenPatterns = []*regexp.Regexp{
 	regexp.MustCompile(`((?:^|\s)(?:-u|--user)\s+[^\s:]+:)("[^"]*"|'[^']*'|\S*[^\d\s]\S*)`),
 }
 
-// Redact hides registered secrets and token-shaped text in s.
-func (h *History) Redact(s string) string {
+// Redact hides sandbox name's secrets and token-shaped text in s.
+func (h *History) Redact(name, s string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.redact(s)
+	return h.redact(name, s)
 }
 
-// redact hides registered secrets and token-shaped text. Callers hold h.mu.
-func (h *History) redact(s string) string {
-	for _, v := range h.longestFirst {
+// redact hides sandbox name's secrets and token-shaped text. Callers hold
+// h.mu.
+func (h *History) redact(name, s string) string {
+	for _, v := range h.secrets[name] {
 		s = strings.ReplaceAll(s, v, "***")
 	}
 	s = tokenPatterns[0].ReplaceAllString(s, "***")

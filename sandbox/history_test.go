@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -11,9 +12,9 @@ import (
 func TestHistoryRedaction(t *testing.T) {
 	for i := range 20 { // map order varied; the result may not
 		h := NewHistory(100, nil)
-		h.AddSecret("hunter22")
-		h.AddSecret("hunter22-db-prod-Zq9xT4")
-		h.AddSecret("db-prod")
+		h.AddSecret("box", "hunter22")
+		h.AddSecret("box", "hunter22-db-prod-Zq9xT4")
+		h.AddSecret("box", "db-prod")
 		for cmd, want := range map[string]string{
 			"psql 'pw=hunter22-db-prod-Zq9xT4'":               "psql 'pw=***'",
 			"echo hunter22 and db-prod":                       "echo *** and ***",
@@ -34,5 +35,35 @@ func TestHistoryRedaction(t *testing.T) {
 				t.Fatalf("round %d: %q kept as %q, want %q", i, cmd, got[0].Command, want)
 			}
 		}
+	}
+}
+
+// A sandbox's secrets hide text in its own history only: its env store
+// lives in the sandbox, which may name any word secret. A destroyed
+// sandbox's secrets go with it.
+func TestSecretsAreEachSandboxsOwn(t *testing.T) {
+	h := NewHistory(100, nil)
+	h.AddSecret("evil", "make")
+	h.AddSecret("good", "s3cr3t-token")
+	h.Add("good", "make test s3cr3t-token", shell.Result{}, nil)
+	h.Add("evil", "make test s3cr3t-token", shell.Result{}, nil)
+	if got, _ := h.Recent("good", 1); got[0].Command != "make test ***" {
+		t.Fatalf("good: %q", got[0].Command)
+	}
+	if got, _ := h.Recent("evil", 1); got[0].Command != "*** test s3cr3t-token" {
+		t.Fatalf("evil: %q", got[0].Command)
+	}
+	if err := h.Forget("evil"); err != nil {
+		t.Fatal(err)
+	}
+	h.Add("evil", "make", shell.Result{}, nil)
+	if got, _ := h.Recent("evil", 1); got[0].Command != "make" {
+		t.Fatalf("after destroy: %q", got[0].Command)
+	}
+	for i := range maxSecrets + 10 {
+		h.AddSecret("many", fmt.Sprintf("secret-%04d", i))
+	}
+	if n := len(h.secrets["many"]); n != maxSecrets {
+		t.Fatalf("%d secrets kept", n)
 	}
 }

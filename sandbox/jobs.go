@@ -161,7 +161,7 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 		return JobStatus{}, fmt.Errorf("start job %q: unexpected answer %q", jobName, out.String())
 	}
 	j := state.Job{
-		Sandbox: name, Name: jobName, ID: id, Command: m.history.Redact(command), Workdir: workdir,
+		Sandbox: name, Name: jobName, ID: id, Command: m.history.Redact(name, command), Workdir: workdir,
 		PID: pid, Dir: guest.JobDir(id), Container: m.ContainerFor(name), Started: time.Now().UTC(),
 	}
 	st := jobStatusOf(j, "running", 0)

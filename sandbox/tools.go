@@ -135,7 +135,7 @@ func (m *Manager) Env(ctx context.Context, name string) ([]EnvVar, error) {
 	for _, v := range vars {
 		e := EnvVar{Name: v.Name, Value: v.Value, Secret: v.Secret}
 		if v.Secret {
-			m.history.AddSecret(v.Value)
+			m.history.AddSecret(name, v.Value)
 			e.Value = "***"
 		}
 		list = append(list, e)
@@ -152,7 +152,7 @@ func (m *Manager) SetEnv(ctx context.Context, name, key, value string, secret bo
 		return &ArgError{Err: err}
 	}
 	if secret {
-		m.history.AddSecret(value)
+		m.history.AddSecret(name, value)
 	}
 	_, err = m.runScript(ctx, name, "env set "+key, script, nil, 4096)
 	return err
@@ -201,7 +201,7 @@ func (m *Manager) noteSecrets(ctx context.Context, sb *Sandbox) {
 	}
 	for _, v := range guest.ParseEnvList(out) {
 		if v.Secret {
-			m.history.AddSecret(v.Value)
+			m.history.AddSecret(sb.Name, v.Value)
 		}
 	}
 }
