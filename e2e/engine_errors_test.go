@@ -53,6 +53,9 @@ func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]
 			b.WriteString(tc.Text)
 		}
 	}
+	if res.IsError {
+		enginetest.LogIfHung(t, b.String())
+	}
 	return b.String(), res.IsError
 }
 
