@@ -111,6 +111,9 @@ type Set struct {
 	mu      sync.Mutex
 	fw      map[key]*forward
 	leasing map[key]bool
+	// blocked holds forwards whose take-over could not listen, told once
+	// at Warn, then at Debug until one succeeds.
+	blocked map[key]bool
 }
 
 // New returns a Set. With a Store, it serves recorded forwards that no
@@ -126,7 +129,7 @@ func New(opt Options) *Set {
 		opt.Every = time.Second
 	}
 	life, end := context.WithCancel(context.Background())
-	s := &Set{opt: opt, life: life, end: end, fw: map[key]*forward{}, leasing: map[key]bool{}}
+	s := &Set{opt: opt, life: life, end: end, fw: map[key]*forward{}, leasing: map[key]bool{}, blocked: map[key]bool{}}
 	if opt.Store != nil {
 		s.wg.Add(1)
 		go s.watch()
@@ -478,6 +481,11 @@ func (s *Set) sync() {
 			gone = append(gone, k)
 		}
 	}
+	for k := range s.blocked {
+		if !recorded[k] {
+			delete(s.blocked, k) // unexposed
+		}
+	}
 	for k := range recorded {
 		if mine[k] && s.fw[k] == nil && !s.leasing[k] && s.life.Err() == nil {
 			s.leasing[k] = true
@@ -516,12 +524,21 @@ func (s *Set) takeOver(k key, lock *locks.Held) {
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(rec.HostPort)))
 	if err != nil {
-		s.opt.Log.Warn("port forward: take over", "sandbox", k.sandbox, "port", k.port, "host_port", rec.HostPort, "err", err)
+		s.mu.Lock()
+		told := s.blocked[k]
+		s.blocked[k] = true
+		s.mu.Unlock()
+		log := s.opt.Log.Warn
+		if told {
+			log = s.opt.Log.Debug
+		}
+		log("port forward: take over", "sandbox", k.sandbox, "port", k.port, "host_port", rec.HostPort, "err", err)
 		lock.Release()
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.blocked, k)
 	if s.life.Err() != nil || s.fw[k] != nil {
 		ln.Close()
 		lock.Release()
