@@ -63,9 +63,10 @@ func TestStateFileAbuse(t *testing.T) {
 	}
 
 	// Truncated mid-file: it is moved aside, never overwritten, and a fresh
-	// one is used.
-	info, _ := os.Stat(db)
-	if err := os.Truncate(db, info.Size()/2); err != nil {
+	// one is used. Cut just past the first page: whether a cut at half
+	// leaves every page the next operation reads depends on the layout
+	// the earlier writes left, and then nothing is wrong to find.
+	if err := os.Truncate(db, int64(os.Getpagesize())+512); err != nil {
 		t.Fatal(err)
 	}
 	if text, isErr := call("bg", map[string]any{"name": "four", "command": "echo four"}); isErr {

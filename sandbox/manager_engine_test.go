@@ -226,16 +226,20 @@ func TestIdleReaping(t *testing.T) {
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
 			cfg := sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-				Profiles: map[string]sandbox.Profile{"sleepy": {IdleTTL: "3s"}}}
+				Profiles: map[string]sandbox.Profile{"sleepy": {IdleTTL: "6s"}}}
 			m := sandbox.NewManager(rt, cfg)
-			o := run(t, m, "sleepy", shell.Request{Command: "echo kept > /workspace/f; sleep 5; echo still-here"})
+			// The server marks a busy sandbox active every TTL/3 through a
+			// shell of its own, which a loaded machine may take seconds to
+			// open beside the one running the command: a TTL of a few
+			// seconds, not one.
+			o := run(t, m, "sleepy", shell.Request{Command: "echo kept > /workspace/f; sleep 9; echo still-here"})
 			if o.stdout != "still-here\n" {
 				t.Fatalf("a command longer than the TTL: %q", o.stdout)
 			}
 			m.Close() // no server from here on
 
 			ctr := sandbox.ContainerName(prefix, "sleepy")
-			deadline := time.Now().Add(20 * time.Second)
+			deadline := time.Now().Add(30 * time.Second)
 			for {
 				c, err := rt.Inspect(context.Background(), ctr)
 				if err != nil {
@@ -245,7 +249,7 @@ func TestIdleReaping(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("still %s 20 s after its 3 s idle TTL", c.State)
+					t.Fatalf("still %s 30 s after its 6 s idle TTL", c.State)
 				}
 				time.Sleep(250 * time.Millisecond)
 			}
