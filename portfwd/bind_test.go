@@ -2,32 +2,24 @@ package portfwd
 
 import (
 	"net"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/sandbox-mcp/sandbox-mcp/locks"
-	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // A forward is served on the address it was exposed on: when its server
 // ends, one bound to every interface (another client's --ports-bind
 // 0.0.0.0) leaves it, and one bound as it was takes it over.
 func TestTakeOverKeepsTheBindAddress(t *testing.T) {
-	dir := t.TempDir()
-	store, err := state.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lk := locks.Dir{Path: filepath.Join(dir, "locks")}
-	dial := toLocal(map[int]int{8000: echoServer(t)})
-	a := New(Options{Dial: dial, Store: store, Locks: lk, Every: 20 * time.Millisecond}) // 127.0.0.1
+	opts := sharedOptions(t)
+	a := New(opts) // 127.0.0.1
 	info, err := a.Expose("box", 8000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wide := New(Options{Dial: dial, Store: store, Locks: lk, Every: 20 * time.Millisecond, Bind: "0.0.0.0"})
+	wideOpts := opts
+	wideOpts.Bind = "0.0.0.0"
+	wide := New(wideOpts)
 	defer wide.Close()
 	a.Close()
 	time.Sleep(time.Second) // some fifty of wide's looks at the records
@@ -38,7 +30,7 @@ func TestTakeOverKeepsTheBindAddress(t *testing.T) {
 		c.Close()
 		t.Fatalf("the forward exposed on 127.0.0.1 answers on another address (port %d)", info.HostPort)
 	}
-	local := New(Options{Dial: dial, Store: store, Locks: lk, Every: 20 * time.Millisecond})
+	local := New(opts)
 	defer local.Close()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if l := local.List(""); len(l) == 1 && l[0].Server == "this server" {

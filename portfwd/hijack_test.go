@@ -2,14 +2,10 @@ package portfwd
 
 import (
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sandbox-mcp/sandbox-mcp/locks"
-	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // A forward outlives its server as a record, and while no server listens
@@ -17,13 +13,7 @@ import (
 // and says why, and list_ports names no server, rather than hand out a URL
 // that program answers.
 func TestExposeOfAForwardWhosePortWasTakenFails(t *testing.T) {
-	dir := t.TempDir()
-	store, err := state.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lk := locks.Dir{Path: filepath.Join(dir, "locks")}
-	opts := Options{Dial: toLocal(map[int]int{8000: echoServer(t)}), Store: store, Locks: lk, Every: 20 * time.Millisecond}
+	opts := sharedOptions(t)
 	a := New(opts)
 	info, err := a.Expose("box", 8000, 0)
 	if err != nil {

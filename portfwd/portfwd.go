@@ -85,6 +85,22 @@ type key struct {
 
 func (k key) lockKey() string { return "fwd@" + k.sandbox + "@" + strconv.Itoa(k.port) }
 
+// tryLock takes k's lock if no server holds it.
+func (s *Set) tryLock(k key) (*locks.Held, error) {
+	return s.opt.Locks.TryLock(k.lockKey(), "forward "+k.sandbox+":"+strconv.Itoa(k.port))
+}
+
+// listen listens on host port p of the Set's address.
+func (s *Set) listen(p int) (net.Listener, error) {
+	return net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(p)))
+}
+
+// newForward is k served from ln under lock, not started yet.
+func newForward(k key, ln net.Listener, lock *locks.Held) *forward {
+	return &forward{key: k, ln: ln, hostPort: ln.Addr().(*net.TCPAddr).Port, lock: lock,
+		done: make(chan struct{}), served: make(chan struct{})}
+}
+
 type forward struct {
 	key
 	ln          net.Listener
@@ -172,13 +188,13 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 			// Recorded, but served by no server now (its server ended):
 			// serve it here at once, or say why it cannot be, rather
 			// than hand out a URL whose port another process may hold.
-			if lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+sandbox+":"+strconv.Itoa(port)); err == nil {
-				ln, err := net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(rec.HostPort)))
+			if lock, err := s.tryLock(k); err == nil {
+				ln, err := s.listen(rec.HostPort)
 				if err != nil {
 					lock.Release()
 					return Info{}, fmt.Errorf("port %d of sandbox %q is forwarded from host port %d, which this server cannot listen on now (%w); another program may hold it: unexpose the port and expose it again", port, sandbox, rec.HostPort, err)
 				}
-				f := &forward{key: k, ln: ln, hostPort: rec.HostPort, lock: lock, done: make(chan struct{}), served: make(chan struct{})}
+				f := newForward(k, ln, lock)
 				s.start(f)
 				if hostPort == 0 || hostPort == rec.HostPort {
 					return s.info(f), nil
@@ -187,23 +203,23 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 		}
 		return same(rec.HostPort, rec.BindAddr())
 	}
-	lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+sandbox+":"+strconv.Itoa(port))
+	lock, err := s.tryLock(k)
 	if err != nil {
 		return Info{}, fmt.Errorf("port %d of sandbox %q is being exposed by another server: %w", port, sandbox, err)
 	}
 	var ln net.Listener
 	if hostPort == 0 {
 		// The same number as in the sandbox when it is free here.
-		ln, err = net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(port)))
+		ln, err = s.listen(port)
 	}
 	if ln == nil {
-		ln, err = net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(hostPort)))
+		ln, err = s.listen(hostPort)
 	}
 	if err != nil {
 		lock.Release()
 		return Info{}, fmt.Errorf("listen on %s:%d: %w", s.opt.Bind, hostPort, err)
 	}
-	f := &forward{key: k, ln: ln, hostPort: ln.Addr().(*net.TCPAddr).Port, lock: lock, done: make(chan struct{}), served: make(chan struct{})}
+	f := newForward(k, ln, lock)
 	if s.opt.Store != nil {
 		if err := s.opt.Store.PutForward(state.Forward{Sandbox: sandbox, Port: port, HostPort: f.hostPort, Bind: s.opt.Bind, Created: time.Now().UTC()}); err != nil {
 			ln.Close()
@@ -505,7 +521,7 @@ func (s *Set) sync() {
 				delete(s.leasing, k)
 				s.mu.Unlock()
 			}()
-			lock, err := s.opt.Locks.TryLock(k.lockKey(), "forward "+k.sandbox+":"+strconv.Itoa(k.port))
+			lock, err := s.tryLock(k)
 			if err != nil {
 				return // served elsewhere: looked at again next time
 			}
@@ -522,7 +538,7 @@ func (s *Set) takeOver(k key, lock *locks.Held) {
 		lock.Release() // unexposed (or exposed again elsewhere) meanwhile
 		return
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(s.opt.Bind, strconv.Itoa(rec.HostPort)))
+	ln, err := s.listen(rec.HostPort)
 	if err != nil {
 		s.mu.Lock()
 		told := s.blocked[k]
@@ -545,7 +561,7 @@ func (s *Set) takeOver(k key, lock *locks.Held) {
 		return
 	}
 	s.opt.Log.Info("port forward taken over", "sandbox", k.sandbox, "port", k.port, "host_port", rec.HostPort)
-	s.start(&forward{key: k, ln: ln, hostPort: rec.HostPort, lock: lock, done: make(chan struct{}), served: make(chan struct{})})
+	s.start(newForward(k, ln, lock))
 }
 
 // Close stops serving here; the records stay for the next server.

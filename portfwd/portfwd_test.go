@@ -160,19 +160,25 @@ func TestDropEndsASandboxsForwards(t *testing.T) {
 	}
 }
 
-// TestForwardsOutliveTheirServer: two servers share the state and lock
-// directory. A's forward is recorded; B does not fight over it while A
-// runs; when A ends, B listens on the same host port within a few polls;
-// an unexpose through A (a new one) ends B's listener.
-func TestForwardsOutliveTheirServer(t *testing.T) {
+// sharedOptions are the options of servers that share one state and lock
+// directory, with an echo server on sandbox port 8000 and fast polls.
+func sharedOptions(t *testing.T) Options {
+	t.Helper()
 	dir := t.TempDir()
 	store, err := state.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk := locks.Dir{Path: filepath.Join(dir, "locks")}
-	dial := toLocal(map[int]int{8000: echoServer(t)})
-	opts := Options{Dial: dial, Store: store, Locks: lk, Every: 20 * time.Millisecond}
+	return Options{Dial: toLocal(map[int]int{8000: echoServer(t)}), Store: store,
+		Locks: locks.Dir{Path: filepath.Join(dir, "locks")}, Every: 20 * time.Millisecond}
+}
+
+// TestForwardsOutliveTheirServer: two servers share the state and lock
+// directory. A's forward is recorded; B does not fight over it while A
+// runs; when A ends, B listens on the same host port within a few polls;
+// an unexpose through A (a new one) ends B's listener.
+func TestForwardsOutliveTheirServer(t *testing.T) {
+	opts := sharedOptions(t)
 	a, b := New(opts), New(opts)
 	defer b.Close()
 	info, err := a.Expose("box", 8000, 0)
