@@ -47,7 +47,7 @@ func (m *Manager) probe(ctx context.Context, sb *Sandbox, p string) (kind, abs s
 	if err != nil {
 		return "", "", fmt.Errorf("sandbox %q: %w", sb.Name, err)
 	}
-	return kind, path.Clean(abs), nil
+	return kind, abs, nil // cleaned by ParseProbe
 }
 
 // UploadRequest is one upload.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"unicode/utf8"
 )
 
 // Capture collects one output stream of a command under a size cap. Up to
@@ -152,27 +153,13 @@ func (c *Capture) Parts() (head, tail []byte, omitted int64) {
 // PartialRuneEnd is how many bytes at the end of b start a UTF-8 character
 // that b does not finish (0 to 3).
 func PartialRuneEnd(b []byte) int {
-	for i := 1; i <= 3 && i <= len(b); i++ {
-		c := b[len(b)-i]
-		switch {
-		case c < 0x80:
-			return 0
-		case c&0xC0 == 0x80:
-			continue // a continuation byte: look further back
-		}
-		need := 0 // bytes in the character c starts
-		switch {
-		case c&0xE0 == 0xC0:
-			need = 2
-		case c&0xF0 == 0xE0:
-			need = 3
-		case c&0xF8 == 0xF0:
-			need = 4
-		}
-		if need > i {
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if utf8.FullRune(b[len(b)-i:]) {
+				return 0
+			}
 			return i
 		}
-		return 0
 	}
 	return 0
 }
@@ -181,7 +168,7 @@ func PartialRuneEnd(b []byte) int {
 // the end of a character cut off before b.
 func partialRuneStart(b []byte) int {
 	n := 0
-	for n < 3 && n < len(b) && b[n]&0xC0 == 0x80 {
+	for n < utf8.UTFMax-1 && n < len(b) && !utf8.RuneStart(b[n]) {
 		n++
 	}
 	return n
