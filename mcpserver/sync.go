@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -108,11 +107,10 @@ func (s *Server) handleSyncStart(ctx context.Context, req mcp.CallToolRequest) (
 	if err != nil {
 		return failure(ctx, "sync_start", err), nil
 	}
-	// Cleaned before it is checked: "/workspace/.." and "//" are "/", and
-	// a mirror into "/" would remove the sandbox's whole root filesystem.
-	sdir := path.Clean(req.GetString("sandbox_dir", "/workspace"))
-	if !strings.HasPrefix(sdir, "/") || sdir == "/" {
-		return argError("sync_start: sandbox_dir must be an absolute path below /"), nil
+	// Checked before the sandbox boots.
+	sdir, err := syncer.SandboxDir(req.GetString("sandbox_dir", "/workspace"))
+	if err != nil {
+		return argError("sync_start: %v", err), nil
 	}
 	var ignore []string
 	if _, ok := req.GetArguments()["ignore"]; ok {

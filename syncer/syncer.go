@@ -134,13 +134,24 @@ func newID() string {
 	return "sync-" + hex.EncodeToString(b[:])
 }
 
+// SandboxDir cleans dir, a directory in the sandbox to sync into, and
+// checks that it is absolute and below /: the first copy mirrors (what the
+// host lacks goes from it), so never "/" in any spelling.
+func SandboxDir(dir string) (string, error) {
+	c := path.Clean(dir)
+	if !strings.HasPrefix(c, "/") || c == "/" {
+		return "", fmt.Errorf("sandbox_dir must be an absolute path below /, not %q", dir)
+	}
+	return c, nil
+}
+
 // Start records a new job, mirrors the host directory into the sandbox
 // (the call waits for this first copy) and keeps it in step from then on.
 func (m *Manager) Start(ctx context.Context, sandbox, localDir, sandboxDir string, ignore []string) (Status, error) {
-	// The first copy mirrors: what the host lacks goes from sandboxDir. So
-	// never "/" in any spelling.
-	if c := path.Clean(sandboxDir); c != sandboxDir || !strings.HasPrefix(c, "/") || c == "/" {
-		return Status{}, fmt.Errorf("sandbox directory %q: want a clean absolute path below /", sandboxDir)
+	if c, err := SandboxDir(sandboxDir); err != nil {
+		return Status{}, err
+	} else if c != sandboxDir {
+		return Status{}, fmt.Errorf("sandbox directory %q: want it clean, as %q", sandboxDir, c)
 	}
 	if ignore == nil {
 		ignore = DefaultIgnore
