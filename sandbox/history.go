@@ -181,15 +181,20 @@ func (h *History) Forget(name string) error {
 	return nil
 }
 
-var tokenPatterns = []*regexp.Regexp{
-	regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`),
-	regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:bearer\s+)?)("[^"]*"|'[^']*'|\S+)`),
-	regexp.MustCompile(`(https?://[^/\s:@]+:)[^@\s/]+@`),
+// tokenPatterns are the shapes of secrets hidden in any sandbox's history,
+// each with what replaces a match, in the order they apply.
+var tokenPatterns = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`), "***"},
+	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:bearer\s+)?)("[^"]*"|'[^']*'|\S+)`), "${1}***"},
+	{regexp.MustCompile(`(https?://[^/\s:@]+:)[^@\s/]+@`), "${1}***@"},
 	// Flags whose next word is a secret: --password S, --token S, and the
 	// user:password of curl's -u/--user.
-	regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`),
+	{regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`), "${1}***"},
 	// (All digits is a gid, as in docker's -u 1000:1000, and is kept.)
-	regexp.MustCompile(`((?:^|\s)(?:-u|--user)\s+[^\s:]+:)("[^"]*"|'[^']*'|\S*[^\d\s]\S*)`),
+	{regexp.MustCompile(`((?:^|\s)(?:-u|--user)\s+[^\s:]+:)("[^"]*"|'[^']*'|\S*[^\d\s]\S*)`), "${1}***"},
 }
 
 // Redact hides sandbox name's secrets and token-shaped text in s.
@@ -205,9 +210,8 @@ func (h *History) redact(name, s string) string {
 	for _, v := range h.secrets[name] {
 		s = strings.ReplaceAll(s, v, "***")
 	}
-	s = tokenPatterns[0].ReplaceAllString(s, "***")
-	s = tokenPatterns[1].ReplaceAllString(s, "${1}***")
-	s = tokenPatterns[2].ReplaceAllString(s, "${1}***@")
-	s = tokenPatterns[3].ReplaceAllString(s, "${1}***")
-	return tokenPatterns[4].ReplaceAllString(s, "${1}***")
+	for _, p := range tokenPatterns {
+		s = p.re.ReplaceAllString(s, p.with)
+	}
+	return s
 }
