@@ -60,21 +60,28 @@ wait $!
 [ $? = 0 ] && exit 0
 while :; do read -r _ <"$fifo"; done`
 
-// KillWritersScript, run as `sh -c KillWritersScript`, stops every process
-// in a container except PID 1, the main process (PID 1's first child), the
-// idle watchdog's checker (the main process's child) and the exec sessions
-// (the shells, whose parent is outside the container): what the user's
-// commands and jobs started. The disk watcher runs it.
-const KillWritersScript = `self=$$
-ppid_of() { s=$(cat /proc/$1/stat 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "$2"; }
+// KillWritersScript, run as `sh -c KillWritersScript sh [STARTED_BY]`,
+// stops every process in a container except PID 1, the main process
+// (PID 1's first child), the idle watchdog's checker (the main process's
+// child) and the exec sessions (the shells, whose parent is outside the
+// container): what the user's commands and jobs started. The disk watcher
+// runs it. With STARTED_BY (a start time in clock ticks since boot, as
+// field 22 of /proc/PID/stat reads), processes that started later are
+// spared: the script runs a while after the watcher chose to stop the
+// writers, and the user's next command (an `rm`) may have begun meanwhile.
+const KillWritersScript = `self=$$ by=${1:-}
+case $by in *[!0-9]*) by=;; esac
+stat_of() { s=$(cat /proc/$1/stat 2>/dev/null) || return 1; s=${s##*) }; set -- $s; pp=$2 st=${20}; }
 dog=
 for d in /proc/[0-9]*; do p=${d#/proc/}
-  [ "$(ppid_of "$p")" = 1 ] && { [ -z "$dog" ] || [ "$p" -lt "$dog" ]; } && dog=$p
+  stat_of "$p" || continue
+  [ "$pp" = 1 ] && { [ -z "$dog" ] || [ "$p" -lt "$dog" ]; } && dog=$p
 done
 for d in /proc/[0-9]*; do p=${d#/proc/}
   case $p in 1|"$self"|"$dog") continue;; esac
-  pp=$(ppid_of "$p") || continue
+  stat_of "$p" || continue
   case $pp in 0|"$self"|"$dog") continue;; esac
+  [ -n "$by" ] && [ "$st" -gt "$by" ] && continue
   kill -9 "$p" 2>/dev/null
 done
 exit 0`

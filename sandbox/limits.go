@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,8 +284,15 @@ func (m *Manager) startGuard(sb *Sandbox) {
 		g := diskguard.Start(diskguard.Options{
 			Sandbox: sb.Name, Targets: targets, Logger: m.log,
 			Kill: func(ctx context.Context) error {
-				hk.kill(ctx)
-				return m.killWriters(ctx, sb.Container)
+				// Only what runs now is stopped: the in-container pass
+				// lands a while later, when the user's next command (an
+				// `rm`) may have begun.
+				by, err := hostkill.Now()
+				if err != nil {
+					by = anyStart // no clock to tell: stop them all
+				}
+				hk.kill(ctx, by)
+				return m.killWriters(ctx, sb.Container, by)
 			},
 			Report: func(msg string) { sb.notice.Store(&msg) },
 		})
@@ -337,31 +345,39 @@ func (hk *hostKiller) get(ctx context.Context) *hostkill.Container {
 	return hk.c
 }
 
-// kill signals the writers it can reach from the host; the in-container
-// pass that follows reaches the rest.
-func (hk *hostKiller) kill(ctx context.Context) {
+// kill signals the writers that started by startedBy (a hostkill.Now
+// reading) that it can reach from the host; the in-container pass that
+// follows reaches the rest.
+func (hk *hostKiller) kill(ctx context.Context, startedBy uint64) {
 	hk.mu.Lock()
 	defer hk.mu.Unlock()
 	c := hk.get(ctx)
 	if c == nil {
 		return
 	}
-	n, err := c.KillWriters()
+	n, err := c.KillWriters(startedBy)
 	if err != nil {
 		hk.c = nil // restarted: look it up again next time
 		if c = hk.get(ctx); c != nil {
-			n, err = c.KillWriters()
+			n, err = c.KillWriters(startedBy)
 		}
 	}
 	hk.log.Debug("disk watcher: host kill", "signalled", n, "err", err)
 }
 
 // killWriters stops what the user's commands and jobs started in a
-// container (see guest.KillWritersScript).
-func (m *Manager) killWriters(ctx context.Context, ctr string) error {
-	_, err := m.rt.Exec(ctx, ctr, ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript}})
+// container by startedBy (see guest.KillWritersScript).
+func (m *Manager) killWriters(ctx context.Context, ctr string, startedBy uint64) error {
+	argv := []string{"sh", "-c", guest.KillWritersScript}
+	if startedBy != anyStart {
+		argv = append(argv, "sh", strconv.FormatUint(startedBy, 10))
+	}
+	_, err := m.rt.Exec(ctx, ctr, ExecSpec{Argv: argv})
 	return err
 }
+
+// anyStart, as killWriters' startedBy, stops writers whenever they started.
+const anyStart = math.MaxUint64
 
 // takeNotice returns and clears the message the disk watcher left.
 func (sb *Sandbox) takeNotice() string {

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/hostkill"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -133,5 +135,53 @@ func TestSweepOnEngine(t *testing.T) {
 	out, err = rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.SweepScript, "sh", gone}})
 	if err != nil || len(guest.ParseSweep(out.Stdout)) != 0 {
 		t.Fatalf("second sweep: %v %q", err, out.Stdout)
+	}
+}
+
+// TestKillWritersSparesLaterCommandsOnEngine runs guest.KillWritersScript
+// in a real sandbox with a start-time cutoff, as the disk watcher does: a
+// writer begun before the cutoff dies, a command begun after it (the
+// user's `rm`, which may start while the engine is still starting the
+// script) lives, and so does the sandbox's shell.
+func TestKillWritersSparesLaterCommandsOnEngine(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	m := newManager(t, tg, prefix)
+	run(t, m, "kw", shell.Request{Command: "true"})
+	ctr := sandbox.ContainerName(prefix, "kw")
+	start := func(args string) {
+		t.Helper()
+		if _, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", "(" + args + " >/dev/null 2>&1 &)"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start("sleep 981")
+	by, err := hostkill.Now()
+	if err != nil {
+		t.Skipf("no clock to cut at: %v", err)
+	}
+	time.Sleep(30 * time.Millisecond) // three ticks
+	start("sleep 982")
+	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript, "sh", strconv.FormatUint(by, 10)}})
+	if err != nil || out.ExitCode != 0 {
+		t.Fatalf("kill writers: exit %d, %v: %s", out.ExitCode, err, out.Stderr)
+	}
+	deadline := time.Now().Add(hangGuard)
+	for {
+		ps := procs(t, rt, ctr)
+		if count(ps, "sleep 981") == 0 {
+			if count(ps, "sleep 982") != 1 {
+				t.Fatalf("the command begun after the cutoff was killed:\n%s", strings.Join(ps, "\n"))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the writer begun before the cutoff lives:\n%s", strings.Join(ps, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if o := run(t, m, "kw", shell.Request{Command: "echo alive"}); o.stdout != "alive\n" {
+		t.Fatalf("the sandbox's shell after the kill: %q exit %d", o.stdout, o.res.ExitCode)
 	}
 }

@@ -67,11 +67,29 @@ type proc struct {
 	inNS      bool
 }
 
-// KillWriters sends SIGKILL to the container's writers and returns how
-// many were signalled. An error says the container's init is gone or
-// /proc could not be read; processes that could not be signalled are not
-// an error (the caller's in-container pass reaches them).
-func (c *Container) KillWriters() (int, error) {
+// Now is the time since boot in the unit of a process's start time in
+// /proc/PID/stat (clock ticks, USER_HZ = 100 on every architecture Go
+// and the engines run on): what KillWriters and guest.KillWritersScript
+// compare start times with.
+func Now() (uint64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, fmt.Errorf("boot time clock: %w", err)
+	}
+	return uint64(ts.Nano()) / uint64(time.Second/userHZ), nil
+}
+
+// userHZ is the unit of /proc's clock-tick fields, fixed by the kernel's ABI.
+const userHZ = 100
+
+// KillWriters sends SIGKILL to the container's writers that started by
+// startedBy (a Now reading) and returns how many were signalled. Later
+// processes are spared: they are commands that began after the caller
+// chose to stop the writers, such as the user's `rm`. An error says the
+// container's init is gone or /proc could not be read; processes that
+// could not be signalled are not an error (the caller's in-container pass
+// reaches them).
+func (c *Container) KillWriters(startedBy uint64) (int, error) {
 	if p, err := readProc(c.init); err != nil || p.start != c.start {
 		return 0, fmt.Errorf("container init %d is gone", c.init)
 	}
@@ -79,7 +97,7 @@ func (c *Container) KillWriters() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	victims := writers(c.init, procs)
+	victims := writers(c.init, procs, startedBy)
 	n := 0
 	for _, p := range victims {
 		if signal(p) == nil {
@@ -126,8 +144,9 @@ func (c *Container) KillAll(timeout time.Duration) error {
 	}
 }
 
-// writers picks the processes to kill out of the host's processes.
-func writers(init int, procs map[int]*proc) []*proc {
+// writers picks the processes to kill out of the host's processes: those
+// of init's container that started by startedBy.
+func writers(init int, procs map[int]*proc, startedBy uint64) []*proc {
 	children := map[int][]int{}
 	for _, p := range procs {
 		children[p.ppid] = append(children[p.ppid], p.pid)
@@ -163,6 +182,7 @@ func writers(init int, procs map[int]*proc) []*proc {
 		switch {
 		case p == nil, pid == init, pid == dog, p.ppid == dog && dog != 0:
 		case !member[p.ppid]: // an exec session: its parent is the engine's
+		case p.start > startedBy:
 		default:
 			out = append(out, p)
 		}

@@ -16,8 +16,11 @@ var errNotLinux = errors.New("host-side kill needs Linux")
 // Open fails off Linux.
 func Open(pid int) (*Container, error) { return nil, errNotLinux }
 
+// Now fails off Linux.
+func Now() (uint64, error) { return 0, errNotLinux }
+
 // KillWriters fails off Linux.
-func (c *Container) KillWriters() (int, error) { return 0, errNotLinux }
+func (c *Container) KillWriters(startedBy uint64) (int, error) { return 0, errNotLinux }
 
 // KillAll fails off Linux.
 func (c *Container) KillAll(timeout time.Duration) error { return errNotLinux }

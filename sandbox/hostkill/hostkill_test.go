@@ -46,8 +46,9 @@ func TestWritersKeepsInitWatchdogAndExecSessions(t *testing.T) {
 	add(21, 20, 21, true)
 	add(22, 21, 22, false)
 	add(30, 1, 30, false) // an unrelated host process
+	add(23, 20, 41, true) // the user's next command, begun after the cutoff
 	var got []int
-	for _, p := range writers(10, procs) {
+	for _, p := range writers(10, procs, 40) {
 		got = append(got, p.pid)
 	}
 	slices.Sort(got)
@@ -58,12 +59,16 @@ func TestWritersKeepsInitWatchdogAndExecSessions(t *testing.T) {
 
 func TestKillWritersSignalsOnlyThatTree(t *testing.T) {
 	// The test stands for the engine: a shell plays the container's init,
-	// its first child the watchdog and its second a writer. Only the
-	// writer may die.
+	// its first child the watchdog, its second a writer and its third a
+	// command begun after the kill was decided. Only the writer may die.
 	if _, err := os.Stat("/proc/self/ns/pid"); err != nil {
 		t.Skip("no /proc here: hostkill is for Linux hosts")
 	}
-	cmd := exec.Command("sh", "-c", "sleep 300 & sleep 300 & wait")
+	cmd := exec.Command("sh", "-c", "sleep 300 & sleep 300 & read -r _; sleep 300 & wait")
+	later, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,24 +96,66 @@ func TestKillWritersSignalsOnlyThatTree(t *testing.T) {
 	if _, err := Open(cmd.Process.Pid); err == nil {
 		t.Fatal("Open accepted a process in the server's own PID namespace")
 	}
+	by, err := Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two ticks on, so that the third child's start time is past by.
+	time.Sleep(3 * time.Second / userHZ)
+	if _, err := later.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for len(kids()) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the third child did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// The test shares the host's namespace, which holds every process:
 	// narrow the container to init's tree.
 	c, err := open(cmd.Process.Pid, "none")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := c.KillWriters()
+	n, err := c.KillWriters(by)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 {
 		t.Fatalf("signalled %d processes, want the one writer", n)
 	}
-	for time.Now().Before(deadline) && len(kids()) > 1 {
+	for time.Now().Before(deadline) && len(kids()) > 2 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if k := kids(); len(k) != 1 {
-		t.Fatalf("children left: %v, want the first (the watchdog's slot)", k)
+	if k := kids(); len(k) != 2 {
+		t.Fatalf("children left: %v, want the first (the watchdog's slot) and the third (begun after the cutoff)", k)
+	}
+}
+
+func TestNowIsInTheUnitOfStartTimes(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here: hostkill is for Linux hosts")
+	}
+	before, err := Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	p, err := readProc(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc rounds down to a tick, as Now does.
+	if p.start < before || p.start > after {
+		t.Fatalf("a process started between Now readings %d and %d has start time %d", before, after, p.start)
 	}
 }
 
