@@ -67,7 +67,7 @@ func (m *Manager) Dial(ctx context.Context, name string, port int) (net.Conn, er
 	case err == nil:
 		conn, err = c.Dial(ctx, port)
 	case errors.As(err, &unusable):
-		conn, err = m.dialExec(sb, port)
+		conn, err = m.dialExec(ctx, sb, port)
 	default:
 		return nil, err
 	}

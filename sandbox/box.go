@@ -53,6 +53,9 @@ type Sandbox struct {
 
 	// agent is the channel into the sandbox (agent.go), started on use.
 	agent agentConn
+	// execConns bounds the connections served through execs where the
+	// agent cannot run (execdial.go).
+	execConns execSlots
 
 	// envGens are the env store generations whose secrets are known here
 	// (the latest few: a pool's shells may report more than one).

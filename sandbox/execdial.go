@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os/exec"
@@ -64,8 +66,53 @@ func Via(c net.Conn) string {
 	return ""
 }
 
+// maxExecConns bounds the connections one sandbox serves through execs
+// at once. Each holds an engine exec, a process or two on the host: a
+// client that opens connections in a loop must not start hundreds. A dial
+// past the bound waits for a connection to close, as long as its context
+// allows.
+const maxExecConns = 32
+
+// execSlots is a sandbox's count of open connections through execs.
+type execSlots struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+// take waits for a free slot; the caller gives it back with put.
+func (s *execSlots) take(ctx context.Context) error {
+	s.once.Do(func() { s.c = make(chan struct{}, maxExecConns) })
+	select {
+	case s.c <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.c <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("all %d connections through an exec are open (the agent cannot run in this sandbox): %w", maxExecConns, context.Cause(ctx))
+	}
+}
+
+func (s *execSlots) put() { <-s.c }
+
 // dialExec connects to port in sb through one exec of relayScript.
-func (m *Manager) dialExec(sb *Sandbox, port int) (net.Conn, error) {
+func (m *Manager) dialExec(ctx context.Context, sb *Sandbox, port int) (net.Conn, error) {
+	if err := sb.execConns.take(ctx); err != nil {
+		return nil, err
+	}
+	c, err := m.startRelay(sb, port, sb.execConns.put)
+	if err != nil {
+		sb.execConns.put()
+		return nil, err
+	}
+	return c, nil
+}
+
+// startRelay starts relayScript for port in sb; ended runs once the exec
+// has ended.
+func (m *Manager) startRelay(sb *Sandbox, port int, ended func()) (*execConn, error) {
 	cmd := m.rt.ExecCommand(sb.life, sb.own.target(), ExecSpec{
 		Argv: []string{"sh", "-c", relayScript, "sh", strconv.Itoa(port)}, Interactive: true})
 	stdin, err := cmd.StdinPipe()
@@ -81,7 +128,11 @@ func (m *Manager) dialExec(sb *Sandbox, port int) (net.Conn, error) {
 		return nil, err
 	}
 	c := &execConn{cmd: cmd, stdin: stdin, stdout: stdout, exited: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(c.exited) }()
+	go func() {
+		_ = cmd.Wait()
+		ended()
+		close(c.exited)
+	}()
 	return c, nil
 }
 
