@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -62,25 +64,7 @@ type imageEntry struct {
 
 // listImages returns every tagged podman image under its Apple reference.
 func (a *app) listImages() ([]imageEntry, error) {
-	// podman fails the whole listing when an image is removed while it
-	// reads them; Apple's list does not, so read it again.
-	r := a.eng.run("images", "-q", "--no-trunc")
-	for try := 0; !r.ok() && r.contains("image not known") && try < 5; try++ {
-		time.Sleep(50 * time.Millisecond)
-		r = a.eng.run("images", "-q", "--no-trunc")
-	}
-	if !r.ok() {
-		return nil, failPlain(r.message())
-	}
-	seen := map[string]bool{}
-	var ids []string
-	for _, id := range strings.Fields(string(r.stdout)) {
-		if !seen[id] {
-			seen[id] = true
-			ids = append(ids, id)
-		}
-	}
-	imgs, err := a.eng.inspectImages(ids...)
+	imgs, err := a.readAllImages()
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +85,46 @@ func (a *app) listImages() ([]imageEntry, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ref < out[j].ref })
 	return out, nil
+}
+
+// readAllImages inspects every image podman has. podman fails a listing,
+// or an inspect of several images, as a whole when one of them is removed
+// while it reads them, and may then print none of the others; Apple's
+// list does not fail so, and never leaves out an image that stays. Both
+// are read again until they agree.
+func (a *app) readAllImages() ([]podImage, error) {
+	var r result
+	for try := 0; try < 20; try++ {
+		if try > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if r = a.eng.run("images", "-q", "--no-trunc"); !r.ok() {
+			if r.contains("image not known") {
+				continue
+			}
+			break
+		}
+		var ids []string
+		for _, id := range strings.Fields(string(r.stdout)) {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		if len(ids) == 0 {
+			return nil, nil
+		}
+		if r = a.eng.run(append([]string{"image", "inspect"}, ids...)...); r.ok() {
+			var out []podImage
+			if err := json.Unmarshal(r.stdout, &out); err != nil {
+				return nil, err
+			}
+			return out, nil
+		}
+		if !r.contains("image not known") && !r.contains("no such") {
+			break
+		}
+	}
+	return nil, failPlain(r.message())
 }
 
 // findImage resolves an Apple reference to a podman image.

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestImageListSurvivesARemovalWhileReading: podman fails an inspect of
+// several images as a whole, printing none of them, when one is removed
+// while it reads them. The stand-in's list must read again, not report
+// that no image exists (the server then says the default image is
+// missing).
+func TestImageListSurvivesARemovalWhileReading(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "podman")
+	// Image bbb is being removed: the first inspect of both fails, after
+	// which the listing no longer has it.
+	script := `#!/bin/sh
+d=$(dirname "$0")
+case "$1 $2" in
+"images -q") echo aaa; [ -e "$d/gone" ] || echo bbb;;
+"image inspect") shift 2
+  if [ "$*" = aaa ]; then echo '[{"Id":"aaa","RepoTags":["localhost/mcp-dev:latest"]}]'; exit 0; fi
+  touch "$d/gone"
+  echo 'Error: retrieving label for image "bbb": you may need to remove the image to resolve the error: image not known' >&2
+  exit 125;;
+*) exit 1;;
+esac
+`
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	a := &app{v: MustVersion("1.5.0"), eng: &engine{bin: fake}, stdout: &out, stderr: &errb}
+	imgs, err := a.listImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs) != 1 || imgs[0].img.ID != "aaa" {
+		t.Fatalf("images %+v, want mcp-dev (aaa) alone", imgs)
+	}
+}
