@@ -63,6 +63,18 @@ func TestCloneRefusesATargetBootedMeanwhile(t *testing.T) {
 			if o.stdout != "dst-own\n" {
 				t.Fatalf("the failed clone changed dst's workspace: %q", o.stdout)
 			}
+			// Nor does it leave the image it saved the source to.
+			if il, ok := rt.(sandbox.ImageLister); ok {
+				imgs, err := il.ListImages(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, im := range imgs {
+					if strings.Contains(im.Ref, strings.ToLower(prefix)+"-clone:") {
+						t.Errorf("the failed clone left image %s", im.Ref)
+					}
+				}
+			}
 		})
 	}
 }

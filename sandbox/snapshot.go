@@ -683,6 +683,14 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		return BootInfo{}, err
 	}
 	defer os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+	// The image's tag goes however the clone ends: once booted, the
+	// container holds its root filesystem (an engine that keeps the image
+	// for the container keeps it untagged); before, nothing needs it.
+	defer func() {
+		if err := saver.RemoveImage(context.WithoutCancel(ctx), ref); err != nil && !errors.Is(err, ErrNotFound) {
+			m.log.Info("clone image kept", "image", ref, "err", err)
+		}
+	}()
 	if prof == nil {
 		prof = &srcProf
 	}
@@ -690,7 +698,6 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	p.Image = ref
 	release, err := m.lockName(ctx, target, "clone")
 	if err != nil {
-		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
 		return BootInfo{}, err
 	}
 	defer release()
@@ -698,23 +705,16 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	// while the source was saved, and a clone must not pour the source's
 	// workspace into it. bootNew refuses one another server creates now.
 	if err := m.cloneTargetFree(ctx, target); err != nil {
-		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
 		return BootInfo{}, err
 	}
 	m.setOverride(target, &bootOverride{prof: p, labels: map[string]string{LabelBaseImage: base}})
 	defer m.setOverride(target, nil)
 	sb, info, err := m.bootLocked(ctx, target, bootNew)
 	if err != nil {
-		_ = saver.RemoveImage(context.WithoutCancel(ctx), ref)
 		return info, err
 	}
 	if err := m.loadWorkspace(ctx, sb, state.Snapshot{WorkspaceFile: file, WorkspaceBytes: fileSize(filepath.Join(m.cfg.SnapshotDir, file))}, false); err != nil {
-		return info, err
-	}
-	// The container holds its root filesystem now: the tag can go (an
-	// engine that keeps the image for the container keeps it untagged).
-	if err := saver.RemoveImage(ctx, ref); err != nil && !errors.Is(err, ErrNotFound) {
-		m.log.Info("clone image kept", "image", ref, "err", err)
+		return info, fmt.Errorf("clone %q: sandbox %q runs, but its workspace did not load: %w", source, target, err)
 	}
 	return info, nil
 }

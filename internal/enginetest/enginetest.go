@@ -89,7 +89,8 @@ func Prefix(t testing.TB, rt sandbox.Runtime) string {
 }
 
 // Sweep removes every container and workspace volume labelled with prefix,
-// and the network of its sandboxes.
+// the network of its sandboxes and the images its snapshots and clones
+// saved.
 func Sweep(rt sandbox.Runtime, prefix string) {
 	// Generous: a container full of processes takes a while to remove on
 	// a loaded machine, and one left behind loads every later test.
@@ -99,6 +100,18 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 	for _, c := range cs {
 		_ = rt.Remove(ctx, c.Name)
 		_ = rt.VolumeRemove(ctx, sandbox.ContainerName(prefix+"-ws", c.Labels[sandbox.LabelName]))
+	}
+	il, listable := rt.(sandbox.ImageLister)
+	saver, removable := rt.(sandbox.ImageSaver)
+	if listable && removable {
+		imgs, _ := il.ListImages(ctx)
+		for _, im := range imgs {
+			// <prefix>-snapshot:<name>, <prefix>-clone:<target>-<time>,
+			// under whatever registry the engine names local images by.
+			if strings.HasPrefix(im.Ref[strings.LastIndex(im.Ref, "/")+1:], prefix+"-") {
+				_ = saver.RemoveImage(ctx, im.Ref)
+			}
+		}
 	}
 	if nw, ok := rt.(sandbox.Networker); ok {
 		_, _ = nw.RemoveNetwork(ctx, sandbox.NetworkNameFor(prefix), false)
