@@ -126,7 +126,8 @@ type Set struct {
 
 	mu      sync.Mutex
 	fw      map[key]*forward
-	leasing map[key]bool
+	leasing map[key]bool // take-overs in flight
+	leased  *sync.Cond   // on mu: a take-over ended
 	// blocked holds forwards whose take-over could not listen, told once
 	// at Warn, then at Debug until one succeeds.
 	blocked map[key]bool
@@ -146,11 +147,28 @@ func New(opt Options) *Set {
 	}
 	life, end := context.WithCancel(context.Background())
 	s := &Set{opt: opt, life: life, end: end, fw: map[key]*forward{}, leasing: map[key]bool{}, blocked: map[key]bool{}}
+	s.leased = sync.NewCond(&s.mu)
 	if opt.Store != nil {
 		s.wg.Add(1)
 		go s.watch()
 	}
 	return s
+}
+
+// awaitTakeOvers waits, with mu held, until no take-over of a forward
+// that match selects is in flight: one decides whether the forward is
+// served here, and while it tries, its lock says a server holds it.
+func (s *Set) awaitTakeOvers(match func(key) bool) {
+	for {
+		busy := false
+		for k := range s.leasing {
+			busy = busy || match(k)
+		}
+		if !busy {
+			return
+		}
+		s.leased.Wait()
+	}
 }
 
 func checkPort(what string, p int, zeroOK bool) error {
@@ -174,6 +192,7 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 	k := key{sandbox, port}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.awaitTakeOvers(func(l key) bool { return l == k })
 	same := func(have int, bind string) (Info, error) {
 		if hostPort == 0 || hostPort == have {
 			return s.infoOf(k, have, bind), nil
@@ -181,10 +200,13 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 		return Info{}, fmt.Errorf("port %d of sandbox %q is already forwarded from host port %d: unexpose it first", port, sandbox, have)
 	}
 	if f, ok := s.fw[k]; ok {
+		if hostPort == 0 || hostPort == f.hostPort {
+			return s.info(f), nil
+		}
 		return same(f.hostPort, s.opt.Bind)
 	}
 	if rec, ok := s.record(k); ok {
-		if rec.BindAddr() == s.opt.Bind && !s.leasing[k] {
+		if rec.BindAddr() == s.opt.Bind {
 			// Recorded, but served by no server now (its server ended):
 			// serve it here at once, or say why it cannot be, rather
 			// than hand out a URL whose port another process may hold.
@@ -403,6 +425,7 @@ func (s *Set) stop(f *forward) {
 func (s *Set) List(sandbox string) []Info {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.awaitTakeOvers(func(k key) bool { return sandbox == "" || k.sandbox == sandbox })
 	out := []Info{}
 	seen := map[key]bool{}
 	for _, f := range s.fw {
@@ -519,6 +542,7 @@ func (s *Set) sync() {
 			defer func() {
 				s.mu.Lock()
 				delete(s.leasing, k)
+				s.leased.Broadcast()
 				s.mu.Unlock()
 			}()
 			lock, err := s.tryLock(k)
