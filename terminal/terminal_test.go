@@ -308,7 +308,9 @@ func TestSendDeadlineIsPerWrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits past a send's deadline")
 	}
-	s := start(t, `stty raw -echo; read -r x; sleep 6; printf '\033[6n'; dd bs=1 count=6 2>/dev/null | od -c | head -1; echo; echo done-reading`)
+	// The line is read before the terminal turns raw: typed into a raw
+	// terminal, the Enter would stay a carriage return and never end it.
+	s := start(t, `read -r x; stty raw -echo; sleep 6; printf '\033[6n'; dd bs=1 count=6 2>/dev/null | od -c | head -1; echo; echo done-reading`)
 	if err := s.Send("go\r", nil); err != nil {
 		t.Fatal(err)
 	}
