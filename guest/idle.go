@@ -69,9 +69,18 @@ while :; do read -r _ <"$fifo"; done`
 // field 22 of /proc/PID/stat reads), processes that started later are
 // spared: the script runs a while after the watcher chose to stop the
 // writers, and the user's next command (an `rm`) may have begun meanwhile.
+// STARTED_BY is read on the server's kernel: unless the script's own start
+// comes after it by less than the watcher's 30 s bound on a kill (the
+// engine runs on another kernel, a VM's or a remote one, whose clock
+// tells nothing of the server's), it is ignored and every writer stops.
+// A writer's children forked between STARTED_BY and its death are spared;
+// the watcher's next pass stops them if they keep writing.
 const KillWritersScript = `self=$$ by=${1:-}
 case $by in *[!0-9]*) by=;; esac
 stat_of() { s=$(cat /proc/$1/stat 2>/dev/null) || return 1; s=${s##*) }; set -- $s; pp=$2 st=${20}; }
+if [ -n "$by" ]; then
+  stat_of "$self" && [ "$by" -le "$st" ] && [ $((st - by)) -le 3000 ] || by=
+fi
 dog=
 for d in /proc/[0-9]*; do p=${d#/proc/}
   stat_of "$p" || continue

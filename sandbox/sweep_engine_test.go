@@ -184,4 +184,23 @@ func TestKillWritersSparesLaterCommandsOnEngine(t *testing.T) {
 	if o := run(t, m, "kw", shell.Request{Command: "echo alive"}); o.stdout != "alive\n" {
 		t.Fatalf("the sandbox's shell after the kill: %q exit %d", o.stdout, o.res.ExitCode)
 	}
+
+	// A cutoff that cannot be this kernel's (a minute before the script
+	// runs: the engine's clock is another machine's) is ignored, and every
+	// writer stops rather than none.
+	start("sleep 983")
+	out, err = rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript, "sh", strconv.FormatUint(by-6000, 10)}})
+	if err != nil || out.ExitCode != 0 {
+		t.Fatalf("kill writers: exit %d, %v: %s", out.ExitCode, err, out.Stderr)
+	}
+	for deadline := time.Now().Add(hangGuard); ; {
+		ps := procs(t, rt, ctr)
+		if count(ps, "sleep 982") == 0 && count(ps, "sleep 983") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writers live after a kill with a foreign cutoff:\n%s", strings.Join(ps, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

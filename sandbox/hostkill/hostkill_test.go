@@ -47,12 +47,13 @@ func TestWritersKeepsInitWatchdogAndExecSessions(t *testing.T) {
 	add(22, 21, 22, false)
 	add(30, 1, 30, false) // an unrelated host process
 	add(23, 20, 41, true) // the user's next command, begun after the cutoff
+	add(24, 20, 40, true) // a writer begun in the cutoff's own tick
 	var got []int
 	for _, p := range writers(10, procs, 40) {
 		got = append(got, p.pid)
 	}
 	slices.Sort(got)
-	if want := []int{13, 21, 22}; !slices.Equal(got, want) {
+	if want := []int{13, 21, 22, 24}; !slices.Equal(got, want) {
 		t.Fatalf("writers = %v, want %v", got, want)
 	}
 }
