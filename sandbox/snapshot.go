@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -677,7 +678,7 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 			return BootInfo{}, err
 		}
 	}
-	ref := strings.ToLower(m.cfg.Prefix) + "-clone:" + strings.ToLower(target) + "-" + time.Now().UTC().Format("20060102t150405")
+	ref := m.cloneRef(target)
 	srcProf, file, base, err := m.saveForClone(ctx, saver, source, target, ref, live)
 	if err != nil {
 		return BootInfo{}, err
@@ -686,11 +687,7 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	// The image's tag goes however the clone ends: once booted, the
 	// container holds its root filesystem (an engine that keeps the image
 	// for the container keeps it untagged); before, nothing needs it.
-	defer func() {
-		if err := saver.RemoveImage(context.WithoutCancel(ctx), ref); err != nil && !errors.Is(err, ErrNotFound) {
-			m.log.Info("clone image kept", "image", ref, "err", err)
-		}
-	}()
+	defer m.dropCloneImage(ctx, saver, ref)
 	if prof == nil {
 		prof = &srcProf
 	}
@@ -717,6 +714,26 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		return info, fmt.Errorf("clone %q: sandbox %q runs, but its workspace did not load: %w", source, target, err)
 	}
 	return info, nil
+}
+
+// cloneRef names the image a clone into target saves its source to: the
+// time for people, and random bytes so that two clones into one name in
+// the same second never share it.
+func (m *Manager) cloneRef(target string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToLower(m.cfg.Prefix) + "-clone:" + strings.ToLower(target) + "-" +
+		time.Now().UTC().Format("20060102t150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// dropCloneImage removes a clone's image tag, bounded in time even when
+// ctx has ended: an engine that does not answer must not hold the clone.
+func (m *Manager) dropCloneImage(ctx context.Context, saver ImageSaver, ref string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := saver.RemoveImage(rctx, ref); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Info("clone image kept", "image", ref, "err", err)
+	}
 }
 
 // cloneTargetFree fails unless no sandbox of the name target runs here
@@ -768,6 +785,7 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: target, LabelBaseImage: base}
 	if err := m.saveImage(ctx, saver, sb, ref, labels, env, live); err != nil {
 		os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+		m.dropCloneImage(ctx, saver, ref) // a save that timed out may have landed
 		return Profile{}, "", "", fmt.Errorf("clone %q: %w", source, err)
 	}
 	return sb.Profile, file, base, nil

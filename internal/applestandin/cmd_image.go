@@ -91,10 +91,12 @@ func (a *app) listImages() ([]imageEntry, error) {
 // or an inspect of several images, as a whole when one of them is removed
 // while it reads them, and may then print none of the others; Apple's
 // list does not fail so, and never leaves out an image that stays. Both
-// are read again until they agree.
+// are read again until they agree; an image that never inspects (a
+// damaged one) is then left out, as Apple leaves out what it cannot read.
 func (a *app) readAllImages() ([]podImage, error) {
 	var r result
-	for try := 0; try < 20; try++ {
+	var ids []string
+	for try := 0; try < 10; try++ {
 		if try > 0 {
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -102,9 +104,9 @@ func (a *app) readAllImages() ([]podImage, error) {
 			if r.contains("image not known") {
 				continue
 			}
-			break
+			return nil, failPlain(r.message())
 		}
-		var ids []string
+		ids = ids[:0]
 		for _, id := range strings.Fields(string(r.stdout)) {
 			if !slices.Contains(ids, id) {
 				ids = append(ids, id)
@@ -114,17 +116,34 @@ func (a *app) readAllImages() ([]podImage, error) {
 			return nil, nil
 		}
 		if r = a.eng.run(append([]string{"image", "inspect"}, ids...)...); r.ok() {
-			var out []podImage
-			if err := json.Unmarshal(r.stdout, &out); err != nil {
-				return nil, err
-			}
-			return out, nil
+			return parseImages(r.stdout)
 		}
-		if !r.contains("image not known") && !r.contains("no such") {
-			break
+		if !r.contains("image not known") && !r.contains("no such image") {
+			return nil, failPlain(r.message())
 		}
 	}
-	return nil, failPlain(r.message())
+	if len(ids) == 0 {
+		return nil, failPlain(r.message())
+	}
+	var out []podImage
+	for _, id := range ids {
+		if r := a.eng.run("image", "inspect", id); r.ok() {
+			imgs, err := parseImages(r.stdout)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, imgs...)
+		}
+	}
+	return out, nil
+}
+
+func parseImages(b []byte) ([]podImage, error) {
+	var out []podImage
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("podman image inspect: %w", err)
+	}
+	return out, nil
 }
 
 // findImage resolves an Apple reference to a podman image.

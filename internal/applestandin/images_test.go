@@ -42,3 +42,33 @@ esac
 		t.Fatalf("images %+v, want mcp-dev (aaa) alone", imgs)
 	}
 }
+
+// TestImageListLeavesOutAnImageThatNeverInspects: an image podman lists
+// but cannot inspect (a damaged one) is left out of the list after the
+// retries, rather than failing every list.
+func TestImageListLeavesOutAnImageThatNeverInspects(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "podman")
+	script := `#!/bin/sh
+case "$1 $2" in
+"images -q") echo aaa; echo bbb;;
+"image inspect") shift 2
+  if [ "$*" = aaa ]; then echo '[{"Id":"aaa","RepoTags":["localhost/mcp-dev:latest"]}]'; exit 0; fi
+  echo 'Error: retrieving label for image "bbb": you may need to remove the image to resolve the error: image not known' >&2
+  exit 125;;
+*) exit 1;;
+esac
+`
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	a := &app{v: MustVersion("1.5.0"), eng: &engine{bin: fake}, stdout: &out, stderr: &errb}
+	imgs, err := a.listImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs) != 1 || imgs[0].img.ID != "aaa" {
+		t.Fatalf("images %+v, want mcp-dev (aaa) alone", imgs)
+	}
+}

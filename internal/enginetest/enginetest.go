@@ -78,7 +78,7 @@ func image() string {
 }
 
 // Prefix returns a container-name prefix unique to this test run, and
-// removes every container and volume under it when the test ends.
+// removes what was made under it when the test ends (see Sweep).
 func Prefix(t testing.TB, rt sandbox.Runtime) string {
 	t.Helper()
 	var b [4]byte
@@ -108,7 +108,7 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 		for _, im := range imgs {
 			// <prefix>-snapshot:<name>, <prefix>-clone:<target>-<time>,
 			// under whatever registry the engine names local images by.
-			if strings.HasPrefix(im.Ref[strings.LastIndex(im.Ref, "/")+1:], prefix+"-") {
+			if strings.HasPrefix(im.Ref[strings.LastIndex(im.Ref, "/")+1:], strings.ToLower(prefix)+"-") {
 				_ = saver.RemoveImage(ctx, im.Ref)
 			}
 		}
