@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,11 +137,21 @@ func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, ex
 
 // prefixWriter sends the server's stderr to the test log only on failure
 // (t.Log is shown for failed tests), so passing runs stay quiet.
-type prefixWriter struct{ t *testing.T }
+type prefixWriter struct {
+	t *testing.T
+	// told is set once the engine's processes were logged for a server
+	// log line that says an engine call timed out: logged then, they show
+	// the call that hangs.
+	told atomic.Bool
+}
 
 func (w *prefixWriter) Write(p []byte) (int, error) {
 	defer func() { _ = recover() }() // the test may have ended
-	w.t.Logf("server: %s", strings.TrimRight(string(p), "\n"))
+	line := strings.TrimRight(string(p), "\n")
+	w.t.Logf("server: %s", line)
+	if enginetest.Hung(line) && !w.told.Swap(true) {
+		enginetest.LogIfHung(w.t, line)
+	}
 	return len(p), nil
 }
 
@@ -165,6 +176,7 @@ func (s *server) callWith(t *testing.T, name string, args map[string]any, progre
 	}
 	res, err := s.cs.CallTool(ctx, p)
 	if err != nil {
+		enginetest.LogIfExpired(t, ctx)
 		t.Fatalf("%s(%v): protocol error: %v", name, args, err)
 	}
 	var r result

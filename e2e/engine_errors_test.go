@@ -45,6 +45,7 @@ func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]
 	defer cancel()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
+		enginetest.LogIfExpired(t, ctx)
 		t.Fatalf("%s: protocol error %v", name, err)
 	}
 	var b strings.Builder

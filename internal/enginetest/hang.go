@@ -1,6 +1,7 @@
 package enginetest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,8 +27,21 @@ const hangText = "the engine did not answer in time"
 // lock held by a stuck process, an iptables lock) from one in the product.
 func LogIfHung(t testing.TB, msg string) {
 	t.Helper()
-	if strings.Contains(msg, hangText) {
+	if Hung(msg) {
 		t.Logf("an engine call timed out; engine processes now:\n%s", EngineProcesses())
+	}
+}
+
+// Hung reports whether msg is the product's report of an engine call
+// that timed out.
+func Hung(msg string) bool { return strings.Contains(msg, hangText) }
+
+// LogIfExpired logs the engine's processes when ctx, a test's bound on a
+// call, has expired: the call may wait on an engine that hangs.
+func LogIfExpired(t testing.TB, ctx context.Context) {
+	t.Helper()
+	if ctx.Err() != nil {
+		t.Logf("the call outlived the test's bound; engine processes now:\n%s", EngineProcesses())
 	}
 }
 
