@@ -25,8 +25,10 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 )
 
-// hangGuard bounds a wait whose only failure is a hang; it is no speed check.
-const hangGuard = 30 * time.Second
+// hangGuard bounds a wait whose only failure is a hang; it is no speed
+// check. Generous: on a loaded machine one boot through the Apple
+// stand-in has taken 36 s.
+const hangGuard = 2 * time.Minute
 
 var binary string
 
