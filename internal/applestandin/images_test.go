@@ -7,14 +7,35 @@ import (
 	"testing"
 )
 
+// fakeApp is the stand-in driving a fake podman, the shell script given.
+func fakeApp(t *testing.T, script string) *app {
+	t.Helper()
+	fake := filepath.Join(t.TempDir(), "podman")
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	return &app{v: MustVersion("1.5.0"), eng: &engine{bin: fake}, stdout: &out, stderr: &errb}
+}
+
+// listsMcpDevAlone fails unless a's image list is mcp-dev (aaa) alone.
+func listsMcpDevAlone(t *testing.T, a *app) {
+	t.Helper()
+	imgs, err := a.listImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs) != 1 || imgs[0].img.ID != "aaa" {
+		t.Fatalf("images %+v, want mcp-dev (aaa) alone", imgs)
+	}
+}
+
 // TestImageListSurvivesARemovalWhileReading: podman fails an inspect of
 // several images as a whole, printing none of them, when one is removed
 // while it reads them. The stand-in's list must read again, not report
 // that no image exists (the server then says the default image is
 // missing).
 func TestImageListSurvivesARemovalWhileReading(t *testing.T) {
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "podman")
 	// Image bbb is being removed: the first inspect of both fails, after
 	// which the listing no longer has it.
 	script := `#!/bin/sh
@@ -29,26 +50,13 @@ case "$1 $2" in
 *) exit 1;;
 esac
 `
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	a := &app{v: MustVersion("1.5.0"), eng: &engine{bin: fake}, stdout: &out, stderr: &errb}
-	imgs, err := a.listImages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(imgs) != 1 || imgs[0].img.ID != "aaa" {
-		t.Fatalf("images %+v, want mcp-dev (aaa) alone", imgs)
-	}
+	listsMcpDevAlone(t, fakeApp(t, script))
 }
 
 // TestImageListLeavesOutAnImageThatNeverInspects: an image podman lists
 // but cannot inspect (a damaged one) is left out of the list after the
 // retries, rather than failing every list.
 func TestImageListLeavesOutAnImageThatNeverInspects(t *testing.T) {
-	dir := t.TempDir()
-	fake := filepath.Join(dir, "podman")
 	script := `#!/bin/sh
 case "$1 $2" in
 "images -q") echo aaa; echo bbb;;
@@ -59,16 +67,5 @@ case "$1 $2" in
 *) exit 1;;
 esac
 `
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var out, errb bytes.Buffer
-	a := &app{v: MustVersion("1.5.0"), eng: &engine{bin: fake}, stdout: &out, stderr: &errb}
-	imgs, err := a.listImages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(imgs) != 1 || imgs[0].img.ID != "aaa" {
-		t.Fatalf("images %+v, want mcp-dev (aaa) alone", imgs)
-	}
+	listsMcpDevAlone(t, fakeApp(t, script))
 }
