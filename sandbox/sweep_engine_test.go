@@ -59,6 +59,33 @@ func count(list []string, args string) int {
 	return n
 }
 
+// engineBox boots sandbox name on the first engine under test and returns
+// the engine, the manager and the sandbox's container.
+func engineBox(t *testing.T, name string) (sandbox.Runtime, *sandbox.Manager, string) {
+	t.Helper()
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	m := newManager(t, tg, prefix)
+	run(t, m, name, shell.Request{Command: "true"})
+	return rt, m, sandbox.ContainerName(prefix, name)
+}
+
+// waitProcs polls ctr's processes until done holds of them, and fails
+// with what when it never does.
+func waitProcs(t *testing.T, rt sandbox.Runtime, ctr, what string, done func(ps []string) bool) []string {
+	t.Helper()
+	for deadline := time.Now().Add(hangGuard); ; time.Sleep(50 * time.Millisecond) {
+		ps := procs(t, rt, ctr)
+		if done(ps) {
+			return ps
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s:\n%s", what, strings.Join(ps, "\n"))
+		}
+	}
+}
+
 // TestSweepOnEngine runs guest.SweepScript in a real sandbox: it ends
 // what a killed server's shell was running, every process of it (one
 // that left the shell's tree with setsid, and hundreds of children),
@@ -66,12 +93,7 @@ func count(list []string, args string) int {
 // behind, not a job it started (and its waiter), not what a running
 // server's shell runs.
 func TestSweepOnEngine(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
-	rt := tg.New()
-	prefix := enginetest.Prefix(t, rt)
-	m := newManager(t, tg, prefix)
-	run(t, m, "sweep", shell.Request{Command: "true"})
-	ctr := sandbox.ContainerName(prefix, "sweep")
+	rt, _, ctr := engineBox(t, "sweep")
 	const gone, alive = "0123456789abcdef", "fedcba9876543210"
 	runID := func(c string) string { return strings.Repeat(c, 32) }
 
@@ -94,18 +116,10 @@ func TestSweepOnEngine(t *testing.T) {
 	// A running server's shell.
 	serverShell(t, rt, ctr, alive, "export SANDBOX_MCP_RUN="+runID("c")+"; sleep 975")
 
-	deadline := time.Now().Add(hangGuard)
-	for {
-		ps := procs(t, rt, ctr)
-		if count(ps, "sleep 971") == 1 && count(ps, "sleep 972") == 200 && count(ps, "sleep 973") == 1 &&
-			count(ps, "sleep 974") == 1 && count(ps, "sleep 975") == 1 && count(ps, "sleep 976") == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the processes never all ran:\n%s", strings.Join(ps, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitProcs(t, rt, ctr, "the processes never all ran", func(ps []string) bool {
+		return count(ps, "sleep 971") == 1 && count(ps, "sleep 972") == 200 && count(ps, "sleep 973") == 1 &&
+			count(ps, "sleep 974") == 1 && count(ps, "sleep 975") == 1 && count(ps, "sleep 976") == 1
+	})
 
 	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.SweepScript, "sh", gone}})
 	if err != nil || out.ExitCode != 0 {
@@ -144,12 +158,7 @@ func TestSweepOnEngine(t *testing.T) {
 // user's `rm`, which may start while the engine is still starting the
 // script) lives, and so does the sandbox's shell.
 func TestKillWritersSparesLaterCommandsOnEngine(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
-	rt := tg.New()
-	prefix := enginetest.Prefix(t, rt)
-	m := newManager(t, tg, prefix)
-	run(t, m, "kw", shell.Request{Command: "true"})
-	ctr := sandbox.ContainerName(prefix, "kw")
+	rt, m, ctr := engineBox(t, "kw")
 	start := func(args string) {
 		t.Helper()
 		if _, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", "(" + args + " >/dev/null 2>&1 &)"}}); err != nil {
@@ -162,24 +171,18 @@ func TestKillWritersSparesLaterCommandsOnEngine(t *testing.T) {
 		t.Skipf("no clock to cut at: %v", err)
 	}
 	time.Sleep(30 * time.Millisecond) // three ticks
-	start("sleep 982")
-	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript, "sh", strconv.FormatUint(by, 10)}})
-	if err != nil || out.ExitCode != 0 {
-		t.Fatalf("kill writers: exit %d, %v: %s", out.ExitCode, err, out.Stderr)
+	killWriters := func(by uint64) {
+		t.Helper()
+		out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript, "sh", strconv.FormatUint(by, 10)}})
+		if err != nil || out.ExitCode != 0 {
+			t.Fatalf("kill writers: exit %d, %v: %s", out.ExitCode, err, out.Stderr)
+		}
 	}
-	deadline := time.Now().Add(hangGuard)
-	for {
-		ps := procs(t, rt, ctr)
-		if count(ps, "sleep 981") == 0 {
-			if count(ps, "sleep 982") != 1 {
-				t.Fatalf("the command begun after the cutoff was killed:\n%s", strings.Join(ps, "\n"))
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the writer begun before the cutoff lives:\n%s", strings.Join(ps, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
+	start("sleep 982")
+	killWriters(by)
+	ps := waitProcs(t, rt, ctr, "the writer begun before the cutoff lives", func(ps []string) bool { return count(ps, "sleep 981") == 0 })
+	if count(ps, "sleep 982") != 1 {
+		t.Fatalf("the command begun after the cutoff was killed:\n%s", strings.Join(ps, "\n"))
 	}
 	if o := run(t, m, "kw", shell.Request{Command: "echo alive"}); o.stdout != "alive\n" {
 		t.Fatalf("the sandbox's shell after the kill: %q exit %d", o.stdout, o.res.ExitCode)
@@ -189,18 +192,8 @@ func TestKillWritersSparesLaterCommandsOnEngine(t *testing.T) {
 	// runs: the engine's clock is another machine's) is ignored, and every
 	// writer stops rather than none.
 	start("sleep 983")
-	out, err = rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript, "sh", strconv.FormatUint(by-6000, 10)}})
-	if err != nil || out.ExitCode != 0 {
-		t.Fatalf("kill writers: exit %d, %v: %s", out.ExitCode, err, out.Stderr)
-	}
-	for deadline := time.Now().Add(hangGuard); ; {
-		ps := procs(t, rt, ctr)
-		if count(ps, "sleep 982") == 0 && count(ps, "sleep 983") == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("writers live after a kill with a foreign cutoff:\n%s", strings.Join(ps, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	killWriters(by - 6000)
+	waitProcs(t, rt, ctr, "writers live after a kill with a foreign cutoff", func(ps []string) bool {
+		return count(ps, "sleep 982") == 0 && count(ps, "sleep 983") == 0
+	})
 }
