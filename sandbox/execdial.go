@@ -85,6 +85,11 @@ func (s *execSlots) take(ctx context.Context) error {
 	select {
 	case s.c <- struct{}{}:
 		return nil
+	default:
+	}
+	select {
+	case s.c <- struct{}{}:
+		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("all %d connections through an exec are open (the agent cannot run in this sandbox): %w", maxExecConns, context.Cause(ctx))
 	}
