@@ -82,6 +82,8 @@ type execSlots struct {
 // take waits for a free slot; the caller gives it back with put.
 func (s *execSlots) take(ctx context.Context) error {
 	s.once.Do(func() { s.c = make(chan struct{}, maxExecConns) })
+	// A free slot is taken even when ctx has ended: a select with both
+	// ready would pick either at random.
 	select {
 	case s.c <- struct{}{}:
 		return nil
