@@ -1,6 +1,8 @@
 package enginetest
 
 import (
+	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -9,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A process named like an engine shows up in the report with its argv.
@@ -44,5 +47,23 @@ func TestEngineProcessesListsAnEngineProcess(t *testing.T) {
 	want := "pid " + strconv.Itoa(cmd.Process.Pid) + " "
 	if !strings.Contains(report, want) || !strings.Contains(report, fake+" 3600") {
 		t.Fatalf("pid %d (%s 3600) missing from:\n%s", cmd.Process.Pid, fake, report)
+	}
+}
+
+// Poll returns as soon as the condition holds, and with the condition's
+// last error once its guard has passed.
+func TestPollEndsOnTheConditionOrTheGuard(t *testing.T) {
+	n := 0
+	if err := Poll(context.Background(), time.Minute, func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	}); err != nil || n != 3 {
+		t.Fatalf("Poll = %v after %d looks, want nil after 3", err, n)
+	}
+	err := Poll(context.Background(), 200*time.Millisecond, func() error { return errors.New("the file is missing") })
+	if err == nil || !strings.Contains(err.Error(), "the file is missing") {
+		t.Fatalf("Poll past its guard = %v, want the condition's last error", err)
 	}
 }
