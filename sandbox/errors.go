@@ -16,6 +16,9 @@ var (
 	ErrNotRunning = errors.New("not running")
 	// ErrAlreadyExists means a container with that name already exists.
 	ErrAlreadyExists = errors.New("already exists")
+	// ErrInUse means a volume cannot go because a container still holds
+	// it (one being removed, for a while).
+	ErrInUse = errors.New("in use")
 	// ErrEngineNotStarted means the CLI is installed but its service
 	// (dockerd, the podman socket, `container system`) is not running.
 	ErrEngineNotStarted = errors.New("container engine not started")

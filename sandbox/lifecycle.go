@@ -552,8 +552,14 @@ func (m *Manager) wipe(ctx context.Context, name string, wipe, look bool) error 
 	}
 	vol := m.volumeFor(name)
 	if !look {
-		if err := m.rt.VolumeRemove(ctx, vol); err == nil {
+		err := m.rt.VolumeRemove(ctx, vol)
+		if err == nil {
 			return nil
+		}
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			// An engine that does not answer: looking for containers
+			// would only wait on it again.
+			return fmt.Errorf("remove workspace of %q: %w", name, err)
 		}
 	}
 	olds, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name})
@@ -571,21 +577,15 @@ func (m *Manager) wipe(ctx context.Context, name string, wipe, look bool) error 
 	return nil
 }
 
-// removeVolume removes a volume, retrying briefly while a container that is
-// being deleted still holds it.
+// volumeInUseWait bounds how long a removal waits for the containers that
+// hold a workspace to go: a container full of processes takes a while to
+// remove on a loaded machine.
+const volumeInUseWait = time.Minute
+
+// removeVolume removes a workspace volume once the containers that hold it
+// are gone (see RemoveVolume).
 func (m *Manager) removeVolume(ctx context.Context, vol string) error {
-	var err error
-	for range 15 {
-		if err = m.rt.VolumeRemove(ctx, vol); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	return err
+	return RemoveVolume(ctx, m.rt, vol, volumeInUseWait)
 }
 
 // Reset replaces a sandbox's container with a fresh one from its image. The

@@ -117,7 +117,13 @@ func (m *Manager) pruneVolume(ctx context.Context, name, vol string, dryRun bool
 		return false, err
 	}
 	if !dryRun {
-		if err := m.rt.VolumeRemove(ctx, vol); err != nil {
+		err := m.rt.VolumeRemove(ctx, vol)
+		if errors.Is(err, ErrInUse) {
+			// A container under another name holds it (one a reset
+			// left, being removed): not an orphan, or not yet.
+			return false, nil
+		}
+		if err != nil {
 			return false, fmt.Errorf("remove volume %s: %w", vol, err)
 		}
 	}

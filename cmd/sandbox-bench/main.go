@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 )
 
 func main() {
@@ -265,9 +267,12 @@ func sweep(engine, prefix string) {
 	for _, id := range strings.Fields(string(out)) {
 		_ = exec.Command(engine, "rm", "-f", id).Run()
 	}
+	// Once the containers are gone, and without --force (which on podman
+	// would take the volume's lock, then its containers': see
+	// docker.VolumeRemoveArgs).
 	out, _ = exec.Command(engine, "volume", "ls", "-q", "--filter", "label=io.sandbox-mcp.owner="+prefix).Output()
 	for _, v := range strings.Fields(string(out)) {
-		_ = exec.Command(engine, "volume", "rm", "-f", v).Run()
+		_ = exec.Command(engine, docker.VolumeRemoveArgs(docker.Flavor(engine), v)...).Run()
 	}
 	_ = exec.Command(engine, "network", "rm", prefix+"-net").Run()
 	out, _ = exec.Command(engine, "network", "ls", "--format", "{{.Name}}", "--filter", "label=io.sandbox-mcp.owner="+prefix).Output()

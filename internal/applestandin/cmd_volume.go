@@ -235,8 +235,8 @@ func cmdVolumeDelete(a *app, p *parsed) error {
 				return a.errVolumeNotFound(n)
 			}
 			if r.contains("being used") || r.contains("in use") {
-				// reconstructed
-				return a.fail("invalidState", "volume "+n+" is in use")
+				// VolumeError.volumeInUse's text (ContainerResource/Volume/VolumeConfiguration.swift).
+				return a.fail("invalidState", "volume '"+n+"' is currently in use and cannot be accessed by another container, or deleted")
 			}
 			return a.failCause("internalError", "failed to delete volume "+n, r.message())
 		}

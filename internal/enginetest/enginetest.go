@@ -97,9 +97,15 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cs, _ := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix})
+	vols := map[string]bool{}
 	for _, c := range cs {
 		_ = rt.Remove(ctx, c.Name)
-		_ = rt.VolumeRemove(ctx, sandbox.ContainerName(prefix+"-ws", c.Labels[sandbox.LabelName]))
+		vols[sandbox.ContainerName(prefix+"-ws", c.Labels[sandbox.LabelName])] = true
+	}
+	// Only once the containers are gone, and without force, as the
+	// product does (sandbox.RemoveVolume).
+	for vol := range vols {
+		_ = sandbox.RemoveVolume(ctx, rt, vol, time.Minute)
 	}
 	il, listable := rt.(sandbox.ImageLister)
 	saver, removable := rt.(sandbox.ImageSaver)

@@ -167,6 +167,7 @@ func TestClassify(t *testing.T) {
 		{1, "Error: image not found: nosuch:latest", sandbox.ErrNotFound, ""},
 		{1, "Error: volume not found: nope", sandbox.ErrNotFound, ""},
 		{1, "Error: volume 'definitely-missing-volume-2157' not found", sandbox.ErrNotFound, ""},
+		{1, `Error: invalidState: "volume 'smt-ws-default' is currently in use and cannot be accessed by another container, or deleted"`, sandbox.ErrInUse, ""},
 		// before 0.10
 		{1, `Error: notFound: "get failed: container nosuch not found"`, sandbox.ErrNotFound, ""},
 		{1, `Error: invalidState: "container web is not running"`, sandbox.ErrNotRunning, ""},

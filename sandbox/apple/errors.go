@@ -46,6 +46,9 @@ func Classify(code int, stderr string) (error, string) {
 		return nil, "a volume can be attached read-write to only one running container; stop the other container using it"
 	case has("already exists"):
 		return sandbox.ErrAlreadyExists, ""
+	case has("is currently in use"):
+		// VolumeError.volumeInUse (ContainerResource/Volume/VolumeConfiguration.swift).
+		return sandbox.ErrInUse, ""
 	case has("is not running"):
 		return sandbox.ErrNotRunning, ""
 	case has("not found", "no such container", "failed to delete one or more containers"):

@@ -412,7 +412,8 @@ func (d *Dialect) VolumeNames(ctx context.Context) ([]string, error) {
 }
 
 // VolumeRemove implements sandbox.Runtime. A sized volume's loop device
-// and image file go with it.
+// and image file go with it. A volume a container still holds is not
+// removed: the error is sandbox.ErrInUse.
 func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 	v, err := d.volumeInspect(ctx, name)
 	if errors.Is(err, sandbox.ErrNotFound) {
@@ -421,7 +422,7 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.cli.Output(ctx, nil, "volume", "rm", "--force", "--", name)
+	_, err = d.cli.Output(ctx, nil, VolumeRemoveArgs(d.flavor, name)...)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		err = nil
 	}
@@ -429,6 +430,21 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 		d.removeImage(v)
 	}
 	return err
+}
+
+// VolumeRemoveArgs builds the argv (without the program) that removes
+// volume name. podman's --force would also remove the containers that use
+// the volume, taking the volume's lock and then each container's: the
+// reverse of the order in which the cleanup of a container that just
+// exited takes them, and podman 4.3 (Debian 12's) can then deadlock, every
+// later call waiting behind the two. Without it podman refuses a volume in
+// use, which the caller retries once that container is gone. docker's
+// --force removes nothing more; it drops a volume whose driver fails.
+func VolumeRemoveArgs(f Flavor, name string) []string {
+	if f == Podman {
+		return []string{"volume", "rm", "--", name}
+	}
+	return []string{"volume", "rm", "--force", "--", name}
 }
 
 // ImageExists implements sandbox.Runtime.
@@ -466,6 +482,10 @@ func Classify(f Flavor, _ int, stderr string) (error, string) {
 		return sandbox.ErrEngineNotStarted, "start the Docker daemon (`sudo systemctl start docker`) or set DOCKER_HOST"
 	case has("already in use", "already exists"):
 		return sandbox.ErrAlreadyExists, ""
+	case has("volume is being used", "volume is in use"):
+		// podman: "volume X is being used by the following container(s):
+		// ID: volume is being used"; docker: "remove X: volume is in use - [ID]".
+		return sandbox.ErrInUse, ""
 	case has("is not running", "state improper", "container is stopped", "is paused"):
 		return sandbox.ErrNotRunning, ""
 	case has("no such container", "no such object", "no container with name or id", "no such volume",

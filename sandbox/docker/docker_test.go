@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -49,6 +50,9 @@ func TestClassify(t *testing.T) {
 		{Docker, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?", sandbox.ErrEngineNotStarted},
 		{Podman, "Error: localhost/nope: image not known", sandbox.ErrNotFound},
 		{Docker, "Error: No such image: nope", sandbox.ErrNotFound},
+		// podman 4.3.1's and docker's words for a volume a container holds.
+		{Podman, "Error: volume smt-ws-default is being used by the following container(s): 3776e9e1c159: volume is being used", sandbox.ErrInUse},
+		{Docker, "Error response from daemon: remove smt-ws-default: volume is in use - [3776e9e1c159]", sandbox.ErrInUse},
 		{Podman, "Error: something else entirely", nil},
 	}
 	for _, c := range cases {
@@ -101,5 +105,16 @@ func TestHasLabels(t *testing.T) {
 		if got := hasLabels(have, c.want); got != c.ok {
 			t.Errorf("hasLabels(%v) = %v, want %v", c.want, got, c.ok)
 		}
+	}
+}
+
+// podman removes a volume without --force, so that it never takes the
+// containers' locks from the volume's side; docker keeps its --force.
+func TestVolumeRemoveArgs(t *testing.T) {
+	if got, want := strings.Join(VolumeRemoveArgs(Podman, "v"), " "), "volume rm -- v"; got != want {
+		t.Errorf("podman: %q, want %q", got, want)
+	}
+	if got, want := strings.Join(VolumeRemoveArgs(Docker, "v"), " "), "volume rm --force -- v"; got != want {
+		t.Errorf("docker: %q, want %q", got, want)
 	}
 }
