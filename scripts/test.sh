@@ -68,6 +68,7 @@ phase_done() {
 # --- cleanup: private dockerd and temp dir, also on failure and interrupt -------
 tmp=""
 docker_dir=""
+go_out=""
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   local status=$?
@@ -85,6 +86,7 @@ cleanup() {
   if [[ -n "$tmp" ]]; then
     rm -rf --one-file-system "$tmp" || log "could not remove $tmp"
   fi
+  [[ -z "$go_out" ]] || rm -f "$go_out"
   phase_done
   local i
   log "timings:"
@@ -197,11 +199,39 @@ test_cmd+=("${go_args[@]}")
 phase "go vet"
 "$GO" vet "${pkgs[@]}"
 
+# engine_report: what the engines were doing, for a run that failed: every
+# engine process with its age, state and the kernel function it waits in (a
+# podman stuck on a lock shows as a futex wait), then the containers left.
+engine_report() {
+  log "engine processes (pid ppid age-s state wchan args):"
+  ps -eo pid=,ppid=,etimes=,stat=,wchan:24=,args= 2>/dev/null |
+    awk '$6 ~ /(^|\/)(podman|conmon|runc|crun|catatonit|dockerd|containerd|containerd-shim[^ ]*|netavark|aardvark-dns|slirp4netns|fuse-overlayfs|container)$/' | cut -c1-400 >&2 || true
+  if needs_podman; then
+    log "podman ps --all (bounded to 30 s):"
+    timeout 30 podman ps --all --format '{{.Names}} {{.Status}}' >&2 || log "podman ps did not answer"
+  fi
+}
+
+# package_times: each package's go test time, slowest first, from go test's
+# "ok"/"FAIL" lines.
+package_times() {
+  log "go test time per package (slowest first):"
+  awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /^[0-9.]+s$/ { t = $3; sub(/s$/, "", t); printf "test.sh:   %8.1f s  %-4s %s\n", t, $1, $2 }' "$1" |
+    sort -k2,2nr >&2 || true
+}
+
 phase "go test"
 log "${test_cmd[*]}"
+go_out="$(mktemp /tmp/sandbox-mcp-gotest.XXXXXX)"
 set +e
-"${test_cmd[@]}"
-status=$?
+"${test_cmd[@]}" 2>&1 | tee "$go_out"
+status=${PIPESTATUS[0]}
 set -e
 phase_done
+package_times "$go_out"
+if [[ "$status" -ne 0 ]]; then
+  log "go test failed (status $status); the failed tests:"
+  grep -E '^(\s*--- FAIL|FAIL|panic:)' "$go_out" >&2 || true
+  engine_report
+fi
 exit "$status"
