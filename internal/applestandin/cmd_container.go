@@ -168,10 +168,12 @@ func (a *app) noTargets() error {
 	return a.fail("invalidArgument", "no containers specified and --all not supplied")
 }
 
-// cmdStop stops containers (signal, then kill after --time seconds).
+// cmdStop stops containers (signal, then kill after --time seconds) and,
+// as Apple's does, returns once each is stopped.
 func cmdStop(a *app, p *parsed) error {
 	timeout := p.val("time", "5")
-	if _, err := strconv.Atoi(timeout); err != nil {
+	secs, err := strconv.Atoi(timeout)
+	if err != nil {
 		return usageError(stopSpec, "The value '%s' is invalid for '-t <time>'", timeout)
 	}
 	if len(p.pos) == 0 && !p.has("all") {
@@ -195,9 +197,51 @@ func cmdStop(a *app, p *parsed) error {
 		if r := a.eng.run("stop", "-t", timeout, id); !r.ok() && !r.contains("no such container") {
 			return withCause(coded("internalError", "failed to stop container"), coded("internalError", r.message()))
 		}
+		if err := a.eng.waitStopped(id, time.Duration(max(secs, 0))*time.Second+stopSettle); err != nil {
+			return withCause(coded("internalError", "failed to stop container"), coded("internalError", err.Error()))
+		}
 		return ""
 	})
 	return a.finishBatch(ids, errs, missing, "stop", a.v.AtLeast("0.11.0"))
+}
+
+// stopSettle is how long, beyond a stop's --time, the stop waits for
+// podman to report the container stopped. podman's stop can return while
+// the container is still "stopping" (another stop of it under way, its
+// cleanup not done), and Apple's returns only once it is stopped: a caller
+// that inspects right after must not see it running. Generous, as a wait
+// that ends when its condition holds can afford: on a loaded machine one
+// podman call has taken tens of seconds.
+var stopSettle = 2 * time.Minute
+
+// waitStopped polls podman until container id is neither running nor
+// stopping, or is gone, for at most bound; past it, it says what podman
+// last reported.
+func (e *engine) waitStopped(id string, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	pause := 20 * time.Millisecond
+	for {
+		c, err := e.inspectOne(id)
+		var last string
+		switch {
+		case err != nil:
+			last = "its inspect failed: " + strings.TrimPrefix(err.Error(), "Error: ")
+		case c == nil:
+			return nil
+		default:
+			switch state := strings.ToLower(c.State.Status); state {
+			case "running", "stopping":
+				last = "it is still " + state
+			default:
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("container %s did not stop within %v: %s", id, bound, last)
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 // cmdKill sends a signal (default KILL) to running containers.
