@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +130,7 @@ func TestChildrenLifetimes(t *testing.T) {
 		"--child-policy", `short:{"child_ttl":"15s"}`}
 	ctr := func(name string) string { return sandbox.ContainerName(prefix, name) }
 	present := func(name string) (exists, running bool) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 		defer cancel()
 		c, err := rt.Inspect(ctx, ctr(name))
 		if errors.Is(err, sandbox.ErrNotFound) {
@@ -198,8 +199,8 @@ func TestChildrenLifetimes(t *testing.T) {
 			if !strings.HasPrefix(text, "isError") && !strings.Contains(text, "destroyed") && !strings.Contains(text, "lost") {
 				t.Errorf("%s ended well after its sandbox was destroyed: %s", what, text)
 			}
-		case <-time.After(hangGuard):
-			t.Fatalf("%s outlived the destroy of its root", what)
+		case <-time.After(enginetest.HangGuard):
+			t.Fatalf("%s outlived the destroy of its root\nengine processes now:\n%s", what, enginetest.EngineProcesses())
 		}
 	}
 	for _, n := range []string{"default-g", "default-g-x"} {
@@ -216,31 +217,30 @@ func TestChildrenLifetimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitExit(t)
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+	// The child's 15 s TTL runs from its spawn, before this wait begins.
+	enginetest.WaitFor(t, "the child to stop at its TTL with no server running", func() error {
 		ok, running := present("short-t")
 		if !ok {
 			t.Fatal("the expired child's container went without a server")
 		}
-		if !running {
-			break
+		if running {
+			return errors.New("short-t still runs")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a child outlived its TTL with no server running")
-		}
-	}
+		return nil
+	})
 	b := startProc(t, tg, prefix, stateDir, args...)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		if ok, _ := present("short-t"); !ok {
-			break
+	enginetest.WaitFor(t, "the next server to destroy the expired child", func() error {
+		if ok, _ := present("short-t"); ok {
+			return errors.New("short-t's container is still there")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the next server did not destroy the expired child")
-		}
-	}
+		return nil
+	})
 
 	// A server killed while it boots a child.
 	spawned := callAsync(b.cs, "spawn", map[string]any{"name": "default-m", "memory": "64M"})
-	for deadline := time.Now().Add(hangGuard); ; time.Sleep(20 * time.Millisecond) {
+	// Polled without WaitFor's growing pauses: the kill must come while the
+	// spawn still boots the container it made.
+	for deadline := time.Now().Add(enginetest.HangGuard); ; time.Sleep(20 * time.Millisecond) {
 		if ok, _ := present("default-m"); ok {
 			break
 		}
@@ -250,7 +250,7 @@ func TestChildrenLifetimes(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the child's container never appeared")
+			t.Fatalf("the child's container never appeared\nengine processes now:\n%s", enginetest.EngineProcesses())
 		}
 	}
 	if err := b.cmd.Process.Kill(); err != nil {
@@ -260,17 +260,15 @@ func TestChildrenLifetimes(t *testing.T) {
 	c := startProc(t, tg, prefix, stateDir, args...)
 	// Whatever the kill interrupted, the next server ends with a child
 	// that has both its record and its container, or with neither.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+	enginetest.WaitFor(t, "a child with both its record and its container, or neither, after a kill mid-spawn", func() error {
 		text, _ := callText(t, c.cs, "children", map[string]any{"parent": "default"})
 		listed := strings.Contains(text, "default-m")
 		ok, running := present("default-m")
 		if listed == ok && (!ok || running) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a kill mid-spawn: listed %v, container %v (running %v): %s", listed, ok, running, text)
-		}
-	}
+		return fmt.Errorf("listed %v, container %v (running %v): %s", listed, ok, running, text)
+	})
 }
 
 // TestChildrenOnApple: on Apple's container (its stand-in here) the

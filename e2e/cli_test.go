@@ -180,11 +180,12 @@ func TestPeopleCLI(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 5 {
 			t.Fatalf("shell: %v", err)
 		}
-	case <-time.After(2 * time.Minute):
+	case <-time.After(enginetest.HangGuard):
+		procs := enginetest.EngineProcesses()
 		_ = cmd.Process.Kill()
 		ptmx.Close()
 		<-read
-		t.Fatalf("the shell did not end: %q", screen.String())
+		t.Fatalf("the shell did not end: %q\nengine processes then:\n%s", screen.String(), procs)
 	}
 	ptmx.Close()
 	<-read

@@ -29,7 +29,8 @@ func connectKillable(t *testing.T, env []string, args ...string) (*mcp.ClientSes
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = &prefixWriter{t: t}
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// The connect includes the server's start: a hang guard, not seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer cancel()
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
 	if err != nil {
@@ -39,9 +40,10 @@ func connectKillable(t *testing.T, env []string, args ...string) (*mcp.ClientSes
 	return cs, cmd
 }
 
+// callText calls a tool and returns its text and whether it is an error.
 func callText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), callGuard)
 	defer cancel()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
@@ -116,13 +118,17 @@ func TestMCPGoClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// The initialize includes the server's start: a hang guard, not seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer cancel()
 	init := mcpgo.InitializeRequest{}
 	init.Params.ClientInfo = mcpgo.Implementation{Name: "mcp-go-e2e", Version: "0"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
 	}
+	// The exec boots the sandbox: a guard of its own, from here.
+	ctx, cancel = context.WithTimeout(context.Background(), callGuard)
+	defer cancel()
 	req := mcpgo.CallToolRequest{}
 	req.Params.Name = "exec"
 	req.Params.Arguments = map[string]any{"command": "echo from-mcp-go"}

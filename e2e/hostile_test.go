@@ -43,6 +43,8 @@ func TestCommandsCannotLie(t *testing.T) {
 				if strings.Contains(r.str("stdout"), "ran-after") || !strings.Contains(r.text, "nothing after that point ran") && !strings.Contains(r.text, "what it did meanwhile ran") {
 					t.Fatalf("%+v", r)
 				}
+				// Past the sleep's end, when the rest would have run:
+				// what is checked is that nothing happens.
 				time.Sleep(3 * time.Second)
 				r = s.call(t, "exec", map[string]any{"command": "ls /workspace/after 2>&1 || echo absent"})
 				if !strings.Contains(r.str("stdout"), "absent") {
@@ -58,32 +60,39 @@ func TestCommandsCannotLie(t *testing.T) {
 						"command": cancelled}})
 					done <- err
 				}()
+				// A second into the command's 3 s sleep: the scenario is a
+				// cancel mid-sequence (one that came earlier would prove
+				// less, not fail).
 				time.Sleep(time.Second)
 				start := time.Now()
 				cancel() // the client sends notifications/cancelled
 				<-done
+				// Past the sleep's end, when the rest would have run:
+				// what is checked is that nothing happens.
 				time.Sleep(3 * time.Second)
 				r := s.call(t, "exec", map[string]any{"command": "ls /workspace/after-cancel 2>&1 || echo absent"})
 				if !strings.Contains(r.str("stdout"), "absent") {
 					// The cancelled call's result is not delivered, so how
 					// long stopping it took is known only from its history
 					// entry, written once the stop is done.
-					for deadline := time.Now().Add(hangGuard); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-						h := s.call(t, "history", map[string]any{"limit": 5})
+					var h result
+					var entry map[string]any
+					enginetest.WaitFor(t, "the history entry of a cancelled command whose rest ran", func() error {
+						h = s.call(t, "history", map[string]any{"limit": 5})
 						entries, _ := h.data["entries"].([]any)
 						for _, e := range entries {
-							e, _ := e.(map[string]any)
-							if e["command"] != cancelled {
-								continue
+							if e, _ := e.(map[string]any); e["command"] == cancelled {
+								entry = e
+								return nil
 							}
-							// stop_took_ms is present only for a stop the server called slow.
-							if ms, ok := e["stop_took_ms"].(float64); ok && strings.Contains(h.text, "slow to answer") {
-								t.Skipf("the host was too slow to stop the command (%v ms after the cancel), which its record says", ms)
-							}
-							t.Fatalf("the rest of a cancelled command ran (%s after the cancel): %+v\nhistory: %s", time.Since(start), r, h.text)
 						}
+						return fmt.Errorf("not recorded; the command's rest ran: %+v\nhistory: %s", r, h.text)
+					})
+					// stop_took_ms is present only for a stop the server called slow.
+					if ms, ok := entry["stop_took_ms"].(float64); ok && strings.Contains(h.text, "slow to answer") {
+						t.Skipf("the host was too slow to stop the command (%v ms after the cancel), which its record says", ms)
 					}
-					t.Fatalf("the rest of a cancelled command ran, and it was never recorded: %+v", r)
+					t.Fatalf("the rest of a cancelled command ran (%s after the cancel): %+v\nhistory: %s", time.Since(start), r, h.text)
 				}
 			})
 			t.Run("late output stays out of the next result", func(t *testing.T) {
@@ -91,7 +100,7 @@ func TestCommandsCannotLie(t *testing.T) {
 				if r.data["background_left"] != true || !strings.Contains(r.text, "discarded") {
 					t.Fatalf("%+v", r)
 				}
-				time.Sleep(2 * time.Second)
+				time.Sleep(2 * time.Second) // the late output is written meanwhile
 				r = s.call(t, "exec", map[string]any{"command": "echo next"})
 				if r.str("stdout") != "next\n" || r.str("stderr") != "" {
 					t.Fatalf("%+v", r)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,17 +17,18 @@ import (
 // waitJob polls logs until the job is no longer running.
 func waitJob(t *testing.T, s *server, sb, job string) result {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := s.call(t, "logs", map[string]any{"sandbox": sb, "name": job})
+	var r result
+	enginetest.WaitFor(t, "job "+job+" to end", func() error {
+		r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": job})
 		if r.isError {
 			t.Fatalf("logs %s: %s", job, r.text)
 		}
-		if r.str("state") != "running" || time.Now().After(deadline) {
-			return r
+		if r.str("state") == "running" {
+			return fmt.Errorf("logs: %.300s", r.text)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 func TestJobs(t *testing.T) {
@@ -46,18 +48,18 @@ func TestJobs(t *testing.T) {
 			}
 			var seen strings.Builder
 			offset := 0.0
-			for i := 0; i < 100; i++ {
+			enginetest.WaitFor(t, "job count to end", func() error {
 				r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "count", "since": offset})
 				if r.isError {
 					t.Fatal(r.text)
 				}
 				seen.WriteString(r.str("output"))
 				offset = r.num("next_offset")
-				if r.str("state") != "running" {
-					break
+				if r.str("state") == "running" {
+					return fmt.Errorf("polled output %q so far", seen.String())
 				}
-				time.Sleep(150 * time.Millisecond)
-			}
+				return nil
+			})
 			r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "count", "since": offset})
 			seen.WriteString(r.str("output"))
 			if seen.String() != "line1\nline2\nline3\nline4\nline5\noops\n" || r.str("state") != "exited" || r.num("exit_code") != 7 ||
@@ -145,11 +147,16 @@ func TestJobs(t *testing.T) {
 				t.Fatal(r.text)
 			}
 			for _, tool := range []string{"jobs", "history"} {
-				r := s.call(t, tool, map[string]any{"sandbox": sb})
-				for i := 0; i < 20 && !strings.Contains(r.text, "echo ***"); i++ { // history is written in batches
-					time.Sleep(100 * time.Millisecond)
+				var r result
+				// History is written in batches: wait for the entry (or
+				// the token, which fails at once below).
+				enginetest.WaitFor(t, tool+" to show the job's command", func() error {
 					r = s.call(t, tool, map[string]any{"sandbox": sb})
-				}
+					if !strings.Contains(r.text, "echo ***") && !strings.Contains(r.text, token) {
+						return fmt.Errorf("%s: %s", tool, r.text)
+					}
+					return nil
+				})
 				if strings.Contains(r.text, token) || !strings.Contains(r.text, "echo ***") {
 					t.Errorf("%s shows the token: %s", tool, r.text)
 				}
@@ -177,12 +184,14 @@ func TestJobsSurviveSIGKILL(t *testing.T) {
 	if text, isErr := callText(t, first, "bg", map[string]any{"name": "tick", "command": "while :; do echo tick; sleep 0.2; done"}); isErr {
 		t.Fatal(text)
 	}
-	go func() { // an exec in flight when the server dies
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	go func() { // an exec in flight when the server dies (which ends this call)
+		ctx, cancel := context.WithTimeout(context.Background(), callGuard)
 		defer cancel()
-		_, _ = first.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "sleep 3; echo late"}})
+		_, _ = first.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "sleep 60; echo late"}})
 	}()
-	time.Sleep(500 * time.Millisecond)
+	// In flight: its command runs in the sandbox. It sleeps long enough to
+	// be seen there however slowly the engine answers.
+	waitProcess(t, tg.New(), sandbox.ContainerName(prefix, "default"), "sleep 60")
 	// The transport reaps the process; the kill takes effect at once.
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -206,20 +215,18 @@ func TestJobsSurviveSIGKILL(t *testing.T) {
 // waitProcs polls logs until the job has n processes alive.
 func waitProcs(t *testing.T, s *server, sb, job string, n float64) result {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := s.call(t, "logs", map[string]any{"sandbox": sb, "name": job})
+	var r result
+	enginetest.WaitFor(t, fmt.Sprintf("job %s to have %v processes", job, n), func() error {
+		r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": job})
 		if r.isError {
 			t.Fatalf("logs %s: %s", job, r.text)
 		}
-		if r.num("processes") == n {
-			return r
+		if r.num("processes") != n {
+			return fmt.Errorf("%v processes: %s", r.num("processes"), r.text)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: %v processes, want %v: %s", job, r.num("processes"), n, r.text)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return r
 }
 
 // TestJobsTellTheTruth: kill ends a child that ignores TERM and one in its
@@ -275,7 +282,7 @@ func TestJobsTellTheTruth(t *testing.T) {
 				if r.isError || !strings.Contains(r.text, "sleeper: lost: the sandbox's container is stopped") || strings.Contains(r.text, "running") {
 					t.Fatalf("jobs: %s", r.text)
 				}
-				time.Sleep(1100 * time.Millisecond)
+				time.Sleep(1100 * time.Millisecond) // past a second, which an age would show
 			}
 			r = s.call(t, "logs", map[string]any{"sandbox": sb, "name": "sleeper"})
 			if r.isError || r.str("state") != "lost" || !strings.Contains(r.text, "lost: the sandbox's container is stopped") {

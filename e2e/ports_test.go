@@ -40,6 +40,31 @@ while True:
     threading.Thread(target=serve, args=(c,)).start()
 `
 
+// dialGreeting waits until a connection to addr gets portsServer's
+// greeting, and returns it, read up to the greeting. One try's reads are
+// bounded so that a try that hangs gives way to the next; the returned
+// connection's, by the hang guard.
+func dialGreeting(t *testing.T, what, addr string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	enginetest.WaitFor(t, what, func() error {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return err
+		}
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		greet := make([]byte, 10)
+		if _, err := io.ReadFull(conn, greet); err != nil || string(greet) != "220 ready\n" {
+			conn.Close()
+			return fmt.Errorf("greeting %q, %v", greet, err)
+		}
+		conn.SetDeadline(time.Now().Add(enginetest.HangGuard))
+		c = conn
+		return nil
+	})
+	return c
+}
+
 // TestPorts: expose forwards a host port to a web server in the sandbox
 // (many connections, each one stream of the agent); a server that speaks
 // first and one that reads to EOF get binary data through exactly, with
@@ -76,13 +101,12 @@ func TestPorts(t *testing.T) {
 				b, err := io.ReadAll(resp.Body)
 				return string(b), err
 			}
-			deadline := time.Now().Add(hangGuard)
-			for body, err := get(); body != "hello-ports\n"; body, err = get() {
-				if time.Now().After(deadline) {
-					t.Fatalf("GET %s: %q %v", url, body, err)
+			enginetest.WaitFor(t, "the web server through the forward", func() error {
+				if body, err := get(); body != "hello-ports\n" {
+					return fmt.Errorf("GET %s: %q %v", url, body, err)
 				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				return nil
+			})
 			for i := range 30 {
 				if body, err := get(); body != "hello-ports\n" {
 					t.Fatalf("GET %d: %q %v", i, body, err)
@@ -99,21 +123,7 @@ func TestPorts(t *testing.T) {
 			addr := strings.TrimPrefix(r.str("url"), "http://")
 			data := make([]byte, 1<<20)
 			rand.Read(data)
-			var c net.Conn
-			for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
-				var err error
-				if c, err = net.Dial("tcp", addr); err == nil {
-					c.SetDeadline(time.Now().Add(time.Minute))
-					greet := make([]byte, 10)
-					if _, err = io.ReadFull(c, greet); err == nil && string(greet) == "220 ready\n" {
-						break
-					}
-					c.Close()
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the greeting server: %v", err)
-				}
-			}
+			c := dialGreeting(t, "the greeting server", addr)
 			go func() {
 				c.Write(data)
 				c.(*net.TCPConn).CloseWrite()
@@ -221,11 +231,7 @@ func TestPortsUnderStress(t *testing.T) {
 		}
 		return err
 	}
-	for deadline := time.Now().Add(hangGuard); get() != nil; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the server in the sandbox: %v", get())
-		}
-	}
+	enginetest.WaitFor(t, "the server in the sandbox through the forward", get)
 
 	// 200 at once.
 	errs := make(chan error, 200)
@@ -245,7 +251,7 @@ func TestPortsUnderStress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // a while for the stream to pile up, were it buffered
 	if grew := procKB(t, pid, "VmRSS") - before; grew > 32<<10 {
 		t.Errorf("a stalled client grew the server by %d KiB", grew)
 	}
@@ -257,7 +263,7 @@ func TestPortsUnderStress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetDeadline(time.Now().Add(hangGuard))
+	c.SetDeadline(time.Now().Add(enginetest.HangGuard))
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("a connection to a port nothing listens on got data")
 	}
@@ -265,43 +271,38 @@ func TestPortsUnderStress(t *testing.T) {
 	if r := s.call(t, "bg", map[string]any{"command": "exec python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1', 8773)); s.listen(); c,_=s.accept(); c.sendall(b'late\\n'); c.close()\""}); r.isError {
 		t.Fatal(r.text)
 	}
-	for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
+	enginetest.WaitFor(t, "the forward to work once something listens", func() error {
 		c, err := net.Dial("tcp", late)
-		if err == nil {
-			c.SetDeadline(time.Now().Add(time.Minute))
-			b, _ := io.ReadAll(c)
-			c.Close()
-			if string(b) == "late\n" {
-				break
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the forward did not work once something listened")
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Minute))
+		if b, err := io.ReadAll(c); string(b) != "late\n" {
+			return fmt.Errorf("read %q, %v", b, err)
 		}
-	}
+		return nil
+	})
 
 	// The agent killed inside the sandbox: the next connection starts it again.
 	if r := s.call(t, "exec", map[string]any{"command": "pkill -KILL -f 'sandbox-ctl-[0-9]* agent'; echo killed"}); r.isError {
 		t.Fatal(r.text)
 	}
-	for deadline := time.Now().Add(hangGuard); get() != nil; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the agent was killed: %v", get())
-		}
-	}
+	enginetest.WaitFor(t, "the forward after the agent was killed", get)
 
 	// A server dying mid-stream: the client sees the end soon.
 	mid, err := net.Dial("tcp", addr(8771))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mid.SetDeadline(time.Now().Add(hangGuard))
+	mid.SetDeadline(time.Now().Add(enginetest.HangGuard))
 	if _, err := io.ReadFull(mid, make([]byte, 1<<16)); err != nil {
 		t.Fatalf("the stream before the server died: %v", err)
 	}
 	if r := s.call(t, "exec", map[string]any{"command": "pkill -KILL -f stress.py; echo ok"}); r.isError {
 		t.Fatal(r.text)
 	}
+	mid.SetDeadline(time.Now().Add(enginetest.HangGuard)) // the end can come from the kill on
 	if _, err := io.Copy(io.Discard, mid); err != nil {
 		t.Fatalf("after the server died mid-stream: %v (want a plain end)", err)
 	}
@@ -312,21 +313,23 @@ func TestPortsUnderStress(t *testing.T) {
 		t.Fatal(r.text)
 	}
 	var open net.Conn
-	for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
-		if open, err = net.Dial("tcp", addr(8771)); err == nil {
-			open.SetDeadline(time.Now().Add(hangGuard))
-			if _, err = io.ReadFull(open, make([]byte, 10)); err == nil {
-				break
-			}
-			open.Close()
+	enginetest.WaitFor(t, "the restarted server through the forward", func() error {
+		c, err := net.Dial("tcp", addr(8771))
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted server: %v", err)
+		c.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := io.ReadFull(c, make([]byte, 10)); err != nil {
+			c.Close()
+			return err
 		}
-	}
+		open = c
+		return nil
+	})
 	if r := s.call(t, "destroy", map[string]any{}); r.isError {
 		t.Fatal(r.text)
 	}
+	open.SetDeadline(time.Now().Add(enginetest.HangGuard)) // the end can come from the destroy on
 	if _, err := io.Copy(io.Discard, open); err != nil && !strings.Contains(err.Error(), "reset") && !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("an open connection after destroy: %v", err)
 	}
@@ -366,15 +369,15 @@ func TestPortsOutliveTheirServer(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return string(body)
 	}
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(hangGuard); !ok(); time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: last answer %q", what, get())
+	answers := func(want bool) func() error {
+		return func() error {
+			if got := get(); (got == "outlived\n") != want {
+				return fmt.Errorf("last answer %q", got)
 			}
+			return nil
 		}
 	}
-	waitFor("through A", func() bool { return get() == "outlived\n" })
+	enginetest.WaitFor(t, "the forward through A", answers(true))
 	if text, _ := callText(t, b, "list_ports", map[string]any{}); !strings.Contains(text, fmt.Sprintf("server pid %d", aProc.Process.Pid)) {
 		t.Fatalf("B's list_ports while A serves: %s", text)
 	}
@@ -382,7 +385,7 @@ func TestPortsOutliveTheirServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	waitFor("B taking the forward over", func() bool { return get() == "outlived\n" })
+	enginetest.WaitFor(t, "B taking the forward over", answers(true))
 	t.Logf("B served the forward %v after A was killed", time.Since(start).Round(time.Millisecond))
 	if text, _ := callText(t, b, "list_ports", map[string]any{}); !strings.Contains(text, "this server") {
 		t.Fatalf("B's list_ports after the take-over: %s", text)
@@ -390,7 +393,7 @@ func TestPortsOutliveTheirServer(t *testing.T) {
 	if text, isErr := callText(t, b, "unexpose", map[string]any{"port": 8790}); isErr {
 		t.Fatal(text)
 	}
-	waitFor("the forward gone", func() bool { return get() != "outlived\n" })
+	enginetest.WaitFor(t, "the forward gone", answers(false))
 }
 
 // TestPortsWithoutAgent: where the agent cannot run (here a sandbox-ctl
@@ -421,21 +424,7 @@ func TestPortsWithoutAgent(t *testing.T) {
 	for i := range 5 {
 		data := make([]byte, 256<<10)
 		rand.Read(data)
-		var c net.Conn
-		for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
-			var err error
-			if c, err = net.Dial("tcp", addr); err == nil {
-				c.SetDeadline(time.Now().Add(time.Minute))
-				greet := make([]byte, 10)
-				if _, err = io.ReadFull(c, greet); err == nil && string(greet) == "220 ready\n" {
-					break
-				}
-				c.Close()
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("connection %d: %v", i, err)
-			}
-		}
+		c := dialGreeting(t, fmt.Sprintf("connection %d", i), addr)
 		go func() {
 			c.Write(data)
 			c.(*net.TCPConn).CloseWrite()

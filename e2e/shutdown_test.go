@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,13 +60,14 @@ func startProc(t *testing.T, tg enginetest.Target, prefix, stateDir string, extr
 		_ = stdin.Close()
 		select {
 		case <-p.exited:
-		case <-time.After(hangGuard):
+		case <-time.After(enginetest.HangGuard):
 			_ = cmd.Process.Kill()
 			<-p.exited
 		}
 	})
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	// The connect includes the server's start: a hang guard, not seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer cancel()
 	p.cs, err = client.Connect(ctx, &mcp.IOTransport{Reader: stdout, Writer: stdin}, nil)
 	if err != nil {
@@ -79,8 +81,8 @@ func (p *proc) waitExit(t *testing.T) {
 	t.Helper()
 	select {
 	case <-p.exited:
-	case <-time.After(hangGuard):
-		t.Fatal("the server did not exit")
+	case <-time.After(enginetest.HangGuard):
+		t.Fatalf("the server did not exit\nengine processes now:\n%s", enginetest.EngineProcesses())
 	}
 }
 
@@ -128,13 +130,12 @@ func processes(t *testing.T, rt sandbox.Runtime, ctr, args string) int {
 // waitProcess waits until a process with command line args runs in ctr.
 func waitProcess(t *testing.T, rt sandbox.Runtime, ctr, args string) {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for processes(t, rt, ctr, args) <= 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q never ran", args)
+	enginetest.WaitFor(t, fmt.Sprintf("%q to run in %s", args, ctr), func() error {
+		if n := processes(t, rt, ctr, args); n <= 0 {
+			return fmt.Errorf("%d such processes (-1: the container could not be looked into)", n)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func exists(t *testing.T, rt sandbox.Runtime, ctr, path string) bool {
@@ -150,9 +151,11 @@ func exists(t *testing.T, rt sandbox.Runtime, ctr, path string) bool {
 // error contains why, and returns it.
 func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string) sandbox.HistoryEntry {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for {
-		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "history", Arguments: map[string]any{"sandbox": box}})
+	var entry sandbox.HistoryEntry
+	enginetest.WaitFor(t, fmt.Sprintf("a history entry of %s that says %q", box, why), func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), callGuard)
+		defer cancel()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "history", Arguments: map[string]any{"sandbox": box}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,14 +164,13 @@ func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string) sandbox.
 		_ = json.Unmarshal(b, &list)
 		for _, e := range list.Entries {
 			if strings.Contains(e.Error, why) {
-				return e
+				entry = e
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no history entry of %s says %q: %+v", box, why, list.Entries)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return fmt.Errorf("entries: %+v", list.Entries)
+	})
+	return entry
 }
 
 // TestServerExitEndsCommands: when a server's input ends or it gets
@@ -186,6 +188,11 @@ func TestServerExitEndsCommands(t *testing.T) {
 			box := "exit-" + how
 			ctr := sandbox.ContainerName(prefix, box)
 			p := startProc(t, tg, prefix, stateDir)
+			// Booted first, so that the wait for the command counts from
+			// a running sandbox.
+			if text, isErr := callText(t, p.cs, "exec", map[string]any{"command": "true", "sandbox": box}); isErr {
+				t.Fatal(text)
+			}
 			command := "sleep 987; touch /workspace/after"
 			done := callAsync(p.cs, "exec", map[string]any{"command": command, "timeout": 600, "sandbox": box})
 			waitProcess(t, rt, ctr, "sleep 987")
@@ -200,8 +207,8 @@ func TestServerExitEndsCommands(t *testing.T) {
 				if how == "sigterm" && (!strings.HasPrefix(text, "isError") || !strings.Contains(text, "shutting down")) {
 					t.Fatalf("the command's result: %q", text)
 				}
-			case <-time.After(hangGuard):
-				t.Fatal("the command's call hung")
+			case <-time.After(enginetest.HangGuard):
+				t.Fatalf("the command's call hung\nengine processes now:\n%s", enginetest.EngineProcesses())
 			}
 			p.waitExit(t)
 			if p.waitErr != nil {
@@ -254,6 +261,8 @@ func TestKilledServerCommandsEndedByNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitExit(t)
+	// A moment for the command to end with its server, were it tied to
+	// it (then there is nothing to test).
 	time.Sleep(500 * time.Millisecond)
 	if processes(t, rt, ctr, "sleep 978") != 1 {
 		t.Fatal("the command did not outlive its server: nothing to test")

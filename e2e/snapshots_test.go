@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -99,7 +98,8 @@ func TestSnapshots(t *testing.T) {
 			go func() {
 				running <- s.call(t, "exec", map[string]any{"command": "sleep 60; echo survived", "timeout": 120})
 			}()
-			time.Sleep(500 * time.Millisecond)
+			// The restore must come while the command runs.
+			waitProcess(t, tg.New(), sandbox.ContainerName(prefix, "default"), "sleep 60")
 			r = s.call(t, "restore", map[string]any{"snapshot_name": "s1"})
 			if r.isError {
 				t.Fatalf("restore: %s", r.text)

@@ -2,11 +2,11 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -32,7 +32,9 @@ func TestStateFileAbuse(t *testing.T) {
 	}
 
 	// Locked by another process: exec is not held up; bg reports the lock.
-	held, err := bolt.Open(db, 0o600, &bolt.Options{Timeout: time.Second})
+	// The server takes the lock only for a moment at a time; a hang guard
+	// bounds the wait for it.
+	held, err := bolt.Open(db, 0o600, &bolt.Options{Timeout: enginetest.HangGuard})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,30 +105,23 @@ func TestReconcileForgetsLostSandboxes(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].Name != "gone" || !strings.Contains(string(recs[0].Profile), tg.Image) || recs[0].IdleTTL != "30m0s" {
 		t.Fatalf("sandbox record: %+v %v", recs, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer cancel()
 	if err := rt.Remove(ctx, sandbox.ContainerName(prefix, "gone")); err != nil {
 		t.Fatal(err)
 	}
 	second := connectRaw(t, tg.Env, args...)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	enginetest.WaitFor(t, "the jobs of the removed sandbox to be dropped", func() error {
 		text, isErr := callText(t, second, "jobs", map[string]any{"sandbox": "gone"})
-		if !isErr && strings.Contains(text, "no background jobs") {
-			break
+		if isErr || !strings.Contains(text, "no background jobs") {
+			return fmt.Errorf("jobs: %v %q", isErr, text)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jobs of a removed sandbox: %v %q", isErr, text)
+		return nil
+	})
+	enginetest.WaitFor(t, "the record of the removed sandbox to be dropped", func() error {
+		if recs, err := st.Sandboxes(); err != nil || len(recs) != 0 {
+			return fmt.Errorf("records %+v %v", recs, err)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		recs, err := st.Sandboxes()
-		if err == nil && len(recs) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record of a removed sandbox kept: %+v %v", recs, err)
-		}
-	}
+		return nil
+	})
 }

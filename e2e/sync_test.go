@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,39 +14,43 @@ import (
 )
 
 // sandboxReads waits until cmd prints want in the sandbox; a hang is the
-// failure, not a slow sync.
+// failure, not a slow sync. The sandbox must be up already (see boot): a
+// boot inside the wait would eat its guard.
 func sandboxReads(t *testing.T, s *server, cmd, want string) {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for {
-		r := s.call(t, "exec", map[string]any{"command": cmd})
-		if r.str("stdout") == want {
-			return
+	enginetest.WaitFor(t, fmt.Sprintf("%s to print %q", cmd, want), func() error {
+		if r := s.call(t, "exec", map[string]any{"command": cmd}); r.str("stdout") != want {
+			return fmt.Errorf("got %q (%s)", r.str("stdout"), r.text)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: got %q, want %q (%s)", cmd, r.str("stdout"), want, r.text)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+}
+
+// boot runs a command in s's default sandbox, which starts it if it is
+// not running, so that a wait after it counts from a running sandbox.
+func boot(t *testing.T, s *server) {
+	t.Helper()
+	if r := s.call(t, "exec", map[string]any{"command": "true"}); r.isError {
+		t.Fatalf("boot: %s", r.text)
 	}
 }
 
 // syncState waits for job id to reach state in s's sync_list.
 func syncState(t *testing.T, s *server, id, state string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for {
+	var job map[string]any
+	enginetest.WaitFor(t, fmt.Sprintf("sync job %s to be %s", id, state), func() error {
 		r := s.call(t, "sync_list", map[string]any{})
 		jobs, _ := r.data["jobs"].([]any)
 		for _, j := range jobs {
 			if m, _ := j.(map[string]any); m["id"] == id && m["state"] == state {
-				return m
+				job = m
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never reached %s: %s", id, state, r.text)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("sync_list: %s", r.text)
+	})
+	return job
 }
 
 // TestSync: a mirror first, then saves, deletes and renames follow; the
@@ -102,7 +107,7 @@ func TestSync(t *testing.T) {
 			})
 
 			t.Run("container stopped and started", func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 				defer cancel()
 				if err := rt.Stop(ctx, sandbox.ContainerName(prefix, "default"), time.Second); err != nil {
 					t.Fatal(err)
@@ -110,6 +115,7 @@ func TestSync(t *testing.T) {
 				os.WriteFile(filepath.Join(app, "while-stopped"), []byte("w"), 0o644)
 				syncState(t, s, id, "waiting")
 				// Any command starts the sandbox again; the change arrives.
+				boot(t, s)
 				sandboxReads(t, s, "cat /workspace/app/while-stopped", "w")
 				syncState(t, s, id, "running")
 			})
@@ -118,6 +124,7 @@ func TestSync(t *testing.T) {
 				s.cs.Close()
 				os.WriteFile(filepath.Join(app, "while-no-server"), []byte("n"), 0o644)
 				s2 := startServer(t, tg, prefix, "", "--toolsets", "all", "--allow-dir", host, "--state-dir", s.stateDir)
+				boot(t, s2)
 				sandboxReads(t, s2, "cat /workspace/app/while-no-server", "n")
 				os.WriteFile(filepath.Join(app, "after-restart"), []byte("a"), 0o644)
 				sandboxReads(t, s2, "cat /workspace/app/after-restart", "a")
@@ -130,7 +137,7 @@ func TestSync(t *testing.T) {
 					t.Fatal(r.text)
 				}
 				os.WriteFile(filepath.Join(app, "after-stop"), []byte("x"), 0o644)
-				time.Sleep(time.Second)
+				time.Sleep(time.Second) // a running sync would send it meanwhile
 				if r := s2.call(t, "exec", map[string]any{"command": "test -e /workspace/app/after-stop && echo sent"}); r.str("stdout") != "" {
 					t.Fatal("a stopped sync sent a change")
 				}

@@ -1,9 +1,10 @@
 package e2e
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 )
@@ -21,13 +22,13 @@ func TestTerminals(t *testing.T) {
 			read := func(id, want string) result {
 				t.Helper()
 				var r result
-				for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+				enginetest.WaitFor(t, fmt.Sprintf("%q on the screen of %s, or its end", want, id), func() error {
 					r = s.call(t, "terminal_read", map[string]any{"id": id, "wait_ms": 2000})
-					if strings.Contains(r.text, want) || r.data["exited"] == true {
-						return r
+					if !strings.Contains(r.text, want) && r.data["exited"] != true {
+						return errors.New(r.text)
 					}
-				}
-				t.Fatalf("%q never showed: %s", want, r.text)
+					return nil
+				})
 				return r
 			}
 
@@ -75,40 +76,32 @@ raise SystemExit(curses.wrapper(main) - 96)'`
 			}
 			// The engine passes the new size on asynchronously (docker's CLI
 			// calls its API on SIGWINCH): ask until the program sees it.
-			for deadline := time.Now().Add(time.Minute); ; {
+			enginetest.WaitFor(t, "the program to see the new size", func() error {
 				r := s.call(t, "terminal_send", map[string]any{"id": sh, "text": "echo $X-$(pwd)-$(stty size)", "keys": []any{"Enter"}, "wait_ms": 1000})
-				if strings.Contains(r.text, "kept-/tmp-25 90") {
-					break
+				if !strings.Contains(r.text, "kept-/tmp-25 90") {
+					return errors.New(r.text)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the program never saw the new size: %s", r.text)
-				}
-			}
+				return nil
+			})
 
 			// Closing a session ends its processes in the sandbox, those it
 			// put in the background too.
 			r = s.call(t, "terminal_open", map[string]any{"command": "sleep 777 & sleep 778"})
 			bg, _ := r.data["id"].(string)
 			count := `for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 77[78] $'`
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-				if r := s.call(t, "exec", map[string]any{"command": count}); r.str("stdout") == "2\n" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the session's sleeps never ran")
+			sleeps := func(want string) func() error {
+				return func() error {
+					if r := s.call(t, "exec", map[string]any{"command": count}); r.str("stdout") != want {
+						return fmt.Errorf("%q of them run: %s", r.str("stdout"), r.text)
+					}
+					return nil
 				}
 			}
+			enginetest.WaitFor(t, "the session's sleeps to run", sleeps("2\n"))
 			if r := s.call(t, "terminal_close", map[string]any{"id": bg}); r.isError {
 				t.Fatalf("close: %s", r.text)
 			}
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-				if r := s.call(t, "exec", map[string]any{"command": count}); r.str("stdout") == "0\n" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the closed session's processes live on in the sandbox")
-				}
-			}
+			enginetest.WaitFor(t, "the closed session's processes to end in the sandbox", sleeps("0\n"))
 
 			if r := s.call(t, "destroy", map[string]any{}); r.isError {
 				t.Fatalf("destroy: %s", r.text)

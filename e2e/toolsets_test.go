@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -28,7 +29,8 @@ func TestDynamicToolsets(t *testing.T) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// The connect includes the server's start: a hang guard, not seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer cancel()
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
 	if err != nil {
@@ -36,6 +38,8 @@ func TestDynamicToolsets(t *testing.T) {
 	}
 	t.Cleanup(func() { cs.Close() })
 	names := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), callGuard)
+		defer cancel()
 		res, err := cs.ListTools(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +64,7 @@ func TestDynamicToolsets(t *testing.T) {
 	}
 	select {
 	case <-changed:
-	case <-time.After(hangGuard):
+	case <-time.After(enginetest.HangGuard):
 		t.Fatal("no tools/list_changed after enable_toolset")
 	}
 	if got := names(); !strings.Contains(got, " bg ") || !strings.Contains(got, " logs ") {
@@ -69,15 +73,11 @@ func TestDynamicToolsets(t *testing.T) {
 	if text, isErr := callText(t, cs, "bg", map[string]any{"name": "hello", "command": "echo from-a-job"}); isErr {
 		t.Fatalf("bg: %q", text)
 	}
-	deadline := time.Now().Add(hangGuard)
-	for {
+	enginetest.WaitFor(t, "the job's output and exit in logs", func() error {
 		text, isErr := callText(t, cs, "logs", map[string]any{"name": "hello"})
-		if !isErr && strings.Contains(text, "from-a-job") && strings.Contains(text, "exited with code 0") {
-			break
+		if isErr || !strings.Contains(text, "from-a-job") || !strings.Contains(text, "exited with code 0") {
+			return fmt.Errorf("logs: %v %q", isErr, text)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("logs: %v %q", isErr, text)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,10 +294,13 @@ func gitClone(t *testing.T, s *server) {
 		t.Fatal(r.text)
 	}
 	defer s.call(t, "kill", map[string]any{"name": "gitsrv"})
-	r = s.call(t, "exec", map[string]any{"command": "for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8765))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1"})
-	if r.isError {
-		t.Fatalf("git server did not start: %s", r.text)
-	}
+	enginetest.WaitFor(t, "the git server to listen", func() error {
+		r := s.call(t, "exec", map[string]any{"command": "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8765))'"})
+		if r.isError {
+			return fmt.Errorf("%s %s", r.text, r.str("stderr"))
+		}
+		return nil
+	})
 	url := "http://127.0.0.1:8765/proj.git"
 
 	r = s.call(t, "git_clone", map[string]any{"repo": url, "token": "wrong-" + token})
@@ -355,7 +360,8 @@ func TestClientRoots(t *testing.T) {
 			if protocol != "" {
 				opts = &mcp.ClientSessionOptions{ProtocolVersion: protocol}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			// The connect includes the server's start: a hang guard, not seconds.
+			ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 			defer cancel()
 			cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, opts)
 			if err != nil {
@@ -373,17 +379,12 @@ func TestClientRoots(t *testing.T) {
 				t.Fatalf("outside the client's roots: %s", r.text)
 			}
 			client.AddRoots(&mcp.Root{URI: "file://" + b, Name: "b"})
-			deadline := time.Now().Add(hangGuard)
-			for {
-				r = s.call(t, "upload", map[string]any{"local_path": filepath.Join(b, "fb"), "sandbox_path": "/tmp/fb"})
-				if !r.isError {
-					break
+			enginetest.WaitFor(t, "an upload from a root added later", func() error {
+				if r := s.call(t, "upload", map[string]any{"local_path": filepath.Join(b, "fb"), "sandbox_path": "/tmp/fb"}); r.isError {
+					return errors.New(r.text)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("a root added later: %s", r.text)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return nil
+			})
 		})
 	}
 }
