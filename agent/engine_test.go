@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -26,10 +27,15 @@ func TestAgentInContainer(t *testing.T) {
 		}
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
+			// guarded bounds one step, from its start: it ends a hung one
+			// and is no speed check.
+			guarded := func() context.Context {
+				ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+				t.Cleanup(cancel)
+				return ctx
+			}
 			bin := filepath.Join(t.TempDir(), "sandbox-ctl")
-			build := exec.CommandContext(ctx, "go", "build", "-o", bin, "../cmd/sandbox-ctl")
+			build := exec.CommandContext(guarded(), "go", "build", "-o", bin, "../cmd/sandbox-ctl")
 			build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 			if out, err := build.CombinedOutput(); err != nil {
 				t.Fatalf("build sandbox-ctl: %v: %s", err, out)
@@ -38,7 +44,7 @@ func TestAgentInContainer(t *testing.T) {
 			ctr := prefix + "-agent"
 			cli := func(stdin io.Reader, args ...string) string {
 				t.Helper()
-				cmd := exec.CommandContext(ctx, tg.Runtime, args...)
+				cmd := exec.CommandContext(guarded(), tg.Runtime, args...)
 				cmd.Env = append(os.Environ(), tg.Env...)
 				cmd.Stdin = stdin
 				out, err := cmd.CombinedOutput()
@@ -57,7 +63,10 @@ func TestAgentInContainer(t *testing.T) {
 			cli(f, "exec", "-i", ctr, "sh", "-c", "cat >/tmp/sandbox-ctl && chmod 755 /tmp/sandbox-ctl")
 			cli(nil, "exec", "-d", ctr, "sh", "-c", "mkdir -p /tmp/www && echo hello-from-inside >/tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 8765 --bind 127.0.0.1")
 
-			cmd := exec.CommandContext(ctx, tg.Runtime, "exec", "-i", ctr, "/tmp/sandbox-ctl", "agent")
+			// The agent lives until the test ends it.
+			life, end := context.WithCancel(context.Background())
+			t.Cleanup(end)
+			cmd := exec.CommandContext(life, tg.Runtime, "exec", "-i", ctr, "/tmp/sandbox-ctl", "agent")
 			cmd.Env = append(os.Environ(), tg.Env...)
 			stdin, _ := cmd.StdinPipe()
 			stdout, _ := cmd.StdoutPipe()
@@ -77,7 +86,7 @@ func TestAgentInContainer(t *testing.T) {
 					return "", err
 				}
 				defer conn.Close()
-				conn.SetDeadline(time.Now().Add(time.Minute))
+				conn.SetDeadline(time.Now().Add(enginetest.HangGuard)) // ends a hang; no speed check
 				// HTTP/1.0: the server answers and closes.
 				if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\nHost: x\r\n\r\n"); err != nil {
 					return "", err
@@ -85,17 +94,16 @@ func TestAgentInContainer(t *testing.T) {
 				b, err := io.ReadAll(conn)
 				return string(b), err
 			}
-			deadline := time.Now().Add(time.Minute)
-			for {
+			enginetest.WaitFor(t, "an answer from the server in the container", func() error {
 				body, err := get()
-				if err == nil && strings.Contains(body, "hello-from-inside") {
-					break
+				if err != nil {
+					return err
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no answer from the server in the container: %v %q", err, body)
+				if !strings.Contains(body, "hello-from-inside") {
+					return fmt.Errorf("it answered %q", body)
 				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				return nil
+			})
 			for i := range 30 {
 				if body, err := get(); err != nil || !strings.Contains(body, "hello-from-inside") {
 					t.Fatalf("request %d: %v %q", i, err, body)

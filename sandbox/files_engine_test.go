@@ -41,7 +41,8 @@ func filesManager(t *testing.T, tg enginetest.Target) *sandbox.Manager {
 	return m
 }
 
-// guarded is a context that ends a hung call; it is no speed check.
+// guarded is a context that ends a hung call; it is no speed check. It
+// counts from now: take it for a call in a sandbox already booted.
 func guarded(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	t.Cleanup(cancel)
@@ -82,6 +83,8 @@ func TestWriteFileOnEngine(t *testing.T) {
 			m := filesManager(t, tg)
 			const box = "files"
 			mb := bytes.Repeat([]byte("0123456789"), 100000) // 1,000,000 bytes
+			// Boot first, so that no write's guard counts the boot.
+			run(t, m, box, shell.Request{Command: "true"})
 
 			t.Run("a clean write is checked", func(t *testing.T) {
 				w, err := m.WriteFile(guarded(t), box, sandbox.WriteRequest{Path: "/data/sub/dir/a.txt", Data: mb})

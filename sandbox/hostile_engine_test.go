@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -24,20 +25,19 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 			m := newManager(t, tg, enginetest.Prefix(t, rt))
 			const box = "hostile"
 			run(t, m, box, shell.Request{Command: "true"})
-			// count reports how many processes of the sandbox run argv0 with
-			// the given (unique) argument.
-			// A killed process that was stopped first needs to be scheduled
-			// to exit, which on a loaded machine takes a moment: poll.
-			count := func(t *testing.T, arg string) string {
+			// noneLeft waits until no process of the sandbox runs sleep with
+			// the given (unique) argument. A killed process that was stopped
+			// first needs to be scheduled to exit, which on a loaded machine
+			// takes a moment: poll.
+			noneLeft := func(t *testing.T, arg string) {
 				t.Helper()
-				var n string
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				enginetest.WaitFor(t, "no sleep "+arg+" to outlive the timeout", func() error {
 					o := run(t, m, box, shell.Request{Command: "ps -eo args | grep -c '^[s]leep " + arg + "' || true"})
-					n = strings.TrimSpace(o.stdout)
-					if n == "0" || time.Now().After(deadline) {
-						return n
+					if n := strings.TrimSpace(o.stdout); n != "0" {
+						return fmt.Errorf("%s processes outlived the timeout", n)
 					}
-				}
+					return nil
+				})
 			}
 
 			for _, c := range []struct{ name, prefix string }{
@@ -55,7 +55,9 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					if !o.res.TimedOut || o.res.ExitCode == 0 || o.stdout != "began\n" {
 						t.Fatalf("got %+v stdout %q", o.res.Result, o.stdout)
 					}
-					time.Sleep(3 * time.Second) // past the point where the rest would have run
+					// Not a wait but the window the test watches: past the
+					// point where the rest would have run, nothing of it has.
+					time.Sleep(3 * time.Second)
 					o = run(t, m, box, shell.Request{Command: "ls " + f + " 2>/dev/null; echo $KEEP"})
 					if o.stdout != "seq\n" {
 						t.Fatalf("the rest of the command ran, or state was lost: %q", o.stdout)
@@ -70,7 +72,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					if err != nil || !res.Canceled || res.ExitCode == 0 || so.String() != "" {
 						t.Fatalf("got %+v, %v, stdout %q", res.Result, err, so.String())
 					}
-					time.Sleep(3 * time.Second)
+					time.Sleep(3 * time.Second) // the window the test watches, as above
 					if o := run(t, m, box, shell.Request{Command: "ls " + f + " 2>/dev/null; echo done"}); o.stdout != "done\n" {
 						t.Fatalf("the rest of a cancelled command ran: %q", o.stdout)
 					}
@@ -81,24 +83,22 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 				if !o.res.TimedOut {
 					t.Fatalf("got %+v", o.res.Result)
 				}
-				if n := count(t, "100[123]"); n != "0" {
-					t.Fatalf("%s processes outlived the timeout", n)
-				}
+				noneLeft(t, "100[123]")
 			})
 			t.Run("a forking loop ends with its timeout", func(t *testing.T) {
 				o := run(t, m, box, shell.Request{Command: "while :; do sleep 1004 & sleep 0.005; done", Timeout: 2 * time.Second})
 				if !o.res.TimedOut || o.res.ExitCode == 0 {
 					t.Fatalf("got %+v", o.res.Result)
 				}
-				if n := count(t, "1004"); n != "0" {
-					t.Fatalf("%s processes outlived the timeout", n)
-				}
+				noneLeft(t, "1004")
 			})
 			t.Run("late background output stays out of later results", func(t *testing.T) {
 				o := run(t, m, box, shell.Request{Command: "(sleep 1; echo LATE; echo LATE-ERR >&2) &"})
 				if !o.res.LeftBehind {
 					t.Fatalf("background process not reported: %+v", o.res.Result)
 				}
+				// The window the test watches, not a wait: the late output
+				// comes meanwhile, and no later result may carry it.
 				time.Sleep(2 * time.Second)
 				for range 6 { // every shell of the pool
 					o = run(t, m, box, shell.Request{Command: "echo next"})
@@ -109,7 +109,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 				// A daemon that slipped past the check (no $! in the shell):
 				// its output between commands is discarded too.
 				run(t, m, box, shell.Request{Command: "sh -c '(sleep 1; echo STRAY) &'"})
-				time.Sleep(2 * time.Second)
+				time.Sleep(2 * time.Second) // the window the test watches, as above
 				for range 6 {
 					if o = run(t, m, box, shell.Request{Command: "echo next"}); o.stdout != "next\n" {
 						t.Fatalf("stdout %q", o.stdout)
@@ -142,10 +142,27 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						_, _ = m.Exec(ctx, box, shell.Request{Command: "sleep 20"})
+						_, _ = m.Exec(ctx, box, shell.Request{Command: "sleep 1005"}) // until cancel
 					}()
 				}
-				time.Sleep(time.Second) // let them take every shell
+				// Wait for them to take every shell, looking through the
+				// engine: the pool has no shell left to look with.
+				enginetest.WaitFor(t, "every shell to run a sleep", func() error {
+					out, err := rt.Exec(context.Background(), m.ContainerFor(box), sandbox.ExecSpec{Argv: []string{"ps", "-eo", "args"}})
+					if err != nil {
+						return err
+					}
+					n := 0
+					for _, l := range strings.Split(string(out.Stdout), "\n") {
+						if strings.TrimSpace(l) == "sleep 1005" {
+							n++
+						}
+					}
+					if n != shell.DefaultPoolSize {
+						return fmt.Errorf("%d of %d run", n, shell.DefaultPoolSize)
+					}
+					return nil
+				})
 				start := time.Now()
 				o := run(t, m, box, shell.Request{Command: "echo quick", Timeout: time.Second})
 				if took := time.Since(start); took > hangGuard {
@@ -175,7 +192,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					"umask 777",
 					"readonly KEEP",
 				} {
-					o := run(t, m, box, shell.Request{Command: "cd /tmp\n" + damage, Timeout: 10 * time.Second})
+					o := run(t, m, box, shell.Request{Command: "cd /tmp\n" + damage, Timeout: hangGuard})
 					if o.res.TimedOut || o.res.ShellLost || strings.Contains(o.stdout+o.stderr, "sbx") {
 						t.Fatalf("%q: %+v stdout %q stderr %q", damage, o.res.Result, o.stdout, o.stderr)
 					}
@@ -187,7 +204,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 						want = "/workspace"
 					}
 					for range 5 { // on every shell
-						o = run(t, m, box, shell.Request{Command: "false; echo \"ok $KEEP\"; pwd; set +o | grep -c -e '-o errexit' -e '-o xtrace' -e '-o nounset'; ulimit -v; umask; echo x | cat; export KEEP=frame", Timeout: 10 * time.Second})
+						o = run(t, m, box, shell.Request{Command: "false; echo \"ok $KEEP\"; pwd; set +o | grep -c -e '-o errexit' -e '-o xtrace' -e '-o nounset'; ulimit -v; umask; echo x | cat; export KEEP=frame", Timeout: hangGuard})
 						if o.stdout != "ok frame\n"+want+"\n0\nunlimited\n0022\nx\n" || o.stderr != "" || o.res.ExitCode != 0 {
 							t.Fatalf("after %q: %+v stdout %q stderr %q", damage, o.res.Result, o.stdout, o.stderr)
 						}

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,20 +30,18 @@ func jobProcs(t *testing.T, m *sandbox.Manager, name, id string) int {
 // jobAt polls a job's status until ok accepts it.
 func jobAt(t *testing.T, m *sandbox.Manager, name, job string, ok func(sandbox.JobStatus) bool) sandbox.JobStatus {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for {
+	var st sandbox.JobStatus
+	enginetest.WaitFor(t, "job "+job+" to reach the state the test waits for", func() error {
 		l, err := m.JobLogs(context.Background(), name, job, sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok(l.JobStatus) {
-			return l.JobStatus
+		if st = l.JobStatus; !ok(st) {
+			return fmt.Errorf("job %s: %+v", job, st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: %+v", job, l.JobStatus)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 func startJob(t *testing.T, m *sandbox.Manager, name, job, command string) sandbox.JobStatus {
@@ -133,6 +132,8 @@ func TestJobKillOnEngine(t *testing.T) {
 					t.Fatalf("STOP: %+v %v", r, err)
 				}
 				a := jobAt(t, m, box, "ticker", func(sandbox.JobStatus) bool { return true }).LogSize
+				// The window the test watches, not a wait: a job that ran
+				// would write in it.
 				time.Sleep(300 * time.Millisecond)
 				if b := jobAt(t, m, box, "ticker", func(sandbox.JobStatus) bool { return true }).LogSize; b != a {
 					t.Fatalf("a stopped job wrote: %d then %d bytes", a, b)
@@ -285,30 +286,30 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			st := startJob(t, m, box, "bomb", `setsid sh -c 'while :; do sleep 1000 & done' & while :; do sleep 1000 & done`)
 			// Wait for it to hit the limit; meanwhile logs may fail for want of a process.
 			// Each poll competes with the bomb for the last free slots, so
-			// on a loaded machine this can take a while: the guard is long.
+			// on a loaded machine this can take a while.
 			// Once the table is full and nothing ends, no poll can win a
 			// slot: the engine's count of the sandbox's processes (read on
 			// the host) tells that too.
 			sr, _ := rt.(sandbox.StatsReader)
-			for deadline := time.Now().Add(4 * hangGuard); ; time.Sleep(100 * time.Millisecond) {
+			enginetest.WaitFor(t, "the bomb to hit the limit", func() error {
 				l, err := m.JobLogs(ctx, box, "bomb", sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
 				if err == nil && l.State == "exited" {
-					break
+					return nil
 				}
 				if sr != nil && err != nil {
 					if st, serr := sr.Stats(ctx, m.ContainerFor(box)); serr == nil && st.Processes >= 250 {
 						t.Logf("the table is full (%d processes); logs: %v", st.Processes, err)
-						break
+						return nil
 					}
 				}
 				if err == nil && l.State == "lost" {
 					t.Fatalf("the bomb's sandbox was lost: %+v", l)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the bomb never hit the limit: %+v %v", l, err)
-				}
-			}
-			time.Sleep(5 * time.Second) // two watchdog checks with the table full
+				return fmt.Errorf("%+v %v", l, err)
+			})
+			// The window the test watches, not a wait: two watchdog checks
+			// fall in it with the table full, and neither may stop the sandbox.
+			time.Sleep(5 * time.Second)
 			if c, err := rt.Inspect(ctx, m.ContainerFor(box)); err != nil || !c.Running() {
 				t.Fatalf("the sandbox stopped under the bomb: %+v %v", c, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -45,30 +46,35 @@ func execAsync(m *sandbox.Manager, name, command string) <-chan error {
 	return done
 }
 
-func wait(t *testing.T, done <-chan error) error {
+// wait returns what done delivers, the outcome of a call under way; the
+// guard counts from now, so call it once what must end the call is done.
+func wait(t *testing.T, done <-chan error) (err error) {
 	t.Helper()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(2 * hangGuard):
-		t.Fatal("the command hung")
-		return nil
-	}
+	enginetest.WaitFor(t, "the call to end", func() error {
+		select {
+		case err = <-done:
+			return nil
+		default:
+			return errors.New("it has not ended")
+		}
+	})
+	return err
 }
 
 // running waits until a process matching pattern runs in the sandbox.
 func running(t *testing.T, m *sandbox.Manager, name, pattern string) {
 	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for time.Now().Before(deadline) {
+	enginetest.WaitFor(t, fmt.Sprintf("%q to run", pattern), func() error {
 		var so bytes.Buffer
 		_, err := m.Exec(context.Background(), name, shell.Request{Command: "ps -eo args | grep -c '^" + pattern + "' || true", Stdout: &so})
-		if err == nil && strings.TrimSpace(so.String()) != "0" {
-			return
+		if err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%q never ran", pattern)
+		if strings.TrimSpace(so.String()) == "0" {
+			return errors.New("no such process")
+		}
+		return nil
+	})
 }
 
 func containers(t *testing.T, tg enginetest.Target, prefix, name string) int {
@@ -92,7 +98,9 @@ func TestLifecycleOnEngine(t *testing.T) {
 
 			t.Run("destroy during boot", func(t *testing.T) {
 				done := execAsync(a, "d1", "echo hi")
-				time.Sleep(50 * time.Millisecond) // the boot is under way
+				// A step of the scenario, not a wait: the boot is under way.
+				// Wherever it is by the destroy, it must end with nothing left.
+				time.Sleep(50 * time.Millisecond)
 				if _, err := a.Destroy(ctx, "d1"); err != nil {
 					t.Fatal(err)
 				}
@@ -139,13 +147,13 @@ func TestLifecycleOnEngine(t *testing.T) {
 				if errs[0] != nil || errs[1] != nil {
 					t.Fatalf("resets: %v", errs)
 				}
-				deadline := time.Now().Add(hangGuard)
-				for containers(t, tg, prefix, "r2") != 1 && time.Now().Before(deadline) {
-					time.Sleep(100 * time.Millisecond) // replaced containers go in the background
-				}
-				if n := containers(t, tg, prefix, "r2"); n != 1 {
-					t.Fatalf("%d containers for one name", n)
-				}
+				// Replaced containers go in the background.
+				enginetest.WaitFor(t, "one container for one name", func() error {
+					if n := containers(t, tg, prefix, "r2"); n != 1 {
+						return fmt.Errorf("%d containers", n)
+					}
+					return nil
+				})
 				for _, m := range []*sandbox.Manager{a, b} {
 					if o := run(t, m, "r2", shell.Request{Command: "cat /workspace/keep"}); o.stdout != "x\n" {
 						t.Fatalf("workspace after two resets: %q", o.stdout)
@@ -210,12 +218,22 @@ func TestLifecycleOnEngine(t *testing.T) {
 				// A third server (a restart) hides it too, in history and env.
 				c, _, _ := servers(t, tg, prefix)
 				run(t, c, "s1", shell.Request{Command: "printf %s " + secret + " | wc -c"})
-				time.Sleep(1500 * time.Millisecond) // history is flushed in batches
 				for i, m := range []*sandbox.Manager{a, b} {
-					hist, err := m.CommandHistory("s1", 100)
-					if err != nil {
-						t.Fatal(err)
-					}
+					// History is flushed in batches: wait for b's command,
+					// the one that names the secret, to reach the store.
+					var hist []sandbox.HistoryEntry
+					enginetest.WaitFor(t, fmt.Sprintf("server %d's history to show b's command", i), func() error {
+						var err error
+						if hist, err = m.CommandHistory("s1", 100); err != nil {
+							t.Fatal(err)
+						}
+						for _, e := range hist {
+							if strings.HasPrefix(e.Command, `echo "$API_TOKEN $PLAIN"; echo `) {
+								return nil
+							}
+						}
+						return fmt.Errorf("none of its %d entries is b's", len(hist))
+					})
 					for _, e := range hist {
 						if strings.Contains(e.Command, secret) {
 							t.Fatalf("server %d's history shows the secret: %q", i, e.Command)

@@ -2,6 +2,8 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,25 +72,28 @@ func TestForkBombOnEngine(t *testing.T) {
 			if o := run(t, m, "other", shell.Request{Command: "echo fine"}); o.stdout != "fine\n" {
 				t.Fatalf("other sandbox: %q", o.stdout)
 			}
-			select {
-			case o := <-done:
-				t.Logf("fork bomb: exit %d, timed out %v, %d bytes of stderr", o.res.ExitCode, o.res.TimedOut, len(o.stderr))
-			case <-time.After(3 * time.Minute):
-				t.Fatal("the fork bomb's command did not end")
-			}
-			var o out
-			for i := 0; ; i++ { // the bomb's last processes may still be ending
-				var so strings.Builder
-				res, err := m.Exec(context.Background(), "bomb", shell.Request{Command: "echo later", Timeout: 30 * time.Second, Stdout: &so})
-				o = out{res: res, stdout: so.String()}
-				if err == nil && o.stdout == "later\n" || i == 10 {
-					break
+			enginetest.WaitFor(t, "the fork bomb's command to end (its timeout is 20 s)", func() error {
+				select {
+				case o := <-done:
+					t.Logf("fork bomb: exit %d, timed out %v, %d bytes of stderr", o.res.ExitCode, o.res.TimedOut, len(o.stderr))
+					return nil
+				default:
+					return errors.New("it runs")
 				}
-				time.Sleep(time.Second)
-			}
-			if o.stdout != "later\n" {
-				t.Fatalf("after the fork bomb: %q exit %d", o.stdout, o.res.ExitCode)
-			}
+			})
+			// The bomb's last processes may still be ending. An attempt
+			// that times out is tried again: the guard is WaitFor's.
+			enginetest.WaitFor(t, "the sandbox to answer after the fork bomb", func() error {
+				var so strings.Builder
+				res, err := m.Exec(context.Background(), "bomb", shell.Request{Command: "echo later", Timeout: time.Minute, Stdout: &so})
+				if err != nil {
+					return err
+				}
+				if so.String() != "later\n" {
+					return fmt.Errorf("%q exit %d", so.String(), res.ExitCode)
+				}
+				return nil
+			})
 			// Gone before the test ends: its processes outlive the command.
 			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
@@ -130,7 +135,7 @@ func TestDiskLimitOnEngine(t *testing.T) {
 			prefix := enginetest.Prefix(t, rt)
 			m := limitsManager(t, tg, prefix, map[string]sandbox.Profile{"full": {Disk: "1G"}})
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 				defer cancel()
 				if _, err := m.Destroy(ctx, "full"); err != nil {
 					t.Errorf("destroy: %v", err)

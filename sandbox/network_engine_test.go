@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +13,9 @@ import (
 )
 
 // fetch is a command that prints what http://$1/ answers, or the error.
+// Its timeout ends a hang; it is no speed check.
 const fetch = `python3 -c 'import sys, urllib.request
-try: print(urllib.request.urlopen("http://" + sys.argv[1] + "/hello.txt", timeout=10).read().decode().strip())
+try: print(urllib.request.urlopen("http://" + sys.argv[1] + "/hello.txt", timeout=120).read().decode().strip())
 except Exception as e: print("failed:", e)' `
 
 // TestNetworkOnEngine: two sandboxes reach each other by name where the
@@ -31,9 +33,15 @@ func TestNetworkOnEngine(t *testing.T) {
 			t.Cleanup(m.Close)
 			ctx := context.Background()
 			if o := run(t, m, "web", shell.Request{Command: "mkdir -p /tmp/www && echo hi-from-web >/tmp/www/hello.txt && cd /tmp/www && " +
-				"(nohup python3 -m http.server 8000 >/dev/null 2>&1 &) && sleep 1"}); o.res.ExitCode != 0 {
+				"(nohup python3 -m http.server 8000 >/dev/null 2>&1 &)"}); o.res.ExitCode != 0 {
 				t.Fatalf("web: %+v", o)
 			}
+			enginetest.WaitFor(t, "the web server to answer in its own sandbox", func() error {
+				if o := run(t, m, "web", shell.Request{Command: fetch + "127.0.0.1:8000"}); o.stdout != "hi-from-web\n" {
+					return fmt.Errorf("%q", o.stdout)
+				}
+				return nil
+			})
 			run(t, m, "client", shell.Request{Command: "true"})
 			run(t, m, "iso", shell.Request{Command: "true"})
 			rep, err := m.NetworkInfo(ctx, "")

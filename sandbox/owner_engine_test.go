@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,22 +63,18 @@ func untouched(t *testing.T, tg enginetest.Target, c sandbox.Container, state sa
 	if out, err := rt.Exec(ctx, c.ID, sandbox.ExecSpec{Argv: []string{"test", "-e", "/tmp/ran"}}); err != nil || out.ExitCode != 1 {
 		t.Fatalf("a refused command ran in the stranger: /tmp/ran: exit %d, %v", out.ExitCode, err)
 	}
-	out, err := rt.Exec(ctx, c.ID, sandbox.ExecSpec{Argv: []string{"ps", "-eo", "args"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := "\n" + string(out.Stdout)
 	// The shell started in it while its owner was checked was given
 	// nothing and ends; wait for that.
-	deadline := time.Now().Add(hangGuard)
-	for strings.Contains(text, "\nsh\n") && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		out, _ = rt.Exec(ctx, c.ID, sandbox.ExecSpec{Argv: []string{"ps", "-eo", "args"}})
-		text = "\n" + string(out.Stdout)
-	}
-	if strings.Contains(text, "\nsh\n") {
-		t.Fatalf("a shell was left in the stranger:\n%s", text)
-	}
+	enginetest.WaitFor(t, "no shell left in the stranger", func() error {
+		out, err := rt.Exec(ctx, c.ID, sandbox.ExecSpec{Argv: []string{"ps", "-eo", "args"}})
+		if err != nil {
+			return err
+		}
+		if text := "\n" + string(out.Stdout); strings.Contains(text, "\nsh\n") {
+			return fmt.Errorf("a shell was left in the stranger:\n%s", text)
+		}
+		return nil
+	})
 }
 
 // TestForeignContainerOnEngine: a container that takes a sandbox's name
@@ -161,7 +158,8 @@ func TestForeignContainerOnEngine(t *testing.T) {
 				run(t, m, box, shell.Request{Command: "true"})
 				if rt.Kind() == "container" {
 					// Apple's ID is the name; what tells the containers apart is
-					// the creation date, which has whole seconds.
+					// the creation date, which has whole seconds. A step of
+					// the scenario, not a wait: load only makes it longer.
 					time.Sleep(1100 * time.Millisecond)
 				}
 				c := stranger(t, tg, prefix, box, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: box})

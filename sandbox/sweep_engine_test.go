@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -75,15 +76,14 @@ func engineBox(t *testing.T, name string) (sandbox.Runtime, *sandbox.Manager, st
 // with what when it never does.
 func waitProcs(t *testing.T, rt sandbox.Runtime, ctr, what string, done func(ps []string) bool) []string {
 	t.Helper()
-	for deadline := time.Now().Add(hangGuard); ; time.Sleep(50 * time.Millisecond) {
-		ps := procs(t, rt, ctr)
-		if done(ps) {
-			return ps
+	var ps []string
+	enginetest.WaitFor(t, "the processes the test waits for", func() error {
+		if ps = procs(t, rt, ctr); !done(ps) {
+			return fmt.Errorf("%s:\n%s", what, strings.Join(ps, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s:\n%s", what, strings.Join(ps, "\n"))
-		}
-	}
+		return nil
+	})
+	return ps
 }
 
 // TestSweepOnEngine runs guest.SweepScript in a real sandbox: it ends
@@ -134,13 +134,18 @@ func TestSweepOnEngine(t *testing.T) {
 		t.Fatalf("sweep found %+v\n%s", swept, out.Stdout)
 	}
 
-	time.Sleep(time.Second) // what would follow sleep 973, had the shell lived
-	ps := procs(t, rt, ctr)
-	for args, want := range map[string]int{"sleep 971": 0, "sleep 972": 0, "sleep 973": 0, "sleep 974": 1, "sleep 975": 1, "sleep 976": 1} {
+	// Killed processes take a moment to exit on a loaded machine.
+	ps := waitProcs(t, rt, ctr, "what the sweep killed lives on", func(ps []string) bool {
+		return count(ps, "sleep 971")+count(ps, "sleep 972")+count(ps, "sleep 973") == 0
+	})
+	for args, want := range map[string]int{"sleep 974": 1, "sleep 975": 1, "sleep 976": 1} {
 		if n := count(ps, args); n != want {
 			t.Errorf("%d × %q after the sweep, want %d:\n%s", n, args, want, strings.Join(ps, "\n"))
 		}
 	}
+	// The window the test watches, not a wait: what would follow sleep
+	// 973, had the shell lived, would run in it.
+	time.Sleep(time.Second)
 	if out, _ := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"test", "-e", "/tmp/after"}}); out.ExitCode == 0 {
 		t.Error("the rest of the killed server's command ran")
 	}
@@ -170,7 +175,9 @@ func TestKillWritersSparesLaterCommandsOnEngine(t *testing.T) {
 	if err != nil {
 		t.Skipf("no clock to cut at: %v", err)
 	}
-	time.Sleep(30 * time.Millisecond) // three ticks
+	// A step of the scenario, not a wait: sleep 982 starts three clock
+	// ticks (at least) after the cutoff.
+	time.Sleep(30 * time.Millisecond)
 	killWriters := func(by uint64) {
 		t.Helper()
 		out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c", guest.KillWritersScript, "sh", strconv.FormatUint(by, 10)}})

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -35,8 +34,10 @@ func uniqueName(t *testing.T) string {
 	return "smtapple-" + hex.EncodeToString(b[:])
 }
 
+// ctx bounds one call: it ends a hung one and is no speed check. It
+// counts from now, so take a fresh one for each call.
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	t.Cleanup(cancel)
 	return c
 }
@@ -46,7 +47,7 @@ func ctx(t *testing.T) context.Context {
 func boot(t *testing.T, d *apple.Dialect, name string) {
 	t.Helper()
 	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		c, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 		defer cancel()
 		_ = d.Remove(c, name)
 		_ = d.VolumeRemove(c, name+"-ws")

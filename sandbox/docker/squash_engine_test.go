@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
@@ -23,13 +22,18 @@ func TestSaveImageSquashesDeepImages(t *testing.T) {
 		}
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
+			// guarded bounds one call, from its start: it ends a hung one
+			// and is no speed check.
+			guarded := func() context.Context {
+				ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+				t.Cleanup(cancel)
+				return ctx
+			}
 			prefix := enginetest.Prefix(t, tg.New())
 			d := docker.New(docker.Options{Flavor: docker.Flavor(tg.Runtime), Env: tg.Env, SquashLayers: 1})
 			cli := func(args ...string) string {
 				t.Helper()
-				cmd := exec.CommandContext(ctx, tg.Runtime, args...)
+				cmd := exec.CommandContext(guarded(), tg.Runtime, args...)
 				cmd.Env = append(os.Environ(), tg.Env...)
 				out, err := cmd.CombinedOutput()
 				if err != nil {
@@ -44,7 +48,7 @@ func TestSaveImageSquashesDeepImages(t *testing.T) {
 			})
 			cli("run", "-d", "--name", ctr, "-e", "SQUASH_ENV=kept value", "--label", "io.sandbox-mcp.owner="+prefix, tg.Image, "sleep", "600")
 			cli("exec", ctr, "sh", "-c", "echo squashed >/opt/sq && rm /etc/issue")
-			if err := d.SaveImage(ctx, ctr, ref, map[string]string{"io.sandbox-mcp.test": "yes"}, nil, false); err != nil {
+			if err := d.SaveImage(guarded(), ctr, ref, map[string]string{"io.sandbox-mcp.test": "yes"}, nil, false); err != nil {
 				t.Fatal(err)
 			}
 			if n := cli("image", "inspect", "--format", "{{len .RootFS.Layers}}", ref); n != "1" {
