@@ -220,7 +220,11 @@ func (m *Manager) job(name, jobName string) (state.Job, error) {
 // lost.
 func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byte, lost string, err error) {
 	if sb, ok := m.Lookup(name); ok {
+		// Reading a job's logs, listing or signalling jobs is use: an agent
+		// that polls a long build must not see its sandbox stopped for idle.
+		done := sb.busy()
 		out, err := sb.housekeep(ctx, script, jobOpTimeout)
+		done()
 		if err == nil {
 			return out, "", nil
 		}

@@ -65,7 +65,14 @@ func TestJobKillOnEngine(t *testing.T) {
 			t.Run("TERM then KILL", func(t *testing.T) {
 				const box = "kill"
 				st := startJob(t, m, box, "srv", `(trap '' TERM; exec sleep 1000) & setsid sleep 1001 & setsid sh -c "trap '' TERM; exec sleep 1002" & wait`)
+				sb, _ := m.Lookup(box)
+				before := sb.LastUsed()
 				jobAt(t, m, box, "srv", func(s sandbox.JobStatus) bool { return s.Processes == 4 })
+				// Polling a job is use: the idle watchdog must not stop a
+				// sandbox whose agent waits on its build.
+				if !sb.LastUsed().After(before) {
+					t.Errorf("reading a job's logs did not count as use (last used %v, before %v)", sb.LastUsed(), before)
+				}
 
 				r, err := m.KillJobWith(ctx, box, "srv", sandbox.KillOptions{Signal: "TERM", Grace: time.Second})
 				if err != nil {
