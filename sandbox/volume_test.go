@@ -27,7 +27,9 @@ func (r *volumeRT) VolumeRemove(context.Context, string) error {
 	return err
 }
 
-func inUse() error { return &EngineError{Argv: []string{"podman", "volume", "rm"}, Kind: ErrInUse, Stderr: "volume is being used"} }
+func inUse() error {
+	return &EngineError{Argv: []string{"podman", "volume", "rm"}, Kind: ErrInUse, Stderr: "volume is being used"}
+}
 
 func TestRemoveVolumeWaitsWhileInUse(t *testing.T) {
 	rt := &volumeRT{errs: []error{inUse(), inUse(), nil}}
