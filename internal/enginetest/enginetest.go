@@ -1,35 +1,59 @@
 // Package enginetest selects the real container engines an integration test
-// runs against, so one suite covers podman, Docker Engine and (through its
-// stand-in) Apple's container CLI.
+// runs against, so one suite covers podman, Docker Engine and Apple's
+// container CLI, the last either through its stand-in (on Linux) or for
+// real (on a Mac).
 //
 // SANDBOX_MCP_TEST_RUNTIMES lists them, comma-separated (for example
-// "podman,docker,container"). "container" is Apple's CLI as emulated by the
-// stand-in in internal/applestandin (1.5.0 behaviour, on podman);
-// "container@0.9.0" pins the stand-in to an older release's JSON and error
-// texts. When the variable is unset, engine tests skip and say so; the
-// README's test command and CI always set it.
+// "podman,docker,container"):
+//
+//   - "podman", "docker": the engine's CLI on PATH.
+//   - "container": Apple's CLI as emulated by the stand-in in
+//     internal/applestandin (1.5.0 behaviour, on podman); built by the
+//     tests, run on podman.
+//   - "container@0.9.0" (any version): the stand-in pinned to an older
+//     release's JSON and error texts.
+//   - "container@real": Apple's own container CLI, the `container` on PATH,
+//     on a Mac (Apple silicon, `container system start` done). Nothing is
+//     built and podman is not used; the image is the one `make setup`
+//     builds there from Containerfile.mcp-dev (mcp-dev, or
+//     SANDBOX_MCP_TEST_IMAGE). `make test-mac` runs the suites so.
+//
+// Tests that look at the stand-in's or podman's insides (the stand-in's
+// argv log or its simulated system stop, podman's storage, the host's
+// /proc) skip on the real CLI and say why (Target.SkipOnReal); the few
+// checks only a Mac can make run only there (RealContainerTarget).
+//
+// When the variable is unset, engine tests skip and say so; the README's
+// test command and CI always set it.
 package enginetest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 )
 
 // EnvRuntimes names the variable listing the engines to test.
 const EnvRuntimes = "SANDBOX_MCP_TEST_RUNTIMES"
 
+// RealContainer is the entry of SANDBOX_MCP_TEST_RUNTIMES that names
+// Apple's own container CLI rather than the stand-in.
+const RealContainer = "container@real"
+
 // Target is one engine under test.
 type Target struct {
-	// Name names the target in test names: "podman", "docker", "container"
-	// or "container-0.9.0".
+	// Name names the target in test names: "podman", "docker",
+	// "container", "container-0.9.0" or "container-real".
 	Name string
 	// Runtime is the --runtime value: "podman", "docker" or "container".
 	Runtime string
@@ -38,8 +62,69 @@ type Target struct {
 	// Env is added to the environment of a sandbox-mcp server started for
 	// this target (the stand-in's directory first on PATH, its settings).
 	Env []string
+	// StandIn is set for Apple's CLI as the stand-in emulates it on podman.
+	StandIn bool
+	// RealContainer is set for Apple's own container CLI (a Mac): each
+	// sandbox is a VM, and there is no podman or host /proc behind it.
+	RealContainer bool
 	// New returns a driver for the engine.
 	New func() sandbox.Runtime
+}
+
+// SkipOnReal skips t when tg is Apple's real container CLI, saying why:
+// for tests that look at what only the stand-in or podman has (the
+// stand-in's argv log and simulated system stop, podman's storage, the
+// host's /proc seeing a sandbox's processes).
+func (tg Target) SkipOnReal(t testing.TB, why string) {
+	t.Helper()
+	if tg.RealContainer {
+		t.Skipf("not on Apple's real container CLI: %s", why)
+	}
+}
+
+// entry is one parsed entry of SANDBOX_MCP_TEST_RUNTIMES.
+type entry struct {
+	runtime string // "podman", "docker" or "container"
+	version string // the stand-in's version pin ("" for its newest)
+	real    bool   // Apple's own CLI (container@real)
+}
+
+// parseRuntimes parses a SANDBOX_MCP_TEST_RUNTIMES value; blank entries
+// are ignored.
+func parseRuntimes(list string) ([]entry, error) {
+	var out []entry
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "":
+		case name == "podman" || name == "docker":
+			out = append(out, entry{runtime: name})
+		case name == RealContainer:
+			out = append(out, entry{runtime: "container", real: true})
+		case name == "container":
+			out = append(out, entry{runtime: "container"})
+		case strings.HasPrefix(name, "container@") && validVersion(strings.TrimPrefix(name, "container@")):
+			out = append(out, entry{runtime: "container", version: strings.TrimPrefix(name, "container@")})
+		default:
+			return nil, fmt.Errorf("%s: unknown runtime %q (want podman, docker, container, container@<version> for the stand-in, or %s)",
+				EnvRuntimes, name, RealContainer)
+		}
+	}
+	return out, nil
+}
+
+// validVersion accepts a release number such as 0.9.0 or 1.2.
+func validVersion(v string) bool {
+	parts := strings.Split(v, ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // Targets returns the engines to test, or skips t when none are configured.
@@ -49,25 +134,70 @@ func Targets(t testing.TB) []Target {
 	if list == "" {
 		t.Skipf("engine tests skipped: set %s=podman (or podman,docker) to run them; `make test` does", EnvRuntimes)
 	}
+	entries, err := parseRuntimes(list)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []Target
-	for _, name := range strings.Split(list, ",") {
-		name = strings.TrimSpace(name)
-		switch name {
-		case "podman", "docker":
-			f := docker.Flavor(name)
-			out = append(out, Target{Name: name, Runtime: name, Image: image(), New: func() sandbox.Runtime {
+	for _, e := range entries {
+		switch {
+		case e.runtime != "container":
+			f := docker.Flavor(e.runtime)
+			out = append(out, Target{Name: e.runtime, Runtime: e.runtime, Image: image(), New: func() sandbox.Runtime {
 				return docker.New(docker.Options{Flavor: f})
 			}})
-		case "":
+		case e.real:
+			out = append(out, realTarget(t))
 		default:
-			version, ok := strings.CutPrefix(name, "container")
-			if !ok || (version != "" && !strings.HasPrefix(version, "@")) {
-				t.Fatalf("%s: unknown runtime %q", EnvRuntimes, name)
-			}
-			out = append(out, standInTarget(t, strings.TrimPrefix(version, "@")))
+			out = append(out, standInTarget(t, e.version))
 		}
 	}
 	return out
+}
+
+// StandInListed reports whether SANDBOX_MCP_TEST_RUNTIMES names the
+// stand-in ("container" or "container@<version>"; not container@real),
+// for tests of the stand-in itself.
+func StandInListed() bool {
+	entries, _ := parseRuntimes(os.Getenv(EnvRuntimes))
+	for _, e := range entries {
+		if e.runtime == "container" && !e.real {
+			return true
+		}
+	}
+	return false
+}
+
+// RealContainerTarget returns the target of Apple's real container CLI,
+// or skips t unless SANDBOX_MCP_TEST_RUNTIMES lists container@real: for
+// the checks only a Mac can make.
+func RealContainerTarget(t testing.TB) Target {
+	t.Helper()
+	entries, err := parseRuntimes(os.Getenv(EnvRuntimes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.real {
+			return realTarget(t)
+		}
+	}
+	t.Skipf("a check of Apple's real container CLI: set %s=%s on a Mac (`make test-mac` does)", EnvRuntimes, RealContainer)
+	return Target{}
+}
+
+// realTarget is Apple's own container CLI, the one on PATH: nothing is
+// built, and the servers the tests start find the same CLI on PATH.
+func realTarget(t testing.TB) Target {
+	t.Helper()
+	bin, err := exec.LookPath("container")
+	if err != nil {
+		t.Fatalf("%s lists %s, but no container CLI is on PATH: install Apple's container "+
+			"(https://github.com/apple/container/releases) and run `make setup`", EnvRuntimes, RealContainer)
+	}
+	return Target{Name: "container-real", Runtime: "container", Image: image(), RealContainer: true, New: func() sandbox.Runtime {
+		return apple.New(apple.Options{Binary: bin})
+	}}
 }
 
 func image() string {

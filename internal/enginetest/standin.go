@@ -38,23 +38,31 @@ func standInTarget(t testing.TB, version string) Target {
 	}
 	// Servers find the stand-in as `container` on PATH.
 	serverEnv := append([]string{"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, env...)
-	return Target{Name: name, Runtime: "container", Image: image(), Env: serverEnv, New: func() sandbox.Runtime {
+	return Target{Name: name, Runtime: "container", Image: image(), Env: serverEnv, StandIn: true, New: func() sandbox.Runtime {
 		return apple.New(apple.Options{Binary: bin, Env: env})
 	}}
 }
 
-var standIn struct {
+// standInBuild is the build of the stand-in, done once per test binary.
+type standInBuild struct {
 	once sync.Once
 	path string
 	err  error
 }
+
+var (
+	standIn = &standInBuild{}
+	// buildStandInFunc builds the stand-in; a test replaces it to see
+	// whether a target built it.
+	buildStandInFunc = buildStandIn
+)
 
 // StandIn returns the path of the stand-in `container` executable, built
 // once per source version into the user's cache directory (a file named
 // container in a directory of its own, so it can go first on PATH).
 func StandIn(t testing.TB) string {
 	t.Helper()
-	standIn.once.Do(func() { standIn.path, standIn.err = buildStandIn() })
+	standIn.once.Do(func() { standIn.path, standIn.err = buildStandInFunc() })
 	if standIn.err != nil {
 		t.Fatalf("build the stand-in container CLI: %v", standIn.err)
 	}

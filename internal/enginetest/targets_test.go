@@ -1,0 +1,141 @@
+package enginetest
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseRuntimes(t *testing.T) {
+	for list, want := range map[string][]entry{
+		"":                         nil,
+		" , ":                      nil,
+		"podman,docker":            {{runtime: "podman"}, {runtime: "docker"}},
+		"container":                {{runtime: "container"}},
+		"container@0.9.0":          {{runtime: "container", version: "0.9.0"}},
+		"container@real":           {{runtime: "container", real: true}},
+		" podman , container@real": {{runtime: "podman"}, {runtime: "container", real: true}},
+		"container,container@0.9.0,container@real": {
+			{runtime: "container"}, {runtime: "container", version: "0.9.0"}, {runtime: "container", real: true}},
+	} {
+		got, err := parseRuntimes(list)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("parseRuntimes(%q) = %+v, %v; want %+v", list, got, err, want)
+		}
+	}
+	for _, bad := range []string{"containers", "container@", "container@Real", "container-real", "container@0.9.x", "lxc", "podman,nope"} {
+		if got, err := parseRuntimes(bad); err == nil || !strings.Contains(err.Error(), EnvRuntimes) {
+			t.Errorf("parseRuntimes(%q) = %+v, %v; want an error naming %s", bad, got, err, EnvRuntimes)
+		}
+	}
+}
+
+// fakeContainerOnPath puts an executable named container first on PATH.
+func fakeContainerOnPath(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "container")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return bin
+}
+
+// countStandInBuilds replaces the stand-in's build for the test's length
+// by one that counts its calls and builds nothing.
+func countStandInBuilds(t *testing.T) *int {
+	t.Helper()
+	builds := new(int)
+	oldState, oldBuild := standIn, buildStandInFunc
+	standIn = &standInBuild{}
+	buildStandInFunc = func() (string, error) {
+		*builds++
+		return filepath.Join(t.TempDir(), "container"), nil
+	}
+	t.Cleanup(func() { standIn, buildStandInFunc = oldState, oldBuild })
+	return builds
+}
+
+// TestRealTargetBuildsNoStandIn: container@real is Apple's CLI on PATH,
+// with no stand-in built and nothing added to a server's environment.
+func TestRealTargetBuildsNoStandIn(t *testing.T) {
+	builds := countStandInBuilds(t)
+	bin := fakeContainerOnPath(t)
+	t.Setenv(EnvRuntimes, RealContainer)
+	t.Setenv("SANDBOX_MCP_TEST_IMAGE", "")
+
+	tgs := Targets(t)
+	if len(tgs) != 1 {
+		t.Fatalf("targets %+v", tgs)
+	}
+	tg := tgs[0]
+	if tg.Name != "container-real" || tg.Runtime != "container" || tg.Image != "mcp-dev" || !tg.RealContainer || tg.StandIn || len(tg.Env) != 0 {
+		t.Fatalf("real target %+v", tg)
+	}
+	rt := tg.New()
+	if rt.Kind() != "container" {
+		t.Fatalf("driver kind %q", rt.Kind())
+	}
+	if b, ok := rt.(interface{ Binary() string }); ok && b.Binary() != bin {
+		t.Fatalf("driver runs %q, want %q", b.Binary(), bin)
+	}
+	if got := RealContainerTarget(t); !got.RealContainer {
+		t.Fatalf("RealContainerTarget: %+v", got)
+	}
+	if StandInListed() {
+		t.Fatal("StandInListed with only container@real listed")
+	}
+	if *builds != 0 {
+		t.Fatalf("the real target built the stand-in %d times", *builds)
+	}
+}
+
+// TestStandInTargetsStayStandIns: "container" and "container@<version>"
+// are still the stand-in, built once and marked so, and they are what
+// StandInListed sees.
+func TestStandInTargetsStayStandIns(t *testing.T) {
+	builds := countStandInBuilds(t)
+	fakeContainerOnPath(t)
+	t.Setenv(EnvRuntimes, "container,container@0.9.0,"+RealContainer)
+	if !StandInListed() {
+		t.Fatal("StandInListed with container listed")
+	}
+	tgs := Targets(t)
+	if len(tgs) != 3 || *builds != 1 {
+		t.Fatalf("%d targets, %d builds of the stand-in: %+v", len(tgs), *builds, tgs)
+	}
+	for i, want := range []string{"container", "container-0.9.0"} {
+		tg := tgs[i]
+		if tg.Name != want || !tg.StandIn || tg.RealContainer || len(tg.Env) == 0 || !strings.HasPrefix(tg.Env[0], "PATH=") {
+			t.Errorf("stand-in target %d: %+v", i, tg)
+		}
+	}
+	if tg := tgs[2]; !tg.RealContainer || tg.StandIn {
+		t.Errorf("real target: %+v", tg)
+	}
+	t.Setenv(EnvRuntimes, "podman,"+RealContainer)
+	if StandInListed() {
+		t.Fatal("StandInListed without the stand-in listed")
+	}
+}
+
+func TestSkipOnReal(t *testing.T) {
+	ran := false
+	t.Run("real", func(t *testing.T) {
+		Target{RealContainer: true}.SkipOnReal(t, "reads podman's storage")
+		ran = true
+	})
+	if ran {
+		t.Fatal("SkipOnReal did not skip the real target")
+	}
+	t.Run("stand-in", func(t *testing.T) {
+		Target{StandIn: true}.SkipOnReal(t, "reads podman's storage")
+		ran = true
+	})
+	if !ran {
+		t.Fatal("SkipOnReal skipped the stand-in")
+	}
+}
