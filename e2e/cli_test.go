@@ -262,7 +262,9 @@ func TestDoctorFailures(t *testing.T) {
 		}
 		return string(out), cmd.ProcessState.ExitCode()
 	}
-	if out, code := run([]string{"PATH=/nonexistent"}, "--runtime", "podman"); code == 0 || !strings.Contains(out, "podman") {
+	if engineOutsidePath("podman") != "" {
+		t.Log("no check of a missing podman: the server finds one outside PATH here")
+	} else if out, code := run([]string{"PATH=/nonexistent"}, "--runtime", "podman"); code == 0 || !strings.Contains(out, "podman") {
 		t.Errorf("no engine: %d %q", code, out)
 	}
 	if _, err := exec.LookPath("docker"); err == nil {

@@ -114,7 +114,8 @@ func hostFree(t *testing.T, dir string) int64 {
 }
 
 // storageDir is where the engine keeps containers and volumes, for
-// measuring the host's free space.
+// measuring the host's free space. On a Mac, "/" measures the APFS
+// container that Apple's volume images share with every volume.
 func storageDir(tg enginetest.Target) string {
 	for _, d := range []string{"/var/lib/containers", "/var/lib/docker"} {
 		if _, err := os.Stat(d); err == nil {
@@ -159,7 +160,9 @@ func TestDiskLimitOnEngine(t *testing.T) {
 				if mech == sandbox.MechNone {
 					t.Skipf("nothing bounds %s on this host", path)
 				}
-				if rt.Kind() == "container" {
+				if tg.StandIn {
+					// Apple's own CLI enforces it (an ext4 volume of
+					// that size in the VM): checked on a Mac.
 					t.Skip("the stand-in passes Apple's volume size on but does not enforce it")
 				}
 				before := hostFree(t, dir)

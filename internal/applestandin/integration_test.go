@@ -23,11 +23,12 @@ type standin struct {
 }
 
 // newStandin builds the binary, or skips unless SANDBOX_MCP_TEST_RUNTIMES
-// lists "container".
+// lists the stand-in ("container" or "container@<version>"; container@real
+// is Apple's own CLI, with no podman behind it).
 func newStandin(t *testing.T) *standin {
 	t.Helper()
-	if !strings.Contains(os.Getenv("SANDBOX_MCP_TEST_RUNTIMES"), "container") {
-		t.Skip("integration test skipped: SANDBOX_MCP_TEST_RUNTIMES does not contain \"container\"")
+	if !enginetest.StandInListed() {
+		t.Skipf("integration test skipped: %s does not list the stand-in (container)", enginetest.EnvRuntimes)
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "container")
