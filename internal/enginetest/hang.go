@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // engineCommands are the process names that take part in an engine call.
@@ -47,8 +49,11 @@ func LogIfExpired(t testing.TB, ctx context.Context) {
 
 // EngineProcesses describes each engine process on the host: pid, parent,
 // age, state, the kernel function it waits in, and argv; then the file
-// locks held or awaited. It reads /proc and returns "" elsewhere.
+// locks held or awaited. It reads /proc; without one (a Mac) it asks ps.
 func EngineProcesses() string {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return psEngineProcesses()
+	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	uptime := procUptime()
 	var b strings.Builder
@@ -123,4 +128,36 @@ func procUptime() float64 {
 	}
 	u, _ := strconv.ParseFloat(f[0], 64)
 	return u
+}
+
+// psEngineProcesses is EngineProcesses from ps, for hosts without /proc:
+// the engines' processes, Apple's container services (container-*) and
+// the virtual machines they run.
+func psEngineProcesses() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ps", "-axo", "pid=,ppid=,etime=,stat=,command=").Output()
+	if err != nil {
+		return fmt.Sprintf("  (ps: %v)\n", err)
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		name := filepath.Base(f[4])
+		if !engineCommands[name] && !strings.HasPrefix(name, "container-") && !strings.Contains(name, "Virtualization") {
+			continue
+		}
+		args := strings.Join(f[4:], " ")
+		if len(args) > 300 {
+			args = args[:300] + "…"
+		}
+		fmt.Fprintf(&b, "  pid %s ppid %s age %s state %s: %s\n", f[0], f[1], f[2], f[3], args)
+	}
+	if b.Len() == 0 {
+		b.WriteString("  (none)\n")
+	}
+	return b.String()
 }

@@ -14,11 +14,9 @@ import (
 	"time"
 )
 
-// A process named like an engine shows up in the report with its argv.
-func TestEngineProcessesListsAnEngineProcess(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("reads /proc")
-	}
+// startFakeEngine starts a copy of sleep named podman, for an hour.
+func startFakeEngine(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
 		t.Skip("no sleep executable")
@@ -41,9 +39,31 @@ func TestEngineProcessesListsAnEngineProcess(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, fake
+}
 
+// A process named like an engine shows up in the report with its argv.
+func TestEngineProcessesListsAnEngineProcess(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	cmd, fake := startFakeEngine(t)
 	report := EngineProcesses()
+	want := "pid " + strconv.Itoa(cmd.Process.Pid) + " "
+	if !strings.Contains(report, want) || !strings.Contains(report, fake+" 3600") {
+		t.Fatalf("pid %d (%s 3600) missing from:\n%s", cmd.Process.Pid, fake, report)
+	}
+}
+
+// Without /proc (a Mac), the report comes from ps, with the same facts
+// but the kernel's wait channel.
+func TestPsEngineProcessesListsAnEngineProcess(t *testing.T) {
+	if _, err := exec.LookPath("ps"); err != nil {
+		t.Skip("no ps")
+	}
+	cmd, fake := startFakeEngine(t)
+	report := psEngineProcesses()
 	want := "pid " + strconv.Itoa(cmd.Process.Pid) + " "
 	if !strings.Contains(report, want) || !strings.Contains(report, fake+" 3600") {
 		t.Fatalf("pid %d (%s 3600) missing from:\n%s", cmd.Process.Pid, fake, report)
