@@ -1,6 +1,6 @@
 package apple_test
 
-// Checks only a Mac can make: they run on Apple's own container CLI
+// Checks only a Mac can make (TestMacOnly*): they run on Apple's own container CLI
 // (SANDBOX_MCP_TEST_RUNTIMES=container@real, which `make test-mac` sets)
 // and skip everywhere else. The stand-in runs containers on podman, so it
 // has no virtiofs share, no vsock between host and guest and no Rosetta.
@@ -70,12 +70,12 @@ func settle(t *testing.T, what string, cond func() error) time.Duration {
 	return time.Since(start)
 }
 
-// TestRealHostDirectory: a host directory mounted into the VM (a
+// TestMacOnlyHostDirectory: a host directory mounted into the VM (a
 // Mount with a Source, which Apple shares over virtiofs) is one directory
 // seen from both sides: files written on either side are read on the
 // other, a rewrite on the host reaches the guest, and a removal in the
 // guest reaches the host. How long each took is logged.
-func TestRealHostDirectory(t *testing.T) {
+func TestMacOnlyHostDirectory(t *testing.T) {
 	tg := enginetest.RealContainerTarget(t)
 	dir, err := filepath.EvalSymlinks(t.TempDir()) // /var is /private/var on macOS
 	if err != nil {
@@ -127,11 +127,11 @@ func TestRealHostDirectory(t *testing.T) {
 	t.Logf("guest removal seen on the host after %v", took.Round(time.Millisecond))
 }
 
-// TestRealExecRelayTiming logs what the relay between the host and the
+// TestMacOnlyExecRelayTiming logs what the relay between the host and the
 // VM (vsock, under `container exec`) costs: a cold exec, bytes through
 // stdin, and a warm command through the product's persistent shell. Only
 // the results are checked; the times are for the log and the README.
-func TestRealExecRelayTiming(t *testing.T) {
+func TestMacOnlyExecRelayTiming(t *testing.T) {
 	tg := enginetest.RealContainerTarget(t)
 	d, name := realBox(t, tg)
 
@@ -190,16 +190,16 @@ func spread(ds []time.Duration) string {
 	return fmt.Sprintf("min %v, median %v, max %v", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
 }
 
-// EnvAMD64Image names a linux/amd64 image reference for TestRealRosetta
+// EnvAMD64Image names a linux/amd64 image reference for TestMacOnlyRosetta
 // (pulled by `container run` if missing, so it needs the network).
 const EnvAMD64Image = "SANDBOX_MCP_TEST_AMD64_IMAGE"
 
-// TestRealRosetta: an amd64 image runs in a VM through Rosetta, or, on a
+// TestMacOnlyRosetta: an amd64 image runs in a VM through Rosetta, or, on a
 // Mac without Rosetta, Apple's error is one the dialect turns into the
 // install hint. Opt-in (it pulls an image): set SANDBOX_MCP_TEST_AMD64_IMAGE,
 // e.g. to docker.io/library/alpine:3.23. Sandboxes themselves boot the
 // host's architecture: the product passes no --arch.
-func TestRealRosetta(t *testing.T) {
+func TestMacOnlyRosetta(t *testing.T) {
 	tg := enginetest.RealContainerTarget(t)
 	ref := os.Getenv(EnvAMD64Image)
 	if ref == "" {
