@@ -8,7 +8,7 @@ CTL_FLAGS := -trimpath -ldflags "-s -w"
 HOST_ARCH := $(shell $(GO) env GOARCH)
 CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
 
-.PHONY: all build setup test test-unit test-rootless bench lint cross images clean
+.PHONY: all build setup test test-mac test-unit test-rootless bench lint cross images clean
 
 all: build
 
@@ -33,10 +33,20 @@ setup:
 	@echo "  claude mcp add sandbox -- $(CURDIR)/$(BIN)/sandbox-mcp serve"
 endif
 
-# Everything, against real podman and a private Docker Engine (see scripts/test.sh).
+# Everything, against real podman and a private Docker Engine (see scripts/test.sh);
+# on macOS, `make test` is `make test-mac`.
 # Extra go test args: make test ARGS='-run TestX ./shell/'
+ifeq ($(shell uname -s),Darwin)
+test: test-mac
+else
 test:
 	scripts/test.sh $(if $(ARGS),-- $(ARGS))
+endif
+
+# On a Mac (Apple silicon, after `make setup`): the engine and e2e suites against
+# Apple's own container CLI, with macOS's bash 3.2 (see scripts/test-mac.sh).
+test-mac:
+	scripts/test-mac.sh $(if $(ARGS),-- $(ARGS))
 
 # As root: creates the user sandbox-mcp-ci (passwordless sudo) and proves that a normal
 # user sets up and serves with rootless podman. CI runs it; it changes the machine.

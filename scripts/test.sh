@@ -4,7 +4,11 @@
 # on podman by the stand-in in internal/applestandin (1.5.0 and 0.9.0 behaviour).
 #
 #   scripts/test.sh [--setup] [--no-docker] [-- GO_TEST_ARGS...]
+#   scripts/test.sh --real-container [-- GO_TEST_ARGS...]
 #
+#   --real-container  on a Mac: the engine and e2e suites against Apple's own container
+#                     CLI instead (scripts/test-mac.sh, `make test-mac`); this script's
+#                     lines up to here run on macOS's bash 3.2 for that
 #   --setup      run scripts/setup-engine.sh even if podman is installed (CI=true does too);
 #                otherwise it runs only when podman (or dockerd, if needed) is missing
 #   --no-docker  test podman and the container stand-in only (no private dockerd)
@@ -21,6 +25,7 @@ set -euo pipefail
 
 usage() {
   echo "usage: $0 [--setup] [--no-docker] [-- go test args...]" >&2
+  echo "       $0 --real-container [-- go test args...]   (on a Mac: scripts/test-mac.sh)" >&2
 }
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,6 +40,11 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --setup) do_setup=1; shift ;;
     --no-docker) no_docker=1; shift ;;
+    --real-container)
+      shift
+      if [[ $# -gt 0 ]]; then exec "$repo/scripts/test-mac.sh" "$@"; fi
+      exec "$repo/scripts/test-mac.sh"
+      ;;
     --) shift; go_args=("$@"); break ;;
     -h|--help) usage; exit 0 ;;
     *) usage; exit 2 ;;
