@@ -6,20 +6,22 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 // The agent (package agent) is one `exec -i sandbox-ctl agent` per sandbox,
 // started on first use and kept until the sandbox ends or the agent dies.
-// Its binary is copied in through an exec the first time, under a path
-// that names the protocol version, so that an agent left by an older
-// server is never spoken to as a current one.
+// Its binary (from package ctlbin: embedded in the server, an override, or
+// built from the module source) is copied in through an exec the first
+// time, under a path that names the protocol version, so that an agent
+// left by an older server is never spoken to as a current one.
 
 // ErrPortClosed marks a Dial that the sandbox refused: nothing listens on
 // the port yet.
@@ -38,6 +40,9 @@ type agentConn struct {
 	// retryAt, connections go through an exec each (execdial.go).
 	unusable error
 	retryAt  time.Time
+	// arch is the sandbox's machine as a Go architecture, once asked;
+	// source says where the binary this server installed came from.
+	arch, source string
 }
 
 // agentRetry is how long a sandbox whose agent could not run is served
@@ -172,12 +177,18 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 // startAgent installs the agent when it is missing (or always, with
 // reinstall) and starts it under the sandbox's life.
 func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (*agent.Client, error) {
-	out, err := sb.housekeep(ctx, `if [ -x "`+agentPath()+`" ]; then echo ok; else uname -m; fi`, scriptTimeout)
+	out, err := sb.housekeep(ctx, `uname -m; if [ -x "`+agentPath()+`" ]; then echo ok; fi`, scriptTimeout)
 	if err != nil {
 		return nil, err
 	}
-	if have := strings.TrimSpace(string(out)); have != "ok" || reinstall {
-		if err := m.installAgent(ctx, sb, have); err != nil {
+	lines := strings.Fields(string(out))
+	machine := ""
+	if len(lines) > 0 {
+		machine = lines[0]
+	}
+	sb.agent.arch = agent.GoArch(machine)
+	if installed := len(lines) > 1 && lines[1] == "ok"; !installed || reinstall {
+		if err := m.installAgent(ctx, sb, machine); err != nil {
 			return nil, &agentUnusable{err: err}
 		}
 	}
@@ -218,37 +229,43 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 }
 
 // installAgent copies the static sandbox-ctl for the sandbox's machine
-// (as `uname -m` names it, or asked again when unknown) into it.
+// (as `uname -m` names it) into it.
 func (m *Manager) installAgent(ctx context.Context, sb *Sandbox, machine string) error {
-	if agent.GoArch(machine) == "" {
-		out, err := sb.housekeep(ctx, "uname -m", scriptTimeout)
-		if err != nil {
-			return err
-		}
-		machine = strings.TrimSpace(string(out))
-	}
 	arch := agent.GoArch(machine)
 	if arch == "" {
 		return fmt.Errorf("no agent for a %q machine", machine)
 	}
-	bin, err := agent.FindBinary(arch)
+	bin, err := ctlbin.Find(ctx, arch)
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(bin)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c",
-		`mkdir -p "$1" && chmod 1777 "$1" 2>/dev/null; cat >"$2.$$" && chmod 755 "$2.$$" && mv -f "$2.$$" "$2" && { ln -sf "$2" /usr/local/bin/sandbox-ctl 2>/dev/null; :; }`,
-		"sh", agentDir, agentPath()},
-		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", installScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink},
+		func(w io.Writer) error { _, err := w.Write(bin.Data); return err })
 	if failed != nil {
 		return m.transferFailed(ctx, sb, "install the agent into", agentPath(), failed, "port forwarding is not available")
 	}
-	return werr
+	if werr != nil {
+		return werr
+	}
+	sb.agent.source = bin.String()
+	return nil
 }
+
+// installScript writes the agent from stdin to a temporary name in $1 and
+// renames it to $2 only when all $3 bytes arrived (a copy cut short ends
+// the input early, not with an error), then links $4 to it.
+const installScript = `mkdir -p "$1" || exit 1
+chmod 1777 "$1" 2>/dev/null
+t="$2.$$"
+if ! cat >"$t"; then rm -f "$t"; exit 1; fi
+n=$(wc -c <"$t")
+if [ "$((n))" != "$3" ]; then rm -f "$t"; echo "sandbox-ctl arrived cut short: $((n)) of $3 bytes" >&2; exit 1; fi
+chmod 755 "$t" && mv -f "$t" "$2" || { rm -f "$t"; exit 1; }
+ln -sf "$2" "$4" 2>/dev/null
+exit 0`
+
+// ctlLink puts sandbox-ctl on the sandbox's PATH.
+const ctlLink = "/usr/local/bin/sandbox-ctl"
 
 // closeAgent ends sb's agent, if it runs.
 func (sb *Sandbox) closeAgent() {
