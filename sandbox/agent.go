@@ -99,6 +99,134 @@ func (m *Manager) AgentProblem(name string) string {
 	return sb.agent.unusable.Error()
 }
 
+// AgentState is what status tells of a sandbox's agent.
+type AgentState struct {
+	// State is AgentRunning, AgentFallback, AgentNotStarted,
+	// AgentStarting or AgentUnknown.
+	State string `json:"state"`
+	// Platform is the sandbox's, as linux/<arch>, once known.
+	Platform string `json:"platform,omitempty"`
+	// Source is where this server's sandbox-ctl for that platform comes
+	// from (or how the first use builds it).
+	Source string `json:"source,omitempty"`
+	// Reason says why the agent cannot run (AgentFallback) or why its
+	// state is not known.
+	Reason string `json:"reason,omitempty"`
+}
+
+// States of AgentState.
+const (
+	// AgentRunning: this server talks to the sandbox's agent.
+	AgentRunning = "running"
+	// AgentFallback: the agent cannot run there (or, before the first
+	// try, will not): port forwards go through an engine exec each and
+	// children have no control socket.
+	AgentFallback = "fallback"
+	// AgentNotStarted: it starts with the first port forward (at boot,
+	// for a sandbox with a control socket).
+	AgentNotStarted = "not started"
+	// AgentStarting: it is being installed or started now.
+	AgentStarting = "starting"
+	// AgentUnknown: the sandbox is not running, or could not be asked.
+	AgentUnknown = "unknown"
+)
+
+func (a AgentState) String() string {
+	var what []string
+	if a.Platform != "" {
+		what = append(what, a.Platform)
+	}
+	if a.Source != "" {
+		what = append(what, a.Source)
+	}
+	detail := ""
+	if len(what) > 0 {
+		detail = " (" + strings.Join(what, ", ") + ")"
+	}
+	switch a.State {
+	case AgentRunning:
+		return "agent: running" + detail
+	case AgentFallback:
+		return "agent: none (" + a.Reason + "); port forwards use one engine exec per connection; children have no control socket"
+	case AgentNotStarted:
+		return "agent: not started yet" + detail + "; it starts with the first port forward"
+	case AgentStarting:
+		return "agent: starting" + detail
+	}
+	return "agent: unknown (" + a.Reason + ")"
+}
+
+// AgentStatus describes the agent of the sandbox in (as Status or List
+// returned it): what this server knows of it, else, for a running
+// sandbox, whether this server has a sandbox-ctl for its machine (one
+// exec asks which). It neither boots the sandbox nor starts the agent.
+func (m *Manager) AgentStatus(ctx context.Context, in Info) AgentState {
+	target := in.Container
+	if sb, ok := m.Lookup(in.Name); ok {
+		target = sb.own.target()
+		if !sb.agent.mu.TryLock() {
+			return AgentState{State: AgentStarting} // installing or starting it holds the lock
+		}
+		st := AgentState{Platform: platform(sb.agent.arch), Source: sb.agent.source}
+		running := false
+		if c := sb.agent.c; c != nil {
+			select {
+			case <-c.Done():
+			default:
+				running = true
+			}
+		}
+		unusable := sb.agent.unusable
+		sb.agent.mu.Unlock()
+		switch {
+		case running:
+			st.State = AgentRunning
+			return st
+		case unusable != nil:
+			st.State, st.Reason, st.Source = AgentFallback, unusable.Error(), ""
+			return st
+		}
+	}
+	if in.State != StateRunning {
+		return AgentState{State: AgentUnknown, Reason: "the sandbox is not running"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentProbeTimeout)
+	defer cancel()
+	out, err := m.rt.Exec(ctx, target, ExecSpec{Argv: []string{"uname", "-m"}})
+	fields := strings.Fields(string(out.Stdout))
+	if err == nil && (out.ExitCode != 0 || len(fields) == 0) {
+		err = fmt.Errorf("exit %d: %s", out.ExitCode, shorten(strings.TrimSpace(string(out.Stderr)), 200))
+	}
+	if err != nil {
+		return AgentState{State: AgentUnknown, Reason: "could not ask the sandbox its machine: " + err.Error()}
+	}
+	arch := agent.GoArch(fields[0])
+	if arch == "" {
+		return AgentState{State: AgentFallback, Reason: fmt.Sprintf("no agent for a %q machine", fields[0])}
+	}
+	st := AgentState{State: AgentNotStarted, Platform: platform(arch)}
+	r := ctlbin.Resolve(ctx, arch, false)
+	switch {
+	case r.Err() != nil:
+		st.State, st.Reason = AgentFallback, r.Err().Error()
+	case r.Binary != nil:
+		st.Source = r.Binary.String()
+	default:
+		st.Source = r.Later
+	}
+	return st
+}
+
+// agentProbeTimeout bounds AgentStatus's exec.
+const agentProbeTimeout = 20 * time.Second
+
+func platform(arch string) string {
+	if arch == "" {
+		return ""
+	}
+	return "linux/" + arch
+}
+
 // busyConn keeps its sandbox marked in use until it is closed.
 type busyConn struct {
 	net.Conn

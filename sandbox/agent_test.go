@@ -2,12 +2,17 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 // TestInstallScriptKeepsTheAgentWhole: the script that installs the agent
@@ -47,5 +52,70 @@ func TestInstallScriptKeepsTheAgentWhole(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("left beside it: %v", ents)
+	}
+}
+
+// unameRT answers every exec with machine as `uname -m` would.
+type unameRT struct {
+	fakeRT
+	machine string
+	err     error
+	execs   int
+}
+
+func (r *unameRT) Exec(_ context.Context, _ string, spec ExecSpec) (ExecOutput, error) {
+	r.execs++
+	return ExecOutput{Stdout: []byte(r.machine + "\n")}, r.err
+}
+
+func TestAgentStatusSaysWhySandboxIsOnTheExecFallback(t *testing.T) {
+	rt := &unameRT{machine: "riscv64"}
+	m := &Manager{rt: rt, slots: map[string]*slot{}}
+	running := Info{Name: "s", Container: "c", State: StateRunning}
+
+	// Not started in this process: one exec asks the machine.
+	st := m.AgentStatus(context.Background(), running)
+	if st.State != AgentFallback || !strings.Contains(st.String(), `agent: none (no agent for a "riscv64" machine); port forwards use one engine exec per connection; children have no control socket`) {
+		t.Fatalf("riscv64: %+v %q", st, st)
+	}
+	// A machine this server has an agent for (here built on first use
+	// from the checkout, or refused with its reason: either says so).
+	rt.machine = "aarch64"
+	st = m.AgentStatus(context.Background(), running)
+	if st.Platform != "linux/arm64" {
+		t.Fatalf("aarch64: %+v", st)
+	}
+	if r := ctlbin.Resolve(context.Background(), "arm64", false); r.Err() != nil {
+		if st.State != AgentFallback || !strings.Contains(st.Reason, "no sandbox-ctl for linux/arm64") {
+			t.Fatalf("aarch64 without an agent: %+v", st)
+		}
+	} else if st.State != AgentNotStarted || !strings.Contains(st.String(), "agent: not started yet (linux/arm64, ") {
+		t.Fatalf("aarch64: %+v %q", st, st)
+	}
+	rt.err = errors.New("engine down")
+	if st := m.AgentStatus(context.Background(), running); st.State != AgentUnknown || !strings.Contains(st.Reason, "engine down") {
+		t.Fatalf("a failed exec: %+v", st)
+	}
+	if st := m.AgentStatus(context.Background(), Info{Name: "s", State: StateStopped}); st.State != AgentUnknown || !strings.Contains(st.String(), "not running") {
+		t.Fatalf("stopped: %+v", st)
+	}
+
+	// What this server learned when the agent could not run.
+	sb := newSandbox("s", "c", Profile{}, 0, shell.NewPool(nil, shell.Options{}, 1))
+	sb.own = &owner{ctr: "c"}
+	m.slots["s"] = &slot{sb: sb}
+	sb.agent.arch = "arm64"
+	sb.agent.unusable = &agentUnusable{err: errors.New(`sandbox "s": start its agent: no sandbox-ctl for linux/arm64: none is embedded`)}
+	rt.execs = 0
+	st = m.AgentStatus(context.Background(), running)
+	if want := `agent: none (sandbox "s": start its agent: no sandbox-ctl for linux/arm64: none is embedded); port forwards use one engine exec per connection; children have no control socket`; st.String() != want || st.Platform != "linux/arm64" || rt.execs != 0 {
+		t.Fatalf("unusable: %q (%d execs), want %q", st, rt.execs, want)
+	}
+	// While it starts (the lock held), status does not wait for it.
+	sb.agent.mu.Lock()
+	st = m.AgentStatus(context.Background(), running)
+	sb.agent.mu.Unlock()
+	if st.State != AgentStarting {
+		t.Fatalf("starting: %+v", st)
 	}
 }

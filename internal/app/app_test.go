@@ -208,3 +208,28 @@ func TestDoctorSaysWhereTheAgentsComeFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusSaysWhyTheExecFallback: the status command names the
+// sandbox's agent, and for one on the exec fallback, what that costs and
+// why; --json carries it too.
+func TestStatusSaysWhyTheExecFallback(t *testing.T) {
+	in := sandbox.Info{Name: "web", Container: "sandbox-mcp-web", State: sandbox.StateRunning, Image: "mcp-dev"}
+	ag := sandbox.AgentState{State: sandbox.AgentFallback, Platform: "linux/arm64",
+		Reason: "no sandbox-ctl for linux/arm64: none is embedded (this server was built without `make build`)"}
+	var b strings.Builder
+	if err := writeStatus(&b, in, ag, false); err != nil {
+		t.Fatal(err)
+	}
+	want := "agent:      none (no sandbox-ctl for linux/arm64: none is embedded (this server was built without `make build`)); " +
+		"port forwards use one engine exec per connection; children have no control socket\n"
+	if !strings.Contains(b.String(), "name:       web\n") || !strings.HasSuffix(b.String(), want) {
+		t.Fatalf("got:\n%s\nwant the last line:\n%s", b.String(), want)
+	}
+	b.Reset()
+	if err := writeStatus(&b, in, ag, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"state": "fallback"`) || !strings.Contains(b.String(), `"reason": "no sandbox-ctl for linux/arm64`) {
+		t.Fatalf("--json:\n%s", b.String())
+	}
+}
