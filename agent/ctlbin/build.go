@@ -49,6 +49,16 @@ type plan struct {
 // fromSource returns the cached agent built from the module source, or
 // builds it (with build), or says how the first use will (later).
 func fromSource(ctx context.Context, arch string, build bool) (b *Binary, later string, err error) {
+	// A release's build is keyed by its version alone: found without
+	// looking for the source or Go (gone since, or off the PATH).
+	if v := ownVersion(); released(v) {
+		if root, err := cacheRoot(); err == nil {
+			out := cachePath(root, escapePath(v), arch)
+			if data, err := os.ReadFile(out); err == nil && Check(data, arch) == nil {
+				return &Binary{Arch: arch, Source: FromBuild, Path: out, Data: data}, "", nil
+			}
+		}
+	}
 	p, err := makePlan(arch)
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot build one: %w", err)
@@ -82,9 +92,18 @@ func makePlan(arch string) (plan, error) {
 		return p, fmt.Errorf("no cache directory: %w", err)
 	}
 	p.src = src
-	p.out = filepath.Join(root, "sandbox-mcp", "agents", key, "sandbox-ctl-linux-"+arch)
+	p.out = cachePath(root, key, arch)
 	return p, nil
 }
+
+// cachePath is where the agent built for linux/arch under key is kept.
+func cachePath(root, key, arch string) string {
+	return filepath.Join(root, "sandbox-mcp", "agents", key, "sandbox-ctl-linux-"+arch)
+}
+
+// released reports whether v is a module version whose source never
+// changes (not a build outside version control, nor of a modified tree).
+func released(v string) bool { return known(v) && !strings.HasSuffix(v, "+dirty") }
 
 // moduleSource finds the server's module source: the module cache's copy
 // of its version (where `go install …@version` put it), else the checkout
@@ -92,7 +111,7 @@ func makePlan(arch string) (plan, error) {
 func moduleSource(goBin string) (dir, key string, err error) {
 	var looked []string
 	version := ownVersion()
-	if known(version) && !strings.HasSuffix(version, "+dirty") {
+	if released(version) {
 		if mc := modCache(goBin); mc != "" {
 			d := filepath.Join(mc, escapePath(ModulePath)+"@"+escapePath(version))
 			if isSource(d) {

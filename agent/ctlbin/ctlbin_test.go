@@ -234,6 +234,18 @@ func TestModuleCacheSourceIsFoundByVersion(t *testing.T) {
 	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "cannot build one from the module source in "+src+": no Go toolchain found (looked on PATH and in /nowhere)") {
 		t.Fatalf("%v", err)
 	}
+	// Once built, the agent of a release is found in the cache without
+	// its source or Go.
+	arm64 := ctlFor(t, "arm64")
+	_, cache := hooks(t, nil)
+	ownVersion = func() string { return "v1.2.3" }
+	t.Setenv("GOMODCACHE", t.TempDir())
+	out := filepath.Join(cache, "sandbox-mcp", "agents", "v1.2.3", "sandbox-ctl-linux-arm64")
+	os.MkdirAll(filepath.Dir(out), 0o755)
+	os.WriteFile(out, arm64, 0o755)
+	if r := Resolve(context.Background(), "arm64", false); r.Binary == nil || r.Binary.Source != FromBuild || r.Binary.Path != out {
+		t.Fatalf("a release's cached agent: %+v", r)
+	}
 	if got := escapePath("github.com/BurntSushi/toml"); got != "github.com/!burnt!sushi/toml" {
 		t.Fatalf("escapePath: %q", got)
 	}
