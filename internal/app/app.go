@@ -349,7 +349,11 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 // the other is built on first use.
 func reportAgents(ctx context.Context, w io.Writer, hostArch string) {
 	for _, arch := range ctlbin.Arches {
-		r := ctlbin.Resolve(ctx, arch, arch == hostArch)
+		r := ctlbin.Resolve(ctx, arch, false)
+		if r.Later != "" && arch == hostArch {
+			fmt.Fprintf(w, "agent:    linux/%s: building it from the module source (once per version)…\n", arch)
+			r = ctlbin.Resolve(ctx, arch, true)
+		}
 		for _, f := range r.Refused {
 			fmt.Fprintf(w, "agent:    linux/%s: refused %s: %s\n", arch, f.Path, f.Why)
 		}
