@@ -110,6 +110,9 @@ func (r Report) Err() error {
 		why = append(why, f.String())
 	}
 	why = append(why, r.Missing...)
+	if _, ok := machines[r.Arch]; !ok {
+		return fmt.Errorf("no sandbox-ctl for linux/%s: %s", r.Arch, strings.Join(why, "; "))
+	}
 	return fmt.Errorf("no sandbox-ctl for linux/%s: %s. To fix: build the server with `make build` in a checkout, which embeds the agents; "+
 		"a server from `go install` builds them itself when Go (https://go.dev/dl) is on the PATH it starts with "+
 		"and its module source is in the module cache (`go install` again puts it back)",
