@@ -3,20 +3,37 @@ GO ?= go
 
 BIN := bin
 CTL_FLAGS := -trimpath -ldflags "-s -w"
-# sandbox-ctl runs inside Linux sandboxes: always a static linux binary, for the
-# host's architecture (bin/sandbox-ctl) and for both sandbox architectures.
-HOST_ARCH := $(shell $(GO) env GOARCH)
+# sandbox-ctl, the agent the server runs inside each sandbox, is a static linux
+# binary for each sandbox architecture. It is built into agent/ctlbin/built/
+# (git-ignored) and embedded in the server (-tags embedagent): bin/sandbox-mcp
+# needs no file beside it. A server built without the tag (go install, make
+# cross) builds its agents from its module source on first use instead.
+AGENTS := agent/ctlbin/built
+EMBED := -tags embedagent
 CONTAINERS_CONF ?= $(CURDIR)/scripts/containers.conf
+# make release: the server for these platforms, in dist/.
+RELEASE_PLATFORMS ?= darwin/arm64 darwin/amd64 linux/amd64 linux/arm64
 
-.PHONY: all build setup test test-mac test-unit test-rootless bench lint cross images clean
+.PHONY: all build agents release setup test test-mac test-unit test-rootless bench lint cross images clean
 
 all: build
 
-build:
-	$(GO) build -buildvcs=auto -o $(BIN)/sandbox-mcp ./cmd/sandbox-mcp
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(HOST_ARCH) $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl ./cmd/sandbox-ctl
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-amd64 ./cmd/sandbox-ctl
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(CTL_FLAGS) -o $(BIN)/sandbox-ctl-linux-arm64 ./cmd/sandbox-ctl
+build: agents
+	$(GO) build -buildvcs=auto $(EMBED) -o $(BIN)/sandbox-mcp ./cmd/sandbox-mcp
+	@# Agents an older build put beside the server would stand in for the embedded ones.
+	rm -f $(BIN)/sandbox-ctl $(BIN)/sandbox-ctl-linux-amd64 $(BIN)/sandbox-ctl-linux-arm64
+
+agents:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(CTL_FLAGS) -o $(AGENTS)/sandbox-ctl-linux-amd64 ./cmd/sandbox-ctl
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(CTL_FLAGS) -o $(AGENTS)/sandbox-ctl-linux-arm64 ./cmd/sandbox-ctl
+
+# dist/sandbox-mcp-<os>-<arch>, each carrying both agents.
+release: agents
+	@set -e; for p in $(RELEASE_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; \
+	  echo "dist/sandbox-mcp-$$os-$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=auto $(EMBED) -o dist/sandbox-mcp-$$os-$$arch ./cmd/sandbox-mcp; \
+	done
 
 # Linux: podman, runc and the offline images. macOS: Apple's container CLI
 # started, mcp-dev built from Containerfile.mcp-dev (scripts/setup-macos.sh).
@@ -72,4 +89,4 @@ images:
 	scripts/build-images.sh $(ARGS)
 
 clean:
-	rm -rf $(BIN) dist
+	rm -rf $(BIN) dist $(AGENTS)

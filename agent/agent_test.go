@@ -152,23 +152,7 @@ func TestStaleAgentIsTold(t *testing.T) {
 	}
 }
 
-func TestFindBinaryLooksBesideTheServerAndInTheOverride(t *testing.T) {
-	dir := t.TempDir()
-	t.Setenv(EnvBinaryDir, dir)
-	if _, err := FindBinary("riscv64"); err == nil || !strings.Contains(err.Error(), "make build") {
-		t.Fatalf("no binary: %v", err)
-	}
-	want := filepath.Join(dir, "linux_arm64", "sandbox-ctl")
-	os.MkdirAll(filepath.Dir(want), 0o755)
-	os.WriteFile(want, []byte("x"), 0o755)
-	if got, err := FindBinary("arm64"); err != nil || got != want {
-		t.Fatalf("FindBinary(arm64) = %q, %v", got, err)
-	}
-	flat := filepath.Join(dir, "sandbox-ctl-linux-arm64")
-	os.WriteFile(flat, []byte("x"), 0o755)
-	if got, err := FindBinary("arm64"); err != nil || got != flat {
-		t.Fatalf("FindBinary(arm64) = %q, %v; want the flat name first", got, err)
-	}
+func TestGoArch(t *testing.T) {
 	for m, want := range map[string]string{"x86_64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": ""} {
 		if got := GoArch(m); got != want {
 			t.Errorf("GoArch(%q) = %q, want %q", m, got, want)

@@ -3,12 +3,14 @@ package e2e
 import (
 	"bytes"
 	"crypto/rand"
+	"debug/elf"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -397,16 +399,23 @@ func TestPortsOutliveTheirServer(t *testing.T) {
 }
 
 // TestPortsWithoutAgent: where the agent cannot run (here a sandbox-ctl
-// the sandbox cannot execute), expose still works, one exec per
-// connection, and says so; the half-close and binary data still go
+// that crashes at its first instruction), expose still works, one exec
+// per connection, and says so; the half-close and binary data still go
 // through exactly.
 func TestPortsWithoutAgent(t *testing.T) {
 	tg := enginetest.Targets(t)[0]
 	dir := t.TempDir()
-	for _, arch := range []string{"amd64", "arm64"} {
-		if err := os.WriteFile(filepath.Join(dir, "sandbox-ctl-linux-"+arch), []byte("not a program\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	// The server refuses a file that is not a sandbox-ctl for the
+	// sandbox's machine, and falls back to another source: this one is
+	// the sandbox-ctl beside the server with its entry point zeroed, which
+	// passes the checks and dies where the sandbox runs it.
+	name := "sandbox-ctl-linux-" + runtime.GOARCH
+	ctl, err := os.ReadFile(filepath.Join(filepath.Dir(binary), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), zeroEntry(t, ctl), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	tg.Env = append(append([]string{}, tg.Env...), "SANDBOX_MCP_CTL_DIR="+dir)
 	s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "all")
@@ -441,4 +450,24 @@ func TestPortsWithoutAgent(t *testing.T) {
 	if r := s.call(t, "unexpose", map[string]any{"port": 8766}); r.isError || r.num("connections") < 5 {
 		t.Fatalf("unexpose: %s", r.text)
 	}
+}
+
+// zeroEntry returns a copy of the ELF executable data whose first 64 bytes
+// of code at its entry point are zero: a fault on amd64 and arm64.
+func zeroEntry(t *testing.T, data []byte) []byte {
+	t.Helper()
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && f.Entry >= p.Vaddr && f.Entry+64 <= p.Vaddr+p.Filesz {
+			out := append([]byte{}, data...)
+			off := p.Off + (f.Entry - p.Vaddr)
+			clear(out[off : off+64])
+			return out
+		}
+	}
+	t.Fatal("no segment holds the entry point")
+	return nil
 }

@@ -32,6 +32,8 @@ type fake struct {
 	downloadTop string
 	// cloneFor makes GitClone report progress and take that long.
 	cloneFor time.Duration
+	// agent is AgentStatus's answer, when set.
+	agent sandbox.AgentState
 }
 
 func (f *fake) note(format string, args ...any) {
@@ -162,6 +164,13 @@ func (f *fake) Boot(_ context.Context, name string) (sandbox.BootInfo, error) {
 }
 
 func (f *fake) AgentProblem(string) string { return "" }
+
+func (f *fake) AgentStatus(context.Context, sandbox.Info) sandbox.AgentState {
+	if f.agent.State != "" {
+		return f.agent
+	}
+	return sandbox.AgentState{State: sandbox.AgentRunning, Platform: "linux/arm64", Source: "embedded in the server"}
+}
 
 func (f *fake) NetworkInfo(context.Context, string) (sandbox.NetworkReport, error) {
 	return sandbox.NetworkReport{}, errors.New("the fake has no network")

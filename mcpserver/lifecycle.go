@@ -40,6 +40,10 @@ func (s *Server) handleStatus(ctx context.Context, req mcp.CallToolRequest) (*mc
 		return failure(ctx, "status", err), nil
 	}
 	st := s.statusOf(in)
+	// The agent goes in the text only: the structured result keeps to
+	// list_all's shape (and the tool list to its budget).
+	agent := s.m.AgentStatus(ctx, in)
+	st.agent = &agent
 	return mcp.NewToolResultStructured(st, describe(st)), nil
 }
 
@@ -51,6 +55,9 @@ type SandboxStatus struct {
 	// tells more).
 	Forwards map[string]string `json:"forwards,omitempty"`
 	forwards []portfwd.Info
+	// agent is the sandbox's agent, for status's text: whether port
+	// forwards and the control socket go through it, or why not.
+	agent *sandbox.AgentState
 }
 
 func (s *Server) statusOf(in sandbox.Info) SandboxStatus {
@@ -94,6 +101,9 @@ func describe(st SandboxStatus) string {
 			fmt.Fprintf(&b, ", %d connections", f.Connections)
 		}
 		b.WriteString(")")
+	}
+	if st.agent != nil {
+		fmt.Fprintf(&b, "; %s", st.agent)
 	}
 	return b.String()
 }

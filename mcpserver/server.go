@@ -46,6 +46,9 @@ type Sandboxes interface {
 	// AgentProblem says why connections into a sandbox go through an
 	// exec each rather than its agent; "" when they do not.
 	AgentProblem(name string) string
+	// AgentStatus describes a sandbox's agent for status: running, on
+	// the exec fallback and why, or not started yet.
+	AgentStatus(ctx context.Context, in sandbox.Info) sandbox.AgentState
 	NetworkInfo(ctx context.Context, name string) (sandbox.NetworkReport, error)
 
 	Snapshot(ctx context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error)

@@ -402,6 +402,25 @@ func TestLifecycleTexts(t *testing.T) {
 	}
 }
 
+// TestStatusSaysWhenASandboxIsOnTheExecFallback: status tells the
+// sandbox's agent, and for one that cannot run, that port forwards use an
+// exec each and children have no control socket, and why.
+func TestStatusSaysWhenASandboxIsOnTheExecFallback(t *testing.T) {
+	f := &fake{}
+	s := connect(t, f, Options{})
+	if r := s.call("status", nil); r.isError || !strings.HasSuffix(r.text, "; agent: running (linux/arm64, embedded in the server)") {
+		t.Fatalf("running: %+v", r)
+	}
+	f.agent = sandbox.AgentState{State: sandbox.AgentFallback, Platform: "linux/arm64",
+		Reason: "no sandbox-ctl for linux/arm64: none is embedded (this server was built without `make build`)"}
+	r := s.call("status", nil)
+	want := "; agent: none (no sandbox-ctl for linux/arm64: none is embedded (this server was built without `make build`)); " +
+		"port forwards use one engine exec per connection; children have no control socket"
+	if r.isError || !strings.HasSuffix(r.text, want) {
+		t.Fatalf("fallback: %s\nwant the suffix %s", r.text, want)
+	}
+}
+
 // TestTextsNameOnlyExposedTools: with the core set alone, no description
 // or result recommends bg or logs, which the client does not have; with
 // the jobs set they do.

@@ -6,20 +6,22 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 // The agent (package agent) is one `exec -i sandbox-ctl agent` per sandbox,
 // started on first use and kept until the sandbox ends or the agent dies.
-// Its binary is copied in through an exec the first time, under a path
-// that names the protocol version, so that an agent left by an older
-// server is never spoken to as a current one.
+// Its binary (from package ctlbin: embedded in the server, an override, or
+// built from the module source) is copied in through an exec the first
+// time, under a path that names the protocol version, so that an agent
+// left by an older server is never spoken to as a current one.
 
 // ErrPortClosed marks a Dial that the sandbox refused: nothing listens on
 // the port yet.
@@ -38,6 +40,9 @@ type agentConn struct {
 	// retryAt, connections go through an exec each (execdial.go).
 	unusable error
 	retryAt  time.Time
+	// arch is the sandbox's machine as a Go architecture, once asked;
+	// source says where the binary this server installed came from.
+	arch, source string
 }
 
 // agentRetry is how long a sandbox whose agent could not run is served
@@ -92,6 +97,134 @@ func (m *Manager) AgentProblem(name string) string {
 		return ""
 	}
 	return sb.agent.unusable.Error()
+}
+
+// AgentState is what status tells of a sandbox's agent.
+type AgentState struct {
+	// State is AgentRunning, AgentFallback, AgentNotStarted,
+	// AgentStarting or AgentUnknown.
+	State string `json:"state"`
+	// Platform is the sandbox's, as linux/<arch>, once known.
+	Platform string `json:"platform,omitempty"`
+	// Source is where this server's sandbox-ctl for that platform comes
+	// from (or how the first use builds it).
+	Source string `json:"source,omitempty"`
+	// Reason says why the agent cannot run (AgentFallback) or why its
+	// state is not known.
+	Reason string `json:"reason,omitempty"`
+}
+
+// States of AgentState.
+const (
+	// AgentRunning: this server talks to the sandbox's agent.
+	AgentRunning = "running"
+	// AgentFallback: the agent cannot run there (or, before the first
+	// try, will not): port forwards go through an engine exec each and
+	// children have no control socket.
+	AgentFallback = "fallback"
+	// AgentNotStarted: it starts with the first port forward (at boot,
+	// for a sandbox with a control socket).
+	AgentNotStarted = "not started"
+	// AgentStarting: it is being installed or started now.
+	AgentStarting = "starting"
+	// AgentUnknown: the sandbox is not running, or could not be asked.
+	AgentUnknown = "unknown"
+)
+
+func (a AgentState) String() string {
+	var what []string
+	if a.Platform != "" {
+		what = append(what, a.Platform)
+	}
+	if a.Source != "" {
+		what = append(what, a.Source)
+	}
+	detail := ""
+	if len(what) > 0 {
+		detail = " (" + strings.Join(what, ", ") + ")"
+	}
+	switch a.State {
+	case AgentRunning:
+		return "agent: running" + detail
+	case AgentFallback:
+		return "agent: none (" + a.Reason + "); port forwards use one engine exec per connection; children have no control socket"
+	case AgentNotStarted:
+		return "agent: not started yet" + detail + "; it starts with the first port forward"
+	case AgentStarting:
+		return "agent: starting" + detail
+	}
+	return "agent: unknown (" + a.Reason + ")"
+}
+
+// AgentStatus describes the agent of the sandbox in (as Status or List
+// returned it): what this server knows of it, else, for a running
+// sandbox, whether this server has a sandbox-ctl for its machine (one
+// exec asks which). It neither boots the sandbox nor starts the agent.
+func (m *Manager) AgentStatus(ctx context.Context, in Info) AgentState {
+	target := in.Container
+	if sb, ok := m.Lookup(in.Name); ok {
+		target = sb.own.target()
+		if !sb.agent.mu.TryLock() {
+			return AgentState{State: AgentStarting} // installing or starting it holds the lock
+		}
+		st := AgentState{Platform: platform(sb.agent.arch), Source: sb.agent.source}
+		running := false
+		if c := sb.agent.c; c != nil {
+			select {
+			case <-c.Done():
+			default:
+				running = true
+			}
+		}
+		unusable := sb.agent.unusable
+		sb.agent.mu.Unlock()
+		switch {
+		case running:
+			st.State = AgentRunning
+			return st
+		case unusable != nil:
+			st.State, st.Reason, st.Source = AgentFallback, unusable.Error(), ""
+			return st
+		}
+	}
+	if in.State != StateRunning {
+		return AgentState{State: AgentUnknown, Reason: "the sandbox is not running"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, agentProbeTimeout)
+	defer cancel()
+	out, err := m.rt.Exec(ctx, target, ExecSpec{Argv: []string{"uname", "-m"}})
+	fields := strings.Fields(string(out.Stdout))
+	if err == nil && (out.ExitCode != 0 || len(fields) == 0) {
+		err = fmt.Errorf("exit %d: %s", out.ExitCode, shorten(strings.TrimSpace(string(out.Stderr)), 200))
+	}
+	if err != nil {
+		return AgentState{State: AgentUnknown, Reason: "could not ask the sandbox its machine: " + err.Error()}
+	}
+	arch := agent.GoArch(fields[0])
+	if arch == "" {
+		return AgentState{State: AgentFallback, Reason: fmt.Sprintf("no agent for a %q machine", fields[0])}
+	}
+	st := AgentState{State: AgentNotStarted, Platform: platform(arch)}
+	r := ctlbin.Resolve(ctx, arch, false)
+	switch {
+	case r.Err() != nil:
+		st.State, st.Reason = AgentFallback, r.Err().Error()
+	case r.Binary != nil:
+		st.Source = r.Binary.String()
+	default:
+		st.Source = r.Later
+	}
+	return st
+}
+
+// agentProbeTimeout bounds AgentStatus's exec.
+const agentProbeTimeout = 20 * time.Second
+
+func platform(arch string) string {
+	if arch == "" {
+		return ""
+	}
+	return "linux/" + arch
 }
 
 // busyConn keeps its sandbox marked in use until it is closed.
@@ -172,12 +305,18 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 // startAgent installs the agent when it is missing (or always, with
 // reinstall) and starts it under the sandbox's life.
 func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (*agent.Client, error) {
-	out, err := sb.housekeep(ctx, `if [ -x "`+agentPath()+`" ]; then echo ok; else uname -m; fi`, scriptTimeout)
+	out, err := sb.housekeep(ctx, `uname -m; if [ -x "`+agentPath()+`" ]; then echo ok; fi`, scriptTimeout)
 	if err != nil {
 		return nil, err
 	}
-	if have := strings.TrimSpace(string(out)); have != "ok" || reinstall {
-		if err := m.installAgent(ctx, sb, have); err != nil {
+	lines := strings.Fields(string(out))
+	machine := ""
+	if len(lines) > 0 {
+		machine = lines[0]
+	}
+	sb.agent.arch = agent.GoArch(machine)
+	if installed := len(lines) > 1 && lines[1] == "ok"; !installed || reinstall {
+		if err := m.installAgent(ctx, sb, machine); err != nil {
 			return nil, &agentUnusable{err: err}
 		}
 	}
@@ -218,37 +357,43 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 }
 
 // installAgent copies the static sandbox-ctl for the sandbox's machine
-// (as `uname -m` names it, or asked again when unknown) into it.
+// (as `uname -m` names it) into it.
 func (m *Manager) installAgent(ctx context.Context, sb *Sandbox, machine string) error {
-	if agent.GoArch(machine) == "" {
-		out, err := sb.housekeep(ctx, "uname -m", scriptTimeout)
-		if err != nil {
-			return err
-		}
-		machine = strings.TrimSpace(string(out))
-	}
 	arch := agent.GoArch(machine)
 	if arch == "" {
 		return fmt.Errorf("no agent for a %q machine", machine)
 	}
-	bin, err := agent.FindBinary(arch)
+	bin, err := ctlbin.Find(ctx, arch)
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(bin)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c",
-		`mkdir -p "$1" && chmod 1777 "$1" 2>/dev/null; cat >"$2.$$" && chmod 755 "$2.$$" && mv -f "$2.$$" "$2" && { ln -sf "$2" /usr/local/bin/sandbox-ctl 2>/dev/null; :; }`,
-		"sh", agentDir, agentPath()},
-		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", installScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink},
+		func(w io.Writer) error { _, err := w.Write(bin.Data); return err })
 	if failed != nil {
 		return m.transferFailed(ctx, sb, "install the agent into", agentPath(), failed, "port forwarding is not available")
 	}
-	return werr
+	if werr != nil {
+		return werr
+	}
+	sb.agent.source = bin.String()
+	return nil
 }
+
+// installScript writes the agent from stdin to a temporary name in $1 and
+// renames it to $2 only when all $3 bytes arrived (a copy cut short ends
+// the input early, not with an error), then links $4 to it.
+const installScript = `mkdir -p "$1" || exit 1
+chmod 1777 "$1" 2>/dev/null
+t="$2.$$"
+if ! cat >"$t"; then rm -f "$t"; exit 1; fi
+n=$(wc -c <"$t")
+if [ "$((n))" != "$3" ]; then rm -f "$t"; echo "sandbox-ctl arrived cut short: $((n)) of $3 bytes" >&2; exit 1; fi
+chmod 755 "$t" && mv -f "$t" "$2" || { rm -f "$t"; exit 1; }
+ln -sf "$2" "$4" 2>/dev/null
+exit 0`
+
+// ctlLink puts sandbox-ctl on the sandbox's PATH.
+const ctlLink = "/usr/local/bin/sandbox-ctl"
 
 // closeAgent ends sb's agent, if it runs.
 func (sb *Sandbox) closeAgent() {

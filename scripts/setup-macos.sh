@@ -3,7 +3,8 @@
 #   1. checks that `container` is installed and new enough,
 #   2. starts its system service non-interactively (installing the default kernel),
 #   3. builds the default sandbox image mcp-dev from Containerfile.mcp-dev unless present,
-#   4. builds bin/sandbox-mcp.
+#   4. builds bin/sandbox-mcp with `make build`, which embeds the in-VM agents
+#      (sandbox-ctl for linux/arm64 and linux/amd64), and shows where doctor finds them.
 # Safe to re-run: each step is skipped when already done.
 set -euo pipefail
 
@@ -48,8 +49,17 @@ else
   container build -t "$IMAGE" -f Containerfile.mcp-dev .
 fi
 
-"$GO" build -o bin/sandbox-mcp ./cmd/sandbox-mcp
+# make build, not a bare go build: the server must carry the agents it copies into
+# each VM (without them, port forwards take one exec per connection and children
+# have no control socket).
+"${MAKE:-make}" --no-print-directory build GO="$GO"
 log "built bin/sandbox-mcp"
+doctor="$(bin/sandbox-mcp doctor --runtime container 2>&1 || true)"
+grep '^agent:' <<<"$doctor" >&2 || true
+if grep -q '^agent: .*NONE' <<<"$doctor" || ! grep -q '^agent: .*linux/arm64: ok' <<<"$doctor"; then
+  log "bin/sandbox-mcp has no agent for linux/arm64 VMs (see above)."
+  exit 1
+fi
 echo
 echo "Register the server with Claude Code:"
 echo "  claude mcp add sandbox -- $repo/bin/sandbox-mcp serve"

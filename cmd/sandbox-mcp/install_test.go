@@ -3,10 +3,12 @@ package main
 import (
 	"archive/zip"
 	"bytes"
+	"debug/elf"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -51,12 +53,21 @@ func TestGoInstall(t *testing.T) {
 		}
 	}
 	modCache := strings.TrimSpace(run(t, goBin, nil, "env", "GOMODCACHE"))
+	goCache := strings.TrimSpace(run(t, goBin, nil, "env", "GOCACHE"))
+	// A module cache of its own: one shared with earlier runs would keep
+	// the v0.9.9 of an older checkout. Its files are read-only.
+	ownModCache := t.TempDir()
 	bin := t.TempDir()
 	env := []string{
-		"GOBIN=" + bin,
+		"GOBIN=" + bin, "GOMODCACHE=" + ownModCache, "GOCACHE=" + goCache,
 		"GOPROXY=file://" + proxy + ",file://" + filepath.Join(modCache, "cache", "download"),
 		"GOSUMDB=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local",
 	}
+	t.Cleanup(func() {
+		clean := exec.Command(goBin, "clean", "-modcache")
+		clean.Env = append(os.Environ(), env...)
+		clean.Run()
+	})
 	start := time.Now()
 	run(t, goBin, env, "install", module+"/cmd/sandbox-mcp@"+ver)
 	t.Logf("go install took %s", time.Since(start).Round(time.Millisecond))
@@ -64,6 +75,64 @@ func TestGoInstall(t *testing.T) {
 	if !strings.Contains(out, ver) {
 		t.Fatalf("--version of the installed binary: %q, want %s", out, ver)
 	}
+
+	// With no second step, it builds the agent for the host's
+	// architecture from its module source into the user's cache (doctor
+	// does it at once; a server on first use), and says so.
+	cache := t.TempDir()
+	built := func(arch string) string {
+		return filepath.Join(cache, "sandbox-mcp", "agents", ver, "sandbox-ctl-linux-"+arch)
+	}
+	env = append(env, "XDG_CACHE_HOME="+cache, "SANDBOX_MCP_CTL_DIR=")
+	if runtime.GOOS == "darwin" { // os.UserCacheDir is $HOME/Library/Caches
+		home := t.TempDir()
+		env = append(env, "HOME="+home)
+		built = func(arch string) string {
+			return filepath.Join(home, "Library", "Caches", "sandbox-mcp", "agents", ver, "sandbox-ctl-linux-"+arch)
+		}
+	}
+	arch, other := runtime.GOARCH, "arm64"
+	if arch == "arm64" {
+		other = "amd64"
+	}
+	// An engine that does not answer: doctor tells the agents first.
+	podman := filepath.Join(t.TempDir(), "podman")
+	if err := os.WriteFile(podman, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	out = runFails(t, filepath.Join(bin, "sandbox-mcp"), env, "doctor", "--runtime", "podman", "--engine-path", podman)
+	t.Logf("doctor (building the agent) took %s", time.Since(start).Round(time.Millisecond))
+	src := filepath.Join(ownModCache, "github.com", "sandbox-mcp", "sandbox-mcp@"+ver)
+	for _, want := range []string{
+		"agent:    linux/" + arch + ": ok, built from the module source into " + built(arch) + "\n",
+		"agent:    linux/" + other + ": ok, built on first use from the module source in " + src + " with ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor of the installed binary lacks %q:\n%s", want, out)
+		}
+	}
+	f, err := elf.Open(built(arch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]; f.Machine != want {
+		t.Fatalf("the built agent is for %s, want %s", f.Machine, want)
+	}
+}
+
+// runFails is run for a command that is to fail: it returns its output.
+func runFails(t *testing.T, name string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("%s %s succeeded:\n%s", filepath.Base(name), strings.Join(args, " "), out)
+	}
+	return string(out)
 }
 
 // run runs a command in a temporary directory and returns its output.

@@ -29,6 +29,23 @@ func peopleCommands() []*cobra.Command {
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 
+	var statusJSON bool
+	status := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show a sandbox and its agent",
+		Long: "Show one sandbox without starting it: state, image, address, limits, and its agent: whether port\n" +
+			"forwards and children's control socket go through it, or why they use one engine exec per connection." + exits,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Status(cmd.Context(), cfg, args[0], statusJSON, os.Stdout)
+		},
+	}
+	status.Flags().BoolVar(&statusJSON, "json", false, "print JSON")
+
 	var timeout time.Duration
 	execCmd := &cobra.Command{
 		Use:   "exec NAME -- CMD...",
@@ -126,7 +143,7 @@ func peopleCommands() []*cobra.Command {
 			return app.Restore(cmd.Context(), cfg, args[0], args[1], os.Stdout)
 		},
 	}
-	return []*cobra.Command{ls, execCmd, shell, logs, destroy, snapshot, restore}
+	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore}
 }
 
 func errUsage(cmd *cobra.Command) error {

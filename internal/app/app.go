@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
 	"github.com/sandbox-mcp/sandbox-mcp/children"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
@@ -227,6 +227,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
 	// Both run in the Manager's background and end with it.
 	m.ReconcileAfter(reconcileDelay)
+	go readyAgent(ctx, logger)
 	env.Syncs.Resume()   // jobs of servers that ended
 	env.Children.Start() // children whose life ended
 	if cfg.BootDefault {
@@ -290,7 +291,8 @@ func offIfZero(n int64) int64 {
 	return n
 }
 
-// Doctor checks the engine and the default image and writes a report to w.
+// Doctor checks the engine, the default image, the state and the agents
+// and writes a report to w.
 func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) error {
 	_, rt, err := openRuntime(ctx, cfg)
 	if err != nil {
@@ -300,6 +302,7 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 		fmt.Fprintf(w, "config:   %s\n", cfg.File)
 	}
 	fmt.Fprintf(w, "runtime:  %s (%s)\n", rt.Kind(), rt.Binary())
+	reportAgents(ctx, w, runtime.GOARCH) // the engine's state does not matter to it
 	if err := rt.Ping(ctx); err != nil {
 		fmt.Fprintf(w, "engine:   FAIL %v\n", err)
 		return errors.New("container engine not usable")
@@ -333,17 +336,53 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 		return errors.New("state not usable")
 	}
 	fmt.Fprintf(w, "state:    ok, %s\n", cfg.StateDir)
-	for _, arch := range []string{"amd64", "arm64"} {
-		if p, err := agent.FindBinary(arch); err != nil {
-			fmt.Fprintf(w, "agent:    missing for linux/%s (port forwards fall back to one exec per connection; no child sandboxes): %v\n", arch, err)
-		} else {
-			fmt.Fprintf(w, "agent:    ok, linux/%s %s\n", arch, p)
-		}
-	}
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
 	fmt.Fprintf(w, "\nTo use it, give your MCP client this server (with the flags of this doctor run):\n\n%s", ClientSetup(selfPath(), serveArgs, setupEnv(os.Environ()), hostOS))
 	return nil
+}
+
+// reportAgents writes where the server's agent for each sandbox
+// architecture comes from, or why it has none and what that costs. The
+// host's architecture (that of its sandboxes) is built now when it comes
+// from the module source, so that the first sandbox does not wait for it;
+// the other is built on first use.
+func reportAgents(ctx context.Context, w io.Writer, hostArch string) {
+	for _, arch := range ctlbin.Arches {
+		r := ctlbin.Resolve(ctx, arch, false)
+		if r.Later != "" && arch == hostArch {
+			fmt.Fprintf(w, "agent:    linux/%s: building it from the module source (once per version)…\n", arch)
+			r = ctlbin.Resolve(ctx, arch, true)
+		}
+		for _, f := range r.Refused {
+			fmt.Fprintf(w, "agent:    linux/%s: refused %s: %s\n", arch, f.Path, f.Why)
+		}
+		switch {
+		case r.Binary != nil:
+			fmt.Fprintf(w, "agent:    linux/%s: ok, %s\n", arch, r.Binary)
+		case r.Later != "":
+			fmt.Fprintf(w, "agent:    linux/%s: ok, %s\n", arch, r.Later)
+		default:
+			fmt.Fprintf(w, "agent:    linux/%s: NONE, so linux/%s sandboxes are on the exec fallback (port forwards use one engine exec per connection; children have no control socket): %v\n",
+				arch, arch, r.Err())
+		}
+	}
+}
+
+// readyAgent readies the agent for the host's architecture, that of its
+// sandboxes, in the background of a starting server: one built from the
+// module source is then built before the first sandbox needs it; when
+// there is none, the log says why.
+func readyAgent(ctx context.Context, logger *slog.Logger) {
+	r := ctlbin.Resolve(ctx, runtime.GOARCH, true)
+	for _, f := range r.Refused {
+		logger.Warn("a sandbox-ctl was refused", "path", f.Path, "why", f.Why)
+	}
+	if r.Binary == nil {
+		logger.Warn("no agent: sandboxes are on the exec fallback (port forwards use one engine exec per connection; children have no control socket)", "err", r.Err())
+		return
+	}
+	logger.Debug("agent", "platform", "linux/"+runtime.GOARCH, "source", r.Binary.String())
 }
 
 // checkState opens the state file for writing, as a server does: a file

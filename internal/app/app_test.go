@@ -175,3 +175,61 @@ func TestPruneDir(t *testing.T) {
 		t.Fatalf("missing dir: %d %v", n, err)
 	}
 }
+
+// TestDoctorSaysWhereTheAgentsComeFrom: doctor refuses, with the reason,
+// an agent binary that is not ELF or is for the other machine, and says
+// for each architecture where its agent comes from or that its sandboxes
+// are on the exec fallback, and why.
+func TestDoctorSaysWhereTheAgentsComeFrom(t *testing.T) {
+	dir := t.TempDir()
+	// An ELF header for aarch64, named for amd64.
+	hdr := make([]byte, 64)
+	copy(hdr, "\x7fELF\x02\x01\x01")
+	hdr[0x10], hdr[0x12], hdr[0x14] = 2, 183, 1
+	os.WriteFile(filepath.Join(dir, "sandbox-ctl-linux-amd64"), hdr, 0o755)
+	os.WriteFile(filepath.Join(dir, "sandbox-ctl-linux-arm64"), []byte("not a program\n"), 0o755)
+	t.Setenv("SANDBOX_MCP_CTL_DIR", dir)
+	var b strings.Builder
+	reportAgents(context.Background(), &b, "none") // builds nothing
+	out := b.String()
+	for _, want := range []string{
+		"agent:    linux/amd64: refused " + filepath.Join(dir, "sandbox-ctl-linux-amd64") + ": an executable for aarch64 (linux/arm64), not for x86-64 (linux/amd64)\n",
+		"agent:    linux/arm64: refused " + filepath.Join(dir, "sandbox-ctl-linux-arm64") + ": not a linux executable (not ELF",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor lacks %q:\n%s", want, out)
+		}
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		ok := strings.Contains(out, "agent:    linux/"+arch+": ok, ")
+		none := strings.Contains(out, "agent:    linux/"+arch+": NONE, so linux/"+arch+" sandboxes are on the exec fallback (port forwards use one engine exec per connection; children have no control socket): no sandbox-ctl for linux/"+arch+": ")
+		if ok == none {
+			t.Errorf("%s: neither where it comes from nor why none:\n%s", arch, out)
+		}
+	}
+}
+
+// TestStatusSaysWhyTheExecFallback: the status command names the
+// sandbox's agent, and for one on the exec fallback, what that costs and
+// why; --json carries it too.
+func TestStatusSaysWhyTheExecFallback(t *testing.T) {
+	in := sandbox.Info{Name: "web", Container: "sandbox-mcp-web", State: sandbox.StateRunning, Image: "mcp-dev"}
+	ag := sandbox.AgentState{State: sandbox.AgentFallback, Platform: "linux/arm64",
+		Reason: "no sandbox-ctl for linux/arm64: none is embedded (this server was built without `make build`)"}
+	var b strings.Builder
+	if err := writeStatus(&b, in, ag, false); err != nil {
+		t.Fatal(err)
+	}
+	want := "agent:      none (no sandbox-ctl for linux/arm64: none is embedded (this server was built without `make build`)); " +
+		"port forwards use one engine exec per connection; children have no control socket\n"
+	if !strings.Contains(b.String(), "name:       web\n") || !strings.HasSuffix(b.String(), want) {
+		t.Fatalf("got:\n%s\nwant the last line:\n%s", b.String(), want)
+	}
+	b.Reset()
+	if err := writeStatus(&b, in, ag, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"state": "fallback"`) || !strings.Contains(b.String(), `"reason": "no sandbox-ctl for linux/arm64`) {
+		t.Fatalf("--json:\n%s", b.String())
+	}
+}

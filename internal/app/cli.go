@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -138,6 +139,54 @@ func List(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 			ip = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.Name, in.State, in.Image, ip, created)
+	}
+	return tw.Flush()
+}
+
+// Status writes one sandbox, without booting it, and its agent: whether
+// port forwards and the control socket go through it, or why they use the
+// exec fallback.
+func Status(ctx context.Context, cfg Config, name string, asJSON bool, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	in, err := env.Manager.Status(ctx, name)
+	if err != nil {
+		return exitFor(err)
+	}
+	return writeStatus(w, in, env.Manager.AgentStatus(ctx, in), asJSON)
+}
+
+// writeStatus writes Status's report of in and its agent.
+func writeStatus(w io.Writer, in sandbox.Info, ag sandbox.AgentState, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			sandbox.Info
+			Agent sandbox.AgentState `json:"agent"`
+		}{in, ag})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	state := string(in.State)
+	if in.State == sandbox.StateRunning && !in.Started.IsZero() {
+		state += ", up " + time.Since(in.Started).Round(time.Second).String()
+	}
+	rows := [][2]string{{"name", in.Name}, {"state", state}, {"image", in.Image}, {"container", in.Container}}
+	if in.ChildOf != "" {
+		rows = append(rows, [2]string{"child of", in.ChildOf})
+	}
+	if in.IP != "" {
+		rows = append(rows, [2]string{"ip", in.IP})
+	}
+	if !in.Created.IsZero() {
+		rows = append(rows, [2]string{"created", in.Created.Local().Format("2006-01-02 15:04")})
+	}
+	rows = append(rows, [2]string{"limits", in.Limits.String()}, [2]string{"agent", strings.TrimPrefix(ag.String(), "agent: ")})
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s:\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
 }
