@@ -192,7 +192,11 @@ func RunArgs(f Features, spec sandbox.RunSpec) ([]string, error) {
 	}
 	args := []string{"run", "-d", "--name", spec.Name}
 	for _, k := range sortedKeys(spec.Labels) {
-		args = append(args, "-l", k+"="+spec.Labels[k])
+		l, err := runLabelArg(k, spec.Labels[k])
+		if err != nil {
+			return nil, fmt.Errorf("container run %s: %w", spec.Name, err)
+		}
+		args = append(args, "-l", l)
 	}
 	if spec.Init && f.Init {
 		args = append(args, "--init")
@@ -253,7 +257,11 @@ func memoryArg(s string) (string, error) {
 // /host/dir:/target for a host path, with :ro when read-only.
 func volumeArg(m sandbox.Mount) (string, error) {
 	src := m.Volume
-	if src == "" {
+	if src != "" {
+		if err := ValidVolumeName(src); err != nil {
+			return "", err
+		}
+	} else {
 		src = m.Source
 		if !strings.HasPrefix(src, "/") {
 			return "", fmt.Errorf("mount source %q must be an absolute host path", src)
@@ -419,7 +427,11 @@ func cliError(code int, stderr string) (kind error, drained bool) {
 
 // VolumeCreate implements sandbox.Runtime.
 func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
-	_, err := d.cli.Output(ctx, nil, VolumeCreateArgs(name, labels, 0)...)
+	args, err := VolumeCreateArgs(name, labels, 0)
+	if err != nil {
+		return err
+	}
+	_, err = d.cli.Output(ctx, nil, args...)
 	if errors.Is(err, sandbox.ErrAlreadyExists) {
 		return nil
 	}
@@ -620,7 +632,11 @@ func (d *Dialect) DiskSupport(context.Context) sandbox.DiskSupport {
 // `volume create -s`. Every Apple volume has a size, so an existing one
 // counts as sized.
 func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64) (bool, error) {
-	_, err := d.cli.Output(ctx, nil, VolumeCreateArgs(name, labels, size)...)
+	args, err := VolumeCreateArgs(name, labels, size)
+	if err != nil {
+		return false, err
+	}
+	_, err = d.cli.Output(ctx, nil, args...)
 	if errors.Is(err, sandbox.ErrAlreadyExists) {
 		return true, nil
 	}
@@ -629,15 +645,23 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 
 // VolumeCreateArgs builds the argv (without the program) of creating a
 // volume; size 0 leaves the engine's default size. Sizes are whole MiB.
-func VolumeCreateArgs(name string, labels map[string]string, size int64) []string {
+// A name or label the CLI would refuse or alter is an error.
+func VolumeCreateArgs(name string, labels map[string]string, size int64) ([]string, error) {
+	if err := ValidVolumeName(name); err != nil {
+		return nil, err
+	}
 	args := []string{"volume", "create"}
 	for _, k := range sortedKeys(labels) {
-		args = append(args, "--label", k+"="+labels[k])
+		l, err := volumeLabelArg(k, labels[k])
+		if err != nil {
+			return nil, fmt.Errorf("volume create %s: %w", name, err)
+		}
+		args = append(args, "--label", l)
 	}
 	if size > 0 {
 		args = append(args, "-s", strconv.FormatInt((size+1<<20-1)>>20, 10)+"M")
 	}
-	return append(args, name)
+	return append(args, name), nil
 }
 
 var _ sandbox.ImageSaver = (*Dialect)(nil)

@@ -214,14 +214,21 @@ func TestCLIErrorInExecStderr(t *testing.T) {
 }
 
 func TestVolumeCreateArgs(t *testing.T) {
+	joined := func(name string, labels map[string]string, size int64) string {
+		args, err := VolumeCreateArgs(name, labels, size)
+		if err != nil {
+			t.Errorf("VolumeCreateArgs(%q, %q, %d): %v", name, labels, size, err)
+		}
+		return strings.Join(args, " ")
+	}
 	labels := map[string]string{"b": "2", "a": "1"}
-	if got := strings.Join(VolumeCreateArgs("ws", labels, 0), " "); got != "volume create --label a=1 --label b=2 ws" {
+	if got := joined("ws", labels, 0); got != "volume create --label a=1 --label b=2 ws" {
 		t.Errorf("unsized: %q", got)
 	}
-	if got := strings.Join(VolumeCreateArgs("ws", nil, 1<<30), " "); got != "volume create -s 1024M ws" {
+	if got := joined("ws", nil, 1<<30); got != "volume create -s 1024M ws" {
 		t.Errorf("1G: %q", got)
 	}
-	if got := strings.Join(VolumeCreateArgs("ws", nil, 1<<20+1), " "); got != "volume create -s 2M ws" {
+	if got := joined("ws", nil, 1<<20+1); got != "volume create -s 2M ws" {
 		t.Errorf("rounding up: %q", got)
 	}
 	spec := sandbox.RunSpec{Name: "box", Image: "img", PidsLimit: 64, StorageSize: "1G"}
