@@ -50,6 +50,7 @@ func runSpec(name string) *cmdSpec {
 		option("image", "--init-image").from("0.10.0"),
 		option("path", "-k", "--kernel"),
 		option("arg", "--kernel-arg").from("1.2.0"),
+		// Parsed by parseRunLabels: Parser.labels (Parser.swift), 0.1.0–1.2.2.
 		option("label", "-l", "--label"),
 		option("path", "--masked-path").from("1.2.1"),
 		option("path", "--read-only-path").from("1.2.1"),
@@ -132,6 +133,11 @@ type createPlan struct {
 	creator  string // token in labelCreator: this invocation made the container
 	// rwVolumes are the named volumes attached read-write.
 	rwVolumes []string
+	// labelErr is the -l labels' parse error, reported once the named
+	// volumes are made: Apple parses labels after it has resolved (and
+	// auto-created) the volumes (Utility.containerConfigFromFlags,
+	// 0.8.0–1.2.2).
+	labelErr error
 }
 
 // cmdRun implements `container run`.
@@ -205,6 +211,9 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	}
 	if err := a.ensureVolumes(plan); err != nil {
 		return err
+	}
+	if plan.labelErr != nil {
+		return plan.labelErr
 	}
 	if start {
 		if err := a.checkAttachable(plan.id, plan.rwVolumes); err != nil {
@@ -310,11 +319,10 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	add("--name", plan.id, "--hostname", plan.id)
 	plan.creator = newToken()
 	label(labelCreator, plan.creator)
-	userLabels := map[string]string{}
-	for _, l := range p.vals["label"] {
-		k, v, _ := strings.Cut(l, "=")
-		userLabels[k] = v
-		label(k, v)
+	userLabels, err := a.parseRunLabels(p.vals["label"])
+	plan.labelErr = err
+	for _, k := range sortedKeys(userLabels) {
+		label(k, userLabels[k])
 	}
 	labelsJSON, _ := json.Marshal(userLabels)
 	label(labelLabels, string(labelsJSON))

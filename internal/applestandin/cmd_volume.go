@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -34,8 +35,10 @@ func volumeCommands(v Version) map[string]handler {
 		"create": {&cmdSpec{
 			path:  "container volume create",
 			usage: "container volume create [--label <label> ...] [--opt <opt> ...] [-s <s>] <name>",
-			opts:  []opt{option("label", "--label"), option("opt", "--opt"), option("s", "-s")},
-			args:  []string{"<name>"},
+			// --label is parsed by parseVolumeLabels: Utility.parseKeyValuePairs
+			// (VolumeCreate.swift, Utility.swift), 0.4.0–1.2.2.
+			opts: []opt{option("label", "--label"), option("opt", "--opt"), option("s", "-s")},
+			args: []string{"<name>"},
 		}, cmdVolumeCreate},
 		"list": list("list"),
 		"ls":   list("ls"),
@@ -64,9 +67,10 @@ func cmdVolumeCreate(a *app, p *parsed) error {
 		return err
 	}
 	args := []string{"volume", "create"}
-	for _, l := range p.vals["label"] {
-		args = append(args, "--label", l)
-	}
+	// Apple's volume labels are kept as JSON: a key such as "k=" (what
+	// "--label k=" makes) would not survive podman's own key=value split.
+	labelsJSON, _ := json.Marshal(parseVolumeLabels(p.vals["label"]))
+	args = append(args, "--label", labelLabels+"="+string(labelsJSON))
 	opts := map[string]string{}
 	for _, o := range p.vals["opt"] {
 		k, v, _ := strings.Cut(o, "=")
@@ -113,7 +117,7 @@ func (a *app) volumeJSON(v podVolume) *Obj {
 	if n, err := strconv.ParseInt(v.Labels[labelVolSize], 10, 64); err == nil {
 		size = n
 	}
-	labels := publicLabels(v.Labels)
+	labels := containerLabels(v.Labels)
 	if a.v.oneX() {
 		return NewObj().Set("configuration", NewObj().
 			Set("creationDate", isoDate(v.CreatedAt)).
