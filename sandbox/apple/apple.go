@@ -438,13 +438,52 @@ func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[stri
 	return err
 }
 
-// VolumeRemove implements sandbox.Runtime.
+// VolumeRemove implements sandbox.Runtime. A missing volume is no error
+// (`volume delete` says "failed to delete one or more volumes: [...]").
+// A volume that a container still mounts, running or not, cannot go; the
+// CLI says only "delete failed for one or more volumes: [...]" then (the
+// reason is in a log line above it), so after any other failure the
+// containers are listed, and one that mounts the volume makes the error
+// sandbox.ErrInUse, which callers wait out.
 func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
-	_, err := d.cli.Output(ctx, nil, "volume", "delete", name)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return nil
+	if err := ValidVolumeName(name); err != nil {
+		return err
 	}
-	return err
+	_, err := d.cli.Output(ctx, nil, "volume", "delete", name)
+	var ee *sandbox.EngineError
+	switch {
+	case err == nil, errors.Is(err, sandbox.ErrNotFound):
+		return nil
+	case errors.Is(err, sandbox.ErrInUse), ctx.Err() != nil, !errors.As(err, &ee), ee.Kind != nil:
+		return err
+	}
+	users, lerr := d.volumeUsers(ctx, name)
+	if lerr != nil || len(users) == 0 {
+		return err
+	}
+	inUse := *ee
+	inUse.Kind = sandbox.ErrInUse
+	inUse.Hint = "container " + strings.Join(users, ", ") + " still mounts it"
+	return &inUse
+}
+
+// volumeUsers lists the containers, running or not, that mount volume vol.
+func (d *Dialect) volumeUsers(ctx context.Context, vol string) ([]string, error) {
+	out, err := d.cli.Output(ctx, nil, "list", "--all", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := ParseVolumeMounts(out)
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for _, id := range slices.Sorted(maps.Keys(mounts)) {
+		if slices.Contains(mounts[id], vol) {
+			users = append(users, id)
+		}
+	}
+	return users, nil
 }
 
 // Volumes lists the volumes the system knows.
@@ -726,12 +765,29 @@ func validEnvName(k string) bool {
 }
 
 // RemoveImage implements sandbox.ImageSaver. Apple's containers keep
-// their own root filesystems, so an image in use can go.
+// their own root filesystems, so an image in use can go. A missing image
+// is no error: from 0.9.0 `--force` ignores it; before, the CLI says the
+// same ("failed to delete one or more images") of a missing image and of
+// one that failed to go, so the image list decides.
 func (d *Dialect) RemoveImage(ctx context.Context, ref string) error {
 	if strings.HasPrefix(ref, "-") {
 		return fmt.Errorf("image delete: %q starts with '-'", ref)
 	}
-	_, err := d.cli.Output(ctx, nil, "image", "delete", ref)
+	f, err := d.Features(ctx)
+	if err != nil {
+		return err
+	}
+	args := []string{"image", "delete"}
+	if f.ImageDeleteForce {
+		args = append(args, "--force")
+	}
+	_, err = d.cli.Output(ctx, nil, append(args, ref)...)
+	if err == nil || f.ImageDeleteForce || ctx.Err() != nil {
+		return err
+	}
+	if ok, lerr := d.ImageExists(ctx, ref); lerr == nil && !ok {
+		return nil
+	}
 	return err
 }
 

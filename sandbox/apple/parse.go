@@ -161,6 +161,42 @@ func ParseContainers(b []byte) ([]sandbox.Container, error) {
 	return out, nil
 }
 
+// ParseVolumeMounts reads `container list --all --format json` (any
+// shape, 0.8 to 1.5) for the named volumes each container mounts: the
+// mounts whose type is {"volume": {"name": …}} (Filesystem.FSType,
+// ContainerResource/Container/Filesystem.swift, 0.8.0–1.2.2).
+func ParseVolumeMounts(b []byte) (map[string][]string, error) {
+	var raw []struct {
+		ID            string `json:"id"`
+		Configuration struct {
+			ID     string `json:"id"`
+			Mounts []struct {
+				Type struct {
+					Volume *struct {
+						Name string `json:"name"`
+					} `json:"volume"`
+				} `json:"type"`
+			} `json:"mounts"`
+		} `json:"configuration"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("parse container JSON: %w", err)
+	}
+	out := map[string][]string{}
+	for _, r := range raw {
+		id := r.ID
+		if id == "" {
+			id = r.Configuration.ID
+		}
+		for _, m := range r.Configuration.Mounts {
+			if m.Type.Volume != nil && m.Type.Volume.Name != "" {
+				out[id] = append(out[id], m.Type.Volume.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
 func state(s string) sandbox.State {
 	switch strings.ToLower(s) {
 	case "running":
