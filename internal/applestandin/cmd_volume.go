@@ -212,39 +212,113 @@ func cmdVolumeInspect(a *app, p *parsed) error {
 	return nil
 }
 
-// cmdVolumeDelete removes volumes and prints their names.
+// cmdVolumeDelete removes volumes and prints their names
+// (Volume/VolumeDelete.swift, 0.8.0–1.2.2). Every named volume must
+// exist, else nothing is deleted and notFound "failed to delete one or
+// more volumes: <Set>" is the error; each failing delete is logged and
+// they end in internalError "delete failed for one or more volumes:
+// <[String]>". A volume that any container (running or not) mounts
+// cannot go (VolumesService._delete: VolumeError.volumeInUse).
 func cmdVolumeDelete(a *app, p *parsed) error {
-	if err := a.up("failed to delete volume"); err != nil {
+	if a.v.AtLeast("1.0.0") {
+		// VolumeDelete.validate(), 1.0.0–1.2.2 (before, no names and no
+		// --all deleted nothing, and --all won over names).
+		switch {
+		case len(p.pos) == 0 && !p.has("all"):
+			return a.fail("invalidArgument", "no volumes specified and --all not supplied")
+		case len(p.pos) > 0 && p.has("all"):
+			return a.fail("invalidArgument", "explicitly supplied volume name(s) conflict with the --all flag")
+		}
+	}
+	if err := a.up("failed to list volumes"); err != nil {
 		return err
 	}
-	names := p.pos
+	vols, err := a.eng.listVolumes()
+	if err != nil {
+		return err
+	}
+	var names []string
 	if p.has("all") {
-		vols, err := a.eng.listVolumes()
-		if err != nil {
-			return err
-		}
-		names = nil
 		for _, v := range vols {
 			names = append(names, v.Name)
 		}
+	} else {
+		exists := map[string]bool{}
+		for _, v := range vols {
+			exists[v.Name] = true
+		}
+		seen := map[string]bool{}
+		var missing []string
+		for _, n := range p.pos {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			names = append(names, n)
+			if !exists[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			return a.errVolumesMissing(missing)
+		}
 	}
-	if len(names) == 0 {
-		// reconstructed
-		return a.fail("invalidArgument", "no volumes specified and --all not supplied")
-	}
+	var failed []string
 	for _, n := range names {
 		r := a.eng.run("volume", "rm", n)
-		if !r.ok() {
-			if r.contains("no such volume") || r.contains("no volume with name") {
-				return a.errVolumeNotFound(n)
-			}
-			if r.contains("being used") || r.contains("in use") {
-				// VolumeError.volumeInUse's text (ContainerResource/Volume/VolumeConfiguration.swift).
-				return a.fail("invalidState", "volume '"+n+"' is currently in use and cannot be accessed by another container, or deleted")
-			}
-			return a.failCause("internalError", "failed to delete volume "+n, r.message())
+		switch {
+		case r.ok():
+			fmt.Fprintln(a.stdout, n)
+		case r.contains("no such volume") || r.contains("no volume with name"):
+			// Gone meanwhile: the server's volumeNotFound.
+			a.logVolumeDeleteFailure(n, coded("invalidArgument", "volume '"+n+"' not found"))
+			failed = append(failed, n)
+		case r.contains("being used") || r.contains("in use"):
+			// VolumeError.volumeInUse, which the XPC server sends as invalidArgument
+			// with its description (XPCServer.swift, 0.8.0–1.2.2).
+			a.logVolumeDeleteFailure(n, volumeInUseDesc(n))
+			failed = append(failed, n)
+		default:
+			a.logVolumeDeleteFailure(n, coded("internalError", r.message())) // reconstructed
+			failed = append(failed, n)
 		}
-		fmt.Fprintln(a.stdout, n)
+	}
+	if len(failed) > 0 {
+		return a.errVolumesDeleteFailed(failed)
 	}
 	return nil
+}
+
+// errVolumesDeleteFailed is volume delete's error once deletes failed:
+// internalError "delete failed for one or more volumes: <[String]>"; the
+// reason is only in the log lines before it.
+func (a *app) errVolumesDeleteFailed(names []string) error {
+	return a.fail("internalError", "delete failed for one or more volumes: "+swiftArray(names))
+}
+
+// volumeInUseDesc is VolumeError.volumeInUse as the client describes it
+// after the XPC round trip (VolumeConfiguration.swift, XPCServer.swift).
+func volumeInUseDesc(name string) string {
+	return coded("invalidArgument", "volume '"+name+"' is currently in use and cannot be accessed by another container, or deleted")
+}
+
+// errVolumesMissing is volume delete's notFound error; Swift prints the
+// Set of names as ["a", "b"] (in hash order; sorted here).
+func (a *app) errVolumesMissing(names []string) error {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	return a.fail("notFound", "failed to delete one or more volumes: "+swiftSet(sorted))
+}
+
+// logVolumeDeleteFailure is the log line of one failed volume delete, as
+// StderrLogHandler prints it (message, then ": " and the metadata
+// dictionary): 0.8–0.9 logged "failed to delete volume <id>: <error>",
+// 0.10.0–1.2.2 "failed to delete volume" with id and error as metadata.
+// reconstructed: Swift prints a dictionary in hash order; id comes first here.
+func (a *app) logVolumeDeleteFailure(name, errDesc string) {
+	if a.v.Before("0.10.0") {
+		fmt.Fprintf(a.stderr, "failed to delete volume %s: %s\n", name, errDesc)
+		return
+	}
+	fmt.Fprintf(a.stderr, "failed to delete volume: [\"id\": %s, \"error\": %s]\n", name, errDesc)
 }
