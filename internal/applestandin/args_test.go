@@ -91,16 +91,31 @@ func TestDispatchUsageAndPlugins(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{"1G": 1 << 30, "512M": 512 << 20, "512m": 512 << 20, "1024": 1024 << 20,
-		"2GiB": 2 << 30, "64K": 64 << 10, "1.5G": 3 << 29} {
-		if got, ok := parseSize(in); !ok || got != want {
-			t.Errorf("parseSize(%q) = %d %v, want %d", in, got, ok, want)
+// TestMeasurement: sizes are read as Measurement.parse does
+// (Measurement+Parse.swift, 0.8.0–1.2.2): a bare number is bytes.
+func TestMeasurement(t *testing.T) {
+	for in, want := range map[string]int64{
+		"1G": 1 << 30, "512M": 512 << 20, "512m": 512 << 20, "1024": 1024, "2GiB": 2 << 30, "2gb": 2 << 30,
+		"64K": 64 << 10, "1.5G": 3 << 29, " 1 g ": 1 << 30, "1.": 1, ".5k": 512, "0": 0, "7b": 7, "7B": 7,
+		"1p": 1 << 50, "1\tt": 1 << 40,
+	} {
+		if got, err := sizeBytes(in); err != nil || got != want {
+			t.Errorf("sizeBytes(%q) = %d %v, want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "x", "-1G", "G"} {
-		if _, ok := parseSize(bad); ok {
-			t.Errorf("parseSize(%q) accepted", bad)
+	for in, want := range map[string]string{
+		"": "invalid size", "  ": "invalid size", "x": "invalid size", "-1G": "invalid size", "G": "invalid size",
+		".": "invalid size", "1.2.3": "invalid size", "1e3": "invalid symbol: e3", "1x": "invalid symbol: x",
+		"1 Mi": "invalid symbol: mi", "1kk": "invalid symbol: kk", "1 mbb": "invalid symbol: mbb",
+	} {
+		if got, err := sizeBytes(in); err == nil || err.Error() != want {
+			t.Errorf("sizeBytes(%q) = %d %v, want %q", in, got, err, want)
+		}
+	}
+	// -m is whole MiB, the fraction dropped.
+	for in, want := range map[string]int64{"1048576": 1, "1048575": 0, "1.9m": 1, "1g": 1024, "512k": 0} {
+		if got, err := memoryMiB(in); err != nil || got != want {
+			t.Errorf("memoryMiB(%q) = %d %v, want %d", in, got, err, want)
 		}
 	}
 }
@@ -110,6 +125,15 @@ func TestValidName(t *testing.T) {
 		strings.Repeat("a", 63): true, strings.Repeat("a", 64): false} {
 		if validName(name) != ok {
 			t.Errorf("validName(%q) != %v", name, ok)
+		}
+	}
+}
+
+func TestValidVolumeName(t *testing.T) {
+	for name, ok := range map[string]bool{"ws": true, "a": true, "A.b_c-1": true, "-x": false, ".x": false,
+		"a b": false, "a=b": false, "é": false, "": false, strings.Repeat("a", 255): true, strings.Repeat("a", 256): false} {
+		if validVolumeName(name) != ok {
+			t.Errorf("validVolumeName(%q) != %v", name, ok)
 		}
 	}
 }

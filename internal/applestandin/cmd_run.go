@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -87,35 +86,6 @@ var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
 // validName reports whether id is an acceptable container id.
 func validName(id string) bool { return len(id) <= 63 && nameRE.MatchString(id) }
 
-// parseSize reads Apple's memory/size strings: a number with an optional
-// K, M, G, T or P suffix (optionally followed by "B"/"iB"), binary units.
-// reconstructed: a bare number is taken as MiB, the CLI's memory unit.
-func parseSize(s string) (int64, bool) {
-	t := strings.TrimSpace(s)
-	lower := strings.ToLower(t)
-	lower = strings.TrimSuffix(strings.TrimSuffix(lower, "ib"), "b")
-	mult := float64(1 << 20)
-	if n := len(lower); n > 0 {
-		switch lower[n-1] {
-		case 'k':
-			mult, lower = 1<<10, lower[:n-1]
-		case 'm':
-			mult, lower = 1<<20, lower[:n-1]
-		case 'g':
-			mult, lower = 1<<30, lower[:n-1]
-		case 't':
-			mult, lower = 1<<40, lower[:n-1]
-		case 'p':
-			mult, lower = 1<<50, lower[:n-1]
-		}
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(lower), 64)
-	if err != nil || f <= 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, false
-	}
-	return int64(f * mult), true
-}
-
 // createPlan is a run/create command line translated for podman.
 type createPlan struct {
 	id       string
@@ -183,16 +153,6 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	if p.isSet("publish-socket") {
 		return failPlain("--publish-socket is not supported by this stand-in")
 	}
-	memory := defaultMemory
-	if p.isSet("memory") {
-		m, ok := parseSize(p.val("memory", ""))
-		if !ok {
-			// reconstructed
-			return a.fail("invalidArgument", "invalid memory size "+p.val("memory", ""))
-		}
-		memory = m
-	}
-
 	ref := normalizeRef(p.pos[0])
 	imgs, err := a.eng.inspectImages(podmanCandidates(ref)...)
 	if err != nil {
@@ -203,6 +163,21 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	}
 	podRef, img := pickImage(podmanCandidates(ref), imgs)
 	icfg := img.config()
+	// Parser.resources (Parser.swift, 0.8.0–1.2.2), once the image is
+	// fetched: -m is Measurement.parse in whole MiB (a bare number is
+	// bytes; the fraction of a MiB is dropped), its errors printed plainly.
+	memory := defaultMemory
+	if p.isSet("memory") {
+		mib, err := memoryMiB(p.val("memory", ""))
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		if mib == 0 {
+			// reconstructed: a VM of no memory does not boot; the text is unknown.
+			return a.failCause("internalError", "failed to bootstrap container", "memory size "+p.val("memory", "")+" is less than 1 MiB")
+		}
+		memory = mib << 20
+	}
 
 	plan := &createPlan{id: id, image: podRef, args: p.pos[1:], detach: p.has("detach"),
 		rm: p.has("rm"), stdin: p.has("interactive"), tty: p.has("tty"), cidfile: p.val("cidfile", "")}
@@ -410,7 +385,12 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 		add("--ulimit", u)
 	}
 	if s := p.val("shm-size", ""); s != "" {
-		add("--shm-size", s)
+		// Measurement.parse in bytes (Utility.containerConfigFromFlags, 1.0.0–1.2.2).
+		n, err := sizeBytes(s)
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		add("--shm-size", strconv.FormatInt(n, 10))
 	}
 	for _, pub := range p.vals["publish"] {
 		add("-p", pub)
@@ -575,7 +555,12 @@ func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 		case "readonly", "ro":
 			extra = append(extra, "readonly")
 		case "size":
-			extra = append(extra, "tmpfs-size="+v)
+			// Parser.mount: memoryStringAsMiB, times 1 MiB (Parser.swift, 0.8.0–1.2.2).
+			mib, err := memoryMiB(v)
+			if err != nil {
+				return "", failPlain(err.Error())
+			}
+			extra = append(extra, "tmpfs-size="+strconv.FormatInt(mib<<20, 10))
 		case "mode":
 			extra = append(extra, "tmpfs-mode="+v)
 		default:

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,7 +13,7 @@ import (
 // interpret them as mount options).
 const (
 	labelVolSize = labelPrefix + "size"
-	labelVolOpt  = labelPrefix + "opt."
+	labelVolOpts = labelPrefix + "opts" // JSON object
 )
 
 // volumeCommands is the `container volume` group.
@@ -35,7 +36,7 @@ func volumeCommands(v Version) map[string]handler {
 		"create": {&cmdSpec{
 			path:  "container volume create",
 			usage: "container volume create [--label <label> ...] [--opt <opt> ...] [-s <s>] <name>",
-			// --label is parsed by parseVolumeLabels: Utility.parseKeyValuePairs
+			// --label is parsed by parseKeyValuePairs: Utility.parseKeyValuePairs
 			// (VolumeCreate.swift, Utility.swift), 0.4.0–1.2.2.
 			opts: []opt{option("label", "--label"), option("opt", "--opt"), option("s", "-s")},
 			args: []string{"<name>"},
@@ -60,59 +61,81 @@ func (a *app) errVolumeNotFound(name string) error {
 	return failPlain("volume '" + name + "' not found")
 }
 
-// cmdVolumeCreate creates a named volume and prints its name.
+// cmdVolumeCreate creates a named volume and prints its name
+// (VolumeCreate.swift and VolumesService._create, 0.8.0–1.2.2). Labels and
+// --opt options are parseKeyValuePairs; -s is the "size" option. The
+// server checks the name, then that it is new, then reads the size with
+// Measurement.parse (bytes without a unit; at least 1 MiB; 512 GiB when
+// absent). Its VolumeErrors come back as invalidArgument with their
+// descriptions, other errors as unknown (XPCServer.swift).
 func cmdVolumeCreate(a *app, p *parsed) error {
 	name := p.pos[0]
 	if err := a.up("failed to create volume"); err != nil {
 		return err
 	}
-	args := []string{"volume", "create"}
-	// Apple's volume labels are kept as JSON: a key such as "k=" (what
-	// "--label k=" makes) would not survive podman's own key=value split.
-	labelsJSON, _ := json.Marshal(parseVolumeLabels(p.vals["label"]))
-	args = append(args, "--label", labelLabels+"="+string(labelsJSON))
-	opts := map[string]string{}
-	for _, o := range p.vals["opt"] {
-		k, v, _ := strings.Cut(o, "=")
-		opts[k] = v
+	if !validVolumeName(name) {
+		// VolumeError.invalidVolumeName wraps the whole message in its own
+		// description: "invalid volume name '<message>'".
+		return a.fail("invalidArgument", "invalid volume name 'invalid volume name '"+name+"': must match "+volumeNamePattern+"'")
 	}
+	if have, err := a.eng.inspectVolumes(name); err != nil {
+		return err
+	} else if len(have) > 0 {
+		return a.fail("invalidArgument", "volume '"+name+"' already exists")
+	}
+	opts := parseKeyValuePairs(p.vals["opt"])
 	if s := p.val("s", ""); s != "" {
 		opts["size"] = s
 	}
+	size := defaultVolumeSize
 	if s, ok := opts["size"]; ok {
-		n, ok := parseSize(s)
-		if !ok {
-			// reconstructed
-			return a.fail("invalidArgument", "invalid size "+s)
+		n, err := sizeBytes(s)
+		if err != nil {
+			return a.fail("unknown", err.Error())
 		}
-		args = append(args, "--label", labelVolSize+"="+strconv.FormatInt(n, 10))
+		if n < 1<<20 {
+			return a.fail("invalidArgument", "storage error: volume size too small: minimum 1MiB")
+		}
+		size = n
 	}
-	for k, v := range opts {
-		args = append(args, "--label", labelVolOpt+k+"="+v)
-	}
-	r := a.eng.run(append(args, name)...)
+	// Apple's labels and options are kept as JSON: a key such as "k=" (what
+	// "--label k=" makes) would not survive podman's own key=value split.
+	labelsJSON, _ := json.Marshal(parseKeyValuePairs(p.vals["label"]))
+	optsJSON, _ := json.Marshal(opts)
+	args := []string{"volume", "create",
+		"--label", labelLabels + "=" + string(labelsJSON),
+		"--label", labelVolOpts + "=" + string(optsJSON),
+		"--label", labelVolSize + "=" + strconv.FormatInt(size, 10),
+		name}
+	r := a.eng.run(args...)
 	if !r.ok() {
 		if r.contains("already exists") {
-			// reconstructed: mirrors the not-found wording of each era.
-			if a.v.oneX() {
-				return a.fail("exists", "volume already exists: "+name)
-			}
-			return failPlain("volume '" + name + "' already exists")
+			return a.fail("invalidArgument", "volume '"+name+"' already exists")
 		}
-		return a.failCause("internalError", "failed to create volume "+name, r.message())
+		return a.failCause("internalError", "failed to create volume "+name, r.message()) // reconstructed
 	}
 	fmt.Fprintln(a.stdout, name)
 	return nil
 }
 
+// volumeNamePattern is VolumeStorage.volumeNamePattern; names are also at
+// most 255 characters (isValidVolumeName, 0.8.0–1.2.2).
+const volumeNamePattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+var volumeNameRE = regexp.MustCompile(volumeNamePattern)
+
+func validVolumeName(name string) bool { return len(name) <= 255 && volumeNameRE.MatchString(name) }
+
+// volumeOptions are the volume's driver options as Apple shows them.
+func volumeOptions(labels map[string]string) map[string]string {
+	opts := map[string]string{}
+	_ = json.Unmarshal([]byte(labels[labelVolOpts]), &opts)
+	return opts
+}
+
 // volumeJSON renders a volume: 1.x {id, configuration{…}}, 0.x flat.
 func (a *app) volumeJSON(v podVolume) *Obj {
-	opts := map[string]string{}
-	for k, val := range v.Labels {
-		if o, ok := strings.CutPrefix(k, labelVolOpt); ok {
-			opts[o] = val
-		}
-	}
+	opts := volumeOptions(v.Labels)
 	size := defaultVolumeSize
 	if n, err := strconv.ParseInt(v.Labels[labelVolSize], 10, 64); err == nil {
 		size = n
@@ -174,10 +197,8 @@ func cmdVolumeList(a *app, p *parsed) error {
 				typ = "anonymous"
 			}
 			var opts []string
-			for k, val := range v.Labels {
-				if o, ok := strings.CutPrefix(k, labelVolOpt); ok {
-					opts = append(opts, o+"="+val)
-				}
+			for k, val := range volumeOptions(v.Labels) {
+				opts = append(opts, k+"="+val)
 			}
 			sort.Strings(opts)
 			rows = append(rows, []string{v.Name, typ, "local", strings.Join(opts, ",")})

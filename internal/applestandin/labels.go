@@ -101,11 +101,11 @@ func (a *app) parseRunLabels(raw []string) (map[string]string, error) {
 	return out, nil
 }
 
-// parseVolumeLabels is Utility.parseKeyValuePairs (Utility.swift,
-// 0.4.0–1.2.2), which `volume create --label` uses: one split; two pieces
-// are key and value, anything else is the whole argument as a key with
-// an empty value ("k=" is the key "k="). It refuses nothing.
-func parseVolumeLabels(raw []string) map[string]string {
+// parseKeyValuePairs is Utility.parseKeyValuePairs (Utility.swift,
+// 0.4.0–1.2.2), which `volume create --label` and `--opt` use: one split;
+// two pieces are key and value, anything else is the whole argument as a
+// key with an empty value ("k=" is the key "k="). It refuses nothing.
+func parseKeyValuePairs(raw []string) map[string]string {
 	out := map[string]string{}
 	for _, l := range raw {
 		if p := swiftSplitEquals(l, 1); len(p) == 2 {

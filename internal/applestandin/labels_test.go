@@ -52,7 +52,7 @@ func TestRunLabels(t *testing.T) {
 // Utility.parseKeyValuePairs does (0.4.0–1.2.2): one split, and anything
 // but two pieces is a whole key.
 func TestVolumeLabels(t *testing.T) {
-	got := parseVolumeLabels([]string{"a=1", "b=x=y", "c==z", "d=", "=e", "f", ""})
+	got := parseKeyValuePairs([]string{"a=1", "b=x=y", "c==z", "d=", "=e", "f", ""})
 	want := map[string]string{"a": "1", "b": "x=y", "c": "=z", "d=": "", "=e": "", "f": "", "": ""}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %q\nwant %q", got, want)
