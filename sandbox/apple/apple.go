@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,23 +236,26 @@ func RunArgs(f Features, spec sandbox.RunSpec) ([]string, error) {
 	return append(args, spec.Command...), nil
 }
 
-// memoryArg spells a memory size for `-m`: a K/M/G/T suffix; a bare number
-// of bytes is rounded up to whole MiB, Apple's granularity.
+// memoryArg spells a memory size for `-m` in whole MiB with an explicit
+// unit ("1536M"): Apple reads a bare number as bytes and keeps only whole
+// MiB (Parser.memoryStringAsMiB, Measurement.parse), so "512k" would be
+// 0 MiB. A K/M/G/T suffix (either case) or none (bytes) is taken, and the
+// size is rounded up to a whole MiB.
 func memoryArg(s string) (string, error) {
-	if s == "" {
-		return "", nil
+	m := memoryRE.FindStringSubmatch(s)
+	if m == nil {
+		return "", fmt.Errorf("memory %q: want a size such as 512M or 2G", s)
 	}
-	last := s[len(s)-1]
-	if last >= '0' && last <= '9' {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			return "", fmt.Errorf("memory %q: want a size such as 512M or 2G", s)
-		}
-		const mib = 1 << 20
-		return strconv.FormatInt((n+mib-1)/mib, 10) + "M", nil
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	shift := map[string]uint{"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[strings.ToLower(m[2])]
+	if err != nil || n <= 0 || n > (1<<62)>>shift {
+		return "", fmt.Errorf("memory %q: want a size such as 512M or 2G", s)
 	}
-	return strings.ToUpper(s), nil
+	const mib = 1 << 20
+	return strconv.FormatInt(((n<<shift)+mib-1)/mib, 10) + "M", nil
 }
+
+var memoryRE = regexp.MustCompile(`^([0-9]+)([KMGTkmgt]?)$`)
 
 // volumeArg spells a mount for `-v`: name:/target for a named volume, or
 // /host/dir:/target for a host path, with :ro when read-only.
@@ -668,18 +672,31 @@ func (d *Dialect) DiskSupport(context.Context) sandbox.DiskSupport {
 }
 
 // VolumeCreateSized implements sandbox.SizedVolumeCreator with
-// `volume create -s`. Every Apple volume has a size, so an existing one
-// counts as sized.
+// `volume create -s`. A volume of that name that was made without -s (by
+// VolumeCreate, or before limits existed) is kept, and is not sized: it
+// is a sparse image of the CLI's default size, 512 GiB
+// (VolumeStorage.defaultVolumeSizeBytes, 0.4.0–1.2.2), which bounds
+// nothing in practice. One made with -s counts as sized, whatever size it
+// was made with.
 func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64) (bool, error) {
 	args, err := VolumeCreateArgs(name, labels, size)
 	if err != nil {
 		return false, err
 	}
 	_, err = d.cli.Output(ctx, nil, args...)
-	if errors.Is(err, sandbox.ErrAlreadyExists) {
-		return true, nil
+	if !errors.Is(err, sandbox.ErrAlreadyExists) {
+		return err == nil, err
 	}
-	return err == nil, err
+	vols, lerr := d.Volumes(ctx)
+	if lerr != nil {
+		return false, lerr
+	}
+	for _, v := range vols {
+		if v.Name == name {
+			return v.Sized(), nil
+		}
+	}
+	return false, fmt.Errorf("volume %s: it existed when created, and is gone from the list: %w", name, err)
 }
 
 // VolumeCreateArgs builds the argv (without the program) of creating a

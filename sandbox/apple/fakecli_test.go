@@ -157,3 +157,51 @@ func tctx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+// TestVolumeCreateSizedExisting: a workspace volume that exists already
+// is sized only if it was made with -s; one made without is the CLI's
+// 512 GiB default and must not be reported as bounded.
+func TestVolumeCreateSizedExisting(t *testing.T) {
+	for _, c := range []struct {
+		version, list, name string
+		sized               bool
+	}{
+		{"1.4.1", "volume-ls-1.4.1.json", "probe-shortform", true},
+		{"1.4.1", "volume-ls-1.4.1.json", "web", false},
+		{"1.2.2", "volume-ls-1.2.0.json", "bushel-smoke-vol", false},
+		{"0.12.3", "volume-ls-0.12.3.json", "gantry-test-vol", false},
+	} {
+		exists := "Error: volume '" + c.name + "' already exists\n"
+		if v, _ := ParseVersion(c.version); !v.AtLeast(v0_10) {
+			exists = `Error: invalidArgument: "volume '` + c.name + `' already exists"` + "\n"
+		}
+		d, lines := fakeCLI(t, c.version, map[string]fakeReply{
+			"volume create -s 20480M " + c.name: {stderr: exists, code: 1},
+			"volume list --format json":         {stdout: sample(t, c.list)},
+		})
+		sized, err := d.VolumeCreateSized(tctx(t), c.name, nil, 20<<30)
+		if err != nil || sized != c.sized {
+			t.Errorf("%s %s: sized %v, %v; want %v (calls %q)", c.version, c.name, sized, err, c.sized, lines())
+		}
+	}
+	d, _ := fakeCLI(t, "1.5.0", map[string]fakeReply{"volume create -s 20480M ws": {stdout: "ws\n"}})
+	if sized, err := d.VolumeCreateSized(tctx(t), "ws", nil, 20<<30); err != nil || !sized {
+		t.Errorf("new volume: %v %v", sized, err)
+	}
+}
+
+// TestMemoryArg: -m always carries a unit and whole MiB, since Apple reads
+// a bare number as bytes and drops a fraction of a MiB.
+func TestMemoryArg(t *testing.T) {
+	for in, want := range map[string]string{"512M": "512M", "512m": "512M", "2G": "2048M", "1g": "1024M",
+		"512k": "1M", "1048576": "1M", "1073741825": "1025M", "1T": "1048576M"} {
+		if got, err := memoryArg(in); err != nil || got != want {
+			t.Errorf("memoryArg(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "0", "0M", "1.5G", "-1G", "1GB", "x", "99999999999999999999G"} {
+		if got, err := memoryArg(bad); err == nil {
+			t.Errorf("memoryArg(%q) = %q, want an error", bad, got)
+		}
+	}
+}

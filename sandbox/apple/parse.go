@@ -351,12 +351,20 @@ func ParseSystemStatus(b []byte) (SystemStatus, error) {
 
 // Volume is one entry of `container volume list --format json`.
 type Volume struct {
-	Name    string
-	Labels  map[string]string
-	Source  string
-	Size    int64
+	Name   string
+	Labels map[string]string
+	Source string
+	// Size is the image's size in bytes: what -s asked for, else the
+	// CLI's default of 512 GiB.
+	Size int64
+	// Options are the driver options it was made with; "size" is there
+	// when it was made with -s or --opt size=.
+	Options map[string]string
 	Created time.Time
 }
+
+// Sized reports whether the volume was made with an explicit size.
+func (v Volume) Sized() bool { _, ok := v.Options["size"]; return ok }
 
 // ParseVolumes reads `container volume list --format json`: {id,
 // configuration{…}} from 1.0, a flat object with createdAt before.
@@ -364,6 +372,7 @@ func ParseVolumes(b []byte) ([]Volume, error) {
 	type fields struct {
 		Name         string            `json:"name"`
 		Labels       map[string]string `json:"labels"`
+		Options      map[string]string `json:"options"`
 		Source       string            `json:"source"`
 		SizeInBytes  int64             `json:"sizeInBytes"`
 		CreationDate date              `json:"creationDate"`
@@ -383,7 +392,7 @@ func ParseVolumes(b []byte) ([]Volume, error) {
 		if r.Configuration != nil {
 			f = *r.Configuration
 		}
-		v := Volume{Name: f.Name, Labels: f.Labels, Source: f.Source, Size: f.SizeInBytes, Created: f.CreationDate.Time}
+		v := Volume{Name: f.Name, Labels: f.Labels, Options: f.Options, Source: f.Source, Size: f.SizeInBytes, Created: f.CreationDate.Time}
 		if v.Created.IsZero() {
 			v.Created = f.CreatedAt.Time
 		}
