@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -135,5 +137,52 @@ func TestValidVolumeName(t *testing.T) {
 		if validVolumeName(name) != ok {
 			t.Errorf("validVolumeName(%q) != %v", name, ok)
 		}
+	}
+}
+
+// TestVolumeArg: -v is read as Parser.volume reads it (Parser.swift).
+func TestVolumeArg(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.MkdirAll(filepath.Join(dir, "sub", "d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		version, in, want string // want: podman -v, or "Error: …"
+		named             string
+	}{
+		{"1.2.2", "ws:/workspace", "ws:/workspace", "ws"},
+		{"1.2.2", "ws:/w:ro", "ws:/w:ro", ""},
+		{"1.2.2", "::ws::/w", "ws:/w", "ws"},
+		{"1.2.2", dir + ":/src", dir + ":/src", ""},
+		{"1.2.2", "sub/d:/src:ro", dir + "/sub/d:/src:ro", ""},
+		{"1.2.2", "./sub:/src", dir + "/sub:/src", ""},
+		{"1.2.2", ".:/src", dir + ":/src", ""},
+		{"0.10.0", ".:/src", "Error: invalid volume name '.': must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$", ""},
+		{"0.9.0", "..:/src", `Error: invalidArgument: "invalid volume name '..': must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$"`, ""},
+		{"1.2.2", "~/x:/src", "Error: path '~/x' does not exist", ""},
+		{"1.2.2", "~:/src", "Error: invalid volume name '~': must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$", ""},
+		{"1.2.2", ".hidden:/src", "Error: invalid volume name '.hidden': must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$", ""},
+		{"1.2.2", "/nonexistent-smt:/src", "Error: path '/nonexistent-smt' does not exist", ""},
+		{"1.2.2", "a:b:c:d", "Error: invalid volume format a:b:c:d", ""},
+		{"1.2.2", "bad name:/w", "Error: invalid volume name 'bad name': must match ^[A-Za-z0-9][A-Za-z0-9_.-]*$", ""},
+	} {
+		a, _, _ := testApp(c.version)
+		plan := &createPlan{}
+		got, err := a.volumeArg(plan, c.in)
+		if err != nil {
+			got = errString(t, err)
+		}
+		if got != c.want {
+			t.Errorf("%s -v %q: %q, want %q", c.version, c.in, got, c.want)
+		}
+		if c.named != "" && !reflect.DeepEqual(plan.rwVolumes, []string{c.named}) {
+			t.Errorf("%s -v %q: read-write volumes %q", c.version, c.in, plan.rwVolumes)
+		}
+	}
+	a, _, _ := testApp("1.2.2")
+	plan := &createPlan{}
+	if got, err := a.volumeArg(plan, "/data"); err != nil || !strings.HasSuffix(got, ":/data") || len(plan.anon) != 1 {
+		t.Errorf("anonymous: %q %v %q", got, err, plan.anon)
 	}
 }

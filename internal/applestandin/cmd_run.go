@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -472,30 +473,70 @@ func appleEnv(image, files, flags []string) ([]string, error) {
 	return env, nil
 }
 
-// volumeArg translates one -v value: `/abs` or `./rel` host paths are bind
-// mounts, `name:/dst` is a named volume (auto-created), a lone `/dst` is an
-// anonymous volume named anon-<uuid>.
+// volumeArg translates one -v value as Parser.volume reads it
+// (Parser.swift, 0.8.0–1.2.2): leading ':' are trimmed and the rest split
+// on ':' with empty pieces dropped. One piece is an anonymous volume
+// mounted there; two or three are source, destination and options (split
+// on ','). The source is a host path when it holds a '/' (absolute, or
+// relative to the working directory: "./x", "a/b", "~/x", where '~' is
+// not expanded) or, from 0.11.0, is "." or ".."; anything else is a
+// volume name, which must match the volume name pattern. A host path must
+// exist. Four pieces or more are refused.
 func (a *app) volumeArg(plan *createPlan, v string) (string, error) {
-	parts := strings.Split(v, ":")
-	switch {
-	case len(parts) == 1:
+	parts := splitOmittingEmpty(strings.TrimLeft(v, ":"), ":")
+	switch len(parts) {
+	case 1:
 		name := "anon-" + newUUID()
 		plan.anon = append(plan.anon, name)
 		return name + ":" + parts[0], nil
-	case strings.HasPrefix(parts[0], "/") || strings.HasPrefix(parts[0], "."):
-		abs, err := filepath.Abs(parts[0])
-		if err != nil {
-			return "", failPlain(err.Error())
-		}
-		parts[0] = abs
-		return strings.Join(parts, ":"), nil
+	case 2, 3:
 	default:
-		plan.volumes = append(plan.volumes, parts[0])
-		if len(parts) < 3 || !hasOption(parts[2], "ro", "readonly") {
-			plan.rwVolumes = append(plan.rwVolumes, parts[0])
-		}
-		return v, nil
+		return "", a.fail("invalidArgument", "invalid volume format "+v)
 	}
+	src, dst := parts[0], parts[1]
+	var opts []string
+	if len(parts) == 3 {
+		opts = splitOmittingEmpty(parts[2], ",")
+	}
+	isPath := strings.Contains(src, "/") || (a.v.AtLeast("0.11.0") && (src == "." || src == ".."))
+	if !isPath {
+		if !validVolumeName(src) {
+			return "", a.fail("invalidArgument", "invalid volume name '"+src+"': must match "+volumeNamePattern)
+		}
+		plan.volumes = append(plan.volumes, src)
+		if !slices.Contains(opts, "ro") && !slices.Contains(opts, "readonly") {
+			plan.rwVolumes = append(plan.rwVolumes, src)
+		}
+		return podmanVolume(src, dst, opts), nil
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return "", failPlain(err.Error())
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", a.fail("invalidArgument", "path '"+src+"' does not exist")
+	}
+	return podmanVolume(abs, dst, opts), nil
+}
+
+// podmanVolume spells a -v value for podman.
+func podmanVolume(src, dst string, opts []string) string {
+	if len(opts) == 0 {
+		return src + ":" + dst
+	}
+	return src + ":" + dst + ":" + strings.Join(opts, ",")
+}
+
+// splitOmittingEmpty is Swift's split(separator:) with its default of
+// dropping empty pieces.
+func splitOmittingEmpty(s, sep string) []string {
+	var out []string
+	for _, p := range strings.Split(s, sep) {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func hasOption(opts string, names ...string) bool {
