@@ -167,3 +167,46 @@ func TestValidVolumeName(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeArgsReadAsMeant: each -v the dialect builds is read by the
+// CLI (Parser.volume: ':' split with empty pieces dropped, a source with
+// '/' is a host path, any other a volume name) as the mount it stands for.
+func TestVolumeArgsReadAsMeant(t *testing.T) {
+	for _, m := range []sandbox.Mount{
+		{Volume: "smt-ws-box", Target: "/workspace"},
+		{Volume: "v1.2_x", Target: "/w", ReadOnly: true},
+		{Source: "/Users/me/src", Target: "/src", ReadOnly: true},
+		{Source: "/", Target: "/host"},
+		{Source: "/Users/me/with space/é", Target: "/x y"},
+	} {
+		arg, err := volumeArg(m)
+		if err != nil {
+			t.Errorf("%+v: %v", m, err)
+			continue
+		}
+		var parts []string
+		for _, p := range strings.Split(strings.TrimLeft(arg, ":"), ":") {
+			if p != "" {
+				parts = append(parts, p)
+			}
+		}
+		if len(parts) < 2 || len(parts) > 3 {
+			t.Errorf("%+v: %q has %d pieces", m, arg, len(parts))
+			continue
+		}
+		isPath := strings.Contains(parts[0], "/")
+		ro := len(parts) == 3 && parts[2] == "ro"
+		if isPath != (m.Volume == "") || parts[1] != m.Target || ro != m.ReadOnly ||
+			(isPath && parts[0] != m.Source) || (!isPath && parts[0] != m.Volume) {
+			t.Errorf("%+v: the CLI reads %q as %q", m, arg, parts)
+		}
+	}
+	for _, bad := range []sandbox.Mount{
+		{Source: "rel/dir", Target: "/x"}, {Source: "~/x", Target: "/x"}, {Source: "/a:b", Target: "/x"},
+		{Volume: "v", Target: "rel"}, {Volume: "v", Target: "/a:b"}, {Volume: "./v", Target: "/x"}, {Target: "/x"},
+	} {
+		if arg, err := volumeArg(bad); err == nil {
+			t.Errorf("%+v: %q, want an error", bad, arg)
+		}
+	}
+}
