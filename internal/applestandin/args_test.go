@@ -186,3 +186,25 @@ func TestVolumeArg(t *testing.T) {
 		t.Errorf("anonymous: %q %v %q", got, err, plan.anon)
 	}
 }
+
+// TestCPUsAboveHost: -c above the host's CPUs fails the boot before
+// 0.12.0 and is clamped in the VM from 0.12.0; the CLI never refuses it.
+func TestCPUsAboveHost(t *testing.T) {
+	host := hostCPUs()
+	for v, fails := range map[string]bool{"0.8.0": true, "0.11.0": true, "0.12.0": false, "1.5.0": false} {
+		a, _, _ := testApp(v)
+		err := a.checkCPUs(host + 1)
+		if (err != nil) != fails {
+			t.Errorf("%s: -c %d on %d CPUs: %v", v, host+1, host, err)
+		}
+		if err != nil && !strings.Contains(errString(t, err), "failed to bootstrap container") {
+			t.Errorf("%s: %q", v, errString(t, err))
+		}
+		if err := a.checkCPUs(host); err != nil {
+			t.Errorf("%s: -c %d on %d CPUs: %v", v, host, host, err)
+		}
+	}
+	if _, err := parseArgs(MustVersion("1.5.0"), runSpec("run"), []string{"-c", "4096", "img"}); err != nil {
+		t.Errorf("the parser takes any count: %v", err)
+	}
+}

@@ -73,6 +73,11 @@ func cmdStart(a *app, p *parsed) error {
 	if err := a.checkAttachable(id, rw); err != nil {
 		return err
 	}
+	if n, err := strconv.Atoi(c.Config.Labels[labelCPUs]); err == nil {
+		if err := a.checkCPUs(n); err != nil {
+			return err
+		}
+	}
 	if attach {
 		args := []string{"start", "--attach"}
 		if p.has("interactive") {

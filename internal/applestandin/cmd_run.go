@@ -195,6 +195,9 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 		if err := a.checkAttachable(plan.id, plan.rwVolumes); err != nil {
 			return err
 		}
+		if err := a.checkCPUs(cpus); err != nil {
+			return err
+		}
 	}
 	if start && !plan.detach {
 		return a.runForeground(plan)
@@ -305,6 +308,7 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	label(labelRef, ref)
 	if cpus > 0 {
 		label(labelCPUs, strconv.Itoa(cpus))
+		// See checkCPUs: from 0.12.0 the VM has at most the host's CPUs.
 		add("--cpus", strconv.Itoa(min(cpus, hostCPUs())))
 	}
 	label(labelMemory, strconv.FormatInt(memory, 10))
@@ -412,6 +416,22 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 			return err
 		}
 		add("--mount", arg)
+	}
+	return nil
+}
+
+// checkCPUs is the boot-time fate of -c above the host's CPUs. The CLI
+// takes any count (Parser.resources, 0.8.0–1.2.2) and the VM gets it:
+// before 0.12.0 (containerization < 0.31) as is, which
+// Virtualization.framework refuses when it exceeds what the host has, so
+// the boot fails; from 0.12.0 containerization clamps the VM's CPUs to
+// the host's active processors (VZVirtualMachineManager.create), so it
+// boots with fewer and the configuration keeps the count asked for.
+func (a *app) checkCPUs(cpus int) error {
+	if host := hostCPUs(); a.v.Before("0.12.0") && cpus > host {
+		// reconstructed: Virtualization.framework's validation text is not captured.
+		return a.failCause("internalError", "failed to bootstrap container",
+			fmt.Sprintf(`Error Domain=VZErrorDomain Code=2 "Invalid virtual machine configuration. The number of CPUs (%d) exceeds the maximum allowed (%d)."`, cpus, host))
 	}
 	return nil
 }
