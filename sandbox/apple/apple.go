@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,6 +94,7 @@ func (d *Dialect) Features(ctx context.Context) (Features, error) {
 		return Features{}, fmt.Errorf("container --version: %w", err)
 	}
 	f := FeaturesOf(v)
+	f.HostCPUs = runtime.NumCPU() // the server runs on the Mac whose VMs it makes
 	d.features = &f
 	return f, nil
 }
@@ -181,6 +183,9 @@ func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) error {
 	if err != nil {
 		return err
 	}
+	if n := int(math.Ceil(spec.CPUs)); f.HostCPUs > 0 && n > f.HostCPUs && d.cli.Logger != nil {
+		d.cli.Logger.Warn("a sandbox asks for more CPUs than this Mac has: it gets the Mac's", "sandbox", spec.Name, "cpus", n, "host_cpus", f.HostCPUs)
+	}
 	_, err = d.cli.Output(ctx, nil, args...)
 	return err
 }
@@ -203,8 +208,15 @@ func RunArgs(f Features, spec sandbox.RunSpec) ([]string, error) {
 		args = append(args, "--init")
 	}
 	if spec.CPUs > 0 {
-		// Apple takes whole CPUs; a fraction rounds up.
-		args = append(args, "-c", strconv.Itoa(int(math.Ceil(spec.CPUs))))
+		// Apple takes whole CPUs; a fraction rounds up. No more than the
+		// host has (see Features.HostCPUs): before 0.12.0 the VM would not
+		// boot, after it would get the host's count while the container
+		// showed the count asked for.
+		n := int(math.Ceil(spec.CPUs))
+		if f.HostCPUs > 0 {
+			n = min(n, f.HostCPUs)
+		}
+		args = append(args, "-c", strconv.Itoa(n))
 	}
 	if spec.Memory != "" {
 		m, err := memoryArg(spec.Memory)

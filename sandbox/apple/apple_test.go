@@ -237,3 +237,18 @@ func TestVolumeCreateArgs(t *testing.T) {
 		t.Errorf("Apple has no pids or rootfs size flags: %q %v", args, err)
 	}
 }
+
+// TestRunArgsCapsCPUsAtHost: a VM cannot have more CPUs than the Mac (the
+// boot fails before 0.12.0), so -c is capped at the host's count.
+func TestRunArgsCapsCPUsAtHost(t *testing.T) {
+	for _, v := range []Version{{0, 11, 0}, {1, 2, 2}} {
+		f := FeaturesOf(v)
+		f.HostCPUs = 8
+		for cpus, want := range map[float64]string{64: "8", 8: "8", 7.5: "8", 2: "2"} {
+			args, err := RunArgs(f, sandbox.RunSpec{Name: "box", Image: "img", CPUs: cpus})
+			if s := strings.Join(args, " "); err != nil || !strings.Contains(s, "-c "+want+" ") {
+				t.Errorf("%v: CPUs %v: %q %v, want -c %s", v, cpus, s, err, want)
+			}
+		}
+	}
+}

@@ -93,6 +93,12 @@ type Features struct {
 	// ImageDeleteForce: `image delete --force` ignores images not found
 	// (Image/ImageDelete.swift, 0.9.0).
 	ImageDeleteForce bool
+	// HostCPUs is the number of CPUs of the host the CLI runs on, 0 when
+	// unknown. A VM cannot have more: before 0.12.0 a `run -c` above it
+	// fails to boot (Virtualization.framework refuses the configuration),
+	// from 0.12.0 the VM gets the host's count and the container's
+	// configuration still shows the count asked for.
+	HostCPUs int
 }
 
 // FeaturesOf returns the features of version v.
