@@ -13,6 +13,7 @@ package apple
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ type Dialect struct {
 
 	mu       sync.Mutex
 	features *Features // detected once, on first need
+	domain   string    // the configured default registry domain, once read
 }
 
 var (
@@ -533,16 +535,59 @@ func (d *Dialect) Images(ctx context.Context) ([]Image, error) {
 	return ParseImages(out)
 }
 
+// RegistryDomain is the default registry domain the CLI puts in front of
+// references without one, read from the CLI once: from 1.0 config.toml's
+// [registry] domain, shown by `system property list --format json`
+// (ContainerSystemConfig.registry); before, the registry.domain default
+// shown by `system property get registry.domain` (DefaultsStore). When it
+// cannot be read it is DefaultRegistryDomain, and it is read again next
+// time.
+func (d *Dialect) RegistryDomain(ctx context.Context) string {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return DefaultRegistryDomain
+	}
+	d.mu.Lock()
+	known := d.domain
+	d.mu.Unlock()
+	if known != "" {
+		return known
+	}
+	var domain string
+	if f.Version.AtLeast(v1_0) {
+		out, err := d.cli.Output(ctx, nil, "system", "property", "list", "--format", "json")
+		var cfg struct {
+			Registry struct {
+				Domain string `json:"domain"`
+			} `json:"registry"`
+		}
+		if err == nil && json.Unmarshal(out, &cfg) == nil {
+			domain = cfg.Registry.Domain
+		}
+	} else if out, err := d.cli.Output(ctx, nil, "system", "property", "get", "registry.domain"); err == nil {
+		domain = strings.TrimSpace(string(out))
+	}
+	if domain == "" || strings.ContainsAny(domain, " \t\n") {
+		return DefaultRegistryDomain
+	}
+	d.mu.Lock()
+	d.domain = domain
+	d.mu.Unlock()
+	return domain
+}
+
 // ImageExists implements sandbox.Runtime, comparing references the way
-// Apple stores them ("mcp-dev" is docker.io/library/mcp-dev:latest).
+// Apple stores them ("mcp-dev" is docker.io/library/mcp-dev:latest, or
+// under the configured default registry domain).
 func (d *Dialect) ImageExists(ctx context.Context, ref string) (bool, error) {
 	imgs, err := d.Images(ctx)
 	if err != nil {
 		return false, err
 	}
-	want := NormalizeReference(ref)
+	domain := d.RegistryDomain(ctx)
+	want := NormalizeReference(ref, domain)
 	for _, img := range imgs {
-		if NormalizeReference(img.Reference) == want {
+		if NormalizeReference(img.Reference, domain) == want {
 			return true, nil
 		}
 		if strings.Contains(want, "@") && strings.HasSuffix(want, "@"+img.Digest) {
@@ -857,15 +902,24 @@ func (l *limitTail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ListImages implements sandbox.ImageLister.
+// ListImages implements sandbox.ImageLister. Under a configured default
+// registry domain other than docker.io, that domain is dropped from the
+// references, as the CLI's own table does (ClientImage.denormalizeReference),
+// so that local names such as a snapshot's read as they were given; Docker
+// Hub references are kept whole.
 func (d *Dialect) ListImages(ctx context.Context) ([]sandbox.ImageInfo, error) {
 	imgs, err := d.Images(ctx)
 	if err != nil {
 		return nil, err
 	}
+	domain := d.RegistryDomain(ctx)
 	out := make([]sandbox.ImageInfo, 0, len(imgs))
 	for _, img := range imgs {
-		out = append(out, sandbox.ImageInfo{Ref: img.Reference, ID: img.Digest})
+		ref := img.Reference
+		if domain != DefaultRegistryDomain {
+			ref = strings.TrimPrefix(ref, domain+"/")
+		}
+		out = append(out, sandbox.ImageInfo{Ref: ref, ID: img.Digest})
 	}
 	return out, nil
 }

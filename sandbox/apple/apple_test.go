@@ -136,15 +136,67 @@ func TestNormalizeReference(t *testing.T) {
 		"alpine:3.22":                      "docker.io/library/alpine:3.22",
 		"user/img":                         "docker.io/user/img:latest",
 		"docker.io/library/alpine:latest":  "docker.io/library/alpine:latest",
+		"docker.io/alpine":                 "docker.io/library/alpine:latest",
+		"registry-1.docker.io/alpine":      "registry-1.docker.io/library/alpine:latest",
 		"ghcr.io/apple/x/builder:0.12.0":   "ghcr.io/apple/x/builder:0.12.0",
 		"localhost:5000/img":               "localhost:5000/img:latest",
 		"localhost/img":                    "localhost/img:latest",
+		"localhost.lan/img":                "localhost.lan/img:latest",
 		"docker.io/kindest/node@sha256:ab": "docker.io/kindest/node@sha256:ab",
+		"alpine:3@sha256:ab":               "docker.io/library/alpine:3",
 		"comicarr:latest":                  "docker.io/library/comicarr:latest",
 	} {
-		if got := NormalizeReference(in); got != want {
+		if got := NormalizeReference(in, ""); got != want {
 			t.Errorf("NormalizeReference(%q) = %q, want %q", in, got, want)
 		}
+	}
+	// A configured default domain replaces docker.io, without library/.
+	for in, want := range map[string]string{
+		"mcp-dev":            "registry.example.com/mcp-dev:latest",
+		"team/tool:2":        "registry.example.com/team/tool:2",
+		"docker.io/alpine":   "docker.io/library/alpine:latest",
+		"ghcr.io/a/b":        "ghcr.io/a/b:latest",
+		"localhost:5000/img": "localhost:5000/img:latest",
+	} {
+		if got := NormalizeReference(in, "registry.example.com"); got != want {
+			t.Errorf("NormalizeReference(%q, registry.example.com) = %q, want %q", in, got, want)
+		}
+	}
+	if got := NormalizeReference("x", "ghcr.io/org"); got != "ghcr.io/org/x:latest" {
+		t.Errorf("domain with a path: %q", got)
+	}
+}
+
+// TestRegistryDomain: the domain is read from the CLI once (property list
+// from 1.0, property get before), docker.io when it cannot be read, and
+// ImageExists compares references under it.
+func TestRegistryDomain(t *testing.T) {
+	const images = `[{"id":"aa","configuration":{"name":"registry.example.com/mcp-dev:latest","descriptor":{"digest":"sha256:aa"}}}]`
+	d, lines := fakeCLI(t, "1.2.2", map[string]fakeReply{
+		"system property list --format json": {stdout: `{"build":{"cpus":2},"registry":{"domain":"registry.example.com"}}` + "\n"},
+		"image list --format json":           {stdout: images},
+	})
+	for range 2 {
+		if got := d.RegistryDomain(tctx(t)); got != "registry.example.com" {
+			t.Errorf("1.2.2: %q", got)
+		}
+	}
+	if ok, err := d.ImageExists(tctx(t), "mcp-dev"); err != nil || !ok {
+		t.Errorf("ImageExists(mcp-dev) under the configured domain: %v %v", ok, err)
+	}
+	if imgs, err := d.ListImages(tctx(t)); err != nil || len(imgs) != 1 || imgs[0].Ref != "mcp-dev:latest" {
+		t.Errorf("ListImages under the configured domain: %+v %v", imgs, err)
+	}
+	if n := strings.Count(strings.Join(lines(), "\n"), "system property"); n != 1 {
+		t.Errorf("the domain was read %d times: %q", n, lines())
+	}
+	d, _ = fakeCLI(t, "0.12.3", map[string]fakeReply{"system property get registry.domain": {stdout: "ghcr.io\n"}})
+	if got := d.RegistryDomain(tctx(t)); got != "ghcr.io" {
+		t.Errorf("0.12.3: %q", got)
+	}
+	d, _ = fakeCLI(t, "1.5.0", nil) // the property command fails
+	if got := d.RegistryDomain(tctx(t)); got != DefaultRegistryDomain {
+		t.Errorf("unreadable: %q", got)
 	}
 }
 

@@ -256,29 +256,60 @@ func ParseImages(b []byte) ([]Image, error) {
 	return out, nil
 }
 
+// DefaultRegistryDomain is the registry Apple's CLI puts in front of a
+// reference without one unless configured otherwise
+// (DefaultsStore registry.domain before 1.0, RegistryConfig.defaultDomain
+// from 1.0).
+const DefaultRegistryDomain = "docker.io"
+
 // NormalizeReference spells an image reference the way Apple's CLI stores
-// it: a registry host and a tag are always present, and Docker Hub images
-// live under library/ ("mcp-dev" → "docker.io/library/mcp-dev:latest").
-func NormalizeReference(ref string) string {
-	name, suffix := ref, ""
+// it (ClientImage.normalizeReference, with containerization's
+// Reference.parse and normalize): a reference whose first '/'-separated
+// part neither starts with "localhost" nor holds '.' or ':' gets the
+// configured default registry domain in front; a Docker Hub one
+// (docker.io or registry-1.docker.io) with a one-part path gets
+// "library/"; one with neither tag nor digest gets ":latest"; one with
+// both keeps the tag only. An empty domain is DefaultRegistryDomain
+// ("mcp-dev" → "docker.io/library/mcp-dev:latest").
+func NormalizeReference(ref, domain string) string {
+	if domain == "" {
+		domain = DefaultRegistryDomain
+	}
+	if host, _, _, _ := splitReference(ref); host == "" {
+		ref = domain + "/" + ref
+	}
+	host, path, tag, digest := splitReference(ref)
+	if (host == "docker.io" || host == "registry-1.docker.io") && !strings.Contains(path, "/") {
+		path = "library/" + path
+	}
+	name := path
+	if host != "" {
+		name = host + "/" + path
+	}
+	switch {
+	case tag != "":
+		return name + tag
+	case digest != "":
+		return name + digest
+	}
+	return name + ":latest"
+}
+
+// splitReference splits an image reference into its domain (empty when
+// the first part is not one), path, ":tag" and "@digest".
+func splitReference(ref string) (host, path, tag, digest string) {
+	name := ref
 	if i := strings.IndexByte(ref, '@'); i >= 0 {
-		name, suffix = ref[:i], ref[i:]
+		name, digest = ref[:i], ref[i:]
 	}
-	slash := strings.IndexByte(name, '/')
-	first := ""
-	if slash >= 0 {
-		first = name[:slash]
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		name, tag = name[:i], name[i:]
 	}
-	if slash < 0 || !(strings.ContainsAny(first, ".:") || first == "localhost") {
-		name = "docker.io/" + name
-		if slash < 0 {
-			name = "docker.io/library/" + ref[:len(ref)-len(suffix)]
-		}
+	if first, rest, ok := strings.Cut(name, "/"); ok && first != "" && rest != "" &&
+		(strings.HasPrefix(first, "localhost") || strings.ContainsAny(first, ".:")) {
+		return first, rest, tag, digest
 	}
-	if suffix == "" && !strings.Contains(name[strings.LastIndexByte(name, '/')+1:], ":") {
-		name += ":latest"
-	}
-	return name + suffix
+	return "", name, tag, digest
 }
 
 // ContainerStats is one entry of `container stats --format json`. Every
