@@ -795,10 +795,19 @@ func (d *Dialect) SavesRunning(ctx context.Context) (bool, error) {
 // SaveImage implements sandbox.ImageSaver. Apple has no commit: the
 // root filesystem is exported to a tar and built into an image FROM
 // scratch, with env (the container's PID 1 environment) and labels set
-// again, since the rootfs tar carries no image config.
+// again, since the rootfs tar carries no image config. They are written
+// so that the build reads every value back as it was (see
+// snapshotContainerfile); one a Containerfile cannot hold, such as a
+// value with a newline, fails the snapshot with an error naming it.
 func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[string]string, env []string, _ bool) error {
 	if _, err := d.SavesRunning(ctx); err != nil {
 		return err
+	}
+	// Written first: an env value or label a Containerfile cannot hold
+	// (see snapshotContainerfile) fails the snapshot before the export.
+	cf, err := snapshotContainerfile(env, labels)
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: %w", name, err)
 	}
 	dir, err := os.MkdirTemp("", "sandbox-mcp-save-")
 	if err != nil {
@@ -808,19 +817,7 @@ func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[st
 	if err := d.Export(ctx, name, filepath.Join(dir, "rootfs.tar")); err != nil {
 		return err
 	}
-	var cf strings.Builder
-	cf.WriteString("FROM scratch\nADD rootfs.tar /\n")
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !validEnvName(k) || strings.ContainsAny(v, "\n\r") {
-			continue
-		}
-		fmt.Fprintf(&cf, "ENV %s=%s\n", k, strconv.Quote(v))
-	}
-	for _, k := range sortedKeys(labels) {
-		fmt.Fprintf(&cf, "LABEL %s=%s\n", strconv.Quote(k), strconv.Quote(labels[k]))
-	}
-	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf.String()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o600); err != nil {
 		return err
 	}
 	return d.Build(ctx, BuildSpec{Tag: ref, File: filepath.Join(dir, "Containerfile"), ContextDir: dir})
