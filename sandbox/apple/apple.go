@@ -244,6 +244,11 @@ func RunArgs(f Features, spec sandbox.RunSpec) ([]string, error) {
 		args = append(args, "-w", spec.Workdir)
 	}
 	for _, k := range sortedKeys(spec.Env) {
+		// Apple keeps "-e K=V" whole and keys it by what precedes the first
+		// '=' (Parser.allEnv): any value goes, a key must be there and hold no '='.
+		if k == "" || strings.Contains(k, "=") {
+			return nil, fmt.Errorf("container run %s: environment variable name %q: it must be non-empty and hold no '='", spec.Name, k)
+		}
 		args = append(args, "-e", k+"="+spec.Env[k])
 	}
 	args = append(args, spec.Image)

@@ -2,6 +2,7 @@ package apple
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -141,6 +142,15 @@ func TestRunArgsRefusesLabelsTheCLIWouldNotKeep(t *testing.T) {
 		spec := sandbox.RunSpec{Name: "box", Image: "img", Labels: map[string]string{sandbox.LabelLimits: v}}
 		if args, err := RunArgs(f, spec); err == nil || !strings.Contains(err.Error(), "'='") {
 			t.Errorf("label value %q: %q, %v", v, args, err)
+		}
+	}
+	env := map[string]string{"V": `a=b "quoted" with spaces, é 日本 $HOME`}
+	if args, err := RunArgs(f, sandbox.RunSpec{Name: "box", Image: "img", Env: env}); err != nil || !slices.Contains(args, "V="+env["V"]) {
+		t.Errorf("env value with '=', quotes, spaces and non-ASCII: %q %v", args, err)
+	}
+	for _, k := range []string{"", "A=B"} {
+		if _, err := RunArgs(f, sandbox.RunSpec{Name: "box", Image: "img", Env: map[string]string{k: "v"}}); err == nil {
+			t.Errorf("env name %q: want an error", k)
 		}
 	}
 	if _, err := VolumeCreateArgs("ws", map[string]string{"": "v"}, 0); err == nil {
