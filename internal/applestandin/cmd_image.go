@@ -414,7 +414,9 @@ var buildSpec = &cmdSpec{
 		option("platform", "--platform"), option("arch", "-a", "--arch"), option("os", "--os"),
 		option("secret", "--secret"), option("ssh", "--ssh"), option("cpus", "-c", "--cpus"),
 		option("memory", "-m", "--memory"), flag("-q", "--quiet"), option("type", "--progress"),
-		option("key=val", "--label"), option("ip", "--dns"),
+		// -l/--label (BuildCommand.swift, .shortAndLong, 0.8.0–1.2.2): passed
+		// as given to the builder, whose BuildKit reads it; no CLI-side parse.
+		option("key=val", "-l", "--label"), option("ip", "--dns"),
 	},
 }
 
