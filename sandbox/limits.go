@@ -78,8 +78,11 @@ const (
 )
 
 // LabelLimits records on a container the limits it was booted with, e.g.
-// "disk=20G,pids=1024,workspace=volume-size,rootfs=watcher". A container
-// without it predates limits: a reset applies them.
+// "disk:20G,pids:1024,workspace:volume-size,rootfs:watcher". A container
+// without it predates limits: a reset applies them. The value holds no
+// '=': Apple's `run -l` refuses a label whose value has one. Containers
+// booted by older servers carry "disk=20G,pids=1024,…", which is still
+// read.
 const LabelLimits = "io.sandbox-mcp.limits"
 
 // Limits says what bounds a sandbox's disk and processes.
@@ -117,17 +120,21 @@ func (l Limits) String() string {
 
 // encode renders limits as the value of LabelLimits.
 func (l Limits) encode() string {
-	return fmt.Sprintf("disk=%s,pids=%d,workspace=%s,rootfs=%s", l.Disk, l.Pids, l.Workspace, l.Rootfs)
+	return fmt.Sprintf("disk:%s,pids:%d,workspace:%s,rootfs:%s", l.Disk, l.Pids, l.Workspace, l.Rootfs)
 }
 
-// parseLimitsLabel reads LabelLimits; ok is false when it is missing.
+// parseLimitsLabel reads LabelLimits in either form ("disk:20G,…" or the
+// older "disk=20G,…"); ok is false when it is missing.
 func parseLimitsLabel(s string) (Limits, bool) {
 	if s == "" {
 		return Limits{}, false
 	}
 	var l Limits
 	for _, kv := range strings.Split(s, ",") {
-		k, v, _ := strings.Cut(kv, "=")
+		k, v := kv, ""
+		if i := strings.IndexAny(kv, ":="); i >= 0 {
+			k, v = kv[:i], kv[i+1:]
+		}
 		switch k {
 		case "disk":
 			l.Disk = v

@@ -113,3 +113,26 @@ func TestLimitsOf(t *testing.T) {
 		t.Fatalf("String: %q", s)
 	}
 }
+
+// TestLimitsLabelForm: the label's value holds no '=' (Apple's `run -l`
+// refuses a label whose value has one, so every boot failed there), and
+// the "disk=…" form that older servers wrote is still read.
+func TestLimitsLabelForm(t *testing.T) {
+	lim := Limits{Disk: "20G", Pids: 1024, Workspace: MechVolumeSize, Rootfs: MechWatcher}
+	got := lim.encode()
+	if got != "disk:20G,pids:1024,workspace:volume-size,rootfs:watcher" || strings.Contains(got, "=") {
+		t.Fatalf("encode: %q", got)
+	}
+	for _, old := range []string{
+		"disk=20G,pids=1024,workspace=volume-size,rootfs=watcher",
+		"disk:20G,pids:1024,workspace:volume-size,rootfs:watcher",
+	} {
+		back, ok := parseLimitsLabel(old)
+		if !ok || back != lim {
+			t.Errorf("parseLimitsLabel(%q) = %+v, %v", old, back, ok)
+		}
+	}
+	if back, ok := parseLimitsLabel("disk=,pids=0,workspace=,rootfs="); !ok || back != (Limits{}) {
+		t.Errorf("empty old form: %+v %v", back, ok)
+	}
+}

@@ -215,7 +215,8 @@ type ImageSaver interface {
 	SaveImage(ctx context.Context, name, ref string, labels map[string]string, env []string, pause bool) error
 	// RemoveImage removes image ref. An image a container still uses is
 	// untagged, or kept until the container is gone, never forced out
-	// from under it; a missing one is ErrNotFound.
+	// from under it; a missing one is no error: nil, or ErrNotFound where
+	// the engine says so.
 	RemoveImage(ctx context.Context, ref string) error
 }
 

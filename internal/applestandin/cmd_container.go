@@ -73,6 +73,11 @@ func cmdStart(a *app, p *parsed) error {
 	if err := a.checkAttachable(id, rw); err != nil {
 		return err
 	}
+	if n, err := strconv.Atoi(c.Config.Labels[labelCPUs]); err == nil {
+		if err := a.checkCPUs(n); err != nil {
+			return err
+		}
+	}
 	if attach {
 		args := []string{"start", "--attach"}
 		if p.has("interactive") {
@@ -313,6 +318,13 @@ func cmdDelete(a *app, p *parsed) error {
 	if err != nil {
 		return err
 	}
+	if a.v.Before("0.11.0") && len(missing) > 0 {
+		// ContainerDelete.swift, 0.8.0–0.10.x: the ids are looked up in the
+		// list first, and a missing one ends the command before any delete
+		// (a Set, printed as ["a", "b"]; sorted here).
+		sort.Strings(missing)
+		return a.fail("notFound", "failed to delete one or more containers: "+swiftSet(missing))
+	}
 	if all && !force {
 		kept := ids[:0]
 		for _, id := range ids {
@@ -364,20 +376,16 @@ func cmdDelete(a *app, p *parsed) error {
 		for range running {
 			lines = append(lines, coded("invalidState", "container is running"))
 		}
-		if len(missing) > 0 {
-			return failPlain("failed to delete one or more containers: " + swiftSet(missing))
-		}
 	default:
-		// reconstructed from the 0.9.0 sources (samples §6).
+		// ContainerDelete.swift, 0.8.0–0.9.0: missing ids end the command
+		// before any delete; each failure is logged by StderrLogHandler
+		// (message only at the default level; 0.7.x's StreamLogHandler
+		// added a timestamp and label).
 		if len(running) > 0 {
 			for _, id := range running {
-				fmt.Fprintf(a.stderr, "%s error com.apple.container: [ContainerCommands] failed to delete container %s: %s\n",
-					time.Now().Format("2006-01-02T15:04:05-0700"), id, coded("invalidState", "container is running"))
+				fmt.Fprintf(a.stderr, "failed to delete container %s: %s\n", id, coded("invalidState", "container is running"))
 			}
 			return failPlain(coded("internalError", "delete failed for one or more containers: "+swiftSet(running)))
-		}
-		if len(missing) > 0 {
-			return failPlain(coded("notFound", "failed to delete one or more containers: "+swiftSet(missing)))
 		}
 	}
 	if len(lines) > 0 {

@@ -28,7 +28,9 @@ func imageCommands(v Version) map[string]handler {
 		return handler{&cmdSpec{
 			path:  "container image " + n,
 			usage: "container image " + n + " [--all] [--force] [<images> ...]",
-			opts:  []opt{flag("-a", "--all"), flag("-f", "--force")},
+			// --force: "Ignore errors for images that are not found"
+			// (RemoveImageOptions, ImageDelete.swift), 0.9.0–1.2.2.
+			opts: []opt{flag("-a", "--all"), flag("-f", "--force").from("0.9.0")},
 		}, cmdImageDelete}
 	}
 	return map[string]handler{
@@ -309,7 +311,13 @@ func swiftArray(s []string) string {
 	return swiftSet(s)
 }
 
-// cmdImageDelete removes image references (-f ignores missing ones).
+// cmdImageDelete removes images (Image/ImageDelete.swift, 0.8.0–1.2.2).
+// The names not found are collected (as given), unless --force (0.9.0+)
+// ignores them; the found ones are deleted and their full references
+// printed; failures then end in internalError "failed to delete one or
+// more images: [...]", the same text for a missing image and for one
+// that failed to go. Not emulated: the "Reclaimed … in disk space" line
+// (stdout before 1.0, a log line after), whose size podman does not tell.
 func cmdImageDelete(a *app, p *parsed) error {
 	if err := a.up("failed to list images"); err != nil {
 		return err
@@ -325,7 +333,7 @@ func cmdImageDelete(a *app, p *parsed) error {
 			refs = append(refs, e.ref)
 		}
 	}
-	var missing []string
+	var failures []string
 	for _, ref := range refs {
 		e, podRef, err := a.findImage(ref)
 		if err != nil {
@@ -333,23 +341,32 @@ func cmdImageDelete(a *app, p *parsed) error {
 		}
 		if e == nil {
 			if !p.has("force") {
-				missing = append(missing, displayRef(normalizeRef(ref)))
+				failures = append(failures, ref)
 			}
 			continue
 		}
 		if r := a.eng.run("rmi", podRef); !r.ok() {
 			// Apple's containers keep their own root filesystems: drop the tag only.
 			if r2 := a.eng.run("untag", podRef, podRef); !r2.ok() {
-				return a.failCause("internalError", "failed to delete image "+ref, r.message())
+				// reconstructed: the error's description after the XPC round trip.
+				fmt.Fprintf(a.stderr, "failed to delete %s: %s\n", e.ref, coded("internalError", r.message()))
+				failures = append(failures, e.ref)
+				continue
 			}
 		}
-		fmt.Fprintln(a.stdout, ref)
+		fmt.Fprintln(a.stdout, e.ref)
 	}
-	if len(missing) > 0 {
-		// reconstructed
-		return a.fail("notFound", "image not found: "+strings.Join(missing, ", "))
+	if len(failures) > 0 {
+		return a.errImagesDeleteFailed(failures)
 	}
 	return nil
+}
+
+// errImagesDeleteFailed is image delete's final error: internalError
+// "failed to delete one or more images: <[String]>" (ImageDelete.swift,
+// 0.8.0–1.2.2; Swift prints the array as ["a", "b"]).
+func (a *app) errImagesDeleteFailed(refs []string) error {
+	return a.fail("internalError", "failed to delete one or more images: "+swiftArray(refs))
 }
 
 // cmdImageTag adds a reference to an image and prints the target.
@@ -397,7 +414,9 @@ var buildSpec = &cmdSpec{
 		option("platform", "--platform"), option("arch", "-a", "--arch"), option("os", "--os"),
 		option("secret", "--secret"), option("ssh", "--ssh"), option("cpus", "-c", "--cpus"),
 		option("memory", "-m", "--memory"), flag("-q", "--quiet"), option("type", "--progress"),
-		option("key=val", "--label"), option("ip", "--dns"),
+		// -l/--label (BuildCommand.swift, .shortAndLong, 0.8.0–1.2.2): passed
+		// as given to the builder, whose BuildKit reads it; no CLI-side parse.
+		option("key=val", "-l", "--label"), option("ip", "--dns"),
 	},
 }
 

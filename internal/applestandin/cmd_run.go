@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -50,6 +50,7 @@ func runSpec(name string) *cmdSpec {
 		option("image", "--init-image").from("0.10.0"),
 		option("path", "-k", "--kernel"),
 		option("arg", "--kernel-arg").from("1.2.0"),
+		// Parsed by parseRunLabels: Parser.labels (Parser.swift), 0.1.0–1.2.2.
 		option("label", "-l", "--label"),
 		option("path", "--masked-path").from("1.2.1"),
 		option("path", "--read-only-path").from("1.2.1"),
@@ -86,35 +87,6 @@ var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
 // validName reports whether id is an acceptable container id.
 func validName(id string) bool { return len(id) <= 63 && nameRE.MatchString(id) }
 
-// parseSize reads Apple's memory/size strings: a number with an optional
-// K, M, G, T or P suffix (optionally followed by "B"/"iB"), binary units.
-// reconstructed: a bare number is taken as MiB, the CLI's memory unit.
-func parseSize(s string) (int64, bool) {
-	t := strings.TrimSpace(s)
-	lower := strings.ToLower(t)
-	lower = strings.TrimSuffix(strings.TrimSuffix(lower, "ib"), "b")
-	mult := float64(1 << 20)
-	if n := len(lower); n > 0 {
-		switch lower[n-1] {
-		case 'k':
-			mult, lower = 1<<10, lower[:n-1]
-		case 'm':
-			mult, lower = 1<<20, lower[:n-1]
-		case 'g':
-			mult, lower = 1<<30, lower[:n-1]
-		case 't':
-			mult, lower = 1<<40, lower[:n-1]
-		case 'p':
-			mult, lower = 1<<50, lower[:n-1]
-		}
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(lower), 64)
-	if err != nil || f <= 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, false
-	}
-	return int64(f * mult), true
-}
-
 // createPlan is a run/create command line translated for podman.
 type createPlan struct {
 	id       string
@@ -132,6 +104,11 @@ type createPlan struct {
 	creator  string // token in labelCreator: this invocation made the container
 	// rwVolumes are the named volumes attached read-write.
 	rwVolumes []string
+	// labelErr is the -l labels' parse error, reported once the named
+	// volumes are made: Apple parses labels after it has resolved (and
+	// auto-created) the volumes (Utility.containerConfigFromFlags,
+	// 0.8.0–1.2.2).
+	labelErr error
 }
 
 // cmdRun implements `container run`.
@@ -177,16 +154,6 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	if p.isSet("publish-socket") {
 		return failPlain("--publish-socket is not supported by this stand-in")
 	}
-	memory := defaultMemory
-	if p.isSet("memory") {
-		m, ok := parseSize(p.val("memory", ""))
-		if !ok {
-			// reconstructed
-			return a.fail("invalidArgument", "invalid memory size "+p.val("memory", ""))
-		}
-		memory = m
-	}
-
 	ref := normalizeRef(p.pos[0])
 	imgs, err := a.eng.inspectImages(podmanCandidates(ref)...)
 	if err != nil {
@@ -197,6 +164,21 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	}
 	podRef, img := pickImage(podmanCandidates(ref), imgs)
 	icfg := img.config()
+	// Parser.resources (Parser.swift, 0.8.0–1.2.2), once the image is
+	// fetched: -m is Measurement.parse in whole MiB (a bare number is
+	// bytes; the fraction of a MiB is dropped), its errors printed plainly.
+	memory := defaultMemory
+	if p.isSet("memory") {
+		mib, err := memoryMiB(p.val("memory", ""))
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		if mib == 0 {
+			// reconstructed: a VM of no memory does not boot; the text is unknown.
+			return a.failCause("internalError", "failed to bootstrap container", "memory size "+p.val("memory", "")+" is less than 1 MiB")
+		}
+		memory = mib << 20
+	}
 
 	plan := &createPlan{id: id, image: podRef, args: p.pos[1:], detach: p.has("detach"),
 		rm: p.has("rm"), stdin: p.has("interactive"), tty: p.has("tty"), cidfile: p.val("cidfile", "")}
@@ -206,8 +188,14 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	if err := a.ensureVolumes(plan); err != nil {
 		return err
 	}
+	if plan.labelErr != nil {
+		return plan.labelErr
+	}
 	if start {
 		if err := a.checkAttachable(plan.id, plan.rwVolumes); err != nil {
+			return err
+		}
+		if err := a.checkCPUs(cpus); err != nil {
 			return err
 		}
 	}
@@ -310,17 +298,17 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	add("--name", plan.id, "--hostname", plan.id)
 	plan.creator = newToken()
 	label(labelCreator, plan.creator)
-	userLabels := map[string]string{}
-	for _, l := range p.vals["label"] {
-		k, v, _ := strings.Cut(l, "=")
-		userLabels[k] = v
-		label(k, v)
+	userLabels, err := a.parseRunLabels(p.vals["label"])
+	plan.labelErr = err
+	for _, k := range sortedKeys(userLabels) {
+		label(k, userLabels[k])
 	}
 	labelsJSON, _ := json.Marshal(userLabels)
 	label(labelLabels, string(labelsJSON))
 	label(labelRef, ref)
 	if cpus > 0 {
 		label(labelCPUs, strconv.Itoa(cpus))
+		// See checkCPUs: from 0.12.0 the VM has at most the host's CPUs.
 		add("--cpus", strconv.Itoa(min(cpus, hostCPUs())))
 	}
 	label(labelMemory, strconv.FormatInt(memory, 10))
@@ -402,7 +390,12 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 		add("--ulimit", u)
 	}
 	if s := p.val("shm-size", ""); s != "" {
-		add("--shm-size", s)
+		// Measurement.parse in bytes (Utility.containerConfigFromFlags, 1.0.0–1.2.2).
+		n, err := sizeBytes(s)
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		add("--shm-size", strconv.FormatInt(n, 10))
 	}
 	for _, pub := range p.vals["publish"] {
 		add("-p", pub)
@@ -423,6 +416,22 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 			return err
 		}
 		add("--mount", arg)
+	}
+	return nil
+}
+
+// checkCPUs is the boot-time fate of -c above the host's CPUs. The CLI
+// takes any count (Parser.resources, 0.8.0–1.2.2) and the VM gets it:
+// before 0.12.0 (containerization < 0.31) as is, which
+// Virtualization.framework refuses when it exceeds what the host has, so
+// the boot fails; from 0.12.0 containerization clamps the VM's CPUs to
+// the host's active processors (VZVirtualMachineManager.create), so it
+// boots with fewer and the configuration keeps the count asked for.
+func (a *app) checkCPUs(cpus int) error {
+	if host := hostCPUs(); a.v.Before("0.12.0") && cpus > host {
+		// reconstructed: Virtualization.framework's validation text is not captured.
+		return a.failCause("internalError", "failed to bootstrap container",
+			fmt.Sprintf(`Error Domain=VZErrorDomain Code=2 "Invalid virtual machine configuration. The number of CPUs (%d) exceeds the maximum allowed (%d)."`, cpus, host))
 	}
 	return nil
 }
@@ -484,30 +493,70 @@ func appleEnv(image, files, flags []string) ([]string, error) {
 	return env, nil
 }
 
-// volumeArg translates one -v value: `/abs` or `./rel` host paths are bind
-// mounts, `name:/dst` is a named volume (auto-created), a lone `/dst` is an
-// anonymous volume named anon-<uuid>.
+// volumeArg translates one -v value as Parser.volume reads it
+// (Parser.swift, 0.8.0–1.2.2): leading ':' are trimmed and the rest split
+// on ':' with empty pieces dropped. One piece is an anonymous volume
+// mounted there; two or three are source, destination and options (split
+// on ','). The source is a host path when it holds a '/' (absolute, or
+// relative to the working directory: "./x", "a/b", "~/x", where '~' is
+// not expanded) or, from 0.11.0, is "." or ".."; anything else is a
+// volume name, which must match the volume name pattern. A host path must
+// exist. Four pieces or more are refused.
 func (a *app) volumeArg(plan *createPlan, v string) (string, error) {
-	parts := strings.Split(v, ":")
-	switch {
-	case len(parts) == 1:
+	parts := splitOmittingEmpty(strings.TrimLeft(v, ":"), ":")
+	switch len(parts) {
+	case 1:
 		name := "anon-" + newUUID()
 		plan.anon = append(plan.anon, name)
 		return name + ":" + parts[0], nil
-	case strings.HasPrefix(parts[0], "/") || strings.HasPrefix(parts[0], "."):
-		abs, err := filepath.Abs(parts[0])
-		if err != nil {
-			return "", failPlain(err.Error())
-		}
-		parts[0] = abs
-		return strings.Join(parts, ":"), nil
+	case 2, 3:
 	default:
-		plan.volumes = append(plan.volumes, parts[0])
-		if len(parts) < 3 || !hasOption(parts[2], "ro", "readonly") {
-			plan.rwVolumes = append(plan.rwVolumes, parts[0])
-		}
-		return v, nil
+		return "", a.fail("invalidArgument", "invalid volume format "+v)
 	}
+	src, dst := parts[0], parts[1]
+	var opts []string
+	if len(parts) == 3 {
+		opts = splitOmittingEmpty(parts[2], ",")
+	}
+	isPath := strings.Contains(src, "/") || (a.v.AtLeast("0.11.0") && (src == "." || src == ".."))
+	if !isPath {
+		if !validVolumeName(src) {
+			return "", a.fail("invalidArgument", "invalid volume name '"+src+"': must match "+volumeNamePattern)
+		}
+		plan.volumes = append(plan.volumes, src)
+		if !slices.Contains(opts, "ro") && !slices.Contains(opts, "readonly") {
+			plan.rwVolumes = append(plan.rwVolumes, src)
+		}
+		return podmanVolume(src, dst, opts), nil
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return "", failPlain(err.Error())
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", a.fail("invalidArgument", "path '"+src+"' does not exist")
+	}
+	return podmanVolume(abs, dst, opts), nil
+}
+
+// podmanVolume spells a -v value for podman.
+func podmanVolume(src, dst string, opts []string) string {
+	if len(opts) == 0 {
+		return src + ":" + dst
+	}
+	return src + ":" + dst + ":" + strings.Join(opts, ",")
+}
+
+// splitOmittingEmpty is Swift's split(separator:) with its default of
+// dropping empty pieces.
+func splitOmittingEmpty(s, sep string) []string {
+	var out []string
+	for _, p := range strings.Split(s, sep) {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func hasOption(opts string, names ...string) bool {
@@ -567,7 +616,12 @@ func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 		case "readonly", "ro":
 			extra = append(extra, "readonly")
 		case "size":
-			extra = append(extra, "tmpfs-size="+v)
+			// Parser.mount: memoryStringAsMiB, times 1 MiB (Parser.swift, 0.8.0–1.2.2).
+			mib, err := memoryMiB(v)
+			if err != nil {
+				return "", failPlain(err.Error())
+			}
+			extra = append(extra, "tmpfs-size="+strconv.FormatInt(mib<<20, 10))
 		case "mode":
 			extra = append(extra, "tmpfs-mode="+v)
 		default:

@@ -48,7 +48,61 @@ func systemCommands(v Version) map[string]handler {
 			usage: "container system version [--format <format>]",
 			opts:  []opt{option("format", "--format")},
 		}, cmdSystemVersion},
+		"property": {&cmdSpec{
+			path:        "container system property",
+			usage:       "container system property <subcommand>",
+			passthrough: true,
+		}, func(a *app, p *parsed) error {
+			return a.group("container system property", propertyCommands(a.v), p.pos)
+		}},
 	}
+}
+
+// propertyCommands is `container system property`: get (and set/clear,
+// not emulated) of UserDefaults keys from 0.5.0 to 0.12.x
+// (System/Property/PropertyGet.swift, DefaultsStore.swift); from 1.0.0
+// only list, which prints the configuration config.toml gave the system
+// (System/Property/PropertyList.swift, ContainerSystemConfig.swift).
+func propertyCommands(v Version) map[string]handler {
+	if v.Before("1.0.0") {
+		return map[string]handler{"get": {&cmdSpec{
+			path:  "container system property get",
+			usage: "container system property get <id>",
+			args:  []string{"<id>"},
+		}, cmdPropertyGet}}
+	}
+	list := handler{&cmdSpec{
+		path:  "container system property list",
+		usage: "container system property list [--format <format>]",
+		opts:  []opt{option("format", "--format")},
+	}, cmdPropertyList}
+	return map[string]handler{"list": list, "ls": list}
+}
+
+// cmdPropertyGet prints one property's value (0.5.0–0.12.x).
+// reconstructed: only registry.domain is known to the stand-in; the other
+// ids the CLI has are reported as unknown here.
+func cmdPropertyGet(a *app, p *parsed) error {
+	if p.pos[0] != "registry.domain" {
+		return a.fail("invalidArgument", "property ID "+p.pos[0]+" not found")
+	}
+	fmt.Fprintln(a.stdout, registryDomain)
+	return nil
+}
+
+// cmdPropertyList prints the system configuration, TOML by default
+// (1.0.0–1.2.2). reconstructed: only its [registry] section is emitted.
+func cmdPropertyList(a *app, p *parsed) error {
+	switch p.val("format", "toml") {
+	case "json":
+		a.printJSON(NewObj().Set("registry", NewObj().Set("domain", registryDomain)), false)
+	case "toml":
+		fmt.Fprintf(a.stdout, "[registry]\ndomain = %q\n", registryDomain)
+	default:
+		return usageError(&cmdSpec{path: "container system property list", usage: "container system property list [--format <format>]"},
+			"The value '%s' is invalid for '--format <format>'", p.val("format", ""))
+	}
+	return nil
 }
 
 // cmdSystemStart clears the stopped marker (the system is then up).

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,7 +13,7 @@ import (
 // interpret them as mount options).
 const (
 	labelVolSize = labelPrefix + "size"
-	labelVolOpt  = labelPrefix + "opt."
+	labelVolOpts = labelPrefix + "opts" // JSON object
 )
 
 // volumeCommands is the `container volume` group.
@@ -34,8 +36,10 @@ func volumeCommands(v Version) map[string]handler {
 		"create": {&cmdSpec{
 			path:  "container volume create",
 			usage: "container volume create [--label <label> ...] [--opt <opt> ...] [-s <s>] <name>",
-			opts:  []opt{option("label", "--label"), option("opt", "--opt"), option("s", "-s")},
-			args:  []string{"<name>"},
+			// --label is parsed by parseKeyValuePairs: Utility.parseKeyValuePairs
+			// (VolumeCreate.swift, Utility.swift), 0.4.0–1.2.2.
+			opts: []opt{option("label", "--label"), option("opt", "--opt"), option("s", "-s")},
+			args: []string{"<name>"},
 		}, cmdVolumeCreate},
 		"list": list("list"),
 		"ls":   list("ls"),
@@ -57,63 +61,86 @@ func (a *app) errVolumeNotFound(name string) error {
 	return failPlain("volume '" + name + "' not found")
 }
 
-// cmdVolumeCreate creates a named volume and prints its name.
+// cmdVolumeCreate creates a named volume and prints its name
+// (VolumeCreate.swift and VolumesService._create, 0.8.0–1.2.2). Labels and
+// --opt options are parseKeyValuePairs; -s is the "size" option. The
+// server checks the name, then that it is new, then reads the size with
+// Measurement.parse (bytes without a unit; at least 1 MiB; 512 GiB when
+// absent). Its VolumeErrors come back as invalidArgument with their
+// descriptions, other errors as unknown (XPCServer.swift).
 func cmdVolumeCreate(a *app, p *parsed) error {
 	name := p.pos[0]
 	if err := a.up("failed to create volume"); err != nil {
 		return err
 	}
-	args := []string{"volume", "create"}
-	for _, l := range p.vals["label"] {
-		args = append(args, "--label", l)
+	if !validVolumeName(name) {
+		// VolumeError.invalidVolumeName wraps the whole message in its own
+		// description: "invalid volume name '<message>'".
+		return a.fail("invalidArgument", "invalid volume name 'invalid volume name '"+name+"': must match "+volumeNamePattern+"'")
 	}
-	opts := map[string]string{}
-	for _, o := range p.vals["opt"] {
-		k, v, _ := strings.Cut(o, "=")
-		opts[k] = v
+	if have, err := a.eng.inspectVolumes(name); err != nil {
+		return err
+	} else if len(have) > 0 {
+		return a.fail("invalidArgument", "volume '"+name+"' already exists")
 	}
+	opts := parseKeyValuePairs(p.vals["opt"])
 	if s := p.val("s", ""); s != "" {
 		opts["size"] = s
 	}
+	size := defaultVolumeSize
 	if s, ok := opts["size"]; ok {
-		n, ok := parseSize(s)
-		if !ok {
-			// reconstructed
-			return a.fail("invalidArgument", "invalid size "+s)
+		n, err := sizeBytes(s)
+		if err != nil {
+			return a.fail("unknown", err.Error())
 		}
-		args = append(args, "--label", labelVolSize+"="+strconv.FormatInt(n, 10))
+		if n < 1<<20 {
+			return a.fail("invalidArgument", "storage error: volume size too small: minimum 1MiB")
+		}
+		size = n
 	}
-	for k, v := range opts {
-		args = append(args, "--label", labelVolOpt+k+"="+v)
-	}
-	r := a.eng.run(append(args, name)...)
+	// Apple's labels and options are kept as JSON: a key such as "k=" (what
+	// "--label k=" makes) would not survive podman's own key=value split.
+	labelsJSON, _ := json.Marshal(parseKeyValuePairs(p.vals["label"]))
+	optsJSON, _ := json.Marshal(opts)
+	args := []string{"volume", "create",
+		"--label", labelLabels + "=" + string(labelsJSON),
+		"--label", labelVolOpts + "=" + string(optsJSON),
+		"--label", labelVolSize + "=" + strconv.FormatInt(size, 10),
+		name}
+	r := a.eng.run(args...)
 	if !r.ok() {
 		if r.contains("already exists") {
-			// reconstructed: mirrors the not-found wording of each era.
-			if a.v.oneX() {
-				return a.fail("exists", "volume already exists: "+name)
-			}
-			return failPlain("volume '" + name + "' already exists")
+			return a.fail("invalidArgument", "volume '"+name+"' already exists")
 		}
-		return a.failCause("internalError", "failed to create volume "+name, r.message())
+		return a.failCause("internalError", "failed to create volume "+name, r.message()) // reconstructed
 	}
 	fmt.Fprintln(a.stdout, name)
 	return nil
 }
 
+// volumeNamePattern is VolumeStorage.volumeNamePattern; names are also at
+// most 255 characters (isValidVolumeName, 0.8.0–1.2.2).
+const volumeNamePattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+var volumeNameRE = regexp.MustCompile(volumeNamePattern)
+
+func validVolumeName(name string) bool { return len(name) <= 255 && volumeNameRE.MatchString(name) }
+
+// volumeOptions are the volume's driver options as Apple shows them.
+func volumeOptions(labels map[string]string) map[string]string {
+	opts := map[string]string{}
+	_ = json.Unmarshal([]byte(labels[labelVolOpts]), &opts)
+	return opts
+}
+
 // volumeJSON renders a volume: 1.x {id, configuration{…}}, 0.x flat.
 func (a *app) volumeJSON(v podVolume) *Obj {
-	opts := map[string]string{}
-	for k, val := range v.Labels {
-		if o, ok := strings.CutPrefix(k, labelVolOpt); ok {
-			opts[o] = val
-		}
-	}
+	opts := volumeOptions(v.Labels)
 	size := defaultVolumeSize
 	if n, err := strconv.ParseInt(v.Labels[labelVolSize], 10, 64); err == nil {
 		size = n
 	}
-	labels := publicLabels(v.Labels)
+	labels := containerLabels(v.Labels)
 	if a.v.oneX() {
 		return NewObj().Set("configuration", NewObj().
 			Set("creationDate", isoDate(v.CreatedAt)).
@@ -170,10 +197,8 @@ func cmdVolumeList(a *app, p *parsed) error {
 				typ = "anonymous"
 			}
 			var opts []string
-			for k, val := range v.Labels {
-				if o, ok := strings.CutPrefix(k, labelVolOpt); ok {
-					opts = append(opts, o+"="+val)
-				}
+			for k, val := range volumeOptions(v.Labels) {
+				opts = append(opts, k+"="+val)
 			}
 			sort.Strings(opts)
 			rows = append(rows, []string{v.Name, typ, "local", strings.Join(opts, ",")})
@@ -208,39 +233,113 @@ func cmdVolumeInspect(a *app, p *parsed) error {
 	return nil
 }
 
-// cmdVolumeDelete removes volumes and prints their names.
+// cmdVolumeDelete removes volumes and prints their names
+// (Volume/VolumeDelete.swift, 0.8.0–1.2.2). Every named volume must
+// exist, else nothing is deleted and notFound "failed to delete one or
+// more volumes: <Set>" is the error; each failing delete is logged and
+// they end in internalError "delete failed for one or more volumes:
+// <[String]>". A volume that any container (running or not) mounts
+// cannot go (VolumesService._delete: VolumeError.volumeInUse).
 func cmdVolumeDelete(a *app, p *parsed) error {
-	if err := a.up("failed to delete volume"); err != nil {
+	if a.v.AtLeast("1.0.0") {
+		// VolumeDelete.validate(), 1.0.0–1.2.2 (before, no names and no
+		// --all deleted nothing, and --all won over names).
+		switch {
+		case len(p.pos) == 0 && !p.has("all"):
+			return a.fail("invalidArgument", "no volumes specified and --all not supplied")
+		case len(p.pos) > 0 && p.has("all"):
+			return a.fail("invalidArgument", "explicitly supplied volume name(s) conflict with the --all flag")
+		}
+	}
+	if err := a.up("failed to list volumes"); err != nil {
 		return err
 	}
-	names := p.pos
+	vols, err := a.eng.listVolumes()
+	if err != nil {
+		return err
+	}
+	var names []string
 	if p.has("all") {
-		vols, err := a.eng.listVolumes()
-		if err != nil {
-			return err
-		}
-		names = nil
 		for _, v := range vols {
 			names = append(names, v.Name)
 		}
+	} else {
+		exists := map[string]bool{}
+		for _, v := range vols {
+			exists[v.Name] = true
+		}
+		seen := map[string]bool{}
+		var missing []string
+		for _, n := range p.pos {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			names = append(names, n)
+			if !exists[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			return a.errVolumesMissing(missing)
+		}
 	}
-	if len(names) == 0 {
-		// reconstructed
-		return a.fail("invalidArgument", "no volumes specified and --all not supplied")
-	}
+	var failed []string
 	for _, n := range names {
 		r := a.eng.run("volume", "rm", n)
-		if !r.ok() {
-			if r.contains("no such volume") || r.contains("no volume with name") {
-				return a.errVolumeNotFound(n)
-			}
-			if r.contains("being used") || r.contains("in use") {
-				// VolumeError.volumeInUse's text (ContainerResource/Volume/VolumeConfiguration.swift).
-				return a.fail("invalidState", "volume '"+n+"' is currently in use and cannot be accessed by another container, or deleted")
-			}
-			return a.failCause("internalError", "failed to delete volume "+n, r.message())
+		switch {
+		case r.ok():
+			fmt.Fprintln(a.stdout, n)
+		case r.contains("no such volume") || r.contains("no volume with name"):
+			// Gone meanwhile: the server's volumeNotFound.
+			a.logVolumeDeleteFailure(n, coded("invalidArgument", "volume '"+n+"' not found"))
+			failed = append(failed, n)
+		case r.contains("being used") || r.contains("in use"):
+			// VolumeError.volumeInUse, which the XPC server sends as invalidArgument
+			// with its description (XPCServer.swift, 0.8.0–1.2.2).
+			a.logVolumeDeleteFailure(n, volumeInUseDesc(n))
+			failed = append(failed, n)
+		default:
+			a.logVolumeDeleteFailure(n, coded("internalError", r.message())) // reconstructed
+			failed = append(failed, n)
 		}
-		fmt.Fprintln(a.stdout, n)
+	}
+	if len(failed) > 0 {
+		return a.errVolumesDeleteFailed(failed)
 	}
 	return nil
+}
+
+// errVolumesDeleteFailed is volume delete's error once deletes failed:
+// internalError "delete failed for one or more volumes: <[String]>"; the
+// reason is only in the log lines before it.
+func (a *app) errVolumesDeleteFailed(names []string) error {
+	return a.fail("internalError", "delete failed for one or more volumes: "+swiftArray(names))
+}
+
+// volumeInUseDesc is VolumeError.volumeInUse as the client describes it
+// after the XPC round trip (VolumeConfiguration.swift, XPCServer.swift).
+func volumeInUseDesc(name string) string {
+	return coded("invalidArgument", "volume '"+name+"' is currently in use and cannot be accessed by another container, or deleted")
+}
+
+// errVolumesMissing is volume delete's notFound error; Swift prints the
+// Set of names as ["a", "b"] (in hash order; sorted here).
+func (a *app) errVolumesMissing(names []string) error {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	return a.fail("notFound", "failed to delete one or more volumes: "+swiftSet(sorted))
+}
+
+// logVolumeDeleteFailure is the log line of one failed volume delete, as
+// StderrLogHandler prints it (message, then ": " and the metadata
+// dictionary): 0.8–0.9 logged "failed to delete volume <id>: <error>",
+// 0.10.0–1.2.2 "failed to delete volume" with id and error as metadata.
+// reconstructed: Swift prints a dictionary in hash order; id comes first here.
+func (a *app) logVolumeDeleteFailure(name, errDesc string) {
+	if a.v.Before("0.10.0") {
+		fmt.Fprintf(a.stderr, "failed to delete volume %s: %s\n", name, errDesc)
+		return
+	}
+	fmt.Fprintf(a.stderr, "failed to delete volume: [\"id\": %s, \"error\": %s]\n", name, errDesc)
 }

@@ -14,6 +14,9 @@
 //	                           container system to be down
 //	CONTAINER_STANDIN_LOG      file to which each invocation's argv is
 //	                           appended as one JSON array line
+//	CONTAINER_STANDIN_REGISTRY_DOMAIN
+//	                           the default registry domain the system is
+//	                           configured with (default docker.io)
 //
 // Facts come from the project's Apple CLI reference and captured samples;
 // anything not covered there is marked "reconstructed" in the source.
@@ -36,6 +39,7 @@ const (
 	envHome    = "CONTAINER_STANDIN_HOME"
 	envSystem  = "CONTAINER_STANDIN_SYSTEM"
 	envLog     = "CONTAINER_STANDIN_LOG"
+	envDomain  = "CONTAINER_STANDIN_REGISTRY_DOMAIN"
 
 	defaultVersion = "1.5.0"
 	stoppedMarker  = "system-stopped"
@@ -81,6 +85,9 @@ func newApp() (*app, error) {
 	v, err := ParseVersion(vs)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", envVersion, err)
+	}
+	if d := os.Getenv(envDomain); d != "" {
+		registryDomain = d
 	}
 	bin := os.Getenv(envEngine)
 	if bin == "" {

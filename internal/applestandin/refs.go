@@ -9,6 +9,16 @@ import "strings"
 
 const dockerHub = "docker.io"
 
+// registryDomain is the default registry domain the emulated system is
+// configured with (CONTAINER_STANDIN_REGISTRY_DOMAIN): the UserDefaults
+// key registry.domain before 1.0, config.toml's [registry] domain from
+// 1.0; docker.io unless set.
+var registryDomain = dockerHub
+
+// isDockerHub is the domain test of Reference.normalize (containerization
+// Reference.swift): only these get "library/" added.
+func isDockerHub(domain string) bool { return domain == dockerHub || domain == "registry-1.docker.io" }
+
 // splitRef splits a reference into domain, path and tag-or-digest suffix
 // (":tag" or "@sha256:…", "" when absent).
 func splitRef(ref string) (domain, path, suffix string) {
@@ -18,22 +28,28 @@ func splitRef(ref string) (domain, path, suffix string) {
 	} else if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
 		name, suffix = name[:i], name[i:]
 	}
+	// Reference.parseDomain (containerization Reference.swift): the part
+	// before the first '/' is a domain when it starts with "localhost" or
+	// holds '.' or ':'.
 	if i := strings.Index(name, "/"); i >= 0 {
 		first := name[:i]
-		if strings.ContainsAny(first, ".:") || first == "localhost" {
+		if strings.ContainsAny(first, ".:") || strings.HasPrefix(first, "localhost") {
 			return first, name[i+1:], suffix
 		}
 	}
 	return "", name, suffix
 }
 
-// normalizeRef returns Apple's fully qualified form of ref.
+// normalizeRef returns Apple's fully qualified form of ref
+// (ClientImage.normalizeReference): the configured domain when it has
+// none, "library/" for a one-part Docker Hub path, ":latest" when there
+// is no tag or digest.
 func normalizeRef(ref string) string {
 	domain, path, suffix := splitRef(ref)
 	if domain == "" {
-		domain = dockerHub
+		domain = registryDomain
 	}
-	if domain == dockerHub && !strings.Contains(path, "/") {
+	if isDockerHub(domain) && !strings.Contains(path, "/") {
 		path = "library/" + path
 	}
 	if suffix == "" {
@@ -43,15 +59,18 @@ func normalizeRef(ref string) string {
 }
 
 // displayRef is the short form Apple prints in tables and `-q` output
+// (ClientImage.denormalizeReference): the configured domain dropped, and
+// "library/" with it when that is Docker Hub
 // (`docker.io/library/alpine:latest` -> `alpine:latest`).
 func displayRef(full string) string {
-	if s, ok := strings.CutPrefix(full, dockerHub+"/library/"); ok {
-		return s
+	s, ok := strings.CutPrefix(full, registryDomain+"/")
+	if !ok {
+		return full
 	}
-	if s, ok := strings.CutPrefix(full, dockerHub+"/"); ok {
-		return s
+	if isDockerHub(registryDomain) {
+		s = strings.TrimPrefix(s, "library/")
 	}
-	return full
+	return s
 }
 
 // refNameTag splits a display reference into NAME and TAG columns.

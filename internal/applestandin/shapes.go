@@ -73,8 +73,9 @@ func publicLabels(in map[string]string) map[string]string {
 	return out
 }
 
-// containerLabels are the labels Apple shows: the -l labels when the
-// stand-in recorded them, else the public podman labels.
+// containerLabels are the labels Apple shows for a container or a volume:
+// the -l / --label labels when the stand-in recorded them, else the public
+// podman labels.
 func containerLabels(in map[string]string) map[string]string {
 	if s, ok := in[labelLabels]; ok {
 		var m map[string]string

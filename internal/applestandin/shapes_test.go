@@ -120,7 +120,7 @@ func TestPrivateLabelsHidden(t *testing.T) {
 func TestVolumeInspect(t *testing.T) {
 	withMac(t)
 	v := podVolume{Name: "probe-shortform", CreatedAt: mustTime(t, "2026-07-30T23:18:48.77Z"),
-		Labels: map[string]string{labelVolSize: "67108864", labelVolOpt + "size": "64M"}}
+		Labels: map[string]string{labelVolSize: "67108864", labelVolOpts: `{"size":"64M"}`}}
 	for _, c := range []struct{ version, file string }{
 		{"1.0.0", "volume-inspect-1.0.0.json"},
 		{"1.4.1", "volume-inspect-1.4.1.json"},

@@ -13,6 +13,7 @@ package apple
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +41,7 @@ type Dialect struct {
 
 	mu       sync.Mutex
 	features *Features // detected once, on first need
+	domain   string    // the configured default registry domain, once read
 }
 
 var (
@@ -92,6 +96,7 @@ func (d *Dialect) Features(ctx context.Context) (Features, error) {
 		return Features{}, fmt.Errorf("container --version: %w", err)
 	}
 	f := FeaturesOf(v)
+	f.HostCPUs = runtime.NumCPU() // the server runs on the Mac whose VMs it makes
 	d.features = &f
 	return f, nil
 }
@@ -180,6 +185,9 @@ func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) error {
 	if err != nil {
 		return err
 	}
+	if n := int(math.Ceil(spec.CPUs)); f.HostCPUs > 0 && n > f.HostCPUs && d.cli.Logger != nil {
+		d.cli.Logger.Warn("a sandbox asks for more CPUs than this Mac has: it gets the Mac's", "sandbox", spec.Name, "cpus", n, "host_cpus", f.HostCPUs)
+	}
 	_, err = d.cli.Output(ctx, nil, args...)
 	return err
 }
@@ -192,14 +200,25 @@ func RunArgs(f Features, spec sandbox.RunSpec) ([]string, error) {
 	}
 	args := []string{"run", "-d", "--name", spec.Name}
 	for _, k := range sortedKeys(spec.Labels) {
-		args = append(args, "-l", k+"="+spec.Labels[k])
+		l, err := runLabelArg(k, spec.Labels[k])
+		if err != nil {
+			return nil, fmt.Errorf("container run %s: %w", spec.Name, err)
+		}
+		args = append(args, "-l", l)
 	}
 	if spec.Init && f.Init {
 		args = append(args, "--init")
 	}
 	if spec.CPUs > 0 {
-		// Apple takes whole CPUs; a fraction rounds up.
-		args = append(args, "-c", strconv.Itoa(int(math.Ceil(spec.CPUs))))
+		// Apple takes whole CPUs; a fraction rounds up. No more than the
+		// host has (see Features.HostCPUs): before 0.12.0 the VM would not
+		// boot, after it would get the host's count while the container
+		// showed the count asked for.
+		n := int(math.Ceil(spec.CPUs))
+		if f.HostCPUs > 0 {
+			n = min(n, f.HostCPUs)
+		}
+		args = append(args, "-c", strconv.Itoa(n))
 	}
 	if spec.Memory != "" {
 		m, err := memoryArg(spec.Memory)
@@ -225,35 +244,47 @@ func RunArgs(f Features, spec sandbox.RunSpec) ([]string, error) {
 		args = append(args, "-w", spec.Workdir)
 	}
 	for _, k := range sortedKeys(spec.Env) {
+		// Apple keeps "-e K=V" whole and keys it by what precedes the first
+		// '=' (Parser.allEnv): any value goes, a key must be there and hold no '='.
+		if k == "" || strings.Contains(k, "=") {
+			return nil, fmt.Errorf("container run %s: environment variable name %q: it must be non-empty and hold no '='", spec.Name, k)
+		}
 		args = append(args, "-e", k+"="+spec.Env[k])
 	}
 	args = append(args, spec.Image)
 	return append(args, spec.Command...), nil
 }
 
-// memoryArg spells a memory size for `-m`: a K/M/G/T suffix; a bare number
-// of bytes is rounded up to whole MiB, Apple's granularity.
+// memoryArg spells a memory size for `-m` in whole MiB with an explicit
+// unit ("1536M"): Apple reads a bare number as bytes and keeps only whole
+// MiB (Parser.memoryStringAsMiB, Measurement.parse), so "512k" would be
+// 0 MiB. A K/M/G/T suffix (either case) or none (bytes) is taken, and the
+// size is rounded up to a whole MiB.
 func memoryArg(s string) (string, error) {
-	if s == "" {
-		return "", nil
+	m := memoryRE.FindStringSubmatch(s)
+	if m == nil {
+		return "", fmt.Errorf("memory %q: want a size such as 512M or 2G", s)
 	}
-	last := s[len(s)-1]
-	if last >= '0' && last <= '9' {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			return "", fmt.Errorf("memory %q: want a size such as 512M or 2G", s)
-		}
-		const mib = 1 << 20
-		return strconv.FormatInt((n+mib-1)/mib, 10) + "M", nil
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	shift := map[string]uint{"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[strings.ToLower(m[2])]
+	if err != nil || n <= 0 || n > (1<<62)>>shift {
+		return "", fmt.Errorf("memory %q: want a size such as 512M or 2G", s)
 	}
-	return strings.ToUpper(s), nil
+	const mib = 1 << 20
+	return strconv.FormatInt(((n<<shift)+mib-1)/mib, 10) + "M", nil
 }
+
+var memoryRE = regexp.MustCompile(`^([0-9]+)([KMGTkmgt]?)$`)
 
 // volumeArg spells a mount for `-v`: name:/target for a named volume, or
 // /host/dir:/target for a host path, with :ro when read-only.
 func volumeArg(m sandbox.Mount) (string, error) {
 	src := m.Volume
-	if src == "" {
+	if src != "" {
+		if err := ValidVolumeName(src); err != nil {
+			return "", err
+		}
+	} else {
 		src = m.Source
 		if !strings.HasPrefix(src, "/") {
 			return "", fmt.Errorf("mount source %q must be an absolute host path", src)
@@ -419,20 +450,63 @@ func cliError(code int, stderr string) (kind error, drained bool) {
 
 // VolumeCreate implements sandbox.Runtime.
 func (d *Dialect) VolumeCreate(ctx context.Context, name string, labels map[string]string) error {
-	_, err := d.cli.Output(ctx, nil, VolumeCreateArgs(name, labels, 0)...)
+	args, err := VolumeCreateArgs(name, labels, 0)
+	if err != nil {
+		return err
+	}
+	_, err = d.cli.Output(ctx, nil, args...)
 	if errors.Is(err, sandbox.ErrAlreadyExists) {
 		return nil
 	}
 	return err
 }
 
-// VolumeRemove implements sandbox.Runtime.
+// VolumeRemove implements sandbox.Runtime. A missing volume is no error
+// (`volume delete` says "failed to delete one or more volumes: [...]").
+// A volume that a container still mounts, running or not, cannot go; the
+// CLI says only "delete failed for one or more volumes: [...]" then (the
+// reason is in a log line above it), so after any other failure the
+// containers are listed, and one that mounts the volume makes the error
+// sandbox.ErrInUse, which callers wait out.
 func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
-	_, err := d.cli.Output(ctx, nil, "volume", "delete", name)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return nil
+	if err := ValidVolumeName(name); err != nil {
+		return err
 	}
-	return err
+	_, err := d.cli.Output(ctx, nil, "volume", "delete", name)
+	var ee *sandbox.EngineError
+	switch {
+	case err == nil, errors.Is(err, sandbox.ErrNotFound):
+		return nil
+	case errors.Is(err, sandbox.ErrInUse), ctx.Err() != nil, !errors.As(err, &ee), ee.Kind != nil:
+		return err
+	}
+	users, lerr := d.volumeUsers(ctx, name)
+	if lerr != nil || len(users) == 0 {
+		return err
+	}
+	inUse := *ee
+	inUse.Kind = sandbox.ErrInUse
+	inUse.Hint = "container " + strings.Join(users, ", ") + " still mounts it"
+	return &inUse
+}
+
+// volumeUsers lists the containers, running or not, that mount volume vol.
+func (d *Dialect) volumeUsers(ctx context.Context, vol string) ([]string, error) {
+	out, err := d.cli.Output(ctx, nil, "list", "--all", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := ParseVolumeMounts(out)
+	if err != nil {
+		return nil, err
+	}
+	var users []string
+	for _, id := range slices.Sorted(maps.Keys(mounts)) {
+		if slices.Contains(mounts[id], vol) {
+			users = append(users, id)
+		}
+	}
+	return users, nil
 }
 
 // Volumes lists the volumes the system knows.
@@ -466,16 +540,59 @@ func (d *Dialect) Images(ctx context.Context) ([]Image, error) {
 	return ParseImages(out)
 }
 
+// RegistryDomain is the default registry domain the CLI puts in front of
+// references without one, read from the CLI once: from 1.0 config.toml's
+// [registry] domain, shown by `system property list --format json`
+// (ContainerSystemConfig.registry); before, the registry.domain default
+// shown by `system property get registry.domain` (DefaultsStore). When it
+// cannot be read it is DefaultRegistryDomain, and it is read again next
+// time.
+func (d *Dialect) RegistryDomain(ctx context.Context) string {
+	f, err := d.Features(ctx)
+	if err != nil {
+		return DefaultRegistryDomain
+	}
+	d.mu.Lock()
+	known := d.domain
+	d.mu.Unlock()
+	if known != "" {
+		return known
+	}
+	var domain string
+	if f.Version.AtLeast(v1_0) {
+		out, err := d.cli.Output(ctx, nil, "system", "property", "list", "--format", "json")
+		var cfg struct {
+			Registry struct {
+				Domain string `json:"domain"`
+			} `json:"registry"`
+		}
+		if err == nil && json.Unmarshal(out, &cfg) == nil {
+			domain = cfg.Registry.Domain
+		}
+	} else if out, err := d.cli.Output(ctx, nil, "system", "property", "get", "registry.domain"); err == nil {
+		domain = strings.TrimSpace(string(out))
+	}
+	if domain == "" || strings.ContainsAny(domain, " \t\n") {
+		return DefaultRegistryDomain
+	}
+	d.mu.Lock()
+	d.domain = domain
+	d.mu.Unlock()
+	return domain
+}
+
 // ImageExists implements sandbox.Runtime, comparing references the way
-// Apple stores them ("mcp-dev" is docker.io/library/mcp-dev:latest).
+// Apple stores them ("mcp-dev" is docker.io/library/mcp-dev:latest, or
+// under the configured default registry domain).
 func (d *Dialect) ImageExists(ctx context.Context, ref string) (bool, error) {
 	imgs, err := d.Images(ctx)
 	if err != nil {
 		return false, err
 	}
-	want := NormalizeReference(ref)
+	domain := d.RegistryDomain(ctx)
+	want := NormalizeReference(ref, domain)
 	for _, img := range imgs {
-		if NormalizeReference(img.Reference) == want {
+		if NormalizeReference(img.Reference, domain) == want {
 			return true, nil
 		}
 		if strings.Contains(want, "@") && strings.HasSuffix(want, "@"+img.Digest) {
@@ -617,27 +734,52 @@ func (d *Dialect) DiskSupport(context.Context) sandbox.DiskSupport {
 }
 
 // VolumeCreateSized implements sandbox.SizedVolumeCreator with
-// `volume create -s`. Every Apple volume has a size, so an existing one
-// counts as sized.
+// `volume create -s`. A volume of that name that was made without -s (by
+// VolumeCreate, or before limits existed) is kept, and is not sized: it
+// is a sparse image of the CLI's default size, 512 GiB
+// (VolumeStorage.defaultVolumeSizeBytes, 0.4.0–1.2.2), which bounds
+// nothing in practice. One made with -s counts as sized, whatever size it
+// was made with.
 func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64) (bool, error) {
-	_, err := d.cli.Output(ctx, nil, VolumeCreateArgs(name, labels, size)...)
-	if errors.Is(err, sandbox.ErrAlreadyExists) {
-		return true, nil
+	args, err := VolumeCreateArgs(name, labels, size)
+	if err != nil {
+		return false, err
 	}
-	return err == nil, err
+	_, err = d.cli.Output(ctx, nil, args...)
+	if !errors.Is(err, sandbox.ErrAlreadyExists) {
+		return err == nil, err
+	}
+	vols, lerr := d.Volumes(ctx)
+	if lerr != nil {
+		return false, lerr
+	}
+	for _, v := range vols {
+		if v.Name == name {
+			return v.Sized(), nil
+		}
+	}
+	return false, fmt.Errorf("volume %s: it existed when created, and is gone from the list: %w", name, err)
 }
 
 // VolumeCreateArgs builds the argv (without the program) of creating a
 // volume; size 0 leaves the engine's default size. Sizes are whole MiB.
-func VolumeCreateArgs(name string, labels map[string]string, size int64) []string {
+// A name or label the CLI would refuse or alter is an error.
+func VolumeCreateArgs(name string, labels map[string]string, size int64) ([]string, error) {
+	if err := ValidVolumeName(name); err != nil {
+		return nil, err
+	}
 	args := []string{"volume", "create"}
 	for _, k := range sortedKeys(labels) {
-		args = append(args, "--label", k+"="+labels[k])
+		l, err := volumeLabelArg(k, labels[k])
+		if err != nil {
+			return nil, fmt.Errorf("volume create %s: %w", name, err)
+		}
+		args = append(args, "--label", l)
 	}
 	if size > 0 {
 		args = append(args, "-s", strconv.FormatInt((size+1<<20-1)>>20, 10)+"M")
 	}
-	return append(args, name)
+	return append(args, name), nil
 }
 
 var _ sandbox.ImageSaver = (*Dialect)(nil)
@@ -658,10 +800,19 @@ func (d *Dialect) SavesRunning(ctx context.Context) (bool, error) {
 // SaveImage implements sandbox.ImageSaver. Apple has no commit: the
 // root filesystem is exported to a tar and built into an image FROM
 // scratch, with env (the container's PID 1 environment) and labels set
-// again, since the rootfs tar carries no image config.
+// again, since the rootfs tar carries no image config. They are written
+// so that the build reads every value back as it was (see
+// snapshotContainerfile); one a Containerfile cannot hold, such as a
+// value with a newline, fails the snapshot with an error naming it.
 func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[string]string, env []string, _ bool) error {
 	if _, err := d.SavesRunning(ctx); err != nil {
 		return err
+	}
+	// Written first: an env value or label a Containerfile cannot hold
+	// (see snapshotContainerfile) fails the snapshot before the export.
+	cf, err := snapshotContainerfile(env, labels)
+	if err != nil {
+		return fmt.Errorf("snapshot of %s: %w", name, err)
 	}
 	dir, err := os.MkdirTemp("", "sandbox-mcp-save-")
 	if err != nil {
@@ -671,19 +822,7 @@ func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[st
 	if err := d.Export(ctx, name, filepath.Join(dir, "rootfs.tar")); err != nil {
 		return err
 	}
-	var cf strings.Builder
-	cf.WriteString("FROM scratch\nADD rootfs.tar /\n")
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || !validEnvName(k) || strings.ContainsAny(v, "\n\r") {
-			continue
-		}
-		fmt.Fprintf(&cf, "ENV %s=%s\n", k, strconv.Quote(v))
-	}
-	for _, k := range sortedKeys(labels) {
-		fmt.Fprintf(&cf, "LABEL %s=%s\n", strconv.Quote(k), strconv.Quote(labels[k]))
-	}
-	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf.String()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o600); err != nil {
 		return err
 	}
 	return d.Build(ctx, BuildSpec{Tag: ref, File: filepath.Join(dir, "Containerfile"), ContextDir: dir})
@@ -702,12 +841,29 @@ func validEnvName(k string) bool {
 }
 
 // RemoveImage implements sandbox.ImageSaver. Apple's containers keep
-// their own root filesystems, so an image in use can go.
+// their own root filesystems, so an image in use can go. A missing image
+// is no error: from 0.9.0 `--force` ignores it; before, the CLI says the
+// same ("failed to delete one or more images") of a missing image and of
+// one that failed to go, so the image list decides.
 func (d *Dialect) RemoveImage(ctx context.Context, ref string) error {
 	if strings.HasPrefix(ref, "-") {
 		return fmt.Errorf("image delete: %q starts with '-'", ref)
 	}
-	_, err := d.cli.Output(ctx, nil, "image", "delete", ref)
+	f, err := d.Features(ctx)
+	if err != nil {
+		return err
+	}
+	args := []string{"image", "delete"}
+	if f.ImageDeleteForce {
+		args = append(args, "--force")
+	}
+	_, err = d.cli.Output(ctx, nil, append(args, ref)...)
+	if err == nil || f.ImageDeleteForce || ctx.Err() != nil {
+		return err
+	}
+	if ok, lerr := d.ImageExists(ctx, ref); lerr == nil && !ok {
+		return nil
+	}
 	return err
 }
 
@@ -748,15 +904,24 @@ func (l *limitTail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ListImages implements sandbox.ImageLister.
+// ListImages implements sandbox.ImageLister. Under a configured default
+// registry domain other than docker.io, that domain is dropped from the
+// references, as the CLI's own table does (ClientImage.denormalizeReference),
+// so that local names such as a snapshot's read as they were given; Docker
+// Hub references are kept whole.
 func (d *Dialect) ListImages(ctx context.Context) ([]sandbox.ImageInfo, error) {
 	imgs, err := d.Images(ctx)
 	if err != nil {
 		return nil, err
 	}
+	domain := d.RegistryDomain(ctx)
 	out := make([]sandbox.ImageInfo, 0, len(imgs))
 	for _, img := range imgs {
-		out = append(out, sandbox.ImageInfo{Ref: img.Reference, ID: img.Digest})
+		ref := img.Reference
+		if domain != DefaultRegistryDomain {
+			ref = strings.TrimPrefix(ref, domain+"/")
+		}
+		out = append(out, sandbox.ImageInfo{Ref: ref, ID: img.Digest})
 	}
 	return out, nil
 }

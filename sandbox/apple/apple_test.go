@@ -136,15 +136,67 @@ func TestNormalizeReference(t *testing.T) {
 		"alpine:3.22":                      "docker.io/library/alpine:3.22",
 		"user/img":                         "docker.io/user/img:latest",
 		"docker.io/library/alpine:latest":  "docker.io/library/alpine:latest",
+		"docker.io/alpine":                 "docker.io/library/alpine:latest",
+		"registry-1.docker.io/alpine":      "registry-1.docker.io/library/alpine:latest",
 		"ghcr.io/apple/x/builder:0.12.0":   "ghcr.io/apple/x/builder:0.12.0",
 		"localhost:5000/img":               "localhost:5000/img:latest",
 		"localhost/img":                    "localhost/img:latest",
+		"localhost.lan/img":                "localhost.lan/img:latest",
 		"docker.io/kindest/node@sha256:ab": "docker.io/kindest/node@sha256:ab",
+		"alpine:3@sha256:ab":               "docker.io/library/alpine:3",
 		"comicarr:latest":                  "docker.io/library/comicarr:latest",
 	} {
-		if got := NormalizeReference(in); got != want {
+		if got := NormalizeReference(in, ""); got != want {
 			t.Errorf("NormalizeReference(%q) = %q, want %q", in, got, want)
 		}
+	}
+	// A configured default domain replaces docker.io, without library/.
+	for in, want := range map[string]string{
+		"mcp-dev":            "registry.example.com/mcp-dev:latest",
+		"team/tool:2":        "registry.example.com/team/tool:2",
+		"docker.io/alpine":   "docker.io/library/alpine:latest",
+		"ghcr.io/a/b":        "ghcr.io/a/b:latest",
+		"localhost:5000/img": "localhost:5000/img:latest",
+	} {
+		if got := NormalizeReference(in, "registry.example.com"); got != want {
+			t.Errorf("NormalizeReference(%q, registry.example.com) = %q, want %q", in, got, want)
+		}
+	}
+	if got := NormalizeReference("x", "ghcr.io/org"); got != "ghcr.io/org/x:latest" {
+		t.Errorf("domain with a path: %q", got)
+	}
+}
+
+// TestRegistryDomain: the domain is read from the CLI once (property list
+// from 1.0, property get before), docker.io when it cannot be read, and
+// ImageExists compares references under it.
+func TestRegistryDomain(t *testing.T) {
+	const images = `[{"id":"aa","configuration":{"name":"registry.example.com/mcp-dev:latest","descriptor":{"digest":"sha256:aa"}}}]`
+	d, lines := fakeCLI(t, "1.2.2", map[string]fakeReply{
+		"system property list --format json": {stdout: `{"build":{"cpus":2},"registry":{"domain":"registry.example.com"}}` + "\n"},
+		"image list --format json":           {stdout: images},
+	})
+	for range 2 {
+		if got := d.RegistryDomain(tctx(t)); got != "registry.example.com" {
+			t.Errorf("1.2.2: %q", got)
+		}
+	}
+	if ok, err := d.ImageExists(tctx(t), "mcp-dev"); err != nil || !ok {
+		t.Errorf("ImageExists(mcp-dev) under the configured domain: %v %v", ok, err)
+	}
+	if imgs, err := d.ListImages(tctx(t)); err != nil || len(imgs) != 1 || imgs[0].Ref != "mcp-dev:latest" {
+		t.Errorf("ListImages under the configured domain: %+v %v", imgs, err)
+	}
+	if n := strings.Count(strings.Join(lines(), "\n"), "system property"); n != 1 {
+		t.Errorf("the domain was read %d times: %q", n, lines())
+	}
+	d, _ = fakeCLI(t, "0.12.3", map[string]fakeReply{"system property get registry.domain": {stdout: "ghcr.io\n"}})
+	if got := d.RegistryDomain(tctx(t)); got != "ghcr.io" {
+		t.Errorf("0.12.3: %q", got)
+	}
+	d, _ = fakeCLI(t, "1.5.0", nil) // the property command fails
+	if got := d.RegistryDomain(tctx(t)); got != DefaultRegistryDomain {
+		t.Errorf("unreadable: %q", got)
 	}
 }
 
@@ -214,19 +266,41 @@ func TestCLIErrorInExecStderr(t *testing.T) {
 }
 
 func TestVolumeCreateArgs(t *testing.T) {
+	joined := func(name string, labels map[string]string, size int64) string {
+		args, err := VolumeCreateArgs(name, labels, size)
+		if err != nil {
+			t.Errorf("VolumeCreateArgs(%q, %q, %d): %v", name, labels, size, err)
+		}
+		return strings.Join(args, " ")
+	}
 	labels := map[string]string{"b": "2", "a": "1"}
-	if got := strings.Join(VolumeCreateArgs("ws", labels, 0), " "); got != "volume create --label a=1 --label b=2 ws" {
+	if got := joined("ws", labels, 0); got != "volume create --label a=1 --label b=2 ws" {
 		t.Errorf("unsized: %q", got)
 	}
-	if got := strings.Join(VolumeCreateArgs("ws", nil, 1<<30), " "); got != "volume create -s 1024M ws" {
+	if got := joined("ws", nil, 1<<30); got != "volume create -s 1024M ws" {
 		t.Errorf("1G: %q", got)
 	}
-	if got := strings.Join(VolumeCreateArgs("ws", nil, 1<<20+1), " "); got != "volume create -s 2M ws" {
+	if got := joined("ws", nil, 1<<20+1); got != "volume create -s 2M ws" {
 		t.Errorf("rounding up: %q", got)
 	}
 	spec := sandbox.RunSpec{Name: "box", Image: "img", PidsLimit: 64, StorageSize: "1G"}
 	args, err := RunArgs(FeaturesOf(Version{1, 5, 0}), spec)
 	if err != nil || strings.Contains(strings.Join(args, " "), "pids") || strings.Contains(strings.Join(args, " "), "storage") {
 		t.Errorf("Apple has no pids or rootfs size flags: %q %v", args, err)
+	}
+}
+
+// TestRunArgsCapsCPUsAtHost: a VM cannot have more CPUs than the Mac (the
+// boot fails before 0.12.0), so -c is capped at the host's count.
+func TestRunArgsCapsCPUsAtHost(t *testing.T) {
+	for _, v := range []Version{{0, 11, 0}, {1, 2, 2}} {
+		f := FeaturesOf(v)
+		f.HostCPUs = 8
+		for cpus, want := range map[float64]string{64: "8", 8: "8", 7.5: "8", 2: "2"} {
+			args, err := RunArgs(f, sandbox.RunSpec{Name: "box", Image: "img", CPUs: cpus})
+			if s := strings.Join(args, " "); err != nil || !strings.Contains(s, "-c "+want+" ") {
+				t.Errorf("%v: CPUs %v: %q %v, want -c %s", v, cpus, s, err, want)
+			}
+		}
 	}
 }

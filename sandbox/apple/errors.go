@@ -51,7 +51,12 @@ func Classify(code int, stderr string) (error, string) {
 		return sandbox.ErrInUse, ""
 	case has("is not running"):
 		return sandbox.ErrNotRunning, ""
-	case has("not found", "no such container", "failed to delete one or more containers"):
+	case has("not found", "no such container", "failed to delete one or more containers",
+		"failed to delete one or more volumes"):
+		// The last two are what container and volume delete say of ids they
+		// did not find (ContainerDelete.swift before 0.11.0, VolumeDelete.swift
+		// 0.8.0–1.2.2, notFound). "failed to delete one or more images" is not
+		// among them: image delete says it of images that failed to go too.
 		return sandbox.ErrNotFound, ""
 	case has("failed with response: 404", "failed with response: 401 unauthorized"):
 		// A registry answering for an image that is not there (Docker Hub

@@ -161,6 +161,42 @@ func ParseContainers(b []byte) ([]sandbox.Container, error) {
 	return out, nil
 }
 
+// ParseVolumeMounts reads `container list --all --format json` (any
+// shape, 0.8 to 1.5) for the named volumes each container mounts: the
+// mounts whose type is {"volume": {"name": …}} (Filesystem.FSType,
+// ContainerResource/Container/Filesystem.swift, 0.8.0–1.2.2).
+func ParseVolumeMounts(b []byte) (map[string][]string, error) {
+	var raw []struct {
+		ID            string `json:"id"`
+		Configuration struct {
+			ID     string `json:"id"`
+			Mounts []struct {
+				Type struct {
+					Volume *struct {
+						Name string `json:"name"`
+					} `json:"volume"`
+				} `json:"type"`
+			} `json:"mounts"`
+		} `json:"configuration"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("parse container JSON: %w", err)
+	}
+	out := map[string][]string{}
+	for _, r := range raw {
+		id := r.ID
+		if id == "" {
+			id = r.Configuration.ID
+		}
+		for _, m := range r.Configuration.Mounts {
+			if m.Type.Volume != nil && m.Type.Volume.Name != "" {
+				out[id] = append(out[id], m.Type.Volume.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
 func state(s string) sandbox.State {
 	switch strings.ToLower(s) {
 	case "running":
@@ -220,29 +256,60 @@ func ParseImages(b []byte) ([]Image, error) {
 	return out, nil
 }
 
+// DefaultRegistryDomain is the registry Apple's CLI puts in front of a
+// reference without one unless configured otherwise
+// (DefaultsStore registry.domain before 1.0, RegistryConfig.defaultDomain
+// from 1.0).
+const DefaultRegistryDomain = "docker.io"
+
 // NormalizeReference spells an image reference the way Apple's CLI stores
-// it: a registry host and a tag are always present, and Docker Hub images
-// live under library/ ("mcp-dev" → "docker.io/library/mcp-dev:latest").
-func NormalizeReference(ref string) string {
-	name, suffix := ref, ""
+// it (ClientImage.normalizeReference, with containerization's
+// Reference.parse and normalize): a reference whose first '/'-separated
+// part neither starts with "localhost" nor holds '.' or ':' gets the
+// configured default registry domain in front; a Docker Hub one
+// (docker.io or registry-1.docker.io) with a one-part path gets
+// "library/"; one with neither tag nor digest gets ":latest"; one with
+// both keeps the tag only. An empty domain is DefaultRegistryDomain
+// ("mcp-dev" → "docker.io/library/mcp-dev:latest").
+func NormalizeReference(ref, domain string) string {
+	if domain == "" {
+		domain = DefaultRegistryDomain
+	}
+	if host, _, _, _ := splitReference(ref); host == "" {
+		ref = domain + "/" + ref
+	}
+	host, path, tag, digest := splitReference(ref)
+	if (host == "docker.io" || host == "registry-1.docker.io") && !strings.Contains(path, "/") {
+		path = "library/" + path
+	}
+	name := path
+	if host != "" {
+		name = host + "/" + path
+	}
+	switch {
+	case tag != "":
+		return name + tag
+	case digest != "":
+		return name + digest
+	}
+	return name + ":latest"
+}
+
+// splitReference splits an image reference into its domain (empty when
+// the first part is not one), path, ":tag" and "@digest".
+func splitReference(ref string) (host, path, tag, digest string) {
+	name := ref
 	if i := strings.IndexByte(ref, '@'); i >= 0 {
-		name, suffix = ref[:i], ref[i:]
+		name, digest = ref[:i], ref[i:]
 	}
-	slash := strings.IndexByte(name, '/')
-	first := ""
-	if slash >= 0 {
-		first = name[:slash]
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		name, tag = name[:i], name[i:]
 	}
-	if slash < 0 || !(strings.ContainsAny(first, ".:") || first == "localhost") {
-		name = "docker.io/" + name
-		if slash < 0 {
-			name = "docker.io/library/" + ref[:len(ref)-len(suffix)]
-		}
+	if first, rest, ok := strings.Cut(name, "/"); ok && first != "" && rest != "" &&
+		(strings.HasPrefix(first, "localhost") || strings.ContainsAny(first, ".:")) {
+		return first, rest, tag, digest
 	}
-	if suffix == "" && !strings.Contains(name[strings.LastIndexByte(name, '/')+1:], ":") {
-		name += ":latest"
-	}
-	return name + suffix
+	return "", name, tag, digest
 }
 
 // ContainerStats is one entry of `container stats --format json`. Every
@@ -315,12 +382,20 @@ func ParseSystemStatus(b []byte) (SystemStatus, error) {
 
 // Volume is one entry of `container volume list --format json`.
 type Volume struct {
-	Name    string
-	Labels  map[string]string
-	Source  string
-	Size    int64
+	Name   string
+	Labels map[string]string
+	Source string
+	// Size is the image's size in bytes: what -s asked for, else the
+	// CLI's default of 512 GiB.
+	Size int64
+	// Options are the driver options it was made with; "size" is there
+	// when it was made with -s or --opt size=.
+	Options map[string]string
 	Created time.Time
 }
+
+// Sized reports whether the volume was made with an explicit size.
+func (v Volume) Sized() bool { _, ok := v.Options["size"]; return ok }
 
 // ParseVolumes reads `container volume list --format json`: {id,
 // configuration{…}} from 1.0, a flat object with createdAt before.
@@ -328,6 +403,7 @@ func ParseVolumes(b []byte) ([]Volume, error) {
 	type fields struct {
 		Name         string            `json:"name"`
 		Labels       map[string]string `json:"labels"`
+		Options      map[string]string `json:"options"`
 		Source       string            `json:"source"`
 		SizeInBytes  int64             `json:"sizeInBytes"`
 		CreationDate date              `json:"creationDate"`
@@ -347,7 +423,7 @@ func ParseVolumes(b []byte) ([]Volume, error) {
 		if r.Configuration != nil {
 			f = *r.Configuration
 		}
-		v := Volume{Name: f.Name, Labels: f.Labels, Source: f.Source, Size: f.SizeInBytes, Created: f.CreationDate.Time}
+		v := Volume{Name: f.Name, Labels: f.Labels, Options: f.Options, Source: f.Source, Size: f.SizeInBytes, Created: f.CreationDate.Time}
 		if v.Created.IsZero() {
 			v.Created = f.CreatedAt.Time
 		}

@@ -290,6 +290,15 @@ func TestClassifyCapturedErrors(t *testing.T) {
 		"unknown-tag-0.6-0.7":                   sandbox.ErrNotFound,
 		"volume-inspect-missing-0.12.3":         sandbox.ErrNotFound,
 		"volume-inspect-missing-1.2.0":          sandbox.ErrNotFound,
+		// Deletes of missing volumes must read as not found (destroy of a
+		// sandbox whose workspace is gone); an image delete says the same
+		// for a missing image and a failed one, so it is no kind at all.
+		"volume-delete-missing-pre-0.10": sandbox.ErrNotFound,
+		"volume-delete-missing-0.10-1.x": sandbox.ErrNotFound,
+		"volume-delete-in-use-pre-0.10":  sandbox.ErrInUse,
+		"volume-delete-in-use-0.10-1.x":  sandbox.ErrInUse,
+		"image-delete-missing-pre-0.10":  nil,
+		"image-delete-missing-0.10-1.x":  nil,
 	}
 	files, _ := filepath.Glob("testdata/stderr-*.txt")
 	if len(files) != len(want) {
@@ -321,6 +330,19 @@ func TestMajorOf(t *testing.T) {
 	for in, want := range map[string]int{"15.6.1\n": 15, "26.0": 26, "26": 26, "": 0, "x.1": 0} {
 		if got := majorOf(in); got != want {
 			t.Errorf("majorOf(%q) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestParseVolumeMounts(t *testing.T) {
+	for file, want := range map[string]map[string][]string{
+		"container-ls-mounts-1.2.0.json": {"bushel-fixture": {"bushel-fixture-vol"}},
+		"container-ls-1.5.0.json":        {"fx-ports": {"fx-vol"}},
+		"container-ls-0.12.3.json":       {},
+	} {
+		got, err := ParseVolumeMounts(readTestdata(t, file))
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %v %v, want %v", file, got, err, want)
 		}
 	}
 }

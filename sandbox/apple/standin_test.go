@@ -101,7 +101,7 @@ func TestStandInLifecycle(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !c.Running() || c.Labels["io.sandbox-mcp.name"] != name || c.CPUs != 1 || c.Memory != 256<<20 ||
-				apple.NormalizeReference(c.Image) != "docker.io/library/mcp-dev:latest" || c.Started.IsZero() ||
+				apple.NormalizeReference(c.Image, "") != "docker.io/library/mcp-dev:latest" || c.Started.IsZero() ||
 				c.Created.IsZero() != (version == "0.9.0") { // 0.x prints no creationDate
 
 				t.Fatalf("Inspect: %+v", c)

@@ -36,6 +36,8 @@ var (
 	// and file writes send routinely; 0.8.0 also settled the ipv4Address
 	// JSON the parsers expect first.
 	MinVersion = Version{0, 8, 0}
+	// v0_9 added `image delete --force` (ignore images not found).
+	v0_9 = Version{0, 9, 0}
 	// v0_10 added `run --init`, `system status --format json` and the
 	// `Error: <message>` error form.
 	v0_10 = Version{0, 10, 0}
@@ -88,6 +90,15 @@ type Features struct {
 	TarExport bool
 	// LiveExport: `container export` of a running container (1.2.1).
 	LiveExport bool
+	// ImageDeleteForce: `image delete --force` ignores images not found
+	// (Image/ImageDelete.swift, 0.9.0).
+	ImageDeleteForce bool
+	// HostCPUs is the number of CPUs of the host the CLI runs on, 0 when
+	// unknown. A VM cannot have more: before 0.12.0 a `run -c` above it
+	// fails to boot (Virtualization.framework refuses the configuration),
+	// from 0.12.0 the VM gets the host's count and the container's
+	// configuration still shows the count asked for.
+	HostCPUs int
 }
 
 // FeaturesOf returns the features of version v.
@@ -100,5 +111,7 @@ func FeaturesOf(v Version) Features {
 		SocketMounts: v.AtLeast(v1_1),
 		TarExport:    v.AtLeast(v0_11),
 		LiveExport:   v.AtLeast(v1_2_1),
+
+		ImageDeleteForce: v.AtLeast(v0_9),
 	}
 }
