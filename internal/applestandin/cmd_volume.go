@@ -100,11 +100,12 @@ func cmdVolumeCreate(a *app, p *parsed) error {
 	}
 	// Apple's labels and options are kept as JSON: a key such as "k=" (what
 	// "--label k=" makes) would not survive podman's own key=value split.
+	// podman reads a volume's --label as CSV, so the JSON travels encoded.
 	labelsJSON, _ := json.Marshal(parseKeyValuePairs(p.vals["label"]))
 	optsJSON, _ := json.Marshal(opts)
 	args := []string{"volume", "create",
-		"--label", labelLabels + "=" + string(labelsJSON),
-		"--label", labelVolOpts + "=" + string(optsJSON),
+		"--label", labelLabels + "=" + encodeJSONLabel(labelsJSON),
+		"--label", labelVolOpts + "=" + encodeJSONLabel(optsJSON),
 		"--label", labelVolSize + "=" + strconv.FormatInt(size, 10),
 		name}
 	r := a.eng.run(args...)
@@ -129,7 +130,7 @@ func validVolumeName(name string) bool { return len(name) <= 255 && volumeNameRE
 // volumeOptions are the volume's driver options as Apple shows them.
 func volumeOptions(labels map[string]string) map[string]string {
 	opts := map[string]string{}
-	_ = json.Unmarshal([]byte(labels[labelVolOpts]), &opts)
+	_ = json.Unmarshal(decodeJSONLabel(labels[labelVolOpts]), &opts)
 	return opts
 }
 

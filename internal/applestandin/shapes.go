@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"sort"
 	"strconv"
@@ -79,7 +80,7 @@ func publicLabels(in map[string]string) map[string]string {
 func containerLabels(in map[string]string) map[string]string {
 	if s, ok := in[labelLabels]; ok {
 		var m map[string]string
-		if json.Unmarshal([]byte(s), &m) == nil {
+		if json.Unmarshal(decodeJSONLabel(s), &m) == nil {
 			if m == nil {
 				m = map[string]string{}
 			}
@@ -425,4 +426,25 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// jsonLabelPrefix marks a JSON label value carried in base64: podman splits
+// a volume's --label values as CSV, which quotes and commas do not survive.
+const jsonLabelPrefix = "b64:"
+
+// encodeJSONLabel is the value of a label that carries JSON through
+// podman's CSV reading of volume labels.
+func encodeJSONLabel(js []byte) string {
+	return jsonLabelPrefix + base64.RawStdEncoding.EncodeToString(js)
+}
+
+// decodeJSONLabel reads a label value that encodeJSONLabel wrote, or a
+// plain JSON one (a container's).
+func decodeJSONLabel(v string) []byte {
+	if rest, ok := strings.CutPrefix(v, jsonLabelPrefix); ok {
+		if b, err := base64.RawStdEncoding.DecodeString(rest); err == nil {
+			return b
+		}
+	}
+	return []byte(v)
 }
