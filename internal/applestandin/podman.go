@@ -24,14 +24,23 @@ type result struct {
 func (r result) ok() bool { return r.code == 0 }
 
 // message is the backend's error text without its "Error: " prefix (the
-// last non-empty stderr line), or a generic text.
+// last line that has that prefix, else the last non-empty stderr line), or
+// a generic text.
 func (r result) message() string {
 	lines := strings.Split(strings.TrimSpace(string(r.stderr)), "\n")
+	last := ""
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := strings.TrimSpace(lines[i])
-		if l != "" {
+		if strings.HasPrefix(l, "Error: ") {
+			// podman's own error line, not the usage hint that may follow it.
 			return strings.TrimPrefix(l, "Error: ")
 		}
+		if last == "" {
+			last = l
+		}
+	}
+	if last != "" {
+		return last
 	}
 	return "exit status " + itoa(r.code)
 }
