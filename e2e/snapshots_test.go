@@ -305,21 +305,27 @@ func TestSnapshotsUnderPressure(t *testing.T) {
 		t.Fatalf("without the workspace it fits: %s", text)
 	}
 
-	// A restore whose boot fails puts the sandbox back as it was.
-	if text, isErr := callText(t, a, "exec", with("command", "echo mark >/opt/mark && mv /bin/sh /bin/sh.moved && echo moved")); isErr || !strings.Contains(text, "moved") {
-		t.Fatalf("move sh away: %s", text)
-	}
-	text, isErr = callText(t, a, "snapshot", with("snapshot_name", "nosh", "include_workspace", false))
-	callText(t, a, "exec", with("command", "mv /bin/sh.moved /bin/sh"))
-	if isErr {
-		t.Fatalf("snapshot without sh: %s", text)
-	}
-	t.Cleanup(func() { callText(t, a, "delete_snapshot", map[string]any{"snapshot_name": "nosh"}) })
-	if text, isErr := callText(t, b, "restore", with("snapshot_name", "nosh")); !isErr || !strings.Contains(text, "put back as it was") {
-		t.Fatalf("a restore that cannot boot: %s", text)
-	}
-	if text, isErr := callText(t, a, "exec", with("command", "cat /opt/mark; test -e /bin/sh && echo sh")); isErr || !strings.Contains(text, "mark\nsh\n") {
-		t.Fatalf("the sandbox after a failed restore: %s", text)
+	// A restore whose boot fails puts the sandbox back as it was, where
+	// the engine can move the old container aside (Apple's cannot: there
+	// the old one is gone before the new one boots).
+	if _, canRename := tg.New().(sandbox.Renamer); !canRename {
+		t.Logf("%s cannot rename containers: no check that a restore that cannot boot is undone", tg.Name)
+	} else {
+		if text, isErr := callText(t, a, "exec", with("command", "echo mark >/opt/mark && mv /bin/sh /bin/sh.moved && echo moved")); isErr || !strings.Contains(text, "moved") {
+			t.Fatalf("move sh away: %s", text)
+		}
+		text, isErr = callText(t, a, "snapshot", with("snapshot_name", "nosh", "include_workspace", false))
+		callText(t, a, "exec", with("command", "mv /bin/sh.moved /bin/sh"))
+		if isErr {
+			t.Fatalf("snapshot without sh: %s", text)
+		}
+		t.Cleanup(func() { callText(t, a, "delete_snapshot", map[string]any{"snapshot_name": "nosh"}) })
+		if text, isErr := callText(t, b, "restore", with("snapshot_name", "nosh")); !isErr || !strings.Contains(text, "put back as it was") {
+			t.Fatalf("a restore that cannot boot: %s", text)
+		}
+		if text, isErr := callText(t, a, "exec", with("command", "cat /opt/mark; test -e /bin/sh && echo sh")); isErr || !strings.Contains(text, "mark\nsh\n") {
+			t.Fatalf("the sandbox after a failed restore: %s", text)
+		}
 	}
 
 	// One name, two servers, at once: one snapshot, and its image is whole.
