@@ -506,7 +506,7 @@ func cmdList(a *app, p *parsed) error {
 func (a *app) printJSON(v any, pretty bool) {
 	enc := encodingFor(a.v)
 	var b []byte
-	if pretty && a.v.oneX() {
+	if pretty && oneX(a.v) {
 		b = enc.Pretty(v)
 	} else {
 		b = enc.Compact(v)
@@ -549,7 +549,7 @@ func cmdInspect(a *app, p *parsed) error {
 		seen[id] = true
 		arr = append(arr, a.containerJSON(view(c)))
 	}
-	if len(missing) > 0 && a.v.oneX() {
+	if len(missing) > 0 && oneX(a.v) {
 		return a.fail("notFound", "container not found: "+strings.Join(missing, ", "))
 	}
 	a.printJSON(arr, true)

@@ -187,7 +187,7 @@ func descriptorJSON(im *podImage) *Obj {
 func (a *app) imageJSON(e imageEntry, inspect bool) *Obj {
 	im := e.img
 	platform := NewObj().Set("os", orDefault(im.Os, "linux")).Set("architecture", im.Architecture)
-	if a.v.oneX() {
+	if oneX(a.v) {
 		return NewObj().
 			Set("configuration", NewObj().Set("creationDate", isoDate(im.Created)).
 				Set("descriptor", descriptorJSON(im)).Set("name", e.ref)).
@@ -252,7 +252,7 @@ func cmdImageList(a *app, p *parsed) error {
 		for _, e := range entries {
 			name, tag := refNameTag(displayRef(e.ref))
 			d := hexDigest(e.img.Digest)
-			if a.v.oneX() {
+			if oneX(a.v) {
 				d = d[:min(12, len(d))]
 			} else {
 				d = d[:min(24, len(d))] + "..."
@@ -284,7 +284,7 @@ func cmdImageInspect(a *app, p *parsed) error {
 		arr = append(arr, a.imageJSON(*e, true))
 	}
 	if len(missing) > 0 {
-		if a.v.oneX() {
+		if oneX(a.v) {
 			names := make([]string, len(missing))
 			for i, m := range missing {
 				names[i] = displayRef(normalizeRef(m))

@@ -259,7 +259,7 @@ func (a *app) errPull(ref string) error {
 		msg = "HTTP request to https://" + domain + "/v2/" + path + "/manifests/" + tag +
 			" failed with response: 404 Not Found. Reason: Unknown"
 	}
-	if a.v.codeErrors() {
+	if codeErrors(a.v) {
 		return failPlain(coded("internalError", msg))
 	}
 	return failPlain(msg)

@@ -139,7 +139,7 @@ func cmdSystemStop(a *app, p *parsed) error {
 
 // apiserverVersion is the apiserver's version string for the version.
 func (a *app) apiserverVersion() string {
-	if a.v.nestedStatus() {
+	if nestedStatus(a.v) {
 		return a.v.String()
 	}
 	return fmt.Sprintf("container-apiserver version %s (build: release, commit: %s)", a.v, shortCommit)
@@ -165,7 +165,7 @@ func cmdSystemStatus(a *app, p *parsed) error {
 
 // statusJSON is `system status --format json` (samples §4.1, §4.2).
 func (a *app) statusJSON(down string) *Obj {
-	if a.v.nestedStatus() {
+	if nestedStatus(a.v) {
 		if down != "" {
 			return NewObj().Set("status", down)
 		}
@@ -226,7 +226,7 @@ func (a *app) statusText(down string) string {
 			"application install root: " + installRoot + "\n" +
 			"container-apiserver version: " + a.apiserverVersion() + "\n" +
 			"container-apiserver commit: " + fullCommit
-	case a.v.nestedStatus():
+	case nestedStatus(a.v):
 		// reconstructed: the 1.4+ table layout is unknown; keys follow the JSON.
 		return renderTable([][]string{
 			{"FIELD", "VALUE"}, {"status", "running"}, {"paths.appRoot", appRoot()},

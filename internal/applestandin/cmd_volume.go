@@ -55,7 +55,7 @@ func volumeCommands(v Version) map[string]handler {
 
 // errVolumeNotFound is `volume not found: X` (1.x) / `volume 'X' not found` (0.x).
 func (a *app) errVolumeNotFound(name string) error {
-	if a.v.oneX() {
+	if oneX(a.v) {
 		return a.fail("notFound", "volume not found: "+name)
 	}
 	return failPlain("volume '" + name + "' not found")
@@ -142,7 +142,7 @@ func (a *app) volumeJSON(v podVolume) *Obj {
 		size = n
 	}
 	labels := containerLabels(v.Labels)
-	if a.v.oneX() {
+	if oneX(a.v) {
 		return NewObj().Set("configuration", NewObj().
 			Set("creationDate", isoDate(v.CreatedAt)).
 			Set("driver", "local").

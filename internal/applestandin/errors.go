@@ -35,7 +35,7 @@ func withCause(text, cause string) string {
 // prints it: before 0.10.0 `code: "message"`, from 0.10.0 the message only
 // (LocalizedError), each with an optional cause.
 func errText(v Version, code, msg, cause string) string {
-	if v.codeErrors() {
+	if codeErrors(v) {
 		return withCause(coded(code, msg), cause)
 	}
 	return withCause(msg, cause)
@@ -88,7 +88,7 @@ func (a *app) errExists(id string) error {
 func (a *app) errXPC(op string) error {
 	const hint = "Ensure container system service has been started with `container system start`."
 	inner := withCause(coded("internalError", op), coded("interrupted", "XPC connection error: Connection invalid"))
-	if a.v.codeErrors() {
+	if codeErrors(a.v) {
 		// 0.x wraps the whole description, hint included, in interrupted: "…" (issue #829).
 		return &exitError{exitFailure, "Error: " + coded("interrupted", inner+"\n"+hint)}
 	}

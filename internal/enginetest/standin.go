@@ -72,23 +72,26 @@ func StandIn(t testing.TB) string {
 func buildStandIn() (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	src := filepath.Join(root, "internal", "applestandin")
-	files, err := filepath.Glob(filepath.Join(src, "*.go"))
-	if err != nil || len(files) == 0 {
-		return "", fmt.Errorf("no stand-in sources in %s", src)
-	}
-	sort.Strings(files)
+	// The stand-in and the argument tables it parses with.
 	h := sha256.New()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
+	for _, pkg := range []string{"applestandin", "applecli"} {
+		src := filepath.Join(root, "internal", pkg)
+		files, err := filepath.Glob(filepath.Join(src, "*.go"))
+		if err != nil || len(files) == 0 {
+			return "", fmt.Errorf("no stand-in sources in %s", src)
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
+		sort.Strings(files)
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, "%s/%s %d\n", pkg, filepath.Base(f), len(b))
+			h.Write(b)
 		}
-		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
-		h.Write(b)
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
