@@ -26,7 +26,7 @@ func Dump(v Version) string {
 		if len(c.Aliases) > 0 {
 			name += " (" + strings.Join(c.Aliases, ", ") + ")"
 		}
-		fmt.Fprintf(&b, "\n## %s\nusage: %s\nsource: Sources/%s\n", name, t.Usage(), c.Src)
+		fmt.Fprintf(&b, "\n## %s\nusage: %s\nsource: %s\n", name, t.Usage(), srcText(c.Src))
 		for _, a := range t.Args {
 			var col []string
 			col = append(col, a.Kind.String())
@@ -63,15 +63,24 @@ func Dump(v Version) string {
 					label += " <" + a.valueName() + ">"
 				}
 			}
-			fmt.Fprintf(&b, "  %-40s %-44s %-16s Sources/%s\n", label, strings.Join(col, ", "), rangeText(a.From, a.Until), a.Src)
+			fmt.Fprintf(&b, "  %-40s %-44s %-16s %s\n", label, strings.Join(col, ", "), rangeText(a.From, a.Until), srcText(a.Src))
 		}
 		for _, r := range t.Rules {
 			code := "exit 1"
 			if r.Usage {
 				code = "exit 64"
 			}
-			fmt.Fprintf(&b, "  rule: %-34s %-44s %-16s Sources/%s\n", r.Name, code, rangeText(r.From, r.Until), r.Src)
+			fmt.Fprintf(&b, "  rule: %-34s %-44s %-16s %s\n", r.Name, code, rangeText(r.From, r.Until), srcText(r.Src))
 		}
 	}
 	return b.String()
+}
+
+// srcText is a source reference as printed: a path under the CLI's
+// Sources/, or under swift-argument-parser's Sources/ArgumentParser/.
+func srcText(src string) string {
+	if rest, ok := strings.CutPrefix(src, argParserSrc); ok {
+		return "swift-argument-parser Sources/ArgumentParser/" + rest
+	}
+	return "Sources/" + src
 }

@@ -277,6 +277,10 @@ func Parse(v Version, argv []string) (*Parsed, error) {
 		break
 	}
 	ps.p.Table = t
+	if t.Command.Path == "help" {
+		ps.p.Outcome = ShowHelp
+		return ps.p, nil
+	}
 	if err := ps.positionals(t); err != nil {
 		return nil, err
 	}

@@ -8,8 +8,11 @@ package applecli
 // Machine (1.0.0+) and plugin commands are not in the tables.
 
 const (
-	flagsSwift = "Services/ContainerAPIService/Client/Flags.swift"
-	appSwift   = "ContainerCommands/Application.swift"
+	// argParserSrc marks a row read from swift-argument-parser's source
+	// (Sources/ArgumentParser/…) rather than the CLI's.
+	argParserSrc = "swift-argument-parser:"
+	flagsSwift   = "Services/ContainerAPIService/Client/Flags.swift"
+	appSwift     = "ContainerCommands/Application.swift"
 )
 
 // Row constructors and modifiers.
@@ -236,6 +239,15 @@ var commands = []Command{
 	// -h/--help are the parser's own. A first word that names no command
 	// goes to DefaultCommand (plugins).
 	{Path: "", Group: true, Src: appSwift, Args: one(debugRow())},
+	// `help [<subcommand> ...]` prints a command's help: the parser's own
+	// help command until the CLI declared one (0.12.0).
+	{Path: "help", Until: "0.12.0", Src: argParserSrc + "Usage/HelpCommand.swift", Args: one(
+		posRow("subcommands").optional().multi().src(argParserSrc+"Usage/HelpCommand.swift", "subcommands"),
+	)},
+	{Path: "help", From: "0.12.0", Src: c("HelpCommand.swift"), Args: one(
+		debugRow().hidden(),
+		posRow("subcommand-path").optional().rest().from("1.0.0").src(c("HelpCommand.swift"), "subcommandPath"),
+	)},
 
 	// Container commands.
 	{Path: "run", Src: c("Container/ContainerRun.swift"), Args: runArgs(c("Container/ContainerRun.swift"), true), Rules: []Rule{noDNSRule}},

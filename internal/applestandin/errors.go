@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 )
 
@@ -93,15 +92,4 @@ func (a *app) errXPC(op string) error {
 		return &exitError{exitFailure, "Error: " + coded("interrupted", inner+"\n"+hint)}
 	}
 	return &exitError{exitFailure, "Error: " + inner + "\n" + hint}
-}
-
-// usageError is an argument-parser failure: message, usage line, help hint,
-// exit 64 (swift-argument-parser's layout).
-func usageError(spec *cmdSpec, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	text := "Error: " + msg
-	if spec != nil {
-		text += "\nUsage: " + spec.usage + "\n  See '" + spec.path + " --help' for more information."
-	}
-	return &exitError{exitUsage, text}
 }
