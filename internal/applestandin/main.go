@@ -12,8 +12,9 @@
 //	CONTAINER_STANDIN_HOME     directory holding the system-stopped marker
 //	CONTAINER_STANDIN_SYSTEM   "stopped" or "unregistered" forces the
 //	                           container system to be down
-//	CONTAINER_STANDIN_LOG      file to which each invocation's argv is
-//	                           appended as one JSON array line
+//	CONTAINER_STANDIN_LOG      files (a path list) to each of which every
+//	                           invocation is appended as one JSON line,
+//	                           {"version": "1.5.0", "argv": [...]}
 //	CONTAINER_STANDIN_REGISTRY_DOMAIN
 //	                           the default registry domain the system is
 //	                           configured with (default docker.io)
@@ -124,26 +125,40 @@ func (a *app) finish(err error) int {
 	}
 }
 
-// logInvocation appends argv as one JSON array line to CONTAINER_STANDIN_LOG
-// with a single O_APPEND write, so concurrent invocations never interleave.
+// logInvocation appends the invocation, the emulated version and argv,
+// as one JSON line to each file CONTAINER_STANDIN_LOG lists, each with a
+// single O_APPEND write, so concurrent invocations never interleave.
 func logInvocation(args []string) {
-	path := os.Getenv(envLog)
-	if path == "" {
+	paths := os.Getenv(envLog)
+	if paths == "" {
 		return
 	}
 	if args == nil {
 		args = []string{}
 	}
-	line, err := json.Marshal(args)
+	version := os.Getenv(envVersion)
+	if version == "" {
+		version = defaultVersion
+	}
+	line, err := json.Marshal(struct {
+		Version string   `json:"version"`
+		Argv    []string `json:"argv"`
+	}{version, args})
 	if err != nil {
 		return
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return
+	line = append(line, '\n')
+	for _, path := range filepath.SplitList(paths) {
+		if path == "" {
+			continue
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			continue
+		}
+		_, _ = f.Write(line)
+		_ = f.Close()
 	}
-	_, _ = f.Write(append(line, '\n'))
-	_ = f.Close()
 }
 
 // systemDown returns "" when the container system is up, else the status
