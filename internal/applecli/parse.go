@@ -41,6 +41,45 @@ type Parsed struct {
 	Pos   []string
 	flags map[string]int
 	vals  map[string][]string
+	shape []string // the options as typed, in order
+}
+
+// Shape is the line with its values left out: the command, the options
+// it used as typed (once each, "..." when repeated, "<value>" after one
+// that takes a value), then its positionals by name
+// ("run -d --name <name> -l <label> ... <image> <arguments> ...").
+func (p *Parsed) Shape() string {
+	parts := []string{}
+	if p.Table != nil && p.Table.Command.Path != "" {
+		parts = append(parts, p.Table.Command.Path)
+	}
+	count := map[string]int{}
+	for _, s := range p.shape {
+		count[s]++
+	}
+	for _, s := range p.shape {
+		switch count[s] {
+		case 0:
+			continue
+		case 1:
+			parts = append(parts, s)
+		default:
+			parts = append(parts, s+" ...")
+		}
+		count[s] = 0
+	}
+	if p.Table != nil {
+		for _, a := range p.Table.Args {
+			if a.Kind == Positional && len(p.vals[a.Key()]) > 0 {
+				s := "<" + a.Value + ">"
+				if a.Multi || a.Rest {
+					s += " ..."
+				}
+				parts = append(parts, s)
+			}
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // Has reports whether flag key was given.
@@ -383,6 +422,7 @@ func (ps *parser) lenient(t *Table, passthrough bool) error {
 			}
 			ps.markUsed(e)
 			ps.p.flags[a.Key()]++
+			ps.p.shape = append(ps.p.shape, e.name)
 			continue
 		}
 		var val string
@@ -404,6 +444,7 @@ func (ps *parser) lenient(t *Table, passthrough bool) error {
 				return ps.invalidValue(t, a, e.name, val, msg)
 			}
 		}
+		ps.p.shape = append(ps.p.shape, e.name+" <"+a.valueName()+">")
 		if a.Multi {
 			ps.p.vals[a.Key()] = append(ps.p.vals[a.Key()], val)
 		} else {

@@ -283,9 +283,12 @@ func TestAccepted(t *testing.T) {
 			t.Errorf("%s %q: outcome %d, positionals %q, want %q", c.version, c.argv, p.Outcome, p.Pos, c.pos)
 		}
 	}
-	p, err := Parse(MustVersion("1.2.2"), []string{"run", "-d", "--name=web1", "-l", "a=b", "-l", "c", "-c", "1", "-c", "2", "img"})
+	p, err := Parse(MustVersion("1.2.2"), []string{"run", "-d", "--name=web1", "-l", "a=b", "-l", "c", "-c", "1", "-c", "2", "img", "sh"})
 	if err != nil || !p.Has("detach") || p.Val("name", "") != "web1" || !slices.Equal(p.Vals("label"), []string{"a=b", "c"}) || p.Val("cpus", "") != "2" {
 		t.Errorf("values: %v %+v", err, p)
+	}
+	if got, want := p.Shape(), "run -d --name <name> -l <label> ... -c <cpus> ... <image> <arguments> ..."; got != want {
+		t.Errorf("shape %q, want %q", got, want)
 	}
 	for _, argv := range [][]string{{"--version"}, {"run", "--version"}, {"--help"}, {"stop", "-h"}, {}, {"image"}, {"help", "run"}} {
 		p, err := Parse(MustVersion("1.2.2"), argv)

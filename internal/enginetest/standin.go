@@ -36,11 +36,37 @@ func standInTarget(t testing.TB, version string) Target {
 		env = append(env, EnvStandInVersion+"="+version)
 		name += "-" + version
 	}
+	if argvRecord != "" {
+		env = append(env, EnvStandInLog+"="+argvRecord)
+	}
 	// Servers find the stand-in as `container` on PATH.
 	serverEnv := append([]string{"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, env...)
 	return Target{Name: name, Runtime: "container", Image: image(), Env: serverEnv, StandIn: true, New: func() sandbox.Runtime {
 		return apple.New(apple.Options{Binary: bin, Env: env})
 	}}
+}
+
+// argvRecord is the file to which every stand-in target of this test
+// process has each invocation logged (RecordArgv); "" for none.
+var argvRecord string
+
+// RecordArgv has every stand-in target of this test process log each
+// invocation, by the server under test or by the test itself, to path
+// (CONTAINER_STANDIN_LOG), for CheckArgvRecord. Call it before the
+// targets are made (in TestMain).
+func RecordArgv(path string) { argvRecord = path }
+
+// WithArgvLog returns env with path added to the stand-in's log files:
+// a test that reads its own argv log keeps the process's record going.
+func WithArgvLog(env []string, path string) []string {
+	out := append([]string(nil), env...)
+	for i := len(out) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(out[i], EnvStandInLog+"="); ok {
+			out[i] = EnvStandInLog + "=" + v + string(os.PathListSeparator) + path
+			return out
+		}
+	}
+	return append(out, EnvStandInLog+"="+path)
 }
 
 // standInBuild is the build of the stand-in, done once per test binary.
