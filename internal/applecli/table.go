@@ -17,6 +17,14 @@
 // values when it runs (labels, sizes, names, volumes, networks, mounts,
 // ports), so that it refuses what the real CLI would refuse, with the
 // real text and exit code.
+//
+// Not modelled (such values pass Check, though the CLI may refuse them
+// when the command runs): --platform/--os/--arch values, --scheme,
+// capability names, --ulimit, --tmpfs and path options, --publish-socket,
+// --masked-path/--read-only-path, network create's CIDR transforms, and
+// anything that depends on the machine (a host path that must exist, a
+// container or image that must be there). The `machine` commands (1.0.0+)
+// and plugins are not in the tables.
 package applecli
 
 import "strings"

@@ -5,12 +5,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
 
 // createPlan is a run/create command line translated for podman.

@@ -3,10 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
 
 // Private volume labels: Apple's size and options (podman's --opt would

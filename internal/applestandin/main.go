@@ -19,19 +19,23 @@
 //	                           the default registry domain the system is
 //	                           configured with (default docker.io)
 //
-// Facts come from the project's Apple CLI reference and captured samples;
-// anything not covered there is marked "reconstructed" in the source.
+// Command lines are parsed with the emulated release's argument tables
+// (internal/applecli), which refuse what that release's CLI refuses, with
+// its text and exit code. Other facts come from the project's Apple CLI
+// reference and captured samples; anything not covered there is marked
+// "reconstructed" in the source.
 package main
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
 
 // Environment variable names.
