@@ -92,7 +92,7 @@ func TestContainerNamesNeverReachTheCLI(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "argv.log")
 	env := tg.Env
 	if tg.StandIn {
-		env = append([]string{enginetest.EnvStandInLog + "=" + logFile}, tg.Env...)
+		env = enginetest.WithArgvLog(tg.Env, logFile)
 	}
 	prefix := enginetest.Prefix(t, tg.New())
 	cs := connectRaw(t, env, "serve", "--runtime", "container", "--image", tg.Image, "--prefix", prefix,

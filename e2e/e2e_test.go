@@ -34,16 +34,22 @@ const callGuard = 5 * time.Minute
 var binary string
 
 func TestMain(m *testing.M) {
-	if b := os.Getenv("SANDBOX_MCP_TEST_BINARY"); b != "" {
-		// A binary built beforehand (scripts/test-rootless.sh runs this
-		// test binary as a user without the Go toolchain's caches).
-		binary = b
-		os.Exit(m.Run())
-	}
 	dir, err := os.MkdirTemp("", "sandbox-mcp-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+	// Every command line sent to the container stand-in in this run is
+	// recorded, and checked against the CLI's tables at the end.
+	record := filepath.Join(dir, "container-argv.jsonl")
+	enginetest.RecordArgv(record)
+	if b := os.Getenv("SANDBOX_MCP_TEST_BINARY"); b != "" {
+		// A binary built beforehand (scripts/test-rootless.sh runs this
+		// test binary as a user without the Go toolchain's caches).
+		binary = b
+		code := checkArgvContract(m.Run(), record)
+		os.RemoveAll(dir)
+		os.Exit(code)
 	}
 	binary = filepath.Join(dir, "sandbox-mcp")
 	_, file, _, _ := runtime.Caller(0)
@@ -63,9 +69,39 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build sandbox-ctl:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := checkArgvContract(m.Run(), record)
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// checkArgvContract checks every command line the run sent to the
+// container stand-in against the container CLI's argument tables, for
+// the release it was sent to and every release the dialect would send it
+// to, prints the coverage, and fails the run if the real CLI would
+// refuse one (the report names the row it breaks).
+func checkArgvContract(code int, record string) int {
+	rep, err := enginetest.CheckArgvRecord(record)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "argv contract:", err)
+		return 1
+	}
+	if rep.Lines == 0 {
+		return code
+	}
+	// Printed (go test shows it with -v, or when the run fails), and kept
+	// where SANDBOX_MCP_ARGV_REPORT says.
+	rep.Write(os.Stdout)
+	if path := os.Getenv("SANDBOX_MCP_ARGV_REPORT"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			rep.Write(f)
+			f.Close()
+		}
+	}
+	if len(rep.Failures) > 0 {
+		fmt.Fprintf(os.Stderr, "argv contract: %d command lines sent to the container stand-in would be refused by the real CLI (see above)\n", len(rep.Failures))
+		return 1
+	}
+	return code
 }
 
 // server is one running sandbox-mcp with a go-sdk client session.

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"errors"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,61 +17,33 @@ func testApp(v string) (*app, *bytes.Buffer, *bytes.Buffer) {
 	return &app{v: MustVersion(v), eng: &engine{bin: "/nonexistent/podman"}, stdout: &out, stderr: &errb}, &out, &errb
 }
 
-func TestParseArgs(t *testing.T) {
-	v := MustVersion("1.5.0")
-	p, err := parseArgs(v, runSpec("run"), []string{"-d", "--name=web", "-l", "a=b", "--label", "c=d", "-it", "-c", "2",
-		"mcp-dev", "sh", "-c", "--name", "x"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.has("detach") || !p.has("interactive") || !p.has("tty") || p.val("name", "") != "web" || p.val("cpus", "") != "2" {
-		t.Errorf("flags: %+v", p)
-	}
-	if !reflect.DeepEqual(p.vals["label"], []string{"a=b", "c=d"}) {
-		t.Errorf("labels: %v", p.vals["label"])
-	}
-	if want := []string{"mcp-dev", "sh", "-c", "--name", "x"}; !reflect.DeepEqual(p.pos, want) {
-		t.Errorf("positionals %v, want %v", p.pos, want)
-	}
-}
-
-func TestExecKeepsDoubleDash(t *testing.T) {
-	p, err := parseArgs(MustVersion("1.5.0"), execSpec(), []string{"-i", "ctr", "--", "ls"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"ctr", "--", "ls"}; !reflect.DeepEqual(p.pos, want) {
-		t.Errorf("got %v, want %v", p.pos, want)
-	}
-}
-
-func TestUsageErrors(t *testing.T) {
+// TestDispatchRefusals: the parser's refusals reach stderr as the
+// tables render them, with their exit codes.
+func TestDispatchRefusals(t *testing.T) {
 	for _, c := range []struct {
 		version string
-		spec    *cmdSpec
 		args    []string
 		first   string
 	}{
-		{"1.5.0", runSpec("run"), []string{"--bogus", "img"}, "Error: Unknown option '--bogus'"},
-		{"1.5.0", runSpec("run"), []string{"-z", "img"}, "Error: Unknown option '-z'"},
-		{"1.5.0", runSpec("run"), []string{"-d"}, "Error: Missing expected argument '<image>'"},
-		{"1.5.0", runSpec("run"), []string{"--name"}, "Error: Missing value for '--name <name>'"},
-		{"0.9.0", runSpec("run"), []string{"--init", "img"}, "Error: Unknown option '--init'"},
-		{"1.5.0", execSpec(), []string{"ctr"}, "Error: Missing expected argument '<arguments> ...'"},
-		{"0.12.3", exportSpec(MustVersion("0.10.0")), []string{"-o", "f", "ctr"}, "Error: Unknown option '-o'"},
+		{"1.5.0", []string{"run", "--bogus", "img"}, "Error: Unknown option '--bogus'. Did you mean '--cpus'?"},
+		{"1.5.0", []string{"run", "-z", "img"}, "Error: Unknown option '-z'"},
+		{"1.5.0", []string{"run", "-d"}, "Error: Missing expected argument '<image>'"},
+		{"1.5.0", []string{"run", "--name"}, "Error: Missing value for '--name <name>'"},
+		{"0.9.0", []string{"run", "--init", "img"}, "Error: Unknown option '--init'. Did you mean '--env'?"},
+		{"1.5.0", []string{"exec", "ctr"}, "Error: Missing expected argument '<arguments> ...'"},
+		{"0.10.0", []string{"export", "-o", "f", "ctr"}, "Error: Unknown option '-o'"},
+		{"1.5.0", []string{"create", "--progress", "none", "img"}, "Error: Unknown option '--progress'"},
 	} {
-		_, err := parseArgs(MustVersion(c.version), c.spec, c.args)
-		var ee *exitError
-		if !errors.As(err, &ee) {
-			t.Fatalf("%v: no usage error (%v)", c.args, err)
-		}
-		lines := strings.Split(ee.text, "\n")
-		if ee.code != 64 || lines[0] != c.first || len(lines) != 3 || !strings.HasPrefix(lines[1], "Usage: ") {
-			t.Errorf("%v: code %d text %q", c.args, ee.code, ee.text)
+		a, _, errb := testApp(c.version)
+		code := a.finish(a.dispatch(c.args))
+		lines := strings.Split(strings.TrimSuffix(errb.String(), "\n"), "\n")
+		if code != 64 || lines[0] != c.first || !strings.HasPrefix(lines[len(lines)-2], "Usage: ") {
+			t.Errorf("%s %v: %d %q", c.version, c.args, code, errb.String())
 		}
 	}
-	if _, err := parseArgs(MustVersion("1.0.0"), runSpec("run"), []string{"--init", "img"}); err != nil {
-		t.Errorf("--init must exist on 1.0.0: %v", err)
+	a, _, errb := testApp("1.5.0")
+	if code := a.finish(a.dispatch([]string{"stop"})); code != 1 || errb.String() != "Error: no containers specified and --all not supplied\n" {
+		t.Errorf("stop: %d %q", code, errb.String())
 	}
 }
 
@@ -84,50 +56,13 @@ func TestDispatchUsageAndPlugins(t *testing.T) {
 		t.Errorf("stderr %q", errb.String())
 	}
 	a, _, errb = testApp("0.12.3")
-	if code := a.finish(a.dispatch([]string{"cp", "a", "b:/c"})); code != 1 || errb.String() != "Error: Plugin 'container-cp' not found.\n" {
+	if code := a.finish(a.dispatch([]string{"cp", "a", "b:/c"})); code != 64 || !strings.HasPrefix(errb.String(), "Error: Plugin 'container-cp' not found.\n") ||
+		!strings.HasSuffix(errb.String(), "\nUsage: container [--debug] <subcommand>\n  See 'container --help' for more information.\n") {
 		t.Errorf("0.x cp: %d %q", code, errb.String())
 	}
 	a, out, _ := testApp("1.2.0")
 	if code := a.finish(a.dispatch([]string{"--version"})); code != 0 || out.String() != "container CLI version 1.2.0 (build: release, commit: 0000000)\n" {
 		t.Errorf("--version: %d %q", code, out.String())
-	}
-}
-
-// TestMeasurement: sizes are read as Measurement.parse does
-// (Measurement+Parse.swift, 0.8.0–1.2.2): a bare number is bytes.
-func TestMeasurement(t *testing.T) {
-	for in, want := range map[string]int64{
-		"1G": 1 << 30, "512M": 512 << 20, "512m": 512 << 20, "1024": 1024, "2GiB": 2 << 30, "2gb": 2 << 30,
-		"64K": 64 << 10, "1.5G": 3 << 29, " 1 g ": 1 << 30, "1.": 1, ".5k": 512, "0": 0, "7b": 7, "7B": 7,
-		"1p": 1 << 50, "1\tt": 1 << 40,
-	} {
-		if got, err := sizeBytes(in); err != nil || got != want {
-			t.Errorf("sizeBytes(%q) = %d %v, want %d", in, got, err, want)
-		}
-	}
-	for in, want := range map[string]string{
-		"": "invalid size", "  ": "invalid size", "x": "invalid size", "-1G": "invalid size", "G": "invalid size",
-		".": "invalid size", "1.2.3": "invalid size", "1e3": "invalid symbol: e3", "1x": "invalid symbol: x",
-		"1 Mi": "invalid symbol: mi", "1kk": "invalid symbol: kk", "1 mbb": "invalid symbol: mbb",
-	} {
-		if got, err := sizeBytes(in); err == nil || err.Error() != want {
-			t.Errorf("sizeBytes(%q) = %d %v, want %q", in, got, err, want)
-		}
-	}
-	// -m is whole MiB, the fraction dropped.
-	for in, want := range map[string]int64{"1048576": 1, "1048575": 0, "1.9m": 1, "1g": 1024, "512k": 0} {
-		if got, err := memoryMiB(in); err != nil || got != want {
-			t.Errorf("memoryMiB(%q) = %d %v, want %d", in, got, err, want)
-		}
-	}
-}
-
-func TestValidName(t *testing.T) {
-	for name, ok := range map[string]bool{"web": true, "a": false, "a.b_c-d": true, "-x": false, "bad name": false,
-		strings.Repeat("a", 63): true, strings.Repeat("a", 64): false} {
-		if validName(name) != ok {
-			t.Errorf("validName(%q) != %v", name, ok)
-		}
 	}
 }
 
@@ -204,7 +139,7 @@ func TestCPUsAboveHost(t *testing.T) {
 			t.Errorf("%s: -c %d on %d CPUs: %v", v, host, host, err)
 		}
 	}
-	if _, err := parseArgs(MustVersion("1.5.0"), runSpec("run"), []string{"-c", "4096", "img"}); err != nil {
+	if err := applecli.Check(MustVersion("1.5.0"), []string{"run", "-c", "4096", "img"}); err != nil {
 		t.Errorf("the parser takes any count: %v", err)
 	}
 }

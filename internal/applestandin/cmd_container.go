@@ -9,43 +9,9 @@ import (
 	"time"
 )
 
-// containerCommands is the top-level command table for the version.
-func containerCommands(v Version) map[string]handler {
-	m := map[string]handler{
-		"run":     {runSpec("run"), cmdRun},
-		"create":  {runSpec("create"), cmdCreate},
-		"start":   {startSpec, cmdStart},
-		"stop":    {stopSpec, cmdStop},
-		"kill":    {killSpec, cmdKill},
-		"delete":  {deleteSpec("delete"), cmdDelete},
-		"rm":      {deleteSpec("rm"), cmdDelete},
-		"list":    {listSpec("list"), cmdList},
-		"ls":      {listSpec("ls"), cmdList},
-		"inspect": {inspectSpec, cmdInspect},
-		"logs":    {logsSpec, cmdLogs},
-		"exec":    {execSpec(), cmdExec},
-		"stats":   {statsSpec, cmdStats},
-		"build":   {buildSpec, cmdBuild},
-		"prune":   {pruneSpec, cmdPrune},
-		"export":  {exportSpec(v), cmdExport},
-	}
-	if v.AtLeast("1.0.0") {
-		m["copy"] = handler{copySpec("copy"), cmdCopy}
-		m["cp"] = handler{copySpec("cp"), cmdCopy}
-	}
-	return m
-}
-
-var startSpec = &cmdSpec{
-	path:  "container start",
-	usage: "container start [--attach] [--interactive] [--debug] <container-id>",
-	opts:  []opt{flag("-a", "--attach"), flag("-i", "--interactive"), flag("--debug")},
-	args:  []string{"<container-id>"},
-}
-
 // cmdStart starts a stopped container and prints its id.
 func cmdStart(a *app, p *parsed) error {
-	id := p.pos[0]
+	id := p.Pos[0]
 	if err := a.up("failed to get container"); err != nil {
 		return err
 	}
@@ -56,7 +22,7 @@ func cmdStart(a *app, p *parsed) error {
 	if c == nil {
 		return a.errGetNotFound(id)
 	}
-	attach := p.has("attach") || p.has("interactive")
+	attach := p.Has("attach") || p.Has("interactive")
 	if c.State.Running {
 		if attach {
 			return a.fail("invalidState", "attach is currently unsupported on already running containers")
@@ -80,11 +46,11 @@ func cmdStart(a *app, p *parsed) error {
 	}
 	if attach {
 		args := []string{"start", "--attach"}
-		if p.has("interactive") {
+		if p.Has("interactive") {
 			args = append(args, "--interactive")
 		}
 		cmd := a.eng.command(append(args, id)...)
-		if p.has("interactive") {
+		if p.Has("interactive") {
 			cmd.Stdin = a.stdin
 		}
 		cmd.Stdout, cmd.Stderr = a.stdout, a.stderr
@@ -95,18 +61,6 @@ func cmdStart(a *app, p *parsed) error {
 	}
 	fmt.Fprintln(a.stdout, id)
 	return nil
-}
-
-var stopSpec = &cmdSpec{
-	path:  "container stop",
-	usage: "container stop [--all] [--signal <signal>] [--time <time>] [<container-ids> ...]",
-	opts:  []opt{flag("-a", "--all"), option("signal", "-s", "--signal"), option("time", "-t", "--time")},
-}
-
-var killSpec = &cmdSpec{
-	path:  "container kill",
-	usage: "container kill [--all] [--signal <signal>] [<container-ids> ...]",
-	opts:  []opt{flag("-a", "--all"), option("signal", "-s", "--signal")},
 }
 
 // targets resolves the ids of stop/kill/delete: the given ones (deduped,
@@ -128,7 +82,7 @@ func (a *app) targets(p *parsed, all, runningOnly bool) ([]string, map[string]*p
 		return ids, found, nil, nil
 	}
 	seen := map[string]bool{}
-	for _, id := range p.pos {
+	for _, id := range p.Pos {
 		if !seen[id] {
 			seen[id] = true
 			ids = append(ids, id)
@@ -168,30 +122,20 @@ func parallel(ids []string, fn func(id string) string) []string {
 	return out
 }
 
-// noTargets is the error for stop/kill/delete without ids or --all.
-func (a *app) noTargets() error {
-	return a.fail("invalidArgument", "no containers specified and --all not supplied")
-}
-
 // cmdStop stops containers (signal, then kill after --time seconds) and,
 // as Apple's does, returns once each is stopped.
 func cmdStop(a *app, p *parsed) error {
-	timeout := p.val("time", "5")
-	secs, err := strconv.Atoi(timeout)
-	if err != nil {
-		return usageError(stopSpec, "The value '%s' is invalid for '-t <time>'", timeout)
-	}
-	if len(p.pos) == 0 && !p.has("all") {
-		return a.noTargets()
-	}
+	// -t is an Int32, and ids or --all one of two, for the parser.
+	timeout := p.Val("time", "5")
+	secs, _ := strconv.Atoi(timeout)
 	if err := a.up("failed to list containers"); err != nil {
 		return err
 	}
-	ids, found, missing, err := a.targets(p, p.has("all"), true)
+	ids, found, missing, err := a.targets(p, p.Has("all"), true)
 	if err != nil {
 		return err
 	}
-	sig := p.val("signal", "")
+	sig := p.Val("signal", "")
 	errs := parallel(ids, func(id string) string {
 		if !found[id].State.Running {
 			return ""
@@ -251,17 +195,14 @@ func (e *engine) waitStopped(id string, bound time.Duration) error {
 
 // cmdKill sends a signal (default KILL) to running containers.
 func cmdKill(a *app, p *parsed) error {
-	if len(p.pos) == 0 && !p.has("all") {
-		return a.noTargets()
-	}
 	if err := a.up("failed to list containers"); err != nil {
 		return err
 	}
-	ids, found, missing, err := a.targets(p, p.has("all"), true)
+	ids, found, missing, err := a.targets(p, p.Has("all"), true)
 	if err != nil {
 		return err
 	}
-	sig := p.val("signal", "KILL")
+	sig := p.Val("signal", "KILL")
 	errs := parallel(ids, func(id string) string {
 		if !found[id].State.Running {
 			// reconstructed: killing a stopped container is refused.
@@ -297,20 +238,9 @@ func (a *app) finishBatch(ids, errs, missing []string, verb string, strictMissin
 	return nil
 }
 
-func deleteSpec(name string) *cmdSpec {
-	return &cmdSpec{
-		path:  "container " + name,
-		usage: "container " + name + " [--all] [--force] [<container-ids> ...]",
-		opts:  []opt{flag("-a", "--all"), flag("-f", "--force")},
-	}
-}
-
 // cmdDelete removes containers; running ones need --force (SIGKILL at once).
 func cmdDelete(a *app, p *parsed) error {
-	force, all := p.has("force"), p.has("all")
-	if len(p.pos) == 0 && !all {
-		return a.noTargets()
-	}
+	force, all := p.Has("force"), p.Has("all")
 	if err := a.up("failed to list containers"); err != nil {
 		return err
 	}
@@ -403,8 +333,6 @@ func swiftSet(ids []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-var pruneSpec = &cmdSpec{path: "container prune", usage: "container prune"}
-
 // cmdPrune deletes every stopped container and prints their ids.
 func cmdPrune(a *app, p *parsed) error {
 	if err := a.up("failed to list containers"); err != nil {
@@ -436,42 +364,27 @@ func cmdPrune(a *app, p *parsed) error {
 	return nil
 }
 
-func listSpec(name string) *cmdSpec {
-	return &cmdSpec{
-		path:  "container " + name,
-		usage: "container " + name + " [--all] [--format <format>] [--quiet]",
-		opts:  []opt{flag("-a", "--all"), option("format", "--format"), flag("-q", "--quiet")},
-	}
-}
-
-// checkFormat validates --format (json|table; yaml and toml are not emulated).
-func (a *app) checkFormat(spec *cmdSpec, p *parsed) (string, error) {
-	f := p.val("format", "table")
-	switch f {
+// checkFormat returns --format (the parser took only the release's
+// formats); yaml and toml are not emulated.
+func (a *app) checkFormat(p *parsed) (string, error) {
+	switch f := p.Val("format", "table"); f {
 	case "json", "table":
 		return f, nil
-	case "yaml":
-		if a.v.AtLeast("0.12.0") {
-			return "", failPlain("--format yaml is not supported by this stand-in")
-		}
-	case "toml":
-		if a.v.AtLeast("1.0.0") {
-			return "", failPlain("--format toml is not supported by this stand-in")
-		}
+	default:
+		return "", failPlain("--format " + f + " is not supported by this stand-in")
 	}
-	return "", usageError(spec, "The value '%s' is invalid for '--format <format>'", f)
 }
 
 // cmdList prints containers as a table, ids (-q) or JSON.
 func cmdList(a *app, p *parsed) error {
-	format, err := a.checkFormat(listSpec("list"), p)
+	format, err := a.checkFormat(p)
 	if err != nil {
 		return err
 	}
 	if err := a.up("failed to list containers"); err != nil {
 		return err
 	}
-	cs, err := a.eng.listContainers(p.has("all"))
+	cs, err := a.eng.listContainers(p.Has("all"))
 	if err != nil {
 		return err
 	}
@@ -487,7 +400,7 @@ func cmdList(a *app, p *parsed) error {
 			arr[i] = a.containerJSON(v)
 		}
 		a.printJSON(arr, false)
-	case p.has("quiet"):
+	case p.Has("quiet"):
 		for _, v := range views {
 			fmt.Fprintln(a.stdout, v.id)
 		}
@@ -506,18 +419,12 @@ func cmdList(a *app, p *parsed) error {
 func (a *app) printJSON(v any, pretty bool) {
 	enc := encodingFor(a.v)
 	var b []byte
-	if pretty && a.v.oneX() {
+	if pretty && oneX(a.v) {
 		b = enc.Pretty(v)
 	} else {
 		b = enc.Compact(v)
 	}
 	_, _ = a.stdout.Write(append(b, '\n'))
-}
-
-var inspectSpec = &cmdSpec{
-	path:  "container inspect",
-	usage: "container inspect <container-ids> ...",
-	args:  []string{"<container-ids>"},
 }
 
 // cmdInspect prints the containers as JSON; 1.x fails on missing ids,
@@ -526,7 +433,7 @@ func cmdInspect(a *app, p *parsed) error {
 	if err := a.up("failed to list containers"); err != nil {
 		return err
 	}
-	cs, err := a.eng.inspectContainers(p.pos...)
+	cs, err := a.eng.inspectContainers(p.Pos...)
 	if err != nil {
 		return err
 	}
@@ -537,7 +444,7 @@ func cmdInspect(a *app, p *parsed) error {
 	var missing []string
 	arr := []any{}
 	seen := map[string]bool{}
-	for _, id := range p.pos {
+	for _, id := range p.Pos {
 		c := byName[id]
 		if c == nil {
 			missing = append(missing, id)
@@ -549,23 +456,16 @@ func cmdInspect(a *app, p *parsed) error {
 		seen[id] = true
 		arr = append(arr, a.containerJSON(view(c)))
 	}
-	if len(missing) > 0 && a.v.oneX() {
+	if len(missing) > 0 && oneX(a.v) {
 		return a.fail("notFound", "container not found: "+strings.Join(missing, ", "))
 	}
 	a.printJSON(arr, true)
 	return nil
 }
 
-var logsSpec = &cmdSpec{
-	path:  "container logs",
-	usage: "container logs [--boot] [--follow] [-n <n>] <container-id>",
-	opts:  []opt{flag("--boot"), flag("-f", "--follow"), option("n", "-n")},
-	args:  []string{"<container-id>"},
-}
-
 // cmdLogs prints the init process's output (podman logs).
 func cmdLogs(a *app, p *parsed) error {
-	id := p.pos[0]
+	id := p.Pos[0]
 	if err := a.up("failed to get container"); err != nil {
 		return err
 	}
@@ -577,15 +477,15 @@ func cmdLogs(a *app, p *parsed) error {
 		inner := `internalError: "failed to open container logs: notFound: "container with ID ` + id + ` not found""`
 		return a.failCause("internalError", "failed to get logs for container "+id, inner)
 	}
-	if p.has("boot") {
+	if p.Has("boot") {
 		// reconstructed: there is no VM boot log behind podman.
 		return nil
 	}
 	args := []string{"logs"}
-	if p.has("follow") {
+	if p.Has("follow") {
 		args = append(args, "-f")
 	}
-	if n := p.val("n", ""); n != "" {
+	if n := p.Val("n", ""); n != "" {
 		args = append(args, "--tail", n)
 	}
 	cmd := a.eng.command(append(args, id)...)

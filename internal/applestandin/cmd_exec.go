@@ -19,24 +19,14 @@ import (
 // EOF after the process exited (ProcessIO.swift).
 const drainTimeout = 3 * time.Second
 
-func execSpec() *cmdSpec {
-	return &cmdSpec{
-		path:        "container exec",
-		usage:       "container exec [<options>] <container-id> <arguments> ...",
-		opts:        append(processOpts(), flag("-d", "--detach")),
-		args:        []string{"<container-id>", "<arguments> ..."},
-		passthrough: true,
-	}
-}
-
 // cmdExec runs a command in a running container. Options end at the
 // container id; everything after it, "--" included, is the command.
 func cmdExec(a *app, p *parsed) error {
-	id, argv := p.pos[0], p.pos[1:]
+	id, argv := p.Pos[0], p.Pos[1:]
 	if err := a.up("failed to get container"); err != nil {
 		return err
 	}
-	tty, stdin := p.has("tty"), p.has("interactive")
+	tty, stdin := p.Has("tty"), p.Has("interactive")
 	if tty && !isTerminal(a.stdin) {
 		// reconstructed: Apple sets up the terminal from host stdin and fails on ENOTTY.
 		return a.fail("invalidArgument", "failed to set up terminal: stdin is not a terminal (Inappropriate ioctl for device)")
@@ -48,19 +38,19 @@ func cmdExec(a *app, p *parsed) error {
 	if tty {
 		opts = append(opts, "-t")
 	}
-	for _, f := range p.vals["env-file"] {
+	for _, f := range p.Vals("env-file") {
 		opts = append(opts, "--env-file", f)
 	}
-	for _, e := range p.vals["env"] {
+	for _, e := range p.Vals("env") {
 		opts = append(opts, "-e", e)
 	}
-	if w := p.val("workdir", ""); w != "" {
+	if w := p.Val("workdir", ""); w != "" {
 		opts = append(opts, "-w", w)
 	}
 	if u, ok := userFlag(p); ok {
 		opts = append(opts, "-u", u)
 	}
-	if p.has("detach") {
+	if p.Has("detach") {
 		if argv[0] == "--" {
 			// podman would take "--" as its own terminator; Apple runs it (and fails).
 			return a.fail("notFound", "failed to find target executable --")

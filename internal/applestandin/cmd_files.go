@@ -6,14 +6,6 @@ import (
 	"strings"
 )
 
-func copySpec(name string) *cmdSpec {
-	return &cmdSpec{
-		path:  "container " + name,
-		usage: "container " + name + " <source> <destination>",
-		args:  []string{"<source>", "<destination>"},
-	}
-}
-
 // containerPath splits "id:/path"; a local path has no colon before its
 // first slash.
 func containerPath(s string) (id, path string, ok bool) {
@@ -27,7 +19,7 @@ func containerPath(s string) (id, path string, ok bool) {
 // cmdCopy copies between the host and a running container (1.0.0+) and
 // prints the destination.
 func cmdCopy(a *app, p *parsed) error {
-	src, dst := p.pos[0], p.pos[1]
+	src, dst := p.Pos[0], p.Pos[1]
 	if err := a.up("failed to get container"); err != nil {
 		return err
 	}
@@ -63,32 +55,13 @@ func cmdCopy(a *app, p *parsed) error {
 	return nil
 }
 
-// exportSpec: 0.10 had `export --image NAME` (built an image); tar export
-// with -o/--output arrived in 0.11.0.
-func exportSpec(v Version) *cmdSpec {
-	if v.Before("0.11.0") {
-		return &cmdSpec{
-			path:  "container export",
-			usage: "container export [--image <image>] <container-id>",
-			opts:  []opt{option("image", "--image")},
-			args:  []string{"<container-id>"},
-		}
-	}
-	return &cmdSpec{
-		path:  "container export",
-		usage: "container export [--output <output>] <container-id>",
-		opts:  []opt{option("output", "-o", "--output")},
-		args:  []string{"<container-id>"},
-	}
-}
-
 // cmdExport writes a tar of the container's root filesystem to -o or
 // stdout; before 1.2.1 the container must be stopped.
 func cmdExport(a *app, p *parsed) error {
 	if a.v.Before("0.11.0") {
 		return failPlain("export --image (build an image from a container) is not supported by this stand-in")
 	}
-	id := p.pos[0]
+	id := p.Pos[0]
 	if err := a.up("failed to get container"); err != nil {
 		return err
 	}
@@ -104,7 +77,7 @@ func cmdExport(a *app, p *parsed) error {
 		return failPlain(coded("invalidState", "container is not stopped"))
 	}
 	args := []string{"export"}
-	if o := p.val("output", ""); o != "" {
+	if o := p.Val("output", ""); o != "" {
 		args = append(args, "-o", o)
 	}
 	var errb bytes.Buffer

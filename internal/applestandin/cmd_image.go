@@ -15,49 +15,6 @@ import (
 	"time"
 )
 
-// imageCommands is the `container image` group.
-func imageCommands(v Version) map[string]handler {
-	list := func(n string) handler {
-		return handler{&cmdSpec{
-			path:  "container image " + n,
-			usage: "container image " + n + " [--format <format>] [--quiet] [--verbose]",
-			opts:  []opt{option("format", "--format"), flag("-q", "--quiet"), flag("-v", "--verbose")},
-		}, cmdImageList}
-	}
-	del := func(n string) handler {
-		return handler{&cmdSpec{
-			path:  "container image " + n,
-			usage: "container image " + n + " [--all] [--force] [<images> ...]",
-			// --force: "Ignore errors for images that are not found"
-			// (RemoveImageOptions, ImageDelete.swift), 0.9.0–1.2.2.
-			opts: []opt{flag("-a", "--all"), flag("-f", "--force").from("0.9.0")},
-		}, cmdImageDelete}
-	}
-	return map[string]handler{
-		"list": list("list"),
-		"ls":   list("ls"),
-		"inspect": {&cmdSpec{
-			path:  "container image inspect",
-			usage: "container image inspect <images> ...",
-			args:  []string{"<images>"},
-		}, cmdImageInspect},
-		"delete": del("delete"),
-		"rm":     del("rm"),
-		"tag": {&cmdSpec{
-			path:  "container image tag",
-			usage: "container image tag <source> <target>",
-			args:  []string{"<source>", "<target>"},
-		}, cmdImageTag},
-		"pull": {&cmdSpec{
-			path:  "container image pull",
-			usage: "container image pull [<options>] <reference>",
-			opts: []opt{option("platform", "--platform"), option("arch", "-a", "--arch"), option("os", "--os"),
-				option("scheme", "--scheme"), option("type", "--progress"), option("count", "--max-concurrent-downloads")},
-			args: []string{"<reference>"},
-		}, cmdImagePull},
-	}
-}
-
 // imageEntry is one Apple image: a reference and the podman image behind it.
 type imageEntry struct {
 	ref string // normalised Apple reference
@@ -187,7 +144,7 @@ func descriptorJSON(im *podImage) *Obj {
 func (a *app) imageJSON(e imageEntry, inspect bool) *Obj {
 	im := e.img
 	platform := NewObj().Set("os", orDefault(im.Os, "linux")).Set("architecture", im.Architecture)
-	if a.v.oneX() {
+	if oneX(a.v) {
 		return NewObj().
 			Set("configuration", NewObj().Set("creationDate", isoDate(im.Created)).
 				Set("descriptor", descriptorJSON(im)).Set("name", e.ref)).
@@ -225,7 +182,7 @@ func decimalSize(n int64) string {
 
 // cmdImageList lists images as a table, references (-q) or JSON.
 func cmdImageList(a *app, p *parsed) error {
-	format, err := a.checkFormat(&cmdSpec{path: "container image list", usage: "container image list [--format <format>] [--quiet] [--verbose]"}, p)
+	format, err := a.checkFormat(p)
 	if err != nil {
 		return err
 	}
@@ -243,7 +200,7 @@ func cmdImageList(a *app, p *parsed) error {
 			arr = append(arr, a.imageJSON(e, false))
 		}
 		a.printJSON(arr, false)
-	case p.has("quiet"):
+	case p.Has("quiet"):
 		for _, e := range entries {
 			fmt.Fprintln(a.stdout, displayRef(e.ref))
 		}
@@ -252,7 +209,7 @@ func cmdImageList(a *app, p *parsed) error {
 		for _, e := range entries {
 			name, tag := refNameTag(displayRef(e.ref))
 			d := hexDigest(e.img.Digest)
-			if a.v.oneX() {
+			if oneX(a.v) {
 				d = d[:min(12, len(d))]
 			} else {
 				d = d[:min(24, len(d))] + "..."
@@ -271,7 +228,7 @@ func cmdImageInspect(a *app, p *parsed) error {
 	}
 	arr := []any{}
 	var missing, found []string
-	for _, ref := range p.pos {
+	for _, ref := range p.Pos {
 		e, _, err := a.findImage(ref)
 		if err != nil {
 			return err
@@ -284,7 +241,7 @@ func cmdImageInspect(a *app, p *parsed) error {
 		arr = append(arr, a.imageJSON(*e, true))
 	}
 	if len(missing) > 0 {
-		if a.v.oneX() {
+		if oneX(a.v) {
 			names := make([]string, len(missing))
 			for i, m := range missing {
 				names[i] = displayRef(normalizeRef(m))
@@ -322,8 +279,8 @@ func cmdImageDelete(a *app, p *parsed) error {
 	if err := a.up("failed to list images"); err != nil {
 		return err
 	}
-	refs := p.pos
-	if p.has("all") {
+	refs := p.Pos
+	if p.Has("all") {
 		entries, err := a.listImages()
 		if err != nil {
 			return err
@@ -340,7 +297,7 @@ func cmdImageDelete(a *app, p *parsed) error {
 			return err
 		}
 		if e == nil {
-			if !p.has("force") {
+			if !p.Has("force") {
 				failures = append(failures, ref)
 			}
 			continue
@@ -374,14 +331,14 @@ func cmdImageTag(a *app, p *parsed) error {
 	if err := a.up("failed to list images"); err != nil {
 		return err
 	}
-	e, podRef, err := a.findImage(p.pos[0])
+	e, podRef, err := a.findImage(p.Pos[0])
 	if err != nil {
 		return err
 	}
 	if e == nil {
-		return a.fail("notFound", "image not found: "+displayRef(normalizeRef(p.pos[0])))
+		return a.fail("notFound", "image not found: "+displayRef(normalizeRef(p.Pos[0])))
 	}
-	target := normalizeRef(p.pos[1])
+	target := normalizeRef(p.Pos[1])
 	if r := a.eng.run("tag", podRef, podmanTag(target)); !r.ok() {
 		return failPlain(r.message())
 	}
@@ -395,42 +352,27 @@ func cmdImagePull(a *app, p *parsed) error {
 	if err := a.up("failed to pull image"); err != nil {
 		return err
 	}
-	e, _, err := a.findImage(p.pos[0])
+	e, _, err := a.findImage(p.Pos[0])
 	if err != nil {
 		return err
 	}
 	if e == nil {
-		return a.errPull(normalizeRef(p.pos[0]))
+		return a.errPull(normalizeRef(p.Pos[0]))
 	}
 	return nil
-}
-
-var buildSpec = &cmdSpec{
-	path:  "container build",
-	usage: "container build [<options>] [<context-dir>]",
-	opts: []opt{
-		option("name", "-t", "--tag"), option("path", "-f", "--file"), option("key=val", "--build-arg"),
-		option("stage", "--target"), flag("--no-cache"), flag("--pull"), option("value", "-o", "--output"),
-		option("platform", "--platform"), option("arch", "-a", "--arch"), option("os", "--os"),
-		option("secret", "--secret"), option("ssh", "--ssh"), option("cpus", "-c", "--cpus"),
-		option("memory", "-m", "--memory"), flag("-q", "--quiet"), option("type", "--progress"),
-		// -l/--label (BuildCommand.swift, .shortAndLong, 0.8.0–1.2.2): passed
-		// as given to the builder, whose BuildKit reads it; no CLI-side parse.
-		option("key=val", "-l", "--label"), option("ip", "--dns"),
-	},
 }
 
 // cmdBuild builds an image with podman; progress goes to stderr and tags
 // are stored where `run` will find them.
 func cmdBuild(a *app, p *parsed) error {
 	ctx := "."
-	if len(p.pos) > 0 {
-		ctx = p.pos[0]
+	if len(p.Pos) > 0 {
+		ctx = p.Pos[0]
 	}
 	if err := a.up("failed to get container"); err != nil {
 		return err
 	}
-	file := p.val("file", "")
+	file := p.Val("file", "")
 	if file == "" {
 		for _, n := range []string{"Dockerfile", "Containerfile"} {
 			if _, err := os.Stat(filepath.Join(ctx, n)); err == nil {
@@ -444,34 +386,34 @@ func cmdBuild(a *app, p *parsed) error {
 		}
 	}
 	args := []string{"build", "-f", file}
-	if p.has("pull") {
+	if p.Has("pull") {
 		args = append(args, "--pull=always")
 	} else {
 		args = append(args, "--pull=never")
 	}
-	for _, t := range p.vals["tag"] {
+	for _, t := range p.Vals("tag") {
 		args = append(args, "-t", podmanTag(normalizeRef(t)))
 	}
-	for _, b := range p.vals["build-arg"] {
+	for _, b := range p.Vals("build-arg") {
 		args = append(args, "--build-arg", b)
 	}
-	for _, l := range p.vals["label"] {
+	for _, l := range p.Vals("label") {
 		args = append(args, "--label", l)
 	}
-	if t := p.val("target", ""); t != "" {
+	if t := p.Val("target", ""); t != "" {
 		args = append(args, "--target", t)
 	}
-	if p.has("no-cache") {
+	if p.Has("no-cache") {
 		args = append(args, "--no-cache")
 	}
-	if p.has("quiet") {
+	if p.Has("quiet") {
 		args = append(args, "-q")
 	}
 	cmd := a.eng.command(append(args, ctx)...)
 	var tail tailBuffer
 	progress := &dropErrorLines{w: a.stderr}
 	cmd.Stdout = &tail
-	if !p.has("quiet") {
+	if !p.Has("quiet") {
 		cmd.Stdout = multi{progress, &tail}
 	}
 	cmd.Stderr = multi{progress, &tail}

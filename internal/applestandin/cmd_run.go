@@ -7,85 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
-
-// processOpts are Flags.Process, shared by run, create and exec.
-func processOpts() []opt {
-	return []opt{
-		option("env", "-e", "--env"),
-		option("env-file", "--env-file"),
-		option("gid", "--gid"),
-		option("uid", "--uid"),
-		flag("-i", "--interactive"),
-		flag("-t", "--tty"),
-		option("user", "-u", "--user"),
-		option("dir", "-w", "--workdir", "--cwd"),
-		option("ulimit", "--ulimit").from("0.9.0"),
-	}
-}
-
-// runSpec is the grammar of `container run` / `container create`.
-func runSpec(name string) *cmdSpec {
-	opts := append(processOpts(),
-		option("cpus", "-c", "--cpus"),
-		option("memory", "-m", "--memory"),
-		option("arch", "-a", "--arch"),
-		option("os", "--os"),
-		option("platform", "--platform"),
-		option("cap", "--cap-add").from("0.12.0"),
-		option("cap", "--cap-drop").from("0.12.0"),
-		option("cidfile", "--cidfile"),
-		flag("-d", "--detach"),
-		option("ip", "--dns"),
-		option("domain", "--dns-domain"),
-		option("option", "--dns-option"),
-		option("domain", "--dns-search"),
-		flag("--no-dns"),
-		option("cmd", "--entrypoint"),
-		flag("--init").from("0.10.0"),
-		option("image", "--init-image").from("0.10.0"),
-		option("path", "-k", "--kernel"),
-		option("arg", "--kernel-arg").from("1.2.0"),
-		// Parsed by parseRunLabels: Parser.labels (Parser.swift), 0.1.0–1.2.2.
-		option("label", "-l", "--label"),
-		option("path", "--masked-path").from("1.2.1"),
-		option("path", "--read-only-path").from("1.2.1"),
-		option("mount", "--mount"),
-		option("name", "--name"),
-		option("network", "--network"),
-		option("spec", "-p", "--publish"),
-		option("spec", "--publish-socket"),
-		flag("--read-only"),
-		flag("--rm", "--remove"),
-		flag("--rosetta"),
-		option("runtime", "--runtime").from("0.10.0"),
-		flag("--ssh"),
-		option("size", "--shm-size").from("1.0.0"),
-		option("path", "--tmpfs"),
-		option("volume", "-v", "--volume"),
-		flag("--virtualization"),
-		option("scheme", "--scheme"),
-		option("type", "--progress"),
-		option("count", "--max-concurrent-downloads"),
-	)
-	return &cmdSpec{
-		path:        "container " + name,
-		usage:       "container " + name + " [<options>] <image> [<arguments> ...]",
-		opts:        opts,
-		args:        []string{"<image>"},
-		passthrough: true,
-	}
-}
-
-// nameRE is ManagedContainer.nameValid's pattern (at most 63 bytes).
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]+$`)
-
-// validName reports whether id is an acceptable container id.
-func validName(id string) bool { return len(id) <= 63 && nameRE.MatchString(id) }
 
 // createPlan is a run/create command line translated for podman.
 type createPlan struct {
@@ -118,28 +45,27 @@ func cmdRun(a *app, p *parsed) error { return a.createOrRun(p, true) }
 func cmdCreate(a *app, p *parsed) error { return a.createOrRun(p, false) }
 
 func (a *app) createOrRun(p *parsed, start bool) error {
-	spec := runSpec("create")
-	if start {
-		spec = runSpec("run")
+	// The id is checked first (ContainerRun.swift / ContainerCreate.swift:
+	// Utility.validEntityName before 1.2.0, ManagedContainer.nameValid after).
+	if f := p.Verify("name"); f != nil {
+		return a.failure(f)
 	}
-	// Validate values the argument parser would reject (exit 64).
+	// -c is an Int64 for the parser, which takes any (Parser.resources
+	// passes it on); see checkCPUs for what the VM makes of it.
 	cpus := 0
-	if p.isSet("cpus") {
-		n, err := strconv.Atoi(p.val("cpus", ""))
-		if err != nil || n <= 0 {
-			return usageError(spec, "The value '%s' is invalid for '-c <cpus>'", p.val("cpus", ""))
+	if p.IsSet("cpus") {
+		n, err := strconv.Atoi(p.Val("cpus", ""))
+		if err != nil {
+			return failPlain(err.Error())
 		}
 		cpus = n
 	}
 	if err := a.up("failed to create container"); err != nil {
 		return err
 	}
-	id := p.val("name", "")
+	id := p.Val("name", "")
 	if id == "" {
 		id = newUUID()
-	} else if !validName(id) {
-		// reconstructed: the exact text of an invalid id is not captured.
-		return a.fail("invalidArgument", "invalid container name "+id+": must match ^[a-zA-Z0-9][a-zA-Z0-9_.-]+$ and be at most 63 characters")
 	}
 	// The id is checked before anything else (pull, volumes, boot).
 	if c, err := a.eng.inspectOne(id); err != nil {
@@ -147,14 +73,14 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	} else if c != nil {
 		return a.errExists(id)
 	}
-	if p.has("virtualization") {
+	if p.Has("virtualization") {
 		// docs/how-to.md quotes the coded form; kept for every version.
 		return failPlain(coded("unsupported", "nested virtualization is not supported on the platform"))
 	}
-	if p.isSet("publish-socket") {
+	if p.IsSet("publish-socket") {
 		return failPlain("--publish-socket is not supported by this stand-in")
 	}
-	ref := normalizeRef(p.pos[0])
+	ref := normalizeRef(p.Pos[0])
 	imgs, err := a.eng.inspectImages(podmanCandidates(ref)...)
 	if err != nil {
 		return err
@@ -168,28 +94,35 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	// fetched: -m is Measurement.parse in whole MiB (a bare number is
 	// bytes; the fraction of a MiB is dropped), its errors printed plainly.
 	memory := defaultMemory
-	if p.isSet("memory") {
-		mib, err := memoryMiB(p.val("memory", ""))
-		if err != nil {
-			return failPlain(err.Error())
+	if p.IsSet("memory") {
+		if f := p.Verify("memory"); f != nil {
+			return a.failure(f)
 		}
+		mib, _ := memoryMiB(p.Val("memory", ""))
 		if mib == 0 {
 			// reconstructed: a VM of no memory does not boot; the text is unknown.
-			return a.failCause("internalError", "failed to bootstrap container", "memory size "+p.val("memory", "")+" is less than 1 MiB")
+			return a.failCause("internalError", "failed to bootstrap container", "memory size "+p.Val("memory", "")+" is less than 1 MiB")
 		}
 		memory = mib << 20
 	}
 
-	plan := &createPlan{id: id, image: podRef, args: p.pos[1:], detach: p.has("detach"),
-		rm: p.has("rm"), stdin: p.has("interactive"), tty: p.has("tty"), cidfile: p.val("cidfile", "")}
+	plan := &createPlan{id: id, image: podRef, args: p.Pos[1:], detach: p.Has("detach"),
+		rm: p.Has("rm"), stdin: p.Has("interactive"), tty: p.Has("tty"), cidfile: p.Val("cidfile", "")}
 	if err := a.translate(p, plan, ref, icfg, cpus, memory); err != nil {
 		return err
 	}
 	if err := a.ensureVolumes(plan); err != nil {
 		return err
 	}
+	// Then networks, labels and ports, in Utility.containerConfigFromFlags' order.
+	if f := p.Verify("network"); f != nil {
+		return a.failure(f)
+	}
 	if plan.labelErr != nil {
 		return plan.labelErr
+	}
+	if f := p.Verify("publish"); f != nil {
+		return a.failure(f)
 	}
 	if start {
 		if err := a.checkAttachable(plan.id, plan.rwVolumes); err != nil {
@@ -259,7 +192,7 @@ func (a *app) errPull(ref string) error {
 		msg = "HTTP request to https://" + domain + "/v2/" + path + "/manifests/" + tag +
 			" failed with response: 404 Not Found. Reason: Unknown"
 	}
-	if a.v.codeErrors() {
+	if codeErrors(a.v) {
 		return failPlain(coded("internalError", msg))
 	}
 	return failPlain(msg)
@@ -298,7 +231,7 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	add("--name", plan.id, "--hostname", plan.id)
 	plan.creator = newToken()
 	label(labelCreator, plan.creator)
-	userLabels, err := a.parseRunLabels(p.vals["label"])
+	userLabels, err := a.parseRunLabels(p.Vals("label"))
 	plan.labelErr = err
 	for _, k := range sortedKeys(userLabels) {
 		label(k, userLabels[k])
@@ -314,22 +247,22 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	label(labelMemory, strconv.FormatInt(memory, 10))
 	add("--memory", strconv.FormatInt(memory, 10))
 
-	env, err := appleEnv(icfg.Env, p.vals["env-file"], p.vals["env"])
+	env, err := appleEnv(icfg.Env, p.Vals("env-file"), p.Vals("env"))
 	if err != nil {
 		return failPlain(err.Error())
 	}
 	envJSON, _ := json.Marshal(env)
 	label(labelEnv, string(envJSON))
-	for _, f := range p.vals["env-file"] {
+	for _, f := range p.Vals("env-file") {
 		add("--env-file", f)
 	}
-	for _, e := range p.vals["env"] {
+	for _, e := range p.Vals("env") {
 		add("-e", e)
 	}
 	if icfg.StopSignal != "" {
 		label(labelStopSignal, icfg.StopSignal)
 	}
-	if w := p.val("workdir", ""); w != "" {
+	if w := p.Val("workdir", ""); w != "" {
 		add("-w", w)
 	}
 	if u, ok := userFlag(p); ok {
@@ -342,10 +275,10 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	if plan.tty {
 		add("-t")
 	}
-	if p.isSet("entrypoint") {
-		add("--entrypoint", p.val("entrypoint", ""))
+	if p.IsSet("entrypoint") {
+		add("--entrypoint", p.Val("entrypoint", ""))
 	}
-	switch n := strings.Split(p.val("network", "default"), ",")[0]; n {
+	switch n := strings.Split(p.Val("network", "default"), ",")[0]; n {
 	case "none":
 		label(labelNetwork, "none")
 		add("--network", "none")
@@ -354,42 +287,42 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 		label(labelNetwork, n)
 		add("--network", n)
 	}
-	if p.has("init") {
+	if p.Has("init") {
 		label(labelInit, "1")
 		add("--init")
 	}
 	if plan.rm {
 		add("--rm")
 	}
-	if p.has("read-only") {
+	if p.Has("read-only") {
 		add("--read-only")
 	}
-	for _, c := range p.vals["cap-add"] {
+	for _, c := range p.Vals("cap-add") {
 		add("--cap-add", c)
 	}
-	for _, c := range p.vals["cap-drop"] {
+	for _, c := range p.Vals("cap-drop") {
 		add("--cap-drop", c)
 	}
-	for _, d := range p.vals["dns"] {
+	for _, d := range p.Vals("dns") {
 		add("--dns", d)
 	}
-	for _, d := range p.vals["dns-search"] {
+	for _, d := range p.Vals("dns-search") {
 		add("--dns-search", d)
 	}
-	for _, d := range p.vals["dns-option"] {
+	for _, d := range p.Vals("dns-option") {
 		add("--dns-option", d)
 	}
-	if p.has("no-dns") {
+	if p.Has("no-dns") {
 		label(labelNoDNS, "1")
 		add("--dns", "none")
 	}
-	if r := p.val("runtime", ""); r != "" {
+	if r := p.Val("runtime", ""); r != "" {
 		label(labelRuntime, r)
 	}
-	for _, u := range p.vals["ulimit"] {
+	for _, u := range p.Vals("ulimit") {
 		add("--ulimit", u)
 	}
-	if s := p.val("shm-size", ""); s != "" {
+	if s := p.Val("shm-size", ""); s != "" {
 		// Measurement.parse in bytes (Utility.containerConfigFromFlags, 1.0.0–1.2.2).
 		n, err := sizeBytes(s)
 		if err != nil {
@@ -397,20 +330,23 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 		}
 		add("--shm-size", strconv.FormatInt(n, 10))
 	}
-	for _, pub := range p.vals["publish"] {
+	for _, pub := range p.Vals("publish") {
 		add("-p", pub)
 	}
-	for _, t := range p.vals["tmpfs"] {
+	for _, t := range p.Vals("tmpfs") {
 		add("--tmpfs", t)
 	}
-	for _, v := range p.vals["volume"] {
+	for _, v := range p.Vals("volume") {
 		arg, err := a.volumeArg(plan, v)
 		if err != nil {
 			return err
 		}
 		add("-v", arg)
 	}
-	for _, m := range p.vals["mount"] {
+	if f := p.Verify("mount"); f != nil {
+		return a.failure(f)
+	}
+	for _, m := range p.Vals("mount") {
 		arg, err := a.mountArg(plan, m)
 		if err != nil {
 			return err
@@ -438,10 +374,10 @@ func (a *app) checkCPUs(cpus int) error {
 
 // userFlag combines -u, --uid and --gid the way Apple does.
 func userFlag(p *parsed) (string, bool) {
-	if u := p.val("user", ""); u != "" {
+	if u := p.Val("user", ""); u != "" {
 		return u, true
 	}
-	uid, gid := p.val("uid", ""), p.val("gid", "")
+	uid, gid := p.Val("uid", ""), p.Val("gid", "")
 	switch {
 	case uid != "" && gid != "":
 		return uid + ":" + gid, true
@@ -503,40 +439,29 @@ func appleEnv(image, files, flags []string) ([]string, error) {
 // volume name, which must match the volume name pattern. A host path must
 // exist. Four pieces or more are refused.
 func (a *app) volumeArg(plan *createPlan, v string) (string, error) {
-	parts := splitOmittingEmpty(strings.TrimLeft(v, ":"), ":")
-	switch len(parts) {
-	case 1:
+	spec, f := applecli.ParseVolume(a.v, v)
+	switch {
+	case f != nil:
+		return "", a.failure(f)
+	case spec.Anonymous:
 		name := "anon-" + newUUID()
 		plan.anon = append(plan.anon, name)
-		return name + ":" + parts[0], nil
-	case 2, 3:
-	default:
-		return "", a.fail("invalidArgument", "invalid volume format "+v)
-	}
-	src, dst := parts[0], parts[1]
-	var opts []string
-	if len(parts) == 3 {
-		opts = splitOmittingEmpty(parts[2], ",")
-	}
-	isPath := strings.Contains(src, "/") || (a.v.AtLeast("0.11.0") && (src == "." || src == ".."))
-	if !isPath {
-		if !validVolumeName(src) {
-			return "", a.fail("invalidArgument", "invalid volume name '"+src+"': must match "+volumeNamePattern)
+		return name + ":" + spec.Target, nil
+	case !spec.Path:
+		plan.volumes = append(plan.volumes, spec.Source)
+		if !slices.Contains(spec.Options, "ro") && !slices.Contains(spec.Options, "readonly") {
+			plan.rwVolumes = append(plan.rwVolumes, spec.Source)
 		}
-		plan.volumes = append(plan.volumes, src)
-		if !slices.Contains(opts, "ro") && !slices.Contains(opts, "readonly") {
-			plan.rwVolumes = append(plan.rwVolumes, src)
-		}
-		return podmanVolume(src, dst, opts), nil
+		return podmanVolume(spec.Source, spec.Target, spec.Options), nil
 	}
-	abs, err := filepath.Abs(src)
+	abs, err := filepath.Abs(spec.Source)
 	if err != nil {
 		return "", failPlain(err.Error())
 	}
 	if _, err := os.Stat(abs); err != nil {
-		return "", a.fail("invalidArgument", "path '"+src+"' does not exist")
+		return "", a.fail("invalidArgument", "path '"+spec.Source+"' does not exist")
 	}
-	return podmanVolume(abs, dst, opts), nil
+	return podmanVolume(abs, spec.Target, spec.Options), nil
 }
 
 // podmanVolume spells a -v value for podman.
@@ -545,18 +470,6 @@ func podmanVolume(src, dst string, opts []string) string {
 		return src + ":" + dst
 	}
 	return src + ":" + dst + ":" + strings.Join(opts, ",")
-}
-
-// splitOmittingEmpty is Swift's split(separator:) with its default of
-// dropping empty pieces.
-func splitOmittingEmpty(s, sep string) []string {
-	var out []string
-	for _, p := range strings.Split(s, sep) {
-		if p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func hasOption(opts string, names ...string) bool {

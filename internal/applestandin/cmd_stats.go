@@ -14,12 +14,6 @@ import (
 // statsInterval is the gap between Apple's two samples.
 const statsInterval = 2 * time.Second
 
-var statsSpec = &cmdSpec{
-	path:  "container stats",
-	usage: "container stats [--format <format>] [--no-stream] [<container-ids> ...]",
-	opts:  []opt{option("format", "--format"), flag("--no-stream")},
-}
-
 // podStats is podman's raw per-container sample ({{json .ContainerStats}}).
 type podStats struct {
 	ContainerID string `json:"ContainerID"`
@@ -67,7 +61,7 @@ func (a *app) sample(ids []string) map[string]podStats {
 
 // cmdStats prints resource usage: two samples 2 s apart, JSON or table.
 func cmdStats(a *app, p *parsed) error {
-	format, err := a.checkFormat(statsSpec, p)
+	format, err := a.checkFormat(p)
 	if err != nil {
 		return err
 	}
@@ -75,8 +69,8 @@ func cmdStats(a *app, p *parsed) error {
 		return err
 	}
 	var ids []string
-	if len(p.pos) > 0 {
-		cs, err := a.eng.inspectContainers(p.pos...)
+	if len(p.Pos) > 0 {
+		cs, err := a.eng.inspectContainers(p.Pos...)
 		if err != nil {
 			return err
 		}
@@ -84,7 +78,7 @@ func cmdStats(a *app, p *parsed) error {
 		for i := range cs {
 			byName[cs[i].Name] = &cs[i]
 		}
-		for _, id := range p.pos {
+		for _, id := range p.Pos {
 			c := byName[id]
 			if c == nil {
 				return a.fail("notFound", "no such container: "+id)
@@ -102,7 +96,7 @@ func cmdStats(a *app, p *parsed) error {
 			ids = append(ids, c.Name)
 		}
 	}
-	if format == "table" && !p.has("no-stream") {
+	if format == "table" && !p.Has("no-stream") {
 		return a.streamStats(ids)
 	}
 	first := a.sample(ids)

@@ -18,73 +18,12 @@ const (
 	hostOS = "Version 26.0 (Build 25A354)"
 )
 
-// systemCommands is the `container system` group.
-func systemCommands(v Version) map[string]handler {
-	statusOpts := []opt{option("prefix", "-p", "--prefix"), option("format", "--format").from("0.10.0")}
-	statusUsage := "container system status [--prefix <prefix>] [--format <format>]"
-	if v.Before("0.10.0") {
-		statusUsage = "container system status [--prefix <prefix>]"
-	}
-	return map[string]handler{
-		"start": {&cmdSpec{
-			path:  "container system start",
-			usage: "container system start [<options>]",
-			opts: []opt{option("path", "-a", "--app-root"), option("path", "--install-root"), option("path", "--log-root"),
-				flag("--enable-kernel-install"), flag("--disable-kernel-install"), option("seconds", "--timeout"),
-				flag("--debug")},
-		}, cmdSystemStart},
-		"stop": {&cmdSpec{
-			path:  "container system stop",
-			usage: "container system stop [--prefix <prefix>]",
-			opts:  []opt{option("prefix", "-p", "--prefix")},
-		}, cmdSystemStop},
-		"status": {&cmdSpec{
-			path:  "container system status",
-			usage: statusUsage,
-			opts:  statusOpts,
-		}, cmdSystemStatus},
-		"version": {&cmdSpec{
-			path:  "container system version",
-			usage: "container system version [--format <format>]",
-			opts:  []opt{option("format", "--format")},
-		}, cmdSystemVersion},
-		"property": {&cmdSpec{
-			path:        "container system property",
-			usage:       "container system property <subcommand>",
-			passthrough: true,
-		}, func(a *app, p *parsed) error {
-			return a.group("container system property", propertyCommands(a.v), p.pos)
-		}},
-	}
-}
-
-// propertyCommands is `container system property`: get (and set/clear,
-// not emulated) of UserDefaults keys from 0.5.0 to 0.12.x
-// (System/Property/PropertyGet.swift, DefaultsStore.swift); from 1.0.0
-// only list, which prints the configuration config.toml gave the system
-// (System/Property/PropertyList.swift, ContainerSystemConfig.swift).
-func propertyCommands(v Version) map[string]handler {
-	if v.Before("1.0.0") {
-		return map[string]handler{"get": {&cmdSpec{
-			path:  "container system property get",
-			usage: "container system property get <id>",
-			args:  []string{"<id>"},
-		}, cmdPropertyGet}}
-	}
-	list := handler{&cmdSpec{
-		path:  "container system property list",
-		usage: "container system property list [--format <format>]",
-		opts:  []opt{option("format", "--format")},
-	}, cmdPropertyList}
-	return map[string]handler{"list": list, "ls": list}
-}
-
 // cmdPropertyGet prints one property's value (0.5.0–0.12.x).
 // reconstructed: only registry.domain is known to the stand-in; the other
 // ids the CLI has are reported as unknown here.
 func cmdPropertyGet(a *app, p *parsed) error {
-	if p.pos[0] != "registry.domain" {
-		return a.fail("invalidArgument", "property ID "+p.pos[0]+" not found")
+	if p.Pos[0] != "registry.domain" {
+		return a.fail("invalidArgument", "property ID "+p.Pos[0]+" not found")
 	}
 	fmt.Fprintln(a.stdout, registryDomain)
 	return nil
@@ -93,14 +32,14 @@ func cmdPropertyGet(a *app, p *parsed) error {
 // cmdPropertyList prints the system configuration, TOML by default
 // (1.0.0–1.2.2). reconstructed: only its [registry] section is emitted.
 func cmdPropertyList(a *app, p *parsed) error {
-	switch p.val("format", "toml") {
+	if a.v.Before("1.0.0") {
+		return failPlain("system property list before 1.0.0 is not supported by this stand-in")
+	}
+	switch p.Val("format", "toml") {
 	case "json":
 		a.printJSON(NewObj().Set("registry", NewObj().Set("domain", registryDomain)), false)
 	case "toml":
 		fmt.Fprintf(a.stdout, "[registry]\ndomain = %q\n", registryDomain)
-	default:
-		return usageError(&cmdSpec{path: "container system property list", usage: "container system property list [--format <format>]"},
-			"The value '%s' is invalid for '--format <format>'", p.val("format", ""))
 	}
 	return nil
 }
@@ -139,7 +78,7 @@ func cmdSystemStop(a *app, p *parsed) error {
 
 // apiserverVersion is the apiserver's version string for the version.
 func (a *app) apiserverVersion() string {
-	if a.v.nestedStatus() {
+	if nestedStatus(a.v) {
 		return a.v.String()
 	}
 	return fmt.Sprintf("container-apiserver version %s (build: release, commit: %s)", a.v, shortCommit)
@@ -147,9 +86,9 @@ func (a *app) apiserverVersion() string {
 
 // cmdSystemStatus reports whether the apiserver runs (exit 1 when not).
 func cmdSystemStatus(a *app, p *parsed) error {
-	format := p.val("format", "table")
-	if format != "json" && format != "table" {
-		return usageError(nil, "The value '%s' is invalid for '--format <format>'", format)
+	format, err := a.checkFormat(p)
+	if err != nil {
+		return err
 	}
 	down := a.systemDown()
 	if format == "json" {
@@ -165,7 +104,7 @@ func cmdSystemStatus(a *app, p *parsed) error {
 
 // statusJSON is `system status --format json` (samples §4.1, §4.2).
 func (a *app) statusJSON(down string) *Obj {
-	if a.v.nestedStatus() {
+	if nestedStatus(a.v) {
 		if down != "" {
 			return NewObj().Set("status", down)
 		}
@@ -226,7 +165,7 @@ func (a *app) statusText(down string) string {
 			"application install root: " + installRoot + "\n" +
 			"container-apiserver version: " + a.apiserverVersion() + "\n" +
 			"container-apiserver commit: " + fullCommit
-	case a.v.nestedStatus():
+	case nestedStatus(a.v):
 		// reconstructed: the 1.4+ table layout is unknown; keys follow the JSON.
 		return renderTable([][]string{
 			{"FIELD", "VALUE"}, {"status", "running"}, {"paths.appRoot", appRoot()},
@@ -243,9 +182,9 @@ func (a *app) statusText(down string) string {
 
 // cmdSystemVersion lists the CLI and, when reachable, the apiserver.
 func cmdSystemVersion(a *app, p *parsed) error {
-	format := p.val("format", "table")
-	if format != "json" && format != "table" {
-		return usageError(nil, "The value '%s' is invalid for '--format <format>'", format)
+	format, err := a.checkFormat(p)
+	if err != nil {
+		return err
 	}
 	up := a.systemDown() == ""
 	if format == "json" {
@@ -262,19 +201,4 @@ func cmdSystemVersion(a *app, p *parsed) error {
 	}
 	fmt.Fprintln(a.stdout, renderTable(rows))
 	return nil
-}
-
-// builderCommands accepts the BuildKit builder's lifecycle commands; podman
-// needs no builder, so they do nothing.
-func builderCommands() map[string]handler {
-	noop := func(n string, opts ...opt) handler {
-		return handler{&cmdSpec{path: "container builder " + n, usage: "container builder " + n + " [<options>]", opts: opts},
-			func(a *app, p *parsed) error { return a.up("failed to get container") }}
-	}
-	return map[string]handler{
-		"start":  noop("start", option("cpus", "-c", "--cpus"), option("memory", "-m", "--memory"), option("ip", "--dns")),
-		"stop":   noop("stop"),
-		"delete": noop("delete", flag("-f", "--force")),
-		"rm":     noop("rm", flag("-f", "--force")),
-	}
 }

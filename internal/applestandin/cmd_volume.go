@@ -3,10 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
 
 // Private volume labels: Apple's size and options (podman's --opt would
@@ -16,46 +17,9 @@ const (
 	labelVolOpts = labelPrefix + "opts" // JSON object
 )
 
-// volumeCommands is the `container volume` group.
-func volumeCommands(v Version) map[string]handler {
-	list := func(n string) handler {
-		return handler{&cmdSpec{
-			path:  "container volume " + n,
-			usage: "container volume " + n + " [--format <format>] [--quiet]",
-			opts:  []opt{option("format", "--format"), flag("-q", "--quiet")},
-		}, cmdVolumeList}
-	}
-	del := func(n string) handler {
-		return handler{&cmdSpec{
-			path:  "container volume " + n,
-			usage: "container volume " + n + " [--all] [<names> ...]",
-			opts:  []opt{flag("-a", "--all")},
-		}, cmdVolumeDelete}
-	}
-	return map[string]handler{
-		"create": {&cmdSpec{
-			path:  "container volume create",
-			usage: "container volume create [--label <label> ...] [--opt <opt> ...] [-s <s>] <name>",
-			// --label is parsed by parseKeyValuePairs: Utility.parseKeyValuePairs
-			// (VolumeCreate.swift, Utility.swift), 0.4.0–1.2.2.
-			opts: []opt{option("label", "--label"), option("opt", "--opt"), option("s", "-s")},
-			args: []string{"<name>"},
-		}, cmdVolumeCreate},
-		"list": list("list"),
-		"ls":   list("ls"),
-		"inspect": {&cmdSpec{
-			path:  "container volume inspect",
-			usage: "container volume inspect <names> ...",
-			args:  []string{"<names>"},
-		}, cmdVolumeInspect},
-		"delete": del("delete"),
-		"rm":     del("rm"),
-	}
-}
-
 // errVolumeNotFound is `volume not found: X` (1.x) / `volume 'X' not found` (0.x).
 func (a *app) errVolumeNotFound(name string) error {
-	if a.v.oneX() {
+	if oneX(a.v) {
 		return a.fail("notFound", "volume not found: "+name)
 	}
 	return failPlain("volume '" + name + "' not found")
@@ -69,7 +33,7 @@ func (a *app) errVolumeNotFound(name string) error {
 // absent). Its VolumeErrors come back as invalidArgument with their
 // descriptions, other errors as unknown (XPCServer.swift).
 func cmdVolumeCreate(a *app, p *parsed) error {
-	name := p.pos[0]
+	name := p.Pos[0]
 	if err := a.up("failed to create volume"); err != nil {
 		return err
 	}
@@ -83,8 +47,8 @@ func cmdVolumeCreate(a *app, p *parsed) error {
 	} else if len(have) > 0 {
 		return a.fail("invalidArgument", "volume '"+name+"' already exists")
 	}
-	opts := parseKeyValuePairs(p.vals["opt"])
-	if s := p.val("s", ""); s != "" {
+	opts := parseKeyValuePairs(p.Vals("opt"))
+	if s := p.Val("s", ""); s != "" {
 		opts["size"] = s
 	}
 	size := defaultVolumeSize
@@ -101,7 +65,7 @@ func cmdVolumeCreate(a *app, p *parsed) error {
 	// Apple's labels and options are kept as JSON: a key such as "k=" (what
 	// "--label k=" makes) would not survive podman's own key=value split.
 	// podman reads a volume's --label as CSV, so the JSON travels encoded.
-	labelsJSON, _ := json.Marshal(parseKeyValuePairs(p.vals["label"]))
+	labelsJSON, _ := json.Marshal(parseKeyValuePairs(p.Vals("label")))
 	optsJSON, _ := json.Marshal(opts)
 	args := []string{"volume", "create",
 		"--label", labelLabels + "=" + encodeJSONLabel(labelsJSON),
@@ -119,13 +83,10 @@ func cmdVolumeCreate(a *app, p *parsed) error {
 	return nil
 }
 
-// volumeNamePattern is VolumeStorage.volumeNamePattern; names are also at
-// most 255 characters (isValidVolumeName, 0.8.0–1.2.2).
-const volumeNamePattern = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+// volumeNamePattern is VolumeStorage.volumeNamePattern.
+const volumeNamePattern = applecli.VolumeNamePattern
 
-var volumeNameRE = regexp.MustCompile(volumeNamePattern)
-
-func validVolumeName(name string) bool { return len(name) <= 255 && volumeNameRE.MatchString(name) }
+func validVolumeName(name string) bool { return applecli.ValidVolumeName(name) }
 
 // volumeOptions are the volume's driver options as Apple shows them.
 func volumeOptions(labels map[string]string) map[string]string {
@@ -142,7 +103,7 @@ func (a *app) volumeJSON(v podVolume) *Obj {
 		size = n
 	}
 	labels := containerLabels(v.Labels)
-	if a.v.oneX() {
+	if oneX(a.v) {
 		return NewObj().Set("configuration", NewObj().
 			Set("creationDate", isoDate(v.CreatedAt)).
 			Set("driver", "local").
@@ -167,7 +128,7 @@ func (a *app) volumeJSON(v podVolume) *Obj {
 
 // cmdVolumeList lists volumes as a table, names (-q) or JSON.
 func cmdVolumeList(a *app, p *parsed) error {
-	format, err := a.checkFormat(&cmdSpec{path: "container volume list", usage: "container volume list [--format <format>] [--quiet]"}, p)
+	format, err := a.checkFormat(p)
 	if err != nil {
 		return err
 	}
@@ -186,7 +147,7 @@ func cmdVolumeList(a *app, p *parsed) error {
 			arr = append(arr, a.volumeJSON(v))
 		}
 		a.printJSON(arr, false)
-	case p.has("quiet"):
+	case p.Has("quiet"):
 		for _, v := range vols {
 			fmt.Fprintln(a.stdout, v.Name)
 		}
@@ -214,7 +175,7 @@ func cmdVolumeInspect(a *app, p *parsed) error {
 	if err := a.up("failed to list volumes"); err != nil {
 		return err
 	}
-	vols, err := a.eng.inspectVolumes(p.pos...)
+	vols, err := a.eng.inspectVolumes(p.Pos...)
 	if err != nil {
 		return err
 	}
@@ -223,7 +184,7 @@ func cmdVolumeInspect(a *app, p *parsed) error {
 		byName[v.Name] = v
 	}
 	arr := []any{}
-	for _, n := range p.pos {
+	for _, n := range p.Pos {
 		v, ok := byName[n]
 		if !ok {
 			return a.errVolumeNotFound(n)
@@ -246,9 +207,9 @@ func cmdVolumeDelete(a *app, p *parsed) error {
 		// VolumeDelete.validate(), 1.0.0–1.2.2 (before, no names and no
 		// --all deleted nothing, and --all won over names).
 		switch {
-		case len(p.pos) == 0 && !p.has("all"):
+		case len(p.Pos) == 0 && !p.Has("all"):
 			return a.fail("invalidArgument", "no volumes specified and --all not supplied")
-		case len(p.pos) > 0 && p.has("all"):
+		case len(p.Pos) > 0 && p.Has("all"):
 			return a.fail("invalidArgument", "explicitly supplied volume name(s) conflict with the --all flag")
 		}
 	}
@@ -260,7 +221,7 @@ func cmdVolumeDelete(a *app, p *parsed) error {
 		return err
 	}
 	var names []string
-	if p.has("all") {
+	if p.Has("all") {
 		for _, v := range vols {
 			names = append(names, v.Name)
 		}
@@ -271,7 +232,7 @@ func cmdVolumeDelete(a *app, p *parsed) error {
 		}
 		seen := map[string]bool{}
 		var missing []string
-		for _, n := range p.pos {
+		for _, n := range p.Pos {
 			if seen[n] {
 				continue
 			}

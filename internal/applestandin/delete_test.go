@@ -44,14 +44,3 @@ func TestDeleteTexts(t *testing.T) {
 		t.Errorf("two missing: %q", got)
 	}
 }
-
-// TestImageDeleteForceByVersion: --force exists from 0.9.0.
-func TestImageDeleteForceByVersion(t *testing.T) {
-	spec := imageCommands(MustVersion("0.8.0"))["delete"].spec
-	if _, err := parseArgs(MustVersion("0.8.0"), spec, []string{"--force", "x"}); err == nil {
-		t.Error("0.8.0 image delete --force: want a usage error")
-	}
-	if _, err := parseArgs(MustVersion("0.9.0"), spec, []string{"--force", "x"}); err != nil {
-		t.Errorf("0.9.0 image delete --force: %v", err)
-	}
-}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 )
 
@@ -35,7 +34,7 @@ func withCause(text, cause string) string {
 // prints it: before 0.10.0 `code: "message"`, from 0.10.0 the message only
 // (LocalizedError), each with an optional cause.
 func errText(v Version, code, msg, cause string) string {
-	if v.codeErrors() {
+	if codeErrors(v) {
 		return withCause(coded(code, msg), cause)
 	}
 	return withCause(msg, cause)
@@ -88,20 +87,9 @@ func (a *app) errExists(id string) error {
 func (a *app) errXPC(op string) error {
 	const hint = "Ensure container system service has been started with `container system start`."
 	inner := withCause(coded("internalError", op), coded("interrupted", "XPC connection error: Connection invalid"))
-	if a.v.codeErrors() {
+	if codeErrors(a.v) {
 		// 0.x wraps the whole description, hint included, in interrupted: "…" (issue #829).
 		return &exitError{exitFailure, "Error: " + coded("interrupted", inner+"\n"+hint)}
 	}
 	return &exitError{exitFailure, "Error: " + inner + "\n" + hint}
-}
-
-// usageError is an argument-parser failure: message, usage line, help hint,
-// exit 64 (swift-argument-parser's layout).
-func usageError(spec *cmdSpec, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	text := "Error: " + msg
-	if spec != nil {
-		text += "\nUsage: " + spec.usage + "\n  See '" + spec.path + " --help' for more information."
-	}
-	return &exitError{exitUsage, text}
 }

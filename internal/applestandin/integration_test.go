@@ -398,13 +398,17 @@ func TestIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
-		var first []string
-		if err := json.Unmarshal([]byte(lines[0]), &first); err != nil || first[0] != "run" || first[3] != name {
+		type entry struct {
+			Version string   `json:"version"`
+			Argv    []string `json:"argv"`
+		}
+		var first entry
+		if err := json.Unmarshal([]byte(lines[0]), &first); err != nil || first.Version != "1.5.0" || first.Argv[0] != "run" || first.Argv[3] != name {
 			t.Errorf("first log line %q: %v", lines[0], err)
 		}
 		for _, l := range lines {
-			var argv []string
-			if err := json.Unmarshal([]byte(l), &argv); err != nil {
+			var e entry
+			if err := json.Unmarshal([]byte(l), &e); err != nil || e.Version == "" || len(e.Argv) == 0 {
 				t.Errorf("bad log line %q", l)
 			}
 		}

@@ -78,7 +78,7 @@ type Encoding struct {
 
 // encodingFor returns the encoding the emulated version uses.
 func encodingFor(v Version) Encoding {
-	return Encoding{Sorted: v.oneX(), EscapeSlash: v.escapeSlashes()}
+	return Encoding{Sorted: oneX(v), EscapeSlash: escapeSlashes(v)}
 }
 
 // Compact encodes v on one line without spaces (JSONEncoder without .prettyPrinted).

@@ -12,14 +12,18 @@
 //	CONTAINER_STANDIN_HOME     directory holding the system-stopped marker
 //	CONTAINER_STANDIN_SYSTEM   "stopped" or "unregistered" forces the
 //	                           container system to be down
-//	CONTAINER_STANDIN_LOG      file to which each invocation's argv is
-//	                           appended as one JSON array line
+//	CONTAINER_STANDIN_LOG      files (a path list) to each of which every
+//	                           invocation is appended as one JSON line,
+//	                           {"version": "1.5.0", "argv": [...]}
 //	CONTAINER_STANDIN_REGISTRY_DOMAIN
 //	                           the default registry domain the system is
 //	                           configured with (default docker.io)
 //
-// Facts come from the project's Apple CLI reference and captured samples;
-// anything not covered there is marked "reconstructed" in the source.
+// Command lines are parsed with the emulated release's argument tables
+// (internal/applecli), which refuse what that release's CLI refuses, with
+// its text and exit code. Other facts come from the project's Apple CLI
+// reference and captured samples; anything not covered there is marked
+// "reconstructed" in the source.
 package main
 
 import (
@@ -30,6 +34,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
 
 // Environment variable names.
@@ -110,15 +116,11 @@ func (a *app) finish(err error) int {
 		return 0
 	}
 	var ee *exitError
-	var hp *errHelp
 	var ec exitCode
 	switch {
 	case errors.As(err, &ee):
 		fmt.Fprintln(a.stderr, ee.text)
 		return ee.code
-	case errors.As(err, &hp):
-		fmt.Fprint(a.stdout, helpText(hp.spec))
-		return 0
 	case errors.As(err, &ec):
 		return int(ec)
 	default:
@@ -127,26 +129,40 @@ func (a *app) finish(err error) int {
 	}
 }
 
-// logInvocation appends argv as one JSON array line to CONTAINER_STANDIN_LOG
-// with a single O_APPEND write, so concurrent invocations never interleave.
+// logInvocation appends the invocation, the emulated version and argv,
+// as one JSON line to each file CONTAINER_STANDIN_LOG lists, each with a
+// single O_APPEND write, so concurrent invocations never interleave.
 func logInvocation(args []string) {
-	path := os.Getenv(envLog)
-	if path == "" {
+	paths := os.Getenv(envLog)
+	if paths == "" {
 		return
 	}
 	if args == nil {
 		args = []string{}
 	}
-	line, err := json.Marshal(args)
+	version := os.Getenv(envVersion)
+	if version == "" {
+		version = defaultVersion
+	}
+	line, err := json.Marshal(struct {
+		Version string   `json:"version"`
+		Argv    []string `json:"argv"`
+	}{version, args})
 	if err != nil {
 		return
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return
+	line = append(line, '\n')
+	for _, path := range filepath.SplitList(paths) {
+		if path == "" {
+			continue
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			continue
+		}
+		_, _ = f.Write(line)
+		_ = f.Close()
 	}
-	_, _ = f.Write(append(line, '\n'))
-	_ = f.Close()
 }
 
 // systemDown returns "" when the container system is up, else the status
@@ -175,86 +191,48 @@ func (a *app) up(op string) error {
 	return nil
 }
 
-// handler runs one command with its already-selected spec.
-type handler struct {
-	spec *cmdSpec
-	run  func(a *app, p *parsed) error
-}
-
-// dispatch routes the top-level command line.
+// dispatch parses the command line against the emulated release's
+// tables and runs the command; the parser's refusals print as the CLI's.
 func (a *app) dispatch(args []string) error {
-	// Global options before the subcommand.
-	for len(args) > 0 {
-		switch args[0] {
-		case "--debug":
-			args = args[1:]
-			continue
-		case "--version":
-			fmt.Fprintf(a.stdout, "container CLI version %s (build: release, commit: %s)\n", a.v, shortCommit)
-			return nil
-		case "-h", "--help", "help":
-			fmt.Fprint(a.stdout, topHelp)
-			return nil
-		}
-		break
-	}
-	if len(args) == 0 {
-		fmt.Fprint(a.stdout, topHelp)
-		return nil
-	}
-	name, rest := args[0], args[1:]
-	switch name {
-	case "image", "images", "i":
-		return a.group("container image", imageCommands(a.v), rest)
-	case "volume", "v":
-		return a.group("container volume", volumeCommands(a.v), rest)
-	case "system", "s":
-		return a.group("container system", systemCommands(a.v), rest)
-	case "builder":
-		return a.group("container builder", builderCommands(), rest)
-	}
-	h, ok := containerCommands(a.v)[name]
-	if !ok {
-		return a.unknownCommand(name)
-	}
-	return a.invoke(h, rest)
-}
-
-// invoke parses rest against h's spec and runs it.
-func (a *app) invoke(h handler, rest []string) error {
-	p, err := parseArgs(a.v, h.spec, rest)
-	if err != nil {
+	p, err := applecli.Parse(a.v, args)
+	var r *applecli.Refusal
+	if errors.As(err, &r) {
+		return &exitError{r.Code, r.Text}
+	} else if err != nil {
 		return err
 	}
-	return h.run(a, p)
-}
-
-// group dispatches a command group such as `container image …`.
-func (a *app) group(path string, cmds map[string]handler, rest []string) error {
-	spec := &cmdSpec{path: path, usage: path + " <subcommand>"}
-	if len(rest) == 0 {
-		return usageError(spec, "Missing expected argument '<subcommand>'")
+	switch p.Outcome {
+	case applecli.ShowVersion:
+		fmt.Fprintf(a.stdout, "container CLI version %s (build: release, commit: %s)\n", a.v, shortCommit)
+		return nil
+	case applecli.ShowHelp:
+		if p.Table.Command.Path == "" {
+			fmt.Fprint(a.stdout, topHelp)
+		} else {
+			fmt.Fprint(a.stdout, helpText(p.Table))
+		}
+		return nil
+	case applecli.RunPlugin:
+		return a.plugin(p)
 	}
-	if rest[0] == "-h" || rest[0] == "--help" {
-		return &errHelp{spec}
-	}
-	h, ok := cmds[rest[0]]
+	run, ok := handlers[p.Table.Command.Path]
 	if !ok {
-		return usageError(spec, "Unexpected argument '%s'", rest[0])
+		return failPlain("container " + p.Table.Command.Path + " is not supported by this stand-in")
 	}
-	return a.invoke(h, rest[1:])
+	return run(a, p)
 }
 
-// unknownCommand: an unknown subcommand is looked up as a plugin.
-func (a *app) unknownCommand(name string) error {
-	if strings.HasPrefix(name, "-") {
-		return usageError(&cmdSpec{path: "container", usage: "container <subcommand>"}, "Unknown option '%s'", name)
-	}
+// plugin: a first word that names no command is looked up as a plugin
+// (DefaultCommand.swift); the stand-in has none. Both errors are
+// ValidationErrors: printed with the root's usage, exit 64.
+func (a *app) plugin(p *parsed) error {
+	exe, _ := os.Executable()
+	hints := applecli.PluginHints(filepath.Dir(filepath.Dir(exe)), p.Pos[0])
+	msg := applecli.PluginNotFound(p.Pos[0], hints)
 	if a.systemDown() != "" {
-		// Captured on 1.2.0 (shortened by the source); reconstructed: the tail after the colon.
-		return &exitError{exitUsage, "Error: Plugins are unavailable. Start the container system services and retry: container system start\nUsage: container [--debug] <subcommand>\n  See 'container --help' for more information."}
+		msg = applecli.PluginsUnavailable(hints)
 	}
-	return failPlain("Plugin 'container-" + name + "' not found.")
+	return &exitError{exitUsage, "Error: " + msg + "\nUsage: " + p.Table.Usage() + "\n  See 'container --help' for more information."}
 }
 
 // reconstructed: an abridged version of the CLI's overview screen.

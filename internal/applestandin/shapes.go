@@ -225,7 +225,7 @@ func userValue(u string) *Obj {
 // Objects are built in the 0.x key order of samples §1.9; 1.x sorts keys.
 func (a *app) containerJSON(v *ctrView) *Obj {
 	c := v.c
-	one := a.v.oneX()
+	one := oneX(a.v)
 
 	image := NewObj().Set("reference", v.ref).Set("descriptor",
 		NewObj().Set("size", descriptorSize).Set("mediaType", indexMediaType).Set("digest", c.ImageDigest))
@@ -401,7 +401,7 @@ func (a *app) listRow(v *ctrView) []string {
 // listHeader is the `container ls` header row (samples §7.1).
 func (a *app) listHeader() []string {
 	addr := "IP"
-	if !a.v.oneX() {
+	if !oneX(a.v) {
 		addr = "ADDR"
 	}
 	return []string{"ID", "IMAGE", "OS", "ARCH", "STATE", addr, "CPUS", "MEMORY", "STARTED"}

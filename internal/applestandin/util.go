@@ -39,7 +39,7 @@ func appleSeconds(t time.Time) float64 {
 
 // dateValue renders a date for the emulated version's JSON.
 func (a *app) dateValue(t time.Time) any {
-	if a.v.oneX() {
+	if oneX(a.v) {
 		return isoDate(t)
 	}
 	return appleSeconds(t)

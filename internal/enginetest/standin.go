@@ -36,11 +36,37 @@ func standInTarget(t testing.TB, version string) Target {
 		env = append(env, EnvStandInVersion+"="+version)
 		name += "-" + version
 	}
+	if argvRecord != "" {
+		env = append(env, EnvStandInLog+"="+argvRecord)
+	}
 	// Servers find the stand-in as `container` on PATH.
 	serverEnv := append([]string{"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, env...)
 	return Target{Name: name, Runtime: "container", Image: image(), Env: serverEnv, StandIn: true, New: func() sandbox.Runtime {
 		return apple.New(apple.Options{Binary: bin, Env: env})
 	}}
+}
+
+// argvRecord is the file to which every stand-in target of this test
+// process has each invocation logged (RecordArgv); "" for none.
+var argvRecord string
+
+// RecordArgv has every stand-in target of this test process log each
+// invocation, by the server under test or by the test itself, to path
+// (CONTAINER_STANDIN_LOG), for CheckArgvRecord. Call it before the
+// targets are made (in TestMain).
+func RecordArgv(path string) { argvRecord = path }
+
+// WithArgvLog returns env with path added to the stand-in's log files:
+// a test that reads its own argv log keeps the process's record going.
+func WithArgvLog(env []string, path string) []string {
+	out := append([]string(nil), env...)
+	for i := len(out) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(out[i], EnvStandInLog+"="); ok {
+			out[i] = EnvStandInLog + "=" + v + string(os.PathListSeparator) + path
+			return out
+		}
+	}
+	return append(out, EnvStandInLog+"="+path)
 }
 
 // standInBuild is the build of the stand-in, done once per test binary.
@@ -72,23 +98,26 @@ func StandIn(t testing.TB) string {
 func buildStandIn() (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	src := filepath.Join(root, "internal", "applestandin")
-	files, err := filepath.Glob(filepath.Join(src, "*.go"))
-	if err != nil || len(files) == 0 {
-		return "", fmt.Errorf("no stand-in sources in %s", src)
-	}
-	sort.Strings(files)
+	// The stand-in and the argument tables it parses with.
 	h := sha256.New()
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
+	for _, pkg := range []string{"applestandin", "applecli"} {
+		src := filepath.Join(root, "internal", pkg)
+		files, err := filepath.Glob(filepath.Join(src, "*.go"))
+		if err != nil || len(files) == 0 {
+			return "", fmt.Errorf("no stand-in sources in %s", src)
 		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return "", err
+		sort.Strings(files)
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, "%s/%s %d\n", pkg, filepath.Base(f), len(b))
+			h.Write(b)
 		}
-		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
-		h.Write(b)
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {

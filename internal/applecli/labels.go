@@ -1,4 +1,4 @@
-package main
+package applecli
 
 import (
 	"unicode"
@@ -78,34 +78,44 @@ func isPrepend(r rune) bool {
 	return false
 }
 
-// parseRunLabels is Parser.labels (Parser.swift, 0.1.0–1.2.2; the same
-// through 1.5.0 as far as the samples show): at most two splits; one
-// piece is a key with an empty value, two are key and value, anything
-// else (three pieces, or none for "=") is refused. An empty argument is
-// refused first. Errors are ContainerizationError(.invalidArgument).
-func (a *app) parseRunLabels(raw []string) (map[string]string, error) {
+// RunLabels is Parser.labels (Parser.swift, 0.1.0–1.2.2; the same
+// through 1.5.0 as far as the samples show), which `run -l` and
+// `create -l` go through: at most two splits; one piece is a key with an
+// empty value, two are key and value, anything else (three pieces, or
+// none for "=") is refused. An empty argument is refused first. Errors
+// are ContainerizationError(.invalidArgument).
+func RunLabels(raw []string) (map[string]string, *Failure) {
 	out := map[string]string{}
 	for _, l := range raw {
-		if l == "" {
-			return nil, a.fail("invalidArgument", "label cannot be an empty string")
+		if f := runLabel(l); f != nil {
+			return nil, f
 		}
 		switch p := swiftSplitEquals(l, 2); len(p) {
 		case 1:
 			out[p[0]] = ""
 		case 2:
 			out[p[0]] = p[1]
-		default:
-			return nil, a.fail("invalidArgument", "invalid label format "+l)
 		}
 	}
 	return out, nil
 }
 
-// parseKeyValuePairs is Utility.parseKeyValuePairs (Utility.swift,
+// runLabel is RunLabels' check of one label.
+func runLabel(l string) *Failure {
+	if l == "" {
+		return &Failure{"invalidArgument", "label cannot be an empty string"}
+	}
+	if n := len(swiftSplitEquals(l, 2)); n != 1 && n != 2 {
+		return &Failure{"invalidArgument", "invalid label format " + l}
+	}
+	return nil
+}
+
+// KeyValuePairs is Utility.parseKeyValuePairs (Utility.swift,
 // 0.4.0–1.2.2), which `volume create --label` and `--opt` use: one split;
 // two pieces are key and value, anything else is the whole argument as a
 // key with an empty value ("k=" is the key "k="). It refuses nothing.
-func parseKeyValuePairs(raw []string) map[string]string {
+func KeyValuePairs(raw []string) map[string]string {
 	out := map[string]string{}
 	for _, l := range raw {
 		if p := swiftSplitEquals(l, 1); len(p) == 2 {
