@@ -42,7 +42,7 @@ func (f *fake) note(format string, args ...any) {
 
 // TerminalCommand runs the command on the host (sh -c): terminal tools
 // are tested without an engine here, and end to end in e2e.
-func (f *fake) TerminalCommand(_ context.Context, name, command string) (*exec.Cmd, func(), error) {
+func (f *fake) TerminalCommand(_ context.Context, name, command string, _, _ int) (*exec.Cmd, func(), error) {
 	f.note("terminal %s %q", name, command)
 	if f.errAll != nil {
 		return nil, nil, f.errAll

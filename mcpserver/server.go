@@ -31,7 +31,7 @@ import (
 // they call (*sandbox.Manager in production, a fake in unit tests).
 type Sandboxes interface {
 	Exec(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
-	TerminalCommand(ctx context.Context, name, command string) (*exec.Cmd, func(), error)
+	TerminalCommand(ctx context.Context, name, command string, cols, rows int) (*exec.Cmd, func(), error)
 	Python(ctx context.Context, name, code string, req shell.Request) (sandbox.ExecResult, error)
 	Install(ctx context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error)
 	WriteFile(ctx context.Context, name string, req sandbox.WriteRequest) (sandbox.Written, error)

@@ -128,7 +128,7 @@ func (s *Server) handleTerminalOpen(ctx context.Context, req mcp.CallToolRequest
 	if strings.IndexByte(command, 0) >= 0 {
 		return argError("terminal_open: the command contains a NUL byte"), nil
 	}
-	cmd, done, err := s.m.TerminalCommand(ctx, name, command)
+	cmd, done, err := s.m.TerminalCommand(ctx, name, command, cols, rows)
 	if err != nil {
 		return failure(ctx, "terminal_open", err), nil
 	}

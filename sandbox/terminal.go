@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os/exec"
 	"sync"
 	"time"
@@ -25,13 +26,16 @@ const noShell = 1<<22 + 1
 // TerminalCommand prepares an engine exec with a terminal into sandbox
 // name (booted if need be) that runs command through sh, or the login
 // shell when command is empty, in the directory the sandbox's shells are
-// in, with TERM set and the env tool's variables. The caller runs it
+// in, with TERM set and the env tool's variables. With cols and rows
+// (both > 0) the sandbox's side of the terminal has that size before the
+// command starts: docker sizes an exec's terminal only after it started,
+// and a curses program would meet a resize (KEY_RESIZE) for its first key. The caller runs it
 // behind a pseudo-terminal, and calls done when the session ends: until
 // then the sandbox counts as in use, so idle reaping leaves it alone.
 // Every process of the session carries a run marker (as a command's do),
 // and done ends those still running in the sandbox: an engine does not
 // end an exec's processes when its client goes.
-func (m *Manager) TerminalCommand(ctx context.Context, name, command string) (cmd *exec.Cmd, done func(), err error) {
+func (m *Manager) TerminalCommand(ctx context.Context, name, command string, cols, rows int) (cmd *exec.Cmd, done func(), err error) {
 	sb, _, err := m.Get(ctx, name)
 	if err != nil {
 		return nil, nil, err
@@ -47,7 +51,13 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string) (cm
 	_, _ = rand.Read(b)
 	runID := hex.EncodeToString(b)
 	target := sb.own.target()
-	spec := ExecSpec{Argv: []string{"sh", "-c", terminalPrelude + command}, Interactive: true, TTY: true, Workdir: wd,
+	prelude := terminalPrelude
+	if cols > 0 && rows > 0 {
+		// The engine's own resize to the same size then changes nothing
+		// and signals no one.
+		prelude = fmt.Sprintf("stty rows %d cols %d 2>/dev/null; ", rows, cols) + prelude
+	}
+	spec := ExecSpec{Argv: []string{"sh", "-c", prelude + command}, Interactive: true, TTY: true, Workdir: wd,
 		Env: map[string]string{"TERM": "xterm-256color", guest.RunVar: runID}}
 	release := sb.busy()
 	var once sync.Once

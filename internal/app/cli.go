@@ -271,7 +271,8 @@ func Shell(ctx context.Context, cfg Config, name, command string, tty bool, stdi
 	if err := mustExist(ctx, env.Manager, name); err != nil {
 		return err
 	}
-	cmd, done, err := env.Manager.TerminalCommand(ctx, name, command)
+	// The engine's CLI sizes the terminal from the person's own.
+	cmd, done, err := env.Manager.TerminalCommand(ctx, name, command, 0, 0)
 	if err != nil {
 		return engineExit(err)
 	}
