@@ -69,3 +69,27 @@ esac
 `
 	listsMcpDevAlone(t, fakeApp(t, script))
 }
+
+// TestVolumeListSurvivesARemovalWhileListing: podman's `volume ls` fails
+// when another client removes a volume while it lists. The stand-in's
+// list (and with it `volume delete`, which lists first) must list again,
+// not fail with podman's words, which no Apple CLI prints.
+func TestVolumeListSurvivesARemovalWhileListing(t *testing.T) {
+	script := `#!/bin/sh
+d=$(dirname "$0")
+case "$1 $2" in
+"volume ls") if [ ! -e "$d/gone" ]; then touch "$d/gone"
+    echo 'Error: no volume with name "ws-other" found in database: no such volume' >&2; exit 125; fi
+  echo ws-default;;
+"volume inspect") echo '[{"Name":"ws-default","Labels":{}}]';;
+*) exit 1;;
+esac
+`
+	vols, err := fakeApp(t, script).eng.listVolumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 1 || vols[0].Name != "ws-default" {
+		t.Fatalf("volumes %+v, want ws-default alone", vols)
+	}
+}

@@ -289,13 +289,25 @@ func (e *engine) inspectVolumes(names ...string) ([]podVolume, error) {
 	return out, nil
 }
 
-// listVolumes inspects every volume.
+// listVolumes inspects every volume. podman's `volume ls` fails ("no
+// volume with name … found in database") when another client removes a
+// volume while it lists: the listing is taken again. Apple's own list
+// does not fail so.
 func (e *engine) listVolumes() ([]podVolume, error) {
-	r := e.run("volume", "ls", "-q")
-	if !r.ok() {
-		return nil, failPlain(r.message())
+	var r result
+	for try := 0; try < 10; try++ {
+		if try > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		r = e.run("volume", "ls", "-q")
+		if r.ok() {
+			return e.inspectVolumes(strings.Fields(string(r.stdout))...)
+		}
+		if !r.contains("no such volume") && !r.contains("no volume with name") {
+			break
+		}
 	}
-	return e.inspectVolumes(strings.Fields(string(r.stdout))...)
+	return nil, failPlain(r.message())
 }
 
 // hostCPUs is the number of CPUs podman may hand out (limits above fail).

@@ -481,7 +481,15 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 		return err
 	}
 	users, lerr := d.volumeUsers(ctx, name)
-	if lerr != nil || len(users) == 0 {
+	if lerr != nil {
+		return err
+	}
+	if len(users) == 0 {
+		// Removed meanwhile by another client (the CLI then says only
+		// that the delete failed): gone is what was asked.
+		if vols, verr := d.Volumes(ctx); verr == nil && !slices.ContainsFunc(vols, func(v Volume) bool { return v.Name == name }) {
+			return nil
+		}
 		return err
 	}
 	inUse := *ee

@@ -110,6 +110,35 @@ func TestVolumeRemoveInUse(t *testing.T) {
 	}
 }
 
+// TestVolumeRemoveRemovedMeanwhile: a delete that fails because another
+// client removed the volume between the CLI's list and its delete says
+// only that the delete failed; the volume is gone, which is what was
+// asked. One still listed keeps the error.
+func TestVolumeRemoveRemovedMeanwhile(t *testing.T) {
+	const unmounted = `[{"id":"user1","configuration":{"id":"user1","labels":{},"mounts":[]},"status":{"networks":[],"state":"stopped"}}]`
+	for _, v := range allVersions {
+		full := sample(t, errForm(v, "stderr-volume-delete-in-use-pre-0.10.txt", "stderr-volume-delete-in-use-0.10-1.x.txt"))
+		lastLine := full[strings.Index(full, "Error: "):]
+		for _, c := range []struct {
+			name, vols string
+			gone       bool
+		}{
+			{"gone", "[]", true},
+			{"still there", sample(t, "volume-ls-1.2.0.json"), false},
+		} {
+			vol := "bushel-smoke-vol" // the volume volume-ls-1.2.0.json lists
+			d, lines := fakeCLI(t, v, map[string]fakeReply{
+				"volume delete " + vol:      {stderr: strings.ReplaceAll(lastLine, "busy", vol), code: 1},
+				"list --all --format json":  {stdout: unmounted},
+				"volume list --format json": {stdout: c.vols},
+			})
+			if err := d.VolumeRemove(tctx(t), vol); (err == nil) != c.gone {
+				t.Errorf("%s %s: VolumeRemove = %v (calls %q)", v, c.name, err, lines())
+			}
+		}
+	}
+}
+
 // TestRemoveImageMissing: an image removed outside the server is no error:
 // --force from 0.9.0, the image list before.
 func TestRemoveImageMissing(t *testing.T) {
