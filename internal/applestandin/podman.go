@@ -192,7 +192,17 @@ func (e *engine) listContainers(all bool) ([]podContainer, error) {
 	if all {
 		args = append(args, "-a")
 	}
-	r := e.run(args...)
+	// Like `volume ls`, podman's ps can fail on a container another
+	// client removes while it lists: list again.
+	var r result
+	for try := 0; try < 10; try++ {
+		if try > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if r = e.run(args...); r.ok() || !(r.contains("no such container") || r.contains("container not known")) {
+			break
+		}
+	}
 	if !r.ok() {
 		return nil, failPlain(r.message())
 	}
