@@ -3,15 +3,26 @@ package main
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 )
 
 // TestGoInstall: `go install github.com/sandbox-mcp/sandbox-mcp/cmd/sandbox-mcp@VERSION`
@@ -120,6 +131,73 @@ func TestGoInstall(t *testing.T) {
 	if want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]; f.Machine != want {
 		t.Fatalf("the built agent is for %s, want %s", f.Machine, want)
 	}
+
+	// And it serves: a port forward through that agent, on a real engine.
+	if !slices.Contains(strings.Split(os.Getenv(enginetest.EnvRuntimes), ","), "podman") {
+		t.Logf("no forward through the installed binary's agent: %s does not list podman", enginetest.EnvRuntimes)
+		return
+	}
+	exposeThroughAgent(t, filepath.Join(bin, "sandbox-mcp"), env)
+}
+
+// exposeThroughAgent serves MCP with the binary on podman and forwards a
+// host port to a web server in a sandbox: the forward must go through the
+// sandbox's agent, and carry a page.
+func exposeThroughAgent(t *testing.T, bin string, env []string) {
+	rt := docker.New(docker.Options{Flavor: docker.Podman})
+	prefix := enginetest.Prefix(t, rt)
+	cmd := exec.Command(bin, "serve", "--runtime", "podman", "--image", "mcp-dev", "--prefix", prefix,
+		"--state-dir", t.TempDir(), "--no-boot-default", "--toolsets", "all")
+	cmd.Env = append(os.Environ(), env...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*enginetest.HangGuard)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "install-test", Version: "0"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil)
+	if err != nil {
+		t.Fatalf("connect to the installed binary: %v", err)
+	}
+	defer cs.Close()
+	call := func(name string, args map[string]any) map[string]any {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var text string
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				text += tc.Text
+			}
+		}
+		if res.IsError {
+			t.Fatalf("%s: %s", name, text)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		return m
+	}
+	call("bg", map[string]any{"command": "mkdir -p /tmp/www && echo from-the-installed-agent >/tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 18917 --bind 127.0.0.1"})
+	// A port no other test forwards: packages run side by side.
+	r := call("expose", map[string]any{"port": 18917})
+	url, _ := r["url"].(string)
+	if via, _ := r["via"].(string); via != "agent" || url == "" {
+		t.Fatalf("expose through the installed binary: %v, want a forward via its agent", r)
+	}
+	hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+	enginetest.WaitFor(t, "the page through the forward", func() error {
+		resp, err := hc.Get(url + "/index.html")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(body), "from-the-installed-agent") {
+			return fmt.Errorf("status %d: %.200s", resp.StatusCode, body)
+		}
+		return nil
+	})
+	t.Logf("a page came through %s, forwarded by the agent the installed binary built", url)
 }
 
 // runFails is run for a command that is to fail: it returns its output.
