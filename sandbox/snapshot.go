@@ -311,7 +311,7 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 	}
 	defer os.Remove(tmp)
 	var n int64
-	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, "."},
+	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, ".", guest.SkipLostFound},
 		func(r io.Reader, _ func() *streamFailure) error {
 			w := &countWriter{w: bufio.NewWriterSize(f, streamBuffer)}
 			// Read as a tar archive, kept up to its end marker: tar pads
@@ -399,7 +399,7 @@ func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snap
 	if replace {
 		script = guest.ReplaceDirScript
 	}
-	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir},
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir, guest.SkipLostFound},
 		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
 	if failed != nil {
 		return m.transferFailed(ctx, sb, "restore the workspace into", m.cfg.Workdir, failed, "the workspace may be incomplete")

@@ -46,7 +46,7 @@ const maxSyncList = 64 << 20
 // entries named in ignore and all under them. The names come from the
 // sandbox: the caller uses them only to name paths inside it.
 func (m *Manager) SyncList(ctx context.Context, name, dir string, ignore []string) ([]string, error) {
-	script, err := guest.SyncListScript(dir, ignore)
+	script, err := guest.SyncListScript(dir, ignore, m.isWorkspace(dir))
 	if err != nil {
 		return nil, &ArgError{Err: err}
 	}
@@ -91,7 +91,7 @@ func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []stri
 	}
 	defer sb.busy()()
 	untar := pack != nil && size <= smallSync
-	script, err := guest.SyncApplyScript(dir, remove, untar)
+	script, err := guest.SyncApplyScript(dir, remove, untar, m.isWorkspace(dir))
 	if err != nil {
 		return &ArgError{Err: err}
 	}
@@ -111,7 +111,11 @@ func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []stri
 	if pack == nil || untar {
 		return nil
 	}
-	perr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.UntarScript, "sh", dir}, pack)
+	argv := []string{"sh", "-c", guest.UntarScript, "sh", dir}
+	if m.isWorkspace(dir) {
+		argv = append(argv, guest.SkipLostFound)
+	}
+	perr, failed := m.execIn(ctx, sb, argv, pack)
 	if failed != nil {
 		return m.transferFailed(ctx, sb, "sync into", dir, failed, "the next change or a restart of the sync sends it again")
 	}

@@ -124,7 +124,12 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 	}
 	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
 	defer cancel()
-	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", path.Dir(abs), path.Base(abs)},
+	argv := []string{"sh", "-c", guest.TarScript, "sh", path.Dir(abs), path.Base(abs)}
+	if m.isWorkspace(abs) {
+		// The workspace as a whole: without its volume's lost+found.
+		argv = append(argv, guest.SkipLostFound)
+	}
+	err, failed := m.execOut(ctx, sb, argv,
 		func(r io.Reader, wait func() *streamFailure) error {
 			return unpack(r, path.Base(abs), func() error {
 				if f := wait(); f != nil {
@@ -137,6 +142,13 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 		err = m.transferFailed(ctx, sb, "download from", abs, failed, "nothing was written on the host")
 	}
 	return abs, err
+}
+
+// isWorkspace reports whether the sandbox path p is the workspace itself,
+// the volume's mount point, whose volume's lost+found the transfers leave
+// alone (see package guest).
+func (m *Manager) isWorkspace(p string) bool {
+	return path.IsAbs(p) && path.Clean(p) == path.Clean(m.cfg.Workdir)
 }
 
 // transferFailed describes a tar in the sandbox that failed.
