@@ -37,7 +37,7 @@ func Unavailable() string {
 }
 
 // Make creates a sparse ext4 image of size bytes at img (which must not
-// exist), with filesystem label label, and attaches it to a free loop
+// exist), with filesystem label label (none when ""), and attaches it to a free loop
 // device, which it returns. On failure it leaves nothing behind.
 func Make(ctx context.Context, img string, size int64, label string) (string, error) {
 	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -52,8 +52,11 @@ func Make(ctx context.Context, img string, size int64, label string) (string, er
 		// -m 0: no blocks reserved for root, the volume's user gets the
 		// whole size. Lazy init writes no inode tables or journal now
 		// (the kernel zeroes them later without filling the sparse file).
-		err = run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", label,
-			"-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1", img)
+		args := []string{"-q", "-F", "-m", "0", "-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1"}
+		if label != "" {
+			args = append(args, "-L", label)
+		}
+		err = run(ctx, "mkfs.ext4", append(args, img)...)
 	}
 	var dev string
 	if err == nil {
