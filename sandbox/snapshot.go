@@ -298,7 +298,8 @@ func workspaceFileName(key string) string {
 }
 
 // saveWorkspace streams the workspace as a tar into the snapshot
-// directory; the file appears under its final name only when whole.
+// directory, without its volume's lost+found (see package guest); the
+// file appears under its final name only when whole.
 func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (int64, string, error) {
 	if err := os.MkdirAll(m.cfg.SnapshotDir, 0o700); err != nil {
 		return 0, "", err
@@ -374,7 +375,8 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // loadWorkspace extracts a saved workspace tar into the sandbox's
-// workspace, emptying it first when replace is set. A small one goes
+// workspace, emptying it first when replace is set; the volume's
+// lost+found is neither removed nor extracted over. A small one goes
 // through the sandbox's shell (a pipe round trip), a large one over an
 // exec of its own.
 func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snapshot, replace bool) error {

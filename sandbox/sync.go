@@ -43,7 +43,9 @@ func (m *Manager) Boot(ctx context.Context, name string) (BootInfo, error) {
 const maxSyncList = 64 << 20
 
 // SyncList lists the paths under dir in the sandbox ("./rel"), leaving out
-// entries named in ignore and all under them. The names come from the
+// entries named in ignore and all under them, and the workspace volume's
+// lost+found when dir is the workspace (so a mirror never removes it; see
+// package guest). The names come from the
 // sandbox: the caller uses them only to name paths inside it.
 func (m *Manager) SyncList(ctx context.Context, name, dir string, ignore []string) ([]string, error) {
 	script, err := guest.SyncListScript(dir, ignore, m.isWorkspace(dir))
@@ -81,7 +83,8 @@ const smallSync = 4 << 20
 
 // SyncApply brings changes into dir in the sandbox: it removes the paths
 // in remove ("./rel") and then extracts the tar stream that pack writes
-// (nil: none). size is the stream's expected size: small ones go through
+// (nil: none). In the workspace, its volume's lost+found is neither
+// removed nor extracted over. size is the stream's expected size: small ones go through
 // the sandbox's shell (about a pipe round trip), large ones stream over
 // the engine's exec.
 func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []string, size int64, pack func(w io.Writer) error) error {

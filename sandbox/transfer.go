@@ -103,7 +103,8 @@ func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (L
 
 // Download streams the sandbox path src (a file, a directory with all
 // under it, or a symlink as a link) as a tar archive to unpack, whose top
-// entry is src's base name. unpack must call finish once it has read the
+// entry is src's base name; the workspace itself comes without its
+// volume's lost+found. unpack must call finish once it has read the
 // whole archive and before it keeps anything: finish reports tar's
 // failure in the sandbox (an unreadable file, a vanished path).
 func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error) {
