@@ -94,6 +94,30 @@ var goldenCases = []goldenCase{
 	{"read_file_hostile_range", func() (string, error) { return ReadFileScript(hostile, 10, 20) }},
 	{"read_file_offset", func() (string, error) { return ReadFileScript("-f", 5, 1<<20+1) }},
 
+	// Transfers, snapshots and live sync.
+	{"probe_path", func() (string, error) { return ProbePathScript(hostile) }},
+	{"tar", text(TarScript)},
+	{"untar", text(UntarScript)},
+	{"replace_dir", text(ReplaceDirScript)},
+	{"sync_list", func() (string, error) {
+		return SyncListScript(hostile, []string{".git", "node_modules", "it's"}, false)
+	}},
+	{"sync_list_bare", func() (string, error) { return SyncListScript("/data", nil, false) }},
+	{"sync_list_workspace", func() (string, error) { return SyncListScript("/workspace", []string{".git", "node_modules"}, true) }},
+	{"sync_list_workspace_bare", func() (string, error) { return SyncListScript("/workspace", nil, true) }},
+	{"sync_apply", func() (string, error) {
+		return SyncApplyScript(hostile, []string{"./a", "./lost+found", "./" + hostile}, true, false)
+	}},
+	{"sync_apply_remove_only", func() (string, error) { return SyncApplyScript("/data", []string{"./a"}, false, false) }},
+	{"sync_apply_workspace", func() (string, error) {
+		return SyncApplyScript("/workspace", []string{"./a", "./lost+found", "./lost+found/x"}, true, true)
+	}},
+	{"sync_apply_workspace_remove_only", func() (string, error) {
+		return SyncApplyScript("/workspace", []string{"./a"}, false, true)
+	}},
+	{"workspace_load", func() (string, error) { return WorkspaceLoadScript("/workspace", false) }},
+	{"workspace_load_replace", func() (string, error) { return WorkspaceLoadScript(hostile, true) }},
+
 	// Background jobs.
 	{"job_start", func() (string, error) { return JobStartScript(jobID, "", "sleep 100") }},
 	{"job_start_hostile", func() (string, error) { return JobStartScript(jobID, hostile, hostile) }},

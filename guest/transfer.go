@@ -37,90 +37,219 @@ func ParseProbe(out string) (kind, p string, err error) {
 	return kind, path.Clean(p), nil
 }
 
-// UntarScript extracts a tar stream from stdin into the directory $1,
-// creating it, as the exec's user: owners in the stream are ignored
+// The workspace volume's lost+found.
+//
+// mkfs.ext4 and Apple's ext4 formatter (containerization's
+// EXT4.Formatter) make a directory lost+found, mode 0700 and owned by
+// root, in the root directory of every filesystem they make, for e2fsck.
+// A workspace volume that is such a filesystem (every Apple volume; a
+// sized docker/podman workspace on a loop device) thus holds a
+// <workspace>/lost+found that nobody put there and that a user other than
+// root can neither read nor remove.
+//
+// What counts as the volume's lost+found: the entry lost+found directly in
+// the workspace directory (the volume's mount point), when
+//   - it is a directory, not a symlink, and
+//   - the workspace directory is the root directory of an ext2/3/4
+//     filesystem: its inode number is 2 (every ext filesystem's root
+//     inode) and statfs names its type ext2/ext3 (magic 0xEF53, which
+//     ext4 shares).
+//
+// Any other lost+found is the user's and is treated like any other file:
+// one below the top of the workspace, one in a workspace that is not an
+// ext filesystem's root (a plain docker/podman volume, a tmpfs), a
+// symlink, and one anywhere outside the workspace. Where stat is missing
+// the test fails, and the entry is the user's.
+//
+// The scripts that walk the workspace as a whole leave the volume's
+// lost+found out: a download of the workspace, the workspace tar of a
+// snapshot or a clone, the listing a sync compares with the host. Those
+// that write the workspace as a whole leave it in place: a restore or a
+// clone neither empties it nor extracts a lost+found of the stream (a tar
+// saved before, or from a workspace where lost+found was the user's) into
+// it, and a sync neither removes it nor extracts the host's over it. Tar's
+// own exclusion does it: GNU tar, or a tar that takes --exclude (busybox
+// built with it); a tar without --exclude (Debian's busybox) sends and
+// extracts lost+found as it always did.
+
+// SkipLostFound, as the last argument of TarScript, UntarScript or
+// ReplaceDirScript, says that the directory they walk is the workspace:
+// its volume's lost+found is left alone.
+const SkipLostFound = "skip-lost+found"
+
+// lostFoundHere is an sh test, true when the working directory holds its
+// volume's lost+found.
+const lostFoundHere = `[ -d lost+found ] && [ ! -L lost+found ] && ` +
+	`[ "$(command stat -c %i . 2>/dev/null)" = 2 ] && ` +
+	`case $(command stat -f -c %T . 2>/dev/null) in ext[234]*) ;; *) false ;; esac`
+
+// hasExclude is an sh test, true when a tar that is not GNU's takes
+// --exclude (it archives /dev/null into /dev/null to find out).
+const hasExclude = `command tar -c -f /dev/null --exclude=x -- /dev/null >/dev/null 2>&1`
+
+// execUntar ends an sh -c script with tar extracting stdin into the
+// working directory as the exec's user: owners in the stream are ignored
 // (-o), modes kept (-p). GNU tar reads 1 MiB records (fewer, larger reads
-// from the pipe).
-const UntarScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
-case $(tar --version 2>/dev/null) in *GNU*) exec tar -x -p -o -b 2048 -f - ;; esac
+// from the pipe). With $x set, the stream's lost+found is not extracted.
+const execUntar = `case $(tar --version 2>/dev/null) in *GNU*)
+  [ -z "$x" ] || exec tar -x -p -o -b 2048 -f - --anchored --no-wildcards --exclude=./lost+found --exclude=lost+found
+  exec tar -x -p -o -b 2048 -f - ;;
+esac
+[ -z "$x" ] || ! ` + hasExclude + ` || exec tar -x -p -o -f - --exclude=./lost+found
 exec tar -x -p -o -f -`
 
+// UntarScript extracts a tar stream from stdin into the directory $1,
+// creating it, as the exec's user: owners in the stream are ignored (-o),
+// modes kept (-p). With $2 SkipLostFound, a lost+found of the stream is
+// not extracted over the volume's.
+const UntarScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
+x=
+if [ "$2" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
+` + execUntar
+
 // ReplaceDirScript empties the directory $1 and extracts a tar stream
-// from stdin into it, like UntarScript.
+// from stdin into it, like UntarScript. With $2 SkipLostFound, the
+// volume's lost+found is neither removed nor extracted over.
 const ReplaceDirScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
-command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1
-case $(tar --version 2>/dev/null) in *GNU*) exec tar -x -p -o -b 2048 -f - ;; esac
-exec tar -x -p -o -f -`
+x=
+if [ "$2" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
+if [ -n "$x" ]; then command find . -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf -- {} + || exit 1
+else command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1; fi
+` + execUntar
 
 // TarScript writes the entry $2 of the directory $1 (and all under it)
 // to stdout as a tar stream. Symlinks are stored as links. GNU tar writes
-// 1 MiB records.
+// 1 MiB records. With $3 SkipLostFound, the volume's lost+found in $2 is
+// left out, and names then start with "./": the pattern "./$2/lost+found"
+// can match no name deeper in the tree, in GNU's tar and busybox's alike.
 const TarScript = `cd -- "$1" || exit 1
-case $(tar --version 2>/dev/null) in *GNU*) exec tar -c -b 2048 -f - -- "$2" ;; esac
-exec tar -c -f - -- "$2"`
+m=$2 x=
+if [ "$3" = ` + SkipLostFound + ` ] && (cd -- "$2" 2>/dev/null && ` + lostFoundHere + `); then
+  case $2 in .) ;; *) m=./$2 ;; esac
+  x=$m/lost+found
+fi
+case $(tar --version 2>/dev/null) in *GNU*)
+  [ -z "$x" ] || exec tar -c -b 2048 -f - --anchored --no-wildcards --exclude="$x" -- "$m"
+  exec tar -c -b 2048 -f - -- "$m" ;;
+esac
+[ -z "$x" ] || ! ` + hasExclude + ` || exec tar -c -f - --exclude="$x" -- "$m"
+exec tar -c -f - -- "$m"`
+
+// untarHere extracts stdin into the working directory from a script that
+// runs in the persistent shell, and exits the subshell when it fails.
+// With skip, and $__sbx_lf set, the stream's lost+found is not extracted.
+func untarHere(b *strings.Builder, skip bool) {
+	const plain = "command tar -x -p -o -f - || exit 1\n"
+	if !skip {
+		b.WriteString(plain)
+		return
+	}
+	b.WriteString(`if [ -z "$__sbx_lf" ]; then ` + plain + `else case $(command tar --version 2>/dev/null) in
+*GNU*) command tar -x -p -o -f - --anchored --no-wildcards --exclude=./lost+found --exclude=lost+found || exit 1 ;;
+*) if ` + hasExclude + `; then command tar -x -p -o -f - --exclude=./lost+found || exit 1
+  else ` + plain + `  fi ;;
+esac; fi
+`)
+}
 
 // SyncListScript prints every path under dir (as "./rel", NUL-separated),
 // leaving out entries named in ignore and all under them; nothing when
-// dir does not exist. It runs in the persistent shell, in a subshell.
-func SyncListScript(dir string, ignore []string) (string, error) {
+// dir does not exist. With workspace (dir is the workspace), the volume's
+// lost+found is left out too. It runs in the persistent shell, in a
+// subshell.
+func SyncListScript(dir string, ignore []string, workspace bool) (string, error) {
 	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
 		return "", errors.New("sandbox directory must be non-empty, without NUL")
 	}
-	var b strings.Builder
-	b.WriteString("(cd -- " + quote(dir) + " 2>/dev/null || exit 0\ncommand find . -mindepth 1")
-	if len(ignore) > 0 {
-		b.WriteString(` \(`)
-		for i, n := range ignore {
-			if strings.ContainsAny(n, "/\x00") || n == "" {
-				return "", errors.New("ignore names are base names without / or NUL")
-			}
-			if i > 0 {
-				b.WriteString(" -o")
-			}
-			b.WriteString(" -name " + quote(n))
+	var prune strings.Builder
+	for i, n := range ignore {
+		if strings.ContainsAny(n, "/\x00") || n == "" {
+			return "", errors.New("ignore names are base names without / or NUL")
 		}
-		b.WriteString(` \) -prune -o`)
+		if i > 0 {
+			prune.WriteString(" -o")
+		}
+		prune.WriteString(" -name " + quote(n))
 	}
-	b.WriteString(" -print0)")
+	find := func(prune string) string {
+		if prune == "" {
+			return "command find . -mindepth 1 -print0"
+		}
+		return `command find . -mindepth 1 \(` + prune + ` \) -prune -o -print0`
+	}
+	var b strings.Builder
+	b.WriteString("(cd -- " + quote(dir) + " 2>/dev/null || exit 0\n")
+	if workspace {
+		lf := " -path ./lost+found"
+		if prune.Len() > 0 {
+			lf += " -o"
+		}
+		b.WriteString("if " + lostFoundHere + "; then " + find(lf+prune.String()) + "\nelse ")
+		b.WriteString(find(prune.String()) + "; fi)")
+		return b.String(), nil
+	}
+	b.WriteString(find(prune.String()) + ")")
 	return b.String(), nil
 }
 
 // SyncApplyScript makes dir, removes the given paths under it (each
 // "./rel") and, with untar, extracts a tar stream from stdin into it as
-// the shell's user (owners ignored, modes kept). It runs in the persistent
-// shell, in a subshell, and fails at the first step that fails.
-func SyncApplyScript(dir string, remove []string, untar bool) (string, error) {
+// the shell's user (owners ignored, modes kept). With workspace (dir is
+// the workspace), the volume's lost+found is neither removed nor
+// extracted over. It runs in the persistent shell, in a subshell, and
+// fails at the first step that fails.
+func SyncApplyScript(dir string, remove []string, untar, workspace bool) (string, error) {
 	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
 		return "", errors.New("sandbox directory must be non-empty, without NUL")
 	}
 	var b strings.Builder
 	b.WriteString("(command mkdir -p -- " + quote(dir) + " && cd -- " + quote(dir) + " || exit 1\n")
-	if len(remove) > 0 {
-		b.WriteString("command rm -rf --")
-		for _, p := range remove {
-			if !strings.HasPrefix(p, "./") || strings.IndexByte(p, 0) >= 0 {
-				return "", errors.New("paths to remove are ./relative, without NUL")
-			}
-			b.WriteString(" " + quote(p))
+	// The host's lost+found is never extracted over the volume's, so
+	// nothing under that is the host's to remove either.
+	var rm, guarded []string
+	for _, p := range remove {
+		if !strings.HasPrefix(p, "./") || strings.IndexByte(p, 0) >= 0 {
+			return "", errors.New("paths to remove are ./relative, without NUL")
 		}
-		b.WriteString(" || exit 1\n")
+		if workspace && (p == "./lost+found" || strings.HasPrefix(p, "./lost+found/")) {
+			guarded = append(guarded, quote(p))
+			continue
+		}
+		rm = append(rm, quote(p))
+	}
+	skip := workspace && (len(guarded) > 0 || untar)
+	if skip {
+		b.WriteString("__sbx_lf=\nif " + lostFoundHere + "; then __sbx_lf=1; fi\n")
+	}
+	if len(rm) > 0 {
+		b.WriteString("command rm -rf -- " + strings.Join(rm, " ") + " || exit 1\n")
+	}
+	if len(guarded) > 0 {
+		b.WriteString(`if [ -z "$__sbx_lf" ]; then command rm -rf -- ` + strings.Join(guarded, " ") + " || exit 1; fi\n")
 	}
 	if untar {
-		b.WriteString("command tar -x -p -o -f - || exit 1\n")
+		untarHere(&b, skip)
 	}
 	b.WriteString(")")
 	return b.String(), nil
 }
 
 // WorkspaceLoadScript extracts a tar stream from stdin into dir (emptied
-// first with replace) through the persistent shell, in a subshell.
+// first with replace) through the persistent shell, in a subshell. dir is
+// the workspace: its volume's lost+found is neither removed nor extracted
+// over.
 func WorkspaceLoadScript(dir string, replace bool) (string, error) {
 	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
 		return "", errors.New("directory must be non-empty, without NUL")
 	}
-	s := "(command mkdir -p -- " + quote(dir) + " && cd -- " + quote(dir) + " || exit 1\n"
+	var b strings.Builder
+	b.WriteString("(command mkdir -p -- " + quote(dir) + " && cd -- " + quote(dir) + " || exit 1\n")
+	b.WriteString("__sbx_lf=\nif " + lostFoundHere + "; then __sbx_lf=1; fi\n")
 	if replace {
-		s += "command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1\n"
+		b.WriteString(`if [ -n "$__sbx_lf" ]; then command find . -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf -- {} + || exit 1` + "\n" +
+			"else command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1; fi\n")
 	}
-	return s + "command tar -x -p -o -f - || exit 1\n)", nil
+	untarHere(&b, true)
+	b.WriteString(")")
+	return b.String(), nil
 }

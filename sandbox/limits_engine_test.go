@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/loopdisk"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -141,8 +142,15 @@ func TestDiskLimitOnEngine(t *testing.T) {
 				if _, err := m.Destroy(ctx, "full"); err != nil {
 					t.Errorf("destroy: %v", err)
 				}
-				if tg.Name == "podman" && os.Geteuid() == 0 {
-					left, _ := filepath.Glob("/var/lib/containers/sandbox-mcp-disks/" + prefix + "*")
+				disks := ""
+				switch {
+				case tg.Name == "podman" && os.Geteuid() == 0:
+					disks = "/var/lib/containers/sandbox-mcp-disks/"
+				case tg.StandIn && loopdisk.Unavailable() == "":
+					disks = "/var/lib/containers/container-standin-disks/"
+				}
+				if disks != "" {
+					left, _ := filepath.Glob(disks + prefix + "*")
 					if len(left) > 0 {
 						t.Errorf("workspace images left after destroy: %q", left)
 					}
@@ -161,9 +169,11 @@ func TestDiskLimitOnEngine(t *testing.T) {
 					t.Skipf("nothing bounds %s on this host", path)
 				}
 				if tg.StandIn {
-					// Apple's own CLI enforces it (an ext4 volume of
-					// that size in the VM): checked on a Mac.
-					t.Skip("the stand-in passes Apple's volume size on but does not enforce it")
+					// Its volumes are ext4 images of their size on loop
+					// devices, as Apple's are, where the host has them.
+					if why := loopdisk.Unavailable(); why != "" {
+						t.Skipf("the stand-in's volumes are plain podman volumes here (%s)", why)
+					}
 				}
 				before := hostFree(t, dir)
 				var so, se strings.Builder

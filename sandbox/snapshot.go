@@ -298,7 +298,8 @@ func workspaceFileName(key string) string {
 }
 
 // saveWorkspace streams the workspace as a tar into the snapshot
-// directory; the file appears under its final name only when whole.
+// directory, without its volume's lost+found (see package guest); the
+// file appears under its final name only when whole.
 func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (int64, string, error) {
 	if err := os.MkdirAll(m.cfg.SnapshotDir, 0o700); err != nil {
 		return 0, "", err
@@ -311,7 +312,7 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 	}
 	defer os.Remove(tmp)
 	var n int64
-	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, "."},
+	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, ".", guest.SkipLostFound},
 		func(r io.Reader, _ func() *streamFailure) error {
 			w := &countWriter{w: bufio.NewWriterSize(f, streamBuffer)}
 			// Read as a tar archive, kept up to its end marker: tar pads
@@ -374,7 +375,8 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // loadWorkspace extracts a saved workspace tar into the sandbox's
-// workspace, emptying it first when replace is set. A small one goes
+// workspace, emptying it first when replace is set; the volume's
+// lost+found is neither removed nor extracted over. A small one goes
 // through the sandbox's shell (a pipe round trip), a large one over an
 // exec of its own.
 func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snapshot, replace bool) error {
@@ -399,7 +401,7 @@ func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snap
 	if replace {
 		script = guest.ReplaceDirScript
 	}
-	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir},
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir, guest.SkipLostFound},
 		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
 	if failed != nil {
 		return m.transferFailed(ctx, sb, "restore the workspace into", m.cfg.Workdir, failed, "the workspace may be incomplete")

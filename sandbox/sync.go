@@ -43,10 +43,12 @@ func (m *Manager) Boot(ctx context.Context, name string) (BootInfo, error) {
 const maxSyncList = 64 << 20
 
 // SyncList lists the paths under dir in the sandbox ("./rel"), leaving out
-// entries named in ignore and all under them. The names come from the
+// entries named in ignore and all under them, and the workspace volume's
+// lost+found when dir is the workspace (so a mirror never removes it; see
+// package guest). The names come from the
 // sandbox: the caller uses them only to name paths inside it.
 func (m *Manager) SyncList(ctx context.Context, name, dir string, ignore []string) ([]string, error) {
-	script, err := guest.SyncListScript(dir, ignore)
+	script, err := guest.SyncListScript(dir, ignore, m.isWorkspace(dir))
 	if err != nil {
 		return nil, &ArgError{Err: err}
 	}
@@ -81,7 +83,8 @@ const smallSync = 4 << 20
 
 // SyncApply brings changes into dir in the sandbox: it removes the paths
 // in remove ("./rel") and then extracts the tar stream that pack writes
-// (nil: none). size is the stream's expected size: small ones go through
+// (nil: none). In the workspace, its volume's lost+found is neither
+// removed nor extracted over. size is the stream's expected size: small ones go through
 // the sandbox's shell (about a pipe round trip), large ones stream over
 // the engine's exec.
 func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []string, size int64, pack func(w io.Writer) error) error {
@@ -91,7 +94,7 @@ func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []stri
 	}
 	defer sb.busy()()
 	untar := pack != nil && size <= smallSync
-	script, err := guest.SyncApplyScript(dir, remove, untar)
+	script, err := guest.SyncApplyScript(dir, remove, untar, m.isWorkspace(dir))
 	if err != nil {
 		return &ArgError{Err: err}
 	}
@@ -111,7 +114,11 @@ func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []stri
 	if pack == nil || untar {
 		return nil
 	}
-	perr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.UntarScript, "sh", dir}, pack)
+	argv := []string{"sh", "-c", guest.UntarScript, "sh", dir}
+	if m.isWorkspace(dir) {
+		argv = append(argv, guest.SkipLostFound)
+	}
+	perr, failed := m.execIn(ctx, sb, argv, pack)
 	if failed != nil {
 		return m.transferFailed(ctx, sb, "sync into", dir, failed, "the next change or a restart of the sync sends it again")
 	}

@@ -103,7 +103,8 @@ func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (L
 
 // Download streams the sandbox path src (a file, a directory with all
 // under it, or a symlink as a link) as a tar archive to unpack, whose top
-// entry is src's base name. unpack must call finish once it has read the
+// entry is src's base name; the workspace itself comes without its
+// volume's lost+found. unpack must call finish once it has read the
 // whole archive and before it keeps anything: finish reports tar's
 // failure in the sandbox (an unreadable file, a vanished path).
 func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error) {
@@ -124,7 +125,12 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 	}
 	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
 	defer cancel()
-	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", path.Dir(abs), path.Base(abs)},
+	argv := []string{"sh", "-c", guest.TarScript, "sh", path.Dir(abs), path.Base(abs)}
+	if m.isWorkspace(abs) {
+		// The workspace as a whole: without its volume's lost+found.
+		argv = append(argv, guest.SkipLostFound)
+	}
+	err, failed := m.execOut(ctx, sb, argv,
 		func(r io.Reader, wait func() *streamFailure) error {
 			return unpack(r, path.Base(abs), func() error {
 				if f := wait(); f != nil {
@@ -137,6 +143,13 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 		err = m.transferFailed(ctx, sb, "download from", abs, failed, "nothing was written on the host")
 	}
 	return abs, err
+}
+
+// isWorkspace reports whether the sandbox path p is the workspace itself,
+// the volume's mount point, whose volume's lost+found the transfers leave
+// alone (see package guest).
+func (m *Manager) isWorkspace(p string) bool {
+	return path.IsAbs(p) && path.Clean(p) == path.Clean(m.cfg.Workdir)
 }
 
 // transferFailed describes a tar in the sandbox that failed.

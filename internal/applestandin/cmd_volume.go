@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/loopdisk"
 )
 
 // Private volume labels: Apple's size and options (podman's --opt would
@@ -30,7 +31,8 @@ func (a *app) errVolumeNotFound(name string) error {
 // --opt options are parseKeyValuePairs; -s is the "size" option. The
 // server checks the name, then that it is new, then reads the size with
 // Measurement.parse (bytes without a unit; at least 1 MiB; 512 GiB when
-// absent). Its VolumeErrors come back as invalidArgument with their
+// absent). The volume is an ext4 image of that size where the host allows
+// (volume_disk.go). Its VolumeErrors come back as invalidArgument with their
 // descriptions, other errors as unknown (XPCServer.swift).
 func cmdVolumeCreate(a *app, p *parsed) error {
 	name := p.Pos[0]
@@ -70,10 +72,17 @@ func cmdVolumeCreate(a *app, p *parsed) error {
 	args := []string{"volume", "create",
 		"--label", labelLabels + "=" + encodeJSONLabel(labelsJSON),
 		"--label", labelVolOpts + "=" + encodeJSONLabel(optsJSON),
-		"--label", labelVolSize + "=" + strconv.FormatInt(size, 10),
-		name}
-	r := a.eng.run(args...)
+		"--label", labelVolSize + "=" + strconv.FormatInt(size, 10)}
+	// An ext4 image of that size, as Apple's volumes are (volume_disk.go).
+	disk, img, err := a.makeVolumeImage(name, size)
+	if err != nil {
+		return a.failCause("internalError", "failed to create volume "+name, err.Error()) // reconstructed
+	}
+	r := a.eng.run(append(append(args, disk...), name)...)
 	if !r.ok() {
+		if img != "" {
+			loopdisk.Detach(img)
+		}
 		if r.contains("already exists") {
 			return a.fail("invalidArgument", "volume '"+name+"' already exists")
 		}
@@ -99,7 +108,9 @@ func volumeOptions(labels map[string]string) map[string]string {
 func (a *app) volumeJSON(v podVolume) *Obj {
 	opts := volumeOptions(v.Labels)
 	size := defaultVolumeSize
-	if n, err := strconv.ParseInt(v.Labels[labelVolSize], 10, 64); err == nil {
+	if n := volumeImageSize(v.Labels); n >= 0 {
+		size = n
+	} else if n, err := strconv.ParseInt(v.Labels[labelVolSize], 10, 64); err == nil {
 		size = n
 	}
 	labels := containerLabels(v.Labels)
@@ -246,11 +257,16 @@ func cmdVolumeDelete(a *app, p *parsed) error {
 			return a.errVolumesMissing(missing)
 		}
 	}
+	labels := map[string]map[string]string{}
+	for _, v := range vols {
+		labels[v.Name] = v.Labels
+	}
 	var failed []string
 	for _, n := range names {
 		r := a.eng.run("volume", "rm", n)
 		switch {
 		case r.ok():
+			removeVolumeImage(labels[n])
 			fmt.Fprintln(a.stdout, n)
 		case r.contains("no such volume") || r.contains("no volume with name"):
 			// Gone meanwhile: the server's volumeNotFound.

@@ -19,6 +19,11 @@
 //	                           the default registry domain the system is
 //	                           configured with (default docker.io)
 //
+// A volume that `volume create` makes is, as Apple's are, an ext4
+// filesystem of its size (512 GiB when none) with the formatter's
+// lost+found: a sparse image on a loop device, where the host has them
+// (root; see volume_disk.go), else a plain podman volume.
+//
 // Command lines are parsed with the emulated release's argument tables
 // (internal/applecli), which refuse what that release's CLI refuses, with
 // its text and exit code. Other facts come from the project's Apple CLI

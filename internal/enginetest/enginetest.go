@@ -232,6 +232,16 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 		_ = rt.Remove(ctx, c.Name)
 		vols[sandbox.ContainerName(prefix+"-ws", c.Labels[sandbox.LabelName])] = true
 	}
+	// And those whose container is gone or never came: a workspace can be
+	// an image on a loop device, which would outlive the test.
+	if vl, ok := rt.(sandbox.VolumeLister); ok {
+		names, _ := vl.VolumeNames(ctx)
+		for _, n := range names {
+			if strings.HasPrefix(n, prefix+"-ws-") {
+				vols[n] = true
+			}
+		}
+	}
 	// Only once the containers are gone, and without force, as the
 	// product does (sandbox.RemoveVolume).
 	for vol := range vols {

@@ -98,9 +98,10 @@ func StandIn(t testing.TB) string {
 func buildStandIn() (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	// The stand-in and the argument tables it parses with.
+	// The stand-in, the argument tables it parses with and the volume
+	// images it makes.
 	h := sha256.New()
-	for _, pkg := range []string{"applestandin", "applecli"} {
+	for _, pkg := range []string{"applestandin", "applecli", "loopdisk"} {
 		src := filepath.Join(root, "internal", pkg)
 		files, err := filepath.Glob(filepath.Join(src, "*.go"))
 		if err != nil || len(files) == 0 {

@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/loopdisk"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
@@ -130,15 +130,7 @@ func (d *Dialect) loopUnavailable(root string) string {
 	if root == "" || !filepath.IsAbs(root) {
 		return "the engine did not name its data directory"
 	}
-	for _, p := range []string{"losetup", "mkfs.ext4"} {
-		if _, err := exec.LookPath(p); err != nil {
-			return p + " is not installed"
-		}
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		return "no /dev/loop-control"
-	}
-	return ""
+	return loopdisk.Unavailable()
 }
 
 // remote reports whether the CLI talks to an engine on another host.
@@ -193,7 +185,7 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	img := filepath.Join(d.disksDir, name+"."+hex.EncodeToString(rnd[:])+".ext4")
-	dev, err := makeLoopImage(ctx, img, size)
+	dev, err := loopdisk.Make(ctx, img, size, "workspace")
 	if err != nil {
 		return false, err
 	}
@@ -203,7 +195,7 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	}
 	args = append(args, "--opt", "type=ext4", "--opt", "device="+dev, "--", name)
 	if _, err = d.cli.Output(ctx, nil, args...); err != nil {
-		detachImage(img)
+		loopdisk.Detach(img)
 		if errors.Is(err, sandbox.ErrAlreadyExists) { // another server won
 			if v, err := d.volumeInspect(ctx, name); err == nil {
 				return d.checkLoop(v)
@@ -214,46 +206,6 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	return true, nil
 }
 
-// makeLoopImage creates a sparse ext4 image of size bytes at img and
-// attaches it to a free loop device, which it returns.
-func makeLoopImage(ctx context.Context, img string, size int64) (string, error) {
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return "", err
-	}
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		// -m 0: no blocks reserved for root, the sandbox gets the whole size.
-		err = runTool(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "workspace",
-			"-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1", img)
-	}
-	var dev string
-	if err == nil {
-		var out []byte
-		out, err = exec.CommandContext(ctx, "losetup", "--find", "--show", img).Output()
-		dev = strings.TrimSpace(string(out))
-		if err == nil && !strings.HasPrefix(dev, "/dev/loop") {
-			err = fmt.Errorf("losetup printed %q", dev)
-		}
-	}
-	if err != nil {
-		os.Remove(img)
-		return "", fmt.Errorf("make workspace image: %w", err)
-	}
-	return dev, nil
-}
-
-func runTool(ctx context.Context, name string, args ...string) error {
-	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", name, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
 // checkLoop verifies that an existing volume's loop device is still backed
 // by its image, re-attaching the image to the same device after a reboot.
 // It returns false for a volume that has no image (a plain volume).
@@ -262,37 +214,16 @@ func (d *Dialect) checkLoop(v volumeJSON) (bool, error) {
 	if img == "" || dev == "" {
 		return false, nil
 	}
-	if loopBacking(dev) == img {
+	if loopdisk.Backing(dev) == img {
 		return true, nil
 	}
 	if _, err := os.Stat(img); err != nil {
 		return false, fmt.Errorf("workspace image %s is gone: destroy or reset with wipe_workspace", img)
 	}
-	if out, err := exec.Command("losetup", dev, img).CombinedOutput(); err != nil {
-		return false, fmt.Errorf("re-attach workspace image %s to %s: %v: %s (destroy or reset with wipe_workspace)",
-			img, dev, err, strings.TrimSpace(string(out)))
+	if err := loopdisk.Reattach(dev, img); err != nil {
+		return false, fmt.Errorf("re-attach workspace image %s to %s: %v (destroy or reset with wipe_workspace)", img, dev, err)
 	}
 	return true, nil
-}
-
-// loopBacking is the file behind a loop device, or "".
-func loopBacking(dev string) string {
-	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// detachImage detaches every loop device backed by img and deletes it.
-func detachImage(img string) {
-	out, _ := exec.Command("losetup", "--associated", img).Output()
-	for _, line := range strings.Split(string(out), "\n") {
-		if dev, _, ok := strings.Cut(line, ":"); ok && strings.HasPrefix(dev, "/dev/loop") && loopBacking(dev) == img {
-			_ = exec.Command("losetup", "--detach", dev).Run()
-		}
-	}
-	os.Remove(img)
 }
 
 // removeImage deletes the image behind a removed volume, if it is one of
@@ -303,7 +234,7 @@ func (d *Dialect) removeImage(v volumeJSON) {
 		filepath.Base(filepath.Dir(img)) != "sandbox-mcp-disks" {
 		return
 	}
-	detachImage(img)
+	loopdisk.Detach(img)
 }
 
 // RootfsDir implements sandbox.UsageDirs: overlay's upper directory.
