@@ -54,7 +54,15 @@ func cmdSystemStart(a *app, p *parsed) error {
 			"Ensure container system service has been started with `container system start`."}
 	}
 	if a.home != "" {
-		if err := os.Remove(filepath.Join(a.home, stoppedMarker)); err != nil && !os.IsNotExist(err) {
+		err := os.Remove(filepath.Join(a.home, stoppedMarker))
+		switch {
+		case err == nil:
+			// The apiserver starts afresh: it loads every container with no
+			// startedDate (startedDate).
+			if err := os.WriteFile(filepath.Join(a.home, startedMarker), nil, 0o644); err != nil {
+				return failPlain(err.Error())
+			}
+		case !os.IsNotExist(err):
 			return failPlain(err.Error())
 		}
 	}

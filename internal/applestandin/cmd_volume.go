@@ -166,7 +166,7 @@ func cmdVolumeList(a *app, p *parsed) error {
 		rows := [][]string{{"NAME", "TYPE", "DRIVER", "OPTIONS"}}
 		for _, v := range vols {
 			typ := "named"
-			if strings.HasPrefix(v.Name, "anon-") {
+			if _, anon := containerLabels(v.Labels)[anonymousLabel]; anon {
 				typ = "anonymous"
 			}
 			var opts []string

@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
@@ -54,6 +55,7 @@ const (
 
 	defaultVersion = "1.5.0"
 	stoppedMarker  = "system-stopped"
+	startedMarker  = "system-started" // its mtime: when `system start` last ran
 )
 
 // app is one invocation: the emulated version, the backend and the stdio.
@@ -185,6 +187,19 @@ func (a *app) systemDown() string {
 		}
 	}
 	return ""
+}
+
+// systemStartedAt is when `system start` last started the emulated
+// apiserver, which then knows the containers afresh.
+func (a *app) systemStartedAt() (time.Time, bool) {
+	if a.home == "" {
+		return time.Time{}, false
+	}
+	fi, err := os.Stat(filepath.Join(a.home, startedMarker))
+	if err != nil {
+		return time.Time{}, false
+	}
+	return fi.ModTime(), true
 }
 
 // up fails with the version's XPC error when the system is down; op names
