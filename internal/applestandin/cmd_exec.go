@@ -23,7 +23,7 @@ const drainTimeout = 3 * time.Second
 // container id; everything after it, "--" included, is the command.
 func cmdExec(a *app, p *parsed) error {
 	id, argv := p.Pos[0], p.Pos[1:]
-	if err := a.up("failed to get container"); err != nil {
+	if err := a.up(opListContainers); err != nil {
 		return err
 	}
 	tty, stdin := p.Has("tty"), p.Has("interactive")

@@ -186,7 +186,7 @@ func cmdImageList(a *app, p *parsed) error {
 	if err != nil {
 		return err
 	}
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	entries, err := a.listImages()
@@ -223,7 +223,7 @@ func cmdImageList(a *app, p *parsed) error {
 
 // cmdImageInspect prints images as JSON (1.x pretty; missing -> error).
 func cmdImageInspect(a *app, p *parsed) error {
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	arr := []any{}
@@ -276,7 +276,7 @@ func swiftArray(s []string) string {
 // that failed to go. Not emulated: the "Reclaimed … in disk space" line
 // (stdout before 1.0, a log line after), whose size podman does not tell.
 func cmdImageDelete(a *app, p *parsed) error {
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	refs := p.Pos
@@ -328,7 +328,7 @@ func (a *app) errImagesDeleteFailed(refs []string) error {
 
 // cmdImageTag adds a reference to an image and prints the target.
 func cmdImageTag(a *app, p *parsed) error {
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	e, podRef, err := a.findImage(p.Pos[0])
@@ -349,7 +349,7 @@ func cmdImageTag(a *app, p *parsed) error {
 // cmdImagePull succeeds for images present locally; nothing can be
 // fetched (the stand-in has no registry), so others fail like a pull.
 func cmdImagePull(a *app, p *parsed) error {
-	if err := a.up("failed to pull image"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	e, _, err := a.findImage(p.Pos[0])
@@ -369,7 +369,7 @@ func cmdBuild(a *app, p *parsed) error {
 	if len(p.Pos) > 0 {
 		ctx = p.Pos[0]
 	}
-	if err := a.up("failed to get container"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	file := p.Val("file", "")

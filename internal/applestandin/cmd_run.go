@@ -62,18 +62,26 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 		}
 		cpus = n
 	}
-	if err := a.up("failed to create container"); err != nil {
+	// The first request is the image lookup (ClientImage.list), or from
+	// 1.0.0 the health check of loadContainerSystemConfig: both fail with
+	// the bare connection error.
+	if err := a.up(); err != nil {
 		return err
 	}
 	id := p.Val("name", "")
 	if id == "" {
 		id = newUUID()
 	}
-	// The id is checked before anything else (pull, volumes, boot).
-	if c, err := a.eng.inspectOne(id); err != nil {
-		return err
-	} else if c != nil {
-		return a.errExists(id)
+	// run checks the id before anything else (pull, volumes, boot):
+	// exists "container with id <id> already exists" (ContainerRun.swift,
+	// 0.8.0–1.2.2); create has no such check, and the server refuses the
+	// id once the configuration is made (errCreateExists).
+	if start {
+		if c, err := a.eng.inspectOne(id); err != nil {
+			return err
+		} else if c != nil {
+			return a.errExists(id)
+		}
 	}
 	if p.Has("virtualization") {
 		// docs/how-to.md quotes the coded form; kept for every version.
@@ -151,7 +159,7 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	r := a.eng.run(args...)
 	if !r.ok() {
 		if nameTaken(r) {
-			return a.errExists(id)
+			return a.errCreateExists(id)
 		}
 		a.removeOwn(plan)
 		return a.bootstrapError(r)
@@ -654,7 +662,7 @@ func (a *app) runForeground(plan *createPlan) error {
 	args = append(args, plan.image)
 	if r := a.eng.run(append(args, plan.args...)...); !r.ok() {
 		if nameTaken(r) {
-			return a.errExists(plan.id)
+			return a.errCreateExists(plan.id)
 		}
 		a.removeOwn(plan)
 		return a.bootstrapError(r)

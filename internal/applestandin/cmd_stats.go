@@ -65,7 +65,7 @@ func cmdStats(a *app, p *parsed) error {
 	if err != nil {
 		return err
 	}
-	if err := a.up("failed to list containers"); err != nil {
+	if err := a.up(opListContainers); err != nil {
 		return err
 	}
 	var ids []string

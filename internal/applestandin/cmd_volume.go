@@ -36,7 +36,7 @@ func (a *app) errVolumeNotFound(name string) error {
 // descriptions, other errors as unknown (XPCServer.swift).
 func cmdVolumeCreate(a *app, p *parsed) error {
 	name := p.Pos[0]
-	if err := a.up("failed to create volume"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	if !validVolumeName(name) {
@@ -143,7 +143,7 @@ func cmdVolumeList(a *app, p *parsed) error {
 	if err != nil {
 		return err
 	}
-	if err := a.up("failed to list volumes"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	vols, err := a.eng.listVolumes()
@@ -183,7 +183,7 @@ func cmdVolumeList(a *app, p *parsed) error {
 
 // cmdVolumeInspect prints volumes as JSON; a missing name is an error.
 func cmdVolumeInspect(a *app, p *parsed) error {
-	if err := a.up("failed to list volumes"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	vols, err := a.eng.inspectVolumes(p.Pos...)
@@ -224,7 +224,7 @@ func cmdVolumeDelete(a *app, p *parsed) error {
 			return a.fail("invalidArgument", "explicitly supplied volume name(s) conflict with the --all flag")
 		}
 	}
-	if err := a.up("failed to list volumes"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	vols, err := a.eng.listVolumes()
