@@ -29,6 +29,7 @@ kill) echo "kill $3 $4" >>"$d/calls";;
 stop) sed -i 's/"Status":"running","Running":true/"Status":"exited","Running":false/' "$d/c_$4";;
 rm) for a in "$@"; do [ -e "$d/c_$a" ] && rm "$d/c_$a"; done; exit 0;;
 logs) cat "$d/log_$2";;
+cp|export) exit 0;;
 *) echo "unexpected: $*" >&2; exit 1;;
 esac
 `
@@ -135,5 +136,46 @@ func TestLogText(t *testing.T) {
 	_, _ = w.Write([]byte("y\r\nz"))
 	if b.String() != "x\ny\n" {
 		t.Errorf("follow: %q", b.String())
+	}
+}
+
+// TestFileCommandTexts: cp (Container/ContainerCopy.swift, 1.0.0–1.2.2),
+// export (ContainerExport.swift, ContainersService.exportRootfs) and
+// exec -it without a terminal (ContainerExec.swift, ProcessIO.create).
+func TestFileCommandTexts(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.txt")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		version  string
+		argv     []string
+		code     int
+		out, err string
+	}{
+		{"1.2.0", []string{"cp", file, "web:/tmp/"}, 0, "web:/tmp/f.txt\n", ""},
+		{"1.2.0", []string{"cp", file, "web:/tmp/g"}, 0, "web:/tmp/g\n", ""},
+		// 1.0.0 prints nothing.
+		{"1.0.0", []string{"cp", file, "web:/tmp/"}, 0, "", ""},
+		{"1.2.0", []string{"cp", "web:/etc/hosts", dir}, 0, filepath.Join(dir, "hosts") + "\n", ""},
+		{"1.2.0", []string{"cp", file, dir}, 1, "", "Error: one of source or destination must be a container reference (container_id:path)\n"},
+		{"1.2.0", []string{"cp", "web:/a", "old:/b"}, 1, "", "Error: copying between containers is not supported\n"},
+		{"1.2.0", []string{"cp", "web:rel", dir}, 1, "", "Error: invalid path given: web:rel\n"},
+		{"1.2.0", []string{"cp", "/nonexistent/x", "web:/x"}, 1, "", "Error: source path does not exist: /nonexistent/x\n"},
+		{"1.2.0", []string{"cp", file, "old:/x"}, 1, "", `Error: failed to copy into container old (cause: "invalidState: "container old is not running"")` + "\n"},
+		{"1.2.0", []string{"cp", "nosuch:/x", dir}, 1, "", `Error: failed to copy from container nosuch (cause: "notFound: "container with ID nosuch not found"")` + "\n"},
+		{"1.2.0", []string{"export", "nosuch"}, 1, "", `Error: failed to export container (cause: "notFound: "container with ID nosuch not found"")` + "\n"},
+		// Before 1.2.1 only a stopped container exports (samples §6 quotes the cause).
+		{"1.2.0", []string{"export", "-o", file, "web"}, 1, "", `Error: failed to export container (cause: "invalidState: "container is not stopped"")` + "\n"},
+		{"1.2.1", []string{"export", "-o", file, "web"}, 0, "", ""},
+		{"0.12.3", []string{"exec", "-it", "nosuch", "sh"}, 1, "", "Error: get failed: container nosuch not found\n"},
+		{"1.2.0", []string{"exec", "-it", "web", "sh"}, 1, "", `Error: failed to exec process POSIXError(_nsError: Error Domain=NSPOSIXErrorDomain Code=25 "Inappropriate ioctl for device")` + "\n"},
+	} {
+		a, out, errb := ctrApp(t, tc.version)
+		code := a.finish(a.dispatch(tc.argv))
+		if code != tc.code || out.String() != tc.out || errb.String() != tc.err {
+			t.Errorf("%s %v: %d\nstdout %q\nstderr %q\nwant %d %q %q", tc.version, tc.argv, code, out.String(), errb.String(), tc.code, tc.out, tc.err)
+		}
 	}
 }

@@ -220,6 +220,13 @@ func TestClassify(t *testing.T) {
 		{1, "Error: volume not found: nope", sandbox.ErrNotFound, ""},
 		{1, "Error: volume 'definitely-missing-volume-2157' not found", sandbox.ErrNotFound, ""},
 		{1, `Error: invalidState: "volume 'smt-ws-default' is currently in use and cannot be accessed by another container, or deleted"`, sandbox.ErrInUse, ""},
+		// The shapes the source words them in (ContainerClient.swift,
+		// ContainersService.swift, 1.0.0–1.2.2).
+		{1, `Error: failed to copy into container box (cause: "invalidState: "container box is not running"")`, sandbox.ErrNotRunning, ""},
+		{1, `Error: failed to copy from container box (cause: "notFound: "container with ID box not found"")`, sandbox.ErrNotFound, ""},
+		{1, `Error: failed to export container (cause: "notFound: "container with ID box not found"")`, sandbox.ErrNotFound, ""},
+		{1, "Error: container already exists: box", sandbox.ErrAlreadyExists, ""},
+		{1, `Error: failed to create container (cause: "exists: "container already exists: box"")`, sandbox.ErrAlreadyExists, ""},
 		// before 0.10
 		{1, `Error: notFound: "get failed: container nosuch not found"`, sandbox.ErrNotFound, ""},
 		{1, `Error: invalidState: "container web is not running"`, sandbox.ErrNotRunning, ""},
@@ -231,6 +238,7 @@ func TestClassify(t *testing.T) {
 		// neither
 		{1, `Error: internalError: "failed to delete container" (cause: "invalidState: "container qtest is running and can not be deleted"")`, nil, ""},
 		{1, `Error: invalidState: "container is not stopped"`, nil, ""},
+		{1, `Error: failed to export container (cause: "invalidState: "container is not stopped"")`, nil, ""},
 		{64, "Error: Unknown option '--bogus'\nUsage: container run", nil, "upgrade"},
 		{1, "Error: Plugin 'container-cp' not found.", nil, "upgrade"},
 		{1, `Error: unsupported: "nested virtualization is not supported on the platform"`, nil, "M3"},
