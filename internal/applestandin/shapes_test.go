@@ -157,16 +157,6 @@ func TestVolumeInspect(t *testing.T) {
 	}
 }
 
-// TestStatsJSON compares one stats entry with samples §3.2 (1.2.0).
-func TestStatsJSON(t *testing.T) {
-	s := podStats{CPUNano: 18093 * 1000, MemUsage: 5238784, MemLimit: 1073741824, NetInput: 29236,
-		NetOutput: 602, BlockInput: 4243456, PIDs: 2}
-	got := string(encodingFor(MustVersion("1.2.0")).Compact([]any{statsJSON("bushel-smoke", s)}))
-	if want := readTestdata(t, "stats-1.2.0.json"); got != want {
-		t.Errorf("got %s\nwant %s", got, want)
-	}
-}
-
 // TestListTable reproduces the reconstructed 1.4.1 table of samples §7.1.
 func TestListTable(t *testing.T) {
 	withMac(t)
