@@ -434,13 +434,46 @@ func cmdDelete(a *app, p *parsed) error {
 	return nil
 }
 
-// swiftSet prints ids the way Swift describes a Set<String>: ["a", "b"].
+// swiftSet prints ids the way Swift describes a Set<String> or an Array
+// (Collection description: the elements' debugDescription between
+// brackets, ", " apart): ["a", "b"].
 func swiftSet(ids []string) string {
 	q := make([]string, len(ids))
 	for i, id := range ids {
-		q[i] = `"` + id + `"`
+		q[i] = swiftQuote(id)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// swiftQuote is String.debugDescription: quoted, with \\, \", \n, \r, \t
+// and \0 escaped (other control characters as \u{x}).
+func swiftQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch r {
+		case '\\':
+			b.WriteString(`\\`)
+		case '"':
+			b.WriteString(`\"`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		case 0:
+			b.WriteString(`\0`)
+		default:
+			if r < 0x20 || r == 0x7f {
+				fmt.Fprintf(&b, `\u{%x}`, r)
+			} else {
+				b.WriteRune(r)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // cmdPrune deletes every stopped container and prints their ids, then

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -73,5 +77,199 @@ func TestStatsOutputs(t *testing.T) {
 	}
 	if got := renderTable(statsRows(nil, nil, nil)); got != "Container ID  Cpu %  Memory Usage  Net Rx/Tx  Block I/O  Pids" {
 		t.Errorf("header: %q", got)
+	}
+}
+
+// alpineImage is the podman side of the alpine image of the 1.2.0 and
+// 1.4.1 captures (samples §2.1, §2.2).
+func alpineImage(t *testing.T) *podImage {
+	return &podImage{
+		ID:           "e7a1a92a5bfeee40966aea60f0796b0e7917cc35591542701834f03a68fa3d18",
+		Digest:       "sha256:28bd5fe8b56d1bd048e5babf5b10710ebe0bae67db86916198a6eec434943f8b",
+		RepoTags:     []string{"docker.io/library/alpine:latest"},
+		Created:      mustTime(t, "2026-06-16T00:01:20.474100947Z"),
+		Config:       json.RawMessage(`{"Cmd":["/bin/sh"],"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"WorkingDir":"/","ExposedPorts":null,"ArgsEscaped":true}`),
+		Architecture: "arm64", Variant: "v8", Os: "linux", Size: 4184689,
+		History: json.RawMessage(`[{"created":"2026-06-16T00:01:20.474100947Z","created_by":"ADD alpine-minirootfs-3.24.1-aarch64.tar.gz / # buildkit","comment":"buildkit.dockerfile.v0"},` +
+			`{"created":"2026-06-16T00:01:20.474100947Z","created_by":"CMD [\"/bin/sh\"]","comment":"buildkit.dockerfile.v0","empty_layer":true}]`),
+	}
+}
+
+// TestImageOutputs: `image list --format json` and `image inspect` in
+// each release's shape (ImageList.swift, ImageInspect.swift,
+// ImageResource.swift, ImageDetail.swift), against the captures; the
+// tables against the pasted and documented ones (samples §7.2).
+func TestImageOutputs(t *testing.T) {
+	img := alpineImage(t)
+	img.RootFS.Type, img.RootFS.Layers = "layers", []string{"sha256:b2848c02ac6ff53d265469b5b30f649f335e546a83330cd8916d54e65e640409"}
+	e := imageEntry{"docker.io/library/alpine:latest", img}
+	// The index descriptor's size is the stand-in's (descriptorSize):
+	// podman has no index of its own.
+	sized := func(js string) string { return strings.Replace(js, `"size":9218`, `"size":375`, 1) }
+
+	a := &app{v: MustVersion("1.2.0")}
+	got := string(encodingFor(a.v).Compact([]any{a.imageJSON(e, false)}))
+	if want := sized(readTestdata(t, "image-ls-1.2.0.json")); got != want {
+		t.Errorf("1.2.0 image list differs\n%s", firstDiff(got, want))
+	}
+	// 1.4.1 `image inspect docker.io/library/alpine:3.22` (samples §2.3).
+	img322 := alpineImage(t)
+	img322.ID = "2c9d26f410d032d5b1525aa8a873e238b05b90c4ae8618743d4311f0cc827e37"
+	img322.Digest = "sha256:14358309a308569c32bdc37e2e0e9694be33a9d99e68afb0f5ff33cc1f695dce"
+	img322.Created = mustTime(t, "2026-06-22T19:20:11.029738351Z")
+	img322.Size = 4122138
+	img322.RootFS.Type, img322.RootFS.Layers = "layers", []string{"sha256:03ba6f53ebfcc662cb046823a1858bd5029e4040d22dd34096868ddf7b5dd776"}
+	img322.History = json.RawMessage(`[{"created":"2026-06-22T19:20:11.029738351Z","created_by":"ADD alpine-minirootfs-3.22.5-aarch64.tar.gz / # buildkit","comment":"buildkit.dockerfile.v0"},` +
+		`{"created":"2026-06-22T19:20:11.029738351Z","created_by":"CMD [\"/bin/sh\"]","comment":"buildkit.dockerfile.v0","empty_layer":true}]`)
+	a.v = MustVersion("1.4.1")
+	got = string(encodingFor(a.v).Pretty([]any{a.imageJSON(imageEntry{"docker.io/library/alpine:3.22", img322}, true)}))
+	if want := strings.Replace(readTestdata(t, "image-inspect-1.4.1.json"), `"size" : 9218`, `"size" : 375`, 1); got != want {
+		t.Errorf("1.4.1 image inspect differs\n%s", firstDiff(got, want))
+	}
+
+	// 0.12.3 (samples §2.4): {fullSize, reference, descriptor}, the
+	// capture's locale writing "4,2 MB"; keys in hash order, so compared
+	// sorted. 0.8.0 has no fullSize.
+	a.v = MustVersion("0.12.3")
+	small := &podImage{Digest: "sha256:5b10f432ef3da1b8d4c7eb6c487f2f5a8f096bc91145e68878dd4a5019afde11", Size: 4_200_000}
+	got = string(Encoding{Sorted: true}.Compact(a.imageJSON(imageEntry{"docker.io/library/alpine:latest", small}, false)))
+	first := strings.SplitN(readTestdata(t, "image-ls-0.12.3.json"), `},{`, 2)[0][1:] + "}"
+	v, err := decodeOrdered([]byte(sized(strings.Replace(first, "4,2 MB", "4.2 MB", 1))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := string(Encoding{Sorted: true}.Compact(v)); got != want {
+		t.Errorf("0.12.3 image list\ngot  %s\nwant %s", got, want)
+	}
+	a.v = MustVersion("0.8.0")
+	if got := string(Encoding{}.Compact(a.imageJSON(imageEntry{"docker.io/library/alpine:latest", small}, false))); strings.Contains(got, "fullSize") {
+		t.Errorf("0.8.0 has no fullSize: %s", got)
+	}
+
+	// Tables: 1.x digests cut to 12 hex (the docs' table, samples §7.2),
+	// before 1.0.0 to 24 and "..." (a ~0.4 paste; the rule is unchanged
+	// in 0.8–0.12, Utility.trimDigest).
+	hex := func(p string) string { return "sha256:" + p + strings.Repeat("0", 64-len(p)) }
+	a.v = MustVersion("1.2.2")
+	rows := a.imageRows([]imageEntry{
+		{"docker.io/library/python:alpine", &podImage{Digest: hex("b4d299311845")}},
+		{"docker.io/library/web-test:latest", &podImage{Digest: hex("25b99501f174")}},
+	})
+	if got, want := renderTable(rows), readTestdata(t, "table-image-ls-1.x-doc.txt"); got != want {
+		t.Errorf("1.x table\n%s\nwant\n%s", got, want)
+	}
+	a.v = MustVersion("0.9.0")
+	rows = a.imageRows([]imageEntry{
+		{"docker.io/library/hello-world:latest", &podImage{Digest: hex("54e66cc1dd1fcb1c3c58bd80")}},
+		{"quay.io/podman/hello@sha256:" + strings.Repeat("1", 64), &podImage{Digest: hex("41316c18917a27a359ee3191")}},
+	})
+	if got, want := renderTable(rows), readTestdata(t, "table-image-ls-0.4.txt"); got != want {
+		t.Errorf("0.x table\n%s\nwant\n%s", got, want)
+	}
+	// -v: one row per platform; SIZE before 0.9.0, FULL SIZE from it.
+	a.v = MustVersion("1.2.2")
+	got = renderTable(a.verboseImageRows([]imageEntry{e}))
+	want := "NAME    TAG     INDEX DIGEST  OS     ARCH   VARIANT  FULL SIZE  CREATED                         MANIFEST DIGEST\n" +
+		"alpine  latest  28bd5fe8b56d  linux  arm64  v8       4.2 MB     2026-06-16T00:01:20.474100947Z  e7a1a92a5bfe"
+	if got != want {
+		t.Errorf("verbose\n%s\nwant\n%s", got, want)
+	}
+	a.v = MustVersion("0.8.0")
+	if h := a.verboseImageRows(nil)[0][6]; h != "SIZE" {
+		t.Errorf("0.8.0 verbose header: %s", h)
+	}
+}
+
+// imgPodman is a fake podman with one image, mcp-dev (localhost/mcp-dev:latest).
+const imgPodman = `#!/bin/sh
+case "$1 $2" in
+"image inspect") shift 2
+  for r in "$@"; do case "$r" in localhost/mcp-dev:latest|docker.io/library/mcp-dev:latest)
+    echo '[{"Id":"aaa","Digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111","RepoTags":["localhost/mcp-dev:latest"],"Size":4200000}]'; exit 0;; esac; done
+  echo "Error: $1: image not known" >&2; exit 125;;
+"images -q") echo aaa;;
+"rmi localhost/mcp-dev:latest") exit 0;;
+"tag localhost/mcp-dev:latest") exit 0;;
+"build -f") exit 0;;
+*) echo "unexpected: $*" >&2; exit 1;;
+esac
+`
+
+// TestImageCommandTexts: image inspect, delete and tag texts per release.
+func TestImageCommandTexts(t *testing.T) {
+	const found = "docker.io/library/mcp-dev:latest"
+	for _, tc := range []struct {
+		version  string
+		argv     []string
+		code     int
+		out, err string
+	}{
+		// ImageInspect.swift@1.0.0: missing names sorted once (the display
+		// form of the 1.2.0 capture, samples §2.6).
+		{"1.2.0", []string{"image", "inspect", "zz", "mcp-dev", "aa", "zz"}, 1, "", "Error: image not found: aa:latest, zz:latest\n"},
+		// 0.8.0: the found ones printed, then notFound "images: …".
+		{"0.8.0", []string{"image", "inspect", "nosuch"}, 1, "", `Error: notFound: "images: nosuch"` + "\n"},
+		// 0.10/0.11: a log line per name, then InspectError.
+		{"0.10.0", []string{"image", "inspect", "nosuch"}, 1, "", "nosuch: Image not found\n" +
+			`Error: InspectError(succeeded: [], failed: [("nosuch", notFound: "Image not found")])` + "\n"},
+		// 0.12.3 (samples §2.6, issue #1539).
+		{"0.12.3", []string{"image", "inspect", "definitely-missing-image:2157"}, 1, "", sample(t, "stderr-image-inspect-missing-0.12.3.txt")},
+		// ImageDelete.swift: the reference printed, then what was freed
+		// (stdout before 1.0.0, a log line from 1.0.0); missing names first.
+		{"0.12.3", []string{"image", "delete", "mcp-dev"}, 0, found + "\nReclaimed 4.2 MB in disk space\n", ""},
+		{"1.2.0", []string{"image", "delete", "nosuch", "mcp-dev"}, 1, found + "\n", "Reclaimed 4.2 MB in disk space\n" +
+			`Error: failed to delete one or more images: ["nosuch"]` + "\n"},
+		{"1.2.0", []string{"image", "delete", "--force", "nosuch"}, 0, "", ""},
+		// ImageTag.swift: the target as given; ClientImage.get's notFound.
+		{"1.2.0", []string{"image", "tag", "mcp-dev", "other:1"}, 0, "other:1\n", ""},
+		{"1.2.0", []string{"image", "tag", "nosuch", "other:1"}, 1, "", "Error: image with reference nosuch\n"},
+	} {
+		a := fakeApp(t, imgPodman)
+		a.v = MustVersion(tc.version)
+		code := a.finish(a.dispatch(tc.argv))
+		out, errb := a.stdout.(*bytes.Buffer).String(), a.stderr.(*bytes.Buffer).String()
+		if code != tc.code || out != tc.out || errb != tc.err {
+			t.Errorf("%s %v: %d\nstdout %q\nstderr %q\nwant %d %q %q", tc.version, tc.argv, code, out, errb, tc.code, tc.out, tc.err)
+		}
+	}
+	// BuildCommand.swift: validate() refuses (exit 64, with the usage), and
+	// the tags built are printed.
+	ctx := t.TempDir()
+	empty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctx, "Containerfile"), []byte("FROM scratch\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		version  string
+		argv     []string
+		code     int
+		out, err string
+	}{
+		{"1.2.0", []string{"build", "-t", "x", "-t", "y:2", ctx}, 0, "docker.io/library/x:latest\ndocker.io/library/y:2\n", ""},
+		{"0.12.3", []string{"build", "-t", "x", "-t", "y:2", ctx}, 0, "Successfully built docker.io/library/x:latest, docker.io/library/y:2\n", ""},
+		{"1.2.0", []string{"build", filepath.Join(ctx, "nosuch")}, 64, "", "Error: context dir does not exist " + filepath.Join(ctx, "nosuch") + "\n"},
+		{"0.11.0", []string{"build", empty}, 64, "", "Error: dockerfile not found in context dir\n"},
+		{"0.10.0", []string{"build", empty}, 1, "", "Error: failed to find Dockerfile or Containerfile in the context directory " + empty + "\n"},
+	} {
+		a := fakeApp(t, imgPodman)
+		a.v = MustVersion(tc.version)
+		code := a.finish(a.dispatch(tc.argv))
+		out, errb := a.stdout.(*bytes.Buffer).String(), a.stderr.(*bytes.Buffer).String()
+		if code == 64 {
+			errb, _, _ = strings.Cut(errb, "\nUsage: ")
+			errb += "\n"
+		}
+		if code != tc.code || out != tc.out || errb != tc.err {
+			t.Errorf("%s %v: %d\nstdout %q\nstderr %q\nwant %d %q %q", tc.version, tc.argv, code, out, errb, tc.code, tc.out, tc.err)
+		}
+	}
+
+	// 0.x prints the images found before failing for the others.
+	a := fakeApp(t, imgPodman)
+	a.v = MustVersion("0.12.3")
+	if code := a.finish(a.dispatch([]string{"image", "inspect", "mcp-dev", "nosuch"})); code != 1 ||
+		!strings.HasPrefix(a.stdout.(*bytes.Buffer).String(), `[{"name":"docker.io\/library\/mcp-dev:latest"`) ||
+		!strings.HasSuffix(a.stderr.(*bytes.Buffer).String(), `Error: InspectError(succeeded: ["docker.io/library/mcp-dev:latest"], failed: [("nosuch", notFound: "Image not found")])`+"\n") {
+		t.Errorf("0.12.3 found and missing: %d %q %q", code, a.stdout, a.stderr)
 	}
 }

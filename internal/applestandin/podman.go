@@ -231,7 +231,9 @@ type podImage struct {
 	Created      time.Time       `json:"Created"`
 	Config       json.RawMessage `json:"Config"`
 	Architecture string          `json:"Architecture"`
+	Variant      string          `json:"Variant"`
 	Os           string          `json:"Os"`
+	Author       string          `json:"Author"`
 	Size         int64           `json:"Size"`
 	RootFS       struct {
 		Type   string   `json:"Type"`
