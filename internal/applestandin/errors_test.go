@@ -31,7 +31,8 @@ func TestErrorFormsByVersion(t *testing.T) {
 		"exists": {func(a *app) error { return a.errExists("dup") }, tc{
 			`Error: exists: "container with id dup already exists"`, `Error: container with id dup already exists`}},
 		"volume not found": {func(a *app) error { return a.errVolumeNotFound("nope") }, tc{
-			`Error: volume 'nope' not found`, `Error: volume not found: nope`}},
+			// The server's VolumeError, sent as invalidArgument (XPCServer.swift@0.9.0).
+			`Error: invalidArgument: "volume 'nope' not found"`, `Error: volume not found: nope`}},
 	}
 	for name, c := range cases {
 		old := &app{v: MustVersion("0.9.0")}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // statsFromSample reads a captured stats array back into podman samples,
@@ -271,5 +272,97 @@ func TestImageCommandTexts(t *testing.T) {
 		!strings.HasPrefix(a.stdout.(*bytes.Buffer).String(), `[{"name":"docker.io\/library\/mcp-dev:latest"`) ||
 		!strings.HasSuffix(a.stderr.(*bytes.Buffer).String(), `Error: InspectError(succeeded: ["docker.io/library/mcp-dev:latest"], failed: [("nosuch", notFound: "Image not found")])`+"\n") {
 		t.Errorf("0.12.3 found and missing: %d %q %q", code, a.stdout, a.stderr)
+	}
+}
+
+// volPodman is a fake podman with the volumes of files v_<name> beside
+// it (their inspect JSON).
+const volPodman = `#!/bin/sh
+d=$(dirname "$0")
+case "$1 $2" in
+"volume ls") for f in "$d"/v_*; do [ -e "$f" ] && echo "${f##*/v_}"; done;;
+"volume inspect") shift 2; out=""; rc=0
+  for n in "$@"; do if [ -e "$d/v_$n" ]; then out="$out${out:+,}$(cat "$d/v_$n")"; else echo "Error: no such volume $n" >&2; rc=125; fi; done
+  [ -n "$out" ] && echo "[$out]"; exit $rc;;
+*) echo "unexpected: $*" >&2; exit 1;;
+esac
+`
+
+// TestVolumeOutputs: volume list and inspect per release
+// (VolumeList.swift, VolumeInspect.swift, Volume.swift before 1.0.0,
+// VolumeResource.swift and VolumeConfiguration.swift from it).
+func TestVolumeOutputs(t *testing.T) {
+	withMac(t)
+	t.Setenv("HOME", "/Users/f")
+	smoke := podVolume{Name: "bushel-smoke-vol", CreatedAt: mustTime(t, "2026-08-20T08:07:27.31Z"), Labels: map[string]string{}}
+	// 1.2.0 `volume ls --format json` (samples §5.1): byte for byte, escaped.
+	a := &app{v: MustVersion("1.2.0")}
+	if got, want := string(encodingFor(a.v).Compact([]any{a.volumeJSON(smoke)})), readTestdata(t, "volume-ls-1.2.0.json"); got != want {
+		t.Errorf("1.2.0 list differs\n%s", firstDiff(got, want))
+	}
+	// 0.12.3 (samples §5.1): flat, createdAt in seconds since 2001; the
+	// capture lost its escapes (a Swift literal) and is in hash order,
+	// which here is the stand-in's.
+	t.Setenv("HOME", "/Users/test")
+	gantry := podVolume{Name: "gantry-test-vol", CreatedAt: appleEpoch.Add(802450492371705 * time.Microsecond),
+		Labels: map[string]string{labelLabels: `{"a":"b"}`}}
+	a.v = MustVersion("0.12.3")
+	if got, want := string(Encoding{}.Compact([]any{a.volumeJSON(gantry)})), readTestdata(t, "volume-ls-0.12.3.json"); got != want {
+		t.Errorf("0.12.3 list differs\n%s", firstDiff(got, want))
+	}
+
+	// inspect: pretty, sorted, ISO-8601 in every release; 0.x the flat
+	// shape with createdAt a date string (VolumeInspect.swift@0.12.3
+	// sets .iso8601), slashes escaped.
+	a = fakeApp(t, volPodman)
+	for name, js := range map[string]string{
+		"probe": `{"Name":"probe","CreatedAt":"2026-07-30T23:18:48.5Z","Labels":{"io.applestandin.size":"67108864","io.applestandin.opts":"{\"size\":\"64M\"}"}}`,
+		"anon":  `{"Name":"anon","CreatedAt":"2026-07-31T00:00:00Z","Labels":{"io.applestandin.labels":"{\"com.apple.container.resource.anonymous\":\"\"}"}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(filepath.Dir(a.eng.bin), "v_"+name), []byte(js), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(v string, argv ...string) (int, string, string) {
+		a.v = MustVersion(v)
+		a.stdout.(*bytes.Buffer).Reset()
+		a.stderr.(*bytes.Buffer).Reset()
+		code := a.finish(a.dispatch(argv))
+		return code, a.stdout.(*bytes.Buffer).String(), a.stderr.(*bytes.Buffer).String()
+	}
+	want := "[\n  {\n    \"createdAt\" : \"2026-07-30T23:18:48Z\",\n    \"driver\" : \"local\",\n    \"format\" : \"ext4\",\n" +
+		"    \"labels\" : {\n\n    },\n    \"name\" : \"probe\",\n    \"options\" : {\n      \"size\" : \"64M\"\n    },\n" +
+		"    \"sizeInBytes\" : 67108864,\n" +
+		"    \"source\" : \"\\/Users\\/test\\/Library\\/Application Support\\/com.apple.container\\/volumes\\/probe\\/volume.img\"\n  }\n]\n"
+	if code, out, errb := run("0.12.3", "volume", "inspect", "probe"); code != 0 || out != want {
+		t.Errorf("0.12.3 inspect: %d %q\n%s\nwant\n%s", code, errb, out, want)
+	}
+	t.Setenv("HOME", "/Users/example")
+	if code, out, _ := run("1.4.1", "volume", "inspect", "probe"); code != 0 || out != strings.Replace(readTestdata(t, "volume-inspect-1.4.1.json"), "probe-shortform", "probe", 3)+"\n" {
+		t.Errorf("1.4.1 inspect: %d\n%s", code, out)
+	}
+	for _, tc := range []struct {
+		version string
+		argv    []string
+		code    int
+		err     string
+	}{
+		{"1.2.0", []string{"volume", "inspect", "nope"}, 1, sample(t, "stderr-volume-inspect-missing-1.2.0.txt")},
+		{"1.2.0", []string{"volume", "inspect", "zz", "probe", "aa", "zz"}, 1, "Error: volume not found: aa, zz\n"},
+		{"0.12.3", []string{"volume", "inspect", "definitely-missing-volume-2157"}, 1, sample(t, "stderr-volume-inspect-missing-0.12.3.txt")},
+		{"0.9.0", []string{"volume", "inspect", "probe", "nope", "zz"}, 1, `Error: invalidArgument: "volume 'nope' not found"` + "\n"},
+	} {
+		if code, _, errb := run(tc.version, tc.argv...); code != tc.code || errb != tc.err {
+			t.Errorf("%s %v: %d %q, want %d %q", tc.version, tc.argv, code, errb, tc.code, tc.err)
+		}
+	}
+	// The table: NAME TYPE DRIVER OPTIONS; TYPE from the anonymous label;
+	// before 1.0.0 newest first (VolumeList.swift@0.12.3), after in the
+	// list's order.
+	if _, out, _ := run("0.12.3", "volume", "list"); out != "NAME   TYPE       DRIVER  OPTIONS\nanon   anonymous  local   \nprobe  named      local   size=64M\n" {
+		t.Errorf("0.12.3 table:\n%q", out)
+	}
+	if _, out, _ := run("1.2.0", "volume", "list"); out != "NAME   TYPE       DRIVER  OPTIONS\nprobe  named      local   size=64M\nanon   anonymous  local   \n" {
+		t.Errorf("1.2.0 table:\n%q", out)
 	}
 }
