@@ -35,6 +35,11 @@ func cmdPropertyList(a *app, p *parsed) error {
 	if a.v.Before("1.0.0") {
 		return failPlain("system property list before 1.0.0 is not supported by this stand-in")
 	}
+	// PropertyList.swift@1.0.0 loads the configuration, whose health check
+	// fails with the bare connection error when the apiserver is down.
+	if err := a.up(); err != nil {
+		return err
+	}
 	switch p.Val("format", "toml") {
 	case "json":
 		a.printJSON(NewObj().Set("registry", NewObj().Set("domain", registryDomain)), false)
@@ -44,14 +49,39 @@ func cmdPropertyList(a *app, p *parsed) error {
 	return nil
 }
 
-// cmdSystemStart clears the stopped marker (the system is then up).
+// cmdSystemStart clears the stopped marker (the system is then up),
+// printing what SystemStart.swift prints on the way: before 0.10.0
+// "Verifying apiserver is running..."; 0.10–0.12 "Registering API server
+// with launchd..." first; from 1.0.0 "Launching container-apiserver..."
+// and "Testing access to container-apiserver..." as log lines (stderr),
+// then "Verifying machine API server is running..." (stdout in 1.0–1.1, a
+// log line from 1.2.0). The init image and kernel are taken as installed.
 func cmdSystemStart(a *app, p *parsed) error {
-	fmt.Fprintln(a.stdout, "Launching container-apiserver...")
-	fmt.Fprintln(a.stdout, "Testing access to container-apiserver...")
+	say := func(text string, stderr bool) {
+		w := a.stdout
+		if stderr {
+			w = a.stderr
+		}
+		fmt.Fprintln(w, text)
+	}
+	switch {
+	case oneX(a.v):
+		say("Launching container-apiserver...", true)
+		say("Testing access to container-apiserver...", true)
+	case a.v.AtLeast("0.10.0"):
+		say("Registering API server with launchd...", false)
+		say("Verifying apiserver is running...", false)
+	default:
+		say("Verifying apiserver is running...", false)
+	}
 	if a.forced != "" && a.systemDown() != "" {
-		// Captured 1.x failure of the health check (samples §6.1).
-		return &exitError{exitFailure, "Error: internalError: \"failed to get a response from apiserver: interrupted: \"XPC connection error: Connection invalid\"\"\n" +
-			"Ensure container system service has been started with `container system start`."}
+		// The health check fails: internalError "failed to get a response
+		// from apiserver: <error>", which holds the XPC error and so gets
+		// the hint (1.x capture, samples §6.1).
+		return a.errXPCText(coded("internalError", "failed to get a response from apiserver: "+coded("interrupted", "XPC connection error: Connection invalid")))
+	}
+	if oneX(a.v) {
+		say("Verifying machine API server is running...", a.v.AtLeast("1.2.0"))
 	}
 	if a.home != "" {
 		err := os.Remove(filepath.Join(a.home, stoppedMarker))
@@ -203,9 +233,11 @@ func cmdSystemVersion(a *app, p *parsed) error {
 		a.printJSON(arr, false)
 		return nil
 	}
-	rows := [][]string{{"COMPONENT", "VERSION", "BUILD", "COMMIT"}, {"container", a.v.String(), "release", shortCommit}}
+	// The table's COMMIT is VersionInfo.commit, the whole hash, as in the JSON
+	// (SystemVersion.swift, 0.8.0–1.2.2).
+	rows := [][]string{{"COMPONENT", "VERSION", "BUILD", "COMMIT"}, {"container", a.v.String(), "release", fullCommit}}
 	if up {
-		rows = append(rows, []string{"container-apiserver", a.apiserverVersion(), "release", shortCommit})
+		rows = append(rows, []string{"container-apiserver", a.apiserverVersion(), "release", fullCommit})
 	}
 	fmt.Fprintln(a.stdout, renderTable(rows))
 	return nil

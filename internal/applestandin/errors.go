@@ -92,7 +92,6 @@ func (a *app) errExists(id string) error {
 // error (requests that do not wrap it: ClientImage.list, ClientVolume).
 // Several print one per line, as AggregateError does.
 func (a *app) errXPC(ops ...string) error {
-	const hint = "Ensure container system service has been started with `container system start`."
 	conn := coded("interrupted", "XPC connection error: Connection invalid")
 	inner := conn
 	if len(ops) > 0 {
@@ -102,8 +101,16 @@ func (a *app) errXPC(ops ...string) error {
 		}
 		inner = strings.Join(lines, "\n")
 	}
+	return a.errXPCText(inner)
+}
+
+// errXPCText is Application.swift's handling of an error whose
+// description (inner) holds "XPC connection error": wrapped with the hint
+// in interrupted "<inner>\nEnsure …", printed by its message from 0.10.0
+// and whole before (issue #829).
+func (a *app) errXPCText(inner string) error {
+	const hint = "Ensure container system service has been started with `container system start`."
 	if codeErrors(a.v) {
-		// 0.x wraps the whole description, hint included, in interrupted: "…" (issue #829).
 		return &exitError{exitFailure, "Error: " + coded("interrupted", inner+"\n"+hint)}
 	}
 	return &exitError{exitFailure, "Error: " + inner + "\n" + hint}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -364,5 +365,111 @@ func TestVolumeOutputs(t *testing.T) {
 	}
 	if _, out, _ := run("1.2.0", "volume", "list"); out != "NAME   TYPE       DRIVER  OPTIONS\nprobe  named      local   size=64M\nanon   anonymous  local   \n" {
 		t.Errorf("1.2.0 table:\n%q", out)
+	}
+}
+
+// TestSystemOutputs: system start's progress lines and its failure
+// (SystemStart.swift), status (SystemStatus.swift) and version
+// (SystemVersion.swift) per release.
+func TestSystemOutputs(t *testing.T) {
+	const hint = "\nEnsure container system service has been started with `container system start`.\n"
+	for _, tc := range []struct {
+		version  string
+		down     bool
+		code     int
+		out, err string
+	}{
+		{"0.9.0", false, 0, "Verifying apiserver is running...\n", ""},
+		{"0.12.3", false, 0, "Registering API server with launchd...\nVerifying apiserver is running...\n", ""},
+		{"1.1.0", false, 0, "Verifying machine API server is running...\n", "Launching container-apiserver...\nTesting access to container-apiserver...\n"},
+		{"1.2.0", false, 0, "", "Launching container-apiserver...\nTesting access to container-apiserver...\nVerifying machine API server is running...\n"},
+		// samples §6.1 (issue #1721): the health check's failure.
+		{"1.2.0", true, 1, "", sample(t, "stderr-system-start-fail-1.x.txt")},
+		{"0.9.0", true, 1, "Verifying apiserver is running...\n",
+			`Error: interrupted: "internalError: "failed to get a response from apiserver: interrupted: "XPC connection error: Connection invalid""` +
+				strings.TrimSuffix(hint, "\n") + "\"\n"},
+	} {
+		a, out, errb := testApp(tc.version)
+		if tc.down {
+			a.forced = "unregistered"
+		}
+		code := a.finish(a.dispatch([]string{"system", "start", "--enable-kernel-install"}))
+		if code != tc.code || out.String() != tc.out || errb.String() != tc.err {
+			t.Errorf("%s start (down %v): %d\nstdout %q\nstderr %q\nwant %d %q %q", tc.version, tc.down, code, out.String(), errb.String(), tc.code, tc.out, tc.err)
+		}
+	}
+	// 1.x property list loads the configuration: the health check fails first.
+	a, _, errb := testApp("1.2.0")
+	a.forced = "unregistered"
+	if code := a.finish(a.dispatch([]string{"system", "property", "list", "--format", "json"})); code != 1 ||
+		errb.String() != `Error: interrupted: "XPC connection error: Connection invalid"`+hint {
+		t.Errorf("property list when down: %d %q", code, errb.String())
+	}
+	// system version: COMMIT is the whole commit; the apiserver row only when it answers.
+	a, out, _ := testApp("1.2.0")
+	a.forced = "unregistered"
+	if code := a.finish(a.dispatch([]string{"system", "version"})); code != 0 ||
+		out.String() != "COMPONENT  VERSION  BUILD    COMMIT\ncontainer  1.2.0    release  "+fullCommit+"\n" {
+		t.Errorf("version when down: %d %q", code, out.String())
+	}
+	a, out, _ = testApp("1.4.1")
+	a.forced = "unregistered"
+	if code := a.finish(a.dispatch([]string{"system", "version", "--format", "json"})); code != 0 ||
+		out.String() != `[{"appName":"container","buildType":"release","commit":"`+fullCommit+`","version":"1.4.1"}]`+"\n" {
+		t.Errorf("version json when down: %d %q", code, out.String())
+	}
+}
+
+// keyPaths lists the object keys of a decoded JSON value as paths.
+func keyPaths(v any, prefix string, out map[string]bool) {
+	switch x := v.(type) {
+	case *Obj:
+		for _, k := range x.Keys() {
+			val, _ := x.Get(k)
+			out[prefix+k] = true
+			keyPaths(val, prefix+k+".", out)
+		}
+	case []any:
+		for _, e := range x {
+			keyPaths(e, prefix+"[].", out)
+		}
+	}
+}
+
+// TestSystemStatusOutputs: `system status` per release against the
+// captures (samples §4.1, §4.2): the same keys, flat before 1.4 and
+// nested from it; the table as SystemStatus.statusTable builds it.
+func TestSystemStatusOutputs(t *testing.T) {
+	withMac(t)
+	for _, tc := range []struct{ version, file string }{
+		{"1.0.0", "system-status-1.0.0.json"},
+		{"1.2.0", "system-status-1.2.0.json"},
+		{"1.4.1", "system-status-1.4.1.json"},
+		{"1.5.0", "system-status-1.5.0.json"},
+	} {
+		a := fakeApp(t, "#!/bin/sh\necho '[]'\n")
+		a.v = MustVersion(tc.version)
+		want, err := decodeOrdered([]byte(readTestdata(t, tc.file)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeOrdered(encodingFor(a.v).Compact(a.statusJSON("")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		gk, wk := map[string]bool{}, map[string]bool{}
+		keyPaths(got, "", gk)
+		keyPaths(want, "", wk)
+		if fmt.Sprint(gk) != fmt.Sprint(wk) {
+			t.Errorf("%s keys %v, want %v", tc.version, gk, wk)
+		}
+	}
+	// The table, with the 1.2.0 capture's values (reconstructed layout:
+	// logRoot's empty last cell leaves its padding).
+	t.Setenv("HOME", "/Users/f")
+	a, _, _ := testApp("1.2.0")
+	got := strings.NewReplacer(fullCommit, "6e65319fe476ffe8db8ddaf828a537ed36fe2859", shortCommit, "6e65319").Replace(a.statusText(""))
+	if want := readTestdata(t, "table-system-status-1.2.0.txt"); got != want {
+		t.Errorf("table\n%q\nwant\n%q", got, want)
 	}
 }
