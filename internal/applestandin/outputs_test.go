@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -471,5 +472,99 @@ func TestSystemStatusOutputs(t *testing.T) {
 	got := strings.NewReplacer(fullCommit, "6e65319fe476ffe8db8ddaf828a537ed36fe2859", shortCommit, "6e65319").Replace(a.statusText(""))
 	if want := readTestdata(t, "table-system-status-1.2.0.txt"); got != want {
 		t.Errorf("table\n%q\nwant\n%q", got, want)
+	}
+}
+
+// captured is a running container of the captures, as podman would hold it.
+type captured struct {
+	name, exe, args, digest, ref, network string
+	created, started                      string
+	ip, gw, mac, ip6                      string
+	port                                  [3]string // host address, host port, container port
+	volume, volDest                       string
+}
+
+func (c captured) pod(t *testing.T) *podContainer {
+	p := &podContainer{Name: c.name, Path: c.exe, ImageDigest: c.digest, ImageName: c.ref,
+		Created: mustTime(t, c.created)}
+	_ = json.Unmarshal([]byte(c.args), &p.Args)
+	p.State.Status, p.State.Running = "running", true
+	p.State.StartedAt = mustTime(t, c.started)
+	p.Config.WorkingDir = "/"
+	p.Config.Labels = map[string]string{labelRef: c.ref, labelLabels: "{}",
+		labelEnv: `["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]`}
+	if c.network != "" {
+		p.Config.Labels[labelNetwork] = c.network
+	}
+	p.HostConfig.Memory = 1 << 30
+	if c.port[1] != "" {
+		p.HostConfig.PortBindings = map[string][]struct{ HostIp, HostPort string }{c.port[2] + "/tcp": {{c.port[0], c.port[1]}}}
+	}
+	if c.volume != "" {
+		p.Mounts = []podMount{{Type: "volume", Name: c.volume, Destination: c.volDest, RW: true}}
+	}
+	ip, prefix, _ := strings.Cut(c.ip, "/")
+	ip6, _, _ := strings.Cut(c.ip6, "/")
+	pl, _ := strconv.Atoi(prefix)
+	p.NetworkSettings.Networks = map[string]podNetwork{"podman": {IPAddress: ip, IPPrefixLen: pl, Gateway: c.gw, MacAddress: c.mac,
+		GlobalIPv6Address: ip6, GlobalIPv6PrefixLen: 64}}
+	return p
+}
+
+// TestContainerOutputs renders the captured containers from their podman
+// side and compares byte for byte (samples §1.1–1.8): list compact,
+// inspect pretty, sorted keys, escaped slashes before 1.4 (the 1.0.0 list
+// capture was re-encoded unescaped by its source, so it is compared
+// unescaped). The one expected difference is the index descriptor's size
+// (descriptorSize), replaced in the captures.
+func TestContainerOutputs(t *testing.T) {
+	withMac(t)
+	const alpine = "sha256:28bd5fe8b56d1bd048e5babf5b10710ebe0bae67db86916198a6eec434943f8b"
+	webDemo := captured{name: "web-demo", exe: "sh", args: `["-c","i=0; while true; do echo \"request $i handled\"; i=$((i+1)); sleep 3; done"]`,
+		digest: alpine, ref: "docker.io/library/alpine:latest", created: "2026-07-28T15:38:36.2Z", started: "2026-07-28T15:38:37.9Z",
+		ip: "192.168.64.4/24", gw: "192.168.64.1", mac: "fe:e9:9d:71:50:73", ip6: "fd6d:1605:d4b8:ad0f:fce9:9dff:fe71:5073/64",
+		port: [3]string{"", "18080", "80"}}
+	smoke := captured{name: "bushel-smoke", exe: "sh", args: `["-c","while true; do echo tick; sleep 2; done"]`,
+		digest: alpine, ref: "docker.io/library/alpine:latest", created: "2026-08-20T08:07:26Z", started: "2026-08-20T08:07:27Z",
+		ip: "192.168.64.2/24", gw: "192.168.64.1", mac: "fa:22:61:5a:31:ee", ip6: "fd46:16fa:d68c:401:f822:61ff:fe5a:31ee/64"}
+	probe := captured{name: "flotilla-probe-test", exe: "sleep", args: `["300"]`,
+		digest: alpine, ref: "docker.io/library/alpine:latest", created: "2026-06-30T09:05:20Z", started: "2026-06-30T09:05:25Z",
+		ip: "192.168.64.2/24", gw: "192.168.64.1", mac: "fe:dd:6b:9c:e5:1d", ip6: "fd15:f414:3da6:9b04:fcdd:6bff:fe9c:e51d/64"}
+	fxPorts := captured{name: "fx-ports", exe: "sleep", args: `["3600"]`, network: "fx-net",
+		digest: "sha256:5291449c3df73caf6ed85e649dec1b9e818b39a5d8c871e97afc13e9cd5e8fa8", ref: "docker.io/library/alpine:3.22",
+		created: "2026-10-05T10:39:56Z", started: "2026-10-05T11:41:38Z",
+		ip: "192.168.65.3/24", gw: "192.168.65.1", mac: "f6:6b:87:a3:db:d3", ip6: "fd9c:d554:80b3:93f9:f46b:87ff:fea3:dbd3/64",
+		port: [3]string{"127.0.0.1", "18080", "8080"}, volume: "fx-vol", volDest: "/data"}
+	for _, tc := range []struct {
+		version, file string
+		c             captured
+		pretty        bool
+		enc           func(Version) Encoding
+	}{
+		{"1.0.0", "container-inspect-1.0.0.json", webDemo, true, encodingFor},
+		{"1.0.0", "container-ls-1.0.0.json", probe, false, func(v Version) Encoding { return Encoding{Sorted: true} }},
+		{"1.2.0", "container-inspect-1.2.0.json", smoke, true, encodingFor},
+		{"1.2.0", "container-ls-1.2.0.json", smoke, false, encodingFor},
+		{"1.5.0", "container-ls-1.5.0.json", fxPorts, false, encodingFor},
+	} {
+		a := &app{v: MustVersion(tc.version)}
+		t.Setenv("HOME", "/Users/example")
+		val := []any{a.containerJSON(view(tc.c.pod(t)))}
+		var got string
+		if tc.pretty {
+			got = string(tc.enc(a.v).Pretty(val))
+		} else {
+			got = string(tc.enc(a.v).Compact(val))
+		}
+		want := readTestdata(t, tc.file)
+		want = strings.Replace(strings.Replace(want, `"size" : 9218`, `"size" : 375`, 1), `"size":9218`, `"size":375`, 1)
+		if got != want {
+			t.Errorf("%s differs\n%s", tc.file, firstDiff(got, want))
+		}
+	}
+	// 0.12.3 `list` with no containers prints the header alone (issue #1722).
+	a := &app{v: MustVersion("0.12.3")}
+	if got, want := renderTable([][]string{a.listHeader()}), readTestdata(t, "table-ls-0.12.3-empty.txt"); got != want {
+		t.Errorf("empty 0.12.3 table %q, want %q", got, want)
 	}
 }
