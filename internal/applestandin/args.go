@@ -36,6 +36,8 @@ var handlers = map[string]func(a *app, p *parsed) error{
 	"image delete":         cmdImageDelete,
 	"image tag":            cmdImageTag,
 	"image pull":           cmdImagePull,
+	"image load":           cmdImageLoad,
+	"image save":           cmdImageSave,
 	"volume create":        cmdVolumeCreate,
 	"volume list":          cmdVolumeList,
 	"volume inspect":       cmdVolumeInspect,

@@ -634,3 +634,138 @@ func (d *dropErrorLines) flush() {
 	}
 	d.buf = nil
 }
+
+// cmdImageSave writes images to an archive, -o or stdout
+// (Image/ImageSave.swift, 0.8.0–1.2.2). A reference not found is
+// reported as ClientImage.get's error ("failed to get image for reference
+// <ref>: <error>": printed on stdout before 1.0.0, logged from 1.0.0) and
+// the save ends in invalidArgument "failed to save image(s)". Once written,
+// the references are printed: on stdout, even after an archive written to
+// stdout until 1.2.1, logged instead then from 1.2.2 (apple/container#1801).
+// reconstructed: podman writes an OCI archive of one image, several into a
+// docker-archive; --platform, --os and --arch are not applied.
+func cmdImageSave(a *app, p *parsed) error {
+	if err := a.up(); err != nil {
+		return err
+	}
+	var podRefs []string
+	missing := false
+	for _, ref := range p.Pos {
+		e, podRef, err := a.findImage(ref)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			line := "failed to get image for reference " + ref + ": " + coded("notFound", "image with reference "+ref)
+			if oneX(a.v) {
+				fmt.Fprintln(a.stderr, line)
+			} else {
+				fmt.Fprintln(a.stdout, line)
+			}
+			missing = true
+			continue
+		}
+		podRefs = append(podRefs, podRef)
+	}
+	if missing {
+		return a.fail("invalidArgument", "failed to save image(s)")
+	}
+	out := p.Val("output", "")
+	target := out
+	if out == "" {
+		dir, err := os.MkdirTemp("", "container-save-")
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		defer os.RemoveAll(dir)
+		target = filepath.Join(dir, "out.tar")
+	}
+	args := []string{"save", "--format", "oci-archive", "-o", target}
+	if len(podRefs) > 1 {
+		args = []string{"save", "--format", "docker-archive", "-m", "-o", target}
+	}
+	if r := a.eng.run(append(args, podRefs...)...); !r.ok() {
+		return a.fail("internalError", r.message()) // reconstructed
+	}
+	if out == "" {
+		f, err := os.Open(target)
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		_, err = io.Copy(a.stdout, f)
+		f.Close()
+		if err != nil {
+			return failPlain(err.Error())
+		}
+	}
+	for _, ref := range p.Pos {
+		if out == "" && a.v.AtLeast("1.2.2") {
+			fmt.Fprintln(a.stderr, ref)
+		} else {
+			fmt.Fprintln(a.stdout, ref)
+		}
+	}
+	return nil
+}
+
+// loadedRE is podman load's line for each image it loaded.
+var loadedRE = regexp.MustCompile(`(?m)^Loaded image(?:\(s\))?: (.+)$`)
+
+// cmdImageLoad loads images from an archive, -i or stdin, and prints
+// their references (Image/ImageLoad.swift, 0.8.0–1.2.2): under "Loaded
+// images:" before 1.0.0, alone from 1.0.0. A missing -i file ends the
+// command with exit 1 after "File does not exist <path>" on stdout before
+// 1.0.0, after the log line "file does not exist" with the path as
+// metadata from 1.0.0.
+func cmdImageLoad(a *app, p *parsed) error {
+	in := p.Val("input", "")
+	if in != "" {
+		if _, err := os.Stat(in); err != nil {
+			if oneX(a.v) {
+				fmt.Fprintf(a.stderr, "file does not exist: [\"path\": %s]\n", in)
+			} else {
+				fmt.Fprintln(a.stdout, "File does not exist "+in)
+			}
+			return exitCode(exitFailure)
+		}
+	}
+	if err := a.up(); err != nil {
+		return err
+	}
+	if in == "" {
+		dir, err := os.MkdirTemp("", "container-load-")
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		defer os.RemoveAll(dir)
+		in = filepath.Join(dir, "in.tar")
+		f, err := os.Create(in)
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		var src io.Reader = a.stdin
+		if a.stdin == nil {
+			src = strings.NewReader("")
+		}
+		_, err = io.Copy(f, src)
+		f.Close()
+		if err != nil {
+			return failPlain(err.Error())
+		}
+	}
+	r := a.eng.run("load", "-i", in)
+	if !r.ok() {
+		return a.fail("internalError", r.message()) // reconstructed
+	}
+	if !oneX(a.v) {
+		fmt.Fprintln(a.stdout, "Loaded images:")
+	}
+	for _, m := range loadedRE.FindAllStringSubmatch(string(r.stdout)+string(r.stderr), -1) {
+		for _, ref := range strings.Split(m[1], ",") {
+			if ref = strings.TrimSpace(ref); ref != "" {
+				fmt.Fprintln(a.stdout, appleFromPodman(ref))
+			}
+		}
+	}
+	return nil
+}

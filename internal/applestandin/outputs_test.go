@@ -194,6 +194,8 @@ case "$1 $2" in
 "rmi localhost/mcp-dev:latest") exit 0;;
 "tag localhost/mcp-dev:latest") exit 0;;
 "build -f") exit 0;;
+"save --format") printf 'TAR' >"$5";;
+"load -i") echo "Loaded image: localhost/mcp-dev:latest";;
 *) echo "unexpected: $*" >&2; exit 1;;
 esac
 `
@@ -226,6 +228,19 @@ func TestImageCommandTexts(t *testing.T) {
 		// ImageTag.swift: the target as given; ClientImage.get's notFound.
 		{"1.2.0", []string{"image", "tag", "mcp-dev", "other:1"}, 0, "other:1\n", ""},
 		{"1.2.0", []string{"image", "tag", "nosuch", "other:1"}, 1, "", "Error: image with reference nosuch\n"},
+		// ImageSave.swift: the references after the archive; on stdout even
+		// after an archive written there until 1.2.1, logged from 1.2.2 (#1801).
+		{"1.2.1", []string{"image", "save", "mcp-dev"}, 0, "TARmcp-dev\n", ""},
+		{"1.2.2", []string{"image", "save", "mcp-dev"}, 0, "TAR", "mcp-dev\n"},
+		{"0.12.3", []string{"image", "save", "nosuch"}, 1, `failed to get image for reference nosuch: notFound: "image with reference nosuch"` + "\n",
+			"Error: failed to save image(s)\n"},
+		{"1.2.2", []string{"image", "save", "nosuch"}, 1, "", `failed to get image for reference nosuch: notFound: "image with reference nosuch"` + "\n" +
+			"Error: failed to save image(s)\n"},
+		// ImageLoad.swift: "Loaded images:" before 1.0.0; a missing file.
+		{"0.12.3", []string{"image", "load", "-i", "/dev/null"}, 0, "Loaded images:\n" + found + "\n", ""},
+		{"1.2.2", []string{"image", "load", "-i", "/dev/null"}, 0, found + "\n", ""},
+		{"0.12.3", []string{"image", "load", "-i", "/nonexistent"}, 1, "File does not exist /nonexistent\n", ""},
+		{"1.2.2", []string{"image", "load", "-i", "/nonexistent"}, 1, "", "file does not exist: [\"path\": /nonexistent]\n"},
 	} {
 		a := fakeApp(t, imgPodman)
 		a.v = MustVersion(tc.version)
