@@ -321,6 +321,8 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	for _, c := range p.Vals("cap-drop") {
 		add("--cap-drop", c)
 	}
+	caps, _ := json.Marshal(map[string][]string{"add": appleCaps(p.Vals("cap-add")), "drop": appleCaps(p.Vals("cap-drop"))})
+	label(labelCaps, string(caps))
 	for _, d := range p.Vals("dns") {
 		add("--dns", d)
 	}

@@ -23,6 +23,7 @@ const (
 	labelGroups     = labelPrefix + "groups"     // JSON array: supplementalGroups (--gid without --uid)
 	labelShmSize    = labelPrefix + "shmsize"    // --shm-size in bytes (1.0.0+ shmSize)
 	labelMounts     = labelPrefix + "mounts"     // JSON: the mounts' destinations and options in Apple's order
+	labelCaps       = labelPrefix + "caps"       // JSON {"add":[…],"drop":[…]}: capAdd and capDrop as Apple records them
 	labelStopSignal = labelPrefix + "stopsignal" // image STOPSIGNAL, when set
 	labelNoDNS      = labelPrefix + "nodns"      // "1" with --no-dns
 	labelRuntime    = labelPrefix + "runtime"    // --runtime value
@@ -355,6 +356,12 @@ func (a *app) containerJSON(v *ctrView) *Obj {
 		Set("arguments", v.args).
 		Set("supplementalGroups", v.groups)
 
+	capsAdd, capsDrop := orEmpty(c.HostConfig.CapAdd), orEmpty(c.HostConfig.CapDrop)
+	var caps struct{ Add, Drop []string }
+	if json.Unmarshal([]byte(c.Config.Labels[labelCaps]), &caps) == nil {
+		capsAdd, capsDrop = orEmpty(caps.Add), orEmpty(caps.Drop)
+	}
+
 	resources := NewObj().Set("cpus", v.cpus).Set("memoryInBytes", v.memory)
 	if one {
 		resources.Set("cpuOverhead", 1)
@@ -371,14 +378,14 @@ func (a *app) containerJSON(v *ctrView) *Obj {
 		Set("platform", NewObj().Set("os", "linux").Set("architecture", archName())).
 		Set("ssh", false).
 		Set("rosetta", false).
-		SetIf(a.v.AtLeast("0.12.0"), "capAdd", orEmpty(c.HostConfig.CapAdd)).
+		SetIf(a.v.AtLeast("0.12.0"), "capAdd", capsAdd).
 		Set("readOnly", c.HostConfig.ReadonlyRootfs).
 		Set("publishedSockets", []any{}).
 		Set("networks", orEmptyAny(cfgNets)).
 		Set("initProcess", init).
 		Set("id", v.id).
 		Set("mounts", a.mountsJSON(c)).
-		SetIf(a.v.AtLeast("0.12.0"), "capDrop", orEmpty(c.HostConfig.CapDrop)).
+		SetIf(a.v.AtLeast("0.12.0"), "capDrop", capsDrop).
 		SetIf(a.v.AtLeast("0.10.0"), "useInit", v.useInit).
 		Set("resources", resources).
 		SetIf(one && v.stopSig != "", "stopSignal", v.stopSig).
@@ -595,4 +602,19 @@ func decodeJSONLabel(v string) []byte {
 		}
 	}
 	return []byte(v)
+}
+
+// appleCaps is Parser.capabilities (Services/ContainerAPIService/Client/Parser.swift,
+// 0.12.0–1.2.2): each name upper-cased and given the CAP_ prefix, "ALL"
+// kept as is, in the order given (podman expands ALL).
+func appleCaps(names []string) []string {
+	out := []string{}
+	for _, n := range names {
+		u := strings.ToUpper(n)
+		if u != "ALL" && !strings.HasPrefix(u, "CAP_") {
+			u = "CAP_" + u
+		}
+		out = append(out, u)
+	}
+	return out
 }

@@ -326,3 +326,19 @@ func TestMountOrder(t *testing.T) {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 }
+
+// TestCapabilities: capAdd and capDrop as Parser.capabilities records
+// them (1.2.2), not as podman expands them.
+func TestCapabilities(t *testing.T) {
+	if got := fmt.Sprint(appleCaps([]string{"net_admin", "CAP_SYS_TIME", "all"})); got != "[CAP_NET_ADMIN CAP_SYS_TIME ALL]" {
+		t.Errorf("appleCaps: %s", got)
+	}
+	c := busy(t)
+	c.HostConfig.CapAdd = []string{"CAP_AUDIT_CONTROL", "CAP_AUDIT_READ"} // podman's expansion of ALL
+	c.Config.Labels[labelCaps] = `{"add":["ALL"],"drop":["CAP_NET_RAW"]}`
+	a := &app{v: MustVersion("1.4.1")}
+	got := string(encodingFor(a.v).Compact(a.containerJSON(view(c))))
+	if !strings.Contains(got, `"capAdd":["ALL"],"capDrop":["CAP_NET_RAW"]`) {
+		t.Errorf("caps: %s", got)
+	}
+}
