@@ -59,8 +59,8 @@
 //     POSIXError description of exec -it without a terminal.
 //   - Streams the stand-in cannot see: --boot logs, the log's follow
 //     starting point, stats' "error collecting stats".
-//   - The 1.4+ system status table; system property list shows only
-//     [registry] (the dialect reads registry.domain alone).
+//   - The 1.4+ system status table; system property list's TOML layout
+//     (its JSON is the 1.0.0–1.2.2 ContainerSystemConfig with defaults).
 //   - 1.2.0 image inspect names a missing image in its display form, as
 //     captured, where the 1.2.2 source would print it as given.
 //

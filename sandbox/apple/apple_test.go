@@ -173,8 +173,13 @@ func TestNormalizeReference(t *testing.T) {
 func TestRegistryDomain(t *testing.T) {
 	const images = `[{"id":"aa","configuration":{"name":"registry.example.com/mcp-dev:latest","descriptor":{"digest":"sha256:aa"}}}]`
 	d, lines := fakeCLI(t, "1.2.2", map[string]fakeReply{
-		"system property list --format json": {stdout: `{"build":{"cpus":2},"registry":{"domain":"registry.example.com"}}` + "\n"},
-		"image list --format json":           {stdout: images},
+		// The whole ContainerSystemConfig, as 1.2.2 prints it (ContainerSystemConfig.swift).
+		"system property list --format json": {stdout: `{"build":{"cpus":2,"image":"ghcr.io\/apple\/container-builder-shim\/builder:0.13.1","memory":"2048mb","rosetta":true},` +
+			`"container":{"cpus":4,"memory":"1gb"},"dns":{},"kernel":{"binaryPath":"opt\/kata\/share\/kata-containers\/vmlinux-6.18.15-186",` +
+			`"digest":"sha256:f63d54507d1f18635d94475077e4c2330de4d8e05cedf25f7c38f063b0e66a91","url":"https:\/\/github.com\/kata-containers\/kata-containers\/releases\/download\/3.28.0\/kata-static-3.28.0-arm64.tar.zst"},` +
+			`"machine":{"cpus":6,"homeMount":"rw","memory":"8gb","virtualization":false},"network":{},"registry":{"domain":"registry.example.com"},` +
+			`"vminit":{"image":"ghcr.io\/apple\/containerization\/vminit:0.40.1"}}` + "\n"},
+		"image list --format json": {stdout: images},
 	})
 	for range 2 {
 		if got := d.RegistryDomain(tctx(t)); got != "registry.example.com" {
