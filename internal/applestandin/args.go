@@ -36,6 +36,8 @@ var handlers = map[string]func(a *app, p *parsed) error{
 	"image delete":         cmdImageDelete,
 	"image tag":            cmdImageTag,
 	"image pull":           cmdImagePull,
+	"image load":           cmdImageLoad,
+	"image save":           cmdImageSave,
 	"volume create":        cmdVolumeCreate,
 	"volume list":          cmdVolumeList,
 	"volume inspect":       cmdVolumeInspect,
@@ -49,8 +51,15 @@ var handlers = map[string]func(a *app, p *parsed) error{
 }
 
 // cmdBuilderNoop: podman needs no BuildKit builder; its lifecycle
-// commands only need the system up.
-func cmdBuilderNoop(a *app, _ *parsed) error { return a.up("failed to get container") }
+// commands only need the system up. They look the builder container up
+// (ContainerClient.get); from 1.0.0 builder start first loads the system
+// configuration, whose health check fails with the bare connection error.
+func cmdBuilderNoop(a *app, p *parsed) error {
+	if oneX(a.v) && p.Table.Command.Path == "builder start" {
+		return a.up()
+	}
+	return a.up(opListContainers)
+}
 
 // helpText is an abridged help screen for the command (exit 0).
 // reconstructed: the CLI's help also has abstracts and option help.

@@ -23,13 +23,27 @@ const drainTimeout = 3 * time.Second
 // container id; everything after it, "--" included, is the command.
 func cmdExec(a *app, p *parsed) error {
 	id, argv := p.Pos[0], p.Pos[1:]
-	if err := a.up("failed to get container"); err != nil {
+	if err := a.up(opListContainers); err != nil {
 		return err
 	}
 	tty, stdin := p.Has("tty"), p.Has("interactive")
-	if tty && !isTerminal(a.stdin) {
-		// reconstructed: Apple sets up the terminal from host stdin and fails on ENOTTY.
-		return a.fail("invalidArgument", "failed to set up terminal: stdin is not a terminal (Inappropriate ioctl for device)")
+	if tty && stdin && !isTerminal(a.stdin) {
+		// ContainerExec.swift: the container is looked up and must run,
+		// then ProcessIO.create puts host stdin in raw mode, with -t and -i
+		// only; Terminal(descriptor:)'s tcgetattr fails with ENOTTY, a
+		// POSIXError, which the CLI wraps as internalError "failed to exec
+		// process <error>". reconstructed: Swift's description of the
+		// POSIXError.
+		c, err := a.eng.inspectOne(id)
+		switch {
+		case err != nil:
+			return err
+		case c == nil:
+			return a.errGetNotFound(id)
+		case !c.State.Running:
+			return a.errNotRunning(id)
+		}
+		return a.fail("internalError", `failed to exec process POSIXError(_nsError: Error Domain=NSPOSIXErrorDomain Code=25 "Inappropriate ioctl for device")`)
 	}
 	opts := []string{"exec"}
 	if stdin {

@@ -119,20 +119,50 @@ func (a *app) findImage(ref string) (*imageEntry, string, error) {
 
 func hexDigest(d string) string { return strings.TrimPrefix(d, "sha256:") }
 
-// ociConfig rebuilds the image's OCI config from podman's inspect output.
+// ociConfig rebuilds the image's OCI config from podman's inspect output
+// as ContainerizationOCI.Image encodes it (ImageConfig.swift, containerization
+// 0.21–0.40, the same in each): created, author, architecture, os,
+// variant, config, rootfs and history, nil ones left out; of the config
+// only User, Env, Entrypoint, Cmd, WorkingDir, Labels and StopSignal
+// (ImageConfig's keys), of each history entry only created, created_by,
+// author, comment and empty_layer.
 func ociConfig(im *podImage) *Obj {
 	o := NewObj().Set("architecture", im.Architecture)
-	if cfg, err := decodeOrdered(im.Config); err == nil && cfg != nil {
-		o.Set("config", cfg)
-	} else {
-		o.Set("config", NewObj())
+	cfg := NewObj()
+	if v, err := decodeOrdered(im.Config); err == nil {
+		cfg = pick(v, "User", "Env", "Entrypoint", "Cmd", "WorkingDir", "Labels", "StopSignal")
 	}
+	o.Set("config", cfg)
 	o.Set("created", im.Created.UTC().Format(time.RFC3339Nano))
-	if h, err := decodeOrdered(im.History); err == nil && h != nil {
-		o.Set("history", h)
+	o.SetIf(im.Author != "", "author", im.Author)
+	if h, err := decodeOrdered(im.History); err == nil {
+		if arr, ok := h.([]any); ok {
+			hist := make([]any, 0, len(arr))
+			for _, e := range arr {
+				hist = append(hist, pick(e, "created", "created_by", "author", "comment", "empty_layer"))
+			}
+			o.Set("history", hist)
+		}
 	}
 	return o.Set("os", orDefault(im.Os, "linux")).
-		Set("rootfs", NewObj().Set("diff_ids", orEmpty(im.RootFS.Layers)).Set("type", orDefault(im.RootFS.Type, "layers")))
+		Set("rootfs", NewObj().Set("diff_ids", orEmpty(im.RootFS.Layers)).Set("type", orDefault(im.RootFS.Type, "layers"))).
+		SetIf(im.Variant != "", "variant", im.Variant)
+}
+
+// pick keeps the given keys of a decoded object, in that order, leaving
+// out absent and null ones (Swift decodes null as nil and omits it).
+func pick(v any, keys ...string) *Obj {
+	out := NewObj()
+	o, ok := v.(*Obj)
+	if !ok {
+		return out
+	}
+	for _, k := range keys {
+		if val, ok := o.Get(k); ok && val != nil {
+			out.Set(k, val)
+		}
+	}
+	return out
 }
 
 // descriptorJSON is the image index descriptor ({size, mediaType, digest} in 0.x order).
@@ -143,7 +173,8 @@ func descriptorJSON(im *podImage) *Obj {
 // imageJSON renders one image for list/inspect in the version's shape.
 func (a *app) imageJSON(e imageEntry, inspect bool) *Obj {
 	im := e.img
-	platform := NewObj().Set("os", orDefault(im.Os, "linux")).Set("architecture", im.Architecture)
+	platform := NewObj().Set("os", orDefault(im.Os, "linux")).Set("architecture", im.Architecture).
+		SetIf(im.Variant != "", "variant", im.Variant)
 	if oneX(a.v) {
 		return NewObj().
 			Set("configuration", NewObj().Set("creationDate", isoDate(im.Created)).
@@ -160,11 +191,16 @@ func (a *app) imageJSON(e imageEntry, inspect bool) *Obj {
 		return NewObj().Set("name", e.ref).Set("index", descriptorJSON(im)).
 			Set("variants", []any{NewObj().Set("platform", platform).Set("config", ociConfig(im)).Set("size", im.Size)})
 	}
-	return NewObj().Set("fullSize", decimalSize(im.Size)).Set("reference", e.ref).Set("descriptor", descriptorJSON(im))
+	// ImageList.swift: 0.8.0 prints ImageDescription {reference,
+	// descriptor}; from 0.9.0 PrintableImage adds fullSize, the
+	// ByteCountFormatter text of the image's size.
+	return NewObj().SetIf(a.v.AtLeast("0.9.0"), "fullSize", decimalSize(im.Size)).Set("reference", e.ref).Set("descriptor", descriptorJSON(im))
 }
 
 // decimalSize formats like ByteCountFormatter (.file): decimal units.
-// reconstructed: the precision per unit follows Foundation's usual output.
+// reconstructed: the precision per unit follows Foundation's usual output
+// ("4.2 MB", "3.4 MB" and a comma-decimal "4,2 MB" are captured, samples
+// §2.4; the stand-in writes a decimal point).
 func decimalSize(n int64) string {
 	f := float64(n)
 	switch {
@@ -176,6 +212,8 @@ func decimalSize(n int64) string {
 		return fmt.Sprintf("%.0f KB", f/1e3)
 	case n == 0:
 		return "Zero KB"
+	case n == 1:
+		return "1 byte"
 	}
 	return fmt.Sprintf("%d bytes", n)
 }
@@ -186,7 +224,7 @@ func cmdImageList(a *app, p *parsed) error {
 	if err != nil {
 		return err
 	}
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	entries, err := a.listImages()
@@ -204,31 +242,79 @@ func cmdImageList(a *app, p *parsed) error {
 		for _, e := range entries {
 			fmt.Fprintln(a.stdout, displayRef(e.ref))
 		}
+	case p.Has("verbose"):
+		fmt.Fprintln(a.stdout, renderTable(a.verboseImageRows(entries)))
 	default:
-		rows := [][]string{{"NAME", "TAG", "DIGEST"}}
-		for _, e := range entries {
-			name, tag := refNameTag(displayRef(e.ref))
-			d := hexDigest(e.img.Digest)
-			if oneX(a.v) {
-				d = d[:min(12, len(d))]
-			} else {
-				d = d[:min(24, len(d))] + "..."
-			}
-			rows = append(rows, []string{name, tag, d})
-		}
-		fmt.Fprintln(a.stdout, renderTable(rows))
+		fmt.Fprintln(a.stdout, renderTable(a.imageRows(entries)))
 	}
 	return nil
 }
 
-// cmdImageInspect prints images as JSON (1.x pretty; missing -> error).
+// imageRows is the `image list` table (ImageList.swift before 1.0.0,
+// ImageResource+ListDisplayable.swift from 1.0.0): NAME and TAG of the
+// display reference ("<none>" without a tag) and the trimmed index digest.
+func (a *app) imageRows(entries []imageEntry) [][]string {
+	rows := [][]string{{"NAME", "TAG", "DIGEST"}}
+	for _, e := range entries {
+		name, tag := refNameTag(displayRef(e.ref))
+		rows = append(rows, []string{name, tag, a.trimDigest(e.img.Digest)})
+	}
+	return rows
+}
+
+// verboseImageRows is `image list -v`: one row per platform of each
+// image (ImageList.swift: SIZE before 0.9.0, FULL SIZE from it; the
+// ByteCountFormatter size, the config's created text, digests trimmed as
+// the table's). The stand-in's images have one platform each, whose
+// manifest digest is podman's image id.
+func (a *app) verboseImageRows(entries []imageEntry) [][]string {
+	size := "FULL SIZE"
+	if a.v.Before("0.9.0") {
+		size = "SIZE"
+	}
+	rows := [][]string{{"NAME", "TAG", "INDEX DIGEST", "OS", "ARCH", "VARIANT", size, "CREATED", "MANIFEST DIGEST"}}
+	for _, e := range entries {
+		name, tag := refNameTag(displayRef(e.ref))
+		rows = append(rows, []string{name, tag, a.trimDigest(e.img.Digest), orDefault(e.img.Os, "linux"), e.img.Architecture, e.img.Variant,
+			decimalSize(e.img.Size), e.img.Created.UTC().Format(time.RFC3339Nano), a.trimDigest("sha256:" + e.img.ID)})
+	}
+	return rows
+}
+
+// trimDigest is Utility.trimDigest: the hex after "sha256:", cut to 24
+// characters and "..." before 1.0.0, to 12 from 1.0.0.
+func (a *app) trimDigest(d string) string {
+	d = hexDigest(d)
+	if oneX(a.v) {
+		return d[:min(12, len(d))]
+	}
+	if len(d) > 24 {
+		return d[:24] + "..."
+	}
+	return d
+}
+
+// cmdImageInspect prints images as JSON (Image/ImageInspect.swift).
+// 1.x: any name not found fails the command with notFound "image not
+// found: <names>", the names sorted, once each, joined by ", " (the 1.2.0
+// capture names `nosuch` as "nosuch:latest", samples §2.6: the display
+// form is printed). 0.x prints the images found (compact) and then fails
+// for the missing ones: 0.8.0 with notFound "images: <names>" joined by
+// newlines; from 0.9.0 each is logged (0.9–0.11 "<name>: <error>",
+// 0.12 "image inspect failed" with name and error as metadata) and the
+// InspectError struct is printed as Swift describes it, with the full
+// references of the images found.
 func cmdImageInspect(a *app, p *parsed) error {
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
+	}
+	names := p.Pos
+	if oneX(a.v) {
+		names = uniq(names)
 	}
 	arr := []any{}
 	var missing, found []string
-	for _, ref := range p.Pos {
+	for _, ref := range names {
 		e, _, err := a.findImage(ref)
 		if err != nil {
 			return err
@@ -237,27 +323,41 @@ func cmdImageInspect(a *app, p *parsed) error {
 			missing = append(missing, ref)
 			continue
 		}
-		found = append(found, ref)
+		found = append(found, e.ref)
 		arr = append(arr, a.imageJSON(*e, true))
 	}
-	if len(missing) > 0 {
-		if oneX(a.v) {
-			names := make([]string, len(missing))
-			for i, m := range missing {
-				names[i] = displayRef(normalizeRef(m))
-			}
-			return a.fail("notFound", "image not found: "+strings.Join(names, ", "))
+	if len(missing) > 0 && oneX(a.v) {
+		shown := make([]string, len(missing))
+		for i, m := range missing {
+			shown[i] = displayRef(normalizeRef(m))
 		}
-		// 0.12.3 (samples §2.6): a log line, then the InspectError description.
-		var failed []string
-		for _, m := range missing {
-			fmt.Fprintf(a.stderr, "image inspect failed: [\"name\": %s, \"error\": Image not found]\n", m)
-			failed = append(failed, fmt.Sprintf("(%q, notFound: \"Image not found\")", m))
-		}
-		return failPlain("InspectError(succeeded: " + swiftArray(found) + ", failed: [" + strings.Join(failed, ", ") + "])")
+		sort.Strings(shown)
+		return a.fail("notFound", "image not found: "+strings.Join(shown, ", "))
 	}
-	a.printJSON(arr, true)
-	return nil
+	if len(arr) > 0 {
+		a.printJSON(arr, true)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if a.v.Before("0.9.0") {
+		return a.fail("notFound", "images: "+strings.Join(missing, "\n"))
+	}
+	var failed []string
+	for _, m := range missing {
+		switch {
+		case a.v.Before("0.10.0"):
+			// reconstructed: the localizedDescription Foundation gives an
+			// error that is not a LocalizedError (containerization < 0.26).
+			fmt.Fprintf(a.stderr, "%s: The operation couldn’t be completed. (ContainerizationError.ContainerizationError error 1.)\n", m)
+		case a.v.Before("0.12.0"):
+			fmt.Fprintf(a.stderr, "%s: Image not found\n", m)
+		default:
+			fmt.Fprintf(a.stderr, "image inspect failed: [\"name\": %s, \"error\": Image not found]\n", m)
+		}
+		failed = append(failed, "("+swiftQuote(m)+`, notFound: "Image not found")`)
+	}
+	return failPlain("InspectError(succeeded: " + swiftArray(found) + ", failed: [" + strings.Join(failed, ", ") + "])")
 }
 
 // swiftArray describes a [String] the way Swift prints it.
@@ -270,13 +370,15 @@ func swiftArray(s []string) string {
 
 // cmdImageDelete removes images (Image/ImageDelete.swift, 0.8.0–1.2.2).
 // The names not found are collected (as given), unless --force (0.9.0+)
-// ignores them; the found ones are deleted and their full references
-// printed; failures then end in internalError "failed to delete one or
-// more images: [...]", the same text for a missing image and for one
-// that failed to go. Not emulated: the "Reclaimed … in disk space" line
-// (stdout before 1.0, a log line after), whose size podman does not tell.
+// ignores them; the found ones are deleted one by one and their full
+// references printed, a failure logged; the missing names and then the
+// failed references end in internalError "failed to delete one or more
+// images: [...]", the same text for a missing image and for one that
+// failed to go. If any went, "Reclaimed <size> in disk space" follows (on
+// stdout before 1.0.0, logged from 1.0.0). reconstructed: the size is
+// that of the podman images removed (Apple counts the blobs it frees).
 func cmdImageDelete(a *app, p *parsed) error {
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	refs := p.Pos
@@ -290,28 +392,45 @@ func cmdImageDelete(a *app, p *parsed) error {
 			refs = append(refs, e.ref)
 		}
 	}
-	var failures []string
+	type target struct {
+		e      *imageEntry
+		podRef string
+	}
+	var found []target
+	var notFound []string
 	for _, ref := range refs {
 		e, podRef, err := a.findImage(ref)
 		if err != nil {
 			return err
 		}
 		if e == nil {
-			if !p.Has("force") {
-				failures = append(failures, ref)
-			}
+			notFound = append(notFound, ref)
 			continue
 		}
-		if r := a.eng.run("rmi", podRef); !r.ok() {
-			// Apple's containers keep their own root filesystems: drop the tag only.
-			if r2 := a.eng.run("untag", podRef, podRef); !r2.ok() {
-				// reconstructed: the error's description after the XPC round trip.
-				fmt.Fprintf(a.stderr, "failed to delete %s: %s\n", e.ref, coded("internalError", r.message()))
-				failures = append(failures, e.ref)
-				continue
-			}
+		found = append(found, target{e, podRef})
+	}
+	failures := notFound
+	if p.Has("force") {
+		failures = nil
+	}
+	deleted := false
+	var freed int64
+	for _, t := range found {
+		if r := a.eng.run("rmi", t.podRef); r.ok() {
+			freed += t.e.img.Size
+		} else if r2 := a.eng.run("untag", t.podRef, t.podRef); !r2.ok() {
+			// Apple's containers keep their own root filesystems: when podman
+			// keeps the image for a container, the tag goes alone.
+			// reconstructed: the error's description after the XPC round trip.
+			fmt.Fprintf(a.stderr, "failed to delete %s: %s\n", t.e.ref, coded("internalError", r.message()))
+			failures = append(failures, t.e.ref)
+			continue
 		}
-		fmt.Fprintln(a.stdout, e.ref)
+		fmt.Fprintln(a.stdout, t.e.ref)
+		deleted = true
+	}
+	if deleted {
+		a.reclaimed(freed)
 	}
 	if len(failures) > 0 {
 		return a.errImagesDeleteFailed(failures)
@@ -326,9 +445,11 @@ func (a *app) errImagesDeleteFailed(refs []string) error {
 	return a.fail("internalError", "failed to delete one or more images: "+swiftArray(refs))
 }
 
-// cmdImageTag adds a reference to an image and prints the target.
+// cmdImageTag adds a reference to an image and prints the target as
+// given (Image/ImageTag.swift, 0.8.0–1.2.2); a missing source is
+// ClientImage.get's notFound "image with reference <source>".
 func cmdImageTag(a *app, p *parsed) error {
-	if err := a.up("failed to list images"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	e, podRef, err := a.findImage(p.Pos[0])
@@ -336,20 +457,20 @@ func cmdImageTag(a *app, p *parsed) error {
 		return err
 	}
 	if e == nil {
-		return a.fail("notFound", "image not found: "+displayRef(normalizeRef(p.Pos[0])))
+		return a.fail("notFound", "image with reference "+p.Pos[0])
 	}
 	target := normalizeRef(p.Pos[1])
 	if r := a.eng.run("tag", podRef, podmanTag(target)); !r.ok() {
 		return failPlain(r.message())
 	}
-	fmt.Fprintln(a.stdout, target)
+	fmt.Fprintln(a.stdout, p.Pos[1])
 	return nil
 }
 
 // cmdImagePull succeeds for images present locally; nothing can be
 // fetched (the stand-in has no registry), so others fail like a pull.
 func cmdImagePull(a *app, p *parsed) error {
-	if err := a.up("failed to pull image"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	e, _, err := a.findImage(p.Pos[0])
@@ -363,27 +484,56 @@ func cmdImagePull(a *app, p *parsed) error {
 }
 
 // cmdBuild builds an image with podman; progress goes to stderr and tags
-// are stored where `run` will find them.
+// are stored where `run` will find them (BuildCommand.swift). validate()
+// refuses a missing context directory and, from 0.11.0, a missing -f
+// file or a context without Dockerfile or Containerfile (ValidationErrors:
+// exit 64 with the usage); before 0.11.0 the last is found out in run()
+// and printed plainly. Without -t the image is named by a lowercased UUID.
+// Once built, the tags (normalised) are printed on stdout: "Successfully
+// built <a, b>" before 1.0.0, one per line from 1.0.0.
 func cmdBuild(a *app, p *parsed) error {
 	ctx := "."
 	if len(p.Pos) > 0 {
 		ctx = p.Pos[0]
 	}
-	if err := a.up("failed to get container"); err != nil {
-		return err
+	if _, err := os.Stat(ctx); err != nil {
+		return validationError(p, "context dir does not exist "+ctx)
 	}
 	file := p.Val("file", "")
+	if file != "" && a.v.AtLeast("0.11.0") {
+		if _, err := os.Stat(file); err != nil {
+			return validationError(p, "dockerfile does not exist "+file)
+		}
+	}
 	if file == "" {
+		// BuildFile.resolvePath: Dockerfile, else Containerfile.
 		for _, n := range []string{"Dockerfile", "Containerfile"} {
 			if _, err := os.Stat(filepath.Join(ctx, n)); err == nil {
 				file = filepath.Join(ctx, n)
 				break
 			}
 		}
-		if file == "" {
-			// reconstructed
-			return a.fail("notFound", "could not find Dockerfile or Containerfile in "+ctx)
+		if file == "" && a.v.AtLeast("0.11.0") {
+			return validationError(p, "dockerfile not found in context dir")
 		}
+	}
+	if err := a.up(); err != nil {
+		return err
+	}
+	if file == "" {
+		return failPlain("failed to find Dockerfile or Containerfile in the context directory " + ctx)
+	}
+	if _, err := os.Stat(file); err != nil {
+		// reconstructed: Foundation's description of the read error (before 0.11.0).
+		return failPlain(`Error Domain=NSCocoaErrorDomain Code=260 "The file “` + filepath.Base(file) + `” couldn’t be opened because there is no such file."`)
+	}
+	tags := p.Vals("tag")
+	if len(tags) == 0 {
+		tags = []string{newUUID()}
+	}
+	names := make([]string, len(tags))
+	for i, t := range tags {
+		names[i] = normalizeRef(t)
 	}
 	args := []string{"build", "-f", file}
 	if p.Has("pull") {
@@ -391,8 +541,8 @@ func cmdBuild(a *app, p *parsed) error {
 	} else {
 		args = append(args, "--pull=never")
 	}
-	for _, t := range p.Vals("tag") {
-		args = append(args, "-t", podmanTag(normalizeRef(t)))
+	for _, n := range names {
+		args = append(args, "-t", podmanTag(n))
 	}
 	for _, b := range p.Vals("build-arg") {
 		args = append(args, "--build-arg", b)
@@ -422,7 +572,19 @@ func cmdBuild(a *app, p *parsed) error {
 	if rc != 0 {
 		return failPlain(buildFailure(tail.String()))
 	}
+	if oneX(a.v) {
+		fmt.Fprintln(a.stdout, strings.Join(names, "\n"))
+	} else {
+		fmt.Fprintln(a.stdout, "Successfully built "+strings.Join(names, ", "))
+	}
 	return nil
+}
+
+// validationError is a ValidationError thrown by a command's validate():
+// swift-argument-parser prints it with the command's usage, exit 64.
+func validationError(p *parsed, msg string) error {
+	return &exitError{exitUsage, "Error: " + msg + "\nUsage: " + p.Table.Usage() +
+		"\n  See 'container " + p.Table.Command.Path + " --help' for more information."}
 }
 
 var stepRE = regexp.MustCompile(`STEP "RUN (.*)": while running runtime: exit status (\d+)`)
@@ -471,4 +633,139 @@ func (d *dropErrorLines) flush() {
 		_, _ = d.w.Write(d.buf)
 	}
 	d.buf = nil
+}
+
+// cmdImageSave writes images to an archive, -o or stdout
+// (Image/ImageSave.swift, 0.8.0–1.2.2). A reference not found is
+// reported as ClientImage.get's error ("failed to get image for reference
+// <ref>: <error>": printed on stdout before 1.0.0, logged from 1.0.0) and
+// the save ends in invalidArgument "failed to save image(s)". Once written,
+// the references are printed: on stdout, even after an archive written to
+// stdout until 1.2.1, logged instead then from 1.2.2 (apple/container#1801).
+// reconstructed: podman writes an OCI archive of one image, several into a
+// docker-archive; --platform, --os and --arch are not applied.
+func cmdImageSave(a *app, p *parsed) error {
+	if err := a.up(); err != nil {
+		return err
+	}
+	var podRefs []string
+	missing := false
+	for _, ref := range p.Pos {
+		e, podRef, err := a.findImage(ref)
+		if err != nil {
+			return err
+		}
+		if e == nil {
+			line := "failed to get image for reference " + ref + ": " + coded("notFound", "image with reference "+ref)
+			if oneX(a.v) {
+				fmt.Fprintln(a.stderr, line)
+			} else {
+				fmt.Fprintln(a.stdout, line)
+			}
+			missing = true
+			continue
+		}
+		podRefs = append(podRefs, podRef)
+	}
+	if missing {
+		return a.fail("invalidArgument", "failed to save image(s)")
+	}
+	out := p.Val("output", "")
+	target := out
+	if out == "" {
+		dir, err := os.MkdirTemp("", "container-save-")
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		defer os.RemoveAll(dir)
+		target = filepath.Join(dir, "out.tar")
+	}
+	args := []string{"save", "--format", "oci-archive", "-o", target}
+	if len(podRefs) > 1 {
+		args = []string{"save", "--format", "docker-archive", "-m", "-o", target}
+	}
+	if r := a.eng.run(append(args, podRefs...)...); !r.ok() {
+		return a.fail("internalError", r.message()) // reconstructed
+	}
+	if out == "" {
+		f, err := os.Open(target)
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		_, err = io.Copy(a.stdout, f)
+		f.Close()
+		if err != nil {
+			return failPlain(err.Error())
+		}
+	}
+	for _, ref := range p.Pos {
+		if out == "" && a.v.AtLeast("1.2.2") {
+			fmt.Fprintln(a.stderr, ref)
+		} else {
+			fmt.Fprintln(a.stdout, ref)
+		}
+	}
+	return nil
+}
+
+// loadedRE is podman load's line for each image it loaded.
+var loadedRE = regexp.MustCompile(`(?m)^Loaded image(?:\(s\))?: (.+)$`)
+
+// cmdImageLoad loads images from an archive, -i or stdin, and prints
+// their references (Image/ImageLoad.swift, 0.8.0–1.2.2): under "Loaded
+// images:" before 1.0.0, alone from 1.0.0. A missing -i file ends the
+// command with exit 1 after "File does not exist <path>" on stdout before
+// 1.0.0, after the log line "file does not exist" with the path as
+// metadata from 1.0.0.
+func cmdImageLoad(a *app, p *parsed) error {
+	in := p.Val("input", "")
+	if in != "" {
+		if _, err := os.Stat(in); err != nil {
+			if oneX(a.v) {
+				fmt.Fprintf(a.stderr, "file does not exist: [\"path\": %s]\n", in)
+			} else {
+				fmt.Fprintln(a.stdout, "File does not exist "+in)
+			}
+			return exitCode(exitFailure)
+		}
+	}
+	if err := a.up(); err != nil {
+		return err
+	}
+	if in == "" {
+		dir, err := os.MkdirTemp("", "container-load-")
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		defer os.RemoveAll(dir)
+		in = filepath.Join(dir, "in.tar")
+		f, err := os.Create(in)
+		if err != nil {
+			return failPlain(err.Error())
+		}
+		var src io.Reader = a.stdin
+		if a.stdin == nil {
+			src = strings.NewReader("")
+		}
+		_, err = io.Copy(f, src)
+		f.Close()
+		if err != nil {
+			return failPlain(err.Error())
+		}
+	}
+	r := a.eng.run("load", "-i", in)
+	if !r.ok() {
+		return a.fail("internalError", r.message()) // reconstructed
+	}
+	if !oneX(a.v) {
+		fmt.Fprintln(a.stdout, "Loaded images:")
+	}
+	for _, m := range loadedRE.FindAllStringSubmatch(string(r.stdout)+string(r.stderr), -1) {
+		for _, ref := range strings.Split(m[1], ",") {
+			if ref = strings.TrimSpace(ref); ref != "" {
+				fmt.Fprintln(a.stdout, appleFromPodman(ref))
+			}
+		}
+	}
+	return nil
 }

@@ -31,6 +31,8 @@ type createPlan struct {
 	creator  string // token in labelCreator: this invocation made the container
 	// rwVolumes are the named volumes attached read-write.
 	rwVolumes []string
+	// mounts are the mounts in Apple's order, with Apple's options.
+	mounts []mountSpec
 	// labelErr is the -l labels' parse error, reported once the named
 	// volumes are made: Apple parses labels after it has resolved (and
 	// auto-created) the volumes (Utility.containerConfigFromFlags,
@@ -60,18 +62,26 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 		}
 		cpus = n
 	}
-	if err := a.up("failed to create container"); err != nil {
+	// The first request is the image lookup (ClientImage.list), or from
+	// 1.0.0 the health check of loadContainerSystemConfig: both fail with
+	// the bare connection error.
+	if err := a.up(); err != nil {
 		return err
 	}
 	id := p.Val("name", "")
 	if id == "" {
 		id = newUUID()
 	}
-	// The id is checked before anything else (pull, volumes, boot).
-	if c, err := a.eng.inspectOne(id); err != nil {
-		return err
-	} else if c != nil {
-		return a.errExists(id)
+	// run checks the id before anything else (pull, volumes, boot):
+	// exists "container with id <id> already exists" (ContainerRun.swift,
+	// 0.8.0–1.2.2); create has no such check, and the server refuses the
+	// id once the configuration is made (errCreateExists).
+	if start {
+		if c, err := a.eng.inspectOne(id); err != nil {
+			return err
+		} else if c != nil {
+			return a.errExists(id)
+		}
 	}
 	if p.Has("virtualization") {
 		// docs/how-to.md quotes the coded form; kept for every version.
@@ -149,7 +159,7 @@ func (a *app) createOrRun(p *parsed, start bool) error {
 	r := a.eng.run(args...)
 	if !r.ok() {
 		if nameTaken(r) {
-			return a.errExists(id)
+			return a.errCreateExists(id)
 		}
 		a.removeOwn(plan)
 		return a.bootstrapError(r)
@@ -265,9 +275,17 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	if w := p.Val("workdir", ""); w != "" {
 		add("-w", w)
 	}
-	if u, ok := userFlag(p); ok {
-		label(labelUser, u)
-		add("-u", u)
+	user, groups, podUser := appleUser(p, icfg.User)
+	label(labelUser, string(Encoding{Sorted: true}.Compact(user)))
+	if len(groups) > 0 {
+		gj, _ := json.Marshal(groups)
+		label(labelGroups, string(gj))
+		for _, g := range groups {
+			add("--group-add", strconv.Itoa(g))
+		}
+	}
+	if podUser != "" {
+		add("-u", podUser)
 	}
 	if plan.stdin {
 		add("-i")
@@ -303,6 +321,8 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 	for _, c := range p.Vals("cap-drop") {
 		add("--cap-drop", c)
 	}
+	caps, _ := json.Marshal(map[string][]string{"add": appleCaps(p.Vals("cap-add")), "drop": appleCaps(p.Vals("cap-drop"))})
+	label(labelCaps, string(caps))
 	for _, d := range p.Vals("dns") {
 		add("--dns", d)
 	}
@@ -329,12 +349,17 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 			return failPlain(err.Error())
 		}
 		add("--shm-size", strconv.FormatInt(n, 10))
+		label(labelShmSize, strconv.FormatInt(n, 10))
 	}
 	for _, pub := range p.Vals("publish") {
 		add("-p", pub)
 	}
+	// Parser.tmpfsMounts drops repeated --tmpfs values.
 	for _, t := range p.Vals("tmpfs") {
-		add("--tmpfs", t)
+		if !slices.ContainsFunc(plan.mounts, func(m mountSpec) bool { return m.Dest == t }) {
+			plan.mounts = append(plan.mounts, mountSpec{t, []string{}})
+			add("--tmpfs", t)
+		}
 	}
 	for _, v := range p.Vals("volume") {
 		arg, err := a.volumeArg(plan, v)
@@ -353,6 +378,8 @@ func (a *app) translate(p *parsed, plan *createPlan, ref string, icfg imageConfi
 		}
 		add("--mount", arg)
 	}
+	mj, _ := json.Marshal(plan.mounts)
+	label(labelMounts, string(mj))
 	return nil
 }
 
@@ -444,10 +471,14 @@ func (a *app) volumeArg(plan *createPlan, v string) (string, error) {
 	case f != nil:
 		return "", a.failure(f)
 	case spec.Anonymous:
-		name := "anon-" + newUUID()
+		// VolumeStorage.generateAnonymousVolumeName: a lowercased UUID.
+		name := newUUID()
 		plan.anon = append(plan.anon, name)
+		plan.mounts = append(plan.mounts, mountSpec{spec.Target, []string{}})
 		return name + ":" + spec.Target, nil
-	case !spec.Path:
+	}
+	plan.mounts = append(plan.mounts, mountSpec{spec.Target, orEmpty(spec.Options)})
+	if !spec.Path {
 		plan.volumes = append(plan.volumes, spec.Source)
 		if !slices.Contains(spec.Options, "ro") && !slices.Contains(spec.Options, "readonly") {
 			plan.rwVolumes = append(plan.rwVolumes, spec.Source)
@@ -517,6 +548,9 @@ func (a *app) checkAttachable(self string, rw []string) error {
 func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 	var typ, src, dst string
 	var extra []string
+	// The options Parser.mount records: "ro", "size=<bytes>", "mode=<mode>"
+	// (it walks a dictionary, so their order varies; here as given).
+	apple := []string{}
 	for _, kv := range strings.Split(m, ",") {
 		k, v, _ := strings.Cut(kv, "=")
 		switch k {
@@ -528,6 +562,7 @@ func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 			dst = v
 		case "readonly", "ro":
 			extra = append(extra, "readonly")
+			apple = append(apple, "ro")
 		case "size":
 			// Parser.mount: memoryStringAsMiB, times 1 MiB (Parser.swift, 0.8.0–1.2.2).
 			mib, err := memoryMiB(v)
@@ -535,8 +570,10 @@ func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 				return "", failPlain(err.Error())
 			}
 			extra = append(extra, "tmpfs-size="+strconv.FormatInt(mib<<20, 10))
+			apple = append(apple, "size="+strconv.FormatInt(mib<<20, 10))
 		case "mode":
 			extra = append(extra, "tmpfs-mode="+v)
+			apple = append(apple, "mode="+v)
 		default:
 			// reconstructed: Apple's wording for an unknown mount key.
 			return "", a.fail("invalidArgument", "unknown mount option "+k)
@@ -551,7 +588,13 @@ func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 		}
 		out = append(out, "type=bind", "source="+abs)
 	case "volume":
-		plan.volumes = append(plan.volumes, src)
+		if src == "" {
+			// No source: an anonymous volume (Parser.mount).
+			src = newUUID()
+			plan.anon = append(plan.anon, src)
+		} else {
+			plan.volumes = append(plan.volumes, src)
+		}
 		if !hasOption(strings.Join(extra, ","), "readonly") {
 			plan.rwVolumes = append(plan.rwVolumes, src)
 		}
@@ -562,11 +605,17 @@ func (a *app) mountArg(plan *createPlan, m string) (string, error) {
 		return "", a.fail("invalidArgument", "unsupported mount type "+typ)
 	}
 	out = append(out, "destination="+dst)
+	plan.mounts = append(plan.mounts, mountSpec{dst, apple})
 	return strings.Join(append(out, extra...), ","), nil
 }
 
-// ensureVolumes creates missing named volumes (with Apple's warning) and
-// the anonymous ones.
+// ensureVolumes creates the missing named volumes and the anonymous ones,
+// as Utility.getOrCreateVolume does: a named one it had to create is
+// logged from 0.10.0 (log.warning "named volume was automatically
+// created" with the volume as metadata, which StderrLogHandler prints
+// after the message; nothing before); an anonymous one is made with the
+// label com.apple.container.resource.anonymous="" (Volume.anonymousLabel,
+// 0.8.0–1.2.2).
 func (a *app) ensureVolumes(plan *createPlan) error {
 	if len(plan.volumes) > 0 {
 		have, err := a.eng.inspectVolumes(plan.volumes...)
@@ -582,20 +631,28 @@ func (a *app) ensureVolumes(plan *createPlan) error {
 				continue
 			}
 			exists[name] = true
-			// reconstructed: Apple warns when it auto-creates a named volume; wording unknown.
-			fmt.Fprintf(a.stderr, "Warning: named volume %s does not exist, creating it\n", name)
-			if r := a.eng.run("volume", "create", name); !r.ok() && !r.contains("already exists") {
-				return a.failCause("internalError", "failed to create volume "+name, r.message())
+			if r := a.eng.run("volume", "create", name); !r.ok() {
+				if r.contains("already exists") {
+					continue
+				}
+				return a.failCause("internalError", "failed to create volume "+name, r.message()) // reconstructed
+			}
+			if a.v.AtLeast("0.10.0") {
+				fmt.Fprintf(a.stderr, "named volume was automatically created: [\"volume\": %s]\n", name)
 			}
 		}
 	}
 	for _, name := range plan.anon {
-		if r := a.eng.run("volume", "create", name); !r.ok() {
-			return a.failCause("internalError", "failed to create volume "+name, r.message())
+		labels, _ := json.Marshal(map[string]string{anonymousLabel: ""})
+		if r := a.eng.run("volume", "create", "--label", labelLabels+"="+encodeJSONLabel(labels), name); !r.ok() {
+			return a.failCause("internalError", "failed to create volume "+name, r.message()) // reconstructed
 		}
 	}
 	return nil
 }
+
+// anonymousLabel marks an anonymous volume (Volume.anonymousLabel).
+const anonymousLabel = "com.apple.container.resource.anonymous"
 
 // runForeground runs the container attached: stdout/stderr pass through,
 // stdin only with -i, and the CLI exits with the process's exit code.
@@ -607,7 +664,7 @@ func (a *app) runForeground(plan *createPlan) error {
 	args = append(args, plan.image)
 	if r := a.eng.run(append(args, plan.args...)...); !r.ok() {
 		if nameTaken(r) {
-			return a.errExists(plan.id)
+			return a.errCreateExists(plan.id)
 		}
 		a.removeOwn(plan)
 		return a.bootstrapError(r)

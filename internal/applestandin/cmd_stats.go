@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -65,7 +67,7 @@ func cmdStats(a *app, p *parsed) error {
 	if err != nil {
 		return err
 	}
-	if err := a.up("failed to list containers"); err != nil {
+	if err := a.up(opListContainers); err != nil {
 		return err
 	}
 	var ids []string
@@ -78,13 +80,30 @@ func cmdStats(a *app, p *parsed) error {
 		for i := range cs {
 			byName[cs[i].Name] = &cs[i]
 		}
+		var all []podContainer
 		for _, id := range p.Pos {
 			c := byName[id]
+			if c == nil && a.v.Before("0.10.0") {
+				// ContainerStats.swift@0.9.0 takes the first container whose
+				// id starts with the one given.
+				if all == nil {
+					if all, err = a.eng.listContainers(true); err != nil {
+						return err
+					}
+					sort.SliceStable(all, func(i, j int) bool { return all[i].Created.Before(all[j].Created) })
+				}
+				for i := range all {
+					if strings.HasPrefix(all[i].Name, id) {
+						c = &all[i]
+						break
+					}
+				}
+			}
 			if c == nil {
 				return a.fail("notFound", "no such container: "+id)
 			}
 			if c.State.Running {
-				ids = append(ids, id)
+				ids = append(ids, c.Name)
 			}
 		}
 	} else {
@@ -97,11 +116,12 @@ func cmdStats(a *app, p *parsed) error {
 		}
 	}
 	if format == "table" && !p.Has("no-stream") {
-		return a.streamStats(ids)
+		if len(p.Pos) > 0 {
+			return a.streamStats(func() []string { return ids })
+		}
+		return a.streamStats(a.runningIDs)
 	}
-	first := a.sample(ids)
-	time.Sleep(statsInterval)
-	second := a.sample(ids)
+	first, second := a.samples(ids)
 	if format == "json" {
 		arr := []any{}
 		for _, id := range ids {
@@ -114,6 +134,28 @@ func cmdStats(a *app, p *parsed) error {
 	}
 	fmt.Fprintln(a.stdout, renderTable(statsRows(ids, first, second)))
 	return nil
+}
+
+// samples is ContainerStats.collectStats (Container/ContainerStats.swift,
+// 0.8.0–1.2.2): a first sample of each container (those that fail are
+// left out), and 2 s later, if any, a second one, which keeps the first
+// where it fails.
+func (a *app) samples(ids []string) (first, second map[string]podStats) {
+	first = a.sample(ids)
+	second = map[string]podStats{}
+	if len(first) == 0 {
+		return first, second
+	}
+	time.Sleep(statsInterval)
+	again := a.sample(ids)
+	for id, s := range first {
+		if s2, ok := again[id]; ok {
+			second[id] = s2
+		} else {
+			second[id] = s
+		}
+	}
+	return first, second
 }
 
 // statsJSON is one stats entry; built in the 0.x key order of samples §3.4.
@@ -138,10 +180,16 @@ func statsRows(ids []string, first, second map[string]podStats) [][]string {
 		if !ok {
 			continue
 		}
+		// calculateCPUPercent: the cpuUsageUsec delta (0 if it went back)
+		// over a fixed 2 s, "%.2f%%".
 		cpu := "--"
-		if f, ok := first[id]; ok && s.CPUNano >= f.CPUNano {
-			pct := float64(s.CPUNano-f.CPUNano) / float64(statsInterval.Nanoseconds()) * 100
-			cpu = fmt.Sprintf("%.2f%%", pct)
+		if f, ok := first[id]; ok {
+			u1, u2 := f.CPUNano/1000, s.CPUNano/1000
+			delta := uint64(0)
+			if u2 > u1 {
+				delta = u2 - u1
+			}
+			cpu = fmt.Sprintf("%.2f%%", float64(delta)/float64(statsInterval.Microseconds())*100)
 		}
 		rows = append(rows, []string{id, cpu,
 			binBytes(s.MemUsage) + " / " + binBytes(s.MemLimit),
@@ -165,23 +213,54 @@ func binBytes(n uint64) string {
 	}
 }
 
-// streamStats redraws the table every interval on the alternate screen
-// until interrupted.
-func (a *app) streamStats(ids []string) error {
+// streamStats redraws the table until interrupted, as
+// ContainerStats.runStreaming does (0.8.0–1.2.2): the alternate screen
+// with the cursor hidden ("\e[?1049h\e[?25l", undone on exit), the screen
+// cleared ("\e[H\e[J") and the header printed at once, then each round's
+// table, cleared before it; each round takes the two samples 2 s apart.
+func (a *app) streamStats(list func() []string) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
-	fmt.Fprint(a.stdout, "\x1b[?1049h")
-	defer fmt.Fprint(a.stdout, "\x1b[?1049l")
-	prev := a.sample(ids)
+	const clear = "\x1b[H\x1b[J"
+	fmt.Fprint(a.stdout, "\x1b[?1049h\x1b[?25l")
+	defer fmt.Fprint(a.stdout, "\x1b[?25h\x1b[?1049l")
+	fmt.Fprint(a.stdout, clear+renderTable(statsRows(nil, nil, nil))+"\n")
 	for {
+		// reconstructed: a failing round prints "error collecting stats:
+		// <error>"; podman's failures are left out of the sample instead.
+		ids := list()
+		done := make(chan [2]map[string]podStats, 1)
+		go func() {
+			f, s := a.samples(ids)
+			done <- [2]map[string]podStats{f, s}
+		}()
 		select {
 		case <-sig:
 			return nil
-		case <-time.After(statsInterval):
+		case r := <-done:
+			fmt.Fprint(a.stdout, clear+renderTable(statsRows(ids, r[0], r[1]))+"\n")
+			if len(r[0]) == 0 {
+				select {
+				case <-sig:
+					return nil
+				case <-time.After(statsInterval):
+				}
+			}
 		}
-		cur := a.sample(ids)
-		fmt.Fprint(a.stdout, "\x1b[H\x1b[2J"+renderTable(statsRows(ids, prev, cur))+"\n")
-		prev = cur
 	}
+}
+
+// runningIDs lists the running containers (each streaming round does).
+func (a *app) runningIDs() []string {
+	cs, err := a.eng.listContainers(false)
+	if err != nil {
+		return nil
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Created.Before(cs[j].Created) })
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.Name
+	}
+	return ids
 }

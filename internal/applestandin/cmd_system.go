@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -29,32 +31,141 @@ func cmdPropertyGet(a *app, p *parsed) error {
 	return nil
 }
 
-// cmdPropertyList prints the system configuration, TOML by default
-// (1.0.0–1.2.2). reconstructed: only its [registry] section is emitted.
+// cmdPropertyList prints the system configuration (1.0.0–1.2.2,
+// System/Property/PropertyList.swift): the ContainerSystemConfig that
+// loadContainerSystemConfig makes, TOML by default or JSON (compact,
+// sorted). reconstructed: the TOML layout (a third-party encoder).
 func cmdPropertyList(a *app, p *parsed) error {
 	if a.v.Before("1.0.0") {
 		return failPlain("system property list before 1.0.0 is not supported by this stand-in")
 	}
+	// PropertyList.swift@1.0.0 loads the configuration, whose health check
+	// fails with the bare connection error when the apiserver is down.
+	if err := a.up(); err != nil {
+		return err
+	}
+	cfg := a.systemConfig()
 	switch p.Val("format", "toml") {
 	case "json":
-		a.printJSON(NewObj().Set("registry", NewObj().Set("domain", registryDomain)), false)
+		a.printJSON(cfg, false)
 	case "toml":
-		fmt.Fprintf(a.stdout, "[registry]\ndomain = %q\n", registryDomain)
+		fmt.Fprint(a.stdout, tomlTables(cfg))
 	}
 	return nil
 }
 
-// cmdSystemStart clears the stopped marker (the system is then up).
+// systemConfig is ContainerSystemConfig with its defaults
+// (ContainerPersistence/ContainerSystemConfig.swift, MachineConfig.swift,
+// MemorySize.swift at 1.0.0–1.2.2) and the configured registry domain:
+// sizes are MemorySize's "<value><b|kb|mb|gb|tb|pb>"; the builder and
+// vminit images carry the builder shim and containerization versions the
+// release pins (Package.swift); kernel.digest is there from 1.2.0; dns'
+// domain and network's subnets are nil by default, so left out; the
+// machine defaults to half the host's CPUs (at least 4) and half its
+// memory in whole GiB (at least 1).
+func (a *app) systemConfig() *Obj {
+	shim, cz := "0.13.1", "0.40.1" // 1.2.1–1.2.2; later releases are taken as these
+	switch {
+	case a.v.Before("1.1.0"):
+		shim, cz = "0.12.0", "0.33.3"
+	case a.v.Before("1.2.0"):
+		shim, cz = "0.12.0", "0.35.0"
+	case a.v.Before("1.2.1"):
+		shim, cz = "0.13.0", "0.40.1"
+	}
+	kernel := NewObj().
+		Set("binaryPath", "opt/kata/share/kata-containers/vmlinux-6.18.15-186").
+		Set("url", "https://github.com/kata-containers/kata-containers/releases/download/3.28.0/kata-static-3.28.0-arm64.tar.zst").
+		SetIf(a.v.AtLeast("1.2.0"), "digest", "sha256:f63d54507d1f18635d94475077e4c2330de4d8e05cedf25f7c38f063b0e66a91")
+	return NewObj().
+		Set("build", NewObj().Set("rosetta", true).Set("cpus", 2).Set("memory", "2048mb").
+			Set("image", "ghcr.io/apple/container-builder-shim/builder:"+shim)).
+		Set("container", NewObj().Set("cpus", 4).Set("memory", "1gb")).
+		Set("dns", NewObj()).
+		Set("kernel", kernel).
+		Set("machine", NewObj().Set("cpus", max(hostCPUs()/2, 4)).
+			Set("memory", strconv.FormatInt(max(hostMemory()/2, 1<<30)>>30, 10)+"gb").
+			Set("homeMount", "rw").Set("virtualization", false)).
+		Set("network", NewObj()).
+		Set("registry", NewObj().Set("domain", registryDomain)).
+		Set("vminit", NewObj().Set("image", "ghcr.io/apple/containerization/vminit:"+cz))
+}
+
+// tomlTables writes a configuration of one level of tables as TOML, keys
+// sorted (Output.renderTOML sets .sortedKeys).
+func tomlTables(cfg *Obj) string {
+	var b strings.Builder
+	keys := cfg.Keys()
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("[" + k + "]\n")
+		t, _ := cfg.Get(k)
+		o, _ := t.(*Obj)
+		if o == nil {
+			continue
+		}
+		inner := o.Keys()
+		sort.Strings(inner)
+		for _, ik := range inner {
+			v, _ := o.Get(ik)
+			switch x := v.(type) {
+			case string:
+				fmt.Fprintf(&b, "%s = %q\n", ik, x)
+			default:
+				fmt.Fprintf(&b, "%s = %v\n", ik, x)
+			}
+		}
+	}
+	return b.String()
+}
+
+// cmdSystemStart clears the stopped marker (the system is then up),
+// printing what SystemStart.swift prints on the way: before 0.10.0
+// "Verifying apiserver is running..."; 0.10–0.12 "Registering API server
+// with launchd..." first; from 1.0.0 "Launching container-apiserver..."
+// and "Testing access to container-apiserver..." as log lines (stderr),
+// then "Verifying machine API server is running..." (stdout in 1.0–1.1, a
+// log line from 1.2.0). The init image and kernel are taken as installed.
 func cmdSystemStart(a *app, p *parsed) error {
-	fmt.Fprintln(a.stdout, "Launching container-apiserver...")
-	fmt.Fprintln(a.stdout, "Testing access to container-apiserver...")
+	say := func(text string, stderr bool) {
+		w := a.stdout
+		if stderr {
+			w = a.stderr
+		}
+		fmt.Fprintln(w, text)
+	}
+	switch {
+	case oneX(a.v):
+		say("Launching container-apiserver...", true)
+		say("Testing access to container-apiserver...", true)
+	case a.v.AtLeast("0.10.0"):
+		say("Registering API server with launchd...", false)
+		say("Verifying apiserver is running...", false)
+	default:
+		say("Verifying apiserver is running...", false)
+	}
 	if a.forced != "" && a.systemDown() != "" {
-		// Captured 1.x failure of the health check (samples §6.1).
-		return &exitError{exitFailure, "Error: internalError: \"failed to get a response from apiserver: interrupted: \"XPC connection error: Connection invalid\"\"\n" +
-			"Ensure container system service has been started with `container system start`."}
+		// The health check fails: internalError "failed to get a response
+		// from apiserver: <error>", which holds the XPC error and so gets
+		// the hint (1.x capture, samples §6.1).
+		return a.errXPCText(coded("internalError", "failed to get a response from apiserver: "+coded("interrupted", "XPC connection error: Connection invalid")))
+	}
+	if oneX(a.v) {
+		say("Verifying machine API server is running...", a.v.AtLeast("1.2.0"))
 	}
 	if a.home != "" {
-		if err := os.Remove(filepath.Join(a.home, stoppedMarker)); err != nil && !os.IsNotExist(err) {
+		err := os.Remove(filepath.Join(a.home, stoppedMarker))
+		switch {
+		case err == nil:
+			// The apiserver starts afresh: it loads every container with no
+			// startedDate (startedDate).
+			if err := os.WriteFile(filepath.Join(a.home, startedMarker), nil, 0o644); err != nil {
+				return failPlain(err.Error())
+			}
+		case !os.IsNotExist(err):
 			return failPlain(err.Error())
 		}
 	}
@@ -195,9 +306,11 @@ func cmdSystemVersion(a *app, p *parsed) error {
 		a.printJSON(arr, false)
 		return nil
 	}
-	rows := [][]string{{"COMPONENT", "VERSION", "BUILD", "COMMIT"}, {"container", a.v.String(), "release", shortCommit}}
+	// The table's COMMIT is VersionInfo.commit, the whole hash, as in the JSON
+	// (SystemVersion.swift, 0.8.0–1.2.2).
+	rows := [][]string{{"COMPONENT", "VERSION", "BUILD", "COMMIT"}, {"container", a.v.String(), "release", fullCommit}}
 	if up {
-		rows = append(rows, []string{"container-apiserver", a.apiserverVersion(), "release", shortCommit})
+		rows = append(rows, []string{"container-apiserver", a.apiserverVersion(), "release", fullCommit})
 	}
 	fmt.Fprintln(a.stdout, renderTable(rows))
 	return nil

@@ -18,12 +18,18 @@ const (
 	labelVolOpts = labelPrefix + "opts" // JSON object
 )
 
-// errVolumeNotFound is `volume not found: X` (1.x) / `volume 'X' not found` (0.x).
-func (a *app) errVolumeNotFound(name string) error {
+// errVolumeNotFound is volume inspect's error for missing names: from
+// 1.0.0 notFound "volume not found: <names>" (VolumeInspect.swift: the
+// missing names sorted, joined by ", "); before, the server's
+// VolumeError.volumeNotFound for the first one, which XPCServer sends as
+// invalidArgument with its description "volume '<name>' not found".
+func (a *app) errVolumeNotFound(names ...string) error {
 	if oneX(a.v) {
-		return a.fail("notFound", "volume not found: "+name)
+		sorted := append([]string(nil), names...)
+		sort.Strings(sorted)
+		return a.fail("notFound", "volume not found: "+strings.Join(sorted, ", "))
 	}
-	return failPlain("volume '" + name + "' not found")
+	return a.fail("invalidArgument", "volume '"+names[0]+"' not found")
 }
 
 // cmdVolumeCreate creates a named volume and prints its name
@@ -36,7 +42,7 @@ func (a *app) errVolumeNotFound(name string) error {
 // descriptions, other errors as unknown (XPCServer.swift).
 func cmdVolumeCreate(a *app, p *parsed) error {
 	name := p.Pos[0]
-	if err := a.up("failed to create volume"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	if !validVolumeName(name) {
@@ -104,8 +110,14 @@ func volumeOptions(labels map[string]string) map[string]string {
 	return opts
 }
 
-// volumeJSON renders a volume: 1.x {id, configuration{…}}, 0.x flat.
-func (a *app) volumeJSON(v podVolume) *Obj {
+// volumeJSON renders a volume: 1.x VolumeResource {id, configuration{…}}
+// (VolumeResource.swift, VolumeConfiguration.swift), 0.x the flat Volume
+// with createdAt (Volume.swift). A date is a value the encoder formats:
+// the caller's encoding decides (volumeDate).
+func (a *app) volumeJSON(v podVolume) *Obj { return a.volumeJSONDated(v, a.dateValue(v.CreatedAt)) }
+
+// volumeJSONDated is volumeJSON with the date value given.
+func (a *app) volumeJSONDated(v podVolume, created any) *Obj {
 	opts := volumeOptions(v.Labels)
 	size := defaultVolumeSize
 	if n := volumeImageSize(v.Labels); n >= 0 {
@@ -116,7 +128,7 @@ func (a *app) volumeJSON(v podVolume) *Obj {
 	labels := containerLabels(v.Labels)
 	if oneX(a.v) {
 		return NewObj().Set("configuration", NewObj().
-			Set("creationDate", isoDate(v.CreatedAt)).
+			Set("creationDate", created).
 			Set("driver", "local").
 			Set("format", "ext4").
 			Set("labels", labels).
@@ -131,7 +143,7 @@ func (a *app) volumeJSON(v podVolume) *Obj {
 		Set("options", opts).
 		Set("name", v.Name).
 		Set("driver", "local").
-		Set("createdAt", appleSeconds(v.CreatedAt)).
+		Set("createdAt", created).
 		Set("sizeInBytes", size).
 		Set("labels", labels).
 		Set("source", volumeSource(v.Name))
@@ -143,7 +155,7 @@ func cmdVolumeList(a *app, p *parsed) error {
 	if err != nil {
 		return err
 	}
-	if err := a.up("failed to list volumes"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	vols, err := a.eng.listVolumes()
@@ -163,10 +175,15 @@ func cmdVolumeList(a *app, p *parsed) error {
 			fmt.Fprintln(a.stdout, v.Name)
 		}
 	default:
+		// Before 1.0.0 the table is sorted newest first (VolumeList.swift@0.12.3);
+		// from 1.0.0 it keeps the list's order.
+		if !oneX(a.v) {
+			sort.SliceStable(vols, func(i, j int) bool { return vols[i].CreatedAt.After(vols[j].CreatedAt) })
+		}
 		rows := [][]string{{"NAME", "TYPE", "DRIVER", "OPTIONS"}}
 		for _, v := range vols {
 			typ := "named"
-			if strings.HasPrefix(v.Name, "anon-") {
+			if _, anon := containerLabels(v.Labels)[anonymousLabel]; anon {
 				typ = "anonymous"
 			}
 			var opts []string
@@ -181,12 +198,21 @@ func cmdVolumeList(a *app, p *parsed) error {
 	return nil
 }
 
-// cmdVolumeInspect prints volumes as JSON; a missing name is an error.
+// cmdVolumeInspect prints volumes as JSON, pretty-printed with sorted
+// keys and ISO-8601 dates in every release (VolumeInspect.swift: its own
+// encoder options before 1.0.0, Output's .pretty from 1.0.0). 1.x takes
+// the listed volumes whose names are given, once each, in the list's
+// order, and fails for missing ones first; 0.x inspects each name in
+// turn and stops at the first missing one.
 func cmdVolumeInspect(a *app, p *parsed) error {
-	if err := a.up("failed to list volumes"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
-	vols, err := a.eng.inspectVolumes(p.Pos...)
+	names := p.Pos
+	if oneX(a.v) {
+		names = uniq(names)
+	}
+	vols, err := a.eng.inspectVolumes(uniq(names)...)
 	if err != nil {
 		return err
 	}
@@ -194,15 +220,28 @@ func cmdVolumeInspect(a *app, p *parsed) error {
 	for _, v := range vols {
 		byName[v.Name] = v
 	}
-	arr := []any{}
-	for _, n := range p.Pos {
-		v, ok := byName[n]
-		if !ok {
-			return a.errVolumeNotFound(n)
+	var missing []string
+	for _, n := range names {
+		if _, ok := byName[n]; !ok {
+			missing = append(missing, n)
 		}
-		arr = append(arr, a.volumeJSON(v))
 	}
-	a.printJSON(arr, true)
+	if len(missing) > 0 {
+		return a.errVolumeNotFound(missing...)
+	}
+	if oneX(a.v) {
+		sort.SliceStable(vols, func(i, j int) bool { return vols[i].CreatedAt.Before(vols[j].CreatedAt) })
+		names = nil
+		for _, v := range vols {
+			names = append(names, v.Name)
+		}
+	}
+	arr := []any{}
+	for _, n := range names {
+		arr = append(arr, a.volumeJSONDated(byName[n], isoDate(byName[n].CreatedAt)))
+	}
+	enc := Encoding{Sorted: true, EscapeSlash: escapeSlashes(a.v)}
+	_, _ = a.stdout.Write(append(enc.Pretty(arr), '\n'))
 	return nil
 }
 
@@ -224,7 +263,7 @@ func cmdVolumeDelete(a *app, p *parsed) error {
 			return a.fail("invalidArgument", "explicitly supplied volume name(s) conflict with the --all flag")
 		}
 	}
-	if err := a.up("failed to list volumes"); err != nil {
+	if err := a.up(); err != nil {
 		return err
 	}
 	vols, err := a.eng.listVolumes()

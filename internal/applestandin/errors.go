@@ -82,14 +82,48 @@ func (a *app) errExists(id string) error {
 	return a.fail("exists", "container with id "+id+" already exists")
 }
 
-// errXPC is what every command prints when the apiserver is not running
-// (samples §6.1). op is the failing request, e.g. "failed to list containers".
-func (a *app) errXPC(op string) error {
+// errXPC is what a command prints when the apiserver is not running
+// (samples §6.1). Application.swift wraps any error whose description
+// holds "XPC connection error" in ContainerizationError(.interrupted,
+// "<description>\nEnsure …"), so the failing request's description is
+// always in the coded form. ops are the failing requests' messages, one
+// per request ("failed to list containers", ContainerClient.list), each
+// with the connection error as cause; none means the bare connection
+// error (requests that do not wrap it: ClientImage.list, ClientVolume).
+// Several print one per line, as AggregateError does.
+func (a *app) errXPC(ops ...string) error {
+	conn := coded("interrupted", "XPC connection error: Connection invalid")
+	inner := conn
+	if len(ops) > 0 {
+		lines := make([]string, len(ops))
+		for i, op := range ops {
+			lines[i] = withCause(coded("internalError", op), conn)
+		}
+		inner = strings.Join(lines, "\n")
+	}
+	return a.errXPCText(inner)
+}
+
+// errXPCText is Application.swift's handling of an error whose
+// description (inner) holds "XPC connection error": wrapped with the hint
+// in interrupted "<inner>\nEnsure …", printed by its message from 0.10.0
+// and whole before (issue #829).
+func (a *app) errXPCText(inner string) error {
 	const hint = "Ensure container system service has been started with `container system start`."
-	inner := withCause(coded("internalError", op), coded("interrupted", "XPC connection error: Connection invalid"))
 	if codeErrors(a.v) {
-		// 0.x wraps the whole description, hint included, in interrupted: "…" (issue #829).
 		return &exitError{exitFailure, "Error: " + coded("interrupted", inner+"\n"+hint)}
 	}
 	return &exitError{exitFailure, "Error: " + inner + "\n" + hint}
+}
+
+// errCreateExists is the server's refusal of a container id in use
+// (ContainersService.create: exists "container already exists: <id>"),
+// as ContainerClient.create passes it on: wrapped as internalError
+// "failed to create container" with it as the cause before 1.2.0, as is
+// from 1.2.0 (ContainerClient.swift@1.2.0 rethrows ContainerizationErrors).
+func (a *app) errCreateExists(id string) error {
+	if a.v.AtLeast("1.2.0") {
+		return a.fail("exists", "container already exists: "+id)
+	}
+	return a.failCause("internalError", "failed to create container", coded("exists", "container already exists: "+id))
 }

@@ -31,7 +31,8 @@ func TestErrorFormsByVersion(t *testing.T) {
 		"exists": {func(a *app) error { return a.errExists("dup") }, tc{
 			`Error: exists: "container with id dup already exists"`, `Error: container with id dup already exists`}},
 		"volume not found": {func(a *app) error { return a.errVolumeNotFound("nope") }, tc{
-			`Error: volume 'nope' not found`, `Error: volume not found: nope`}},
+			// The server's VolumeError, sent as invalidArgument (XPCServer.swift@0.9.0).
+			`Error: invalidArgument: "volume 'nope' not found"`, `Error: volume not found: nope`}},
 	}
 	for name, c := range cases {
 		old := &app{v: MustVersion("0.9.0")}
@@ -105,7 +106,46 @@ func TestSystemDown(t *testing.T) {
 	}
 	a, _, errb = testApp("1.5.0")
 	a.forced = "unregistered"
-	if code := a.finish(a.dispatch([]string{"run", "-d", "mcp-dev"})); code != 1 || !strings.HasPrefix(errb.String(), `Error: internalError: "failed to create container"`) {
+	if code := a.finish(a.dispatch([]string{"run", "-d", "mcp-dev"})); code != 1 || !strings.HasPrefix(errb.String(), `Error: interrupted: "XPC connection error: Connection invalid"`) {
 		t.Errorf("run when down: %d %q", code, errb.String())
+	}
+}
+
+// TestXPCErrorsByCommand: with the apiserver down, each command fails on
+// its first request, worded by the client that sends it, with the hint
+// Application.swift adds (samples §6.1).
+func TestXPCErrorsByCommand(t *testing.T) {
+	const hint = "\nEnsure container system service has been started with `container system start`.\n"
+	conn := `(cause: "interrupted: "XPC connection error: Connection invalid"")`
+	for _, tc := range []struct {
+		version string
+		argv    []string
+		want    string
+	}{
+		// ContainerClient.list (ContainerClient.get goes through it).
+		{"1.2.0", []string{"ls"}, `Error: internalError: "failed to list containers" ` + conn + hint},
+		{"1.2.0", []string{"start", "x"}, `Error: internalError: "failed to list containers" ` + conn + hint},
+		{"1.2.0", []string{"exec", "x", "ls"}, `Error: internalError: "failed to list containers" ` + conn + hint},
+		// One request per id, in an AggregateError (ContainerStop.swift@0.11.0+).
+		{"1.2.0", []string{"stop", "a", "b"}, `Error: internalError: "failed to stop container" ` + conn + "\n" +
+			`internalError: "failed to stop container" ` + conn + hint},
+		// Before 0.11.0 stop lists first.
+		{"0.10.0", []string{"stop", "a"}, `Error: internalError: "failed to list containers" ` + conn + hint},
+		{"1.2.0", []string{"delete", "a", "a"}, `Error: internalError: "failed to delete container" ` + conn + hint},
+		{"0.10.0", []string{"kill", "a"}, `Error: internalError: "failed to kill container" ` + conn + hint},
+		{"1.2.0", []string{"logs", "x"}, `Error: internalError: "failed to get logs for container x" ` + conn + hint},
+		// ClientImage.list, ClientVolume and the health check do not wrap it.
+		{"1.2.0", []string{"image", "list"}, `Error: interrupted: "XPC connection error: Connection invalid"` + hint},
+		{"1.2.0", []string{"volume", "list"}, `Error: interrupted: "XPC connection error: Connection invalid"` + hint},
+		{"1.2.0", []string{"run", "-d", "alpine"}, `Error: interrupted: "XPC connection error: Connection invalid"` + hint},
+		// 0.x: the whole text is wrapped in interrupted: "…" (issue #829).
+		{"0.9.0", []string{"image", "list"}, `Error: interrupted: "interrupted: "XPC connection error: Connection invalid"` +
+			"\nEnsure container system service has been started with `container system start`.\"\n"},
+	} {
+		a, out, errb := testApp(tc.version)
+		a.forced = "unregistered"
+		if code := a.finish(a.dispatch(tc.argv)); code != 1 || errb.String() != tc.want || out.Len() != 0 {
+			t.Errorf("%s %v: %d %q\nwant %q", tc.version, tc.argv, code, errb.String(), tc.want)
+		}
 	}
 }

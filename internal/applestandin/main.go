@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
@@ -54,6 +55,7 @@ const (
 
 	defaultVersion = "1.5.0"
 	stoppedMarker  = "system-stopped"
+	startedMarker  = "system-started" // its mtime: when `system start` last ran
 )
 
 // app is one invocation: the emulated version, the backend and the stdio.
@@ -187,13 +189,44 @@ func (a *app) systemDown() string {
 	return ""
 }
 
-// up fails with the version's XPC error when the system is down; op names
-// the request that would have failed ("failed to list containers").
-func (a *app) up(op string) error {
+// systemStartedAt is when `system start` last started the emulated
+// apiserver, which then knows the containers afresh.
+func (a *app) systemStartedAt() (time.Time, bool) {
+	if a.home == "" {
+		return time.Time{}, false
+	}
+	fi, err := os.Stat(filepath.Join(a.home, startedMarker))
+	if err != nil {
+		return time.Time{}, false
+	}
+	return fi.ModTime(), true
+}
+
+// up fails with the version's XPC error when the system is down; ops
+// name the requests that would have failed ("failed to list containers"),
+// none the requests that fail with the bare connection error (errXPC).
+func (a *app) up(ops ...string) error {
 	if a.systemDown() != "" {
-		return a.errXPC(op)
+		return a.errXPC(ops...)
 	}
 	return nil
+}
+
+// Requests as the clients word their failures (errXPC).
+const (
+	// ContainerClient.list (ClientContainer.list before 0.10.0), which
+	// ContainerClient.get goes through too.
+	opListContainers = "failed to list containers"
+)
+
+// perID repeats op for every id: commands that send one request per id
+// and collect the errors in an AggregateError.
+func perID(op string, ids []string) []string {
+	ops := make([]string, len(ids))
+	for i := range ids {
+		ops[i] = op
+	}
+	return ops
 }
 
 // dispatch parses the command line against the emulated release's

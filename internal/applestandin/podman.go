@@ -91,17 +91,10 @@ type podContainer struct {
 		Running   bool      `json:"Running"`
 		StartedAt time.Time `json:"StartedAt"`
 	} `json:"State"`
-	Image       string `json:"Image"`
-	ImageDigest string `json:"ImageDigest"`
-	ImageName   string `json:"ImageName"`
-	Mounts      []struct {
-		Type        string   `json:"Type"`
-		Name        string   `json:"Name"`
-		Source      string   `json:"Source"`
-		Destination string   `json:"Destination"`
-		RW          bool     `json:"RW"`
-		Options     []string `json:"Options"`
-	} `json:"Mounts"`
+	Image           string     `json:"Image"`
+	ImageDigest     string     `json:"ImageDigest"`
+	ImageName       string     `json:"ImageName"`
+	Mounts          []podMount `json:"Mounts"`
 	NetworkSettings struct {
 		podNetwork
 		Networks map[string]podNetwork `json:"Networks"`
@@ -128,6 +121,16 @@ type podContainer struct {
 		DNSSearch      []string                                       `json:"DnsSearch"`
 		DNSOptions     []string                                       `json:"DnsOptions"`
 	} `json:"HostConfig"`
+}
+
+// podMount is one mount in podman's inspect output.
+type podMount struct {
+	Type        string   `json:"Type"`
+	Name        string   `json:"Name"`
+	Source      string   `json:"Source"`
+	Destination string   `json:"Destination"`
+	RW          bool     `json:"RW"`
+	Options     []string `json:"Options"`
 }
 
 // podNetwork is one network attachment in podman's inspect output.
@@ -228,7 +231,9 @@ type podImage struct {
 	Created      time.Time       `json:"Created"`
 	Config       json.RawMessage `json:"Config"`
 	Architecture string          `json:"Architecture"`
+	Variant      string          `json:"Variant"`
 	Os           string          `json:"Os"`
+	Author       string          `json:"Author"`
 	Size         int64           `json:"Size"`
 	RootFS       struct {
 		Type   string   `json:"Type"`

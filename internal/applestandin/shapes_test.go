@@ -1,9 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 )
 
 func mustTime(t *testing.T, s string) time.Time {
@@ -87,21 +92,40 @@ func TestContainerList0123(t *testing.T) {
 	}
 }
 
+// TestStoppedContainerStatus: a stopped container has no networks, and
+// keeps the startedDate of its last boot until the apiserver restarts
+// (ContainersService.swift: a stop resets status and networks only;
+// samples §1.5 after `container stop` on 1.2.0); one never started has
+// none (samples §1.6).
 func TestStoppedContainerStatus(t *testing.T) {
 	c := busy(t)
 	c.State.Status, c.State.Running = "exited", false
 	a := &app{v: MustVersion("1.5.0")}
 	got := string(encodingFor(a.v).Compact(a.containerJSON(view(c))))
-	if !strings.Contains(got, `"status":{"networks":[],"state":"stopped"}`) {
-		t.Errorf("stopped status: %s", got)
+	if !strings.Contains(got, `"status":{"networks":[],"startedDate":"2026-09-11T23:03:42Z","state":"stopped"}`) {
+		t.Errorf("stopped after a run: %s", got)
 	}
-	a.v = MustVersion("0.9.0")
+	never := busy(t)
+	never.State.Status, never.State.Running, never.State.StartedAt = "created", false, time.Time{}
+	got = string(encodingFor(a.v).Compact(a.containerJSON(view(never))))
+	if !strings.Contains(got, `"status":{"networks":[],"state":"stopped"}`) {
+		t.Errorf("never started: %s", got)
+	}
+	a.home = t.TempDir()
+	if err := os.WriteFile(filepath.Join(a.home, startedMarker), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	got = string(encodingFor(a.v).Compact(a.containerJSON(view(c))))
+	if !strings.Contains(got, `"status":{"networks":[],"state":"stopped"}`) {
+		t.Errorf("stopped before the apiserver restarted: %s", got)
+	}
+	a = &app{v: MustVersion("0.9.0")}
+	got = string(encodingFor(a.v).Compact(a.containerJSON(view(never))))
 	if !strings.HasPrefix(got, `{"networks":[],"status":"stopped","configuration":`) {
 		t.Errorf("0.x stopped: %s", got)
 	}
-	if strings.Contains(got, "useInit") || strings.Contains(got, "capAdd") || strings.Contains(got, "cpuOverhead") {
-		t.Errorf("0.9.0 has no useInit/capAdd/cpuOverhead: %s", got)
+	if strings.Contains(got, "useInit") || strings.Contains(got, "capAdd") || strings.Contains(got, "cpuOverhead") || strings.Contains(got, "mtu") {
+		t.Errorf("0.9.0 has no useInit/capAdd/cpuOverhead/mtu: %s", got)
 	}
 }
 
@@ -130,16 +154,6 @@ func TestVolumeInspect(t *testing.T) {
 		if want := readTestdata(t, c.file); got != want {
 			t.Errorf("%s differs\n%s", c.version, firstDiff(got, want))
 		}
-	}
-}
-
-// TestStatsJSON compares one stats entry with samples §3.2 (1.2.0).
-func TestStatsJSON(t *testing.T) {
-	s := podStats{CPUNano: 18093 * 1000, MemUsage: 5238784, MemLimit: 1073741824, NetInput: 29236,
-		NetOutput: 602, BlockInput: 4243456, PIDs: 2}
-	got := string(encodingFor(MustVersion("1.2.0")).Compact([]any{statsJSON("bushel-smoke", s)}))
-	if want := readTestdata(t, "stats-1.2.0.json"); got != want {
-		t.Errorf("got %s\nwant %s", got, want)
 	}
 }
 
@@ -219,5 +233,112 @@ func TestRefs(t *testing.T) {
 	}
 	if n, tag := refNameTag("quay.io/podman/hello"); n != "quay.io/podman/hello" || tag != "<none>" {
 		t.Errorf("refNameTag: %s %s", n, tag)
+	}
+}
+
+// TestContainerFieldsByRelease checks the fields each release's
+// ContainerConfiguration, AttachmentConfiguration and Attachment have
+// (Sources/ContainerResource at each tag), rendered from one container.
+func TestContainerFieldsByRelease(t *testing.T) {
+	c := busy(t)
+	c.Config.Labels[labelStopSignal] = "SIGQUIT"
+	c.Config.Labels[labelShmSize] = "67108864"
+	cases := []struct {
+		version   string
+		has, lack []string
+	}{
+		// 0.8.0/0.9.0: no useInit, mtu, capAdd, stopSignal, variant.
+		{"0.9.0", []string{`"hostname":"busy"}`}, []string{"useInit", "mtu", "capAdd", "stopSignal", "shmSize", "variant", "creationDate"}},
+		// 0.10.0: useInit (ContainerConfiguration.swift@0.10.0).
+		{"0.10.0", []string{`"useInit":false`}, []string{"mtu", "capAdd"}},
+		// 0.11.0: mtu in the options and the attachment (Attachment.swift@0.11.0).
+		{"0.11.0", []string{`"options":{"hostname":"busy","mtu":1280}`, `{"mtu":1280,"ipv4Gateway"`}, []string{"capAdd", "variant"}},
+		// 0.12.0: capAdd and capDrop.
+		{"0.12.3", []string{`"capAdd":[]`, `"capDrop":[]`}, []string{"stopSignal", "shmSize", "cpuOverhead"}},
+		// 1.0.0: stopSignal, shmSize, creationDate, cpuOverhead; no variant (samples §1.1).
+		{"1.0.0", []string{`"stopSignal":"SIGQUIT"`, `"shmSize":67108864`, `"cpuOverhead":1`, `"creationDate":"2026-07-30T21:11:54Z"`}, []string{"variant"}},
+		// 1.1.0: the attachment's variant (Attachment.swift@1.1.0).
+		{"1.1.0", []string{`"network":"default","variant":"reserved"}`}, nil},
+	}
+	for _, tc := range cases {
+		a := &app{v: MustVersion(tc.version)}
+		got := string(Encoding{Sorted: oneX(a.v)}.Compact(a.containerJSON(view(c))))
+		for _, h := range tc.has {
+			if !strings.Contains(got, h) {
+				t.Errorf("%s lacks %s: %s", tc.version, h, got)
+			}
+		}
+		for _, l := range tc.lack {
+			if strings.Contains(got, `"`+l+`"`) {
+				t.Errorf("%s has %s: %s", tc.version, l, got)
+			}
+		}
+	}
+}
+
+// TestProcessUser follows Parser.user and Parser.process
+// (Services/ContainerAPIService/Client/Parser.swift, 0.8.0–1.2.2).
+func TestProcessUser(t *testing.T) {
+	for _, tc := range []struct {
+		argv       []string
+		imageUser  string
+		user       string
+		groups     []int
+		podmanUser string
+	}{
+		{nil, "", `{"id":{"gid":0,"uid":0}}`, nil, ""},
+		{nil, "nginx", `{"raw":{"userString":"nginx"}}`, nil, ""},
+		// -u is raw whatever it holds.
+		{[]string{"-u", "1000:1000"}, "", `{"raw":{"userString":"1000:1000"}}`, nil, "1000:1000"},
+		{[]string{"--uid", "7", "--gid", "8"}, "nginx", `{"id":{"gid":8,"uid":7}}`, nil, "7:8"},
+		{[]string{"--uid", "7"}, "", `{"raw":{"userString":"7"}}`, nil, "7"},
+		// --gid alone: the default user with a supplemental group.
+		{[]string{"--gid", "8"}, "nginx", `{"raw":{"userString":"nginx"}}`, []int{8}, ""},
+	} {
+		argv := append(append([]string{"create"}, tc.argv...), "alpine")
+		p, err := applecli.Parse(MustVersion("1.2.2"), argv)
+		if err != nil {
+			t.Fatalf("%v: %v", argv, err)
+		}
+		u, g, pu := appleUser(p, tc.imageUser)
+		if got := string(Encoding{Sorted: true}.Compact(u)); got != tc.user || pu != tc.podmanUser || fmt.Sprint(g) != fmt.Sprint(tc.groups) {
+			t.Errorf("%v image user %q: %s %v %q, want %s %v %q", tc.argv, tc.imageUser, got, g, pu, tc.user, tc.groups, tc.podmanUser)
+		}
+	}
+}
+
+// TestMountOrder: tmpfs first, then -v, then --mount, with the options as
+// given (Utility.containerConfigFromFlags, Parser.volume/mount, 1.2.2).
+func TestMountOrder(t *testing.T) {
+	c := busy(t)
+	c.Mounts = append(c.Mounts,
+		podMount{Type: "bind", Source: "/src", Destination: "/a", RW: false},
+		podMount{Type: "volume", Name: "data", Destination: "/b", RW: true})
+	c.HostConfig.Tmpfs = map[string]string{"/run": ""}
+	c.Config.Labels[labelMounts] = `[{"d":"/run","o":[]},{"d":"/b","o":["rw"]},{"d":"/a","o":["ro","z"]}]`
+	withMac(t)
+	a := &app{v: MustVersion("1.5.0")}
+	got := string(encodingFor(a.v).Compact(a.mountsJSON(c)))
+	want := `[{"destination":"/run","options":[],"source":"","type":{"tmpfs":{}}},` +
+		`{"destination":"/b","options":["rw"],"source":"/Users/example/Library/Application Support/com.apple.container/volumes/data/volume.img","type":{"volume":{"cache":{"on":{}},"format":"ext4","name":"data","sync":{"fsync":{}}}}},` +
+		`{"destination":"/a","options":["ro","z"],"source":"/src","type":{"virtiofs":{}}}]`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// TestCapabilities: capAdd and capDrop as Parser.capabilities records
+// them (1.2.2), not as podman expands them.
+func TestCapabilities(t *testing.T) {
+	if got := fmt.Sprint(appleCaps([]string{"net_admin", "CAP_SYS_TIME", "all"})); got != "[CAP_NET_ADMIN CAP_SYS_TIME ALL]" {
+		t.Errorf("appleCaps: %s", got)
+	}
+	c := busy(t)
+	c.HostConfig.CapAdd = []string{"CAP_AUDIT_CONTROL", "CAP_AUDIT_READ"} // podman's expansion of ALL
+	c.Config.Labels[labelCaps] = `{"add":["ALL"],"drop":["CAP_NET_RAW"]}`
+	a := &app{v: MustVersion("1.4.1")}
+	got := string(encodingFor(a.v).Compact(a.containerJSON(view(c))))
+	if !strings.Contains(got, `"capAdd":["ALL"],"capDrop":["CAP_NET_RAW"]`) {
+		t.Errorf("caps: %s", got)
 	}
 }

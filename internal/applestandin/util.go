@@ -4,14 +4,31 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// hostMemory is the host's memory in bytes (MemTotal of /proc/meminfo;
+// 16 GiB where that cannot be read).
+func hostMemory() int64 {
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				if kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64); err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 16 << 30
+}
 
 // newUUID returns a random lowercase RFC 4122 version-4 UUID (Apple uses a
 // lowercased UUID as the id of a container created without --name).

@@ -173,8 +173,13 @@ func TestNormalizeReference(t *testing.T) {
 func TestRegistryDomain(t *testing.T) {
 	const images = `[{"id":"aa","configuration":{"name":"registry.example.com/mcp-dev:latest","descriptor":{"digest":"sha256:aa"}}}]`
 	d, lines := fakeCLI(t, "1.2.2", map[string]fakeReply{
-		"system property list --format json": {stdout: `{"build":{"cpus":2},"registry":{"domain":"registry.example.com"}}` + "\n"},
-		"image list --format json":           {stdout: images},
+		// The whole ContainerSystemConfig, as 1.2.2 prints it (ContainerSystemConfig.swift).
+		"system property list --format json": {stdout: `{"build":{"cpus":2,"image":"ghcr.io\/apple\/container-builder-shim\/builder:0.13.1","memory":"2048mb","rosetta":true},` +
+			`"container":{"cpus":4,"memory":"1gb"},"dns":{},"kernel":{"binaryPath":"opt\/kata\/share\/kata-containers\/vmlinux-6.18.15-186",` +
+			`"digest":"sha256:f63d54507d1f18635d94475077e4c2330de4d8e05cedf25f7c38f063b0e66a91","url":"https:\/\/github.com\/kata-containers\/kata-containers\/releases\/download\/3.28.0\/kata-static-3.28.0-arm64.tar.zst"},` +
+			`"machine":{"cpus":6,"homeMount":"rw","memory":"8gb","virtualization":false},"network":{},"registry":{"domain":"registry.example.com"},` +
+			`"vminit":{"image":"ghcr.io\/apple\/containerization\/vminit:0.40.1"}}` + "\n"},
+		"image list --format json": {stdout: images},
 	})
 	for range 2 {
 		if got := d.RegistryDomain(tctx(t)); got != "registry.example.com" {
@@ -220,6 +225,13 @@ func TestClassify(t *testing.T) {
 		{1, "Error: volume not found: nope", sandbox.ErrNotFound, ""},
 		{1, "Error: volume 'definitely-missing-volume-2157' not found", sandbox.ErrNotFound, ""},
 		{1, `Error: invalidState: "volume 'smt-ws-default' is currently in use and cannot be accessed by another container, or deleted"`, sandbox.ErrInUse, ""},
+		// The shapes the source words them in (ContainerClient.swift,
+		// ContainersService.swift, 1.0.0–1.2.2).
+		{1, `Error: failed to copy into container box (cause: "invalidState: "container box is not running"")`, sandbox.ErrNotRunning, ""},
+		{1, `Error: failed to copy from container box (cause: "notFound: "container with ID box not found"")`, sandbox.ErrNotFound, ""},
+		{1, `Error: failed to export container (cause: "notFound: "container with ID box not found"")`, sandbox.ErrNotFound, ""},
+		{1, "Error: container already exists: box", sandbox.ErrAlreadyExists, ""},
+		{1, `Error: failed to create container (cause: "exists: "container already exists: box"")`, sandbox.ErrAlreadyExists, ""},
 		// before 0.10
 		{1, `Error: notFound: "get failed: container nosuch not found"`, sandbox.ErrNotFound, ""},
 		{1, `Error: invalidState: "container web is not running"`, sandbox.ErrNotRunning, ""},
@@ -231,6 +243,7 @@ func TestClassify(t *testing.T) {
 		// neither
 		{1, `Error: internalError: "failed to delete container" (cause: "invalidState: "container qtest is running and can not be deleted"")`, nil, ""},
 		{1, `Error: invalidState: "container is not stopped"`, nil, ""},
+		{1, `Error: failed to export container (cause: "invalidState: "container is not stopped"")`, nil, ""},
 		{64, "Error: Unknown option '--bogus'\nUsage: container run", nil, "upgrade"},
 		{1, "Error: Plugin 'container-cp' not found.", nil, "upgrade"},
 		{1, `Error: unsupported: "nested virtualization is not supported on the platform"`, nil, "M3"},
