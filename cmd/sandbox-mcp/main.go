@@ -73,8 +73,8 @@ func newRoot() *cobra.Command {
 	root.SetOut(os.Stderr) // stdout belongs to the protocol
 	serve := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve MCP over stdio (register with: claude mcp add sandbox -- sandbox-mcp serve)",
-		Long: "Serve MCP over stdio. Register with: claude mcp add sandbox -- sandbox-mcp serve\n\n" + precedence +
+		Short: "Serve MCP over stdio (register with: claude mcp add --scope user sandbox -- sandbox-mcp serve)",
+		Long: "Serve MCP over stdio. Register with: claude mcp add --scope user sandbox -- sandbox-mcp serve\n\n" + precedence +
 			"\n\nToolsets (--toolsets):\n" + mcpserver.DescribeToolsets(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -194,7 +194,12 @@ func resolve(cmd *cobra.Command) (app.Config, error) {
 	}
 	cfg, err := app.Resolve(flags, os.Getenv, os.ReadFile)
 	cfg.Version = version.String()
-	return cfg, err
+	if err != nil {
+		// A setting that is wrong, on the command line, in the
+		// environment or in the config file, is a usage error.
+		return cfg, &app.ExitError{Code: app.ExitUsage, Err: err}
+	}
+	return cfg, nil
 }
 
 // protocolStdout reserves the real stdout for MCP frames and points fd 1 at
