@@ -192,8 +192,9 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		version = "dev"
 	}
 	instructions := "Run commands in isolated, long-lived Linux sandboxes. " +
-		"Every tool takes an optional `sandbox` name (default \"default\"); a sandbox is created on first use " +
-		"and keeps its files, working directory and exported variables between calls."
+		"A tool that acts on one sandbox takes an optional `sandbox` name (default \"default\"); a sandbox is created on first use " +
+		"and keeps its files, working directory and exported variables between calls. " +
+		"Tools on a terminal, snapshot, child or sync take its id or name instead, and list tools cover every sandbox."
 	if opts.Dynamic {
 		instructions += " More tools come in toolsets: list them with `toolsets`, enable one with `enable_toolset`."
 	}
