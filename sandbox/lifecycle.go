@@ -657,14 +657,8 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	_, info, bootErr := m.bootLocked(ctx, name, mode)
 	if err == nil {
 		// Deleted after the boot, so it does not compete with it for the
-		// engine; a server that closes first leaves it to RemoveOrphans.
-		m.spawn(func() {
-			rctx, cancel := context.WithTimeout(m.life, time.Minute)
-			defer cancel()
-			if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
-				m.log.Warn("remove replaced container", "container", trash, "err", err)
-			}
-		})
+		// engine.
+		m.spawn(func() { m.removeRetired(trash) })
 	}
 	return info, bootErr
 }

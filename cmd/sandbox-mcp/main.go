@@ -37,6 +37,9 @@ func exitCode(err error, w io.Writer) int {
 	var ee *app.ExitError
 	if errors.As(err, &ee) {
 		if ee.Err != nil {
+			if ee.NewLine {
+				fmt.Fprintln(w)
+			}
 			fmt.Fprintln(w, "sandbox-mcp:", ee.Err)
 		}
 		return ee.Code
