@@ -196,6 +196,7 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	// finds the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	defer cancel()
+	defer m.markBooting(name)()
 	start := time.Now()
 	sb, binfo, err := m.boot(bctx, name, mode)
 	binfo.Took = time.Since(start)

@@ -24,6 +24,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts an orderly end; a second one ends the
+	// process at once, as the signal's default does.
+	context.AfterFunc(ctx, stop)
 	os.Exit(exitCode(newRoot().ExecuteContext(ctx), os.Stderr))
 }
 

@@ -209,18 +209,39 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 // exit: ending the sandboxes' commands and shells, saving history.
 const shutdownBound = 30 * time.Second
 
-// closeWithin closes the Env, giving up after d (work still under way,
-// such as a boot, then ends with the process).
+// closeWithin closes the Env, giving up after d (work still under way
+// then ends with the process). A boot under way is not waited for: the
+// engine finishes it on its own and the next server adopts the sandbox,
+// so a person who pressed Ctrl-C during a slow first boot is not kept
+// waiting in silence.
 func (e *Env) closeWithin(d time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		e.Close()
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		e.Logger.Warn("shutdown did not finish in time; exiting anyway", "waited", d)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(d)
+	said := false
+	for {
+		select {
+		case <-done:
+			return
+		case <-deadline:
+			e.Logger.Warn("shutdown did not finish in time; exiting anyway", "waited", d)
+			return
+		case <-tick.C:
+		}
+		if names := e.Manager.Booting(); len(names) > 0 {
+			e.Logger.Warn("exiting while sandboxes boot: the engine finishes each boot on its own, and the next server adopts the sandbox",
+				"sandboxes", strings.Join(names, ","))
+			return
+		}
+		if !said {
+			said = true
+			e.Logger.Info("shutting down: ending the commands under way", "at_most", d)
+		}
 	}
 }
 
