@@ -15,7 +15,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 )
 
-
 // TestSignalDuringBootExitsPromptly: a server stopped (Ctrl-C, SIGTERM)
 // while its first boot is under way does not wait for the boot: it says
 // the engine finishes it and the next server adopts the sandbox, and
