@@ -65,7 +65,7 @@ type Sandboxes interface {
 
 	StartJob(ctx context.Context, name, jobName, command, workdir string) (sandbox.JobStatus, error)
 	JobLogs(ctx context.Context, name, jobName string, opt sandbox.LogOptions) (sandbox.JobLog, error)
-	KillJob(ctx context.Context, name, jobName, sig string) (sandbox.KillResult, error)
+	KillJobWith(ctx context.Context, name, jobName string, opt sandbox.KillOptions) (sandbox.KillResult, error)
 	Jobs(ctx context.Context, name string) ([]sandbox.JobStatus, error)
 
 	Status(ctx context.Context, name string) (sandbox.Info, error)
