@@ -47,7 +47,7 @@ setup:
 	$(MAKE) build
 	@echo
 	@echo "Register the server with Claude Code:"
-	@echo "  claude mcp add sandbox -- $(CURDIR)/$(BIN)/sandbox-mcp serve"
+	@echo "  claude mcp add --scope user sandbox -- $(CURDIR)/$(BIN)/sandbox-mcp serve"
 endif
 
 # Everything, against real podman and a private Docker Engine (see scripts/test.sh);

@@ -137,6 +137,11 @@ func TestPeopleCLI(t *testing.T) {
 	if out, code := cli("exec", "box", "--", "sh", "-c", `echo "[$1]"`, "x", "two words"); code != 0 || out != "[two words]\n" {
 		t.Fatalf("exec of words: %d %q", code, out)
 	}
+	// Timed out in the middle of a line on stderr: the CLI's own message
+	// starts a line of its own, and the status is timeout(1)'s.
+	if out, code := cli("exec", "--timeout", "2s", "box", "--", "printf part >&2; sleep 600"); code != 124 || !strings.HasSuffix(out, "part\nsandbox-mcp: timed out after 2s\n") {
+		t.Fatalf("exec that timed out: %d %q", code, out)
+	}
 	if out, code := cli("exec", "nosuch", "--", "true"); code != 3 || !strings.Contains(out, `no sandbox "nosuch"`) {
 		t.Fatalf("exec in a missing sandbox: %d %q", code, out)
 	}
@@ -210,15 +215,18 @@ func TestPeopleCLI(t *testing.T) {
 		t.Fatalf("shell in a missing sandbox: %v %q", merr, mout.String())
 	}
 
+	// The snapshot keeps the workspace unless told not to, as the tool
+	// does; the restore says only that it did.
+	cli("exec", "box", "--", "echo kept > /workspace/ws-file")
 	if out, code := cli("snapshot", "box", "snap1"); code != 0 {
 		t.Fatalf("snapshot: %d %q", code, out)
 	}
-	cli("exec", "box", "--", "touch /marker")
-	if out, code := cli("restore", "box", "snap1"); code != 0 {
+	cli("exec", "box", "--", "touch /marker; rm /workspace/ws-file")
+	if out, code := cli("restore", "box", "snap1"); code != 0 || out != "restored box from snapshot snap1\n" {
 		t.Fatalf("restore: %d %q", code, out)
 	}
-	if out, code := cli("exec", "box", "--", "test ! -e /marker"); code != 0 {
-		t.Fatalf("the restore kept a later file: %d %q", code, out)
+	if out, code := cli("exec", "box", "--", "test ! -e /marker && cat /workspace/ws-file"); code != 0 || out != "kept\n" {
+		t.Fatalf("after the restore: %d %q (a later file kept, or the workspace not saved)", code, out)
 	}
 	if out, code := cli("restore", "box", "nosnap"); code != 3 {
 		t.Fatalf("restore of a missing snapshot: %d %q", code, out)

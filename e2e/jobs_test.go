@@ -249,7 +249,8 @@ func TestJobsTellTheTruth(t *testing.T) {
 				t.Fatal(r.text)
 			}
 			waitProcs(t, s, sb, "tree", 4)
-			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "tree"})
+			// TERM alone, when asked: what ignores it is said, and runs on.
+			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "tree", "signal": "TERM"})
 			if r.isError || r.data["ended"] != false || r.num("processes") != 2 || r.num("exit_code") != 143 ||
 				!strings.Contains(r.text, "ended by signal 15") ||
 				!strings.Contains(r.text, "2 processes ignored TERM and still run: kill with signal KILL") {
@@ -266,6 +267,24 @@ func TestJobsTellTheTruth(t *testing.T) {
 			r = s.call(t, "exec", map[string]any{"sandbox": sb, "command": "grep -l SANDBOX_MCP_JOB= /proc/[0-9]*/environ 2>/dev/null | wc -l"})
 			if strings.TrimSpace(r.str("stdout")) != "0" {
 				t.Fatalf("marked processes left: %q", r.str("stdout"))
+			}
+
+			// kill without a signal ends the job in one call: TERM, the
+			// grace, then KILL for what ignored it, setsid children too.
+			r = s.call(t, "bg", map[string]any{"sandbox": sb, "name": "tree2",
+				"command": `(trap '' TERM; exec sleep 1003) & setsid sh -c "trap '' TERM; exec sleep 1004" & setsid sleep 1005 & wait`})
+			if r.isError {
+				t.Fatal(r.text)
+			}
+			waitProcs(t, s, sb, "tree2", 4)
+			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "tree2"})
+			if r.isError || r.data["ended"] != true || r.num("processes") != 0 || r.num("killed") != 2 || r.num("signalled") != 4 ||
+				!strings.Contains(r.text, "sent SIGTERM to 4 processes") || !strings.Contains(r.text, "2 processes ignored it for 2s and were killed") {
+				t.Fatalf("kill that escalates: %+v", r)
+			}
+			r = s.call(t, "exec", map[string]any{"sandbox": sb, "command": "grep -l SANDBOX_MCP_JOB= /proc/[0-9]*/environ 2>/dev/null | wc -l"})
+			if strings.TrimSpace(r.str("stdout")) != "0" {
+				t.Fatalf("marked processes left after the escalating kill: %q", r.str("stdout"))
 			}
 
 			// Stopped behind the server's back.

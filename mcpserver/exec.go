@@ -58,7 +58,7 @@ func (s *Server) execTool() tool {
 		"Run a shell command (sh) in a sandbox; return its exit code, stdout and stderr. Creates the sandbox on first use; "+
 			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (the rest via `output`). "+
 			"A timeout ends the command and all it started: "+s.mention("jobs", "run servers and long work with bg.", "start servers and long work with `cmd >log 2>&1 &`."),
-		mutating(false),
+		openWorld(mutating(false)),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
 		sandboxParam(),
 		timeoutParam(),
@@ -121,7 +121,7 @@ func (s *Server) pythonTool() tool {
 	return tool{group: "core", handler: s.handlePython, def: newTool[ExecOutput]("python", "Run Python",
 		"Run Python 3 code in a sandbox (python3 reads it from stdin); return exit code, stdout and stderr. "+
 			"Same sandbox, limits and output handling as exec.",
-		mutating(false),
+		openWorld(mutating(false)),
 		mcp.WithString("code", mcp.Required(), mcp.Description("Python source.")),
 		sandboxParam(),
 		timeoutParam(),

@@ -233,7 +233,11 @@ func (f *fake) JobLogs(_ context.Context, name, jobName string, opt sandbox.LogO
 		Data: []byte("hi\n"), NextOffset: 3}, f.errAll
 }
 
-func (f *fake) KillJob(_ context.Context, name, jobName, sig string) (sandbox.KillResult, error) {
+func (f *fake) KillJobWith(_ context.Context, name, jobName string, opt sandbox.KillOptions) (sandbox.KillResult, error) {
+	sig := opt.Signal
+	if opt.Escalate {
+		sig += "+KILL"
+	}
 	f.note("kill %s %s %s", name, jobName, sig)
 	code := 143
 	return sandbox.KillResult{JobStatus: sandbox.JobStatus{Sandbox: name, Name: jobName, State: "exited", ExitCode: &code},

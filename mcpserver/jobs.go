@@ -31,7 +31,7 @@ func jobNameParam(desc string, required bool) mcp.ToolOption {
 func (s *Server) bgTool() tool {
 	return tool{group: "jobs", handler: s.handleBg, def: newTool[sandbox.JobStatus]("bg", "Start a background job",
 		"Start a long-running command (server, watcher, build) in the background and return at once; read its output with logs, stop it with kill.",
-		mutating(false), sandboxParam(),
+		openWorld(mutating(false)), sandboxParam(),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
 		jobNameParam(`Job name for logs and kill (default "job-<id>"); an ended job's name can be reused.`, false),
 		mcp.WithString("workdir", mcp.Description("Directory to start in (default: the shell's current one).")))}
@@ -49,10 +49,10 @@ func (s *Server) logsTool() tool {
 
 func (s *Server) killTool() tool {
 	return tool{group: "jobs", handler: s.handleKill, def: newTool[sandbox.KillResult]("kill", "Stop a job",
-		"Stop a background job and every process it started, even in another session. Says which ignored TERM; KILL ends them.",
+		"End a job and all it started, in any session: TERM, then KILL after 2 s.",
 		destructive(true), sandboxParam(),
 		jobNameParam("Job name.", true),
-		mcp.WithString("signal", mcp.Description("Default TERM."), mcp.Enum(guest.Signals...)))}
+		mcp.WithString("signal", mcp.Description("Send just this signal."), mcp.Enum(guest.Signals...)))}
 }
 
 func (s *Server) jobsTool() tool {
@@ -181,7 +181,11 @@ func (s *Server) handleKill(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if job == "" {
 		return argError("kill: name is required (see jobs)"), nil
 	}
-	r, err := s.m.KillJob(ctx, name, job, req.GetString("signal", ""))
+	opt := sandbox.KillOptions{Signal: req.GetString("signal", "")}
+	if opt.Signal == "" {
+		opt.Signal, opt.Escalate = "TERM", true
+	}
+	r, err := s.m.KillJobWith(ctx, name, job, opt)
 	if err != nil {
 		return jobFailure(ctx, "kill", err), nil
 	}
@@ -205,6 +209,8 @@ func killText(job string, r sandbox.KillResult) string {
 	}
 	text := fmt.Sprintf("sent SIG%s to %s of job %q: %s", r.Signal, procs, job, jobOutcome(r.JobStatus))
 	switch {
+	case r.Ended && r.Killed > 0:
+		return text + fmt.Sprintf("; %s ignored it for %s and were killed; none of them is left", processes(r.Killed), sandbox.DefaultKillGrace)
 	case r.Ended:
 		return text + "; none of them is left"
 	case r.Signal == "KILL":

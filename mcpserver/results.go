@@ -37,7 +37,8 @@ func destructive(idempotent bool) []mcp.ToolOption {
 	}
 }
 
-// openWorld marks a tool that reaches outside the sandbox (package mirrors).
+// openWorld marks a tool that reaches outside the sandbox: package mirrors,
+// or a program of the agent's, which has the network a sandbox has.
 func openWorld(opts []mcp.ToolOption) []mcp.ToolOption {
 	return append(opts, mcp.WithOpenWorldHintAnnotation(true))
 }
@@ -77,7 +78,8 @@ func dropClosed(s any) {
 	dropClosed(m["items"])
 }
 
-// sandboxParam is the optional sandbox name every tool takes.
+// sandboxParam is the optional sandbox name of a tool that acts on one
+// sandbox.
 func sandboxParam() mcp.ToolOption {
 	return mcp.WithString("sandbox", mcp.Description(`Sandbox name (default "default").`),
 		mcp.Pattern(sandboxPattern), mcp.MaxLength(sandbox.MaxNameLen))

@@ -65,7 +65,7 @@ type Sandboxes interface {
 
 	StartJob(ctx context.Context, name, jobName, command, workdir string) (sandbox.JobStatus, error)
 	JobLogs(ctx context.Context, name, jobName string, opt sandbox.LogOptions) (sandbox.JobLog, error)
-	KillJob(ctx context.Context, name, jobName, sig string) (sandbox.KillResult, error)
+	KillJobWith(ctx context.Context, name, jobName string, opt sandbox.KillOptions) (sandbox.KillResult, error)
 	Jobs(ctx context.Context, name string) ([]sandbox.JobStatus, error)
 
 	Status(ctx context.Context, name string) (sandbox.Info, error)
@@ -192,8 +192,9 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		version = "dev"
 	}
 	instructions := "Run commands in isolated, long-lived Linux sandboxes. " +
-		"Every tool takes an optional `sandbox` name (default \"default\"); a sandbox is created on first use " +
-		"and keeps its files, working directory and exported variables between calls."
+		"A tool that acts on one sandbox takes an optional `sandbox` name (default \"default\"); a sandbox is created on first use " +
+		"and keeps its files, working directory and exported variables between calls. " +
+		"Tools on a terminal, snapshot, child or sync take its id or name instead, and list tools cover every sandbox."
 	if opts.Dynamic {
 		instructions += " More tools come in toolsets: list them with `toolsets`, enable one with `enable_toolset`."
 	}

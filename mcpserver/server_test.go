@@ -143,6 +143,20 @@ func TestToolSchemasSnapshot(t *testing.T) {
 	}
 }
 
+// TestOpenWorldTools: a tool that runs a program of the agent's, which has
+// the sandbox's network, or fetches from a mirror says it reaches the open
+// world; the tools that only read or move what the sandbox holds say not.
+func TestOpenWorldTools(t *testing.T) {
+	open := map[string]bool{"exec": true, "python": true, "bg": true, "terminal_open": true, "terminal_send": true,
+		"install": true, "build_image": true, "git_clone": true}
+	for _, tl := range listTools(t, "all") {
+		got := tl.Annotations.OpenWorldHint != nil && *tl.Annotations.OpenWorldHint
+		if want, listed := open[tl.Name]; got != want && (listed || got) {
+			t.Errorf("%s: openWorldHint %v, want %v", tl.Name, got, want)
+		}
+	}
+}
+
 // TestToolListBudget holds each toolset's share of tools/list (output
 // schemas included) to a budget, and the default sets to 24 KB: every byte
 // is sent to the model on every turn.

@@ -12,7 +12,7 @@ import (
 
 func (s *Server) statsTool() tool {
 	return tool{group: "lifecycle", handler: s.handleStats, def: newTool[SandboxStats]("stats", "Resource use",
-		"Measure a sandbox's resource use: CPU over a 0.5 s sample (100% = one core), memory, processes, disk, network. -1 means unknown.",
+		"Resource use: CPU over 0.5 s (100% = 1 core), memory, processes, disk, network; -1: unknown (see note).",
 		readOnly(), sandboxParam())}
 }
 
@@ -64,6 +64,9 @@ func describeStats(st sandbox.SandboxStats, workdir string) string {
 		statsDisk("/", st.DiskRootUsedBytes, st.DiskRootTotalBytes, st.DiskRootFreeBytes))
 	if st.NetRxBytes >= 0 && st.NetTxBytes >= 0 {
 		parts = append(parts, fmt.Sprintf("net %s in, %s out", statsBytes(st.NetRxBytes), statsBytes(st.NetTxBytes)))
+	}
+	if st.Note != "" {
+		parts = append(parts, "("+st.Note+")")
 	}
 	return strings.Join(parts, ", ")
 }

@@ -45,7 +45,7 @@ func (s *Server) terminalOpenTool() tool {
 	return tool{group: "terminals", handler: s.handleTerminalOpen, def: newTool[terminal.Screen]("terminal_open", "Open a terminal session",
 		"Run a program behind a terminal in a sandbox (a REPL, a prompting installer, git rebase -i, vi, a curses program) and return its id "+
 			"and first screen. Type with terminal_send, look with terminal_read; end it with terminal_close. For commands that need no terminal, use exec.",
-		mutating(false),
+		openWorld(mutating(false)),
 		sandboxParam(),
 		mcp.WithString("command", mcp.Description("Command line, run by sh (default: the login shell).")),
 		mcp.WithNumber("cols", mcp.Description("Columns (default 120)."), mcp.Min(1), mcp.Max(terminal.MaxCols)),
@@ -56,7 +56,7 @@ func (s *Server) terminalOpenTool() tool {
 func (s *Server) terminalSendTool() tool {
 	return tool{group: "terminals", handler: s.handleTerminalSend, def: newTool[TerminalSent]("terminal_send", "Type into a terminal",
 		"Type text as is, then the named keys in order. With wait_ms, also return the screen as terminal_read does.",
-		mutating(false),
+		openWorld(mutating(false)),
 		mcp.WithString("id", mcp.Required(), mcp.Description(idDesc)),
 		mcp.WithString("text", mcp.Description("Text to type (no Enter is added).")),
 		mcp.WithArray("keys", mcp.WithStringItems(), mcp.Description("Keys after the text: Enter, Tab, Esc, Backspace, Up, Down, Left, Right, Home, End, PageUp, PageDown, Ctrl-A … Ctrl-Z.")),

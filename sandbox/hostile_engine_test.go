@@ -52,7 +52,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					if took := time.Since(start); took > hangGuard {
 						t.Fatalf("answered after %v", took)
 					}
-					if !o.res.TimedOut || o.res.ExitCode == 0 || o.stdout != "began\n" {
+					if !o.res.TimedOut || o.res.ExitCode != 124 || o.stdout != "began\n" {
 						t.Fatalf("got %+v stdout %q", o.res.Result, o.stdout)
 					}
 					// Not a wait but the window the test watches: past the
@@ -69,7 +69,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					defer cancel()
 					var so strings.Builder
 					res, err := m.Exec(ctx, box, shell.Request{Command: c.prefix + "sleep 3; touch " + f + "; echo ran-after", Stdout: &so})
-					if err != nil || !res.Canceled || res.ExitCode == 0 || so.String() != "" {
+					if err != nil || !res.Canceled || res.ExitCode != 130 || so.String() != "" {
 						t.Fatalf("got %+v, %v, stdout %q", res.Result, err, so.String())
 					}
 					time.Sleep(3 * time.Second) // the window the test watches, as above
@@ -87,7 +87,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 			})
 			t.Run("a forking loop ends with its timeout", func(t *testing.T) {
 				o := run(t, m, box, shell.Request{Command: "while :; do sleep 1004 & sleep 0.005; done", Timeout: 2 * time.Second})
-				if !o.res.TimedOut || o.res.ExitCode == 0 {
+				if !o.res.TimedOut || o.res.ExitCode != 124 {
 					t.Fatalf("got %+v", o.res.Result)
 				}
 				noneLeft(t, "1004")

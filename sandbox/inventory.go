@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -78,6 +80,12 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if len(found) > 0 {
 		m.log.Info("sandboxes found in the engine", "sandboxes", strings.Join(found, ", "))
 	}
+	// What the listing lacks is forgotten only once its name is claimed
+	// and the engine still has no container of it: the listing may be
+	// older than a boot that finished meanwhile, here or in another
+	// server, whose sandbox and jobs are no one's to forget.
+	records := map[string]bool{}
+	var gone []string
 	if m.cfg.Sandboxes != nil {
 		recs, err := m.cfg.Sandboxes.Sandboxes()
 		if err != nil {
@@ -85,10 +93,8 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		}
 		for _, r := range recs {
 			if !exists[r.Name] && r.Container == m.ContainerFor(r.Name) {
-				m.log.Info("forgetting a sandbox the engine no longer has", "sandbox", r.Name)
-				if err := m.cfg.Sandboxes.DeleteSandbox(r.Name); err != nil {
-					return err
-				}
+				records[r.Name] = true
+				gone = append(gone, r.Name)
 			}
 		}
 	}
@@ -97,12 +103,57 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return fmt.Errorf("read job records: %w", err)
 	}
 	for _, name := range names {
-		if !exists[name] {
+		if !exists[name] && !records[name] {
+			gone = append(gone, name)
+		}
+	}
+	for _, name := range gone {
+		release, ok := m.claimGone(ctx, name)
+		if !ok {
+			continue
+		}
+		if records[name] {
+			m.log.Info("forgetting a sandbox the engine no longer has", "sandbox", name)
+			if err := m.cfg.Sandboxes.DeleteSandbox(name); err != nil {
+				release()
+				return err
+			}
+		}
+		if slices.Contains(names, name) {
 			m.log.Info("forgetting the jobs of a sandbox the engine no longer has", "sandbox", name)
 			m.forgetJobs(name)
 		}
+		release()
 	}
 	return nil
+}
+
+// claimGone takes name's lifecycle lock without waiting and asks the
+// engine again for its container. It returns the lock's release and true
+// when the name was free and the container is still gone; false when the
+// name is booted here, busy (a boot, destroy or reset under way in any
+// server) or has a container now.
+func (m *Manager) claimGone(ctx context.Context, name string) (release func(), ok bool) {
+	if _, live := m.Lookup(name); live {
+		return nil, false
+	}
+	s := m.slotFor(name)
+	select {
+	case s.lc <- struct{}{}:
+	default:
+		return nil, false
+	}
+	h, err := m.locks.TryLock(m.lockKey(name), "forget "+name)
+	if err != nil {
+		<-s.lc
+		return nil, false
+	}
+	release = func() { h.Release(); <-s.lc }
+	if _, err := m.rt.Inspect(ctx, m.ContainerFor(name)); !errors.Is(err, ErrNotFound) {
+		release()
+		return nil, false
+	}
+	return release, true
 }
 
 // Info describes a sandbox for status and listing.

@@ -395,8 +395,12 @@ type KillOptions struct {
 	// Signal is TERM (default), KILL, INT, HUP, QUIT, USR1, USR2, STOP or CONT.
 	Signal string
 	// Grace is how long TERM, INT, HUP or QUIT has to end the job before
-	// the processes still running are reported; default DefaultKillGrace.
+	// the processes still running are reported (or killed, with
+	// Escalate); default DefaultKillGrace.
 	Grace time.Duration
+	// Escalate sends KILL to what still runs after the grace, as docker
+	// stop does, so that the call ends the job.
+	Escalate bool
 }
 
 // KillResult says what kill did.
@@ -413,6 +417,9 @@ type KillResult struct {
 	ProcessesEnded int `json:"processes_ended"`
 	// Ended means nothing of the job runs any more.
 	Ended bool `json:"ended"`
+	// Killed counts the processes that outlived the grace and were sent
+	// KILL (KillOptions.Escalate).
+	Killed int `json:"killed,omitempty"`
 }
 
 // KillJob sends sig (default TERM) to every process of a job; see
@@ -425,8 +432,9 @@ func (m *Manager) KillJob(ctx context.Context, name, jobName, sig string) (KillR
 // group, whatever it started in other sessions, and what outlived it (a
 // job that has ended with processes left is not "already ended": they get
 // the signal). The processes are stopped first, so none forks meanwhile.
-// After TERM, INT, HUP or QUIT it waits up to the grace for them to end;
-// after KILL, until none is left. It never boots or starts the sandbox.
+// After TERM, INT, HUP or QUIT it waits up to the grace for them to end
+// (then, with Escalate, sends KILL to what is left); after KILL, until
+// none is left. It never boots or starts the sandbox.
 func (m *Manager) KillJobWith(ctx context.Context, name, jobName string, opt KillOptions) (KillResult, error) {
 	j, err := m.job(name, jobName)
 	if err != nil {
@@ -456,6 +464,10 @@ func (m *Manager) KillJobWith(ctx context.Context, name, jobName string, opt Kil
 		sw, err = m.pollSweep(ctx, j, "KILL", killConfirm)
 	case sig == "TERM" || sig == "INT" || sig == "HUP" || sig == "QUIT":
 		sw, err = m.pollSweep(ctx, j, "", grace)
+		if err == nil && opt.Escalate && sw.Processes > 0 {
+			r.Killed = sw.Processes
+			sw, err = m.pollSweep(ctx, j, "KILL", killConfirm)
+		}
 	default:
 		sw, _, err = m.sweepJob(ctx, j, "")
 	}

@@ -196,6 +196,7 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	// finds the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	defer cancel()
+	defer m.markBooting(name)()
 	start := time.Now()
 	sb, binfo, err := m.boot(bctx, name, mode)
 	binfo.Took = time.Since(start)
@@ -657,14 +658,8 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	_, info, bootErr := m.bootLocked(ctx, name, mode)
 	if err == nil {
 		// Deleted after the boot, so it does not compete with it for the
-		// engine; a server that closes first leaves it to RemoveOrphans.
-		m.spawn(func() {
-			rctx, cancel := context.WithTimeout(m.life, time.Minute)
-			defer cancel()
-			if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
-				m.log.Warn("remove replaced container", "container", trash, "err", err)
-			}
-		})
+		// engine.
+		m.spawn(func() { m.removeRetired(trash) })
 	}
 	return info, bootErr
 }

@@ -36,6 +36,14 @@ type DiskSupport struct {
 	VolumeSize bool
 	// Pids: the engine enforces RunSpec.PidsLimit.
 	Pids bool
+	// RootfsUnwatchable says why the disk watcher cannot measure a
+	// container's root filesystem here ("" when it can): a storage driver
+	// without an upper directory (vfs copies the whole image).
+	RootfsUnwatchable string
+	// SharedCgroup says why a sandbox has no cgroup of its own here, so
+	// that the CPU and memory figures read in it are the host's ("" when
+	// it has one): a rootless engine on cgroup v1.
+	SharedCgroup string
 	// Notes says why a limit is not available, for doctor.
 	Notes []string
 }
@@ -188,7 +196,11 @@ func planLimits(ds DiskSupport, rt Runtime, prof Profile) Limits {
 	if _, ok := rt.(SizedVolumeCreator); !ok && l.Workspace == MechVolumeSize {
 		l.Workspace = pick(false, "")
 	}
-	l.Rootfs = pick(ds.RootfsSize, MechStorageOpt)
+	if ds.RootfsSize || ds.RootfsUnwatchable == "" {
+		l.Rootfs = pick(ds.RootfsSize, MechStorageOpt)
+	} else {
+		l.Rootfs = MechNone
+	}
 	return l
 }
 

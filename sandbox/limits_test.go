@@ -74,6 +74,10 @@ func TestPlanLimits(t *testing.T) {
 			Limits{Disk: "1G", Pids: 64, Workspace: MechVolumeSize, Rootfs: MechWatcher}},
 		{"rootless", DiskSupport{Pids: true}, fakeWatchable{},
 			Limits{Disk: "1G", Pids: 64, Workspace: MechWatcher, Rootfs: MechWatcher}},
+		// vfs keeps no upper directory: the root filesystem is not watched,
+		// and not reported as if it were.
+		{"rootless on vfs", DiskSupport{Pids: true, RootfsUnwatchable: "vfs"}, fakeWatchable{},
+			Limits{Disk: "1G", Pids: 64, Workspace: MechWatcher, Rootfs: MechNone}},
 		{"apple", DiskSupport{VolumeSize: true}, struct {
 			fakeRT
 			SizedVolumeCreator

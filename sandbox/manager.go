@@ -93,9 +93,11 @@ type Manager struct {
 	// overrides are boots under way with another image (restore, clone);
 	// hooks run on restore, reset and destroy (snapshot.go).
 	overrides map[string]*bootOverride
-	hooks     []func(name, event string)
-	history   *History
-	jobs      JobStore
+	// booting counts the boots under way per name.
+	booting map[string]int
+	hooks   []func(name, event string)
+	history *History
+	jobs    JobStore
 
 	// serverID names this server in the sandboxes' shells, and server
 	// holds its lock file while it runs (sweep.go).
@@ -332,6 +334,38 @@ func (m *Manager) endOwnShells(ctx context.Context, sb *Sandbox) {
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotRunning) {
 		m.log.Warn("end the commands running at shutdown", "sandbox", sb.Name, "err", err)
+	}
+}
+
+// Booting returns the names of the sandboxes whose boot is under way,
+// sorted. A process that exits meanwhile loses nothing: the engine
+// finishes creating or starting the container on its own, and the next
+// server adopts it.
+func (m *Manager) Booting() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.booting))
+	for name := range m.booting {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// markBooting counts a boot of name under way until the returned func.
+func (m *Manager) markBooting(name string) (done func()) {
+	m.mu.Lock()
+	if m.booting == nil {
+		m.booting = map[string]int{}
+	}
+	m.booting[name]++
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		if m.booting[name]--; m.booting[name] <= 0 {
+			delete(m.booting, name)
+		}
+		m.mu.Unlock()
 	}
 }
 

@@ -584,9 +584,13 @@ func (m *Manager) retire(ctx context.Context, name, id string) (finish func(), u
 	}, undo, nil
 }
 
-// removeRetired deletes a container that retire moved aside.
+// removeRetired deletes a container that reset or retire moved aside. It
+// is not cut short when the Manager closes (Close waits for it, a minute
+// at most): an engine removal stopped halfway leaves the container stuck
+// in "removing" until the engine's own cleanup, and a command-line
+// restore closes its Manager at once.
 func (m *Manager) removeRetired(trash string) {
-	rctx, cancel := context.WithTimeout(m.life, time.Minute)
+	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
 		m.log.Warn("remove replaced container", "container", trash, "err", err)

@@ -44,6 +44,8 @@ type SandboxStats struct {
 	// Source is "engine+vm" when the engine reported too, else "vm".
 	Source    string    `json:"source"`
 	SampledAt time.Time `json:"sampled_at"`
+	// Note says why figures are unknown, when the engine makes them so.
+	Note string `json:"note,omitempty"`
 }
 
 // statsTimeout bounds the in-sandbox read (two du runs of at most 2 s each
@@ -106,6 +108,12 @@ func (m *Manager) Stats(ctx context.Context, name string) (SandboxStats, error) 
 			st.mergeEngine(r.st)
 			st.Source = "engine+vm"
 		}
+	}
+	if why := diskSupport(ctx, m.rt).SharedCgroup; why != "" {
+		// What the sandbox reads as its cgroup is the host's (or the
+		// user's session): no figure of it is the sandbox's.
+		st.CPUPercent, st.CPUSeconds, st.MemoryBytes = -1, -1, -1
+		st.Note = "cpu and memory use unknown: " + why
 	}
 	return st, nil
 }

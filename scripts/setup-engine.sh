@@ -92,6 +92,91 @@ if [[ "$(id -u)" -ne 0 ]]; then
   fi
 fi
 
+# --- rootless storage: overlay, not vfs -----------------------------------------
+# Podman 4.3 gives a new rootless user the vfs driver unless told otherwise: every
+# container is then a full copy of its image, so a new sandbox's first command waits
+# for about 800 MB to be copied, and each sandbox takes that much disk. Overlay works
+# in a user namespace natively on Linux 5.13 and newer, and through fuse-overlayfs on
+# older kernels. This switches a user's store that holds nothing but this project's
+# images (they are rebuilt by build-images.sh); a store with anything else in it is
+# left alone, with the commands to switch it.
+ours_only() {
+  local repo
+  [[ -z "$(env -u CONTAINERS_CONF podman ps -aq 2>/dev/null)" ]] || return 1
+  [[ -z "$(env -u CONTAINERS_CONF podman volume ls -q 2>/dev/null)" ]] || return 1
+  while read -r repo; do
+    case "$repo" in
+      localhost/sandbox-mcp-*|localhost/mcp-dev|"<none>"|"") ;;
+      *) return 1 ;;
+    esac
+  done < <(env -u CONTAINERS_CONF podman images --format '{{.Repository}}' 2>/dev/null)
+}
+
+# overlay_works [STORAGE-OPT]: a container runs on overlay in a throwaway store.
+overlay_works() {
+  local probe rc=0 opts=(--storage-driver overlay)
+  probe="$(mktemp -d)"
+  [[ -n "${1:-}" ]] && opts+=(--storage-opt "$1")
+  local p=(env -u CONTAINERS_CONF podman --root "$probe/root" --runroot "$probe/run" "${opts[@]}")
+  mkdir -p "$probe/rootfs/bin"
+  cp "$(command -v busybox)" "$probe/rootfs/bin/busybox"
+  if ! tar -C "$probe/rootfs" --numeric-owner --owner=0 --group=0 -c . | "${p[@]}" import -q - localhost/overlay-probe:latest >/dev/null 2>"$probe/err" ||
+     ! "${p[@]}" run --rm --network none localhost/overlay-probe:latest /bin/busybox true >/dev/null 2>>"$probe/err"; then
+    rc=1
+    overlay_err="$(tail -n 1 "$probe/err")"
+  fi
+  "${p[@]}" system reset --force >/dev/null 2>&1 || true
+  env -u CONTAINERS_CONF podman unshare rm -rf "$probe" 2>/dev/null || rm -rf "$probe" 2>/dev/null || true
+  return "$rc"
+}
+
+if [[ "$(id -u)" -ne 0 ]]; then
+  driver="$(env -u CONTAINERS_CONF podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)"
+  conf="${XDG_CONFIG_HOME:-$HOME/.config}/containers/storage.conf"
+  if [[ "$driver" == overlay ]]; then
+    echo "setup-engine: rootless podman stores containers with overlay"
+  elif [[ -e "$conf" ]] && grep -qE '^[[:space:]]*driver[[:space:]]*=' "$conf"; then
+    echo "setup-engine: WARNING: podman uses $driver because $conf sets it; each sandbox is then a full copy of its image (slow first commands, GBs per sandbox). Set driver = \"overlay\" there and run podman system reset to change it." >&2
+  else
+    overlay_err=""
+    mode=""
+    if overlay_works; then
+      mode=native
+    else
+      native_err="$overlay_err"
+      if ! command -v fuse-overlayfs >/dev/null; then
+        echo "setup-engine: native overlay does not work here ($native_err); apt-get install -y fuse-overlayfs (as root)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse-overlayfs >/dev/null || true
+      fi
+      if command -v fuse-overlayfs >/dev/null && overlay_works "overlay.mount_program=$(command -v fuse-overlayfs)"; then
+        mode=fuse
+      fi
+    fi
+    if [[ -z "$mode" ]]; then
+      echo "setup-engine: WARNING: podman keeps vfs: overlay works neither natively (${native_err:-?}) nor through fuse-overlayfs (${overlay_err:-?}); each sandbox is a full copy of its image" >&2
+    elif ! ours_only; then
+      echo "setup-engine: WARNING: podman uses ${driver:-vfs}, and this user's podman store holds containers, volumes or images of its own, which switching to overlay would delete. To switch: podman system reset, then write $conf with [storage] driver = \"overlay\"$([[ $mode == fuse ]] && echo " and [storage.options.overlay] mount_program = \"$(command -v fuse-overlayfs)\""), then make setup again." >&2
+    else
+      echo "setup-engine: switching rootless podman from ${driver:-vfs} to overlay ($mode); this user's sandbox-mcp images go and build-images.sh makes them again"
+      env -u CONTAINERS_CONF podman system reset --force >/dev/null 2>&1
+      mkdir -p "$(dirname "$conf")"
+      {
+        echo "# Written by sandbox-mcp scripts/setup-engine.sh: overlay ($mode) instead of vfs,"
+        echo "# which copies each container's whole image."
+        echo "[storage]"
+        echo 'driver = "overlay"'
+        if [[ "$mode" == fuse ]]; then
+          echo "[storage.options.overlay]"
+          echo "mount_program = \"$(command -v fuse-overlayfs)\""
+        fi
+      } >"$conf.tmp"
+      mv "$conf.tmp" "$conf"
+      driver="$(env -u CONTAINERS_CONF podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)"
+      echo "setup-engine: wrote $conf; podman now uses ${driver:-?}"
+    fi
+  fi
+fi
+
 # --- podman smoke test with the system config ---------------------------------
 # The MCP client runs plain `podman` without CONTAINERS_CONF, so test exactly that.
 smoke_image=localhost/sandbox-mcp-minimal:latest

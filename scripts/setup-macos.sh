@@ -62,4 +62,4 @@ if grep -q '^agent: .*NONE' <<<"$doctor" || ! grep -q '^agent: .*linux/arm64: ok
 fi
 echo
 echo "Register the server with Claude Code:"
-echo "  claude mcp add sandbox -- $repo/bin/sandbox-mcp serve"
+echo "  claude mcp add --scope user sandbox -- $repo/bin/sandbox-mcp serve"

@@ -13,7 +13,7 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 user=sandbox-mcp-ci
-run_args=(-test.run 'TestEndToEnd/podman/newest|TestMCPGoClient|TestNoEngineAuto|TestDefaultImageToolbox/podman' -test.v)
+run_args=(-test.run 'TestEndToEnd/podman/newest|TestMCPGoClient|TestNoEngineAuto|TestDefaultImageToolbox/podman|TestStats/podman' -test.v)
 if [[ "${1:-}" == "--" ]]; then
   shift
   run_args=("$@")

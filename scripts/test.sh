@@ -2,6 +2,10 @@
 # The project's test command (`make test` runs it): unit tests plus the engine suites
 # against real podman, a private Docker Engine, and Apple's container CLI as emulated
 # on podman by the stand-in in internal/applestandin (1.5.0 and 0.9.0 behaviour).
+# Run it as the user who set up and serves: as a normal user podman is rootless, the
+# docker suite uses a docker daemon that answers for that user or is skipped with a
+# line saying why, and the few tests that need root (loop-device volumes, mounts)
+# skip and say so; as root (CI) everything runs, with a private dockerd.
 #
 #   scripts/test.sh [--setup] [--no-docker] [-- GO_TEST_ARGS...]
 #   scripts/test.sh --real-container [-- GO_TEST_ARGS...]
@@ -122,6 +126,20 @@ else
   caller_runtimes=0
 fi
 has_runtime() { [[ ",${runtimes// /}," == *",$1,"* ]]; }
+# As a normal user the docker tests use a docker daemon that already answers (the
+# user's rootless dockerd through DOCKER_HOST, or the system's for a member of the
+# docker group); the private dockerd these tests otherwise start needs root.
+docker_daemon=""
+if has_runtime docker && [[ "$(id -u)" -ne 0 ]]; then
+  if command -v docker >/dev/null && docker version >/dev/null 2>&1; then
+    docker_daemon=user
+    log "docker: using the daemon that answers for $(id -un) (${DOCKER_HOST:-the default socket})"
+  else
+    runtimes="$(echo ",${runtimes// /}," | sed 's/,docker,/,/; s/^,//; s/,$//')"
+    log "docker: SKIPPED: no docker daemon answers for $(id -un), and the private dockerd these tests start needs root." \
+      "Run make test as root for the docker suite (CI does), or point DOCKER_HOST at a daemon you can use (e.g. a rootless dockerd)."
+  fi
+fi
 # The stand-in for Apple's container CLI ("container", "container@0.9.0") runs on podman.
 needs_podman() { has_runtime podman || [[ ",${runtimes// /}," == *",container"* ]]; }
 
@@ -158,7 +176,7 @@ fi
 
 # --- private Docker Engine -------------------------------------------------------
 if has_runtime docker; then
-  if [[ "$caller_runtimes" -eq 0 ]] || ! docker version >/dev/null 2>&1; then
+  if [[ -z "$docker_daemon" ]] && { [[ "$caller_runtimes" -eq 0 ]] || ! docker version >/dev/null 2>&1; }; then
     phase "start dockerd"
     tmp="$(mktemp -d /tmp/smt.XXXXXX)" # short: socket paths are limited to 108 bytes
     docker_dir="$tmp/d"

@@ -84,7 +84,8 @@ type Request struct {
 
 // Result is how a command ended.
 type Result struct {
-	// ExitCode is the command's status, or the shell's when it exited.
+	// ExitCode is the command's status (124 when it timed out, 130 when it
+	// was canceled), or the shell's when it exited.
 	ExitCode int
 	Duration time.Duration
 	// TimedOut means the timeout ended the command; Canceled that ctx did.
@@ -278,9 +279,8 @@ func (s *Shell) Dead() bool {
 // requests that could not be run at all.
 //
 // A timeout or a cancel ends the whole command, everything it started
-// included (see guest.KillRunScript): the result then has a non-zero exit
-// code, 124 after a timeout and 130 after a cancel when the command's own
-// status says nothing else.
+// included (see guest.KillRunScript): the result's exit code is then 124
+// after a timeout and 130 after a cancel.
 func (s *Shell) Run(ctx context.Context, req Request, prelude string) (Result, error) {
 	return s.run(ctx, req, nil, prelude)
 }
@@ -325,16 +325,14 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	err = ex.err
 	if errors.Is(err, errInterrupted) {
 		err = nil
+		// The status the kill left (137, 143) says nothing of the
+		// command: the result says why it ended, as timeout(1) does.
 		if ctx.Err() != nil {
 			res.Canceled = true
-			if res.ExitCode <= 0 {
-				res.ExitCode = 130
-			}
+			res.ExitCode = 130
 		} else {
 			res.TimedOut = true
-			if res.ExitCode <= 0 {
-				res.ExitCode = 124
-			}
+			res.ExitCode = 124
 		}
 	}
 	if err != nil {

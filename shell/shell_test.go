@@ -199,7 +199,7 @@ func TestTimeoutKeepsShell(t *testing.T) {
 	// set -e makes it run isolated: the timeout ends the subshell only.
 	r := runOn(t, sh, Request{Command: "set -e; echo started; sleep 987651 & sleep 987652", Timeout: time.Second})
 	took := time.Since(start)
-	if !r.res.TimedOut || r.res.ShellLost || r.res.ExitCode == 0 {
+	if !r.res.TimedOut || r.res.ShellLost || r.res.ExitCode != 124 {
 		t.Fatalf("got %+v", r.res)
 	}
 	if took > hangGuard {
@@ -223,7 +223,7 @@ func TestBusyShellIsReplacedWithState(t *testing.T) {
 	runPool(t, p, Request{Command: "cd /usr; export KEEP=yes"})
 	start := time.Now()
 	r := runPool(t, p, Request{Command: "while :; do :; done", Timeout: 500 * time.Millisecond})
-	if !r.res.TimedOut || !r.res.ShellLost {
+	if !r.res.TimedOut || !r.res.ShellLost || r.res.ExitCode != 124 {
 		t.Fatalf("got %+v", r.res)
 	}
 	if took := time.Since(start); took > hangGuard {

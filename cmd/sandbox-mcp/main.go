@@ -24,6 +24,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts an orderly end; a second one ends the
+	// process at once, as the signal's default does.
+	context.AfterFunc(ctx, stop)
 	os.Exit(exitCode(newRoot().ExecuteContext(ctx), os.Stderr))
 }
 
@@ -37,6 +40,9 @@ func exitCode(err error, w io.Writer) int {
 	var ee *app.ExitError
 	if errors.As(err, &ee) {
 		if ee.Err != nil {
+			if ee.NewLine {
+				fmt.Fprintln(w)
+			}
 			fmt.Fprintln(w, "sandbox-mcp:", ee.Err)
 		}
 		return ee.Code
@@ -73,8 +79,8 @@ func newRoot() *cobra.Command {
 	root.SetOut(os.Stderr) // stdout belongs to the protocol
 	serve := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve MCP over stdio (register with: claude mcp add sandbox -- sandbox-mcp serve)",
-		Long: "Serve MCP over stdio. Register with: claude mcp add sandbox -- sandbox-mcp serve\n\n" + precedence +
+		Short: "Serve MCP over stdio (register with: claude mcp add --scope user sandbox -- sandbox-mcp serve)",
+		Long: "Serve MCP over stdio. Register with: claude mcp add --scope user sandbox -- sandbox-mcp serve\n\n" + precedence +
 			"\n\nToolsets (--toolsets):\n" + mcpserver.DescribeToolsets(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -194,7 +200,12 @@ func resolve(cmd *cobra.Command) (app.Config, error) {
 	}
 	cfg, err := app.Resolve(flags, os.Getenv, os.ReadFile)
 	cfg.Version = version.String()
-	return cfg, err
+	if err != nil {
+		// A setting that is wrong, on the command line, in the
+		// environment or in the config file, is a usage error.
+		return cfg, &app.ExitError{Code: app.ExitUsage, Err: err}
+	}
+	return cfg, nil
 }
 
 // protocolStdout reserves the real stdout for MCP frames and points fd 1 at

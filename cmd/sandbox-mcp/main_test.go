@@ -54,3 +54,32 @@ func TestResolveFlags(t *testing.T) {
 		t.Errorf("child policies from two flags: %+v", cfg.ChildPolicies)
 	}
 }
+
+// TestBadSettingIsUsage: a setting with a bad value, from a flag or from
+// the environment, exits 2 (bad command line) and says what is wrong.
+func TestBadSettingIsUsage(t *testing.T) {
+	for _, s := range app.Settings() {
+		t.Setenv(s.Env, "")
+	}
+	t.Setenv("SANDBOX_MCP_STATE_DIR", t.TempDir())
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{args: []string{"doctor", "--toolsets", "al"}, want: `unknown toolset "al"`},
+		{args: []string{"ls", "--runtime", "lxc"}, want: "lxc"},
+		{args: []string{"doctor"}, env: "SANDBOX_MCP_TOOLSETS=core,nope", want: `unknown toolset "nope"`},
+	} {
+		if k, v, ok := strings.Cut(c.env, "="); ok {
+			t.Setenv(k, v)
+		}
+		root := newRoot()
+		root.SetArgs(c.args)
+		var stderr bytes.Buffer
+		code := exitCode(root.Execute(), &stderr)
+		if code != app.ExitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q %s: exit %d, %q; want exit %d saying %q", c.args, c.env, code, stderr.String(), app.ExitUsage, c.want)
+		}
+	}
+}

@@ -12,7 +12,7 @@ import (
 // peopleCommands are the commands for people at a terminal: they work on
 // the same sandboxes and state as the MCP servers, while those run.
 func peopleCommands() []*cobra.Command {
-	const exits = "\n\nExit status: 0 done, 1 failed, 2 bad command line, 3 no such sandbox, job or snapshot."
+	const exits = "\n\nExit status: 0 done, 1 failed, 2 bad command line or setting, 3 no such sandbox, job or snapshot."
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
@@ -118,7 +118,7 @@ func peopleCommands() []*cobra.Command {
 	snapshot := &cobra.Command{
 		Use:   "snapshot NAME SNAPSHOT",
 		Short: "Save a sandbox as a named snapshot",
-		Long:  "Save a sandbox's filesystem (and, with --workspace, its workspace) as a named snapshot." + exits,
+		Long:  "Save a sandbox's filesystem and its workspace (--workspace=false leaves the workspace out) as a named snapshot, as the snapshot tool does." + exits,
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := resolve(cmd)
@@ -128,7 +128,7 @@ func peopleCommands() []*cobra.Command {
 			return app.Snapshot(cmd.Context(), cfg, args[0], args[1], workspace, os.Stdout)
 		},
 	}
-	snapshot.Flags().BoolVar(&workspace, "workspace", false, "include the workspace")
+	snapshot.Flags().BoolVar(&workspace, "workspace", true, "include the workspace (/workspace); --workspace=false leaves it out")
 
 	restore := &cobra.Command{
 		Use:   "restore NAME SNAPSHOT",

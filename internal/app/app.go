@@ -25,8 +25,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
-	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
-	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 	"github.com/sandbox-mcp/sandbox-mcp/syncer"
 	"github.com/sandbox-mcp/sandbox-mcp/terminal"
@@ -41,65 +39,18 @@ func NewLogger(level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }
 
-// SelectRuntime returns the driver for kind. "auto" picks Apple's
-// container CLI on macOS when present, else a docker whose daemon answers,
-// else podman. Each CLI is looked for at enginePath when set, else on PATH
-// and then in EngineDirs. With no engine at all it still returns the
-// platform's engine, so that the server starts and every tool answers
-// with the install hint instead of the client seeing a dead server.
-func SelectRuntime(ctx context.Context, kind, enginePath string, logger *slog.Logger) sandbox.Runtime {
-	return selectRuntime(ctx, kind, runtime.GOOS, newEngineFinder(enginePath), logger)
-}
-
-func selectRuntime(ctx context.Context, kind, goos string, find engineFinder, logger *slog.Logger) sandbox.Runtime {
-	newRuntime := func(kind string) sandbox.Runtime {
-		bin := find.find(kind)
-		if bin == "" {
-			bin = kind // not found: its calls fail with the install hint
-		}
-		if kind == "container" {
-			return apple.New(apple.Options{Binary: bin, Logger: logger})
-		}
-		return docker.New(docker.Options{Flavor: docker.Flavor(kind), Binary: bin, Logger: logger})
-	}
-	switch kind {
-	case "docker", "podman", "container":
-		return newRuntime(kind)
-	}
-	if goos == "darwin" && find.find("container") != "" {
-		return newRuntime("container")
-	}
-	var candidates []sandbox.Runtime
-	for _, f := range []string{"docker", "podman"} {
-		if find.find(f) != "" {
-			candidates = append(candidates, newRuntime(f))
-		}
-	}
-	if len(candidates) == 0 {
-		preferred := "podman"
-		if goos == "darwin" {
-			preferred = "container"
-		}
-		logger.Warn("no container engine found; tools will say how to install one",
-			"searched", find.searched(), "using", preferred)
-		return newRuntime(preferred)
-	}
-	var firstErr error
-	for _, rt := range candidates {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := rt.Ping(pctx)
-		cancel()
-		if err == nil {
-			return rt
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-		logger.Debug("runtime not usable", "runtime", rt.Kind(), "err", err)
-	}
-	// Nothing answers: use the first so tools report its error and hint.
-	logger.Warn("no container engine answered", "err", firstErr)
-	return candidates[0]
+// SelectRuntime returns the driver for kind and why it is that engine.
+// "auto" keeps to the engine it chose before for this state directory
+// while that one is installed and running, else takes the first installed
+// engine with its daemon present (Apple's container CLI on macOS, docker,
+// podman), waiting for a slow one rather than passing it over, and
+// remembers an engine that answered. Each CLI is looked for at enginePath
+// when set, else on PATH and then in EngineDirs. With no engine at all it
+// still returns the platform's engine, so that the server starts and every
+// tool answers with the install hint instead of the client seeing a dead
+// server.
+func SelectRuntime(ctx context.Context, kind, enginePath, stateDir string, logger *slog.Logger) (sandbox.Runtime, string) {
+	return newEngineChooser(enginePath, stateDir, logger).choose(ctx, kind)
 }
 
 // Env is a configuration opened for use: the logger, the container runtime,
@@ -108,8 +59,11 @@ type Env struct {
 	Config  Config
 	Logger  *slog.Logger
 	Runtime sandbox.Runtime
-	State   *state.Store
-	Manager *sandbox.Manager
+	// RuntimeWhy says why Runtime is the engine (--runtime, or auto's
+	// reasons).
+	RuntimeWhy string
+	State      *state.Store
+	Manager    *sandbox.Manager
 	// Syncs runs live sync jobs; set by Serve only.
 	Syncs *syncer.Manager
 	// Ports holds the port forwards; set by Serve only.
@@ -123,7 +77,7 @@ type Env struct {
 // Open validates cfg, creates the state directory (0700), picks the
 // runtime and builds the manager. Close the Env when done.
 func Open(ctx context.Context, cfg Config) (*Env, error) {
-	logger, rt, err := openRuntime(ctx, cfg)
+	logger, rt, why, err := openRuntime(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 		History: st, Jobs: st, Sandboxes: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),
 	})
-	return &Env{Config: cfg, Logger: logger, Runtime: rt, State: st, Manager: m}, nil
+	return &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Manager: m}, nil
 }
 
 // Close stops what the Env's manager runs in this process; sandboxes keep
@@ -166,13 +120,16 @@ func (e *Env) Close() {
 	e.Manager.Close()
 }
 
-// openRuntime validates cfg and returns its logger and runtime.
-func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime, error) {
+// openRuntime validates cfg and returns its logger, its runtime and why
+// it is that engine.
+func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime, string, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
 	logger := NewLogger(cfg.LogLevel)
-	return logger, SelectRuntime(ctx, cfg.Runtime, cfg.EnginePath, logger), nil
+	rt, why := SelectRuntime(ctx, cfg.Runtime, cfg.EnginePath, cfg.StateDir, logger)
+	logger.Debug("runtime", "runtime", rt.Kind(), "binary", rt.Binary(), "why", why)
+	return logger, rt, why, nil
 }
 
 // memoryLimit is the heap size past which the GC works harder (unless
@@ -252,18 +209,39 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 // exit: ending the sandboxes' commands and shells, saving history.
 const shutdownBound = 30 * time.Second
 
-// closeWithin closes the Env, giving up after d (work still under way,
-// such as a boot, then ends with the process).
+// closeWithin closes the Env, giving up after d (work still under way
+// then ends with the process). A boot under way is not waited for: the
+// engine finishes it on its own and the next server adopts the sandbox,
+// so a person who pressed Ctrl-C during a slow first boot is not kept
+// waiting in silence.
 func (e *Env) closeWithin(d time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		e.Close()
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-time.After(d):
-		e.Logger.Warn("shutdown did not finish in time; exiting anyway", "waited", d)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(d)
+	said := false
+	for {
+		select {
+		case <-done:
+			return
+		case <-deadline:
+			e.Logger.Warn("shutdown did not finish in time; exiting anyway", "waited", d)
+			return
+		case <-tick.C:
+		}
+		if names := e.Manager.Booting(); len(names) > 0 {
+			e.Logger.Warn("exiting while sandboxes boot: the engine finishes each boot on its own, and the next server adopts the sandbox",
+				"sandboxes", strings.Join(names, ","))
+			return
+		}
+		if !said {
+			said = true
+			e.Logger.Info("shutting down: ending the commands under way", "at_most", d)
+		}
 	}
 }
 
@@ -294,14 +272,14 @@ func offIfZero(n int64) int64 {
 // Doctor checks the engine, the default image, the state and the agents
 // and writes a report to w.
 func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) error {
-	_, rt, err := openRuntime(ctx, cfg)
+	_, rt, why, err := openRuntime(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	if cfg.File != "" {
 		fmt.Fprintf(w, "config:   %s\n", cfg.File)
 	}
-	fmt.Fprintf(w, "runtime:  %s (%s)\n", rt.Kind(), rt.Binary())
+	fmt.Fprintf(w, "runtime:  %s (%s): %s\n", rt.Kind(), rt.Binary(), why)
 	reportAgents(ctx, w, runtime.GOARCH) // the engine's state does not matter to it
 	if err := rt.Ping(ctx); err != nil {
 		fmt.Fprintf(w, "engine:   FAIL %v\n", err)

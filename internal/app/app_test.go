@@ -2,14 +2,18 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
@@ -34,27 +38,34 @@ func binaryOf(rt sandbox.Runtime) string {
 	return "?"
 }
 
+// chooser returns an engine chooser for tests: goos, engines found as
+// find finds them, docker's daemon as daemon says, no memory.
+func chooser(goos string, find engineFinder, daemon bool) engineChooser {
+	return engineChooser{goos: goos, find: find, wait: firstCheckWait,
+		dockerDaemon: func() (bool, string) { return daemon, "test" },
+		logger:       slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
 // TestAutoRuntime: auto picks Apple's container CLI on macOS when it is
 // found, and never on Linux, where it falls back to docker or podman.
 func TestAutoRuntime(t *testing.T) {
 	dir := fakeEngines(t, "container", "podman")
 	t.Setenv("PATH", dir)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
 	find := engineFinder{lookPath: exec.LookPath}
 	for goos, want := range map[string]string{"darwin": "container", "linux": "podman"} {
-		if rt := selectRuntime(ctx, "auto", goos, find, logger); rt.Kind() != want {
-			t.Errorf("auto on %s: %v, want %s", goos, rt.Kind(), want)
+		if rt, why := chooser(goos, find, false).choose(ctx, "auto"); rt.Kind() != want {
+			t.Errorf("auto on %s: %v (%s), want %s", goos, rt.Kind(), why, want)
 		}
 	}
 	if err := os.Remove(filepath.Join(dir, "container")); err != nil {
 		t.Fatal(err)
 	}
-	if rt := selectRuntime(ctx, "auto", "darwin", find, logger); rt.Kind() != "podman" {
+	if rt, _ := chooser("darwin", find, false).choose(ctx, "auto"); rt.Kind() != "podman" {
 		t.Errorf("auto on darwin without container: %v", rt.Kind())
 	}
-	if rt := selectRuntime(ctx, "container", "linux", find, logger); rt.Kind() != "container" {
-		t.Errorf("explicit container: %v", rt.Kind())
+	if rt, why := chooser("linux", find, false).choose(ctx, "container"); rt.Kind() != "container" || why != "set by --runtime" {
+		t.Errorf("explicit container: %v %q", rt.Kind(), why)
 	}
 }
 
@@ -65,20 +76,19 @@ func TestAutoRuntime(t *testing.T) {
 func TestEngineOutsidePATH(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // nothing on PATH
 	brew := fakeEngines(t, "container", "podman")
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
 	find := engineFinder{dirs: []string{t.TempDir(), brew}, lookPath: exec.LookPath}
-	rt := selectRuntime(ctx, "auto", "darwin", find, logger)
+	rt, _ := chooser("darwin", find, false).choose(ctx, "auto")
 	if rt.Kind() != "container" || binaryOf(rt) != filepath.Join(brew, "container") {
 		t.Errorf("auto on darwin: %s %s", rt.Kind(), binaryOf(rt))
 	}
-	rt = selectRuntime(ctx, "podman", "linux", find, logger)
+	rt, _ = chooser("linux", find, false).choose(ctx, "podman")
 	if binaryOf(rt) != filepath.Join(brew, "podman") {
 		t.Errorf("explicit podman: %s", binaryOf(rt))
 	}
 	own := fakeEngines(t, "docker")
 	find.path = filepath.Join(own, "docker")
-	if rt := selectRuntime(ctx, "auto", "darwin", find, logger); rt.Kind() != "docker" || binaryOf(rt) != find.path {
+	if rt, _ := chooser("darwin", find, true).choose(ctx, "auto"); rt.Kind() != "docker" || binaryOf(rt) != find.path {
 		t.Errorf("engine_path: %s %s", rt.Kind(), binaryOf(rt))
 	}
 }
@@ -88,17 +98,159 @@ func TestEngineOutsidePATH(t *testing.T) {
 // starts and its tools explain.
 func TestNoEngine(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	find := engineFinder{dirs: []string{t.TempDir()}, lookPath: exec.LookPath}
 	for goos, want := range map[string]string{"darwin": "container", "linux": "podman"} {
-		rt := selectRuntime(context.Background(), "auto", goos, find, logger)
-		if rt.Kind() != want {
-			t.Fatalf("%s: %s", goos, rt.Kind())
+		rt, why := chooser(goos, find, false).choose(context.Background(), "auto")
+		if rt.Kind() != want || !strings.Contains(why, "not installed") {
+			t.Fatalf("%s: %s (%s)", goos, rt.Kind(), why)
 		}
 		err := rt.Ping(context.Background())
 		if !errors.Is(err, sandbox.ErrEngineMissing) || !strings.Contains(err.Error(), "install") {
 			t.Errorf("%s: ping without an engine: %v", goos, err)
 		}
+	}
+}
+
+// scriptEngine writes an engine CLI named name into dir that runs body
+// (sh) and appends each call's arguments to dir/name.calls.
+func scriptEngine(t *testing.T, dir, name, body string) {
+	t.Helper()
+	script := "#!/bin/sh\necho \"$*\" >> " + filepath.Join(dir, name+".calls") + "\n" + body + "\n"
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func calls(t *testing.T, dir, name string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, name+".calls"))
+	return strings.Count(string(b), "\n")
+}
+
+// TestAutoWaitsForSlowEngine: docker installed with no daemon, and a
+// podman whose first check takes 8 s (another client holds its lock):
+// auto waits for podman instead of taking a docker that cannot work,
+// remembers it, and the next server of that state directory takes it
+// without asking either engine again.
+func TestAutoWaitsForSlowEngine(t *testing.T) {
+	dir := t.TempDir()
+	scriptEngine(t, dir, "docker", `echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1`)
+	scriptEngine(t, dir, "podman", "/bin/sleep 8; echo 4.3.1")
+	t.Setenv("PATH", dir)
+	find := engineFinder{lookPath: exec.LookPath}
+	c := chooser("linux", find, false)
+	c.memoDir = t.TempDir()
+	rt, why := c.choose(context.Background(), "auto")
+	if rt.Kind() != "podman" || !strings.Contains(why, "podman answered") || !strings.Contains(why, "docker: installed, but no daemon") {
+		t.Fatalf("auto: %s (%s)", rt.Kind(), why)
+	}
+	if n := calls(t, dir, "docker"); n != 0 {
+		t.Errorf("docker without a daemon was called %d times", n)
+	}
+	if fi, err := os.Stat(filepath.Join(c.memoDir, engineMemoFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the choice is not kept privately: %v %v", fi, err)
+	}
+	// Another server (or the CLI) of the same state directory, with a
+	// docker daemon now up: the same engine, asked nothing.
+	c.dockerDaemon = func() (bool, string) { return true, "test" }
+	before := calls(t, dir, "podman")
+	rt, why = c.choose(context.Background(), "auto")
+	if rt.Kind() != "podman" || !strings.Contains(why, "remembered in "+c.memoDir) || calls(t, dir, "podman") != before {
+		t.Fatalf("second choice: %s (%s), podman called %d times more", rt.Kind(), why, calls(t, dir, "podman")-before)
+	}
+	// The remembered engine uninstalled: auto chooses again.
+	if err := os.Remove(filepath.Join(dir, "podman")); err != nil {
+		t.Fatal(err)
+	}
+	scriptEngine(t, dir, "docker", "echo 27.0.1")
+	if rt, why := c.choose(context.Background(), "auto"); rt.Kind() != "docker" || !strings.Contains(why, "docker answered") {
+		t.Fatalf("after podman went: %s (%s)", rt.Kind(), why)
+	}
+}
+
+// TestAutoKeepsEngineSlowerThanItsWait: an engine that has not answered
+// when the wait ends is still the one (it is there, only slow), and is not
+// remembered, so the next start looks again.
+func TestAutoKeepsEngineSlowerThanItsWait(t *testing.T) {
+	dir := t.TempDir()
+	scriptEngine(t, dir, "podman", "/bin/sleep 5; echo 4.3.1")
+	t.Setenv("PATH", dir)
+	c := chooser("linux", engineFinder{lookPath: exec.LookPath}, false)
+	c.memoDir, c.wait = t.TempDir(), time.Second
+	rt, why := c.choose(context.Background(), "auto")
+	if rt.Kind() != "podman" || !strings.Contains(why, "did not answer within 1s") {
+		t.Fatalf("auto: %s (%s)", rt.Kind(), why)
+	}
+	if _, err := os.Stat(filepath.Join(c.memoDir, engineMemoFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a choice that did not answer was remembered: %v", err)
+	}
+}
+
+// TestAutoPassesOverDeadDaemon: both engines installed, docker's socket
+// there but its daemon refusing: podman, with docker's words in the why.
+func TestAutoPassesOverDeadDaemon(t *testing.T) {
+	dir := t.TempDir()
+	scriptEngine(t, dir, "docker", `echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1`)
+	scriptEngine(t, dir, "podman", "echo 4.3.1")
+	t.Setenv("PATH", dir)
+	c := chooser("linux", engineFinder{lookPath: exec.LookPath}, true)
+	rt, why := c.choose(context.Background(), "auto")
+	if rt.Kind() != "podman" || !strings.Contains(why, "Cannot connect to the Docker daemon") {
+		t.Fatalf("auto: %s (%s)", rt.Kind(), why)
+	}
+	// Both answer: docker, the first.
+	scriptEngine(t, dir, "docker", "echo 27.0.1")
+	if rt, why := c.choose(context.Background(), "auto"); rt.Kind() != "docker" {
+		t.Fatalf("both answering: %s (%s)", rt.Kind(), why)
+	}
+}
+
+// TestDockerDaemonPresent: the daemon is looked for where the docker CLI
+// looks: DOCKER_HOST, the current context, the default socket.
+func TestDockerDaemonPresent(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "d.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfgDir := filepath.Join(dir, "cfg")
+	env := map[string]string{"DOCKER_CONFIG": cfgDir}
+	getenv := func(k string) string { return env[k] }
+
+	env["DOCKER_HOST"] = "unix://" + sock
+	if ok, where := dockerDaemonPresent(getenv, "linux"); !ok {
+		t.Errorf("DOCKER_HOST to a socket: %s", where)
+	}
+	env["DOCKER_HOST"] = "unix://" + filepath.Join(dir, "gone.sock")
+	if ok, where := dockerDaemonPresent(getenv, "linux"); ok || !strings.Contains(where, "DOCKER_HOST") {
+		t.Errorf("DOCKER_HOST to nothing: %v %s", ok, where)
+	}
+	env["DOCKER_HOST"] = "tcp://10.0.0.1:2375"
+	if ok, _ := dockerDaemonPresent(getenv, "linux"); !ok {
+		t.Error("DOCKER_HOST over tcp is taken as there")
+	}
+	delete(env, "DOCKER_HOST")
+
+	// A context in the config, as `docker context use` writes it.
+	sum := sha256.Sum256([]byte("rootless"))
+	meta := filepath.Join(cfgDir, "contexts", "meta", hex.EncodeToString(sum[:]))
+	if err := os.MkdirAll(meta, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(cfgDir, "config.json"), []byte(`{"currentContext":"rootless"}`), 0o600)
+	os.WriteFile(filepath.Join(meta, "meta.json"), []byte(`{"Name":"rootless","Endpoints":{"docker":{"Host":"unix://`+sock+`"}}}`), 0o600)
+	if ok, where := dockerDaemonPresent(getenv, "linux"); !ok || !strings.Contains(where, "docker context rootless") {
+		t.Errorf("context: %v %s", ok, where)
+	}
+	os.WriteFile(filepath.Join(meta, "meta.json"), []byte(`{"Name":"rootless","Endpoints":{"docker":{"Host":"unix://`+sock+`.gone"}}}`), 0o600)
+	if ok, where := dockerDaemonPresent(getenv, "linux"); ok {
+		t.Errorf("context to nothing: %v %s", ok, where)
+	}
+	// DOCKER_CONTEXT=default is the default socket, whatever the config says.
+	env["DOCKER_CONTEXT"] = "default"
+	if ok, where := dockerDaemonPresent(getenv, "linux"); !strings.Contains(where, "/var/run/docker.sock") {
+		t.Errorf("default context: %v %s", ok, where)
 	}
 }
 

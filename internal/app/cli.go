@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -35,6 +36,9 @@ const (
 type ExitError struct {
 	Code int
 	Err  error
+	// NewLine asks for a line break before Err's message: the output
+	// before it ended in the middle of a line.
+	NewLine bool
 }
 
 func (e *ExitError) Error() string {
@@ -231,21 +235,58 @@ func Exec(ctx context.Context, cfg Config, name string, argv []string, timeout t
 	if err := mustExist(ctx, env.Manager, name); err != nil {
 		return err
 	}
-	res, err := env.Manager.Exec(ctx, name, shell.Request{Command: commandLine(argv), Timeout: timeout, Stdout: stdout, Stderr: stderr})
-	if err != nil {
-		return engineExit(err)
-	}
+	var lines lineTracker
+	res, err := env.Manager.Exec(ctx, name, shell.Request{Command: commandLine(argv), Timeout: timeout,
+		Stdout: lines.wrap(stdout), Stderr: lines.wrap(stderr)})
+	var ee *ExitError
 	switch {
+	case err != nil:
+		ee = engineExit(err).(*ExitError)
 	case res.TimedOut:
-		return &ExitError{Code: 124, Err: fmt.Errorf("timed out after %s", timeout)}
+		ee = &ExitError{Code: 124, Err: fmt.Errorf("timed out after %s", timeout)}
 	case res.ShellLost:
-		return &ExitError{Code: ExitEngine, Err: fmt.Errorf("the sandbox's shell was lost while the command ran (exit %d)", res.ExitCode)}
+		ee = &ExitError{Code: ExitEngine, Err: fmt.Errorf("the sandbox's shell was lost while the command ran (exit %d)", res.ExitCode)}
 	case res.ExitCode < 0 || res.ExitCode > 255:
-		return &ExitError{Code: ExitEngine, Err: fmt.Errorf("the command ended without an exit status (%d)", res.ExitCode)}
+		ee = &ExitError{Code: ExitEngine, Err: fmt.Errorf("the command ended without an exit status (%d)", res.ExitCode)}
 	case res.ExitCode != 0:
 		return &ExitError{Code: res.ExitCode}
+	default:
+		return nil
 	}
-	return nil
+	// The command's last line may be unfinished: the message starts a
+	// line of its own.
+	ee.NewLine = lines.open()
+	return ee
+}
+
+// lineTracker notes whether the last byte written through any of its
+// writers left a line unfinished.
+type lineTracker struct {
+	mu      sync.Mutex
+	unended bool
+}
+
+func (l *lineTracker) wrap(w io.Writer) io.Writer { return trackedWriter{l, w} }
+
+func (l *lineTracker) open() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unended
+}
+
+type trackedWriter struct {
+	l *lineTracker
+	w io.Writer
+}
+
+func (t trackedWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	if n > 0 {
+		t.l.mu.Lock()
+		t.l.unended = p[n-1] != '\n'
+		t.l.mu.Unlock()
+	}
+	return n, err
 }
 
 // statusOf is the exit status to pass on for a finished engine CLI: its

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/applecli"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
 )
@@ -143,4 +144,48 @@ func buildStandIn() (string, error) {
 		return "", err
 	}
 	return bin, nil
+}
+
+// StandInReleases returns a stand-in target for each way the Apple
+// dialect talks to the CLI that SANDBOX_MCP_TEST_RUNTIMES does not already
+// list: the dialect chooses its calls by apple.Features, so the first
+// release (of applecli.Releases) of each set of features not listed
+// stands for the releases that share it. Those releases' argument tables
+// are checked call by call over the e2e run (CheckArgvRecord). It skips t
+// unless the stand-in is listed.
+func StandInReleases(t testing.TB) []Target {
+	t.Helper()
+	if !StandInListed() {
+		t.Skipf("needs the stand-in container CLI: set %s to include container (`make test` does)", EnvRuntimes)
+	}
+	entries, err := parseRuntimes(os.Getenv(EnvRuntimes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A release's features, without what is no choice of calls.
+	way := func(v applecli.Version) apple.Features {
+		f := apple.FeaturesOf(apple.Version{Major: v.Major, Minor: v.Minor, Patch: v.Patch})
+		f.Version = apple.Version{}
+		return f
+	}
+	covered := map[apple.Features]bool{}
+	for _, e := range entries {
+		if e.runtime == "container" && !e.real {
+			v := applecli.Releases[len(applecli.Releases)-1] // the stand-in's default
+			if e.version != "" {
+				if v, err = applecli.ParseVersion(e.version); err != nil {
+					t.Fatal(err)
+				}
+			}
+			covered[way(v)] = true
+		}
+	}
+	var out []Target
+	for _, v := range applecli.Releases {
+		if f := way(v); !covered[f] {
+			covered[f] = true
+			out = append(out, standInTarget(t, v.String()))
+		}
+	}
+	return out
 }

@@ -139,3 +139,23 @@ func TestSkipOnReal(t *testing.T) {
 		t.Fatal("SkipOnReal skipped the stand-in")
 	}
 }
+
+// TestStandInReleases: one release stands for each set of features the
+// listed targets do not run, the first release that has it.
+func TestStandInReleases(t *testing.T) {
+	countStandInBuilds(t)
+	for list, want := range map[string][]string{
+		"podman,container,container@0.9.0": {"container-0.8.0", "container-0.10.0", "container-0.11.0", "container-1.0.0", "container-1.1.0"},
+		"container":                        {"container-0.8.0", "container-0.9.0", "container-0.10.0", "container-0.11.0", "container-1.0.0", "container-1.1.0"},
+		"container@1.2":                    {"container-0.8.0", "container-0.9.0", "container-0.10.0", "container-0.11.0", "container-1.0.0", "container-1.2.1"}, // 1.2.0 runs as 1.1.0 would
+	} {
+		t.Setenv(EnvRuntimes, list)
+		var got []string
+		for _, tg := range StandInReleases(t) {
+			got = append(got, tg.Name)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %q, want %q", list, got, want)
+		}
+	}
+}

@@ -71,9 +71,14 @@ func (d *Dialect) detectDisk(ctx context.Context) (sandbox.DiskSupport, error) {
 	rootless := parts[0] == "true" || strings.Contains(parts[0], "name=rootless")
 	if note := RootlessV1Note(rootless, parts[1]); note != "" {
 		ds.Pids = false
+		ds.SharedCgroup = "a rootless engine on cgroup v1 gives a sandbox no cgroup of its own"
 		ds.Notes = append(ds.Notes, note)
 	}
 	driver, backing, root := parts[2], parts[3], parts[4]
+	if driver == "vfs" {
+		ds.RootfsUnwatchable = "the vfs storage driver has no upper directory to measure"
+		ds.Notes = append(ds.Notes, VFSNote(d.flavor, rootless))
+	}
 	ds.RootfsSize = StorageOptSupported(driver, backing)
 	if !ds.RootfsSize {
 		ds.Notes = append(ds.Notes, fmt.Sprintf("rootfs: storage %s on %s has no size option (needs overlay on xfs with pquota, or btrfs)", driver, orUnknown(backing)))
@@ -96,6 +101,22 @@ func RootlessV1Note(rootless bool, cgroupVersion string) string {
 	}
 	return "DEGRADED: a rootless engine on cgroup v1 cannot enforce cpu, memory or pids limits (the engine ignores them); " +
 		"boot the host with cgroup v2 (systemd.unified_cgroup_hierarchy=1) or run the engine as root to get them"
+}
+
+// VFSNote is the warning for an engine on the vfs storage driver, with the
+// fix.
+func VFSNote(f Flavor, rootless bool) string {
+	note := "SLOW: the engine stores containers with vfs, which copies the whole image for each sandbox " +
+		"(a new sandbox's first command waits for the copy, and each sandbox takes the image's size on disk), " +
+		"and the root filesystem's disk limit cannot be watched; "
+	switch {
+	case f == Podman && rootless:
+		return note + "run scripts/setup-engine.sh as this user, which switches podman to overlay, " +
+			"or set driver = \"overlay\" in ~/.config/containers/storage.conf and run `podman system reset` (it deletes this user's podman images and containers)"
+	case f == Podman:
+		return note + "set driver = \"overlay\" in /etc/containers/storage.conf and run `podman system reset` (it deletes podman's images and containers)"
+	}
+	return note + "set \"storage-driver\": \"overlay2\" in /etc/docker/daemon.json and restart dockerd"
 }
 
 func orUnknown(s string) string {

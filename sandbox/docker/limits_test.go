@@ -1,6 +1,9 @@
 package docker
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -67,5 +70,23 @@ func TestRootlessV1Note(t *testing.T) {
 		if n := RootlessV1Note(c.rootless, c.v); n != "" {
 			t.Errorf("%v %s: %q", c.rootless, c.v, n)
 		}
+	}
+}
+
+// TestDiskSupportRootlessVFS: rootless podman on cgroup v1 with vfs, as a
+// fresh Debian 12 user gets it: no pids limit, no cgroup of the sandbox's
+// own (so stats cannot read its CPU and memory), no watchable root
+// filesystem, and a warning that says how to get overlay.
+func TestDiskSupportRootlessVFS(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "podman")
+	script := "#!/bin/sh\n[ \"$1\" = info ] && echo 'true|v1|vfs|extfs|/home/u/.local/share/containers/storage'\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ds := New(Options{Flavor: Podman, Binary: bin}).DiskSupport(context.Background())
+	notes := strings.Join(ds.Notes, "\n")
+	if ds.Pids || ds.SharedCgroup == "" || ds.RootfsUnwatchable == "" || ds.RootfsSize ||
+		!strings.Contains(notes, "vfs") || !strings.Contains(notes, "scripts/setup-engine.sh") || !strings.Contains(notes, "DEGRADED") {
+		t.Errorf("%+v", ds)
 	}
 }
