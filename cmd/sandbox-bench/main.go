@@ -25,6 +25,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 )
 
@@ -267,12 +268,17 @@ func sweep(engine, prefix string) {
 	for _, id := range strings.Fields(string(out)) {
 		_ = exec.Command(engine, "rm", "-f", id).Run()
 	}
-	// Once the containers are gone, and without --force (which on podman
-	// would take the volume's lock, then its containers': see
-	// docker.VolumeRemoveArgs).
+	// Once the containers are gone, through the dialect: without --force
+	// on podman (see docker.VolumeRemoveArgs), and a sized volume's loop
+	// device and image file go with it.
+	rt := docker.New(docker.Options{Flavor: docker.Flavor(engine)})
 	out, _ = exec.Command(engine, "volume", "ls", "-q", "--filter", "label=io.sandbox-mcp.owner="+prefix).Output()
 	for _, v := range strings.Fields(string(out)) {
-		_ = exec.Command(engine, docker.VolumeRemoveArgs(docker.Flavor(engine), v)...).Run()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		if err := sandbox.RemoveVolume(ctx, rt, v, time.Minute); err != nil {
+			fmt.Fprintf(os.Stderr, "sweep: %v\n", err)
+		}
+		cancel()
 	}
 	_ = exec.Command(engine, "network", "rm", prefix+"-net").Run()
 	out, _ = exec.Command(engine, "network", "ls", "--format", "{{.Name}}", "--filter", "label=io.sandbox-mcp.owner="+prefix).Output()
