@@ -213,7 +213,7 @@ func killText(job string, r sandbox.KillResult) string {
 		return text + fmt.Sprintf("; %s ignored it for %s and were killed; none of them is left", processes(r.Killed), sandbox.DefaultKillGrace)
 	case r.Ended:
 		return text + "; none of them is left"
-	case r.Signal == "KILL":
+	case r.Signal == "KILL" || r.Killed > 0:
 		return text + fmt.Sprintf("; %s still present (in uninterruptible sleep?): call kill again", processes(r.Processes))
 	default:
 		return text + fmt.Sprintf("; %s ignored %s and still run: kill with signal KILL", processes(r.Processes), r.Signal)

@@ -158,6 +158,11 @@ func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, err
 		return nil, BootInfo{}, err
 	}
 	defer release()
+	// A plain boot, which the engine finishes on its own and the next
+	// server adopts: a server may exit while it runs (Booting). A reset's,
+	// restore's or clone's boot is followed by work of the server's, and
+	// is not counted.
+	defer m.markBooting(name)()
 	return m.bootLocked(ctx, name, bootFind)
 }
 
@@ -196,7 +201,6 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	// finds the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	defer cancel()
-	defer m.markBooting(name)()
 	start := time.Now()
 	sb, binfo, err := m.boot(bctx, name, mode)
 	binfo.Took = time.Since(start)

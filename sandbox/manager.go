@@ -93,11 +93,13 @@ type Manager struct {
 	// overrides are boots under way with another image (restore, clone);
 	// hooks run on restore, reset and destroy (snapshot.go).
 	overrides map[string]*bootOverride
-	// booting counts the boots under way per name.
-	booting map[string]int
-	hooks   []func(name, event string)
-	history *History
-	jobs    JobStore
+	// booting counts the plain boots under way per name; historySaved
+	// is closed after the last history flush.
+	booting      map[string]int
+	historySaved chan struct{}
+	hooks        []func(name, event string)
+	history      *History
+	jobs         JobStore
 
 	// serverID names this server in the sandboxes' shells, and server
 	// holds its lock file while it runs (sweep.go).
@@ -145,9 +147,10 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 	m := &Manager{
 		rt: rt, cfg: cfg, log: log, locks: locks.Dir{Path: cfg.LockDir},
 		life: life, stop: stop,
-		slots:   map[string]*slot{},
-		history: NewHistory(100, cfg.History),
-		jobs:    cfg.Jobs,
+		slots:        map[string]*slot{},
+		history:      NewHistory(100, cfg.History),
+		historySaved: make(chan struct{}),
+		jobs:         cfg.Jobs,
 	}
 	if m.jobs == nil {
 		m.jobs = &memJobs{}
@@ -237,8 +240,14 @@ func (m *Manager) markActivity() {
 // historyFlushEvery is how often history reaches the store.
 const historyFlushEvery = time.Second
 
+// HistorySaved is closed once Close has ended the commands under way and
+// saved the last of the history: what Close still waits for after that
+// (a boot under way) is work the engine finishes on its own.
+func (m *Manager) HistorySaved() <-chan struct{} { return m.historySaved }
+
 // flushHistory writes history in batches until Close.
 func (m *Manager) flushHistory() {
+	defer close(m.historySaved)
 	t := time.NewTicker(historyFlushEvery)
 	defer t.Stop()
 	for stopping := false; !stopping; {
@@ -337,8 +346,9 @@ func (m *Manager) endOwnShells(ctx context.Context, sb *Sandbox) {
 	}
 }
 
-// Booting returns the names of the sandboxes whose boot is under way,
-// sorted. A process that exits meanwhile loses nothing: the engine
+// Booting returns the names of the sandboxes whose plain boot (Get: no
+// reset, restore or clone) is under way, sorted. A process that exits
+// meanwhile, once HistorySaved is closed, loses nothing: the engine
 // finishes creating or starting the container on its own, and the next
 // server adopts it.
 func (m *Manager) Booting() []string {

@@ -92,91 +92,6 @@ if [[ "$(id -u)" -ne 0 ]]; then
   fi
 fi
 
-# --- rootless storage: overlay, not vfs -----------------------------------------
-# Podman 4.3 gives a new rootless user the vfs driver unless told otherwise: every
-# container is then a full copy of its image, so a new sandbox's first command waits
-# for about 800 MB to be copied, and each sandbox takes that much disk. Overlay works
-# in a user namespace natively on Linux 5.13 and newer, and through fuse-overlayfs on
-# older kernels. This switches a user's store that holds nothing but this project's
-# images (they are rebuilt by build-images.sh); a store with anything else in it is
-# left alone, with the commands to switch it.
-ours_only() {
-  local repo
-  [[ -z "$(env -u CONTAINERS_CONF podman ps -aq 2>/dev/null)" ]] || return 1
-  [[ -z "$(env -u CONTAINERS_CONF podman volume ls -q 2>/dev/null)" ]] || return 1
-  while read -r repo; do
-    case "$repo" in
-      localhost/sandbox-mcp-*|localhost/mcp-dev|"<none>"|"") ;;
-      *) return 1 ;;
-    esac
-  done < <(env -u CONTAINERS_CONF podman images --format '{{.Repository}}' 2>/dev/null)
-}
-
-# overlay_works [STORAGE-OPT]: a container runs on overlay in a throwaway store.
-overlay_works() {
-  local probe rc=0 opts=(--storage-driver overlay)
-  probe="$(mktemp -d)"
-  [[ -n "${1:-}" ]] && opts+=(--storage-opt "$1")
-  local p=(env -u CONTAINERS_CONF podman --root "$probe/root" --runroot "$probe/run" "${opts[@]}")
-  mkdir -p "$probe/rootfs/bin"
-  cp "$(command -v busybox)" "$probe/rootfs/bin/busybox"
-  if ! tar -C "$probe/rootfs" --numeric-owner --owner=0 --group=0 -c . | "${p[@]}" import -q - localhost/overlay-probe:latest >/dev/null 2>"$probe/err" ||
-     ! "${p[@]}" run --rm --network none localhost/overlay-probe:latest /bin/busybox true >/dev/null 2>>"$probe/err"; then
-    rc=1
-    overlay_err="$(tail -n 1 "$probe/err")"
-  fi
-  "${p[@]}" system reset --force >/dev/null 2>&1 || true
-  env -u CONTAINERS_CONF podman unshare rm -rf "$probe" 2>/dev/null || rm -rf "$probe" 2>/dev/null || true
-  return "$rc"
-}
-
-if [[ "$(id -u)" -ne 0 ]]; then
-  driver="$(env -u CONTAINERS_CONF podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)"
-  conf="${XDG_CONFIG_HOME:-$HOME/.config}/containers/storage.conf"
-  if [[ "$driver" == overlay ]]; then
-    echo "setup-engine: rootless podman stores containers with overlay"
-  elif [[ -e "$conf" ]] && grep -qE '^[[:space:]]*driver[[:space:]]*=' "$conf"; then
-    echo "setup-engine: WARNING: podman uses $driver because $conf sets it; each sandbox is then a full copy of its image (slow first commands, GBs per sandbox). Set driver = \"overlay\" there and run podman system reset to change it." >&2
-  else
-    overlay_err=""
-    mode=""
-    if overlay_works; then
-      mode=native
-    else
-      native_err="$overlay_err"
-      if ! command -v fuse-overlayfs >/dev/null; then
-        echo "setup-engine: native overlay does not work here ($native_err); apt-get install -y fuse-overlayfs (as root)"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse-overlayfs >/dev/null || true
-      fi
-      if command -v fuse-overlayfs >/dev/null && overlay_works "overlay.mount_program=$(command -v fuse-overlayfs)"; then
-        mode=fuse
-      fi
-    fi
-    if [[ -z "$mode" ]]; then
-      echo "setup-engine: WARNING: podman keeps vfs: overlay works neither natively (${native_err:-?}) nor through fuse-overlayfs (${overlay_err:-?}); each sandbox is a full copy of its image" >&2
-    elif ! ours_only; then
-      echo "setup-engine: WARNING: podman uses ${driver:-vfs}, and this user's podman store holds containers, volumes or images of its own, which switching to overlay would delete. To switch: podman system reset, then write $conf with [storage] driver = \"overlay\"$([[ $mode == fuse ]] && echo " and [storage.options.overlay] mount_program = \"$(command -v fuse-overlayfs)\""), then make setup again." >&2
-    else
-      echo "setup-engine: switching rootless podman from ${driver:-vfs} to overlay ($mode); this user's sandbox-mcp images go and build-images.sh makes them again"
-      env -u CONTAINERS_CONF podman system reset --force >/dev/null 2>&1
-      mkdir -p "$(dirname "$conf")"
-      {
-        echo "# Written by sandbox-mcp scripts/setup-engine.sh: overlay ($mode) instead of vfs,"
-        echo "# which copies each container's whole image."
-        echo "[storage]"
-        echo 'driver = "overlay"'
-        if [[ "$mode" == fuse ]]; then
-          echo "[storage.options.overlay]"
-          echo "mount_program = \"$(command -v fuse-overlayfs)\""
-        fi
-      } >"$conf.tmp"
-      mv "$conf.tmp" "$conf"
-      driver="$(env -u CONTAINERS_CONF podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)"
-      echo "setup-engine: wrote $conf; podman now uses ${driver:-?}"
-    fi
-  fi
-fi
-
 # --- podman smoke test with the system config ---------------------------------
 # The MCP client runs plain `podman` without CONTAINERS_CONF, so test exactly that.
 smoke_image=localhost/sandbox-mcp-minimal:latest
@@ -205,20 +120,23 @@ smoke() {
   env -u CONTAINERS_CONF podman run --rm "$smoke_image" /bin/busybox true >"$workdir/smoke.log" 2>&1
 }
 
-if smoke; then
-  echo "setup-engine: podman works with the system config; nothing to change"
-  exit 0
-fi
+# make_podman_work: plain `podman run` works with the system config, fixing the
+# failures we know (crun on hybrid cgroups, the nofile ulimit); else it exits.
+make_podman_work() {
+  if smoke; then
+    echo "setup-engine: podman works with the system config; nothing to change"
+    return 0
+  fi
 
-# Only fix the failures we know; anything else needs a human.
-if ! grep -qiE 'rlimit|hybrid mode|crun' "$workdir/smoke.log"; then
-  echo "setup-engine: podman smoke test failed for an unknown reason:" >&2
-  cat "$workdir/smoke.log" >&2
-  exit 1
-fi
-echo "setup-engine: podman fails with the system config: $(tail -n 1 "$workdir/smoke.log")"
+  # Only fix the failures we know; anything else needs a human.
+  if ! grep -qiE 'rlimit|hybrid mode|crun' "$workdir/smoke.log"; then
+    echo "setup-engine: podman smoke test failed for an unknown reason:" >&2
+    cat "$workdir/smoke.log" >&2
+    exit 1
+  fi
+  echo "setup-engine: podman fails with the system config: $(tail -n 1 "$workdir/smoke.log")"
 
-settings='# Installed by sandbox-mcp scripts/setup-engine.sh:
+  settings='# Installed by sandbox-mcp scripts/setup-engine.sh:
 # crun fails on hybrid cgroups and the default nofile ulimit cannot be set here.
 [containers]
 default_ulimits = []
@@ -227,32 +145,156 @@ default_ulimits = []
 runtime = "runc"
 '
 
-# Prefer a drop-in (podman 4.x reads /etc/containers/containers.conf.d/*.conf after
-# containers.conf); keep it only if podman then really works.
-dropin_dir=/etc/containers/containers.conf.d
-dropin="$dropin_dir/50-sandbox-mcp.conf"
-as_root mkdir -p "$dropin_dir"
-printf '%s' "$settings" | as_root tee "$dropin" >/dev/null
-echo "setup-engine: wrote $dropin (as root)"
-if smoke; then
-  echo "setup-engine: podman works now (drop-in honoured)"
-  exit 0
-fi
+  # Prefer a drop-in (podman 4.x reads /etc/containers/containers.conf.d/*.conf after
+  # containers.conf); keep it only if podman then really works.
+  dropin_dir=/etc/containers/containers.conf.d
+  dropin="$dropin_dir/50-sandbox-mcp.conf"
+  as_root mkdir -p "$dropin_dir"
+  printf '%s' "$settings" | as_root tee "$dropin" >/dev/null
+  echo "setup-engine: wrote $dropin (as root)"
+  if smoke; then
+    echo "setup-engine: podman works now (drop-in honoured)"
+    return 0
+  fi
 
-as_root rm -f "$dropin"
-echo "setup-engine: drop-in not honoured; removed $dropin"
-main_conf=/etc/containers/containers.conf
-if [[ -e "$main_conf" ]]; then
-  backup="$main_conf.bak.$(date +%Y%m%d%H%M%S)"
-  as_root cp -p "$main_conf" "$backup"
-  echo "setup-engine: backed up $main_conf to $backup"
+  as_root rm -f "$dropin"
+  echo "setup-engine: drop-in not honoured; removed $dropin"
+  main_conf=/etc/containers/containers.conf
+  if [[ -e "$main_conf" ]]; then
+    backup="$main_conf.bak.$(date +%Y%m%d%H%M%S)"
+    as_root cp -p "$main_conf" "$backup"
+    echo "setup-engine: backed up $main_conf to $backup"
+  fi
+  printf '%s' "$settings" | as_root tee "$main_conf" >/dev/null
+  echo "setup-engine: wrote $main_conf (as root)"
+  if smoke; then
+    echo "setup-engine: podman works now"
+    return 0
+  fi
+  echo "setup-engine: podman still fails:" >&2
+  cat "$workdir/smoke.log" >&2
+  exit 1
+}
+
+# --- rootless storage: overlay, not vfs -----------------------------------------
+# Podman 4.3 gives a new rootless user the vfs driver unless told otherwise: every
+# container is then a full copy of its image, so a new sandbox's first command waits
+# for about 800 MB to be copied, and each sandbox takes that much disk. Overlay works
+# in a user namespace natively on Linux 5.13 and newer, and through fuse-overlayfs on
+# older kernels. A user's store is switched only when it holds nothing but this
+# project's base images (build-images.sh makes them again) and no storage.conf says
+# otherwise; anything else is left alone, with the commands to switch it.
+p_user() { env -u CONTAINERS_CONF podman "$@"; }
+
+# ours_only: no container (podman's or buildah's), pod, volume, secret or network of
+# the user's, and no image but the base images (no snapshot, no dangling image). A
+# check that fails counts as "not only ours".
+ours_only() {
+  local out line
+  for q in "ps -aq --external" "pod ps -q" "volume ls -q" "secret ls -q"; do
+    # shellcheck disable=SC2086 # the words of $q are the arguments
+    out="$(p_user $q)" || return 1
+    [[ -z "$out" ]] || return 1
+  done
+  out="$(p_user network ls --format '{{.Name}}')" || return 1
+  ! grep -qvx podman <<<"$out" || return 1
+  out="$(p_user images -a --format '{{.Repository}}:{{.Tag}}')" || return 1
+  while IFS= read -r line; do
+    case "$line" in
+      localhost/sandbox-mcp-minimal:latest|localhost/mcp-dev:latest|localhost/sandbox-mcp-smoke:latest|"") ;;
+      *) return 1 ;;
+    esac
+  done <<<"$out"
+}
+
+# overlay_works DIR [STORAGE-OPT]: a container runs on overlay in a throwaway store
+# under DIR (on the filesystem of the user's store). Only --root and --runroot are
+# the probe's own: nothing is reset, so the user's podman state is not touched.
+overlay_works() {
+  local probe run rc=0 opts=(--storage-driver overlay)
+  probe="$(mktemp -d "$1/.sandbox-mcp-overlay-probe.XXXXXX")" || return 1
+  run="$(mktemp -d /tmp/smo.XXXXXX)" || return 1 # podman wants a short runroot
+  [[ -n "${2:-}" ]] && opts+=(--storage-opt "$2")
+  local p=(p_user --root "$probe/root" --runroot "$run" "${opts[@]}")
+  mkdir -p "$probe/rootfs/bin"
+  cp "$(command -v busybox)" "$probe/rootfs/bin/busybox"
+  if ! tar -C "$probe/rootfs" --numeric-owner --owner=0 --group=0 -c . | "${p[@]}" import -q - localhost/overlay-probe:latest >/dev/null 2>"$probe/err" ||
+     ! "${p[@]}" run --rm --network none localhost/overlay-probe:latest /bin/busybox true >/dev/null 2>>"$probe/err"; then
+    rc=1
+    overlay_err="$(tail -n 1 "$probe/err")"
+  fi
+  p_user unshare rm -rf "$probe" "$run" 2>/dev/null || rm -rf "$probe" "$run" 2>/dev/null || true
+  return "$rc"
+}
+
+rootless_storage() {
+  local driver conf graphroot mode="" native_err=""
+  driver="$(p_user info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)"
+  graphroot="$(p_user info --format '{{.Store.GraphRoot}}' 2>/dev/null || true)"
+  conf="${XDG_CONFIG_HOME:-$HOME/.config}/containers/storage.conf"
+  if [[ "$driver" == overlay ]]; then
+    echo "setup-engine: rootless podman stores containers with overlay"
+    return 0
+  fi
+  local slow="each sandbox is then a full copy of its image (slow first commands, GBs per sandbox)"
+  local how="to switch: podman system reset (it deletes this user's containers, images and volumes), then put [storage] driver = \"overlay\" in $conf, then make setup again"
+  if [[ -n "${CONTAINERS_STORAGE_CONF:-}" ]]; then
+    echo "setup-engine: WARNING: podman uses ${driver:-?} with CONTAINERS_STORAGE_CONF=$CONTAINERS_STORAGE_CONF; $slow. Left as it is; set driver = \"overlay\" there." >&2
+    return 0
+  fi
+  if [[ -e "$conf" ]] || grep -qsE '^[[:space:]]*(driver|rootless_storage_path)[[:space:]]*=' /etc/containers/storage.conf /usr/share/containers/storage.conf; then
+    echo "setup-engine: WARNING: podman uses ${driver:-?} and a storage.conf ($conf or the system's) already configures storage; $slow. Left as it is; $how." >&2
+    return 0
+  fi
+  if [[ -z "$graphroot" || ! -d "$(dirname "$graphroot")" ]]; then
+    echo "setup-engine: WARNING: podman uses ${driver:-?} and did not name its store; $slow. Left as it is." >&2
+    return 0
+  fi
+  overlay_err=""
+  if overlay_works "$(dirname "$graphroot")"; then
+    mode=native
+  else
+    native_err="$overlay_err"
+    if ! command -v fuse-overlayfs >/dev/null; then
+      echo "setup-engine: native overlay does not work here ($native_err); apt-get install -y fuse-overlayfs (as root)"
+      as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q fuse-overlayfs >/dev/null || true
+    fi
+    if command -v fuse-overlayfs >/dev/null && overlay_works "$(dirname "$graphroot")" "overlay.mount_program=$(command -v fuse-overlayfs)"; then
+      mode=fuse
+    fi
+  fi
+  if [[ -z "$mode" ]]; then
+    echo "setup-engine: WARNING: podman keeps ${driver:-vfs}: overlay works neither natively (${native_err:-?}) nor through fuse-overlayfs (${overlay_err:-?}); $slow" >&2
+    return 0
+  fi
+  if ! ours_only; then
+    echo "setup-engine: WARNING: podman uses ${driver:-vfs}, and this user's podman store holds containers, pods, volumes, secrets, networks or images (snapshots included) of its own, which switching to overlay would delete. Left as it is; $how$([[ $mode == fuse ]] && echo ", with [storage.options.overlay] mount_program = \"$(command -v fuse-overlayfs)\"")." >&2
+    return 0
+  fi
+  echo "setup-engine: switching rootless podman from ${driver:-vfs} to overlay ($mode); this user's sandbox-mcp base images go and build-images.sh makes them again"
+  local err
+  if ! err="$(p_user system reset --force 2>&1)"; then
+    echo "setup-engine: podman system reset failed, so podman keeps ${driver:-vfs}: $err" >&2
+    exit 1
+  fi
+  mkdir -p "$(dirname "$conf")"
+  {
+    echo "# Written by sandbox-mcp scripts/setup-engine.sh: overlay ($mode) instead of vfs,"
+    echo "# which copies each container's whole image."
+    echo "[storage]"
+    echo 'driver = "overlay"'
+    if [[ "$mode" == fuse ]]; then
+      echo "[storage.options.overlay]"
+      echo "mount_program = \"$(command -v fuse-overlayfs)\""
+    fi
+  } >"$conf.tmp"
+  mv "$conf.tmp" "$conf"
+  driver="$(p_user info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)"
+  echo "setup-engine: wrote $conf; podman now uses ${driver:-?}"
+}
+
+make_podman_work
+if [[ "$(id -u)" -ne 0 ]]; then
+  rootless_storage
 fi
-printf '%s' "$settings" | as_root tee "$main_conf" >/dev/null
-echo "setup-engine: wrote $main_conf (as root)"
-if smoke; then
-  echo "setup-engine: podman works now"
-  exit 0
-fi
-echo "setup-engine: podman still fails:" >&2
-cat "$workdir/smoke.log" >&2
-exit 1
+exit 0

@@ -145,12 +145,13 @@ needs_podman() { has_runtime podman || [[ ",${runtimes// /}," == *",container"* 
 
 # --- engine set-up (slow; only when needed) ------------------------------------
 setup_args=()
-has_runtime docker && setup_args+=(--with-docker)
+# A daemon that already answers for this user needs no docker.io from us.
+has_runtime docker && [[ -z "$docker_daemon" ]] && setup_args+=(--with-docker)
 if [[ "$do_setup" -eq 0 ]]; then
   if ! command -v podman >/dev/null; then
     log "podman not found: running scripts/setup-engine.sh"
     do_setup=1
-  elif has_runtime docker && ! command -v dockerd >/dev/null; then
+  elif has_runtime docker && [[ -z "$docker_daemon" ]] && ! command -v dockerd >/dev/null; then
     log "dockerd not found: running scripts/setup-engine.sh"
     do_setup=1
   fi

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -22,11 +23,24 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// The first signal starts an orderly end; a second one ends the
-	// process at once, as the signal's default does.
-	context.AfterFunc(ctx, stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		first := time.Now()
+		cancel() // an orderly end
+		for s := range sigs {
+			// A person's second Ctrl-C ends the process at once. One
+			// press that reaches it twice (from the terminal and relayed
+			// by an MCP client a moment later), or a SIGTERM, does not
+			// cut the orderly end short.
+			if s == syscall.SIGINT && time.Since(first) > time.Second {
+				os.Exit(130)
+			}
+		}
+	}()
 	os.Exit(exitCode(newRoot().ExecuteContext(ctx), os.Stderr))
 }
 

@@ -210,10 +210,12 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 const shutdownBound = 30 * time.Second
 
 // closeWithin closes the Env, giving up after d (work still under way
-// then ends with the process). A boot under way is not waited for: the
-// engine finishes it on its own and the next server adopts the sandbox,
-// so a person who pressed Ctrl-C during a slow first boot is not kept
-// waiting in silence.
+// then ends with the process). A plain boot under way is not waited for
+// once the commands are ended and the history saved: the engine finishes
+// the boot on its own and the next server adopts the sandbox, so a person
+// who pressed Ctrl-C during a slow first boot is not kept waiting in
+// silence. A reset's or restore's boot is waited for: the server's own
+// work follows it.
 func (e *Env) closeWithin(d time.Duration) {
 	done := make(chan struct{})
 	go func() {
@@ -233,10 +235,16 @@ func (e *Env) closeWithin(d time.Duration) {
 			return
 		case <-tick.C:
 		}
-		if names := e.Manager.Booting(); len(names) > 0 {
-			e.Logger.Warn("exiting while sandboxes boot: the engine finishes each boot on its own, and the next server adopts the sandbox",
-				"sandboxes", strings.Join(names, ","))
-			return
+		// Once the commands are ended and the history saved, a plain
+		// boot is all Close could still be waiting for.
+		select {
+		case <-e.Manager.HistorySaved():
+			if names := e.Manager.Booting(); len(names) > 0 {
+				e.Logger.Warn("exiting while sandboxes boot: the engine finishes each boot on its own, and the next server adopts the sandbox",
+					"sandboxes", strings.Join(names, ","))
+				return
+			}
+		default:
 		}
 		if !said {
 			said = true
