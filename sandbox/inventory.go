@@ -253,7 +253,7 @@ func (m *Manager) ReconcileAfter(delay time.Duration) {
 // BootInBackground boots name in the Manager's background, so a starting
 // server's first call finds it ready.
 func (m *Manager) BootInBackground(name string) {
-	m.spawn(func() {
+	m.spawnBoot(func() {
 		if _, info, err := m.Get(m.life, name); err != nil {
 			if m.life.Err() == nil {
 				m.log.Warn("sandbox not booted", "sandbox", name, "err", err)

@@ -94,9 +94,11 @@ type Manager struct {
 	// hooks run on restore, reset and destroy (snapshot.go).
 	overrides map[string]*bootOverride
 	// booting counts the plain boots under way per name; historySaved
-	// is closed after the last history flush.
+	// is closed after the last history flush; others counts the
+	// goroutines spawn started that have not ended (spawnBoot's are not).
 	booting      map[string]int
 	historySaved chan struct{}
+	others       atomic.Int64
 	hooks        []func(name, event string)
 	history      *History
 	jobs         JobStore
@@ -163,6 +165,17 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 
 // spawn runs fn in a goroutine that Close joins.
 func (m *Manager) spawn(fn func()) {
+	m.wg.Add(1)
+	m.others.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer m.others.Add(-1)
+		fn()
+	}()
+}
+
+// spawnBoot is spawn for a plain boot, which Settled does not wait for.
+func (m *Manager) spawnBoot(fn func()) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -241,9 +254,22 @@ func (m *Manager) markActivity() {
 const historyFlushEvery = time.Second
 
 // HistorySaved is closed once Close has ended the commands under way and
-// saved the last of the history: what Close still waits for after that
-// (a boot under way) is work the engine finishes on its own.
+// saved the last of the history.
 func (m *Manager) HistorySaved() <-chan struct{} { return m.historySaved }
+
+// Settled reports whether a closing Manager waits for nothing but plain
+// boots: the commands are ended, the history is saved, and every other
+// piece of background work (a terminal session's cleanup, a retired
+// container's removal) has ended. What is left then is work the engine
+// finishes on its own.
+func (m *Manager) Settled() bool {
+	select {
+	case <-m.historySaved:
+		return m.others.Load() == 0
+	default:
+		return false
+	}
+}
 
 // flushHistory writes history in batches until Close.
 func (m *Manager) flushHistory() {

@@ -190,7 +190,7 @@ p_user() { env -u CONTAINERS_CONF podman "$@"; }
 # the user's, and no image but the base images (no snapshot, no dangling image). A
 # check that fails counts as "not only ours".
 ours_only() {
-  local out line
+  local out line q
   for q in "ps -aq --external" "pod ps -q" "volume ls -q" "secret ls -q"; do
     # shellcheck disable=SC2086 # the words of $q are the arguments
     out="$(p_user $q)" || return 1
@@ -213,7 +213,7 @@ ours_only() {
 overlay_works() {
   local probe run rc=0 opts=(--storage-driver overlay)
   probe="$(mktemp -d "$1/.sandbox-mcp-overlay-probe.XXXXXX")" || return 1
-  run="$(mktemp -d /tmp/smo.XXXXXX)" || return 1 # podman wants a short runroot
+  run="$(mktemp -d /tmp/smo.XXXXXX)" || { rm -rf "$probe"; return 1; } # podman wants a short runroot
   [[ -n "${2:-}" ]] && opts+=(--storage-opt "$2")
   local p=(p_user --root "$probe/root" --runroot "$run" "${opts[@]}")
   mkdir -p "$probe/rootfs/bin"
@@ -290,7 +290,11 @@ rootless_storage() {
   } >"$conf.tmp"
   mv "$conf.tmp" "$conf"
   driver="$(p_user info --format '{{.Store.GraphDriverName}}' 2>/dev/null || true)"
-  echo "setup-engine: wrote $conf; podman now uses ${driver:-?}"
+  if [[ "$driver" != overlay ]]; then
+    echo "setup-engine: WARNING: wrote $conf, but podman still uses ${driver:-?}" >&2
+    return 0
+  fi
+  echo "setup-engine: wrote $conf; podman now uses overlay"
 }
 
 make_podman_work

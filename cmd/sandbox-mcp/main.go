@@ -37,6 +37,11 @@ func main() {
 			// by an MCP client a moment later), or a SIGTERM, does not
 			// cut the orderly end short.
 			if s == syscall.SIGINT && time.Since(first) > time.Second {
+				// End by the signal itself, as its default does, so that
+				// a shell loop around the command stops too.
+				signal.Reset(syscall.SIGINT)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+				time.Sleep(time.Second)
 				os.Exit(130)
 			}
 		}

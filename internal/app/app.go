@@ -235,16 +235,14 @@ func (e *Env) closeWithin(d time.Duration) {
 			return
 		case <-tick.C:
 		}
-		// Once the commands are ended and the history saved, a plain
-		// boot is all Close could still be waiting for.
-		select {
-		case <-e.Manager.HistorySaved():
+		// Once nothing but plain boots is left, the engine finishes them
+		// on its own.
+		if e.Manager.Settled() {
 			if names := e.Manager.Booting(); len(names) > 0 {
 				e.Logger.Warn("exiting while sandboxes boot: the engine finishes each boot on its own, and the next server adopts the sandbox",
 					"sandboxes", strings.Join(names, ","))
 				return
 			}
-		default:
 		}
 		if !said {
 			said = true

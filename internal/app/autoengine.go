@@ -84,7 +84,7 @@ func (c engineChooser) choose(ctx context.Context, kind string) (sandbox.Runtime
 	case "docker", "podman", "container":
 		return c.runtimeOf(kind), "set by --runtime"
 	}
-	if rt, why, ok := c.remembered(ctx); ok {
+	if rt, why, ok := c.remembered(); ok {
 		return rt, why
 	}
 	order := []string{"docker", "podman"}
@@ -159,10 +159,12 @@ func appendNotes(why string, notes []string) string {
 }
 
 // remembered returns the engine auto chose before, while it is still
-// installed, (docker) its daemon's socket is there, and it does not say
-// it cannot work: a socket file outlives a stopped daemon, and a user can
-// lose access to one. A slow answer keeps it.
-func (c engineChooser) remembered(ctx context.Context) (sandbox.Runtime, string, bool) {
+// installed and (docker) its daemon's socket is there. It is not asked
+// whether it works: an engine that fails for a while (a daemon
+// restarting) must not trade this state directory's sandboxes for
+// another engine's, whose server would then forget their records; its
+// tools say what the engine says, and doctor too.
+func (c engineChooser) remembered() (sandbox.Runtime, string, bool) {
 	if c.memoDir == "" {
 		return nil, "", false
 	}
@@ -195,17 +197,9 @@ func (c engineChooser) remembered(ctx context.Context) (sandbox.Runtime, string,
 			return nil, "", false
 		}
 	}
-	rt := c.runtimeOf(m.Runtime)
-	pctx, cancel := context.WithTimeout(ctx, c.wait)
-	err = rt.Ping(pctx)
-	cancel()
-	if err != nil && !(errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil) {
-		c.logger.Warn("the engine chosen before fails its check; choosing again", "runtime", m.Runtime, "err", err)
-		return nil, "", false
-	}
 	why := fmt.Sprintf("chosen on %s: %s; remembered in %s (delete it, or set --runtime, to choose otherwise)",
 		m.Chosen.Local().Format("2006-01-02 15:04"), m.Why, file)
-	return rt, why, true
+	return c.runtimeOf(m.Runtime), why, true
 }
 
 // remember writes the choice of an engine that answered to the state
