@@ -116,6 +116,15 @@ type server struct {
 	// for a tools/list round trip.
 	schemaMu sync.Mutex
 	schemas  map[string]*jsonschema.Resolved
+
+	stderr *prefixWriter
+}
+
+// log is all the server wrote to stderr so far.
+func (s *server) log() string {
+	s.stderr.mu.Lock()
+	defer s.stderr.mu.Unlock()
+	return s.stderr.all.String()
 }
 
 // outputSchema is tool's output schema as the server lists it.
@@ -151,7 +160,8 @@ func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, ex
 		"--state-dir", s.stateDir, "--no-boot-default"}, extra...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), tg.Env...)
-	cmd.Stderr = &prefixWriter{t: t}
+	s.stderr = &prefixWriter{t: t}
+	cmd.Stderr = s.stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			s.mu.Lock()
@@ -183,10 +193,16 @@ type prefixWriter struct {
 	// log line that says an engine call timed out: logged then, they show
 	// the call that hangs.
 	told atomic.Bool
+
+	mu  sync.Mutex
+	all strings.Builder
 }
 
 func (w *prefixWriter) Write(p []byte) (int, error) {
 	defer func() { _ = recover() }() // the test may have ended
+	w.mu.Lock()
+	w.all.Write(p)
+	w.mu.Unlock()
 	line := strings.TrimRight(string(p), "\n")
 	w.t.Logf("server: %s", line)
 	if enginetest.Hung(line) && !w.told.Swap(true) {

@@ -123,6 +123,10 @@ func TestPorts(t *testing.T) {
 				t.Fatal(r.text)
 			}
 			addr := strings.TrimPrefix(r.str("url"), "http://")
+			if again := s.call(t, "expose", map[string]any{"port": 8766}); again.isError || again.str("url") != r.str("url") ||
+				!strings.Contains(again.text, "already exposed") || strings.Contains(again.text, "taken") {
+				t.Fatalf("expose again: %s", again.text)
+			}
 			data := make([]byte, 1<<20)
 			rand.Read(data)
 			c := dialGreeting(t, "the greeting server", addr)
@@ -153,6 +157,9 @@ func TestPorts(t *testing.T) {
 			}{
 				{"expose", map[string]any{"port": 0}, "port"},
 				{"expose", map[string]any{"port": 70000}, "port"},
+				{"expose", map[string]any{"port": 8000, "host_port": 22}, "below 1024"},
+				{"expose", map[string]any{"port": 8000, "host_port": 1023}, "below 1024"},
+				{"expose", map[string]any{"port": 8000, "host_port": 65536}, "host_port"},
 				{"unexpose", map[string]any{"port": 8765}, "not forwarded"},
 			} {
 				if r := s.call(t, tc.tool, tc.args); !r.isError || !strings.Contains(r.text, tc.want) {
@@ -160,6 +167,11 @@ func TestPorts(t *testing.T) {
 				}
 			}
 			s.call(t, "unexpose", map[string]any{"port": 8766})
+			// A sandbox port below 1024 gets a host port from 1024 up.
+			if r := s.call(t, "expose", map[string]any{"port": 22}); r.isError || r.num("host_port") < 1024 || !strings.Contains(r.text, "below 1024") {
+				t.Errorf("expose port 22: %s", r.text)
+			}
+			s.call(t, "unexpose", map[string]any{"port": 22})
 
 			// network_info: the sandbox with its address, how sandboxes
 			// reach each other here, and a clear error for an unknown one.

@@ -31,7 +31,7 @@ func TestTransfer(t *testing.T) {
 			prefix := enginetest.Prefix(t, tg.New())
 			host := t.TempDir()
 			outside := t.TempDir()
-			s := startServer(t, tg, prefix, "", "--toolsets", "all", "--allow-dir", host)
+			s := startServer(t, tg, prefix, "", "--toolsets", "all", "--allow-dir", host, "--log-level", "debug")
 			os.WriteFile(filepath.Join(outside, "secret"), []byte("HOST-SECRET"), 0o600)
 
 			tree := filepath.Join(host, "tree")
@@ -322,13 +322,31 @@ func gitClone(t *testing.T, s *server) {
 	if strings.Contains(out, token) || !strings.Contains(out, "\n2\n0\nhi") {
 		t.Fatalf("after the clones:\n%s", out)
 	}
+	// Every other form git takes a password in: used where git can use
+	// it, refused where it cannot, and shown nowhere.
+	for _, c := range []struct{ repo, want string }{
+		{"http://alice:" + token + "%zz@127.0.0.1:8765/proj.git", "git clone of http://127.0.0.1:8765/proj.git"}, // no URL parser takes it
+		{"http://alice:" + token + "@127.0.0.1:1/proj.git", "git clone of http://127.0.0.1:1/proj.git"},
+		{"ssh://alice:" + token + "@127.0.0.1:1/proj.git", "ssh://alice:***@127.0.0.1:1/proj.git holds a password"},
+		{"git://alice:" + token + "@127.0.0.1:1/proj.git", "git://alice:***@127.0.0.1:1/proj.git holds a password"},
+		{"alice:" + token + "@127.0.0.1:proj.git", "alice:***@127.0.0.1:proj.git holds a credential"},
+	} {
+		r = s.call(t, "git_clone", map[string]any{"repo": c.repo, "path": "/workspace/third", "timeout": 30})
+		if !r.isError || strings.Contains(r.text, token) || !strings.Contains(r.text, c.want) {
+			t.Fatalf("git_clone %s: %s", strings.ReplaceAll(c.repo, token, "TOKEN"), strings.ReplaceAll(r.text, token, "TOKEN"))
+		}
+	}
+	s.call(t, "exec", map[string]any{"command": "git ls-remote ssh://alice:" + token + "@127.0.0.1:1/x alice:" + token + "@127.0.0.1:x; true"})
 	r = s.call(t, "history", map[string]any{"limit": 20})
-	if strings.Contains(r.text, token) || !strings.Contains(r.text, "git_clone") {
+	if strings.Contains(r.text, token) || !strings.Contains(r.text, "git_clone") || !strings.Contains(r.text, "ssh://alice:***@") {
 		t.Fatalf("history: %s", r.text)
 	}
 	b, _ := os.ReadFile(filepath.Join(s.stateDir, "state.db"))
 	if bytes.Contains(b, []byte(token)) {
 		t.Fatal("the token is in the state file")
+	}
+	if strings.Contains(s.log(), token) {
+		t.Fatal("the token is in the server's log")
 	}
 	r = s.call(t, "git_clone", map[string]any{"repo": url, "token": token})
 	if !r.isError || !strings.Contains(r.text, "not empty") {

@@ -14,9 +14,12 @@ import (
 
 // Ports is what the port tools need (*portfwd.Set in production).
 type Ports interface {
-	Expose(sandbox string, port, hostPort int) (portfwd.Info, error)
+	// Expose makes a forward, or returns the one there was (existing).
+	Expose(sandbox string, port, hostPort int) (info portfwd.Info, existing bool, err error)
 	Unexpose(sandbox string, port int) (portfwd.Info, error)
 	List(sandbox string) []portfwd.Info
+	// AllowsPrivileged reports whether host ports below 1024 are used.
+	AllowsPrivileged() bool
 }
 
 // Forwards is the structured result of list_ports.
@@ -136,7 +139,7 @@ func (s *Server) handleExpose(ctx context.Context, req mcp.CallToolRequest) (*mc
 		via = sandbox.Via(conn)
 		conn.Close()
 	}
-	info, err := s.ports.Expose(name, int(port), int(hostPort))
+	info, existing, err := s.ports.Expose(name, int(port), int(hostPort))
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("expose port %d of sandbox %q", port, name), err), nil
 	}
@@ -146,7 +149,12 @@ func (s *Server) handleExpose(ctx context.Context, req mcp.CallToolRequest) (*mc
 		text = fmt.Sprintf("%s -> port %d in sandbox %q (each connection starts an exec in the sandbox, slower to open: the agent cannot run there: %s)",
 			info.URL, port, name, s.m.AgentProblem(name))
 	}
-	if hostPort == 0 && info.HostPort != int(port) {
+	switch {
+	case existing:
+		text += fmt.Sprintf("\nport %d was already exposed: this is its forward", port)
+	case hostPort == 0 && info.HostPort != int(port) && portfwd.Privileged(int(port)) && !s.ports.AllowsPrivileged():
+		text += fmt.Sprintf("\nhost port %d is below 1024, which is not used without --allow-privileged-ports: a free one was picked", port)
+	case hostPort == 0 && info.HostPort != int(port):
 		text += fmt.Sprintf("\nhost port %d is taken: a free one was picked", port)
 	}
 	if derr != nil {

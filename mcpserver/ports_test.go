@@ -19,10 +19,11 @@ func (e engineDown) Dial(context.Context, string, int) (net.Conn, error) {
 
 type recPorts struct{ exposed []int }
 
-func (r *recPorts) Expose(sandbox string, port, hostPort int) (portfwd.Info, error) {
+func (r *recPorts) Expose(sandbox string, port, hostPort int) (portfwd.Info, bool, error) {
 	r.exposed = append(r.exposed, port)
-	return portfwd.Info{Sandbox: sandbox, Port: port, HostPort: port, URL: "http://127.0.0.1:8000"}, nil
+	return portfwd.Info{Sandbox: sandbox, Port: port, HostPort: port, URL: "http://127.0.0.1:8000"}, false, nil
 }
+func (r *recPorts) AllowsPrivileged() bool                     { return false }
 func (r *recPorts) Unexpose(string, int) (portfwd.Info, error) { return portfwd.Info{}, nil }
 func (r *recPorts) List(string) []portfwd.Info                 { return nil }
 

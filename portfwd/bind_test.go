@@ -13,7 +13,7 @@ import (
 func TestTakeOverKeepsTheBindAddress(t *testing.T) {
 	opts := sharedOptions(t)
 	a := New(opts) // 127.0.0.1
-	info, err := a.Expose("box", 8000, 0)
+	info, _, err := a.Expose("box", 8000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 func TestExposeOfAForwardWhosePortWasTakenFails(t *testing.T) {
 	opts := sharedOptions(t)
 	a := New(opts)
-	info, err := a.Expose("box", 8000, 0)
+	info, _, err := a.Expose("box", 8000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestExposeOfAForwardWhosePortWasTakenFails(t *testing.T) {
 	b := New(opts)
 	defer b.Close()
 	time.Sleep(200 * time.Millisecond) // several take-over attempts
-	again, err := b.Expose("box", 8000, 0)
+	again, _, err := b.Expose("box", 8000, 0)
 	if err == nil || !strings.Contains(err.Error(), "another program may hold it") {
 		t.Fatalf("expose: %v (%s, server %q), with another program on the port", err, again.URL, again.Server)
 	}
@@ -36,7 +36,7 @@ func TestExposeOfAForwardWhosePortWasTakenFails(t *testing.T) {
 		t.Fatalf("list: %+v", l)
 	}
 	squatter.Close()
-	if again, err = b.Expose("box", 8000, 0); err != nil || again.Server != "this server" || again.URL != info.URL {
+	if again, _, err = b.Expose("box", 8000, 0); err != nil || again.Server != "this server" || again.URL != info.URL {
 		t.Fatalf("once the port is free: %+v %v", again, err)
 	}
 }

@@ -42,7 +42,11 @@ type Options struct {
 	Dial Dialer
 	// Bind is the address listeners bind to; "127.0.0.1" when empty.
 	Bind string
-	Log  *slog.Logger
+	// AllowPrivileged lets a forward listen on a host port below 1024.
+	// Without it such a port is refused when asked for, and not taken
+	// for a sandbox port of the same number.
+	AllowPrivileged bool
+	Log             *slog.Logger
 	// Store and Locks make forwards outlive this process (both or none).
 	Store Store
 	Locks locks.Dir
@@ -178,29 +182,54 @@ func checkPort(what string, p int, zeroOK bool) error {
 	return fmt.Errorf("%s %d is not a TCP port (1-65535)", what, p)
 }
 
+// ErrPrivilegedPort marks a host port below 1024 asked for without
+// Options.AllowPrivileged.
+var ErrPrivilegedPort = errors.New("host ports below 1024 are not used without --allow-privileged-ports")
+
+// AllowsPrivileged reports whether forwards may listen on host ports
+// below 1024.
+func (s *Set) AllowsPrivileged() bool { return s.opt.AllowPrivileged }
+
+// Privileged reports whether host port p is one only root may normally
+// listen on.
+func Privileged(p int) bool { return p > 0 && p < 1024 }
+
 // Expose forwards hostPort on the host to port in sandbox; hostPort 0
-// means the same number as port when it is free on the host, else any
-// free port. Exposing a port again returns its forward when hostPort is 0
-// or the same, whichever server serves it.
-func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
+// means the same number as port when it is free on the host (and not
+// below 1024 unless allowed), else any free port. Exposing a port again
+// returns its forward when hostPort is 0 or the same, whichever server
+// serves it; existing says so.
+func (s *Set) Expose(sandbox string, port, hostPort int) (info Info, existing bool, err error) {
 	if err := checkPort("port", port, false); err != nil {
-		return Info{}, err
+		return Info{}, false, err
 	}
 	if err := checkPort("host_port", hostPort, true); err != nil {
-		return Info{}, err
+		return Info{}, false, err
 	}
+	if Privileged(hostPort) && !s.opt.AllowPrivileged {
+		return Info{}, false, fmt.Errorf("host port %d: %w (they belong to the host's own services); give one from 1024 up, or 0 for a free one", hostPort, ErrPrivilegedPort)
+	}
+	info, err = s.expose(sandbox, port, hostPort, &existing)
+	return info, existing, err
+}
+
+// expose is Expose once the ports are checked; it sets *existing when it
+// returns a forward that was there before.
+func (s *Set) expose(sandbox string, port, hostPort int, existing *bool) (Info, error) {
 	k := key{sandbox, port}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.awaitTakeOvers(func(l key) bool { return l == k })
 	same := func(have int, bind string) (Info, error) {
 		if hostPort == 0 || hostPort == have {
+			*existing = true
 			return s.infoOf(k, have, bind), nil
 		}
 		return Info{}, fmt.Errorf("port %d of sandbox %q is already forwarded from host port %d: unexpose it first", port, sandbox, have)
 	}
 	if f, ok := s.fw[k]; ok {
 		if hostPort == 0 || hostPort == f.hostPort {
+			*existing = true
 			return s.info(f), nil
 		}
 		return same(f.hostPort, s.opt.Bind)
@@ -219,6 +248,7 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 				f := newForward(k, ln, lock)
 				s.start(f)
 				if hostPort == 0 || hostPort == rec.HostPort {
+					*existing = true
 					return s.info(f), nil
 				}
 			}
@@ -230,7 +260,7 @@ func (s *Set) Expose(sandbox string, port, hostPort int) (Info, error) {
 		return Info{}, fmt.Errorf("port %d of sandbox %q is being exposed by another server: %w", port, sandbox, err)
 	}
 	var ln net.Listener
-	if hostPort == 0 {
+	if hostPort == 0 && (!Privileged(port) || s.opt.AllowPrivileged) {
 		// The same number as in the sandbox when it is free here.
 		ln, err = s.listen(port)
 	}

@@ -52,17 +52,17 @@ func echoServer(t *testing.T) int {
 func TestExposeCarriesConnectionsAndUnexposeEndsThem(t *testing.T) {
 	s := New(Options{Dial: toLocal(map[int]int{8000: echoServer(t)})})
 	defer s.Close()
-	info, err := s.Expose("box", 8000, 0)
+	info, _, err := s.Expose("box", 8000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.HostPort == 0 || !strings.HasPrefix(info.URL, "http://127.0.0.1:") {
 		t.Fatalf("info %+v", info)
 	}
-	if again, err := s.Expose("box", 8000, 0); err != nil || again.HostPort != info.HostPort {
+	if again, _, err := s.Expose("box", 8000, 0); err != nil || again.HostPort != info.HostPort {
 		t.Fatalf("expose again: %+v %v", again, err)
 	}
-	if _, err := s.Expose("box", 8000, info.HostPort+1); err == nil {
+	if _, _, err := s.Expose("box", 8000, info.HostPort+1); err == nil {
 		t.Fatal("a second host port for one forward was accepted")
 	}
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", info.HostPort))
@@ -102,11 +102,11 @@ func TestHostPortZeroPrefersTheSameNumber(t *testing.T) {
 	}
 	free := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	if info, err := s.Expose("box", free, 0); err != nil || info.HostPort != free {
+	if info, _, err := s.Expose("box", free, 0); err != nil || info.HostPort != free {
 		t.Fatalf("a free number: %+v %v", info, err)
 	}
 	// Now that number is taken on the host: another sandbox gets another.
-	if info, err := s.Expose("other", free, 0); err != nil || info.HostPort == free || info.HostPort == 0 {
+	if info, _, err := s.Expose("other", free, 0); err != nil || info.HostPort == free || info.HostPort == 0 {
 		t.Fatalf("a taken number: %+v %v", info, err)
 	}
 }
@@ -115,7 +115,7 @@ func TestBadPortsAndBusyHostPort(t *testing.T) {
 	s := New(Options{Dial: toLocal(nil)})
 	defer s.Close()
 	for _, c := range []struct{ port, host int }{{0, 0}, {70000, 0}, {80, -1}, {80, 65536}} {
-		if _, err := s.Expose("box", c.port, c.host); err == nil || !strings.Contains(err.Error(), "not a TCP port") {
+		if _, _, err := s.Expose("box", c.port, c.host); err == nil || !strings.Contains(err.Error(), "not a TCP port") {
 			t.Errorf("expose(%d, %d): %v", c.port, c.host, err)
 		}
 	}
@@ -125,15 +125,66 @@ func TestBadPortsAndBusyHostPort(t *testing.T) {
 	}
 	defer l.Close()
 	busy := l.Addr().(*net.TCPAddr).Port
-	if _, err := s.Expose("box", 80, busy); err == nil || !strings.Contains(err.Error(), "address already in use") {
+	if _, _, err := s.Expose("box", 80, busy); err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("a busy host port: %v", err)
+	}
+}
+
+// TestPrivilegedHostPorts: a host port below 1024 is refused unless the
+// server allows them, and a sandbox port below 1024 with host_port 0 gets
+// a free port from 1024 up, whoever runs the server.
+func TestPrivilegedHostPorts(t *testing.T) {
+	s := New(Options{Dial: toLocal(nil)})
+	defer s.Close()
+	for _, host := range []int{1, 22, 80, 1023} {
+		if _, _, err := s.Expose("box", 8000, host); !errors.Is(err, ErrPrivilegedPort) || !strings.Contains(err.Error(), fmt.Sprint(host)) {
+			t.Errorf("host_port %d: %v", host, err)
+		}
+	}
+	if got := s.List(""); len(got) != 0 {
+		t.Fatalf("refusals made forwards: %+v", got)
+	}
+	for _, port := range []int{22, 80, 1023} {
+		info, existing, err := s.Expose("box", port, 0)
+		if err != nil || existing || info.HostPort < 1024 {
+			t.Errorf("port %d, host_port 0: %+v existing %v, %v", port, info, existing, err)
+		}
+	}
+	// From 1024 up a host port is a host port.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	if info, _, err := s.Expose("box", 9000, free); err != nil || info.HostPort != free {
+		t.Errorf("host_port %d: %+v %v", free, info, err)
+	}
+	// Asking again returns the same forward and says so.
+	if info, existing, err := s.Expose("box", 9000, 0); err != nil || !existing || info.HostPort != free {
+		t.Errorf("again: %+v existing %v, %v", info, existing, err)
+	}
+
+	// Allowed: as root, a port below 1024 is the host's to give.
+	if os.Geteuid() != 0 {
+		t.Skip("listening below 1024 needs root; the refusals above are checked")
+	}
+	a := New(Options{Dial: toLocal(nil), AllowPrivileged: true})
+	defer a.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:1023")
+	if err != nil {
+		t.Skipf("host port 1023 is in use here: %v", err)
+	}
+	ln.Close()
+	if info, _, err := a.Expose("box", 8000, 1023); err != nil || info.HostPort != 1023 {
+		t.Fatalf("allowed host_port 1023: %+v %v", info, err)
 	}
 }
 
 func TestUnreachablePortClosesTheConnection(t *testing.T) {
 	s := New(Options{Dial: toLocal(nil)})
 	defer s.Close()
-	info, err := s.Expose("box", 9, 0)
+	info, _, err := s.Expose("box", 9, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +232,7 @@ func TestForwardsOutliveTheirServer(t *testing.T) {
 	opts := sharedOptions(t)
 	a, b := New(opts), New(opts)
 	defer b.Close()
-	info, err := a.Expose("box", 8000, 0)
+	info, _, err := a.Expose("box", 8000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +240,7 @@ func TestForwardsOutliveTheirServer(t *testing.T) {
 	if l := b.List(""); len(l) != 1 || l[0].Server != fmt.Sprintf("server pid %d", os.Getpid()) || l[0].HostPort != info.HostPort {
 		t.Fatalf("B's list while A serves: %+v", l)
 	}
-	if again, err := b.Expose("box", 8000, 0); err != nil || again.HostPort != info.HostPort {
+	if again, _, err := b.Expose("box", 8000, 0); err != nil || again.HostPort != info.HostPort {
 		t.Fatalf("B exposing A's forward: %+v %v", again, err)
 	}
 	echo := func() error {
@@ -241,7 +292,7 @@ func TestForwardsOutliveTheirServer(t *testing.T) {
 func TestBindAddress(t *testing.T) {
 	s := New(Options{Dial: toLocal(map[int]int{47613: echoServer(t)}), Bind: "127.0.0.2"})
 	defer s.Close()
-	info, err := s.Expose("box", 47613, 0)
+	info, _, err := s.Expose("box", 47613, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func TestUnexposeEndsADialIntoAStalledAgent(t *testing.T) {
 		dialing <- struct{}{}
 		return c.Dial(ctx, port) // what sandbox.Manager.Dial does with the agent
 	}})
-	info, err := s.Expose("box", 8000, 0)
+	info, _, err := s.Expose("box", 8000, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,11 @@ import (
 	"io"
 	"net/url"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/redact"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -94,7 +94,7 @@ func (m *Manager) GitClone(ctx context.Context, name string, req CloneRequest) (
 		w = io.MultiWriter(out, redactingWriter{red: red, w: req.Progress})
 	}
 	start := time.Now()
-	res, err := m.ExecAs(ctx, name, "git_clone "+repo, shell.Request{
+	res, err := m.ExecAs(ctx, name, "git_clone "+red(repo), shell.Request{
 		Command: script, Trusted: true, Stdin: stdin, Timeout: timeout, Stdout: w, Stderr: w,
 	})
 	took := time.Since(start)
@@ -112,14 +112,19 @@ func (m *Manager) GitClone(ctx context.Context, name string, req CloneRequest) (
 		case res.Canceled:
 			why = "cancelled"
 		}
-		return Cloned{}, fmt.Errorf("git clone of %s in sandbox %q failed (%s): %s", repo, name, why, shorten(strings.TrimSpace(text), 2000))
+		return Cloned{}, fmt.Errorf("git clone of %s in sandbox %q failed (%s): %s", red(repo), name, why, shorten(strings.TrimSpace(text), 2000))
 	}
 	text = strings.TrimSpace(text[:strings.LastIndex(text, guest.GitCloneMark)])
-	return Cloned{Repo: repo, Path: where, Commit: commit, Output: shorten(text, 4000), Took: took}, nil
+	return Cloned{Repo: red(repo), Path: where, Commit: commit, Output: shorten(text, 4000), Took: took}, nil
 }
 
-// splitCredentials takes user and password out of an http(s) URL; a
-// password there is the token unless one was given.
+// splitCredentials takes the credentials out of repo's address. Over
+// http(s) a password is the token unless one was given, and the address
+// git sees has no user information; a lone user name is kept as git's
+// user. No other transport takes a password from the address (ssh asks
+// for a key), so one there is refused rather than passed on. The address
+// is split by hand, not by a URL parser, so one no parser accepts
+// ("TOKEN%zz", a raw '@' or '/' in the password) is split all the same.
 func splitCredentials(repo, user, token string) (string, string, string, error) {
 	if repo == "" || strings.HasPrefix(repo, "-") {
 		return "", "", "", errors.New("repo must be a URL or path that does not start with '-'")
@@ -130,24 +135,67 @@ func splitCredentials(repo, user, token string) (string, string, string, error) 
 	if user == "" {
 		user = "x-access-token"
 	}
-	u, err := url.Parse(repo)
-	if err != nil || u.User == nil || (u.Scheme != "http" && u.Scheme != "https") {
+	scheme, rest, isURL := strings.Cut(repo, "://")
+	if !isURL || !validScheme(scheme) {
+		// A path, or scp-like [user@]host:path, where a password would be
+		// part of the host to git.
+		if shown := redact.Text(repo); shown != repo {
+			return "", "", "", fmt.Errorf("repo %s holds a credential, which git cannot use there: give an https URL and token, or use an ssh key", shown)
+		}
 		return repo, user, token, nil
 	}
-	if pw, ok := u.User.Password(); ok {
-		if token == "" {
-			token = pw
-		}
-		if n := u.User.Username(); n != "" {
-			user = n
-		}
-	} else if token != "" && u.User.Username() != "" {
-		user = u.User.Username()
-	} else {
-		return repo, user, token, nil // a user name alone is no secret
+	// The authority ends at the first '/' after the last '@' that comes
+	// before any '/': a password may hold raw '/' or '@' characters.
+	auth := rest
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		auth = rest[:i]
 	}
-	u.User = nil
-	return u.String(), user, token, nil
+	at := strings.LastIndexByte(auth, '@')
+	if at < 0 {
+		return repo, user, token, nil
+	}
+	info, host := rest[:at], rest[at+1:]
+	name, pw, hasPW := strings.Cut(info, ":")
+	web := strings.EqualFold(scheme, "http") || strings.EqualFold(scheme, "https")
+	switch {
+	case !hasPW && (!web || token == ""):
+		return repo, user, token, nil // a user name alone is no secret to git
+	case !web:
+		return "", "", "", fmt.Errorf("repo %s holds a password, which git cannot use over %s: give an https URL and token, or use an ssh key", redact.Text(repo), scheme)
+	}
+	if hasPW && token == "" {
+		token = unescape(pw)
+	}
+	if n := unescape(name); n != "" {
+		user = n
+	}
+	return scheme + "://" + host, user, token, nil
+}
+
+// validScheme reports whether s is a URL scheme: a letter, then letters,
+// digits, '+', '-' or '.'.
+func validScheme(s string) bool {
+	if s == "" || !isLetter(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !isLetter(c) && !('0' <= c && c <= '9') && c != '+' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
+
+// unescape percent-decodes s, or returns it as given when it does not
+// decode: git would send it as written.
+func unescape(s string) string {
+	if d, err := url.PathUnescape(s); err == nil {
+		return d
+	}
+	return s
 }
 
 // repoName is the directory git would clone repo into.
@@ -164,16 +212,9 @@ func repoName(repo string) string {
 	return s
 }
 
-var urlCreds = regexp.MustCompile(`(://)[^/@\s]+@`)
-
-// redactor returns a func that hides token and any URL credentials.
+// redactor returns a func that hides token and any credentials.
 func redactor(token string) func(string) string {
-	return func(s string) string {
-		if token != "" {
-			s = strings.ReplaceAll(s, token, "***")
-		}
-		return urlCreds.ReplaceAllString(s, "${1}***@")
-	}
+	return func(s string) string { return redact.Text(s, token) }
 }
 
 // collapseProgress keeps the last state of lines git redraws with \r.

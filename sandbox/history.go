@@ -2,12 +2,11 @@ package sandbox
 
 import (
 	"encoding/json"
-	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/redact"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -181,22 +180,6 @@ func (h *History) Forget(name string) error {
 	return nil
 }
 
-// tokenPatterns are the shapes of secrets hidden in any sandbox's history,
-// each with what replaces a match, in the order they apply.
-var tokenPatterns = []struct {
-	re   *regexp.Regexp
-	with string
-}{
-	{regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`), "***"},
-	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:bearer\s+)?)("[^"]*"|'[^']*'|\S+)`), "${1}***"},
-	{regexp.MustCompile(`(https?://[^/\s:@]+:)[^@\s/]+@`), "${1}***@"},
-	// Flags whose next word is a secret: --password S, --token S, and the
-	// user:password of curl's -u/--user.
-	{regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`), "${1}***"},
-	// (All digits is a gid, as in docker's -u 1000:1000, and is kept.)
-	{regexp.MustCompile(`((?:^|\s)(?:-u|--user)\s+[^\s:]+:)("[^"]*"|'[^']*'|\S*[^\d\s]\S*)`), "${1}***"},
-}
-
 // Redact hides sandbox name's secrets and token-shaped text in s.
 func (h *History) Redact(name, s string) string {
 	h.mu.Lock()
@@ -207,11 +190,5 @@ func (h *History) Redact(name, s string) string {
 // redact hides sandbox name's secrets and token-shaped text. Callers hold
 // h.mu.
 func (h *History) redact(name, s string) string {
-	for _, v := range h.secrets[name] {
-		s = strings.ReplaceAll(s, v, "***")
-	}
-	for _, p := range tokenPatterns {
-		s = p.re.ReplaceAllString(s, p.with)
-	}
-	return s
+	return redact.Text(s, h.secrets[name]...)
 }

@@ -151,7 +151,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	defer env.closeWithin(shutdownBound)
 	logger, m := env.Logger, env.Manager
 	env.Syncs = syncer.New(syncer.Options{Remote: m, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Logger: logger})
-	env.Ports = portfwd.New(portfwd.Options{Dial: m.DialExisting, Log: logger, Bind: cfg.PortsBind,
+	env.Ports = portfwd.New(portfwd.Options{Dial: m.DialExisting, Log: logger, Bind: cfg.PortsBind, AllowPrivileged: cfg.AllowPrivilegedPorts,
 		Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}})
 	env.Children = children.New(children.Options{Sandboxes: m, Store: env.State, Policies: cfg.ChildPolicies,
 		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: logger})

@@ -49,6 +49,8 @@ type Config struct {
 	AllowDirs []string
 	// PortsBind is the host address port forwards listen on.
 	PortsBind string
+	// AllowPrivilegedPorts lets expose listen on host ports below 1024.
+	AllowPrivilegedPorts bool
 	// ChildPolicies are the sandboxes that may spawn children, and under
 	// what policy; a sandbox not named may not.
 	ChildPolicies map[string]spawn.Policy
@@ -263,6 +265,16 @@ func Settings() []Setting {
 				c.PortsBind = v
 				return nil
 			}},
+		{Flag: "allow-privileged-ports", Env: "SANDBOX_MCP_ALLOW_PRIVILEGED_PORTS", ServeOnly: true, Bool: true,
+			Usage: "let expose listen on host ports below 1024 (a server run as root could otherwise take 22 or 80 from the host's own services)",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("%q is not true or false", v)
+				}
+				c.AllowPrivilegedPorts = b
+				return nil
+			}},
 		{Flag: "child-policy", Env: "SANDBOX_MCP_CHILD_POLICIES", ServeOnly: true, List: true, Sep: ";",
 			Usage: "let sandbox `NAME` spawn children: NAME alone for the default policy, NAME:{json} to change keys of it " +
 				"(max_concurrent, max_total, total_child_cpus, total_child_memory, child_max_cpus, child_max_memory, allowed_images, child_ttl, " +
@@ -370,6 +382,7 @@ type fileConfig struct {
 	LogLevel    *string                    `json:"log_level"`
 	AllowDirs   []string                   `json:"allow_dirs"`
 	PortsBind   *string                    `json:"ports_bind"`
+	Privileged  *bool                      `json:"allow_privileged_ports"`
 	// ChildPolicies replaces the default's: {} lets no sandbox spawn.
 	ChildPolicies map[string]json.RawMessage `json:"child_policies"`
 }
@@ -459,6 +472,9 @@ func (c *Config) applyFile(data []byte) error {
 			return err
 		}
 		c.PortsBind = *f.PortsBind
+	}
+	if f.Privileged != nil {
+		c.AllowPrivilegedPorts = *f.Privileged
 	}
 	if f.PoolSize != nil {
 		if err := check("pool_size", checkPoolSize(*f.PoolSize)); err != nil {

@@ -74,6 +74,8 @@ func TestResolvePrecedence(t *testing.T) {
 			[4]any{int64(64 << 20), int64(1 << 20), int64(2 << 20), int64(16 << 20)}, func(c Config) any { return c.OutputCallCap }},
 		{"ports-bind", "SANDBOX_MCP_PORTS_BIND", `"ports_bind": "::1"`, "", "0.0.0.0", "127.0.0.2",
 			[4]any{"127.0.0.1", "::1", "0.0.0.0", "127.0.0.2"}, func(c Config) any { return c.PortsBind }},
+		{"allow-privileged-ports", "SANDBOX_MCP_ALLOW_PRIVILEGED_PORTS", `"allow_privileged_ports": true`, "", "false", "true",
+			[4]any{false, true, false, true}, func(c Config) any { return c.AllowPrivilegedPorts }},
 	} {
 		steps := []struct {
 			name string
@@ -263,8 +265,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "19" {
-		t.Errorf("%s settings, want 19", got)
+	if got := fmt.Sprint(len(Settings())); got != "20" {
+		t.Errorf("%s settings, want 20", got)
 	}
 }
 
