@@ -87,31 +87,59 @@ const lostFoundHere = `[ -d lost+found ] && [ ! -L lost+found ] && ` +
 // --exclude (it archives /dev/null into /dev/null to find out).
 const hasExclude = `command tar -c -f /dev/null --exclude=x -- /dev/null >/dev/null 2>&1`
 
+// Exact, as the argument after SkipLostFound (which may be ""), makes
+// TarScript, UntarScript and ReplaceDirScript copy a tree exactly, for a
+// snapshot's or a clone's workspace: owners and groups by number (a uid
+// the image does not know included), ACLs and extended attributes of every
+// namespace where the tar has them (GNU tar built with them), and sparse
+// files as sparse. Owners are kept only where the extracting user is root;
+// another user cannot give files away, and extracts them as its own.
+const Exact = "exact"
+
+// xattrsProbe is an sh test, true when GNU tar takes --xattrs and --acls.
+const xattrsProbe = `command tar --xattrs --acls -c -f /dev/null -- /dev/null >/dev/null 2>&1`
+
+// untarOptions sets the positional parameters to the options that decide
+// owners and attributes on extract: -o (owners in the stream ignored),
+// or with $e set the exact ones. $gnu says the tar is GNU's.
+const untarOptions = `set -- -o
+if [ -n "$e" ] && [ "$(command id -u)" = 0 ]; then
+  if [ -n "$gnu" ]; then set -- --same-owner --numeric-owner
+    ` + xattrsProbe + ` && set -- "$@" --xattrs '--xattrs-include=*' --acls
+  else set --; fi
+fi
+`
+
 // execUntar ends an sh -c script with tar extracting stdin into the
-// working directory as the exec's user: owners in the stream are ignored
-// (-o), modes kept (-p). GNU tar reads 1 MiB records (fewer, larger reads
+// working directory as the exec's user, modes kept (-p), owners as
+// untarOptions says. GNU tar reads 1 MiB records (fewer, larger reads
 // from the pipe). With $x set, the stream's lost+found is not extracted.
-const execUntar = `case $(tar --version 2>/dev/null) in *GNU*)
-  [ -z "$x" ] || exec tar -x -p -o -b 2048 -f - --anchored --no-wildcards --exclude=./lost+found --exclude=lost+found
-  exec tar -x -p -o -b 2048 -f - ;;
-esac
-[ -z "$x" ] || ! ` + hasExclude + ` || exec tar -x -p -o -f - --exclude=./lost+found
-exec tar -x -p -o -f -`
+const execUntar = `gnu=
+case $(tar --version 2>/dev/null) in *GNU*) gnu=1 ;; esac
+` + untarOptions + `if [ -n "$gnu" ]; then
+  [ -z "$x" ] || exec tar -x -p "$@" -b 2048 -f - --anchored --no-wildcards --exclude=./lost+found --exclude=lost+found
+  exec tar -x -p "$@" -b 2048 -f -
+fi
+[ -z "$x" ] || ! ` + hasExclude + ` || exec tar -x -p "$@" -f - --exclude=./lost+found
+exec tar -x -p "$@" -f -`
 
 // UntarScript extracts a tar stream from stdin into the directory $1,
 // creating it, as the exec's user: owners in the stream are ignored (-o),
 // modes kept (-p). With $2 SkipLostFound, a lost+found of the stream is
-// not extracted over the volume's.
+// not extracted over the volume's; with $3 Exact, the copy is exact.
 const UntarScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
-x=
+x= e=
+[ "$3" != ` + Exact + ` ] || e=1
 if [ "$2" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
 ` + execUntar
 
 // ReplaceDirScript empties the directory $1 and extracts a tar stream
 // from stdin into it, like UntarScript. With $2 SkipLostFound, the
-// volume's lost+found is neither removed nor extracted over.
+// volume's lost+found is neither removed nor extracted over; with $3
+// Exact, the copy is exact.
 const ReplaceDirScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
-x=
+x= e=
+[ "$3" != ` + Exact + ` ] || e=1
 if [ "$2" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
 if [ -n "$x" ]; then command find . -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf -- {} + || exit 1
 else command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1; fi
@@ -122,33 +150,50 @@ else command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1; fi
 // 1 MiB records. With $3 SkipLostFound, the volume's lost+found in $2 is
 // left out, and names then start with "./": the pattern "./$2/lost+found"
 // can match no name deeper in the tree, in GNU's tar and busybox's alike.
+// With $4 Exact, GNU tar stores owners by number, sparse files as sparse,
+// and ACLs and extended attributes where it has them.
 const TarScript = `cd -- "$1" || exit 1
-m=$2 x=
+m=$2 x= e=$4
 if [ "$3" = ` + SkipLostFound + ` ] && (cd -- "$2" 2>/dev/null && ` + lostFoundHere + `); then
   case $2 in .) ;; *) m=./$2 ;; esac
   x=$m/lost+found
 fi
+set --
 case $(tar --version 2>/dev/null) in *GNU*)
-  [ -z "$x" ] || exec tar -c -b 2048 -f - --anchored --no-wildcards --exclude="$x" -- "$m"
-  exec tar -c -b 2048 -f - -- "$m" ;;
+  if [ "$e" = ` + Exact + ` ]; then set -- --numeric-owner --sparse
+    ` + xattrsProbe + ` && set -- "$@" --xattrs '--xattrs-include=*' --acls
+  fi
+  [ -z "$x" ] || exec tar -c -b 2048 "$@" -f - --anchored --no-wildcards --exclude="$x" -- "$m"
+  exec tar -c -b 2048 "$@" -f - -- "$m" ;;
 esac
 [ -z "$x" ] || ! ` + hasExclude + ` || exec tar -c -f - --exclude="$x" -- "$m"
 exec tar -c -f - -- "$m"`
 
 // untarHere extracts stdin into the working directory from a script that
 // runs in the persistent shell, and exits the subshell when it fails.
-// With skip, and $__sbx_lf set, the stream's lost+found is not extracted.
-func untarHere(b *strings.Builder, skip bool) {
-	const plain = "command tar -x -p -o -f - || exit 1\n"
+// With skip, and $__sbx_lf set, the stream's lost+found is not extracted;
+// with exact, the copy is exact (see Exact).
+func untarHere(b *strings.Builder, skip, exact bool) {
+	if !skip && !exact {
+		b.WriteString("command tar -x -p -o -f - || exit 1\n") // no process spent on asking tar
+		return
+	}
+	b.WriteString("gnu=\ncase $(command tar --version 2>/dev/null) in *GNU*) gnu=1 ;; esac\n")
+	if exact {
+		b.WriteString("e=1\n")
+	} else {
+		b.WriteString("e=\n")
+	}
+	b.WriteString(untarOptions)
+	const plain = `command tar -x -p "$@" -f - || exit 1` + "\n"
 	if !skip {
 		b.WriteString(plain)
 		return
 	}
-	b.WriteString(`if [ -z "$__sbx_lf" ]; then ` + plain + `else case $(command tar --version 2>/dev/null) in
-*GNU*) command tar -x -p -o -f - --anchored --no-wildcards --exclude=./lost+found --exclude=lost+found || exit 1 ;;
-*) if ` + hasExclude + `; then command tar -x -p -o -f - --exclude=./lost+found || exit 1
-  else ` + plain + `  fi ;;
-esac; fi
+	b.WriteString(`if [ -z "$__sbx_lf" ]; then ` + plain + `elif [ -n "$gnu" ]; then
+  command tar -x -p "$@" -f - --anchored --no-wildcards --exclude=./lost+found --exclude=lost+found || exit 1
+elif ` + hasExclude + `; then command tar -x -p "$@" -f - --exclude=./lost+found || exit 1
+else ` + plain + `fi
 `)
 }
 
@@ -228,16 +273,16 @@ func SyncApplyScript(dir string, remove []string, untar, workspace bool) (string
 		b.WriteString(`if [ -z "$__sbx_lf" ]; then command rm -rf -- ` + strings.Join(guarded, " ") + " || exit 1; fi\n")
 	}
 	if untar {
-		untarHere(&b, skip)
+		untarHere(&b, skip, false)
 	}
 	b.WriteString(")")
 	return b.String(), nil
 }
 
 // WorkspaceLoadScript extracts a tar stream from stdin into dir (emptied
-// first with replace) through the persistent shell, in a subshell. dir is
-// the workspace: its volume's lost+found is neither removed nor extracted
-// over.
+// first with replace) through the persistent shell, in a subshell, as an
+// exact copy (see Exact). dir is the workspace: its volume's lost+found is
+// neither removed nor extracted over.
 func WorkspaceLoadScript(dir string, replace bool) (string, error) {
 	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
 		return "", errors.New("directory must be non-empty, without NUL")
@@ -249,7 +294,7 @@ func WorkspaceLoadScript(dir string, replace bool) (string, error) {
 		b.WriteString(`if [ -n "$__sbx_lf" ]; then command find . -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf -- {} + || exit 1` + "\n" +
 			"else command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1; fi\n")
 	}
-	untarHere(&b, true)
+	untarHere(&b, true, true)
 	b.WriteString(")")
 	return b.String(), nil
 }

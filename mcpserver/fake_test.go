@@ -18,6 +18,8 @@ import (
 // fake is a Sandboxes whose behaviour each test sets through function
 // fields; an unset field answers with a plausible success.
 type fake struct {
+	downloadCap sandbox.HostCap
+
 	exec    func(name string, req shell.Request) (sandbox.ExecResult, error)
 	calls   []string
 	env     []sandbox.EnvVar
@@ -192,12 +194,12 @@ func (f *fake) Upload(_ context.Context, name string, req sandbox.UploadRequest)
 	return sandbox.Landing{Dir: req.Dest, Top: req.Base, Path: req.Dest + "/" + req.Base}, err
 }
 
-func (f *fake) Download(_ context.Context, name, src string, unpack func(io.Reader, string, func() error) error) (string, error) {
+func (f *fake) Download(_ context.Context, name, src string, unpack func(io.Reader, string, sandbox.HostCap, func() error) error) (string, error) {
 	f.note("download %s %s", name, src)
 	if f.errAll != nil {
 		return "", f.errAll
 	}
-	return src, unpack(bytes.NewReader(f.download), f.downloadTop, func() error { return nil })
+	return src, unpack(bytes.NewReader(f.download), f.downloadTop, f.downloadCap, func() error { return nil })
 }
 
 func (f *fake) GitClone(_ context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -64,6 +65,9 @@ type outputStore struct {
 	dir               string
 	callCap, totalCap int64
 	dirErr            error // the directory could not be made: no spills
+	// free reports the host's free and total bytes where dir is; saving
+	// stops before the free space falls under diskguard.Floor.
+	free func(dir string) (free, total int64, err error)
 
 	mu        sync.Mutex
 	active    map[string]int64 // ids this server is writing -> bytes reserved
@@ -73,9 +77,12 @@ type outputStore struct {
 // newOutputStore returns the store of dir and tidies it: the directory is
 // made (0700), spills older than outputMaxAge removed, and the oldest
 // removed until the rest fits totalCap. dir "" or a cap <= 0 disables
-// spilling.
-func newOutputStore(dir string, callCap, totalCap int64) *outputStore {
-	o := &outputStore{dir: dir, callCap: callCap, totalCap: totalCap, active: map[string]int64{}}
+// spilling. free (nil: statfs) tells the host's free space there.
+func newOutputStore(dir string, callCap, totalCap int64, free func(string) (int64, int64, error)) *outputStore {
+	if free == nil {
+		free = diskguard.FreeSpace
+	}
+	o := &outputStore{dir: dir, callCap: callCap, totalCap: totalCap, active: map[string]int64{}, free: free}
 	if !o.enabled() {
 		return o
 	}
@@ -257,6 +264,11 @@ func (c *spillCall) reserve(n int64) int64 {
 	n = min(n, c.left)
 	if n <= 0 {
 		c.setCut(fmt.Sprintf("one command saves at most %s", sizeText(c.o.callCap)))
+		return 0
+	}
+	if f, total, err := c.o.free(c.o.dir); err == nil && f-n < diskguard.Floor(total) {
+		c.setCut(fmt.Sprintf("the host's disk holding the saved outputs has %s free, and %s must stay free for the host",
+			diskguard.Human(f), diskguard.Human(diskguard.Floor(total))))
 		return 0
 	}
 	c.o.mu.Lock()

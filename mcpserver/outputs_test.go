@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -72,6 +73,28 @@ func TestSpillCutAtCallCap(t *testing.T) {
 	}
 	if n := dirBytes(t, dir); n != 1<<20 {
 		t.Fatalf("outputs directory holds %d bytes, want the cap 1 MiB", n)
+	}
+}
+
+// TestSpillStopsAtTheHostFloor: a host whose disk nears the floor the
+// disk watcher keeps gets no more saved output; the result says why.
+func TestSpillStopsAtTheHostFloor(t *testing.T) {
+	f := &fake{exec: func(name string, req shell.Request) (sandbox.ExecResult, error) {
+		writeOut(req.Stdout, 3<<20)
+		return sandbox.ExecResult{}, nil
+	}}
+	dir := t.TempDir()
+	const total = 100 << 30
+	free := func(string) (int64, int64, error) {
+		return diskguard.Floor(total) + 1<<20 - dirBytes(t, dir), total, nil
+	}
+	s := connect(t, f, Options{OutputDir: dir, HostFree: free})
+	r := s.call("exec", map[string]any{"command": "yes", "max_output": 2048})
+	if !strings.Contains(r.text, "must stay free for the host") {
+		t.Fatalf("no floor note: %.600s", r.text)
+	}
+	if n := dirBytes(t, dir); n > 1<<20 {
+		t.Fatalf("saved %d bytes past the floor", n)
 	}
 }
 

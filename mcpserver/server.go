@@ -39,7 +39,7 @@ type Sandboxes interface {
 	ReadFile(ctx context.Context, name, path string, offset, length int64) ([]byte, error)
 	ReadLines(ctx context.Context, name, path string, first, count int64) ([]byte, error)
 	Upload(ctx context.Context, name string, req sandbox.UploadRequest) (sandbox.Landing, error)
-	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error)
+	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, cap sandbox.HostCap, finish func() error) error) (string, error)
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
 	Dial(ctx context.Context, name string, port int) (net.Conn, error)
@@ -96,6 +96,10 @@ type Options struct {
 	// oldest go first); OutputCallCap the bytes one call saves (the copy is
 	// cut past it). 0 means the default; below 0 disables saving.
 	OutputsCap, OutputCallCap int64
+	// HostFree reports the free and total bytes of the host filesystem
+	// holding dir; saved outputs stop before its free space falls under
+	// diskguard.Floor. nil: statfs.
+	HostFree func(dir string) (free, total int64, err error)
 	// AllowDirs are host directories transfers may use besides the
 	// client's roots; StartDir is the directory the server started in,
 	// a root when the client offers none (unless it is / or the home
@@ -178,7 +182,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		return nil, err
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
-		orDefault(opts.OutputsCap, DefaultOutputsCap)), log: logger, enabled: map[string]bool{},
+		orDefault(opts.OutputsCap, DefaultOutputsCap), opts.HostFree), log: logger, enabled: map[string]bool{},
 		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs, ports: opts.Ports, children: opts.Children, terminals: opts.Terminals}
 	for _, set := range sets {
 		s.planned[set] = true

@@ -126,7 +126,7 @@ func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*
 	start := time.Now()
 	var counts transfer.Counts
 	target, replaced := rel, false
-	from, err := s.m.Download(ctx, name, src, func(r io.Reader, top string, finish func() error) error {
+	from, err := s.m.Download(ctx, name, src, func(r io.Reader, top string, cap sandbox.HostCap, finish func() error) error {
 		// top comes from the sandbox: it must name one entry, or "into a
 		// directory" would replace the directory itself.
 		if top == "" || top == "." || top == ".." || strings.ContainsAny(top, "/\\\x00") {
@@ -139,8 +139,15 @@ func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*
 			replaced = true
 		}
 		var uerr error
+		max, why := int64(req.GetInt("max_bytes", 0)), ""
+		if max <= 0 {
+			max = transfer.DefaultMaxBytes
+		}
+		if cap.Bytes > 0 && cap.Bytes < max {
+			max, why = cap.Bytes, cap.Why
+		}
 		counts, uerr = transfer.Unpack(root, target, r, transfer.UnpackOptions{
-			Top: top, Overwrite: overwrite, MaxBytes: int64(req.GetInt("max_bytes", 0)), BeforeCommit: finish})
+			Top: top, Overwrite: overwrite, MaxBytes: max, MaxWhy: why, BeforeCommit: finish})
 		return uerr
 	})
 	if err != nil {

@@ -64,7 +64,7 @@ func TestWorkspaceLostFoundOnEngine(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer root.Close()
-				_, err = m.Download(ctx, "lf", "/workspace", func(r io.Reader, top string, finish func() error) error {
+				_, err = m.Download(ctx, "lf", "/workspace", func(r io.Reader, top string, _ sandbox.HostCap, finish func() error) error {
 					_, err := transfer.Unpack(root, "ws", r, transfer.UnpackOptions{Top: top, BeforeCommit: finish})
 					return err
 				})

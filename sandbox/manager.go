@@ -55,6 +55,10 @@ type Config struct {
 	// process only.
 	LockDir string
 	Logger  *slog.Logger
+	// HostFree reports the free and total bytes of the host filesystem
+	// holding dir, for the floor that host writes from a sandbox keep
+	// (diskguard.Floor); nil: statfs.
+	HostFree func(dir string) (free, total int64, err error)
 }
 
 // SandboxStore keeps, for later servers, what each sandbox was booted with

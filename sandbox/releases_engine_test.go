@@ -78,7 +78,7 @@ func TestEveryAppleRelease(t *testing.T) {
 			}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := m.Download(ctx, box, "/workspace/up", func(r io.Reader, top string, finish func() error) error {
+			if _, err := m.Download(ctx, box, "/workspace/up", func(r io.Reader, top string, _ sandbox.HostCap, finish func() error) error {
 				_, err := transfer.Unpack(root, "down", r, transfer.UnpackOptions{Top: top, BeforeCommit: finish})
 				return err
 			}); err != nil {

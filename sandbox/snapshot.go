@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/hostkill"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
@@ -298,8 +299,11 @@ func workspaceFileName(key string) string {
 }
 
 // saveWorkspace streams the workspace as a tar into the snapshot
-// directory, without its volume's lost+found (see package guest); the
-// file appears under its final name only when whole.
+// directory, without its volume's lost+found (see package guest), as an
+// exact copy (guest.Exact); the file appears under its final name only
+// when whole. The stream is the sandbox's and untrusted: it is kept only
+// up to what the sandbox's disk limit holds (hostCap) and while the host
+// keeps its free floor, and its size is what the host wrote.
 func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (int64, string, error) {
 	if err := os.MkdirAll(m.cfg.SnapshotDir, 0o700); err != nil {
 		return 0, "", err
@@ -312,32 +316,33 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 	}
 	defer os.Remove(tmp)
 	var n int64
-	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, ".", guest.SkipLostFound},
+	limit := hostCap(sb)
+	if limit.Bytes <= 0 || limit.Bytes > maxWorkspaceTar {
+		limit = HostCap{Bytes: maxWorkspaceTar, Why: "the most a snapshot keeps of a workspace"}
+	}
+	err, failed := m.execOut(ctx, sb, []string{"sh", "-c", guest.TarScript, "sh", m.cfg.Workdir, ".", guest.SkipLostFound, guest.Exact},
 		func(r io.Reader, _ func() *streamFailure) error {
-			w := &countWriter{w: bufio.NewWriterSize(f, streamBuffer)}
+			bw := bufio.NewWriterSize(f, streamBuffer)
+			w := &diskguard.Writer{W: bw, Dir: m.cfg.SnapshotDir, Limit: limit.Bytes, What: "the workspace's tar", LimitWhy: limit.Why, Free: m.cfg.HostFree}
 			// Read as a tar archive, kept up to its end marker: tar pads
 			// its output to whole records (1 MiB here), which is not kept.
-			tr := tar.NewReader(io.TeeReader(io.LimitReader(r, maxWorkspaceTar+1), w))
+			// Next skips an entry's data as stored (a sparse file's holes
+			// are not expanded).
+			tr := tar.NewReader(io.TeeReader(r, w))
 			for {
 				_, err := tr.Next()
 				if err == io.EOF {
 					break
 				}
-				if err == nil {
-					_, err = io.Copy(io.Discard, tr)
-				}
-				if w.err != nil {
-					return fmt.Errorf("write %s: %w", tmp, w.err)
-				}
-				if w.n > maxWorkspaceTar {
-					return fmt.Errorf("the workspace is over %d bytes", int64(maxWorkspaceTar))
+				if werr := w.Err(); werr != nil {
+					return werr
 				}
 				if err != nil {
 					return fmt.Errorf("the workspace's tar stream: %w", err)
 				}
 			}
-			n = w.n
-			if err := w.w.(*bufio.Writer).Flush(); err != nil {
+			n = w.N()
+			if err := bw.Flush(); err != nil {
 				return fmt.Errorf("write %s: %w", tmp, err)
 			}
 			return f.Sync()
@@ -355,23 +360,6 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 		return 0, "", err
 	}
 	return n, file, nil
-}
-
-// countWriter counts what it passes on and keeps the first error.
-type countWriter struct {
-	w   io.Writer
-	n   int64
-	err error
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	if c.err != nil {
-		return 0, c.err
-	}
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	c.err = err
-	return n, err
 }
 
 // loadWorkspace extracts a saved workspace tar into the sandbox's
@@ -401,7 +389,7 @@ func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snap
 	if replace {
 		script = guest.ReplaceDirScript
 	}
-	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir, guest.SkipLostFound},
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir, guest.SkipLostFound, guest.Exact},
 		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
 	if failed != nil {
 		return m.transferFailed(ctx, sb, "restore the workspace into", m.cfg.Workdir, failed, "the workspace may be incomplete")

@@ -106,8 +106,9 @@ func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (L
 // entry is src's base name; the workspace itself comes without its
 // volume's lost+found. unpack must call finish once it has read the
 // whole archive and before it keeps anything: finish reports tar's
-// failure in the sandbox (an unreadable file, a vanished path).
-func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, finish func() error) error) (string, error) {
+// failure in the sandbox (an unreadable file, a vanished path). cap is the
+// most the sandbox could hold, which unpack must not write past.
+func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, cap HostCap, finish func() error) error) (string, error) {
 	sb, _, err := m.Get(ctx, name)
 	if err != nil {
 		return "", err
@@ -132,7 +133,7 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 	}
 	err, failed := m.execOut(ctx, sb, argv,
 		func(r io.Reader, wait func() *streamFailure) error {
-			return unpack(r, path.Base(abs), func() error {
+			return unpack(r, path.Base(abs), hostCap(sb), func() error {
 				if f := wait(); f != nil {
 					return m.transferFailed(ctx, sb, "download from", abs, f, "nothing was written on the host")
 				}

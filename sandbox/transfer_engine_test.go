@@ -67,7 +67,7 @@ func TestTransferOnEngine(t *testing.T) {
 				if o.stdout != "10000\n42/7" {
 					t.Fatalf("in the sandbox: %q", o.stdout)
 				}
-				_, err = m.Download(guarded(t), box, "/workspace/many", func(r io.Reader, top string, finish func() error) error {
+				_, err = m.Download(guarded(t), box, "/workspace/many", func(r io.Reader, top string, _ sandbox.HostCap, finish func() error) error {
 					c, err = transfer.Unpack(root, "back", r, transfer.UnpackOptions{Top: top, BeforeCommit: finish})
 					return err
 				})
@@ -105,7 +105,7 @@ func TestTransferOnEngine(t *testing.T) {
 					t.Fatalf("size in the sandbox: %q", o.stdout)
 				}
 				var got int64
-				_, err = m.Download(context.Background(), box, "/workspace/huge", func(r io.Reader, top string, finish func() error) error {
+				_, err = m.Download(context.Background(), box, "/workspace/huge", func(r io.Reader, top string, _ sandbox.HostCap, finish func() error) error {
 					tr := tar.NewReader(r)
 					if _, err := tr.Next(); err != nil {
 						return err

@@ -2,7 +2,9 @@ package transfer
 
 import (
 	"archive/tar"
+	"bufio"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,8 +13,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 )
 
 // ErrExists marks a host target that exists when overwrite was not asked.
@@ -34,9 +39,15 @@ type UnpackOptions struct {
 	Top string
 	// Overwrite replaces an existing dest (a directory as a whole).
 	Overwrite bool
-	// MaxBytes and MaxEntries bound the stream; 0: the defaults.
+	// MaxBytes and MaxEntries bound the stream; 0: the defaults. MaxWhy
+	// says where MaxBytes comes from, for its error.
 	MaxBytes   int64
+	MaxWhy     string
 	MaxEntries int
+	// Free reports the free and total bytes of the filesystem holding
+	// dir; default statfs. The unpack stops before the host's free space
+	// falls under the floor the disk watcher keeps (diskguard.Floor).
+	Free func(dir string) (free, total int64, err error)
 	// BeforeCommit, when set, runs once the stream was read whole and
 	// before anything is moved into place; its error aborts the unpack
 	// (the sender failed part way).
@@ -67,6 +78,11 @@ func CheckTarget(root *os.Root, dest string, overwrite bool) error {
 // host as it was. Names with "..", absolute names, entries under a symlink
 // the stream created, hard links, devices and fifos are skipped and
 // listed; set-id bits are dropped.
+//
+// Its memory does not grow with the stream: whether an entry lies under a
+// symlink is checked on the staged tree itself (nothing but the stream
+// writes there), and directories' times wait for the end in a file of
+// the staging directory, not in memory.
 func Unpack(root *os.Root, dest string, r io.Reader, opt UnpackOptions) (Counts, error) {
 	var c Counts
 	if err := CheckTarget(root, dest, opt.Overwrite); err != nil {
@@ -87,13 +103,20 @@ func Unpack(root *os.Root, dest string, r io.Reader, opt UnpackOptions) (Counts,
 	if err := root.Mkdir(staging, 0o700); err != nil {
 		return c, fmt.Errorf("create staging directory in %s: %w", filepath.Join(root.Name(), parent), hostErr(err))
 	}
-	u := &unpacker{root: root, staging: staging, c: &c, links: map[string]bool{}, maxBytes: maxBytes, buf: make([]byte, 1<<20)}
-	err := u.run(tar.NewReader(r), opt.Top, maxEntries)
+	u := &unpacker{root: root, staging: staging, c: &c, maxBytes: maxBytes, maxWhy: opt.MaxWhy, buf: make([]byte, 1<<20),
+		room: &diskguard.Writer{Dir: root.Name(), What: "the download", Free: opt.Free}}
+	err := u.startDirTimes()
+	if err == nil {
+		err = u.run(tar.NewReader(r), opt.Top, maxEntries)
+	}
 	if err == nil && opt.BeforeCommit != nil {
 		err = opt.BeforeCommit()
 	}
 	if err == nil {
 		err = u.commit(dest, opt.Overwrite)
+	}
+	if u.times != nil {
+		u.times.Close() // a second Close after commit's is harmless
 	}
 	if err != nil {
 		_ = root.RemoveAll(staging)
@@ -107,18 +130,25 @@ type unpacker struct {
 	root     *os.Root
 	staging  string
 	c        *Counts
-	links    map[string]bool // staged paths of symlinks the stream created
-	dirs     []dirMeta
 	maxBytes int64
+	maxWhy   string
 	sawTop   bool
 	buf      []byte // the copy buffer: large writes on the host
+	// room passes file data on while the host keeps its free floor.
+	room *diskguard.Writer
+	// clean is the last staged directory found to lie under no symlink;
+	// entries come grouped by directory, so most need no walk.
+	clean string
+	// times holds each directory's staged path and time, written as they
+	// come and set at the end (creating entries in a directory moves its
+	// time).
+	times  *os.File
+	timesW *bufio.Writer
 }
 
-type dirMeta struct {
-	path  string
-	mode  fs.FileMode
-	mtime time.Time
-}
+// timesFile is the name, in the staging directory, of the file that keeps
+// directories' times until the end.
+const timesFile = "dirtimes"
 
 func (u *unpacker) run(tr *tar.Reader, top string, maxEntries int) error {
 	for n := 0; ; n++ {
@@ -162,15 +192,55 @@ func (u *unpacker) local(name, top string) (string, string) {
 	}
 	staged := filepath.Join(u.staging, "t", filepath.FromSlash(rest))
 	// Never follow a symlink the stream made: no entry may lie under one.
-	for p := filepath.Dir(staged); p != u.staging && len(p) > len(u.staging); p = filepath.Dir(p) {
-		if u.links[p] {
-			return "", "under a symlink the stream created"
-		}
+	if why := u.underSymlink(filepath.Dir(staged)); why != "" {
+		return "", why
 	}
-	if u.links[staged] {
+	if fi, err := u.root.Lstat(staged); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		return "", "replaces a symlink the stream created"
 	}
 	return staged, ""
+}
+
+// underSymlink says why dir cannot hold an entry: one of it and its
+// parents below the staging directory is a symlink (only the stream makes
+// anything there, so the stream made it). A directory not made yet is
+// fine: mkParents makes it a directory.
+func (u *unpacker) underSymlink(dir string) string {
+	if dir == u.clean {
+		return ""
+	}
+	top := filepath.Join(u.staging, "t")
+	exists := false
+	for p := dir; len(p) >= len(top); p = filepath.Dir(p) {
+		if p == u.clean || (u.clean != "" && strings.HasPrefix(u.clean, p+string(filepath.Separator))) {
+			break // p is, or holds, a directory already found clean
+		}
+		fi, err := u.root.Lstat(p)
+		if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return "under a symlink the stream created"
+		}
+		if p == dir {
+			exists = err == nil && fi.IsDir()
+		}
+		if p == top {
+			break
+		}
+	}
+	// Only a directory that exists is remembered: a name not made yet may
+	// still become a symlink (its entry skipped, a symlink entry after).
+	if exists {
+		u.clean = dir
+	}
+	return ""
+}
+
+// madeSymlink forgets the clean directory when the symlink just made at
+// staged is it or one of its parents (which the checks above make
+// impossible, but a wrong cache would let an entry through a link).
+func (u *unpacker) madeSymlink(staged string) {
+	if u.clean == staged || strings.HasPrefix(u.clean, staged+string(filepath.Separator)) {
+		u.clean = ""
+	}
 }
 
 func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
@@ -202,13 +272,23 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 			u.c.skip(hdr.Name, "a directory entry over an entry of another kind")
 			return nil
 		}
-		u.dirs = append(u.dirs, dirMeta{path: staged, mode: mode, mtime: hdr.ModTime})
+		// The user must be able to remove what they downloaded: the
+		// owner keeps rwx. Changing a mode moves no time.
+		if err := u.root.Chmod(staged, mode|0o700); err != nil {
+			return fmt.Errorf("chmod %s: %w", hdr.Name, hostErr(err))
+		}
+		if err := u.noteTime(staged, hdr.ModTime); err != nil {
+			return err
+		}
 		u.c.Dirs++
 	case tar.TypeReg, tar.TypeRegA:
 		if err := u.mkParents(staged); err != nil {
 			return err
 		}
 		if hdr.Size > u.maxBytes-u.c.Bytes {
+			if u.maxWhy != "" {
+				return fmt.Errorf("%w: more than %d bytes, %s", ErrTooLarge, u.maxBytes, u.maxWhy)
+			}
 			return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, u.maxBytes)
 		}
 		f, err := u.root.OpenFile(staged, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -219,8 +299,10 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 		if err != nil {
 			return fmt.Errorf("create %s: %w", hdr.Name, hostErr(err))
 		}
-		n, err := io.CopyBuffer(struct{ io.Writer }{f}, tr, u.buf)
-		u.c.Bytes += n
+		u.room.W = f
+		before := u.room.N()
+		_, err = io.CopyBuffer(u.room, tr, u.buf)
+		u.c.Bytes += u.room.N() - before
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -243,7 +325,7 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 			}
 			return fmt.Errorf("create symlink %s: %w", hdr.Name, hostErr(err))
 		}
-		u.links[staged] = true
+		u.madeSymlink(staged)
 		u.c.Symlinks++
 	case tar.TypeLink:
 		u.c.skip(hdr.Name, "hard link (never created on the host)")
@@ -264,13 +346,68 @@ func (u *unpacker) mkParents(staged string) error {
 	return nil
 }
 
-// commit sets the directories' modes and times (deepest first, so setting
-// one does not move another's mtime) and renames the result into place.
+// startDirTimes opens the file that keeps directories' times.
+func (u *unpacker) startDirTimes() error {
+	f, err := u.root.OpenFile(filepath.Join(u.staging, timesFile), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Join(u.root.Name(), u.staging, timesFile), hostErr(err))
+	}
+	u.times, u.timesW = f, bufio.NewWriterSize(f, 64<<10)
+	return nil
+}
+
+// noteTime records directory staged's time for the end: the nanoseconds,
+// the path's length, the path.
+func (u *unpacker) noteTime(staged string, t time.Time) error {
+	var rec [12]byte
+	binary.LittleEndian.PutUint64(rec[:8], uint64(t.UnixNano()))
+	binary.LittleEndian.PutUint32(rec[8:], uint32(len(staged)))
+	_, _ = u.timesW.Write(rec[:])
+	if _, err := u.timesW.WriteString(staged); err != nil {
+		return fmt.Errorf("note a directory's time: %w", hostErr(err))
+	}
+	return nil
+}
+
+// setDirTimes sets the directories' times noted, in the order they came
+// (setting one directory's times moves no other's), and removes the file.
+func (u *unpacker) setDirTimes() error {
+	defer func() {
+		u.times.Close()
+		_ = u.root.Remove(filepath.Join(u.staging, timesFile))
+	}()
+	if err := u.timesW.Flush(); err != nil {
+		return fmt.Errorf("note directories' times: %w", hostErr(err))
+	}
+	if _, err := u.times.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(u.times, 64<<10)
+	var rec [12]byte
+	name := make([]byte, 0, 256)
+	for {
+		if _, err := io.ReadFull(r, rec[:]); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read directories' times: %w", err)
+		}
+		n := binary.LittleEndian.Uint32(rec[8:])
+		if n > 1<<16 {
+			return errors.New("read directories' times: a record is damaged")
+		}
+		name = slices.Grow(name[:0], int(n))[:n]
+		if _, err := io.ReadFull(r, name); err != nil {
+			return fmt.Errorf("read directories' times: %w", err)
+		}
+		t := time.Unix(0, int64(binary.LittleEndian.Uint64(rec[:8])))
+		_ = u.root.Chtimes(string(name), t, t)
+	}
+}
+
+// commit sets the directories' times and renames the result into place.
 func (u *unpacker) commit(dest string, overwrite bool) error {
-	for i := len(u.dirs) - 1; i >= 0; i-- {
-		d := u.dirs[i]
-		_ = u.root.Chmod(d.path, d.mode|0o700) // the user must be able to remove what they downloaded
-		_ = u.root.Chtimes(d.path, d.mtime, d.mtime)
+	if err := u.setDirTimes(); err != nil {
+		return err
 	}
 	if overwrite {
 		if err := u.root.RemoveAll(dest); err != nil && !errors.Is(err, fs.ErrNotExist) {

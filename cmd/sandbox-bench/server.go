@@ -27,10 +27,11 @@ type benchServer struct {
 }
 
 // start runs a server on stateDir and completes the MCP handshake with it.
-// It does not boot the default sandbox, so every boot is one the bench asks for.
-func (l launcher) start(ctx context.Context, stateDir string) (*benchServer, error) {
-	cmd := exec.Command(l.bin, "serve", "--runtime", l.engine, "--image", l.image, "--prefix", l.prefix,
-		"--state-dir", stateDir, "--no-boot-default", "--log-level", "warn", "--toolsets", "all", "--allow-dir", l.allow)
+// It does not boot the default sandbox, so every boot is one the bench asks
+// for. extra are more serve flags.
+func (l launcher) start(ctx context.Context, stateDir string, extra ...string) (*benchServer, error) {
+	cmd := exec.Command(l.bin, append([]string{"serve", "--runtime", l.engine, "--image", l.image, "--prefix", l.prefix,
+		"--state-dir", stateDir, "--no-boot-default", "--log-level", "warn", "--toolsets", "all", "--allow-dir", l.allow}, extra...)...)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "0"}, nil)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}, nil)

@@ -1,0 +1,84 @@
+package diskguard
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrOverLimit marks a host write stopped at its byte limit.
+var ErrOverLimit = errors.New("over its limit")
+
+// ErrHostFull marks a host write stopped at the free-space floor.
+var ErrHostFull = errors.New("the host's disk is too full")
+
+// checkEvery is how many bytes a Writer passes between looks at the
+// host's free space; each look asks for that much room above the floor.
+const checkEvery = 16 << 20
+
+// Writer passes writes on to W while at most Limit bytes have passed (0:
+// no limit) and the filesystem holding Dir keeps Floor free. It is for
+// host writes whose bytes come from a sandbox (a workspace tar, a
+// download): they stop with a clear error instead of filling the host.
+type Writer struct {
+	W     io.Writer
+	Dir   string
+	Limit int64
+	// What names the write in errors ("the workspace tar").
+	What string
+	// LimitWhy says where Limit comes from ("the sandbox's 1G disk limit
+	// and tar's overhead").
+	LimitWhy string
+	// Free reports the free and total bytes of the filesystem holding
+	// dir; default statfs.
+	Free func(dir string) (free, total int64, err error)
+
+	n    int64
+	next int64
+	err  error
+}
+
+// N is the number of bytes passed on.
+func (w *Writer) N() int64 { return w.n }
+
+// Write passes p on whole, or returns the error that stops the write (and
+// every later one).
+func (w *Writer) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.Limit > 0 && w.n+int64(len(p)) > w.Limit {
+		w.err = fmt.Errorf("%s passed %s, %s: %w", w.What, human(w.Limit), w.LimitWhy, ErrOverLimit)
+		return 0, w.err
+	}
+	if w.n+int64(len(p)) > w.next {
+		free := w.Free
+		if free == nil {
+			free = statfs
+		}
+		// Room for this write and every one until the next look.
+		f, total, err := free(w.Dir)
+		if err == nil && f-int64(len(p))-checkEvery < Floor(total) {
+			w.err = fmt.Errorf("%s stopped at %s: the disk holding %s has %s free, and %s must stay free for the host: %w",
+				w.What, human(w.n), w.Dir, human(f), human(Floor(total)), ErrHostFull)
+			return 0, w.err
+		}
+		w.next = w.n + int64(len(p)) + checkEvery
+	}
+	n, err := w.W.Write(p)
+	w.n += int64(n)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
+}
+
+// Err is the error that stopped the writer, if any.
+func (w *Writer) Err() error { return w.err }
+
+// FreeSpace reports the free bytes (for an unprivileged user) and total
+// bytes of the filesystem holding dir.
+func FreeSpace(dir string) (free, total int64, err error) { return statfs(dir) }
+
+// Human writes n bytes for people: "1.5 GiB".
+func Human(n int64) string { return human(n) }
