@@ -33,6 +33,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/cli"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 )
 
 // Dialect drives Apple's container CLI.
@@ -827,7 +828,12 @@ func (d *Dialect) SaveImage(ctx context.Context, name, ref string, labels map[st
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := d.Export(ctx, name, filepath.Join(dir, "rootfs.tar")); err != nil {
+	// The root filesystem lands on the host: the export stops before the
+	// host's free space falls under the disk watcher's floor.
+	err = diskguard.Watch(ctx, dir, "the export of "+name+"'s root filesystem", nil, func(ctx context.Context) error {
+		return d.Export(ctx, name, filepath.Join(dir, "rootfs.tar"))
+	})
+	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o600); err != nil {

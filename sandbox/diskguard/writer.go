@@ -1,9 +1,11 @@
 package diskguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // ErrOverLimit marks a host write stopped at its byte limit.
@@ -82,3 +84,52 @@ func FreeSpace(dir string) (free, total int64, err error) { return statfs(dir) }
 
 // Human writes n bytes for people: "1.5 GiB".
 func Human(n int64) string { return human(n) }
+
+// watchEvery is how often Watch looks at the host's free space.
+const watchEvery = 200 * time.Millisecond
+
+// Watch runs f, a host write another program makes (an engine's export),
+// with a context that ends as soon as the filesystem holding dir has less
+// than Floor free; it then returns an error that says so (ErrHostFull)
+// whatever f returned. free nil: statfs.
+func Watch(ctx context.Context, dir, what string, free func(dir string) (free, total int64, err error), f func(ctx context.Context) error) error {
+	if free == nil {
+		free = statfs
+	}
+	full := func() error {
+		if f, total, err := free(dir); err == nil && f < Floor(total) {
+			return fmt.Errorf("%s stopped: the disk holding %s has %s free, and %s must stay free for the host: %w",
+				what, dir, human(f), human(Floor(total)), ErrHostFull)
+		}
+		return nil
+	}
+	if err := full(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(watchEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := full(); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}()
+	err := f(ctx)
+	if cause := context.Cause(ctx); errors.Is(cause, ErrHostFull) {
+		return cause
+	}
+	return err
+}
