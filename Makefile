@@ -1,5 +1,7 @@
 # sandbox-mcp. `make setup` once per machine, then `make test`.
-GO ?= go
+# Go: the one on PATH, else where the official archive unpacks it (a new
+# user's PATH may lack /usr/local/go/bin).
+GO ?= $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
 
 BIN := bin
 CTL_FLAGS := -trimpath -ldflags "-s -w"
@@ -42,6 +44,7 @@ setup:
 	scripts/setup-macos.sh
 else
 setup:
+	@$(GO) version >/dev/null 2>&1 || { echo "make setup: Go is needed to build the server (go.mod asks for go 1.26 or newer): install it from https://go.dev/dl and put its bin directory on PATH" >&2; exit 1; }
 	scripts/setup-engine.sh
 	scripts/build-images.sh --engine podman all
 	$(MAKE) build
@@ -57,7 +60,7 @@ ifeq ($(shell uname -s),Darwin)
 test: test-mac
 else
 test:
-	scripts/test.sh $(if $(ARGS),-- $(ARGS))
+	GO="$(GO)" scripts/test.sh $(if $(ARGS),-- $(ARGS))
 endif
 
 # On a Mac (Apple silicon, after `make setup`): the engine and e2e suites against

@@ -16,9 +16,23 @@ import (
 // socket): writing or reading one could block or never end.
 const ExitNotRegular = 22
 
+// ExitCutShort is the status of a replacing write whose content arrived
+// cut short (the server or its pipe died part way): the file was left as
+// it was.
+const ExitCutShort = 24
+
 // WriteFileScript writes stdin to path, creating parent directories; with
 // appendTo it appends instead. n is the number of bytes sent on stdin; with
 // hash the script also prints the file's sha256 after a clean write.
+//
+// A write that replaces the file is all or nothing: the content goes to
+// tmpName (a base name) beside the file, which takes the file's mode and
+// owner and is renamed over it only once exactly n bytes arrived, so a
+// kill at any point leaves the old content or the new one. A symlink is
+// written through to the file it names; a file with other hard links
+// gets a new inode (its other names keep the old content). Where no file
+// can be made beside it (a kernel file in /proc or /sys, a directory the
+// user cannot write), the file is written in place as an append would be.
 //
 // After the parent directories exist, the script always ends by printing
 // its status on stdout (see ParseWriteStatus) and exits with the status of
@@ -27,12 +41,15 @@ const ExitNotRegular = 22
 // untouched, when the path is a directory (21) or not a regular file (22),
 // its parent directory cannot be made (20) or the file cannot be opened
 // for writing (23).
-func WriteFileScript(path string, appendTo bool, n int64, hash bool) (string, error) {
+func WriteFileScript(path string, appendTo bool, n int64, hash bool, tmpName string) (string, error) {
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return "", errors.New("path must be a non-empty string without NUL")
 	}
 	if n < 0 {
 		return "", errors.New("size must not be negative")
+	}
+	if !appendTo && (tmpName == "" || strings.ContainsAny(tmpName, "/\x00") || tmpName == "." || tmpName == "..") {
+		return "", errors.New("the temporary name must be a base name")
 	}
 	var b strings.Builder
 	b.WriteString("(__sbx_p=" + quote(path) + "; __sbx_n=" + strconv.FormatInt(n, 10) + "\n")
@@ -45,11 +62,36 @@ func WriteFileScript(path string, appendTo bool, n int64, hash bool) (string, er
 	if appendTo {
 		b.WriteString(`command : >>"$__sbx_p" || exit 23` + "\n")
 		b.WriteString(`__sbx_b=$(command wc -c <"$__sbx_p") || exit 1` + "\n")
+		b.WriteString(`command cat >>"$__sbx_p"; __sbx_rc=$?` + "\n")
 	} else {
-		b.WriteString(`command : >"$__sbx_p" || exit 23` + "\n")
-		b.WriteString("__sbx_b=0\n")
+		b.WriteString(`__sbx_new=; [ -e "$__sbx_p" ] || __sbx_new=1` + "\n")
+		b.WriteString(`command : >>"$__sbx_p" || exit 23` + "\n")
+		b.WriteString(`if [ -L "$__sbx_p" ]; then __sbx_p=$(command readlink -f -- "$__sbx_p") || exit 23; __sbx_d=$(command dirname -- "$__sbx_p"); fi` + "\n")
+		b.WriteString("__sbx_b=0; __sbx_k=; __sbx_t=$__sbx_d/" + quote(tmpName) + "\n")
+		b.WriteString(`if (set -C; : >"$__sbx_t") 2>/dev/null; then
+  command cat >"$__sbx_t"; __sbx_rc=$?
+  if [ "$__sbx_rc" = 0 ]; then
+    __sbx_w=$(command wc -c <"$__sbx_t") || __sbx_w=-
+    if [ "$__sbx_w" != "$__sbx_n" ]; then
+      echo "the content arrived cut short ($__sbx_w of $__sbx_n bytes): the file was left as it was" >&2; __sbx_rc=` + strconv.Itoa(ExitCutShort) + `
+    fi
+  fi
+  if [ "$__sbx_rc" = 0 ] && [ -z "$__sbx_new" ]; then
+    command chmod --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chmod "$(command stat -c %a -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
+    command chown --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chown "$(command stat -c %u:%g -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
+  fi
+  if [ "$__sbx_rc" = 0 ]; then command mv -f -- "$__sbx_t" "$__sbx_p" || __sbx_rc=1; fi
+  if [ "$__sbx_rc" != 0 ]; then
+    command rm -f -- "$__sbx_t"
+    if [ -n "$__sbx_new" ]; then command rm -f -- "$__sbx_p"; else __sbx_k=1; fi
+    __sbx_b=$(command wc -c <"$__sbx_p" 2>/dev/null) || __sbx_b=0
+  fi
+else
+  command : >"$__sbx_p" || exit 23
+  command cat >>"$__sbx_p"; __sbx_rc=$?
+fi
+`)
 	}
-	b.WriteString(`command cat >>"$__sbx_p"; __sbx_rc=$?` + "\n")
 	b.WriteString(`__sbx_a=-; __sbx_t=-; __sbx_h=-` + "\n")
 	b.WriteString(`if [ -e "$__sbx_p" ]; then __sbx_a=$(command wc -c <"$__sbx_p") || __sbx_a=-; fi` + "\n")
 	// A size that does not add up may be a kernel file's (/proc, /sys):
@@ -60,6 +102,9 @@ func WriteFileScript(path string, appendTo bool, n int64, hash bool) (string, er
 		b.WriteString(`if [ "$__sbx_rc" = 0 ]; then __sbx_h=$(command sha256sum <"$__sbx_p") || __sbx_h=-; fi` + "\n")
 	}
 	b.WriteString(`command printf 'rc=%s\nbefore=%s\nafter=%s\nfstype=%s\nsha256=%s\n' "$__sbx_rc" "$__sbx_b" "$__sbx_a" "${__sbx_t:--}" "${__sbx_h%% *}"` + "\n")
+	if !appendTo {
+		b.WriteString(`[ -z "$__sbx_k" ] || command printf 'kept=1\n'` + "\n")
+	}
 	b.WriteString(`exit "$__sbx_rc")`)
 	return b.String(), nil
 }
@@ -77,6 +122,8 @@ type WriteStatus struct {
 	// SHA256 is the file's hash after a clean write, when it was asked for
 	// and could be computed; lower-case hex.
 	SHA256 string
+	// Kept says a replacing write failed and left the file as it was.
+	Kept bool
 }
 
 // ParseWriteStatus parses a write script's stdout. The text comes from the
@@ -108,6 +155,9 @@ func ParseWriteStatus(out []byte) (WriteStatus, bool) {
 			if isHexSHA256(v) {
 				st.SHA256 = strings.ToLower(v)
 			}
+		case "kept":
+			st.Kept = v == "1"
+			continue // optional: not counted
 		default:
 			return WriteStatus{}, false
 		}

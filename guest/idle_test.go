@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -22,12 +23,15 @@ func watchdogOnHost(t *testing.T, bin string, ttl, every string, until ...string
 	script := strings.ReplaceAll(argv[2], ActivityFile, filepath.Join(dir, "active"))
 	cmd := exec.Command("sh", append([]string{"-c", script, "sandbox-mcp-watchdog", ttl, every}, until...)...)
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// A group of its own: the cleanup ends the checker loop the script
+	// forks too, not only the main process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done, ended := make(chan error, 1), make(chan struct{})
 	go func() { done <- cmd.Wait(); close(ended) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-ended })
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-ended })
 	return cmd, done
 }
 

@@ -267,6 +267,9 @@ func (m *Manager) DialExisting(ctx context.Context, name string, port int) (net.
 	return m.Dial(ctx, name, port)
 }
 
+// errAgentBroken marks an installed agent that did not answer.
+var errAgentBroken = errors.New("the agent installed in the sandbox does not answer")
+
 // agentOf returns sb's agent, starting (and, when missing or stale,
 // installing) it.
 func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, error) {
@@ -284,7 +287,7 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 		return nil, sb.agent.unusable
 	}
 	c, err := m.startAgent(ctx, sb, false)
-	if errors.Is(err, agent.ErrStale) {
+	if errors.Is(err, agent.ErrStale) || errors.Is(err, errAgentBroken) {
 		c, err = m.startAgent(ctx, sb, true)
 	}
 	if err != nil {
@@ -315,7 +318,8 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		machine = lines[0]
 	}
 	sb.agent.arch = agent.GoArch(machine)
-	if installed := len(lines) > 1 && lines[1] == "ok"; !installed || reinstall {
+	installed := len(lines) > 1 && lines[1] == "ok"
+	if !installed || reinstall {
 		if err := m.installAgent(ctx, sb, machine); err != nil {
 			return nil, &agentUnusable{err: err}
 		}
@@ -350,6 +354,11 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		}
 		if errors.Is(err, agent.ErrStale) && !reinstall {
 			return nil, err
+		}
+		if installed && !reinstall {
+			// A copy found in place that does not answer (one the sandbox
+			// replaced or damaged) is installed again, once.
+			return nil, fmt.Errorf("%w: %w", errAgentBroken, err)
 		}
 		return nil, &agentUnusable{err: err}
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -80,6 +81,9 @@ type WriteError struct {
 	Kernel bool
 	// WantSHA and GotSHA are set for CauseHashMismatch.
 	WantSHA, GotSHA string
+	// Kept says the write replaced nothing: the file holds what it held
+	// before (Size bytes).
+	Kept bool
 }
 
 func (e *WriteError) Error() string {
@@ -117,6 +121,8 @@ func (e *WriteError) landed() string {
 	switch {
 	case e.Kernel:
 		return "a kernel file (/proc, /sys): its size says nothing of what it took"
+	case e.Kept:
+		return fmt.Sprintf("nothing was written: the file was left as it was (%d bytes)", e.Size)
 	case e.Landed < 0 && e.Size < 0:
 		return "nothing was written"
 	case e.Landed < 0:
@@ -153,6 +159,20 @@ func writeHint(cause string) string {
 	return ""
 }
 
+// WriteTempPrefix starts the name of the file a replacing write fills
+// beside its target before renaming it into place. The write removes it
+// when it fails, also when the server dies part way (the content then
+// arrives cut short); only a sandbox killed in the middle of a write
+// leaves one, named so.
+const WriteTempPrefix = ".sandbox-mcp-w"
+
+// writeTempName is a fresh temporary name for a replacing write.
+func writeTempName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return WriteTempPrefix + hex.EncodeToString(b[:])
+}
+
 // WriteFile writes one file in the sandbox, creating parent directories,
 // and checks that it landed: the file's size grew by exactly the bytes
 // sent (and its sha256 is the one asked for). Anything else is a
@@ -171,7 +191,7 @@ func (m *Manager) WriteFile(ctx context.Context, name string, req WriteRequest) 
 		}
 	}
 	sent := int64(len(req.Data))
-	script, err := guest.WriteFileScript(req.Path, req.Append, sent, want != "")
+	script, err := guest.WriteFileScript(req.Path, req.Append, sent, want != "", writeTempName())
 	if err != nil {
 		return Written{}, &ArgError{Err: err}
 	}
@@ -206,7 +226,7 @@ func (m *Manager) WriteFile(ctx context.Context, name string, req WriteRequest) 
 		we.Landed = st.After - st.Before
 	}
 	if st.Code != 0 {
-		we.Cause, we.Kernel = guest.FileErrorCause(stderr), kernel
+		we.Cause, we.Kernel, we.Kept = guest.FileErrorCause(stderr), kernel, st.Kept
 		return Written{}, we
 	}
 	done := Written{Path: req.Path, Bytes: sent, Size: st.After, SHA256: st.SHA256}

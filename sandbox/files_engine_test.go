@@ -96,30 +96,37 @@ func TestWriteFileOnEngine(t *testing.T) {
 				}
 				run(t, m, box, shell.Request{Command: "rm -r /data/sub"})
 			})
+			exists := func(p string) string {
+				return strings.TrimSpace(run(t, m, box, shell.Request{Command: "test -e " + p + " && cat " + p + " || echo none"}).stdout)
+			}
 			t.Run("full tmpfs", func(t *testing.T) {
 				run(t, m, box, shell.Request{Command: "head -c 2000000 /dev/zero >/data/fill; df /data"})
 				_, err := m.WriteFile(guarded(t), box, sandbox.WriteRequest{Path: "/data/big", Data: mb})
 				we := writeErr(t, err, guest.CauseNoSpace)
-				if we.Landed != 0 || we.Sent != int64(len(mb)) || !strings.Contains(err.Error(), "0 of 1000000 bytes landed") {
+				if we.Landed > 0 || we.Sent != int64(len(mb)) || !strings.Contains(err.Error(), "nothing was written") {
 					t.Fatalf("%+v: %v", we, err)
 				}
-				if got := size(t, m, box, "/data/big"); got != 0 {
-					t.Fatalf("size in the sandbox %d", got)
+				if got := exists("/data/big"); got != "none" {
+					t.Fatalf("a write that failed left a new file: %q", got)
 				}
 				// A 1 MiB write into a full 1 MiB tmpfs.
 				_, err = m.WriteFile(guarded(t), box, sandbox.WriteRequest{Path: "/data/mib", Data: make([]byte, dataSize)})
 				writeErr(t, err, guest.CauseNoSpace)
 			})
 			t.Run("partial space", func(t *testing.T) {
-				// 100 KiB free: the write is cut there, and said to be.
-				run(t, m, box, shell.Request{Command: "rm -f /data/*; head -c 946176 /dev/zero >/data/fill; df /data"})
+				// 100 KiB free: the write fails whole, and the file it was to
+				// replace keeps its content (a write is all or nothing).
+				run(t, m, box, shell.Request{Command: "rm -f /data/*; printf keep >/data/big; head -c 946176 /dev/zero >/data/fill; df /data"})
 				_, err := m.WriteFile(guarded(t), box, sandbox.WriteRequest{Path: "/data/big", Data: mb})
 				we := writeErr(t, err, guest.CauseNoSpace)
-				if we.Landed <= 0 || we.Landed >= we.Sent || !strings.Contains(err.Error(), "incomplete") {
+				if we.Landed > 0 || !strings.Contains(err.Error(), "nothing was written") {
 					t.Fatalf("%+v: %v", we, err)
 				}
-				if got := size(t, m, box, "/data/big"); got != we.Landed {
-					t.Fatalf("reported %d bytes landed, the sandbox has %d", we.Landed, got)
+				if got := exists("/data/big"); got != "keep" {
+					t.Fatalf("the file after a failed replace: %q", got)
+				}
+				if got := run(t, m, box, shell.Request{Command: "ls -A /data | grep -c sandbox-mcp-w || true"}).stdout; strings.TrimSpace(got) != "0" {
+					t.Fatalf("temporary files left: %s", got)
 				}
 			})
 			t.Run("append checks the growth", func(t *testing.T) {

@@ -290,6 +290,10 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: "20s"}})
 			ctx := context.Background()
 			run(t, m, box, shell.Request{Command: "true"}) // the pool's shells exist before the bomb
+			if in, err := m.Status(ctx, box); err != nil || in.Limits.Pids != 256 {
+				// Never run a bomb the sandbox does not bound: it fills the host's table.
+				t.Skipf("the engine here enforces no pids limit (%+v, %v; a rootless engine on cgroup v1 cannot)", in.Limits, err)
+			}
 			st := startJob(t, m, box, "bomb", `setsid sh -c 'while :; do sleep 1000 & done' & while :; do sleep 1000 & done`)
 			// Wait for it to hit the limit; meanwhile logs may fail for want of a process.
 			// Each poll competes with the bomb for the last free slots, so

@@ -50,6 +50,10 @@ func TestForkBombOnEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("limits: %s", in.Limits)
+			if in.Limits.Pids == 0 {
+				// Never run a bomb the sandbox does not bound: it fills the host's table.
+				t.Skipf("the engine here enforces no pids limit (%s; a rootless engine on cgroup v1 cannot)", in.Limits)
+			}
 			if in.Limits.Note != "" {
 				t.Fatalf("fresh sandbox: %+v", in.Limits)
 			}

@@ -1,6 +1,7 @@
 package enginetest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,8 +14,9 @@ import (
 // seconds, longer than the state file's lock timeout, so tests that assert
 // what the state file does would fail for a reason that is not theirs.
 // Such tests take the disk lock shared; the tests that fill the disk take
-// it exclusively. It is a flock on a file in the temp directory, so it
-// holds across the test binaries go test runs in parallel.
+// it exclusively. It is a flock on a file of the user's in the temp
+// directory, so it holds across the test binaries go test runs in
+// parallel.
 
 // QuietDisk waits until no test fills the disk and keeps it so until t ends.
 func QuietDisk(t testing.TB) { holdDisk(t, unix.LOCK_SH) }
@@ -25,7 +27,9 @@ func FillsDisk(t testing.TB) { holdDisk(t, unix.LOCK_EX) }
 
 func holdDisk(t testing.TB, how int) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "sandbox-mcp-test-disk.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	// One per user: a file another user made (root's, from an earlier
+	// run) could not be opened, and their tests fill other disks' quotas.
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-mcp-test-disk-%d.lock", os.Getuid())), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
