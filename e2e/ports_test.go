@@ -309,11 +309,11 @@ func TestPortsUnderStress(t *testing.T) {
 	// (Killed first: a running program's file cannot be written.)
 	if r := s.call(t, "exec", map[string]any{"command": "pkill -KILL -f 'sandbox-ctl-[0-9]* agent'; for i in $(seq 50); do ok=1; " +
 		"for f in /tmp/.sandbox-mcp/sandbox-ctl-[0-9]*; do head -c 65536 \"$f\" >/tmp/piece && cat /tmp/piece 2>/dev/null >\"$f\" || ok=; done; " +
-		"[ -n \"$ok\" ] && break; sleep 0.1; done; wc -c </tmp/.sandbox-mcp/sandbox-ctl-[0-9]*"}); r.isError || strings.TrimSpace(r.str("stdout")) != "65536" {
+		"[ -n \"$ok\" ] && break; sleep 0.1; done; cat /tmp/.sandbox-mcp/sandbox-ctl-[0-9]* | wc -c"}); r.isError || strings.TrimSpace(r.str("stdout")) != "65536" {
 		t.Fatalf("cut the agent: %s %s", r.text, r.str("stderr"))
 	}
 	enginetest.WaitFor(t, "the forward after the agent was damaged", get)
-	if r := s.call(t, "exec", map[string]any{"command": "wc -c </tmp/.sandbox-mcp/sandbox-ctl-[0-9]*"}); strings.TrimSpace(r.str("stdout")) == "65536" {
+	if r := s.call(t, "exec", map[string]any{"command": "cat /tmp/.sandbox-mcp/sandbox-ctl-[0-9]* | wc -c"}); strings.TrimSpace(r.str("stdout")) == "65536" {
 		t.Fatalf("the damaged agent is still in place: %s", r.text)
 	}
 
