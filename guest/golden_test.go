@@ -103,6 +103,7 @@ var goldenCases = []goldenCase{
 	{"tar", text(TarScript)},
 	{"untar", text(UntarScript)},
 	{"replace_dir", text(ReplaceDirScript)},
+	{"upload", text(UploadScript)},
 	{"sync_list", func() (string, error) {
 		return SyncListScript(hostile, []string{".git", "node_modules", "it's"}, false)
 	}},

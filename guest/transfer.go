@@ -133,6 +133,57 @@ x= e=
 if [ "$2" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
 ` + execUntar
 
+// UploadScript lands an upload whole: it extracts the tar stream on stdin
+// (whose top entry is $2) into a staging directory $3 (a base name) made
+// in the directory $1, owners ignored and modes kept as UntarScript does,
+// and only once tar read the whole stream, its last entry the empty file
+// $4 (GNU tar takes a stream cut between two entries for a whole one),
+// moves it into place: a new path,
+// a file or a symlink by one rename; a directory onto an existing one by
+// moving each file and link over its counterpart (each whole, by rename;
+// what the upload does not hold stays) and then giving the directories the
+// upload's modes and times. A stream cut short (the server died part way)
+// removes the staging directory and leaves the target as it was.
+const UploadScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
+top=$2 st=$3 end=$4
+command mkdir -- "$st" || exit 1
+if ! (cd -- "$st" || exit 1
+gnu= e=
+case $(tar --version 2>/dev/null) in *GNU*) gnu=1 ;; esac
+` + untarOptions + `if [ -n "$gnu" ]; then exec tar -x -p "$@" -b 2048 -f -; fi
+exec tar -x -p "$@" -f -); then command rm -rf -- "$st"; exit 1; fi
+if [ ! -f "$st/$end" ]; then echo "the upload's stream was cut short: nothing was changed" >&2; command rm -rf -- "$st"; exit 1; fi
+command rm -f -- "$st/$end"
+if [ ! -e "$st/$top" ] && [ ! -L "$st/$top" ]; then echo "the upload's stream held no $top" >&2; command rm -rf -- "$st"; exit 1; fi
+rc=0
+if [ -d "$top" ] && [ ! -L "$top" ] && [ -d "$st/$top" ] && [ ! -L "$st/$top" ]; then
+  # The directories' times are kept aside first (a tree of stamps, made
+  # deepest first so that making one moves no other's time): moving the
+  # files out moves the staged directories' times.
+  T=$PWD/$st.t
+  (cd -- "$st" &&
+    command find "$top" -depth -type d -exec sh -c 'for d; do command mkdir -p -- "$0/$d" && command touch -r "$d" -- "$0/$d" || exit 1; done' "$T" {} + &&
+    command find "$top" -mindepth 1 -type d -exec sh -c 'for d; do [ -d "$0/$d" ] || command mkdir -p -- "$0/$d" || exit 1; done' "$1" {} + &&
+    command find "$top" ! -type d -exec sh -c '` + putFiles + `' "$1" {} + &&
+    T=$T command find "$top" -type d -exec sh -c 'for d; do command chmod --reference="$d" -- "$0/$d" 2>/dev/null; command touch -r "$T/$d" -- "$0/$d" 2>/dev/null; done' "$1" {} +) || rc=1
+  command rm -rf -- "$T"
+else
+  (cd -- "$st" && sh -c '` + putFiles + `' "$1" "$top") || rc=1
+fi
+command rm -rf -- "$st"
+exit "$rc"`
+
+// putFiles is an sh -c script that renames each of its arguments (paths
+// relative to the working directory) to the same path under $0: over a
+// file or a symlink in one rename (mv -T, where mv has it), never into a
+// directory that is there.
+const putFiles = `for f; do
+  command mv -fT -- "$f" "$0/$f" 2>/dev/null && continue
+  if [ -L "$0/$f" ]; then command rm -f -- "$0/$f"; fi
+  if [ -d "$0/$f" ]; then echo "$0/$f is a directory: the upload cannot replace it" >&2; exit 1; fi
+  command mv -f -- "$f" "$0/$f" || exit 1
+done`
+
 // ReplaceDirScript empties the directory $1 and extracts a tar stream
 // from stdin into it, like UntarScript. With $2 SkipLostFound, the
 // volume's lost+found is neither removed nor extracted over; with $3

@@ -1,6 +1,11 @@
 package sandbox
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
+)
 
 // HostCap bounds a host write whose bytes come from a sandbox (a
 // workspace tar, a download): no more than the sandbox could hold itself.
@@ -16,16 +21,29 @@ type HostCap struct {
 // the filesystem's inodes, are what this leaves room for.
 func tarOverhead(disk int64) int64 { return disk/16 + 32<<20 }
 
-// hostCap is the HostCap of sandbox sb: its disk limit as booted (or as
-// its profile says) with tar's overhead.
-func hostCap(sb *Sandbox) HostCap {
+// hostCap is the HostCap of sandbox sb: what its disk holds, with tar's
+// overhead. The disk is the limit it was booted with (or its profile's),
+// unless the engine can tell the workspace volume's real size: a reset
+// keeps a sized volume made under another profile. With workspaceOnly
+// (a workspace tar), the volume's size is the whole answer; else (a
+// download, from anywhere in the sandbox) the larger of the two.
+func (m *Manager) hostCap(ctx context.Context, sb *Sandbox, workspaceOnly bool) HostCap {
 	disk := sb.limits.Disk
 	if disk == "" {
 		disk = sb.Profile.Disk
 	}
 	size, err := ParseSize(disk)
-	if err != nil || size <= 0 {
+	if err != nil {
+		size = 0
+	}
+	why := fmt.Sprintf("what the sandbox's %s disk limit holds, with tar's headers", disk)
+	if vs, ok := m.rt.(VolumeSizer); ok {
+		if n, sized, err := vs.VolumeSize(ctx, m.volumeFor(sb.Name)); err == nil && sized && n > 0 && (workspaceOnly || n > size) {
+			size, why = n, fmt.Sprintf("what the sandbox's workspace volume (%s) holds, with tar's headers", diskguard.Human(n))
+		}
+	}
+	if size <= 0 {
 		return HostCap{}
 	}
-	return HostCap{Bytes: size + tarOverhead(size), Why: fmt.Sprintf("what the sandbox's %s disk limit holds, with tar's headers", disk)}
+	return HostCap{Bytes: size + tarOverhead(size), Why: why}
 }

@@ -58,6 +58,15 @@ type SizedVolumeCreator interface {
 	VolumeCreateSized(ctx context.Context, name string, labels map[string]string, bytes int64) (bool, error)
 }
 
+// VolumeSizer is implemented by engines that can tell the size of a sized
+// volume from the host (its image file): what the volume holds, whatever
+// a sandbox's labels say.
+type VolumeSizer interface {
+	// VolumeSize returns the volume's size; false for a volume of no
+	// fixed size.
+	VolumeSize(ctx context.Context, name string) (int64, bool, error)
+}
+
 // UsageDirs is implemented by engines whose container and volume storage
 // is a host directory the server can read, which is what the disk watcher
 // measures.

@@ -316,7 +316,9 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 	}
 	defer os.Remove(tmp)
 	var n int64
-	limit := hostCap(sb)
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout) // a tar that stalls holds no lock for ever
+	defer cancel()
+	limit := m.hostCap(ctx, sb, true)
 	if limit.Bytes <= 0 || limit.Bytes > maxWorkspaceTar {
 		limit = HostCap{Bytes: maxWorkspaceTar, Why: "the most a snapshot keeps of a workspace"}
 	}
@@ -385,6 +387,8 @@ func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snap
 		return err
 	}
 	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
+	defer cancel()
 	script := guest.UntarScript
 	if replace {
 		script = guest.ReplaceDirScript

@@ -3,11 +3,14 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -31,7 +34,8 @@ type streamFailure struct {
 // stdin with what write writes. It returns write's error and, apart, the
 // process's failure (nil when it exited 0).
 func (m *Manager) execIn(ctx context.Context, sb *Sandbox, argv []string, write func(w io.Writer) error) (writeErr error, failed *streamFailure) {
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: argv, Interactive: true})
+	runID := streamRunID()
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: argv, Interactive: true, Env: map[string]string{guest.RunVar: runID}})
 	stderr := &shell.Capture{Limit: 4096}
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
 	stdin, err := cmd.StdinPipe()
@@ -48,9 +52,36 @@ func (m *Manager) execIn(ctx context.Context, sb *Sandbox, argv []string, write 
 	}
 	stdin.Close() // on a write error too: the process sees a cut stream
 	if err := cmd.Wait(); err != nil {
+		if ctx.Err() != nil {
+			m.endStream(sb, runID)
+		}
 		return writeErr, &streamFailure{err, stderr}
 	}
 	return writeErr, nil
+}
+
+// streamRunID marks the processes of one stream exec (guest.RunVar), so
+// that they can be ended in the sandbox: an engine does not end an exec's
+// processes when its client is killed.
+func streamRunID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// endStream ends, in the sandbox, the processes of a stream exec the host
+// gave up on (a tar that writes without end, one that stalls), in the
+// background: the engine's own session would otherwise drain it on the
+// host for as long as it runs.
+func (m *Manager) endStream(sb *Sandbox, runID string) {
+	target := sb.own.target()
+	m.spawn(func() {
+		kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, noShell, runID, false); err != nil {
+			m.log.Debug("end a stream's processes", "sandbox", sb.Name, "err", err)
+		}
+	})
 }
 
 // execOut runs argv in the sandbox over an exec of its own and hands its
@@ -62,7 +93,8 @@ func (m *Manager) execIn(ctx context.Context, sb *Sandbox, argv []string, write 
 func (m *Manager) execOut(ctx context.Context, sb *Sandbox, argv []string, read func(r io.Reader, wait func() *streamFailure) error) (readErr error, failed *streamFailure) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: argv})
+	runID := streamRunID()
+	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: argv, Env: map[string]string{guest.RunVar: runID}})
 	stderr := &shell.Capture{Limit: 4096}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
@@ -80,6 +112,7 @@ func (m *Manager) execOut(ctx context.Context, sb *Sandbox, argv []string, read 
 			// than that is a process that does not stop: stop it.
 			if n, _ := io.Copy(io.Discard, io.LimitReader(stdout, 1<<20)); n == 1<<20 {
 				cancel()
+				m.endStream(sb, runID)
 			}
 			if err := cmd.Wait(); err != nil {
 				failed = &streamFailure{err, stderr}
@@ -91,6 +124,7 @@ func (m *Manager) execOut(ctx context.Context, sb *Sandbox, argv []string, read 
 	if readErr != nil && !waited {
 		cancel() // the host gave up on the stream: stop the process
 		_ = cmd.Wait()
+		m.endStream(sb, runID)
 		return readErr, nil
 	}
 	return readErr, wait()

@@ -1,7 +1,11 @@
 package sandbox
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -61,8 +65,65 @@ type UploadRequest struct {
 	Pack func(w io.Writer, top string) error
 }
 
+// UploadStagePrefix starts the name of the directory an upload is
+// extracted into, beside its target, before it is moved into place (see
+// guest.UploadScript).
+const UploadStagePrefix = ".sandbox-mcp-up-"
+
+// uploadStageName is a fresh staging directory name for an upload.
+func uploadStageName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return UploadStagePrefix + hex.EncodeToString(b[:])
+}
+
+// markedStream passes a tar stream on but for its last 1024 bytes, the
+// end-of-archive blocks, so that finish can put an entry before them:
+// the sandbox takes an upload only when that entry arrived, since tar
+// takes a stream cut between two entries for a whole one.
+type markedStream struct {
+	w    io.Writer
+	tail []byte
+}
+
+const tarEndBlocks = 1024
+
+func (m *markedStream) Write(p []byte) (int, error) {
+	buf := append(m.tail, p...)
+	if n := len(buf) - tarEndBlocks; n > 0 {
+		if _, err := m.w.Write(buf[:n]); err != nil {
+			return 0, err
+		}
+		buf = buf[n:]
+	}
+	m.tail = append(m.tail[:0], buf...)
+	return len(p), nil
+}
+
+// finish writes an empty file named name, then the end-of-archive blocks.
+func (m *markedStream) finish(name string) error {
+	if len(m.tail) != tarEndBlocks || bytes.ContainsFunc(m.tail, func(r rune) bool { return r != 0 }) {
+		return errors.New("the archive did not end as a tar stream ends")
+	}
+	var hb bytes.Buffer
+	tw := tar.NewWriter(&hb)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o600, ModTime: time.Unix(0, 0)}); err != nil {
+		return err
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if _, err := m.w.Write(hb.Bytes()); err != nil {
+		return err
+	}
+	_, err := m.w.Write(m.tail)
+	return err
+}
+
 // Upload streams the archive req.Pack writes into the sandbox. Files land
-// owned by the sandbox's default user with the archive's modes and mtimes.
+// owned by the sandbox's default user with the archive's modes and mtimes,
+// whole: the archive is extracted beside its target and moved into place
+// once read to its end (guest.UploadScript).
 func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (Landing, error) {
 	dest, base, pack := req.Dest, req.Base, req.Pack
 	sb, _, err := m.Get(ctx, name)
@@ -89,11 +150,19 @@ func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (L
 	}
 	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
 	defer cancel()
-	packErr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.UntarScript, "sh", land.Dir},
-		func(w io.Writer) error { return pack(w, land.Top) })
+	stage := uploadStageName()
+	end := stage + ".end"
+	packErr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.UploadScript, "sh", land.Dir, land.Top, stage, end},
+		func(w io.Writer) error {
+			ms := &markedStream{w: w}
+			if err := pack(ms, land.Top); err != nil {
+				return err
+			}
+			return ms.finish(end)
+		})
 	if failed != nil {
 		return land, m.transferFailed(ctx, sb, "upload into", land.Path, failed,
-			"what was extracted before the failure is still there")
+			"the upload was extracted beside its target and moved into place only whole, so the target is as it was")
 	}
 	if packErr != nil {
 		return land, fmt.Errorf("upload into sandbox %q at %s: %w", name, land.Path, packErr)
@@ -133,7 +202,7 @@ func (m *Manager) Download(ctx context.Context, name, src string, unpack func(r 
 	}
 	err, failed := m.execOut(ctx, sb, argv,
 		func(r io.Reader, wait func() *streamFailure) error {
-			return unpack(r, path.Base(abs), hostCap(sb), func() error {
+			return unpack(r, path.Base(abs), m.hostCap(ctx, sb, false), func() error {
 				if f := wait(); f != nil {
 					return m.transferFailed(ctx, sb, "download from", abs, f, "nothing was written on the host")
 				}

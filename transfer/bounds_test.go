@@ -40,6 +40,28 @@ func TestUnpackSkippedNameThenSymlink(t *testing.T) {
 	}
 }
 
+// An entry under a name the stream made a file is skipped, not an error
+// that ends the download.
+func TestUnpackEntryUnderAFile(t *testing.T) {
+	dir, root := openRoot(t)
+	c, err := Unpack(root, "dl", stream(t,
+		entry{name: "top/", typ: tar.TypeDir},
+		entry{name: "top/r", typ: tar.TypeReg, body: "file"},
+		entry{name: "top/r/escape", typ: tar.TypeReg, body: "x"},
+		entry{name: "top/r/d/", typ: tar.TypeDir},
+		entry{name: "top/ok", typ: tar.TypeReg, body: "ok"},
+	), UnpackOptions{Top: "top"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !skippedWith(c, "top/r/escape", "not a directory") || !skippedWith(c, "top/r/d/", "not a directory") {
+		t.Fatalf("skipped: %+v", c.Skipped)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "dl", "ok")); string(b) != "ok" {
+		t.Fatal("the rest of the stream was not kept")
+	}
+}
+
 // Directories come back with their modes and times, files inside them
 // notwithstanding, and an owner who can always remove them.
 func TestUnpackDirectoryModesAndTimes(t *testing.T) {
@@ -65,6 +87,28 @@ func TestUnpackDirectoryModesAndTimes(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Fatalf("left beside the download: %v", ents)
+	}
+}
+
+// Entries cost the host what they take, data or not: a stream of empty
+// directories stops at the bound like one of data.
+func TestUnpackCountsEntriesAgainstTheBound(t *testing.T) {
+	dir, root := openRoot(t)
+	ents := []entry{{name: "top/", typ: tar.TypeDir}}
+	for i := range 20_000 {
+		ents = append(ents, entry{name: fmt.Sprintf("top/d%d/", i), typ: tar.TypeDir})
+	}
+	_, err := Unpack(root, "dl", stream(t, ents...), UnpackOptions{Top: "top", MaxBytes: 1 << 20, MaxWhy: "what the sandbox's disk holds"})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "on the host, what the sandbox's disk holds") {
+		t.Fatalf("20,000 directories under a 64 MiB floor of the bound: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("left behind: %v", ents)
+	}
+	// A small bound on the data still lets a small tree through.
+	if _, err := Unpack(root, "ok", stream(t, entry{name: "top/", typ: tar.TypeDir}, entry{name: "top/a", typ: tar.TypeReg, body: "hi"}),
+		UnpackOptions{Top: "top", MaxBytes: 10}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -182,7 +226,7 @@ func TestUnpackMemoryDoesNotGrowWithEntries(t *testing.T) {
 	if p > 12<<20 {
 		t.Fatalf("heap grew by %d MiB for 60,000 entries", p>>20)
 	}
-	if fi, err := root.Lstat(filepath.Join("dl", strings.Repeat("n", 50)+"99")); err != nil || !fi.IsDir() {
+	if fi, err := root.Lstat(filepath.Join("dl", strings.Repeat("n", 50)+"59")); err != nil || !fi.IsDir() {
 		t.Fatalf("last directory: %v", err)
 	}
 }

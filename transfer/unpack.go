@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
@@ -147,8 +148,42 @@ type unpacker struct {
 }
 
 // timesFile is the name, in the staging directory, of the file that keeps
-// directories' times until the end.
-const timesFile = "dirtimes"
+// directories' times until the end; each record takes timesRecord bytes
+// and the path.
+const (
+	timesFile   = "dirtimes"
+	timesRecord = 12
+)
+
+// hostEntryCost is what the host spends on an entry besides its data: an
+// inode, a block for a directory. Counted against the bounds, so a stream
+// of empty directories or links costs what it takes.
+const hostEntryCost = 4096
+
+// maxHost bounds what the download costs the host in all, data and
+// entries: MaxBytes, but no less than 64 MiB, so that a small bound on
+// the data still lets its files and directories be made.
+func (u *unpacker) maxHost() int64 { return max(u.maxBytes, 64<<20) }
+
+// charge counts n bytes the host spends on entry name against the
+// download's bound and the host's free floor.
+func (u *unpacker) charge(n int64, name string) error {
+	if n > u.maxHost()-u.room.N() {
+		return u.tooLarge()
+	}
+	if err := u.room.Reserve(n); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// tooLarge is the error of a download past its bound.
+func (u *unpacker) tooLarge() error {
+	if u.maxWhy != "" {
+		return fmt.Errorf("%w: it would take more than %d bytes on the host, %s", ErrTooLarge, u.maxBytes, u.maxWhy)
+	}
+	return fmt.Errorf("%w: it would take more than %d bytes on the host", ErrTooLarge, u.maxBytes)
+}
 
 func (u *unpacker) run(tr *tar.Reader, top string, maxEntries int) error {
 	for n := 0; ; n++ {
@@ -244,6 +279,15 @@ func (u *unpacker) madeSymlink(staged string) {
 }
 
 func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
+	err := u.entryIn(tr, hdr, top)
+	if errors.Is(err, errParentNotDir) {
+		u.c.skip(hdr.Name, errParentNotDir.Error())
+		return nil
+	}
+	return err
+}
+
+func (u *unpacker) entryIn(tr *tar.Reader, hdr *tar.Header, top string) error {
 	staged, why := u.local(hdr.Name, top)
 	if why != "" {
 		u.c.skip(hdr.Name, why)
@@ -258,12 +302,19 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 	}
 	switch hdr.Typeflag {
 	case tar.TypeDir:
+		// A directory costs the host a block, and its note for the end.
+		if err := u.charge(hostEntryCost + timesRecord + int64(len(staged)), hdr.Name); err != nil {
+			return err
+		}
 		err := u.root.Mkdir(staged, 0o700)
 		if errors.Is(err, fs.ErrNotExist) {
 			err = u.mkParents(staged)
 			if err == nil {
 				err = u.root.Mkdir(staged, 0o700)
 			}
+		}
+		if errors.Is(err, syscall.ENOTDIR) {
+			return errParentNotDir
 		}
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create directory %s: %w", hdr.Name, hostErr(err))
@@ -285,11 +336,11 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 		if err := u.mkParents(staged); err != nil {
 			return err
 		}
-		if hdr.Size > u.maxBytes-u.c.Bytes {
-			if u.maxWhy != "" {
-				return fmt.Errorf("%w: more than %d bytes, %s", ErrTooLarge, u.maxBytes, u.maxWhy)
-			}
-			return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, u.maxBytes)
+		if err := u.charge(hostEntryCost, hdr.Name); err != nil {
+			return err
+		}
+		if hdr.Size > u.maxBytes-u.c.Bytes || hdr.Size > u.maxHost()-u.room.N() {
+			return u.tooLarge()
 		}
 		f, err := u.root.OpenFile(staged, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
@@ -315,6 +366,9 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 		_ = u.root.Chtimes(staged, hdr.ModTime, hdr.ModTime)
 		u.c.Files++
 	case tar.TypeSymlink:
+		if err := u.charge(hostEntryCost+int64(len(hdr.Linkname)), hdr.Name); err != nil {
+			return err
+		}
 		if err := u.mkParents(staged); err != nil {
 			return err
 		}
@@ -337,10 +391,17 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header, top string) error {
 	return nil
 }
 
+// errParentNotDir marks an entry under a name the stream made something
+// other than a directory.
+var errParentNotDir = errors.New("under an entry that is not a directory")
+
 // mkParents creates the directories above staged that the stream did not
 // list (0700 until the stream's own entry for them, if any, sets a mode).
 func (u *unpacker) mkParents(staged string) error {
 	if err := u.root.MkdirAll(filepath.Dir(staged), 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTDIR) {
+			return errParentNotDir
+		}
 		return fmt.Errorf("create %s: %w", filepath.Dir(staged), hostErr(err))
 	}
 	return nil
@@ -359,7 +420,7 @@ func (u *unpacker) startDirTimes() error {
 // noteTime records directory staged's time for the end: the nanoseconds,
 // the path's length, the path.
 func (u *unpacker) noteTime(staged string, t time.Time) error {
-	var rec [12]byte
+	var rec [timesRecord]byte
 	binary.LittleEndian.PutUint64(rec[:8], uint64(t.UnixNano()))
 	binary.LittleEndian.PutUint32(rec[8:], uint32(len(staged)))
 	_, _ = u.timesW.Write(rec[:])
@@ -383,7 +444,7 @@ func (u *unpacker) setDirTimes() error {
 		return err
 	}
 	r := bufio.NewReaderSize(u.times, 64<<10)
-	var rec [12]byte
+	var rec [timesRecord]byte
 	name := make([]byte, 0, 256)
 	for {
 		if _, err := io.ReadFull(r, rec[:]); err == io.EOF {
@@ -392,7 +453,7 @@ func (u *unpacker) setDirTimes() error {
 			return fmt.Errorf("read directories' times: %w", err)
 		}
 		n := binary.LittleEndian.Uint32(rec[8:])
-		if n > 1<<16 {
+		if n > 1<<20 {
 			return errors.New("read directories' times: a record is damaged")
 		}
 		name = slices.Grow(name[:0], int(n))[:n]

@@ -27,19 +27,23 @@ var patterns = []struct {
 	re   *regexp.Regexp
 	with string
 }{
+	// A quoted scheme://user:password@host, whose password may hold
+	// spaces: hidden up to the last @ before the closing quote.
+	{regexp.MustCompile(`(?i)(['"])([a-z][a-z0-9+.\-]*://)([^\s/:@<>'"]*):[^'"\n]*@`), "${1}${2}${3}:" + Mask + "@"},
 	// scheme://user:password@host: the user is kept, everything from the
 	// first colon to the last @ before a space is hidden, so a password
 	// holding a raw @, / or quote (a URL no parser accepts) is hidden
-	// whole.
-	{regexp.MustCompile(`(?i)([a-z][a-z0-9+.\-]*://)([^\s/:@'"<>]*):\S*@`), "${1}${2}:" + Mask + "@"},
+	// whole. (A URL inside another's query loses more than its password:
+	// "http://h:1/r?u=https://a:b@c" shows as "http://h:***@c".)
+	{regexp.MustCompile(`(?i)([a-z][a-z0-9+.\-]*://)([^\s/:@<>]*):\S*@`), "${1}${2}:" + Mask + "@"},
 	// http(s)://user@host and ftp(s)://user@host: a lone user name there
 	// is often a token.
 	{regexp.MustCompile(`(?i)((?:https?|ftps?)://)[^\s/:@'"<>]+@`), "${1}" + Mask + "@"},
 	// scp-like user:password@host:path (a password starting with / would
 	// be a path to git, and scheme:// is the rule above's).
-	{regexp.MustCompile(`(^|[\s'"=(,;])([^\s:@/'"=(,;]+):(?:[^/\s]\S*)?@([A-Za-z0-9][A-Za-z0-9.\-]*|\[[0-9A-Fa-f:.]+\]):`), "${1}${2}:" + Mask + "@${3}:"},
+	{regexp.MustCompile(`(^|[\s'"=(,;])([^\s:@/'"=(,;]+):(?:[^/\s]\S*)?@([A-Za-z0-9_][A-Za-z0-9_.\-]*|\[[0-9A-Fa-f:.]+\]):`), "${1}${2}:" + Mask + "@${3}:"},
 	{regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`), Mask},
-	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:bearer\s+)?)("[^"]*"|'[^']*'|\S+)`), "${1}" + Mask},
+	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:bearer\s+)?)("[^"]*"|'[^']*'|[^\s'"]+)`), "${1}" + Mask},
 	// Flags whose next word is a secret: --password S, --token S.
 	{regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`), "${1}" + Mask},
 	// The user:password of curl's -u/--user. All digits is a gid, as in

@@ -24,6 +24,12 @@ func TestText(t *testing.T) {
 		{"export GITHUB_TOKEN=abc123", "export GITHUB_TOKEN=***"},
 		{"mysql --password hunter2 db", "mysql --password *** db"},
 		{"echo ghp_abcdefghijklmnopqrstuvwxyz0123", "echo ***"},
+		{"git clone 'https://u:TOK C04@127.0.0.1:1/r' /tmp/e2", "git clone 'https://u:***@127.0.0.1:1/r' /tmp/e2"},
+		{`git clone https://u"x:TOKC06@127.0.0.1/r`, `git clone https://u"x:***@127.0.0.1/r`},
+		{"git_clone u:TOKA20@h_x:r.git", "git_clone u:***@h_x:r.git"},
+		// Hidden with more than the password: a password may hold "//".
+		{"curl http://127.0.0.1:1/r?x=https://u:TOKA22@h", "curl http://127.0.0.1:***@h"},
+		{"curl -H 'Authorization: Bearer TOKC07' x", "curl -H 'Authorization: Bearer ***' x"},
 		// What is no secret stays.
 		{"git clone ssh://git@github.com/o/r.git", "git clone ssh://git@github.com/o/r.git"},
 		{"git clone git@github.com:o/r.git", "git clone git@github.com:o/r.git"},
@@ -151,6 +157,33 @@ func FuzzTextSecrets(f *testing.F) {
 		got := Text(s, secret)
 		if strings.Contains(got, secret) {
 			t.Fatalf("Text(%q, %q) = %q keeps the secret", s, secret, got)
+		}
+	})
+}
+
+// FuzzQuotedURLPassword: inside quotes a password may hold spaces, and is
+// hidden all the same.
+func FuzzQuotedURLPassword(f *testing.F) {
+	f.Add("u", "TOK C04 more")
+	f.Add("alice", "a b@c d")
+	f.Fuzz(func(t *testing.T, user, pw string) {
+		if !usable(user, 1, `:@/'"=(,;<>%\`) || len(pw) < 8 || !utf8.ValidString(pw) || strings.ContainsAny(pw, "'\"\n\r") ||
+			strings.Contains(pw, "***") || strings.TrimSpace(pw) != pw {
+			return
+		}
+		for _, r := range pw {
+			if !unicode.IsPrint(r) {
+				return
+			}
+		}
+		for _, q := range []string{"'", `"`} {
+			text := "git clone " + q + "https://" + user + ":" + pw + "@host.example/r.git" + q + " /w"
+			if strings.Contains(user, pw) || strings.Contains("git clone https host.example r.git /w", pw) {
+				return
+			}
+			if got := Text(text); strings.Contains(got, pw) {
+				t.Fatalf("password %q left in %q", pw, got)
+			}
 		}
 	})
 }

@@ -46,26 +46,8 @@ func (w *Writer) N() int64 { return w.n }
 // Write passes p on whole, or returns the error that stops the write (and
 // every later one).
 func (w *Writer) Write(p []byte) (int, error) {
-	if w.err != nil {
-		return 0, w.err
-	}
-	if w.Limit > 0 && w.n+int64(len(p)) > w.Limit {
-		w.err = fmt.Errorf("%s passed %s, %s: %w", w.What, human(w.Limit), w.LimitWhy, ErrOverLimit)
-		return 0, w.err
-	}
-	if w.n+int64(len(p)) > w.next {
-		free := w.Free
-		if free == nil {
-			free = statfs
-		}
-		// Room for this write and every one until the next look.
-		f, total, err := free(w.Dir)
-		if err == nil && f-int64(len(p))-checkEvery < Floor(total) {
-			w.err = fmt.Errorf("%s stopped at %s: the disk holding %s has %s free, and %s must stay free for the host: %w",
-				w.What, human(w.n), w.Dir, human(f), human(Floor(total)), ErrHostFull)
-			return 0, w.err
-		}
-		w.next = w.n + int64(len(p)) + checkEvery
+	if err := w.check(int64(len(p))); err != nil {
+		return 0, err
 	}
 	n, err := w.W.Write(p)
 	w.n += int64(n)
@@ -73,6 +55,43 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.err = err
 	}
 	return n, err
+}
+
+// Reserve counts n bytes the host spends on the write's behalf without
+// passing them through (a directory made, a note kept), against the limit
+// and the floor alike.
+func (w *Writer) Reserve(n int64) error {
+	if err := w.check(n); err != nil {
+		return err
+	}
+	w.n += n
+	return nil
+}
+
+// check says whether n more bytes may go, and keeps the first refusal.
+func (w *Writer) check(n int64) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.Limit > 0 && w.n+n > w.Limit {
+		w.err = fmt.Errorf("%s passed %s, %s: %w", w.What, human(w.Limit), w.LimitWhy, ErrOverLimit)
+		return w.err
+	}
+	if w.n+n > w.next {
+		free := w.Free
+		if free == nil {
+			free = statfs
+		}
+		// Room for these bytes and every one until the next look.
+		f, total, err := free(w.Dir)
+		if err == nil && f-n-checkEvery < Floor(total) {
+			w.err = fmt.Errorf("%s stopped at %s: the disk holding %s has %s free, and %s must stay free for the host: %w",
+				w.What, human(w.n), w.Dir, human(f), human(Floor(total)), ErrHostFull)
+			return w.err
+		}
+		w.next = w.n + n + checkEvery
+	}
+	return nil
 }
 
 // Err is the error that stopped the writer, if any.

@@ -214,7 +214,9 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	for _, k := range sortedKeys(labels) {
 		args = append(args, "--label", k+"="+labels[k])
 	}
-	args = append(args, "--opt", "type=ext4", "--opt", "device="+dev, "--", name)
+	// nosuid,nodev: the volume is mounted on the host too, where a set-id
+	// file or a device node a sandbox made there must mean nothing.
+	args = append(args, "--opt", "type=ext4", "--opt", "device="+dev, "--opt", "o=nosuid,nodev", "--", name)
 	if _, err = d.cli.Output(ctx, nil, args...); err != nil {
 		loopdisk.Detach(img)
 		if errors.Is(err, sandbox.ErrAlreadyExists) { // another server won
@@ -245,6 +247,24 @@ func (d *Dialect) checkLoop(v volumeJSON) (bool, error) {
 		return false, fmt.Errorf("re-attach workspace image %s to %s: %v (destroy or reset with wipe_workspace)", img, dev, err)
 	}
 	return true, nil
+}
+
+// VolumeSize implements sandbox.VolumeSizer: the size of a sized volume's
+// image file; false for a plain volume.
+func (d *Dialect) VolumeSize(ctx context.Context, name string) (int64, bool, error) {
+	v, err := d.volumeInspect(ctx, name)
+	if err != nil {
+		return 0, false, err
+	}
+	img := v.Labels[LabelDiskImage]
+	if img == "" {
+		return 0, false, nil
+	}
+	fi, err := os.Stat(img)
+	if err != nil {
+		return 0, false, err
+	}
+	return fi.Size(), true, nil
 }
 
 // removeImage deletes the image behind a removed volume, if it is one of
