@@ -303,7 +303,7 @@ func (u *unpacker) entryIn(tr *tar.Reader, hdr *tar.Header, top string) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		// A directory costs the host a block, and its note for the end.
-		if err := u.charge(hostEntryCost + timesRecord + int64(len(staged)), hdr.Name); err != nil {
+		if err := u.charge(hostEntryCost+timesRecord+int64(len(staged)), hdr.Name); err != nil {
 			return err
 		}
 		err := u.root.Mkdir(staged, 0o700)
