@@ -89,20 +89,31 @@ type markedStream struct {
 const tarEndBlocks = 1024
 
 func (m *markedStream) Write(p []byte) (int, error) {
-	buf := append(m.tail, p...)
-	if n := len(buf) - tarEndBlocks; n > 0 {
-		if _, err := m.w.Write(buf[:n]); err != nil {
-			return 0, err
+	if len(p) < tarEndBlocks {
+		buf := append(m.tail, p...)
+		if n := len(buf) - tarEndBlocks; n > 0 {
+			if _, err := m.w.Write(buf[:n]); err != nil {
+				return 0, err
+			}
+			buf = buf[n:]
 		}
-		buf = buf[n:]
+		m.tail = append(m.tail[:0], buf...)
+		return len(p), nil
 	}
-	m.tail = append(m.tail[:0], buf...)
+	// A large write (the usual one) is passed on without a copy.
+	if _, err := m.w.Write(m.tail); err != nil {
+		return 0, err
+	}
+	if _, err := m.w.Write(p[:len(p)-tarEndBlocks]); err != nil {
+		return 0, err
+	}
+	m.tail = append(m.tail[:0], p[len(p)-tarEndBlocks:]...)
 	return len(p), nil
 }
 
 // finish writes an empty file named name, then the end-of-archive blocks.
 func (m *markedStream) finish(name string) error {
-	if len(m.tail) != tarEndBlocks || bytes.ContainsFunc(m.tail, func(r rune) bool { return r != 0 }) {
+	if !bytes.Equal(m.tail, make([]byte, tarEndBlocks)) {
 		return errors.New("the archive did not end as a tar stream ends")
 	}
 	var hb bytes.Buffer
