@@ -22,8 +22,8 @@
 # Environment: SANDBOX_MCP_TEST_RUNTIMES, if set, is used as is (e.g. "podman"); a
 # private dockerd is then started only if it lists docker and no docker daemon answers.
 # Runs `go vet` and `go test -race -timeout 60m` and exits with go test's status
-# (go test takes 13 to 16 minutes on a 2-core machine, its slowest packages,
-# sandbox and e2e, 11 to 14 each in parallel; CI allows 90 for the whole run).
+# (go test takes 20 to 30 minutes on a 2-core machine, its slowest packages,
+# sandbox and e2e, 15 to 29 each in parallel; CI allows 90 for the whole run).
 # go test's output goes to stdout; this script's own messages and timings to stderr.
 set -euo pipefail
 
