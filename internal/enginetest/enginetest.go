@@ -259,6 +259,11 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 			}
 		}
 	}
+	// And the untagged ones (a clone's, a snapshot's whose tag went),
+	// which would pile up in the engine's store run after run.
+	if p, ok := rt.(sandbox.ImagePruner); ok {
+		_, _ = p.PruneImages(ctx, map[string]string{sandbox.LabelOwner: prefix}, false)
+	}
 	if nw, ok := rt.(sandbox.Networker); ok {
 		_, _ = nw.RemoveNetwork(ctx, sandbox.NetworkNameFor(prefix), false)
 		fams, _ := nw.Networks(ctx, sandbox.LabelOwner, prefix)
