@@ -65,7 +65,18 @@ func WriteFileScript(path string, appendTo bool, n int64, hash bool, tmpName str
 		b.WriteString(`command cat >>"$__sbx_p"; __sbx_rc=$?` + "\n")
 	} else {
 		b.WriteString(`__sbx_new=; [ -e "$__sbx_p" ] || __sbx_new=1` + "\n")
-		b.WriteString(`command : >>"$__sbx_p" || exit 23` + "\n")
+		// Opened to append, so nothing is cut. Where that fails, its own
+		// message may hide the cause that matters (for an append the
+		// kernel checks the permission before a read-only filesystem):
+		// the mount table says "read-only" where that is so; else the
+		// append's own message stands.
+		b.WriteString(`if ! command : 2>/dev/null >>"$__sbx_p"; then
+  if command awk -v p="$__sbx_p" 'BEGIN { b = -1 } (index(p, $5 "/") == 1 || $5 == "/") && length($5) > b { b = length($5); ro = ($6 ~ /(^|,)ro(,|$)/) } END { exit !ro }' /proc/self/mountinfo 2>/dev/null
+  then echo "cannot write $__sbx_p: Read-only file system" >&2
+  else command : >>"$__sbx_p"; fi
+  exit 23
+fi
+`)
 		b.WriteString(`if [ -L "$__sbx_p" ]; then __sbx_p=$(command readlink -f -- "$__sbx_p") || exit 23; __sbx_d=$(command dirname -- "$__sbx_p"); fi` + "\n")
 		b.WriteString("__sbx_b=0; __sbx_k=; __sbx_t=$__sbx_d/" + quote(tmpName) + "\n")
 		b.WriteString(`if (set -C; : >"$__sbx_t") 2>/dev/null; then

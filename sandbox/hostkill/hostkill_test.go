@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -70,10 +71,13 @@ func TestKillWritersSignalsOnlyThatTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A group of its own: the cleanup ends the sleeps the test keeps
+	// alive too, not only the shell.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
 	kids := func() []int {
 		procs, err := readProcs("none")
 		if err != nil {
