@@ -79,7 +79,10 @@ fi
 `)
 		b.WriteString(`if [ -L "$__sbx_p" ]; then __sbx_p=$(command readlink -f -- "$__sbx_p") || exit 23; __sbx_d=$(command dirname -- "$__sbx_p"); fi` + "\n")
 		b.WriteString("__sbx_b=0; __sbx_k=; __sbx_t=$__sbx_d/" + quote(tmpName) + "\n")
-		b.WriteString(`if (set -C; : >"$__sbx_t") 2>/dev/null; then
+		// A file with other hard links is written in place: a rename would
+		// leave its other names with the old content.
+		b.WriteString(`__sbx_l=1; [ -n "$__sbx_new" ] || __sbx_l=$(command stat -c %h -- "$__sbx_p" 2>/dev/null) || __sbx_l=1` + "\n")
+		b.WriteString(`if [ "$__sbx_l" = 1 ] && (set -C; : >"$__sbx_t") 2>/dev/null; then
   command cat >"$__sbx_t"; __sbx_rc=$?
   if [ "$__sbx_rc" = 0 ]; then
     __sbx_w=$(command wc -c <"$__sbx_t") || __sbx_w=-
@@ -91,7 +94,9 @@ fi
     command chmod --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chmod "$(command stat -c %a -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
     command chown --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chown "$(command stat -c %u:%g -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
   fi
-  if [ "$__sbx_rc" = 0 ]; then command mv -f -- "$__sbx_t" "$__sbx_p" || __sbx_rc=1; fi
+  # A file the engine mounts in (/etc/hosts) cannot be renamed over: it
+  # is written in place from the whole temporary copy.
+  if [ "$__sbx_rc" = 0 ]; then command mv -f -- "$__sbx_t" "$__sbx_p" 2>/dev/null || { command cat -- "$__sbx_t" >"$__sbx_p" && command rm -f -- "$__sbx_t"; } || __sbx_rc=1; fi
   if [ "$__sbx_rc" != 0 ]; then
     command rm -f -- "$__sbx_t"
     if [ -n "$__sbx_new" ]; then command rm -f -- "$__sbx_p"; else __sbx_k=1; fi

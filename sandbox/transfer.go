@@ -173,7 +173,8 @@ func (m *Manager) Upload(ctx context.Context, name string, req UploadRequest) (L
 		})
 	if failed != nil {
 		return land, m.transferFailed(ctx, sb, "upload into", land.Path, failed,
-			"the upload was extracted beside its target and moved into place only whole, so the target is as it was")
+			"the stream was extracted beside the target and checked whole before anything moved: a failure before that left the target as it was, "+
+				"one while moving a directory onto an existing one leaves the files moved until then in place, each whole")
 	}
 	if packErr != nil {
 		return land, fmt.Errorf("upload into sandbox %q at %s: %w", name, land.Path, packErr)

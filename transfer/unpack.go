@@ -398,6 +398,17 @@ var errParentNotDir = errors.New("under an entry that is not a directory")
 // mkParents creates the directories above staged that the stream did not
 // list (0700 until the stream's own entry for them, if any, sets a mode).
 func (u *unpacker) mkParents(staged string) error {
+	// Each directory made here costs the host a block, as a listed one.
+	missing := 0
+	for p := filepath.Dir(staged); len(p) > len(u.staging); p = filepath.Dir(p) {
+		if _, err := u.root.Lstat(p); err == nil {
+			break
+		}
+		missing++
+	}
+	if err := u.charge(int64(missing)*hostEntryCost, staged); err != nil {
+		return err
+	}
 	if err := u.root.MkdirAll(filepath.Dir(staged), 0o700); err != nil {
 		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTDIR) {
 			return errParentNotDir

@@ -43,7 +43,7 @@ var patterns = []struct {
 	// be a path to git, and scheme:// is the rule above's).
 	{regexp.MustCompile(`(^|[\s'"=(,;])([^\s:@/'"=(,;]+):(?:[^/\s]\S*)?@([A-Za-z0-9_][A-Za-z0-9_.\-]*|\[[0-9A-Fa-f:.]+\]):`), "${1}${2}:" + Mask + "@${3}:"},
 	{regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`), Mask},
-	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:bearer\s+)?)("[^"]*"|'[^']*'|[^\s'"]+)`), "${1}" + Mask},
+	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:(?:bearer|token|basic)\s+)?)("[^"]*"|'[^']*'|[^\s'"]+)`), "${1}" + Mask},
 	// Flags whose next word is a secret: --password S, --token S.
 	{regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`), "${1}" + Mask},
 	// The user:password of curl's -u/--user. All digits is a gid, as in

@@ -30,6 +30,7 @@ func TestText(t *testing.T) {
 		// Hidden with more than the password: a password may hold "//".
 		{"curl http://127.0.0.1:1/r?x=https://u:TOKA22@h", "curl http://127.0.0.1:***@h"},
 		{"curl -H 'Authorization: Bearer TOKC07' x", "curl -H 'Authorization: Bearer ***' x"},
+		{"curl -H 'Authorization: token TOK10' x", "curl -H 'Authorization: token ***' x"},
 		// What is no secret stays.
 		{"git clone ssh://git@github.com/o/r.git", "git clone ssh://git@github.com/o/r.git"},
 		{"git clone git@github.com:o/r.git", "git clone git@github.com:o/r.git"},
