@@ -78,20 +78,30 @@ func (w *Writer) check(n int64) error {
 		return w.err
 	}
 	if w.n+n > w.next {
-		free := w.Free
-		if free == nil {
-			free = statfs
-		}
 		// Room for these bytes and every one until the next look.
-		f, total, err := free(w.Dir)
-		if err == nil && f-n-checkEvery < Floor(total) {
-			w.err = fmt.Errorf("%s stopped at %s: the disk holding %s has %s free, and %s must stay free for the host: %w",
-				w.What, human(w.n), w.Dir, human(f), human(Floor(total)), ErrHostFull)
-			return w.err
+		if err := belowFloor(w.Free, w.Dir, n+checkEvery, w.What+" stopped at "+human(w.n)); err != nil {
+			w.err = err
+			return err
 		}
 		w.next = w.n + n + checkEvery
 	}
 	return nil
+}
+
+// belowFloor says, as ErrHostFull, when the filesystem holding dir (as
+// free reports it; nil: statfs) would keep less than Floor free after need
+// more bytes; what names the write in the error. A filesystem that cannot
+// be measured is not held up.
+func belowFloor(free func(dir string) (free, total int64, err error), dir string, need int64, what string) error {
+	if free == nil {
+		free = statfs
+	}
+	f, total, err := free(dir)
+	if err != nil || f-need >= Floor(total) {
+		return nil
+	}
+	return fmt.Errorf("%s: the disk holding %s has %s free, and %s must stay free for the host: %w",
+		what, dir, human(f), human(Floor(total)), ErrHostFull)
 }
 
 // Err is the error that stopped the writer, if any.
@@ -112,16 +122,7 @@ const watchEvery = 200 * time.Millisecond
 // than Floor free; it then returns an error that says so (ErrHostFull)
 // whatever f returned. free nil: statfs.
 func Watch(ctx context.Context, dir, what string, free func(dir string) (free, total int64, err error), f func(ctx context.Context) error) error {
-	if free == nil {
-		free = statfs
-	}
-	full := func() error {
-		if f, total, err := free(dir); err == nil && f < Floor(total) {
-			return fmt.Errorf("%s stopped: the disk holding %s has %s free, and %s must stay free for the host: %w",
-				what, dir, human(f), human(Floor(total)), ErrHostFull)
-		}
-		return nil
-	}
+	full := func() error { return belowFloor(free, dir, 0, what+" stopped") }
 	if err := full(); err != nil {
 		return err
 	}
