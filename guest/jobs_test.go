@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,4 +100,82 @@ func randomJobID(t *testing.T) string {
 		t.Fatal(id)
 	}
 	return id
+}
+
+// TestJobsListOnHost runs the one-pass listing on this machine's /proc and
+// a job directory made here, with dash and busybox sh: a running job with
+// a child in its session that cleared its environment, an ended one, one
+// whose leader is gone without a status, and a directory that is not a job.
+func TestJobsListOnHost(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no /proc here")
+	}
+	dir := t.TempDir()
+	running, ended, lost := randomJobID(t), randomJobID(t), randomJobID(t)
+	c := exec.Command("sh", "-c", `env -i sleep 1002 & exec sleep 1000`)
+	c.Env, c.SysProcAttr = append(os.Environ(), JobMarker(running)), &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Wait() })
+	write := func(id, name, content string) {
+		t.Helper()
+		if err := os.MkdirAll(dir+"/"+id, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dir+"/"+id+"/"+name, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(running, "log", "hello\n")
+	write(running, "pid", strconv.Itoa(c.Process.Pid)+"\n")
+	write(ended, "log", strings.Repeat("x", 12345))
+	write(ended, "pid", "999999\n")
+	write(ended, "rc", "3\n")
+	write(lost, "log", "")
+	write(lost, "pid", "999998\n")
+	write(lost, "boot", "some-other-boot\n")
+	write("not-a-job", "log", "?")
+
+	for _, sh := range []string{"dash", "busybox"} {
+		t.Run(sh, func(t *testing.T) {
+			argv := []string{sh, "-c", jobsListScript(dir)}
+			if sh == "busybox" {
+				argv = []string{"busybox", "sh", "-c", jobsListScript(dir)}
+			}
+			if _, err := exec.LookPath(argv[0]); err != nil {
+				t.Skipf("%s is not installed here", argv[0])
+			}
+			var l JobsList
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				out, err := exec.Command(argv[0], argv[1:]...).Output()
+				if err != nil {
+					t.Fatalf("list: %v", err)
+				}
+				if l, err = ParseJobsList(out); err != nil {
+					t.Fatal(err)
+				}
+				if n, _ := l.Processes(running); n == 2 || time.Now().After(deadline) {
+					break // sleep 1000 (sh execs it) and its env -i child, once both have started
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if l.Boot == "" || len(l.Jobs) != 3 {
+				t.Fatalf("boot %q, jobs %+v", l.Boot, l.Jobs)
+			}
+			if n, alive := l.Processes(running); n != 2 || !alive {
+				t.Errorf("running job: %d processes, leader alive %v", n, alive)
+			}
+			if j := l.Jobs[running]; j.Size != 6 || j.ExitCode != -1 || j.Leader != c.Process.Pid {
+				t.Errorf("running job's files: %+v", j)
+			}
+			if j := l.Jobs[ended]; j.Size != 12345 || j.ExitCode != 3 {
+				t.Errorf("ended job's files: %+v", j)
+			}
+			if n, alive := l.Processes(lost); n != 0 || alive || l.Jobs[lost].Boot != "some-other-boot" || l.Jobs[lost].ExitCode != -1 {
+				t.Errorf("lost job: %d processes, alive %v, files %+v", n, alive, l.Jobs[lost])
+			}
+		})
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
 // TestArgumentChecks: a wrong type, an empty sandbox name and a number out
@@ -131,5 +132,32 @@ func TestEveryToolRefusesBadArguments(t *testing.T) {
 		if len(f.calls) != 0 {
 			t.Errorf("%s: the manager was called: %v", name, f.calls)
 		}
+	}
+}
+
+// TestJobLinesBounded: the text of jobs names every running job and only
+// the most recent ended ones, and says how many it left out.
+func TestJobLinesBounded(t *testing.T) {
+	var list []sandbox.JobStatus
+	code := 0
+	for i := range 100 {
+		st := sandbox.JobStatus{Name: fmt.Sprintf("j%03d", i), State: "exited", ExitCode: &code, Command: "true"}
+		if i%25 == 0 {
+			st.State, st.ExitCode = "running", nil
+		}
+		list = append(list, st)
+	}
+	text := jobLines(list)
+	lines := strings.Split(text, "\n")
+	if len(lines) != 4+jobListShown+1 {
+		t.Fatalf("%d lines:\n%s", len(lines), text)
+	}
+	for _, want := range []string{"j000: running", "j025: running", "j050: running", "j075: running", "j099: exited", "(and 76 older ended jobs"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %q in:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "j001:") {
+		t.Errorf("an old ended job is named:\n%s", text)
 	}
 }

@@ -220,6 +220,34 @@ func killText(job string, r sandbox.KillResult) string {
 	}
 }
 
+// jobListShown is how many ended jobs the text of jobs names, the most
+// recent; every running job is named, and the structured result has all.
+const jobListShown = 20
+
+// jobLines is the text of jobs: one line per running job and per recent
+// ended one, in start order, then how many older ended jobs it left out.
+func jobLines(list []sandbox.JobStatus) string {
+	ended := 0
+	for _, j := range list {
+		if j.State != "running" {
+			ended++
+		}
+	}
+	skip := max(ended-jobListShown, 0)
+	lines := make([]string, 0, min(len(list), jobListShown)+1)
+	for _, j := range list {
+		if j.State != "running" && skip > 0 {
+			skip--
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s: %s", j.Name, jobState(j), j.Command))
+	}
+	if n := ended - jobListShown; n > 0 {
+		lines = append(lines, fmt.Sprintf("(and %d older ended jobs, in the structured result; ended jobs are forgotten after the server's --job-retention)", n))
+	}
+	return strings.Join(lines, "\n")
+}
+
 // JobList is the structured result of jobs.
 type JobList struct {
 	Sandbox string              `json:"sandbox"`
@@ -238,9 +266,5 @@ func (s *Server) handleJobs(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if len(list) == 0 {
 		return mcp.NewToolResultStructured(JobList{Sandbox: name, Jobs: []sandbox.JobStatus{}}, fmt.Sprintf("no background jobs in sandbox %q (start one with bg)", name)), nil
 	}
-	lines := make([]string, 0, len(list))
-	for _, j := range list {
-		lines = append(lines, fmt.Sprintf("%s: %s: %s", j.Name, jobState(j), j.Command))
-	}
-	return mcp.NewToolResultStructured(JobList{Sandbox: name, Jobs: list}, strings.Join(lines, "\n")), nil
+	return mcp.NewToolResultStructured(JobList{Sandbox: name, Jobs: list}, jobLines(list)), nil
 }

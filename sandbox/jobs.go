@@ -22,6 +22,8 @@ import (
 // them (state.Store in production).
 type JobStore interface {
 	PutJob(j state.Job) error
+	// PutJobs stores several records at once (one write).
+	PutJobs(jobs ...state.Job) error
 	Job(sandbox, name string) (state.Job, bool, error)
 	Jobs(sandbox string) ([]state.Job, error)
 	DeleteJobs(sandbox string, names ...string) error
@@ -43,6 +45,9 @@ const jobOpTimeout = 15 * time.Second
 // DefaultKillGrace is how long kill gives a job to end after TERM (or INT,
 // HUP, QUIT) before it reports the processes that are still running.
 const DefaultKillGrace = 2 * time.Second
+
+// DefaultJobRetention is how long an ended job is kept by default.
+const DefaultJobRetention = 7 * 24 * time.Hour
 
 // killConfirm bounds how long kill with KILL waits for every process of
 // the job to be gone (a process in uninterruptible sleep dies late).
@@ -361,9 +366,13 @@ func (m *Manager) jobStatus(ctx context.Context, j state.Job) (st JobStatus, los
 	return m.settle(j, h), "", nil
 }
 
-// Jobs lists a sandbox's jobs with their current state. A sandbox that
-// does not run is not booted or started for it: its jobs are reported as
-// last seen (exited) or lost.
+// Jobs lists a sandbox's jobs with their current state, in one round trip
+// to the sandbox however many there are. A sandbox that does not run is
+// not booted or started for it: its jobs are reported as last seen
+// (exited) or lost. A record that cannot be read is listed as lost with
+// the reason, never failing the list. Ended jobs older than the retention
+// (Config.JobRetention) are forgotten, and their files in the sandbox
+// removed, as the list is made.
 func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -373,21 +382,126 @@ func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 		return nil, err
 	}
 	out := make([]JobStatus, 0, len(recs))
-	lost := ""
+	listing, lost, err := m.jobScript(ctx, name, guest.JobsListScript())
+	var list guest.JobsList
+	if err == nil && lost == "" {
+		list, err = guest.ParseJobsList(listing)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list jobs of sandbox %q: %w", name, err)
+	}
+	var changed []state.Job
 	for _, j := range recs {
-		if lost != "" {
-			out = append(out, unreachable(j, lost))
-			continue
+		var st JobStatus
+		switch {
+		case j.Damaged != "":
+			st = jobStatusOf(j, "lost", 0)
+			st.Reason = "its record in the state file cannot be read (" + j.Damaged + ")"
+		case lost != "":
+			st = unreachable(j, lost)
+		default:
+			var rec *state.Job
+			if st, rec = m.listed(ctx, j, list); rec != nil {
+				changed = append(changed, *rec)
+			}
 		}
-		st, why, err := m.jobStatus(ctx, j)
-		if err != nil {
-			return nil, err
-		}
-		lost = why
 		out = append(out, st)
 	}
+	if len(changed) > 0 {
+		if err := m.jobs.PutJobs(changed...); err != nil {
+			m.log.Warn("save jobs' exit statuses", "sandbox", name, "err", err)
+		}
+	}
+	out = m.pruneJobs(ctx, name, out, lost == "")
 	sort.Slice(out, func(i, k int) bool { return out[i].Started.Before(out[k].Started) })
 	return out, nil
+}
+
+// listed is one job's status from a listing; rec is the record to save
+// when the job is seen to have ended for the first time (its end time,
+// and exit status if it has one). A job whose leader is gone without a
+// status in the boot that started it is asked about on its own: its waiter
+// is about to write the status (see jobAwaitRC).
+func (m *Manager) listed(ctx context.Context, j state.Job, l guest.JobsList) (st JobStatus, rec *state.Job) {
+	files, ok := l.Jobs[j.ID]
+	n, alive := l.Processes(j.ID)
+	if ok && files.ExitCode < 0 && !alive && files.Boot == l.Boot {
+		one, _, err := m.jobStatus(ctx, j)
+		if err != nil {
+			st = jobStatusOf(j, "lost", files.Size)
+			st.Reason = "its status could not be read: " + err.Error()
+			return st, nil
+		}
+		return one, nil // jobStatus saved an exit status it found
+	}
+	ended := func(code *int) *state.Job {
+		if j.Ended != nil && (code == nil || j.ExitCode != nil) {
+			return nil
+		}
+		now := time.Now().UTC()
+		j.Ended, j.ExitCode = &now, code
+		return &j
+	}
+	switch {
+	case !ok:
+		rec = ended(nil)
+		st = jobStatusOf(j, "lost", 0)
+		st.Reason = lostGone
+	case files.ExitCode >= 0:
+		code := files.ExitCode
+		rec = ended(&code)
+		st = jobStatusOf(j, "exited", files.Size)
+	case alive:
+		st = jobStatusOf(j, "running", files.Size)
+	default:
+		rec = ended(nil)
+		st = jobStatusOf(j, "lost", files.Size)
+		st.Reason = lostNoExit
+	}
+	st.Processes = n
+	return st, rec
+}
+
+// pruneJobs forgets the ended jobs (exited or lost, with nothing of them
+// still running) that ended longer ago than the retention, and removes
+// their directories in the sandbox when it can be reached. It returns the
+// statuses of the jobs kept.
+func (m *Manager) pruneJobs(ctx context.Context, name string, sts []JobStatus, reachable bool) []JobStatus {
+	keepFor := m.cfg.JobRetention
+	if keepFor == 0 {
+		keepFor = DefaultJobRetention
+	}
+	if keepFor < 0 {
+		return sts
+	}
+	cutoff := time.Now().Add(-keepFor)
+	keep := sts[:0]
+	var names, ids []string
+	for _, st := range sts {
+		if st.State != "running" && st.Processes == 0 && st.Ended != nil && st.Ended.Before(cutoff) {
+			names = append(names, st.Name)
+			if st.ID != "" {
+				ids = append(ids, st.ID)
+			}
+			continue
+		}
+		keep = append(keep, st)
+	}
+	if len(names) == 0 {
+		return sts
+	}
+	if reachable && len(ids) > 0 {
+		if script, err := guest.JobsRemoveScript(ids); err == nil {
+			if _, _, err := m.jobScript(ctx, name, script); err != nil {
+				m.log.Warn("remove pruned jobs' files", "sandbox", name, "err", err)
+			}
+		}
+	}
+	if err := m.jobs.DeleteJobs(name, names...); err != nil {
+		m.log.Warn("forget pruned jobs", "sandbox", name, "err", err)
+		return sts
+	}
+	return keep
 }
 
 // KillOptions say how to kill a job.
@@ -546,6 +660,13 @@ func (s *memJobs) PutJob(j state.Job) error {
 		s.jobs[j.Sandbox] = map[string]state.Job{}
 	}
 	s.jobs[j.Sandbox][j.Name] = j
+	return nil
+}
+
+func (s *memJobs) PutJobs(jobs ...state.Job) error {
+	for _, j := range jobs {
+		_ = s.PutJob(j)
+	}
 	return nil
 }
 

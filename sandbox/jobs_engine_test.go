@@ -13,6 +13,8 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+	bolt "go.etcd.io/bbolt"
 )
 
 // jobProcs counts, by a command of its own in the sandbox, the processes
@@ -343,5 +345,121 @@ func TestJobForkBombOnEngine(t *testing.T) {
 				t.Errorf("destroy the bomb's sandbox: %v", err)
 			}
 		})
+	}
+}
+
+// TestJobsAtScaleOnEngine: a sandbox with a thousand ended jobs, two live
+// ones and a record the state file cannot decode lists every one of them
+// right in one call; jobs that ended before the retention are forgotten
+// and their files removed; the exit statuses seen are saved in one write.
+func TestJobsAtScaleOnEngine(t *testing.T) {
+	enginetest.QuietDisk(t) // job records live in the state file
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			a, _, st := servers(t, tg, prefix)
+			ctx := context.Background()
+			const box = "many"
+			startJob(t, a, box, "sleeper", "sleep 1000")
+			startJob(t, a, box, "done", "exit 3")
+			jobAt(t, a, box, "done", func(s sandbox.JobStatus) bool { return s.State == "exited" })
+
+			const n, old = 1000, 10
+			ids := make([]string, n)
+			recs := make([]state.Job, n)
+			started := time.Now().Add(-time.Hour).UTC()
+			longAgo := time.Now().Add(-30 * 24 * time.Hour).UTC()
+			var mk strings.Builder
+			mk.WriteString("set -e; mkdir -p " + guest.JobsDir + "; cd " + guest.JobsDir + "; mkdir")
+			for i := range ids {
+				ids[i] = fmt.Sprintf("%016x", 0xa000000000000000+uint64(i))
+				mk.WriteString(" " + ids[i])
+				recs[i] = state.Job{Sandbox: box, Name: fmt.Sprintf("j%04d", i), ID: ids[i], Command: "true", PID: 100000 + i,
+					Dir: guest.JobDir(ids[i]), Container: a.ContainerFor(box), Started: started}
+				if i < old {
+					code := 0
+					recs[i].Ended, recs[i].ExitCode = &longAgo, &code
+				}
+			}
+			mk.WriteString("\nfor d in " + strings.Join(ids, " ") + "; do echo log-of-$d >$d/log; echo $((0x${d#a} % 7)) >$d/rc; done")
+			if o := run(t, a, box, shell.Request{Command: mk.String()}); o.res.ExitCode != 0 {
+				t.Fatalf("make job dirs: %d %s", o.res.ExitCode, o.stderr)
+			}
+			if err := st.PutJobs(recs...); err != nil {
+				t.Fatal(err)
+			}
+			damage(t, st.Path, box, "broken")
+
+			list, err := a.Jobs(ctx, box)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list) != n-old+3 {
+				t.Fatalf("jobs listed %d, want %d", len(list), n-old+3)
+			}
+			byName := map[string]sandbox.JobStatus{}
+			for _, j := range list {
+				byName[j.Name] = j
+			}
+			if j := byName["sleeper"]; j.State != "running" || j.Processes < 1 {
+				t.Errorf("sleeper: %+v", j)
+			}
+			if j := byName["done"]; j.State != "exited" || j.ExitCode == nil || *j.ExitCode != 3 {
+				t.Errorf("done: %+v", j)
+			}
+			if j := byName["broken"]; j.State != "lost" || !strings.Contains(j.Reason, "cannot be read") {
+				t.Errorf("the damaged record: %+v", j)
+			}
+			for i := old; i < n; i++ {
+				j := byName[recs[i].Name]
+				if j.State != "exited" || j.ExitCode == nil || *j.ExitCode != i%7 || j.LogSize != int64(len("log-of-"+ids[i]+"\n")) || j.Ended == nil {
+					t.Fatalf("%s: %+v", recs[i].Name, j)
+				}
+			}
+			for i := range old {
+				if _, ok := byName[recs[i].Name]; ok {
+					t.Errorf("%s ended 30 days ago and is still listed", recs[i].Name)
+				}
+			}
+			left := run(t, a, box, shell.Request{Command: "ls " + guest.JobsDir + " | wc -l"})
+			if got := strings.TrimSpace(left.stdout); got != strconv.Itoa(n-old+2) {
+				t.Errorf("%s job directories left in the sandbox, want %d", got, n-old+2)
+			}
+			saved, err := st.Jobs(box)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended := 0
+			for _, j := range saved {
+				if j.Ended != nil && j.ExitCode != nil {
+					ended++
+				}
+			}
+			if len(saved) != n-old+3 || ended != n-old+1 {
+				t.Errorf("state keeps %d records, %d with an exit status; want %d and %d", len(saved), ended, n-old+3, n-old+1)
+			}
+		})
+	}
+}
+
+// damage stores an undecodable job record under sandbox/name.
+func damage(t *testing.T, path, sandbox, name string) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists([]byte("jobs"))
+		if err != nil {
+			return err
+		}
+		return b.Put(append(append([]byte(sandbox), 0), name...), []byte(`{"sandbox": 7`))
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

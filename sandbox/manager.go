@@ -44,6 +44,11 @@ type Config struct {
 	History HistoryStore
 	// Jobs keeps background job records; nil keeps them in memory.
 	Jobs JobStore
+	// JobRetention is how long a job that ended (exited or lost, with
+	// nothing of it running) is kept before jobs forgets it and removes
+	// its log; 0 means DefaultJobRetention, a negative value keeps jobs
+	// until their sandbox goes.
+	JobRetention time.Duration
 	// Sandboxes records each sandbox's profile in use; nil records nothing.
 	Sandboxes SandboxStore
 	// Snapshots keeps snapshot records, and SnapshotDir their workspace

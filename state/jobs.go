@@ -29,6 +29,9 @@ type Job struct {
 	// Ended and ExitCode are set once the job is seen to have ended.
 	Ended    *time.Time `json:"ended,omitempty"`
 	ExitCode *int       `json:"exit_code,omitempty"`
+	// Damaged, never stored, is set on a record Jobs could not decode:
+	// only Sandbox and Name are known, and Damaged says what was wrong.
+	Damaged string `json:"-"`
 }
 
 func jobKey(sandbox, name string) []byte {
@@ -36,17 +39,28 @@ func jobKey(sandbox, name string) []byte {
 }
 
 // PutJob stores or replaces a job record.
-func (s *Store) PutJob(j Job) error {
-	data, err := json.Marshal(j)
-	if err != nil {
-		return err
+func (s *Store) PutJob(j Job) error { return s.PutJobs(j) }
+
+// PutJobs stores or replaces several job records in one write.
+func (s *Store) PutJobs(jobs ...Job) error {
+	data := make([][]byte, len(jobs))
+	for i, j := range jobs {
+		var err error
+		if data[i], err = json.Marshal(j); err != nil {
+			return err
+		}
 	}
 	return s.update(func(tx *bolt.Tx) error {
 		b, err := tx.CreateBucketIfNotExists(bucketJobs)
 		if err != nil {
 			return err
 		}
-		return b.Put(jobKey(j.Sandbox, j.Name), data)
+		for i, j := range jobs {
+			if err := b.Put(jobKey(j.Sandbox, j.Name), data[i]); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -70,8 +84,9 @@ func (s *Store) Job(sandbox, name string) (j Job, ok bool, err error) {
 	return j, ok, err
 }
 
-// Jobs returns a sandbox's job records in name order; unreadable records
-// are skipped.
+// Jobs returns a sandbox's job records in name order. A record that cannot
+// be decoded comes back with only its sandbox and name and Damaged set, so
+// that one bad record hides no other and is still named.
 func (s *Store) Jobs(sandbox string) ([]Job, error) {
 	var out []Job
 	err := s.view(func(tx *bolt.Tx) error {
@@ -83,9 +98,10 @@ func (s *Store) Jobs(sandbox string) ([]Job, error) {
 		c := b.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			var j Job
-			if json.Unmarshal(v, &j) == nil {
-				out = append(out, j)
+			if err := json.Unmarshal(v, &j); err != nil {
+				j = Job{Sandbox: sandbox, Name: string(k[len(prefix):]), Damaged: err.Error()}
 			}
+			out = append(out, j)
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"time"
 )
@@ -76,4 +77,71 @@ func (b *bench) benchJobKill() error {
 		fmt.Sprintf("%d signalled, %s left", k.Signalled, left), 0, "none left, < 2s",
 		left == "0" && k.Ended && took < 2*time.Second)
 	return nil
+}
+
+// jobScale is how many jobs the jobs-at-scale figure lists.
+const jobScale = 1000
+
+// benchJobScale: jobScale jobs started through bg in a sandbox of their
+// own (each ends at once), then jobs timed: the first call, which also
+// saves every exit status, and the median of four more. The floor is one
+// engine exec in the same sandbox.
+func (b *bench) benchJobScale() error {
+	const sandbox = "jobscale"
+	start := time.Now()
+	for i := range jobScale {
+		if _, _, err := b.call("bg", map[string]any{"sandbox": sandbox, "name": fmt.Sprintf("j%04d", i), "command": "echo $$"}); err != nil {
+			return fmt.Errorf("bg %d: %w", i, err)
+		}
+	}
+	fmt.Printf("%-44s %d jobs started in %s\n", "", jobScale, time.Since(start).Round(time.Millisecond))
+	list := func() (int, time.Duration, error) {
+		res, took, err := b.call("jobs", map[string]any{"sandbox": sandbox})
+		if err != nil {
+			return 0, took, err
+		}
+		var out struct {
+			Jobs []struct {
+				State string `json:"state"`
+			} `json:"jobs"`
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return 0, took, fmt.Errorf("jobs: structured result: %w", err)
+		}
+		exited := 0
+		for _, j := range out.Jobs {
+			if j.State == "exited" {
+				exited++
+			}
+		}
+		return exited, took, nil
+	}
+	exited, first, err := list()
+	if err != nil {
+		return err
+	}
+	var again []time.Duration
+	for range 4 {
+		_, took, err := list()
+		if err != nil {
+			return err
+		}
+		again = append(again, took)
+	}
+	var floors []time.Duration
+	for range 5 {
+		t0 := time.Now()
+		if out, err := exec.Command(b.engine, "exec", b.launch.prefix+"-"+sandbox, "true").CombinedOutput(); err != nil {
+			return fmt.Errorf("%s exec: %v: %s", b.engine, err, out)
+		}
+		floors = append(floors, time.Since(t0))
+	}
+	fl := median(floors)
+	report(fmt.Sprintf("jobs over %d records, first call", jobScale), ms(first), ms(fl)+" (one "+b.engine+" exec)", ratio(first, fl),
+		"<= 1s, all listed", first <= time.Second && exited == jobScale)
+	m := median(again)
+	report(fmt.Sprintf("jobs over %d records, median of 4 more", jobScale), ms(m), ms(fl)+" (one "+b.engine+" exec)", ratio(m, fl), "<= 1s", m <= time.Second)
+	_, _, err = b.call("destroy", map[string]any{"sandbox": sandbox})
+	return err
 }

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -51,6 +52,9 @@ type Config struct {
 	PortsBind string
 	// AllowPrivilegedPorts lets expose listen on host ports below 1024.
 	AllowPrivilegedPorts bool
+	// JobRetention is how long ended background jobs are kept (see
+	// sandbox.Config.JobRetention; negative: until their sandbox goes).
+	JobRetention time.Duration
 	// ChildPolicies are the sandboxes that may spawn children, and under
 	// what policy; a sandbox not named may not.
 	ChildPolicies map[string]spawn.Policy
@@ -68,6 +72,7 @@ func DefaultConfig() Config {
 		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap,
 		LogLevel:      "info",
 		PortsBind:     "127.0.0.1",
+		JobRetention:  sandbox.DefaultJobRetention,
 		ChildPolicies: map[string]spawn.Policy{sandbox.DefaultName: spawn.DefaultPolicy()},
 	}
 }
@@ -275,6 +280,13 @@ func Settings() []Setting {
 				c.AllowPrivilegedPorts = b
 				return nil
 			}},
+		{Flag: "job-retention", Env: "SANDBOX_MCP_JOB_RETENTION", ServeOnly: true, Default: formatRetention(d.JobRetention),
+			Usage: "how long an ended background job's record and log are kept: a `duration` such as 72h or 7d, or forever",
+			set: func(c *Config, v string) error {
+				r, err := parseRetention(v)
+				c.JobRetention = r
+				return err
+			}},
 		{Flag: "child-policy", Env: "SANDBOX_MCP_CHILD_POLICIES", ServeOnly: true, List: true, Sep: ";",
 			Usage: "let sandbox `NAME` spawn children: NAME alone for the default policy, NAME:{json} to change keys of it " +
 				"(max_concurrent, max_total, total_child_cpus, total_child_memory, child_max_cpus, child_max_memory, allowed_images, child_ttl, " +
@@ -383,6 +395,8 @@ type fileConfig struct {
 	AllowDirs   []string                   `json:"allow_dirs"`
 	PortsBind   *string                    `json:"ports_bind"`
 	Privileged  *bool                      `json:"allow_privileged_ports"`
+	// JobRetention is a duration ("72h", "7d") or "forever".
+	JobRetention *string `json:"job_retention"`
 	// ChildPolicies replaces the default's: {} lets no sandbox spawn.
 	ChildPolicies map[string]json.RawMessage `json:"child_policies"`
 }
@@ -476,6 +490,13 @@ func (c *Config) applyFile(data []byte) error {
 	if f.Privileged != nil {
 		c.AllowPrivilegedPorts = *f.Privileged
 	}
+	if f.JobRetention != nil {
+		r, err := parseRetention(*f.JobRetention)
+		if err := check("job_retention", err); err != nil {
+			return err
+		}
+		c.JobRetention = r
+	}
 	if f.PoolSize != nil {
 		if err := check("pool_size", checkPoolSize(*f.PoolSize)); err != nil {
 			return err
@@ -552,6 +573,40 @@ func sizeFromJSON(data json.RawMessage) (int64, error) {
 
 // parseBytes reads a size: a whole number of bytes, or one with a K, M, G
 // or T suffix (powers of 1024, an optional trailing B or iB).
+// parseRetention reads a retention: a Go duration, a number of days ("7d")
+// or "forever" (-1). It must be positive.
+func parseRetention(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "forever") {
+		return -1, nil
+	}
+	var d time.Duration
+	var err error
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n int
+		if n, err = strconv.Atoi(days); err == nil {
+			d = time.Duration(n) * 24 * time.Hour
+		}
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration (such as 72h or 7d) or forever", s)
+	}
+	return d, nil
+}
+
+// formatRetention is parseRetention's inverse for whole days.
+func formatRetention(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "forever"
+	case d%(24*time.Hour) == 0:
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+	return d.String()
+}
+
 func parseBytes(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	t = strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(t), "B"), "I")

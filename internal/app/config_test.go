@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
@@ -76,6 +77,8 @@ func TestResolvePrecedence(t *testing.T) {
 			[4]any{"127.0.0.1", "::1", "0.0.0.0", "127.0.0.2"}, func(c Config) any { return c.PortsBind }},
 		{"allow-privileged-ports", "SANDBOX_MCP_ALLOW_PRIVILEGED_PORTS", `"allow_privileged_ports": true`, "", "false", "true",
 			[4]any{false, true, false, true}, func(c Config) any { return c.AllowPrivilegedPorts }},
+		{"job-retention", "SANDBOX_MCP_JOB_RETENTION", `"job_retention": "30d"`, "", "forever", "90m",
+			[4]any{7 * 24 * time.Hour, 30 * 24 * time.Hour, time.Duration(-1), 90 * time.Minute}, func(c Config) any { return c.JobRetention }},
 	} {
 		steps := []struct {
 			name string
@@ -265,8 +268,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "20" {
-		t.Errorf("%s settings, want 20", got)
+	if got := fmt.Sprint(len(Settings())); got != "21" {
+		t.Errorf("%s settings, want 21", got)
 	}
 }
 
@@ -357,6 +360,16 @@ func TestChildPolicies(t *testing.T) {
 	} {
 		if _, err := tc.src.resolve(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v", tc.src, err)
+		}
+	}
+}
+
+// TestJobRetentionRefusesNonsense: zero, negative and unreadable
+// retentions are refused where they are given.
+func TestJobRetentionRefusesNonsense(t *testing.T) {
+	for _, v := range []string{"0", "0s", "-1h", "soon", "7x", "-3d"} {
+		if _, err := (sources{flags: FlagValues{"job-retention": v}}).resolve(); err == nil || !strings.Contains(err.Error(), "job-retention") {
+			t.Errorf("--job-retention %s: %v", v, err)
 		}
 	}
 }
