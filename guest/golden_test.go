@@ -102,7 +102,8 @@ var goldenCases = []goldenCase{
 	{"probe_path", func() (string, error) { return ProbePathScript(hostile) }},
 	{"tar", text(TarScript)},
 	{"untar", text(UntarScript)},
-	{"replace_dir", text(ReplaceDirScript)},
+	{"stage", text(StageScript)},
+	{"swap", text(SwapScript)},
 	{"upload", text(UploadScript)},
 	{"sync_list", func() (string, error) {
 		return SyncListScript(hostile, []string{".git", "node_modules", "it's"}, false)
@@ -120,8 +121,6 @@ var goldenCases = []goldenCase{
 	{"sync_apply_workspace_remove_only", func() (string, error) {
 		return SyncApplyScript("/workspace", []string{"./a"}, false, true)
 	}},
-	{"workspace_load", func() (string, error) { return WorkspaceLoadScript("/workspace", false) }},
-	{"workspace_load_replace", func() (string, error) { return WorkspaceLoadScript(hostile, true) }},
 
 	// Background jobs.
 	{"job_start", func() (string, error) { return JobStartScript(jobID, "", "sleep 100") }},

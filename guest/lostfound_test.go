@@ -229,7 +229,7 @@ func TestTarKeepsTheUsersLostFound(t *testing.T) {
 		t.Errorf("tar: %q, want %q", got, want)
 	}
 	// A restore replaces it like any other entry.
-	if _, err := sh(t, ReplaceDirScript, tarOf(t, "./", "./b.txt"), ws, SkipLostFound); err != nil {
+	if err := restoreInto(t, ws, tarOf(t, "./", "./b.txt", "END")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "lost+found")); err == nil {
@@ -240,24 +240,10 @@ func TestTarKeepsTheUsersLostFound(t *testing.T) {
 // An old snapshot, or one of a workspace where lost+found was the user's,
 // holds lost+found: restoring it leaves the volume's as it was.
 func TestRestoreLeavesTheVolumesLostFound(t *testing.T) {
-	snap := tarOf(t, "./", "./lost+found/", "./lost+found/#12", "./b.txt", "lost+found/x", "./sub/", "./sub/lost+found/", "./sub/lost+found/k")
+	snap := tarOf(t, "./", "./lost+found/", "./lost+found/#12", "./b.txt", "lost+found/x", "./sub/", "./sub/lost+found/", "./sub/lost+found/k", "END")
 	for name, load := range map[string]func(ws string) error{
-		"exec": func(ws string) error { _, err := sh(t, ReplaceDirScript, snap, ws, SkipLostFound); return err },
-		"shell": func(ws string) error {
-			s, err := WorkspaceLoadScript(ws, true)
-			if err == nil {
-				_, err = sh(t, s, snap)
-			}
-			return err
-		},
-		"clone": func(ws string) error { _, err := sh(t, UntarScript, snap, ws, SkipLostFound); return err },
-		"shell clone": func(ws string) error {
-			s, err := WorkspaceLoadScript(ws, false)
-			if err == nil {
-				_, err = sh(t, s, snap)
-			}
-			return err
-		},
+		"restore": func(ws string) error { return restoreInto(t, ws, snap) },
+		"untar":   func(ws string) error { _, err := sh(t, UntarScript, snap, ws, SkipLostFound); return err },
 	} {
 		t.Run(name, func(t *testing.T) {
 			ws := ext4Root(t)
@@ -273,7 +259,7 @@ func TestRestoreLeavesTheVolumesLostFound(t *testing.T) {
 				t.Errorf("the user's sub/lost+found/k was not restored: %v", err)
 			}
 			_, err := os.Stat(filepath.Join(ws, "a.txt"))
-			if replaced := !strings.Contains(name, "clone"); replaced != (err != nil) {
+			if replaced := name == "restore"; replaced != (err != nil) {
 				t.Errorf("a.txt after the load: %v", err)
 			}
 		})
@@ -312,4 +298,16 @@ func TestSyncLeavesTheVolumesLostFound(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "c.txt")); err != nil {
 		t.Errorf("c.txt was not synced: %v", err)
 	}
+}
+
+// restoreInto makes stream (ending with the entry END) the content of the
+// workspace ws as a restore does: staged beside it, then swapped in.
+func restoreInto(t *testing.T, ws string, stream []byte) error {
+	t.Helper()
+	const st, old = WorkspaceStagePrefix + "lf", WorkspaceOldPrefix + "lf"
+	if _, err := sh(t, StageScript, stream, ws, st, "END", SkipLostFound, ""); err != nil {
+		return err
+	}
+	_, err := sh(t, SwapScript, nil, ws, st, old, SkipLostFound)
+	return err
 }

@@ -72,8 +72,8 @@ func ParseProbe(out string) (kind, p string, err error) {
 // built with it); a tar without --exclude (Debian's busybox) sends and
 // extracts lost+found as it always did.
 
-// SkipLostFound, as the last argument of TarScript, UntarScript or
-// ReplaceDirScript, says that the directory they walk is the workspace:
+// SkipLostFound, as an argument of TarScript, UntarScript, StageScript
+// or SwapScript, says that the directory they walk is the workspace:
 // its volume's lost+found is left alone.
 const SkipLostFound = "skip-lost+found"
 
@@ -88,7 +88,7 @@ const lostFoundHere = `[ -d lost+found ] && [ ! -L lost+found ] && ` +
 const hasExclude = `command tar -c -f /dev/null --exclude=x -- /dev/null >/dev/null 2>&1`
 
 // Exact, as the argument after SkipLostFound (which may be ""), makes
-// TarScript, UntarScript and ReplaceDirScript copy a tree exactly, for a
+// TarScript, UntarScript and StageScript copy a tree exactly, for a
 // snapshot's or a clone's workspace: owners and groups by number (a uid
 // the image does not know included), ACLs and extended attributes of every
 // namespace where the tar has them (GNU tar built with them), and sparse
@@ -184,17 +184,55 @@ const putFiles = `for f; do
   command mv -f -- "$f" "$0/$f" || exit 1
 done`
 
-// ReplaceDirScript empties the directory $1 and extracts a tar stream
-// from stdin into it, like UntarScript. With $2 SkipLostFound, the
-// volume's lost+found is neither removed nor extracted over; with $3
-// Exact, the copy is exact.
-const ReplaceDirScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
-x= e=
-[ "$3" != ` + Exact + ` ] || e=1
-if [ "$2" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
-if [ -n "$x" ]; then command find . -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf -- {} + || exit 1
-else command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1; fi
-` + execUntar
+// WorkspaceStagePrefix and WorkspaceOldPrefix begin the names of the
+// directories, in the workspace, where a restore or a clone puts the new
+// workspace while it arrives and the old one while they swap.
+const (
+	WorkspaceStagePrefix = ".sandbox-mcp-restore-"
+	WorkspaceOldPrefix   = ".sandbox-mcp-old-"
+)
+
+// StageScript extracts a tar stream from stdin into the directory $2 (a
+// base name, made fresh) in the directory $1, as UntarScript would into
+// $1, and keeps it only when the stream arrived whole: its last entry the
+// empty file $3 (tar takes a stream cut between two entries for a whole
+// one). With $4 SkipLostFound, a lost+found of the stream is not
+// extracted; with $5 Exact, the copy is exact. A stream cut short removes
+// $2 and fails; $1 is not touched either way.
+const StageScript = `command mkdir -p -- "$1" && cd -- "$1" || exit 1
+st=$2 end=$3 x= e=
+[ "$5" != ` + Exact + ` ] || e=1
+if [ "$4" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
+command rm -rf -- "$st" && command mkdir -- "$st" || exit 1
+if ! (cd -- "$st" || exit 1
+` + execUntar + `); then command rm -rf -- "$st"; exit 1; fi
+if [ ! -f "$st/$end" ]; then echo "the workspace's stream was cut short: nothing was changed" >&2; command rm -rf -- "$st"; exit 1; fi
+command rm -f -- "$st/$end"`
+
+// SwapScript makes the staged workspace $2 (see StageScript) the content
+// of the directory $1: it moves every entry of $1 but $2, $3 and (with $4
+// SkipLostFound) the volume's lost+found into the directory $3, marks $3
+// when that is done, moves every entry of $2 into $1 and removes $2 and
+// $3. Each move is a rename within one filesystem. Run again after it was
+// killed at any point it carries on where it stopped: once $3 is marked,
+// what is in $1 is the new workspace's; without $2, only $3 is removed.
+const SwapScript = `cd -- "$1" || exit 1
+st=$2 old=$3 x=
+if [ "$4" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
+if [ -d "$st" ] && [ ! -L "$st" ]; then
+  if [ ! -f "$old/.sandbox-mcp-moved" ]; then
+    command mkdir -p -- "$old" || exit 1
+    if [ -n "$x" ]; then
+      command find . -mindepth 1 -maxdepth 1 ! -name "$st" ! -name "$old" ! -name lost+found -exec sh -c 'command mv -f -- "$@" "$0/"' "$old" {} + || exit 1
+    else
+      command find . -mindepth 1 -maxdepth 1 ! -name "$st" ! -name "$old" -exec sh -c 'command mv -f -- "$@" "$0/"' "$old" {} + || exit 1
+    fi
+    : >"$old/.sandbox-mcp-moved" || exit 1
+  fi
+  command find "$st" -mindepth 1 -maxdepth 1 -exec sh -c 'command mv -f -- "$@" "$0/"' "$PWD" {} + || exit 1
+  command rmdir -- "$st" || exit 1
+fi
+command rm -rf -- "$old"`
 
 // TarScript writes the entry $2 of the directory $1 (and all under it)
 // to stdout as a tar stream. Symlinks are stored as links. GNU tar writes
@@ -326,26 +364,6 @@ func SyncApplyScript(dir string, remove []string, untar, workspace bool) (string
 	if untar {
 		untarHere(&b, skip, false)
 	}
-	b.WriteString(")")
-	return b.String(), nil
-}
-
-// WorkspaceLoadScript extracts a tar stream from stdin into dir (emptied
-// first with replace) through the persistent shell, in a subshell, as an
-// exact copy (see Exact). dir is the workspace: its volume's lost+found is
-// neither removed nor extracted over.
-func WorkspaceLoadScript(dir string, replace bool) (string, error) {
-	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
-		return "", errors.New("directory must be non-empty, without NUL")
-	}
-	var b strings.Builder
-	b.WriteString("(command mkdir -p -- " + quote(dir) + " && cd -- " + quote(dir) + " || exit 1\n")
-	b.WriteString("__sbx_lf=\nif " + lostFoundHere + "; then __sbx_lf=1; fi\n")
-	if replace {
-		b.WriteString(`if [ -n "$__sbx_lf" ]; then command find . -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf -- {} + || exit 1` + "\n" +
-			"else command find . -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1; fi\n")
-	}
-	untarHere(&b, true, true)
 	b.WriteString(")")
 	return b.String(), nil
 }

@@ -19,7 +19,11 @@ func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	n := 0
+	pending := m.intentTrash()
 	for _, name := range m.orphans(cs) {
+		if pending[name] {
+			continue // an interrupted restore's old container, which may yet be put back
+		}
 		if err := m.rt.Remove(ctx, name); err == nil {
 			n++
 		}
@@ -51,12 +55,15 @@ func (m *Manager) orphans(cs []Container) []string {
 }
 
 // Reconcile brings the state in line with the engine, the truth for what
-// exists, when a server starts: it removes containers a reset left behind,
+// exists, when a server starts: it finishes or undoes the restores and
+// clones that killed servers left half done, removes containers a reset
+// left behind,
 // ends and records the commands that killed servers left running (see
 // sweep.go), forgets the job records of sandboxes whose container is gone,
 // and reports (never removes) the sandboxes earlier servers left running
 // or stopped, which any server adopts on first use.
 func (m *Manager) Reconcile(ctx context.Context) error {
+	m.resumeIntents(ctx) // intent.go: before the old containers they may put back are removed
 	if n, err := m.RemoveOrphans(ctx); err != nil {
 		return fmt.Errorf("remove containers left by resets: %w", err)
 	} else if n > 0 {

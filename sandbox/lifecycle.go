@@ -151,7 +151,7 @@ func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, err
 		return nil, BootInfo{}, ErrClosed
 	}
 	if sb, ok := m.Lookup(name); ok && m.current(sb) {
-		return sb, BootInfo{}, nil
+		return sb, BootInfo{Recovered: m.takeNote(name)}, nil
 	}
 	release, err := m.lockName(ctx, name, "boot")
 	if err != nil {
@@ -201,10 +201,14 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	// finds the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	defer cancel()
+	var resumed *resumption
+	if mode == bootFind {
+		resumed = m.resumeIntent(bctx, name) // intent.go
+	}
 	start := time.Now()
 	sb, binfo, err := m.boot(bctx, name, mode)
 	binfo.Took = time.Since(start)
-	binfo.Recovered = info.Recovered
+	binfo.Recovered = joinNotes(info.Recovered, m.takeNote(name))
 	if err != nil {
 		return nil, binfo, err
 	}
@@ -212,6 +216,9 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	if err := m.install(sb); err != nil {
 		sb.end(endedByShutdown)
 		return nil, binfo, err
+	}
+	if resumed != nil {
+		binfo.Recovered = joinNotes(binfo.Recovered, m.finishResumed(bctx, sb, resumed))
 	}
 	m.log.Info("sandbox ready", "name", name, "container", sb.Container,
 		"created", binfo.Created, "started", binfo.Started, "adopted", binfo.Adopted, "took", binfo.Took)

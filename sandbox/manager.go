@@ -55,6 +55,10 @@ type Config struct {
 	// tars; without both, snapshots are not offered.
 	Snapshots   SnapshotStore
 	SnapshotDir string
+	// Intents records restores and clones under way, so that the next
+	// server finishes or undoes what a killed one left (intent.go); nil
+	// records nothing.
+	Intents IntentStore
 	// LockDir holds the lock files that serialise lifecycle changes across
 	// server processes sharing one state directory; "" locks within this
 	// process only.
@@ -123,6 +127,12 @@ type Manager struct {
 	net netState // the sandboxes' shared network (network.go)
 
 	control *Control // the control socket (children.go); under mu
+
+	// notes are what the next call on a sandbox must be told (an
+	// interrupted restore finished or undone), by name; under mu.
+	// pendingNotes counts them, so that a call checks without the lock.
+	notes        map[string]string
+	pendingNotes atomic.Int64
 }
 
 // BootInfo says what Get had to do to make a sandbox ready.

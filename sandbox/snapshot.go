@@ -364,41 +364,23 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 	return n, file, nil
 }
 
-// loadWorkspace extracts a saved workspace tar into the sandbox's
-// workspace, emptying it first when replace is set; the volume's
-// lost+found is neither removed nor extracted over. A small one goes
-// through the sandbox's shell (a pipe round trip), a large one over an
-// exec of its own.
-func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, rec state.Snapshot, replace bool) error {
-	path := filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile)
-	if rec.WorkspaceBytes > 0 && rec.WorkspaceBytes <= smallSync {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		script, err := guest.WorkspaceLoadScript(m.cfg.Workdir, replace)
-		if err != nil {
-			return err
-		}
-		return sb.viaShell(ctx, "restore the workspace into", script, data)
-	}
-	f, err := os.Open(path)
-	if err != nil {
+// loadWorkspace makes a saved workspace tar the content of the sandbox's
+// workspace (a new sandbox's, for a clone), whole or not at all: it is
+// staged beside the workspace and swapped in (intent.go). The volume's
+// lost+found is neither removed nor extracted over.
+func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, file string, in state.Intent) error {
+	if err := m.stageWorkspace(ctx, sb, file, in); err != nil {
 		return err
 	}
-	defer f.Close()
-	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
-	defer cancel()
-	script := guest.UntarScript
-	if replace {
-		script = guest.ReplaceDirScript
+	in.Phase = intentStaged
+	if err := m.putIntent(in); err != nil {
+		return err
 	}
-	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", script, "sh", m.cfg.Workdir, guest.SkipLostFound, guest.Exact},
-		func(w io.Writer) error { _, err := io.Copy(w, f); return err })
-	if failed != nil {
-		return m.transferFailed(ctx, sb, "restore the workspace into", m.cfg.Workdir, failed, "the workspace may be incomplete")
+	if err := m.swapWorkspace(ctx, sb, in); err != nil {
+		return err
 	}
-	return werr
+	m.endIntent(in.Sandbox)
+	return nil
 }
 
 // Restore replaces sandbox name's container with one from snapshot snap,
@@ -445,13 +427,27 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 		}
 		m.runHooks(name, "restore")
 	}
+	// The restore is recorded before the container moves: a server killed
+	// from here on leaves it for the next one to undo or finish (intent.go).
+	in := newIntent(name, "restore", snap)
+	if undoable {
+		in.Trash = m.trashName()
+	}
+	if err := m.putIntent(in); err != nil {
+		return BootInfo{}, rec, err
+	}
+	defer func() {
+		if in.Phase == intentBegun {
+			m.endIntent(name) // undone here, or never begun
+		}
+	}()
 	checked := make(chan bool, 1)
 	if undoable {
 		go func() { checked <- imageGone() }()
 	} else {
 		endOld() // retire removes the container: its commands end first, told why
 	}
-	finish, undo, err := m.retire(ctx, name, known)
+	finish, undo, err := m.retire(ctx, name, known, in.Trash)
 	if undoable && <-checked {
 		if err == nil && !undo() {
 			finish()
@@ -478,12 +474,31 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 		}
 		return info, rec, err
 	}
-	finish() // the old container's processes are gone before the workspace changes
-	if rec.Workspace {
-		if err := m.loadWorkspace(ctx, sb, rec, true); err != nil {
-			return info, rec, err
-		}
+	if !rec.Workspace {
+		finish()
+		return info, rec, nil
 	}
+	// The snapshot's workspace arrives beside the old one, which stays
+	// until it is whole: a failure until then puts the sandbox back as it
+	// was where the engine can.
+	if err := m.stageWorkspace(ctx, sb, rec.WorkspaceFile, in); err != nil {
+		if derr := m.dropStage(context.WithoutCancel(ctx), sb, in); derr != nil {
+			m.log.Warn("remove a staged workspace", "sandbox", name, "err", derr)
+		}
+		if undo() {
+			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (its commands and jobs had ended)", name, snap, err)
+		}
+		return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox runs from the snapshot's image with its workspace as it was", name, snap, err)
+	}
+	in.Phase = intentStaged
+	if err := m.putIntent(in); err != nil {
+		m.log.Warn("record a restore's progress", "sandbox", name, "err", err)
+	}
+	finish() // the old container's processes are gone before the workspace changes
+	if err := m.swapWorkspace(context.WithoutCancel(ctx), sb, in); err != nil {
+		return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the next boot of the sandbox finishes it", name, snap, err)
+	}
+	m.endIntent(name)
 	return info, rec, nil
 }
 
@@ -497,7 +512,7 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 // kept. The caller holds the lifecycle lock and must call finish. id is
 // the container's ID when known (booted by this server), else it is
 // looked up.
-func (m *Manager) retire(ctx context.Context, name, id string) (finish func(), undo func() bool, err error) {
+func (m *Manager) retire(ctx context.Context, name, id, trash string) (finish func(), undo func() bool, err error) {
 	done, cannot := func() {}, func() bool { return false }
 	target := id
 	if target == "" {
@@ -517,7 +532,9 @@ func (m *Manager) retire(ctx context.Context, name, id string) (finish func(), u
 		}
 		return done, cannot, nil
 	}
-	trash := m.trashName()
+	if trash == "" {
+		trash = m.trashName()
+	}
 	if err := r.Rename(ctx, target, trash); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return done, cannot, nil
@@ -708,7 +725,16 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	if err != nil {
 		return info, err
 	}
-	if err := m.loadWorkspace(ctx, sb, state.Snapshot{WorkspaceFile: file, WorkspaceBytes: fileSize(filepath.Join(m.cfg.SnapshotDir, file))}, false); err != nil {
+	in := newIntent(target, "clone", source)
+	if err := m.putIntent(in); err != nil {
+		return info, err
+	}
+	if err := m.loadWorkspace(ctx, sb, file, in); err != nil {
+		if in, ok, _ := m.intentOf(target); ok && in.Phase == intentBegun {
+			if derr := m.dropStage(context.WithoutCancel(ctx), sb, in); derr == nil {
+				m.endIntent(target)
+			}
+		}
 		return info, fmt.Errorf("clone %q: sandbox %q runs, but its workspace did not load: %w", source, target, err)
 	}
 	return info, nil
@@ -892,12 +918,4 @@ func shortRef(ref string) string {
 		ref = strings.TrimPrefix(ref, p)
 	}
 	return ref
-}
-
-func fileSize(p string) int64 {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return -1
-	}
-	return fi.Size()
 }

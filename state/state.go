@@ -15,6 +15,7 @@
 //	history   <sandbox name> -> JSON []Entry, newest last, bounded
 //	jobs      <sandbox name> NUL <job name> -> JSON Job
 //	sandboxes <sandbox name> -> JSON Sandbox (profile in use, last boot)
+//	intents   <sandbox name> -> JSON Intent (a restore or clone under way)
 //
 // # Versioning
 //

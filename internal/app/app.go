@@ -96,7 +96,7 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 	}
 	m := sandbox.NewManager(rt, sandbox.Config{
 		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
-		History: st, Jobs: st, JobRetention: cfg.JobRetention, Sandboxes: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
+		History: st, Jobs: st, JobRetention: cfg.JobRetention, Sandboxes: st, Intents: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),
 	})
 	return &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Manager: m}, nil

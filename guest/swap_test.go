@@ -1,0 +1,138 @@
+package guest
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// listTree lists every path under dir with a file's content, for
+// comparing two trees.
+func listTree(t *testing.T, dir string) string {
+	t.Helper()
+	var out []string
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if info.Mode().IsRegular() {
+			rel += "=" + read(t, p)
+		}
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+func runScript(t *testing.T, script string, stdin []byte, args ...string) error {
+	t.Helper()
+	cmd := exec.Command("sh", append([]string{"-c", script, "sh"}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if err != nil {
+		t.Logf("stderr: %s", errb.String())
+	}
+	return err
+}
+
+// TestStageAndSwap: a workspace is replaced only by a stream that arrived
+// whole, and the swap, killed at any step and run again, ends with the new
+// workspace alone, hidden files included, and nothing of the old.
+func TestStageAndSwap(t *testing.T) {
+	const st, old = WorkspaceStagePrefix + "t", WorkspaceOldPrefix + "t"
+	oldTree := func(t *testing.T) string {
+		ws := t.TempDir()
+		os.MkdirAll(filepath.Join(ws, "src", "deep"), 0o755)
+		os.WriteFile(filepath.Join(ws, "src", "deep", "a"), []byte("old a"), 0o644)
+		os.WriteFile(filepath.Join(ws, ".hidden"), []byte("old hidden"), 0o644)
+		os.WriteFile(filepath.Join(ws, "-dash"), []byte("old dash"), 0o644)
+		os.WriteFile(filepath.Join(ws, "only-old"), []byte("x"), 0o644)
+		return ws
+	}
+	stream := tarOf2(t, tarEnt{name: "./", dir: true}, tarEnt{name: "./src/", dir: true}, tarEnt{name: "./src/b", body: "new b"},
+		tarEnt{name: "./.env", body: "new env"}, tarEnt{name: "./-dash", body: "new dash"}, tarEnt{name: "END"})
+	want := "-dash=new dash .env=new env src src/b=new b"
+
+	t.Run("cut short", func(t *testing.T) {
+		ws := oldTree(t)
+		before := listTree(t, ws)
+		cut := tarOf2(t, tarEnt{name: "./", dir: true}, tarEnt{name: "./src/", dir: true}, tarEnt{name: "./src/b", body: "new b"})
+		if err := runScript(t, StageScript, cut, ws, st, "END", "", Exact); err == nil {
+			t.Fatal("a stream without its end mark was taken")
+		}
+		if got := listTree(t, ws); got != before {
+			t.Fatalf("the workspace changed:\n%s\nwant\n%s", got, before)
+		}
+	})
+	t.Run("whole", func(t *testing.T) {
+		ws := oldTree(t)
+		if err := runScript(t, StageScript, stream, ws, st, "END", "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := listTree(t, filepath.Join(ws, st)); got != want {
+			t.Fatalf("staged %s", got)
+		}
+		if err := runScript(t, SwapScript, nil, ws, st, old, ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := listTree(t, ws); got != want {
+			t.Fatalf("after the swap: %s\nwant %s", got, want)
+		}
+	})
+	// A swap killed part way: some old entries moved aside, or all of
+	// them and some new ones moved in, or the stage gone and the old
+	// directory half removed. Run again, each ends with the new workspace.
+	for _, tc := range []struct {
+		name string
+		brk  func(ws string)
+	}{
+		{"while moving the old aside", func(ws string) {
+			os.MkdirAll(filepath.Join(ws, old), 0o755)
+			os.Rename(filepath.Join(ws, "src"), filepath.Join(ws, old, "src"))
+		}},
+		{"while moving the new in", func(ws string) {
+			os.MkdirAll(filepath.Join(ws, old), 0o755)
+			for _, e := range []string{"src", ".hidden", "-dash", "only-old"} {
+				os.Rename(filepath.Join(ws, e), filepath.Join(ws, old, e))
+			}
+			os.WriteFile(filepath.Join(ws, old, ".sandbox-mcp-moved"), nil, 0o644)
+			os.Rename(filepath.Join(ws, st, "src"), filepath.Join(ws, "src"))
+		}},
+		{"while removing the old", func(ws string) {
+			os.MkdirAll(filepath.Join(ws, old), 0o755)
+			for _, e := range []string{"src", ".hidden", "-dash", "only-old"} {
+				os.Rename(filepath.Join(ws, e), filepath.Join(ws, old, e))
+			}
+			for _, e := range []string{"src", ".env", "-dash"} {
+				os.Rename(filepath.Join(ws, st, e), filepath.Join(ws, e))
+			}
+			os.Remove(filepath.Join(ws, st))
+			os.RemoveAll(filepath.Join(ws, old, "src"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws := oldTree(t)
+			if err := runScript(t, StageScript, stream, ws, st, "END", "", ""); err != nil {
+				t.Fatal(err)
+			}
+			tc.brk(ws)
+			if err := runScript(t, SwapScript, nil, ws, st, old, ""); err != nil {
+				t.Fatal(err)
+			}
+			if got := listTree(t, ws); got != want {
+				t.Fatalf("after the swap run again: %s\nwant %s", got, want)
+			}
+		})
+	}
+}

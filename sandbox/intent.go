@@ -1,0 +1,344 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// Operations a killed server could leave half done.
+//
+// A restore moves the sandbox's container aside, boots one from the
+// snapshot's image, extracts the snapshot's workspace into a directory of
+// its own in the workspace volume (guest.StageScript), ends the old
+// container and swaps the directories' contents (guest.SwapScript). A
+// clone stages and swaps the same way into its new sandbox. Before the
+// first step the operation is recorded (state.Intent, phase "begun"), and
+// again once the new workspace is whole ("staged"); the record goes once
+// the swap is done.
+//
+// The next server to take the sandbox's lifecycle lock (a boot, or
+// Reconcile at a server's start) finds the record of a dead server's
+// operation and ends it:
+//   - begun: undone. The old container, if it was moved aside and is
+//     still there, is put back in place of the new one; the staged
+//     directory is removed. The workspace is as it was.
+//   - staged: finished. The old container is removed and the swap run to
+//     its end (it carries on from any step).
+//
+// Either way the next call on the sandbox is told what happened.
+
+// IntentStore keeps the records of operations under way (state.Store in
+// production).
+type IntentStore interface {
+	PutIntent(in state.Intent) error
+	Intent(sandbox string) (state.Intent, bool, error)
+	Intents() ([]state.Intent, error)
+	DeleteIntent(sandbox string) error
+}
+
+const (
+	intentBegun  = "begun"
+	intentStaged = "staged"
+)
+
+// newIntent starts the record of an operation on name, with fresh names
+// for its directories in the workspace.
+func newIntent(name, op, snap string) state.Intent {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	return state.Intent{Sandbox: name, Op: op, Snapshot: snap, Phase: intentBegun,
+		Stage: guest.WorkspaceStagePrefix + id, Old: guest.WorkspaceOldPrefix + id, Began: time.Now().UTC()}
+}
+
+// putIntent records in (nothing without an IntentStore).
+func (m *Manager) putIntent(in state.Intent) error {
+	if m.cfg.Intents == nil {
+		return nil
+	}
+	if err := m.cfg.Intents.PutIntent(in); err != nil {
+		return fmt.Errorf("record the %s of sandbox %q: %w", in.Op, in.Sandbox, err)
+	}
+	return nil
+}
+
+// endIntent removes name's record once its operation is over.
+func (m *Manager) endIntent(name string) {
+	if m.cfg.Intents == nil {
+		return
+	}
+	if err := m.cfg.Intents.DeleteIntent(name); err != nil {
+		m.log.Warn("forget a finished operation", "sandbox", name, "err", err)
+	}
+}
+
+// describeIntent names an operation for the agent.
+func describeIntent(in state.Intent) string {
+	what := "the restore of snapshot " + fmt.Sprintf("%q", in.Snapshot)
+	if in.Op == "clone" {
+		what = "the clone of sandbox " + fmt.Sprintf("%q", in.Snapshot) + " into this one"
+	}
+	return what + " begun at " + in.Began.Format(time.RFC3339) + " was interrupted (its server exited)"
+}
+
+// resumption is an interrupted operation found before a boot, and what
+// is left to do in the booted sandbox.
+type resumption struct {
+	in   state.Intent
+	said string
+}
+
+// resumeIntent ends, as far as the engine goes, an operation a dead
+// server left on name: it puts the old container back (begun) or removes
+// it (staged). What is left in the workspace is done by finishResumed
+// once the sandbox is booted. The caller holds name's lifecycle lock, so
+// the operation's own server is gone.
+func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
+	if m.cfg.Intents == nil {
+		return nil
+	}
+	in, ok, err := m.cfg.Intents.Intent(name)
+	if err != nil {
+		m.log.Warn("read the record of an operation under way", "sandbox", name, "err", err)
+		return nil
+	}
+	if !ok {
+		return nil
+	}
+	r := &resumption{in: in}
+	switch in.Phase {
+	case intentStaged:
+		if in.Trash != "" {
+			m.removeRetired(in.Trash)
+		}
+		r.said = describeIntent(in) + " after the new workspace had arrived whole; it was finished"
+	case intentBegun:
+		if in.Op == "clone" {
+			r.said = describeIntent(in) + " before its workspace had arrived whole: the workspace is empty; destroy the sandbox and clone again"
+			break
+		}
+		r.said = describeIntent(in) + " before the new workspace had arrived whole"
+		if in.Trash != "" {
+			if back, why := m.putBack(ctx, name, in.Trash); back {
+				r.said += "; it was undone: the sandbox is as it was before it (its commands and jobs had ended)"
+				break
+			} else if why != "" {
+				r.said += "; its old container could not be put back (" + why + ")"
+			}
+		}
+		// A container under the name made after the restore began is the
+		// snapshot's: the old one was removed (an engine that cannot
+		// rename removes it first).
+		if c, err := m.rt.Inspect(ctx, m.ContainerFor(name)); err == nil && !c.Created.IsZero() && c.Created.After(in.Began) {
+			r.said += "; the sandbox runs from the snapshot's image, with its workspace as it was"
+		} else {
+			r.said += "; it was undone: the sandbox is as it was before it"
+		}
+	default:
+		m.log.Warn("an operation under way in a phase this server does not know; left alone", "sandbox", name, "op", in.Op, "phase", in.Phase)
+		return nil
+	}
+	m.log.Info("found an interrupted operation", "sandbox", name, "op", in.Op, "phase", in.Phase, "began", in.Began)
+	return r
+}
+
+// putBack moves the container a restore moved aside back in place of the
+// restore's own; why says what failed when it was there but could not be.
+func (m *Manager) putBack(ctx context.Context, name, trash string) (back bool, why string) {
+	ren, ok := m.rt.(Renamer)
+	if !ok {
+		return false, ""
+	}
+	if _, err := m.rt.Inspect(ctx, trash); err != nil {
+		return false, "" // never moved aside, or removed since
+	}
+	if err := m.rt.Remove(ctx, m.ContainerFor(name)); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Warn("remove the container of an interrupted restore", "sandbox", name, "err", err)
+	}
+	if err := ren.Rename(ctx, trash, m.ContainerFor(name)); err != nil {
+		m.log.Warn("put back the container of an interrupted restore", "sandbox", name, "container", trash, "err", err)
+		return false, err.Error()
+	}
+	return true, ""
+}
+
+// finishResumed does in the booted sandbox what is left of r: the swap
+// (staged) or the removal of the staged directory (begun), then forgets
+// the record. It returns what the agent is told.
+func (m *Manager) finishResumed(ctx context.Context, sb *Sandbox, r *resumption) string {
+	var err error
+	if r.in.Phase == intentStaged {
+		err = m.swapWorkspace(ctx, sb, r.in)
+	} else {
+		err = m.dropStage(ctx, sb, r.in)
+	}
+	if err != nil {
+		m.log.Warn("finish an interrupted operation", "sandbox", sb.Name, "err", err)
+		return r.said + "; but what was left in the workspace could not be done (" + err.Error() + "); the next boot tries again"
+	}
+	m.endIntent(sb.Name)
+	return r.said
+}
+
+// resumeIntents finishes or undoes, at a server's start, the operations
+// dead servers left: each such sandbox is booted, which resumes it, and
+// its next call is told.
+func (m *Manager) resumeIntents(ctx context.Context) {
+	if m.cfg.Intents == nil {
+		return
+	}
+	ins, err := m.cfg.Intents.Intents()
+	if err != nil {
+		m.log.Warn("read the records of operations under way", "err", err)
+		return
+	}
+	for _, in := range ins {
+		if ValidateName(in.Sandbox) != nil {
+			continue
+		}
+		h, err := m.locks.TryLock(m.lockKey(in.Sandbox), "look for interrupted operations")
+		if err != nil {
+			continue // under way in a live server
+		}
+		h.Release()
+		_, info, err := m.Get(ctx, in.Sandbox)
+		switch {
+		case err != nil:
+			m.log.Warn("resume an interrupted operation", "sandbox", in.Sandbox, "err", err)
+		case info.Recovered != "":
+			m.note(in.Sandbox, info.Recovered)
+		}
+	}
+}
+
+// intentTrash is the set of containers that records of operations under
+// way name as moved aside: not orphans, since their operation may yet be
+// undone.
+func (m *Manager) intentTrash() map[string]bool {
+	out := map[string]bool{}
+	if m.cfg.Intents == nil {
+		return out
+	}
+	ins, _ := m.cfg.Intents.Intents()
+	for _, in := range ins {
+		if in.Trash != "" {
+			out[in.Trash] = true
+		}
+	}
+	return out
+}
+
+// note keeps what the next call on name must be told.
+func (m *Manager) note(name, msg string) {
+	if msg == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.notes == nil {
+		m.notes = map[string]string{}
+	}
+	if _, ok := m.notes[name]; !ok {
+		m.pendingNotes.Add(1)
+	}
+	m.notes[name] = joinNotes(m.notes[name], msg)
+}
+
+// takeNote returns and forgets what name's next call must be told.
+func (m *Manager) takeNote(name string) string {
+	if m.pendingNotes.Load() == 0 {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	msg, ok := m.notes[name]
+	if ok {
+		delete(m.notes, name)
+		m.pendingNotes.Add(-1)
+	}
+	return msg
+}
+
+func joinNotes(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// stageWorkspace extracts the workspace tar file (in the snapshot
+// directory) into in.Stage beside the sandbox's workspace, kept only when
+// it arrived whole (guest.StageScript).
+func (m *Manager) stageWorkspace(ctx context.Context, sb *Sandbox, file string, in state.Intent) error {
+	f, err := os.Open(filepath.Join(m.cfg.SnapshotDir, file))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
+	defer cancel()
+	end := in.Stage + ".end"
+	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.StageScript, "sh", m.cfg.Workdir, in.Stage, end, guest.SkipLostFound, guest.Exact},
+		func(w io.Writer) error {
+			ms := &markedStream{w: w}
+			if _, err := io.Copy(ms, f); err != nil {
+				return err
+			}
+			return ms.finish(end)
+		})
+	if failed != nil {
+		return m.transferFailed(ctx, sb, "load the workspace into", m.cfg.Workdir, failed, "the workspace was left as it was")
+	}
+	return werr
+}
+
+// swapWorkspace makes the staged workspace the sandbox's (guest.SwapScript).
+func (m *Manager) swapWorkspace(ctx context.Context, sb *Sandbox, in state.Intent) error {
+	return m.workspaceScript(ctx, sb, "swap in the new workspace", guest.SwapScript, in.Stage, in.Old, guest.SkipLostFound)
+}
+
+// dropStage removes what an undone operation left in the workspace.
+func (m *Manager) dropStage(ctx context.Context, sb *Sandbox, in state.Intent) error {
+	return m.workspaceScript(ctx, sb, "remove the staged workspace", `cd -- "$1" && command rm -rf -- "$2" "$3"`, in.Stage, in.Old)
+}
+
+func (m *Manager) workspaceScript(ctx context.Context, sb *Sandbox, what, script string, args ...string) error {
+	for _, a := range args {
+		if !strings.HasPrefix(a, guest.WorkspaceStagePrefix) && !strings.HasPrefix(a, guest.WorkspaceOldPrefix) && a != guest.SkipLostFound ||
+			strings.ContainsAny(a, "/\x00") {
+			return fmt.Errorf("%s: bad directory name %q", what, a)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, transferTimeout)
+	defer cancel()
+	res, err := m.rt.Exec(ctx, sb.own.target(), ExecSpec{Argv: append([]string{"sh", "-c", script, "sh", m.cfg.Workdir}, args...)})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %.300s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox %q: %s: %w", sb.Name, what, err)
+	}
+	return nil
+}
+
+// intentOf reads name's record, if any.
+func (m *Manager) intentOf(name string) (state.Intent, bool, error) {
+	if m.cfg.Intents == nil {
+		return state.Intent{}, false, nil
+	}
+	return m.cfg.Intents.Intent(name)
+}

@@ -1,0 +1,128 @@
+package sandbox_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// TestInterruptedRestoreOnEngine: what a server killed in the middle of a
+// restore leaves (its record, the old container moved aside, a staged
+// workspace whole or not, a swap part done) is undone or finished by the
+// next server that boots the sandbox, which says so; the workspace is the
+// old one or the snapshot's, never a mix, and nothing of the operation
+// is left in it.
+func TestInterruptedRestoreOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			ren, ok := rt.(sandbox.Renamer)
+			if !ok {
+				t.Skipf("%s cannot rename containers, which this test's set-up does", tg.Name)
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			server := func() *sandbox.Manager {
+				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+					Sandboxes: st, Intents: st, LockDir: dir + "/locks"})
+				t.Cleanup(m.Close)
+				return m
+			}
+			ctx := guarded(t)
+			const box = "interrupted"
+			list := `cd /workspace && find . -path ./lost+found -prune -o ! -name . -print | sort | tr '\n' ' '; cat old.txt new.txt 2>/dev/null`
+			oldWS := "mkdir -p /workspace/src && cd /workspace && echo old >old.txt && echo old-src >src/a && echo hidden >.old"
+			want := map[string]string{
+				"old": "./.old ./old.txt ./src ./src/a old\n",
+				"new": "./.env ./new.txt ./src ./src/b new\n",
+			}
+			// stage fills the staging directory with the new workspace,
+			// whole or in part, as a restore's extraction would.
+			stage := func(m *sandbox.Manager, in state.Intent, whole bool) {
+				t.Helper()
+				cmd := "cd /workspace && mkdir -p " + in.Stage + "/src && echo new-src >" + in.Stage + "/src/b"
+				if whole {
+					cmd += " && echo new >" + in.Stage + "/new.txt && echo env >" + in.Stage + "/.env"
+				}
+				if o := run(t, m, box, shell.Request{Command: cmd}); o.res.ExitCode != 0 {
+					t.Fatal(o.stderr)
+				}
+			}
+			for _, tc := range []struct {
+				name, phase, want, said string
+				// setup leaves what the killed server did in the sandbox.
+				setup func(m *sandbox.Manager, in *state.Intent)
+			}{
+				{"killed while staging", "begun", "old", "it was undone", func(m *sandbox.Manager, in *state.Intent) {
+					stage(m, *in, false)
+				}},
+				{"killed after moving the container aside", "begun", "old", "it was undone: the sandbox is as it was", func(m *sandbox.Manager, in *state.Intent) {
+					stage(m, *in, false)
+					in.Trash = prefix + "-old-" + "0123456789ab"
+					m.Close()
+					if err := ren.Rename(ctx, m.ContainerFor(box), in.Trash); err != nil {
+						t.Fatal(err)
+					}
+				}},
+				{"killed after staging", "staged", "new", "it was finished", func(m *sandbox.Manager, in *state.Intent) {
+					stage(m, *in, true)
+				}},
+				{"killed while swapping", "staged", "new", "it was finished", func(m *sandbox.Manager, in *state.Intent) {
+					stage(m, *in, true)
+					cmd := "cd /workspace && mkdir " + in.Old + " && mv old.txt .old " + in.Old + "/ && : >" + in.Old + "/.sandbox-mcp-moved && mv src " + in.Old + "/ && mv " + in.Stage + "/src ."
+					if o := run(t, m, box, shell.Request{Command: cmd}); o.res.ExitCode != 0 {
+						t.Fatal(o.stderr)
+					}
+				}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					a := server()
+					if o := run(t, a, box, shell.Request{Command: "cd /workspace && find . -mindepth 1 -maxdepth 1 ! -name lost+found -exec rm -rf {} + && " + oldWS}); o.res.ExitCode != 0 {
+						t.Fatal(o.stderr)
+					}
+					in := state.Intent{Sandbox: box, Op: "restore", Snapshot: "snap", Phase: tc.phase,
+						Stage: ".sandbox-mcp-restore-0123456789ab", Old: ".sandbox-mcp-old-0123456789ab", Began: time.Now().UTC()}
+					tc.setup(a, &in)
+					if err := st.PutIntent(in); err != nil {
+						t.Fatal(err)
+					}
+					a.Close() // the server that was killed
+
+					b := server()
+					_, info, err := b.Get(ctx, box)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !strings.Contains(info.Recovered, "the restore of snapshot \"snap\"") || !strings.Contains(info.Recovered, tc.said) {
+						t.Errorf("the next call was told %q, want %q", info.Recovered, tc.said)
+					}
+					if got := run(t, b, box, shell.Request{Command: list}).stdout; got != want[tc.want] {
+						t.Errorf("workspace: %q, want the %s one: %q", got, tc.want, want[tc.want])
+					}
+					if _, ok, _ := st.Intent(box); ok {
+						t.Error("the record of the restore is still there")
+					}
+					if in.Trash != "" {
+						if _, err := rt.Inspect(ctx, in.Trash); err == nil {
+							t.Errorf("the old container %s is still there", in.Trash)
+						}
+					}
+					if _, info, _ := b.Get(ctx, box); info.Recovered != "" {
+						t.Errorf("told again: %q", info.Recovered)
+					}
+					b.Close()
+				})
+			}
+		})
+	}
+}
