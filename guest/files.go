@@ -2,6 +2,8 @@ package guest
 
 import (
 	"errors"
+	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -42,6 +44,58 @@ const ExitCutShort = 24
 // its parent directory cannot be made (20) or the file cannot be opened
 // for writing (23).
 func WriteFileScript(path string, appendTo bool, n int64, hash bool, tmpName string) (string, error) {
+	return writeFileScript(path, appendTo, n, hash, tmpName, "")
+}
+
+// ExitInPlaceOnly is the status of HoldFileScript for a file that can only
+// be written in place (a kernel file, a file with other hard links, one in
+// a directory the user cannot write): nothing was written.
+const ExitInPlaceOnly = 25
+
+// BatchManifestDir holds the manifests of batches of writes under way.
+const BatchManifestDir = "/tmp/.sandbox-mcp"
+
+var batchManifestRE = regexp.MustCompile(`^` + regexp.QuoteMeta(BatchManifestDir) + `/batch-[0-9a-f]+-[0-9a-f]+$`)
+
+// BatchManifest is the manifest of one batch of writes of the server with
+// the given ID (see SweepScript); id tells the server's batches apart.
+func BatchManifest(server, id string) string {
+	return BatchManifestDir + "/batch-" + server + "-" + id
+}
+
+// HoldFileScript is the first half of a replacing write that lands with
+// others or not at all (batch_write): it writes stdin to tmpName beside
+// path, checked and given the file's mode and owner as WriteFileScript
+// does, but leaves the file as it is; the pair (temporary file, file),
+// absolute and NUL-terminated, is appended to the manifest first.
+// CommitBatchScript moves every held file of a manifest into place,
+// DropBatchScript removes them. Its status is WriteFileScript's, the sizes
+// and hash being the held file's. A file that can only be written in place
+// fails with ExitInPlaceOnly, untouched.
+func HoldFileScript(path string, n int64, hash bool, tmpName, manifest string) (string, error) {
+	if !batchManifestRE.MatchString(manifest) {
+		return "", fmt.Errorf("bad batch manifest %q", manifest)
+	}
+	return writeFileScript(path, false, n, hash, tmpName, manifest)
+}
+
+// CommitBatchScript moves every file held under the manifest $1 into
+// place, in the order held, and removes the manifest. A file the engine
+// mounts in (/etc/hosts) is copied over from its held copy.
+const CommitBatchScript = `[ -f "$1" ] || { echo "the batch's manifest is gone" >&2; exit 1; }
+command xargs -0 -n 2 sh -c '[ -n "$1" ] || exit 0; command mv -f -- "$0" "$1" 2>/dev/null || { command cat -- "$0" >"$1" && command rm -f -- "$0"; } || { echo "could not move $0 into place at $1" >&2; exit 255; }' <"$1"; rc=$?
+command rm -f -- "$1"
+exit "$rc"`
+
+// DropBatchScript removes every file held under the manifest $1, then the
+// directories the batch made, those left empty, and the manifest.
+const DropBatchScript = `[ -f "$1" ] || exit 0
+command xargs -0 -n 2 sh -c '[ -z "$1" ] || command rm -f -- "$0"' <"$1"
+command xargs -0 -n 2 sh -c '[ -n "$1" ] || command find "$0" -depth -type d -exec rmdir {} + 2>/dev/null; exit 0' <"$1"
+command rm -f -- "$1"`
+
+func writeFileScript(path string, appendTo bool, n int64, hash bool, tmpName, manifest string) (string, error) {
+	hold := manifest != ""
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
 		return "", errors.New("path must be a non-empty string without NUL")
 	}
@@ -56,6 +110,18 @@ func WriteFileScript(path string, appendTo bool, n int64, hash bool, tmpName str
 	b.WriteString(`if [ -d "$__sbx_p" ]; then echo 'is a directory' >&2; exit 21; fi` + "\n")
 	b.WriteString(`if [ -e "$__sbx_p" ] && [ ! -f "$__sbx_p" ]; then echo 'not a regular file' >&2; exit ` +
 		strconv.Itoa(ExitNotRegular) + "; fi\n")
+	if hold {
+		// The directories the batch makes go with it: the topmost one it
+		// makes is recorded (an entry with no target) before it is made.
+		b.WriteString(`__sbx_d=$(command dirname -- "$__sbx_p") || exit 20
+__sbx_m=$__sbx_d; __sbx_top=
+while [ ! -e "$__sbx_m" ] && [ ! -L "$__sbx_m" ]; do __sbx_top=$__sbx_m; __sbx_m=$(command dirname -- "$__sbx_m") || break; done
+if [ -n "$__sbx_top" ]; then
+  case $__sbx_top in /*) ;; *) __sbx_top=$PWD/$__sbx_top ;; esac
+  { command mkdir -p -- ` + quote(BatchManifestDir) + ` && command printf '%s\0\0' "$__sbx_top" >>` + quote(manifest) + `; } || { echo "cannot record the batch in its manifest" >&2; exit 1; }
+fi
+`)
+	}
 	b.WriteString(`__sbx_d=$(command dirname -- "$__sbx_p") && command mkdir -p -- "$__sbx_d" || exit 20` + "\n")
 	// Opening the file is a step of its own, so a file that cannot be
 	// opened (read-only, permission) is known to be untouched.
@@ -78,11 +144,43 @@ func WriteFileScript(path string, appendTo bool, n int64, hash bool, tmpName str
 fi
 `)
 		b.WriteString(`if [ -L "$__sbx_p" ]; then __sbx_p=$(command readlink -f -- "$__sbx_p") || exit 23; __sbx_d=$(command dirname -- "$__sbx_p"); fi` + "\n")
+		if hold {
+			// A held file is not there until the batch is committed; the
+			// paths in the manifest are absolute, for a shell in another
+			// directory to commit.
+			b.WriteString(`[ -z "$__sbx_new" ] || command rm -f -- "$__sbx_p"` + "\n")
+			b.WriteString(`case $__sbx_p in /*) ;; *) __sbx_p=$PWD/$__sbx_p; __sbx_d=$(command dirname -- "$__sbx_p") ;; esac` + "\n")
+		}
 		b.WriteString("__sbx_b=0; __sbx_k=; __sbx_t=$__sbx_d/" + quote(tmpName) + "\n")
 		// A file with other hard links is written in place: a rename would
 		// leave its other names with the old content.
 		b.WriteString(`__sbx_l=1; [ -n "$__sbx_new" ] || __sbx_l=$(command stat -c %h -- "$__sbx_p" 2>/dev/null) || __sbx_l=1` + "\n")
-		b.WriteString(`if [ "$__sbx_l" = 1 ] && (set -C; : >"$__sbx_t") 2>/dev/null; then
+		if hold {
+			// Recorded before it is made, so that no held file is ever
+			// missing from the manifest a later server cleans up by.
+			b.WriteString(`if [ "$__sbx_l" = 1 ] && ! { command mkdir -p -- ` + quote(BatchManifestDir) + ` && command printf '%s\0%s\0' "$__sbx_t" "$__sbx_p" >>` + quote(manifest) + `; }; then
+  echo "cannot record the batch in its manifest" >&2; exit 1
+fi
+if [ "$__sbx_l" = 1 ] && (set -C; : >"$__sbx_t") 2>/dev/null; then
+  command cat >"$__sbx_t"; __sbx_rc=$?
+  if [ "$__sbx_rc" = 0 ]; then
+    __sbx_w=$(command wc -c <"$__sbx_t") || __sbx_w=-
+    if [ "$__sbx_w" != "$__sbx_n" ]; then
+      echo "the content arrived cut short ($__sbx_w of $__sbx_n bytes): the file was left as it was" >&2; __sbx_rc=` + strconv.Itoa(ExitCutShort) + `
+    fi
+  fi
+  if [ "$__sbx_rc" = 0 ] && [ -z "$__sbx_new" ]; then
+    command chmod --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chmod "$(command stat -c %a -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
+    command chown --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chown "$(command stat -c %u:%g -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
+  fi
+  if [ "$__sbx_rc" != 0 ]; then command rm -f -- "$__sbx_t"; [ -n "$__sbx_new" ] || __sbx_k=1; fi
+  __sbx_p=$__sbx_t
+else
+  echo "this file can only be written in place (a kernel file, a file with other hard links, or a directory the user cannot write in): write it with write_file" >&2; exit ` + strconv.Itoa(ExitInPlaceOnly) + `
+fi
+`)
+		} else {
+			b.WriteString(`if [ "$__sbx_l" = 1 ] && (set -C; : >"$__sbx_t") 2>/dev/null; then
   command cat >"$__sbx_t"; __sbx_rc=$?
   if [ "$__sbx_rc" = 0 ]; then
     __sbx_w=$(command wc -c <"$__sbx_t") || __sbx_w=-
@@ -107,6 +205,7 @@ else
   command cat >>"$__sbx_p"; __sbx_rc=$?
 fi
 `)
+		}
 	}
 	b.WriteString(`__sbx_a=-; __sbx_t=-; __sbx_h=-` + "\n")
 	b.WriteString(`if [ -e "$__sbx_p" ]; then __sbx_a=$(command wc -c <"$__sbx_p") || __sbx_a=-; fi` + "\n")
@@ -227,6 +326,9 @@ const (
 // busybox and dash), or "" when none is recognised.
 func FileErrorCause(stderr string) string {
 	s := strings.ToLower(stderr)
+	if strings.Contains(s, "cannot create directory") && strings.Contains(s, "file exists") {
+		return CauseNotDir // mkdir -p met a file where the path needs a directory
+	}
 	for _, c := range []struct{ text, cause string }{
 		{"no space left on device", CauseNoSpace},
 		{"quota exceeded", CauseQuota},

@@ -136,3 +136,62 @@ func TestStageAndSwap(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldBatchSweptAfterItsServer: the files a batch held (and the
+// directories it made) for a server that was killed before its commit
+// are removed by the sweep for that server, and nothing else is; a
+// committed batch puts each in place.
+func TestHeldBatchSweptAfterItsServer(t *testing.T) {
+	for _, shName := range []string{"dash", "busybox"} {
+		t.Run(shName, func(t *testing.T) {
+			argv := func(script string, args ...string) []string {
+				if shName == "busybox" {
+					return append([]string{"busybox", "sh", "-c", script, "sh"}, args...)
+				}
+				return append([]string{"dash", "-c", script, "sh"}, args...)
+			}
+			if _, err := exec.LookPath(shName); err != nil {
+				t.Skipf("%s is not installed here", shName)
+			}
+			runIt := func(stdin string, a []string) {
+				t.Helper()
+				cmd := exec.Command(a[0], a[1:]...)
+				cmd.Stdin = strings.NewReader(stdin)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("%v: %s", err, out)
+				}
+			}
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "kept"), []byte("old"), 0o644)
+			server := randomJobID(t)
+			hold := func(id, path, content string) string {
+				manifest := BatchManifest(server, id)
+				script, err := HoldFileScript(path, int64(len(content)), false, ".sandbox-mcp-w"+id+"x", manifest)
+				if err != nil {
+					t.Fatal(err)
+				}
+				runIt(content, argv(script))
+				t.Cleanup(func() { os.Remove(manifest) })
+				return manifest
+			}
+			hold("a1", filepath.Join(dir, "kept"), "new")
+			hold("a1", filepath.Join(dir, "made", "deep", "f"), "f")
+			if got := listTree(t, dir); !strings.Contains(got, ".sandbox-mcp-wa1x") || !strings.Contains(got, "kept=old") {
+				t.Fatalf("held: %s", got)
+			}
+			runIt("", argv(SweepScript, server))
+			if got := listTree(t, dir); got != "kept=old" {
+				t.Fatalf("after the sweep: %s", got)
+			}
+			m := hold("b2", filepath.Join(dir, "kept"), "new")
+			hold("b2", filepath.Join(dir, "made", "g"), "g")
+			runIt("", argv(CommitBatchScript, m))
+			if got := listTree(t, dir); got != "kept=new made made/g=g" {
+				t.Fatalf("after the commit: %s", got)
+			}
+			if _, err := os.Stat(m); err == nil {
+				t.Error("the manifest is left")
+			}
+		})
+	}
+}

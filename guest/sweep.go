@@ -29,7 +29,8 @@ const sweepRunVar = RunVar
 // a sandbox with no process slots left: it stops each with SIGSTOP, pass
 // after pass until a pass finds none new, so a command that forks cannot
 // outrun it. Then it describes them, forking `tr` where it can, and kills
-// them all with SIGKILL.
+// them all with SIGKILL. Last, it removes the files the servers held for
+// batches of writes they never committed (see HoldFileScript).
 //
 // It prints, for each shell found, a line "shell SERVERID PID AGE N" (AGE:
 // seconds since the oldest of its N processes besides the shell started),
@@ -131,6 +132,13 @@ cmd $p $c"
 	printf 'shell %s %s %s %s%s\n' "${e#*:}" "$s" "$age" "$n" "$out"
 done
 for e in $own; do kill -KILL "${e%%:*}" 2>/dev/null; done
+for a in $ids; do
+	for m in ` + BatchManifestDir + `/batch-"$a"-*; do
+		[ -f "$m" ] || continue
+		sh -c ` + quote(DropBatchScript) + ` sh "$m" 2>/dev/null
+		rm -f -- "$m"
+	done
+done
 exit 0
 `
 

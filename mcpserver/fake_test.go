@@ -110,6 +110,16 @@ func (f *fake) WriteFiles(ctx context.Context, name string, reqs []sandbox.Write
 			stop = err
 		}
 	}
+	// All or none, as the Manager's.
+	failed := false
+	for _, o := range outs {
+		failed = failed || o.Err != nil
+	}
+	for i := range outs {
+		if failed && outs[i].Err == nil {
+			outs[i].Written, outs[i].Err = sandbox.Written{Path: outs[i].Path}, sandbox.ErrBatchUndone
+		}
+	}
 	return outs, stop
 }
 

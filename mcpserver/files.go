@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -174,8 +175,8 @@ func (s *Server) handleReadFile(ctx context.Context, req mcp.CallToolRequest) (*
 
 func (s *Server) batchWriteTool() tool {
 	return tool{group: "core", handler: s.handleBatchWrite, def: newTool[FilesWritten]("batch_write", "Write several files",
-		"Write several text files in a sandbox in one call, creating parent directories. "+
-			"Checks each file; a failure lists what landed and why the rest did not.",
+		"Write several text files in a sandbox in one call, making parent directories: all or none. "+
+			"Checks each file; on a failure says which and why, and changes nothing.",
 		mutating(true),
 		mcp.WithObject("files", mcp.Required(), mcp.Description("Map of path to file content."),
 			mcp.AdditionalProperties(map[string]any{"type": "string"})),
@@ -220,7 +221,7 @@ func (s *Server) handleBatchWrite(ctx context.Context, req mcp.CallToolRequest) 
 		return failure(ctx, fmt.Sprintf("batch_write in sandbox %q (no file was written)", name), err), nil
 	}
 	out := FilesWritten{Sandbox: name, Files: []FileWritten{}}
-	var landed, bad []string
+	var landed, bad, undone []string
 	for _, o := range outs {
 		if o.Err == nil {
 			out.Files = append(out.Files, fileWritten(name, o.Written))
@@ -229,16 +230,24 @@ func (s *Server) handleBatchWrite(ctx context.Context, req mcp.CallToolRequest) 
 		}
 		msg := o.Err.Error()
 		out.Failed = append(out.Failed, FileFailed{Path: o.Path, Error: msg})
+		if errors.Is(o.Err, sandbox.ErrBatchUndone) {
+			undone = append(undone, o.Path)
+			continue
+		}
 		bad = append(bad, o.Path+": "+strings.TrimPrefix(msg, o.Path+": "))
 	}
 	if len(bad) == 0 {
 		return mcp.NewToolResultStructured(out, fmt.Sprintf("wrote %d files (sizes checked): %s", len(landed), strings.Join(landed, ", "))), nil
 	}
-	text := fmt.Sprintf("batch_write in sandbox %q: %d of %d files did not land whole", name, len(bad), len(outs))
+	text := fmt.Sprintf("batch_write in sandbox %q: %d of %d files failed", name, len(bad), len(outs))
 	text += "\nfailed:\n  " + strings.Join(bad, "\n  ")
-	if len(landed) > 0 {
+	switch {
+	case len(landed) > 0:
+		// Only files written in place after the others can fail so.
 		text += "\nwritten (sizes checked):\n  " + strings.Join(landed, "\n  ")
-	} else {
+	case len(undone) > 0:
+		text += "\nno file was written: the batch is all or none, so these were left as they were too:\n  " + strings.Join(undone, "\n  ")
+	default:
 		text += "\nno file was written"
 	}
 	res := mcp.NewToolResultStructured(out, text)

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
@@ -200,6 +201,14 @@ func (m *Manager) WriteFile(ctx context.Context, name string, req WriteRequest) 
 	if err != nil {
 		return Written{}, err
 	}
+	return checkWrite(req, want, op, out, stderr, res)
+}
+
+// checkWrite reads a write script's outcome: what landed, or a
+// *WriteError (a *ScriptError for a write stopped part way) naming why
+// not.
+func checkWrite(req WriteRequest, want, op string, out []byte, stderr string, res ExecResult) (Written, error) {
+	sent := int64(len(req.Data))
 	if res.TimedOut || res.Canceled {
 		// What landed is unknown: the write was stopped part way.
 		return Written{}, &ScriptError{Op: op, ExitCode: res.ExitCode, Stderr: shorten(stderr, 300), TimedOut: res.TimedOut}
@@ -261,6 +270,11 @@ func (m *Manager) WriteFile(ctx context.Context, name string, req WriteRequest) 
 // the call was canceled).
 var ErrNotAttempted = errors.New("not attempted")
 
+// ErrBatchUndone marks a file of WriteFiles that was written in full but
+// not put in place, because another file of the batch failed: a batch
+// lands whole or not at all.
+var ErrBatchUndone = errors.New("not written: another file of the batch failed, and a batch is written whole or not at all")
+
 // WriteOutcome is what happened to one file of WriteFiles: Err is nil when
 // it landed whole (Written says how), else why not.
 type WriteOutcome struct {
@@ -268,31 +282,122 @@ type WriteOutcome struct {
 	Err error
 }
 
-// WriteFiles writes several files in the given order, each checked as
-// WriteFile checks it, and reports every file's outcome. A file that fails
-// in the sandbox (no space, read-only…) does not stop the others; a
-// failure outside it (the engine, a cancel) does: it is returned as well,
-// and the files after it are ErrNotAttempted.
+// WriteFiles writes several files, all or none: each is written in full
+// beside its target and checked as WriteFile checks it
+// (guest.HoldFileScript), and only once every one is whole are they all
+// moved into place, in the given order, by one script in the sandbox
+// (guest.CommitBatchScript). A failure leaves every target as it was and
+// reports, for each file, why it failed or that it was not written for
+// another's failure. A file that fails in the sandbox does not stop the
+// others being tried (so every failure is named); a failure outside it
+// (the engine, a cancel) does, and is returned as well.
+//
+// Files that can only be written in place (a kernel file, a file with
+// other hard links) are written after the others are in place, each as
+// WriteFile writes it: they are outside the all or none.
+//
+// A server killed before the commit leaves the held files, listed in the
+// batch's manifest in the sandbox; the next server removes them with the
+// killed server's commands (guest.SweepScript).
 func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteRequest) ([]WriteOutcome, error) {
 	outs := make([]WriteOutcome, len(reqs))
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	manifest := guest.BatchManifest(m.serverID, hex.EncodeToString(b[:]))
 	var stop error
+	failed, held := false, false
+	var inPlace []int
 	for i, r := range reqs {
 		outs[i].Path = r.Path
 		if stop != nil {
 			outs[i].Err = ErrNotAttempted
 			continue
 		}
-		w, err := m.WriteFile(ctx, name, r)
+		w, err := m.holdFile(ctx, name, r, manifest)
 		outs[i].Written, outs[i].Err = w, err
 		outs[i].Path = r.Path
 		var we *WriteError
 		var se *ScriptError
 		var ae *ArgError
-		if err != nil && !errors.As(err, &we) && !errors.As(err, &ae) && !(errors.As(err, &se) && ctx.Err() == nil) {
-			stop = err
+		switch {
+		case err == nil:
+			held = true
+		case errors.As(err, &we) && we.ExitCode == guest.ExitInPlaceOnly:
+			inPlace = append(inPlace, i)
+			outs[i].Err = nil
+		case !errors.As(err, &we) && !errors.As(err, &ae) && !(errors.As(err, &se) && ctx.Err() == nil):
+			stop, failed = err, true
+		default:
+			failed = true
 		}
 	}
-	return outs, stop
+	if failed {
+		if held {
+			if err := m.batchScript(context.WithoutCancel(ctx), name, "drop the files of a failed batch", guest.DropBatchScript, manifest); err != nil {
+				m.log.Warn("remove the held files of a failed batch", "sandbox", name, "err", err)
+			}
+		}
+		for i := range outs {
+			if outs[i].Err == nil {
+				outs[i].Written, outs[i].Err = Written{Path: outs[i].Path}, ErrBatchUndone
+			}
+		}
+		return outs, stop
+	}
+	if held {
+		if err := m.batchScript(ctx, name, "put the batch's files in place", guest.CommitBatchScript, manifest); err != nil {
+			for i := range outs {
+				outs[i].Written, outs[i].Err = Written{Path: outs[i].Path}, err
+			}
+			return outs, err
+		}
+	}
+	for _, i := range inPlace {
+		w, err := m.WriteFile(ctx, name, reqs[i])
+		outs[i].Written, outs[i].Err = w, err
+		outs[i].Path = reqs[i].Path
+	}
+	return outs, nil
+}
+
+// holdFile writes one file of a batch beside its target (see WriteFiles).
+func (m *Manager) holdFile(ctx context.Context, name string, req WriteRequest, manifest string) (Written, error) {
+	if req.Append {
+		return Written{}, &ArgError{Err: errors.New("a batch replaces files; it does not append")}
+	}
+	want := strings.ToLower(req.SHA256)
+	script, err := guest.HoldFileScript(req.Path, int64(len(req.Data)), want != "", writeTempName(), manifest)
+	if err != nil {
+		return Written{}, &ArgError{Err: err}
+	}
+	op := "batch_write " + req.Path
+	out, stderr, res, err := m.runFileScript(ctx, name, op, script, req.Data, 4096)
+	if err != nil {
+		return Written{}, err
+	}
+	if res.ExitCode == guest.ExitInPlaceOnly {
+		return Written{}, &WriteError{Path: req.Path, ExitCode: res.ExitCode, Detail: shorten(stderr, 300), Landed: -1, Size: -1}
+	}
+	w, err := checkWrite(req, want, op, out, stderr, res)
+	if err == nil {
+		w.Path = req.Path
+	}
+	return w, err
+}
+
+// batchScript runs a batch's commit or drop script on its manifest.
+func (m *Manager) batchScript(ctx context.Context, name, what, script, manifest string) error {
+	var errb bytes.Buffer
+	res, err := m.ExecAs(ctx, name, "batch_write: "+what, shell.Request{
+		Command: "(set -- '" + manifest + "'\n" + script + "\n)", Trusted: true, Timeout: scriptTimeout, Stdout: io.Discard, Stderr: &errb,
+	})
+	if err == nil && (res.ExitCode != 0 || res.TimedOut) {
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, shorten(errb.String(), 300))
+	}
+	if err != nil {
+		return fmt.Errorf("batch_write in sandbox %q: %s: %w", name, what, err)
+	}
+	return nil
 }
 
 // ReadFile reads length bytes of path from offset (length 0: to the end),

@@ -161,10 +161,49 @@ func TestWriteFileOnEngine(t *testing.T) {
 				for _, o := range outs[:2] {
 					writeErr(t, o.Err, guest.CauseNoSpace)
 				}
-				if outs[2].Err != nil || outs[2].Size != 5 {
+				if !errors.Is(outs[2].Err, sandbox.ErrBatchUndone) {
 					t.Fatalf("the file with room: %+v", outs[2])
 				}
+				left := run(t, m, box, shell.Request{Command: "ls -A /workspace /data " + guest.BatchManifestDir + " 2>/dev/null | grep -c -e ok.txt -e sandbox-mcp-w -e batch-"})
+				if got := strings.TrimSpace(left.stdout); got != "0" {
+					t.Fatalf("a failed batch left %s files (its own, held ones or its manifest)", got)
+				}
 				run(t, m, box, shell.Request{Command: "rm -f /data/*"})
+			})
+			t.Run("batch lands whole or not at all", func(t *testing.T) {
+				run(t, m, box, shell.Request{Command: "mkdir -p /workspace/bw && cd /workspace/bw && echo old-a >a && echo old-b >b && chmod 0600 b && ln -sf b link && echo x >plain"})
+				batch := []sandbox.WriteRequest{
+					{Path: "/workspace/bw/a", Data: []byte("new-a\n")},
+					{Path: "/workspace/bw/link", Data: []byte("new-b\n")},
+					{Path: "/workspace/bw/sub/c", Data: []byte("new-c\n")},
+					{Path: "/workspace/bw/plain/d", Data: []byte("no")},
+				}
+				outs, err := m.WriteFiles(guarded(t), box, batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeErr(t, outs[3].Err, guest.CauseNotDir)
+				for _, o := range outs[:3] {
+					if !errors.Is(o.Err, sandbox.ErrBatchUndone) {
+						t.Errorf("%s: %v", o.Path, o.Err)
+					}
+				}
+				const show = "cd /workspace/bw && ls -A | tr '\\n' ' ' && cat a b && stat -c %a b"
+				if got := run(t, m, box, shell.Request{Command: show}).stdout; got != "a b link plain old-a\nold-b\n600\n" {
+					t.Fatalf("after a failed batch: %q", got)
+				}
+				outs, err = m.WriteFiles(guarded(t), box, batch[:3])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range outs {
+					if o.Err != nil || o.Size != 6 {
+						t.Errorf("%s: %+v", o.Path, o)
+					}
+				}
+				if got := run(t, m, box, shell.Request{Command: show + " && cat sub/c && readlink link"}).stdout; got != "a b link plain sub new-a\nnew-b\n600\nnew-c\nb\n" {
+					t.Fatalf("after the batch: %q", got)
+				}
 			})
 			t.Run("read-only", func(t *testing.T) {
 				for _, p := range []string{"/ro/x", "/proc/sys/kernel/hostname"} {
