@@ -204,6 +204,8 @@ func (f *fake) Upload(_ context.Context, name string, req sandbox.UploadRequest)
 	return sandbox.Landing{Dir: req.Dest, Top: req.Base, Path: req.Dest + "/" + req.Base}, err
 }
 
+func (f *fake) TrackStaging(string) error { return nil }
+
 func (f *fake) Download(_ context.Context, name, src string, unpack func(io.Reader, string, sandbox.HostCap, func() error) error) (string, error) {
 	f.note("download %s %s", name, src)
 	if f.errAll != nil {

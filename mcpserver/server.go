@@ -40,6 +40,9 @@ type Sandboxes interface {
 	ReadLines(ctx context.Context, name, path string, first, count int64) ([]byte, error)
 	Upload(ctx context.Context, name string, req sandbox.UploadRequest) (sandbox.Landing, error)
 	Download(ctx context.Context, name, src string, unpack func(r io.Reader, top string, cap sandbox.HostCap, finish func() error) error) (string, error)
+	// TrackStaging lists a host staging path for the next server to remove
+	// if this one is killed before it does.
+	TrackStaging(path string) error
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
 	Dial(ctx context.Context, name string, port int) (net.Conn, error)

@@ -147,7 +147,7 @@ func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*
 			max, why = cap.Bytes, cap.Why
 		}
 		counts, uerr = transfer.Unpack(root, target, r, transfer.UnpackOptions{
-			Top: top, Overwrite: overwrite, MaxBytes: max, MaxWhy: why, BeforeCommit: finish})
+			Top: top, Overwrite: overwrite, MaxBytes: max, MaxWhy: why, BeforeCommit: finish, OnStaging: s.m.TrackStaging})
 		return uerr
 	})
 	if err != nil {

@@ -309,8 +309,11 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 		return 0, "", err
 	}
 	file := workspaceFileName(snap)
-	tmp := filepath.Join(m.cfg.SnapshotDir, "."+file+".partial")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	tmp := filepath.Join(m.cfg.SnapshotDir, StagingPrefixes[1]+randomHex()+"-"+file)
+	if err := m.TrackStaging(tmp); err != nil {
+		return 0, "", fmt.Errorf("list %s for cleaning up: %w", tmp, err)
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, "", err
 	}

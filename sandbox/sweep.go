@@ -70,6 +70,7 @@ func (m *Manager) releaseServerID() {
 		return
 	}
 	_ = os.Remove(m.serverLockPath(m.serverID))
+	_ = os.Remove(m.stagingFile(m.serverID))
 	m.server.Release()
 	m.server = nil
 }
@@ -121,6 +122,11 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 	gone := m.goneServers()
 	if len(gone) == 0 {
 		return
+	}
+	for _, g := range gone {
+		if n := m.removeStaging(g.id); n > 0 {
+			m.log.Info("removed the host files a killed server left half written", "server", g.id, "count", n)
+		}
 	}
 	args := []string{"sh", "-c", guest.SweepScript, "sh"}
 	pids := map[string]int{}

@@ -53,7 +53,15 @@ type UnpackOptions struct {
 	// before anything is moved into place; its error aborts the unpack
 	// (the sender failed part way).
 	BeforeCommit func() error
+	// OnStaging, when set, is told the host path of the staging directory
+	// before it is made; its error aborts the unpack. A caller lists it so
+	// that a later process removes it if this one is killed part way.
+	OnStaging func(path string) error
 }
+
+// StagingPrefix begins the base name of the staging directory Unpack
+// makes beside its target.
+const StagingPrefix = ".sandbox-mcp-incoming-"
 
 // CheckTarget refuses dest when it exists and overwrite is not set, so a
 // caller can fail before any data moves.
@@ -100,7 +108,12 @@ func Unpack(root *os.Root, dest string, r io.Reader, opt UnpackOptions) (Counts,
 	if err := root.MkdirAll(parent, 0o755); err != nil {
 		return c, fmt.Errorf("create %s: %w", filepath.Join(root.Name(), parent), hostErr(err))
 	}
-	staging := filepath.Join(parent, ".sandbox-mcp-incoming-"+randomHex())
+	staging := filepath.Join(parent, StagingPrefix+randomHex())
+	if opt.OnStaging != nil {
+		if err := opt.OnStaging(filepath.Join(root.Name(), staging)); err != nil {
+			return c, fmt.Errorf("list the staging directory for cleaning up: %w", err)
+		}
+	}
 	if err := root.Mkdir(staging, 0o700); err != nil {
 		return c, fmt.Errorf("create staging directory in %s: %w", filepath.Join(root.Name(), parent), hostErr(err))
 	}

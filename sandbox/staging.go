@@ -1,0 +1,135 @@
+package sandbox
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/transfer"
+)
+
+// Host files a killed server leaves half written.
+//
+// A download is extracted into a staging directory beside its target
+// (transfer.Unpack), a snapshot's workspace into a partial file in the
+// snapshot directory; each is renamed into place when whole and removed
+// when it fails. A server killed part way can do neither, so each such
+// path is first listed in the server's staging file, <LockDir>/<prefix>-
+// server-<ID>.staging (NUL-terminated paths, appended and synced). The next
+// server that finds the server gone (sweep.go) removes what is listed and
+// still there, and the file. Only names a server makes are removed: a
+// path whose base name does not start with one of StagingPrefixes is left
+// alone, whatever the file says.
+
+// StagingPrefixes begin the base names of the host paths a server lists
+// in its staging file.
+var StagingPrefixes = []string{transfer.StagingPrefix, ".sandbox-mcp-partial-"}
+
+// stagingFile is the list of host staging paths of the server with id.
+func (m *Manager) stagingFile(id string) string {
+	return filepath.Join(m.cfg.LockDir, m.serverKey(id)+".staging")
+}
+
+var stagingMu sync.Mutex
+
+// TrackStaging lists path, a host path about to be made as a staging
+// directory or partial file, for the next server to remove if this one is
+// killed before it does (see above). Without a lock directory it does
+// nothing.
+func (m *Manager) TrackStaging(path string) error {
+	if m.cfg.LockDir == "" {
+		return nil
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	stagingMu.Lock()
+	defer stagingMu.Unlock()
+	f, err := os.OpenFile(m.stagingFile(m.serverID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(abs + "\x00"); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// removeStaging removes what the gone server id listed in its staging
+// file and is still there, then the file; it returns how many paths it
+// removed.
+func (m *Manager) removeStaging(id string) int {
+	list := m.stagingFile(id)
+	data, err := os.ReadFile(list)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range bytes.Split(data, []byte{0}) {
+		path := string(p)
+		if !filepath.IsAbs(path) || !isStagingName(filepath.Base(path)) {
+			continue
+		}
+		if _, err := os.Lstat(path); err != nil {
+			continue // renamed into place or removed by its server
+		}
+		if err := os.RemoveAll(path); err != nil {
+			m.log.Warn("remove what a killed server left half written", "path", path, "err", err)
+			continue
+		}
+		m.log.Info("removed what a killed server left half written", "path", path)
+		n++
+	}
+	_ = os.Remove(list)
+	return n
+}
+
+func isStagingName(base string) bool {
+	for _, p := range StagingPrefixes {
+		if strings.HasPrefix(base, p) && len(base) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// legacyPartialAge is how old a partial snapshot file of the naming
+// servers used before staging files must be before it is taken for a
+// killed server's: older than the longest a workspace tar may run.
+const legacyPartialAge = 2 * transferTimeout
+
+// removeLegacyPartials removes the partial workspace tars, named
+// ".<file>.partial", that servers from before staging files left in the
+// snapshot directory when killed.
+func (m *Manager) removeLegacyPartials() {
+	if m.cfg.SnapshotDir == "" {
+		return
+	}
+	paths, _ := filepath.Glob(filepath.Join(m.cfg.SnapshotDir, ".*.workspace.tar.partial"))
+	for _, p := range paths {
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < legacyPartialAge {
+			continue
+		}
+		if os.Remove(p) == nil {
+			m.log.Info("removed a partial snapshot file a killed server left", "path", p, "bytes", fi.Size())
+		}
+	}
+}
