@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,12 +72,24 @@ func TestStateFileAbuse(t *testing.T) {
 	if err := os.Truncate(db, int64(os.Getpagesize())+512); err != nil {
 		t.Fatal(err)
 	}
-	if text, isErr := call("bg", map[string]any{"name": "four", "command": "echo four"}); isErr {
+	// The call that found it says so, and what was recovered.
+	if text, isErr := call("bg", map[string]any{"name": "four", "command": "echo four"}); isErr ||
+		!strings.Contains(text, "[sandbox-mcp: the state file was damaged") || !strings.Contains(text, "doctor") {
 		t.Fatalf("bg after truncation: %q", text)
 	}
-	moved, _ := filepath.Glob(db + ".corrupt-*")
-	if len(moved) != 1 {
-		t.Fatalf("corrupt file not moved aside: %v", moved)
+	moved, _ := filepath.Glob(db + ".corrupt-*[0-9]Z")
+	reports, _ := filepath.Glob(db + ".corrupt-*.report")
+	if len(moved) != 1 || len(reports) != 1 {
+		t.Fatalf("corrupt file not moved aside with its report: %v %v", moved, reports)
+	}
+	doctor := exec.Command(binary, "doctor", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir)
+	doctor.Env = append(os.Environ(), tg.Env...)
+	out, err := doctor.CombinedOutput()
+	if !strings.Contains(string(out), "repaired: the state file was damaged") {
+		t.Errorf("doctor does not name the repair (%v):\n%s", err, out)
+	}
+	if text, _ := call("jobs", map[string]any{}); strings.Contains(text, "state file was damaged") {
+		t.Errorf("told twice: %q", text)
 	}
 	if text, isErr := call("exec", map[string]any{"command": "echo still"}); isErr || !strings.Contains(text, "still") {
 		t.Fatalf("exec after truncation: %v %q", isErr, text)

@@ -161,3 +161,17 @@ func TestJobLinesBounded(t *testing.T) {
 		t.Errorf("an old ended job is named:\n%s", text)
 	}
 }
+
+// TestNoticesReachTheNextCall: a server notice (a repaired state file) is
+// added to the next tool result, whatever the tool, and only once.
+func TestNoticesReachTheNextCall(t *testing.T) {
+	n := &Notices{}
+	s := connect(t, &fake{}, Options{Notices: n})
+	n.Add("the state file was damaged")
+	if r := s.call("jobs", map[string]any{}); !strings.Contains(r.text, "[sandbox-mcp: the state file was damaged]") {
+		t.Fatalf("first call: %q", r.text)
+	}
+	if r := s.call("jobs", map[string]any{}); strings.Contains(r.text, "state file") {
+		t.Fatalf("told twice: %q", r.text)
+	}
+}

@@ -122,6 +122,8 @@ type Options struct {
 	Terminals Terminals
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
+	// Notices, if set, are added to the next tool result.
+	Notices *Notices
 }
 
 // tool is one tool definition with its handler and group.
@@ -223,6 +225,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		server.WithToolHandlerMiddleware(restoreLifted),   // outermost: the arguments as sent
 		server.WithToolHandlerMiddleware(args.middleware), // nothing runs on bad arguments
 		server.WithToolHandlerMiddleware(releaseAfterLarge),
+		server.WithToolHandlerMiddleware(opts.Notices.middleware),
 		server.WithHooks(dropRawArguments()),
 		server.WithInstructions(instructions),
 	)

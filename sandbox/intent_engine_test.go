@@ -126,3 +126,50 @@ func TestInterruptedRestoreOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestLostSnapshotRecordsAdoptedOnEngine: a snapshot whose record the
+// state file lost (damaged and repaired) is found again by its image at
+// the next reconcile, with its workspace tar, and restores as before.
+func TestLostSnapshotRecordsAdoptedOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+				Sandboxes: st, Snapshots: st, SnapshotDir: dir + "/snapshots", Intents: st, LockDir: dir + "/locks"})
+			t.Cleanup(m.Close)
+			ctx := guarded(t)
+			const box = "adopt"
+			run(t, m, box, shell.Request{Command: "echo kept >/workspace/f"})
+			if _, err := m.Snapshot(ctx, box, sandbox.SnapshotRequest{Name: "lost1", IncludeWorkspace: true}); err != nil {
+				t.Skipf("no snapshots here: %v", err)
+			}
+			if _, err := st.DeleteSnapshot("lost1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			rec, ok, err := st.Snapshot("lost1")
+			if err != nil || !ok || !rec.Workspace || !strings.Contains(rec.Note, "adopted") {
+				t.Fatalf("after reconcile: %+v %v %v", rec, ok, err)
+			}
+			run(t, m, box, shell.Request{Command: "echo changed >/workspace/f"})
+			if _, _, err := m.Restore(ctx, "lost1", box); err != nil {
+				t.Fatal(err)
+			}
+			if got := run(t, m, box, shell.Request{Command: "cat /workspace/f"}).stdout; got != "kept\n" {
+				t.Fatalf("restored workspace: %q", got)
+			}
+			if _, err := m.DeleteSnapshot(ctx, "lost1"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

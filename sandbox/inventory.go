@@ -65,6 +65,7 @@ func (m *Manager) orphans(cs []Container) []string {
 func (m *Manager) Reconcile(ctx context.Context) error {
 	m.resumeIntents(ctx) // intent.go: before the old containers they may put back are removed
 	m.removeLegacyPartials()
+	m.adoptSnapshots(ctx) // staging.go
 	if n, err := m.RemoveOrphans(ctx); err != nil {
 		return fmt.Errorf("remove containers left by resets: %w", err)
 	} else if n > 0 {

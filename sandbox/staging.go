@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
 
@@ -131,5 +133,50 @@ func (m *Manager) removeLegacyPartials() {
 		if os.Remove(p) == nil {
 			m.log.Info("removed a partial snapshot file a killed server left", "path", p, "bytes", fi.Size())
 		}
+	}
+}
+
+// adoptSnapshots records the snapshots whose image the engine has (by the
+// snapshot reference, SnapshotRef) but the state file does not: a state
+// file that was damaged and repaired lost their records, and an image
+// without one is neither listed nor ever removed. The workspace tar is
+// taken back with it when it is there. A snapshot being made or deleted
+// right now (its lock held) is left to that operation.
+func (m *Manager) adoptSnapshots(ctx context.Context) {
+	_, store, err := m.snapshotter()
+	if err != nil {
+		return
+	}
+	lister, ok := m.rt.(ImageLister)
+	if !ok {
+		return
+	}
+	imgs, err := lister.ListImages(ctx)
+	if err != nil {
+		m.log.Debug("list images to adopt snapshots", "err", err)
+		return
+	}
+	prefix := m.SnapshotRef("")
+	for _, img := range imgs {
+		name, ok := strings.CutPrefix(shortRef(img.Ref), prefix)
+		if !ok || ValidateSnapshotName(name) != nil {
+			continue
+		}
+		unlock, err := m.lockSnapshot(name, "adopt")
+		if err != nil {
+			continue
+		}
+		if _, known, err := store.Snapshot(name); err == nil && !known {
+			rec := state.Snapshot{Name: name, Image: m.SnapshotRef(name), Created: time.Now().UTC(),
+				Note: "adopted: its record was lost with a damaged state file; its sandbox and profile are not known"}
+			file := workspaceFileName(name)
+			if fi, err := os.Stat(filepath.Join(m.cfg.SnapshotDir, file)); err == nil && fi.Mode().IsRegular() {
+				rec.Workspace, rec.WorkspaceFile, rec.WorkspaceBytes = true, file, fi.Size()
+			}
+			if err := store.AddSnapshot(rec); err == nil {
+				m.log.Info("adopted a snapshot the state file had no record of", "snapshot", name, "image", img.Ref, "workspace", rec.Workspace)
+			}
+		}
+		unlock()
 	}
 }

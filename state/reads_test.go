@@ -66,7 +66,7 @@ func TestReadsDoNotCreateTheFile(t *testing.T) {
 	for _, r := range reads {
 		t.Run(r.name, func(t *testing.T) {
 			s, _ := New(t.TempDir())
-			s.OnCorrupt = func(to string, err error) { t.Errorf("moved aside: %s %v", to, err) }
+			s.OnCorrupt = func(r Repair) { t.Errorf("moved aside: %s %v", r.MovedTo, r.Why) }
 			n, err := r.read(s)
 			if err != nil || n != 0 {
 				t.Fatalf("read of no file: %d %v", n, err)
@@ -218,7 +218,7 @@ func TestReadOfDamagedFile(t *testing.T) {
 			s, _ := New(t.TempDir())
 			tc.damage(t, s)
 			var moved string
-			s.OnCorrupt = func(to string, _ error) { moved = to }
+			s.OnCorrupt = func(r Repair) { moved = r.MovedTo }
 			if jobs, err := s.Jobs("box"); err != nil || len(jobs) != 0 {
 				t.Fatalf("read of a damaged file: %v %v", jobs, err)
 			}

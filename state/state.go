@@ -52,8 +52,10 @@
 // here keep schema "2", so servers of layout 2 still share them.
 //
 // A file that cannot be opened as bbolt, or that faults when read, is
-// moved aside (renamed with a ".corrupt-<time>" suffix) and reported,
-// never truncated in place.
+// moved aside (renamed with a ".corrupt-<time>" suffix, never truncated in
+// place), what can be read of it is copied into a fresh file, bucket by
+// bucket, and what was kept and lost is reported (OnCorrupt) and written
+// beside it (".report").
 package state
 
 import (
@@ -62,7 +64,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -134,8 +135,9 @@ type Store struct {
 	Path string
 	// LockTimeout bounds waiting for another process; 0 means 2 s.
 	LockTimeout time.Duration
-	// OnCorrupt, if set, is told where a corrupt file was moved.
-	OnCorrupt func(movedTo string, err error)
+	// OnCorrupt, if set, is told what became of a damaged file: where it
+	// was moved and what of it was recovered into a fresh one.
+	OnCorrupt func(r Repair)
 }
 
 // New returns the store at dir/state.db, creating dir with mode 0700.
@@ -196,14 +198,20 @@ func (s *Store) unreadable(err error) bool {
 }
 
 // moveAside renames the unreadable state file out of the way (never
-// truncating it, so it can be inspected or recovered) and reports it.
+// truncating it, so it can be inspected), copies what can be read of it
+// into a fresh file in its place (salvage) and reports it. A file another
+// process moved aside first is left to that process.
 func (s *Store) moveAside(why error) error {
 	moved := fmt.Sprintf("%s.corrupt-%s", s.Path, time.Now().UTC().Format("20060102T150405.000Z"))
-	if err := os.Rename(s.Path, moved); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Rename(s.Path, moved); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
 		return fmt.Errorf("state file %s is unreadable (%v) and could not be moved aside: %w", s.Path, why, err)
 	}
+	r := s.salvage(moved, why)
 	if s.OnCorrupt != nil {
-		s.OnCorrupt(moved, why)
+		s.OnCorrupt(r)
 	}
 	return nil
 }
@@ -232,18 +240,14 @@ func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (err error) {
 	// Turn SIGBUS/SIGSEGV on the mapping into a panic, and bbolt's panics
 	// on damaged pages into errFault, instead of a crashed server. Only
 	// bbolt and the small record codecs run in here.
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %v", errFault, r)
+	return guard(func() error {
+		db, err := s.open(write)
+		if err != nil {
+			return err
 		}
-	}()
-	db, err := s.open(write)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	return fn(db)
+		defer db.Close()
+		return fn(db)
+	})
 }
 
 // view runs fn in a read-only transaction. A file that does not exist is

@@ -67,7 +67,7 @@ func TestCorruptFileIsMovedAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	var moved string
-	s.OnCorrupt = func(to string, _ error) { moved = to }
+	s.OnCorrupt = func(r Repair) { moved = r.MovedTo }
 	if err := s.AppendHistory(map[string][]json.RawMessage{"a": {raw("1")}}, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestTruncatedFileIsMovedAside(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := New(dir)
 	var moved string
-	s.OnCorrupt = func(to string, _ error) { moved = to }
+	s.OnCorrupt = func(r Repair) { moved = r.MovedTo }
 	for i := 0; i < 200; i++ { // grow the file past its first pages
 		if err := s.PutJob(Job{Sandbox: "box", Name: fmt.Sprintf("job-%d", i), Command: strings.Repeat("x", 500)}); err != nil {
 			t.Fatal(err)

@@ -72,6 +72,9 @@ type Env struct {
 	Children *children.Keeper
 	// Terminals keeps the terminal sessions; set by Serve only.
 	Terminals *terminal.Sessions
+	// Notices are told to the agent on its next tool call (a repaired
+	// state file).
+	Notices *mcpserver.Notices
 }
 
 // Open validates cfg, creates the state directory (0700), picks the
@@ -91,15 +94,18 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.OnCorrupt = func(movedTo string, err error) {
-		logger.Error("state file was unreadable; moved aside and started afresh", "moved_to", movedTo, "err", err)
+	notices := &mcpserver.Notices{}
+	st.OnCorrupt = func(r state.Repair) {
+		logger.Error("state file was damaged; moved aside and what could be read of it recovered", "moved_to", r.MovedTo, "err", r.Why,
+			"kept", r.Kept, "lost", r.Lost, "report", r.Report)
+		notices.Add(r.Summary() + "; `sandbox-mcp doctor` lists it")
 	}
 	m := sandbox.NewManager(rt, sandbox.Config{
 		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
 		History: st, Jobs: st, JobRetention: cfg.JobRetention, Sandboxes: st, Intents: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),
 	})
-	return &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Manager: m}, nil
+	return &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Manager: m, Notices: notices}, nil
 }
 
 // Close stops what the Env's manager runs in this process; sandboxes keep
@@ -174,6 +180,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
 		AllowDirs: cfg.AllowDirs, StartDir: startDir(),
 		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),
+		Notices: env.Notices,
 	})
 	if err != nil {
 		return err
@@ -320,6 +327,11 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 		return errors.New("state not usable")
 	}
 	fmt.Fprintf(w, "state:    ok, %s\n", cfg.StateDir)
+	for _, rep := range state.Repairs(cfg.StateDir) {
+		if data, err := os.ReadFile(rep); err == nil {
+			fmt.Fprintf(w, "          repaired: %s (remove %s and the file it names once read)\n", strings.TrimSpace(string(data)), filepath.Base(rep))
+		}
+	}
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
 	fmt.Fprintf(w, "\nTo use it, give your MCP client this server (with the flags of this doctor run):\n\n%s", ClientSetup(selfPath(), serveArgs, setupEnv(os.Environ()), hostOS))

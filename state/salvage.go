@@ -1,0 +1,229 @@
+package state
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Repair is what became of a damaged state file: it was moved aside
+// (MovedTo, never changed) and what could be read of it copied into a
+// fresh file in its place.
+type Repair struct {
+	// MovedTo is where the damaged file is kept; Why is what was wrong.
+	MovedTo string
+	Why     error
+	// Kept counts the records copied, by bucket.
+	Kept map[string]int
+	// Lost names the buckets that could not be read, or not to their end
+	// (with what of them was copied in Kept).
+	Lost []string
+	// Report is the file beside MovedTo that says all this for people
+	// (and for doctor); "" if it could not be written.
+	Report string
+}
+
+// Summary says in one line what was kept and lost.
+func (r Repair) Summary() string {
+	names := make([]string, 0, len(r.Kept))
+	for b := range r.Kept {
+		names = append(names, b)
+	}
+	sort.Strings(names)
+	var kept []string
+	for _, b := range names {
+		kept = append(kept, fmt.Sprintf("%d %s", r.Kept[b], b))
+	}
+	s := "the state file was damaged (" + r.Why.Error() + "); it was moved to " + r.MovedTo
+	if len(kept) > 0 {
+		s += "; recovered from it: " + strings.Join(kept, ", ") + " records"
+	} else {
+		s += "; nothing could be recovered from it"
+	}
+	if len(r.Lost) > 0 {
+		s += "; lost (unreadable): " + strings.Join(r.Lost, ", ")
+	}
+	return s
+}
+
+// salvage copies what can be read of the damaged file at moved into a
+// fresh file at s.Path: every bucket, record by record, each bucket under
+// its own fault guard, so a bad page loses what lies on it and no more.
+// The fresh file appears whole or not at all (written beside, then
+// linked into place); a file another process made there meanwhile is left
+// as it is, and the copy kept beside it.
+func (s *Store) salvage(moved string, why error) Repair {
+	r := Repair{MovedTo: moved, Why: why, Kept: map[string]int{}}
+	data, lost := readAll(moved)
+	r.Lost = lost
+	total := 0
+	for b, kvs := range data {
+		r.Kept[b] = len(kvs)
+		total += len(kvs)
+	}
+	if total > 0 {
+		if err := s.writeSalvage(data); err != nil {
+			r.Lost = append(r.Lost, "the recovered records ("+err.Error()+")")
+			r.Kept = map[string]int{}
+		}
+	}
+	r.Report = writeReport(moved, r)
+	return r
+}
+
+// readAll reads every record of every bucket of the bbolt file at path,
+// read-only; lost names the buckets (or the file) that faulted.
+func readAll(path string) (data map[string][][2][]byte, lost []string) {
+	data = map[string][][2][]byte{}
+	var db *bolt.DB
+	err := guard(func() error {
+		var err error
+		db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		return err
+	})
+	if err != nil {
+		return data, []string{"the whole file (" + err.Error() + ")"}
+	}
+	defer db.Close()
+	var names []string
+	if err := guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+				names = append(names, string(name))
+				return nil
+			})
+		})
+	}); err != nil {
+		lost = append(lost, "the list of buckets, past "+fmt.Sprint(len(names))+" ("+err.Error()+")")
+	}
+	for _, name := range names {
+		// Forward until a bad page, then backward from the end until one:
+		// one damaged region loses only the records on it.
+		seen := map[string]bool{}
+		var kvs [][2][]byte
+		walk := func(backward bool) error {
+			return guard(func() error {
+				return db.View(func(tx *bolt.Tx) error {
+					b := tx.Bucket([]byte(name))
+					if b == nil {
+						return nil
+					}
+					c := b.Cursor()
+					k, v := c.First()
+					if backward {
+						k, v = c.Last()
+					}
+					for ; k != nil; k, v = step(c, backward) {
+						if v == nil || seen[string(k)] {
+							continue // a nested bucket (none are made here), or read already
+						}
+						seen[string(k)] = true
+						kvs = append(kvs, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v...)})
+					}
+					return nil
+				})
+			})
+		}
+		if err := walk(false); err != nil {
+			before := len(kvs)
+			_ = walk(true)
+			lost = append(lost, fmt.Sprintf("%s (part: %d records read before the damage and %d after it; %v)", name, before, len(kvs)-before, err))
+		}
+		if len(kvs) > 0 {
+			data[name] = kvs
+		}
+	}
+	return data, lost
+}
+
+func step(c *bolt.Cursor, backward bool) ([]byte, []byte) {
+	if backward {
+		return c.Prev()
+	}
+	return c.Next()
+}
+
+// guard runs fn, turning a fault on the mapping or a bbolt panic into an
+// error.
+func guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errFault, r)
+		}
+	}()
+	return fn()
+}
+
+// writeSalvage writes data into a fresh file beside s.Path and links it
+// into place.
+func (s *Store) writeSalvage(data map[string][][2][]byte) error {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	tmp := s.Path + ".salvage-" + hex.EncodeToString(b[:])
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for name, kvs := range data {
+			bk, err := tx.CreateBucketIfNotExists([]byte(name))
+			if err != nil {
+				return err
+			}
+			for _, kv := range kvs {
+				if err := bk.Put(kv[0], kv[1]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Link(tmp, s.Path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("another process made a new state file meanwhile; the recovered records are kept in %s", tmp)
+		}
+		os.Remove(tmp)
+		return err
+	}
+	os.Remove(tmp)
+	if d, err := os.Open(filepath.Dir(s.Path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// writeReport writes what r says beside the damaged file, for people and
+// doctor, and returns its path ("" if it could not be written).
+func writeReport(moved string, r Repair) string {
+	path := moved + ".report"
+	if err := os.WriteFile(path, []byte(r.Summary()+"\n"), 0o600); err != nil {
+		return ""
+	}
+	return path
+}
+
+// Repairs lists the reports of damaged state files found in dir (see
+// Repair), newest last.
+func Repairs(dir string) []string {
+	paths, _ := filepath.Glob(filepath.Join(dir, "state.db.corrupt-*.report"))
+	sort.Strings(paths)
+	return paths
+}
