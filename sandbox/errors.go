@@ -29,6 +29,9 @@ var (
 	// ErrUnsupported means the engine (or its version) cannot do what
 	// was asked.
 	ErrUnsupported = errors.New("not supported by this engine")
+	// ErrPaused means the sandbox's container was paused outside
+	// sandbox-mcp: nothing runs in it until it is unpaused.
+	ErrPaused = errors.New("paused")
 )
 
 // EngineError is a failed container CLI invocation: what was run, how it

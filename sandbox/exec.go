@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"time"
 
@@ -75,6 +76,13 @@ func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Requ
 	}
 	if sb, ok := m.Lookup(name); ok {
 		res.Notice = sb.takeNotice() // limits.go: the disk watcher's message
+		if res.TimedOut && err == nil {
+			// A command that ran to its timeout in a container paused
+			// meanwhile was frozen, not slow.
+			if c, ierr := m.rt.Inspect(ctx, sb.Container); ierr == nil && c.State == StatePaused {
+				res.Notice = joinNotes(res.Notice, m.pausedError(name, c.Name).Error()+" (the command was frozen, not slow)")
+			}
+		}
 	}
 	return res, err
 }
@@ -152,13 +160,46 @@ func (m *Manager) cutShort(sb *Sandbox, res shell.Result, err error) error {
 		// Not ended here: did another server destroy or reset it?
 		g, ok := m.changedElsewhere(sb)
 		if !ok {
-			return nil
+			return m.lostWhileRunning(sb, res, err)
 		}
 		cut.Why = g.describe()
 		cut.Destroyed = g.What == "destroyed"
 	}
 	cut.Destroyed = cut.Destroyed || cut.Why == endedByDestroy
 	return cut
+}
+
+// volumeGone reports whether the engine says sandbox name's workspace
+// volume is gone (false when it cannot tell).
+func (m *Manager) volumeGone(ctx context.Context, name string) bool {
+	vl, ok := m.rt.(VolumeLister)
+	if !ok {
+		return false
+	}
+	names, err := vl.VolumeNames(ctx)
+	if err != nil {
+		return false
+	}
+	return !slices.Contains(names, m.volumeFor(name))
+}
+
+// lostWhileRunning returns the error for a command whose shell died with
+// its container, removed or stopped outside sandbox-mcp while it ran, or
+// nil when the container is still there (the command ended its shell).
+func (m *Manager) lostWhileRunning(sb *Sandbox, res shell.Result, err error) error {
+	if err != nil || !res.ShellLost {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(m.life, 30*time.Second)
+	defer cancel()
+	why, lost, perr := m.lostContainer(ctx, sb)
+	switch {
+	case perr != nil:
+		return perr
+	case !lost:
+		return nil
+	}
+	return &CutShortError{Sandbox: sb.Name, Why: why + " (its container, outside sandbox-mcp)", Started: !res.NotStarted}
 }
 
 // forgetJobs drops the job records of a sandbox being destroyed or reset.
@@ -186,9 +227,15 @@ func (m *Manager) recoverLost(ctx context.Context, sb *Sandbox) (*Sandbox, BootI
 	if why := sb.Ended(); why != "" {
 		return nil, BootInfo{}, &CutShortError{Sandbox: sb.Name, Why: why}
 	}
-	why, lost := m.lostContainer(ctx, sb)
+	why, lost, err := m.lostContainer(ctx, sb)
+	if err != nil {
+		return nil, BootInfo{}, err
+	}
 	if !lost {
 		return sb, BootInfo{}, nil
+	}
+	if why == "was removed" && m.volumeGone(ctx, sb.Name) {
+		why = "was removed, with its workspace volume: the workspace is empty, what it held is lost"
 	}
 	m.detach(sb.Name)
 	sb.end(why)
@@ -200,18 +247,22 @@ func (m *Manager) recoverLost(ctx context.Context, sb *Sandbox) (*Sandbox, BootI
 	return nsb, boot, nil
 }
 
-// lostContainer reports whether sb's container is no longer running.
-func (m *Manager) lostContainer(ctx context.Context, sb *Sandbox) (string, bool) {
+// lostContainer reports whether sb's container is no longer running; a
+// paused one is not lost but an error (ErrPaused): nothing can run in it,
+// and starting it again would fail.
+func (m *Manager) lostContainer(ctx context.Context, sb *Sandbox) (string, bool, error) {
 	c, err := m.rt.Inspect(ctx, sb.Container)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return "was removed", true
+		return "was removed", true, nil
 	case err != nil:
-		return "", false
+		return "", false, nil
+	case c.State == StatePaused:
+		return "", false, m.pausedError(sb.Name, c.Name)
 	case !c.Running():
-		return "was stopped", true
+		return "was stopped", true, nil
 	}
-	return "", false
+	return "", false, nil
 }
 
 // containerHost adapts a Runtime and container to shell.Host.

@@ -244,6 +244,8 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		return nil, lostRemoved, nil
 	case err != nil:
 		return nil, "", err
+	case c.State == StatePaused:
+		return nil, "", m.pausedError(name, c.Name)
 	case !c.Running():
 		return nil, lostStopped, nil
 	}

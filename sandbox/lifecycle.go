@@ -387,12 +387,25 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 		info.Adopted = true
 		return nil
 	}
+	if c.State == StatePaused {
+		return m.pausedError(name, c.Name)
+	}
 	m.repairWorkspace(ctx, name, c) // limits.go
 	if err := m.rt.Start(ctx, idOr(c)); err != nil {
 		return fmt.Errorf("start sandbox %q: %w", name, err)
 	}
 	info.Started = true
 	return nil
+}
+
+// pausedError says that sandbox name's container ctr is paused, and how
+// to go on. Nothing is unpaused for the user: whoever paused it meant it.
+func (m *Manager) pausedError(name, ctr string) error {
+	if ctr == "" {
+		ctr = m.ContainerFor(name)
+	}
+	return fmt.Errorf("sandbox %q is %w: its container %s was paused outside sandbox-mcp, so nothing runs in it; "+
+		"unpause it with `%s unpause %s`, or reset the sandbox", name, ErrPaused, ctr, filepath.Base(m.rt.Binary()), ctr)
 }
 
 // ErrImageMissing is returned when a sandbox's image is not present locally.
