@@ -22,6 +22,7 @@ import (
 	"io"
 	"runtime/debug"
 	"sync"
+	"unicode/utf8"
 )
 
 const (
@@ -32,6 +33,9 @@ const (
 	// CodeTooLarge is the JSON-RPC error code of the reply: the message is
 	// an invalid request.
 	CodeTooLarge = -32600
+	// CodeParseError is the JSON-RPC error code of a message that is not
+	// valid JSON text (here: not valid UTF-8).
+	CodeParseError = -32700
 	// readSize is how much of stdin is read at a time.
 	readSize = 64 << 10
 )
@@ -68,6 +72,7 @@ type Limiter struct {
 	n          int64  // bytes of the current message read
 	prefix     []byte // the current message's first IDWindow bytes
 	discarding bool   // dropping the rest of an over-long message
+	carry      []byte // a UTF-8 sequence the last piece ended in
 	cutPassed  bool   // ...of which the transport saw a part
 
 	// Write side.
@@ -136,6 +141,14 @@ func (l *Limiter) fill() {
 	if complete {
 		body--
 	}
+	if l.n+body <= l.opts.Max && !l.validUTF8(piece, complete) {
+		// Invalid UTF-8 would reach the handler replaced by U+FFFD, the
+		// request changed without a word: it is a parse error instead,
+		// answered here, and the rest of the message is dropped.
+		l.keepPrefix(piece)
+		l.refuse(findID(l.prefix), complete, CodeParseError, "parse error: the message is not valid UTF-8 (JSON text must be); send binary data base64-encoded", nil)
+		return
+	}
 	if l.n+body <= l.opts.Max {
 		l.keepPrefix(piece)
 		l.n += body
@@ -156,13 +169,25 @@ func (l *Limiter) fill() {
 	// Over the limit: what passed so far is made invalid JSON and ended,
 	// and the rest is dropped.
 	l.keepPrefix(piece)
-	id := findID(l.prefix)
+	msg := fmt.Sprintf("message too large: over the %s limit of one JSON-RPC message", sizeText(l.opts.Max))
+	if l.opts.Hint != nil {
+		msg += "; " + l.opts.Hint()
+	}
+	l.refuse(findID(l.prefix), complete, CodeTooLarge, msg, map[string]any{"limit_bytes": l.opts.Max})
+}
+
+// refuse answers the current message with an error (code, msg, data)
+// itself and drops it: what of it the transport saw is made invalid JSON
+// and ended (its parse error held back), and the rest of the message,
+// up to its newline, is read and dropped.
+func (l *Limiter) refuse(id json.RawMessage, complete bool, code int, msg string, data map[string]any) {
 	passed := l.n > 0 && l.opts.Blobs == nil
 	l.held = nil
+	l.carry = l.carry[:0]
 	if passed {
 		l.out = []byte("#\n")
 	}
-	l.reply(id, passed)
+	l.reply(id, passed, code, msg, data)
 	if complete {
 		l.endMessage()
 		if !passed {
@@ -171,6 +196,37 @@ func (l *Limiter) fill() {
 	} else {
 		l.discarding, l.cutPassed = true, passed
 	}
+}
+
+// validUTF8 reports whether piece, the next part of the current message,
+// keeps it valid UTF-8. A sequence cut at the end of a piece that is not
+// the message's last is completed by the next one.
+func (l *Limiter) validUTF8(piece []byte, complete bool) bool {
+	p := piece
+	for len(l.carry) > 0 && len(p) > 0 && !utf8.FullRune(l.carry) {
+		l.carry, p = append(l.carry, p[0]), p[1:]
+	}
+	if len(l.carry) > 0 {
+		if !utf8.FullRune(l.carry) {
+			return !complete // still cut, and more is to come
+		}
+		if r, n := utf8.DecodeRune(l.carry); r == utf8.RuneError && n <= 1 || n != len(l.carry) {
+			return false
+		}
+		l.carry = l.carry[:0]
+	}
+	if !complete {
+		for i := 1; i <= 3 && i <= len(p); i++ {
+			if tail := p[len(p)-i:]; utf8.RuneStart(tail[0]) {
+				if !utf8.FullRune(tail) {
+					l.carry = append(l.carry[:0], tail...)
+					p = p[:len(p)-i]
+				}
+				break
+			}
+		}
+	}
+	return utf8.Valid(p)
 }
 
 // pass hands the held message on, with its long strings lifted when it
@@ -201,6 +257,7 @@ func (l *Limiter) keepPrefix(piece []byte) {
 
 func (l *Limiter) endMessage() {
 	l.n = 0
+	l.carry = l.carry[:0]
 	l.prefix = l.prefix[:0]
 }
 
@@ -212,13 +269,9 @@ func (l *Limiter) dropped() {
 
 // reply writes the error for an over-long message; swallow says the
 // transport saw part of it and will answer with a parse error to hold back.
-func (l *Limiter) reply(id json.RawMessage, swallow bool) {
+func (l *Limiter) reply(id json.RawMessage, swallow bool, code int, msg string, data map[string]any) {
 	if id == nil {
 		id = json.RawMessage("null")
-	}
-	msg := fmt.Sprintf("message too large: over the %s limit of one JSON-RPC message", sizeText(l.opts.Max))
-	if l.opts.Hint != nil {
-		msg += "; " + l.opts.Hint()
 	}
 	resp, _ := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
@@ -227,8 +280,8 @@ func (l *Limiter) reply(id json.RawMessage, swallow bool) {
 	}{"2.0", id, struct {
 		Code    int            `json:"code"`
 		Message string         `json:"message"`
-		Data    map[string]any `json:"data"`
-	}{CodeTooLarge, msg, map[string]any{"limit_bytes": l.opts.Max}}})
+		Data    map[string]any `json:"data,omitempty"`
+	}{code, msg, data}})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if swallow {

@@ -205,3 +205,38 @@ func TestIsParseError(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidUTF8IsAParseError: a message with bytes that are not UTF-8 is
+// answered with a parse error carrying its id (and only that: the
+// transport's own reply is held back), in a short message and past the
+// first piece of a long one; text whose characters straddle the pieces
+// the limiter reads passes unchanged.
+func TestInvalidUTF8IsAParseError(t *testing.T) {
+	c := serve(t, DefaultMax)
+	for i, text := range []string{"a\xffb", strings.Repeat("a", 200<<10) + "\xc3(" + "z", "ok\xe2\x82"} {
+		id := fmt.Sprint(10 + i)
+		c.send(call(id, text))
+		r := c.next()
+		e, _ := r["error"].(map[string]any)
+		if fmt.Sprint(r["id"]) != id || e == nil || e["code"] != float64(CodeParseError) || !strings.Contains(e["message"].(string), "not valid UTF-8") {
+			t.Fatalf("message %d: reply %v", i, r)
+		}
+	}
+	// é (2 bytes) and € (3 bytes) at every offset around the 64 KiB piece
+	// boundary: the tool sees every byte as sent.
+	head := len(call("1", "")) - len("\"}}}\n")
+	for shift := -3; shift <= 3; shift++ {
+		for _, ch := range []string{"é", "€", "😀"} {
+			text := strings.Repeat("a", readSize-head+shift) + ch + "z"
+			c.send(call("20", text))
+			r := c.next()
+			res, _ := r["result"].(map[string]any)
+			if res == nil {
+				t.Fatalf("shift %d %q: %v", shift, ch, r)
+			}
+			if got := res["content"].([]any)[0].(map[string]any)["text"]; got != fmt.Sprint(len(text)) {
+				t.Fatalf("shift %d %q: the tool saw %v bytes, want %d", shift, ch, got, len(text))
+			}
+		}
+	}
+}
