@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -45,6 +47,12 @@ type History struct {
 	mu      sync.Mutex
 	entries map[string][]HistoryEntry // without a store
 	pending map[string][]HistoryEntry // with a store: not yet flushed
+	// wal, when set, gets every entry as it is added, before its call
+	// returns, so that a server killed before its next Flush loses none:
+	// the next server replays what it finds (see replayHistory). Flush
+	// rewrites it with what is still pending.
+	wal     *os.File
+	walPath string
 	// secrets holds each sandbox's secret values, longest first, the
 	// order redact replaces them in. They are the sandbox's own: its env
 	// store lives in the sandbox, so it may name any text secret, and
@@ -109,6 +117,7 @@ func (h *History) Add(name, command string, res shell.Result, err error) {
 	m := h.entries
 	if h.store != nil {
 		m = h.pending
+		h.logEntry(name, e)
 	}
 	list := append(m[name], e)
 	if len(list) > h.limit {
@@ -117,7 +126,55 @@ func (h *History) Add(name, command string, res shell.Result, err error) {
 	m[name] = list
 }
 
-// Flush writes pending entries to the store.
+// walRecord is one line of the write-ahead file.
+type walRecord struct {
+	Sandbox string       `json:"sandbox"`
+	Entry   HistoryEntry `json:"entry"`
+}
+
+// SetWAL makes h write every entry to the file at path as it is added
+// (see History.wal). Callers hold no lock; it is set once, before use.
+func (h *History) SetWAL(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wal, h.walPath = f, path
+	return nil
+}
+
+// CloseWAL closes and removes the write-ahead file, once everything in
+// it was flushed.
+func (h *History) CloseWAL() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.wal == nil {
+		return
+	}
+	h.wal.Close()
+	if len(h.pending) == 0 {
+		os.Remove(h.walPath)
+	}
+	h.wal = nil
+}
+
+// logEntry appends e to the write-ahead file. Callers hold h.mu. One write
+// of one line: a kill leaves it whole or not there, and a line cut short
+// (a full disk) is skipped when read.
+func (h *History) logEntry(name string, e HistoryEntry) {
+	if h.wal == nil {
+		return
+	}
+	b, err := json.Marshal(walRecord{Sandbox: name, Entry: e})
+	if err == nil {
+		_, _ = h.wal.Write(append(b, '\n'))
+	}
+}
+
+// Flush writes pending entries to the store. Entries a failed write could
+// not store stay pending, to be written by the next Flush.
 func (h *History) Flush() error {
 	if h.store == nil {
 		return nil
@@ -139,7 +196,67 @@ func (h *History) Flush() error {
 			batch[name] = append(batch[name], b)
 		}
 	}
-	return h.store.AppendHistory(batch, h.limit)
+	err := h.store.AppendHistory(batch, h.limit)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		// Back in front of what came meanwhile, within the bound.
+		for name, list := range pending {
+			list = append(list, h.pending[name]...)
+			if len(list) > h.limit {
+				list = list[len(list)-h.limit:]
+			}
+			h.pending[name] = list
+		}
+		return err
+	}
+	h.rewriteWAL()
+	return nil
+}
+
+// rewriteWAL replaces the write-ahead file with the entries still
+// pending (written beside it, then renamed over it). Callers hold h.mu.
+func (h *History) rewriteWAL() {
+	if h.wal == nil {
+		return
+	}
+	tmp := h.walPath + ".new"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return // the old file stays: a replay may repeat entries, never lose one
+	}
+	for name, list := range h.pending {
+		for _, e := range list {
+			if b, err := json.Marshal(walRecord{Sandbox: name, Entry: e}); err == nil {
+				_, _ = f.Write(append(b, '\n'))
+			}
+		}
+	}
+	if err := os.Rename(tmp, h.walPath); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return
+	}
+	h.wal.Close()
+	h.wal = f
+}
+
+// ReadWAL reads a write-ahead file's entries by sandbox, in order; lines
+// that do not parse (one cut short) are skipped.
+func ReadWAL(path string) (map[string][]HistoryEntry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]HistoryEntry{}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		var r walRecord
+		if len(line) == 0 || json.Unmarshal(line, &r) != nil || r.Sandbox == "" {
+			continue
+		}
+		out[r.Sandbox] = append(out[r.Sandbox], r.Entry)
+	}
+	return out, nil
 }
 
 // Recent returns up to n of the newest entries for a sandbox, oldest first.

@@ -1,10 +1,15 @@
 package sandbox
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // What history keeps of a command: registered secrets and token-shaped
@@ -66,4 +71,87 @@ func TestSecretsAreEachSandboxsOwn(t *testing.T) {
 	if n := len(h.secrets["many"]); n != maxSecrets {
 		t.Fatalf("%d secrets kept", n)
 	}
+}
+
+// failingStore fails its first n writes.
+type failingStore struct {
+	HistoryStore
+	n int
+}
+
+func (f *failingStore) AppendHistory(batch map[string][]json.RawMessage, limit int) error {
+	if f.n > 0 {
+		f.n--
+		return errors.New("disk full")
+	}
+	return f.HistoryStore.AppendHistory(batch, limit)
+}
+
+// TestHistorySurvivesFailuresAndKills: a flush that fails keeps its
+// entries for the next; entries a server wrote ahead and never flushed (it
+// was killed) are stored by the next server, those it did flush not twice.
+func TestHistorySurvivesFailuresAndKills(t *testing.T) {
+	st, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHistory(100, &failingStore{HistoryStore: st, n: 1})
+	h.Add("box", "echo one", shell.Result{}, nil)
+	if err := h.Flush(); err == nil {
+		t.Fatal("the failing write was not reported")
+	}
+	h.Add("box", "echo two", shell.Result{}, nil)
+	if err := h.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := commands(t, st, "box"); got != "echo one,echo two" {
+		t.Fatalf("after a failed and a good flush: %s", got)
+	}
+
+	// A server killed after writing ahead: one entry flushed (its file
+	// not yet rewritten), two not.
+	locks := t.TempDir()
+	m := NewManager(staleListing{}, Config{Prefix: "smthist", History: st, LockDir: locks})
+	t.Cleanup(m.Close)
+	const dead = "00000000deadbeef"
+	w := NewHistory(100, st)
+	if err := w.SetWAL(m.historyWAL(dead)); err != nil {
+		t.Fatal(err)
+	}
+	w.Add("box", "echo three", shell.Result{}, nil)
+	w.mu.Lock()
+	flushed := w.pending["box"][0]
+	w.mu.Unlock()
+	raw, _ := json.Marshal(flushed)
+	if err := st.AppendHistory(map[string][]json.RawMessage{"box": {raw}}, 100); err != nil {
+		t.Fatal(err)
+	}
+	w.Add("box", "echo four", shell.Result{}, nil)
+	w.Add("other", "echo five", shell.Result{}, nil)
+	m.replayHistory(dead)
+	if got := commands(t, st, "box"); got != "echo one,echo two,echo three,echo four" {
+		t.Errorf("after the replay: %s", got)
+	}
+	if got := commands(t, st, "other"); got != "echo five" {
+		t.Errorf("the other sandbox: %s", got)
+	}
+	if _, err := os.Stat(m.historyWAL(dead)); err == nil {
+		t.Error("the replayed file is left")
+	}
+}
+
+func commands(t *testing.T, st *state.Store, name string) string {
+	t.Helper()
+	raw, err := st.History(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range raw {
+		var e HistoryEntry
+		if json.Unmarshal(r, &e) == nil {
+			out = append(out, e.Command)
+		}
+	}
+	return strings.Join(out, ",")
 }

@@ -146,6 +146,9 @@ type BootInfo struct {
 	Container string        // the container's name
 }
 
+// historyLimit is how many entries of history are kept per sandbox.
+const historyLimit = 100
+
 // ErrClosed is returned by a Manager that has been closed.
 var ErrClosed = errors.New("the sandbox manager is shutting down")
 
@@ -169,7 +172,7 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 		rt: rt, cfg: cfg, log: log, locks: locks.Dir{Path: cfg.LockDir},
 		life: life, stop: stop,
 		slots:        map[string]*slot{},
-		history:      NewHistory(100, cfg.History),
+		history:      NewHistory(historyLimit, cfg.History),
 		historySaved: make(chan struct{}),
 		jobs:         cfg.Jobs,
 	}

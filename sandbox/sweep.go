@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -57,6 +58,11 @@ func (m *Manager) claimServerID() {
 		return
 	}
 	h, err := m.locks.TryLock(m.serverKey(m.serverID), "server")
+	if err == nil && m.cfg.History != nil {
+		if werr := m.history.SetWAL(m.historyWAL(m.serverID)); werr != nil {
+			m.log.Warn("open the history's write-ahead file (a kill may lose the last second of history)", "err", werr)
+		}
+	}
 	if err != nil {
 		m.log.Warn("hold the server's lock file (a later server cannot tell if this one was killed)", "err", err)
 		return
@@ -71,6 +77,7 @@ func (m *Manager) releaseServerID() {
 	}
 	_ = os.Remove(m.serverLockPath(m.serverID))
 	_ = os.Remove(m.stagingFile(m.serverID))
+	m.history.CloseWAL()
 	m.server.Release()
 	m.server = nil
 }
@@ -127,6 +134,7 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 		if n := m.removeStaging(g.id); n > 0 {
 			m.log.Info("removed the host files a killed server left half written", "server", g.id, "count", n)
 		}
+		m.replayHistory(g.id)
 	}
 	args := []string{"sh", "-c", guest.SweepScript, "sh"}
 	pids := map[string]int{}
@@ -151,6 +159,53 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 		}
 		g.held.Release()
 	}
+}
+
+// historyWAL is the history write-ahead file of the server with id.
+func (m *Manager) historyWAL(id string) string {
+	return filepath.Join(m.cfg.LockDir, m.serverKey(id)+".history")
+}
+
+// replayHistory stores the history entries the gone server id wrote
+// ahead and had not flushed, then removes its file. An entry the server
+// did flush (it was killed before rewriting the file) is not stored twice.
+func (m *Manager) replayHistory(id string) {
+	if m.cfg.History == nil {
+		return
+	}
+	path := m.historyWAL(id)
+	byName, err := ReadWAL(path)
+	if err != nil {
+		return
+	}
+	batch := map[string][]json.RawMessage{}
+	for name, list := range byName {
+		have := map[string]bool{}
+		if raw, err := m.cfg.History.History(name); err == nil {
+			for _, r := range raw {
+				var e HistoryEntry
+				if json.Unmarshal(r, &e) == nil {
+					have[e.Time.String()+"\x00"+e.Command] = true
+				}
+			}
+		}
+		for _, e := range list {
+			if have[e.Time.String()+"\x00"+e.Command] {
+				continue
+			}
+			if b, err := json.Marshal(e); err == nil {
+				batch[name] = append(batch[name], b)
+			}
+		}
+	}
+	if len(batch) > 0 {
+		if err := m.cfg.History.AppendHistory(batch, historyLimit); err != nil {
+			m.log.Warn("store the history a killed server wrote ahead", "server", id, "err", err)
+			return // the file stays for the next try
+		}
+		m.log.Info("stored the history a killed server had not saved", "server", id, "sandboxes", len(batch))
+	}
+	_ = os.Remove(path)
 }
 
 // sweep runs the sweep script in one sandbox's container c and records
