@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -308,7 +310,10 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 // startAgent installs the agent when it is missing (or always, with
 // reinstall) and starts it under the sandbox's life.
 func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (*agent.Client, error) {
-	out, err := sb.housekeep(ctx, `uname -m; if [ -x "`+agentPath()+`" ]; then echo ok; fi`, scriptTimeout)
+	// The copy in place is used only when it is the one this server would
+	// install, byte for byte (size and sha256): a piece a killed install
+	// left, or one the sandbox replaced, is installed again.
+	out, err := sb.housekeep(ctx, `uname -m; if [ -x "`+agentPath()+`" ]; then wc -c <"`+agentPath()+`"; sha256sum <"`+agentPath()+`" 2>/dev/null || echo -; fi`, scriptTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +323,13 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		machine = lines[0]
 	}
 	sb.agent.arch = agent.GoArch(machine)
-	installed := len(lines) > 1 && lines[1] == "ok"
+	installed := false
+	if len(lines) > 2 && sb.agent.arch != "" {
+		if bin, err := ctlbin.Find(ctx, sb.agent.arch); err == nil {
+			sum := sha256.Sum256(bin.Data)
+			installed = lines[1] == strconv.Itoa(len(bin.Data)) && lines[2] == hex.EncodeToString(sum[:])
+		}
+	}
 	if !installed || reinstall {
 		if err := m.installAgent(ctx, sb, machine); err != nil {
 			return nil, &agentUnusable{err: err}

@@ -84,3 +84,50 @@ func TestContainerFaultsSaidTrueOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestDamagedAgentReplacedBeforeUseOnEngine: an agent in place that is
+// not the one this server would install, byte for byte (a piece a killed
+// install left, or a same-size copy the sandbox swapped in), is installed
+// again before it is run.
+func TestDamagedAgentReplacedBeforeUseOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			a, b, _ := servers(t, tg, prefix)
+			ctx := guarded(t)
+			const box = "agentfix"
+			startJob(t, a, box, "web", "exec python3 -m http.server 8000 --bind 127.0.0.1")
+			dial := func(m *sandbox.Manager) {
+				t.Helper()
+				var conn interface{ Close() error }
+				enginetest.WaitFor(t, "the sandbox's web server to answer through the agent", func() error {
+					c, err := m.Dial(ctx, box, 8000)
+					if err == nil {
+						conn = c
+					}
+					return err
+				})
+				conn.Close()
+			}
+			dial(a)
+			const sum = "sha256sum /tmp/.sandbox-mcp/sandbox-ctl-[0-9]* | cut -c1-64"
+			want := run(t, a, box, shell.Request{Command: sum}).stdout
+			// Same size, other bytes, still executable: a program that
+			// leaves a mark when it is run.
+			o := run(t, a, box, shell.Request{Command: `rm -f /tmp/ran; for f in /tmp/.sandbox-mcp/sandbox-ctl-[0-9]*; do n=$(wc -c <"$f"); ` +
+				`{ printf '#!/bin/sh\necho ran >/tmp/ran\nexit 1\n#'; head -c "$n" /dev/zero | tr '\0' x; } | head -c "$n" >"$f.x" && chmod 755 "$f.x" && mv -f "$f.x" "$f"; done; ` + sum})
+			if o.stdout == want {
+				t.Fatal("the agent was not replaced")
+			}
+			dial(b) // b never started the agent: it checks the copy in place
+			if got := run(t, b, box, shell.Request{Command: sum}).stdout; got != want {
+				t.Fatalf("the agent in place is %q, want %q", got, want)
+			}
+			if o := run(t, b, box, shell.Request{Command: "cat /tmp/ran 2>/dev/null"}); o.stdout != "" {
+				t.Fatal("the copy in place was run before it was checked")
+			}
+		})
+	}
+}
