@@ -104,6 +104,7 @@ var goldenCases = []goldenCase{
 	{"untar", text(UntarScript)},
 	{"stage", text(StageScript)},
 	{"swap", text(SwapScript)},
+	{"sync_stage", text(SyncStageScript)},
 	{"upload", text(UploadScript)},
 	{"sync_list", func() (string, error) {
 		return SyncListScript(hostile, []string{".git", "node_modules", "it's"}, false)

@@ -195,3 +195,29 @@ func TestHeldBatchSweptAfterItsServer(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncStageLandsFilesWhole: a sync's stream lands file by file over
+// the directory, keeping what it does not hold; one cut short changes
+// nothing and leaves nothing.
+func TestSyncStageLandsFilesWhole(t *testing.T) {
+	ws := t.TempDir()
+	os.MkdirAll(filepath.Join(ws, "src"), 0o755)
+	os.WriteFile(filepath.Join(ws, "src", "a"), []byte("old a"), 0o644)
+	os.WriteFile(filepath.Join(ws, "keep"), []byte("mine"), 0o644)
+	before := listTree(t, ws)
+	cut := tarOf2(t, tarEnt{name: "./", dir: true}, tarEnt{name: "./src/", dir: true}, tarEnt{name: "./src/a", body: "new a"})
+	if err := runScript(t, SyncStageScript, cut, ws, ".sandbox-mcp-up-s", "END", ""); err == nil {
+		t.Fatal("a stream without its end mark was taken")
+	}
+	if got := listTree(t, ws); got != before {
+		t.Fatalf("after a cut stream: %s, want %s", got, before)
+	}
+	whole := tarOf2(t, tarEnt{name: "./", dir: true}, tarEnt{name: "./src/", dir: true}, tarEnt{name: "./src/a", body: "new a"},
+		tarEnt{name: "./src/deep/", dir: true}, tarEnt{name: "./src/deep/b", body: "b"}, tarEnt{name: "END"})
+	if err := runScript(t, SyncStageScript, whole, ws, ".sandbox-mcp-up-s", "END", ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listTree(t, ws), "keep=mine src src/a=new a src/deep src/deep/b=b"; got != want {
+		t.Fatalf("after the sync: %s, want %s", got, want)
+	}
+}

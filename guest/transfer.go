@@ -173,6 +173,25 @@ fi
 command rm -rf -- "$st"
 exit "$rc"`
 
+// MergeStageScript moves what StageScript staged in the directory $2 of
+// the directory $1 into $1, as an upload onto an existing directory
+// lands (see UploadScript): each file and link by one rename over its
+// counterpart, what the stage does not hold left as it is, then the
+// directories' modes and times from the stage; the stage is removed. A
+// server killed part way leaves each file old or new, never torn.
+const MergeStageScript = `cd -- "$1" || exit 1
+st=$2 D=$PWD
+[ -d "$st" ] || exit 0
+T=$D/$st.t
+rc=0
+(cd -- "$st" &&
+  command find . -depth -type d -exec sh -c 'for d; do command mkdir -p -- "$0/$d" && command touch -r "$d" -- "$0/$d" || exit 1; done' "$T" {} + &&
+  command find . -mindepth 1 -type d -exec sh -c 'for d; do [ -d "$0/$d" ] || command mkdir -p -- "$0/$d" || exit 1; done' "$D" {} + &&
+  command find . ! -type d -exec sh -c '` + putFiles + `' "$D" {} + &&
+  T=$T command find . -type d -exec sh -c 'for d; do command chmod --reference="$d" -- "$0/$d" 2>/dev/null; command touch -r "$T/$d" -- "$0/$d" 2>/dev/null; done' "$D" {} +) || rc=1
+command rm -rf -- "$T" "$st"
+exit "$rc"`
+
 // putFiles is an sh -c script that renames each of its arguments (paths
 // relative to the working directory) to the same path under $0: over a
 // file or a symlink in one rename (mv -T, where mv has it), never into a
@@ -206,7 +225,7 @@ if [ "$4" = ` + SkipLostFound + ` ] && ` + lostFoundHere + `; then x=1; fi
 command rm -rf -- "$st" && command mkdir -- "$st" || exit 1
 if ! (cd -- "$st" || exit 1
 ` + execUntar + `); then command rm -rf -- "$st"; exit 1; fi
-if [ ! -f "$st/$end" ]; then echo "the workspace's stream was cut short: nothing was changed" >&2; command rm -rf -- "$st"; exit 1; fi
+if [ ! -f "$st/$end" ]; then echo "the stream was cut short: nothing was changed" >&2; command rm -rf -- "$st"; exit 1; fi
 command rm -f -- "$st/$end"`
 
 // SwapScript makes the staged workspace $2 (see StageScript) the content
@@ -366,4 +385,23 @@ func SyncApplyScript(dir string, remove []string, untar, workspace bool) (string
 	}
 	b.WriteString(")")
 	return b.String(), nil
+}
+
+// SyncStageScript lands a sync's tar stream (its last entry the empty
+// file $3) in the directory $1: staged in $2 by StageScript, then merged
+// by MergeStageScript. Arguments: $1 dir, $2 stage, $3 end mark, $4
+// SkipLostFound or "".
+const SyncStageScript = "(set -- \"$1\" \"$2\" \"$3\" \"$4\" \"\"\n" + StageScript + "\n) && (" + MergeStageScript + "\n)"
+
+// SyncStageCommand is SyncStageScript as one command line for the
+// persistent shell, its stream on the command's stdin.
+func SyncStageCommand(dir, stage, end string, workspace bool) (string, error) {
+	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
+		return "", errors.New("sandbox directory must be non-empty, without NUL")
+	}
+	skip := "''"
+	if workspace {
+		skip = SkipLostFound
+	}
+	return "sh -c " + quote(SyncStageScript) + " sh " + quote(dir) + " " + quote(stage) + " " + quote(end) + " " + skip, nil
 }

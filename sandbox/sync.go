@@ -82,45 +82,59 @@ func (m *Manager) SyncList(ctx context.Context, name, dir string, ignore []strin
 const smallSync = 4 << 20
 
 // SyncApply brings changes into dir in the sandbox: it removes the paths
-// in remove ("./rel") and then extracts the tar stream that pack writes
-// (nil: none). In the workspace, its volume's lost+found is neither
-// removed nor extracted over. size is the stream's expected size: small ones go through
-// the sandbox's shell (about a pipe round trip), large ones stream over
-// the engine's exec.
+// in remove ("./rel") and then lands the tar stream that pack writes (nil:
+// none), whose entries are "./rel": it is extracted beside what it
+// replaces and, once it arrived whole, each file is renamed into place
+// (guest.SyncStageScript), so a server killed part way leaves each file
+// old or new, never torn. In the workspace, its volume's lost+found is
+// neither removed nor extracted over. size is the stream's expected size:
+// small ones go through the sandbox's shell (about a pipe round trip),
+// large ones stream over the engine's exec.
 func (m *Manager) SyncApply(ctx context.Context, name, dir string, remove []string, size int64, pack func(w io.Writer) error) error {
 	sb, _, err := m.Get(ctx, name)
 	if err != nil {
 		return err
 	}
 	defer sb.busy()()
-	untar := pack != nil && size <= smallSync
-	script, err := guest.SyncApplyScript(dir, remove, untar, m.isWorkspace(dir))
-	if err != nil {
-		return &ArgError{Err: err}
-	}
-	var stdin []byte
-	if untar {
-		var b bytes.Buffer
-		if err := pack(&b); err != nil {
-			return err
+	if len(remove) > 0 {
+		script, err := guest.SyncApplyScript(dir, remove, false, m.isWorkspace(dir))
+		if err != nil {
+			return &ArgError{Err: err}
 		}
-		stdin = b.Bytes()
-	}
-	if len(remove) > 0 || untar {
-		if err := sb.viaShell(ctx, "apply changes in "+dir+" of", script, stdin); err != nil {
+		if err := sb.viaShell(ctx, "apply changes in "+dir+" of", script, nil); err != nil {
 			return err
 		}
 	}
-	if pack == nil || untar {
+	if pack == nil {
 		return nil
 	}
-	argv := []string{"sh", "-c", guest.UntarScript, "sh", dir}
-	if m.isWorkspace(dir) {
-		argv = append(argv, guest.SkipLostFound)
+	stage := uploadStageName()
+	end := stage + ".end"
+	marked := func(w io.Writer) error {
+		ms := &markedStream{w: w}
+		if err := pack(ms); err != nil {
+			return err
+		}
+		return ms.finish(end)
 	}
-	perr, failed := m.execIn(ctx, sb, argv, pack)
+	if size <= smallSync {
+		var b bytes.Buffer
+		if err := marked(&b); err != nil {
+			return err
+		}
+		cmd, err := guest.SyncStageCommand(dir, stage, end, m.isWorkspace(dir))
+		if err != nil {
+			return &ArgError{Err: err}
+		}
+		return sb.viaShell(ctx, "apply changes in "+dir+" of", cmd, b.Bytes())
+	}
+	skip := ""
+	if m.isWorkspace(dir) {
+		skip = guest.SkipLostFound
+	}
+	perr, failed := m.execIn(ctx, sb, []string{"sh", "-c", guest.SyncStageScript, "sh", dir, stage, end, skip}, marked)
 	if failed != nil {
-		return m.transferFailed(ctx, sb, "sync into", dir, failed, "the next change or a restart of the sync sends it again")
+		return m.transferFailed(ctx, sb, "sync into", dir, failed, "each file is either as it was or as sent; the next change or a restart of the sync sends it again")
 	}
 	return perr
 }
