@@ -97,6 +97,9 @@ func describeIntent(in state.Intent) string {
 type resumption struct {
 	in   state.Intent
 	said string
+	// gone: the operation's sandbox was removed (an interrupted clone's);
+	// nothing is left to do in it.
+	gone bool
 }
 
 // resumeIntent ends, as far as the engine goes, an operation a dead
@@ -125,7 +128,19 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 		r.said = describeIntent(in) + " after the new workspace had arrived whole; it was finished"
 	case intentBegun:
 		if in.Op == "clone" {
-			r.said = describeIntent(in) + " before its workspace had arrived whole: the workspace is empty; destroy the sandbox and clone again"
+			// The sandbox is the clone's own, half made: it goes, as if
+			// the clone had never begun.
+			if sb := m.detach(name); sb != nil {
+				sb.end("removed: " + describeIntent(in))
+			}
+			if _, err := m.remove(ctx, name, "", true); err != nil {
+				m.log.Warn("remove the sandbox of an interrupted clone", "sandbox", name, "err", err)
+				r.said = describeIntent(in) + " before its workspace had arrived whole, and its half-made sandbox could not be removed (" + err.Error() + "); destroy it and clone again"
+				break
+			}
+			m.forgetJobs(name)
+			r.said = describeIntent(in) + " before its workspace had arrived whole; the half-made sandbox was removed (clone again to make it)"
+			r.gone = true
 			break
 		}
 		r.said = describeIntent(in) + " before the new workspace had arrived whole"
@@ -177,6 +192,10 @@ func (m *Manager) putBack(ctx context.Context, name, trash string) (back bool, w
 // (staged) or the removal of the staged directory (begun), then forgets
 // the record. It returns what the agent is told.
 func (m *Manager) finishResumed(ctx context.Context, sb *Sandbox, r *resumption) string {
+	if r.gone {
+		m.endIntent(sb.Name)
+		return r.said
+	}
 	var err error
 	if r.in.Phase == intentStaged {
 		err = m.swapWorkspace(ctx, sb, r.in)
@@ -210,6 +229,15 @@ func (m *Manager) resumeIntents(ctx context.Context) {
 		h, err := m.locks.TryLock(m.lockKey(in.Sandbox), "look for interrupted operations")
 		if err != nil {
 			continue // under way in a live server
+		}
+		if in.Op == "clone" && in.Phase == intentBegun {
+			// Undone without booting what is removed anyway.
+			if r := m.resumeIntent(ctx, in.Sandbox); r != nil && r.gone {
+				m.endIntent(in.Sandbox)
+				m.note(in.Sandbox, r.said)
+			}
+			h.Release()
+			continue
 		}
 		h.Release()
 		_, info, err := m.Get(ctx, in.Sandbox)

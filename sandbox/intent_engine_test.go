@@ -173,3 +173,53 @@ func TestLostSnapshotRecordsAdoptedOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestInterruptedCloneOnEngine: a clone whose server was killed before
+// the source's workspace arrived whole is undone by the next server: the
+// half-made sandbox goes (at its start, without a call), and the next call
+// on the name is told.
+func TestInterruptedCloneOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			server := func() *sandbox.Manager {
+				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+					Sandboxes: st, Intents: st, LockDir: dir + "/locks"})
+				t.Cleanup(m.Close)
+				return m
+			}
+			ctx := guarded(t)
+			const box = "halfclone"
+			a := server()
+			run(t, a, box, shell.Request{Command: "mkdir -p /workspace/.sandbox-mcp-restore-0123456789ab && echo part >/workspace/.sandbox-mcp-restore-0123456789ab/x"})
+			in := state.Intent{Sandbox: box, Op: "clone", Snapshot: "src", Phase: "begun",
+				Stage: ".sandbox-mcp-restore-0123456789ab", Old: ".sandbox-mcp-old-0123456789ab", Began: time.Now().UTC()}
+			if err := st.PutIntent(in); err != nil {
+				t.Fatal(err)
+			}
+			a.Close()
+			b := server()
+			if err := b.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rt.Inspect(ctx, b.ContainerFor(box)); err == nil {
+				t.Fatal("the half-made clone is still there after the next server's start")
+			}
+			if _, ok, _ := st.Intent(box); ok {
+				t.Error("the record of the clone is still there")
+			}
+			var out strings.Builder
+			res, err := b.Exec(ctx, box, shell.Request{Command: "ls -A /workspace | grep -v lost+found | wc -l", Stdout: &out})
+			if err != nil || !strings.Contains(res.Boot.Recovered, "half-made sandbox was removed") || strings.TrimSpace(out.String()) != "0" {
+				t.Fatalf("the next call: %+v %q %v", res, out.String(), err)
+			}
+		})
+	}
+}

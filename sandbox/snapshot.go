@@ -697,6 +697,11 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		}
 	}
 	ref := m.cloneRef(target)
+	// The source's workspace is kept on the host while the clone is made:
+	// listed first, for the next server to remove if this one is killed.
+	if err := m.TrackStaging(filepath.Join(m.cfg.SnapshotDir, workspaceFileName(cloneKey(target)))); err != nil {
+		return BootInfo{}, err
+	}
 	srcProf, file, base, err := m.saveForClone(ctx, saver, source, target, ref, live)
 	if err != nil {
 		return BootInfo{}, err
@@ -722,14 +727,17 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	if err := m.cloneTargetFree(ctx, target); err != nil {
 		return BootInfo{}, err
 	}
+	// Recorded before the sandbox is made: a server killed from here on
+	// leaves it for the next one to remove or finish (intent.go).
+	in := newIntent(target, "clone", source)
+	if err := m.putIntent(in); err != nil {
+		return BootInfo{}, err
+	}
 	m.setOverride(target, &bootOverride{prof: p, labels: map[string]string{LabelBaseImage: base}})
 	defer m.setOverride(target, nil)
 	sb, info, err := m.bootLocked(ctx, target, bootNew)
 	if err != nil {
-		return info, err
-	}
-	in := newIntent(target, "clone", source)
-	if err := m.putIntent(in); err != nil {
+		m.endIntent(target)
 		return info, err
 	}
 	if err := m.loadWorkspace(ctx, sb, file, in); err != nil {
@@ -742,6 +750,13 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	}
 	return info, nil
 }
+
+// cloneKey names the workspace tar a clone into target keeps while it
+// runs (workspaceFileName); it begins with ClonePrefix.
+func cloneKey(target string) string { return clonePrefix + target }
+
+// clonePrefix begins the names of the workspace tars clones keep.
+const clonePrefix = ".clone-"
 
 // cloneRef names the image a clone into target saves its source to: the
 // time for people, and random bytes so that two clones into one name in
@@ -805,7 +820,7 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 		base = b
 	}
 	env := m.pid1Env(ctx, sb.own.target())
-	_, file, err := m.saveWorkspace(ctx, sb, ".clone-"+target)
+	_, file, err := m.saveWorkspace(ctx, sb, cloneKey(target))
 	if err != nil {
 		return Profile{}, "", "", fmt.Errorf("clone %q: save the workspace: %w", source, err)
 	}

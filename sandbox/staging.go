@@ -30,7 +30,7 @@ import (
 
 // StagingPrefixes begin the base names of the host paths a server lists
 // in its staging file.
-var StagingPrefixes = []string{transfer.StagingPrefix, ".sandbox-mcp-partial-"}
+var StagingPrefixes = []string{transfer.StagingPrefix, ".sandbox-mcp-partial-", clonePrefix}
 
 // stagingFile is the list of host staging paths of the server with id.
 func (m *Manager) stagingFile(id string) string {
@@ -175,6 +175,48 @@ func (m *Manager) adoptSnapshots(ctx context.Context) {
 			}
 			if err := store.AddSnapshot(rec); err == nil {
 				m.log.Info("adopted a snapshot the state file had no record of", "snapshot", name, "image", img.Ref, "workspace", rec.Workspace)
+			}
+		}
+		unlock()
+	}
+	m.removeOrphanTars(store)
+}
+
+// removeOrphanTars removes the workspace tars in the snapshot directory
+// that belong to no snapshot: a server killed after saving one and before
+// its image and record were made leaves it, and nothing else would ever
+// remove it. A snapshot being made right now (its lock held) keeps its.
+func (m *Manager) removeOrphanTars(store SnapshotStore) {
+	recs, err := store.Snapshots()
+	if err != nil {
+		return
+	}
+	used := map[string]bool{}
+	for _, r := range recs {
+		used[r.WorkspaceFile] = true
+	}
+	paths, _ := filepath.Glob(filepath.Join(m.cfg.SnapshotDir, "*.workspace.tar"))
+	for _, p := range paths {
+		file := filepath.Base(p)
+		if used[file] {
+			continue
+		}
+		// The name is workspaceFileName(snapshot): find the snapshot.
+		cut := strings.LastIndexByte(strings.TrimSuffix(file, ".workspace.tar"), '-')
+		if cut <= 0 {
+			continue
+		}
+		snap := file[:cut]
+		if workspaceFileName(snap) != file || ValidateSnapshotName(snap) != nil {
+			continue // not a name a snapshot makes: not ours to judge
+		}
+		unlock, err := m.lockSnapshot(snap, "remove an orphaned workspace tar")
+		if err != nil {
+			continue
+		}
+		if _, known, err := store.Snapshot(snap); err == nil && !known {
+			if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && os.Remove(p) == nil {
+				m.log.Info("removed a workspace tar no snapshot has (its server was killed while making it)", "path", p, "bytes", fi.Size())
 			}
 		}
 		unlock()
