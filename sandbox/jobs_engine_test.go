@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -461,5 +463,53 @@ func damage(t *testing.T, path, sandbox, name string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestJobLogsUnderFourServersOnEngine: four servers sharing one state
+// file, each reading the logs of ten jobs at once, twenty-five times: every
+// call answers.
+func TestJobLogsUnderFourServersOnEngine(t *testing.T) {
+	enginetest.QuietDisk(t)
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			a, b, st := servers(t, tg, prefix)
+			more := func() *sandbox.Manager {
+				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+					History: st, Jobs: st, Sandboxes: st, LockDir: filepath.Dir(st.Path) + "/locks"})
+				t.Cleanup(m.Close)
+				return m
+			}
+			c, d := more(), more()
+			const box = "four"
+			for i := range 10 {
+				startJob(t, a, box, fmt.Sprintf("j%d", i), fmt.Sprintf("for n in 1 2 3; do echo line $n; done; sleep %d", i%3))
+			}
+			ms := []*sandbox.Manager{a, b, c, d}
+			errs := make(chan error, 100)
+			var wg sync.WaitGroup
+			for i := range 100 {
+				wg.Go(func() {
+					m := ms[i%4]
+					_, err := m.JobLogs(context.Background(), box, fmt.Sprintf("j%d", i%10), sandbox.LogOptions{Since: -1, Tail: 10, Max: 4096})
+					errs <- err
+				})
+			}
+			wg.Wait()
+			close(errs)
+			failed := 0
+			for err := range errs {
+				if err != nil {
+					failed++
+					t.Log(err)
+				}
+			}
+			if failed > 0 {
+				t.Errorf("%d of 100 logs calls failed", failed)
+			}
+		})
 	}
 }
