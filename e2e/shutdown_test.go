@@ -245,10 +245,15 @@ func TestKilledServerCommandsEndedByNext(t *testing.T) {
 	const box = "killed"
 	ctr := sandbox.ContainerName(prefix, box)
 
-	a := startProc(t, tg, prefix, stateDir)
+	a := startProc(t, tg, prefix, stateDir, "--toolsets", "all")
 	if text, isErr := callText(t, a.cs, "exec", map[string]any{"command": "(sleep 976 >/dev/null 2>&1 &)", "sandbox": box}); isErr {
 		t.Fatal(text)
 	}
+	// A terminal session: its processes are ended too, and recorded.
+	if text, isErr := callText(t, a.cs, "terminal_open", map[string]any{"command": "sleep 979", "sandbox": box}); isErr {
+		t.Fatal(text)
+	}
+	waitProcess(t, rt, ctr, "sleep 979")
 	// The command marks its processes as the command frame does, so the
 	// one that leaves its shell's tree can be found.
 	command := "export SANDBOX_MCP_RUN=" + strings.Repeat("5", 32) +
@@ -274,7 +279,10 @@ func TestKilledServerCommandsEndedByNext(t *testing.T) {
 		!strings.Contains(e.Error, "the server that ran it (pid "+strconv.Itoa(a.cmd.Process.Pid)+") was killed") {
 		t.Fatalf("history entry: %+v", e)
 	}
-	for args, want := range map[string]int{"sleep 976": 1, "sleep 977": 0, "sleep 978": 0} {
+	if e := historyEntry(t, b.cs, box, "processes still running and ended them"); e.Command != "terminal: sleep 979" || e.ExitCode != 137 {
+		t.Errorf("the terminal's history entry: %+v", e)
+	}
+	for args, want := range map[string]int{"sleep 976": 1, "sleep 977": 0, "sleep 978": 0, "sleep 979": 0} {
 		if n := processes(t, rt, ctr, args); n != want {
 			t.Errorf("%d × %q after the next server started, want %d", n, args, want)
 		}

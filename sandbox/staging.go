@@ -5,12 +5,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
@@ -221,4 +225,82 @@ func (m *Manager) removeOrphanTars(store SnapshotStore) {
 		}
 		unlock()
 	}
+}
+
+// runsFile lists the terminal sessions of the server with id: "sandbox
+// runID command" lines, the command with its newlines folded.
+func (m *Manager) runsFile(id string) string {
+	return filepath.Join(m.cfg.LockDir, m.serverKey(id)+".runs")
+}
+
+// trackRun lists a terminal session, so that the next server ends its
+// processes if this one is killed while it runs.
+func (m *Manager) trackRun(name, runID, command string) {
+	if m.cfg.LockDir == "" {
+		return
+	}
+	line := name + " " + runID + " " + strings.Join(strings.Fields(command), " ") + "\n"
+	stagingMu.Lock()
+	defer stagingMu.Unlock()
+	f, err := os.OpenFile(m.runsFile(m.serverID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		m.log.Warn("list a terminal session for the next server", "err", err)
+		return
+	}
+	defer f.Close()
+	_, _ = f.WriteString(line)
+}
+
+// endRuns ends, in each running sandbox, the terminal sessions the gone
+// server id listed that still run, records each in the sandbox's
+// history, and removes the list. It reports whether every sandbox could
+// be asked (else the list stays for the next try).
+func (m *Manager) endRuns(ctx context.Context, id string, running map[string]Container) bool {
+	data, err := os.ReadFile(m.runsFile(id))
+	if err != nil {
+		return true
+	}
+	ok := true
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.SplitN(line, " ", 3)
+		if len(f) < 2 || ValidateName(f[0]) != nil || !isHex(f[1]) {
+			continue
+		}
+		c, live := running[f[0]]
+		if !live {
+			continue // its container stopped or went: nothing of it runs
+		}
+		n, err := (containerHost{rt: m.rt, name: idOr(c)}).killRunCount(ctx, f[1])
+		if err != nil {
+			m.log.Warn("end a killed server's terminal session", "sandbox", f[0], "err", err)
+			ok = false
+			continue
+		}
+		if n > 0 {
+			cmd := "terminal"
+			if len(f) == 3 && f[2] != "" {
+				cmd = "terminal: " + f[2]
+			}
+			m.history.Add(f[0], cmd, shell.Result{ExitCode: 128 + 9}, fmt.Errorf("ended: the server that ran it was killed; a later server found %d of its processes still running and ended them", n))
+		}
+	}
+	if ok {
+		_ = os.Remove(m.runsFile(id))
+	}
+	return ok
+}
+
+// killRunCount counts the processes marked with runID (guest.RunVar) and,
+// if there are any, ends them (KillRun); it returns how many there were.
+func (h containerHost) killRunCount(ctx context.Context, runID string) (int, error) {
+	res, err := h.rt.Exec(ctx, h.name, ExecSpec{Argv: []string{"sh", "-c",
+		`n=0; for e in /proc/[0-9]*/environ; do case "$(tr '\000' '\n' <"$e" 2>/dev/null)" in *"` + guest.RunVar + `=$1"*) n=$((n+1)) ;; esac; done; echo "$n"`, "sh", runID}})
+	if err != nil {
+		return 0, err
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
+	if n == 0 {
+		return 0, nil
+	}
+	return n, h.KillRun(ctx, noShell, runID, false)
 }

@@ -77,6 +77,7 @@ func (m *Manager) releaseServerID() {
 	}
 	_ = os.Remove(m.serverLockPath(m.serverID))
 	_ = os.Remove(m.stagingFile(m.serverID))
+	_ = os.Remove(m.runsFile(m.serverID))
 	m.history.CloseWAL()
 	m.server.Release()
 	m.server = nil
@@ -143,15 +144,20 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 		pids[g.id] = g.pid
 	}
 	swept := true
+	running := map[string]Container{}
 	for _, c := range cs {
 		name := c.Labels[LabelName]
 		if !c.Running() || c.Name != m.ContainerFor(name) {
 			continue
 		}
+		running[name] = c
 		if err := m.sweep(ctx, name, c, args, pids); err != nil {
 			m.log.Warn("end the commands of a killed server", "sandbox", name, "err", err)
 			swept = false
 		}
+	}
+	for _, g := range gone {
+		swept = m.endRuns(ctx, g.id, running) && swept // staging.go: its terminal sessions
 	}
 	for _, g := range gone {
 		if swept {

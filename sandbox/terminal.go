@@ -59,6 +59,9 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string, col
 	}
 	spec := ExecSpec{Argv: []string{"sh", "-c", prelude + command}, Interactive: true, TTY: true, Workdir: wd,
 		Env: map[string]string{"TERM": "xterm-256color", guest.RunVar: runID}}
+	// Listed for the next server, which ends the session's processes if
+	// this one is killed first (sweep.go).
+	m.trackRun(name, runID, command)
 	release := sb.busy()
 	var once sync.Once
 	done = func() {
