@@ -120,13 +120,17 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 		return nil
 	}
 	r := &resumption{in: in}
-	switch in.Phase {
-	case intentStaged:
+	switch {
+	case in.Op == "reset":
+		// A reset is only ever finished: the new container gets the env
+		// variables of the old one, which then goes (finishResumed).
+		r.said = "the reset begun at " + in.Began.Format(time.RFC3339) + " was interrupted (its server exited); it was finished"
+	case in.Phase == intentStaged:
 		if in.Trash != "" {
 			m.removeRetired(in.Trash)
 		}
 		r.said = describeIntent(in) + " after the new workspace had arrived whole; it was finished"
-	case intentBegun:
+	case in.Phase == intentBegun:
 		if in.Op == "clone" {
 			// The sandbox is the clone's own, half made: it goes, as if
 			// the clone had never begun.
@@ -197,9 +201,12 @@ func (m *Manager) finishResumed(ctx context.Context, sb *Sandbox, r *resumption)
 		return r.said
 	}
 	var err error
-	if r.in.Phase == intentStaged {
+	switch {
+	case r.in.Op == "reset":
+		err = m.finishReset(ctx, sb, r.in.Trash)
+	case r.in.Phase == intentStaged:
 		err = m.swapWorkspace(ctx, sb, r.in)
-	} else {
+	default:
 		err = m.dropStage(ctx, sb, r.in)
 	}
 	if err != nil {
@@ -208,6 +215,25 @@ func (m *Manager) finishResumed(ctx context.Context, sb *Sandbox, r *resumption)
 	}
 	m.endIntent(sb.Name)
 	return r.said
+}
+
+// finishReset carries the env variables of a reset's old container, if it
+// is still there, into sb's and removes it.
+func (m *Manager) finishReset(ctx context.Context, sb *Sandbox, trash string) error {
+	if trash == "" {
+		return nil
+	}
+	if _, err := m.rt.Inspect(ctx, trash); err != nil {
+		return nil // removed already: nothing to carry over
+	}
+	out, err := m.rt.Exec(ctx, trash, ExecSpec{Argv: []string{"sh", "-c", guest.EnvListScript}})
+	if err == nil && out.ExitCode == 0 {
+		if vars := guest.ParseEnvList(out.Stdout); len(vars) > 0 {
+			m.writeEnvStore(ctx, sb.Name, vars)
+		}
+	}
+	m.removeRetired(trash)
+	return nil
 }
 
 // resumeIntents finishes or undoes, at a server's start, the operations

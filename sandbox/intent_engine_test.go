@@ -223,3 +223,61 @@ func TestInterruptedCloneOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestInterruptedResetOnEngine: a reset whose server was killed after it
+// moved the old container aside and before the new one had the env
+// variables carried over is finished by the next server: the variables
+// are there, the old container is gone, and the call says so.
+func TestInterruptedResetOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			ren, ok := rt.(sandbox.Renamer)
+			if !ok {
+				t.Skipf("%s cannot rename containers, which this test's set-up does", tg.Name)
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			server := func() *sandbox.Manager {
+				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+					Sandboxes: st, Intents: st, LockDir: dir + "/locks"})
+				t.Cleanup(m.Close)
+				return m
+			}
+			ctx := guarded(t)
+			const box = "halfreset"
+			a := server()
+			if err := a.SetEnv(ctx, box, "KEPT", "over the reset", false); err != nil {
+				t.Fatal(err)
+			}
+			run(t, a, box, shell.Request{Command: "echo gone >/root/rootfs-file"})
+			trash := prefix + "-old-0123456789ab"
+			a.Close()
+			if err := st.PutIntent(state.Intent{Sandbox: box, Op: "reset", Phase: "begun", Trash: trash, Began: time.Now().UTC()}); err != nil {
+				t.Fatal(err)
+			}
+			if err := ren.Rename(ctx, a.ContainerFor(box), trash); err != nil {
+				t.Fatal(err)
+			}
+			b := server()
+			_, info, err := b.Get(ctx, box)
+			if err != nil || !strings.Contains(info.Recovered, "the reset begun at") || !strings.Contains(info.Recovered, "finished") {
+				t.Fatalf("the next call: %+v %v", info, err)
+			}
+			if got := run(t, b, box, shell.Request{Command: `echo "$KEPT"; cat /root/rootfs-file 2>/dev/null || echo none`}).stdout; got != "over the reset\nnone\n" {
+				t.Errorf("after the finished reset: %q", got)
+			}
+			if _, err := rt.Inspect(ctx, trash); err == nil {
+				t.Error("the old container is still there")
+			}
+			if _, ok, _ := st.Intent(box); ok {
+				t.Error("the record of the reset is still there")
+			}
+		})
+	}
+}

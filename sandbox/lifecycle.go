@@ -629,17 +629,23 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	defer release()
 	m.bumpGen(name, "reset")
 	m.runHooks(name, "reset")
-	// Jobs die with the old container, and their files with its rootfs.
-	m.forgetJobs(name)
+	// Jobs die with the old container, and their files with its rootfs:
+	// their records go once it is replaced (a reset killed before that
+	// leaves them running, and still listed).
+	defer m.forgetJobs(name)
 	sb := m.detach(name)
 	// The env store lives in the rootfs: carry it over to the new one.
 	env := m.readEnvStore(ctx, name, sb)
 	if sb != nil {
 		sb.end(endedByReset)
 	}
+	recorded := false // the reset's intent, ended once the env is carried over
 	defer func() {
 		if len(env) > 0 {
 			m.writeEnvStore(ctx, name, env)
+		}
+		if recorded {
+			m.endIntent(name)
 		}
 	}()
 	r, canRename := m.rt.(Renamer)
@@ -669,6 +675,14 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		target = idOr(c)
 	}
 	trash := m.trashName()
+	// Recorded before the container moves: a server killed before the new
+	// one runs with the env variables carried over leaves it for the next
+	// server to finish from the old container (intent.go).
+	in := state.Intent{Sandbox: name, Op: "reset", Phase: intentBegun, Trash: trash, Began: time.Now().UTC()}
+	if err := m.putIntent(in); err != nil {
+		return BootInfo{}, err
+	}
+	recorded = true
 	err = r.Rename(ctx, target, trash)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return BootInfo{}, fmt.Errorf("reset sandbox %q: %w", name, err)
