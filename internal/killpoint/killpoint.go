@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,19 +65,45 @@ type Result struct {
 type server struct {
 	cmd *exec.Cmd
 	cs  *mcp.ClientSession
+	log *logTail
+}
+
+// logTail keeps the last bytes a server logged, for a failure's report.
+type logTail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const logTailMax = 4096
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if len(l.buf) > logTailMax {
+		l.buf = append([]byte(nil), l.buf[len(l.buf)-logTailMax:]...)
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.TrimSpace(string(l.buf))
 }
 
 func (c Config) start(ctx context.Context) (*server, error) {
-	args := append([]string{"serve", "--state-dir", c.StateDir, "--allow-dir", c.HostDir, "--no-boot-default", "--toolsets", "all", "--log-level", "warn"}, c.Args...)
+	args := append([]string{"serve", "--state-dir", c.StateDir, "--allow-dir", c.HostDir, "--no-boot-default", "--toolsets", "all", "--log-level", "info"}, c.Args...)
 	cmd := exec.Command(c.Bin, args...)
 	cmd.Env = append(os.Environ(), c.Env...)
-	cmd.Stderr = nil
+	log := &logTail{}
+	cmd.Stderr = log
 	client := mcp.NewClient(&mcp.Implementation{Name: "killpoint", Version: "0"}, nil)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 5 * time.Second}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("start a server: %w", err)
 	}
-	return &server{cmd: cmd, cs: cs}, nil
+	return &server{cmd: cmd, cs: cs, log: log}, nil
 }
 
 // kill ends the server with SIGKILL (its children, podman execs included,
@@ -208,6 +235,7 @@ func (cfg Config) run(ctx context.Context, o op) (Result, error) {
 		time.Sleep(at)
 		s.kill()
 		<-done
+		killed := s.log
 		if s, err = cfg.start(ctx); err != nil {
 			return r, err
 		}
@@ -223,11 +251,13 @@ func (cfg Config) run(ctx context.Context, o op) (Result, error) {
 			r.New++
 		default:
 			r.Torn++
-			r.Failures = append(r.Failures, fmt.Sprintf("killed at %s: %s", at.Round(time.Millisecond), st))
+			r.Failures = append(r.Failures, fmt.Sprintf("killed at %s: %s\nthe killed server logged:\n%s\nthe next server logged:\n%s",
+				at.Round(time.Millisecond), st, killed, s.log))
 		}
 		if len(left) > 0 {
 			r.Leftovers++
-			r.Failures = append(r.Failures, fmt.Sprintf("killed at %s: left %s", at.Round(time.Millisecond), strings.Join(left, ", ")))
+			r.Failures = append(r.Failures, fmt.Sprintf("killed at %s: left %s\nthe killed server logged:\n%s\nthe next server logged:\n%s",
+				at.Round(time.Millisecond), strings.Join(left, ", "), killed, s.log))
 		}
 		if cfg.Logf != nil {
 			cfg.Logf("%s: killed at %s of %s: %s%s", o.name, at.Round(time.Millisecond), r.Took.Round(time.Millisecond), st, map[bool]string{true: ", left " + strings.Join(left, ", "), false: ""}[len(left) > 0])

@@ -57,6 +57,7 @@ func (r *Runner) Command(ctx context.Context, args ...string) *exec.Cmd {
 		cmd.Env = append(cmd.Environ(), r.Env...)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithServer(cmd.SysProcAttr)
 	// The CLI leads its own group: ending it ends whatever it started too
 	// (Apple's CLI and podman's conmon helpers among them).
 	cmd.Cancel = func() error {
