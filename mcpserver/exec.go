@@ -219,8 +219,11 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	}
 	if out.Booted != "" {
 		fmt.Fprintf(&text, " · sandbox %q %s", name, out.Booted)
-		if res.Boot.Recovered != "" {
-			fmt.Fprintf(&text, " (it %s)", res.Boot.Recovered)
+		if r := res.Boot.Recovered; r != "" {
+			if strings.HasPrefix(r, "was ") || strings.HasPrefix(r, "is ") {
+				r = "it " + r
+			}
+			fmt.Fprintf(&text, " (%s)", r)
 		}
 	}
 	text.WriteByte('\n')

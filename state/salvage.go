@@ -43,7 +43,11 @@ func (r Repair) Summary() string {
 	for _, b := range names {
 		kept = append(kept, fmt.Sprintf("%d %s", r.Kept[b], b))
 	}
-	s := "the state file was damaged (" + r.Why.Error() + "); it was moved to " + r.MovedTo
+	why := r.Why.Error()
+	if errors.Is(r.Why, errFault) {
+		why = "a page of it could not be read"
+	}
+	s := "the state file was damaged (" + why + "); it was moved to " + r.MovedTo
 	if len(kept) > 0 {
 		s += "; recovered from it: " + strings.Join(kept, ", ") + " records"
 	} else {

@@ -305,7 +305,7 @@ func (cfg Config) hostLeftovers() []string {
 	for _, pat := range []string{
 		filepath.Join(cfg.HostDir, "*", ".sandbox-mcp-*"), filepath.Join(cfg.HostDir, ".sandbox-mcp-*"),
 		filepath.Join(cfg.StateDir, "snapshots", ".sandbox-mcp-*"), filepath.Join(cfg.StateDir, "snapshots", ".clone-*"),
-		filepath.Join(cfg.StateDir, "state.db.*"),
+		filepath.Join(cfg.StateDir, "state.db.salvage-*"),
 	} {
 		m, _ := filepath.Glob(pat)
 		out = append(out, m...)

@@ -310,17 +310,29 @@ func (cfg Config) ops() map[string]op {
 		}
 		return contains(names(out["sandboxes"], "name"), name), nil
 	}
+	// undone marks the rounds whose clone a call found half made and
+	// removed (it then made a new sandbox of its own, which later looks
+	// must not take for the clone).
+	undone := map[int]bool{}
 	destroy := func(ctx context.Context, s *server) error {
 		_, err := s.call(ctx, "destroy", map[string]any{"sandbox": target})
 		return err
 	}
 	ops["clone"] = op{name: "clone",
-		setup: func(ctx context.Context, s *server) error { return destroy(ctx, s) },
+		setup: func(ctx context.Context, s *server) error {
+			if _, err := s.sh(ctx, fillCmd('k', ws+"/k.bin", n)); err != nil {
+				return err
+			}
+			return destroy(ctx, s)
+		},
 		act: func(ctx context.Context, s *server, _ int) error {
 			_, err := s.call(ctx, "clone", map[string]any{"source": box, "target": target})
 			return err
 		},
-		state: func(ctx context.Context, s *server, _ int) (string, error) {
+		state: func(ctx context.Context, s *server, round int) (string, error) {
+			if undone[round] {
+				return "old", nil
+			}
 			there, err := exists(ctx, s, target)
 			if err != nil || !there {
 				return "old", err
@@ -330,8 +342,12 @@ func (cfg Config) ops() map[string]op {
 				return "", err
 			}
 			got, err := digestOf(ctx, s, target)
-			if err != nil || got == "undone" {
-				return "old", err
+			if err != nil {
+				return "", err
+			}
+			if got == "undone" {
+				undone[round] = true
+				return "old", nil
 			}
 			return whichOf(got, "-", want), nil
 		},
