@@ -80,12 +80,25 @@ func HoldFileScript(path string, n int64, hash bool, tmpName, manifest string) (
 }
 
 // CommitBatchScript moves every file held under the manifest $1 into
-// place, in the order held, and removes the manifest. A file the engine
-// mounts in (/etc/hosts) is copied over from its held copy.
+// place, in the order held, and removes the manifest. First it checks that
+// every held file is still there and no target has become a directory:
+// if not (something removed a held file meanwhile), it moves nothing and
+// fails, the manifest kept for DropBatchScript. Each move is one rename
+// over the target (mv -T), never into a directory; a file the engine
+// mounts in (/etc/hosts) is copied over from its held copy. A move that
+// fails part way (rare: a rename within one directory) stops the commit
+// with what it moved in place, and says which.
 const CommitBatchScript = `[ -f "$1" ] || { echo "the batch's manifest is gone" >&2; exit 1; }
-command xargs -0 -n 2 sh -c '[ -n "$1" ] || exit 0; command mv -f -- "$0" "$1" 2>/dev/null || { command cat -- "$0" >"$1" && command rm -f -- "$0"; } || { echo "could not move $0 into place at $1" >&2; exit 255; }' <"$1"; rc=$?
-command rm -f -- "$1"
-exit "$rc"`
+command xargs -0 -n 2 sh -c '[ -n "$1" ] || exit 0
+if [ ! -f "$0" ] || [ -L "$0" ]; then echo "the held copy of $1 is gone: nothing was written" >&2; exit 255; fi
+if [ -d "$1" ] && [ ! -L "$1" ]; then echo "$1 is a directory now: nothing was written" >&2; exit 255; fi' <"$1" || exit 1
+command xargs -0 -n 2 sh -c '[ -n "$1" ] || exit 0
+command mv -fT -- "$0" "$1" 2>/dev/null && exit 0
+if [ -d "$1" ] && [ ! -L "$1" ]; then echo "$1 is a directory: not written" >&2; exit 255; fi
+command mv -f -- "$0" "$1" 2>/dev/null && exit 0
+[ -f "$0" ] && command cat -- "$0" >"$1" && command rm -f -- "$0" && exit 0
+echo "could not move $0 into place at $1" >&2; exit 255' <"$1" || { echo "the batch was put in place only in part" >&2; exit 2; }
+command rm -f -- "$1"`
 
 // DropBatchScript removes every file held under the manifest $1, then the
 // directories the batch made, those left empty, and the manifest.

@@ -166,7 +166,7 @@ func TestHeldBatchSweptAfterItsServer(t *testing.T) {
 			server := randomJobID(t)
 			hold := func(id, path, content string) string {
 				manifest := BatchManifest(server, id)
-				script, err := HoldFileScript(path, int64(len(content)), false, ".sandbox-mcp-w"+id+"x", manifest)
+				script, err := HoldFileScript(path, int64(len(content)), false, ".sandbox-mcp-w"+id+filepath.Base(path), manifest)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -176,14 +176,27 @@ func TestHeldBatchSweptAfterItsServer(t *testing.T) {
 			}
 			hold("a1", filepath.Join(dir, "kept"), "new")
 			hold("a1", filepath.Join(dir, "made", "deep", "f"), "f")
-			if got := listTree(t, dir); !strings.Contains(got, ".sandbox-mcp-wa1x") || !strings.Contains(got, "kept=old") {
+			if got := listTree(t, dir); !strings.Contains(got, ".sandbox-mcp-wa1kept") || !strings.Contains(got, "kept=old") {
 				t.Fatalf("held: %s", got)
 			}
 			runIt("", argv(SweepScript, server))
 			if got := listTree(t, dir); got != "kept=old" {
 				t.Fatalf("after the sweep: %s", got)
 			}
-			m := hold("b2", filepath.Join(dir, "kept"), "new")
+			// A held copy removed before the commit (a clean step that
+			// deletes dotfiles): nothing moves, nothing is emptied.
+			m := hold("c3", filepath.Join(dir, "kept"), "new")
+			hold("c3", filepath.Join(dir, "other"), "other")
+			os.Remove(filepath.Join(dir, ".sandbox-mcp-wc3kept"))
+			cmd := exec.Command(argv(CommitBatchScript, m)[0], argv(CommitBatchScript, m)[1:]...)
+			if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "nothing was written") {
+				t.Fatalf("commit with a held copy gone: %v %s", err, out)
+			}
+			runIt("", argv(DropBatchScript, m))
+			if got := listTree(t, dir); got != "kept=old" {
+				t.Fatalf("after a refused commit and its drop: %s", got)
+			}
+			m = hold("b2", filepath.Join(dir, "kept"), "new")
 			hold("b2", filepath.Join(dir, "made", "g"), "g")
 			runIt("", argv(CommitBatchScript, m))
 			if got := listTree(t, dir); got != "kept=new made made/g=g" {

@@ -346,6 +346,10 @@ func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteReque
 	}
 	if held {
 		if err := m.batchScript(ctx, name, "put the batch's files in place", guest.CommitBatchScript, manifest); err != nil {
+			// What was not moved goes; the script said whether anything was.
+			if derr := m.batchScript(context.WithoutCancel(ctx), name, "drop the files of a failed batch", guest.DropBatchScript, manifest); derr != nil {
+				m.log.Warn("remove the held files of a failed batch", "sandbox", name, "err", derr)
+			}
 			for i := range outs {
 				outs[i].Written, outs[i].Err = Written{Path: outs[i].Path}, err
 			}
