@@ -281,3 +281,49 @@ func TestInterruptedResetOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedRestorePutsBackOnEngine: a restore whose workspace does not
+// arrive (the sandbox's tar refuses to extract) puts the sandbox back as
+// it was, usable at once by the same server, its jobs still running and
+// listed.
+func TestFailedRestorePutsBackOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			if _, ok := rt.(sandbox.Renamer); !ok {
+				t.Skipf("%s cannot put a container back", tg.Name)
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+				Sandboxes: st, Snapshots: st, SnapshotDir: dir + "/snapshots", Intents: st, Jobs: st, LockDir: dir + "/locks"})
+			t.Cleanup(m.Close)
+			ctx := guarded(t)
+			const box = "putback"
+			// A tar that refuses to extract, planted in the sandbox's image
+			// by the snapshot: the restore's staging fails in the new
+			// container.
+			run(t, m, box, shell.Request{Command: `echo before >/workspace/f; mkdir -p /usr/local/bin && printf '#!/bin/sh\ncase "$1" in -x) echo refused >&2; exit 1;; esac\nexec /usr/bin/tar "$@"\n' >/usr/local/bin/tar && chmod +x /usr/local/bin/tar`})
+			if _, err := m.Snapshot(ctx, box, sandbox.SnapshotRequest{Name: "badtar", IncludeWorkspace: true}); err != nil {
+				t.Skipf("no snapshots here: %v", err)
+			}
+			startJob(t, m, box, "sleeper", "sleep 1000")
+			run(t, m, box, shell.Request{Command: "echo after >/workspace/f"})
+			if _, _, err := m.Restore(ctx, "badtar", box); err == nil || !strings.Contains(err.Error(), "put back as it was") {
+				t.Fatalf("restore with a refusing tar: %v", err)
+			}
+			if got := run(t, m, box, shell.Request{Command: "cat /workspace/f"}); got.stdout != "after\n" {
+				t.Fatalf("after the failed restore: %+v", got)
+			}
+			if j := jobAt(t, m, box, "sleeper", func(sandbox.JobStatus) bool { return true }); j.State != "running" {
+				t.Errorf("the job after the failed restore: %+v", j)
+			}
+			_, _ = m.DeleteSnapshot(ctx, "badtar")
+		})
+	}
+}

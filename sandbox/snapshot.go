@@ -422,9 +422,13 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	// refilled from the snapshot. Where that move can be undone, the image
 	// is checked meanwhile, and a missing one puts the container back
 	// before anything in it was touched.
+	// The old container's jobs end with it: their records go when it does
+	// (finish), not while it may yet be put back.
 	endOld := func() {
 		m.bumpGen(name, "restored")
-		m.forgetJobs(name)
+		if !undoable {
+			m.forgetJobs(name)
+		}
 		if sb := m.detach(name); sb != nil {
 			sb.end(endedByRestore + " (" + snap + ")")
 		}
@@ -473,11 +477,13 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	sb, info, err := m.bootLocked(ctx, name, bootReplace)
 	if err != nil {
 		if undo() {
-			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (its commands and jobs had ended)", name, snap, err)
+			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (the commands it ran had ended; its jobs run on)", name, snap, err)
 		}
+		m.forgetJobs(name)
 		return info, rec, err
 	}
 	if !rec.Workspace {
+		m.forgetJobs(name)
 		finish()
 		return info, rec, nil
 	}
@@ -488,15 +494,22 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 		if derr := m.dropStage(context.WithoutCancel(ctx), sb, in); derr != nil {
 			m.log.Warn("remove a staged workspace", "sandbox", name, "err", derr)
 		}
-		if undo() {
-			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (its commands and jobs had ended)", name, snap, err)
+		// The snapshot's container is not the sandbox any more: the next
+		// call adopts the old one put back.
+		if nsb := m.detach(name); nsb != nil {
+			nsb.end(endedByRestore + " (" + snap + "), which failed")
 		}
+		if undo() {
+			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (the commands it ran had ended; its jobs run on)", name, snap, err)
+		}
+		m.forgetJobs(name)
 		return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox runs from the snapshot's image with its workspace as it was", name, snap, err)
 	}
 	in.Phase = intentStaged
 	if err := m.putIntent(in); err != nil {
 		m.log.Warn("record a restore's progress", "sandbox", name, "err", err)
 	}
+	m.forgetJobs(name)
 	finish() // the old container's processes are gone before the workspace changes
 	if err := m.swapWorkspace(context.WithoutCancel(ctx), sb, in); err != nil {
 		return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the next boot of the sandbox finishes it", name, snap, err)
