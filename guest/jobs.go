@@ -164,7 +164,7 @@ const jobBoot = `__sbx_b=; __sbx_l=; { IFS= read -r __sbx_b </proc/sys/kernel/ra
 // second. After a restart, nothing will: the job is lost at once.
 func jobAwaitRC(d string) string {
 	return `if [ "$__sbx_rc" = - ] && [ $__sbx_lv = 0 ] && [ -d ` + d + ` ]; then
-	` + jobBoot + `; __sbx_l=; { IFS= read -r __sbx_l <` + d + `/boot; } 2>/dev/null
+	` + jobBoot + `; __sbx_l=; [ -f ` + d + `/boot ] && { IFS= read -r __sbx_l <` + d + `/boot; } 2>/dev/null
 	if [ "$__sbx_l" = "$__sbx_b" ]; then __sbx_i=0; __sbx_d=
 		while [ ! -s ` + d + `/rc ] && [ $__sbx_i -lt 20 ]; do
 			if sleep 0.05 2>/dev/null; then __sbx_i=$((__sbx_i+1)); continue; fi
@@ -187,14 +187,14 @@ const jobSweepVars = "__sbx_j __sbx_lp __sbx_f __sbx_s __sbx_n __sbx_lv __sbx_a 
 // marker, the leader's pid (only digits) and its exit status if recorded.
 func jobPrologue(id, d string) string {
 	return `__sbx_j=` + quote(JobMarker(id)) + `; __sbx_lp=; __sbx_rc=-
-{ IFS= read -r __sbx_lp <` + d + `/pid; } 2>/dev/null
+[ -f ` + d + `/pid ] && { IFS= read -r __sbx_lp <` + d + `/pid; } 2>/dev/null
 case "$__sbx_lp" in ''|*[!0-9]*) __sbx_lp=- ;; esac
 `
 }
 
 // readRC reads the job's recorded exit status into __sbx_rc (- if none).
 func readRC(d string) string {
-	return `if [ -s ` + d + `/rc ]; then { IFS= read -r __sbx_rc <` + d + `/rc; } 2>/dev/null; case "$__sbx_rc" in ''|*[!0-9]*) __sbx_rc=- ;; esac; fi
+	return `if [ -f ` + d + `/rc ] && [ -s ` + d + `/rc ]; then { IFS= read -r __sbx_rc <` + d + `/rc; } 2>/dev/null; case "$__sbx_rc" in ''|*[!0-9]*) __sbx_rc=- ;; esac; fi
 `
 }
 
@@ -417,10 +417,15 @@ for __sbx_p in ` + d + `/*/; do
 	[ -f "$__sbx_p"log ] || continue
 	__sbx_q=${__sbx_p%/}; __sbx_q=${__sbx_q##*/}
 	__sbx_l=-; __sbx_r=-; __sbx_d=-
-	{ IFS= read -r __sbx_l <"$__sbx_p"pid; } 2>/dev/null
-	{ IFS= read -r __sbx_r <"$__sbx_p"rc; } 2>/dev/null
-	{ IFS= read -r __sbx_d <"$__sbx_p"boot; } 2>/dev/null
-	echo "j $__sbx_q ${__sbx_l:--} ${__sbx_r:--} ${__sbx_d:--}"
+	[ -f "$__sbx_p"pid ] && { IFS= read -r __sbx_l <"$__sbx_p"pid; } 2>/dev/null
+	[ -f "$__sbx_p"rc ] && { IFS= read -r __sbx_r <"$__sbx_p"rc; } 2>/dev/null
+	[ -f "$__sbx_p"boot ] && { IFS= read -r __sbx_d <"$__sbx_p"boot; } 2>/dev/null
+	case "$__sbx_l" in *[!0-9]*|'') __sbx_l=- ;; esac
+	case "$__sbx_r" in *[!0-9]*|'') __sbx_r=- ;; esac
+	[ ${#__sbx_l} -le 12 ] || __sbx_l=-; [ ${#__sbx_r} -le 6 ] || __sbx_r=-
+	case "$__sbx_d" in *[!0-9a-f-]*|'') __sbx_d=- ;; esac
+	[ ${#__sbx_d} -le 80 ] || __sbx_d=-
+	echo "j $__sbx_q $__sbx_l $__sbx_r $__sbx_d"
 done
 cd ` + d + ` 2>/dev/null && { stat -c 's %s %n' -- */log 2>/dev/null || wc -c -- */log 2>/dev/null | sed 's/^ */s /'; }; cd / 2>/dev/null
 unset __sbx_b __sbx_i __sbx_l __sbx_p __sbx_q __sbx_r __sbx_d __sbx_m

@@ -134,7 +134,7 @@ func TestJobsListOnHost(t *testing.T) {
 	write(ended, "rc", "3\n")
 	write(lost, "log", "")
 	write(lost, "pid", "999998\n")
-	write(lost, "boot", "some-other-boot\n")
+	write(lost, "boot", "0123abcd-4567-89ef-0000-000000000000-12345\n")
 	write("not-a-job", "log", "?")
 
 	for _, sh := range []string{"dash", "busybox"} {
@@ -173,7 +173,7 @@ func TestJobsListOnHost(t *testing.T) {
 			if j := l.Jobs[ended]; j.Size != 12345 || j.ExitCode != 3 {
 				t.Errorf("ended job's files: %+v", j)
 			}
-			if n, alive := l.Processes(lost); n != 0 || alive || l.Jobs[lost].Boot != "some-other-boot" || l.Jobs[lost].ExitCode != -1 {
+			if n, alive := l.Processes(lost); n != 0 || alive || l.Jobs[lost].Boot != "0123abcd-4567-89ef-0000-000000000000-12345" || l.Jobs[lost].ExitCode != -1 {
 				t.Errorf("lost job: %d processes, alive %v, files %+v", n, alive, l.Jobs[lost])
 			}
 		})

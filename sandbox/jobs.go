@@ -392,6 +392,21 @@ func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list jobs of sandbox %q: %w", name, err)
 	}
+	if lost == "" && awaiting(recs, list) {
+		// A leader gone without a status in the boot that started it: its
+		// waiter is about to write the status. One second for all of them,
+		// then one more look (see jobAwaitRC).
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		if again, why, err := m.jobScript(ctx, name, guest.JobsListScript()); err == nil && why == "" {
+			if l2, err := guest.ParseJobsList(again); err == nil {
+				list = l2
+			}
+		}
+	}
 	var changed []state.Job
 	for _, j := range recs {
 		var st JobStatus
@@ -403,7 +418,7 @@ func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 			st = unreachable(j, lost)
 		default:
 			var rec *state.Job
-			if st, rec = m.listed(ctx, j, list); rec != nil {
+			if st, rec = m.listed(j, list); rec != nil {
 				changed = append(changed, *rec)
 			}
 		}
@@ -419,23 +434,28 @@ func (m *Manager) Jobs(ctx context.Context, name string) ([]JobStatus, error) {
 	return out, nil
 }
 
+// awaiting reports whether a job not yet seen ended has its leader gone
+// without an exit status in the boot that started it: its waiter may be
+// about to write the status.
+func awaiting(recs []state.Job, l guest.JobsList) bool {
+	for _, j := range recs {
+		files, ok := l.Jobs[j.ID]
+		if !ok || j.Ended != nil || files.ExitCode >= 0 || files.Boot != l.Boot {
+			continue
+		}
+		if _, alive := l.Processes(j.ID); !alive {
+			return true
+		}
+	}
+	return false
+}
+
 // listed is one job's status from a listing; rec is the record to save
 // when the job is seen to have ended for the first time (its end time,
-// and exit status if it has one). A job whose leader is gone without a
-// status in the boot that started it is asked about on its own: its waiter
-// is about to write the status (see jobAwaitRC).
-func (m *Manager) listed(ctx context.Context, j state.Job, l guest.JobsList) (st JobStatus, rec *state.Job) {
+// and exit status if it has one).
+func (m *Manager) listed(j state.Job, l guest.JobsList) (st JobStatus, rec *state.Job) {
 	files, ok := l.Jobs[j.ID]
 	n, alive := l.Processes(j.ID)
-	if ok && files.ExitCode < 0 && !alive && files.Boot == l.Boot {
-		one, _, err := m.jobStatus(ctx, j)
-		if err != nil {
-			st = jobStatusOf(j, "lost", files.Size)
-			st.Reason = "its status could not be read: " + err.Error()
-			return st, nil
-		}
-		return one, nil // jobStatus saved an exit status it found
-	}
 	ended := func(code *int) *state.Job {
 		if j.Ended != nil && (code == nil || j.ExitCode != nil) {
 			return nil

@@ -442,6 +442,44 @@ func TestJobsAtScaleOnEngine(t *testing.T) {
 			if len(saved) != n-old+3 || ended != n-old+1 {
 				t.Errorf("state keeps %d records, %d with an exit status; want %d and %d", len(saved), ended, n-old+3, n-old+1)
 			}
+
+			// Hostile job directories: a fifo for a pid file, a 5 MB boot
+			// line, and fifty jobs of this boot whose leader is gone
+			// without a status (their waiter was killed). The list still
+			// answers, once, with every job, the fifty lost.
+			var bad strings.Builder
+			bad.WriteString("cd " + guest.JobsDir + " && mkdir fifo0000fifo0000 && : >fifo0000fifo0000/log && mkfifo fifo0000fifo0000/pid && " +
+				"mkdir b00000000000b000 && : >b00000000000b000/log && head -c 5000000 /dev/zero | tr '\\0' a >b00000000000b000/boot && " +
+				"jobBoot() { cat /proc/sys/kernel/random/boot_id | tr -d '\\n'; printf -- '-%s\\n' \"$(cut -d' ' -f22 /proc/1/stat)\"; }; b=$(jobBoot)")
+			var dead []state.Job
+			for i := range 50 {
+				id := fmt.Sprintf("%016x", 0xd000000000000000+uint64(i))
+				bad.WriteString(" && mkdir " + id + " && : >" + id + "/log && echo 99999 >" + id + "/pid && echo \"$b\" >" + id + "/boot")
+				dead = append(dead, state.Job{Sandbox: box, Name: fmt.Sprintf("dead%02d", i), ID: id, Command: "true", PID: 99999,
+					Dir: guest.JobDir(id), Container: a.ContainerFor(box), Started: started})
+			}
+			if o := run(t, a, box, shell.Request{Command: bad.String()}); o.res.ExitCode != 0 {
+				t.Fatalf("plant hostile job dirs: %s", o.stderr)
+			}
+			if err := st.PutJobs(dead...); err != nil {
+				t.Fatal(err)
+			}
+			list, err = a.Jobs(ctx, box)
+			if err != nil {
+				t.Fatalf("jobs with hostile job directories: %v", err)
+			}
+			lostN := 0
+			for _, j := range list {
+				if strings.HasPrefix(j.Name, "dead") && j.State == "lost" && strings.Contains(j.Reason, "without an exit status") {
+					lostN++
+				}
+				if j.Name == "sleeper" && j.State != "running" {
+					t.Errorf("sleeper among hostile directories: %+v", j)
+				}
+			}
+			if lostN != 50 {
+				t.Errorf("%d of the 50 jobs whose waiter died are listed lost", lostN)
+			}
 		})
 	}
 }
