@@ -129,12 +129,34 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			}
 		}
 		if slices.Contains(names, name) {
-			m.log.Info("forgetting the jobs of a sandbox the engine no longer has", "sandbox", name)
-			m.forgetJobs(name)
+			m.forgetOwnJobs(name)
 		}
 		release()
 	}
 	return nil
+}
+
+// forgetOwnJobs forgets the job records of sandbox name that ran in this
+// prefix's container: servers of another prefix may share the state file,
+// and their sandbox of the same name is theirs.
+func (m *Manager) forgetOwnJobs(name string) {
+	recs, err := m.jobs.Jobs(name)
+	if err != nil {
+		return
+	}
+	var mine []string
+	for _, j := range recs {
+		if j.Container == "" || j.Container == m.ContainerFor(name) {
+			mine = append(mine, j.Name)
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	m.log.Info("forgetting the jobs of a sandbox the engine no longer has", "sandbox", name, "jobs", len(mine))
+	if err := m.jobs.DeleteJobs(name, mine...); err != nil {
+		m.log.Warn("forget jobs", "sandbox", name, "err", err)
+	}
 }
 
 // claimGone takes name's lifecycle lock without waiting and asks the

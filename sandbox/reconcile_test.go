@@ -46,6 +46,11 @@ func TestReconcileKeepsWhatBootedMeanwhile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Another prefix's sandbox of the same name shares the state file:
+	// its job is not this server's to forget.
+	if err := st.PutJob(state.Job{Sandbox: "gone", Name: "theirs", ID: "j-theirs", Container: ContainerName("otherprefix", "gone")}); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +60,9 @@ func TestReconcileKeepsWhatBootedMeanwhile(t *testing.T) {
 	}
 	if _, ok, _ := st.Job("fresh", "count"); !ok {
 		t.Error("the job of the sandbox booted meanwhile was forgotten")
+	}
+	if _, ok, _ := st.Job("gone", "theirs"); !ok {
+		t.Error("another prefix's job was forgotten")
 	}
 	if _, ok, _ := st.Job("gone", "count"); ok {
 		t.Error("the job of a sandbox that is gone was kept")

@@ -71,7 +71,9 @@ func ValidateSnapshotName(name string) error {
 // one image tag. A name held elsewhere is refused at once, not waited for.
 func (m *Manager) lockSnapshot(snap, purpose string) (release func(), err error) {
 	// '@' is in neither sandbox nor snapshot names: no clash with lockKey.
-	h, err := m.locks.TryLock(m.cfg.Prefix+"-@snapshot-"+snap, purpose+" "+snap)
+	// Not the prefix's: snapshot records and tars are the state
+	// directory's, shared by servers of every prefix that use it.
+	h, err := m.locks.TryLock("@snapshot-"+snap, purpose+" "+snap)
 	if errors.Is(err, locks.ErrHeld) {
 		return nil, &ArgError{Err: fmt.Errorf("snapshot %q is being made or deleted right now (%w); try again once that is done, or pick another name", snap, err)}
 	}
