@@ -22,19 +22,22 @@ import (
 // snapshot's image, extracts the snapshot's workspace into a directory of
 // its own in the workspace volume (guest.StageScript), ends the old
 // container and swaps the directories' contents (guest.SwapScript). A
-// clone stages and swaps the same way into its new sandbox. Before the
-// first step the operation is recorded (state.Intent, phase "begun"), and
-// again once the new workspace is whole ("staged"); the record goes once
-// the swap is done.
+// clone makes its sandbox, then stages and swaps the same way into it. A
+// reset moves the container aside, boots a new one and carries the env
+// variables over. Before the first step the operation is recorded
+// (state.Intent, phase "begun"), and again once the new workspace is
+// whole ("staged"); the record goes once the operation is done.
 //
 // The next server to take the sandbox's lifecycle lock (a boot, or
 // Reconcile at a server's start) finds the record of a dead server's
 // operation and ends it:
-//   - begun: undone. The old container, if it was moved aside and is
-//     still there, is put back in place of the new one; the staged
+//   - restore, begun: undone. The old container, if it was moved aside
+//     and is still there, is put back in place of the new one; the staged
 //     directory is removed. The workspace is as it was.
-//   - staged: finished. The old container is removed and the swap run to
-//     its end (it carries on from any step).
+//   - restore or clone, staged: finished. The old container is removed
+//     and the swap run to its end (it carries on from any step).
+//   - clone, begun: its half-made sandbox is removed.
+//   - reset: finished, with the old container's env variables.
 //
 // Either way the next call on the sandbox is told what happened.
 
