@@ -136,7 +136,7 @@ func Unpack(root *os.Root, dest string, r io.Reader, opt UnpackOptions) (Counts,
 		_ = root.RemoveAll(staging)
 		return c, err
 	}
-	_ = root.Remove(staging)
+	_ = root.RemoveAll(staging) // with what the download replaced
 	return c, nil
 }
 
@@ -494,8 +494,27 @@ func (u *unpacker) commit(dest string, overwrite bool) error {
 	if err := u.setDirTimes(); err != nil {
 		return err
 	}
+	// On disk before it is in place: a crash of the host after the rename
+	// finds the whole download, not a renamed file of holes.
+	syncFS(u.root, u.staging)
 	if overwrite {
-		if err := u.root.RemoveAll(dest); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// What is replaced is moved aside into the staging directory first
+		// (one rename), the download moved in (another), and only then
+		// removed: no moment without one or the other at dest but the
+		// instant between the two renames.
+		if _, err := u.root.Lstat(dest); err == nil {
+			aside := filepath.Join(u.staging, "old")
+			if err := u.root.Rename(dest, aside); err != nil {
+				return fmt.Errorf("replace %s: %w", dest, hostErr(err))
+			}
+			if err := u.root.Rename(filepath.Join(u.staging, "t"), dest); err != nil {
+				if berr := u.root.Rename(aside, dest); berr != nil {
+					return fmt.Errorf("move the download into place at %s: %w; and putting back what was there failed: %v (it is in %s)", dest, hostErr(err), berr, filepath.Join(u.root.Name(), aside))
+				}
+				return fmt.Errorf("move the download into place at %s: %w; nothing was replaced", dest, hostErr(err))
+			}
+			return nil // the staging directory, with what was replaced, is removed by the caller
+		} else if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("replace %s: %w", dest, hostErr(err))
 		}
 	}
