@@ -714,10 +714,11 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	ref := m.cloneRef(target)
 	// The source's workspace is kept on the host while the clone is made:
 	// listed first, for the next server to remove if this one is killed.
-	if err := m.TrackStaging(filepath.Join(m.cfg.SnapshotDir, workspaceFileName(cloneKey(target)))); err != nil {
+	key := cloneKey(target)
+	if err := m.TrackStaging(filepath.Join(m.cfg.SnapshotDir, workspaceFileName(key))); err != nil {
 		return BootInfo{}, err
 	}
-	srcProf, file, base, err := m.saveForClone(ctx, saver, source, target, ref, live)
+	srcProf, file, base, err := m.saveForClone(ctx, saver, source, target, key, ref, live)
 	if err != nil {
 		return BootInfo{}, err
 	}
@@ -768,7 +769,9 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 
 // cloneKey names the workspace tar a clone into target keeps while it
 // runs (workspaceFileName); it begins with ClonePrefix.
-func cloneKey(target string) string { return clonePrefix + target }
+// The name is this clone's own (random bytes): a later server that
+// removes what a killed one listed never takes another clone's tar.
+func cloneKey(target string) string { return clonePrefix + target + "-" + randomHex() }
 
 // clonePrefix begins the names of the workspace tars clones keep.
 const clonePrefix = ".clone-"
@@ -811,8 +814,9 @@ func (m *Manager) cloneTargetFree(ctx context.Context, target string) error {
 }
 
 // saveForClone saves source's root filesystem as image ref and its
-// workspace as a tar, under source's lifecycle lock.
-func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, target, ref string, live bool) (Profile, string, string, error) {
+// workspace as a tar named after key (cloneKey), under source's lifecycle
+// lock.
+func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, target, key, ref string, live bool) (Profile, string, string, error) {
 	release, err := m.lockName(ctx, source, "clone")
 	if err != nil {
 		return Profile{}, "", "", err
@@ -835,7 +839,7 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 		base = b
 	}
 	env := m.pid1Env(ctx, sb.own.target())
-	_, file, err := m.saveWorkspace(ctx, sb, cloneKey(target))
+	_, file, err := m.saveWorkspace(ctx, sb, key)
 	if err != nil {
 		return Profile{}, "", "", fmt.Errorf("clone %q: save the workspace: %w", source, err)
 	}
