@@ -179,7 +179,14 @@ func TestHeldBatchSweptAfterItsServer(t *testing.T) {
 			if got := listTree(t, dir); !strings.Contains(got, ".sandbox-mcp-wa1kept") || !strings.Contains(got, "kept=old") {
 				t.Fatalf("held: %s", got)
 			}
-			runIt("", argv(SweepScript, server))
+			sweep := exec.Command(argv(SweepScript, server)[0], argv(SweepScript, server)[1:]...)
+			out, err := sweep.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, batches := ParseSweepAll(out); batches[server] != 1 {
+				t.Errorf("the sweep reports %v dropped batches, want 1 of %s", batches, server)
+			}
 			if got := listTree(t, dir); got != "kept=old" {
 				t.Fatalf("after the sweep: %s", got)
 			}

@@ -30,7 +30,8 @@ const sweepRunVar = RunVar
 // after pass until a pass finds none new, so a command that forks cannot
 // outrun it. Then it describes them, forking `tr` where it can, and kills
 // them all with SIGKILL. Last, it removes the files the servers held for
-// batches of writes they never committed (see HoldFileScript).
+// batches of writes they never committed (see HoldFileScript), and prints
+// "batch SERVERID" for each batch it dropped.
 //
 // It prints, for each shell found, a line "shell SERVERID PID AGE N" (AGE:
 // seconds since the oldest of its N processes besides the shell started),
@@ -137,6 +138,7 @@ for a in $ids; do
 		[ -f "$m" ] || continue
 		sh -c ` + quote(DropBatchScript) + ` sh "$m" 2>/dev/null
 		rm -f -- "$m"
+		echo "batch $a"
 	done
 done
 exit 0
@@ -161,6 +163,14 @@ type SweptShell struct {
 // skipped (the command lines come from the sandbox, whose processes choose
 // their own arguments).
 func ParseSweep(out []byte) []SweptShell {
+	shells, _ := ParseSweepAll(out)
+	return shells
+}
+
+// ParseSweepAll is ParseSweep that also returns, by server ID, how many
+// batches of writes (see HoldFileScript) the sweep dropped.
+func ParseSweepAll(out []byte) ([]SweptShell, map[string]int) {
+	batches := map[string]int{}
 	var shells []SweptShell
 	for _, line := range strings.Split(string(out), "\n") {
 		kind, rest, _ := strings.Cut(line, " ")
@@ -186,7 +196,20 @@ func ParseSweep(out []byte) []SweptShell {
 			if len(s.Commands) < 8 {
 				s.Commands = append(s.Commands, strings.TrimSpace(args))
 			}
+		case "batch":
+			if id := strings.TrimSpace(rest); len(id) == 16 && isHex(id) {
+				batches[id]++
+			}
 		}
 	}
-	return shells
+	return shells, batches
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -231,7 +231,18 @@ func (m *Manager) sweep(ctx context.Context, name string, c Container, args []st
 	if err != nil {
 		return err
 	}
-	for _, s := range guest.ParseSweep(out.Stdout) {
+	shells, batches := guest.ParseSweepAll(out.Stdout)
+	for server, n := range batches {
+		who := "the server that ran it"
+		if pid := pids[server]; pid > 0 {
+			who += fmt.Sprintf(" (pid %d)", pid)
+		}
+		for range n {
+			m.history.Add(name, "batch_write", shell.Result{ExitCode: 128 + 9},
+				fmt.Errorf("interrupted: %s was killed before the files were put in place; none was written, and a later server removed what it had written beside them", who))
+		}
+	}
+	for _, s := range shells {
 		if s.Procs == 0 {
 			continue // an idle shell: nothing was running in it
 		}
