@@ -280,7 +280,14 @@ func (h containerHost) Command(ctx context.Context) *exec.Cmd {
 // while the bomb holds every slot, so it is tried a few times: the script
 // itself forks nothing, and stopping the bomb's processes frees no slot
 // but keeps them from taking the next one.
+//
+// Nothing is started in a paused container: its processes cannot end
+// anyway, and docker's exec into a frozen container blocks the engine's
+// hold on it (an unpause then waits for ever).
 func (h containerHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
+	if c, err := h.rt.Inspect(ctx, h.name); err == nil && c.State == StatePaused {
+		return fmt.Errorf("end the command's processes: the container is %w", ErrPaused)
+	}
 	s := "0"
 	if self {
 		s = "1"

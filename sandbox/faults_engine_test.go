@@ -26,6 +26,12 @@ func TestContainerFaultsSaidTrueOnEngine(t *testing.T) {
 			if rt.Kind() == "container" {
 				t.Skip("Apple's container CLI has no pause")
 			}
+			if rt.Kind() == "docker" {
+				// A shell opened on adoption (or any exec) into a frozen
+				// container blocks dockerd's hold on it, and the unpause that
+				// would end the test then never returns.
+				t.Skip("docker: an exec into a paused container blocks dockerd until it is unpaused, and its unpause then waits for ever; the pause checks run on podman")
+			}
 			prefix := enginetest.Prefix(t, rt)
 			a, b, _ := servers(t, tg, prefix)
 			ctx := guarded(t)
