@@ -219,10 +219,10 @@ func (m *Manager) job(name, jobName string) (state.Job, error) {
 }
 
 // jobScript runs one of the job scripts in sandbox name without booting or
-// starting it: on this server's shells when it has them, else with a
-// one-off engine exec if the container runs. When the container is
-// stopped or gone it runs nothing and returns why the sandbox's jobs are
-// lost.
+// starting it: on this server's shells when it has them, else, when the
+// container runs, on shells it opens in it (adopting it), or with a
+// one-off engine exec if that fails. When the container is stopped or gone
+// it runs nothing and returns why the sandbox's jobs are lost.
 func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byte, lost string, err error) {
 	if sb, ok := m.Lookup(name); ok {
 		// Reading a job's logs, listing or signalling jobs is use: an agent
@@ -248,6 +248,17 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		return nil, "", m.pausedError(name, c.Name)
 	case !c.Running():
 		return nil, lostStopped, nil
+	}
+	// It runs: adopt it (open shells in it, nothing booted or started), so
+	// that this call and the next are pipe round trips, not an engine exec
+	// each (under load, many servers' execs at once outran the timeout).
+	if sb, _, err := m.Get(ctx, name); err == nil {
+		done := sb.busy()
+		out, err := sb.housekeep(ctx, script, jobOpTimeout)
+		done()
+		if err == nil {
+			return out, "", nil
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, jobOpTimeout)
 	defer cancel()
