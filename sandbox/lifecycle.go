@@ -247,7 +247,13 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	c, err := Container{}, error(ErrNotFound)
 	var early *shell.Pool // a shell opened while the inspect runs
 	if mode == bootFind {
-		c, early, err = m.inspectWithShell(ctx, own)
+		if m.rt.Kind() == "docker" {
+			// No shell before the container is known to run: docker's exec
+			// into a paused container blocks dockerd's hold on it.
+			c, err = m.inspectOwned(ctx, name)
+		} else {
+			c, early, err = m.inspectWithShell(ctx, own)
+		}
 	}
 	var lim Limits
 	if errors.Is(err, ErrNotFound) {
