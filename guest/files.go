@@ -107,6 +107,22 @@ command xargs -0 -n 2 sh -c '[ -z "$1" ] || command rm -f -- "$0"' <"$1"
 command xargs -0 -n 2 sh -c '[ -n "$1" ] || command find "$0" -depth -type d -exec rmdir {} + 2>/dev/null; exit 0' <"$1"
 command rm -f -- "$1"`
 
+// fillTemp is the part of a replacing write (held or not) that fills the
+// temporary file $__sbx_t from stdin, checks that exactly $__sbx_n bytes
+// arrived (else ExitCutShort) and gives it the file's mode and owner.
+var fillTemp = `  command cat >"$__sbx_t"; __sbx_rc=$?
+  if [ "$__sbx_rc" = 0 ]; then
+    __sbx_w=$(command wc -c <"$__sbx_t") || __sbx_w=-
+    if [ "$__sbx_w" != "$__sbx_n" ]; then
+      echo "the content arrived cut short ($__sbx_w of $__sbx_n bytes): the file was left as it was" >&2; __sbx_rc=` + strconv.Itoa(ExitCutShort) + `
+    fi
+  fi
+  if [ "$__sbx_rc" = 0 ] && [ -z "$__sbx_new" ]; then
+    command chmod --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chmod "$(command stat -c %a -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
+    command chown --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chown "$(command stat -c %u:%g -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
+  fi
+`
+
 func writeFileScript(path string, appendTo bool, n int64, hash bool, tmpName, manifest string) (string, error) {
 	hold := manifest != ""
 	if path == "" || strings.IndexByte(path, 0) >= 0 {
@@ -175,18 +191,7 @@ fi
   echo "cannot record the batch in its manifest" >&2; exit 1
 fi
 if [ "$__sbx_l" = 1 ] && (set -C; : >"$__sbx_t") 2>/dev/null; then
-  command cat >"$__sbx_t"; __sbx_rc=$?
-  if [ "$__sbx_rc" = 0 ]; then
-    __sbx_w=$(command wc -c <"$__sbx_t") || __sbx_w=-
-    if [ "$__sbx_w" != "$__sbx_n" ]; then
-      echo "the content arrived cut short ($__sbx_w of $__sbx_n bytes): the file was left as it was" >&2; __sbx_rc=` + strconv.Itoa(ExitCutShort) + `
-    fi
-  fi
-  if [ "$__sbx_rc" = 0 ] && [ -z "$__sbx_new" ]; then
-    command chmod --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chmod "$(command stat -c %a -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
-    command chown --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chown "$(command stat -c %u:%g -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
-  fi
-  if [ "$__sbx_rc" != 0 ]; then command rm -f -- "$__sbx_t"; [ -n "$__sbx_new" ] || __sbx_k=1; fi
+` + fillTemp + `  if [ "$__sbx_rc" != 0 ]; then command rm -f -- "$__sbx_t"; [ -n "$__sbx_new" ] || __sbx_k=1; fi
   __sbx_p=$__sbx_t
 else
   echo "this file can only be written in place (a kernel file, a file with other hard links, or a directory the user cannot write in): write it with write_file" >&2; exit ` + strconv.Itoa(ExitInPlaceOnly) + `
@@ -194,18 +199,7 @@ fi
 `)
 		} else {
 			b.WriteString(`if [ "$__sbx_l" = 1 ] && (set -C; : >"$__sbx_t") 2>/dev/null; then
-  command cat >"$__sbx_t"; __sbx_rc=$?
-  if [ "$__sbx_rc" = 0 ]; then
-    __sbx_w=$(command wc -c <"$__sbx_t") || __sbx_w=-
-    if [ "$__sbx_w" != "$__sbx_n" ]; then
-      echo "the content arrived cut short ($__sbx_w of $__sbx_n bytes): the file was left as it was" >&2; __sbx_rc=` + strconv.Itoa(ExitCutShort) + `
-    fi
-  fi
-  if [ "$__sbx_rc" = 0 ] && [ -z "$__sbx_new" ]; then
-    command chmod --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chmod "$(command stat -c %a -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
-    command chown --reference="$__sbx_p" -- "$__sbx_t" 2>/dev/null || command chown "$(command stat -c %u:%g -- "$__sbx_p")" -- "$__sbx_t" 2>/dev/null
-  fi
-  # A file the engine mounts in (/etc/hosts) cannot be renamed over: it
+` + fillTemp + `  # A file the engine mounts in (/etc/hosts) cannot be renamed over: it
   # is written in place from the whole temporary copy.
   if [ "$__sbx_rc" = 0 ]; then command mv -f -- "$__sbx_t" "$__sbx_p" 2>/dev/null || { command cat -- "$__sbx_t" >"$__sbx_p" && command rm -f -- "$__sbx_t"; } || __sbx_rc=1; fi
   if [ "$__sbx_rc" != 0 ]; then
