@@ -27,17 +27,7 @@ func TestInterruptedRestoreOnEngine(t *testing.T) {
 				t.Skipf("%s cannot rename containers, which this test's set-up does", tg.Name)
 			}
 			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			server := func() *sandbox.Manager {
-				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-					Sandboxes: st, Intents: st, LockDir: dir + "/locks"})
-				t.Cleanup(m.Close)
-				return m
-			}
+			st, server := intentServers(t, tg, prefix)
 			ctx := guarded(t)
 			const box = "interrupted"
 			list := `cd /workspace && find . -path ./lost+found -prune -o ! -name . -print | sort | tr '\n' ' '; cat old.txt new.txt 2>/dev/null`
@@ -184,17 +174,7 @@ func TestInterruptedCloneOnEngine(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			server := func() *sandbox.Manager {
-				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-					Sandboxes: st, Intents: st, LockDir: dir + "/locks"})
-				t.Cleanup(m.Close)
-				return m
-			}
+			st, server := intentServers(t, tg, prefix)
 			ctx := guarded(t)
 			const box = "halfclone"
 			a := server()
@@ -238,17 +218,7 @@ func TestInterruptedResetOnEngine(t *testing.T) {
 				t.Skipf("%s cannot rename containers, which this test's set-up does", tg.Name)
 			}
 			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			server := func() *sandbox.Manager {
-				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-					Sandboxes: st, Intents: st, LockDir: dir + "/locks"})
-				t.Cleanup(m.Close)
-				return m
-			}
+			st, server := intentServers(t, tg, prefix)
 			ctx := guarded(t)
 			const box = "halfreset"
 			a := server()
@@ -325,5 +295,22 @@ func TestFailedRestorePutsBackOnEngine(t *testing.T) {
 			}
 			_, _ = m.DeleteSnapshot(ctx, "badtar")
 		})
+	}
+}
+
+// intentServers makes a state file and returns it with a maker of servers
+// (Managers) sharing it and its lock directory, each closed at the end.
+func intentServers(t *testing.T, tg enginetest.Target, prefix string) (*state.Store, func() *sandbox.Manager) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, func() *sandbox.Manager {
+		m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+			Sandboxes: st, Intents: st, LockDir: dir + "/locks"})
+		t.Cleanup(m.Close)
+		return m
 	}
 }
