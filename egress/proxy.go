@@ -1,0 +1,471 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler serves one sandbox's proxied connections.
+type Handler struct {
+	// Decide answers a connection to host:port.
+	Decide func(ctx context.Context, host string, port int) Decision
+	// Dial connects to an allowed destination; nil dials d.Addrs in order.
+	Dial func(ctx context.Context, d Decision) (net.Conn, error)
+	// Record is told of each decision, and of the bytes an allowed
+	// connection carried when it ends; nil records nothing.
+	Record func(Event)
+}
+
+// Event is one line of a sandbox's network log.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Host    string    `json:"host"`
+	Port    int       `json:"port"`
+	Via     string    `json:"via"` // connect, http or socks
+	Allowed bool      `json:"allowed"`
+	// Rule allowed it; Reason refused it (or says why a dial failed).
+	Rule   string `json:"rule,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Ended marks the line written when an allowed connection ends, with
+	// the bytes it carried out (Up) and in (Down).
+	Ended bool  `json:"ended,omitempty"`
+	Up    int64 `json:"up,omitempty"`
+	Down  int64 `json:"down,omitempty"`
+}
+
+// Limits of what a sandbox may send before the host decides.
+const (
+	maxHeader    = 64 << 10         // a request's line and headers
+	firstTimeout = 30 * time.Second // the first request of a connection
+	idleTimeout  = 2 * time.Minute  // between requests on a kept connection
+	dialTimeout  = 15 * time.Second // the host's dial of an allowed address
+)
+
+// Serve answers one connection that the sandbox opened to its proxy,
+// until it ends or ctx does.
+func (h Handler) Serve(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	lr := &resetLimit{r: c, n: maxHeader}
+	br := bufio.NewReaderSize(lr, 4096)
+	_ = c.SetReadDeadline(time.Now().Add(firstTimeout))
+	first, err := br.Peek(1)
+	if err != nil {
+		return
+	}
+	switch first[0] {
+	case 5:
+		h.socks5(ctx, c, br)
+	case 4:
+		// SOCKS4 names addresses only and has no way to say why: refuse
+		// it plainly.
+		_, _ = c.Write([]byte{0, 0x5b, 0, 0, 0, 0, 0, 0})
+	default:
+		h.http(ctx, c, br, lr)
+	}
+}
+
+// resetLimit is a reader that fails past n bytes until n is reset.
+type resetLimit struct {
+	r io.Reader
+	n int64
+}
+
+var errTooLong = errors.New("request header too large")
+
+func (l *resetLimit) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errTooLong
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// http serves HTTP proxy requests: CONNECT tunnels and plain requests
+// with absolute http:// URLs, one after another on a kept connection.
+func (h Handler) http(ctx context.Context, c net.Conn, br *bufio.Reader, lr *resetLimit) {
+	for {
+		lr.n = maxHeader
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !isTimeout(err) {
+				msg := err.Error()
+				if errors.Is(err, errTooLong) {
+					msg = fmt.Sprintf("the request's line and headers are over %d bytes", maxHeader)
+				}
+				writeStatus(c, http.StatusBadRequest, "the sandbox's proxy could not read the request: "+shorten(msg, 200), nil)
+			}
+			return
+		}
+		lr.n = 1 << 62
+		_ = c.SetReadDeadline(time.Time{})
+		if req.Method == http.MethodConnect {
+			h.connect(ctx, c, br, req)
+			return
+		}
+		if !h.forward(ctx, c, req) {
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(idleTimeout))
+	}
+}
+
+// connect answers a CONNECT: 200 and a tunnel, or 403 saying why.
+func (h Handler) connect(ctx context.Context, c net.Conn, br *bufio.Reader, req *http.Request) {
+	host, port, err := splitHostPort(req.Host, 0)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, "CONNECT wants host:port: "+err.Error(), nil)
+		return
+	}
+	d := h.decide(ctx, host, port, "connect")
+	if !d.Allowed {
+		writeStatus(c, http.StatusForbidden, d.Refusal(), nil)
+		return
+	}
+	up, err := h.dial(ctx, d)
+	if err != nil {
+		h.record(Event{Host: host, Port: port, Via: "connect", Allowed: true, Ended: true, Reason: err.Error()})
+		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("the host could not connect to %s: %v", hostPort(host, port), err), nil)
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		up.Close()
+		return
+	}
+	// Bytes the client sent after the request (a TLS hello sent early)
+	// go first.
+	var pre []byte
+	if n := br.Buffered(); n > 0 {
+		pre, _ = br.Peek(n)
+	}
+	upN, downN := splice(c, up, pre)
+	h.record(Event{Host: host, Port: port, Via: "connect", Allowed: true, Ended: true, Up: upN, Down: downN})
+}
+
+// hopHeaders are a proxy's own, not passed on.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// forward carries one plain HTTP request and its response, and reports
+// whether the client's connection may carry another.
+func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) bool {
+	if req.URL == nil || !req.URL.IsAbs() || req.URL.Scheme != "http" {
+		writeStatus(c, http.StatusBadRequest, "the sandbox's proxy takes CONNECT host:port and absolute http:// URLs; use https:// through CONNECT", nil)
+		return false
+	}
+	host, port, err := splitHostPort(req.URL.Host, 80)
+	if err != nil {
+		writeStatus(c, http.StatusBadRequest, err.Error(), nil)
+		return false
+	}
+	d := h.decide(ctx, host, port, "http")
+	if !d.Allowed {
+		drain(req)
+		writeStatus(c, http.StatusForbidden, d.Refusal(), nil)
+		return false
+	}
+	up, err := h.dial(ctx, d)
+	if err != nil {
+		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Reason: err.Error()})
+		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("the host could not connect to %s: %v", hostPort(host, port), err), nil)
+		return false
+	}
+	defer up.Close()
+	cu := &countConn{Conn: up}
+	keep := !req.Close
+	for _, v := range req.Header.Values("Connection") {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				req.Header.Del(k)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		req.Header.Del(k)
+	}
+	req.RequestURI = ""
+	req.Close = true // one request per upstream connection
+	stop := context.AfterFunc(ctx, func() { up.Close() })
+	defer stop()
+	werr := make(chan error, 1)
+	go func() { werr <- req.Write(cu) }()
+	resp, err := http.ReadResponse(bufio.NewReader(cu), req)
+	if err != nil {
+		<-werr
+		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Reason: err.Error()})
+		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
+		return false
+	}
+	for _, k := range hopHeaders {
+		if k != "Transfer-Encoding" {
+			resp.Header.Del(k)
+		}
+	}
+	resp.Close = !keep
+	err = resp.Write(c)
+	resp.Body.Close()
+	<-werr
+	h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load()})
+	return err == nil && keep
+}
+
+// socks5 answers a SOCKS5 CONNECT (no authentication).
+func (h Handler) socks5(ctx context.Context, c net.Conn, br *bufio.Reader) {
+	var hdr [2]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return
+	}
+	methods := make([]byte, hdr[1])
+	if _, err := io.ReadFull(br, methods); err != nil {
+		return
+	}
+	if !strings.ContainsRune(string(methods), 0) {
+		_, _ = c.Write([]byte{5, 0xff})
+		return
+	}
+	if _, err := c.Write([]byte{5, 0}); err != nil {
+		return
+	}
+	var req [4]byte
+	if _, err := io.ReadFull(br, req[:]); err != nil || req[0] != 5 {
+		return
+	}
+	var host string
+	switch req[3] {
+	case 1, 4:
+		b := make([]byte, 4)
+		if req[3] == 4 {
+			b = make([]byte, 16)
+		}
+		if _, err := io.ReadFull(br, b); err != nil {
+			return
+		}
+		a, _ := netip.AddrFromSlice(b)
+		host = a.Unmap().String()
+	case 3:
+		n, err := br.ReadByte()
+		if err != nil {
+			return
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(br, b); err != nil {
+			return
+		}
+		host = strings.ToLower(strings.TrimSuffix(string(b), "."))
+	default:
+		socksReply(c, 8) // address type not supported
+		return
+	}
+	var pb [2]byte
+	if _, err := io.ReadFull(br, pb[:]); err != nil {
+		return
+	}
+	port := int(binary.BigEndian.Uint16(pb[:]))
+	if req[1] != 1 {
+		socksReply(c, 7) // only CONNECT
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if port == 0 {
+		socksReply(c, 2)
+		return
+	}
+	d := h.decide(ctx, host, port, "socks")
+	if !d.Allowed {
+		socksReply(c, 2) // not allowed by ruleset
+		return
+	}
+	up, err := h.dial(ctx, d)
+	if err != nil {
+		h.record(Event{Host: host, Port: port, Via: "socks", Allowed: true, Ended: true, Reason: err.Error()})
+		code := byte(4) // host unreachable
+		if strings.Contains(err.Error(), "refused") {
+			code = 5
+		}
+		socksReply(c, code)
+		return
+	}
+	if !socksReply(c, 0) {
+		up.Close()
+		return
+	}
+	var pre []byte
+	if n := br.Buffered(); n > 0 {
+		pre, _ = br.Peek(n)
+	}
+	upN, downN := splice(c, up, pre)
+	h.record(Event{Host: host, Port: port, Via: "socks", Allowed: true, Ended: true, Up: upN, Down: downN})
+}
+
+func socksReply(c net.Conn, code byte) bool {
+	_, err := c.Write([]byte{5, code, 0, 1, 0, 0, 0, 0, 0, 0})
+	return err == nil
+}
+
+// decide asks for a decision and records it.
+func (h Handler) decide(ctx context.Context, host string, port int, via string) Decision {
+	d := h.Decide(ctx, host, port)
+	ev := Event{Host: host, Port: port, Via: via, Allowed: d.Allowed, Rule: d.Rule}
+	if !d.Allowed {
+		ev.Reason = d.Reason
+	}
+	h.record(ev)
+	return d
+}
+
+func (h Handler) record(ev Event) {
+	if h.Record != nil {
+		if ev.Time.IsZero() {
+			ev.Time = time.Now().UTC()
+		}
+		h.Record(ev)
+	}
+}
+
+func (h Handler) dial(ctx context.Context, d Decision) (net.Conn, error) {
+	if h.Dial != nil {
+		return h.Dial(ctx, d)
+	}
+	return DialAddrs(ctx, d.Addrs, d.Port)
+}
+
+// DialAddrs connects to the first of addrs that answers on port.
+func DialAddrs(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("no address to dial")
+	}
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	var dl net.Dialer
+	var first error
+	for _, a := range addrs {
+		c, err := dl.DialContext(dctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+		if dctx.Err() != nil {
+			break
+		}
+	}
+	return nil, first
+}
+
+// writeStatus answers with status and a one-line text body, and asks the
+// client to close.
+func writeStatus(c net.Conn, status int, msg string, hdr http.Header) {
+	body := msg + "\n"
+	var b strings.Builder
+	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", status, http.StatusText(status))
+	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")
+	if status == http.StatusForbidden {
+		b.WriteString("X-Sandbox-Egress: blocked\r\n")
+	}
+	for k, vs := range hdr {
+		for _, v := range vs {
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	b.WriteString("Connection: close\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, b.String())
+}
+
+// drain reads a little of a refused request's body, so that the answer is
+// not lost to a reset.
+func drain(req *http.Request) {
+	if req.Body != nil {
+		_, _ = io.CopyN(io.Discard, req.Body, 64<<10)
+		req.Body.Close()
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// countConn counts the bytes through a connection.
+type countConn struct {
+	net.Conn
+	read, wrote atomic.Int64
+}
+
+func (c *countConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.wrote.Add(int64(n))
+	return n, err
+}
+
+// splice copies between the sandbox's connection s and the upstream u
+// (pre first, to u) until both directions end, passing half-closes on,
+// and returns the bytes sent up and down.
+func splice(s, u net.Conn, pre []byte) (up, down int64) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if len(pre) > 0 {
+			n, err := u.Write(pre)
+			up += int64(n)
+			if err != nil {
+				closeWrite(u)
+				return
+			}
+		}
+		n, _ := io.Copy(u, s)
+		up += n
+		closeWrite(u)
+	}()
+	go func() {
+		defer wg.Done()
+		n, _ := io.Copy(s, u)
+		down = n
+		closeWrite(s)
+	}()
+	wg.Wait()
+	s.Close()
+	u.Close()
+	return up, down
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// shorten cuts s to at most n bytes (and valid UTF-8), marking the cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return strings.ToValidUTF8(s, "?")
+	}
+	return strings.ToValidUTF8(s[:n], "?") + "…"
+}
