@@ -28,7 +28,7 @@ import (
 
 // Version is the protocol version; the server replaces an agent that
 // answers the hello with another one.
-const Version = "2"
+const Version = "3"
 
 // Operations a stream can ask for. The server opens streams for all but
 // OpCtl, which the agent opens for each connection to the control socket.
@@ -37,6 +37,11 @@ const (
 	OpDial      = "dial"       // connect to 127.0.0.1:Port inside the sandbox, then splice
 	OpCtlListen = "ctl-listen" // listen on the unix socket Path in the sandbox
 	OpCtl       = "ctl"        // (from the agent) a connection to that socket follows
+	// OpEgressListen asks the agent to serve the sandbox's proxy on
+	// 127.0.0.1:Port; each connection to it reaches the server as an
+	// OpEgress stream.
+	OpEgressListen = "egress-listen"
+	OpEgress       = "egress" // (from the agent) a connection to the proxy follows, raw
 )
 
 // Request opens a stream.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -274,6 +275,63 @@ func TestCtlSocketPassesBetweenAgents(t *testing.T) {
 	for got := ask(); got != "second"; got = ask() {
 		if time.Now().After(deadline) {
 			t.Fatalf("the second agent did not take the socket over: %q", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestEgressRelayPassesBetweenAgents: connections to the proxy port reach
+// the server raw; a second agent waits for the port and takes it over
+// when the first one's session ends; a stream with an op the server has
+// no handler for is closed without harm.
+func TestEgressRelayPassesBetweenAgents(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	tagged := func(tag string) func(net.Conn) {
+		return func(conn net.Conn) {
+			defer conn.Close()
+			line := make([]byte, 4)
+			if _, err := io.ReadFull(conn, line); err != nil {
+				return
+			}
+			conn.Write([]byte(tag + ":" + string(line)))
+		}
+	}
+	first, second := pair(t), pair(t)
+	if err := first.ListenEgress(0); err == nil {
+		t.Fatal("port 0 was accepted")
+	}
+	if err := first.ListenEgress(port); err != nil {
+		t.Fatal(err)
+	}
+	first.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("first")})
+	if err := second.ListenEgress(port); err == nil || !strings.Contains(err.Error(), "taken over once free") {
+		t.Fatalf("a second agent on a taken port: %v", err)
+	}
+	second.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("second")})
+	ask := func() string {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		conn.Write([]byte("ping"))
+		b, _ := io.ReadAll(conn)
+		return string(b)
+	}
+	if got := ask(); got != "first:ping" {
+		t.Fatalf("through the first agent: %q", got)
+	}
+	first.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for got := ask(); got != "second:ping"; got = ask() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second agent did not take the port over: %q", got)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -136,10 +136,31 @@ const maxPending = 64
 // opens.
 const headerTimeout = 10 * time.Second
 
-// ServeCtl hands each connection to the sandbox's control socket to
-// handle, until the session ends. Streams that do not open as a control
-// connection in time are closed.
+// ListenEgress asks the agent to serve the sandbox's proxy on
+// 127.0.0.1:port; ServeStreams then hands over its connections. An error
+// that the port is in use still leaves the agent waiting to take it.
+func (c *Client) ListenEgress(port int) error {
+	conn, rep, err := c.open(context.Background(), Request{Op: OpEgressListen, Port: port})
+	if err != nil {
+		return err
+	}
+	conn.Close()
+	if !rep.OK {
+		return fmt.Errorf("proxy on 127.0.0.1:%d in the sandbox: %s", port, rep.Error)
+	}
+	return nil
+}
+
+// ServeCtl is ServeStreams for control connections alone.
 func (c *Client) ServeCtl(handle func(net.Conn)) {
+	c.ServeStreams(map[string]func(net.Conn){OpCtl: handle})
+}
+
+// ServeStreams hands each stream the agent opens to the handler of its
+// first line's op (OpCtl, OpEgress), until the session ends. A stream
+// whose first line does not come in time, or names an op without a
+// handler, ends the session: that is not the agent this server installed.
+func (c *Client) ServeStreams(handlers map[string]func(net.Conn)) {
 	pending := make(chan struct{}, maxPending)
 	go func() {
 		for {
@@ -147,14 +168,13 @@ func (c *Client) ServeCtl(handle func(net.Conn)) {
 			if err != nil {
 				return
 			}
-			// The agent opens a stream per control connection and writes
-			// its first line at once. One whose streams stay without it
-			// (no slot frees within headerTimeout), or that sends another
-			// line, is not the agent this server installed: end the
-			// session. (A stream closed alone would keep what was sent
-			// into its window for a minute: closing streams one by one
-			// would not bound the memory.) A burst of real connections
-			// waits here for a slot.
+			// The agent opens a stream per connection and writes its
+			// first line at once. One whose streams stay without it (no
+			// slot frees within headerTimeout) is not the agent this
+			// server installed: end the session. (A stream closed alone
+			// would keep what was sent into its window for a minute:
+			// closing streams one by one would not bound the memory.) A
+			// burst of real connections waits here for a slot.
 			select {
 			case pending <- struct{}{}:
 			case <-time.After(headerTimeout):
@@ -168,9 +188,17 @@ func (c *Client) ServeCtl(handle func(net.Conn)) {
 				line, err := readLine(br)
 				<-pending
 				var req Request
-				if err != nil || json.Unmarshal(line, &req) != nil || req.Op != OpCtl {
+				if err != nil || json.Unmarshal(line, &req) != nil {
 					st.Close()
 					c.sess.Close()
+					return
+				}
+				handle, ok := handlers[req.Op]
+				if !ok {
+					st.Close()
+					if req.Op != OpCtl && req.Op != OpEgress {
+						c.sess.Close()
+					}
 					return
 				}
 				_ = st.SetReadDeadline(time.Time{})

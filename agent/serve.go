@@ -42,6 +42,7 @@ type agentState struct {
 	sess      *yamux.Session
 	mu        sync.Mutex
 	listening map[string]bool // control sockets served
+	egress    int             // the proxy port served (or tried), 0 for none
 }
 
 // handle answers one stream's request.
@@ -80,6 +81,14 @@ func (a *agentState) handle(st *yamux.Stream) {
 			return
 		}
 		Splice(c, bufferedConn{Conn: st, r: br})
+	case OpEgressListen:
+		err := a.listenEgress(req.Port)
+		rep := Reply{OK: err == nil}
+		if err != nil {
+			rep.Error = err.Error()
+		}
+		_ = writeJSON(st, rep)
+		st.Close()
 	case OpCtlListen:
 		err := a.listenCtl(req.Path)
 		rep := Reply{OK: err == nil}
@@ -202,14 +211,71 @@ func inode(path string) uint64 {
 	return 0
 }
 
+// listenEgress serves the proxy on 127.0.0.1:port: each connection is
+// carried, raw, to the server, which decides. When the port is taken
+// (another server's agent holds it), the agent takes it over once it is
+// free, and says so now.
+func (a *agentState) listenEgress(port int) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("proxy port %d is not a TCP port", port)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.egress == port {
+		return nil
+	}
+	if a.egress != 0 {
+		return fmt.Errorf("the proxy is served on port %d already", a.egress)
+	}
+	a.egress = port
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	go a.holdEgress(addr, ln)
+	if err != nil {
+		return fmt.Errorf("%w (taken over once free)", err)
+	}
+	return nil
+}
+
+// holdEgress serves the proxy on ln, and while the address is another's,
+// tries to take it every ctlRecheck, until the session ends.
+func (a *agentState) holdEgress(addr string, ln net.Listener) {
+	for {
+		if ln != nil {
+			go func() {
+				<-a.sess.CloseChan()
+				ln.Close()
+			}()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					break
+				}
+				go a.relay(c, OpEgress)
+			}
+			ln.Close()
+		}
+		select {
+		case <-a.sess.CloseChan():
+			return
+		case <-time.After(ctlRecheck):
+		}
+		ln, _ = net.Listen("tcp", addr)
+	}
+}
+
 // relayCtl carries one control connection to the server.
-func (a *agentState) relayCtl(c net.Conn) {
+func (a *agentState) relayCtl(c net.Conn) { a.relay(c, OpCtl) }
+
+// relay carries connection c to the server as a stream that opens with
+// op.
+func (a *agentState) relay(c net.Conn, op string) {
 	st, err := a.sess.OpenStream()
 	if err != nil {
 		c.Close()
 		return
 	}
-	if err := writeJSON(st, Request{Op: OpCtl}); err != nil {
+	if err := writeJSON(st, Request{Op: op}); err != nil {
 		c.Close()
 		st.Close()
 		return

@@ -23,6 +23,9 @@ type Decision struct {
 	Port    int
 	// Addrs are the checked addresses to dial, in order.
 	Addrs []netip.Addr
+	// Peer is set when the host named another sandbox that this one may
+	// reach: the connection goes into that sandbox, not to the network.
+	Peer string
 	// Rule is the rule (of the sandbox's own policy) that allowed it.
 	Rule string
 	// Reason says why it was refused; Hint how to allow it.

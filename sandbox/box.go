@@ -53,6 +53,8 @@ type Sandbox struct {
 
 	// agent is the channel into the sandbox (agent.go), started on use.
 	agent agentConn
+	// egress is its proxy on the host side (egress.go).
+	egress egressState
 	// execConns bounds the connections served through execs where the
 	// agent cannot run (execdial.go).
 	execConns execSlots

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/ctl"
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 )
 
 // Child sandboxes are ordinary sandboxes booted with a profile and labels
@@ -108,37 +110,74 @@ func (m *Manager) controlFor(name string) *Control {
 	return c
 }
 
-// startControl has sb's agent serve the control socket, if sb has one;
-// otherwise streams the agent opens are closed as they come (a sandbox
-// must not park them on the host).
+// startControl has sb's agent serve the control socket, if sb has one,
+// and the egress proxy, if sb is an allowlist sandbox; streams the agent
+// opens for anything else are closed as they come (a sandbox must not
+// park them on the host).
 func (m *Manager) startControl(sb *Sandbox, c interface {
 	ListenCtl(string) error
-	ServeCtl(func(net.Conn))
+	ListenEgress(int) error
+	ServeStreams(map[string]func(net.Conn))
+	Done() <-chan struct{}
 }) {
-	cc := m.controlFor(sb.Name)
-	if cc == nil {
-		c.ServeCtl(func(conn net.Conn) { conn.Close() })
-		return
+	handlers := map[string]func(net.Conn){}
+	if cc := m.controlFor(sb.Name); cc != nil {
+		if err := c.ListenCtl(ctl.DefaultSocket); err != nil {
+			m.log.Warn("control socket", "sandbox", sb.Name, "err", err)
+		} else {
+			handlers[agent.OpCtl] = func(conn net.Conn) {
+				defer conn.Close()
+				cc.Serve(sb.life, sb.Name, conn)
+			}
+		}
 	}
-	if err := c.ListenCtl(ctl.DefaultSocket); err != nil {
-		m.log.Warn("control socket", "sandbox", sb.Name, "err", err)
-		c.ServeCtl(func(conn net.Conn) { conn.Close() })
-		return
+	if sb.egress.mode == egress.ModeAllowlist {
+		// The agent waits for a port another server's agent holds: its
+		// handler is set either way.
+		if err := c.ListenEgress(ProxyPort); err != nil {
+			m.log.Info("egress proxy", "sandbox", sb.Name, "err", err)
+		}
+		handlers[agent.OpEgress] = m.serveEgress(sb) // egress.go
+		sb.Go(func(ctx context.Context) { m.restartAgentWhenGone(ctx, sb, c.Done()) })
 	}
-	c.ServeCtl(func(conn net.Conn) {
-		defer conn.Close()
-		cc.Serve(sb.life, sb.Name, conn)
-	})
+	c.ServeStreams(handlers)
 }
 
-// controlSoon starts sb's agent when sb has the control socket, so that
-// sandbox-ctl is there (and the socket served) when the boot's first
-// command runs. A failure is logged: the sandbox works without it.
+// restartAgentWhenGone starts sb's agent again once done closes (it was
+// killed in the sandbox, or its exec was lost): until then the sandbox's
+// proxy does not answer, and nothing gets out. Tries back off to 30 s.
+func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-chan struct{}) {
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return
+	}
+	m.log.Warn("the sandbox's agent ended: its egress is shut until it runs again", "sandbox", sb.Name)
+	wait := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if _, err := m.agentOf(ctx, sb); err == nil {
+			return // the new agent's startControl watches it
+		} else if ctx.Err() == nil {
+			m.log.Warn("restart the agent", "sandbox", sb.Name, "err", err)
+		}
+		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// controlSoon starts sb's agent when sb has the control socket or an
+// egress proxy, so that sandbox-ctl is there (and the socket and the proxy
+// served) when the boot's first command runs. A failure is logged: the
+// sandbox works without it (an allowlist sandbox without a way out).
 func (m *Manager) controlSoon(sb *Sandbox) {
-	if m.controlFor(sb.Name) == nil {
+	if m.controlFor(sb.Name) == nil && sb.egress.mode != egress.ModeAllowlist {
 		return
 	}
 	if _, err := m.agentOf(sb.life, sb); err != nil {
-		m.log.Warn("start the agent for the control socket", "sandbox", sb.Name, "err", err)
+		m.log.Warn("start the agent for the control socket and the egress proxy", "sandbox", sb.Name, "err", err)
 	}
 }

@@ -256,8 +256,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		}
 	}
 	var lim Limits
+	egressAt := ""
 	if errors.Is(err, ErrNotFound) {
-		lim, err = m.create(ctx, name, prof, mode == bootReplace)
+		lim, egressAt, err = m.create(ctx, name, prof, mode == bootReplace)
 		if err == nil {
 			info.Created = true
 		} else if errors.Is(err, ErrAlreadyExists) && mode == bootNew {
@@ -279,6 +280,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 			prof.Image = c.Image
 		}
 		lim = limitsOf(c, prof)
+		egressAt = egressMode(c)
 	}
 	pool := early
 	if pool == nil {
@@ -291,6 +293,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	sb := newSandbox(name, ctr, prof, m.IdleTTL(name), pool)
 	sb.own = own
 	sb.limits = lim
+	sb.egress.mode = egressAt
 	m.startGuard(sb)                              // limits.go: the disk watcher, ended with the sandbox
 	m.spawn(func() { m.recordSandbox(sb, info) }) // off the path of the first command
 	return sb, info, nil
@@ -432,14 +435,20 @@ func ImageHint(rt Runtime) string {
 
 // create boots a new container. known skips checking the image and
 // creating the workspace volume, for a container replacing one that used both.
-func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, error) {
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, string, error) {
+	lim, spec, err := m.createSpec(ctx, name, prof, known)
+	return lim, spec.Labels[LabelEgress], err
+}
+
+// createSpec is create, returning the spec it booted.
+func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, known bool) (Limits, RunSpec, error) {
 	labels := m.labels(name)
 	if o := m.override(name); o != nil {
 		for k, v := range o.labels {
 			labels[k] = v
 		}
 	} else if _, cl, ok, err := m.childProfile(name); err != nil {
-		return Limits{}, err
+		return Limits{}, RunSpec{}, err
 	} else if ok {
 		for k, v := range cl {
 			labels[k] = v
@@ -449,10 +458,10 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 	if !known {
 		ok, err := m.rt.ImageExists(ctx, prof.Image)
 		if err != nil {
-			return Limits{}, fmt.Errorf("look up image %q: %w", prof.Image, err)
+			return Limits{}, RunSpec{}, fmt.Errorf("look up image %q: %w", prof.Image, err)
 		}
 		if !ok {
-			return Limits{}, fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
+			return Limits{}, RunSpec{}, fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
 		}
 	}
 	spec := RunSpec{
@@ -473,14 +482,14 @@ func (m *Manager) create(ctx context.Context, name string, prof Profile, known b
 	}
 	// limits.go: workspace volume (sized where possible), pids, rootfs size.
 	if err := m.prepareLimits(ctx, name, prof, vol, known, &spec); err != nil {
-		return Limits{}, err
+		return Limits{}, RunSpec{}, err
 	}
 	m.placeOnNetwork(ctx, name, prof, &spec) // network.go
 	if err := m.runContainer(ctx, name, prof, spec); err != nil {
-		return Limits{}, fmt.Errorf("boot sandbox %q: %w", name, err)
+		return Limits{}, RunSpec{}, fmt.Errorf("boot sandbox %q: %w", name, err)
 	}
 	lim, _ := parseLimitsLabel(spec.Labels[LabelLimits])
-	return lim, nil
+	return lim, spec, nil
 }
 
 func (m *Manager) labels(name string) map[string]string {
@@ -532,6 +541,9 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 			m.refreshHostsSoon() // network.go
 		}
 		m.removeFamilyNetworkSoon(name) // network.go
+		if m.cfg.EgressLog != nil {
+			m.cfg.EgressLog.Remove(name)
+		}
 	}
 	return existed, err
 }

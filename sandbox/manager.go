@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -64,6 +65,12 @@ type Config struct {
 	// process only.
 	LockDir string
 	Logger  *slog.Logger
+	// Resolver resolves the names allowlist sandboxes connect to; nil is
+	// the host's resolver.
+	Resolver egress.Resolver
+	// EgressLog keeps each sandbox's network decisions; nil keeps none
+	// (they are logged at debug level only).
+	EgressLog *egress.Log
 	// HostFree reports the free and total bytes of the host filesystem
 	// holding dir, for the floor that host writes from a sandbox keep
 	// (diskguard.Floor); nil: statfs.

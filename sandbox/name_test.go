@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -37,15 +38,26 @@ func TestContainerName(t *testing.T) {
 
 func TestParseProfileSpec(t *testing.T) {
 	p, err := ParseProfileSpec("image=alpine,cpus=1.5,memory=2G,virtualization=true,network=none")
-	if err != nil || p != (Profile{Image: "alpine", CPUs: 1.5, Memory: "2G", Virtualization: true, Network: "none"}) {
+	if err != nil || !reflect.DeepEqual(p, Profile{Image: "alpine", CPUs: 1.5, Memory: "2G", Virtualization: true, Network: "none"}) {
 		t.Fatalf("%+v %v", p, err)
 	}
-	for _, bad := range []string{"cpus=x", "bogus=1", "image"} {
+	p, err = ParseProfileSpec("network=allowlist,presets=packages+git,allow=*.example.com,allow=10.0.0.0/8:5432")
+	if err != nil || !reflect.DeepEqual(p, Profile{Network: "allowlist", Presets: []string{"packages", "git"}, Allow: []string{"*.example.com", "10.0.0.0/8:5432"}}) {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if p, err := ParseProfileSpec("presets=none"); err != nil || p.Presets == nil || len(p.Presets) != 0 {
+		t.Fatalf("presets=none: %#v %v", p.Presets, err)
+	}
+	merged := Profile{Image: "a", Network: "allowlist", Presets: []string{"packages", "git"}}.Merge(Profile{Presets: []string{}, Allow: []string{"x.test"}})
+	if len(merged.Presets) != 0 || len(merged.Allow) != 1 || merged.Network != "allowlist" {
+		t.Fatalf("merge: %+v", merged)
+	}
+	for _, bad := range []string{"cpus=x", "bogus=1", "image", "network=wide", "allow=a b", "presets=everything", "allow=host:0"} {
 		if _, err := ParseProfileSpec(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	for _, bad := range []Profile{{}, {Image: "--privileged"}, {Image: "a", Memory: "lots"}, {Image: "a", Network: "host"}} {
+	for _, bad := range []Profile{{}, {Image: "--privileged"}, {Image: "a", Memory: "lots"}, {Image: "a", Network: "host"}, {Image: "a", Allow: []string{"*."}}, {Image: "a", Presets: []string{"nope"}}} {
 		if bad.Validate() == nil {
 			t.Errorf("%+v valid", bad)
 		}

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 )
 
 // Networks. Where the engine makes networks (Networker: podman, docker),
@@ -136,8 +138,18 @@ func NetworkNameFor(prefix string) string { return prefix + "-net" }
 // engine's default network (reachable by address where the engine allows
 // it) rather than not at all.
 func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile, spec *RunSpec) {
-	if prof.Network == "none" {
-		spec.Network = "none"
+	mode := m.effectiveMode(name, prof) // egress.go
+	spec.Labels[LabelEgress] = mode
+	if mode != egress.ModeOpen {
+		spec.Network, spec.Aliases = "none", nil
+		if mode == egress.ModeAllowlist {
+			if spec.Env == nil {
+				spec.Env = map[string]string{}
+			}
+			for k, v := range ProxyEnv() {
+				spec.Env[k] = v
+			}
+		}
 		return
 	}
 	nw, ok := m.rt.(Networker)

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 )
 
 // Profile is how a sandbox is booted: its image and resources.
@@ -14,8 +16,16 @@ type Profile struct {
 	CPUs           float64 `json:"cpus,omitempty"`
 	Memory         string  `json:"memory,omitempty"` // e.g. "512M", "2G"
 	Virtualization bool    `json:"virtualization,omitempty"`
-	// Network is "" for the engine's default network or "none".
+	// Network is the egress mode: "open" (the engine's network, a route
+	// out), "allowlist" (no route out; the host's proxy connects to what
+	// Allow and Presets allow) or "none" (loopback only). "" leaves it to
+	// the defaults, and is "open" where nothing sets it.
 	Network string `json:"network,omitempty"`
+	// Allow are patterns an allowlist sandbox may connect to (see
+	// egress.ParseRule); Presets name lists of them (egress.Presets). Set
+	// (even empty), each replaces the list it merges over.
+	Allow   []string `json:"allow,omitempty"`
+	Presets []string `json:"presets,omitempty"`
 	// IdleTTL stops the sandbox after this long without commands, even with
 	// no server running ("30m", "2h"; "off" never). Unset: 30 minutes, except
 	// for the sandbox named default, which only a profile of its own reaps.
@@ -103,6 +113,12 @@ func (p Profile) Merge(o Profile) Profile {
 	if o.Network != "" {
 		p.Network = o.Network
 	}
+	if o.Allow != nil {
+		p.Allow = o.Allow
+	}
+	if o.Presets != nil {
+		p.Presets = o.Presets
+	}
 	if o.IdleTTL != "" {
 		p.IdleTTL = o.IdleTTL
 	}
@@ -131,8 +147,11 @@ func (p Profile) Validate() error {
 	if p.Memory != "" && !memoryRE.MatchString(p.Memory) {
 		return fmt.Errorf("profile: memory %q must look like 512M or 2G", p.Memory)
 	}
-	if p.Network != "" && p.Network != "none" {
-		return fmt.Errorf("profile: network must be empty or \"none\", not %q", p.Network)
+	if p.Network != "" && !egress.ValidMode(p.Network) {
+		return fmt.Errorf("profile: network must be open, allowlist or none, not %q", p.Network)
+	}
+	if _, err := egress.NewPolicy(egress.ModeAllowlist, p.Presets, p.Allow); err != nil {
+		return fmt.Errorf("profile: %w", err)
 	}
 	if p.IdleTTL != "" {
 		if _, err := ParseIdleTTL(p.IdleTTL); err != nil {
@@ -150,8 +169,24 @@ func (p Profile) Validate() error {
 	return nil
 }
 
+// EgressMode is the profile's egress mode ("" is open).
+func (p Profile) EgressMode() string {
+	if p.Network == "" {
+		return egress.ModeOpen
+	}
+	return p.Network
+}
+
+// EgressPolicy is the profile's network policy.
+func (p Profile) EgressPolicy() (egress.Policy, error) {
+	return egress.NewPolicy(p.EgressMode(), p.Presets, p.Allow)
+}
+
 // ParseProfileSpec parses "key=value,key=value" (keys image, cpus, memory,
-// virtualization, network, idle_ttl, disk, pids) into a profile, as used by --profile NAME:SPEC.
+// virtualization, network, allow, presets, idle_ttl, disk, pids) into a
+// profile, as used by --profile NAME:SPEC. allow may be repeated, each
+// adding a pattern; presets takes names joined by '+' ("packages+git"), or
+// none.
 func ParseProfileSpec(spec string) (Profile, error) {
 	var p Profile
 	for _, kv := range strings.Split(spec, ",") {
@@ -181,7 +216,23 @@ func ParseProfileSpec(spec string) (Profile, error) {
 			}
 			p.Virtualization = b
 		case "network":
+			if !egress.ValidMode(v) {
+				return p, fmt.Errorf("profile: network %q: want open, allowlist or none", v)
+			}
 			p.Network = v
+		case "allow":
+			if _, err := egress.ParseRule(v); err != nil {
+				return p, fmt.Errorf("profile: %w", err)
+			}
+			p.Allow = append(p.Allow, v)
+		case "presets":
+			p.Presets = []string{}
+			if v != "none" && v != "" {
+				p.Presets = strings.Split(v, "+")
+			}
+			if _, err := egress.NewPolicy(egress.ModeAllowlist, p.Presets, nil); err != nil {
+				return p, fmt.Errorf("profile: %w", err)
+			}
 		case "idle_ttl":
 			if _, err := ParseIdleTTL(v); err != nil {
 				return p, err
@@ -199,7 +250,7 @@ func ParseProfileSpec(spec string) (Profile, error) {
 			}
 			p.Pids = n
 		default:
-			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, idle_ttl, disk, pids)", k)
+			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, allow, presets, idle_ttl, disk, pids)", k)
 		}
 	}
 	return p, nil

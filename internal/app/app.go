@@ -10,6 +10,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
 	"github.com/sandbox-mcp/sandbox-mcp/children"
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
@@ -100,7 +102,16 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 			"kept", r.Kept, "lost", r.Lost, "report", r.Report)
 		notices.Add(r.Summary() + "; `sandbox-mcp doctor` lists it")
 	}
+	var res egress.Resolver = net.DefaultResolver
+	if cfg.EgressHosts != "" {
+		hosts, err := egress.ReadHostsFile(cfg.EgressHosts)
+		if err != nil {
+			return nil, err
+		}
+		res = &egress.HostsResolver{Hosts: hosts, Next: net.DefaultResolver}
+	}
 	m := sandbox.NewManager(rt, sandbox.Config{
+		Resolver: res, EgressLog: &egress.Log{Dir: filepath.Join(cfg.StateDir, "network")},
 		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
 		History: st, Jobs: st, JobRetention: cfg.JobRetention, Sandboxes: st, Intents: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),

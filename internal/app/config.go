@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -58,15 +59,19 @@ type Config struct {
 	// ChildPolicies are the sandboxes that may spawn children, and under
 	// what policy; a sandbox not named may not.
 	ChildPolicies map[string]spawn.Policy
+	// EgressHosts is a file in /etc/hosts form whose names the egress
+	// proxy resolves itself, before the host's DNS.
+	EgressHosts string
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
 func DefaultConfig() Config {
 	return Config{
-		Runtime:     "auto",
-		StateDir:    defaultStateDir(),
-		Prefix:      "sandbox-mcp",
-		Defaults:    sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Disk: sandbox.DefaultDisk, Pids: sandbox.DefaultPids},
+		Runtime:  "auto",
+		StateDir: defaultStateDir(),
+		Prefix:   "sandbox-mcp",
+		Defaults: sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Disk: sandbox.DefaultDisk, Pids: sandbox.DefaultPids,
+			Network: egress.ModeAllowlist, Presets: []string{"packages", "git"}},
 		BootDefault: true,
 		PoolSize:    shell.DefaultPoolSize,
 		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap,
@@ -166,8 +171,47 @@ func Settings() []Setting {
 			set: func(c *Config, v string) error {
 				return setDefault(c, sandbox.Profile{Memory: v})
 			}},
+		{Flag: "network", Env: "SANDBOX_MCP_NETWORK", Default: d.Defaults.Network,
+			Usage: "default egress `mode`: allowlist (no route out; a proxy on the host lets through what --allow and the presets allow), open (the engine's network) or none (loopback only)",
+			set: func(c *Config, v string) error {
+				return setDefault(c, sandbox.Profile{Network: v})
+			}},
+		{Flag: "allow", Env: "SANDBOX_MCP_ALLOW", List: true, Sep: ",",
+			Usage: "`pattern` allowlist sandboxes may connect to, besides the presets: pypi.org, *.example.com, github.com:443, 10.0.0.0/8 (private ranges only this way); repeatable, and the variable takes a comma-separated list",
+			set: func(c *Config, v string) error {
+				for _, one := range strings.Split(v, ",") {
+					if one = strings.TrimSpace(one); one == "" {
+						continue
+					}
+					if _, err := egress.ParseRule(one); err != nil {
+						return err
+					}
+					c.Defaults.Allow = append(c.Defaults.Allow, one)
+				}
+				return nil
+			}},
+		{Flag: "presets", Env: "SANDBOX_MCP_PRESETS", Default: strings.Join(d.Defaults.Presets, ","),
+			Usage: "allow `lists` for allowlist sandboxes, comma-separated: " + strings.Join(egress.PresetNames(), ", ") + ", or none",
+			set: func(c *Config, v string) error {
+				p := []string{}
+				for _, one := range strings.Split(v, ",") {
+					if one = strings.TrimSpace(one); one != "" && one != "none" {
+						p = append(p, one)
+					}
+				}
+				return setDefault(c, sandbox.Profile{Presets: p})
+			}},
+		{Flag: "egress-hosts", Env: "SANDBOX_MCP_EGRESS_HOSTS", ServeOnly: true,
+			Usage: "`file` in /etc/hosts form whose names the egress proxy resolves itself, before the host's DNS",
+			set: func(c *Config, v string) error {
+				if _, err := egress.ReadHostsFile(v); err != nil {
+					return err
+				}
+				c.EgressHosts = v
+				return nil
+			}},
 		{Flag: "profile", Env: "SANDBOX_MCP_PROFILES",
-			Usage: "per-name `profiles` merged over the file's: NAME:key=value,…;NAME2:… (keys image, cpus, memory, virtualization, network, idle_ttl, disk, pids)",
+			Usage: "per-name `profiles` merged over the file's: NAME:key=value,…;NAME2:… (keys image, cpus, memory, virtualization, network, allow, presets, idle_ttl, disk, pids)",
 			set:   addProfiles},
 		{Flag: "state-dir", Env: "SANDBOX_MCP_STATE_DIR", Default: d.StateDir,
 			Usage: "`directory` where state lives (created 0700)",

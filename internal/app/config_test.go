@@ -179,7 +179,7 @@ func TestResolveProfiles(t *testing.T) {
 			if !reflect.DeepEqual(c.Profiles, tc.want) {
 				t.Errorf("profiles\n got %+v\nwant %+v", c.Profiles, tc.want)
 			}
-			if want := (sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Network: "none", IdleTTL: "1h", Disk: sandbox.DefaultDisk, Pids: sandbox.DefaultPids}); c.Defaults != want {
+			if want := (sandbox.Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Network: "none", Presets: []string{"packages", "git"}, IdleTTL: "1h", Disk: sandbox.DefaultDisk, Pids: sandbox.DefaultPids}); !reflect.DeepEqual(c.Defaults, want) {
 				t.Errorf("defaults %+v, want %+v", c.Defaults, want)
 			}
 		})
@@ -268,8 +268,46 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "21" {
-		t.Errorf("%s settings, want 21", got)
+	if got := fmt.Sprint(len(Settings())); got != "25" {
+		t.Errorf("%s settings, want 25", got)
+	}
+}
+
+// TestNetworkSettings: sandboxes default to the allowlist with the
+// package and forge presets; flags, the environment and the file change
+// it, and a bad mode, pattern or preset is refused where it is given.
+func TestNetworkSettings(t *testing.T) {
+	c, err := (sources{}).resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Defaults.Network != "allowlist" || !reflect.DeepEqual(c.Defaults.Presets, []string{"packages", "git"}) || c.Defaults.Allow != nil {
+		t.Fatalf("defaults: %+v", c.Defaults)
+	}
+	c, err = (sources{flags: FlagValues{"network": "open", "presets": "none", "allow": "*.example.com"},
+		env: map[string]string{"SANDBOX_MCP_ALLOW": "pypi.org, 10.0.0.0/8:5432"}}).resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Defaults.Network != "open" || len(c.Defaults.Presets) != 0 || c.Defaults.Presets == nil {
+		t.Fatalf("flags: %+v", c.Defaults)
+	}
+	if got := c.Defaults.Allow; !reflect.DeepEqual(got, []string{"pypi.org", "10.0.0.0/8:5432", "*.example.com"}) {
+		t.Fatalf("--allow and the variable each add patterns: %v", got)
+	}
+	for _, tc := range []struct {
+		src  sources
+		want string
+	}{
+		{sources{flags: FlagValues{"network": "wide"}}, "--network"},
+		{sources{flags: FlagValues{"allow": "a b"}}, "--allow"},
+		{sources{flags: FlagValues{"presets": "everything"}}, "--presets"},
+		{sources{env: map[string]string{"SANDBOX_MCP_ALLOW": "host:0"}}, "SANDBOX_MCP_ALLOW"},
+		{sources{flags: FlagValues{"egress-hosts": "/nonexistent/hosts"}}, "--egress-hosts"},
+	} {
+		if _, err := tc.src.resolve(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.src, err, tc.want)
+		}
 	}
 }
 

@@ -1,0 +1,309 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
+)
+
+// Egress. A sandbox whose effective mode (its own profile's, narrowed by
+// every ancestor's) is allowlist or none boots with no network at all
+// (`--network none`): loopback only, no route, no DNS. An allowlist
+// sandbox reaches out only through the proxy its agent serves on
+// 127.0.0.1:ProxyPort, whose connections arrive here as streams and are
+// decided by package egress against the policies in force at that moment
+// (a changed allowlist takes effect on the next connection). Without an
+// agent nothing gets out: the failure is closed.
+//
+// The mode a container booted with is in its LabelEgress label. Moving a
+// sandbox between open and the other modes changes its network, which
+// takes a reset (or destroy) to apply; status says so.
+
+// LabelEgress records the egress mode a container was booted with.
+const LabelEgress = "io.sandbox-mcp.egress"
+
+// ProxyPort is where, inside an allowlist sandbox, the agent serves the
+// proxy (HTTP CONNECT, plain HTTP and SOCKS5 on one port).
+const ProxyPort = 3128
+
+// maxEgressConns bounds one sandbox's proxied connections open at once;
+// past it new ones are closed at once.
+const maxEgressConns = 1024
+
+// ProxyEnv is the environment every process of an allowlist sandbox gets:
+// the proxy for the tools that read the usual variables (curl, wget, apt,
+// pip, npm, git, Go; Node with NODE_USE_ENV_PROXY).
+func ProxyEnv() map[string]string {
+	url := "http://127.0.0.1:" + strconv.Itoa(ProxyPort)
+	socks := "socks5h://127.0.0.1:" + strconv.Itoa(ProxyPort)
+	no := "localhost,127.0.0.1,::1"
+	return map[string]string{
+		"HTTP_PROXY": url, "http_proxy": url, "HTTPS_PROXY": url, "https_proxy": url,
+		"ALL_PROXY": socks, "all_proxy": socks, "NO_PROXY": no, "no_proxy": no,
+		"NODE_USE_ENV_PROXY": "1",
+	}
+}
+
+// egressState is a sandbox's proxy on the host side.
+type egressState struct {
+	// mode is the mode the container was booted with.
+	mode  string
+	mu    sync.Mutex
+	conns int
+}
+
+// egressMode reads the mode c was booted with; a container from before
+// egress modes existed is open, or none when it has no network.
+func egressMode(c Container) string {
+	if m := c.Labels[LabelEgress]; egress.ValidMode(m) {
+		return m
+	}
+	if c.NoNetwork {
+		return egress.ModeNone
+	}
+	return egress.ModeOpen
+}
+
+// EgressChain is the network policies that bound sandbox name: its own,
+// then its parent's, and so on up to its root. A child's own policy is
+// the profile of its name, or none when it was spawned without peers.
+func (m *Manager) EgressChain(name string) ([]egress.Policy, error) {
+	var chain []egress.Policy
+	cur := name
+	for depth := 0; depth < 32; depth++ {
+		prof := m.ProfileFor(cur)
+		cp, labels, isChild, err := m.childProfile(cur)
+		if err != nil {
+			return nil, err
+		}
+		if isChild && cp.Network == egress.ModeNone {
+			prof.Network = egress.ModeNone
+		}
+		pol, err := prof.EgressPolicy()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox %q: %w", cur, err)
+		}
+		chain = append(chain, pol)
+		if !isChild {
+			return chain, nil
+		}
+		cur = labels[LabelChildOf]
+		if ValidateName(cur) != nil {
+			return nil, fmt.Errorf("sandbox %q: its parent %q is not a sandbox name", name, cur)
+		}
+	}
+	return nil, fmt.Errorf("sandbox %q: more than 32 ancestors", name)
+}
+
+// effectiveMode is the least open mode on name's chain; none when the
+// chain cannot be read (a child must not boot with more than its parent).
+func (m *Manager) effectiveMode(name string, prof Profile) string {
+	chain, err := m.EgressChain(name)
+	if err != nil {
+		m.log.Warn("the sandbox boots without network: its policy cannot be read", "sandbox", name, "err", err)
+		return egress.ModeNone
+	}
+	modes := []string{prof.EgressMode()}
+	if prof.Network == "" {
+		modes[0] = chain[0].Mode
+	}
+	for _, p := range chain[1:] {
+		modes = append(modes, p.Mode)
+	}
+	return egress.Narrowest(modes...)
+}
+
+// serveEgress answers the connections sb's programs make to its proxy.
+func (m *Manager) serveEgress(sb *Sandbox) func(net.Conn) {
+	h := egress.Handler{
+		Decide: func(ctx context.Context, host string, port int) egress.Decision {
+			return m.decideEgress(ctx, sb.Name, host, port)
+		},
+		Dial: func(ctx context.Context, d egress.Decision) (net.Conn, error) {
+			if d.Peer != "" {
+				return m.DialExisting(ctx, d.Peer, d.Port)
+			}
+			return egress.DialAddrs(ctx, d.Addrs, d.Port)
+		},
+		Record: func(ev egress.Event) { m.recordEgress(sb.Name, ev) },
+	}
+	return func(conn net.Conn) {
+		sb.egress.mu.Lock()
+		full := sb.egress.conns >= maxEgressConns
+		if !full {
+			sb.egress.conns++
+		}
+		sb.egress.mu.Unlock()
+		if full {
+			conn.Close()
+			return
+		}
+		done := sb.busy()
+		defer func() {
+			done()
+			sb.egress.mu.Lock()
+			sb.egress.conns--
+			sb.egress.mu.Unlock()
+		}()
+		h.Serve(sb.life, conn)
+	}
+}
+
+// decideEgress decides one connection of sandbox name to host:port.
+func (m *Manager) decideEgress(ctx context.Context, name, host string, port int) egress.Decision {
+	if peer, ok := m.peerHost(ctx, name, host); ok {
+		return egress.Decision{Allowed: true, Host: host, Port: port, Peer: peer, Rule: "peer sandbox"}
+	}
+	chain, err := m.EgressChain(name)
+	if err != nil {
+		return egress.Decision{Host: host, Port: port, Reason: "its policy cannot be read: " + err.Error()}
+	}
+	return egress.Decide(ctx, m.resolver(), chain, host, port)
+}
+
+func (m *Manager) resolver() egress.Resolver {
+	if m.cfg.Resolver != nil {
+		return m.cfg.Resolver
+	}
+	return net.DefaultResolver
+}
+
+// recordEgress logs a decision.
+func (m *Manager) recordEgress(name string, ev egress.Event) {
+	if !ev.Ended {
+		m.log.Debug("egress", "sandbox", name, "host", ev.Host, "port", ev.Port, "allowed", ev.Allowed, "rule", ev.Rule, "reason", ev.Reason)
+	}
+	if m.cfg.EgressLog == nil {
+		return
+	}
+	if err := m.cfg.EgressLog.Append(name, ev); err != nil {
+		m.log.Warn("network log", "sandbox", name, "err", err)
+	}
+}
+
+// peerHost reports whether host names another sandbox that name may reach
+// through its proxy: a name without dots that is a sandbox here, in
+// name's family (or both roots, or children spawned to reach all).
+func (m *Manager) peerHost(ctx context.Context, name, host string) (string, bool) {
+	if strings.Contains(host, ".") || ValidateName(host) != nil || host == name {
+		return "", false
+	}
+	if _, ok := m.Lookup(host); !ok {
+		if _, err := m.inspectOwned(ctx, host); err != nil {
+			return "", false
+		}
+	}
+	from, to := m.peerGroup(name), m.peerGroup(host)
+	switch {
+	case from.kind == "none" || to.kind == "none":
+		return "", false
+	case from.kind == "family":
+		return host, (to.kind == "root" && host == from.root) || (to.kind == "family" && to.root == from.root)
+	case from.kind == "root":
+		return host, to.kind == "root" || to.kind == "all" || (to.kind == "family" && to.root == name)
+	default: // all
+		return host, to.kind == "root" || to.kind == "all"
+	}
+}
+
+type peerGroup struct{ kind, root string }
+
+// peerGroup places a sandbox for peer checks: a root, a child of a family
+// (its root named), a child that reaches all, or one that reaches none.
+func (m *Manager) peerGroup(name string) peerGroup {
+	cp, labels, isChild, err := m.childProfile(name)
+	switch {
+	case err != nil:
+		return peerGroup{kind: "none"}
+	case !isChild:
+		return peerGroup{kind: "root"}
+	case cp.Network == egress.ModeNone:
+		return peerGroup{kind: "none"}
+	case labels[LabelFamily] != "":
+		return peerGroup{kind: "family", root: labels[LabelFamily]}
+	}
+	return peerGroup{kind: "all"}
+}
+
+// NetState is what status and network_info tell of a sandbox's egress.
+type NetState struct {
+	// Mode is the mode the sandbox runs with; Wanted the one its policy
+	// says now, when a reset would change it.
+	Mode   string `json:"mode"`
+	Wanted string `json:"wanted,omitempty"`
+	// Policy describes the rules in force (its own, and its ancestors').
+	Policy []string `json:"policy,omitempty"`
+	// Proxy is where programs in the sandbox find the proxy.
+	Proxy string `json:"proxy,omitempty"`
+	egress.Summary
+}
+
+// NetworkState describes sandbox name's egress from its container and the
+// policy now in force, with the last refusals and the bytes per host from
+// its network log.
+func (m *Manager) NetworkState(ctx context.Context, name string) (NetState, error) {
+	if err := ValidateName(name); err != nil {
+		return NetState{}, err
+	}
+	c, err := m.inspectOwned(ctx, name)
+	if err != nil {
+		return NetState{}, fmt.Errorf("sandbox %q: %w", name, err)
+	}
+	st := NetState{Mode: egressMode(c)}
+	chain, err := m.EgressChain(name)
+	if err != nil {
+		return st, err
+	}
+	wanted := m.effectiveMode(name, m.ProfileFor(name))
+	if wanted != st.Mode {
+		st.Wanted = wanted
+	}
+	for i, p := range chain {
+		line := p.String()
+		if i > 0 {
+			line = "ancestor " + strconv.Itoa(i) + ": " + line
+		}
+		st.Policy = append(st.Policy, line)
+	}
+	if st.Mode == egress.ModeAllowlist {
+		st.Proxy = ProxyEnv()["HTTP_PROXY"] + " (also SOCKS5); no DNS inside: the host resolves names"
+	}
+	st.Summary = egress.Summary{Bytes: []egress.HostBytes{}, Refused: []egress.Refused{}}
+	if m.cfg.EgressLog != nil {
+		evs, err := m.cfg.EgressLog.Read(name, 0)
+		if err != nil {
+			return st, err
+		}
+		st.Summary = egress.Summarize(evs, 10)
+	}
+	return st, nil
+}
+
+// NetworkLog returns the last n decisions of sandbox name's proxy, oldest
+// first; only refused ones with refusedOnly.
+func (m *Manager) NetworkLog(ctx context.Context, name string, n int, refusedOnly bool) ([]egress.Event, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	if m.cfg.EgressLog == nil {
+		return nil, errors.New("this server keeps no network log")
+	}
+	evs, err := m.cfg.EgressLog.Read(name, 0)
+	if err != nil {
+		return nil, err
+	}
+	if refusedOnly {
+		evs = slices.DeleteFunc(evs, func(ev egress.Event) bool { return ev.Allowed })
+	}
+	if n > 0 && len(evs) > n {
+		evs = evs[len(evs)-n:]
+	}
+	return evs, nil
+}

@@ -1,0 +1,162 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// hostAddr is an address of this host other than the loopback, which a
+// sandbox with a route reaches (and one without does not).
+func hostAddr(t *testing.T) netip.Addr {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() && !p.Addr().IsLoopback() {
+			return p.Addr()
+		}
+	}
+	t.Skip("this host has no IPv4 address besides the loopback")
+	return netip.Addr{}
+}
+
+// TestEgressOnEngine: an allowlist sandbox has no route out and no DNS;
+// through its proxy (plain HTTP, CONNECT and SOCKS5) it reaches what the
+// policy allows, on this test's own upstream, resolved by a table the test
+// controls; everything else is refused with an answer the program shows.
+// An open sandbox reaches the same upstream directly (the control); a
+// sandbox with network none reaches nothing. The network log and state
+// tell what happened. A killed agent shuts egress until it runs again.
+func TestEgressOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			host := hostAddr(t)
+			ln, err := net.Listen("tcp", "0.0.0.0:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprintf(w, "hello-from-upstream %s", r.URL.Path)
+			})}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+			port := ln.Addr().(*net.TCPAddr).Port
+			up := fmt.Sprintf("api.test:%d", port)
+			res := &egress.HostsResolver{Hosts: map[string][]netip.Addr{
+				"api.test":  {host},
+				"loop.test": {netip.MustParseAddr("127.0.0.1")},
+				"meta.test": {netip.MustParseAddr("169.254.169.254")},
+			}}
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			elog := &egress.Log{Dir: t.TempDir()}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res, EgressLog: elog,
+				Defaults: sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist,
+					Allow: []string{up, "loop.test", "meta.test", fmt.Sprintf("%s/32:%d", host, port)}},
+				Profiles: map[string]sandbox.Profile{"wide": {Network: egress.ModeOpen}, "shut": {Network: egress.ModeNone}}})
+			t.Cleanup(m.Close)
+			ctx := context.Background()
+
+			curl := func(name, args string) string {
+				t.Helper()
+				o := run(t, m, name, shell.Request{Command: "curl -sS --max-time 60 " + args + " 2>&1; echo \" [exit $?]\""})
+				return o.stdout
+			}
+			for _, c := range []struct{ what, args string }{
+				{"plain HTTP", "http://" + up + "/plain"},
+				{"CONNECT", "-p http://" + up + "/tunnel"},
+				{"SOCKS5", "--proxy socks5h://127.0.0.1:3128 http://" + up + "/socks"},
+			} {
+				if got := curl("box", c.args); !strings.Contains(got, "hello-from-upstream") {
+					t.Fatalf("%s through the proxy: %q", c.what, got)
+				}
+			}
+			for _, c := range []struct{ what, args, want string }{
+				{"a name off the list", "-i http://evil.test/", "blocked by the sandbox's network policy"},
+				{"a name that resolves to the loopback", "-i http://loop.test/", "loopback"},
+				{"a name that resolves to the metadata address", "-i http://meta.test/", "cloud metadata"},
+				{"an address literal", "-i --noproxy '' http://169.254.169.254/latest/", "no CIDR rule holds"},
+				{"an IPv6 literal", "-i --noproxy '' http://[::1]:" + fmt.Sprint(port) + "/", "no CIDR rule holds"},
+				{"CONNECT to a port the rule does not allow", "-p -i http://api.test:22/", "403"},
+			} {
+				if got := curl("box", c.args); !strings.Contains(got, c.want) || strings.Contains(got, "hello-from-upstream") {
+					t.Errorf("%s: %q, want %q", c.what, got, c.want)
+				}
+			}
+			// No route and no DNS: a program that ignores the proxy gets
+			// nowhere, at once.
+			raw := fmt.Sprintf(`python3 -c '
+import socket
+for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20)),
+                 ("udp53", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("%s", 53))),
+                 ("tcp53", lambda: socket.create_connection(("%s", 53), timeout=20)),
+                 ("dns", lambda: socket.getaddrinfo("api.test", 80))]:
+    try:
+        fn(); print(what, "reached")
+    except Exception as e:
+        print(what, "failed:", type(e).__name__)
+'`, host, port, host, host)
+			if o := run(t, m, "box", shell.Request{Command: raw}); strings.Contains(o.stdout, "reached") || strings.Count(o.stdout, "failed") != 4 {
+				t.Fatalf("without the proxy: %q %q", o.stdout, o.stderr)
+			}
+			// The control: an open sandbox reaches the upstream directly.
+			direct := fmt.Sprintf("--noproxy '*' http://%s:%d/direct", host, port)
+			if got := curl("wide", direct); !strings.Contains(got, "hello-from-upstream") {
+				t.Fatalf("an open sandbox, directly: %q", got)
+			}
+			if got := curl("shut", "http://"+up+"/"); strings.Contains(got, "hello-from-upstream") || !strings.Contains(got, "[exit") {
+				t.Fatalf("a sandbox with network none: %q", got)
+			}
+
+			st, err := m.NetworkState(ctx, "box")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode != egress.ModeAllowlist || st.Proxy == "" || len(st.Bytes) == 0 || st.Bytes[0].Host != up || st.Bytes[0].Down == 0 {
+				t.Fatalf("state: %+v", st)
+			}
+			refused := map[string]bool{}
+			for _, r := range st.Refused {
+				refused[r.Host] = true
+			}
+			for _, h := range []string{"evil.test:80", "loop.test:80", "169.254.169.254:80", "api.test:22"} {
+				if !refused[h] {
+					t.Errorf("%s is not among the refused: %+v", h, st.Refused)
+				}
+			}
+			if ws, err := m.NetworkState(ctx, "wide"); err != nil || ws.Mode != egress.ModeOpen {
+				t.Errorf("open sandbox state: %+v %v", ws, err)
+			}
+
+			// The agent killed: the next connections fail (nothing else
+			// opens), and egress is back once the server starts it again.
+			agentPID := "pgrep -f 'sandbox-ctl-[0-9]* agent' | head -1"
+			before := run(t, m, "box", shell.Request{Command: agentPID}).stdout
+			if o := run(t, m, "box", shell.Request{Command: "kill -9 " + before}); before == "" || o.res.ExitCode != 0 {
+				t.Fatalf("kill the agent %q: %+v", before, o)
+			}
+			enginetest.WaitFor(t, "egress to come back after the agent was killed", func() error {
+				if got := curl("box", "http://"+up+"/again"); !strings.Contains(got, "hello-from-upstream") {
+					return fmt.Errorf("%q", got)
+				}
+				return nil
+			})
+			if after := run(t, m, "box", shell.Request{Command: agentPID}).stdout; after == before || after == "" {
+				t.Fatalf("the agent was not started again: %q then %q", before, after)
+			}
+		})
+	}
+}
