@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -186,6 +187,14 @@ func (f *fake) AgentStatus(context.Context, sandbox.Info) sandbox.AgentState {
 
 func (f *fake) NetworkInfo(context.Context, string) (sandbox.NetworkReport, error) {
 	return sandbox.NetworkReport{}, errors.New("the fake has no network")
+}
+
+func (f *fake) NetworkState(context.Context, string) (sandbox.NetState, error) {
+	return sandbox.NetState{}, errors.New("the fake has no network")
+}
+
+func (f *fake) NetworkLog(context.Context, string, int, bool) ([]egress.Event, error) {
+	return nil, errors.New("the fake has no network")
 }
 
 func (f *fake) Dial(_ context.Context, name string, port int) (net.Conn, error) {

@@ -44,6 +44,9 @@ func (s *Server) handleStatus(ctx context.Context, req mcp.CallToolRequest) (*mc
 	// list_all's shape (and the tool list to its budget).
 	agent := s.m.AgentStatus(ctx, in)
 	st.agent = &agent
+	if ns, err := s.m.NetworkState(ctx, name); err == nil {
+		st.network = &ns
+	}
 	return mcp.NewToolResultStructured(st, describe(st)), nil
 }
 
@@ -58,6 +61,8 @@ type SandboxStatus struct {
 	// agent is the sandbox's agent, for status's text: whether port
 	// forwards and the control socket go through it, or why not.
 	agent *sandbox.AgentState
+	// network is its egress, for status's text.
+	network *sandbox.NetState
 }
 
 func (s *Server) statusOf(in sandbox.Info) SandboxStatus {
@@ -104,6 +109,9 @@ func describe(st SandboxStatus) string {
 	}
 	if st.agent != nil {
 		fmt.Fprintf(&b, "; %s", st.agent)
+	}
+	if st.network != nil {
+		fmt.Fprintf(&b, "; %s", describeEgress(*st.network))
 	}
 	return b.String()
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
@@ -97,6 +99,9 @@ func (s *Server) handleNetworkInfo(ctx context.Context, req mcp.CallToolRequest)
 				b.WriteString(": " + strings.Join(addrs, ", "))
 			}
 		}
+		if sn.Egress != nil {
+			b.WriteString("; " + describeEgress(*sn.Egress))
+		}
 		if len(sn.ReachesByName) > 0 {
 			b.WriteString("; reaches by name: " + strings.Join(sn.ReachesByName, ", "))
 		}
@@ -105,6 +110,98 @@ func (s *Server) handleNetworkInfo(ctx context.Context, req mcp.CallToolRequest)
 		}
 	}
 	return mcp.NewToolResultStructured(rep, b.String()), nil
+}
+
+// describeEgress tells a sandbox's egress in a line.
+func describeEgress(st sandbox.NetState) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "egress %s", st.Mode)
+	if st.Wanted != "" {
+		fmt.Fprintf(&b, " (its policy now says %s: reset it to apply)", st.Wanted)
+	}
+	if st.Mode != egress.ModeOpen && len(st.Policy) > 0 {
+		fmt.Fprintf(&b, ": %s", strings.Join(st.Policy, "; "))
+	}
+	if st.Proxy != "" {
+		fmt.Fprintf(&b, "; proxy %s", st.Proxy)
+	}
+	if len(st.Refused) > 0 {
+		var hs []string
+		for _, r := range st.Refused[:min(5, len(st.Refused))] {
+			hs = append(hs, fmt.Sprintf("%s (%d×)", r.Host, r.Times))
+		}
+		fmt.Fprintf(&b, "; refused lately: %s", strings.Join(hs, ", "))
+	}
+	if len(st.Bytes) > 0 {
+		var hs []string
+		for _, h := range st.Bytes[:min(5, len(st.Bytes))] {
+			hs = append(hs, fmt.Sprintf("%s %s in, %s out", h.Host, humanBytes(h.Down), humanBytes(h.Up)))
+		}
+		fmt.Fprintf(&b, "; traffic: %s", strings.Join(hs, ", "))
+	}
+	return b.String()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// NetworkLog is the structured result of network_log.
+type NetworkLog struct {
+	Events []egress.Event `json:"events"`
+}
+
+func (s *Server) networkLogTool() tool {
+	return tool{group: "ports", handler: s.handleNetworkLog, def: newTool[NetworkLog]("network_log", "Read a sandbox's network log",
+		"The egress proxy's decisions for a sandbox, newest last: host, port, allowed or refused and why, bytes of ended connections.",
+		readOnly(),
+		mcp.WithNumber("limit", mcp.Description("Most recent entries to return."), mcp.DefaultNumber(50), mcp.Min(1), mcp.Max(1000)),
+		mcp.WithBoolean("refused_only", mcp.Description("Only refused connections.")),
+		sandboxParam(),
+	)}
+}
+
+func (s *Server) handleNetworkLog(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("network_log: %v", err), nil
+	}
+	limit, err := intArg(req, "limit", 50, 1, 1000)
+	if err != nil {
+		return argError("network_log: %v", err), nil
+	}
+	refused := req.GetBool("refused_only", false)
+	evs, err := s.m.NetworkLog(ctx, name, int(limit), refused)
+	if err != nil {
+		return failure(ctx, "network_log", err), nil
+	}
+	if evs == nil {
+		evs = []egress.Event{}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d entries for %s", len(evs), name)
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "\n%s %s:%d via %s: ", ev.Time.Format(time.RFC3339), ev.Host, ev.Port, ev.Via)
+		switch {
+		case !ev.Allowed:
+			b.WriteString("refused: " + ev.Reason)
+		case ev.Ended && ev.Reason != "":
+			fmt.Fprintf(&b, "failed: %s", ev.Reason)
+		case ev.Ended:
+			fmt.Fprintf(&b, "ended, %s in, %s out", humanBytes(ev.Down), humanBytes(ev.Up))
+		default:
+			b.WriteString("allowed by " + ev.Rule)
+		}
+	}
+	return mcp.NewToolResultStructured(NetworkLog{Events: evs}, b.String()), nil
 }
 
 var errNoPorts = errors.New("port forwarding is not available in this server")

@@ -21,6 +21,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -53,6 +54,10 @@ type Sandboxes interface {
 	// the exec fallback and why, or not started yet.
 	AgentStatus(ctx context.Context, in sandbox.Info) sandbox.AgentState
 	NetworkInfo(ctx context.Context, name string) (sandbox.NetworkReport, error)
+	// NetworkState is a sandbox's egress: its mode and policy, what was
+	// refused lately, bytes per host; NetworkLog its proxy's decisions.
+	NetworkState(ctx context.Context, name string) (sandbox.NetState, error)
+	NetworkLog(ctx context.Context, name string, n int, refusedOnly bool) ([]egress.Event, error)
 
 	Snapshot(ctx context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error)
 	Restore(ctx context.Context, snap, name string) (sandbox.BootInfo, state.Snapshot, error)
@@ -300,7 +305,7 @@ func (s *Server) tools() []tool {
 		s.statusTool(), s.statsTool(), s.healthTool(), s.listAllTool(), s.destroyTool(), s.resetTool(), s.historyTool(),
 		s.uploadTool(), s.downloadTool(), s.gitCloneTool(), s.syncStartTool(), s.syncStopTool(), s.syncListTool(),
 		s.snapshotTool(), s.restoreTool(), s.listSnapshotsTool(), s.deleteSnapshotTool(), s.cloneTool(), s.imagesTool(), s.buildImageTool(),
-		s.exposeTool(), s.unexposeTool(), s.listPortsTool(), s.networkInfoTool(),
+		s.exposeTool(), s.unexposeTool(), s.listPortsTool(), s.networkInfoTool(), s.networkLogTool(),
 		s.spawnTool(), s.childrenTool(), s.destroyChildTool(),
 		s.terminalOpenTool(), s.terminalSendTool(), s.terminalReadTool(), s.terminalResizeTool(), s.terminalCloseTool(), s.terminalListTool(),
 	}

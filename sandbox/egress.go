@@ -256,6 +256,11 @@ func (m *Manager) NetworkState(ctx context.Context, name string) (NetState, erro
 	if err != nil {
 		return NetState{}, fmt.Errorf("sandbox %q: %w", name, err)
 	}
+	return m.netStateOf(name, c)
+}
+
+// netStateOf is NetworkState for the container c of sandbox name.
+func (m *Manager) netStateOf(name string, c Container) (NetState, error) {
 	st := NetState{Mode: egressMode(c)}
 	chain, err := m.EgressChain(name)
 	if err != nil {

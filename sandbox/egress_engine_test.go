@@ -112,6 +112,21 @@ for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20
 			if o := run(t, m, "box", shell.Request{Command: raw}); strings.Contains(o.stdout, "reached") || strings.Count(o.stdout, "failed") != 4 {
 				t.Fatalf("without the proxy: %q %q", o.stdout, o.stderr)
 			}
+			// Another sandbox, by its name, through the proxy and into it
+			// through its agent.
+			if o := run(t, m, "peer", shell.Request{Command: "mkdir -p /tmp/www && echo hi-from-peer >/tmp/www/hello.txt && cd /tmp/www && " +
+				"(nohup python3 -m http.server 8000 >/dev/null 2>&1 &)"}); o.res.ExitCode != 0 {
+				t.Fatalf("peer: %+v", o)
+			}
+			enginetest.WaitFor(t, "the peer's web server to answer through the proxy", func() error {
+				if got := curl("box", "http://peer:8000/hello.txt"); !strings.Contains(got, "hi-from-peer") {
+					return fmt.Errorf("%q", got)
+				}
+				return nil
+			})
+			if got := curl("box", "-i http://nosuchpeer:8000/"); !strings.Contains(got, "403") {
+				t.Errorf("a sandbox that does not exist: %q", got)
+			}
 			// The control: an open sandbox reaches the upstream directly.
 			direct := fmt.Sprintf("--noproxy '*' http://%s:%d/direct", host, port)
 			if got := curl("wide", direct); !strings.Contains(got, "hello-from-upstream") {

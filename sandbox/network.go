@@ -290,6 +290,9 @@ type SandboxNet struct {
 	Isolated bool `json:"isolated,omitempty"`
 	// Names are the host names other sandboxes reach it by.
 	Names []string `json:"names,omitempty"`
+	// Egress is its egress mode and policy, what was refused lately and
+	// the bytes per host (NetworkState).
+	Egress *NetState `json:"egress,omitempty"`
 	// ReachesByName are the running sandboxes it reaches by name;
 	// ReachesByAddress those it reaches only by their address.
 	ReachesByName    []string `json:"reaches_by_name"`
@@ -324,13 +327,18 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 	if pr, ok := m.rt.(PeerReacher); ok {
 		reachable, why = pr.PeersReachable()
 	}
-	rep := NetworkReport{Platform: m.platformNote(named, hosts, reachable, why), Sandboxes: []SandboxNet{}}
+	rep := NetworkReport{Platform: egressNote + m.platformNote(named, hosts, reachable, why), Sandboxes: []SandboxNet{}}
 	for _, a := range all {
 		an := a.Labels[LabelName]
 		if name != "" && an != name {
 			continue
 		}
 		sn := SandboxNet{Name: an, State: a.State, Networks: a.Networks, Isolated: a.NoNetwork, ReachesByName: []string{}}
+		if es, err := m.netStateOf(an, a); err == nil {
+			sn.Egress = &es
+		} else {
+			m.log.Debug("network state", "sandbox", an, "err", err)
+		}
 		if sn.Networks == nil {
 			sn.Networks = []Attachment{}
 		}
@@ -372,6 +380,11 @@ func (m *Manager) shareOurs(a, b Container) bool {
 	}
 	return false
 }
+
+// egressNote says how allowlist sandboxes reach out and each other.
+const egressNote = "sandboxes with egress mode allowlist or none have no network of their own: an allowlist sandbox reaches the hosts its policy allows, " +
+	"and other sandboxes by name (e.g. http://web:8000), only through the proxy at http://127.0.0.1:3128 inside it (set in HTTP_PROXY and the like); " +
+	"among open sandboxes: "
 
 func (m *Manager) platformNote(named, hosts, reachable bool, why string) string {
 	switch {

@@ -143,7 +143,27 @@ func peopleCommands() []*cobra.Command {
 			return app.Restore(cmd.Context(), cfg, args[0], args[1], os.Stdout)
 		},
 	}
-	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore}
+	var netJSON, netRefused bool
+	var netLast int
+	netCmd := &cobra.Command{
+		Use:   "net NAME",
+		Short: "Show a sandbox's egress: policy, refusals, traffic and its network log",
+		Long: "Show how a sandbox reaches out: its egress mode (open, allowlist or none) and the policy in force,\n" +
+			"the hosts refused lately, bytes per host, then the last decisions of its egress proxy." + exits,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Net(cmd.Context(), cfg, args[0], netLast, netRefused, netJSON, os.Stdout)
+		},
+	}
+	netCmd.Flags().BoolVar(&netJSON, "json", false, "print JSON")
+	netCmd.Flags().BoolVar(&netRefused, "refused", false, "only refused connections in the log")
+	netCmd.Flags().IntVar(&netLast, "last", 20, "how many log entries to show")
+
+	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd}
 }
 
 func errUsage(cmd *cobra.Command) error {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/children"
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -161,6 +162,66 @@ func Status(ctx context.Context, cfg Config, name string, asJSON bool, w io.Writ
 		return exitFor(err)
 	}
 	return writeStatus(w, in, env.Manager.AgentStatus(ctx, in), asJSON)
+}
+
+// Net prints sandbox name's egress: its mode and policy, the hosts
+// refused lately, bytes per host and the last entries of its network log.
+func Net(ctx context.Context, cfg Config, name string, last int, refusedOnly, asJSON bool, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	st, err := env.Manager.NetworkState(ctx, name)
+	if err != nil {
+		return exitFor(err)
+	}
+	evs, err := env.Manager.NetworkLog(ctx, name, max(last, 0), refusedOnly)
+	if err != nil {
+		return exitFor(err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			sandbox.NetState
+			Log []egress.Event `json:"log"`
+		}{st, evs})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	mode := st.Mode
+	if st.Wanted != "" {
+		mode += " (its policy now says " + st.Wanted + ": reset it to apply)"
+	}
+	fmt.Fprintf(tw, "egress:\t%s\n", mode)
+	for _, p := range st.Policy {
+		fmt.Fprintf(tw, "policy:\t%s\n", p)
+	}
+	if st.Proxy != "" {
+		fmt.Fprintf(tw, "proxy:\t%s\n", st.Proxy)
+	}
+	for _, r := range st.Refused {
+		fmt.Fprintf(tw, "refused:\t%s, %d times, last %s: %s\n", r.Host, r.Times, r.Last.Local().Format("2006-01-02 15:04:05"), r.Reason)
+	}
+	for _, h := range st.Bytes {
+		fmt.Fprintf(tw, "traffic:\t%s: %d connections, %d bytes in, %d out\n", h.Host, h.Connections, h.Down, h.Up)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		what := "allowed (" + ev.Rule + ")"
+		switch {
+		case !ev.Allowed:
+			what = "REFUSED: " + ev.Reason
+		case ev.Ended && ev.Reason != "":
+			what = "failed: " + ev.Reason
+		case ev.Ended:
+			what = fmt.Sprintf("ended: %d bytes in, %d out", ev.Down, ev.Up)
+		}
+		fmt.Fprintf(w, "%s  %s:%d  %s  %s\n", ev.Time.Local().Format("15:04:05"), ev.Host, ev.Port, ev.Via, what)
+	}
+	return nil
 }
 
 // writeStatus writes Status's report of in and its agent.
