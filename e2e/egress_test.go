@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 )
@@ -101,5 +103,79 @@ func TestEgressEndToEnd(t *testing.T) {
 	}
 	if out, code := runExit(t, tg, append([]string{"net", "nosuch"}, common...)...); code != 3 {
 		t.Fatalf("sandbox-mcp net of a missing sandbox: %d %q", code, out)
+	}
+}
+
+// TestEgressPolicyReload: the config file's allowlist changed while a
+// sandbox downloads: the download goes on to its end, the next connection
+// to the host no longer allowed is refused, and one allowed again goes
+// through, with neither the sandbox nor the server restarted.
+func TestEgressPolicyReload(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunks = 40 // of 64 KiB, one every 100 ms: four seconds
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/slow" {
+			fmt.Fprint(w, "quick")
+			return
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(chunks<<16))
+		for i := 0; i < chunks; i++ {
+			w.Write(make([]byte, 1<<16))
+			w.(http.Flusher).Flush()
+			time.Sleep(100 * time.Millisecond)
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 api.test other.test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(dir, "config.json")
+	writeCfg := func(allow ...string) {
+		b, _ := json.Marshal(map[string]any{"defaults": map[string]any{"network": "allowlist", "presets": []string{}, "allow": allow}})
+		tmp := cfgFile + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfgFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := fmt.Sprintf("127.0.0.1/32:%d", port)
+	writeCfg(fmt.Sprintf("api.test:%d", port), loop)
+	prefix := enginetest.Prefix(t, tg.New())
+	p := startProc(t, tg, prefix, t.TempDir(), "--config", cfgFile, "--egress-hosts", hosts)
+	s := &server{cs: p.cs}
+	url := fmt.Sprintf("http://api.test:%d", port)
+	if r := s.call(t, "exec", map[string]any{"sandbox": "box", "command": "curl -sS --max-time 60 " + url + "/"}); r.isError || !strings.Contains(r.text, "quick") {
+		t.Fatalf("before the change: %s", r.text)
+	}
+	long := callAsync(p.cs, "exec", map[string]any{"sandbox": "box", "command": "curl -sS --max-time 120 -o /dev/null -w 'got=%{size_download}' " + url + "/slow", "timeout": 300})
+	time.Sleep(time.Second)
+	writeCfg(fmt.Sprintf("other.test:%d", port), loop)
+	enginetest.WaitFor(t, "the new policy to refuse api.test", func() error {
+		r := s.call(t, "exec", map[string]any{"sandbox": "box", "command": "curl -sS -o /dev/null -w '%{http_code}' --max-time 60 " + url + "/"})
+		if !strings.Contains(r.text, "403") {
+			return fmt.Errorf("%s", r.text)
+		}
+		return nil
+	})
+	if r := s.call(t, "exec", map[string]any{"sandbox": "box", "command": fmt.Sprintf("curl -sS --max-time 60 http://other.test:%d/", port)}); !strings.Contains(r.text, "quick") {
+		t.Fatalf("a host the new policy allows: %s", r.text)
+	}
+	select {
+	case text := <-long:
+		if !strings.Contains(text, fmt.Sprintf("got=%d", chunks<<16)) {
+			t.Fatalf("the download under way when the policy changed: %s", text)
+		}
+	case <-time.After(enginetest.HangGuard):
+		t.Fatal("the download under way did not end")
 	}
 }

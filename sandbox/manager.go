@@ -108,8 +108,11 @@ type Manager struct {
 	wg     sync.WaitGroup
 	closed atomic.Bool
 
-	mu    sync.Mutex
-	slots map[string]*slot
+	mu sync.Mutex
+	// profMu guards cfg.Defaults and cfg.Profiles, which SetProfiles
+	// replaces when the configuration is reloaded.
+	profMu sync.RWMutex
+	slots  map[string]*slot
 	// overrides are boots under way with another image (restore, clone);
 	// hooks run on restore, reset and destroy (snapshot.go).
 	overrides map[string]*bootOverride
@@ -218,7 +221,9 @@ func (m *Manager) spawnBoot(fn func()) {
 func (m *Manager) IdleTTL(name string) time.Duration {
 	spec := m.ProfileFor(name).IdleTTL
 	if name == DefaultName {
+		m.profMu.RLock()
 		spec = m.cfg.Profiles[name].IdleTTL
+		m.profMu.RUnlock()
 	}
 	if spec == "" {
 		if name == DefaultName {
@@ -320,19 +325,34 @@ func (m *Manager) flushHistory() {
 // NamedProfile returns the configured profile called name (merged over
 // the defaults), or false and the configured names.
 func (m *Manager) NamedProfile(name string) (Profile, []string, bool) {
-	if _, ok := m.cfg.Profiles[name]; ok {
+	m.profMu.RLock()
+	_, ok := m.cfg.Profiles[name]
+	names := slices.Sorted(maps.Keys(m.cfg.Profiles))
+	m.profMu.RUnlock()
+	if ok {
 		return m.ProfileFor(name), nil, true
 	}
-	return Profile{}, slices.Sorted(maps.Keys(m.cfg.Profiles)), false
+	return Profile{}, names, false
 }
 
 // ProfileFor returns the profile a sandbox of that name boots with.
 func (m *Manager) ProfileFor(name string) Profile {
+	m.profMu.RLock()
+	defer m.profMu.RUnlock()
 	p := m.cfg.Defaults
 	if o, ok := m.cfg.Profiles[name]; ok {
 		p = p.Merge(o)
 	}
 	return p
+}
+
+// SetProfiles replaces the defaults and the per-name profiles (a reloaded
+// configuration): network policies apply from each sandbox's next
+// connection, the rest from its next boot.
+func (m *Manager) SetProfiles(defaults Profile, profiles map[string]Profile) {
+	m.profMu.Lock()
+	m.cfg.Defaults, m.cfg.Profiles = defaults, maps.Clone(profiles)
+	m.profMu.Unlock()
 }
 
 // ContainerFor returns the container name of a sandbox.

@@ -219,6 +219,11 @@ func resolve(cmd *cobra.Command) (app.Config, error) {
 	}
 	cfg, err := app.Resolve(flags, os.Getenv, os.ReadFile)
 	cfg.Version = version.String()
+	cfg.Reload = func() (app.Config, error) {
+		c, err := app.Resolve(flags, os.Getenv, os.ReadFile)
+		c.Version = version.String()
+		return c, err
+	}
 	if err != nil {
 		// A setting that is wrong, on the command line, in the
 		// environment or in the config file, is a usage error.

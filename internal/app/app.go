@@ -200,6 +200,9 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		debug.SetMemoryLimit(memoryLimit)
 	}
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go env.watchConfig(wctx, cfg) // reload.go
 	// Both run in the Manager's background and end with it.
 	m.ReconcileAfter(reconcileDelay)
 	go readyAgent(ctx, logger)

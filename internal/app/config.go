@@ -62,6 +62,9 @@ type Config struct {
 	// EgressHosts is a file in /etc/hosts form whose names the egress
 	// proxy resolves itself, before the host's DNS.
 	EgressHosts string
+	// Reload resolves the configuration again from the same flags,
+	// environment and file; nil: it is not reloaded.
+	Reload func() (Config, error) `json:"-"`
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
