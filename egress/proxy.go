@@ -3,6 +3,8 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -26,6 +28,15 @@ type Handler struct {
 	// Record is told of each decision, and of the bytes an allowed
 	// connection carried when it ends; nil records nothing.
 	Record func(Event)
+	// Secrets are the sandbox's secrets swapped in at egress (nil: none).
+	Secrets func() []Secret
+	// Intercept reports whether the user opted host:port in to HTTPS
+	// interception, which CA then signs for (both needed).
+	Intercept func(host string, port int) bool
+	CA        *CA
+	// UpstreamRoots verify intercepted hosts' certificates; nil: the
+	// host's roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // Event is one line of a sandbox's network log.
@@ -155,8 +166,116 @@ func (h Handler) connect(ctx context.Context, c net.Conn, br *bufio.Reader, req 
 	if n := br.Buffered(); n > 0 {
 		pre, _ = br.Peek(n)
 	}
+	if d.Peer == "" && h.CA != nil && h.Intercept != nil && h.Intercept(host, port) {
+		h.intercept(ctx, &prefixConn{Conn: c, pre: pre}, up, host, port)
+		return
+	}
 	upN, downN := splice(c, up, pre)
 	h.record(Event{Host: host, Port: port, Via: "connect", Allowed: true, Ended: true, Up: upN, Down: downN})
+}
+
+// prefixConn is a connection whose first bytes were read already.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (p *prefixConn) Read(b []byte) (int, error) {
+	if len(p.pre) > 0 {
+		n := copy(b, p.pre)
+		p.pre = p.pre[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// intercept serves a CONNECT to an HTTPS host the user opted in to
+// interception for: TLS with the sandbox under a certificate the CA signs
+// for host, TLS to the host verified as usual, and between them HTTP/1.1
+// requests whose headers get the secrets meant for host.
+func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host string, port int) {
+	cc, cu := &countConn{Conn: c}, &countConn{Conn: up}
+	defer func() {
+		c.Close()
+		up.Close()
+		h.record(Event{Host: host, Port: port, Via: "connect", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Rule: "intercepted"})
+	}()
+	stop := context.AfterFunc(ctx, func() { c.Close(); up.Close() })
+	defer stop()
+	cert, err := h.CA.leaf(host)
+	if err != nil {
+		return
+	}
+	tc := tls.Server(cc, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	_ = c.SetDeadline(time.Now().Add(firstTimeout))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return
+	}
+	ut := tls.Client(cu, &tls.Config{ServerName: host, RootCAs: h.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	_ = up.SetDeadline(time.Now().Add(firstTimeout))
+	uerr := ut.HandshakeContext(ctx)
+	_ = up.SetDeadline(time.Time{})
+	lr := &resetLimit{r: tc, n: maxHeader}
+	cbr := bufio.NewReaderSize(lr, 4096)
+	ubr := bufio.NewReader(ut)
+	for {
+		lr.n = maxHeader
+		req, err := http.ReadRequest(cbr)
+		if err != nil {
+			return
+		}
+		lr.n = 1 << 62
+		_ = c.SetDeadline(time.Time{})
+		if uerr != nil {
+			drain(req)
+			writeStatus(tc, http.StatusBadGateway, fmt.Sprintf("%s: its certificate did not verify: %v", hostPort(host, port), uerr), nil)
+			return
+		}
+		keep := !req.Close
+		for _, v := range req.Header.Values("Connection") {
+			for _, k := range strings.Split(v, ",") {
+				if k = strings.TrimSpace(k); k != "" {
+					req.Header.Del(k)
+				}
+			}
+		}
+		for _, k := range hopHeaders {
+			req.Header.Del(k)
+		}
+		secrets := secretsFor(h.secrets(), host, port)
+		substitute(req.Header, secrets)
+		req.RequestURI = ""
+		werr := make(chan error, 1)
+		go func() { werr <- req.Write(ut) }()
+		resp, err := http.ReadResponse(ubr, req)
+		if err != nil {
+			<-werr
+			writeStatus(tc, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
+			return
+		}
+		for _, k := range hopHeaders {
+			if k != "Transfer-Encoding" {
+				resp.Header.Del(k)
+			}
+		}
+		scrubResponse(resp, secrets)
+		upClose := resp.Close
+		resp.Close = !keep || upClose
+		err = resp.Write(tc)
+		resp.Body.Close()
+		if <-werr != nil || err != nil || resp.Close {
+			return
+		}
+		_ = c.SetReadDeadline(time.Now().Add(idleTimeout))
+	}
+}
+
+// secrets are the sandbox's secrets now.
+func (h Handler) secrets() []Secret {
+	if h.Secrets == nil {
+		return nil
+	}
+	return h.Secrets()
 }
 
 // hopHeaders are a proxy's own, not passed on.
@@ -189,6 +308,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	}
 	defer up.Close()
 	cu := &countConn{Conn: up}
+	secrets := secretsFor(h.secrets(), host, port)
 	keep := !req.Close
 	for _, v := range req.Header.Values("Connection") {
 		for _, k := range strings.Split(v, ",") {
@@ -200,6 +320,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	for _, k := range hopHeaders {
 		req.Header.Del(k)
 	}
+	substitute(req.Header, secrets)
 	req.RequestURI = ""
 	req.Close = true // one request per upstream connection
 	stop := context.AfterFunc(ctx, func() { up.Close() })
@@ -218,6 +339,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 			resp.Header.Del(k)
 		}
 	}
+	scrubResponse(resp, secrets)
 	resp.Close = !keep
 	err = resp.Write(c)
 	resp.Body.Close()

@@ -1,0 +1,186 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// echoHandler answers with the Authorization header it got, in a header
+// and in the body.
+var echoHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Seen", r.Header.Get("Authorization"))
+	fmt.Fprintf(w, "seen=%s", r.Header.Get("Authorization"))
+})
+
+func TestSecretsSwappedInOnlyForTheirHosts(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Host+" "+r.Header.Get("Authorization"))
+		echoHandler(w, r)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	res := &fakeResolver{names: map[string][]string{"api.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}}}
+	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "api.test", "other.test", "127.0.0.0/8")}
+	rules, err := ParseSecretHosts([]string{"api.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := Secret{Name: "TOKEN", Placeholder: NewPlaceholder("TOKEN"), Value: "s3cr3t-value-0123456789", Hosts: rules}
+	h := Handler{
+		Decide:  func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
+		Secrets: func() []Secret { return []Secret{sec} },
+	}
+	open := proxyFixture(t, h)
+	get := func(host string) (string, http.Header) {
+		c := open()
+		fmt.Fprintf(c, "GET http://%s:%d/ HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", host, port, host, sec.Placeholder)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return string(b), resp.Header
+	}
+	body, hdr := get("api.test")
+	if strings.Contains(body, sec.Value) || strings.Contains(hdr.Get("X-Seen"), sec.Value) || !strings.Contains(body, sec.Placeholder) {
+		t.Fatalf("the value came back into the sandbox: %q %v", body, hdr)
+	}
+	body, _ = get("other.test")
+	if !strings.Contains(body, sec.Placeholder) {
+		t.Fatalf("other.test: %q", body)
+	}
+	if len(seen) != 2 || seen[0] != fmt.Sprintf("api.test:%d Bearer %s", port, sec.Value) || seen[1] != fmt.Sprintf("other.test:%d Bearer %s", port, sec.Placeholder) {
+		t.Fatalf("upstream saw %q", seen)
+	}
+	if _, err := ParseSecretHosts([]string{"10.0.0.0/8"}); err == nil {
+		t.Error("a secret for an address range was accepted")
+	}
+	if _, err := ParseSecretHosts(nil); err == nil {
+		t.Error("a secret for no host was accepted")
+	}
+}
+
+// TestInterceptedHTTPS: a CONNECT to a host the user opted in to
+// interception for is answered under the CA's certificate, the secret
+// goes into the request's headers, the upstream's own certificate is
+// verified, and the value does not come back; a host not opted in is a
+// plain tunnel (the client sees the upstream's certificate).
+func TestInterceptedHTTPS(t *testing.T) {
+	up := httptest.NewTLSServer(echoHandler)
+	t.Cleanup(up.Close)
+	upAddr := netip.MustParseAddrPort(up.Listener.Addr().String())
+	roots := x509.NewCertPool()
+	roots.AddCert(up.Certificate())
+	ca, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test server's certificate names example.com.
+	res := &fakeResolver{names: map[string][]string{"example.com": {"127.0.0.1"}}}
+	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "example.com", "127.0.0.0/8")}
+	rules, _ := ParseSecretHosts([]string{"example.com"})
+	sec := Secret{Name: "TOKEN", Placeholder: NewPlaceholder("TOKEN"), Value: "tls-s3cr3t-abcdefghijkl", Hosts: rules}
+	intercept := true
+	h := Handler{
+		Decide:        func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
+		Secrets:       func() []Secret { return []Secret{sec} },
+		Intercept:     func(string, int) bool { return intercept },
+		CA:            ca,
+		UpstreamRoots: roots,
+	}
+	open := proxyFixture(t, h)
+	client := func(trust *x509.CertPool) (string, *x509.Certificate, error) {
+		c := open()
+		fmt.Fprintf(c, "CONNECT example.com:%d HTTP/1.1\r\nHost: example.com\r\n\r\n", upAddr.Port())
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != 200 {
+			return "", nil, fmt.Errorf("CONNECT: %v %v", resp, err)
+		}
+		tc := tls.Client(&prefixConn{Conn: c, pre: peekAll(br)}, &tls.Config{ServerName: "example.com", RootCAs: trust})
+		if err := tc.Handshake(); err != nil {
+			return "", nil, err
+		}
+		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", sec.Placeholder)
+		resp, err = http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return "", nil, err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return string(b) + " X-Seen=" + resp.Header.Get("X-Seen"), tc.ConnectionState().PeerCertificates[0], nil
+	}
+	caPool := x509.NewCertPool()
+	caPool.AppendCertsFromPEM(ca.CertPEM())
+	body, cert, err := client(caPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Issuer.CommonName != ca.cert.Subject.CommonName {
+		t.Fatalf("intercepted under %q", cert.Issuer)
+	}
+	if strings.Contains(body, sec.Value) || strings.Count(body, sec.Placeholder) != 2 {
+		t.Fatalf("the value came back, or never went: %q", body)
+	}
+	// The upstream saw the value: its echo, scrubbed, says so by length.
+	if !strings.Contains(body, "seen=Bearer "+sec.Placeholder) {
+		t.Fatalf("body %q", body)
+	}
+	// Not opted in: a plain tunnel, the upstream's own certificate.
+	intercept = false
+	body, cert, err = client(roots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Issuer.CommonName == ca.cert.Subject.CommonName || !strings.Contains(body, "seen=Bearer "+sec.Placeholder) {
+		t.Fatalf("not opted in: %q under %q", body, cert.Issuer)
+	}
+	// The CA is reread, not remade, and its key is private.
+	dir := filepath.Join(t.TempDir(), "ca2")
+	a, _ := LoadOrCreateCA(dir)
+	b, err := LoadOrCreateCA(dir)
+	if err != nil || string(a.CertPEM()) != string(b.CertPEM()) {
+		t.Fatalf("reload: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "ca.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key mode: %v %v", fi, err)
+	}
+}
+
+func peekAll(br *bufio.Reader) []byte {
+	b, _ := br.Peek(br.Buffered())
+	return append([]byte(nil), b...)
+}
+
+// TestScrubberAcrossReads: a value cut by reads of any size is still
+// replaced, and nothing else changes.
+func TestScrubberAcrossReads(t *testing.T) {
+	sec := Secret{Placeholder: "PH_LONGER_THAN_THE_VALUE", Value: "VALUE123"}
+	in := "aVALUE123bVALUE12cVALUE123VALUE123" + strings.Repeat("x", 100000) + "VALUE123"
+	want := strings.ReplaceAll(in, "VALUE123", "PH_LONGER_THAN_THE_VALUE")
+	for _, wrap := range []func(io.Reader) io.Reader{iotest.OneByteReader, iotest.HalfReader, func(r io.Reader) io.Reader { return r }} {
+		s := &scrubber{r: io.NopCloser(wrap(strings.NewReader(in))), secrets: []Secret{sec}}
+		got, err := io.ReadAll(s)
+		if err != nil || string(got) != want {
+			t.Fatalf("got %d bytes (%v), want %d", len(got), err, len(want))
+		}
+	}
+}
