@@ -13,13 +13,13 @@ import (
 
 func (s *Server) envTool() tool {
 	return tool{group: "core", handler: s.handleEnv, def: newTool[EnvVars]("env", "Environment variables",
-		"List, set or unset a sandbox's environment variables, for every later command. "+
-			"Mark tokens secret to keep them out of history and listings.",
+		"List, set or unset a sandbox's env variables for every later command.",
 		mutating(true),
 		mcp.WithString("action", mcp.Enum("list", "set", "unset"), mcp.DefaultString("list")),
 		mcp.WithString("key", mcp.Description("Variable name (set, unset)."), mcp.Pattern(`^[A-Za-z_][A-Za-z0-9_]*$`)),
 		mcp.WithString("value", mcp.Description("Value (set).")),
 		mcp.WithBoolean("secret", mcp.Description("Hide the value in history and env list."), mcp.DefaultBool(false)),
+		mcp.WithArray("hosts", mcp.WithStringItems(), mcp.Description("Sandbox gets a placeholder; the host swaps in the value for requests to these hosts.")),
 		sandboxParam(),
 	)}
 }
@@ -41,6 +41,15 @@ func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	out := EnvVars{Sandbox: name, Action: action}
 	switch action {
 	case "set":
+		if hosts := req.GetStringSlice("hosts", nil); len(hosts) > 0 {
+			placeholder, err := s.m.SetEgressSecret(ctx, name, key, req.GetString("value", ""), hosts)
+			if err != nil {
+				return failure(ctx, "env set", err), nil
+			}
+			return mcp.NewToolResultStructured(out, fmt.Sprintf("set %s in sandbox %q to a placeholder (%s); the host puts the value in place of it in requests to %s "+
+				"(headers of plain HTTP, and of HTTPS where the server's intercept setting names the host), in this server's memory only: set it again after a restart",
+				key, name, placeholder, strings.Join(hosts, ", "))), nil
+		}
 		if err := s.m.SetEnv(ctx, name, key, req.GetString("value", ""), req.GetBool("secret", false)); err != nil {
 			return failure(ctx, "env set", err), nil
 		}
@@ -59,11 +68,15 @@ func (s *Server) handleEnv(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		if len(vars) == 0 {
 			return mcp.NewToolResultStructured(out, "no variables set with env"), nil
 		}
+		swapped := s.m.EgressSecretHosts(name)
 		lines := make([]string, len(vars))
 		for i, v := range vars {
 			lines[i] = v.Name + "=" + v.Value
 			if v.Secret {
 				lines[i] += " (secret)"
+			}
+			if hosts, ok := swapped[v.Name]; ok {
+				lines[i] += " (a placeholder: the host swaps in the value for " + strings.Join(hosts, ", ") + ")"
 			}
 		}
 		return mcp.NewToolResultStructured(out, strings.Join(lines, "\n")), nil

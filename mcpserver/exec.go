@@ -62,11 +62,11 @@ func (s *Server) execTool() tool {
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
 		sandboxParam(),
 		timeoutParam(),
-		mcp.WithString("workdir", mcp.Description("Directory for this command only (default: the shell's cwd, at first /workspace).")),
-		mcp.WithString("stdin", mcp.Description("Text given to the command on stdin (default: none, like </dev/null).")),
+		mcp.WithString("workdir", mcp.Description("Directory for this command only (default: the shell's cwd).")),
+		mcp.WithString("stdin", mcp.Description("Text for the command's stdin (default: none).")),
 		mcp.WithString("stdin_base64", mcp.Description("Binary stdin, base64-encoded.")),
 		maxOutputParam(),
-		encodingParam("Output encoding; base64 returns stdout/stderr bytes exactly."),
+		encodingParam("base64 returns stdout/stderr bytes exactly."),
 	)}
 }
 

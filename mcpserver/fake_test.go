@@ -189,6 +189,12 @@ func (f *fake) NetworkInfo(context.Context, string) (sandbox.NetworkReport, erro
 	return sandbox.NetworkReport{}, errors.New("the fake has no network")
 }
 
+func (f *fake) SetEgressSecret(context.Context, string, string, string, []string) (string, error) {
+	return "", errors.New("the fake has no egress")
+}
+
+func (f *fake) EgressSecretHosts(string) map[string][]string { return nil }
+
 func (f *fake) NetworkState(context.Context, string) (sandbox.NetState, error) {
 	return sandbox.NetState{}, errors.New("the fake has no network")
 }

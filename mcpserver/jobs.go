@@ -30,7 +30,7 @@ func jobNameParam(desc string, required bool) mcp.ToolOption {
 
 func (s *Server) bgTool() tool {
 	return tool{group: "jobs", handler: s.handleBg, def: newTool[sandbox.JobStatus]("bg", "Start a background job",
-		"Start a long-running command (server, watcher, build) in the background and return at once; read its output with logs, stop it with kill.",
+		"Start a long-running command (server, watcher, build) in the background; read its output with logs, stop it with kill.",
 		openWorld(mutating(false)), sandboxParam(),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
 		jobNameParam(`Job name for logs and kill (default "job-<id>"); an ended job's name can be reused.`, false),

@@ -69,6 +69,11 @@ type Sandboxes interface {
 	Images(ctx context.Context) ([]sandbox.ImageEntry, error)
 	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)
 	SetEnv(ctx context.Context, name, key, value string, secret bool) error
+	// SetEgressSecret sets key to a placeholder the host swaps for value
+	// in requests to hosts; EgressSecretHosts lists those this server
+	// holds, by variable.
+	SetEgressSecret(ctx context.Context, name, key, value string, hosts []string) (string, error)
+	EgressSecretHosts(name string) map[string][]string
 	UnsetEnv(ctx context.Context, name, key string) error
 
 	StartJob(ctx context.Context, name, jobName, command, workdir string) (sandbox.JobStatus, error)

@@ -180,4 +180,5 @@ func (m *Manager) controlSoon(sb *Sandbox) {
 	if _, err := m.agentOf(sb.life, sb); err != nil {
 		m.log.Warn("start the agent for the control socket and the egress proxy", "sandbox", sb.Name, "err", err)
 	}
+	m.installCA(sb.life, sb) // egress.go
 }

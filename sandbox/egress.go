@@ -47,7 +47,7 @@ func ProxyEnv() map[string]string {
 	return map[string]string{
 		"HTTP_PROXY": url, "http_proxy": url, "HTTPS_PROXY": url, "https_proxy": url,
 		"ALL_PROXY": socks, "all_proxy": socks, "NO_PROXY": no, "no_proxy": no,
-		"NODE_USE_ENV_PROXY": "1",
+		"NODE_USE_ENV_PROXY": "1", "NODE_EXTRA_CA_CERTS": caFile,
 	}
 }
 
@@ -132,7 +132,17 @@ func (m *Manager) serveEgress(sb *Sandbox) func(net.Conn) {
 			}
 			return egress.DialAddrs(ctx, d.Addrs, d.Port)
 		},
-		Record: func(ev egress.Event) { m.recordEgress(sb.Name, ev) },
+		Record:  func(ev egress.Event) { m.recordEgress(sb.Name, ev) },
+		Secrets: func() []egress.Secret { return m.egressSecrets(sb.Name) },
+		Intercept: func(host string, port int) bool {
+			rules, err := egress.ParseSecretHosts(m.ProfileFor(sb.Name).Intercept)
+			if err != nil {
+				return false
+			}
+			return egress.Secret{Hosts: rules}.For(host, port)
+		},
+		CA:            m.cfg.CA,
+		UpstreamRoots: m.cfg.UpstreamRoots,
 	}
 	return func(conn net.Conn) {
 		sb.egress.mu.Lock()
@@ -312,3 +322,106 @@ func (m *Manager) NetworkLog(ctx context.Context, name string, n int, refusedOnl
 	}
 	return evs, nil
 }
+
+// SetEgressSecret puts a placeholder for key in sandbox name's
+// environment (every later command sees it) and keeps value in this
+// process's memory only: the proxy puts it in place of the placeholder in
+// requests to hosts (headers of plain HTTP requests, and of HTTPS requests
+// to hosts the profile's intercept key opts in). The value never enters
+// the sandbox. It returns the placeholder.
+func (m *Manager) SetEgressSecret(ctx context.Context, name, key, value string, hosts []string) (string, error) {
+	rules, err := egress.ParseSecretHosts(hosts)
+	if err != nil {
+		return "", &ArgError{Err: err}
+	}
+	if value == "" || strings.IndexByte(value, 0) >= 0 {
+		return "", &ArgError{Err: errors.New("a secret's value must be non-empty text")}
+	}
+	sb, _, err := m.Get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	if sb.egress.mode != egress.ModeAllowlist {
+		return "", &ArgError{Err: fmt.Errorf("sandbox %q has egress mode %s: its connections do not pass the host's proxy, so no secret can be swapped in; "+
+			"give it network allowlist (and reset it), or set the variable without hosts", name, sb.egress.mode)}
+	}
+	placeholder := egress.NewPlaceholder(key)
+	if err := m.SetEnv(ctx, name, key, placeholder, false); err != nil {
+		return "", err
+	}
+	// SetEnv dropped a secret of key this server held; the new one goes
+	// in after it.
+	m.secretsMu.Lock()
+	if m.secrets == nil {
+		m.secrets = map[string]map[string]egress.Secret{}
+	}
+	if m.secrets[name] == nil {
+		m.secrets[name] = map[string]egress.Secret{}
+	}
+	m.secrets[name][key] = egress.Secret{Name: key, Placeholder: placeholder, Value: value, Hosts: rules}
+	m.secretsMu.Unlock()
+	return placeholder, nil
+}
+
+// forgetEgressSecret drops key's secret in sandbox name ("" for all).
+func (m *Manager) forgetEgressSecret(name, key string) {
+	m.secretsMu.Lock()
+	defer m.secretsMu.Unlock()
+	if key == "" {
+		delete(m.secrets, name)
+		return
+	}
+	delete(m.secrets[name], key)
+}
+
+// egressSecrets are sandbox name's secrets.
+func (m *Manager) egressSecrets(name string) []egress.Secret {
+	m.secretsMu.Lock()
+	defer m.secretsMu.Unlock()
+	out := make([]egress.Secret, 0, len(m.secrets[name]))
+	for _, s := range m.secrets[name] {
+		out = append(out, s)
+	}
+	return out
+}
+
+// EgressSecretHosts maps each variable of sandbox name whose value is
+// swapped in at egress by this server to the hosts it goes to.
+func (m *Manager) EgressSecretHosts(name string) map[string][]string {
+	out := map[string][]string{}
+	for _, s := range m.egressSecrets(name) {
+		for _, r := range s.Hosts {
+			out[s.Name] = append(out[s.Name], r.Text)
+		}
+	}
+	return out
+}
+
+// caFile is where allowlist sandboxes keep the host's CA.
+const caFile = "/usr/local/share/ca-certificates/sandbox-mcp-egress.crt"
+
+// caScript installs the PEM in $1 as caFile and adds it, once, to the
+// system bundle where there is one (OpenSSL, curl, git, Python's ssl and
+// Go read it; Node reads NODE_EXTRA_CA_CERTS).
+const caScript = `d=/usr/local/share/ca-certificates; f=$d/sandbox-mcp-egress.crt
+mkdir -p "$d" 2>/dev/null && printf '%s' "$1" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 0
+b=/etc/ssl/certs/ca-certificates.crt
+if [ -f "$b" ] && ! grep -qF "$2" "$b"; then printf '%s' "$1" >>"$b"; fi
+exit 0`
+
+// installCA puts the host's CA in allowlist sandbox sb's trust stores.
+func (m *Manager) installCA(ctx context.Context, sb *Sandbox) {
+	if m.cfg.CA == nil || sb.egress.mode != egress.ModeAllowlist {
+		return
+	}
+	pem := string(m.cfg.CA.CertPEM())
+	lines := strings.Split(strings.TrimSpace(pem), "\n")
+	mark := lines[len(lines)/2]
+	script := "set -- " + shellQuote(pem) + " " + shellQuote(mark) + "\n" + caScript
+	if _, err := sb.housekeep(ctx, script, scriptTimeout); err != nil {
+		m.log.Warn("install the egress CA in the sandbox", "sandbox", sb.Name, "err", err)
+	}
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -2,11 +2,14 @@ package sandbox_test
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
@@ -48,24 +51,47 @@ func TestEgressOnEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				fmt.Fprintf(w, "hello-from-upstream %s", r.URL.Path)
-			})}
+			var seenMu sync.Mutex
+			var seen []string // the Authorization headers the upstreams got
+			echo := func(w http.ResponseWriter, r *http.Request) {
+				seenMu.Lock()
+				seen = append(seen, r.Header.Get("Authorization"))
+				seenMu.Unlock()
+				fmt.Fprintf(w, "hello-from-upstream %s auth=%s", r.URL.Path, r.Header.Get("Authorization"))
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(echo)}
 			go srv.Serve(ln)
 			t.Cleanup(func() { srv.Close() })
 			port := ln.Addr().(*net.TCPAddr).Port
 			up := fmt.Sprintf("api.test:%d", port)
+			// An HTTPS upstream (its certificate names example.com).
+			tlsUp := httptest.NewUnstartedServer(http.HandlerFunc(echo))
+			tlsUp.Listener.Close()
+			if tlsUp.Listener, err = net.Listen("tcp", net.JoinHostPort(host.String(), "0")); err != nil {
+				t.Fatal(err)
+			}
+			tlsUp.StartTLS()
+			t.Cleanup(tlsUp.Close)
+			tlsPort := tlsUp.Listener.Addr().(*net.TCPAddr).Port
+			roots := x509.NewCertPool()
+			roots.AddCert(tlsUp.Certificate())
+			ca, err := egress.LoadOrCreateCA(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
 			res := &egress.HostsResolver{Hosts: map[string][]netip.Addr{
-				"api.test":  {host},
-				"loop.test": {netip.MustParseAddr("127.0.0.1")},
-				"meta.test": {netip.MustParseAddr("169.254.169.254")},
+				"api.test":    {host},
+				"example.com": {host},
+				"loop.test":   {netip.MustParseAddr("127.0.0.1")},
+				"meta.test":   {netip.MustParseAddr("169.254.169.254")},
 			}}
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
 			elog := &egress.Log{Dir: t.TempDir()}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res, EgressLog: elog,
-				Defaults: sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist,
-					Allow: []string{up, "loop.test", "meta.test", fmt.Sprintf("%s/32:%d", host, port)}},
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res, EgressLog: elog, CA: ca, UpstreamRoots: roots,
+				Defaults: sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist, Intercept: []string{"example.com"},
+					Allow: []string{up, "loop.test", "meta.test", fmt.Sprintf("%s/32:%d", host, port),
+						fmt.Sprintf("example.com:%d", tlsPort), fmt.Sprintf("%s/32:%d", host, tlsPort)}},
 				Profiles: map[string]sandbox.Profile{"wide": {Network: egress.ModeOpen}, "shut": {Network: egress.ModeNone}}})
 			t.Cleanup(m.Close)
 			ctx := context.Background()
@@ -154,6 +180,38 @@ for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20
 			}
 			if ws, err := m.NetworkState(ctx, "wide"); err != nil || ws.Mode != egress.ModeOpen {
 				t.Errorf("open sandbox state: %+v %v", ws, err)
+			}
+
+			// A secret swapped in at egress: the sandbox holds a
+			// placeholder; the named host gets the value, over plain HTTP
+			// and over HTTPS opted in to interception; no other host
+			// does, and the value never comes back into the sandbox.
+			const value = "s3cr3t-v4lue-never-in-the-sandbox"
+			ph, err := m.SetEgressSecret(ctx, "box", "API_TOKEN", value, []string{"api.test", "example.com"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.SetEgressSecret(ctx, "wide", "API_TOKEN", value, []string{"api.test"}); err == nil || !strings.Contains(err.Error(), "egress mode open") {
+				t.Fatalf("a secret for an open sandbox: %v", err)
+			}
+			seenMu.Lock()
+			seen = nil
+			seenMu.Unlock()
+			out := curl("box", `-H "Authorization: Bearer $API_TOKEN" http://`+up+"/plain") +
+				curl("box", fmt.Sprintf(`-H "Authorization: Bearer $API_TOKEN" https://example.com:%d/tls`, tlsPort)) +
+				curl("box", `-H "Authorization: Bearer $API_TOKEN" http://peer:8000/hello.txt`) +
+				run(t, m, "box", shell.Request{Command: "echo $API_TOKEN"}).stdout
+			if strings.Contains(out, value) || strings.Count(out, ph) != 3 || !strings.Contains(out, "/tls auth=Bearer "+ph) {
+				t.Fatalf("in the sandbox: %q (placeholder %s)", out, ph)
+			}
+			seenMu.Lock()
+			got := append([]string(nil), seen...)
+			seenMu.Unlock()
+			if len(got) != 2 || got[0] != "Bearer "+value || got[1] != "Bearer "+value {
+				t.Fatalf("the upstreams got %q", got)
+			}
+			if o := run(t, m, "box", shell.Request{Command: "grep -rlsF '" + value + "' /proc/[0-9]*/environ /proc/[0-9]*/cmdline /tmp /workspace /root /etc 2>/dev/null; true"}); strings.TrimSpace(o.stdout) != "" {
+				t.Fatalf("the value is in the sandbox: %q", o.stdout)
 			}
 
 			// The agent killed: the next connections fail (nothing else

@@ -544,6 +544,7 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 		if m.cfg.EgressLog != nil {
 			m.cfg.EgressLog.Remove(name)
 		}
+		m.forgetEgressSecret(name, "")
 	}
 	return existed, err
 }

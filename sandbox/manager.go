@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,11 @@ type Config struct {
 	// EgressLog keeps each sandbox's network decisions; nil keeps none
 	// (they are logged at debug level only).
 	EgressLog *egress.Log
+	// CA signs what the proxy shows for intercepted HTTPS hosts, and is
+	// installed in allowlist sandboxes; nil: no interception.
+	CA *egress.CA
+	// UpstreamRoots verify intercepted hosts; nil: the host's roots.
+	UpstreamRoots *x509.CertPool
 	// HostFree reports the free and total bytes of the host filesystem
 	// holding dir, for the floor that host writes from a sandbox keep
 	// (diskguard.Floor); nil: statfs.
@@ -112,7 +118,11 @@ type Manager struct {
 	// profMu guards cfg.Defaults and cfg.Profiles, which SetProfiles
 	// replaces when the configuration is reloaded.
 	profMu sync.RWMutex
-	slots  map[string]*slot
+	// secrets are the values swapped in at egress, by sandbox and
+	// variable: in this process's memory only (egress.go).
+	secretsMu sync.Mutex
+	secrets   map[string]map[string]egress.Secret
+	slots     map[string]*slot
 	// overrides are boots under way with another image (restore, clone);
 	// hooks run on restore, reset and destroy (snapshot.go).
 	overrides map[string]*bootOverride

@@ -26,6 +26,10 @@ type Profile struct {
 	// (even empty), each replaces the list it merges over.
 	Allow   []string `json:"allow,omitempty"`
 	Presets []string `json:"presets,omitempty"`
+	// Intercept names the HTTPS hosts whose connections the proxy may
+	// open (under the host's CA, which allowlist sandboxes trust) to put
+	// secrets set with env's hosts into their requests.
+	Intercept []string `json:"intercept,omitempty"`
 	// IdleTTL stops the sandbox after this long without commands, even with
 	// no server running ("30m", "2h"; "off" never). Unset: 30 minutes, except
 	// for the sandbox named default, which only a profile of its own reaps.
@@ -119,6 +123,9 @@ func (p Profile) Merge(o Profile) Profile {
 	if o.Presets != nil {
 		p.Presets = o.Presets
 	}
+	if o.Intercept != nil {
+		p.Intercept = o.Intercept
+	}
 	if o.IdleTTL != "" {
 		p.IdleTTL = o.IdleTTL
 	}
@@ -153,6 +160,11 @@ func (p Profile) Validate() error {
 	if _, err := egress.NewPolicy(egress.ModeAllowlist, p.Presets, p.Allow); err != nil {
 		return fmt.Errorf("profile: %w", err)
 	}
+	if len(p.Intercept) > 0 {
+		if _, err := egress.ParseSecretHosts(p.Intercept); err != nil {
+			return fmt.Errorf("profile: intercept: %w", err)
+		}
+	}
 	if p.IdleTTL != "" {
 		if _, err := ParseIdleTTL(p.IdleTTL); err != nil {
 			return err
@@ -183,7 +195,7 @@ func (p Profile) EgressPolicy() (egress.Policy, error) {
 }
 
 // ParseProfileSpec parses "key=value,key=value" (keys image, cpus, memory,
-// virtualization, network, allow, presets, idle_ttl, disk, pids) into a
+// virtualization, network, allow, presets, intercept, idle_ttl, disk, pids) into a
 // profile, as used by --profile NAME:SPEC. allow may be repeated, each
 // adding a pattern; presets takes names joined by '+' ("packages+git"), or
 // none.
@@ -225,6 +237,11 @@ func ParseProfileSpec(spec string) (Profile, error) {
 				return p, fmt.Errorf("profile: %w", err)
 			}
 			p.Allow = append(p.Allow, v)
+		case "intercept":
+			if _, err := egress.ParseSecretHosts([]string{v}); err != nil {
+				return p, fmt.Errorf("profile: intercept: %w", err)
+			}
+			p.Intercept = append(p.Intercept, v)
 		case "presets":
 			p.Presets = []string{}
 			if v != "none" && v != "" {
@@ -250,7 +267,7 @@ func ParseProfileSpec(spec string) (Profile, error) {
 			}
 			p.Pids = n
 		default:
-			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, allow, presets, idle_ttl, disk, pids)", k)
+			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, allow, presets, intercept, idle_ttl, disk, pids)", k)
 		}
 	}
 	return p, nil

@@ -155,6 +155,9 @@ func (m *Manager) SetEnv(ctx context.Context, name, key, value string, secret bo
 		m.history.AddSecret(name, value)
 	}
 	_, err = m.runScript(ctx, name, "env set "+key, script, nil, 4096)
+	if err == nil {
+		m.forgetEgressSecret(name, key) // a plain value replaces a swapped one
+	}
 	return err
 }
 
@@ -165,6 +168,9 @@ func (m *Manager) UnsetEnv(ctx context.Context, name, key string) error {
 		return &ArgError{Err: err}
 	}
 	_, err = m.runScript(ctx, name, "env unset "+key, script, nil, 4096)
+	if err == nil {
+		m.forgetEgressSecret(name, key)
+	}
 	return err
 }
 

@@ -110,8 +110,13 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 		}
 		res = &egress.HostsResolver{Hosts: hosts, Next: net.DefaultResolver}
 	}
+	ca, err := egress.LoadOrCreateCA(filepath.Join(cfg.StateDir, "egress-ca"))
+	if err != nil {
+		logger.Warn("no HTTPS interception for secrets: the egress CA cannot be read or made", "err", err)
+		ca = nil
+	}
 	m := sandbox.NewManager(rt, sandbox.Config{
-		Resolver: res, EgressLog: &egress.Log{Dir: filepath.Join(cfg.StateDir, "network")},
+		Resolver: res, EgressLog: &egress.Log{Dir: filepath.Join(cfg.StateDir, "network")}, CA: ca,
 		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
 		History: st, Jobs: st, JobRetention: cfg.JobRetention, Sandboxes: st, Intents: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),

@@ -204,6 +204,20 @@ func Settings() []Setting {
 				}
 				return setDefault(c, sandbox.Profile{Presets: p})
 			}},
+		{Flag: "intercept", Env: "SANDBOX_MCP_INTERCEPT", List: true, Sep: ",",
+			Usage: "HTTPS `host` (or *.suffix) whose connections the egress proxy may open, under a CA of this host that allowlist sandboxes trust, to put secrets set with env's hosts into their requests; repeatable, and the variable takes a comma-separated list",
+			set: func(c *Config, v string) error {
+				for _, one := range strings.Split(v, ",") {
+					if one = strings.TrimSpace(one); one == "" {
+						continue
+					}
+					if _, err := egress.ParseSecretHosts([]string{one}); err != nil {
+						return err
+					}
+					c.Defaults.Intercept = append(c.Defaults.Intercept, one)
+				}
+				return nil
+			}},
 		{Flag: "egress-hosts", Env: "SANDBOX_MCP_EGRESS_HOSTS", ServeOnly: true,
 			Usage: "`file` in /etc/hosts form whose names the egress proxy resolves itself, before the host's DNS",
 			set: func(c *Config, v string) error {

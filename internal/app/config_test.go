@@ -268,8 +268,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "25" {
-		t.Errorf("%s settings, want 25", got)
+	if got := fmt.Sprint(len(Settings())); got != "26" {
+		t.Errorf("%s settings, want 26", got)
 	}
 }
 
@@ -302,6 +302,7 @@ func TestNetworkSettings(t *testing.T) {
 		{sources{flags: FlagValues{"network": "wide"}}, "--network"},
 		{sources{flags: FlagValues{"allow": "a b"}}, "--allow"},
 		{sources{flags: FlagValues{"presets": "everything"}}, "--presets"},
+		{sources{flags: FlagValues{"intercept": "10.0.0.1"}}, "--intercept"},
 		{sources{env: map[string]string{"SANDBOX_MCP_ALLOW": "host:0"}}, "SANDBOX_MCP_ALLOW"},
 		{sources{flags: FlagValues{"egress-hosts": "/nonexistent/hosts"}}, "--egress-hosts"},
 	} {
