@@ -40,7 +40,11 @@ func TestEgressEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	auth := make(chan string, 10)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a := r.Header.Get("Authorization"); a != "" {
+			auth <- a
+		}
 		fmt.Fprintf(w, "hello-from-upstream %s", r.URL.Path)
 	})}
 	go srv.Serve(ln)
@@ -76,6 +80,32 @@ func TestEgressEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A secret swapped in at egress: the sandbox has a placeholder, the
+	// upstream gets the value.
+	r = s.call(t, "env", map[string]any{"sandbox": "box", "action": "set", "key": "API_TOKEN", "value": "tok-e2e-0123456789", "hosts": []string{"api.test"}})
+	if r.isError || !strings.Contains(r.text, "SANDBOX_SECRET_API_TOKEN_") {
+		t.Fatalf("env set with hosts: %s", r.text)
+	}
+	r = s.call(t, "env", map[string]any{"sandbox": "box"})
+	if !strings.Contains(r.text, "API_TOKEN=SANDBOX_SECRET_API_TOKEN_") || !strings.Contains(r.text, "the host swaps in the value for api.test") || strings.Contains(r.text, "tok-e2e") {
+		t.Fatalf("env list: %s", r.text)
+	}
+	r = s.call(t, "exec", map[string]any{"sandbox": "box", "command": `curl -sS --max-time 60 -H "Authorization: Bearer $API_TOKEN" http://` + up + "/auth; echo; echo $API_TOKEN"})
+	if r.isError || strings.Contains(r.text, "tok-e2e") {
+		t.Fatalf("exec with the secret: %s", r.text)
+	}
+	select {
+	case a := <-auth:
+		if a != "Bearer tok-e2e-0123456789" {
+			t.Fatalf("the upstream got %q", a)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the upstream got no Authorization")
+	}
+	if r := s.call(t, "env", map[string]any{"sandbox": "box", "action": "set", "key": "X", "value": "v", "hosts": []string{"10.0.0.0/8"}}); !r.isError {
+		t.Fatalf("a secret for an address range: %s", r.text)
+	}
 
 	r = s.call(t, "status", map[string]any{"sandbox": "box"})
 	if r.isError || !strings.Contains(r.text, "egress allowlist: allowlist: presets packages,git; allow "+up) || !strings.Contains(r.text, "refused lately: evil.example:") {

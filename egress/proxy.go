@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,6 +246,10 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		secrets := secretsFor(h.secrets(), host, port)
 		substitute(req.Header, secrets)
 		req.RequestURI = ""
+		req.Host = hostPort(host, port)
+		if port == 443 {
+			req.Host = host
+		}
 		werr := make(chan error, 1)
 		go func() { werr <- req.Write(ut) }()
 		resp, err := http.ReadResponse(ubr, req)
@@ -260,7 +265,7 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		}
 		scrubResponse(resp, secrets)
 		upClose := resp.Close
-		resp.Close = !keep || upClose
+		resp.Close = !keep || upClose || !delimited(resp)
 		err = resp.Write(tc)
 		resp.Body.Close()
 		if <-werr != nil || err != nil || resp.Close {
@@ -268,6 +273,14 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		}
 		_ = c.SetReadDeadline(time.Now().Add(idleTimeout))
 	}
+}
+
+// delimited reports whether resp's body ends without its connection
+// ending: a length, chunks, or no body. An answer whose body runs to the
+// close (or whose length a scrubbed body lost) ends the client's
+// connection too.
+func delimited(resp *http.Response) bool {
+	return resp.ContentLength >= 0 || slices.Contains(resp.TransferEncoding, "chunked")
 }
 
 // secrets are the sandbox's secrets now.
@@ -322,6 +335,10 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	}
 	substitute(req.Header, secrets)
 	req.RequestURI = ""
+	// The request goes to the host decided on, and says so: a Host header
+	// naming another would have its server answer for a name never
+	// decided.
+	req.Host = req.URL.Host
 	req.Close = true // one request per upstream connection
 	stop := context.AfterFunc(ctx, func() { up.Close() })
 	defer stop()
@@ -340,6 +357,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 		}
 	}
 	scrubResponse(resp, secrets)
+	keep = keep && delimited(resp)
 	resp.Close = !keep
 	err = resp.Write(c)
 	resp.Body.Close()

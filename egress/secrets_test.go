@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // echoHandler answers with the Authorization header it got, in a header
@@ -182,5 +183,45 @@ func TestScrubberAcrossReads(t *testing.T) {
 		if err != nil || string(got) != want {
 			t.Fatalf("got %d bytes (%v), want %d", len(got), err, len(want))
 		}
+	}
+}
+
+// TestKeptConnectionAnswersEnd: an answer whose body runs to its close
+// (or whose length scrubbing changed) ends the client's connection after
+// it, so a client waiting for the end is not left hanging on a kept one.
+func TestKeptConnectionAnswersEnd(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				http.ReadRequest(bufio.NewReader(c))
+				io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\nto the close")
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	res := &fakeResolver{names: map[string][]string{"api.test": {"127.0.0.1"}}}
+	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "api.test", "127.0.0.0/8")}
+	h := Handler{Decide: func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) }}
+	c := proxyFixture(t, h)()
+	fmt.Fprintf(c, "GET http://api.test:%d/ HTTP/1.1\r\nHost: api.test\r\n\r\n", port)
+	done := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(c); done <- string(b) }()
+	select {
+	case got := <-done:
+		if !strings.HasSuffix(got, "to the close") {
+			t.Fatalf("got %q", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the kept connection never ended after a close-delimited answer")
 	}
 }
