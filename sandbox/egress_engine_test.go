@@ -8,9 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
@@ -59,7 +62,20 @@ func TestEgressOnEngine(t *testing.T) {
 				seenMu.Unlock()
 				fmt.Fprintf(w, "hello-from-upstream %s auth=%s", r.URL.Path, r.Header.Get("Authorization"))
 			}
-			srv := &http.Server{Handler: http.HandlerFunc(echo)}
+			mux := http.NewServeMux()
+			mux.HandleFunc("/", echo)
+			gitDir := hostGitRepo(t)
+			if gitDir != "" {
+				mux.Handle("/git/", http.StripPrefix("/git/", http.FileServer(http.Dir(gitDir))))
+			}
+			mux.HandleFunc("/simple/tinypkg/", func(w http.ResponseWriter, r *http.Request) {
+				fmt.Fprint(w, `<!DOCTYPE html><html><body><a href="/files/tinypkg-0.1-py3-none-any.whl#sha256=00">tinypkg-0.1-py3-none-any.whl</a></body></html>`)
+			})
+			mux.HandleFunc("/npm/tinypkg", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprint(w, `{"name":"tinypkg","dist-tags":{"latest":"1.2.3"},"versions":{"1.2.3":{"name":"tinypkg","version":"1.2.3"}}}`)
+			})
+			srv := &http.Server{Handler: mux}
 			go srv.Serve(ln)
 			t.Cleanup(func() { srv.Close() })
 			port := ln.Addr().(*net.TCPAddr).Port
@@ -108,6 +124,22 @@ func TestEgressOnEngine(t *testing.T) {
 			} {
 				if got := curl("box", c.args); !strings.Contains(got, "hello-from-upstream") {
 					t.Fatalf("%s through the proxy: %q", c.what, got)
+				}
+			}
+			// The usual tools find the proxy by themselves.
+			tools := []struct{ what, cmd, want string }{
+				{"python's urllib", `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://` + up + `/py").read().decode())'`, "hello-from-upstream /py"},
+				{"pip", "pip index versions tinypkg --trusted-host api.test --index-url http://" + up + "/simple/ 2>&1", "tinypkg (0.1)"},
+				{"npm", "npm view tinypkg version --registry http://" + up + "/npm/ 2>&1", "1.2.3"},
+			}
+			if gitDir != "" {
+				tools = append(tools, struct{ what, cmd, want string }{"git", "rm -rf /tmp/r && git clone -q http://" + up + "/git/repo.git /tmp/r 2>&1 && cat /tmp/r/hello.txt", "hello-from-git"})
+			} else {
+				t.Log("git is not on this host: the git clone through the proxy is not tried")
+			}
+			for _, c := range tools {
+				if o := run(t, m, "box", shell.Request{Command: c.cmd, Timeout: 120 * time.Second}); !strings.Contains(o.stdout, c.want) {
+					t.Errorf("%s through the proxy: %+v", c.what, o)
 				}
 			}
 			for _, c := range []struct{ what, args, want string }{
@@ -232,4 +264,29 @@ for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20
 			}
 		})
 	}
+}
+
+// hostGitRepo makes a bare repository served over git's dumb HTTP (one
+// commit with hello.txt) and returns the directory holding repo.git, or
+// "" when this host has no git.
+func hostGitRepo(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		return ""
+	}
+	dir := t.TempDir()
+	work := filepath.Join(dir, "work")
+	for _, argv := range [][]string{
+		{"git", "init", "-q", work},
+		{"sh", "-c", "echo hello-from-git > " + filepath.Join(work, "hello.txt")},
+		{"git", "-C", work, "add", "hello.txt"},
+		{"git", "-C", work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one"},
+		{"git", "clone", "-q", "--bare", work, filepath.Join(dir, "srv", "repo.git")},
+		{"git", "-C", filepath.Join(dir, "srv", "repo.git"), "update-server-info"},
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", argv, err, out)
+		}
+	}
+	return filepath.Join(dir, "srv")
 }
