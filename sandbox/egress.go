@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 )
@@ -57,7 +58,15 @@ type egressState struct {
 	mode  string
 	mu    sync.Mutex
 	conns int
+	// chain is the sandbox's policy chain as read at chainAt (a child's
+	// needs a read of the state file: not one per connection).
+	chain   []egress.Policy
+	chainAt time.Time
 }
+
+// chainTTL is how long a policy chain read is used: a reloaded
+// configuration applies within it.
+const chainTTL = time.Second
 
 // egressMode reads the mode c was booted with; a container from before
 // egress modes existed is open, or none when it has no network.
@@ -124,7 +133,7 @@ func (m *Manager) effectiveMode(name string, prof Profile) string {
 func (m *Manager) serveEgress(sb *Sandbox) func(net.Conn) {
 	h := egress.Handler{
 		Decide: func(ctx context.Context, host string, port int) egress.Decision {
-			return m.decideEgress(ctx, sb.Name, host, port)
+			return m.decideEgress(ctx, sb, host, port)
 		},
 		Dial: func(ctx context.Context, d egress.Decision) (net.Conn, error) {
 			if d.Peer != "" {
@@ -166,16 +175,31 @@ func (m *Manager) serveEgress(sb *Sandbox) func(net.Conn) {
 	}
 }
 
-// decideEgress decides one connection of sandbox name to host:port.
-func (m *Manager) decideEgress(ctx context.Context, name, host string, port int) egress.Decision {
-	if peer, ok := m.peerHost(ctx, name, host); ok {
+// decideEgress decides one connection of sb to host:port.
+func (m *Manager) decideEgress(ctx context.Context, sb *Sandbox, host string, port int) egress.Decision {
+	if peer, ok := m.peerHost(ctx, sb.Name, host); ok {
 		return egress.Decision{Allowed: true, Host: host, Port: port, Peer: peer, Rule: "peer sandbox"}
 	}
-	chain, err := m.EgressChain(name)
+	chain, err := m.chainOf(sb)
 	if err != nil {
 		return egress.Decision{Host: host, Port: port, Reason: "its policy cannot be read: " + err.Error()}
 	}
 	return egress.Decide(ctx, m.resolver(), chain, host, port)
+}
+
+// chainOf is sb's policy chain, read again once chainTTL has passed.
+func (m *Manager) chainOf(sb *Sandbox) ([]egress.Policy, error) {
+	sb.egress.mu.Lock()
+	defer sb.egress.mu.Unlock()
+	if sb.egress.chain != nil && time.Since(sb.egress.chainAt) < chainTTL {
+		return sb.egress.chain, nil
+	}
+	chain, err := m.EgressChain(sb.Name)
+	if err != nil {
+		return nil, err
+	}
+	sb.egress.chain, sb.egress.chainAt = chain, time.Now()
+	return chain, nil
 }
 
 func (m *Manager) resolver() egress.Resolver {
@@ -205,10 +229,8 @@ func (m *Manager) peerHost(ctx context.Context, name, host string) (string, bool
 	if strings.Contains(host, ".") || ValidateName(host) != nil || host == name {
 		return "", false
 	}
-	if _, ok := m.Lookup(host); !ok {
-		if _, err := m.inspectOwned(ctx, host); err != nil {
-			return "", false
-		}
+	if _, ok := m.Lookup(host); !ok && !m.sandboxNamed(ctx, host) {
+		return "", false
 	}
 	from, to := m.peerGroup(name), m.peerGroup(host)
 	switch {
@@ -425,3 +447,31 @@ func (m *Manager) installCA(ctx context.Context, sb *Sandbox) {
 
 // shellQuote quotes s for sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// peerList is the engine's list of this prefix's sandbox names, read at
+// most once per chainTTL: a sandbox's proxied connections must not each
+// cost the host an engine call.
+type peerList struct {
+	mu    sync.Mutex
+	names map[string]bool
+	at    time.Time
+}
+
+// sandboxNamed reports whether a sandbox of this prefix has that name.
+func (m *Manager) sandboxNamed(ctx context.Context, name string) bool {
+	m.peers.mu.Lock()
+	defer m.peers.mu.Unlock()
+	if m.peers.names == nil || time.Since(m.peers.at) >= chainTTL {
+		cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+		if err != nil {
+			return false
+		}
+		m.peers.names, m.peers.at = map[string]bool{}, time.Now()
+		for _, c := range cs {
+			if n := c.Labels[LabelName]; c.Name == m.ContainerFor(n) {
+				m.peers.names[n] = true
+			}
+		}
+	}
+	return m.peers.names[name]
+}

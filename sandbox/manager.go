@@ -122,7 +122,9 @@ type Manager struct {
 	// variable: in this process's memory only (egress.go).
 	secretsMu sync.Mutex
 	secrets   map[string]map[string]egress.Secret
-	slots     map[string]*slot
+	// peers lists the sandboxes proxied connections may name (egress.go).
+	peers peerList
+	slots map[string]*slot
 	// overrides are boots under way with another image (restore, clone);
 	// hooks run on restore, reset and destroy (snapshot.go).
 	overrides map[string]*bootOverride
