@@ -21,6 +21,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Modes of a network policy.
@@ -286,12 +288,20 @@ func (p Policy) allowsName(host string, port int) (string, bool) {
 	return "", false
 }
 
-// allowsAddr is the rule of p whose range holds a on port, if any.
+// allowsAddr is the rule of p whose range holds a on port, if any. A
+// special address (Special) is held only by a rule of /8 or narrower
+// (/16 for IPv6): 0.0.0.0/0 means "any public address", not "this host
+// and its metadata service too".
 func (p Policy) allowsAddr(a netip.Addr, port int) (string, bool) {
+	_, sp := Special(a)
 	for _, r := range p.Rules {
-		if r.matchAddr(a, port) {
-			return r.Text, true
+		if !r.matchAddr(a, port) {
+			continue
 		}
+		if sp && r.Prefix.Bits() < map[bool]int{true: 8, false: 16}[r.Prefix.Addr().Is4()] {
+			continue
+		}
+		return r.Text, true
 	}
 	return "", false
 }
@@ -306,6 +316,10 @@ var special = func() []netip.Prefix {
 		"172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15",
 		"224.0.0.0/4", "240.0.0.0/4",
 		"::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8", "100::/64",
+		// IPv6 forms that can lead back to IPv4 networks or are not
+		// global: 6to4, Teredo, site-local, local-use NAT64,
+		// IPv4-compatible.
+		"2002::/16", "2001::/32", "fec0::/10", "64:ff9b:1::/48", "::/96",
 	} {
 		out = append(out, netip.MustParsePrefix(s))
 	}
@@ -343,7 +357,46 @@ func Special(a netip.Addr) (string, bool) {
 			return "reserved", true
 		}
 	}
+	if ownAddrs().has(a) {
+		return "this host's own", true
+	}
 	return "", false
+}
+
+// hostAddrs are the addresses of this host's interfaces, read again every
+// hostAddrsTTL: the proxy dials from the host, so an allowed name that
+// resolves to one of them would reach every service the host runs on it.
+type hostAddrs struct {
+	mu    sync.Mutex
+	addrs map[netip.Addr]bool
+	at    time.Time
+}
+
+const hostAddrsTTL = 10 * time.Second
+
+var own hostAddrs
+
+func ownAddrs() *hostAddrs {
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	if own.addrs == nil || time.Since(own.at) >= hostAddrsTTL {
+		m := map[netip.Addr]bool{}
+		if as, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range as {
+				if p, err := netip.ParsePrefix(a.String()); err == nil {
+					m[p.Addr().Unmap().WithZone("")] = true
+				}
+			}
+		}
+		own.addrs, own.at = m, time.Now()
+	}
+	return &own
+}
+
+func (h *hostAddrs) has(a netip.Addr) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.addrs[a.WithZone("")]
 }
 
 // splitHostPort splits an authority into a lower-case host (IPv6 without

@@ -243,8 +243,7 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		for _, k := range hopHeaders {
 			req.Header.Del(k)
 		}
-		secrets := secretsFor(h.secrets(), host, port)
-		substitute(req.Header, secrets)
+		used := swapIn(req, secretsFor(h.secrets(), host, port))
 		req.RequestURI = ""
 		req.Host = hostPort(host, port)
 		if port == 443 {
@@ -252,7 +251,7 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		}
 		werr := make(chan error, 1)
 		go func() { werr <- req.Write(ut) }()
-		resp, err := http.ReadResponse(ubr, req)
+		resp, err := readFinal(ubr, req, tc)
 		if err != nil {
 			<-werr
 			writeStatus(tc, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
@@ -263,7 +262,12 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 				resp.Header.Del(k)
 			}
 		}
-		scrubResponse(resp, secrets)
+		if err := scrubResponse(resp, used); err != nil {
+			resp.Body.Close()
+			<-werr
+			writeStatus(tc, http.StatusBadGateway, err.Error(), nil)
+			return
+		}
 		upClose := resp.Close
 		resp.Close = !keep || upClose || !delimited(resp)
 		err = resp.Write(tc)
@@ -273,6 +277,24 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		}
 		_ = c.SetReadDeadline(time.Now().Add(idleTimeout))
 	}
+}
+
+// readFinal reads the answer to req from br, passing interim (1xx)
+// answers such as 100 Continue on to the client as they come.
+func readFinal(br *bufio.Reader, req *http.Request, client io.Writer) (*http.Response, error) {
+	for range 16 {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		if err := resp.Write(client); err != nil {
+			return nil, err
+		}
+	}
+	return nil, errors.New("more than 16 interim answers")
 }
 
 // delimited reports whether resp's body ends without its connection
@@ -321,7 +343,6 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	}
 	defer up.Close()
 	cu := &countConn{Conn: up}
-	secrets := secretsFor(h.secrets(), host, port)
 	keep := !req.Close
 	for _, v := range req.Header.Values("Connection") {
 		for _, k := range strings.Split(v, ",") {
@@ -333,7 +354,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	for _, k := range hopHeaders {
 		req.Header.Del(k)
 	}
-	substitute(req.Header, secrets)
+	used := swapIn(req, secretsFor(h.secrets(), host, port))
 	req.RequestURI = ""
 	// The request goes to the host decided on, and says so: a Host header
 	// naming another would have its server answer for a name never
@@ -344,7 +365,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	defer stop()
 	werr := make(chan error, 1)
 	go func() { werr <- req.Write(cu) }()
-	resp, err := http.ReadResponse(bufio.NewReader(cu), req)
+	resp, err := readFinal(bufio.NewReader(cu), req, c)
 	if err != nil {
 		<-werr
 		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Reason: err.Error()})
@@ -356,7 +377,12 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 			resp.Header.Del(k)
 		}
 	}
-	scrubResponse(resp, secrets)
+	if err := scrubResponse(resp, used); err != nil {
+		resp.Body.Close()
+		<-werr
+		writeStatus(c, http.StatusBadGateway, err.Error(), nil)
+		return false
+	}
 	keep = keep && delimited(resp)
 	resp.Close = !keep
 	err = resp.Write(c)

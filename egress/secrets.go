@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -73,47 +74,90 @@ func secretsFor(all []Secret, host string, port int) []Secret {
 	return out
 }
 
-// substitute puts each secret's value in place of its placeholder in the
-// header values of h, and reports whether any was.
-func substitute(h http.Header, secrets []Secret) bool {
-	used := false
-	for k, vs := range h {
-		for i, v := range vs {
-			for _, s := range secrets {
+// swapIn puts each secret's value in place of its placeholder in the
+// request's header values and returns the secrets it used. A request
+// that carries one asks for an unencoded answer: the value must be
+// recognisable in whatever comes back.
+func swapIn(req *http.Request, secrets []Secret) []Secret {
+	var used []Secret
+	for _, s := range secrets {
+		hit := false
+		for k, vs := range req.Header {
+			for i, v := range vs {
 				if strings.Contains(v, s.Placeholder) {
-					v = strings.ReplaceAll(v, s.Placeholder, s.Value)
-					used = true
+					vs[i] = strings.ReplaceAll(v, s.Placeholder, s.Value)
+					hit = true
 				}
 			}
-			vs[i] = v
+			req.Header[k] = vs
 		}
-		h[k] = vs
+		if hit {
+			used = append(used, s)
+		}
+	}
+	if len(used) > 0 {
+		req.Header.Set("Accept-Encoding", "identity")
 	}
 	return used
 }
 
-// scrubResponse puts the placeholders back where an answer carries a
-// secret's value: in its headers, and in its body unless it is encoded
-// (compressed), as the body streams.
-func scrubResponse(resp *http.Response, secrets []Secret) {
+// errEncoded refuses an answer the scrubber cannot read.
+var errEncoded = errors.New("the answer to a request that carried a secret came encoded, where the proxy cannot keep the value out of the sandbox: it is not passed on")
+
+// scrubResponse puts the placeholders back where an answer to a request
+// that carried secrets holds a value: its status line, header names and
+// values, and body (which streams); trailers are dropped. An encoded
+// (compressed) body cannot be read for values: the answer is refused.
+func scrubResponse(resp *http.Response, secrets []Secret) error {
 	if len(secrets) == 0 {
-		return
+		return nil
 	}
-	for k, vs := range resp.Header {
-		for i, v := range vs {
-			for _, s := range secrets {
-				v = strings.ReplaceAll(v, s.Value, s.Placeholder)
-			}
-			vs[i] = v
+	if enc := strings.TrimSpace(resp.Header.Get("Content-Encoding")); enc != "" && !strings.EqualFold(enc, "identity") {
+		return errEncoded
+	}
+	scrub := func(v string) string {
+		for _, s := range secrets {
+			v = strings.ReplaceAll(v, s.Value, s.Placeholder)
 		}
-		resp.Header[k] = vs
+		return v
 	}
-	if resp.Body == nil || resp.Header.Get("Content-Encoding") != "" {
-		return
+	resp.Status = scrub(resp.Status)
+	// Header names come canonicalised (X-Value-Abc): their case is not
+	// the value's.
+	scrubName := func(k string) string {
+		for _, s := range secrets {
+			lv := strings.ToLower(s.Value)
+			if lv == "" || len(lv) != len(s.Value) {
+				continue
+			}
+			var b strings.Builder
+			rest := k
+			for {
+				i := strings.Index(strings.ToLower(rest), lv)
+				if i < 0 {
+					break
+				}
+				b.WriteString(rest[:i] + s.Placeholder)
+				rest = rest[i+len(lv):]
+			}
+			k = b.String() + rest
+		}
+		return k
 	}
-	resp.Body = &scrubber{r: resp.Body, secrets: secrets}
-	resp.ContentLength = -1
-	resp.Header.Del("Content-Length")
+	h := http.Header{}
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			h.Add(scrubName(k), scrub(v))
+		}
+	}
+	h.Del("Trailer")
+	resp.Header, resp.Trailer = h, nil
+	if resp.Body != nil {
+		resp.Body = &scrubber{r: resp.Body, secrets: secrets}
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	}
+	return nil
 }
 
 // scrubber replaces secrets' values with their placeholders in a stream,

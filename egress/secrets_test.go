@@ -225,3 +225,159 @@ func TestKeptConnectionAnswersEnd(t *testing.T) {
 		t.Fatal("the kept connection never ended after a close-delimited answer")
 	}
 }
+
+// TestReflectedSecretsStayOut: an upstream that reflects the value in
+// every place an answer has (status, header names and values, trailers,
+// the body under any encoding) never gets it into the sandbox: it is put
+// back to the placeholder, dropped, or the answer refused. An answer to a
+// request that carried no secret keeps its length (and its connection).
+func TestReflectedSecretsStayOut(t *testing.T) {
+	const value = "S3CR3TVALUE-abcdef"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				if req.Header.Get("Expect") == "100-continue" {
+					io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+				}
+				body, _ := io.ReadAll(req.Body)
+				a := req.Header.Get("Authorization")
+				switch req.URL.Path {
+				case "/status":
+					fmt.Fprintf(c, "HTTP/1.1 200 %s\r\nContent-Length: 2\r\n\r\nok", a)
+				case "/names":
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-%s: 1\r\nContent-Length: 2\r\n\r\nok", a)
+				case "/trailer":
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: %s\r\n\r\n", a)
+				case "/identity":
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\nContent-Length: %d\r\n\r\n%s", len(a), a)
+				case "/gzip":
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s", len(a), a)
+				case "/upload":
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+				default:
+					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain")
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	res := &fakeResolver{names: map[string][]string{"echo.test": {"127.0.0.1"}}}
+	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "echo.test", "127.0.0.0/8")}
+	rules, _ := ParseSecretHosts([]string{"echo.test"})
+	sec := Secret{Name: "TOK", Placeholder: NewPlaceholder("TOK"), Value: value, Hosts: rules}
+	h := Handler{
+		Decide:  func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
+		Secrets: func() []Secret { return []Secret{sec} },
+	}
+	open := proxyFixture(t, h)
+	get := func(path, extra string) string {
+		c := open()
+		fmt.Fprintf(c, "GET http://echo.test:%d%s HTTP/1.1\r\nHost: echo.test\r\nAuthorization: %s\r\n%sConnection: close\r\n\r\n", port, path, sec.Placeholder, extra)
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	for _, path := range []string{"/status", "/names", "/trailer", "/identity", "/gzip"} {
+		got := get(path, "")
+		if strings.Contains(strings.ToLower(got), strings.ToLower(value)) {
+			t.Errorf("%s: the value came back: %q", path, got)
+		}
+		if path == "/gzip" && !strings.Contains(got, "came encoded") {
+			t.Errorf("%s: %q", path, got)
+		}
+	}
+	// An upload that waits for 100 Continue gets it, then the answer.
+	c := open()
+	fmt.Fprintf(c, "POST http://echo.test:%d/upload HTTP/1.1\r\nHost: echo.test\r\nExpect: 100-continue\r\nContent-Length: 5\r\nConnection: close\r\n\r\n", port)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 100 {
+		t.Fatalf("interim answer: %v %v", resp, err)
+	}
+	io.WriteString(c, "hello")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "hello" {
+		t.Fatalf("upload answer %q", b)
+	}
+	// No secret in the request: the answer keeps its length.
+	c = open()
+	fmt.Fprintf(c, "GET http://echo.test:%d/plain HTTP/1.1\r\nHost: echo.test\r\n\r\n", port)
+	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.ContentLength != 5 || resp.Close {
+		t.Fatalf("an answer without a secret lost its length or connection: %+v %v", resp, err)
+	}
+}
+
+// TestSpecialAddressesNeedANarrowRule: 0.0.0.0/0 allows public addresses,
+// not the loopback or the metadata service; a narrow rule does; this
+// host's own addresses are special.
+func TestSpecialAddressesNeedANarrowRule(t *testing.T) {
+	wide := mustPolicy(t, ModeAllowlist, nil, "0.0.0.0/0", "::/0")
+	for _, a := range []string{"127.0.0.1", "169.254.169.254", "::1", "10.1.2.3"} {
+		if d := Decide(context.Background(), &fakeResolver{}, []Policy{wide}, a, 80); d.Allowed {
+			t.Errorf("0.0.0.0/0 allowed %s", a)
+		}
+	}
+	if d := Decide(context.Background(), &fakeResolver{}, []Policy{wide}, "93.184.215.14", 80); !d.Allowed {
+		t.Errorf("0.0.0.0/0 refused a public address: %s", d.Reason)
+	}
+	narrow := mustPolicy(t, ModeAllowlist, nil, "10.0.0.0/8")
+	if d := Decide(context.Background(), &fakeResolver{}, []Policy{narrow}, "10.1.2.3", 80); !d.Allowed {
+		t.Errorf("10.0.0.0/8 refused 10.1.2.3: %s", d.Reason)
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		p, err := netip.ParsePrefix(a.String())
+		if err != nil {
+			continue
+		}
+		if cls, ok := Special(p.Addr()); !ok {
+			t.Errorf("this host's address %s is not special", p.Addr())
+		} else if !p.Addr().IsLoopback() && !p.Addr().IsPrivate() && !p.Addr().IsLinkLocalUnicast() && cls != "this host's own" {
+			t.Errorf("%s: %s", p.Addr(), cls)
+		}
+	}
+	for _, a := range []string{"2002:7f00:1::1", "2001::1", "fec0::1", "64:ff9b:1::a00:1", "::7f00:1"} {
+		if _, ok := Special(netip.MustParseAddr(a)); !ok {
+			t.Errorf("%s is not special", a)
+		}
+	}
+}
+
+// TestScrubWhereThePlaceholderHoldsTheValue: a value found inside its own
+// placeholder ("secret" in SANDBOX_SECRET_…) is still scrubbed, once.
+func TestScrubWhereThePlaceholderHoldsTheValue(t *testing.T) {
+	sec := Secret{Placeholder: NewPlaceholder("K"), Value: "secret"}
+	resp := &http.Response{Status: "200 secret", Header: http.Header{"X-Secret-Name": {"a secret"}}, Body: io.NopCloser(strings.NewReader("the secret"))}
+	done := make(chan error, 1)
+	go func() { done <- scrubResponse(resp, []Secret{sec}) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("scrubbing did not end")
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if strings.Contains(resp.Status, " secret") || string(b) != "the "+sec.Placeholder {
+		t.Fatalf("%q %q %v", resp.Status, b, resp.Header)
+	}
+}

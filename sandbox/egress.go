@@ -177,12 +177,16 @@ func (m *Manager) serveEgress(sb *Sandbox) func(net.Conn) {
 
 // decideEgress decides one connection of sb to host:port.
 func (m *Manager) decideEgress(ctx context.Context, sb *Sandbox, host string, port int) egress.Decision {
-	if peer, ok := m.peerHost(ctx, sb.Name, host); ok {
-		return egress.Decision{Allowed: true, Host: host, Port: port, Peer: peer, Rule: "peer sandbox"}
-	}
 	chain, err := m.chainOf(sb)
 	if err != nil {
 		return egress.Decision{Host: host, Port: port, Reason: "its policy cannot be read: " + err.Error()}
+	}
+	// A policy of none on the chain (a reloaded one included) shuts the
+	// way to the other sandboxes too.
+	if !slices.ContainsFunc(chain, func(p egress.Policy) bool { return p.Mode == egress.ModeNone }) {
+		if peer, ok := m.peerHost(ctx, sb.Name, host); ok {
+			return egress.Decision{Allowed: true, Host: host, Port: port, Peer: peer, Rule: "peer sandbox"}
+		}
 	}
 	return egress.Decide(ctx, m.resolver(), chain, host, port)
 }
