@@ -125,7 +125,7 @@ func TestChildrenLifetimes(t *testing.T) {
 	rt := tg.New()
 	prefix := enginetest.Prefix(t, rt)
 	stateDir := t.TempDir()
-	args := []string{"--toolsets", "all",
+	args := []string{"--toolsets", "all", "--network", "allowlist",
 		"--child-policy", `default:{"child_can_spawn":true,"child_ttl":"10m"}`,
 		"--child-policy", `short:{"child_ttl":"15s"}`}
 	ctr := func(name string) string { return sandbox.ContainerName(prefix, name) }

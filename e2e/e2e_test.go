@@ -157,7 +157,7 @@ func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, ex
 	t.Helper()
 	s := &server{stateDir: t.TempDir()}
 	args := append([]string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
-		"--state-dir", s.stateDir, "--no-boot-default"}, extra...)
+		"--state-dir", s.stateDir, "--no-boot-default"}, withNetwork(extra)...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), tg.Env...)
 	s.stderr = &prefixWriter{t: t}
@@ -183,6 +183,20 @@ func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, ex
 	s.cs = cs
 	t.Cleanup(func() { cs.Close() })
 	return s
+}
+
+// withNetwork gives a test's server egress mode open unless the test sets
+// the mode itself (by flag or config file): most tests are about other
+// things than egress, and an open sandbox boots without starting its
+// agent and proxy first. The egress tests, and the children's test whose
+// family reaches itself through the proxy, set allowlist.
+func withNetwork(extra []string) []string {
+	for _, a := range extra {
+		if a == "--network" || strings.HasPrefix(a, "--network=") || a == "--config" {
+			return extra
+		}
+	}
+	return append([]string{"--network", "open"}, extra...)
 }
 
 // prefixWriter sends the server's stderr to the test log only on failure

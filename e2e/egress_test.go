@@ -58,7 +58,7 @@ func TestEgressEndToEnd(t *testing.T) {
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()
 	common := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir}
-	egressFlags := []string{"--allow", up, "--allow", fmt.Sprintf("%s/32:%d", host, port), "--egress-hosts", hosts}
+	egressFlags := []string{"--network", "allowlist", "--allow", up, "--allow", fmt.Sprintf("%s/32:%d", host, port), "--egress-hosts", hosts}
 	p := startProc(t, tg, prefix, stateDir, append(egressFlags, "--toolsets", "all")...)
 	s := &server{cs: p.cs}
 

@@ -36,7 +36,7 @@ type proc struct {
 func startProc(t *testing.T, tg enginetest.Target, prefix, stateDir string, extra ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
-		"--state-dir", stateDir, "--no-boot-default"}, extra...)...)
+		"--state-dir", stateDir, "--no-boot-default"}, withNetwork(extra)...)...)
 	cmd.Env = append(os.Environ(), tg.Env...)
 	cmd.Stderr = &prefixWriter{t: t}
 	cmd.WaitDelay = 5 * time.Second

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -73,6 +74,17 @@ func (m *Manager) Dial(ctx context.Context, name string, port int) (net.Conn, er
 	switch {
 	case err == nil:
 		conn, err = c.Dial(ctx, port)
+		select {
+		case <-c.Done():
+			// The agent died under this dial (killed in the sandbox, its
+			// exec gone): once more, with a new one.
+			if err != nil && ctx.Err() == nil {
+				if c, err = m.agentOf(ctx, sb); err == nil {
+					conn, err = c.Dial(ctx, port)
+				}
+			}
+		default:
+		}
 	case errors.As(err, &unusable):
 		conn, err = m.dialExec(ctx, sb, port)
 	default:
@@ -330,12 +342,22 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 			installed = lines[1] == strconv.Itoa(len(bin.Data)) && lines[2] == hex.EncodeToString(sum[:])
 		}
 	}
+	// A copy to install is sent on the agent's own exec, which installs
+	// it, says so, and becomes the agent: one engine exec, not two.
+	argv := []string{agentPath(), "agent"}
+	var bin *ctlbin.Binary
 	if !installed || reinstall {
-		if err := m.installAgent(ctx, sb, machine); err != nil {
+		if sb.agent.arch == "" {
+			return nil, &agentUnusable{err: fmt.Errorf("no agent for a %q machine", machine)}
+		}
+		b, err := ctlbin.Find(ctx, sb.agent.arch)
+		if err != nil {
 			return nil, &agentUnusable{err: err}
 		}
+		bin = b
+		argv = []string{"sh", "-c", installAndRunScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink}
 	}
-	cmd := m.rt.ExecCommand(sb.life, sb.own.target(), ExecSpec{Argv: []string{agentPath(), "agent"}, Interactive: true})
+	cmd := m.rt.ExecCommand(sb.life, sb.own.target(), ExecSpec{Argv: argv, Interactive: true})
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -357,7 +379,19 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		<-exited
 		return nil
 	}
-	c, err := agent.NewClient(stdout, stdin, stop)
+	var agentOut io.Reader = stdout
+	if bin != nil {
+		br := bufio.NewReader(stdout)
+		if err := awaitInstalled(ctx, br, stdin, bin.Data, stop); err != nil {
+			if head, _, _ := errb.Parts(); len(head) > 0 {
+				err = fmt.Errorf("%w (it said: %s)", err, shorten(strings.TrimSpace(string(head)), 300))
+			}
+			return nil, &agentUnusable{err: fmt.Errorf("install the agent: %w", err)}
+		}
+		sb.agent.source = bin.String()
+		agentOut = br
+	}
+	c, err := agent.NewClient(agentOut, stdin, stop)
 	if err != nil {
 		_ = stop()
 		if head, _, _ := errb.Parts(); len(head) > 0 {
@@ -376,41 +410,64 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 	return c, nil
 }
 
-// installAgent copies the static sandbox-ctl for the sandbox's machine
-// (as `uname -m` names it) into it.
-func (m *Manager) installAgent(ctx context.Context, sb *Sandbox, machine string) error {
-	arch := agent.GoArch(machine)
-	if arch == "" {
-		return fmt.Errorf("no agent for a %q machine", machine)
-	}
-	bin, err := ctlbin.Find(ctx, arch)
-	if err != nil {
+// installedLine is what installAndRunScript prints once the agent is in
+// place, before it becomes the agent.
+const installedLine = "sandbox-ctl-installed"
+
+// awaitInstalled sends data on w and waits, within scriptTimeout (or
+// until ctx ends), for installedLine on r; stop ends the exec otherwise.
+func awaitInstalled(ctx context.Context, r *bufio.Reader, w io.Writer, data []byte, stop func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		if _, err := w.Write(data); err != nil {
+			done <- fmt.Errorf("send sandbox-ctl: %w", err)
+			return
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			done <- fmt.Errorf("sandbox-ctl was not installed: %w", err)
+			return
+		}
+		if strings.TrimSpace(line) != installedLine {
+			done <- fmt.Errorf("sandbox-ctl was not installed: it printed %q", shorten(line, 100))
+			return
+		}
+		done <- nil
+	}()
+	t := time.NewTimer(scriptTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			_ = stop()
+		}
 		return err
+	case <-t.C:
+	case <-ctx.Done():
 	}
-	werr, failed := m.execIn(ctx, sb, []string{"sh", "-c", installScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink},
-		func(w io.Writer) error { _, err := w.Write(bin.Data); return err })
-	if failed != nil {
-		return m.transferFailed(ctx, sb, "install the agent into", agentPath(), failed, "port forwarding is not available")
+	_ = stop()
+	<-done
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
-	if werr != nil {
-		return werr
-	}
-	sb.agent.source = bin.String()
-	return nil
+	return fmt.Errorf("sandbox-ctl was not installed within %s", scriptTimeout)
 }
 
-// installScript writes the agent from stdin to a temporary name in $1 and
-// renames it to $2 only when all $3 bytes arrived (a copy cut short ends
-// the input early, not with an error), then links $4 to it.
-const installScript = `mkdir -p "$1" || exit 1
+// installAndRunScript writes the agent from stdin, exactly $3 bytes
+// (nothing follows until the server reads installedLine, so head cannot
+// read past it), to a temporary name in $1 and renames it to $2 only when
+// all of it arrived (a copy cut short ends the input early, not with an
+// error), links $4 to it, says so, and runs it as the agent.
+const installAndRunScript = `mkdir -p "$1" || exit 1
 chmod 1777 "$1" 2>/dev/null
 t="$2.$$"
-if ! cat >"$t"; then rm -f "$t"; exit 1; fi
+if ! head -c "$3" >"$t"; then rm -f "$t"; exit 1; fi
 n=$(wc -c <"$t")
 if [ "$((n))" != "$3" ]; then rm -f "$t"; echo "sandbox-ctl arrived cut short: $((n)) of $3 bytes" >&2; exit 1; fi
 chmod 755 "$t" && mv -f "$t" "$2" || { rm -f "$t"; exit 1; }
 ln -sf "$2" "$4" 2>/dev/null
-exit 0`
+echo ` + installedLine + `
+exec "$2" agent`
 
 // ctlLink puts sandbox-ctl on the sandbox's PATH.
 const ctlLink = "/usr/local/bin/sandbox-ctl"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,33 +16,37 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
-// TestInstallScriptKeepsTheAgentWhole: the script that installs the agent
-// in a sandbox renames it into place only when every byte arrived; a copy
-// cut short (the host's end of the pipe closed early) leaves nothing.
-func TestInstallScriptKeepsTheAgentWhole(t *testing.T) {
+// TestInstallAndRunKeepsTheAgentWhole: the agent arrives whole or not at
+// all: a copy cut short (the host's end of the pipe closed early) leaves
+// nothing; a whole one is installed, linked, announced, and run.
+func TestInstallAndRunKeepsTheAgentWhole(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh")
 	}
 	dir := filepath.Join(t.TempDir(), "agent")
 	path, link := filepath.Join(dir, "sandbox-ctl-9"), filepath.Join(t.TempDir(), "sandbox-ctl")
-	data := bytes.Repeat([]byte("0123456789"), 100_000)
+	data := []byte("#!/bin/sh\necho \"agent ran: $*\"; cat\n#")
+	data = append(data, bytes.Repeat([]byte("0123456789"), 100_000)...)
+	data = append(data, '\n')
 	run := func(sent []byte) (string, error) {
-		cmd := exec.Command("sh", "-c", installScript, "sh", dir, path, strconv.Itoa(len(data)), link)
+		cmd := exec.Command("sh", "-c", installAndRunScript, "sh", dir, path, strconv.Itoa(len(data)), link)
 		cmd.Stdin = bytes.NewReader(sent)
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
 
 	out, err := run(data[:len(data)/2])
-	if err == nil || !strings.Contains(out, "sandbox-ctl arrived cut short: 500000 of 1000000 bytes") {
+	if err == nil || !strings.Contains(out, fmt.Sprintf("sandbox-ctl arrived cut short: %d of %d bytes", len(data)/2, len(data))) {
 		t.Fatalf("half of it: %v %s", err, out)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("a copy cut short left %v", ents)
 	}
 
-	if out, err := run(data); err != nil {
-		t.Fatalf("all of it: %v %s", err, out)
+	// What follows the binary on stdin is the agent's.
+	out, err = run(append(append([]byte(nil), data...), "after"...))
+	if err != nil || out != installedLine+"\nagent ran: agent\nafter" {
+		t.Fatalf("all of it: %v %q", err, out)
 	}
 	got, err := os.ReadFile(link)
 	if err != nil || !bytes.Equal(got, data) {

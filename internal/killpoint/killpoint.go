@@ -93,7 +93,10 @@ func (l *logTail) String() string {
 }
 
 func (c Config) start(ctx context.Context) (*server, error) {
-	args := append([]string{"serve", "--state-dir", c.StateDir, "--allow-dir", c.HostDir, "--no-boot-default", "--toolsets", "all", "--log-level", "info"}, c.Args...)
+	// Egress open: the kill points are the file operations' and the
+	// agent install's; an allowlist sandbox would start its agent at
+	// every adoption, which is not what is measured here.
+	args := append([]string{"serve", "--state-dir", c.StateDir, "--allow-dir", c.HostDir, "--no-boot-default", "--toolsets", "all", "--log-level", "info", "--network", "open"}, c.Args...)
 	cmd := exec.Command(c.Bin, args...)
 	cmd.Env = append(os.Environ(), c.Env...)
 	log := &logTail{}
