@@ -125,7 +125,7 @@ func TestChildrenLifetimes(t *testing.T) {
 	rt := tg.New()
 	prefix := enginetest.Prefix(t, rt)
 	stateDir := t.TempDir()
-	args := []string{"--toolsets", "all", "--network", "allowlist",
+	args := []string{"--toolsets", "all", "--network", "allowlist", "--profile", "default-g:network=open,allow=*.invalid",
 		"--child-policy", `default:{"child_can_spawn":true,"child_ttl":"10m"}`,
 		"--child-policy", `short:{"child_ttl":"15s"}`}
 	ctr := func(name string) string { return sandbox.ContainerName(prefix, name) }
@@ -163,6 +163,16 @@ func TestChildrenLifetimes(t *testing.T) {
 	}
 	if text, ok := sh(a, "default", "sandbox-ctl exec default-g-x -- echo from-the-root"); !ok || !strings.Contains(text, "from-the-root") {
 		t.Fatalf("the root ran nothing in its grandchild: %s", text)
+	}
+
+	// A child whose own profile asks for more than its parent has (open,
+	// and names the parent's policy does not allow) gets no route, and its
+	// proxy refuses what its parent's policy refuses.
+	if text, _ := sh(a, "default-g", "curl -s --max-time 60 http://x.invalid/"); !strings.Contains(text, "is not on the allowlist of its parent") {
+		t.Errorf("a child that asked for more than its parent: %s", text)
+	}
+	if r := (&server{cs: a.cs}).call(t, "status", map[string]any{"sandbox": "default-g"}); !strings.Contains(r.text, "egress allowlist") {
+		t.Errorf("a child whose profile says open runs with: %s", r.text)
 	}
 
 	// Allowlist sandboxes (the default) reach each other by name through
