@@ -21,7 +21,7 @@
 #
 # Environment: SANDBOX_MCP_TEST_RUNTIMES, if set, is used as is (e.g. "podman"); a
 # private dockerd is then started only if it lists docker and no docker daemon answers.
-# Runs `go vet` and `go test -race -timeout 60m` and exits with go test's status
+# Runs `go vet` and `go test -race -timeout 75m` and exits with go test's status
 # (go test takes 20 to 30 minutes on a 2-core machine, its slowest packages,
 # sandbox and e2e, 15 to 29 each in parallel; CI allows 90 for the whole run).
 # go test's output goes to stdout; this script's own messages and timings to stderr.
@@ -234,7 +234,7 @@ while [[ $i -lt ${#go_args[@]} ]]; do
     *) pkgs+=("$a") ;;
   esac
 done
-test_cmd=("$GO" test -race -timeout 60m)
+test_cmd=("$GO" test -race -timeout 75m)
 if [[ ${#pkgs[@]} -eq 0 ]]; then
   pkgs=(./...)
   test_cmd+=(./...)
