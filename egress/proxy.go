@@ -233,16 +233,7 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 			return
 		}
 		keep := !req.Close
-		for _, v := range req.Header.Values("Connection") {
-			for _, k := range strings.Split(v, ",") {
-				if k = strings.TrimSpace(k); k != "" {
-					req.Header.Del(k)
-				}
-			}
-		}
-		for _, k := range hopHeaders {
-			req.Header.Del(k)
-		}
+		stripHop(req.Header)
 		used := swapIn(req, secretsFor(h.secrets(), host, port))
 		req.RequestURI = ""
 		req.Host = hostPort(host, port)
@@ -313,6 +304,21 @@ func (h Handler) secrets() []Secret {
 	return h.Secrets()
 }
 
+// stripHop removes a proxy's own headers from h: those Connection names,
+// and hopHeaders.
+func stripHop(h http.Header) {
+	for _, v := range h.Values("Connection") {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				h.Del(k)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
 // hopHeaders are a proxy's own, not passed on.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
@@ -344,16 +350,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	defer up.Close()
 	cu := &countConn{Conn: up}
 	keep := !req.Close
-	for _, v := range req.Header.Values("Connection") {
-		for _, k := range strings.Split(v, ",") {
-			if k = strings.TrimSpace(k); k != "" {
-				req.Header.Del(k)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		req.Header.Del(k)
-	}
+	stripHop(req.Header)
 	used := swapIn(req, secretsFor(h.secrets(), host, port))
 	req.RequestURI = ""
 	// The request goes to the host decided on, and says so: a Host header
