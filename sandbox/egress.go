@@ -435,6 +435,12 @@ b=/etc/ssl/certs/ca-certificates.crt
 if [ -f "$b" ] && ! grep -qF "$2" "$b"; then printf '%s' "$1" >>"$b"; fi
 exit 0`
 
+// caRun is caScript with its arguments, in a subshell: a housekeeping
+// script runs in the framing shell, which its exit and set must not touch.
+func caRun(pem, mark string) string {
+	return "(set -- " + shellQuote(pem) + " " + shellQuote(mark) + "\n" + caScript + "\n)"
+}
+
 // installCA puts the host's CA in allowlist sandbox sb's trust stores.
 func (m *Manager) installCA(ctx context.Context, sb *Sandbox) {
 	if m.cfg.CA == nil || sb.egress.mode != egress.ModeAllowlist {
@@ -443,8 +449,7 @@ func (m *Manager) installCA(ctx context.Context, sb *Sandbox) {
 	pem := string(m.cfg.CA.CertPEM())
 	lines := strings.Split(strings.TrimSpace(pem), "\n")
 	mark := lines[len(lines)/2]
-	script := "set -- " + shellQuote(pem) + " " + shellQuote(mark) + "\n" + caScript
-	if _, err := sb.housekeep(ctx, script, scriptTimeout); err != nil {
+	if _, err := sb.housekeep(ctx, caRun(pem, mark), scriptTimeout); err != nil {
 		m.log.Warn("install the egress CA in the sandbox", "sandbox", sb.Name, "err", err)
 	}
 }

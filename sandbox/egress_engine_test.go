@@ -1,9 +1,11 @@
 package sandbox_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -104,7 +106,9 @@ func TestEgressOnEngine(t *testing.T) {
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
 			elog := &egress.Log{Dir: t.TempDir()}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res, EgressLog: elog, CA: ca, UpstreamRoots: roots,
+			warnings := &lockedBuffer{}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res,
+				Logger: slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn})), EgressLog: elog, CA: ca, UpstreamRoots: roots,
 				Defaults: sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist, Intercept: []string{"example.com"},
 					Allow: []string{up, "loop.test", "meta.test", fmt.Sprintf("%s/32:%d", host, port),
 						fmt.Sprintf("example.com:%d", tlsPort), fmt.Sprintf("%s/32:%d", host, tlsPort)}},
@@ -242,6 +246,9 @@ for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20
 			if len(got) != 2 || got[0] != "Bearer "+value || got[1] != "Bearer "+value {
 				t.Fatalf("the upstreams got %q", got)
 			}
+			if w := warnings.String(); strings.Contains(w, "CA") {
+				t.Fatalf("installing the CA warned: %s", w)
+			}
 			if o := run(t, m, "box", shell.Request{Command: "grep -rlsF '" + value + "' /proc/[0-9]*/environ /proc/[0-9]*/cmdline /tmp /workspace /root /etc 2>/dev/null; true"}); strings.TrimSpace(o.stdout) != "" {
 				t.Fatalf("the value is in the sandbox: %q", o.stdout)
 			}
@@ -289,4 +296,22 @@ func hostGitRepo(t *testing.T) string {
 		}
 	}
 	return filepath.Join(dir, "srv")
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
