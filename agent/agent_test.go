@@ -302,14 +302,14 @@ func TestEgressRelayPassesBetweenAgents(t *testing.T) {
 		}
 	}
 	first, second := pair(t), pair(t)
-	if err := first.ListenEgress(0); err == nil {
+	if err := first.ListenEgress(0, ""); err == nil {
 		t.Fatal("port 0 was accepted")
 	}
-	if err := first.ListenEgress(port); err != nil {
+	if err := first.ListenEgress(port, ""); err != nil {
 		t.Fatal(err)
 	}
 	first.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("first")})
-	if err := second.ListenEgress(port); err == nil || !strings.Contains(err.Error(), "taken over once free") {
+	if err := second.ListenEgress(port, ""); err == nil || !strings.Contains(err.Error(), "taken over once free") {
 		t.Fatalf("a second agent on a taken port: %v", err)
 	}
 	second.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("second")})
@@ -334,5 +334,68 @@ func TestEgressRelayPassesBetweenAgents(t *testing.T) {
 			t.Fatalf("the second agent did not take the port over: %q", got)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestEgressRelayPrefersChannel: with a channel, a proxy connection goes
+// to the server's unix socket and not through the session; once the
+// socket refuses, connections go as streams again. A channel that is not
+// an absolute path is refused.
+func TestEgressRelayPrefersChannel(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	echo := func(tag string) func(net.Conn) {
+		return func(conn net.Conn) {
+			defer conn.Close()
+			line := make([]byte, 4)
+			if _, err := io.ReadFull(conn, line); err != nil {
+				return
+			}
+			conn.Write([]byte(tag + ":" + string(line)))
+		}
+	}
+	sock := filepath.Join(t.TempDir(), "e.s")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ul.Accept()
+			if err != nil {
+				return
+			}
+			go echo("channel")(c)
+		}
+	}()
+	c := pair(t)
+	if err := c.ListenEgress(port, "relative.s"); err == nil {
+		t.Fatal("a relative channel was accepted")
+	}
+	if err := c.ListenEgress(port, sock); err != nil {
+		t.Fatal(err)
+	}
+	c.ServeStreams(map[string]func(net.Conn){OpEgress: echo("stream")})
+	ask := func() string {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+		if err != nil {
+			return err.Error()
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		conn.Write([]byte("ping"))
+		b, _ := io.ReadAll(conn)
+		return string(b)
+	}
+	if got := ask(); got != "channel:ping" {
+		t.Fatalf("with the channel up: %q", got)
+	}
+	ul.Close()
+	if got := ask(); got != "stream:ping" {
+		t.Fatalf("with the channel gone: %q", got)
 	}
 }

@@ -43,6 +43,11 @@ type agentState struct {
 	mu        sync.Mutex
 	listening map[string]bool // control sockets served
 	egress    int             // the proxy port served (or tried), 0 for none
+	// channel is the server's unix socket for proxy connections, mounted
+	// in from the host ("" when the sandbox has none): a connection
+	// carried on it skips the exec's pipes. A connection it refuses is
+	// carried as a stream.
+	channel string
 }
 
 // handle answers one stream's request.
@@ -82,7 +87,7 @@ func (a *agentState) handle(st *yamux.Stream) {
 		}
 		Splice(c, bufferedConn{Conn: st, r: br})
 	case OpEgressListen:
-		err := a.listenEgress(req.Port)
+		err := a.listenEgress(req.Port, req.Path)
 		rep := Reply{OK: err == nil}
 		if err != nil {
 			rep.Error = err.Error()
@@ -215,12 +220,16 @@ func inode(path string) uint64 {
 // carried, raw, to the server, which decides. When the port is taken
 // (another server's agent holds it), the agent takes it over once it is
 // free, and says so now.
-func (a *agentState) listenEgress(port int) error {
+func (a *agentState) listenEgress(port int, channel string) error {
 	if port < 1 || port > 65535 {
 		return fmt.Errorf("proxy port %d is not a TCP port", port)
 	}
+	if channel != "" && !filepath.IsAbs(channel) {
+		return fmt.Errorf("the proxy's channel %q is not an absolute path", channel)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.channel = channel
 	if a.egress == port {
 		return nil
 	}
@@ -251,7 +260,7 @@ func (a *agentState) holdEgress(addr string, ln net.Listener) {
 				if err != nil {
 					break
 				}
-				go a.relay(c, OpEgress)
+				go a.relayEgress(c)
 			}
 			ln.Close()
 		}
@@ -263,6 +272,25 @@ func (a *agentState) holdEgress(addr string, ln net.Listener) {
 		ln, _ = net.Listen("tcp", addr)
 	}
 }
+
+// relayEgress carries one proxy connection to the server: on its channel
+// where it has one, else as a stream.
+func (a *agentState) relayEgress(c net.Conn) {
+	a.mu.Lock()
+	channel := a.channel
+	a.mu.Unlock()
+	if channel != "" {
+		if uc, err := net.DialTimeout("unix", channel, channelDialTimeout); err == nil {
+			Splice(c, uc)
+			return
+		}
+	}
+	a.relay(c, OpEgress)
+}
+
+// channelDialTimeout bounds a connect to the server's channel: a listener
+// that does not answer at once is not there.
+const channelDialTimeout = 2 * time.Second
 
 // relayCtl carries one control connection to the server.
 func (a *agentState) relayCtl(c net.Conn) { a.relay(c, OpCtl) }

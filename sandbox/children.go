@@ -116,7 +116,7 @@ func (m *Manager) controlFor(name string) *Control {
 // park them on the host).
 func (m *Manager) startControl(sb *Sandbox, c interface {
 	ListenCtl(string) error
-	ListenEgress(int) error
+	ListenEgress(int, string) error
 	ServeStreams(map[string]func(net.Conn))
 	Done() <-chan struct{}
 }) {
@@ -134,10 +134,11 @@ func (m *Manager) startControl(sb *Sandbox, c interface {
 	if sb.egress.mode == egress.ModeAllowlist {
 		// The agent waits for a port another server's agent holds: its
 		// handler is set either way.
-		if err := c.ListenEgress(ProxyPort); err != nil {
+		serve := m.serveEgress(sb) // egress.go
+		if err := c.ListenEgress(ProxyPort, m.channelOf(sb, serve)); err != nil {
 			m.log.Info("egress proxy", "sandbox", sb.Name, "err", err)
 		}
-		handlers[agent.OpEgress] = m.serveEgress(sb) // egress.go
+		handlers[agent.OpEgress] = serve
 		sb.Go(func(ctx context.Context) { m.restartAgentWhenGone(ctx, sb, c.Done()) })
 	}
 	c.ServeStreams(handlers)

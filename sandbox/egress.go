@@ -55,9 +55,13 @@ func ProxyEnv() map[string]string {
 // egressState is a sandbox's proxy on the host side.
 type egressState struct {
 	// mode is the mode the container was booted with.
-	mode  string
-	mu    sync.Mutex
-	conns int
+	mode string
+	// channelDir is the host directory mounted as its channel, or ""
+	// (channel.go); channel is this server's socket there, once listened.
+	channelDir string
+	channel    *channelListener
+	mu         sync.Mutex
+	conns      int
 	// chain is the sandbox's policy chain as read at chainAt (a child's
 	// needs a read of the state file: not one per connection).
 	chain   []egress.Policy
@@ -278,6 +282,12 @@ type NetState struct {
 	Policy []string `json:"policy,omitempty"`
 	// Proxy is where programs in the sandbox find the proxy.
 	Proxy string `json:"proxy,omitempty"`
+	// Transport is how the proxy's connections reach the host: "host
+	// socket" (a socket mounted in: channel.go) or "engine exec".
+	Transport string `json:"transport,omitempty"`
+	// ChannelConns counts the connections the host socket has carried to
+	// this server since the sandbox booted here.
+	ChannelConns int64 `json:"channel_connections,omitempty"`
 	egress.Summary
 }
 
@@ -315,6 +325,13 @@ func (m *Manager) netStateOf(name string, c Container) (NetState, error) {
 	}
 	if st.Mode == egress.ModeAllowlist {
 		st.Proxy = ProxyEnv()["HTTP_PROXY"] + " (also SOCKS5); no DNS inside: the host resolves names"
+		st.Transport = "engine exec"
+		if c.Labels[LabelChannel] != "" {
+			st.Transport = "host socket"
+		}
+		if sb, ok := m.Lookup(name); ok {
+			st.ChannelConns = max(sb.channelConns(), 0)
+		}
 	}
 	st.Summary = egress.Summary{Bytes: []egress.HostBytes{}, Refused: []egress.Refused{}}
 	if m.cfg.EgressLog != nil {

@@ -107,7 +107,7 @@ func TestEgressOnEngine(t *testing.T) {
 			prefix := enginetest.Prefix(t, rt)
 			elog := &egress.Log{Dir: t.TempDir()}
 			warnings := &lockedBuffer{}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res,
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res, ChannelRoot: filepath.Join(t.TempDir(), "chan"),
 				Logger: slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn})), EgressLog: elog, CA: ca, UpstreamRoots: roots,
 				Defaults: sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist, Intercept: []string{"example.com"},
 					Allow: []string{up, "loop.test", "meta.test", fmt.Sprintf("%s/32:%d", host, port),
@@ -212,6 +212,23 @@ for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20
 			for _, h := range []string{"evil.test:80", "loop.test:80", "169.254.169.254:80", "api.test:22"} {
 				if !refused[h] {
 					t.Errorf("%s is not among the refused: %+v", h, st.Refused)
+				}
+			}
+			// On docker and podman the proxy's connections come on the
+			// host socket mounted in, which the sandbox cannot write
+			// beside; elsewhere through the exec.
+			if rt.Kind() == "container" {
+				if st.Transport != "engine exec" {
+					t.Errorf("transport on %s: %q", rt.Kind(), st.Transport)
+				}
+			} else {
+				if st.Transport != "host socket" || st.ChannelConns == 0 {
+					t.Errorf("transport on %s: %q, %d connections on the host socket", rt.Kind(), st.Transport, st.ChannelConns)
+				}
+				ch := sandbox.ChannelMount
+				o := run(t, m, "box", shell.Request{Command: "touch " + ch + "/planted 2>&1; mkdir " + ch + "/d 2>&1; ls -A " + ch + " | grep -v '^e-[0-9a-f]*[.]s$'; true"})
+				if strings.Count(o.stdout, "Read-only file system") != 2 || strings.Count(o.stdout, "\n") != 2 {
+					t.Errorf("the channel seen from the sandbox: %q", o.stdout)
 				}
 			}
 			if ws, err := m.NetworkState(ctx, "wide"); err != nil || ws.Mode != egress.ModeOpen {

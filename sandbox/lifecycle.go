@@ -256,9 +256,11 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		}
 	}
 	var lim Limits
-	egressAt := ""
+	egressAt, channelAt := "", ""
 	if errors.Is(err, ErrNotFound) {
-		lim, egressAt, err = m.create(ctx, name, prof, mode == bootReplace)
+		var labels map[string]string
+		lim, labels, err = m.create(ctx, name, prof, mode == bootReplace)
+		egressAt, channelAt = labels[LabelEgress], labels[LabelChannel]
 		if err == nil {
 			info.Created = true
 		} else if errors.Is(err, ErrAlreadyExists) && mode == bootNew {
@@ -280,7 +282,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 			prof.Image = c.Image
 		}
 		lim = limitsOf(c, prof)
-		egressAt = egressMode(c)
+		egressAt, channelAt = egressMode(c), c.Labels[LabelChannel]
 	}
 	pool := early
 	if pool == nil {
@@ -294,6 +296,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	sb.own = own
 	sb.limits = lim
 	sb.egress.mode = egressAt
+	if validChannelDir(channelAt) {
+		sb.egress.channelDir = channelAt
+	}
 	m.startGuard(sb)                              // limits.go: the disk watcher, ended with the sandbox
 	m.spawn(func() { m.recordSandbox(sb, info) }) // off the path of the first command
 	return sb, info, nil
@@ -400,6 +405,7 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 		return m.pausedError(name, c.Name)
 	}
 	m.repairWorkspace(ctx, name, c) // limits.go
+	m.channelBeforeStart(c)         // channel.go
 	if err := m.rt.Start(ctx, idOr(c)); err != nil {
 		return fmt.Errorf("start sandbox %q: %w", name, err)
 	}
@@ -435,9 +441,9 @@ func ImageHint(rt Runtime) string {
 
 // create boots a new container. known skips checking the image and
 // creating the workspace volume, for a container replacing one that used both.
-func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, string, error) {
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, map[string]string, error) {
 	lim, spec, err := m.createSpec(ctx, name, prof, known)
-	return lim, spec.Labels[LabelEgress], err
+	return lim, spec.Labels, err
 }
 
 // createSpec is create, returning the spec it booted.
@@ -562,6 +568,9 @@ func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool,
 	if id != "" && id != m.ContainerFor(name) {
 		err := m.rt.Remove(ctx, id)
 		if err == nil {
+			if wipe {
+				m.removeChannel(m.channelDir(m.ContainerFor(name))) // channel.go
+			}
 			return true, m.wipe(ctx, name, wipe, false)
 		}
 		if !errors.Is(err, ErrNotFound) {
@@ -581,6 +590,9 @@ func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool,
 	default:
 		if err := m.rt.Remove(ctx, idOr(c)); err != nil && !errors.Is(err, ErrNotFound) {
 			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
+		}
+		if wipe {
+			m.removeChannel(c.Labels[LabelChannel]) // channel.go
 		}
 	}
 	return existed, m.wipe(ctx, name, wipe, !existed)

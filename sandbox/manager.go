@@ -72,6 +72,11 @@ type Config struct {
 	// EgressLog keeps each sandbox's network decisions; nil keeps none
 	// (they are logged at debug level only).
 	EgressLog *egress.Log
+	// ChannelRoot holds the channel directories of allowlist sandboxes
+	// (channel.go), on engines whose containers reach this host's unix
+	// sockets; "": every proxied connection goes through the exec. It
+	// must be inside a directory private to the user.
+	ChannelRoot string
 	// CA signs what the proxy shows for intercepted HTTPS hosts, and is
 	// installed in allowlist sandboxes; nil: no interception.
 	CA *egress.CA

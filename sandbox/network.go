@@ -149,6 +149,7 @@ func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile,
 			for k, v := range ProxyEnv() {
 				spec.Env[k] = v
 			}
+			m.addChannel(spec) // channel.go
 		}
 		return
 	}

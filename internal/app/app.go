@@ -117,7 +117,8 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 	}
 	m := sandbox.NewManager(rt, sandbox.Config{
 		Resolver: res, EgressLog: &egress.Log{Dir: filepath.Join(cfg.StateDir, "network")}, CA: ca,
-		Prefix: cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
+		ChannelRoot: filepath.Join(cfg.StateDir, "chan"),
+		Prefix:      cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
 		History: st, Jobs: st, JobRetention: cfg.JobRetention, Sandboxes: st, Intents: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),
 	})

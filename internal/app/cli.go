@@ -199,6 +199,7 @@ func Net(ctx context.Context, cfg Config, name string, last int, refusedOnly, as
 	}
 	if st.Proxy != "" {
 		fmt.Fprintf(tw, "proxy:\t%s\n", st.Proxy)
+		fmt.Fprintf(tw, "carried by:\t%s\n", st.Transport)
 	}
 	for _, r := range st.Refused {
 		fmt.Fprintf(tw, "refused:\t%s, %d times, last %s: %s\n", r.Host, r.Times, r.Last.Local().Format("2006-01-02 15:04:05"), r.Reason)

@@ -1,0 +1,263 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The channel: on docker and podman on Linux, an allowlist sandbox is
+// created with a directory of the host's bind-mounted read-only at
+// ChannelMount. The server listens on a unix socket there, and the agent
+// carries the proxy's connections to it rather than through the engine's
+// exec, whose pipes the engine relays with a copy and a wake-up per chunk.
+// The directory is mounted in that sandbox alone: a connection on its
+// socket is that sandbox's by construction. The sandbox cannot write in
+// it (the mount is read-only; connecting to a socket is not a write).
+// Engines without it (Apple's, a remote engine) carry every connection on
+// the exec, as before.
+
+// ChannelMount is where an allowlist sandbox sees its channel directory.
+const ChannelMount = "/run/sandbox-mcp-host"
+
+// LabelChannel records, on a container created with a channel, the host
+// directory mounted at ChannelMount: whichever server adopts the sandbox
+// listens there, and makes it again before a start if it is gone (the
+// engine refuses to start a container whose bind source is missing).
+const LabelChannel = "io.sandbox-mcp.channel"
+
+// channelDirName is the form of a channel directory's base name.
+var channelDirName = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// channelsWork reports whether rt's containers can reach a unix socket of
+// this host through a bind mount: a local docker or podman on Linux.
+func channelsWork(rt Runtime) bool {
+	if runtime.GOOS != "linux" {
+		return false
+	}
+	switch rt.Kind() {
+	case "docker":
+		h := os.Getenv("DOCKER_HOST")
+		return (h == "" || strings.HasPrefix(h, "unix://")) && os.Getenv("DOCKER_CONTEXT") == ""
+	case "podman":
+		return os.Getenv("CONTAINER_HOST") == "" && os.Getenv("CONTAINER_CONNECTION") == ""
+	}
+	return false
+}
+
+// channelDir is the host directory for container ctr's channel, or "" when
+// this Manager gives none.
+func (m *Manager) channelDir(ctr string) string {
+	if m.cfg.ChannelRoot == "" || !channelsWork(m.rt) {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(ctr))
+	return filepath.Join(m.cfg.ChannelRoot, hex.EncodeToString(sum[:8]))
+}
+
+// validChannelDir reports whether a LabelChannel value is a directory
+// this server would have made.
+func validChannelDir(dir string) bool {
+	return filepath.IsAbs(dir) && filepath.Clean(dir) == dir && channelDirName.MatchString(filepath.Base(dir))
+}
+
+// ensureChannelDir makes dir (and its parent, private to the user) if it
+// is not there. dir itself is 0755: the sandbox's user, whichever it is,
+// must reach the socket in it; the parent keeps the host's other users
+// out.
+func ensureChannelDir(dir string) error {
+	if !validChannelDir(dir) {
+		return fmt.Errorf("%q is not a channel directory", dir)
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("channel %s is not a directory", dir)
+	}
+	return os.Chmod(dir, 0o755)
+}
+
+// addChannel gives an allowlist sandbox's spec its channel, when this
+// Manager gives them. A failure leaves the sandbox on the exec's path.
+func (m *Manager) addChannel(spec *RunSpec) {
+	dir := m.channelDir(spec.Name)
+	if dir == "" || spec.Labels[LabelChannel] != "" {
+		return
+	}
+	if err := ensureChannelDir(dir); err != nil {
+		m.log.Warn("the sandbox's proxy goes through the engine's exec: its channel cannot be made", "container", spec.Name, "err", err)
+		return
+	}
+	spec.Mounts = append(spec.Mounts, Mount{Source: dir, Target: ChannelMount, ReadOnly: true})
+	spec.Labels[LabelChannel] = dir
+}
+
+// channelBeforeStart makes the channel directory of container c again if
+// it is gone, so that the engine can start it.
+func (m *Manager) channelBeforeStart(c Container) {
+	dir := c.Labels[LabelChannel]
+	if dir == "" {
+		return
+	}
+	if err := ensureChannelDir(dir); err != nil {
+		m.log.Warn("remake the sandbox's channel directory", "container", c.Name, "dir", dir, "err", err)
+	}
+}
+
+// removeChannel removes dir, the channel directory of a sandbox
+// destroyed.
+func (m *Manager) removeChannel(dir string) {
+	if !validChannelDir(dir) {
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		m.log.Warn("remove the sandbox's channel directory", "dir", dir, "err", err)
+	}
+}
+
+// channelListener is one server's socket in a sandbox's channel.
+type channelListener struct {
+	ln    *net.UnixListener
+	dirfd int
+	name  string
+	conns atomic.Int64 // connections accepted
+}
+
+// listenChannel listens in channel directory dir and hands each
+// connection to serve until the listener is closed. It returns the
+// socket's path as the sandbox sees it. The socket is made through a
+// descriptor of dir (no path length limit, no symlink followed on the
+// way), and sockets in dir that no server answers on any more (left by a
+// killed one) are removed first.
+func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, error) {
+	if !validChannelDir(dir) {
+		return nil, "", fmt.Errorf("%q is not a channel directory", dir)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, "", fmt.Errorf("open channel %s: %w", dir, err)
+	}
+	at := "/proc/self/fd/" + strconv.Itoa(fd) + "/"
+	sweepChannel(fd, at)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "e-" + hex.EncodeToString(b[:]) + ".s"
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: at + name, Net: "unix"})
+	if err != nil {
+		unix.Close(fd)
+		return nil, "", fmt.Errorf("listen in channel %s: %w", dir, err)
+	}
+	// The path goes through this descriptor: Close must not unlink by it.
+	ln.SetUnlinkOnClose(false)
+	if err := unix.Fchmodat(fd, name, 0o666, 0); err != nil {
+		ln.Close()
+		_ = unix.Unlinkat(fd, name, 0)
+		unix.Close(fd)
+		return nil, "", fmt.Errorf("open channel socket to the sandbox's user: %w", err)
+	}
+	cl := &channelListener{ln: ln, dirfd: fd, name: name}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			cl.conns.Add(1)
+			go serve(c)
+		}
+	}()
+	return cl, ChannelMount + "/" + name, nil
+}
+
+// Close stops listening and removes the socket.
+func (cl *channelListener) Close() {
+	cl.ln.Close()
+	_ = unix.Unlinkat(cl.dirfd, cl.name, 0)
+	unix.Close(cl.dirfd)
+}
+
+// sweepChannel removes the sockets in the directory at dirfd that refuse
+// a connection: a killed server's.
+func sweepChannel(dirfd int, at string) {
+	f, err := os.Open(at)
+	if err != nil {
+		return
+	}
+	names, _ := f.Readdirnames(64)
+	f.Close()
+	for _, n := range names {
+		if !strings.HasPrefix(n, "e-") || !strings.HasSuffix(n, ".s") {
+			continue
+		}
+		c, err := net.DialTimeout("unix", at+n, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, unix.ECONNREFUSED) {
+			_ = unix.Unlinkat(dirfd, n, 0)
+		}
+	}
+}
+
+// channelOf is the path, as sandbox sb sees it, of this server's socket
+// in sb's channel, listened on at its first call and closed when sb ends;
+// "" when sb has no channel or it cannot be listened on (the proxy's
+// connections then come through the exec).
+func (m *Manager) channelOf(sb *Sandbox, serve func(net.Conn)) string {
+	sb.egress.mu.Lock()
+	defer sb.egress.mu.Unlock()
+	if sb.egress.channelDir == "" {
+		return ""
+	}
+	if cl := sb.egress.channel; cl != nil {
+		return ChannelMount + "/" + cl.name
+	}
+	cl, path, err := listenChannel(sb.egress.channelDir, serve)
+	if err != nil {
+		m.log.Warn("the sandbox's proxy goes through the engine's exec", "sandbox", sb.Name, "err", err)
+		return ""
+	}
+	if !sb.Go(func(ctx context.Context) {
+		<-ctx.Done()
+		cl.Close()
+	}) {
+		cl.Close()
+		return ""
+	}
+	sb.egress.channel = cl
+	return path
+}
+
+// channelConns is how many connections sb's channel has carried to this
+// server; -1 when it has none here.
+func (sb *Sandbox) channelConns() int64 {
+	sb.egress.mu.Lock()
+	defer sb.egress.mu.Unlock()
+	if sb.egress.channel == nil {
+		return -1
+	}
+	return sb.egress.channel.conns.Load()
+}
