@@ -128,7 +128,8 @@ func TestEgressEndToEnd(t *testing.T) {
 	// server does.
 	out, code := runExit(t, tg, append(append([]string{"net", "box"}, common...), "--allow", up)...)
 	if code != 0 || !regexp.MustCompile(`egress: +allowlist\n`).MatchString(out) || !strings.Contains(out, "allow "+up) ||
-		!strings.Contains(out, "REFUSED: evil.example:443 is not on the allowlist") || !strings.Contains(out, "traffic:  "+up) {
+		!strings.Contains(out, "REFUSED: evil.example:443 is not on the allowlist") || !regexp.MustCompile(`traffic: +`+regexp.QuoteMeta(up)).MatchString(out) ||
+		(tg.Runtime != "container" && !regexp.MustCompile(`carried by: +host socket\n`).MatchString(out)) {
 		t.Fatalf("sandbox-mcp net: %d %q", code, out)
 	}
 	if out, code := runExit(t, tg, append([]string{"net", "nosuch"}, common...)...); code != 3 {

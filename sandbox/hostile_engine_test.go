@@ -48,7 +48,10 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					f := "/workspace/after-" + strings.ReplaceAll(c.name, " ", "-")
 					run(t, m, box, shell.Request{Command: "export KEEP=seq; rm -f " + f})
 					start := time.Now()
-					o := run(t, m, box, shell.Request{Command: c.prefix + "echo began; sleep 3; touch " + f + "; echo ran-after", Timeout: time.Second})
+					// The sleep outlasts the timeout by more than a stop takes
+					// on a loaded machine (seconds, when every engine exec
+					// waits its turn).
+					o := run(t, m, box, shell.Request{Command: c.prefix + "echo began; sleep 12; touch " + f + "; echo ran-after", Timeout: time.Second})
 					if took := time.Since(start); took > hangGuard {
 						t.Fatalf("answered after %v", took)
 					}
@@ -57,7 +60,7 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					}
 					// Not a wait but the window the test watches: past the
 					// point where the rest would have run, nothing of it has.
-					time.Sleep(3 * time.Second)
+					time.Sleep(12 * time.Second)
 					o = run(t, m, box, shell.Request{Command: "ls " + f + " 2>/dev/null; echo $KEEP"})
 					if o.stdout != "seq\n" {
 						t.Fatalf("the rest of the command ran, or state was lost: %q", o.stdout)
@@ -68,11 +71,11 @@ func TestHostileCommandsOnEngine(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 					defer cancel()
 					var so strings.Builder
-					res, err := m.Exec(ctx, box, shell.Request{Command: c.prefix + "sleep 3; touch " + f + "; echo ran-after", Stdout: &so})
+					res, err := m.Exec(ctx, box, shell.Request{Command: c.prefix + "sleep 12; touch " + f + "; echo ran-after", Stdout: &so})
 					if err != nil || !res.Canceled || res.ExitCode != 130 || so.String() != "" {
 						t.Fatalf("got %+v, %v, stdout %q", res.Result, err, so.String())
 					}
-					time.Sleep(3 * time.Second) // the window the test watches, as above
+					time.Sleep(12 * time.Second) // the window the test watches, as above
 					if o := run(t, m, box, shell.Request{Command: "ls " + f + " 2>/dev/null; echo done"}); o.stdout != "done\n" {
 						t.Fatalf("the rest of a cancelled command ran: %q", o.stdout)
 					}
