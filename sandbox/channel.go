@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -12,12 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The channel: on docker and podman on Linux, an allowlist sandbox is
@@ -143,83 +138,6 @@ type channelListener struct {
 	dirfd int
 	name  string
 	conns atomic.Int64 // connections accepted
-}
-
-// listenChannel listens in channel directory dir and hands each
-// connection to serve until the listener is closed. It returns the
-// socket's path as the sandbox sees it. The socket is made through a
-// descriptor of dir (no path length limit, no symlink followed on the
-// way), and sockets in dir that no server answers on any more (left by a
-// killed one) are removed first.
-func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, error) {
-	if !validChannelDir(dir) {
-		return nil, "", fmt.Errorf("%q is not a channel directory", dir)
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, "", fmt.Errorf("open channel %s: %w", dir, err)
-	}
-	at := "/proc/self/fd/" + strconv.Itoa(fd) + "/"
-	sweepChannel(fd, at)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "e-" + hex.EncodeToString(b[:]) + ".s"
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: at + name, Net: "unix"})
-	if err != nil {
-		unix.Close(fd)
-		return nil, "", fmt.Errorf("listen in channel %s: %w", dir, err)
-	}
-	// The path goes through this descriptor: Close must not unlink by it.
-	ln.SetUnlinkOnClose(false)
-	if err := unix.Fchmodat(fd, name, 0o666, 0); err != nil {
-		ln.Close()
-		_ = unix.Unlinkat(fd, name, 0)
-		unix.Close(fd)
-		return nil, "", fmt.Errorf("open channel socket to the sandbox's user: %w", err)
-	}
-	cl := &channelListener{ln: ln, dirfd: fd, name: name}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			cl.conns.Add(1)
-			go serve(c)
-		}
-	}()
-	return cl, ChannelMount + "/" + name, nil
-}
-
-// Close stops listening and removes the socket.
-func (cl *channelListener) Close() {
-	cl.ln.Close()
-	_ = unix.Unlinkat(cl.dirfd, cl.name, 0)
-	unix.Close(cl.dirfd)
-}
-
-// sweepChannel removes the sockets in the directory at dirfd that refuse
-// a connection: a killed server's.
-func sweepChannel(dirfd int, at string) {
-	f, err := os.Open(at)
-	if err != nil {
-		return
-	}
-	names, _ := f.Readdirnames(64)
-	f.Close()
-	for _, n := range names {
-		if !strings.HasPrefix(n, "e-") || !strings.HasSuffix(n, ".s") {
-			continue
-		}
-		c, err := net.DialTimeout("unix", at+n, time.Second)
-		if err == nil {
-			c.Close()
-			continue
-		}
-		if errors.Is(err, unix.ECONNREFUSED) {
-			_ = unix.Unlinkat(dirfd, n, 0)
-		}
-	}
 }
 
 // channelOf is the path, as sandbox sb sees it, of this server's socket
