@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -386,5 +387,76 @@ func TestLogAndSummary(t *testing.T) {
 	}
 	if err := l.Append("../x", Event{Host: "h"}); err == nil {
 		t.Error("a name with a slash was taken")
+	}
+}
+
+// TestBulkyAnswers: a large answer with no secret in play comes whole, says
+// Connection: close, and its connection is not kept; the proxy's side ends
+// when the upstream closes, and when the sandbox closes after the body
+// although the upstream keeps its connection open.
+func TestBulkyAnswers(t *testing.T) {
+	const size = 3 << 20
+	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				fmt.Fprintf(c, "HTTP/1.1 200 Fine\r\nContent-Length: %d\r\nX-Up: yes\r\nConnection: keep-alive\r\n\r\n", size)
+				c.Write(body)
+				switch req.URL.Path {
+				case "/stall":
+					time.Sleep(time.Minute)
+				case "/junk":
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!")
+				}
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	res := &fakeResolver{names: map[string][]string{"api.test": {"127.0.0.1"}}}
+	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "api.test", "127.0.0.0/8")}
+	ended := make(chan Event, 8)
+	h := Handler{
+		Decide: func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
+		Record: func(ev Event) {
+			if ev.Ended {
+				ended <- ev
+			}
+		},
+	}
+	open := proxyFixture(t, h)
+	for _, path := range []string{"/close", "/stall", "/junk"} {
+		c := open()
+		fmt.Fprintf(c, "GET http://api.test:%d%s HTTP/1.1\r\nHost: api.test\r\n\r\n", port, path)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || !bytes.Equal(got, body) || resp.StatusCode != 200 || resp.Status != "200 Fine" || !resp.Close || resp.Header.Get("X-Up") != "yes" {
+			t.Fatalf("%s: %v, %d bytes, status %q, close %v, header %v", path, err, len(got), resp.Status, resp.Close, resp.Header)
+		}
+		c.Close()
+		select {
+		case ev := <-ended:
+			if ev.Down < size {
+				t.Errorf("%s: recorded %d bytes down", path, ev.Down)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: the proxy's side never ended", path)
+		}
 	}
 }

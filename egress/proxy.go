@@ -362,7 +362,8 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	defer stop()
 	werr := make(chan error, 1)
 	go func() { werr <- req.Write(cu) }()
-	resp, err := readFinal(bufio.NewReader(cu), req, c)
+	ubr := bufio.NewReader(cu)
+	resp, err := readFinal(ubr, req, c)
 	if err != nil {
 		<-werr
 		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Reason: err.Error()})
@@ -380,6 +381,13 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 		writeStatus(c, http.StatusBadGateway, err.Error(), nil)
 		return false
 	}
+	if len(used) == 0 && bulky(req, resp) {
+		n := sendBulky(c, resp, ubr, up)
+		resp.Body.Close()
+		<-werr
+		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load() + n})
+		return false
+	}
 	keep = keep && delimited(resp)
 	resp.Close = !keep
 	err = resp.Write(c)
@@ -387,6 +395,60 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	<-werr
 	h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load()})
 	return err == nil && keep
+}
+
+// bulkyAnswer is the length from which an answer that carries no secret
+// goes to the sandbox without passing through the proxy's buffers.
+const bulkyAnswer = 1 << 20
+
+// bulky reports whether resp, the answer to req, has a body of a known,
+// large length, for sendBulky.
+func bulky(req *http.Request, resp *http.Response) bool {
+	return req.Method != http.MethodHead && resp.ContentLength >= bulkyAnswer && len(resp.TransferEncoding) == 0 &&
+		resp.StatusCode >= 200 && resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusNotModified
+}
+
+// sendBulky sends resp to the sandbox's connection c: its head, the part
+// of its body read already (in ubr), then the rest straight from the
+// upstream's socket up, which the kernel splices where c is the unix
+// socket of a sandbox's channel and up a TCP connection. That copy runs
+// to the upstream's end (it was asked for one answer), so the answer says
+// Connection: close and c is not kept: bytes an upstream sends past its
+// Content-Length cannot read as the sandbox's next answer. The copy also
+// ends when the sandbox closes c or sends anything more. It returns the
+// bytes copied from up.
+func sendBulky(c net.Conn, resp *http.Response, ubr *bufio.Reader, up net.Conn) int64 {
+	hdr := resp.Header.Clone()
+	for _, k := range []string{"Content-Length", "Transfer-Encoding", "Trailer", "Connection"} {
+		hdr.Del(k)
+	}
+	var head strings.Builder
+	reason := strings.TrimSpace(strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)))
+	fmt.Fprintf(&head, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, reason)
+	_ = hdr.Write(&head)
+	fmt.Fprintf(&head, "Content-Length: %d\r\nConnection: close\r\n\r\n", resp.ContentLength)
+	if _, err := io.WriteString(c, head.String()); err != nil {
+		return 0
+	}
+	// What came with the head, up to the body's length (ubr holds no
+	// more than its buffer: nothing further is read through it).
+	have := int64(ubr.Buffered())
+	if _, err := io.CopyN(c, ubr, min(have, resp.ContentLength)); err != nil || have >= resp.ContentLength {
+		return 0
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var b [1]byte
+		_, _ = c.Read(b[:])
+		up.Close()
+	}()
+	n, _ := io.Copy(c, up)
+	up.Close()
+	c.Close() // ends the watcher's read
+	<-watched
+	return n
 }
 
 // socks5 answers a SOCKS5 CONNECT (no authentication).
