@@ -52,8 +52,14 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 	go func() {
 		for {
 			c, err := ln.Accept()
-			if err != nil {
+			if errors.Is(err, net.ErrClosed) {
 				return
+			}
+			if err != nil {
+				// Out of descriptors, say: the agent falls back to the
+				// exec meanwhile.
+				time.Sleep(50 * time.Millisecond)
+				continue
 			}
 			cl.conns.Add(1)
 			go serve(c)
