@@ -438,9 +438,13 @@ func TestBulkyAnswers(t *testing.T) {
 		},
 	}
 	open := proxyFixture(t, h)
-	for _, path := range []string{"/close", "/stall", "/junk"} {
+	for _, path := range []string{"/close", "/stall", "/junk", "/pipelined"} {
 		c := open()
-		fmt.Fprintf(c, "GET http://api.test:%d%s HTTP/1.1\r\nHost: api.test\r\n\r\n", port, path)
+		req := fmt.Sprintf("GET http://api.test:%d%s HTTP/1.1\r\nHost: api.test\r\n\r\n", port, path)
+		if path == "/pipelined" {
+			req += req // the second goes unanswered; the first comes whole
+		}
+		go io.WriteString(c, req)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)

@@ -415,8 +415,7 @@ func bulky(req *http.Request, resp *http.Response) bool {
 // to the upstream's end (it was asked for one answer), so the answer says
 // Connection: close and c is not kept: bytes an upstream sends past its
 // Content-Length cannot read as the sandbox's next answer. The copy also
-// ends when the sandbox closes c or sends anything more. It returns the
-// bytes copied from up.
+// ends when the sandbox closes c. It returns the bytes copied from up.
 func sendBulky(c net.Conn, resp *http.Response, ubr *bufio.Reader, up net.Conn) int64 {
 	hdr := resp.Header.Clone()
 	for _, k := range []string{"Content-Length", "Transfer-Encoding", "Trailer", "Connection"} {
@@ -440,8 +439,15 @@ func sendBulky(c net.Conn, resp *http.Response, ubr *bufio.Reader, up net.Conn) 
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		var b [1]byte
-		_, _ = c.Read(b[:])
+		// A request the sandbox pipelined after this one goes unanswered
+		// (the answer said close): read and dropped, until the sandbox
+		// closes.
+		var b [512]byte
+		for {
+			if _, err := c.Read(b[:]); err != nil {
+				break
+			}
+		}
 		up.Close()
 	}()
 	n, _ := io.Copy(c, up)
