@@ -285,22 +285,7 @@ func TestCtlSocketPassesBetweenAgents(t *testing.T) {
 // when the first one's session ends; a stream with an op the server has
 // no handler for is closed without harm.
 func TestEgressRelayPassesBetweenAgents(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	tagged := func(tag string) func(net.Conn) {
-		return func(conn net.Conn) {
-			defer conn.Close()
-			line := make([]byte, 4)
-			if _, err := io.ReadFull(conn, line); err != nil {
-				return
-			}
-			conn.Write([]byte(tag + ":" + string(line)))
-		}
-	}
+	port := freePort(t)
 	first, second := pair(t), pair(t)
 	if err := first.ListenEgress(0, ""); err == nil {
 		t.Fatal("port 0 was accepted")
@@ -313,17 +298,7 @@ func TestEgressRelayPassesBetweenAgents(t *testing.T) {
 		t.Fatalf("a second agent on a taken port: %v", err)
 	}
 	second.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("second")})
-	ask := func() string {
-		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-		if err != nil {
-			return err.Error()
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		conn.Write([]byte("ping"))
-		b, _ := io.ReadAll(conn)
-		return string(b)
-	}
+	ask := func() string { return askProxy(port) }
 	if got := ask(); got != "first:ping" {
 		t.Fatalf("through the first agent: %q", got)
 	}
@@ -342,22 +317,7 @@ func TestEgressRelayPassesBetweenAgents(t *testing.T) {
 // socket refuses, connections go as streams again. A channel that is not
 // an absolute path is refused.
 func TestEgressRelayPrefersChannel(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	echo := func(tag string) func(net.Conn) {
-		return func(conn net.Conn) {
-			defer conn.Close()
-			line := make([]byte, 4)
-			if _, err := io.ReadFull(conn, line); err != nil {
-				return
-			}
-			conn.Write([]byte(tag + ":" + string(line)))
-		}
-	}
+	port := freePort(t)
 	sock := filepath.Join(t.TempDir(), "e.s")
 	ul, err := net.Listen("unix", sock)
 	if err != nil {
@@ -369,7 +329,7 @@ func TestEgressRelayPrefersChannel(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go echo("channel")(c)
+			go tagged("channel")(c)
 		}
 	}()
 	c := pair(t)
@@ -379,18 +339,8 @@ func TestEgressRelayPrefersChannel(t *testing.T) {
 	if err := c.ListenEgress(port, sock); err != nil {
 		t.Fatal(err)
 	}
-	c.ServeStreams(map[string]func(net.Conn){OpEgress: echo("stream")})
-	ask := func() string {
-		conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-		if err != nil {
-			return err.Error()
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		conn.Write([]byte("ping"))
-		b, _ := io.ReadAll(conn)
-		return string(b)
-	}
+	c.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("stream")})
+	ask := func() string { return askProxy(port) }
 	if got := ask(); got != "channel:ping" {
 		t.Fatalf("with the channel up: %q", got)
 	}
@@ -398,4 +348,41 @@ func TestEgressRelayPrefersChannel(t *testing.T) {
 	if got := ask(); got != "stream:ping" {
 		t.Fatalf("with the channel gone: %q", got)
 	}
+}
+
+// freePort is a TCP port of the loopback nothing listens on just now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tagged answers a connection's first four bytes with them behind tag.
+func tagged(tag string) func(net.Conn) {
+	return func(conn net.Conn) {
+		defer conn.Close()
+		line := make([]byte, 4)
+		if _, err := io.ReadFull(conn, line); err != nil {
+			return
+		}
+		conn.Write([]byte(tag + ":" + string(line)))
+	}
+}
+
+// askProxy sends "ping" to the proxy port and returns the whole answer,
+// or the dial's error.
+func askProxy(port int) string {
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn.Write([]byte("ping"))
+	b, _ := io.ReadAll(conn)
+	return string(b)
 }
