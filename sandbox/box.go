@@ -53,6 +53,10 @@ type Sandbox struct {
 
 	// agent is the channel into the sandbox (agent.go), started on use.
 	agent agentConn
+	// controlled is closed once the boot's agent start (the control
+	// socket, the egress proxy and its CA) is done or was not needed:
+	// commands wait for it, the lifecycle lock does not (children.go).
+	controlled chan struct{}
 	// egress is its proxy on the host side (egress.go).
 	egress egressState
 	// execConns bounds the connections served through execs where the
@@ -77,7 +81,7 @@ const (
 )
 
 func newSandbox(name, ctr string, prof Profile, ttl time.Duration, pool *shell.Pool) *Sandbox {
-	sb := &Sandbox{Name: name, Container: ctr, Profile: prof, IdleTTL: ttl, pool: pool}
+	sb := &Sandbox{Name: name, Container: ctr, Profile: prof, IdleTTL: ttl, pool: pool, controlled: make(chan struct{})}
 	sb.life, sb.cancel = context.WithCancel(context.Background())
 	sb.lastUsed.Store(time.Now().UnixNano())
 	return sb

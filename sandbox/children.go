@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -163,7 +164,14 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 		}
 		if _, err := m.agentOf(ctx, sb); err == nil {
 			return // the new agent's startControl watches it
-		} else if ctx.Err() == nil {
+		} else if ctx.Err() != nil {
+			return
+		} else if c, ierr := m.rt.Inspect(ctx, sb.Container); errors.Is(ierr, ErrNotFound) || ierr == nil && !c.Running() {
+			// The container stopped or went: the boot that brings it back
+			// starts an agent; trying meanwhile only costs the engine.
+			m.log.Info("the sandbox's container does not run: its agent is started at its next boot", "sandbox", sb.Name)
+			return
+		} else {
 			m.log.Warn("restart the agent", "sandbox", sb.Name, "err", err)
 		}
 		wait = min(2*wait, 30*time.Second)
@@ -171,15 +179,46 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 }
 
 // controlSoon starts sb's agent when sb has the control socket or an
-// egress proxy, so that sandbox-ctl is there (and the socket and the proxy
-// served) when the boot's first command runs. A failure is logged: the
+// egress proxy, and installs the egress CA, as work of the sandbox: the
+// boot returns (and its lifecycle lock goes: other servers adopting it and
+// job tools reading logs wait for nothing) while it runs, and commands
+// wait for it (awaitControl), so that sandbox-ctl is there and the socket
+// and the proxy served when the first one runs. A failure is logged: the
 // sandbox works without it (an allowlist sandbox without a way out).
 func (m *Manager) controlSoon(sb *Sandbox) {
 	if m.controlFor(sb.Name) == nil && sb.egress.mode != egress.ModeAllowlist {
+		close(sb.controlled)
 		return
 	}
-	if _, err := m.agentOf(sb.life, sb); err != nil {
-		m.log.Warn("start the agent for the control socket and the egress proxy", "sandbox", sb.Name, "err", err)
+	if !sb.Go(func(ctx context.Context) {
+		defer close(sb.controlled)
+		if _, err := m.agentOf(ctx, sb); err != nil {
+			m.log.Warn("start the agent for the control socket and the egress proxy", "sandbox", sb.Name, "err", err)
+		}
+		m.installCA(ctx, sb) // egress.go
+	}) {
+		close(sb.controlled)
 	}
-	m.installCA(sb.life, sb) // egress.go
+}
+
+// controlWait bounds how long a command waits for its sandbox's agent to
+// start: past it, the command runs, and its connections out fail until
+// the agent is there (the agent's own start has the boot's timeouts).
+const controlWait = 30 * time.Second
+
+// awaitControl waits until sb's agent start, begun at its boot, is done,
+// ctx ends, or controlWait passed.
+func awaitControl(ctx context.Context, sb *Sandbox) {
+	select {
+	case <-sb.controlled:
+		return
+	default:
+	}
+	t := time.NewTimer(controlWait)
+	defer t.Stop()
+	select {
+	case <-sb.controlled:
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

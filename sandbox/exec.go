@@ -140,6 +140,7 @@ func (m *Manager) runOn(ctx context.Context, sb *Sandbox, req shell.Request) (sh
 	sb.lastUsed.Store(time.Now().UnixNano())
 	sb.inflight.Add(1)
 	defer sb.inflight.Add(-1)
+	awaitControl(ctx, sb) // children.go: the proxy served before the command runs
 	res, err := sb.pool.Run(ctx, req)
 	if err == nil && !res.ShellLost {
 		m.noteSecrets(ctx, sb)
