@@ -238,21 +238,11 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		}
 		// The shells may have ended with the container: ask the engine.
 	}
-	c, err := m.inspectOwned(ctx, name)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return nil, lostRemoved, nil
-	case err != nil:
-		return nil, "", err
-	case c.State == StatePaused:
-		return nil, "", m.pausedError(name, c.Name)
-	case !c.Running():
-		return nil, lostStopped, nil
+	sb, lost, err := m.adoptForJobs(ctx, name)
+	if err != nil || lost != "" {
+		return nil, lost, err
 	}
-	// It runs: adopt it (open shells in it, nothing booted or started), so
-	// that this call and the next are pipe round trips, not an engine exec
-	// each (under load, many servers' execs at once outran the timeout).
-	if sb, _, err := m.Get(ctx, name); err == nil {
+	if sb != nil {
 		done := sb.busy()
 		out, err := sb.housekeep(ctx, script, jobOpTimeout)
 		done()
@@ -270,6 +260,67 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		return nil, "", fmt.Errorf("sandbox %q: job script: %w", name, err)
 	}
 	return res.Stdout, "", nil
+}
+
+// jobAdoption is one server's look at a sandbox it has no shells in, for
+// job scripts: shared by the calls that come while it runs.
+type jobAdoption struct {
+	done chan struct{}
+	sb   *Sandbox // nil: adopting failed; the caller uses an engine exec
+	lost string
+	err  error
+}
+
+// adoptForJobs finds sandbox name for job scripts without booting or
+// starting it: gone or stopped, it says how its jobs were lost; running,
+// it is adopted (shells opened in it, nothing started), so that this call
+// and the next are pipe round trips. One inspect and one adoption per
+// name run at a time, and the calls that come meanwhile share them: a
+// hundred logs calls at once on a server new to the sandbox cost the
+// engine one inspect, not a hundred.
+func (m *Manager) adoptForJobs(ctx context.Context, name string) (*Sandbox, string, error) {
+	m.mu.Lock()
+	if a := m.jobAdopts[name]; a != nil {
+		m.mu.Unlock()
+		select {
+		case <-a.done:
+			return a.sb, a.lost, a.err
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		}
+	}
+	if m.jobAdopts == nil {
+		m.jobAdopts = map[string]*jobAdoption{}
+	}
+	a := &jobAdoption{done: make(chan struct{})}
+	m.jobAdopts[name] = a
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.jobAdopts, name)
+		m.mu.Unlock()
+		close(a.done)
+	}()
+	// The calls waiting on this one must not see its caller give up.
+	sctx := context.WithoutCancel(ctx)
+	ictx, cancel := context.WithTimeout(sctx, jobOpTimeout)
+	c, err := m.inspectOwned(ictx, name)
+	cancel()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		a.lost = lostRemoved
+	case err != nil:
+		a.err = err
+	case c.State == StatePaused:
+		a.err = m.pausedError(name, c.Name)
+	case !c.Running():
+		a.lost = lostStopped
+	default:
+		if sb, _, err := m.Get(sctx, name); err == nil {
+			a.sb = sb
+		}
+	}
+	return a.sb, a.lost, a.err
 }
 
 // LogOptions select part of a job's log.

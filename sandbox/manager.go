@@ -129,7 +129,9 @@ type Manager struct {
 	secrets   map[string]map[string]egress.Secret
 	// peers lists the sandboxes proxied connections may name (egress.go).
 	peers peerList
-	slots map[string]*slot
+	// jobAdopts are the looks at sandboxes job scripts share (jobs.go).
+	jobAdopts map[string]*jobAdoption
+	slots     map[string]*slot
 	// overrides are boots under way with another image (restore, clone);
 	// hooks run on restore, reset and destroy (snapshot.go).
 	overrides map[string]*bootOverride
