@@ -103,6 +103,12 @@ func TestStandInTargetsStayStandIns(t *testing.T) {
 	if !StandInListed() {
 		t.Fatal("StandInListed with container listed")
 	}
+	// An older release runs only the listed suites while the newest runs.
+	if tgs := Targets(t); len(tgs) != 2 || tgs[0].Name != "container" || !tgs[1].RealContainer {
+		t.Fatalf("a suite not listed in OlderReleaseSuites: %+v", tgs)
+	}
+	OlderReleaseSuites[t.Name()] = true
+	t.Cleanup(func() { delete(OlderReleaseSuites, t.Name()) })
 	tgs := Targets(t)
 	if len(tgs) != 3 || *builds != 1 {
 		t.Fatalf("%d targets, %d builds of the stand-in: %+v", len(tgs), *builds, tgs)
@@ -115,6 +121,12 @@ func TestStandInTargetsStayStandIns(t *testing.T) {
 	}
 	if tg := tgs[2]; !tg.RealContainer || tg.StandIn {
 		t.Errorf("real target: %+v", tg)
+	}
+	// Listed alone, an older release runs every suite.
+	delete(OlderReleaseSuites, t.Name())
+	t.Setenv(EnvRuntimes, "container@0.9.0")
+	if tgs := Targets(t); len(tgs) != 1 || tgs[0].Name != "container-0.9.0" {
+		t.Errorf("an older release listed alone: %+v", tgs)
 	}
 	t.Setenv(EnvRuntimes, "podman,"+RealContainer)
 	if StandInListed() {
