@@ -394,9 +394,12 @@ func TestLogAndSummary(t *testing.T) {
 // Connection: close, and its connection is not kept; the proxy's side ends
 // when the upstream closes, and when the sandbox closes after the body
 // although the upstream keeps its connection open.
-func TestBulkyAnswers(t *testing.T) {
-	const size = 3 << 20
-	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+// rawUpstream serves every connection made to it, on a loopback listener
+// closed with the test, by reading one request and handing it to answer,
+// which writes the raw bytes of the answer; the connection is closed
+// when answer returns. It returns the listener's port.
+func rawUpstream(t *testing.T, answer func(c net.Conn, req *http.Request)) int {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -414,18 +417,26 @@ func TestBulkyAnswers(t *testing.T) {
 				if err != nil {
 					return
 				}
-				fmt.Fprintf(c, "HTTP/1.1 200 Fine\r\nContent-Length: %d\r\nX-Up: yes\r\nConnection: keep-alive\r\n\r\n", size)
-				c.Write(body)
-				switch req.URL.Path {
-				case "/stall":
-					time.Sleep(time.Minute)
-				case "/junk":
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!")
-				}
+				answer(c, req)
 			}()
 		}
 	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func TestBulkyAnswers(t *testing.T) {
+	const size = 3 << 20
+	body := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	port := rawUpstream(t, func(c net.Conn, req *http.Request) {
+		fmt.Fprintf(c, "HTTP/1.1 200 Fine\r\nContent-Length: %d\r\nX-Up: yes\r\nConnection: keep-alive\r\n\r\n", size)
+		c.Write(body)
+		switch req.URL.Path {
+		case "/stall":
+			time.Sleep(time.Minute)
+		case "/junk":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nEVIL!")
+		}
+	})
 	res := &fakeResolver{names: map[string][]string{"api.test": {"127.0.0.1"}}}
 	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "api.test", "127.0.0.0/8")}
 	ended := make(chan Event, 8)

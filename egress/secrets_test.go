@@ -190,25 +190,9 @@ func TestScrubberAcrossReads(t *testing.T) {
 // (or whose length scrubbing changed) ends the client's connection after
 // it, so a client waiting for the end is not left hanging on a kept one.
 func TestKeptConnectionAnswersEnd(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				http.ReadRequest(bufio.NewReader(c))
-				io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\nto the close")
-			}()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
+	port := rawUpstream(t, func(c net.Conn, _ *http.Request) {
+		io.WriteString(c, "HTTP/1.0 200 OK\r\n\r\nto the close")
+	})
 	res := &fakeResolver{names: map[string][]string{"api.test": {"127.0.0.1"}}}
 	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "api.test", "127.0.0.0/8")}
 	h := Handler{Decide: func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) }}
@@ -233,49 +217,29 @@ func TestKeptConnectionAnswersEnd(t *testing.T) {
 // request that carried no secret keeps its length (and its connection).
 func TestReflectedSecretsStayOut(t *testing.T) {
 	const value = "S3CR3TVALUE-abcdef"
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				if req.Header.Get("Expect") == "100-continue" {
-					io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
-				}
-				body, _ := io.ReadAll(req.Body)
-				a := req.Header.Get("Authorization")
-				switch req.URL.Path {
-				case "/status":
-					fmt.Fprintf(c, "HTTP/1.1 200 %s\r\nContent-Length: 2\r\n\r\nok", a)
-				case "/names":
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-%s: 1\r\nContent-Length: 2\r\n\r\nok", a)
-				case "/trailer":
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: %s\r\n\r\n", a)
-				case "/identity":
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\nContent-Length: %d\r\n\r\n%s", len(a), a)
-				case "/gzip":
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s", len(a), a)
-				case "/upload":
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-				default:
-					fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain")
-				}
-			}()
+	port := rawUpstream(t, func(c net.Conn, req *http.Request) {
+		if req.Header.Get("Expect") == "100-continue" {
+			io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
+		body, _ := io.ReadAll(req.Body)
+		a := req.Header.Get("Authorization")
+		switch req.URL.Path {
+		case "/status":
+			fmt.Fprintf(c, "HTTP/1.1 200 %s\r\nContent-Length: 2\r\n\r\nok", a)
+		case "/names":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nX-%s: 1\r\nContent-Length: 2\r\n\r\nok", a)
+		case "/trailer":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-T: %s\r\n\r\n", a)
+		case "/identity":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\nContent-Length: %d\r\n\r\n%s", len(a), a)
+		case "/gzip":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s", len(a), a)
+		case "/upload":
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		default:
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain")
+		}
+	})
 	res := &fakeResolver{names: map[string][]string{"echo.test": {"127.0.0.1"}}}
 	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "echo.test", "127.0.0.0/8")}
 	rules, _ := ParseSecretHosts([]string{"echo.test"})
