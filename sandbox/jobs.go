@@ -280,30 +280,35 @@ type jobAdoption struct {
 // engine one inspect, not a hundred.
 func (m *Manager) adoptForJobs(ctx context.Context, name string) (*Sandbox, string, error) {
 	m.mu.Lock()
-	if a := m.jobAdopts[name]; a != nil {
-		m.mu.Unlock()
-		select {
-		case <-a.done:
-			return a.sb, a.lost, a.err
-		case <-ctx.Done():
-			return nil, "", ctx.Err()
+	a := m.jobAdopts[name]
+	if a == nil {
+		if m.jobAdopts == nil {
+			m.jobAdopts = map[string]*jobAdoption{}
 		}
+		a = &jobAdoption{done: make(chan struct{})}
+		m.jobAdopts[name] = a
+		// The look outlives the caller that began it (the others share
+		// it): it is the server's work, bounded on its own.
+		m.spawn(func() { m.lookForJobs(m.life, name, a) })
 	}
-	if m.jobAdopts == nil {
-		m.jobAdopts = map[string]*jobAdoption{}
-	}
-	a := &jobAdoption{done: make(chan struct{})}
-	m.jobAdopts[name] = a
 	m.mu.Unlock()
+	select {
+	case <-a.done:
+		return a.sb, a.lost, a.err
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+}
+
+// lookForJobs does adoptForJobs' look for a, then lets its callers have it.
+func (m *Manager) lookForJobs(ctx context.Context, name string, a *jobAdoption) {
 	defer func() {
 		m.mu.Lock()
 		delete(m.jobAdopts, name)
 		m.mu.Unlock()
 		close(a.done)
 	}()
-	// The calls waiting on this one must not see its caller give up.
-	sctx := context.WithoutCancel(ctx)
-	ictx, cancel := context.WithTimeout(sctx, jobOpTimeout)
+	ictx, cancel := context.WithTimeout(ctx, jobOpTimeout)
 	c, err := m.inspectOwned(ictx, name)
 	cancel()
 	switch {
@@ -316,11 +321,14 @@ func (m *Manager) adoptForJobs(ctx context.Context, name string) (*Sandbox, stri
 	case !c.Running():
 		a.lost = lostStopped
 	default:
-		if sb, _, err := m.Get(sctx, name); err == nil {
+		// The wait for the name's lock counts too: a boot holding it ends
+		// within BootTimeout.
+		gctx, cancel := context.WithTimeout(ctx, m.cfg.BootTimeout+jobOpTimeout)
+		defer cancel()
+		if sb, _, err := m.Get(gctx, name); err == nil {
 			a.sb = sb
 		}
 	}
-	return a.sb, a.lost, a.err
 }
 
 // LogOptions select part of a job's log.
