@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -106,18 +107,34 @@ func (s *Sandbox) Go(fn func(ctx context.Context)) bool {
 	return true
 }
 
+// housekeepQueueWait bounds how long one of the server's own scripts waits
+// for a free shell while the sandbox's shells are all busy, apart from its
+// own timeout: a loaded sandbox answers late rather than not at all.
+const housekeepQueueWait = 2 * time.Minute
+
+// errHousekeepSlow is the error of a housekeeping script that timed out,
+// waiting for a shell or running: the sandbox is busy, not gone, and
+// running the script again another way would only add to its load.
+var errHousekeepSlow = errors.New("the sandbox did not answer in time")
+
 // housekeep runs one of the server's own scripts on the sandbox's shells:
 // not recorded in history, not retried across a lifecycle change, bounded
-// by timeout. It returns the script's stdout (at most 4 MiB); a non-zero
-// exit, a timeout or a lost shell is an error.
+// by timeout once it runs and by housekeepQueueWait while it waits for a
+// shell. It returns the script's stdout (at most 4 MiB); a non-zero exit, a
+// timeout (errHousekeepSlow) or a lost shell is an error.
 func (s *Sandbox) housekeep(ctx context.Context, script string, timeout time.Duration) ([]byte, error) {
 	var out bytes.Buffer
-	res, err := s.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Timeout: timeout, Stdout: &limitWriter{w: &out, n: 4 << 20}})
+	res, err := s.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Timeout: timeout, QueueWait: housekeepQueueWait,
+		Stdout: &limitWriter{w: &out, n: 4 << 20}})
 	switch {
 	case err != nil:
 		return nil, err
-	case res.TimedOut, res.ShellLost, res.ExitCode != 0:
-		return nil, fmt.Errorf("sandbox %q: housekeeping script ended with exit %d (timed out %v, shell lost %v)", s.Name, res.ExitCode, res.TimedOut, res.ShellLost)
+	case res.TimedOut && res.NotStarted:
+		return nil, fmt.Errorf("sandbox %q: %w: every shell stayed busy for %s", s.Name, errHousekeepSlow, res.Queued.Round(time.Second))
+	case res.TimedOut:
+		return nil, fmt.Errorf("sandbox %q: %w: a housekeeping script ran past %s", s.Name, errHousekeepSlow, timeout)
+	case res.ShellLost, res.ExitCode != 0:
+		return nil, fmt.Errorf("sandbox %q: housekeeping script ended with exit %d (shell lost %v)", s.Name, res.ExitCode, res.ShellLost)
 	}
 	return out.Bytes(), nil
 }

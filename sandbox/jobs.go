@@ -230,11 +230,14 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		done := sb.busy()
 		out, err := sb.housekeep(ctx, script, jobOpTimeout)
 		done()
-		if err == nil {
+		switch {
+		case err == nil:
 			return out, "", nil
-		}
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return nil, "", ctx.Err()
+		case errors.Is(err, errHousekeepSlow):
+			// Busy, not gone: an engine exec would only add to the load.
+			return nil, "", fmt.Errorf("job script: %w", err)
 		}
 		// The shells may have ended with the container: ask the engine.
 	}
@@ -246,8 +249,13 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		done := sb.busy()
 		out, err := sb.housekeep(ctx, script, jobOpTimeout)
 		done()
-		if err == nil {
+		switch {
+		case err == nil:
 			return out, "", nil
+		case ctx.Err() != nil:
+			return nil, "", ctx.Err()
+		case errors.Is(err, errHousekeepSlow):
+			return nil, "", fmt.Errorf("job script: %w", err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, jobOpTimeout)

@@ -106,25 +106,29 @@ func (p *Pool) Warm(ctx context.Context) error {
 }
 
 // Run runs one command on an idle or new shell. req.Timeout counts from
-// the call: time spent waiting for a free shell is part of it, and is
-// reported in Result.Queued.
+// the call, unless req.QueueWait bounds the wait for a free shell on its
+// own; the wait is reported in Result.Queued.
 func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 	start := time.Now()
 	actx := ctx
-	if req.Timeout > 0 {
+	wait := req.Timeout
+	if req.QueueWait > 0 {
+		wait = req.QueueWait
+	}
+	if wait > 0 {
 		var cancel context.CancelFunc
-		actx, cancel = context.WithDeadline(ctx, start.Add(req.Timeout))
+		actx, cancel = context.WithDeadline(ctx, start.Add(wait))
 		defer cancel()
 	}
 	sh, queued, err := p.acquire(actx)
 	if err != nil {
 		if ctx.Err() == nil && actx.Err() != nil {
-			// The timeout passed while every shell was busy.
+			// The wait passed while every shell was busy.
 			return Result{ExitCode: 124, TimedOut: true, NotStarted: true, Queued: queued, Duration: queued}, nil
 		}
 		return Result{Queued: queued}, err
 	}
-	if req.Timeout > 0 {
+	if req.Timeout > 0 && req.QueueWait == 0 {
 		req.Timeout = max(req.Timeout-queued, time.Millisecond)
 	}
 	p.keepSpare()

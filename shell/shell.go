@@ -78,7 +78,11 @@ type Request struct {
 	// Trusted marks the server's own scripts: see guest.Command.
 	Trusted bool
 	// Timeout ends the command; 0 means no limit beyond ctx.
-	Timeout        time.Duration
+	Timeout time.Duration
+	// QueueWait, when non-zero, bounds on its own the wait for a free shell
+	// in a Pool, and Timeout then counts from the command's start; when
+	// zero, Timeout counts from the call, the wait included.
+	QueueWait      time.Duration
 	Stdout, Stderr io.Writer
 }
 

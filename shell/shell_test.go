@@ -315,3 +315,43 @@ func TestNULRejected(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestQueueWaitApartFromTimeout: with QueueWait, a command that waited for
+// a busy pool's only shell still gets its whole Timeout to run; without
+// it, the wait is part of the Timeout, and a wait past QueueWait ends the
+// call before the command starts.
+func TestQueueWaitApartFromTimeout(t *testing.T) {
+	p := NewPool(localHost{}, Options{}, 1)
+	t.Cleanup(p.Close)
+	runPool(t, p, Request{Command: "true"})
+	hold := func() chan struct{} {
+		done := make(chan struct{})
+		started := make(chan struct{})
+		go func() {
+			defer close(done)
+			close(started)
+			_, _ = p.Run(context.Background(), Request{Command: "sleep 1"})
+		}()
+		<-started
+		time.Sleep(200 * time.Millisecond) // let it take the shell
+		return done
+	}
+	done := hold()
+	res, err := p.Run(context.Background(), Request{Command: "sleep 0.3; echo ran", Timeout: 600 * time.Millisecond, QueueWait: time.Minute})
+	<-done
+	if err != nil || res.TimedOut || res.ExitCode != 0 || res.Queued < 300*time.Millisecond {
+		t.Fatalf("with QueueWait: %+v, %v; want it to wait for the shell, then run to its end", res, err)
+	}
+	done = hold()
+	res, err = p.Run(context.Background(), Request{Command: "echo ran", Timeout: 300 * time.Millisecond})
+	<-done
+	if err != nil || !res.TimedOut || !res.NotStarted {
+		t.Fatalf("without QueueWait: %+v, %v; want a timeout before the command started", res, err)
+	}
+	done = hold()
+	res, err = p.Run(context.Background(), Request{Command: "echo ran", Timeout: time.Minute, QueueWait: 100 * time.Millisecond})
+	<-done
+	if err != nil || !res.TimedOut || !res.NotStarted {
+		t.Fatalf("past QueueWait: %+v, %v; want a timeout before the command started", res, err)
+	}
+}
