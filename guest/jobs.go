@@ -387,9 +387,12 @@ func ParseJobSweep(out []byte) (JobSweep, error) {
 // JobsListScript reports, in one pass, what every job of the sandbox needs
 // for a listing: the boot it runs in, each process alive (so the caller
 // can tell which belong to which job, as jobSweep does), and each job
-// directory's leader pid, exit status, boot and log size. It forks once
-// (one stat for every log), so a sandbox with a thousand jobs answers as
-// fast as one with a few. ParseJobsList reads its output.
+// directory's leader pid, exit status, boot and log size. It forks twice
+// (one find for the pid, status and boot files too big to be the server's,
+// which it does not read, and one stat for every log), so a sandbox with a
+// thousand jobs answers as fast as one with a few, and a planted
+// many-megabyte file costs no more than a small one. ParseJobsList reads
+// its output.
 func JobsListScript() string { return jobsListScript(JobsDir) }
 
 func jobsListScript(dir string) string {
@@ -413,13 +416,18 @@ for __sbx_p in /proc/[0-9]*; do
 	done 2>/dev/null <"$__sbx_p/environ"
 	echo "p $__sbx_q $__sbx_d $__sbx_m"
 done
+__sbx_big="
+$(find ` + d + ` -mindepth 2 -maxdepth 2 \( -name pid -o -name rc -o -name boot \) -size +1k 2>/dev/null)
+"
+__sbx_rd() { __sbx_v=-; [ -f "$1" ] || return 0; case "$__sbx_big" in *"
+$1
+"*) return 0 ;; esac; { IFS= read -r __sbx_v <"$1"; } 2>/dev/null; return 0; }
 for __sbx_p in ` + d + `/*/; do
 	[ -f "$__sbx_p"log ] || continue
 	__sbx_q=${__sbx_p%/}; __sbx_q=${__sbx_q##*/}
-	__sbx_l=-; __sbx_r=-; __sbx_d=-
-	[ -f "$__sbx_p"pid ] && { IFS= read -r __sbx_l <"$__sbx_p"pid; } 2>/dev/null
-	[ -f "$__sbx_p"rc ] && { IFS= read -r __sbx_r <"$__sbx_p"rc; } 2>/dev/null
-	[ -f "$__sbx_p"boot ] && { IFS= read -r __sbx_d <"$__sbx_p"boot; } 2>/dev/null
+	__sbx_rd "$__sbx_p"pid; __sbx_l=$__sbx_v
+	__sbx_rd "$__sbx_p"rc; __sbx_r=$__sbx_v
+	__sbx_rd "$__sbx_p"boot; __sbx_d=$__sbx_v
 	case "$__sbx_l" in *[!0-9]*|'') __sbx_l=- ;; esac
 	case "$__sbx_r" in *[!0-9]*|'') __sbx_r=- ;; esac
 	[ ${#__sbx_l} -le 12 ] || __sbx_l=-; [ ${#__sbx_r} -le 6 ] || __sbx_r=-
@@ -428,7 +436,7 @@ for __sbx_p in ` + d + `/*/; do
 	echo "j $__sbx_q $__sbx_l $__sbx_r $__sbx_d"
 done
 cd ` + d + ` 2>/dev/null && { stat -c 's %s %n' -- */log 2>/dev/null || wc -c -- */log 2>/dev/null | sed 's/^ */s /'; }; cd / 2>/dev/null
-unset __sbx_b __sbx_i __sbx_l __sbx_p __sbx_q __sbx_r __sbx_d __sbx_m
+unset __sbx_b __sbx_i __sbx_l __sbx_p __sbx_q __sbx_r __sbx_d __sbx_m __sbx_big __sbx_v; unset -f __sbx_rd
 `
 }
 

@@ -105,13 +105,15 @@ func randomJobID(t *testing.T) string {
 // TestJobsListOnHost runs the one-pass listing on this machine's /proc and
 // a job directory made here, with dash and busybox sh: a running job with
 // a child in its session that cleared its environment, an ended one, one
-// whose leader is gone without a status, and a directory that is not a job.
+// whose leader is gone without a status, one whose boot file is a planted
+// 5 MB line (not read: its boot is unknown), and a directory that is not a
+// job.
 func TestJobsListOnHost(t *testing.T) {
 	if _, err := os.Stat("/proc/self/environ"); err != nil {
 		t.Skip("no /proc here")
 	}
 	dir := t.TempDir()
-	running, ended, lost := randomJobID(t), randomJobID(t), randomJobID(t)
+	running, ended, lost, big := randomJobID(t), randomJobID(t), randomJobID(t), randomJobID(t)
 	c := exec.Command("sh", "-c", `env -i sleep 1002 & exec sleep 1000`)
 	c.Env, c.SysProcAttr = append(os.Environ(), JobMarker(running)), &syscall.SysProcAttr{Setsid: true}
 	if err := c.Start(); err != nil {
@@ -135,6 +137,9 @@ func TestJobsListOnHost(t *testing.T) {
 	write(lost, "log", "")
 	write(lost, "pid", "999998\n")
 	write(lost, "boot", "0123abcd-4567-89ef-0000-000000000000-12345\n")
+	write(big, "log", "")
+	write(big, "pid", "999997\n")
+	write(big, "boot", strings.Repeat("0", 5<<20)+"\n")
 	write("not-a-job", "log", "?")
 
 	for _, sh := range []string{"dash", "busybox"} {
@@ -161,7 +166,7 @@ func TestJobsListOnHost(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if l.Boot == "" || len(l.Jobs) != 3 {
+			if l.Boot == "" || len(l.Jobs) != 4 {
 				t.Fatalf("boot %q, jobs %+v", l.Boot, l.Jobs)
 			}
 			if n, alive := l.Processes(running); n != 2 || !alive {
@@ -175,6 +180,9 @@ func TestJobsListOnHost(t *testing.T) {
 			}
 			if n, alive := l.Processes(lost); n != 0 || alive || l.Jobs[lost].Boot != "0123abcd-4567-89ef-0000-000000000000-12345" || l.Jobs[lost].ExitCode != -1 {
 				t.Errorf("lost job: %d processes, alive %v, files %+v", n, alive, l.Jobs[lost])
+			}
+			if j := l.Jobs[big]; j.Boot != "" || j.Leader != 999997 {
+				t.Errorf("job with a 5 MB boot file: %+v; want its boot unknown, its pid read", j)
 			}
 		})
 	}
