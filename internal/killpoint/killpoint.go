@@ -39,8 +39,13 @@ type Config struct {
 	// StateDir and HostDir are the state directory and the host
 	// directory transfers use; both are the run's own.
 	StateDir, HostDir string
-	// Points is how many kill points each operation gets.
+	// Points is how many kill points each operation gets: its time is cut
+	// into Points equal slots, and one kill falls in each.
 	Points int
+	// Phase, in (0, 1), is where in its slot each kill falls; any other
+	// value means the middle. A run with a random phase tries instants
+	// that earlier runs did not.
+	Phase float64
 	// Size is the size of the files written, uploaded and downloaded.
 	Size int
 	// Logf, if set, is told of each round.
@@ -209,6 +214,10 @@ func Run(ctx context.Context, cfg Config, names ...string) ([]Result, error) {
 // time, checking after each.
 func (cfg Config) run(ctx context.Context, o op) (Result, error) {
 	r := Result{Op: o.name, Points: cfg.Points}
+	phase := cfg.Phase
+	if phase <= 0 || phase >= 1 {
+		phase = 0.5
+	}
 	s, err := cfg.start(ctx)
 	if err != nil {
 		return r, err
@@ -232,7 +241,7 @@ func (cfg Config) run(ctx context.Context, o op) (Result, error) {
 			return r, fmt.Errorf("setup of round %d: %w", i, err)
 		}
 		// Spread over the operation's time, and a little past it.
-		at := time.Duration(float64(r.Took) * 1.1 * (float64(i) + 0.5) / float64(cfg.Points))
+		at := time.Duration(float64(r.Took) * 1.1 * (float64(i) + phase) / float64(cfg.Points))
 		done := make(chan struct{})
 		go func() { _ = o.act(ctx, s, i); close(done) }()
 		time.Sleep(at)
