@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (`make test` runs it): unit tests plus the engine suites
 # against real podman, a private Docker Engine, and Apple's container CLI as emulated
-# on podman by the stand-in in internal/applestandin (1.5.0 behaviour; 0.9.0 for the suites
-# whose engine calls differ by release: enginetest.OlderReleaseSuites).
+# on podman by the stand-in in internal/applestandin (1.5.0 behaviour, all but the load
+# suites, enginetest.LoadSuites; 0.9.0 for the suites whose engine calls differ by release:
+# enginetest.OlderReleaseSuites).
 # Run it as the user who set up and serves: as a normal user podman is rootless, the
 # docker suite uses a docker daemon that answers for that user or is skipped with a
 # line saying why, and the few tests that need root (loop-device volumes, mounts)

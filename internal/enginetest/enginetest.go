@@ -139,13 +139,17 @@ func Targets(t testing.TB) []Target {
 		t.Fatal(err)
 	}
 	current := false // the stand-in at its newest release is listed
+	engine := false  // podman or docker is listed
 	for _, e := range entries {
 		current = current || e.runtime == "container" && !e.real && e.version == ""
+		engine = engine || e.runtime != "container"
 	}
 	top, _, _ := strings.Cut(t.Name(), "/")
 	var out []Target
 	for _, e := range entries {
 		switch {
+		case e.runtime == "container" && !e.real && engine && LoadSuites[top]:
+			t.Logf("%s: not run by %s on the stand-in: a load suite (enginetest.LoadSuites), run on the real engines listed", entryName(e), top)
 		case e.runtime == "container" && e.version != "" && current && !OlderReleaseSuites[top]:
 			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.OlderReleaseSuites and TestEveryAppleRelease's common life", e.version, top)
 		case e.runtime != "container":
@@ -180,6 +184,29 @@ var OlderReleaseSuites = map[string]bool{
 	"TestEndToEnd": true, "TestSnapshots": true, "TestTransfer": true, "TestPorts": true,
 	"TestStats": true, "TestChildren": true, "TestDoctorAndPruneCLI": true,
 	"TestEgressEndToEnd": true, "TestBuildImage": true,
+}
+
+// LoadSuites are the engine suites that put the server under load or run
+// hostile programs (output floods, commands that outlive their timeout, a
+// hundred job calls at once, thousands of jobs) to check the server's own answers. Their engine
+// calls are those the other suites make, so on the stand-in they would
+// load podman beneath it a second time, through a relay, and check nothing
+// of the Apple dialect that the other suites do not: the stand-in leaves
+// them to podman and docker when either is listed. Listed alone, and on
+// Apple's real CLI, it runs them.
+var LoadSuites = map[string]bool{
+	"TestHostileCommandsOnEngine": true, "TestJobLogsUnderFourServersOnEngine": true, "TestJobsAtScaleOnEngine": true,
+}
+
+// entryName is how SANDBOX_MCP_TEST_RUNTIMES spells e.
+func entryName(e entry) string {
+	switch {
+	case e.real:
+		return RealContainer
+	case e.version != "":
+		return e.runtime + "@" + e.version
+	}
+	return e.runtime
 }
 
 // StandInListed reports whether SANDBOX_MCP_TEST_RUNTIMES names the

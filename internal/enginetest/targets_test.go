@@ -128,6 +128,18 @@ func TestStandInTargetsStayStandIns(t *testing.T) {
 	if tgs := Targets(t); len(tgs) != 1 || tgs[0].Name != "container-0.9.0" {
 		t.Errorf("an older release listed alone: %+v", tgs)
 	}
+	// A load suite runs on the stand-in only when no real engine is listed,
+	// and always on Apple's real CLI.
+	LoadSuites[t.Name()] = true
+	t.Cleanup(func() { delete(LoadSuites, t.Name()) })
+	t.Setenv(EnvRuntimes, "container,podman,"+RealContainer)
+	if tgs := Targets(t); len(tgs) != 2 || tgs[0].Name != "podman" || !tgs[1].RealContainer {
+		t.Errorf("a load suite with podman listed: %+v", tgs)
+	}
+	t.Setenv(EnvRuntimes, "container")
+	if tgs := Targets(t); len(tgs) != 1 || tgs[0].Name != "container" {
+		t.Errorf("a load suite with the stand-in listed alone: %+v", tgs)
+	}
 	t.Setenv(EnvRuntimes, "podman,"+RealContainer)
 	if StandInListed() {
 		t.Fatal("StandInListed without the stand-in listed")
