@@ -34,7 +34,7 @@ func TestContainerFaultsSaidTrueOnEngine(t *testing.T) {
 			}
 			prefix := enginetest.Prefix(t, rt)
 			a, b, _ := servers(t, tg, prefix)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "faults"
 			ctr := a.ContainerFor(box)
 			engine := func(args ...string) {
@@ -103,7 +103,7 @@ func TestDamagedAgentReplacedBeforeUseOnEngine(t *testing.T) {
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
 			a, b, _ := servers(t, tg, prefix)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "agentfix"
 			startJob(t, a, box, "web", "exec python3 -m http.server 8000 --bind 127.0.0.1")
 			dial := func(m *sandbox.Manager) {

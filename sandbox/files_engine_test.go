@@ -49,6 +49,16 @@ func guarded(t *testing.T) context.Context {
 	return ctx
 }
 
+// guardedSequence is guarded for a context that a test's whole sequence
+// of calls shares (boots, snapshots, restores, clones, one after the
+// other): a hang of any of them ends it, and the sum of calls that each
+// take a minute on a loaded machine does not.
+func guardedSequence(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*hangGuard)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // writeErr asserts that err is a *WriteError with cause and returns it.
 func writeErr(t *testing.T, err error, cause string) *sandbox.WriteError {
 	t.Helper()

@@ -50,7 +50,7 @@ func TestExactRestoreAndCloneOnEngine(t *testing.T) {
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image},
 				LockDir: t.TempDir(), Snapshots: store, SnapshotDir: t.TempDir()})
 			t.Cleanup(m.Close)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			if o := run(t, m, "ex", shell.Request{Command: exactTree}); o.res.ExitCode != 0 {
 				t.Skipf("the workspace here cannot hold the tree (%s): %s", o.stderr, o.stdout)
 			}
@@ -119,7 +119,7 @@ func TestSnapshotCostsTheHostNoMoreThanTheQuota(t *testing.T) {
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image, Disk: "64M"},
 				LockDir: t.TempDir(), Snapshots: store, SnapshotDir: snapDir, HostFree: free})
 			t.Cleanup(m.Close)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			nothingKept := func(t *testing.T) {
 				t.Helper()
 				if ents, _ := os.ReadDir(snapDir); len(ents) != 0 {

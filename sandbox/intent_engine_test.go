@@ -28,7 +28,7 @@ func TestInterruptedRestoreOnEngine(t *testing.T) {
 			}
 			prefix := enginetest.Prefix(t, rt)
 			st, server := intentServers(t, tg, prefix)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "interrupted"
 			list := `cd /workspace && find . -path ./lost+found -prune -o ! -name . -print | sort | tr '\n' ' '; cat old.txt new.txt 2>/dev/null`
 			oldWS := "mkdir -p /workspace/src && cd /workspace && echo old >old.txt && echo old-src >src/a && echo hidden >.old"
@@ -134,7 +134,7 @@ func TestLostSnapshotRecordsAdoptedOnEngine(t *testing.T) {
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
 				Sandboxes: st, Snapshots: st, SnapshotDir: dir + "/snapshots", Intents: st, LockDir: dir + "/locks"})
 			t.Cleanup(m.Close)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "adopt"
 			run(t, m, box, shell.Request{Command: "echo kept >/workspace/f"})
 			if _, err := m.Snapshot(ctx, box, sandbox.SnapshotRequest{Name: "lost1", IncludeWorkspace: true}); err != nil {
@@ -175,7 +175,7 @@ func TestInterruptedCloneOnEngine(t *testing.T) {
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
 			st, server := intentServers(t, tg, prefix)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "halfclone"
 			a := server()
 			run(t, a, box, shell.Request{Command: "mkdir -p /workspace/.sandbox-mcp-restore-0123456789ab && echo part >/workspace/.sandbox-mcp-restore-0123456789ab/x"})
@@ -219,7 +219,7 @@ func TestInterruptedResetOnEngine(t *testing.T) {
 			}
 			prefix := enginetest.Prefix(t, rt)
 			st, server := intentServers(t, tg, prefix)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "halfreset"
 			a := server()
 			if err := a.SetEnv(ctx, box, "KEPT", "over the reset", false); err != nil {
@@ -273,7 +273,7 @@ func TestFailedRestorePutsBackOnEngine(t *testing.T) {
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
 				Sandboxes: st, Snapshots: st, SnapshotDir: dir + "/snapshots", Intents: st, Jobs: st, LockDir: dir + "/locks"})
 			t.Cleanup(m.Close)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "putback"
 			// A tar that refuses to extract, planted in the sandbox's image
 			// by the snapshot: the restore's staging fails in the new

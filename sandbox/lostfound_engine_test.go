@@ -45,7 +45,7 @@ func TestWorkspaceLostFoundOnEngine(t *testing.T) {
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image, Disk: "1G"},
 				LockDir: t.TempDir(), Snapshots: store, SnapshotDir: snapDir})
 			t.Cleanup(m.Close)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			// Something in the volume's lost+found (root can write there) that
 			// must go nowhere, and the user's own lost+found deeper.
 			o := run(t, m, "lf", shell.Request{Command: "echo a > /workspace/a.txt && mkdir -p /workspace/sub/lost+found && " +

@@ -42,7 +42,7 @@ func TestEveryAppleRelease(t *testing.T) {
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
 				LockDir: t.TempDir(), Snapshots: store, SnapshotDir: t.TempDir()})
 			t.Cleanup(m.Close)
-			ctx := guarded(t)
+			ctx := guardedSequence(t)
 			const box = "rel"
 
 			o := run(t, m, box, shell.Request{Command: "cat; echo err >&2; cd /workspace && pwd", Stdin: []byte("in\n")})
