@@ -70,13 +70,18 @@ func TestContainerFaultsSaidTrueOnEngine(t *testing.T) {
 				t.Fatalf("after unpause: %+v", o)
 			}
 
-			// Removed with its volume while a command runs.
+			// Removed with its volume while a command runs (once it runs:
+			// on a loaded machine it may take seconds to begin).
 			done := make(chan error, 1)
 			go func() {
-				_, err := a.Exec(ctx, box, shell.Request{Command: "sleep 60", Timeout: hangGuard})
+				_, err := a.Exec(ctx, box, shell.Request{Command: "touch /tmp/faults-began; sleep 60", Timeout: hangGuard})
 				done <- err
 			}()
-			time.Sleep(500 * time.Millisecond)
+			enginetest.WaitFor(t, "the command to begin", func() error {
+				cmd := exec.Command(rt.Binary(), "exec", ctr, "test", "-e", "/tmp/faults-began")
+				cmd.Env = append(cmd.Environ(), tg.Env...)
+				return cmd.Run()
+			})
 			engine("rm", "-f", ctr)
 			engine("volume", "rm", "-f", sandbox.ContainerName(prefix+"-ws", box))
 			err = <-done
