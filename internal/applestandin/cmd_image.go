@@ -535,7 +535,10 @@ func cmdBuild(a *app, p *parsed) error {
 	for i, t := range tags {
 		names[i] = normalizeRef(t)
 	}
-	args := []string{"build", "-f", file}
+	// Apple's builder keeps its cache in the builder VM, not in the image
+	// store: podman's intermediate images would be left in the store as
+	// untagged images that `container image list` never shows.
+	args := []string{"build", "--layers=false", "-f", file}
 	if p.Has("pull") {
 		args = append(args, "--pull=always")
 	} else {

@@ -414,3 +414,33 @@ func TestIntegration(t *testing.T) {
 		}
 	})
 }
+
+// TestBuildLeavesNoIntermediateImages: a build through the stand-in
+// leaves its final image only, as Apple's builder does (its cache stays in
+// the builder VM): no untagged image of a step is left in podman's store.
+func TestBuildLeavesNoIntermediateImages(t *testing.T) {
+	s := newStandin(t)
+	mark := uniqueName(t)
+	dir := t.TempDir()
+	cf := "FROM localhost/sandbox-mcp-minimal:latest\nLABEL io.sandbox-mcp.test=" + mark + "\nRUN echo one >/one\nRUN echo two >/two\n"
+	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := podman("image", "exists", "localhost/sandbox-mcp-minimal:latest"); err != nil {
+		t.Skipf("no sandbox-mcp-minimal image to build from (scripts/build-images.sh builds it): %s", out)
+	}
+	t.Cleanup(func() {
+		ids, _ := podman("images", "-a", "-q", "--filter", "label=io.sandbox-mcp.test="+mark)
+		for _, id := range strings.Fields(string(ids)) {
+			_, _ = podman("rmi", "-f", id)
+		}
+	})
+	s.must(t, nil, "build", "-t", mark+":latest", "-f", filepath.Join(dir, "Containerfile"), dir)
+	out, err := podman("images", "-a", "--format", "{{.ID}} {{.Repository}}", "--filter", "label=io.sandbox-mcp.test="+mark)
+	if err != nil {
+		t.Fatalf("podman images: %v: %s", err, out)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 1 || strings.Contains(lines[0], "<none>") {
+		t.Fatalf("images the build left: %q; want its final image only", out)
+	}
+}
