@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -268,7 +269,7 @@ func (c *spillCall) reserve(n int64) int64 {
 	}
 	if f, total, err := c.o.free(c.o.dir); err == nil && f-n < diskguard.Floor(total) {
 		c.setCut(fmt.Sprintf("the host's disk holding the saved outputs has %s free, and %s must stay free for the host",
-			diskguard.Human(f), diskguard.Human(diskguard.Floor(total))))
+			units.Human(f), units.Human(diskguard.Floor(total))))
 		return 0
 	}
 	c.o.mu.Lock()

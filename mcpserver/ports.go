@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
@@ -135,23 +136,11 @@ func describeEgress(st sandbox.NetState) string {
 	if len(st.Bytes) > 0 {
 		var hs []string
 		for _, h := range st.Bytes[:min(5, len(st.Bytes))] {
-			hs = append(hs, fmt.Sprintf("%s %s in, %s out", h.Host, humanBytes(h.Down), humanBytes(h.Up)))
+			hs = append(hs, fmt.Sprintf("%s %s in, %s out", h.Host, units.Human(h.Down), units.Human(h.Up)))
 		}
 		fmt.Fprintf(&b, "; traffic: %s", strings.Join(hs, ", "))
 	}
 	return b.String()
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // NetworkLog is the structured result of network_log.
@@ -196,7 +185,7 @@ func (s *Server) handleNetworkLog(ctx context.Context, req mcp.CallToolRequest) 
 		case ev.Ended && ev.Reason != "":
 			fmt.Fprintf(&b, "failed: %s", ev.Reason)
 		case ev.Ended:
-			fmt.Fprintf(&b, "ended, %s in, %s out", humanBytes(ev.Down), humanBytes(ev.Up))
+			fmt.Fprintf(&b, "ended, %s in, %s out", units.Human(ev.Down), units.Human(ev.Up))
 		default:
 			b.WriteString("allowed by " + ev.Rule)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
@@ -51,11 +52,11 @@ func describeStats(st sandbox.SandboxStats, workdir string) string {
 	case st.MemoryBytes < 0:
 		parts = append(parts, "memory unknown")
 	case st.MemoryLimitBytes > 0:
-		parts = append(parts, fmt.Sprintf("memory %s / %s", statsBytes(st.MemoryBytes), statsBytes(st.MemoryLimitBytes)))
+		parts = append(parts, fmt.Sprintf("memory %s / %s", units.Human(st.MemoryBytes), units.Human(st.MemoryLimitBytes)))
 	case st.MemoryLimitBytes == 0:
-		parts = append(parts, fmt.Sprintf("memory %s (no limit)", statsBytes(st.MemoryBytes)))
+		parts = append(parts, fmt.Sprintf("memory %s (no limit)", units.Human(st.MemoryBytes)))
 	default:
-		parts = append(parts, "memory "+statsBytes(st.MemoryBytes))
+		parts = append(parts, "memory "+units.Human(st.MemoryBytes))
 	}
 	if st.Pids >= 0 {
 		parts = append(parts, fmt.Sprintf("%d processes", st.Pids))
@@ -63,7 +64,7 @@ func describeStats(st sandbox.SandboxStats, workdir string) string {
 	parts = append(parts, statsDisk(workdir, st.DiskWorkspaceUsedBytes, st.DiskWorkspaceTotalBytes, st.DiskWorkspaceFreeBytes),
 		statsDisk("/", st.DiskRootUsedBytes, st.DiskRootTotalBytes, st.DiskRootFreeBytes))
 	if st.NetRxBytes >= 0 && st.NetTxBytes >= 0 {
-		parts = append(parts, fmt.Sprintf("net %s in, %s out", statsBytes(st.NetRxBytes), statsBytes(st.NetTxBytes)))
+		parts = append(parts, fmt.Sprintf("net %s in, %s out", units.Human(st.NetRxBytes), units.Human(st.NetTxBytes)))
 	}
 	if st.Note != "" {
 		parts = append(parts, "("+st.Note+")")
@@ -74,28 +75,13 @@ func describeStats(st sandbox.SandboxStats, workdir string) string {
 func statsDisk(path string, used, total, free int64) string {
 	s := path + " used unknown"
 	if used >= 0 {
-		s = path + " " + statsBytes(used) + " used"
+		s = path + " " + units.Human(used) + " used"
 	}
 	if total > 0 {
-		s += " of " + statsBytes(total)
+		s += " of " + units.Human(total)
 		if free >= 0 {
-			s += " (" + statsBytes(free) + " free)"
+			s += " (" + units.Human(free) + " free)"
 		}
 	}
 	return s
-}
-
-// statsBytes renders a byte count in binary units with one decimal.
-func statsBytes(n int64) string {
-	if n < 1024 {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		f /= 1024
-		if f < 1024 || unit == "TiB" {
-			return fmt.Sprintf("%.1f %s", f, unit)
-		}
-	}
-	return "" // not reached
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 )
 
 // HostCap bounds a host write whose bytes come from a sandbox (a
@@ -39,7 +39,7 @@ func (m *Manager) hostCap(ctx context.Context, sb *Sandbox, workspaceOnly bool) 
 	why := fmt.Sprintf("what the sandbox's %s disk limit holds, with tar's headers", disk)
 	if vs, ok := m.rt.(VolumeSizer); ok {
 		if n, sized, err := vs.VolumeSize(ctx, m.volumeFor(sb.Name)); err == nil && sized && n > 0 && (workspaceOnly || n > size) {
-			size, why = n, fmt.Sprintf("what the sandbox's workspace volume (%s) holds, with tar's headers", diskguard.Human(n))
+			size, why = n, fmt.Sprintf("what the sandbox's workspace volume (%s) holds, with tar's headers", units.Human(n))
 		}
 	}
 	if size <= 0 {

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 )
 
 // Peers say whom a child's network reaches.
@@ -144,42 +146,16 @@ func Derive(p Policy, left time.Duration) Policy {
 // "512M" (K, M, G, T are powers of 1024).
 type Bytes int64
 
-// ParseBytes reads "512M", "2G", "512MB", "1048576": a whole number with
-// an optional K, M, G or T (powers of 1024), which a B may follow.
+// ParseBytes reads "512M", "2G", "512MB", "1GiB", "1048576": a size as
+// units.ParseSize reads it.
 func ParseBytes(s string) (Bytes, error) {
-	t := strings.TrimSpace(s)
-	shift := uint(0)
-	if n := len(t); n >= 2 && t[n-1]|0x20 == 'b' && strings.IndexByte("kmgt", t[n-2]|0x20) >= 0 {
-		t = t[:n-1]
-	}
-	if n := len(t); n > 0 {
-		if i := strings.IndexByte("kmgt", t[n-1]|0x20); i >= 0 {
-			shift, t = uint(10*(i+1)), t[:n-1]
-		}
-	}
-	n, err := strconv.ParseUint(t, 10, 63)
-	if err != nil || t == "" || t[0] == '+' {
-		return 0, fmt.Errorf("size %q: want a whole number with an optional K, M, G or T, such as 512M", s)
-	}
-	if n > math.MaxInt64>>shift {
-		return 0, fmt.Errorf("size %q: too large", s)
-	}
-	return Bytes(n << shift), nil
+	n, err := units.ParseSize(s)
+	return Bytes(n), err
 }
 
 // String writes the size as ParseBytes reads it, in the largest unit
 // that divides it.
-func (b Bytes) String() string {
-	for _, u := range []struct {
-		shift uint
-		s     string
-	}{{40, "T"}, {30, "G"}, {20, "M"}, {10, "K"}} {
-		if b != 0 && b%(1<<u.shift) == 0 {
-			return strconv.FormatInt(int64(b>>u.shift), 10) + u.s
-		}
-	}
-	return strconv.FormatInt(int64(b), 10)
-}
+func (b Bytes) String() string { return units.FormatSize(int64(b)) }
 
 // MarshalJSON writes the size as a string ("512M").
 func (b Bytes) MarshalJSON() ([]byte, error) { return json.Marshal(b.String()) }

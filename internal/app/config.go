@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -261,17 +262,17 @@ func Settings() []Setting {
 				c.PoolSize = n
 				return nil
 			}},
-		{Flag: "outputs-cap", Env: "SANDBOX_MCP_OUTPUTS_CAP", ServeOnly: true, Default: formatBytes(d.OutputsCap),
+		{Flag: "outputs-cap", Env: "SANDBOX_MCP_OUTPUTS_CAP", ServeOnly: true, Default: units.FormatSize(d.OutputsCap),
 			Usage: "`size` the saved full outputs of truncated commands may take in the state directory, e.g. 256M or 1G; the oldest go first; 0 saves none",
 			set: func(c *Config, v string) error {
-				n, err := parseBytes(v)
+				n, err := units.ParseSize(v)
 				c.OutputsCap = n
 				return err
 			}},
-		{Flag: "output-cap-per-call", Env: "SANDBOX_MCP_OUTPUT_CAP_PER_CALL", ServeOnly: true, Default: formatBytes(d.OutputCallCap),
+		{Flag: "output-cap-per-call", Env: "SANDBOX_MCP_OUTPUT_CAP_PER_CALL", ServeOnly: true, Default: units.FormatSize(d.OutputCallCap),
 			Usage: "`size` one command's saved full output may take; past it the saved copy is cut",
 			set: func(c *Config, v string) error {
-				n, err := parseBytes(v)
+				n, err := units.ParseSize(v)
 				c.OutputCallCap = n
 				return err
 			}},
@@ -625,15 +626,13 @@ func sizeFromJSON(data json.RawMessage) (int64, error) {
 	}
 	switch v := v.(type) {
 	case string:
-		return parseBytes(v)
+		return units.ParseSize(v)
 	case float64:
-		return parseBytes(strconv.FormatFloat(v, 'f', -1, 64))
+		return units.ParseSize(strconv.FormatFloat(v, 'f', -1, 64))
 	}
 	return 0, fmt.Errorf("must be a size such as \"256M\" or a number of bytes, not %s", data)
 }
 
-// parseBytes reads a size: a whole number of bytes, or one with a K, M, G
-// or T suffix (powers of 1024, an optional trailing B or iB).
 // parseRetention reads a retention: a Go duration, a number of days ("7d")
 // or "forever" (-1). It must be positive.
 func parseRetention(s string) (time.Duration, error) {
@@ -666,36 +665,6 @@ func formatRetention(d time.Duration) string {
 		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
 	}
 	return d.String()
-}
-
-func parseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	t = strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(t), "B"), "I")
-	shift := 0
-	if t != "" {
-		if i := strings.IndexByte("KMGT", t[len(t)-1]); i >= 0 {
-			shift, t = 10*(i+1), t[:len(t)-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)>>shift {
-		return 0, fmt.Errorf("size %q must look like 256M, 1G or a number of bytes", s)
-	}
-	return n << shift, nil
-}
-
-// formatBytes renders a size as parseBytes reads it, in the largest
-// unit that divides it.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		suffix string
-		shift  int
-	}{{"T", 40}, {"G", 30}, {"M", 20}, {"K", 10}} {
-		if n != 0 && n%(1<<u.shift) == 0 {
-			return strconv.FormatInt(n>>u.shift, 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(n, 10)
 }
 
 // jsonKind names a Go type as a config file's author knows it.

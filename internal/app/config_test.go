@@ -208,7 +208,7 @@ func TestResolveErrors(t *testing.T) {
 		{"bad cpus env", sources{env: map[string]string{"SANDBOX_MCP_CPUS": "lots"}}, []string{"SANDBOX_MCP_CPUS", `"lots"`}},
 		{"cpus out of range", sources{flags: FlagValues{"cpus": "1000"}}, []string{"--cpus", "out of range"}},
 		{"bad cpus file", sources{env: withFile, files: cfg(`{"defaults": {"cpus": "two"}}`)}, []string{"/etc/smcp.json", "defaults.cpus", "a number"}},
-		{"bad outputs cap flag", sources{flags: FlagValues{"outputs-cap": "lots"}}, []string{"--outputs-cap", `"lots"`, "256M"}},
+		{"bad outputs cap flag", sources{flags: FlagValues{"outputs-cap": "lots"}}, []string{"--outputs-cap", `"lots"`, "512M"}},
 		{"negative outputs cap env", sources{env: map[string]string{"SANDBOX_MCP_OUTPUTS_CAP": "-1"}}, []string{"SANDBOX_MCP_OUTPUTS_CAP", `"-1"`}},
 		{"bad per-call cap file", sources{env: withFile, files: cfg(`{"output_cap_per_call": "5X"}`)}, []string{"/etc/smcp.json", "output_cap_per_call", `"5X"`}},
 		{"per-call cap of a wrong type", sources{env: withFile, files: cfg(`{"output_cap_per_call": true}`)}, []string{"/etc/smcp.json", "output_cap_per_call", "a size"}},

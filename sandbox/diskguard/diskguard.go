@@ -25,6 +25,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 )
 
 // Target is one directory to bound.
@@ -151,11 +153,11 @@ func (g *Guard) check(t Target, s *targetState) time.Duration {
 		s.killedAt = -1
 		if free, total, err := g.opts.Free(t.Dir); err == nil && grew && free < Floor(total) {
 			why = fmt.Sprintf("the host's free space fell to %s, below its floor of %s, while %s of sandbox %s grew: the writing command was stopped; remove files to continue",
-				human(free), human(Floor(total)), t.What, g.opts.Sandbox)
+				units.Human(free), units.Human(Floor(total)), t.What, g.opts.Sandbox)
 		}
 	case s.killedAt < 0 || used > s.killedAt+slack:
 		why = fmt.Sprintf("sandbox %s passed its disk limit of %s (%s holds %s): the writing command was stopped; remove files to continue",
-			g.opts.Sandbox, t.LimitText, t.What, human(used))
+			g.opts.Sandbox, t.LimitText, t.What, units.Human(used))
 	}
 	if why == "" {
 		return next
@@ -239,17 +241,4 @@ func statfs(dir string) (free, total int64, err error) {
 		return 0, 0, err
 	}
 	return int64(s.Bavail) * int64(s.Bsize), int64(s.Blocks) * int64(s.Bsize), nil
-}
-
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 )
 
 // ErrOverLimit marks a host write stopped at its byte limit.
@@ -74,12 +76,12 @@ func (w *Writer) check(n int64) error {
 		return w.err
 	}
 	if w.Limit > 0 && w.n+n > w.Limit {
-		w.err = fmt.Errorf("%s passed %s, %s: %w", w.What, human(w.Limit), w.LimitWhy, ErrOverLimit)
+		w.err = fmt.Errorf("%s passed %s, %s: %w", w.What, units.Human(w.Limit), w.LimitWhy, ErrOverLimit)
 		return w.err
 	}
 	if w.n+n > w.next {
 		// Room for these bytes and every one until the next look.
-		if err := belowFloor(w.Free, w.Dir, n+checkEvery, w.What+" stopped at "+human(w.n)); err != nil {
+		if err := belowFloor(w.Free, w.Dir, n+checkEvery, w.What+" stopped at "+units.Human(w.n)); err != nil {
 			w.err = err
 			return err
 		}
@@ -101,7 +103,7 @@ func belowFloor(free func(dir string) (free, total int64, err error), dir string
 		return nil
 	}
 	return fmt.Errorf("%s: the disk holding %s has %s free, and %s must stay free for the host: %w",
-		what, dir, human(f), human(Floor(total)), ErrHostFull)
+		what, dir, units.Human(f), units.Human(Floor(total)), ErrHostFull)
 }
 
 // Err is the error that stopped the writer, if any.
@@ -110,9 +112,6 @@ func (w *Writer) Err() error { return w.err }
 // FreeSpace reports the free bytes (for an unprivileged user) and total
 // bytes of the filesystem holding dir.
 func FreeSpace(dir string) (free, total int64, err error) { return statfs(dir) }
-
-// Human writes n bytes for people: "1.5 GiB".
-func Human(n int64) string { return human(n) }
 
 // watchEvery is how often Watch looks at the host's free space.
 const watchEvery = 200 * time.Millisecond
