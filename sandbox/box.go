@@ -33,6 +33,13 @@ type Sandbox struct {
 	IdleTTL time.Duration
 
 	pool *shell.Pool
+	// chores are the shells the server's own scripts use when none of
+	// pool's is idle (housekeep), opened on first use by newChores; they
+	// keep a sandbox whose user's commands fill its pool answering the job
+	// tools, and a burst of job calls from filling it.
+	choresMu  sync.Mutex
+	chores    *shell.Pool
+	newChores func() *shell.Pool
 	// own checks every shell open against the container it booted in (owner.go).
 	own *owner
 	// gen is the lifecycle generation (see lifecycle.go) it was booted
@@ -108,24 +115,39 @@ func (s *Sandbox) Go(fn func(ctx context.Context)) bool {
 }
 
 // housekeepQueueWait bounds how long one of the server's own scripts waits
-// for a free shell while the sandbox's shells are all busy, apart from its
-// own timeout: a loaded sandbox answers late rather than not at all.
+// for a free chore shell while they are all busy, apart from its own
+// timeout: a loaded sandbox answers late rather than not at all.
 const housekeepQueueWait = 2 * time.Minute
+
+// choreShells is how many shells a sandbox opens for the server's own
+// scripts when none of its pool's is idle.
+const choreShells = 2
 
 // errHousekeepSlow is the error of a housekeeping script that timed out,
 // waiting for a shell or running: the sandbox is busy, not gone, and
 // running the script again another way would only add to its load.
 var errHousekeepSlow = errors.New("the sandbox did not answer in time")
 
-// housekeep runs one of the server's own scripts on the sandbox's shells:
-// not recorded in history, not retried across a lifecycle change, bounded
-// by timeout once it runs and by housekeepQueueWait while it waits for a
-// shell. It returns the script's stdout (at most 4 MiB); a non-zero exit, a
-// timeout (errHousekeepSlow) or a lost shell is an error.
+// housekeep runs one of the server's own scripts in the sandbox: on an
+// idle shell of its pool when there is one (a warm round trip), else on
+// its chore shells, never on a new shell of the pool's (which the user's
+// commands may need). It is not recorded in history, not retried across a
+// lifecycle change, bounded by timeout once it runs and by
+// housekeepQueueWait while it waits for a chore shell. It returns the
+// script's stdout (at most 4 MiB); a non-zero exit, a timeout
+// (errHousekeepSlow) or a lost shell is an error.
 func (s *Sandbox) housekeep(ctx context.Context, script string, timeout time.Duration) ([]byte, error) {
 	var out bytes.Buffer
-	res, err := s.pool.Run(ctx, shell.Request{Command: script, Trusted: true, Timeout: timeout, QueueWait: housekeepQueueWait,
-		Stdout: &limitWriter{w: &out, n: 4 << 20}})
+	req := shell.Request{Command: script, Trusted: true, Timeout: timeout, QueueWait: housekeepQueueWait,
+		Stdout: &limitWriter{w: &out, n: 4 << 20}}
+	res, ran, err := s.pool.TryRun(ctx, req)
+	if !ran {
+		chores := s.chorePool()
+		if chores == nil {
+			return nil, shell.ErrPoolClosed
+		}
+		res, err = chores.Run(ctx, req)
+	}
 	switch {
 	case err != nil:
 		return nil, err
@@ -137,6 +159,24 @@ func (s *Sandbox) housekeep(ctx context.Context, script string, timeout time.Dur
 		return nil, fmt.Errorf("sandbox %q: housekeeping script ended with exit %d (shell lost %v)", s.Name, res.ExitCode, res.ShellLost)
 	}
 	return out.Bytes(), nil
+}
+
+// chorePool returns the sandbox's chore shells, made on first use; nil
+// once the sandbox has ended. Without newChores (a sandbox made in a
+// test) the chores share the pool.
+func (s *Sandbox) chorePool() *shell.Pool {
+	s.choresMu.Lock()
+	defer s.choresMu.Unlock()
+	switch {
+	case s.life.Err() != nil:
+		return nil
+	case s.chores != nil:
+		return s.chores
+	case s.newChores == nil:
+		return s.pool
+	}
+	s.chores = s.newChores()
+	return s.chores
 }
 
 // Ended reports why the sandbox ended, or "" while it is in use.
@@ -157,6 +197,11 @@ func (s *Sandbox) end(why string) {
 		s.cancel()
 		s.closeAgent()
 		s.pool.Close()
+		s.choresMu.Lock()
+		if s.chores != nil {
+			s.chores.Close()
+		}
+		s.choresMu.Unlock()
 		s.work.Wait()
 	})
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -547,6 +549,48 @@ func TestJobLogsUnderFourServersOnEngine(t *testing.T) {
 			}
 			if failed > 0 {
 				t.Errorf("%d of 100 logs calls failed", failed)
+			}
+		})
+	}
+}
+
+// TestJobToolsAnswerWhileCommandsFillThePoolOnEngine: with every shell of
+// a sandbox's pool running a long command, the job tools still answer,
+// on the sandbox's chore shells, while those commands run on.
+func TestJobToolsAnswerWhileCommandsFillThePoolOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			const size = 2
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image}, PoolSize: size})
+			t.Cleanup(m.Close)
+			const box = "full"
+			startJob(t, m, box, "j", "echo hello; sleep 1000")
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			t.Cleanup(func() { cancel(); wg.Wait() })
+			var ended atomic.Int32
+			for i := range size {
+				wg.Go(func() {
+					defer ended.Add(1)
+					_, _ = m.Exec(ctx, box, shell.Request{Command: fmt.Sprintf("touch /tmp/full-%d; sleep 600", i), Timeout: 10 * time.Minute})
+				})
+			}
+			enginetest.WaitFor(t, "every shell of the pool to run its long command", func() error {
+				cmd := exec.Command(rt.Binary(), "exec", m.ContainerFor(box), "sh", "-c", fmt.Sprintf("[ $(ls /tmp/full-* | wc -l) -eq %d ]", size))
+				cmd.Env = append(cmd.Environ(), tg.Env...)
+				return cmd.Run()
+			})
+			logs, err := m.JobLogs(guarded(t), box, "j", sandbox.LogOptions{Since: -1, Tail: 10, Max: 4096})
+			if err != nil || !strings.Contains(string(logs.Data), "hello") {
+				t.Fatalf("logs while the pool is full: %+v, %v", logs, err)
+			}
+			if _, err := m.Jobs(guarded(t), box); err != nil {
+				t.Fatalf("jobs while the pool is full: %v", err)
+			}
+			if n := ended.Load(); n != 0 {
+				t.Fatalf("%d of the %d long commands had ended when the job tools answered", n, size)
 			}
 		})
 	}

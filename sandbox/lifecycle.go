@@ -294,6 +294,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	}
 	sb := newSandbox(name, ctr, prof, m.IdleTTL(name), pool)
 	sb.own = own
+	sb.newChores = func() *shell.Pool { return m.newChorePool(own) }
 	sb.limits = lim
 	sb.egress.mode = egressAt
 	if validChannelDir(channelAt) {

@@ -209,8 +209,20 @@ func (o *owner) target() string {
 // server's mark (see ServerVar) and is opened only into the container own
 // accepts.
 func (m *Manager) newPool(own *owner) *shell.Pool {
-	host := markedHost{containerHost: containerHost{rt: m.rt, name: own.ctr}, env: map[string]string{guest.ShellVar: m.serverID}}
-	return shell.NewPool(host, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: own.gate}, m.cfg.PoolSize)
+	return shell.NewPool(m.shellHost(own), shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: own.gate}, m.cfg.PoolSize)
+}
+
+// shellHost opens the shells of the sandbox own checks, marked as this
+// server's.
+func (m *Manager) shellHost(own *owner) markedHost {
+	return markedHost{containerHost: containerHost{rt: m.rt, name: own.ctr}, env: map[string]string{guest.ShellVar: m.serverID}}
+}
+
+// newChorePool returns the shells of a sandbox for the server's own
+// scripts (Sandbox.housekeep): marked and gated as its pool's are, with
+// no state of the user's carried between them.
+func (m *Manager) newChorePool(own *owner) *shell.Pool {
+	return shell.NewPool(m.shellHost(own), shell.Options{Init: m.shellInit(), Gate: own.gate}, choreShells)
 }
 
 // markedHost starts a sandbox's shells with env in their environment, so

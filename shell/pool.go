@@ -131,6 +131,41 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 	if req.Timeout > 0 && req.QueueWait == 0 {
 		req.Timeout = max(req.Timeout-queued, time.Millisecond)
 	}
+	return p.runOn(ctx, sh, req, queued)
+}
+
+// TryRun runs one command on a shell of the pool that is open and idle
+// now: it neither waits for one nor opens one. ok is false, and nothing
+// ran, when none is idle.
+func (p *Pool) TryRun(ctx context.Context, req Request) (res Result, ok bool, err error) {
+	select {
+	case p.sem <- struct{}{}:
+	default:
+		return Result{}, false, nil
+	}
+	p.mu.Lock()
+	var sh *Shell
+	for n := len(p.idle); n > 0 && sh == nil && !p.closed; n = len(p.idle) {
+		sh = p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if sh.Dead() {
+			delete(p.live, sh)
+			p.closeLater(sh)
+			sh = nil
+		}
+	}
+	p.mu.Unlock()
+	if sh == nil {
+		<-p.sem
+		return Result{}, false, nil
+	}
+	res, err = p.runOn(ctx, sh, req, 0)
+	return res, true, err
+}
+
+// runOn runs req on sh, a shell the caller took with its slot, and gives
+// both back.
+func (p *Pool) runOn(ctx context.Context, sh *Shell, req Request, queued time.Duration) (Result, error) {
 	p.keepSpare()
 	p.mu.Lock()
 	var target *State

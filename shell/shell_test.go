@@ -355,3 +355,35 @@ func TestQueueWaitApartFromTimeout(t *testing.T) {
 		t.Fatalf("past QueueWait: %+v, %v; want a timeout before the command started", res, err)
 	}
 }
+
+// TestTryRunOnlyOnAnIdleShell: TryRun runs on a shell that is open and
+// idle, and otherwise runs nothing at once: not while the only shell is
+// busy, not in a pool with no shell open yet. (A pool of one: a larger
+// one opens a spare shell while its only one is busy.)
+func TestTryRunOnlyOnAnIdleShell(t *testing.T) {
+	p := NewPool(localHost{}, Options{}, 1)
+	t.Cleanup(p.Close)
+	dir := t.TempDir()
+	if _, ok, err := p.TryRun(context.Background(), Request{Command: "touch " + dir + "/early"}); ok || err != nil {
+		t.Fatalf("TryRun in a pool with no shell open: ran %v, %v", ok, err)
+	}
+	runPool(t, p, Request{Command: "true"}) // opens one shell
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = p.Run(context.Background(), Request{Command: "sleep 1"})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, ok, err := p.TryRun(context.Background(), Request{Command: "touch " + dir + "/busy"}); ok || err != nil {
+		t.Fatalf("TryRun while the only open shell is busy: ran %v, %v", ok, err)
+	}
+	<-done
+	var out bytes.Buffer
+	res, ok, err := p.TryRun(context.Background(), Request{Command: "echo idle", Stdout: &out})
+	if !ok || err != nil || res.ExitCode != 0 || out.String() != "idle\n" {
+		t.Fatalf("TryRun on an idle shell: ran %v, %+v, %v, %q", ok, res, err, out.String())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("a TryRun that said it did not run ran: %v", ents)
+	}
+}

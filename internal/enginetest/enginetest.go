@@ -196,6 +196,7 @@ var OlderReleaseSuites = map[string]bool{
 // Apple's real CLI, it runs them.
 var LoadSuites = map[string]bool{
 	"TestHostileCommandsOnEngine": true, "TestJobLogsUnderFourServersOnEngine": true, "TestJobsAtScaleOnEngine": true,
+	"TestJobToolsAnswerWhileCommandsFillThePoolOnEngine": true,
 }
 
 // entryName is how SANDBOX_MCP_TEST_RUNTIMES spells e.
