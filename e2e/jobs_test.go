@@ -229,6 +229,23 @@ func waitProcs(t *testing.T, s *server, sb, job string, n float64) result {
 	return r
 }
 
+// waitSleeps waits until a process runs `sleep N` for each N: a process
+// that set `trap ” TERM` before it exec'd sleep ignores TERM from then on
+// (the job's process count sees it earlier, while it may not have yet).
+func waitSleeps(t *testing.T, s *server, sb string, ns ...int) {
+	t.Helper()
+	var check strings.Builder
+	for _, n := range ns {
+		fmt.Fprintf(&check, "pgrep -f '^sleep %d$' >/dev/null || exit 1; ", n)
+	}
+	enginetest.WaitFor(t, fmt.Sprintf("sleeps %v to run", ns), func() error {
+		if r := s.call(t, "exec", map[string]any{"sandbox": sb, "command": check.String()}); r.isError || r.num("exit_code") != 0 {
+			return fmt.Errorf("not yet: %s", r.text)
+		}
+		return nil
+	})
+}
+
 // TestJobsTellTheTruth: kill ends a child that ignores TERM and one in its
 // own session (a second kill with KILL finishes the work), and a sandbox
 // whose container was stopped behind the server's back is neither started
@@ -249,6 +266,7 @@ func TestJobsTellTheTruth(t *testing.T) {
 				t.Fatal(r.text)
 			}
 			waitProcs(t, s, sb, "tree", 4)
+			waitSleeps(t, s, sb, 1000, 1001, 1002)
 			// TERM alone, when asked: what ignores it is said, and runs on.
 			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "tree", "signal": "TERM"})
 			if r.isError || r.data["ended"] != false || r.num("processes") != 2 || r.num("exit_code") != 143 ||
@@ -277,6 +295,7 @@ func TestJobsTellTheTruth(t *testing.T) {
 				t.Fatal(r.text)
 			}
 			waitProcs(t, s, sb, "tree2", 4)
+			waitSleeps(t, s, sb, 1003, 1004, 1005)
 			r = s.call(t, "kill", map[string]any{"sandbox": sb, "name": "tree2"})
 			if r.isError || r.data["ended"] != true || r.num("processes") != 0 || r.num("killed") != 2 || r.num("signalled") != 4 ||
 				!strings.Contains(r.text, "sent SIGTERM to 4 processes") || !strings.Contains(r.text, "2 processes ignored it for 2s and were killed") {
