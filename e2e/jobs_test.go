@@ -230,7 +230,7 @@ func waitProcs(t *testing.T, s *server, sb, job string, n float64) result {
 }
 
 // waitSleeps waits until a process runs `sleep N` for each N: a process
-// that set `trap ” TERM` before it exec'd sleep ignores TERM from then on
+// that set its trap to ignore TERM before it exec'd sleep ignores it from then on
 // (the job's process count sees it earlier, while it may not have yet).
 func waitSleeps(t *testing.T, s *server, sb string, ns ...int) {
 	t.Helper()
