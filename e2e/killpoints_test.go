@@ -13,7 +13,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/internal/killpoint"
 )
 
-// TestKillPoints: the server killed with SIGKILL at 8 points of each of
+// TestKillPoints: the server killed with SIGKILL at 6 points of each of
 // write_file, upload, download, sync, snapshot, restore, clone and the
 // agent's installation, each followed by the next server on the same state
 // directory: every file the operation touched is as it was or as the
@@ -25,7 +25,7 @@ import (
 // SANDBOX_MCP_KILLPOINT_OPS names fewer operations.
 func TestKillPoints(t *testing.T) {
 	tg := enginetest.Targets(t)[0]
-	points := 8
+	points := 6
 	if v, err := strconv.Atoi(os.Getenv("SANDBOX_MCP_KILLPOINTS")); err == nil && v > 0 {
 		points = v
 	}

@@ -189,15 +189,18 @@ var OlderReleaseSuites = map[string]bool{
 // LoadSuites are the engine suites that put the server under load or run
 // hostile programs (output floods, commands that outlive their timeout, a
 // hundred job calls at once, thousands of jobs, a pool full of long
-// commands) to check the server's own answers. Their engine calls are
+// commands, 150 MB messages, `cat /dev/zero`) to check the server's own answers. Their engine calls are
 // those the other suites make, so on the stand-in they would load podman
 // beneath it a second time, through a relay, and check nothing of the
 // Apple dialect that the other suites do not: the stand-in leaves them to
 // podman and docker when either is listed. Listed alone, and on Apple's
 // real CLI, it runs them.
 var LoadSuites = map[string]bool{
+	// package sandbox
 	"TestHostileCommandsOnEngine": true, "TestJobLogsUnderFourServersOnEngine": true, "TestJobsAtScaleOnEngine": true,
 	"TestJobToolsAnswerWhileCommandsFillThePoolOnEngine": true,
+	// package e2e
+	"TestLargeMessages": true, "TestCatDevZeroIsBounded": true, "TestCommandsCannotLie": true,
 }
 
 // entryName is how SANDBOX_MCP_TEST_RUNTIMES spells e.
