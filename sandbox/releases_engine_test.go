@@ -26,13 +26,16 @@ import (
 // its release's table refuses, so a call the dialect makes wrongly for
 // that release fails here with the CLI's own text.
 //
-// The releases run one after another: the package's other tests run the
-// full suites meanwhile, and 2 CPUs are all CI has.
+// The releases run side by side, as many at once as -parallel allows: a
+// top-level parallel test runs after the package's sequential tests have
+// ended, so one after another they were a tail of their own at the end of
+// the package's run, with the machine otherwise idle.
 func TestEveryAppleRelease(t *testing.T) {
 	targets := enginetest.StandInReleases(t)
 	t.Parallel()
 	for _, tg := range targets {
 		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel() // each release's life is its own: prefix, state, snapshots
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
 			store, err := state.New(t.TempDir())
