@@ -52,6 +52,10 @@ const (
 	envSystem  = "CONTAINER_STANDIN_SYSTEM"
 	envLog     = "CONTAINER_STANDIN_LOG"
 	envDomain  = "CONTAINER_STANDIN_REGISTRY_DOMAIN"
+	// envGraphRoot, when set, is podman's storage root, which the stand-in
+	// would otherwise ask `podman info` for at each volume it makes (a
+	// command that costs several ordinary ones).
+	envGraphRoot = "CONTAINER_STANDIN_GRAPHROOT"
 
 	defaultVersion = "1.5.0"
 	stoppedMarker  = "system-stopped"

@@ -49,9 +49,15 @@ func (a *app) volumeImageDir() (string, string) {
 			return "", "the engine is remote"
 		}
 	}
-	r := a.eng.run("info", "--format", "{{.Store.GraphRoot}}")
-	root := strings.TrimSpace(string(r.stdout))
-	if !r.ok() || !filepath.IsAbs(root) {
+	root := os.Getenv(envGraphRoot)
+	if root == "" {
+		r := a.eng.run("info", "--format", "{{.Store.GraphRoot}}")
+		if !r.ok() {
+			return "", "the engine did not name its storage"
+		}
+		root = strings.TrimSpace(string(r.stdout))
+	}
+	if !filepath.IsAbs(root) {
 		return "", "the engine did not name its storage"
 	}
 	return filepath.Join(filepath.Dir(root), volumeDisksDir), ""

@@ -24,7 +24,20 @@ const (
 	EnvStandInHome    = "CONTAINER_STANDIN_HOME"
 	EnvStandInSystem  = "CONTAINER_STANDIN_SYSTEM"
 	EnvStandInLog     = "CONTAINER_STANDIN_LOG"
+	// EnvStandInGraphRoot gives the stand-in podman's storage root, asked
+	// once per test process instead of once per volume.
+	EnvStandInGraphRoot = "CONTAINER_STANDIN_GRAPHROOT"
 )
+
+// podmanGraphRoot is podman's storage root, asked once per test process;
+// "" when podman does not say.
+var podmanGraphRoot = sync.OnceValue(func() string {
+	out, err := exec.Command("podman", "info", "--format", "{{.Store.GraphRoot}}").Output()
+	if root := strings.TrimSpace(string(out)); err == nil && filepath.IsAbs(root) {
+		return root
+	}
+	return ""
+})
 
 // standInTarget is Apple's container CLI as the stand-in emulates it, at
 // version ("" for the stand-in's default, the newest release it knows).
@@ -39,6 +52,9 @@ func standInTarget(t testing.TB, version string) Target {
 	}
 	if argvRecord != "" {
 		env = append(env, EnvStandInLog+"="+argvRecord)
+	}
+	if root := podmanGraphRoot(); root != "" {
+		env = append(env, EnvStandInGraphRoot+"="+root)
 	}
 	// Servers find the stand-in as `container` on PATH.
 	serverEnv := append([]string{"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")}, env...)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/loopdisk"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -39,18 +40,52 @@ var (
 const LabelDiskImage = "io.sandbox-mcp.disk-image"
 
 // DiskSupport implements sandbox.DiskLimiter. It asks the engine once and
-// caches a successful answer.
+// caches a successful answer, for this process: `podman info` costs
+// several times an ordinary engine command (it asks the package manager
+// for the version of each of podman's helpers), and the answer holds for
+// every Dialect of the same engine.
 func (d *Dialect) DiskSupport(ctx context.Context) sandbox.DiskSupport {
 	d.diskMu.Lock()
 	defer d.diskMu.Unlock()
 	if d.disk != nil {
 		return *d.disk
 	}
+	key := d.engineKey()
+	if c, ok := diskCache.Load(key); ok {
+		e := c.(diskAnswer)
+		d.disk, d.disksDir = &e.ds, e.disksDir
+		return e.ds
+	}
 	ds, err := d.detectDisk(ctx)
 	if err == nil {
 		d.disk = &ds
+		diskCache.Store(key, diskAnswer{ds: ds, disksDir: d.disksDir})
 	}
 	return ds
+}
+
+// diskCache holds DiskSupport's answers by engineKey.
+var diskCache sync.Map
+
+// diskAnswer is one engine's DiskSupport answer, and where its workspace
+// images live.
+type diskAnswer struct {
+	ds       sandbox.DiskSupport
+	disksDir string
+}
+
+// engineKey tells engines apart for diskCache: the flavor, the binary,
+// and the environment that picks the engine and its storage.
+func (d *Dialect) engineKey() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\x00%s", d.flavor, d.cli.Binary)
+	for _, k := range []string{"DOCKER_HOST", "CONTAINER_HOST", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "DOCKER_CONTEXT", "DOCKER_CONFIG"} {
+		fmt.Fprintf(&b, "\x00%s=%s", k, os.Getenv(k))
+	}
+	for _, e := range d.cli.Env {
+		fmt.Fprintf(&b, "\x00%s", e)
+	}
+	return b.String()
 }
 
 func (d *Dialect) detectDisk(ctx context.Context) (sandbox.DiskSupport, error) {

@@ -90,3 +90,36 @@ func TestDiskSupportRootlessVFS(t *testing.T) {
 		t.Errorf("%+v", ds)
 	}
 }
+
+// TestDiskSupportAsksTheEngineOnce: `podman info` costs several ordinary
+// engine commands, so the Dialects of one engine in a process share its
+// answer; another engine (another binary) is asked for its own.
+func TestDiskSupportAsksTheEngineOnce(t *testing.T) {
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls")
+	fake := func(name string) string {
+		bin := filepath.Join(dir, name, "podman")
+		script := "#!/bin/sh\necho \"$1\" >>" + calls + "\n[ \"$1\" = info ] && echo 'false|v2|overlay|extfs|/var/lib/containers/storage'\n"
+		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return bin
+	}
+	a, b := fake("a"), fake("b")
+	for range 3 {
+		if ds := New(Options{Flavor: Podman, Binary: a}).DiskSupport(context.Background()); !ds.Pids {
+			t.Fatalf("%+v", ds)
+		}
+	}
+	New(Options{Flavor: Podman, Binary: b}).DiskSupport(context.Background())
+	out, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), "info\n"); n != 2 {
+		t.Fatalf("the engines were asked %d times (%q); want once each", n, out)
+	}
+}
