@@ -535,9 +535,11 @@ func cmdBuild(a *app, p *parsed) error {
 	for i, t := range tags {
 		names[i] = normalizeRef(t)
 	}
-	// Apple's builder keeps its cache in the builder VM, not in the image
-	// store: podman's intermediate images would be left in the store as
-	// untagged images that `container image list` never shows.
+	// Sources/ContainerCommands/BuildCommand.swift (0.8.0 to 1.2.2): the
+	// builder's `type=oci` export, its final image only, is loaded into
+	// the image store (ClientImage.load) and tagged; the build's cache
+	// stays in the builder (--cache-in/--cache-out). So no image of a
+	// step reaches the store, as podman's layer cache would leave them.
 	args := []string{"build", "--layers=false", "-f", file}
 	if p.Has("pull") {
 		args = append(args, "--pull=always")
