@@ -145,14 +145,8 @@ func (p *Pool) TryRun(ctx context.Context, req Request) (res Result, ok bool, er
 	}
 	p.mu.Lock()
 	var sh *Shell
-	for n := len(p.idle); n > 0 && sh == nil && !p.closed; n = len(p.idle) {
-		sh = p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		if sh.Dead() {
-			delete(p.live, sh)
-			p.closeLater(sh)
-			sh = nil
-		}
+	if !p.closed {
+		sh = p.popIdle()
 	}
 	p.mu.Unlock()
 	if sh == nil {
@@ -276,15 +270,9 @@ func (p *Pool) acquireSlot(ctx context.Context) (*Shell, error) {
 		<-p.sem
 		return nil, ErrPoolClosed
 	}
-	for n := len(p.idle); n > 0; n = len(p.idle) {
-		sh := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		if !sh.Dead() {
-			p.mu.Unlock()
-			return sh, nil
-		}
-		delete(p.live, sh)
-		p.closeLater(sh)
+	if sh := p.popIdle(); sh != nil {
+		p.mu.Unlock()
+		return sh, nil
 	}
 	p.mu.Unlock()
 	sh, err := Open(ctx, poolHost{p}, p.opts)
@@ -302,6 +290,21 @@ func (p *Pool) acquireSlot(ctx context.Context) (*Shell, error) {
 	p.live[sh] = struct{}{}
 	p.mu.Unlock()
 	return sh, nil
+}
+
+// popIdle takes the most recently used idle shell that is still alive,
+// closing the dead ones it passes; nil when none is. p.mu is held.
+func (p *Pool) popIdle() *Shell {
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		sh := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if !sh.Dead() {
+			return sh
+		}
+		delete(p.live, sh)
+		p.closeLater(sh)
+	}
+	return nil
 }
 
 // release returns a shell to the idle list, or closes it when drop is set.
