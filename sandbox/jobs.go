@@ -225,19 +225,8 @@ func (m *Manager) job(name, jobName string) (state.Job, error) {
 // it runs nothing and returns why the sandbox's jobs are lost.
 func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byte, lost string, err error) {
 	if sb, ok := m.Lookup(name); ok {
-		// Reading a job's logs, listing or signalling jobs is use: an agent
-		// that polls a long build must not see its sandbox stopped for idle.
-		done := sb.busy()
-		out, err := sb.housekeep(ctx, script, jobOpTimeout)
-		done()
-		switch {
-		case err == nil:
-			return out, "", nil
-		case ctx.Err() != nil:
-			return nil, "", ctx.Err()
-		case errors.Is(err, errHousekeepSlow):
-			// Busy, not gone: an engine exec would only add to the load.
-			return nil, "", fmt.Errorf("job script: %w", err)
+		if out, ok, err := jobOnShells(ctx, sb, script); ok {
+			return out, "", err
 		}
 		// The shells may have ended with the container: ask the engine.
 	}
@@ -246,16 +235,8 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		return nil, lost, err
 	}
 	if sb != nil {
-		done := sb.busy()
-		out, err := sb.housekeep(ctx, script, jobOpTimeout)
-		done()
-		switch {
-		case err == nil:
-			return out, "", nil
-		case ctx.Err() != nil:
-			return nil, "", ctx.Err()
-		case errors.Is(err, errHousekeepSlow):
-			return nil, "", fmt.Errorf("job script: %w", err)
+		if out, ok, err := jobOnShells(ctx, sb, script); ok {
+			return out, "", err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, jobOpTimeout)
@@ -268,6 +249,27 @@ func (m *Manager) jobScript(ctx context.Context, name, script string) (out []byt
 		return nil, "", fmt.Errorf("sandbox %q: job script: %w", name, err)
 	}
 	return res.Stdout, "", nil
+}
+
+// jobOnShells runs a job script on sb's shells. ok is false when their
+// failure leaves an engine exec worth trying (the shells may have ended
+// with the container); a sandbox that is only busy is not one: another
+// exec would only add to its load.
+func jobOnShells(ctx context.Context, sb *Sandbox, script string) (out []byte, ok bool, err error) {
+	// Reading a job's logs, listing or signalling jobs is use: an agent
+	// that polls a long build must not see its sandbox stopped for idle.
+	done := sb.busy()
+	out, err = sb.housekeep(ctx, script, jobOpTimeout)
+	done()
+	switch {
+	case err == nil:
+		return out, true, nil
+	case ctx.Err() != nil:
+		return nil, true, ctx.Err()
+	case errors.Is(err, errHousekeepSlow):
+		return nil, true, fmt.Errorf("job script: %w", err)
+	}
+	return nil, false, nil
 }
 
 // jobAdoption is one server's look at a sandbox it has no shells in, for
