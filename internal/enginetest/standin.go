@@ -29,10 +29,15 @@ const (
 	EnvStandInGraphRoot = "CONTAINER_STANDIN_GRAPHROOT"
 )
 
-// podmanGraphRoot is podman's storage root, asked once per test process;
-// "" when podman does not say.
+// podmanGraphRoot is the storage root of the podman beneath the stand-in
+// (CONTAINER_STANDIN_ENGINE, else podman), asked once per test process;
+// "" when it does not say.
 var podmanGraphRoot = sync.OnceValue(func() string {
-	out, err := exec.Command("podman", "info", "--format", "{{.Store.GraphRoot}}").Output()
+	bin := os.Getenv("CONTAINER_STANDIN_ENGINE")
+	if bin == "" {
+		bin = "podman"
+	}
+	out, err := exec.Command(bin, "info", "--format", "{{.Store.GraphRoot}}").Output()
 	if root := strings.TrimSpace(string(out)); err == nil && filepath.IsAbs(root) {
 		return root
 	}
