@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -296,4 +297,119 @@ func TestDoctorFailures(t *testing.T) {
 	if out, code := run(nil, "--runtime", tg.Runtime, "--image", tg.Image); code == 0 || !strings.Contains(out, "state:    FAIL") || !strings.Contains(out, "lock") {
 		t.Errorf("a locked state file: %d %q", code, out)
 	}
+}
+
+// TestAuditCLI: every tool call through a real client leaves a record in
+// the state directory that `sandbox-mcp audit` shows, without the
+// secrets, tokens and file contents the calls carried; --sandbox picks
+// one sandbox's calls, and --follow prints a call made after it started.
+func TestAuditCLI(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	s := startServer(t, tg, prefix, "")
+	const token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789"
+	const secret = "sekrit-value-9f8e7d"
+	calls := []struct {
+		tool string
+		args map[string]any
+	}{
+		{"exec", map[string]any{"sandbox": "audited", "command": "echo hello; echo 'Authorization: Bearer " + token + "' >/dev/null"}},
+		{"write_file", map[string]any{"sandbox": "audited", "path": "/tmp/f.txt", "content": "file-body-never-logged"}},
+		{"env", map[string]any{"sandbox": "audited", "action": "set", "key": "API_KEY", "value": secret, "secret": true}},
+		{"exec", map[string]any{"sandbox": "audited", "command": "echo $API_KEY"}},
+		{"exec", map[string]any{"sandbox": "audited", "command": []any{"not", "a", "string"}}},
+	}
+	for _, c := range calls {
+		s.call(t, c.tool, c.args)
+	}
+	flags := []string{"--state-dir", s.stateDir}
+	out, ok := runCLI(t, tg, append([]string{"audit", "--json"}, flags...)...)
+	if !ok {
+		t.Fatalf("audit --json:\n%s", out)
+	}
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit --json printed %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != len(calls) {
+		t.Fatalf("%d records for %d calls:\n%s", len(recs), len(calls), out)
+	}
+	for i, r := range recs {
+		if r["tool"] != calls[i].tool || r["sandbox"] != "audited" || r["client"] != "e2e 0" || r["session"] == "" {
+			t.Errorf("record %d: %v", i, r)
+		}
+	}
+	if recs[0]["status"] != "ok" || recs[0]["duration_ms"].(float64) <= 0 || recs[0]["result_bytes"].(float64) == 0 {
+		t.Errorf("the first exec: %v", recs[0])
+	}
+	if recs[4]["status"] != "error" {
+		t.Errorf("a call refused for its arguments: %v", recs[4])
+	}
+	for _, leak := range []string{token, secret, "file-body-never-logged"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("%q is in the audit log:\n%s", leak, out)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(s.stateDir, "audit", "audit.jsonl"))
+	if err != nil || strings.Contains(string(raw), secret) || strings.Contains(string(raw), token) {
+		t.Errorf("the file itself: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(s.stateDir, "audit", "audit.jsonl")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the audit file is not private: %v %v", fi.Mode(), err)
+	}
+
+	out, ok = runCLI(t, tg, append([]string{"audit", "--sandbox", "other"}, flags...)...)
+	if !ok || strings.TrimSpace(out) != "" {
+		t.Errorf("audit --sandbox other: %q", out)
+	}
+	out, ok = runCLI(t, tg, append([]string{"audit", "--sandbox", "audited"}, flags...)...)
+	if !ok || strings.Count(out, "\n") != len(calls) || !strings.Contains(out, "write_file") || !strings.Contains(out, "<22 bytes>") {
+		t.Errorf("audit --sandbox audited:\n%s", out)
+	}
+	if out, ok := runCLI(t, tg, append([]string{"audit", "--sandbox", "../x"}, flags...)...); ok {
+		t.Errorf("a bad sandbox name was taken: %s", out)
+	}
+
+	// --follow prints what comes after it started.
+	cmd := exec.Command(binary, append([]string{"audit", "--follow"}, flags...)...)
+	cmd.Env = append(os.Environ(), tg.Env...)
+	var buf syncBuffer
+	cmd.Stdout = &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	s.call(t, "exec", map[string]any{"sandbox": "audited", "command": "echo followed-call"})
+	deadline := time.Now().Add(enginetest.HangGuard)
+	for !strings.Contains(buf.String(), "followed-call") {
+		if time.Now().After(deadline) {
+			t.Fatalf("audit --follow did not print the new call:\n%s", buf.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := strings.Count(buf.String(), "\n"); n != len(calls)+1 {
+		t.Errorf("audit --follow printed %d lines, want %d:\n%s", n, len(calls)+1, buf.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

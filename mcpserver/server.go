@@ -134,6 +134,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Notices, if set, are added to the next tool result.
 	Notices *Notices
+	// Audit, if set, gets a record of every tool call; Redact hides a
+	// sandbox's secrets in what the record shows (nil: credential-shaped
+	// text only).
+	Audit  Auditor
+	Redact func(sandbox, text string) string
 }
 
 // tool is one tool definition with its handler and group.
@@ -145,10 +150,12 @@ type tool struct {
 
 // Server holds the tool handlers' dependencies.
 type Server struct {
-	m       Sandboxes
-	outputs *outputStore
-	log     *slog.Logger
-	ms      *server.MCPServer
+	m Sandboxes
+	// sandboxTools are the tools that take a sandbox (default: "default").
+	sandboxTools map[string]bool
+	outputs      *outputStore
+	log          *slog.Logger
+	ms           *server.MCPServer
 
 	hostRoots *hostRoots
 	syncs     Syncs
@@ -229,16 +236,27 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.ms = server.NewMCPServer("sandbox-mcp", version,
+	s.sandboxTools = map[string]bool{}
+	for _, d := range defs {
+		if _, ok := d.InputSchema.Properties["sandbox"]; ok {
+			s.sandboxTools[d.Name] = true
+		}
+	}
+	mws := []server.ServerOption{
+		server.WithToolHandlerMiddleware(restoreLifted), // outermost: the arguments as sent
+	}
+	if opts.Audit != nil {
+		mws = append(mws, server.WithToolHandlerMiddleware(s.auditCalls(opts.Audit, opts.Redact))) // bad calls too
+	}
+	s.ms = server.NewMCPServer("sandbox-mcp", version, append(mws,
 		server.WithToolCapabilities(opts.Dynamic),
 		server.WithRecovery(),
-		server.WithToolHandlerMiddleware(restoreLifted),   // outermost: the arguments as sent
 		server.WithToolHandlerMiddleware(args.middleware), // nothing runs on bad arguments
 		server.WithToolHandlerMiddleware(releaseAfterLarge),
 		server.WithToolHandlerMiddleware(opts.Notices.middleware),
 		server.WithHooks(dropRawArguments()),
 		server.WithInstructions(instructions),
-	)
+	)...)
 	s.ms.AddNotificationHandler(mcp.MethodNotificationRootsListChanged, func(context.Context, mcp.JSONRPCNotification) {
 		s.forgetClientRoots()
 	})

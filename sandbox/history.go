@@ -298,6 +298,9 @@ func (h *History) Forget(name string) error {
 }
 
 // Redact hides sandbox name's secrets and token-shaped text in s.
+func (m *Manager) Redact(name, s string) string { return m.history.Redact(name, s) }
+
+// Redact hides sandbox name's secrets and token-shaped text in s.
 func (h *History) Redact(name, s string) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -163,7 +163,28 @@ func peopleCommands() []*cobra.Command {
 	netCmd.Flags().BoolVar(&netRefused, "refused", false, "only refused connections in the log")
 	netCmd.Flags().IntVar(&netLast, "last", 20, "how many log entries to show")
 
-	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd}
+	var auditOpts app.AuditOptions
+	auditCmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Show the tool calls the servers answered",
+		Long: "Show the audit log of tool calls kept in the state directory, oldest first: time, tool, sandbox,\n" +
+			"status, duration, result size, client and arguments (secrets hidden, file contents by their size).\n" +
+			"With --follow, go on printing calls as they come. No engine is needed." + exits,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Audit(cmd.Context(), cfg, auditOpts, os.Stdout)
+		},
+	}
+	auditCmd.Flags().BoolVar(&auditOpts.JSON, "json", false, "print the records as kept, one JSON object per line")
+	auditCmd.Flags().BoolVarP(&auditOpts.Follow, "follow", "f", false, "go on printing calls as they come")
+	auditCmd.Flags().StringVar(&auditOpts.Sandbox, "sandbox", "", "only the calls on sandbox `NAME`")
+	auditCmd.Flags().DurationVar(&auditOpts.Since, "since", 0, "only the calls of the last `duration` (e.g. 1h)")
+
+	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd}
 }
 
 func errUsage(cmd *cobra.Command) error {

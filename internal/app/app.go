@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
+	"github.com/sandbox-mcp/sandbox-mcp/audit"
 	"github.com/sandbox-mcp/sandbox-mcp/children"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
@@ -188,6 +189,17 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		env.Terminals.CloseSandbox(name)
 		env.Children.ParentChanged(name, event) // reset, restore, destroy
 	})
+	var auditLog mcpserver.Auditor
+	if cfg.AuditCap > 0 {
+		al, err := audit.Open(filepath.Join(cfg.StateDir, "audit"), cfg.AuditCap, func(err error) {
+			logger.Warn("tool calls are not being recorded in the audit log; the next record written counts those lost", "err", err)
+		})
+		if err != nil {
+			return err
+		}
+		defer al.Close()
+		auditLog = al
+	}
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Syncs:     env.Syncs,
 		Ports:     env.Ports,
@@ -198,6 +210,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		AllowDirs: cfg.AllowDirs, StartDir: startDir(),
 		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),
 		Notices: env.Notices,
+		Audit:   auditLog, Redact: m.Redact,
 	})
 	if err != nil {
 		return err

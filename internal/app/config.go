@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/audit"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
@@ -45,8 +46,11 @@ type Config struct {
 	// saving off.
 	OutputsCap    int64
 	OutputCallCap int64
-	LogLevel      string
-	Version       string
+	// AuditCap bounds the bytes of the audit log of tool calls in the
+	// state directory; 0 turns it off.
+	AuditCap int64
+	LogLevel string
+	Version  string
 	// AllowDirs are host directories that transfers may use, besides
 	// the client's roots (or the start directory).
 	AllowDirs []string
@@ -78,7 +82,7 @@ func DefaultConfig() Config {
 			Network: egress.ModeAllowlist, Presets: []string{"packages", "git"}},
 		BootDefault: true,
 		PoolSize:    shell.DefaultPoolSize,
-		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap,
+		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap, AuditCap: audit.DefaultCap,
 		LogLevel:      "info",
 		PortsBind:     "127.0.0.1",
 		JobRetention:  sandbox.DefaultJobRetention,
@@ -276,6 +280,13 @@ func Settings() []Setting {
 				c.OutputCallCap = n
 				return err
 			}},
+		{Flag: "audit-cap", Env: "SANDBOX_MCP_AUDIT_CAP", ServeOnly: true, Default: units.FormatSize(d.AuditCap),
+			Usage: "`size` the audit log of tool calls may take in the state directory (sandbox-mcp audit reads it); the oldest go first; 0 keeps none",
+			set: func(c *Config, v string) error {
+				n, err := units.ParseSize(v)
+				c.AuditCap = n
+				return err
+			}},
 		{Flag: "log-level", Env: "SANDBOX_MCP_LOG_LEVEL", Default: d.LogLevel,
 			Usage: "log `level`: debug, info, warn or error (logs go to stderr)",
 			set: func(c *Config, v string) error {
@@ -453,6 +464,7 @@ type fileConfig struct {
 	PoolSize    *int                       `json:"pool_size"`
 	OutputsCap  json.RawMessage            `json:"outputs_cap"` // a size: "256M" or bytes
 	OutputCall  json.RawMessage            `json:"output_cap_per_call"`
+	AuditCap    json.RawMessage            `json:"audit_cap"`
 	LogLevel    *string                    `json:"log_level"`
 	AllowDirs   []string                   `json:"allow_dirs"`
 	PortsBind   *string                    `json:"ports_bind"`
@@ -578,6 +590,13 @@ func (c *Config) applyFile(data []byte) error {
 			return err
 		}
 		c.OutputCallCap = n
+	}
+	if f.AuditCap != nil {
+		n, err := sizeFromJSON(f.AuditCap)
+		if err := check("audit_cap", err); err != nil {
+			return err
+		}
+		c.AuditCap = n
 	}
 	if f.LogLevel != nil {
 		if err := check("log_level", checkLogLevel(*f.LogLevel)); err != nil {

@@ -73,6 +73,8 @@ func TestResolvePrecedence(t *testing.T) {
 			[4]any{int64(256 << 20), int64(1 << 30), int64(512 << 20), int64(0)}, func(c Config) any { return c.OutputsCap }},
 		{"output-cap-per-call", "SANDBOX_MCP_OUTPUT_CAP_PER_CALL", `"output_cap_per_call": 1048576`, "", "2MiB", "16m",
 			[4]any{int64(64 << 20), int64(1 << 20), int64(2 << 20), int64(16 << 20)}, func(c Config) any { return c.OutputCallCap }},
+		{"audit-cap", "SANDBOX_MCP_AUDIT_CAP", `"audit_cap": "1G"`, "", "16M", "0",
+			[4]any{int64(64 << 20), int64(1 << 30), int64(16 << 20), int64(0)}, func(c Config) any { return c.AuditCap }},
 		{"ports-bind", "SANDBOX_MCP_PORTS_BIND", `"ports_bind": "::1"`, "", "0.0.0.0", "127.0.0.2",
 			[4]any{"127.0.0.1", "::1", "0.0.0.0", "127.0.0.2"}, func(c Config) any { return c.PortsBind }},
 		{"allow-privileged-ports", "SANDBOX_MCP_ALLOW_PRIVILEGED_PORTS", `"allow_privileged_ports": true`, "", "false", "true",
@@ -268,8 +270,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "26" {
-		t.Errorf("%s settings, want 26", got)
+	if got := fmt.Sprint(len(Settings())); got != "27" {
+		t.Errorf("%s settings, want 27", got)
 	}
 }
 
