@@ -28,7 +28,7 @@ import (
 
 // Version is the protocol version; the server replaces an agent that
 // answers the hello with another one.
-const Version = "4"
+const Version = "3"
 
 // Operations a stream can ask for. The server opens streams for all but
 // OpCtl, which the agent opens for each connection to the control socket.

@@ -312,9 +312,8 @@ func TestEgressRelayPassesBetweenAgents(t *testing.T) {
 	}
 }
 
-// TestEgressRelayPrefersChannel: with a channel, a proxy connection is
-// handed to the server over its unix socket and not carried on the
-// session; once the
+// TestEgressRelayPrefersChannel: with a channel, a proxy connection goes
+// to the server's unix socket and not through the session; once the
 // socket refuses, connections go as streams again. A channel that is not
 // an absolute path is refused.
 func TestEgressRelayPrefersChannel(t *testing.T) {
@@ -330,14 +329,7 @@ func TestEgressRelayPrefersChannel(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go func() {
-				pc, err := ReceiveConn(c)
-				c.Close()
-				if err != nil {
-					return
-				}
-				tagged("channel")(pc)
-			}()
+			go tagged("channel")(c)
 		}
 	}()
 	c := pair(t)

@@ -273,14 +273,17 @@ func (a *agentState) holdEgress(addr string, ln net.Listener) {
 	}
 }
 
-// relayEgress carries one proxy connection to the server: handed over on
-// its channel where it has one (PassConn), else as a stream.
+// relayEgress carries one proxy connection to the server: on its channel
+// where it has one, else as a stream.
 func (a *agentState) relayEgress(c net.Conn) {
 	a.mu.Lock()
 	channel := a.channel
 	a.mu.Unlock()
-	if channel != "" && PassConn(channel, c) == nil {
-		return
+	if channel != "" {
+		if uc, err := net.DialTimeout("unix", channel, channelDialTimeout); err == nil {
+			Splice(c, uc)
+			return
+		}
 	}
 	a.relay(c, OpEgress)
 }

@@ -14,13 +14,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/sandbox-mcp/sandbox-mcp/agent"
 )
 
 // listenChannel listens in channel directory dir and hands each
-// connection the sandbox's agent passes on it (agent.ReceiveConn) to
-// serve until the listener is closed. It returns the
+// connection to serve until the listener is closed. It returns the
 // socket's path as the sandbox sees it. The socket is made through a
 // descriptor of dir (no path length limit, no symlink followed on the
 // way), and sockets in dir that no server answers on any more (left by a
@@ -52,45 +49,24 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 		return nil, "", fmt.Errorf("open channel socket to the sandbox's user: %w", err)
 	}
 	cl := &channelListener{ln: ln, dirfd: fd, name: name}
-	// Connections that have not passed theirs yet are bounded: each holds
-	// a descriptor of the host's until it does, or for up to five seconds.
-	// Past the bound the listener waits and the kernel queues the rest:
-	// an agent's connection is late, not lost.
-	pending := make(chan struct{}, maxPendingPasses)
 	go func() {
 		for {
-			pending <- struct{}{}
 			c, err := ln.Accept()
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			if err != nil {
-				<-pending
 				// Out of descriptors, say: the agent falls back to the
 				// exec meanwhile.
 				time.Sleep(50 * time.Millisecond)
 				continue
 			}
-			go func() {
-				pc, err := agent.ReceiveConn(c)
-				c.Close()
-				<-pending
-				if err != nil {
-					return
-				}
-				cl.conns.Add(1)
-				serve(pc)
-			}()
+			cl.conns.Add(1)
+			go serve(c)
 		}
 	}()
 	return cl, ChannelMount + "/" + name, nil
 }
-
-// maxPendingPasses bounds the connections on one channel whose agent has
-// not passed its proxy connection yet. An agent passes at once; a sandbox
-// that opens connections and sends nothing meets the bound and delays
-// only its own proxy.
-const maxPendingPasses = 64
 
 // Close stops listening and removes the socket.
 func (cl *channelListener) Close() {
