@@ -194,7 +194,13 @@ func (l *Log) rotate() error {
 		return err
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	// Another server moving the file aside holds the lock for a rename:
+	// this one does not wait on it (a stopped server would stop every
+	// call here), and writes on to the file it has this time.
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil
+		}
 		return err
 	}
 	path := filepath.Join(l.dir, File)

@@ -29,21 +29,38 @@ func (f Filter) match(r Record) bool {
 // lines did not read as a record (cut by a full disk or a kill, or too
 // long), which it skips.
 func Read(dir string, f Filter, fn func(Record)) (bad int, err error) {
+	// The file being written is opened first, then the files moved aside
+	// listed: one moved in between is in the listing (and read once).
+	cur, err := openRegular(filepath.Join(dir, File))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	var curInfo os.FileInfo
+	if cur != nil {
+		defer cur.Close()
+		curInfo, _ = cur.Stat()
+	}
 	files, err := Aside(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
-	for _, p := range append(files, filepath.Join(dir, File)) {
+	for _, p := range files {
 		fh, err := openRegular(p)
 		if errors.Is(err, fs.ErrNotExist) {
-			continue // moved aside or pruned since the listing
+			continue // pruned since the listing
 		}
 		if err != nil {
 			return bad, err
 		}
-		var s scanner
-		bad += s.feed(fh, f, fn, true)
+		if fi, err := fh.Stat(); err == nil && (curInfo == nil || !os.SameFile(fi, curInfo)) {
+			var s scanner
+			bad += s.feed(fh, f, fn, true)
+		}
 		fh.Close()
+	}
+	if cur != nil {
+		var s scanner
+		bad += s.feed(cur, f, fn, true)
 	}
 	return bad, nil
 }

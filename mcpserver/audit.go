@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/audit"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/redact"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
 // Auditor keeps a record of each tool call (audit.Log).
@@ -24,14 +25,19 @@ const auditArgCut = 1 << 10
 // auditSizeOnly are the arguments whose content an audit record leaves out,
 // giving only its size: file contents and a command's input.
 var auditSizeOnly = map[string]map[string]bool{
-	"write_file":  {"content": true},
-	"batch_write": {"files": true},
-	"exec":        {"stdin": true, "stdin_base64": true},
+	"write_file":    {"content": true},
+	"batch_write":   {"files": true},
+	"exec":          {"stdin": true, "stdin_base64": true},
+	"terminal_send": {"text": true}, // a password typed at a prompt
+	"build_image":   {"containerfile": true},
 }
 
-// auditMasked are the arguments an audit record never shows.
+// auditMasked are the arguments an audit record never shows: a token, and
+// every env value (a secret, a value swapped in at egress for some hosts,
+// or a value the call was refused for before its secret flag was read).
 var auditMasked = map[string]map[string]bool{
 	"git_clone": {"token": true},
+	"env":       {"value": true},
 }
 
 // auditCalls records each tool call with a (an outer middleware: the
@@ -48,7 +54,11 @@ func (s *Server) auditCalls(a Auditor, redactFor func(sandbox, text string) stri
 			r := audit.Record{Time: start.UTC(), Tool: tool, Status: "ok",
 				DurationMS: float64(time.Since(start).Microseconds()) / 1000}
 			if name, ok := args["sandbox"].(string); ok && name != "" {
-				r.Sandbox = name
+				// A name the call was refused for shows among the
+				// arguments, hidden and cut as they are.
+				if sandbox.ValidateName(name) == nil {
+					r.Sandbox = name
+				}
 			} else if s.sandboxTools[tool] {
 				r.Sandbox = "default"
 			}
@@ -63,7 +73,7 @@ func (s *Server) auditCalls(a Auditor, redactFor func(sandbox, text string) stri
 				r.Session = cs.SessionID()
 				if ci, ok := cs.(server.SessionWithClientInfo); ok {
 					info := ci.GetClientInfo()
-					r.Client = strings.TrimSpace(info.Name + " " + info.Version)
+					r.Client = cutText(strings.TrimSpace(info.Name+" "+info.Version), 128)
 				}
 			}
 			switch {
@@ -95,7 +105,7 @@ func auditArgs(tool string, args map[string]any, hide func(string) string) map[s
 	out := make(map[string]any, len(args))
 	for k, v := range args {
 		switch {
-		case auditMasked[tool][k], tool == "env" && k == "value" && args["secret"] == true:
+		case auditMasked[tool][k]:
 			out[k] = redact.Mask
 		case auditSizeOnly[tool][k]:
 			out[k] = sizeOf(v)
@@ -110,7 +120,7 @@ func auditArgs(tool string, args map[string]any, hide func(string) string) map[s
 func auditValue(v any, hide func(string) string, depth int) any {
 	switch v := v.(type) {
 	case string:
-		return cutText(hide(v), auditArgCut)
+		return cutHidden(v, hide)
 	case []any:
 		if depth > 4 {
 			return fmt.Sprintf("<%d items>", len(v))
@@ -135,6 +145,25 @@ func auditValue(v any, hide func(string) string, depth int) any {
 	default:
 		return v // numbers, booleans, null
 	}
+}
+
+// cutHidden is s with secrets hidden, cut to auditArgCut bytes. Only its
+// first few KiB are searched: a megabyte of code is not searched on every
+// call, and a secret that straddles that cut lies past what is shown.
+func cutHidden(s string, hide func(string) string) string {
+	head := s
+	if len(head) > 4*auditArgCut {
+		head = head[:4*auditArgCut]
+	}
+	head = hide(head)
+	if len(head) > auditArgCut {
+		head = head[:auditArgCut]
+	}
+	head = strings.ToValidUTF8(head, "")
+	if len(s) > auditArgCut {
+		head += fmt.Sprintf("…(%d bytes in all)", len(s))
+	}
+	return head
 }
 
 // sizeOf says how big a content argument is, without its content.

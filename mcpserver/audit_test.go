@@ -41,11 +41,13 @@ func TestAuditRecordsEveryCall(t *testing.T) {
 	s.call("git_clone", map[string]any{"repo": "https://github.com/a/b", "token": "tok-123456"})
 	s.call("exec", map[string]any{"command": 42}) // refused: bad arguments
 	s.call("list_all", nil)
+	s.call("env", map[string]any{"sandbox": "box", "action": "set", "key": "K", "value": "egress-only-value", "hosts": []any{"api.example.com"}})
+	s.call("exec", map[string]any{"sandbox": "\x1b]0;pwned\x07", "command": "true"})
 
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
-	if len(sink.recs) != 6 {
-		t.Fatalf("%d records for 6 calls: %+v", len(sink.recs), sink.recs)
+	if len(sink.recs) != 8 {
+		t.Fatalf("%d records for 8 calls: %+v", len(sink.recs), sink.recs)
 	}
 	all := ""
 	for _, r := range sink.recs {
@@ -54,7 +56,7 @@ func TestAuditRecordsEveryCall(t *testing.T) {
 			t.Errorf("record without its client, session or time: %+v", r)
 		}
 	}
-	for _, leak := range []string{token, "known-secret", "the-file-body", "plain-looking-value", "tok-123456"} {
+	for _, leak := range []string{token, "known-secret", "the-file-body", "plain-looking-value", "tok-123456", "egress-only-value"} {
 		if strings.Contains(all, leak) {
 			t.Errorf("%q reached the audit records: %s", leak, all)
 		}
@@ -72,6 +74,9 @@ func TestAuditRecordsEveryCall(t *testing.T) {
 	}
 	if l := sink.recs[5]; l.Tool != "list_all" || l.Sandbox != "" {
 		t.Errorf("a call on no sandbox: %+v", l)
+	}
+	if bad := sink.recs[7]; bad.Sandbox != "" || bad.Status != "error" {
+		t.Errorf("a call on a sandbox name that is none: %+v", bad)
 	}
 }
 
@@ -119,7 +124,7 @@ func TestAuditLeavesOutLongAndNestedArguments(t *testing.T) {
 	long := strings.Repeat("é", 2000)
 	got = auditArgs("exec", map[string]any{"command": long, "timeout": 5.0, "list": []any{"a", 1.0}}, hide)
 	c := got["command"].(string)
-	if len(c) > auditArgCut+40 || !strings.Contains(c, "bytes more") || !strings.HasPrefix(c, "éé") {
+	if len(c) > auditArgCut+40 || !strings.Contains(c, "4000 bytes in all") || !strings.HasPrefix(c, "éé") {
 		t.Errorf("a long command: %d bytes, %q...", len(c), c[:20])
 	}
 	if got["timeout"] != 5.0 || len(got["list"].([]any)) != 2 {

@@ -38,11 +38,18 @@ func Audit(ctx context.Context, cfg Config, o AuditOptions, w io.Writer) error {
 	if o.Since > 0 {
 		f.Since = time.Now().Add(-o.Since)
 	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var werr error
 	print := func(r audit.Record) {
 		if werr != nil {
 			return
 		}
+		defer func() {
+			if werr != nil {
+				stop() // the reader went (a closed pipe): --follow ends
+			}
+		}()
 		if o.JSON {
 			b, err := json.Marshal(r)
 			if err == nil {
@@ -85,8 +92,10 @@ func auditLine(r audit.Record) string {
 	if sb == "" {
 		sb = "-"
 	}
-	fmt.Fprintf(&b, "%s  %-14s %-12s %7.1f ms %8s  %s  %s", r.Time.Local().Format("2006-01-02 15:04:05.000"), r.Tool, sb,
-		r.DurationMS, units.Human(r.ResultBytes), orDash(r.Client), oneLine(status, 200))
+	// Every field from the file goes out on one line with its control
+	// characters escaped: a terminal is not told to do anything.
+	fmt.Fprintf(&b, "%s  %-14s %-12s %7.1f ms %8s  %s  %s", r.Time.Local().Format("2006-01-02 15:04:05.000"), oneLine(r.Tool, 64), oneLine(sb, 64),
+		r.DurationMS, units.Human(r.ResultBytes), oneLine(orDash(r.Client), 128), oneLine(status, 200))
 	if len(r.Args) > 0 {
 		keys := make([]string, 0, len(r.Args))
 		for k := range r.Args {
@@ -102,7 +111,7 @@ func auditLine(r audit.Record) string {
 			enc := json.NewEncoder(&v)
 			enc.SetEscapeHTML(false)
 			_ = enc.Encode(r.Args[k])
-			args = append(args, k+"="+strings.TrimSuffix(v.String(), "\n"))
+			args = append(args, oneLine(k, 64)+"="+strings.TrimSuffix(v.String(), "\n"))
 		}
 		fmt.Fprintf(&b, "  %s", oneLine(strings.Join(args, " "), 300))
 	}
