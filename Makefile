@@ -29,13 +29,11 @@ agents:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build $(CTL_FLAGS) -o $(AGENTS)/sandbox-ctl-linux-amd64 ./cmd/sandbox-ctl
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build $(CTL_FLAGS) -o $(AGENTS)/sandbox-ctl-linux-arm64 ./cmd/sandbox-ctl
 
-# dist/sandbox-mcp-<os>-<arch>, each carrying both agents.
-release: agents
-	@set -e; for p in $(RELEASE_PLATFORMS); do \
-	  os=$${p%/*}; arch=$${p#*/}; \
-	  echo "dist/sandbox-mcp-$$os-$$arch"; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -buildvcs=auto $(EMBED) -o dist/sandbox-mcp-$$os-$$arch ./cmd/sandbox-mcp; \
-	done
+# A release in dist/: an archive per platform (the server with both agents
+# embedded), SHA256SUMS, an SPDX SBOM and the Homebrew formula.
+#   make release VERSION=v1.2.3   (RELEASE_PLATFORMS to choose the platforms)
+release:
+	RELEASE_PLATFORMS="$(RELEASE_PLATFORMS)" GO="$(GO)" scripts/release.sh "$(VERSION)"
 
 # Linux: podman, runc and the offline images. macOS: Apple's container CLI
 # started, mcp-dev built from Containerfile.mcp-dev (scripts/setup-macos.sh).
