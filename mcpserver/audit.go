@@ -19,8 +19,12 @@ type Auditor interface {
 	Append(audit.Record) error
 }
 
-// auditArgCut bounds one string of a call's arguments in its record.
-const auditArgCut = 1 << 10
+// auditArgCut bounds one string of a call's arguments in its record, and
+// auditErrorCut its error.
+const (
+	auditArgCut   = 1 << 10
+	auditErrorCut = 300
+)
 
 // auditSizeOnly are the arguments whose content an audit record leaves out,
 // giving only its size: file contents and a command's input.
@@ -78,12 +82,12 @@ func (s *Server) auditCalls(a Auditor, redactFor func(sandbox, text string) stri
 			}
 			switch {
 			case err != nil:
-				r.Status, r.Error = "error", cutText(hide(err.Error()), 300)
+				r.Status, r.Error = "error", cutHidden(err.Error(), hide, auditErrorCut)
 			case res != nil && res.IsError:
 				r.Status = "error"
 				if len(res.Content) > 0 {
 					if tc, ok := res.Content[0].(mcp.TextContent); ok {
-						r.Error = cutText(hide(tc.Text), 300)
+						r.Error = cutHidden(tc.Text, hide, auditErrorCut)
 					}
 				}
 			}
@@ -120,7 +124,7 @@ func auditArgs(tool string, args map[string]any, hide func(string) string) map[s
 func auditValue(v any, hide func(string) string, depth int) any {
 	switch v := v.(type) {
 	case string:
-		return cutHidden(v, hide)
+		return cutHidden(v, hide, auditArgCut)
 	case []any:
 		if depth > 4 {
 			return fmt.Sprintf("<%d items>", len(v))
@@ -139,7 +143,7 @@ func auditValue(v any, hide func(string) string, depth int) any {
 		}
 		out := make(map[string]any, len(v))
 		for k, e := range v {
-			out[cutText(hide(k), 128)] = auditValue(e, hide, depth+1)
+			out[cutHidden(k, hide, 128)] = auditValue(e, hide, depth+1)
 		}
 		return out
 	default:
@@ -147,20 +151,20 @@ func auditValue(v any, hide func(string) string, depth int) any {
 	}
 }
 
-// cutHidden is s with secrets hidden, cut to auditArgCut bytes. Only its
-// first few KiB are searched: a megabyte of code is not searched on every
-// call, and a secret that straddles that cut lies past what is shown.
-func cutHidden(s string, hide func(string) string) string {
+// cutHidden is s with secrets hidden, cut to n bytes. Only its first
+// few KiB are searched: a megabyte of code is not searched on every call,
+// and a secret that straddles that cut lies past what is shown.
+func cutHidden(s string, hide func(string) string, n int) string {
 	head := s
 	if len(head) > 4*auditArgCut {
 		head = head[:4*auditArgCut]
 	}
 	head = hide(head)
-	if len(head) > auditArgCut {
-		head = head[:auditArgCut]
+	if len(head) > n {
+		head = head[:n]
 	}
 	head = strings.ToValidUTF8(head, "")
-	if len(s) > auditArgCut {
+	if len(s) > n {
 		head += fmt.Sprintf("…(%d bytes in all)", len(s))
 	}
 	return head
