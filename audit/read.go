@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 )
 
@@ -186,7 +187,7 @@ func openRegular(path string) (*os.File, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, errors.New(path + " is not a regular file")
 	}
-	return os.Open(path)
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 }
 
 // scanner turns what is read from a file into records, keeping a line
