@@ -413,3 +413,75 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestCopyCLI: `sandbox-mcp cp` copies a host directory into a sandbox
+// and back, a file out to a host path, refuses to replace it without
+// --overwrite, keeps a sandbox's symlink a symlink on the host, and says
+// plainly what is wrong with a bad or unknown sandbox name.
+func TestCopyCLI(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	s := startServer(t, tg, prefix, "")
+	if r := s.call(t, "exec", map[string]any{"sandbox": "cpbox", "command": "mkdir -p /workspace/made/sub && echo inside > /workspace/made/sub/f.txt && ln -s /etc/passwd /workspace/made/link"}); r.isError {
+		t.Fatal(r.text)
+	}
+	flags := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", s.stateDir}
+	cp := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, append(append([]string{"cp"}, args...), flags...)...)
+		cmd.Env = append(os.Environ(), tg.Env...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	host := t.TempDir()
+	src := filepath.Join(host, "proj")
+	if err := os.MkdirAll(filepath.Join(src, "deep", "er"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(src, "deep", "er", "a.txt"), []byte("from the host\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "skip.log"), []byte("left out\n"), 0o644)
+
+	if out, code := cp(src, "cpbox:", "--ignore", "skip.log"); code != 0 || !strings.Contains(out, "uploaded") {
+		t.Fatalf("cp to the sandbox: %d %s", code, out)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "cpbox", "command": "cat /workspace/proj/deep/er/a.txt; ls /workspace/proj"}); r.isError ||
+		r.data["stdout"] != "from the host\ndeep\n" {
+		t.Fatalf("in the sandbox: %q", r.data["stdout"])
+	}
+
+	out := filepath.Join(host, "out")
+	os.Mkdir(out, 0o755)
+	if o, code := cp("cpbox:made", out); code != 0 || !strings.Contains(o, "downloaded") {
+		t.Fatalf("cp from the sandbox: %d %s", code, o)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "made", "sub", "f.txt")); err != nil || string(b) != "inside\n" {
+		t.Fatalf("on the host: %q %v", b, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(out, "made", "link")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the sandbox's symlink on the host: %v %v", fi, err)
+	}
+
+	file := filepath.Join(host, "f.txt")
+	if o, code := cp("cpbox:/workspace/made/sub/f.txt", file); code != 0 {
+		t.Fatalf("cp a file out: %d %s", code, o)
+	}
+	if o, code := cp("cpbox:/workspace/made/sub/f.txt", file); code == 0 || !strings.Contains(o, "overwrite") {
+		t.Fatalf("cp over an existing file without --overwrite: %d %s", code, o)
+	}
+	if o, code := cp("cpbox:/workspace/made/sub/f.txt", file, "--overwrite"); code != 0 {
+		t.Fatalf("cp --overwrite: %d %s", code, o)
+	}
+	if o, code := cp("nosuch:/x", host); code != 3 || !strings.Contains(o, `no sandbox "nosuch"`) {
+		t.Fatalf("an unknown sandbox: %d %s", code, o)
+	}
+	if o, code := cp("Bad_Name!:/x", host); code != 2 {
+		t.Fatalf("a bad sandbox name: %d %s", code, o)
+	}
+	if o, code := cp(host, filepath.Join(host, "x")); code != 2 {
+		t.Fatalf("two host paths: %d %s", code, o)
+	}
+}

@@ -437,17 +437,7 @@ func (s *spillStream) savedCopy() (retrievable bool, saved int64, cut string) {
 }
 
 // sizeText renders a byte count as people write caps: 256 MiB, 1.5 GiB.
-func sizeText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.4g GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.4g MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.4g KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
-}
+func sizeText(n int64) string { return units.Approx(n) }
 
 func validID(id string) bool {
 	if len(id) != 12 {

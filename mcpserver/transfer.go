@@ -4,34 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/copier"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
-	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
 
 // Transfer is the structured result of upload and download.
-type Transfer struct {
-	Sandbox     string `json:"sandbox"`
-	Direction   string `json:"direction"` // "upload" or "download"
-	LocalPath   string `json:"local_path"`
-	SandboxPath string `json:"sandbox_path"`
-	transfer.Counts
-	Replaced bool    `json:"replaced"`
-	Seconds  float64 `json:"seconds"`
-	// Method says how the bytes moved.
-	Method string `json:"method"`
-}
-
-const tarMethod = "tar stream over the engine's exec"
+type Transfer = copier.Result
 
 func (s *Server) uploadTool() tool {
 	return tool{group: "transfer", handler: s.handleUpload, def: newTool[Transfer]("upload", "Upload to a sandbox",
@@ -77,24 +61,14 @@ func (s *Server) handleUpload(ctx context.Context, req mcp.CallToolRequest) (*mc
 		return failure(ctx, "upload", err), nil
 	}
 	defer root.Close()
-	fi, err := root.Lstat(rel)
+	out, err := copier.Upload(ctx, s.m, name, root, rel, local, dest, ignore)
 	if err != nil {
-		return failure(ctx, "upload", hostPathErr(local, err)), nil
-	}
-	base := filepath.Base(filepath.Join(root.Name(), rel))
-	start := time.Now()
-	var counts transfer.Counts
-	land, err := s.m.Upload(ctx, name, sandbox.UploadRequest{Dest: dest, Base: base, Dir: fi.IsDir(), Pack: func(w io.Writer, top string) error {
-		var perr error
-		counts, perr = transfer.Pack(root, rel, top, w, transfer.PackOptions{Ignore: ignoreFunc(ignore)})
-		return perr
-	}})
-	if err != nil {
+		if he := (*copier.HostError)(nil); errors.As(err, &he) {
+			return failure(ctx, "upload", he.Err), nil
+		}
 		return failure(ctx, fmt.Sprintf("upload %s to sandbox %q", local, name), err), nil
 	}
-	out := Transfer{Sandbox: name, Direction: "upload", LocalPath: filepath.Join(root.Name(), rel), SandboxPath: land.Path,
-		Counts: counts, Replaced: land.Replaced, Seconds: since(start), Method: tarMethod}
-	return mcp.NewToolResultStructured(out, transferText(out)), nil
+	return mcp.NewToolResultStructured(out, out.Text()), nil
 }
 
 func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -113,49 +87,11 @@ func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*
 		return failure(ctx, "download", err), nil
 	}
 	defer root.Close()
-	// Into an existing directory, under the sandbox path's name; the
-	// name is known only once the sandbox was asked, so it is checked then.
-	intoDir := false
-	if fi, err := root.Stat(rel); err == nil && fi.IsDir() {
-		intoDir = true
-	} else if err == nil || !errors.Is(err, fs.ErrNotExist) {
-		if err := transfer.CheckTarget(root, rel, overwrite); err != nil {
-			return failure(ctx, "download", err), nil
-		}
-	}
-	start := time.Now()
-	var counts transfer.Counts
-	target, replaced := rel, false
-	from, err := s.m.Download(ctx, name, src, func(r io.Reader, top string, cap sandbox.HostCap, finish func() error) error {
-		// top comes from the sandbox: it must name one entry, or "into a
-		// directory" would replace the directory itself.
-		if top == "" || top == "." || top == ".." || strings.ContainsAny(top, "/\\\x00") {
-			return fmt.Errorf("the sandbox named the downloaded path %q, which cannot name a host file", top)
-		}
-		if intoDir {
-			target = filepath.Join(rel, top)
-		}
-		if _, err := root.Lstat(target); err == nil {
-			replaced = true
-		}
-		var uerr error
-		max, why := int64(req.GetInt("max_bytes", 0)), ""
-		if max <= 0 {
-			max = transfer.DefaultMaxBytes
-		}
-		if cap.Bytes > 0 && cap.Bytes < max {
-			max, why = cap.Bytes, cap.Why
-		}
-		counts, uerr = transfer.Unpack(root, target, r, transfer.UnpackOptions{
-			Top: top, Overwrite: overwrite, MaxBytes: max, MaxWhy: why, BeforeCommit: finish, OnStaging: s.m.TrackStaging})
-		return uerr
-	})
+	out, err := copier.Download(ctx, s.m, name, src, root, rel, copier.DownloadOptions{Overwrite: overwrite, MaxBytes: int64(req.GetInt("max_bytes", 0))})
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("download %s from sandbox %q", src, name), err), nil
 	}
-	out := Transfer{Sandbox: name, Direction: "download", LocalPath: filepath.Join(root.Name(), target), SandboxPath: from,
-		Counts: counts, Replaced: replaced, Seconds: since(start), Method: tarMethod}
-	return mcp.NewToolResultStructured(out, transferText(out)), nil
+	return mcp.NewToolResultStructured(out, out.Text()), nil
 }
 
 // openHost resolves a host path against the roots in force and opens the
@@ -172,54 +108,7 @@ func (s *Server) openHost(ctx context.Context, p string) (*os.Root, string, erro
 	return root, rel, nil
 }
 
-func hostPathErr(p string, err error) error {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("host path %s does not exist", p)
-	case strings.Contains(err.Error(), "path escapes from parent"):
-		return fmt.Errorf("%w: %s leads out of its root through a symlink; %s", transfer.ErrOutsideRoots, p, transfer.AllowFlagHint)
-	}
-	return err
-}
-
-func ignoreFunc(names []string) func(string) bool {
-	if len(names) == 0 {
-		return nil
-	}
-	set := map[string]bool{}
-	for _, n := range names {
-		set[n] = true
-	}
-	return func(n string) bool { return set[n] }
-}
-
-func since(t time.Time) float64 {
-	return float64(time.Since(t).Milliseconds()) / 1000
-}
-
-// transferText is the result as a sentence: counts, time, what was skipped.
-func transferText(t Transfer) string {
-	from, to := t.LocalPath, fmt.Sprintf("sandbox %q:%s", t.Sandbox, t.SandboxPath)
-	if t.Direction == "download" {
-		from, to = to, from
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%sed %s to %s: %d files, %d directories, %d symlinks, %s in %.2f s", t.Direction, from, to,
-		t.Files, t.Dirs, t.Symlinks, sizeText(t.Bytes), t.Seconds)
-	if t.Seconds > 0 && t.Bytes > 1<<20 {
-		fmt.Fprintf(&b, " (%.0f MB/s)", float64(t.Bytes)/1e6/t.Seconds)
-	}
-	if t.Replaced {
-		b.WriteString("; replaced what was there")
-	}
-	if len(t.Skipped) > 0 {
-		fmt.Fprintf(&b, "\nskipped or changed (%d):", len(t.Skipped))
-		for _, sk := range t.Skipped {
-			fmt.Fprintf(&b, "\n  %q: %s", sk.Path, sk.Reason)
-		}
-	}
-	return b.String()
-}
+func hostPathErr(p string, err error) error { return copier.HostPathErr(p, err) }
 
 // Cloned is the structured result of git_clone.
 type Cloned struct {

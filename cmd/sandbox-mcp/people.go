@@ -184,7 +184,28 @@ func peopleCommands() []*cobra.Command {
 	auditCmd.Flags().StringVar(&auditOpts.Sandbox, "sandbox", "", "only the calls on sandbox `NAME`")
 	auditCmd.Flags().DurationVar(&auditOpts.Since, "since", 0, "only the calls of the last `duration` (e.g. 1h)")
 
-	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd}
+	var cpOpts app.CopyOptions
+	cpCmd := &cobra.Command{
+		Use:   "cp SRC DST",
+		Short: "Copy files and directories between the host and a sandbox",
+		Long: "Copy between the host and a sandbox, in docker cp's form: one side is NAME:PATH, a path in sandbox\n" +
+			"NAME (relative to /workspace), the other a host path. A directory as the destination receives the copy\n" +
+			"under the source's name; an existing file is replaced only with --overwrite. What comes from the\n" +
+			"sandbox is unpacked under the destination's directory only: its symlinks and names cannot lead out." + exits,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.Copy(cmd.Context(), cfg, args[0], args[1], cpOpts, os.Stdout)
+		},
+	}
+	cpCmd.Flags().BoolVar(&cpOpts.Overwrite, "overwrite", false, "let a copy from the sandbox replace what is at the host path")
+	cpCmd.Flags().StringArrayVar(&cpOpts.Ignore, "ignore", nil, "leave out entries of this `name` from a copy to the sandbox (repeatable)")
+	cpCmd.Flags().BoolVar(&cpOpts.JSON, "json", false, "print the result as JSON")
+
+	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd, cpCmd}
 }
 
 func errUsage(cmd *cobra.Command) error {

@@ -66,3 +66,18 @@ func Human(n int64) string {
 	}
 	return "" // not reached
 }
+
+// Approx writes n for a sentence: bytes under 1 KiB, else four
+// significant digits in the largest binary unit under it ("512 bytes",
+// "1.5 MiB", "2.004 GiB").
+func Approx(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.4g GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.4g MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.4g KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
