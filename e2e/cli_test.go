@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -483,5 +485,93 @@ func TestCopyCLI(t *testing.T) {
 	}
 	if o, code := cp(host, filepath.Join(host, "x")); code != 2 {
 		t.Fatalf("two host paths: %d %s", code, o)
+	}
+}
+
+// TestPortCLI: `sandbox-mcp port expose` records a forward that the
+// running server takes over and serves; `port ls` shows it and who
+// serves it; `port unexpose` ends it; with --foreground the command
+// serves it until Ctrl-C and removes it then.
+func TestPortCLI(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	prefix := enginetest.Prefix(t, tg.New())
+	s := startServer(t, tg, prefix, "", "--toolsets", "all")
+	if r := s.call(t, "bg", map[string]any{"sandbox": "pbox", "name": "web", "command": "cd /tmp && echo port-cli-ok > index.html && exec python3 -m http.server 8000"}); r.isError {
+		t.Fatal(r.text)
+	}
+	flags := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", s.stateDir}
+	port := func(args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(binary, append(append([]string{"port"}, args...), flags...)...)
+		cmd.Env = append(os.Environ(), tg.Env...)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	urlRE := regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+`)
+	get := func(url string) string {
+		c := http.Client{Timeout: 10 * time.Second}
+		resp, err := c.Get(url + "/index.html")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(enginetest.HangGuard)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited in vain: %s", what)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	out, code := port("expose", "pbox", "8000")
+	url := urlRE.FindString(out)
+	if code != 0 || url == "" || !strings.Contains(out, "served by server pid") {
+		t.Fatalf("port expose: %d %s", code, out)
+	}
+	waitFor("the page through the forward", func() bool { return strings.Contains(get(url), "port-cli-ok") })
+	if out, code := port("ls", "--json"); code != 0 || !strings.Contains(out, `"sandbox": "pbox"`) || !strings.Contains(out, `"server": "server pid`) {
+		t.Fatalf("port ls: %d %s", code, out)
+	}
+	if r := s.call(t, "list_ports", map[string]any{}); !strings.Contains(r.text, url) {
+		t.Fatalf("the agent's list_ports does not show the command line's forward: %s", r.text)
+	}
+	if out, code := port("unexpose", "pbox", "8000"); code != 0 {
+		t.Fatalf("port unexpose: %d %s", code, out)
+	}
+	waitFor("the forward to end", func() bool { return !strings.Contains(get(url), "port-cli-ok") })
+	if out, code := port("unexpose", "pbox", "8000"); code != 3 {
+		t.Fatalf("unexpose of no forward: %d %s", code, out)
+	}
+	if out, code := port("expose", "nosuch", "80"); code != 3 {
+		t.Fatalf("expose on no sandbox: %d %s", code, out)
+	}
+
+	cmd := exec.Command(binary, append([]string{"port", "expose", "pbox", "8000", "--foreground"}, flags...)...)
+	cmd.Env = append(os.Environ(), tg.Env...)
+	var buf syncBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitFor("the foreground forward's URL", func() bool { return urlRE.MatchString(buf.String()) })
+	url = urlRE.FindString(buf.String())
+	waitFor("the page through the foreground forward", func() bool { return strings.Contains(get(url), "port-cli-ok") })
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the foreground forward after Ctrl-C: %v\n%s", err, buf.String())
+	}
+	if out, _ := port("ls"); strings.Contains(out, "pbox") {
+		t.Fatalf("the foreground forward outlived its command:\n%s", out)
 	}
 }

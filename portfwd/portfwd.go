@@ -54,6 +54,9 @@ type Options struct {
 	// serves, and checks that the ones it serves are still recorded;
 	// 1 s when zero.
 	Every time.Duration
+	// NoTakeOver keeps the Set to the forwards it makes (a command line's
+	// Set): the servers take the others over.
+	NoTakeOver bool
 }
 
 // Info describes one forward.
@@ -556,7 +559,7 @@ func (s *Set) sync() {
 		}
 	}
 	for k := range recorded {
-		if mine[k] && s.fw[k] == nil && !s.leasing[k] && s.life.Err() == nil {
+		if mine[k] && !s.opt.NoTakeOver && s.fw[k] == nil && !s.leasing[k] && s.life.Err() == nil {
 			s.leasing[k] = true
 			free = append(free, k)
 		}

@@ -309,3 +309,44 @@ func TestBindAddress(t *testing.T) {
 	}
 	c.Close()
 }
+
+// TestNoTakeOverServesOnlyItsOwn: a command line's Set (NoTakeOver) does
+// not take over a forward whose server ended; the forward it makes, once
+// it closes, a server's Set takes over.
+func TestNoTakeOverServesOnlyItsOwn(t *testing.T) {
+	opts := sharedOptions(t)
+	a := New(opts)
+	info, _, err := a.Expose("box", 8000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	cliOpts := opts
+	cliOpts.NoTakeOver = true
+	cli := New(cliOpts)
+	time.Sleep(50 * time.Millisecond) // several of its polls
+	if l := cli.List(""); len(l) != 1 || l[0].Server != "waiting" {
+		t.Fatalf("the command line's Set took a forward over: %+v", l)
+	}
+	mine, _, err := cli.Expose("box", 9000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli.Close()
+	b := New(opts)
+	defer b.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := b.List("")
+		if len(l) == 2 && l[0].Server == "this server" && l[1].Server == "this server" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a server did not take both over: %+v", l)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if info.HostPort == mine.HostPort {
+		t.Fatal("two forwards on one host port")
+	}
+}

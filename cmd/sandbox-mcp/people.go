@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -205,7 +207,81 @@ func peopleCommands() []*cobra.Command {
 	cpCmd.Flags().StringArrayVar(&cpOpts.Ignore, "ignore", nil, "leave out entries of this `name` from a copy to the sandbox (repeatable)")
 	cpCmd.Flags().BoolVar(&cpOpts.JSON, "json", false, "print the result as JSON")
 
-	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd, cpCmd}
+	portCmd := &cobra.Command{
+		Use:   "port",
+		Short: "List, add and remove port forwards from the host into sandboxes",
+		Long: "Port forwards, the same ones the expose tool makes: recorded in the state directory and served by the\n" +
+			"running sandbox-mcp servers, whichever holds each." + exits,
+	}
+	var portJSON bool
+	portLs := &cobra.Command{
+		Use:   "ls [NAME]",
+		Short: "List the port forwards (of one sandbox)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			name := ""
+			if len(args) == 1 {
+				name = args[0]
+			}
+			return app.PortList(cmd.Context(), cfg, name, portJSON, os.Stdout)
+		},
+	}
+	portLs.Flags().BoolVar(&portJSON, "json", false, "print JSON")
+	var hostPort int
+	var foreground bool
+	portExpose := &cobra.Command{
+		Use:   "expose NAME PORT",
+		Short: "Forward a host port to a TCP port of a sandbox",
+		Long: "Forward a host port (--host-port; by default the same number when it is free, else a free one) to PORT\n" +
+			"inside sandbox NAME, and print its URL. A running server takes the forward over and keeps it, as if the\n" +
+			"agent had exposed it; with --foreground this command serves it until Ctrl-C and then removes it." + exits,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			port, err := portArg(cmd, args[1])
+			if err != nil {
+				return err
+			}
+			return app.PortExpose(cmd.Context(), cfg, args[0], port, hostPort, foreground, os.Stdout)
+		},
+	}
+	portExpose.Flags().IntVar(&hostPort, "host-port", 0, "host `port` to listen on (0: the same number when free, else any)")
+	portExpose.Flags().BoolVar(&foreground, "foreground", false, "serve the forward from this command until Ctrl-C, then remove it")
+	portUnexpose := &cobra.Command{
+		Use:   "unexpose NAME PORT",
+		Short: "Remove a port forward",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			port, err := portArg(cmd, args[1])
+			if err != nil {
+				return err
+			}
+			return app.PortUnexpose(cmd.Context(), cfg, args[0], port, os.Stdout)
+		},
+	}
+	portCmd.AddCommand(portLs, portExpose, portUnexpose)
+
+	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd, cpCmd, portCmd}
+}
+
+// portArg reads a TCP port of the command line.
+func portArg(cmd *cobra.Command, s string) (int, error) {
+	p, err := strconv.Atoi(s)
+	if err != nil || p < 1 || p > 65535 {
+		return 0, &app.ExitError{Code: app.ExitUsage, Err: fmt.Errorf("%s: %q is not a TCP port (1 to 65535)", cmd.Name(), s)}
+	}
+	return p, nil
 }
 
 func errUsage(cmd *cobra.Command) error {
