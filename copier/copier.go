@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -87,8 +88,12 @@ func Download(ctx context.Context, m Sandboxes, name, src string, root *os.Root,
 		intoDir = true
 	} else if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		if err := transfer.CheckTarget(root, rel, o.Overwrite); err != nil {
-			return Result{}, err
+			return Result{}, &HostError{err}
 		}
+	}
+	want := path.Base(path.Clean(src))
+	if want == "." || want == ".." || want == "/" || strings.ContainsAny(want, "\\\x00") {
+		want = ""
 	}
 	start := time.Now()
 	var counts transfer.Counts
@@ -100,7 +105,18 @@ func Download(ctx context.Context, m Sandboxes, name, src string, root *os.Root,
 			return fmt.Errorf("the sandbox named the downloaded path %q, which cannot name a host file", top)
 		}
 		if intoDir {
-			target = filepath.Join(rel, top)
+			// The name on the host is the one the caller asked for, not
+			// the one the sandbox says (it could say .ssh). Only where
+			// the caller's path names nothing (".") does the sandbox's
+			// name serve, and then not a hidden one.
+			base := want
+			if base == "" {
+				if strings.HasPrefix(top, ".") {
+					return fmt.Errorf("the sandbox named the downloaded path %q; name the sandbox path itself (not \".\") to download a hidden file into a directory", top)
+				}
+				base = top
+			}
+			target = filepath.Join(rel, base)
 		}
 		if _, err := root.Lstat(target); err == nil {
 			replaced = true
@@ -124,8 +140,8 @@ func Download(ctx context.Context, m Sandboxes, name, src string, root *os.Root,
 		Counts: counts, Replaced: replaced, Seconds: since(start), Method: Method}, nil
 }
 
-// HostError is an error about the host's side of a copy, before the
-// sandbox was asked.
+// HostError is an error about the host's side of a copy, found before
+// the sandbox was asked (a missing source, a target it may not replace).
 type HostError struct{ Err error }
 
 func (e *HostError) Error() string { return e.Err.Error() }

@@ -89,6 +89,9 @@ func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*
 	defer root.Close()
 	out, err := copier.Download(ctx, s.m, name, src, root, rel, copier.DownloadOptions{Overwrite: overwrite, MaxBytes: int64(req.GetInt("max_bytes", 0))})
 	if err != nil {
+		if he := (*copier.HostError)(nil); errors.As(err, &he) {
+			return failure(ctx, "download", he.Err), nil
+		}
 		return failure(ctx, fmt.Sprintf("download %s from sandbox %q", src, name), err), nil
 	}
 	return mcp.NewToolResultStructured(out, out.Text()), nil

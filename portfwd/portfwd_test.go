@@ -316,7 +316,7 @@ func TestBindAddress(t *testing.T) {
 func TestNoTakeOverServesOnlyItsOwn(t *testing.T) {
 	opts := sharedOptions(t)
 	a := New(opts)
-	info, _, err := a.Expose("box", 8000, 0)
+	info, _, err := a.Expose("box", 47123, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,11 +324,11 @@ func TestNoTakeOverServesOnlyItsOwn(t *testing.T) {
 	cliOpts := opts
 	cliOpts.NoTakeOver = true
 	cli := New(cliOpts)
-	time.Sleep(50 * time.Millisecond) // several of its polls
+	cli.sync() // a look for forwards no server serves
 	if l := cli.List(""); len(l) != 1 || l[0].Server != "waiting" {
 		t.Fatalf("the command line's Set took a forward over: %+v", l)
 	}
-	mine, _, err := cli.Expose("box", 9000, 0)
+	mine, _, err := cli.Expose("box", 47124, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

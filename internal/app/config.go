@@ -334,7 +334,7 @@ func Settings() []Setting {
 				}
 				return nil
 			}},
-		{Flag: "ports-bind", Env: "SANDBOX_MCP_PORTS_BIND", ServeOnly: true, Default: d.PortsBind,
+		{Flag: "ports-bind", Env: "SANDBOX_MCP_PORTS_BIND", Default: d.PortsBind,
 			Usage: "host `address` that port forwards listen on (0.0.0.0 opens them to the network)",
 			set: func(c *Config, v string) error {
 				if err := checkBind(v); err != nil {
@@ -343,7 +343,7 @@ func Settings() []Setting {
 				c.PortsBind = v
 				return nil
 			}},
-		{Flag: "allow-privileged-ports", Env: "SANDBOX_MCP_ALLOW_PRIVILEGED_PORTS", ServeOnly: true, Bool: true,
+		{Flag: "allow-privileged-ports", Env: "SANDBOX_MCP_ALLOW_PRIVILEGED_PORTS", Bool: true,
 			Usage: "let expose listen on host ports below 1024 (a server run as root could otherwise take 22 or 80 from the host's own services)",
 			set: func(c *Config, v string) error {
 				b, err := strconv.ParseBool(v)

@@ -67,7 +67,9 @@ func Copy(ctx context.Context, cfg Config, src, dst string, o CopyOptions, w io.
 		// directory.
 		var root *os.Root
 		rel := "."
-		if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+		// A symlink as the destination is replaced (with --overwrite), not
+		// followed: it may be one a sandbox made on an earlier copy.
+		if fi, err := os.Lstat(dst); err == nil && fi.IsDir() {
 			root, err = os.OpenRoot(dst)
 			if err != nil {
 				return &ExitError{Code: ExitFailed, Err: fmt.Errorf("cp: %w", err)}
@@ -86,7 +88,9 @@ func Copy(ctx context.Context, cfg Config, src, dst string, o CopyOptions, w io.
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	_, err = fmt.Fprintln(w, res.Text())
+	// Paths in the text come from the sandbox: no control character of
+	// theirs reaches the terminal.
+	_, err = fmt.Fprintln(w, printable(res.Text()))
 	return err
 }
 
@@ -128,4 +132,13 @@ func openHostParent(p string) (*os.Root, string, error) {
 		return nil, "", fmt.Errorf("host directory %s does not exist", dir)
 	}
 	return root, base, err
+}
+
+// printable escapes the control characters of s but its newlines.
+func printable(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = oneLine(l, len(l)+1)
+	}
+	return strings.Join(lines, "\n")
 }

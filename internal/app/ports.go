@@ -48,8 +48,9 @@ func PortList(ctx context.Context, cfg Config, name string, asJSON bool, w io.Wr
 }
 
 // takeOverWait bounds how long PortExpose waits to see a server serve the
-// forward it recorded (servers look every second).
-const takeOverWait = 3 * time.Second
+// forward it recorded: servers look every second, and a busy machine
+// makes that longer; the wait ends as soon as one does.
+const takeOverWait = 10 * time.Second
 
 // PortExpose forwards hostPort (0: the same number when free, else any)
 // to port of sandbox name. The forward is recorded as the expose tool
@@ -71,7 +72,9 @@ func PortExpose(ctx context.Context, cfg Config, name string, port, hostPort int
 	if err != nil {
 		return exitFor(err)
 	}
-	if existing {
+	// A forward recorded but served by no server is served here now, as
+	// one this command made.
+	if existing && in.Server != "this server" {
 		fmt.Fprintf(w, "port %d of sandbox %q is forwarded already: %s (served by %s)\n", port, name, in.URL, in.Server)
 		return nil
 	}
