@@ -34,6 +34,20 @@ func runCLI(t *testing.T, tg enginetest.Target, args ...string) (string, bool) {
 	return string(out), err == nil
 }
 
+// runCLICode runs the binary with args and the target's environment, and
+// returns what it printed and its exit status.
+func runCLICode(t *testing.T, tg enginetest.Target, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), tg.Env...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
 // TestDoctorAndPruneCLI: doctor passes on a working engine and prints the
 // set-up to paste with the flags it was given; prune --dry-run names the
 // workspace of a sandbox whose container was removed behind the server's
@@ -430,14 +444,7 @@ func TestCopyCLI(t *testing.T) {
 	flags := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", s.stateDir}
 	cp := func(args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(binary, append(append([]string{"cp"}, args...), flags...)...)
-		cmd.Env = append(os.Environ(), tg.Env...)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatal(err)
-		}
-		return string(out), cmd.ProcessState.ExitCode()
+		return runCLICode(t, tg, append(append([]string{"cp"}, args...), flags...)...)
 	}
 	host := t.TempDir()
 	src := filepath.Join(host, "proj")
@@ -502,14 +509,7 @@ func TestPortCLI(t *testing.T) {
 	flags := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", s.stateDir}
 	port := func(args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(binary, append(append([]string{"port"}, args...), flags...)...)
-		cmd.Env = append(os.Environ(), tg.Env...)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatal(err)
-		}
-		return string(out), cmd.ProcessState.ExitCode()
+		return runCLICode(t, tg, append(append([]string{"port"}, args...), flags...)...)
 	}
 	urlRE := regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+`)
 	get := func(url string) string {

@@ -15,25 +15,29 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
 )
 
-// portSet is a command line's set of port forwards: the same records and
-// locks as the servers', serving only what it exposes itself.
-func portSet(env *Env, cfg Config) *portfwd.Set {
-	return portfwd.New(portfwd.Options{Dial: env.Manager.DialExisting, Log: env.Logger, Bind: cfg.PortsBind,
-		AllowPrivileged: cfg.AllowPrivilegedPorts, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")},
-		NoTakeOver: true})
-}
-
-// PortList writes the port forwards (of sandbox name, or all when ""):
-// sandbox port, URL, and which server serves it.
-func PortList(ctx context.Context, cfg Config, name string, asJSON bool, w io.Writer) error {
+// withPorts runs f with a command line's set of port forwards: the same
+// records and locks as the servers', serving only what it exposes itself.
+func withPorts(ctx context.Context, cfg Config, f func(env *Env, ps *portfwd.Set) error) error {
 	env, err := openCLI(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer env.Close()
-	ps := portSet(env, cfg)
+	ps := portfwd.New(portfwd.Options{Dial: env.Manager.DialExisting, Log: env.Logger, Bind: cfg.PortsBind,
+		AllowPrivileged: cfg.AllowPrivilegedPorts, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")},
+		NoTakeOver: true})
 	defer ps.Close()
-	list := ps.List(name)
+	return f(env, ps)
+}
+
+// PortList writes the port forwards (of sandbox name, or all when ""):
+// sandbox port, URL, and which server serves it.
+func PortList(ctx context.Context, cfg Config, name string, asJSON bool, w io.Writer) error {
+	return withPorts(ctx, cfg, func(_ *Env, ps *portfwd.Set) error { return writePorts(ps.List(name), asJSON, w) })
+}
+
+// writePorts writes list as a table or JSON.
+func writePorts(list []portfwd.Info, asJSON bool, w io.Writer) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -58,16 +62,16 @@ const takeOverWait = 10 * time.Second
 // stopped (Ctrl-C) and then removes it; without, a running server takes
 // it over and keeps it, and the command says which (or that none runs).
 func PortExpose(ctx context.Context, cfg Config, name string, port, hostPort int, foreground bool, w io.Writer) error {
-	env, err := openCLI(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	if err := mustExist(ctx, env.Manager, name); err != nil {
-		return err
-	}
-	ps := portSet(env, cfg)
-	defer ps.Close()
+	return withPorts(ctx, cfg, func(env *Env, ps *portfwd.Set) error {
+		if err := mustExist(ctx, env.Manager, name); err != nil {
+			return err
+		}
+		return expose(ctx, ps, name, port, hostPort, foreground, w)
+	})
+}
+
+// expose is PortExpose on the command line's set ps.
+func expose(ctx context.Context, ps *portfwd.Set, name string, port, hostPort int, foreground bool, w io.Writer) error {
 	in, existing, err := ps.Expose(name, port, hostPort)
 	if err != nil {
 		return exitFor(err)
@@ -108,20 +112,15 @@ func PortExpose(ctx context.Context, cfg Config, name string, port, hostPort int
 // PortUnexpose removes the forward of port of sandbox name; the server
 // that serves it stops within a second.
 func PortUnexpose(ctx context.Context, cfg Config, name string, port int, w io.Writer) error {
-	env, err := openCLI(ctx, cfg)
-	if err != nil {
+	return withPorts(ctx, cfg, func(_ *Env, ps *portfwd.Set) error {
+		in, err := ps.Unexpose(name, port)
+		if errors.Is(err, portfwd.ErrNotForwarded) {
+			return &ExitError{Code: ExitNotFound, Err: err}
+		}
+		if err != nil {
+			return exitFor(err)
+		}
+		_, err = fmt.Fprintf(w, "port %d of sandbox %q is no longer forwarded from %s\n", port, name, in.URL)
 		return err
-	}
-	defer env.Close()
-	ps := portSet(env, cfg)
-	defer ps.Close()
-	in, err := ps.Unexpose(name, port)
-	if errors.Is(err, portfwd.ErrNotForwarded) {
-		return &ExitError{Code: ExitNotFound, Err: err}
-	}
-	if err != nil {
-		return exitFor(err)
-	}
-	fmt.Fprintf(w, "port %d of sandbox %q is no longer forwarded from %s\n", port, name, in.URL)
-	return nil
+	})
 }
