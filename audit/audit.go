@@ -169,9 +169,7 @@ var writeFile = func(f *os.File, b []byte) (int, error) { return f.Write(b) }
 func (l *Log) current() error {
 	path := filepath.Join(l.dir, File)
 	if l.f != nil {
-		a, err1 := l.f.Stat()
-		b, err2 := os.Stat(path)
-		if err1 == nil && err2 == nil && os.SameFile(a, b) {
+		if l.holdsCurrent() {
 			return nil
 		}
 		l.f.Close()
@@ -183,6 +181,14 @@ func (l *Log) current() error {
 	}
 	l.f = f
 	return nil
+}
+
+// holdsCurrent reports whether l.f is still the file named File (no
+// server moved it aside).
+func (l *Log) holdsCurrent() bool {
+	a, err1 := l.f.Stat()
+	b, err2 := os.Stat(filepath.Join(l.dir, File))
+	return err1 == nil && err2 == nil && os.SameFile(a, b)
 }
 
 // rotate moves the full file aside under the directory's lock (unless
@@ -204,9 +210,7 @@ func (l *Log) rotate() error {
 		return err
 	}
 	path := filepath.Join(l.dir, File)
-	a, err1 := l.f.Stat()
-	b, err2 := os.Stat(path)
-	if err1 == nil && err2 == nil && os.SameFile(a, b) {
+	if l.holdsCurrent() {
 		aside := filepath.Join(l.dir, "audit-"+time.Now().UTC().Format("20060102T150405.000000000Z")+".jsonl")
 		if err := os.Rename(path, aside); err != nil {
 			return err

@@ -32,38 +32,80 @@ func (f Filter) match(r Record) bool {
 func Read(dir string, f Filter, fn func(Record)) (bad int, err error) {
 	// The file being written is opened first, then the files moved aside
 	// listed: one moved in between is in the listing (and read once).
-	cur, err := openRegular(filepath.Join(dir, File))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	cur, curInfo, err := openCurrent(dir)
+	if err != nil {
 		return 0, err
 	}
-	var curInfo os.FileInfo
 	if cur != nil {
 		defer cur.Close()
-		curInfo, _ = cur.Stat()
 	}
-	files, err := Aside(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return 0, err
-	}
-	for _, p := range files {
-		fh, err := openRegular(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // pruned since the listing
-		}
-		if err != nil {
-			return bad, err
-		}
-		if fi, err := fh.Stat(); err == nil && (curInfo == nil || !os.SameFile(fi, curInfo)) {
-			var s scanner
-			bad += s.feed(fh, f, fn, true)
-		}
-		fh.Close()
+	bad, err = readAside(dir, nil, curInfo, f, fn)
+	if err != nil {
+		return bad, err
 	}
 	if cur != nil {
 		var s scanner
 		bad += s.feed(cur, f, fn, true)
 	}
 	return bad, nil
+}
+
+// openCurrent opens the file being written in dir, with what it is; nil
+// when there is none.
+func openCurrent(dir string) (*os.File, os.FileInfo, error) {
+	fh, err := openRegular(filepath.Join(dir, File))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, nil, err
+	}
+	return fh, fi, nil
+}
+
+// readAside reads whole the files moved aside in dir that came after the
+// file after (all of them when after is nil, or gone: the oldest go
+// first), but cur, the file being written when it was opened (it may have
+// been moved aside since). A file pruned meanwhile is skipped; one that
+// cannot be opened is skipped too, and the first such error returned
+// once the others are read. It returns the lines that were not records.
+func readAside(dir string, after, cur os.FileInfo, f Filter, fn func(Record)) (bad int, err error) {
+	files, err := Aside(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	from := 0
+	if after != nil {
+		for i, p := range files {
+			if fi, err := os.Stat(p); err == nil && os.SameFile(fi, after) {
+				from = i + 1
+			}
+		}
+	}
+	var first error
+	for _, p := range files[from:] {
+		fh, err := openRegular(p)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) && first == nil {
+				first = err
+			}
+			continue
+		}
+		if fi, err := fh.Stat(); err == nil && (cur == nil || !os.SameFile(fi, cur)) {
+			var s scanner
+			bad += s.feed(fh, f, fn, true)
+		}
+		fh.Close()
+	}
+	return bad, first
 }
 
 // Follow reads as Read does, then goes on with the records appended after,
@@ -73,30 +115,17 @@ func Follow(ctx context.Context, dir string, f Filter, interval time.Duration, f
 	// The file being written is opened first, then the files moved aside
 	// are read (but that one, if it was moved meanwhile): nothing falls
 	// between the two.
-	fh, _ := openRegular(path)
+	fh, cur, err := openCurrent(dir)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if fh != nil {
 			fh.Close()
 		}
 	}()
-	var cur os.FileInfo
-	if fh != nil {
-		cur, _ = fh.Stat()
-	}
-	files, err := Aside(dir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if _, err := readAside(dir, nil, cur, f, fn); err != nil {
 		return err
-	}
-	for _, p := range files {
-		g, err := openRegular(p)
-		if err != nil {
-			continue
-		}
-		if gi, err := g.Stat(); err == nil && (cur == nil || !os.SameFile(gi, cur)) {
-			var s scanner
-			s.feed(g, f, fn, true)
-		}
-		g.Close()
 	}
 	var s scanner
 	var (
@@ -139,33 +168,10 @@ func Follow(ctx context.Context, dir string, f Filter, interval time.Duration, f
 					prev.Close()
 				}
 				prev, prevS, prevUntil = fh, s, time.Now().Add(5*recheck)
-				fh, s = nil, scanner{}
-				next, _ := openRegular(path)
-				var nextInfo os.FileInfo
-				if next != nil {
-					nextInfo, _ = next.Stat()
-				}
-				// The files after the one held; all of them when it is
-				// gone (the oldest go first).
-				files, _ := Aside(dir)
-				from := 0
-				for i, p := range files {
-					if fi, err := os.Stat(p); err == nil && os.SameFile(fi, held) {
-						from = i + 1
-					}
-				}
-				for _, p := range files[from:] {
-					g, err := openRegular(p)
-					if err != nil {
-						continue
-					}
-					if gi, err := g.Stat(); err == nil && (nextInfo == nil || !os.SameFile(gi, nextInfo)) {
-						var gs scanner
-						gs.feed(g, f, fn, true)
-					}
-					g.Close()
-				}
-				fh = next
+				var next os.FileInfo
+				fh, next, _ = openCurrent(dir)
+				s = scanner{}
+				_, _ = readAside(dir, held, next, f, fn) // one that cannot be read is passed over, as it goes on
 				continue
 			}
 		}

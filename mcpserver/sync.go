@@ -11,6 +11,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/copier"
 	"github.com/sandbox-mcp/sandbox-mcp/syncer"
 	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
@@ -150,14 +151,14 @@ func (s *Server) hostDir(ctx context.Context, p string) (string, error) {
 	defer root.Close()
 	fi, err := root.Stat(rel)
 	if err != nil {
-		return "", hostPathErr(p, err)
+		return "", copier.HostPathErr(p, err)
 	}
 	if !fi.IsDir() {
 		return "", fmt.Errorf("host path %s is not a directory", p)
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(root.Name(), rel))
 	if err != nil {
-		return "", hostPathErr(p, err)
+		return "", copier.HostPathErr(p, err)
 	}
 	if !strings.HasPrefix(real+string(os.PathSeparator), root.Name()+string(os.PathSeparator)) {
 		return "", fmt.Errorf("%w: %s leads out of %s; %s", transfer.ErrOutsideRoots, p, root.Name(), transfer.AllowFlagHint)

@@ -111,8 +111,6 @@ func (s *Server) openHost(ctx context.Context, p string) (*os.Root, string, erro
 	return root, rel, nil
 }
 
-func hostPathErr(p string, err error) error { return copier.HostPathErr(p, err) }
-
 // Cloned is the structured result of git_clone.
 type Cloned struct {
 	Sandbox string  `json:"sandbox"`
