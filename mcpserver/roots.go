@@ -16,17 +16,19 @@ import (
 // hostRoots decides which host directories transfers may use: those the
 // user allowed (--allow-dir), plus the client's MCP roots when it offers
 // them, else the directory the server was started in (never / or $HOME).
+// Each client has its own roots: they are kept per session, and a client
+// without one (an HTTP client of a sessionless protocol revision) is
+// asked on each call that needs them.
 type hostRoots struct {
 	allowed transfer.Roots
 	start   transfer.Roots // the start directory, when it may serve as a root
 
 	mu      sync.Mutex
-	fetched bool
-	client  transfer.Roots
+	clients map[string]transfer.Roots // by session id, once fetched
 }
 
 func newHostRoots(allow []string, startDir string) *hostRoots {
-	h := &hostRoots{}
+	h := &hostRoots{clients: map[string]transfer.Roots{}}
 	h.allowed, _ = transfer.CleanRoots(allow)
 	home, _ := os.UserHomeDir()
 	if d, ok := transfer.StartDirRoot(startDir, home); ok {
@@ -38,24 +40,31 @@ func newHostRoots(allow []string, startDir string) *hostRoots {
 // rootsKey names the roots request in a multi round-trip exchange.
 const rootsKey = "roots"
 
+// callRoots carries the roots a client sent with this very call.
+type callRoots struct{}
+
 // askRoots returns a result that asks the client for its roots when it
-// offers them and they are not known yet (again after roots/list_changed),
-// or nil to go on. The client answers and calls the tool again (SEP-2322;
-// for clients of earlier protocol versions mcp-go sends roots/list and
-// calls the handler again itself), and the answer is kept.
-func (s *Server) askRoots(ctx context.Context, req mcp.CallToolRequest) *mcp.CallToolResult {
+// offers them and they are not known for its session yet (again after
+// roots/list_changed), or nil to go on, with a context that carries the
+// roots the call brought. The client answers and calls the tool again
+// (SEP-2322; for clients of earlier protocol versions mcp-go sends
+// roots/list and calls the handler again itself), and the answer is kept
+// for the session.
+func (s *Server) askRoots(ctx context.Context, req mcp.CallToolRequest) (context.Context, *mcp.CallToolResult) {
 	if !clientOffersRoots(ctx) {
-		return nil
+		return ctx, nil
 	}
 	h := s.hostRoots
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.fetched {
-		return nil
-	}
+	id := sessionID(ctx)
 	res := server.RootsResponse(req.Params.InputResponses, rootsKey)
 	if res == nil {
-		return server.NewInputRequestBuilder("").Roots(rootsKey).ToolResult()
+		h.mu.Lock()
+		_, known := h.clients[id]
+		h.mu.Unlock()
+		if known && id != "" {
+			return ctx, nil
+		}
+		return ctx, server.NewInputRequestBuilder("").Roots(rootsKey).ToolResult()
 	}
 	var dirs []string
 	for _, r := range res.Roots {
@@ -65,18 +74,28 @@ func (s *Server) askRoots(ctx context.Context, req mcp.CallToolRequest) *mcp.Cal
 		}
 		dirs = append(dirs, u.Path)
 	}
-	var dropped []string
-	h.client, dropped = transfer.CleanRoots(dirs)
+	roots, dropped := transfer.CleanRoots(dirs)
 	if len(dropped) > 0 {
 		s.log.Info("client roots not used", "dropped", dropped)
 	}
-	h.fetched = true
-	return nil
+	if id != "" {
+		h.mu.Lock()
+		h.clients[id] = roots
+		h.mu.Unlock()
+	}
+	return context.WithValue(ctx, callRoots{}, roots), nil
 }
 
 func clientOffersRoots(ctx context.Context) bool {
 	sess, _ := server.ClientSessionFromContext(ctx).(server.SessionWithClientInfo)
 	return sess != nil && sess.GetClientCapabilities().Roots != nil
+}
+
+func sessionID(ctx context.Context) string {
+	if sess := server.ClientSessionFromContext(ctx); sess != nil {
+		return sess.SessionID()
+	}
+	return ""
 }
 
 // roots returns the roots in force for this call: --allow-dir, and the
@@ -87,9 +106,12 @@ func (s *Server) roots(ctx context.Context) transfer.Roots {
 	out := slices.Clone(h.allowed)
 	client := h.start
 	if clientOffersRoots(ctx) {
-		h.mu.Lock()
-		client = h.client
-		h.mu.Unlock()
+		var ok bool
+		if client, ok = ctx.Value(callRoots{}).(transfer.Roots); !ok {
+			h.mu.Lock()
+			client = h.clients[sessionID(ctx)]
+			h.mu.Unlock()
+		}
 	}
 	for _, r := range client {
 		if !slices.Contains(out, r) {
@@ -99,9 +121,10 @@ func (s *Server) roots(ctx context.Context) transfer.Roots {
 	return out
 }
 
-// forgetClientRoots makes the next transfer ask the client again.
-func (s *Server) forgetClientRoots() {
+// forgetClientRoots makes the session's next transfer ask its client
+// again (roots/list_changed), or forgets an ended session's.
+func (s *Server) forgetClientRoots(id string) {
 	s.hostRoots.mu.Lock()
-	s.hostRoots.fetched = false
+	delete(s.hostRoots.clients, id)
 	s.hostRoots.mu.Unlock()
 }

@@ -254,11 +254,11 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		server.WithToolHandlerMiddleware(args.middleware), // nothing runs on bad arguments
 		server.WithToolHandlerMiddleware(releaseAfterLarge),
 		server.WithToolHandlerMiddleware(opts.Notices.middleware),
-		server.WithHooks(dropRawArguments()),
+		server.WithHooks(s.hooks()),
 		server.WithInstructions(instructions),
 	)...)
-	s.ms.AddNotificationHandler(mcp.MethodNotificationRootsListChanged, func(context.Context, mcp.JSONRPCNotification) {
-		s.forgetClientRoots()
+	s.ms.AddNotificationHandler(mcp.MethodNotificationRootsListChanged, func(ctx context.Context, _ mcp.JSONRPCNotification) {
+		s.forgetClientRoots(sessionID(ctx))
 	})
 	s.enable(all, sets)
 	for _, t := range dynamic {
@@ -422,6 +422,16 @@ func releaseAfterLarge(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 		}
 		return res, err
 	}
+}
+
+// hooks drops large raw arguments (dropRawArguments) and what the server
+// keeps of a session once it ends.
+func (s *Server) hooks() *server.Hooks {
+	h := dropRawArguments()
+	h.AddOnUnregisterSession(func(_ context.Context, sess server.ClientSession) {
+		s.forgetClientRoots(sess.SessionID())
+	})
+	return h
 }
 
 // dropRawArguments drops the copy of a large call's arguments as JSON

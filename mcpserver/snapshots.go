@@ -284,7 +284,8 @@ func (s *Server) handleImages(ctx context.Context, _ mcp.CallToolRequest) (*mcp.
 }
 
 func (s *Server) handleBuildImage(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if ask := s.askRoots(ctx, req); ask != nil {
+	ctx, ask := s.askRoots(ctx, req)
+	if ask != nil {
 		return ask, nil
 	}
 	name := req.GetString("name", "")

@@ -93,7 +93,8 @@ func (s *Server) syncListTool() tool {
 }
 
 func (s *Server) handleSyncStart(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if ask := s.askRoots(ctx, req); ask != nil {
+	ctx, ask := s.askRoots(ctx, req)
+	if ask != nil {
 		return ask, nil
 	}
 	name, err := sandboxArg(req)

@@ -46,7 +46,8 @@ func (s *Server) downloadTool() tool {
 }
 
 func (s *Server) handleUpload(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if ask := s.askRoots(ctx, req); ask != nil {
+	ctx, ask := s.askRoots(ctx, req)
+	if ask != nil {
 		return ask, nil
 	}
 	name, err := sandboxArg(req)
@@ -72,7 +73,8 @@ func (s *Server) handleUpload(ctx context.Context, req mcp.CallToolRequest) (*mc
 }
 
 func (s *Server) handleDownload(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	if ask := s.askRoots(ctx, req); ask != nil {
+	ctx, ask := s.askRoots(ctx, req)
+	if ask != nil {
 		return ask, nil
 	}
 	name, err := sandboxArg(req)

@@ -1,0 +1,432 @@
+// Package mcphttp serves an MCP server over streamable HTTP, beside
+// stdio, for several clients at once: every request carries a bearer
+// token; the Host and Origin headers are checked against DNS rebinding
+// and cross-site requests; a body is bounded; sessions are ids no one can
+// guess, bounded in number and idle time; a non-loopback address is
+// served only with TLS.
+package mcphttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBody     = 32 << 20
+	DefaultMaxSessions = 100
+	DefaultSessionTTL  = time.Hour
+)
+
+// Path is where the MCP endpoint is served.
+const Path = "/mcp"
+
+// Options configure the HTTP face.
+type Options struct {
+	// Token is the bearer token every request must carry; required.
+	Token string
+	// CertFile and KeyFile, both or neither, serve TLS.
+	CertFile, KeyFile string
+	// Hosts are names besides the listening address (and, on loopback,
+	// localhost) that the Host header may carry; the names and addresses
+	// of the TLS certificate count too.
+	Hosts []string
+	// MaxBody bounds a request's body (default DefaultMaxBody); Hint ends
+	// the error of a larger one (how to send large data instead).
+	MaxBody int64
+	Hint    func() string
+	// MaxSessions bounds the sessions held at once (default
+	// DefaultMaxSessions); SessionTTL is the idle time after which a
+	// session ends (default DefaultSessionTTL).
+	MaxSessions int
+	SessionTTL  time.Duration
+	// Logger receives the transport's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is the HTTP face of one MCP server.
+type Server struct {
+	opts     Options
+	ms       *server.MCPServer
+	streams  *server.StreamableHTTPServer
+	sessions *sessions
+	http     *http.Server
+	ln       net.Listener
+	hosts    map[string]bool // Host header names accepted
+	origins  map[string]bool // Origin header values accepted
+	tokenSum [32]byte
+	scheme   string
+	large    chan struct{} // bounds the large bodies read at once
+}
+
+// Listen checks opts against addr, listens there and returns the server,
+// not yet serving (see Serve). A non-loopback address needs TLS: the
+// token would otherwise cross the network in clear.
+func Listen(addr string, ms *server.MCPServer, opts Options) (*Server, error) {
+	if opts.Token == "" {
+		return nil, errors.New("http: a bearer token is required")
+	}
+	if (opts.CertFile == "") != (opts.KeyFile == "") {
+		return nil, errors.New("http: give both a TLS certificate and its key, or neither")
+	}
+	var cert *tls.Certificate
+	if opts.CertFile != "" {
+		c, err := tls.LoadX509KeyPair(opts.CertFile, opts.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("http: TLS certificate: %w", err)
+		}
+		cert = &c
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: address %q: %w (give host:port, e.g. 127.0.0.1:8765)", addr, err)
+	}
+	if !loopbackName(host) && cert == nil {
+		return nil, fmt.Errorf("http: %s is not a loopback address: serving it needs TLS (--tls-cert and --tls-key); on this machine only, listen on 127.0.0.1", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	tcp, _ := ln.Addr().(*net.TCPAddr)
+	if tcp == nil || (!tcp.IP.IsLoopback() && cert == nil) {
+		ln.Close()
+		return nil, fmt.Errorf("http: %s is not a loopback address: serving it needs TLS (--tls-cert and --tls-key)", ln.Addr())
+	}
+	s := newServer(ms, opts, tcp, cert)
+	s.ln = ln
+	if cert != nil {
+		s.ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12})
+	}
+	return s, nil
+}
+
+// loopbackName reports whether a listening host is the loopback: an
+// address of it, or localhost. "" and unspecified addresses listen on
+// every interface, so they are not.
+func loopbackName(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func newServer(ms *server.MCPServer, opts Options, addr *net.TCPAddr, cert *tls.Certificate) *Server {
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.MaxSessions <= 0 {
+		opts.MaxSessions = DefaultMaxSessions
+	}
+	if opts.SessionTTL <= 0 {
+		opts.SessionTTL = DefaultSessionTTL
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, ms: ms, hosts: map[string]bool{}, origins: map[string]bool{},
+		tokenSum: sha256.Sum256([]byte(opts.Token)), scheme: "http", large: make(chan struct{}, 2)}
+	if cert != nil {
+		s.scheme = "https"
+	}
+	s.hosts[canonicalHost(addr.IP.String())] = true
+	if addr.IP.IsLoopback() {
+		for _, h := range []string{"localhost", "127.0.0.1", "::1"} {
+			s.hosts[h] = true
+		}
+	}
+	if cert != nil && len(cert.Certificate) > 0 {
+		if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil {
+			for _, n := range leaf.DNSNames {
+				s.hosts[canonicalHost(n)] = true
+			}
+			for _, ip := range leaf.IPAddresses {
+				s.hosts[canonicalHost(ip.String())] = true
+			}
+		}
+	}
+	for _, h := range opts.Hosts {
+		s.hosts[canonicalHost(h)] = true
+	}
+	// A page the server itself would serve is the only origin allowed: a
+	// browser tab of any other site is refused, and no CORS header lets
+	// one read an answer.
+	port := strconv.Itoa(addr.Port)
+	for h := range s.hosts {
+		s.origins[s.scheme+"://"+net.JoinHostPort(h, port)] = true
+		if (s.scheme == "http" && port == "80") || (s.scheme == "https" && port == "443") {
+			s.origins[s.scheme+"://"+bracket(h)] = true
+		}
+	}
+	s.sessions = newSessions(opts.MaxSessions, opts.SessionTTL, func(id string) {
+		ms.UnregisterSession(context.Background(), id)
+	})
+	s.streams = server.NewStreamableHTTPServer(ms,
+		server.WithSessionIdManager(s.sessions),
+		server.WithSessionIdleTTL(opts.SessionTTL),
+		server.WithHeartbeatInterval(30*time.Second),
+		server.WithStreamableHTTPLogger(opts.Logger),
+		// The checks here cover every connection, loopback or not.
+		server.WithDisableLocalhostProtection(true),
+	)
+	mux := http.NewServeMux()
+	mux.Handle(Path, s.guard(s.streams))
+	mux.Handle("/", s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "not found: the MCP endpoint is "+Path, http.StatusNotFound)
+	})))
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// canonicalHost is a Host header's name in the form hosts holds it:
+// lower case, without brackets.
+func canonicalHost(h string) string {
+	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+}
+
+func bracket(h string) string {
+	if strings.Contains(h, ":") {
+		return "[" + h + "]"
+	}
+	return h
+}
+
+// URL is the endpoint's address as clients give it.
+func (s *Server) URL() string {
+	tcp, _ := s.ln.Addr().(*net.TCPAddr)
+	host := tcp.IP.String()
+	if tcp.IP.IsLoopback() {
+		host = "127.0.0.1"
+		if tcp.IP.To4() == nil {
+			host = "[::1]"
+		}
+	} else {
+		host = bracket(host)
+	}
+	return s.scheme + "://" + host + ":" + strconv.Itoa(tcp.Port) + Path
+}
+
+// Handler is the guarded handler of every path, for tests and for
+// mounting elsewhere.
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+// Serve answers requests until ctx ends, then stops taking new ones and
+// waits up to grace for those under way.
+func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.http.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	s.streams.CloseSessions(sctx) // ends the open GET streams
+	if err := s.http.Shutdown(sctx); err != nil {
+		s.http.Close()
+	}
+	return nil
+}
+
+// guard admits a request that names this server (Host), comes from no
+// other site (Origin), carries the token, and whose body fits.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if !s.hosts[canonicalHost(host)] {
+			// A page of another site whose name now resolves to this
+			// machine (DNS rebinding) sends its own name.
+			s.opts.Logger.Warn("http: request refused: Host header names another server", "host", r.Host, "remote", r.RemoteAddr)
+			http.Error(w, "forbidden: the Host header names another server", http.StatusForbidden)
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !s.origins[canonicalOrigin(o)] {
+			s.opts.Logger.Warn("http: request refused: from a page of another site", "origin", o, "remote", r.RemoteAddr)
+			http.Error(w, "forbidden: requests from pages of other sites are refused", http.StatusForbidden)
+			return
+		}
+		if !s.tokenOK(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-mcp"`)
+			http.Error(w, "unauthorized: send the server's token as Authorization: Bearer TOKEN (sandbox-mcp doctor --http says where it is)", http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Path != Path {
+			next.ServeHTTP(w, r)
+			return
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodDelete:
+			if !s.sessionOK(w, r) {
+				return
+			}
+		case http.MethodPost:
+			body, ok := s.readBody(w, r)
+			if !ok {
+				return
+			}
+			if r.Header.Get(server.HeaderKeySessionID) == "" && isInitialize(body) && !s.sessions.admit() {
+				s.opts.Logger.Warn("http: new session refused: too many sessions", "max", s.opts.MaxSessions)
+				w.Header().Set("Retry-After", "60")
+				writeRPCError(w, http.StatusServiceUnavailable, peekID(body), fmt.Sprintf(
+					"too many sessions: this server holds %d, all in use within the last minute; end one (DELETE) or try again later", s.opts.MaxSessions))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) tokenOK(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+// sessionOK checks the session a GET (listening stream) or DELETE names:
+// the transport would otherwise open a stream for an id it never issued.
+func (s *Server) sessionOK(w http.ResponseWriter, r *http.Request) bool {
+	id := r.Header.Get(server.HeaderKeySessionID)
+	if id == "" {
+		http.Error(w, "bad request: "+server.HeaderKeySessionID+" header missing (initialize first)", http.StatusBadRequest)
+		return false
+	}
+	if _, err := s.sessions.Validate(id); err != nil {
+		http.Error(w, "not found: "+err.Error(), http.StatusNotFound)
+		return false
+	}
+	return true
+}
+
+// readBody reads a POST's body whole, refusing one over MaxBody without
+// reading past the limit; at most two bodies over 1 MiB are read at once.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > s.opts.MaxBody {
+		head := make([]byte, 4096)
+		n, _ := io.ReadFull(r.Body, head)
+		s.tooLarge(w, r, head[:n])
+		return nil, false
+	}
+	if r.ContentLength < 0 || r.ContentLength > 1<<20 {
+		select {
+		case s.large <- struct{}{}:
+			defer func() { <-s.large }()
+		case <-r.Context().Done():
+			return nil, false
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		s.tooLarge(w, r, body)
+		return nil, false
+	}
+	if err != nil {
+		http.Error(w, "bad request: reading the body: "+err.Error(), http.StatusBadRequest)
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, true
+}
+
+// tooLarge refuses a body over the limit, answering the request whose
+// start head is, when its id comes before its parameters (as clients
+// write them).
+func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request, head []byte) {
+	msg := fmt.Sprintf("message too large: over the %d MiB limit of one JSON-RPC message", s.opts.MaxBody>>20)
+	if s.opts.Hint != nil {
+		msg += "; " + s.opts.Hint()
+	}
+	s.opts.Logger.Warn("http: request refused: body too large", "limit", s.opts.MaxBody, "remote", r.RemoteAddr)
+	w.Header().Set("Connection", "close")
+	writeRPCError(w, http.StatusRequestEntityTooLarge, peekID(head), msg)
+}
+
+// peekID finds the id of a JSON-RPC request among the members that come
+// before its params in head, the start of the message; nil if it is not
+// there.
+func peekID(head []byte) json.RawMessage {
+	if len(head) > 4096 {
+		head = head[:4096]
+	}
+	d := json.NewDecoder(bytes.NewReader(head))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for d.More() {
+		k, err := d.Token()
+		if err != nil || k == "params" {
+			return nil
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			return nil
+		}
+		if k == "id" {
+			return v
+		}
+	}
+	return nil
+}
+
+// canonicalOrigin is an Origin header in the form origins holds it.
+func canonicalOrigin(o string) string {
+	u, err := url.Parse(o)
+	if err != nil || u.Host == "" {
+		return o
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host)
+}
+
+// isInitialize reports whether a message is an initialize request.
+func isInitialize(body []byte) bool {
+	var m struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(body, &m) == nil && m.Method == "initialize"
+}
+
+// writeRPCError answers with a JSON-RPC error (to the request id, if
+// known) and an HTTP status, so a client shows the text.
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, msg string) {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"jsonrpc": "2.0", "id": id,
+		"error": map[string]any{"code": -32600, "message": msg},
+	})
+}

@@ -1,0 +1,508 @@
+package mcphttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+const testToken = "0123456789abcdef0123456789abcdef"
+
+// echoServer is an MCP server with one tool that sends n progress
+// notifications to its caller, then answers with the caller's session.
+func echoServer() *server.MCPServer {
+	ms := server.NewMCPServer("t", "0", server.WithToolCapabilities(false))
+	ms.AddTool(mcp.NewTool("progress", mcp.WithNumber("n"), mcp.WithString("tag")),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			tag := req.GetString("tag", "")
+			tok := req.Params.Meta
+			for i := range req.GetInt("n", 0) {
+				if tok == nil || tok.ProgressToken == nil {
+					break
+				}
+				_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+					"progressToken": tok.ProgressToken, "progress": float64(i + 1), "message": tag,
+				})
+			}
+			return mcp.NewToolResultText(tag), nil
+		})
+	return ms
+}
+
+// serve starts an HTTP face of echoServer on the loopback.
+func serve(t *testing.T, opts Options) *Server {
+	t.Helper()
+	if opts.Token == "" {
+		opts.Token = testToken
+	}
+	s, err := Listen("127.0.0.1:0", echoServer(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, 5*time.Second); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	tok  string
+	base http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return b.base.RoundTrip(r)
+}
+
+// connect opens a go-sdk client session; progress receives the messages
+// of the progress notifications it gets.
+func connect(t *testing.T, url, tok string, base http.RoundTripper, progress func(string)) (*sdk.ClientSession, error) {
+	return connectAt(t, "", url, tok, base, progress)
+}
+
+// connectAt is connect on a protocol revision ("" for the newest).
+func connectAt(t *testing.T, protocol, url, tok string, base http.RoundTripper, progress func(string)) (*sdk.ClientSession, error) {
+	t.Helper()
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "0"}, &sdk.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
+			if progress != nil {
+				progress(r.Params.Message)
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var opts *sdk.ClientSessionOptions
+	if protocol != "" {
+		opts = &sdk.ClientSessionOptions{ProtocolVersion: protocol}
+	}
+	cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{tok, base}}, MaxRetries: -1}, opts)
+	if err == nil {
+		t.Cleanup(func() { cs.Close() })
+	}
+	return cs, err
+}
+
+func callTag(t *testing.T, cs *sdk.ClientSession, tag string, n int, token any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := &sdk.CallToolParams{Name: "progress", Arguments: map[string]any{"tag": tag, "n": n}}
+	if token != nil {
+		p.SetProgressToken(token)
+	}
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	return res.Content[0].(*sdk.TextContent).Text
+}
+
+// post sends one raw JSON-RPC message.
+func post(t *testing.T, url string, hdr map[string]string, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+
+func TestClientsCarryTheToken(t *testing.T) {
+	s := serve(t, Options{})
+	if _, err := connect(t, s.URL(), "", nil, nil); err == nil {
+		t.Fatal("a client without the token connected")
+	}
+	if _, err := connect(t, s.URL(), testToken+"x", nil, nil); err == nil {
+		t.Fatal("a client with a wrong token connected")
+	}
+	resp, body := post(t, s.URL(), nil, initBody)
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "Authorization: Bearer") ||
+		!strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("no token: %d %q", resp.StatusCode, body)
+	}
+	resp, _ = post(t, s.URL(), map[string]string{"Authorization": "Basic " + testToken}, initBody)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a token of another scheme: %d", resp.StatusCode)
+	}
+	cs, err := connect(t, s.URL(), testToken, nil, nil)
+	if err != nil {
+		t.Fatalf("a client with the token: %v", err)
+	}
+	if got := callTag(t, cs, "hi", 0, nil); got != "hi" {
+		t.Fatalf("call answered %q", got)
+	}
+}
+
+func TestOtherSitesAndNamesAreRefused(t *testing.T) {
+	s := serve(t, Options{})
+	auth := "Bearer " + testToken
+	port := s.URL()[len("http://127.0.0.1:") : len(s.URL())-len(Path)]
+	for _, c := range []struct {
+		hdr  map[string]string
+		want int
+		why  string
+	}{
+		{map[string]string{"Authorization": auth, "Origin": "https://evil.example"}, 403, "a page of another site"},
+		{map[string]string{"Authorization": auth, "Origin": "null"}, 403, "an opaque origin"},
+		{map[string]string{"Authorization": auth, "Origin": "http://127.0.0.1:1"}, 403, "another port of this machine"},
+		{map[string]string{"Authorization": auth, "Host": "evil.example:" + port}, 403, "a rebound name"},
+		{map[string]string{"Authorization": auth, "Host": "127.0.0.1.evil.example"}, 403, "a name that starts like the loopback"},
+		{map[string]string{"Authorization": auth, "Origin": "http://localhost:" + port}, 200, "the server's own origin"},
+		{map[string]string{"Authorization": auth, "Host": "localhost:" + port}, 200, "localhost"},
+	} {
+		resp, body := post(t, s.URL(), c.hdr, initBody)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: status %d, want %d: %s", c.why, resp.StatusCode, c.want, body)
+		}
+		if v := resp.Header.Get("Access-Control-Allow-Origin"); v != "" {
+			t.Errorf("%s: a CORS header %q", c.why, v)
+		}
+	}
+	// A preflight gets nothing that lets a browser go on.
+	req, _ := http.NewRequest(http.MethodOptions, s.URL(), nil)
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 400 || resp.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight from another site: %d, allow-origin %q", resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+}
+
+func TestALargeBodyIsRefusedAndTheServerGoesOn(t *testing.T) {
+	s := serve(t, Options{Hint: func() string { return "send a large file in parts" }})
+	cs, err := connect(t, s.URL(), testToken, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"progress","arguments":{"tag":"` +
+		strings.Repeat("a", 40<<20) + `"}}}`
+	auth := map[string]string{"Authorization": "Bearer " + testToken}
+	resp, body := post(t, s.URL(), auth, big)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(body, "message too large") ||
+		!strings.Contains(body, "send a large file in parts") || !strings.Contains(body, `"id":7`) {
+		t.Fatalf("40 MiB body: %d %.300s", resp.StatusCode, body)
+	}
+	// Without a length given beforehand, the read stops at the limit.
+	req, _ := http.NewRequest(http.MethodPost, s.URL(), io.MultiReader(strings.NewReader(big), strings.NewReader("")))
+	req.ContentLength = -1
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked 40 MiB body: %d", r2.StatusCode)
+	}
+	if got := callTag(t, cs, "after", 0, nil); got != "after" {
+		t.Fatalf("after the large bodies: %q", got)
+	}
+}
+
+func TestSessionsAreBoundedAndNotGuessable(t *testing.T) {
+	s := serve(t, Options{MaxSessions: 10})
+	now := time.Now()
+	var clock sync.Mutex
+	s.sessions.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	advance := func(d time.Duration) { clock.Lock(); now = now.Add(d); clock.Unlock() }
+	auth := map[string]string{"Authorization": "Bearer " + testToken}
+
+	var ids []string
+	refused := 0
+	for range 1000 {
+		resp, body := post(t, s.URL(), auth, initBody)
+		switch resp.StatusCode {
+		case http.StatusOK:
+			ids = append(ids, resp.Header.Get(server.HeaderKeySessionID))
+		case http.StatusServiceUnavailable:
+			refused++
+			if !strings.Contains(body, "too many sessions") {
+				t.Fatalf("refusal: %s", body)
+			}
+		default:
+			t.Fatalf("initialize: %d %s", resp.StatusCode, body)
+		}
+	}
+	if len(ids) != 10 || refused != 990 || s.sessions.count() != 10 {
+		t.Fatalf("1000 initializes: %d sessions, %d refused, %d held", len(ids), refused, s.sessions.count())
+	}
+	ping := func(id string) int {
+		h := map[string]string{"Authorization": "Bearer " + testToken, server.HeaderKeySessionID: id, "Mcp-Protocol-Version": "2025-06-18"}
+		resp, _ := post(t, s.URL(), h, `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+		return resp.StatusCode
+	}
+	for _, id := range ids {
+		if c := ping(id); c != http.StatusOK {
+			t.Fatalf("a session of the first ten: %d", c)
+		}
+	}
+	// Guessed ids, in the form issued or not, get what an unknown id gets.
+	for _, id := range []string{"", "x", ids[0][:len(ids[0])-1] + "A", strings.Repeat("A", 43)} {
+		if c := ping(id); c != http.StatusNotFound && c != http.StatusBadRequest {
+			t.Errorf("guessed id %q: %d", id, c)
+		}
+		for _, m := range []string{http.MethodGet, http.MethodDelete} {
+			req, _ := http.NewRequest(m, s.URL(), nil)
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			req.Header.Set(server.HeaderKeySessionID, id)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("%s with guessed id %q: %d", m, id, resp.StatusCode)
+			}
+		}
+	}
+	// Ended by its client, an id is not taken again.
+	req, _ := http.NewRequest(http.MethodDelete, s.URL(), nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set(server.HeaderKeySessionID, ids[0])
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || ping(ids[0]) != http.StatusNotFound {
+		t.Fatalf("ended session: delete %d, then ping %d", resp.StatusCode, ping(ids[0]))
+	}
+	// A session idle past the TTL is gone; one idle a minute makes room
+	// for a new client when the table is full.
+	advance(2 * time.Minute)
+	for _, id := range append([]string{ids[1]}, ids[3:]...) { // all but ids[2]
+		if c := ping(id); c != http.StatusOK {
+			t.Fatalf("a session used two minutes ago: %d", c)
+		}
+	}
+	for range 2 { // the room ids[0] left, then ids[2] (the least recently used)
+		if resp, body := post(t, s.URL(), auth, initBody); resp.StatusCode != http.StatusOK {
+			t.Fatalf("initialize with idle sessions held: %d %s", resp.StatusCode, body)
+		}
+	}
+	if ping(ids[2]) != http.StatusNotFound || ping(ids[1]) != http.StatusOK || ping(ids[3]) != http.StatusOK {
+		t.Fatal("the least recently used session was not the one that made room")
+	}
+	advance(DefaultSessionTTL)
+	if c := ping(ids[1]); c != http.StatusNotFound {
+		t.Fatalf("a session idle past the TTL: %d", c)
+	}
+}
+
+func TestEachClientGetsItsOwnProgress(t *testing.T) {
+	// The newest revision has no sessions; 2025-06-18 has.
+	for _, protocol := range []string{"", "2025-06-18"} {
+		t.Run("protocol="+protocol, func(t *testing.T) {
+			s := serve(t, Options{})
+			const clients = 4
+			var wg sync.WaitGroup
+			for i := range clients {
+				var mu sync.Mutex
+				var got []string
+				cs, err := connectAt(t, protocol, s.URL(), testToken, nil, func(m string) { mu.Lock(); got = append(got, m); mu.Unlock() })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if protocol != "" && cs.ID() == "" {
+					t.Fatalf("%s: no session", protocol)
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					tag := fmt.Sprintf("client-%d", i)
+					for range 5 {
+						if r := callTag(t, cs, tag, 3, tag); r != tag {
+							t.Errorf("%s got the answer %q", tag, r)
+						}
+					}
+					mu.Lock()
+					defer mu.Unlock()
+					if len(got) == 0 {
+						t.Errorf("%s got no progress", tag)
+					}
+					for _, m := range got {
+						if m != tag {
+							t.Errorf("%s got another client's progress %q", tag, m)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func TestOnlyTheLoopbackWithoutTLS(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		if _, err := Listen(addr, echoServer(), Options{Token: testToken}); err == nil || !strings.Contains(err.Error(), "needs TLS") {
+			t.Errorf("%s without TLS: %v", addr, err)
+		}
+	}
+	if _, err := Listen("127.0.0.1:0", echoServer(), Options{}); err == nil {
+		t.Error("no token: served")
+	}
+	if _, err := Listen("127.0.0.1:0", echoServer(), Options{Token: testToken, CertFile: "x"}); err == nil {
+		t.Error("a certificate without its key: served")
+	}
+
+	dir := t.TempDir()
+	cert, key, pool := selfSigned(t, dir)
+	s, err := Listen("0.0.0.0:0", echoServer(), Options{Token: testToken, CertFile: cert, KeyFile: key, Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatalf("every interface with TLS: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Serve(ctx, 5*time.Second); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !strings.HasPrefix(s.URL(), "https://") {
+		t.Fatalf("URL %s", s.URL())
+	}
+	port := s.ln.Addr().(*net.TCPAddr).Port
+	url := fmt.Sprintf("https://localhost:%d%s", port, Path)
+	cs, err := connect(t, url, testToken, &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, nil)
+	if err != nil {
+		t.Fatalf("a client over TLS: %v", err)
+	}
+	if got := callTag(t, cs, "tls", 0, nil); got != "tls" {
+		t.Fatalf("over TLS: %q", got)
+	}
+	// Plain HTTP on the TLS port gets nothing served.
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d%s", port, Path), "application/json", bytes.NewReader([]byte(initBody)))
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("plain HTTP on the TLS port answered: %s", b)
+		}
+	}
+}
+
+// selfSigned writes a certificate for localhost and 127.0.0.1 and its key.
+func selfSigned(t *testing.T, dir string) (cert, key string, pool *x509.CertPool) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(k)
+	cert, key = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	c, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(c)
+	return cert, key, pool
+}
+
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "sub", "http-token")
+	tok, created, err := LoadOrCreateToken(p)
+	if err != nil || !created || len(tok) != 64 {
+		t.Fatalf("first: %q %v %v", tok, created, err)
+	}
+	fi, _ := os.Stat(p)
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+	again, created, err := LoadOrCreateToken(p)
+	if err != nil || created || again != tok {
+		t.Fatalf("second: %q %v %v", again, created, err)
+	}
+	os.Chmod(p, 0o644)
+	if _, _, err := LoadOrCreateToken(p); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("a file others may read: %v", err)
+	}
+	link := filepath.Join(dir, "link")
+	os.Symlink(p, link)
+	if _, _, err := LoadOrCreateToken(link); err == nil {
+		t.Fatal("a symlink was followed")
+	}
+	short := filepath.Join(dir, "short")
+	os.WriteFile(short, []byte("abc\n"), 0o600)
+	if _, _, err := LoadOrCreateToken(short); err == nil {
+		t.Fatal("a short token was taken")
+	}
+	// Servers starting at once agree on one token.
+	race := filepath.Join(dir, "race")
+	toks := make([]string, 8)
+	var wg sync.WaitGroup
+	for i := range toks {
+		wg.Go(func() {
+			tk, _, err := LoadOrCreateToken(race)
+			if err != nil {
+				t.Error(err)
+			}
+			toks[i] = tk
+		})
+	}
+	wg.Wait()
+	for _, tk := range toks {
+		if tk != toks[0] {
+			t.Fatalf("servers starting at once got different tokens: %q", toks)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".token-*"))
+	if len(left) > 0 {
+		t.Fatalf("temporary files left: %v", left)
+	}
+}
