@@ -162,13 +162,7 @@ func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, ex
 	cmd.Env = append(os.Environ(), tg.Env...)
 	s.stderr = &prefixWriter{t: t}
 	cmd.Stderr = s.stderr
-	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "0"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			s.mu.Lock()
-			s.progress = append(s.progress, r.Params.Message)
-			s.mu.Unlock()
-		},
-	})
+	client := s.newClient("e2e")
 	// The connect includes the server's start: a hang guard, not seconds.
 	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer cancel()
@@ -183,6 +177,17 @@ func startServer(t *testing.T, tg enginetest.Target, prefix, protocol string, ex
 	s.cs = cs
 	t.Cleanup(func() { cs.Close() })
 	return s
+}
+
+// newClient is a go-sdk client that records its progress messages in s.
+func (s *server) newClient(name string) *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: name, Version: "0"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			s.mu.Lock()
+			s.progress = append(s.progress, r.Params.Message)
+			s.mu.Unlock()
+		},
+	})
 }
 
 // withNetwork gives a test's server egress mode open unless the test sets

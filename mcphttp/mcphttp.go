@@ -52,6 +52,10 @@ type Options struct {
 	// the error of a larger one (how to send large data instead).
 	MaxBody int64
 	Hint    func() string
+	// Fix, if set, is applied to each message the server writes (one
+	// Write is one message, as JSON or as one SSE event) and returns it
+	// as it goes out.
+	Fix func([]byte) []byte
 	// MaxSessions bounds the sessions held at once (default
 	// DefaultMaxSessions); SessionTTL is the idle time after which a
 	// session ends (default DefaultSessionTTL).
@@ -282,6 +286,9 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if s.opts.Fix != nil {
+			w = fixingWriter{w, s.opts.Fix}
+		}
 		switch r.Method {
 		case http.MethodGet, http.MethodDelete:
 			if !s.sessionOK(w, r) {
@@ -303,6 +310,32 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// fixingWriter applies a fix to each message written.
+type fixingWriter struct {
+	http.ResponseWriter
+	fix func([]byte) []byte
+}
+
+func (f fixingWriter) Write(p []byte) (int, error) {
+	if q := f.fix(p); len(q) != len(p) {
+		if _, err := f.ResponseWriter.Write(q); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return f.ResponseWriter.Write(p)
+}
+
+// Flush passes on a flush, so SSE events go out as they are written.
+func (f fixingWriter) Flush() {
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (f fixingWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 func (s *Server) tokenOK(r *http.Request) bool {
 	auth := r.Header.Get("Authorization")

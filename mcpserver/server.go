@@ -340,7 +340,7 @@ func (s *Server) tools() []tool {
 // how to send large files instead.
 func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.Writer, errLog *log.Logger) error {
 	lim := msglimit.New(in, out, msglimit.Options{
-		Hint:    largeDataHint(ms),
+		Hint:    LargeDataHint(ms),
 		Dropped: func() { go debug.FreeOSMemory() },
 		Blobs:   lifted,
 	})
@@ -368,8 +368,8 @@ var (
 type rootsParamsWriter struct{ w io.Writer }
 
 func (r rootsParamsWriter) Write(p []byte) (int, error) {
-	if len(p) < 4096 && bytes.Contains(p, rootsRequestBare) {
-		if _, err := r.w.Write(bytes.Replace(p, rootsRequestBare, rootsRequestFull, 1)); err != nil {
+	if q := FixRootsRequest(p); len(q) != len(p) {
+		if _, err := r.w.Write(q); err != nil {
 			return 0, err
 		}
 		return len(p), nil
@@ -377,9 +377,19 @@ func (r rootsParamsWriter) Write(p []byte) (int, error) {
 	return r.w.Write(p)
 }
 
-// largeDataHint is the end of the error for an over-long message: how to
+// FixRootsRequest returns message p (one JSON-RPC message as the
+// transport writes it) with empty parameters added to the roots request
+// of an input_required result, or p itself when it has none.
+func FixRootsRequest(p []byte) []byte {
+	if len(p) < 4096 && bytes.Contains(p, rootsRequestBare) {
+		return bytes.Replace(p, rootsRequestBare, rootsRequestFull, 1)
+	}
+	return p
+}
+
+// LargeDataHint is the end of the error for an over-long message: how to
 // send a large file instead, naming only tools this server has.
-func largeDataHint(ms *server.MCPServer) func() string {
+func LargeDataHint(ms *server.MCPServer) func() string {
 	return func() string {
 		hint := "send a large file in parts of a few MiB with write_file and append=true"
 		if ms.GetTool("write_file") == nil {

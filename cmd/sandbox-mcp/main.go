@@ -98,14 +98,19 @@ func newRoot() *cobra.Command {
 	root.SetOut(os.Stderr) // stdout belongs to the protocol
 	serve := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve MCP over stdio (register with: claude mcp add --scope user sandbox -- sandbox-mcp serve)",
-		Long: "Serve MCP over stdio. Register with: claude mcp add --scope user sandbox -- sandbox-mcp serve\n\n" + precedence +
+		Short: "Serve MCP over stdio (register with: claude mcp add --scope user sandbox -- sandbox-mcp serve), or over HTTP with --http",
+		Long: "Serve MCP over stdio. Register with: claude mcp add --scope user sandbox -- sandbox-mcp serve\n\n" +
+			"With --http 127.0.0.1:PORT, serve several clients over streamable HTTP instead, at http://127.0.0.1:PORT/mcp;\n" +
+			"each request carries the bearer token kept in --http-token-file; sandbox-mcp doctor --http ADDR prints the client setup.\n\n" + precedence +
 			"\n\nToolsets (--toolsets):\n" + mcpserver.DescribeToolsets(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := resolve(cmd)
 			if err != nil {
 				return err
+			}
+			if cfg.HTTP != "" {
+				return app.Serve(cmd.Context(), cfg, nil, nil)
 			}
 			if isTerminal(os.Stdin) {
 				fmt.Fprintln(os.Stderr, "sandbox-mcp: waiting for an MCP client on stdin. An MCP client (Claude Code, Claude Desktop, Cursor…) starts this command itself; `sandbox-mcp doctor` prints the configuration to give it. Ctrl-C stops.")

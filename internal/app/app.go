@@ -1,6 +1,7 @@
 // Package app wires sandbox-mcp together: configuration from flags,
 // environment and an optional config file (Resolve), the runtime, state
-// and manager built from it (Open), and the stdio MCP server (Serve).
+// and manager built from it (Open), and the MCP server over stdio or
+// HTTP (Serve).
 package app
 
 import (
@@ -19,12 +20,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mark3labs/mcp-go/server"
+
 	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
 	"github.com/sandbox-mcp/sandbox-mcp/audit"
 	"github.com/sandbox-mcp/sandbox-mcp/children"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/mcphttp"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/portfwd"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -166,7 +170,8 @@ const memoryLimit = 4 * msglimit.DefaultMax
 // state against the engine.
 const reconcileDelay = 3 * time.Second
 
-// Serve runs the stdio MCP server until in closes or ctx ends.
+// Serve runs the MCP server over stdio until in closes or ctx ends, or,
+// when cfg.HTTP is set, over streamable HTTP until ctx ends.
 func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	env, err := Open(ctx, cfg)
 	if err != nil {
@@ -230,6 +235,9 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if cfg.BootDefault {
 		m.BootInBackground(sandbox.DefaultName)
 	}
+	if cfg.HTTP != "" {
+		return serveHTTP(ctx, cfg, m, ms, logger)
+	}
 	// The session ends when its input does (EOF) or ctx does (SIGTERM,
 	// SIGINT). Either way the commands still running are ended first
 	// (Manager.Shutdown), before the MCP server cancels their requests, so
@@ -244,6 +252,42 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	return err
 }
+
+// serveHTTP serves ms over streamable HTTP at cfg.HTTP until ctx ends,
+// then ends the commands under way (so each says the server shut down)
+// and gives their answers up to httpGrace to go out.
+func serveHTTP(ctx context.Context, cfg Config, m *sandbox.Manager, ms *server.MCPServer, logger *slog.Logger) error {
+	tokenFile := cfg.HTTPTokenFile
+	if tokenFile == "" {
+		tokenFile = filepath.Join(cfg.StateDir, "http-token")
+	}
+	token, created, err := mcphttp.LoadOrCreateToken(tokenFile)
+	if err != nil {
+		return err
+	}
+	hs, err := mcphttp.Listen(cfg.HTTP, ms, mcphttp.Options{Token: token, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey,
+		Hosts: cfg.HTTPHosts, Hint: mcpserver.LargeDataHint(ms), Fix: mcpserver.FixRootsRequest, Logger: logger})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "sandbox-mcp: serving MCP at %s; clients send the token in %s as Authorization: Bearer TOKEN\n", hs.URL(), tokenFile)
+	if created {
+		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			fmt.Fprintf(os.Stderr, "sandbox-mcp: new token (shown this once): %s\n", token)
+		} else {
+			fmt.Fprintf(os.Stderr, "sandbox-mcp: a new token was written to %s (not shown: stderr is not a terminal)\n", tokenFile)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "sandbox-mcp: to use it, give your MCP client this server:\n\n%s\n", HTTPClientSetup(hs.URL(), tokenFile))
+	logger.Info("serving over HTTP", "url", hs.URL(), "token_file", tokenFile)
+	stop := context.AfterFunc(ctx, m.Shutdown)
+	defer stop()
+	return hs.Serve(ctx, httpGrace)
+}
+
+// httpGrace is how long a stopping HTTP server waits for the answers
+// of the calls under way (their commands were ended first).
+const httpGrace = 10 * time.Second
 
 // shutdownBound bounds how long a server whose session ended takes to
 // exit: ending the sandboxes' commands and shells, saving history.
@@ -367,6 +411,19 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 	}
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
+	if cfg.HTTP != "" {
+		tokenFile := cfg.HTTPTokenFile
+		if tokenFile == "" {
+			tokenFile = filepath.Join(cfg.StateDir, "http-token")
+		}
+		scheme := "http"
+		if cfg.TLSCert != "" {
+			scheme = "https"
+		}
+		fmt.Fprintf(w, "\nTo use it, serve it over HTTP (with the flags of this doctor run):\n  %s\n\nand give your MCP clients this server:\n\n%s",
+			shellJoin(append([]string{selfPath(), "serve"}, serveArgs...)), HTTPClientSetup(scheme+"://"+cfg.HTTP+mcphttp.Path, tokenFile))
+		return nil
+	}
 	fmt.Fprintf(w, "\nTo use it, give your MCP client this server (with the flags of this doctor run):\n\n%s", ClientSetup(selfPath(), serveArgs, setupEnv(os.Environ()), hostOS))
 	return nil
 }

@@ -42,6 +42,21 @@ func ClientSetup(self string, args []string, env map[string]string, goos string)
 	return b.String()
 }
 
+// HTTPClientSetup is what to give MCP clients to reach a server served
+// over HTTP at url whose token is in tokenFile, as text to paste. The
+// token itself stays in its file: the command line reads it when run, and
+// Cursor takes it from the environment.
+func HTTPClientSetup(url, tokenFile string) string {
+	header := `"Authorization: Bearer $(cat ` + shellJoin([]string{tokenFile}) + `)"`
+	cursor, _ := json.MarshalIndent(map[string]any{"mcpServers": map[string]any{"sandbox": map[string]any{
+		"url": url, "headers": map[string]string{"Authorization": "Bearer ${env:SANDBOX_MCP_TOKEN}"}}}}, "  ", "  ")
+	var b strings.Builder
+	fmt.Fprintf(&b, "Claude Code (every project of this user):\n  %s --header %s\n\n",
+		shellJoin([]string{"claude", "mcp", "add", "--scope", "user", "--transport", "http", "sandbox", url}), header)
+	fmt.Fprintf(&b, "Cursor (~/.cursor/mcp.json), merged into \"mcpServers\", with SANDBOX_MCP_TOKEN set to the file's content in Cursor's environment:\n  %s\n", cursor)
+	return b.String()
+}
+
 // shellJoin quotes words for a POSIX shell where needed.
 func shellJoin(words []string) string {
 	out := make([]string, len(words))

@@ -56,6 +56,15 @@ type Config struct {
 	AllowDirs []string
 	// PortsBind is the host address port forwards listen on.
 	PortsBind string
+	// HTTP, when set, is the host:port MCP is served on over streamable
+	// HTTP instead of stdio. HTTPTokenFile keeps its bearer token ("" for
+	// http-token in the state directory); TLSCert and TLSKey serve TLS;
+	// HTTPHosts are names clients may reach the server by besides its
+	// address.
+	HTTP            string
+	HTTPTokenFile   string
+	TLSCert, TLSKey string
+	HTTPHosts       []string
 	// AllowPrivilegedPorts lets expose listen on host ports below 1024.
 	AllowPrivilegedPorts bool
 	// JobRetention is how long ended background jobs are kept (see
@@ -334,6 +343,41 @@ func Settings() []Setting {
 				}
 				return nil
 			}},
+		{Flag: "http", Env: "SANDBOX_MCP_HTTP", ServeOnly: true,
+			Usage: "serve MCP over streamable HTTP at `host:port` (e.g. 127.0.0.1:8765) instead of stdio; a non-loopback address needs --tls-cert and --tls-key",
+			set: func(c *Config, v string) error {
+				if err := checkHTTPAddr(v); err != nil {
+					return err
+				}
+				c.HTTP = v
+				return nil
+			}},
+		{Flag: "http-token-file", Env: "SANDBOX_MCP_HTTP_TOKEN_FILE", ServeOnly: true,
+			Usage: "`file` holding the bearer token HTTP clients send (mode 600); made with a new token when missing; default http-token in the state directory",
+			set: func(c *Config, v string) error {
+				c.HTTPTokenFile = v
+				return nil
+			}},
+		{Flag: "tls-cert", Env: "SANDBOX_MCP_TLS_CERT", ServeOnly: true,
+			Usage: "PEM certificate `file` to serve HTTP over TLS with (with --tls-key)",
+			set: func(c *Config, v string) error {
+				c.TLSCert = v
+				return nil
+			}},
+		{Flag: "tls-key", Env: "SANDBOX_MCP_TLS_KEY", ServeOnly: true,
+			Usage: "PEM private key `file` of --tls-cert",
+			set: func(c *Config, v string) error {
+				c.TLSKey = v
+				return nil
+			}},
+		{Flag: "http-host", Env: "SANDBOX_MCP_HTTP_HOSTS", ServeOnly: true, List: true, Sep: ",",
+			Usage: "host `name` HTTP clients may reach the server by besides its address (and the names of its certificate); repeatable, and the variable takes a comma-separated list",
+			set: func(c *Config, v string) error {
+				for _, h := range SplitList(v) {
+					c.HTTPHosts = append(c.HTTPHosts, h)
+				}
+				return nil
+			}},
 		{Flag: "ports-bind", Env: "SANDBOX_MCP_PORTS_BIND", Default: d.PortsBind,
 			Usage: "host `address` that port forwards listen on (0.0.0.0 opens them to the network)",
 			set: func(c *Config, v string) error {
@@ -468,11 +512,32 @@ type fileConfig struct {
 	LogLevel    *string                    `json:"log_level"`
 	AllowDirs   []string                   `json:"allow_dirs"`
 	PortsBind   *string                    `json:"ports_bind"`
+	HTTP        *string                    `json:"http"`
+	TokenFile   *string                    `json:"http_token_file"`
+	TLSCert     *string                    `json:"tls_cert"`
+	TLSKey      *string                    `json:"tls_key"`
+	HTTPHosts   []string                   `json:"http_hosts"`
 	Privileged  *bool                      `json:"allow_privileged_ports"`
 	// JobRetention is a duration ("72h", "7d") or "forever".
 	JobRetention *string `json:"job_retention"`
 	// ChildPolicies replaces the default's: {} lets no sandbox spawn.
 	ChildPolicies map[string]json.RawMessage `json:"child_policies"`
+}
+
+// checkHTTPAddr accepts host:port with a port number ("" turns HTTP
+// off); whether the host may be served without TLS is checked on start.
+func checkHTTPAddr(v string) error {
+	if v == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (e.g. 127.0.0.1:8765)", v)
+	}
+	return nil
 }
 
 // applyFile merges a JSON config file into c. Unknown keys are errors, so
@@ -564,6 +629,22 @@ func (c *Config) applyFile(data []byte) error {
 	if f.Privileged != nil {
 		c.AllowPrivilegedPorts = *f.Privileged
 	}
+	if f.HTTP != nil {
+		if err := check("http", checkHTTPAddr(*f.HTTP)); err != nil {
+			return err
+		}
+		c.HTTP = *f.HTTP
+	}
+	if f.TokenFile != nil {
+		c.HTTPTokenFile = *f.TokenFile
+	}
+	if f.TLSCert != nil {
+		c.TLSCert = *f.TLSCert
+	}
+	if f.TLSKey != nil {
+		c.TLSKey = *f.TLSKey
+	}
+	c.HTTPHosts = append(c.HTTPHosts, f.HTTPHosts...)
 	if f.JobRetention != nil {
 		r, err := parseRetention(*f.JobRetention)
 		if err := check("job_retention", err); err != nil {

@@ -77,6 +77,16 @@ func TestResolvePrecedence(t *testing.T) {
 			[4]any{int64(64 << 20), int64(1 << 30), int64(16 << 20), int64(0)}, func(c Config) any { return c.AuditCap }},
 		{"ports-bind", "SANDBOX_MCP_PORTS_BIND", `"ports_bind": "::1"`, "", "0.0.0.0", "127.0.0.2",
 			[4]any{"127.0.0.1", "::1", "0.0.0.0", "127.0.0.2"}, func(c Config) any { return c.PortsBind }},
+		{"http", "SANDBOX_MCP_HTTP", `"http": "127.0.0.1:8765"`, "", "[::1]:9000", "localhost:0",
+			[4]any{"", "127.0.0.1:8765", "[::1]:9000", "localhost:0"}, func(c Config) any { return c.HTTP }},
+		{"http-token-file", "SANDBOX_MCP_HTTP_TOKEN_FILE", `"http_token_file": "/f"`, "", "/e", "/g",
+			[4]any{"", "/f", "/e", "/g"}, func(c Config) any { return c.HTTPTokenFile }},
+		{"tls-cert", "SANDBOX_MCP_TLS_CERT", `"tls_cert": "/f"`, "", "/e", "/g",
+			[4]any{"", "/f", "/e", "/g"}, func(c Config) any { return c.TLSCert }},
+		{"tls-key", "SANDBOX_MCP_TLS_KEY", `"tls_key": "/f"`, "", "/e", "/g",
+			[4]any{"", "/f", "/e", "/g"}, func(c Config) any { return c.TLSKey }},
+		{"http-host", "SANDBOX_MCP_HTTP_HOSTS", `"http_hosts": ["a.example"]`, "", "b.example,c.example", "d.example",
+			[4]any{[]string(nil), []string{"a.example"}, []string{"a.example", "b.example", "c.example"}, []string{"a.example", "b.example", "c.example", "d.example"}}, func(c Config) any { return c.HTTPHosts }},
 		{"allow-privileged-ports", "SANDBOX_MCP_ALLOW_PRIVILEGED_PORTS", `"allow_privileged_ports": true`, "", "false", "true",
 			[4]any{false, true, false, true}, func(c Config) any { return c.AllowPrivilegedPorts }},
 		{"job-retention", "SANDBOX_MCP_JOB_RETENTION", `"job_retention": "30d"`, "", "forever", "90m",
@@ -270,8 +280,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "27" {
-		t.Errorf("%s settings, want 27", got)
+	if got := fmt.Sprint(len(Settings())); got != "32" {
+		t.Errorf("%s settings, want 32", got)
 	}
 }
 

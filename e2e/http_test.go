@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+)
+
+// httpServer is one sandbox-mcp serving streamable HTTP.
+type httpServer struct {
+	url, token, stateDir string
+	cmd                  *exec.Cmd
+	stderr               *prefixWriter
+}
+
+var servingAt = regexp.MustCompile(`serving MCP at (\S+);`)
+
+// startHTTP starts sandbox-mcp serving HTTP on a free loopback port.
+func startHTTP(t *testing.T, tg enginetest.Target, prefix string, extra ...string) *httpServer {
+	t.Helper()
+	h := &httpServer{stateDir: t.TempDir(), stderr: &prefixWriter{t: t}}
+	args := append([]string{"serve", "--http", "127.0.0.1:0", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
+		"--state-dir", h.stateDir, "--no-boot-default"}, withNetwork(extra)...)
+	h.cmd = exec.Command(binary, args...)
+	h.cmd.Env = append(os.Environ(), tg.Env...)
+	h.cmd.Stderr = h.stderr
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { h.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		h.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(enginetest.HangGuard):
+			t.Errorf("the HTTP server did not end on SIGTERM")
+			h.cmd.Process.Kill()
+			<-exited
+		}
+	})
+	enginetest.WaitFor(t, "the server to listen", func() error {
+		select {
+		case <-exited:
+			t.Fatalf("the server ended: %s", h.stderr.all.String())
+		default:
+		}
+		h.stderr.mu.Lock()
+		m := servingAt.FindStringSubmatch(h.stderr.all.String())
+		h.stderr.mu.Unlock()
+		if m == nil {
+			return os.ErrNotExist
+		}
+		h.url = m[1]
+		return nil
+	})
+	tok, err := os.ReadFile(filepath.Join(h.stateDir, "http-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.token = strings.TrimSpace(string(tok))
+	return h
+}
+
+// bearer adds the server's token to each request.
+type bearer string
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// connect opens a session of client on the server, into s (nil: a new
+// one); client nil: s.newClient. s is the server's face the tests call.
+func (h *httpServer) connect(t *testing.T, protocol string, s *server, client *mcp.Client) *server {
+	t.Helper()
+	if s == nil {
+		s = &server{}
+	}
+	s.stateDir, s.stderr = h.stateDir, h.stderr
+	if client == nil {
+		client = s.newClient("e2e-http")
+	}
+	var opts *mcp.ClientSessionOptions
+	if protocol != "" {
+		opts = &mcp.ClientSessionOptions{ProtocolVersion: protocol}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+	defer cancel()
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: bearer(h.token)}}, opts)
+	if err != nil {
+		t.Fatalf("connect over HTTP: %v", err)
+	}
+	s.cs = cs
+	t.Cleanup(func() { cs.Close() })
+	return s
+}
+
+// TestEndToEndOverHTTP runs every scenario of the stdio suite through a
+// client of the streamable HTTP face, on the newest protocol revision
+// (no sessions) and on 2025-06-18 (sessions).
+func TestEndToEndOverHTTP(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	for _, protocol := range []string{"", "2025-06-18"} {
+		t.Run("protocol "+protocol, func(t *testing.T) {
+			t.Parallel()
+			h := startHTTP(t, tg, enginetest.Prefix(t, tg.New()))
+			scenarios(t, h.connect(t, protocol, nil, nil))
+		})
+	}
+}
+
+// TestHTTPClientsApart: clients of one HTTP server work at once, each
+// with its own roots and its own progress, and one without the token
+// gets nothing.
+func TestHTTPClientsApart(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	h := startHTTP(t, tg, enginetest.Prefix(t, tg.New()), "--toolsets", "all")
+
+	stranger := mcp.NewClient(&mcp.Implementation{Name: "stranger", Version: "0"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+	defer cancel()
+	if _, err := stranger.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, MaxRetries: -1}, nil); err == nil {
+		t.Fatal("a client without the token connected")
+	}
+
+	type client struct {
+		name, protocol, root string
+		s                    *server
+	}
+	var clients []*client
+	for _, c := range []struct{ name, protocol string }{{"a", ""}, {"b", "2025-06-18"}} {
+		root := t.TempDir()
+		os.WriteFile(filepath.Join(root, "f-"+c.name), []byte(c.name), 0o644)
+		cl := &client{name: c.name, protocol: c.protocol, root: root}
+		cl.s = &server{}
+		sdk := cl.s.newClient("e2e-" + c.name)
+		sdk.AddRoots(&mcp.Root{URI: "file://" + root, Name: c.name})
+		h.connect(t, c.protocol, cl.s, sdk)
+		clients = append(clients, cl)
+	}
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		other := clients[1-i]
+		wg.Go(func() {
+			sb := "http-" + c.name
+			// A command long enough to report progress, tagged with the
+			// client's name.
+			r := c.s.callWith(t, "exec", map[string]any{"sandbox": sb, "command": "for i in 1 2 3 4; do echo tick-" + c.name + "; sleep 1; done"}, "p-"+c.name)
+			if r.isError || strings.Count(r.text, "tick-"+c.name) != 4 {
+				t.Errorf("%s: exec: %s", c.name, r.text)
+			}
+			c.s.mu.Lock()
+			progress := strings.Join(c.s.progress, "\n")
+			c.s.mu.Unlock()
+			if progress == "" || strings.Contains(progress, "tick-"+other.name) {
+				t.Errorf("%s: progress %q", c.name, progress)
+			}
+			r = c.s.call(t, "upload", map[string]any{"sandbox": sb, "local_path": filepath.Join(c.root, "f-"+c.name), "sandbox_path": "/tmp/f"})
+			if r.isError {
+				t.Errorf("%s: upload from its own root: %s", c.name, r.text)
+			}
+			r = c.s.call(t, "upload", map[string]any{"sandbox": sb, "local_path": filepath.Join(other.root, "f-"+other.name), "sandbox_path": "/tmp/g"})
+			if !r.isError || !strings.Contains(r.text, c.root) {
+				t.Errorf("%s: upload from the other client's root: %s", c.name, r.text)
+			}
+		})
+	}
+	wg.Wait()
+}
