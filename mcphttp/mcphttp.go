@@ -61,6 +61,9 @@ type Options struct {
 	// session ends (default DefaultSessionTTL).
 	MaxSessions int
 	SessionTTL  time.Duration
+	// Metrics, if set, writes the server's metrics in Prometheus' text
+	// format for GET /metrics (behind the same token).
+	Metrics func(io.Writer) error
 	// Logger receives the transport's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -193,6 +196,18 @@ func newServer(ms *server.MCPServer, opts Options, addr *net.TCPAddr, cert *tls.
 	)
 	mux := http.NewServeMux()
 	mux.Handle(Path, s.guard(s.streams))
+	if opts.Metrics != nil {
+		mux.Handle("/metrics", s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				http.Error(w, "method not allowed: GET /metrics", http.StatusMethodNotAllowed)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+			if err := opts.Metrics(w); err != nil {
+				opts.Logger.Warn("http: writing /metrics", "err", err)
+			}
+		})))
+	}
 	mux.Handle("/", s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found: the MCP endpoint is "+Path, http.StatusNotFound)
 	})))

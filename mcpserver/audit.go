@@ -48,6 +48,21 @@ var auditMasked = map[string]map[string]bool{
 // arguments as the client sent them, and calls refused for bad arguments
 // too). The record is written when the call has its answer; a record that
 // cannot be written does not fail the call.
+// callSandbox is the sandbox a call acts on: its valid sandbox argument,
+// "default" for a tool that takes one when none is given, else "".
+func (s *Server) callSandbox(tool string, args map[string]any) string {
+	if name, ok := args["sandbox"].(string); ok && name != "" {
+		if sandbox.ValidateName(name) == nil {
+			return name
+		}
+		return ""
+	}
+	if s.sandboxTools[tool] {
+		return "default"
+	}
+	return ""
+}
+
 func (s *Server) auditCalls(a Auditor, redactFor func(sandbox, text string) string) server.ToolHandlerMiddleware {
 	return func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -57,15 +72,9 @@ func (s *Server) auditCalls(a Auditor, redactFor func(sandbox, text string) stri
 			args := req.GetArguments()
 			r := audit.Record{Time: start.UTC(), Tool: tool, Status: "ok",
 				DurationMS: float64(time.Since(start).Microseconds()) / 1000}
-			if name, ok := args["sandbox"].(string); ok && name != "" {
-				// A name the call was refused for shows among the
-				// arguments, hidden and cut as they are.
-				if sandbox.ValidateName(name) == nil {
-					r.Sandbox = name
-				}
-			} else if s.sandboxTools[tool] {
-				r.Sandbox = "default"
-			}
+			// A name the call was refused for shows among the arguments,
+			// hidden and cut as they are.
+			r.Sandbox = s.callSandbox(tool, args)
 			hide := func(text string) string {
 				if redactFor != nil {
 					return redactFor(r.Sandbox, text)

@@ -26,6 +26,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
+	"github.com/sandbox-mcp/sandbox-mcp/telemetry"
 )
 
 // Sandboxes is what the tools need of the sandbox manager: the one API
@@ -139,6 +140,11 @@ type Options struct {
 	// text only).
 	Audit  Auditor
 	Redact func(sandbox, text string) string
+	// Telemetry, if set, records every tool call's duration and outcome
+	// (and a span, when spans are exported); Transport names the
+	// transport in them: "pipe" (stdio) or "tcp" (HTTP).
+	Telemetry *telemetry.Telemetry
+	Transport string
 }
 
 // tool is one tool definition with its handler and group.
@@ -247,6 +253,13 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	if opts.Audit != nil {
 		mws = append(mws, server.WithToolHandlerMiddleware(s.auditCalls(opts.Audit, opts.Redact))) // bad calls too
+	}
+	if opts.Telemetry != nil {
+		transport := opts.Transport
+		if transport == "" {
+			transport = "pipe"
+		}
+		mws = append(mws, server.WithToolHandlerMiddleware(s.observe(opts.Telemetry, transport)))
 	}
 	s.ms = server.NewMCPServer("sandbox-mcp", version, append(mws,
 		server.WithToolCapabilities(opts.Dynamic),

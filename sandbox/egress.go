@@ -221,6 +221,13 @@ func (m *Manager) resolver() egress.Resolver {
 func (m *Manager) recordEgress(name string, ev egress.Event) {
 	if !ev.Ended {
 		m.log.Debug("egress", "sandbox", name, "host", ev.Host, "port", ev.Port, "allowed", ev.Allowed, "rule", ev.Rule, "reason", ev.Reason)
+		if m.cfg.Events != nil {
+			decision := "refused"
+			if ev.Allowed {
+				decision = "allowed"
+			}
+			m.cfg.Events("egress", decision)
+		}
 	}
 	if m.cfg.EgressLog == nil {
 		return

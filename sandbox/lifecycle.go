@@ -222,6 +222,16 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	}
 	m.log.Info("sandbox ready", "name", name, "container", sb.Container,
 		"created", binfo.Created, "started", binfo.Started, "adopted", binfo.Adopted, "took", binfo.Took)
+	if m.cfg.Events != nil {
+		how := "adopted"
+		switch {
+		case binfo.Created:
+			how = "created"
+		case binfo.Started:
+			how = "started"
+		}
+		m.cfg.Events("boot", how)
+	}
 	if binfo.Created || binfo.Started {
 		m.refreshHostsSoon() // network.go
 	}

@@ -69,6 +69,10 @@ type Config struct {
 	// Resolver resolves the names allowlist sandboxes connect to; nil is
 	// the host's resolver.
 	Resolver egress.Resolver
+	// Events, if set, is told of what the server's metrics count: "boot"
+	// (detail "created", "started" or "adopted") and "egress" (detail
+	// "allowed" or "refused"). It must not block.
+	Events func(event, detail string)
 	// EgressLog keeps each sandbox's network decisions; nil keeps none
 	// (they are logged at debug level only).
 	EgressLog *egress.Log

@@ -11,13 +11,16 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -34,6 +37,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 	"github.com/sandbox-mcp/sandbox-mcp/syncer"
+	"github.com/sandbox-mcp/sandbox-mcp/telemetry"
 	"github.com/sandbox-mcp/sandbox-mcp/terminal"
 )
 
@@ -82,6 +86,22 @@ type Env struct {
 	// Notices are told to the agent on its next tool call (a repaired
 	// state file).
 	Notices *mcpserver.Notices
+	// tel counts what the manager reports, once Serve set it.
+	tel atomic.Pointer[telemetry.Telemetry]
+}
+
+// event counts a manager event in the server's metrics.
+func (e *Env) event(event, detail string) {
+	t := e.tel.Load()
+	if t == nil {
+		return
+	}
+	switch event {
+	case "boot":
+		t.Boots.Add(1, telemetry.Attr{Key: "how", Value: detail})
+	case "egress":
+		t.Egress.Add(1, telemetry.Attr{Key: "decision", Value: detail})
+	}
 }
 
 // Open validates cfg, creates the state directory (0700), picks the
@@ -120,14 +140,17 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 		logger.Warn("no HTTPS interception for secrets: the egress CA cannot be read or made", "err", err)
 		ca = nil
 	}
+	env := &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Notices: notices}
 	m := sandbox.NewManager(rt, sandbox.Config{
+		Events:   env.event,
 		Resolver: res, EgressLog: &egress.Log{Dir: filepath.Join(cfg.StateDir, "network")}, CA: ca,
 		ChannelRoot: filepath.Join(cfg.StateDir, "chan"),
 		Prefix:      cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
 		History: st, Jobs: st, JobRetention: cfg.JobRetention, Sandboxes: st, Intents: st, LockDir: filepath.Join(cfg.StateDir, "locks"), Logger: logger,
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),
 	})
-	return &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Manager: m, Notices: notices}, nil
+	env.Manager = m
+	return env, nil
 }
 
 // Close stops what the Env's manager runs in this process; sandboxes keep
@@ -205,7 +228,18 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		defer al.Close()
 		auditLog = al
 	}
+	tel, err := openTelemetry(cfg, m, logger)
+	if err != nil {
+		return err
+	}
+	defer tel.Close(2 * time.Second)
+	env.tel.Store(tel)
+	transport := "pipe"
+	if cfg.HTTP != "" {
+		transport = "tcp"
+	}
 	ms, err := mcpserver.New(m, mcpserver.Options{
+		Telemetry: tel, Transport: transport,
 		Syncs:     env.Syncs,
 		Ports:     env.Ports,
 		Children:  env.Children,
@@ -236,7 +270,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		m.BootInBackground(sandbox.DefaultName)
 	}
 	if cfg.HTTP != "" {
-		return serveHTTP(ctx, cfg, m, ms, logger)
+		return serveHTTP(ctx, cfg, m, ms, tel, logger)
 	}
 	// The session ends when its input does (EOF) or ctx does (SIGTERM,
 	// SIGINT). Either way the commands still running are ended first
@@ -256,7 +290,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 // serveHTTP serves ms over streamable HTTP at cfg.HTTP until ctx ends,
 // then ends the commands under way (so each says the server shut down)
 // and gives their answers up to httpGrace to go out.
-func serveHTTP(ctx context.Context, cfg Config, m *sandbox.Manager, ms *server.MCPServer, logger *slog.Logger) error {
+func serveHTTP(ctx context.Context, cfg Config, m *sandbox.Manager, ms *server.MCPServer, tel *telemetry.Telemetry, logger *slog.Logger) error {
 	tokenFile := cfg.HTTPTokenFile
 	if tokenFile == "" {
 		tokenFile = filepath.Join(cfg.StateDir, "http-token")
@@ -266,7 +300,8 @@ func serveHTTP(ctx context.Context, cfg Config, m *sandbox.Manager, ms *server.M
 		return err
 	}
 	hs, err := mcphttp.Listen(cfg.HTTP, ms, mcphttp.Options{Token: token, CertFile: cfg.TLSCert, KeyFile: cfg.TLSKey,
-		Hosts: cfg.HTTPHosts, Hint: mcpserver.LargeDataHint(ms), Fix: mcpserver.FixRootsRequest, Logger: logger})
+		Hosts: cfg.HTTPHosts, Hint: mcpserver.LargeDataHint(ms), Fix: mcpserver.FixRootsRequest, Logger: logger,
+		Metrics: tel.Metrics.WritePrometheus})
 	if err != nil {
 		return err
 	}
@@ -283,6 +318,47 @@ func serveHTTP(ctx context.Context, cfg Config, m *sandbox.Manager, ms *server.M
 	stop := context.AfterFunc(ctx, m.Shutdown)
 	defer stop()
 	return hs.Serve(ctx, httpGrace)
+}
+
+// openTelemetry returns the server's instruments, exported over OTLP
+// when the OTEL_EXPORTER_OTLP_* variables name an endpoint, with a gauge
+// of the prefix's sandboxes by state.
+func openTelemetry(cfg Config, m *sandbox.Manager, logger *slog.Logger) (*telemetry.Telemetry, error) {
+	metrics := telemetry.NewMetrics()
+	exp, err := telemetry.ExporterFromEnv(os.Getenv, metrics, "sandbox-mcp", cfg.Version, logger)
+	if err != nil {
+		return nil, err
+	}
+	if exp != nil {
+		logger.Info("telemetry: OTLP export on", "traces", exp.Tracing())
+	}
+	var mu sync.Mutex
+	var last []telemetry.Point
+	var at time.Time
+	metrics.Gauge("sandbox_mcp.sandboxes", "Sandboxes of this prefix the engine knows, by state (read at most every 10 s)", "", func() []telemetry.Point {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) < 10*time.Second {
+			return last
+		}
+		at = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		infos, err := m.List(ctx)
+		if err != nil {
+			return last
+		}
+		counts := map[string]int{}
+		for _, in := range infos {
+			counts[string(in.State)]++
+		}
+		last = last[:0:0]
+		for _, st := range slices.Sorted(maps.Keys(counts)) {
+			last = append(last, telemetry.Point{Attrs: []telemetry.Attr{{Key: "state", Value: st}}, Value: float64(counts[st])})
+		}
+		return last
+	})
+	return telemetry.New(metrics, exp), nil
 }
 
 // httpGrace is how long a stopping HTTP server waits for the answers
