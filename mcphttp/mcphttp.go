@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -80,7 +81,8 @@ type Server struct {
 	origins  map[string]bool // Origin header values accepted
 	tokenSum [32]byte
 	scheme   string
-	large    chan struct{} // bounds the large bodies read at once
+	large    chan struct{} // bounds the large bodies held at once
+	initMu   sync.Mutex    // serializes the admission of new sessions
 }
 
 // Listen checks opts against addr, listens there and returns the server,
@@ -118,11 +120,18 @@ func Listen(addr string, ms *server.MCPServer, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("http: %s is not a loopback address: serving it needs TLS (--tls-cert and --tls-key)", ln.Addr())
 	}
 	s := newServer(ms, opts, tcp, cert)
-	s.ln = ln
+	s.ln = &limitListener{Listener: ln, slots: make(chan struct{}, maxConns), closed: make(chan struct{})}
 	if cert != nil {
-		s.ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12})
+		s.ln = tls.NewListener(s.ln, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12})
 	}
 	return s, nil
+}
+
+// Loopback reports whether addr (host:port) listens on the loopback
+// only, so that its clients are on this machine.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && loopbackName(host)
 }
 
 // loopbackName reports whether a listening host is the loopback: an
@@ -190,7 +199,8 @@ func newServer(ms *server.MCPServer, opts Options, addr *net.TCPAddr, cert *tls.
 		server.WithSessionIdManager(s.sessions),
 		server.WithSessionIdleTTL(opts.SessionTTL),
 		server.WithHeartbeatInterval(30*time.Second),
-		server.WithStreamableHTTPLogger(opts.Logger),
+		// mcp-go says session ids at info; only its warnings go on.
+		server.WithStreamableHTTPLogger(slog.New(floor{opts.Logger.Handler(), slog.LevelWarn})),
 		// The checks here cover every connection, loopback or not.
 		server.WithDisableLocalhostProtection(true),
 	)
@@ -265,7 +275,7 @@ func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancel()
-	s.streams.CloseSessions(sctx) // ends the open GET streams
+	_ = s.streams.Shutdown(sctx) // ends the open GET streams and the session sweeper
 	if err := s.http.Shutdown(sctx); err != nil {
 		s.http.Close()
 	}
@@ -273,7 +283,9 @@ func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
 }
 
 // guard admits a request that names this server (Host), comes from no
-// other site (Origin), carries the token, and whose body fits.
+// other site (Origin), carries the token, and whose body fits; it keeps
+// count of each session's requests, so a busy session is never taken for
+// idle, and lets a session have one listening stream.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := r.Host
@@ -282,13 +294,14 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		if !s.hosts[canonicalHost(host)] {
 			// A page of another site whose name now resolves to this
-			// machine (DNS rebinding) sends its own name.
-			s.opts.Logger.Warn("http: request refused: Host header names another server", "host", r.Host, "remote", r.RemoteAddr)
+			// machine (DNS rebinding) sends its own name. Said at debug
+			// only: any page can make these.
+			s.opts.Logger.Debug("http: request refused: Host header names another server", "host", cut(r.Host), "remote", r.RemoteAddr)
 			http.Error(w, "forbidden: the Host header names another server", http.StatusForbidden)
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" && !s.origins[canonicalOrigin(o)] {
-			s.opts.Logger.Warn("http: request refused: from a page of another site", "origin", o, "remote", r.RemoteAddr)
+			s.opts.Logger.Debug("http: request refused: from a page of another site", "origin", cut(o), "remote", r.RemoteAddr)
 			http.Error(w, "forbidden: requests from pages of other sites are refused", http.StatusForbidden)
 			return
 		}
@@ -304,26 +317,86 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		if s.opts.Fix != nil {
 			w = fixingWriter{w, s.opts.Fix}
 		}
+		id := r.Header.Get(server.HeaderKeySessionID)
 		switch r.Method {
-		case http.MethodGet, http.MethodDelete:
-			if !s.sessionOK(w, r) {
+		case http.MethodGet:
+			if id == "" {
+				http.Error(w, "bad request: "+server.HeaderKeySessionID+" header missing (initialize first)", http.StatusBadRequest)
+				return
+			}
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			if err := s.sessions.begin(id, cancel); err != nil {
+				status := http.StatusNotFound
+				if errors.Is(err, errListening) {
+					status = http.StatusConflict
+				}
+				http.Error(w, err.Error(), status)
+				return
+			}
+			defer s.sessions.end(id, true)
+			next.ServeHTTP(w, r.WithContext(ctx))
+			return
+		case http.MethodDelete:
+			if _, err := s.sessions.Validate(id); err != nil || id == "" {
+				http.Error(w, "not found: "+errNoSession.Error(), http.StatusNotFound)
 				return
 			}
 		case http.MethodPost:
-			body, ok := s.readBody(w, r)
+			body, release, ok := s.readBody(w, r)
 			if !ok {
 				return
 			}
-			if r.Header.Get(server.HeaderKeySessionID) == "" && isInitialize(body) && !s.sessions.admit() {
-				s.opts.Logger.Warn("http: new session refused: too many sessions", "max", s.opts.MaxSessions)
-				w.Header().Set("Retry-After", "60")
-				writeRPCError(w, http.StatusServiceUnavailable, peekID(body), fmt.Sprintf(
-					"too many sessions: this server holds %d, all in use within the last minute; end one (DELETE) or try again later", s.opts.MaxSessions))
-				return
+			defer release()
+			if isInitialize(body) {
+				// A new session, whatever id the request names: admitted
+				// one at a time, so the table never holds more than its
+				// bound.
+				r.Header.Del(server.HeaderKeySessionID)
+				s.initMu.Lock()
+				defer s.initMu.Unlock()
+				if !s.sessions.admit() {
+					s.opts.Logger.Warn("http: new session refused: too many sessions", "max", s.opts.MaxSessions)
+					w.Header().Set("Retry-After", "60")
+					writeRPCError(w, http.StatusServiceUnavailable, peekID(body), fmt.Sprintf(
+						"too many sessions: this server holds %d, all in use within the last minute; end one (DELETE) or try again later", s.opts.MaxSessions))
+					return
+				}
+				break
+			}
+			if id != "" {
+				if err := s.sessions.begin(id, nil); err == nil {
+					defer s.sessions.end(id, false)
+					if !s.sessions.listening(id) {
+						r = r.WithContext(context.WithValue(r.Context(), deafKey{}, true))
+					}
+				}
+				// An unknown id is refused by the transport (404).
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// deafKey marks a request of a session whose client has no listening
+// stream open: the server cannot send it a request of its own.
+type deafKey struct{}
+
+// ClientListens reports whether the client of a request can be sent a
+// request of the server's own (roots/list, for clients of revisions
+// before 2026-07-28, goes over the session's listening stream): false
+// for a session with no stream open, true otherwise.
+func ClientListens(ctx context.Context) bool {
+	deaf, _ := ctx.Value(deafKey{}).(bool)
+	return !deaf
+}
+
+// cut bounds a header value that goes into the log.
+func cut(v string) string {
+	if len(v) > 128 {
+		return v[:128] + "…"
+	}
+	return v
 }
 
 // fixingWriter applies a fix to each message written.
@@ -362,50 +435,67 @@ func (s *Server) tokenOK(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
 }
 
-// sessionOK checks the session a GET (listening stream) or DELETE names:
-// the transport would otherwise open a stream for an id it never issued.
-func (s *Server) sessionOK(w http.ResponseWriter, r *http.Request) bool {
-	id := r.Header.Get(server.HeaderKeySessionID)
-	if id == "" {
-		http.Error(w, "bad request: "+server.HeaderKeySessionID+" header missing (initialize first)", http.StatusBadRequest)
-		return false
-	}
-	if _, err := s.sessions.Validate(id); err != nil {
-		http.Error(w, "not found: "+err.Error(), http.StatusNotFound)
-		return false
-	}
-	return true
-}
+// Body reading bounds.
+const (
+	smallBody   = 1 << 20          // read without waiting for a slot
+	bodyTimeout = time.Minute      // to send a whole body
+	slotWait    = 30 * time.Second // for a slot for a large body
+)
 
 // readBody reads a POST's body whole, refusing one over MaxBody without
-// reading past the limit; at most two bodies over 1 MiB are read at once.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+// reading past the limit, or one sent too slowly. A body over 1 MiB
+// needs one of two slots, held until release is called (when the
+// request is answered), so large messages in memory stay bounded.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
+	release = func() {}
 	if r.ContentLength > s.opts.MaxBody {
 		head := make([]byte, 4096)
 		n, _ := io.ReadFull(r.Body, head)
 		s.tooLarge(w, r, head[:n])
-		return nil, false
+		return nil, release, false
 	}
-	if r.ContentLength < 0 || r.ContentLength > 1<<20 {
-		select {
-		case s.large <- struct{}{}:
-			defer func() { <-s.large }()
-		case <-r.Context().Done():
-			return nil, false
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	in := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
+	fail := func(err error, got []byte) bool {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.tooLarge(w, r, got)
+		} else {
+			http.Error(w, "bad request: reading the body: "+err.Error(), http.StatusBadRequest)
+		}
+		return false
+	}
+	var err error
+	if r.ContentLength >= 0 && r.ContentLength <= smallBody {
+		body, err = io.ReadAll(in)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(in, smallBody+1))
+		if err == nil && len(body) > smallBody {
+			t := time.NewTimer(slotWait)
+			defer t.Stop()
+			select {
+			case s.large <- struct{}{}:
+				release = func() { <-s.large }
+			case <-t.C:
+				w.Header().Set("Retry-After", "10")
+				writeRPCError(w, http.StatusServiceUnavailable, peekID(body), "busy: two large messages are being handled; send this one again shortly")
+				return nil, release, false
+			case <-r.Context().Done():
+				return nil, release, false
+			}
+			var rest []byte
+			rest, err = io.ReadAll(in)
+			body = append(body, rest...)
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		s.tooLarge(w, r, body)
-		return nil, false
-	}
 	if err != nil {
-		http.Error(w, "bad request: reading the body: "+err.Error(), http.StatusBadRequest)
-		return nil, false
+		release()
+		return nil, func() {}, fail(err, body)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	return body, true
+	return body, release, true
 }
 
 // tooLarge refuses a body over the limit, answering the request whose
@@ -478,3 +568,60 @@ func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, msg st
 		"error": map[string]any{"code": -32600, "message": msg},
 	})
 }
+
+// maxConns bounds the connections served at once; more wait to be
+// accepted.
+const maxConns = 512
+
+// limitListener accepts a connection only while fewer than its slots are
+// open.
+type limitListener struct {
+	net.Listener
+	slots  chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &slotConn{Conn: c, free: func() { <-l.slots }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+type slotConn struct {
+	net.Conn
+	once sync.Once
+	free func()
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.free)
+	return err
+}
+
+// floor passes on records at or above its level only.
+type floor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (f floor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= f.min && f.Handler.Enabled(ctx, l)
+}
+
+func (f floor) WithAttrs(a []slog.Attr) slog.Handler { return floor{f.Handler.WithAttrs(a), f.min} }
+func (f floor) WithGroup(g string) slog.Handler      { return floor{f.Handler.WithGroup(g), f.min} }

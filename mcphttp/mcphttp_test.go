@@ -258,8 +258,13 @@ func TestSessionsAreBoundedAndNotGuessable(t *testing.T) {
 
 	var ids []string
 	refused := 0
-	for range 1000 {
-		resp, body := post(t, s.URL(), auth, initBody)
+	withID := map[string]string{"Authorization": "Bearer " + testToken, server.HeaderKeySessionID: "made-up"}
+	for i := range 1000 {
+		h := auth
+		if i%2 == 1 { // naming a session does not get past the bound
+			h = withID
+		}
+		resp, body := post(t, s.URL(), h, initBody)
 		switch resp.StatusCode {
 		case http.StatusOK:
 			ids = append(ids, resp.Header.Get(server.HeaderKeySessionID))
@@ -504,5 +509,117 @@ func TestTokenFile(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, ".token-*"))
 	if len(left) > 0 {
 		t.Fatalf("temporary files left: %v", left)
+	}
+}
+
+// openStream opens session id's listening stream and returns its status
+// and a function that closes it.
+func openStream(t *testing.T, url, id string) (int, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set(server.HeaderKeySessionID, id)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return resp.StatusCode, func() { cancel(); resp.Body.Close() }
+}
+
+// TestBusySessionsStayAndStreamsAreOne: a session with its listening
+// stream open is never pushed out for a new client, and it has one such
+// stream.
+func TestBusySessionsStayAndStreamsAreOne(t *testing.T) {
+	s := serve(t, Options{MaxSessions: 1})
+	now := time.Now()
+	var clock sync.Mutex
+	s.sessions.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	advance := func(d time.Duration) { clock.Lock(); now = now.Add(d); clock.Unlock() }
+	auth := map[string]string{"Authorization": "Bearer " + testToken}
+	resp, _ := post(t, s.URL(), auth, initBody)
+	a := resp.Header.Get(server.HeaderKeySessionID)
+	code, closeA := openStream(t, s.URL(), a)
+	if code != http.StatusOK {
+		t.Fatalf("listening stream: %d", code)
+	}
+	if code, closeB := openStream(t, s.URL(), a); code != http.StatusConflict {
+		closeB()
+		t.Fatalf("a second listening stream: %d", code)
+	}
+	advance(2 * time.Minute)
+	if resp, _ := post(t, s.URL(), auth, initBody); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a new client pushed out a session with an open stream: %d", resp.StatusCode)
+	}
+	closeA()
+	enginelessWait(t, func() bool { return !s.sessions.listening(a) })
+	advance(2 * time.Minute)
+	if resp, _ := post(t, s.URL(), auth, initBody); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a new client after the stream closed: %d", resp.StatusCode)
+	}
+}
+
+// enginelessWait polls cond for up to a minute (a hang guard).
+func enginelessWait(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not reached in a minute")
+}
+
+// TestStalledBodiesDoNotBlockOthers: clients that send large bodies and
+// stop hold no one else up: a small message goes through, chunked or not.
+func TestStalledBodiesDoNotBlockOthers(t *testing.T) {
+	s := serve(t, Options{})
+	addr := strings.TrimPrefix(strings.TrimSuffix(s.URL(), Path), "http://")
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n{", testToken)
+	}
+	time.Sleep(200 * time.Millisecond)
+	done := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, s.URL(), io.MultiReader(strings.NewReader(initBody)))
+		req.ContentLength = -1 // chunked
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- -1
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	select {
+	case code := <-done:
+		if code != http.StatusOK {
+			t.Fatalf("a small chunked message beside stalled large ones: %d", code)
+		}
+	case <-time.After(time.Minute): // a hang guard
+		t.Fatal("a small message waited on stalled large ones")
+	}
+}
+
+func TestTokenFileOfAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a file to another user")
+	}
+	p := filepath.Join(t.TempDir(), "tok")
+	os.WriteFile(p, []byte(testToken+"\n"), 0o600)
+	os.Chown(p, 65534, 65534)
+	if _, _, err := LoadOrCreateToken(p); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Fatalf("a token file of another user: %v", err)
 	}
 }

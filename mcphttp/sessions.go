@@ -1,6 +1,7 @@
 package mcphttp
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -13,10 +14,18 @@ import (
 // probed for whether it once existed.
 var errNoSession = errors.New("no such session: start a new one (initialize)")
 
+// session is what the guard knows of one session.
+type session struct {
+	last   time.Time          // when a request of it last began or ended
+	busy   int                // its requests under way, listening stream included
+	listen context.CancelFunc // ends its listening stream (GET), if open
+}
+
 // sessions issues and checks the Mcp-Session-Id of clients of protocol
 // revisions that have sessions (up to 2025-11-25). An id is 256 random
 // bits; it lives until the client ends it (DELETE), until it has been
-// idle for ttl, or until max newer sessions pushed it out (see admit).
+// idle for ttl, or until max newer sessions pushed it out (see admit). A
+// session with a request under way is never idle.
 type sessions struct {
 	ttl  time.Duration
 	max  int
@@ -24,42 +33,60 @@ type sessions struct {
 	drop func(id string) // frees what the MCP server keeps for a session
 
 	mu   sync.Mutex
-	live map[string]time.Time // id → last use
+	live map[string]*session
 }
 
 func newSessions(max int, ttl time.Duration, drop func(string)) *sessions {
-	return &sessions{ttl: ttl, max: max, now: time.Now, drop: drop, live: map[string]time.Time{}}
+	return &sessions{ttl: ttl, max: max, now: time.Now, drop: drop, live: map[string]*session{}}
 }
 
 // evictIdle is how long a session must have been idle before a new
 // client may push it out when the table is full.
 const evictIdle = time.Minute
 
+// idleFor is how long se has been idle at now (0 while busy).
+func (se *session) idleFor(now time.Time) time.Duration {
+	if se.busy > 0 {
+		return 0
+	}
+	return now.Sub(se.last)
+}
+
+// remove forgets id and ends its listening stream; the caller then calls
+// drop. Callers hold mu.
+func (s *sessions) remove(id string) {
+	if se := s.live[id]; se != nil && se.listen != nil {
+		se.listen()
+	}
+	delete(s.live, id)
+}
+
 // admit makes room for one more session and reports whether there is
 // room: expired sessions go first, then, when the table is still full,
-// the least recently used one if it has been idle for evictIdle. A
+// the least recently used idle one if it has been idle for evictIdle. A
 // client whose session went that way is told so on its next request
-// (404), which the protocol answers with a new initialize.
+// (404), which the protocol answers with a new initialize. The caller
+// serializes admit and the initialize it admits.
 func (s *sessions) admit() bool {
 	s.mu.Lock()
 	now := s.now()
 	var gone []string
-	for id, last := range s.live {
-		if now.Sub(last) >= s.ttl {
-			delete(s.live, id)
+	for id, se := range s.live {
+		if se.idleFor(now) >= s.ttl {
+			s.remove(id)
 			gone = append(gone, id)
 		}
 	}
 	ok := len(s.live) < s.max
 	if !ok {
-		oldest, when := "", now
-		for id, last := range s.live {
-			if last.Before(when) {
-				oldest, when = id, last
+		oldest, idle := "", time.Duration(0)
+		for id, se := range s.live {
+			if d := se.idleFor(now); d > idle {
+				oldest, idle = id, d
 			}
 		}
-		if oldest != "" && now.Sub(when) >= evictIdle {
-			delete(s.live, oldest)
+		if oldest != "" && idle >= evictIdle {
+			s.remove(oldest)
 			gone = append(gone, oldest)
 			ok = true
 		}
@@ -85,7 +112,7 @@ func (s *sessions) Generate() string {
 	rand.Read(b[:]) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b[:])
 	s.mu.Lock()
-	s.live[id] = s.now()
+	s.live[id] = &session{last: s.now()}
 	s.mu.Unlock()
 	return id
 }
@@ -94,20 +121,20 @@ func (s *sessions) Generate() string {
 // (server.SessionIdManager).
 func (s *sessions) Validate(id string) (bool, error) {
 	s.mu.Lock()
-	last, ok := s.live[id]
+	se := s.live[id]
 	now := s.now()
-	expired := ok && now.Sub(last) >= s.ttl
+	expired := se != nil && se.idleFor(now) >= s.ttl
 	switch {
 	case expired:
-		delete(s.live, id)
-	case ok:
-		s.live[id] = now
+		s.remove(id)
+	case se != nil:
+		se.last = now
 	}
 	s.mu.Unlock()
 	if expired {
 		s.drop(id)
 	}
-	if !ok || expired {
+	if se == nil || expired {
 		return false, errNoSession
 	}
 	return false, nil
@@ -118,10 +145,56 @@ func (s *sessions) Validate(id string) (bool, error) {
 func (s *sessions) Terminate(id string) (bool, error) {
 	s.mu.Lock()
 	_, ok := s.live[id]
-	delete(s.live, id)
+	s.remove(id)
 	s.mu.Unlock()
 	if !ok {
 		return false, errNoSession
 	}
 	return false, nil
+}
+
+// begin marks a request of session id under way; listen, if set, is the
+// request's listening stream, refused (false) when the session has one
+// open already. end must follow a begin that succeeded.
+func (s *sessions) begin(id string, listen context.CancelFunc) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se := s.live[id]
+	if se == nil || se.idleFor(s.now()) >= s.ttl {
+		return errNoSession
+	}
+	if listen != nil {
+		if se.listen != nil {
+			return errListening
+		}
+		se.listen = listen
+	}
+	se.busy++
+	se.last = s.now()
+	return nil
+}
+
+var errListening = errors.New("this session has a listening stream open already")
+
+// end marks a request of session id done.
+func (s *sessions) end(id string, listened bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se := s.live[id]
+	if se == nil {
+		return
+	}
+	se.busy--
+	se.last = s.now()
+	if listened {
+		se.listen = nil
+	}
+}
+
+// listening reports whether session id has its listening stream open.
+func (s *sessions) listening(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se := s.live[id]
+	return se != nil && se.listen != nil
 }

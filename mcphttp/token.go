@@ -72,6 +72,9 @@ func readToken(path string) (string, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("token file %s: not a regular file", path)
 	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return "", fmt.Errorf("token file %s: owned by uid %d, not by this user (uid %d): whoever owns it chose the token", path, st.Uid, os.Geteuid())
+	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, fi.Mode().Perm())
 	}

@@ -22,19 +22,31 @@ import (
 type hostRoots struct {
 	allowed transfer.Roots
 	start   transfer.Roots // the start directory, when it may serve as a root
+	// remote: clients may be on other machines; their roots and the
+	// start directory do not count.
+	remote bool
+	canAsk func(context.Context) bool
 
 	mu      sync.Mutex
 	clients map[string]transfer.Roots // by session id, once fetched
 }
 
-func newHostRoots(allow []string, startDir string) *hostRoots {
-	h := &hostRoots{clients: map[string]transfer.Roots{}}
+func newHostRoots(allow []string, startDir string, remote bool, canAsk func(context.Context) bool) *hostRoots {
+	h := &hostRoots{clients: map[string]transfer.Roots{}, remote: remote, canAsk: canAsk}
 	h.allowed, _ = transfer.CleanRoots(allow)
 	home, _ := os.UserHomeDir()
-	if d, ok := transfer.StartDirRoot(startDir, home); ok {
+	if d, ok := transfer.StartDirRoot(startDir, home); ok && !remote {
 		h.start, _ = transfer.CleanRoots([]string{d})
 	}
 	return h
+}
+
+// offersRoots reports whether the roots of the call's client count: it
+// offers them, it is not remote, and it can be asked now (a client of an
+// earlier revision over HTTP without its listening stream cannot; its
+// call would wait for ever).
+func (h *hostRoots) offersRoots(ctx context.Context) bool {
+	return !h.remote && clientOffersRoots(ctx) && (h.canAsk == nil || h.canAsk(ctx))
 }
 
 // rootsKey names the roots request in a multi round-trip exchange.
@@ -51,10 +63,10 @@ type callRoots struct{}
 // roots/list and calls the handler again itself), and the answer is kept
 // for the session.
 func (s *Server) askRoots(ctx context.Context, req mcp.CallToolRequest) (context.Context, *mcp.CallToolResult) {
-	if !clientOffersRoots(ctx) {
+	h := s.hostRoots
+	if !h.offersRoots(ctx) {
 		return ctx, nil
 	}
-	h := s.hostRoots
 	id := sessionID(ctx)
 	res := server.RootsResponse(req.Params.InputResponses, rootsKey)
 	if res == nil {
@@ -105,7 +117,7 @@ func (s *Server) roots(ctx context.Context) transfer.Roots {
 	h := s.hostRoots
 	out := slices.Clone(h.allowed)
 	client := h.start
-	if clientOffersRoots(ctx) {
+	if h.offersRoots(ctx) {
 		var ok bool
 		if client, ok = ctx.Value(callRoots{}).(transfer.Roots); !ok {
 			h.mu.Lock()

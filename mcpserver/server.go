@@ -120,6 +120,12 @@ type Options struct {
 	// directory).
 	AllowDirs []string
 	StartDir  string
+	// RemoteClients says clients may be on other machines (HTTP off the
+	// loopback): the roots they declare and the start directory are then
+	// not used, only AllowDirs. CanAskRoots, if set, reports whether the
+	// client of a call can be asked for its roots now (nil: always).
+	RemoteClients bool
+	CanAskRoots   func(context.Context) bool
 	// Syncs runs live sync jobs; nil: the sync tools say it is not available.
 	Syncs Syncs
 	// Ports holds the port forwards; nil: the port tools say they are not
@@ -211,7 +217,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
 		orDefault(opts.OutputsCap, DefaultOutputsCap), opts.HostFree), log: logger, enabled: map[string]bool{},
-		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir), syncs: opts.Syncs, ports: opts.Ports, children: opts.Children, terminals: opts.Terminals}
+		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir, opts.RemoteClients, opts.CanAskRoots), syncs: opts.Syncs, ports: opts.Ports, children: opts.Children, terminals: opts.Terminals}
 	for _, set := range sets {
 		s.planned[set] = true
 	}

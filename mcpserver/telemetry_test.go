@@ -35,3 +35,22 @@ func TestCallsAreMeasured(t *testing.T) {
 		t.Errorf("a metric names a sandbox:\n%s", out)
 	}
 }
+
+// TestRemoteClientsGetNoRoots: when clients may be on other machines,
+// neither the roots they declare nor the start directory open the host
+// to them; only the allowed directories do.
+func TestRemoteClientsGetNoRoots(t *testing.T) {
+	dir := t.TempDir()
+	allowed := t.TempDir()
+	h := newHostRoots([]string{allowed}, dir, true, nil)
+	if len(h.start) != 0 || h.offersRoots(t.Context()) {
+		t.Fatalf("remote: start %v, client roots count", h.start)
+	}
+	s := &Server{hostRoots: h}
+	if r := s.roots(t.Context()); len(r) != 1 {
+		t.Fatalf("remote roots %v, want only the allowed directory", r)
+	}
+	if local := newHostRoots(nil, dir, false, nil); len(local.start) != 1 {
+		t.Fatalf("local: start %v", local.start)
+	}
+}

@@ -238,8 +238,15 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if cfg.HTTP != "" {
 		transport = "tcp"
 	}
+	var canAsk func(context.Context) bool
+	if cfg.HTTP != "" {
+		canAsk = mcphttp.ClientListens
+	}
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Telemetry: tel, Transport: transport,
+		// Off the loopback a client may be another machine: its roots
+		// would open this one's files to it.
+		RemoteClients: cfg.HTTP != "" && !mcphttp.Loopback(cfg.HTTP), CanAskRoots: canAsk,
 		Syncs:     env.Syncs,
 		Ports:     env.Ports,
 		Children:  env.Children,
