@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,11 +33,17 @@ var servingAt = regexp.MustCompile(`serving MCP at (\S+);`)
 // startHTTP starts sandbox-mcp serving HTTP on a free loopback port.
 func startHTTP(t *testing.T, tg enginetest.Target, prefix string, extra ...string) *httpServer {
 	t.Helper()
+	return startHTTPEnv(t, tg, prefix, nil, extra...)
+}
+
+// startHTTPEnv is startHTTP with more environment variables.
+func startHTTPEnv(t *testing.T, tg enginetest.Target, prefix string, env []string, extra ...string) *httpServer {
+	t.Helper()
 	h := &httpServer{stateDir: t.TempDir(), stderr: &prefixWriter{t: t}}
 	args := append([]string{"serve", "--http", "127.0.0.1:0", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
 		"--state-dir", h.stateDir, "--no-boot-default"}, withNetwork(extra)...)
 	h.cmd = exec.Command(binary, args...)
-	h.cmd.Env = append(os.Environ(), tg.Env...)
+	h.cmd.Env = append(append(os.Environ(), tg.Env...), env...)
 	h.cmd.Stderr = h.stderr
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -180,4 +189,65 @@ func TestHTTPClientsApart(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestTelemetryOverHTTP: a server with an OTLP endpoint sends a span per
+// tool call, in the caller's trace and with the sandbox's name, and its
+// /metrics answers only with the token.
+func TestTelemetryOverHTTP(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	var mu sync.Mutex
+	var traces []string
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/v1/traces" {
+			mu.Lock()
+			traces = append(traces, string(b))
+			mu.Unlock()
+		}
+	}))
+	defer recv.Close()
+	h := startHTTPEnv(t, tg, enginetest.Prefix(t, tg.New()), []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.URL})
+	s := h.connect(t, "", nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), callGuard)
+	defer cancel()
+	p := &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"sandbox": "traced", "command": "exit 3"}}
+	p.Meta = mcp.Meta{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	if _, err := s.cs.CallTool(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, "the span at the receiver", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, tr := range traces {
+			if strings.Contains(tr, `"traceId":"4bf92f3577b34da6a3ce929d0e0e4736"`) && strings.Contains(tr, `"parentSpanId":"00f067aa0ba902b7"`) &&
+				strings.Contains(tr, `"name":"tools/call exec"`) && strings.Contains(tr, `{"key":"sandbox.name","value":{"stringValue":"traced"}}`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d exports, none with the span", len(traces))
+	})
+	get := func(tok string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, strings.TrimSuffix(h.url, "/mcp")+"/metrics", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get(""); code != http.StatusUnauthorized {
+		t.Fatalf("/metrics without the token: %d", code)
+	}
+	code, body := get(h.token)
+	if code != http.StatusOK || !strings.Contains(body, `gen_ai_tool_name="exec"`) || !strings.Contains(body, "sandbox_mcp_boots_total") {
+		t.Fatalf("/metrics: %d\n%s", code, body)
+	}
+	if strings.Contains(body, "traced") {
+		t.Fatalf("a metric names the sandbox:\n%s", body)
+	}
 }
