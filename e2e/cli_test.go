@@ -478,7 +478,7 @@ func TestCopyCLI(t *testing.T) {
 	if o, code := cp("cpbox:/workspace/made/sub/f.txt", file); code != 0 {
 		t.Fatalf("cp a file out: %d %s", code, o)
 	}
-	if o, code := cp("cpbox:/workspace/made/sub/f.txt", file); code == 0 || !strings.Contains(o, "overwrite") {
+	if o, code := cp("cpbox:/workspace/made/sub/f.txt", file); code == 0 || !strings.Contains(o, "pass --overwrite") {
 		t.Fatalf("cp over an existing file without --overwrite: %d %s", code, o)
 	}
 	if o, code := cp("cpbox:/workspace/made/sub/f.txt", file, "--overwrite"); code != 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/copier"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
 
 // CopyOptions shape Copy.
@@ -79,6 +80,10 @@ func Copy(ctx context.Context, cfg Config, src, dst string, o CopyOptions, w io.
 		}
 		defer root.Close()
 		res, err = copier.Download(ctx, env.Manager, sname, sandboxPath(spath), root, rel, copier.DownloadOptions{Overwrite: o.Overwrite})
+		if errors.Is(err, transfer.ErrExists) {
+			// The tools' text names their argument; a person types the flag.
+			return &ExitError{Code: ExitFailed, Err: errors.New("cp: " + strings.Replace(err.Error(), "pass overwrite=true", "pass --overwrite", 1))}
+		}
 		if err != nil {
 			return exitFor(fmt.Errorf("cp from sandbox %q:%s: %w", sname, spath, err))
 		}
