@@ -197,3 +197,24 @@ func (r Result) Text() string {
 	}
 	return b.String()
 }
+
+// HostDir returns the real path of directory rel under root (asked is
+// the path as the user gave it, for errors), refusing one that is not a
+// directory or whose real path leads out of root through a symlink.
+func HostDir(root *os.Root, rel, asked string) (string, error) {
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return "", HostPathErr(asked, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("host path %s is not a directory", asked)
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root.Name(), rel))
+	if err != nil {
+		return "", HostPathErr(asked, err)
+	}
+	if !strings.HasPrefix(real+string(os.PathSeparator), root.Name()+string(os.PathSeparator)) {
+		return "", fmt.Errorf("%w: %s leads out of %s; %s", transfer.ErrOutsideRoots, asked, root.Name(), transfer.AllowFlagHint)
+	}
+	return real, nil
+}

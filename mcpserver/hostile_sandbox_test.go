@@ -16,7 +16,10 @@ import (
 // manager.
 type recSyncs struct{ dirs []string }
 
-func (r *recSyncs) Start(_ context.Context, sandbox, localDir, sandboxDir string, _ []string) (syncer.Status, error) {
+func (r *recSyncs) StartBooted(ctx context.Context, b syncer.Booter, sandbox, localDir, sandboxDir string, _ []string) (syncer.Status, error) {
+	if _, err := b.Boot(ctx, sandbox); err != nil {
+		return syncer.Status{}, err
+	}
 	r.dirs = append(r.dirs, sandboxDir)
 	var st syncer.Status
 	st.ID, st.Sandbox, st.LocalDir, st.SandboxDir = "sync-1", sandbox, localDir, sandboxDir

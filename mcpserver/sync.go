@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -13,12 +11,11 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/copier"
 	"github.com/sandbox-mcp/sandbox-mcp/syncer"
-	"github.com/sandbox-mcp/sandbox-mcp/transfer"
 )
 
 // Syncs is what the sync tools need (*syncer.Manager in production).
 type Syncs interface {
-	Start(ctx context.Context, sandbox, localDir, sandboxDir string, ignore []string) (syncer.Status, error)
+	StartBooted(ctx context.Context, b syncer.Booter, sandbox, localDir, sandboxDir string, ignore []string) (syncer.Status, error)
 	Stop(id string) (syncer.Status, error)
 	List() []syncer.Status
 }
@@ -121,11 +118,7 @@ func (s *Server) handleSyncStart(ctx context.Context, req mcp.CallToolRequest) (
 			ignore = []string{}
 		}
 	}
-	// Boot the sandbox if needed: a sync never starts one later.
-	if _, err := s.m.Boot(ctx, name); err != nil {
-		return failure(ctx, fmt.Sprintf("sync_start in sandbox %q", name), err), nil
-	}
-	st, err := s.syncs.Start(ctx, name, dir, sdir, ignore)
+	st, err := s.syncs.StartBooted(ctx, s.m, name, dir, sdir, ignore)
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("sync_start %s to sandbox %q", dir, name), err), nil
 	}
@@ -150,21 +143,7 @@ func (s *Server) hostDir(ctx context.Context, p string) (string, error) {
 		return "", err
 	}
 	defer root.Close()
-	fi, err := root.Stat(rel)
-	if err != nil {
-		return "", copier.HostPathErr(p, err)
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("host path %s is not a directory", p)
-	}
-	real, err := filepath.EvalSymlinks(filepath.Join(root.Name(), rel))
-	if err != nil {
-		return "", copier.HostPathErr(p, err)
-	}
-	if !strings.HasPrefix(real+string(os.PathSeparator), root.Name()+string(os.PathSeparator)) {
-		return "", fmt.Errorf("%w: %s leads out of %s; %s", transfer.ErrOutsideRoots, p, root.Name(), transfer.AllowFlagHint)
-	}
-	return real, nil
+	return copier.HostDir(root, rel, p)
 }
 
 func (s *Server) handleSyncStop(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

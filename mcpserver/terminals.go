@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 
 // Terminals keeps the terminal sessions (*terminal.Sessions).
 type Terminals interface {
-	Open(sandbox, command string, cmd *exec.Cmd, cols, rows int) (*terminal.Session, error)
+	OpenIn(ctx context.Context, c terminal.Commander, sandbox, command string, cols, rows int) (*terminal.Session, error)
 	Get(id string) (*terminal.Session, error)
 	Close(id string) (terminal.Info, error)
 	List() []terminal.Info
@@ -128,23 +127,10 @@ func (s *Server) handleTerminalOpen(ctx context.Context, req mcp.CallToolRequest
 	if strings.IndexByte(command, 0) >= 0 {
 		return argError("terminal_open: the command contains a NUL byte"), nil
 	}
-	cmd, done, err := s.m.TerminalCommand(ctx, name, command, cols, rows)
+	sess, err := s.terminals.OpenIn(ctx, s.m, name, command, cols, rows)
 	if err != nil {
 		return failure(ctx, "terminal_open", err), nil
 	}
-	shown := command
-	if shown == "" {
-		shown = "(login shell)"
-	}
-	sess, err := s.terminals.Open(name, shown, cmd, cols, rows)
-	if err != nil {
-		done()
-		return failure(ctx, "terminal_open", err), nil
-	}
-	go func() {
-		<-sess.Done()
-		done()
-	}()
 	sc := sess.Read(time.Second, ctx.Done())
 	return mcp.NewToolResultStructured(sc, fmt.Sprintf("terminal %s open in sandbox %q\n%s", sc.ID, name, renderScreen(sc))), nil
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
@@ -143,6 +144,20 @@ func SandboxDir(dir string) (string, error) {
 		return "", fmt.Errorf("sandbox_dir must be an absolute path below /, not %q", dir)
 	}
 	return c, nil
+}
+
+// Booter boots a sandbox (sandbox.Manager).
+type Booter interface {
+	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
+}
+
+// StartBooted boots sandbox (a sync never starts one later: a sandbox
+// that stops takes its jobs with it), then starts a job as Start does.
+func (m *Manager) StartBooted(ctx context.Context, b Booter, sandbox, localDir, sandboxDir string, ignore []string) (Status, error) {
+	if _, err := b.Boot(ctx, sandbox); err != nil {
+		return Status{}, err
+	}
+	return m.Start(ctx, sandbox, localDir, sandboxDir, ignore)
 }
 
 // Start records a new job, mirrors the host directory into the sandbox

@@ -1,6 +1,7 @@
 package terminal
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -73,6 +74,38 @@ func (m *Sessions) Open(sandbox, command string, cmd *exec.Cmd, cols, rows int) 
 		return nil, err
 	}
 	m.sessions[s.ID] = s
+	return s, nil
+}
+
+// Commander gives the engine command of a terminal program in a sandbox
+// and a function to call once it ended (sandbox.Manager).
+type Commander interface {
+	TerminalCommand(ctx context.Context, name, command string, cols, rows int) (*exec.Cmd, func(), error)
+}
+
+// OpenIn starts command (a login shell when "") in sandbox name through
+// c as a new session; what c holds for it goes when the program ends.
+func (m *Sessions) OpenIn(ctx context.Context, c Commander, name, command string, cols, rows int) (*Session, error) {
+	if err := CheckSize(cols, rows); err != nil {
+		return nil, err
+	}
+	cmd, done, err := c.TerminalCommand(ctx, name, command, cols, rows)
+	if err != nil {
+		return nil, err
+	}
+	shown := command
+	if shown == "" {
+		shown = "(login shell)"
+	}
+	s, err := m.Open(name, shown, cmd, cols, rows)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	go func() {
+		<-s.Done()
+		done()
+	}()
 	return s, nil
 }
 
