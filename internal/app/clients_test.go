@@ -41,3 +41,19 @@ func TestClientSetup(t *testing.T) {
 		t.Errorf("shellJoin: %s", got)
 	}
 }
+
+// TestHTTPClientSetup: the HTTP setup registers the URL with the token
+// read from its file when the command runs, never the token itself, and
+// quotes a path with spaces.
+func TestHTTPClientSetup(t *testing.T) {
+	out := HTTPClientSetup("http://127.0.0.1:8765/mcp", "/home/a b/.local/state/sandbox-mcp/http-token")
+	for _, want := range []string{
+		`claude mcp add --scope user --transport http sandbox http://127.0.0.1:8765/mcp --header "Authorization: Bearer $(cat '/home/a b/.local/state/sandbox-mcp/http-token')"`,
+		`"url": "http://127.0.0.1:8765/mcp"`,
+		`"Authorization": "Bearer ${env:SANDBOX_MCP_TOKEN}"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %s in\n%s", want, out)
+		}
+	}
+}
