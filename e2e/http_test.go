@@ -19,6 +19,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/mcphttp"
 )
 
 // httpServer is one sandbox-mcp serving streamable HTTP.
@@ -83,15 +84,6 @@ func startHTTPEnv(t *testing.T, tg enginetest.Target, prefix string, env []strin
 	return h
 }
 
-// bearer adds the server's token to each request.
-type bearer string
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+string(b))
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 // connect opens a session of client on the server, into s (nil: a new
 // one); client nil: s.newClient. s is the server's face the tests call.
 func (h *httpServer) connect(t *testing.T, protocol string, s *server, client *mcp.Client) *server {
@@ -109,7 +101,7 @@ func (h *httpServer) connect(t *testing.T, protocol string, s *server, client *m
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: bearer(h.token)}}, opts)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: mcphttp.TokenTransport(nil, h.token)}}, opts)
 	if err != nil {
 		t.Fatalf("connect over HTTP: %v", err)
 	}

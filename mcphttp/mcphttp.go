@@ -625,3 +625,23 @@ func (f floor) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (f floor) WithAttrs(a []slog.Attr) slog.Handler { return floor{f.Handler.WithAttrs(a), f.min} }
 func (f floor) WithGroup(g string) slog.Handler      { return floor{f.Handler.WithGroup(g), f.min} }
+
+// TokenTransport is a client's side of the token: it sends token with
+// every request it makes through base (http.DefaultTransport if nil).
+func TokenTransport(base http.RoundTripper, token string) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return tokenTransport{base, token}
+}
+
+type tokenTransport struct {
+	base  http.RoundTripper
+	token string
+}
+
+func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.token)
+	return t.base.RoundTrip(r)
+}

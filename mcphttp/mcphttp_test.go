@@ -68,18 +68,6 @@ func serve(t *testing.T, opts Options) *Server {
 	return s
 }
 
-// bearer adds a token to every request.
-type bearer struct {
-	tok  string
-	base http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.tok)
-	return b.base.RoundTrip(r)
-}
-
 // connect opens a go-sdk client session; progress receives the messages
 // of the progress notifications it gets.
 func connect(t *testing.T, url, tok string, base http.RoundTripper, progress func(string)) (*sdk.ClientSession, error) {
@@ -89,9 +77,6 @@ func connect(t *testing.T, url, tok string, base http.RoundTripper, progress fun
 // connectAt is connect on a protocol revision ("" for the newest).
 func connectAt(t *testing.T, protocol, url, tok string, base http.RoundTripper, progress func(string)) (*sdk.ClientSession, error) {
 	t.Helper()
-	if base == nil {
-		base = http.DefaultTransport
-	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "0"}, &sdk.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
 			if progress != nil {
@@ -105,7 +90,7 @@ func connectAt(t *testing.T, protocol, url, tok string, base http.RoundTripper, 
 	if protocol != "" {
 		opts = &sdk.ClientSessionOptions{ProtocolVersion: protocol}
 	}
-	cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer{tok, base}}, MaxRetries: -1}, opts)
+	cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: TokenTransport(base, tok)}, MaxRetries: -1}, opts)
 	if err == nil {
 		t.Cleanup(func() { cs.Close() })
 	}

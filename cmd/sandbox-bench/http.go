@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/mcphttp"
 )
 
 // httpClients is the concurrent case of the HTTP figures.
@@ -137,18 +139,6 @@ func (l launcher) startHTTP(ctx context.Context, stateDir string) (*httpBench, e
 	return h, nil
 }
 
-// bearerTransport adds a token to each request.
-type bearerTransport struct {
-	token string
-	base  http.RoundTripper
-}
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
 // connect opens one go-sdk client session over HTTP, on its own
 // connections.
 func (h *httpBench) connect(ctx context.Context) (*mcp.ClientSession, error) {
@@ -159,7 +149,7 @@ func (h *httpBench) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		opts = &mcp.ClientSessionOptions{ProtocolVersion: httpProtocol}
 	}
 	return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url,
-		HTTPClient: &http.Client{Transport: bearerTransport{h.token, tr}}}, opts)
+		HTTPClient: &http.Client{Transport: mcphttp.TokenTransport(tr, h.token)}}, opts)
 }
 
 // stop ends the server as a signal does and waits for it.
