@@ -259,10 +259,6 @@ func (s *Server) URL() string {
 	return s.scheme + "://" + host + ":" + strconv.Itoa(tcp.Port) + Path
 }
 
-// Handler is the guarded handler of every path, for tests and for
-// mounting elsewhere.
-func (s *Server) Handler() http.Handler { return s.http.Handler }
-
 // Serve answers requests until ctx ends, then stops taking new ones and
 // waits up to grace for those under way.
 func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
