@@ -192,12 +192,12 @@ func newServer(ms *server.MCPServer, opts Options, addr *net.TCPAddr, cert *tls.
 			s.origins[s.scheme+"://"+bracket(h)] = true
 		}
 	}
-	s.sessions = newSessions(opts.MaxSessions, opts.SessionTTL, func(id string) {
-		ms.UnregisterSession(context.Background(), id)
-	})
+	s.sessions = newSessions(opts.MaxSessions, opts.SessionTTL, s.forget)
 	s.streams = server.NewStreamableHTTPServer(ms,
 		server.WithSessionIdManager(s.sessions),
-		server.WithSessionIdleTTL(opts.SessionTTL),
+		// No idle sweeper of mcp-go's: it would end a session whose call
+		// runs longer than the TTL. The guard expires sessions (and has
+		// the transport forget them, see forget).
 		server.WithHeartbeatInterval(30*time.Second),
 		// mcp-go says session ids at info; only its warnings go on.
 		server.WithStreamableHTTPLogger(slog.New(floor{opts.Logger.Handler(), slog.LevelWarn})),
@@ -205,7 +205,7 @@ func newServer(ms *server.MCPServer, opts Options, addr *net.TCPAddr, cert *tls.
 		server.WithDisableLocalhostProtection(true),
 	)
 	mux := http.NewServeMux()
-	mux.Handle(Path, s.guard(s.streams))
+	mux.Handle(Path, s.guard(http.HandlerFunc(s.serveMCP)))
 	if opts.Metrics != nil {
 		mux.Handle("/metrics", s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -279,11 +279,13 @@ func (s *Server) Serve(ctx context.Context, grace time.Duration) error {
 }
 
 // guard admits a request that names this server (Host), comes from no
-// other site (Origin), carries the token, and whose body fits; it keeps
-// count of each session's requests, so a busy session is never taken for
-// idle, and lets a session have one listening stream.
+// other site (Origin) and carries the token. A refusal closes the
+// connection without reading what the client may still send, and every
+// request must have arrived whole within bodyTimeout, so a client without
+// the token holds no connection.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
 		host := r.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
@@ -293,86 +295,134 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			// machine (DNS rebinding) sends its own name. Said at debug
 			// only: any page can make these.
 			s.opts.Logger.Debug("http: request refused: Host header names another server", "host", cut(r.Host), "remote", r.RemoteAddr)
-			http.Error(w, "forbidden: the Host header names another server", http.StatusForbidden)
+			refuse(w, "forbidden: the Host header names another server", http.StatusForbidden)
 			return
 		}
 		if o := r.Header.Get("Origin"); o != "" && !s.origins[canonicalOrigin(o)] {
 			s.opts.Logger.Debug("http: request refused: from a page of another site", "origin", cut(o), "remote", r.RemoteAddr)
-			http.Error(w, "forbidden: requests from pages of other sites are refused", http.StatusForbidden)
+			refuse(w, "forbidden: requests from pages of other sites are refused", http.StatusForbidden)
 			return
 		}
 		if !s.tokenOK(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandbox-mcp"`)
-			http.Error(w, "unauthorized: send the server's token as Authorization: Bearer TOKEN (sandbox-mcp doctor --http says where it is)", http.StatusUnauthorized)
+			refuse(w, "unauthorized: send the server's token as Authorization: Bearer TOKEN (sandbox-mcp doctor --http says where it is)", http.StatusUnauthorized)
 			return
-		}
-		if r.URL.Path != Path {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if s.opts.Fix != nil {
-			w = fixingWriter{w, s.opts.Fix}
-		}
-		id := r.Header.Get(server.HeaderKeySessionID)
-		switch r.Method {
-		case http.MethodGet:
-			if id == "" {
-				http.Error(w, "bad request: "+server.HeaderKeySessionID+" header missing (initialize first)", http.StatusBadRequest)
-				return
-			}
-			ctx, cancel := context.WithCancel(r.Context())
-			defer cancel()
-			if err := s.sessions.begin(id, cancel); err != nil {
-				status := http.StatusNotFound
-				if errors.Is(err, errListening) {
-					status = http.StatusConflict
-				}
-				http.Error(w, err.Error(), status)
-				return
-			}
-			defer s.sessions.end(id, true)
-			next.ServeHTTP(w, r.WithContext(ctx))
-			return
-		case http.MethodDelete:
-			if _, err := s.sessions.Validate(id); err != nil || id == "" {
-				http.Error(w, "not found: "+errNoSession.Error(), http.StatusNotFound)
-				return
-			}
-		case http.MethodPost:
-			body, release, ok := s.readBody(w, r)
-			if !ok {
-				return
-			}
-			defer release()
-			if isInitialize(body) {
-				// A new session, whatever id the request names: admitted
-				// one at a time, so the table never holds more than its
-				// bound.
-				r.Header.Del(server.HeaderKeySessionID)
-				s.initMu.Lock()
-				defer s.initMu.Unlock()
-				if !s.sessions.admit() {
-					s.opts.Logger.Warn("http: new session refused: too many sessions", "max", s.opts.MaxSessions)
-					w.Header().Set("Retry-After", "60")
-					writeRPCError(w, http.StatusServiceUnavailable, peekID(body), fmt.Sprintf(
-						"too many sessions: this server holds %d, all in use within the last minute; end one (DELETE) or try again later", s.opts.MaxSessions))
-					return
-				}
-				break
-			}
-			if id != "" {
-				if err := s.sessions.begin(id, nil); err == nil {
-					defer s.sessions.end(id, false)
-					if !s.sessions.listening(id) {
-						r = r.WithContext(context.WithValue(r.Context(), deafKey{}, true))
-					}
-				}
-				// An unknown id is refused by the transport (404).
-			}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// refuse answers with an error and closes the connection.
+func refuse(w http.ResponseWriter, msg string, status int) {
+	closeAfter(w)
+	http.Error(w, msg, status)
+}
+
+// closeAfter has the connection closed once answered, without waiting for
+// the rest of a body that will not be read (net/http would otherwise read
+// up to 256 KiB of it first, for as long as the client takes).
+func closeAfter(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// serveMCP hands a guarded request of the MCP endpoint to the transport,
+// with its body read once; it keeps count of each session's requests, so
+// a busy session is never taken for idle, and lets a session have one
+// listening stream, the newest.
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Fix != nil {
+		w = fixingWriter{w, s.opts.Fix}
+	}
+	req := &server.HTTPRequest{Method: r.Method, URL: r.URL, Header: r.Header, Context: r.Context()}
+	id := r.Header.Get(server.HeaderKeySessionID)
+	switch r.Method {
+	case http.MethodGet:
+		if id == "" {
+			refuse(w, "bad request: "+server.HeaderKeySessionID+" header missing (initialize first)", http.StatusBadRequest)
+			return
+		}
+		// A listening stream reads nothing more; its end is the client's.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		st, err := s.sessions.begin(id, cancel)
+		if err != nil {
+			refuse(w, "not found: "+err.Error(), http.StatusNotFound)
+			return
+		}
+		defer s.sessions.end(id, st)
+		req.Context = ctx
+	case http.MethodDelete:
+		if _, err := s.sessions.Validate(id); err != nil || id == "" {
+			refuse(w, "not found: "+errNoSession.Error(), http.StatusNotFound)
+			return
+		}
+	case http.MethodPost:
+		body, release, ok := s.readBody(w, r)
+		if !ok {
+			return
+		}
+		defer release()
+		req.Body = body
+		if isInitialize(body) {
+			// A new session, whatever id the request names: admitted one
+			// at a time, so the table never holds more than its bound.
+			r.Header.Del(server.HeaderKeySessionID)
+			s.initMu.Lock()
+			defer s.initMu.Unlock()
+			if !s.sessions.admit() {
+				s.opts.Logger.Warn("http: new session refused: too many sessions", "max", s.opts.MaxSessions)
+				w.Header().Set("Retry-After", "60")
+				writeRPCError(w, http.StatusServiceUnavailable, peekID(body), fmt.Sprintf(
+					"too many sessions: this server holds %d, all in use within the last minute; end one (DELETE) or try again later", s.opts.MaxSessions))
+				return
+			}
+			break
+		}
+		if id != "" {
+			if st, err := s.sessions.begin(id, nil); err == nil {
+				defer s.sessions.end(id, st)
+				if !s.sessions.listening(id) {
+					req.Context = context.WithValue(req.Context, deafKey{}, true)
+				}
+			}
+			// An unknown id is refused by the transport (404).
+		}
+	}
+	s.streams.Handle(responseAdapter{w}, req)
+}
+
+// forget has the transport and the MCP server forget a session the guard
+// ended (idle or pushed out), as a DELETE from its client would.
+func (s *Server) forget(id string) {
+	h := http.Header{}
+	h.Set(server.HeaderKeySessionID, id)
+	s.streams.Handle(discard{}, &server.HTTPRequest{Method: http.MethodDelete, Header: h, Context: context.Background()})
+}
+
+// responseAdapter is an http.ResponseWriter as the transport takes one.
+type responseAdapter struct{ http.ResponseWriter }
+
+func (a responseAdapter) Flush() {
+	if f, ok := a.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (a responseAdapter) CanStream() bool {
+	_, ok := a.ResponseWriter.(http.Flusher)
+	return ok
+}
+
+// discard is a response no one reads.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) WriteHeader(int)             {}
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+func (discard) Flush()                      {}
+func (discard) CanStream() bool             { return false }
 
 // deafKey marks a request of a session whose client has no listening
 // stream open: the server cannot send it a request of its own.
@@ -439,9 +489,10 @@ const (
 )
 
 // readBody reads a POST's body whole, refusing one over MaxBody without
-// reading past the limit, or one sent too slowly. A body over 1 MiB
-// needs one of two slots, held until release is called (when the
-// request is answered), so large messages in memory stay bounded.
+// reading past the limit, or one not sent within bodyTimeout (the guard
+// set the deadline; it is lifted once the body is in). A body over 1 MiB
+// needs one of two slots, held until release is called (when the request
+// is answered), so large messages in memory stay bounded.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
 	release = func() {}
 	if r.ContentLength > s.opts.MaxBody {
@@ -450,19 +501,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 		s.tooLarge(w, r, head[:n])
 		return nil, release, false
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyTimeout))
-	defer rc.SetReadDeadline(time.Time{})
 	in := http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
-	fail := func(err error, got []byte) bool {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.tooLarge(w, r, got)
-		} else {
-			http.Error(w, "bad request: reading the body: "+err.Error(), http.StatusBadRequest)
-		}
-		return false
-	}
 	var err error
 	if r.ContentLength >= 0 && r.ContentLength <= smallBody {
 		body, err = io.ReadAll(in)
@@ -476,6 +515,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 				release = func() { <-s.large }
 			case <-t.C:
 				w.Header().Set("Retry-After", "10")
+				closeAfter(w)
 				writeRPCError(w, http.StatusServiceUnavailable, peekID(body), "busy: two large messages are being handled; send this one again shortly")
 				return nil, release, false
 			case <-r.Context().Done():
@@ -488,9 +528,15 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 	if err != nil {
 		release()
-		return nil, func() {}, fail(err, body)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.tooLarge(w, r, body)
+		} else {
+			refuse(w, "bad request: reading the body: "+err.Error(), http.StatusBadRequest)
+		}
+		return nil, func() {}, false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	return body, release, true
 }
 
@@ -503,7 +549,7 @@ func (s *Server) tooLarge(w http.ResponseWriter, r *http.Request, head []byte) {
 		msg += "; " + s.opts.Hint()
 	}
 	s.opts.Logger.Warn("http: request refused: body too large", "limit", s.opts.MaxBody, "remote", r.RemoteAddr)
-	w.Header().Set("Connection", "close")
+	closeAfter(w)
 	writeRPCError(w, http.StatusRequestEntityTooLarge, peekID(head), msg)
 }
 

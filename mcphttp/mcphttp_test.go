@@ -48,8 +48,18 @@ func echoServer() *server.MCPServer {
 			}
 			return mcp.NewToolResultText(tag), nil
 		})
+	ms.AddTool(mcp.NewTool("wait"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-released:
+		case <-ctx.Done():
+		}
+		return mcp.NewToolResultText("waited"), nil
+	})
 	return ms
 }
+
+// released ends the wait tool's calls.
+var released = make(chan struct{})
 
 // serve starts an HTTP face of echoServer on the loopback.
 func serve(t *testing.T, opts Options) *Server {
@@ -517,7 +527,7 @@ func openStream(t *testing.T, url, id string) (int, func()) {
 
 // TestBusySessionsStayAndStreamsAreOne: a session with its listening
 // stream open is never pushed out for a new client, and it has one such
-// stream.
+// stream, the newest.
 func TestBusySessionsStayAndStreamsAreOne(t *testing.T) {
 	s := serve(t, Options{MaxSessions: 1})
 	now := time.Now()
@@ -531,15 +541,18 @@ func TestBusySessionsStayAndStreamsAreOne(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("listening stream: %d", code)
 	}
-	if code, closeB := openStream(t, s.URL(), a); code != http.StatusConflict {
-		closeB()
+	// A client that reconnects gets its stream; the old one ends.
+	code, closeA2 := openStream(t, s.URL(), a)
+	if code != http.StatusOK {
 		t.Fatalf("a second listening stream: %d", code)
 	}
+	defer closeA2()
 	advance(2 * time.Minute)
 	if resp, _ := post(t, s.URL(), auth, initBody); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("a new client pushed out a session with an open stream: %d", resp.StatusCode)
 	}
 	closeA()
+	closeA2()
 	enginelessWait(t, func() bool { return !s.sessions.listening(a) })
 	advance(2 * time.Minute)
 	if resp, _ := post(t, s.URL(), auth, initBody); resp.StatusCode != http.StatusOK {
@@ -606,5 +619,62 @@ func TestTokenFileOfAnotherUser(t *testing.T) {
 	os.Chown(p, 65534, 65534)
 	if _, _, err := LoadOrCreateToken(p); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
 		t.Fatalf("a token file of another user: %v", err)
+	}
+}
+
+// TestALongCallKeepsItsSession: a call that runs past the idle time keeps
+// its session alive.
+func TestALongCallKeepsItsSession(t *testing.T) {
+	s := serve(t, Options{SessionTTL: time.Hour})
+	now := time.Now()
+	var clock sync.Mutex
+	s.sessions.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	cs, err := connectAt(t, "2025-06-18", s.URL(), testToken, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "wait"})
+		done <- err
+	}()
+	enginelessWait(t, func() bool {
+		s.sessions.mu.Lock()
+		defer s.sessions.mu.Unlock()
+		for _, se := range s.sessions.live {
+			if se.busy > 1 { // the listening stream and the call
+				return true
+			}
+		}
+		return false
+	})
+	clock.Lock()
+	now = now.Add(2 * time.Hour)
+	clock.Unlock()
+	s.sessions.admit() // expires what is idle past the TTL
+	close(released)
+	if err := <-done; err != nil {
+		t.Fatalf("the long call: %v", err)
+	}
+	if got := callTag(t, cs, "after", 0, nil); got != "after" {
+		t.Fatalf("after the long call: %q", got)
+	}
+}
+
+// TestWithoutTheTokenNoConnectionIsHeld: a client without the token that
+// announces a body and sends none is answered at once and let go.
+func TestWithoutTheTokenNoConnectionIsHeld(t *testing.T) {
+	s := serve(t, Options{})
+	addr := strings.TrimPrefix(strings.TrimSuffix(s.URL(), Path), "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(time.Minute)) // a hang guard
+	b, err := io.ReadAll(c)                        // the server closes the connection
+	if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 401") {
+		t.Fatalf("answer %q, %v", b, err)
 	}
 }

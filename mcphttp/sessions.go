@@ -16,10 +16,13 @@ var errNoSession = errors.New("no such session: start a new one (initialize)")
 
 // session is what the guard knows of one session.
 type session struct {
-	last   time.Time          // when a request of it last began or ended
-	busy   int                // its requests under way, listening stream included
-	listen context.CancelFunc // ends its listening stream (GET), if open
+	last   time.Time // when a request of it last began or ended
+	busy   int       // its requests under way, listening stream included
+	listen *stream   // its listening stream (GET), if open
 }
+
+// stream is a listening stream; end ends it.
+type stream struct{ end context.CancelFunc }
 
 // sessions issues and checks the Mcp-Session-Id of clients of protocol
 // revisions that have sessions (up to 2025-11-25). An id is 256 random
@@ -56,7 +59,7 @@ func (se *session) idleFor(now time.Time) time.Duration {
 // drop. Callers hold mu.
 func (s *sessions) remove(id string) {
 	if se := s.live[id]; se != nil && se.listen != nil {
-		se.listen()
+		se.listen.end()
 	}
 	delete(s.live, id)
 }
@@ -140,44 +143,43 @@ func (s *sessions) Validate(id string) (bool, error) {
 	return false, nil
 }
 
-// Terminate ends a session at its client's request
-// (server.SessionIdManager); the transport frees its state itself.
+// Terminate ends a session (server.SessionIdManager): at its client's
+// request (the guard checked the id) or the guard's own (forget, for a
+// session already removed); the transport then frees its state.
 func (s *sessions) Terminate(id string) (bool, error) {
 	s.mu.Lock()
-	_, ok := s.live[id]
 	s.remove(id)
 	s.mu.Unlock()
-	if !ok {
-		return false, errNoSession
-	}
 	return false, nil
 }
 
-// begin marks a request of session id under way; listen, if set, is the
-// request's listening stream, refused (false) when the session has one
-// open already. end must follow a begin that succeeded.
-func (s *sessions) begin(id string, listen context.CancelFunc) error {
+// begin marks a request of session id under way; listen, if set, makes
+// it the session's listening stream, ending the one open before (its
+// client reconnected: the old connection may be dead without anyone
+// knowing yet). end(id, the stream returned) must follow a begin that
+// succeeded.
+func (s *sessions) begin(id string, listen context.CancelFunc) (*stream, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se := s.live[id]
 	if se == nil || se.idleFor(s.now()) >= s.ttl {
-		return errNoSession
+		return nil, errNoSession
 	}
+	var st *stream
 	if listen != nil {
 		if se.listen != nil {
-			return errListening
+			se.listen.end()
 		}
-		se.listen = listen
+		st = &stream{end: listen}
+		se.listen = st
 	}
 	se.busy++
 	se.last = s.now()
-	return nil
+	return st, nil
 }
 
-var errListening = errors.New("this session has a listening stream open already")
-
-// end marks a request of session id done.
-func (s *sessions) end(id string, listened bool) {
+// end marks a request of session id done; st is what begin returned.
+func (s *sessions) end(id string, st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	se := s.live[id]
@@ -186,7 +188,7 @@ func (s *sessions) end(id string, listened bool) {
 	}
 	se.busy--
 	se.last = s.now()
-	if listened {
+	if st != nil && se.listen == st {
 		se.listen = nil
 	}
 }

@@ -14,7 +14,8 @@ import (
 // (by tool, transport and error type; never by sandbox, whose names are
 // unbounded), exec's duration and transfer bytes, and, when spans are
 // exported, a span per call named and attributed after the MCP semantic
-// conventions, with the sandbox's name among its attributes. A call that
+// conventions, with the sandbox's name among its attributes (not the
+// session id: over HTTP it is a credential of sorts). A call that
 // carries a W3C traceparent in its _meta joins the caller's trace.
 func (s *Server) observe(t *telemetry.Telemetry, transport string) server.ToolHandlerMiddleware {
 	return func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
@@ -62,9 +63,6 @@ func (s *Server) observe(t *telemetry.Telemetry, transport string) server.ToolHa
 			attrs = append(attrs, telemetry.Attr{Key: "gen_ai.operation.name", Value: "execute_tool"})
 			if name := s.callSandbox(tool, req.GetArguments()); name != "" {
 				attrs = append(attrs, telemetry.Attr{Key: "sandbox.name", Value: name})
-			}
-			if cs := server.ClientSessionFromContext(ctx); cs != nil && cs.SessionID() != "" {
-				attrs = append(attrs, telemetry.Attr{Key: "mcp.session.id", Value: cs.SessionID()})
 			}
 			if v := server.RequestProtocolVersion(ctx); v != "" {
 				attrs = append(attrs, telemetry.Attr{Key: "mcp.protocol.version", Value: v})

@@ -118,10 +118,12 @@ type Point struct {
 	Value float64
 }
 
-// gauge is read when collected.
+// gauge is read when collected; a monotonic one is a sum (a counter
+// kept elsewhere).
 type gauge struct {
 	name, desc, unit string
 	read             func() []Point
+	monotonic        bool
 }
 
 // DurationBounds are the bucket bounds of duration histograms, in seconds.
@@ -161,7 +163,15 @@ func (m *Metrics) Histogram(name, desc, unit string, bounds []float64) *Histogra
 // Gauge registers a gauge read by read when the metrics are collected.
 func (m *Metrics) Gauge(name, desc, unit string, read func() []Point) {
 	m.mu.Lock()
-	m.gauges = append(m.gauges, gauge{name, desc, unit, read})
+	m.gauges = append(m.gauges, gauge{name, desc, unit, read, false})
+	m.mu.Unlock()
+}
+
+// CounterFunc registers a counter kept elsewhere, read by read when the
+// metrics are collected.
+func (m *Metrics) CounterFunc(name, desc, unit string, read func() []Point) {
+	m.mu.Lock()
+	m.gauges = append(m.gauges, gauge{name, desc, unit, read, true})
 	m.mu.Unlock()
 }
 
@@ -237,8 +247,11 @@ func (m *Metrics) WritePrometheus(w io.Writer) error {
 		}
 	}
 	for _, gp := range s.gauges {
-		name := promName(gp.g.name, gp.g.unit)
-		header(&b, name, gp.g.desc, "gauge")
+		name, kind := promName(gp.g.name, gp.g.unit), "gauge"
+		if gp.g.monotonic {
+			name, kind = name+"_total", "counter"
+		}
+		header(&b, name, gp.g.desc, kind)
 		for _, p := range gp.points {
 			fmt.Fprintf(&b, "%s%s %s\n", name, promLabels(p.Attrs, ""), promFloat(p.Value))
 		}

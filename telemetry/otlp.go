@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -102,6 +103,9 @@ func ExporterFromEnv(env func(string) string, m *Metrics, service, version strin
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if strings.EqualFold(env("OTEL_SDK_DISABLED"), "true") {
+		return nil, nil
+	}
 	base := strings.TrimRight(env("OTEL_EXPORTER_OTLP_ENDPOINT"), "/")
 	signal := func(name, path string) (string, error) {
 		u := env("OTEL_EXPORTER_OTLP_" + name + "_ENDPOINT")
@@ -112,14 +116,20 @@ func ExporterFromEnv(env func(string) string, m *Metrics, service, version strin
 			return "", nil
 		}
 		p, err := url.Parse(u)
-		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return "", fmt.Errorf("OTLP endpoint %q: give an http:// or https:// URL", u)
+		if err != nil {
+			return "", errors.New("OTLP endpoint: not a URL; give an http:// or https:// URL")
+		}
+		if (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return "", fmt.Errorf("OTLP endpoint %q: give an http:// or https:// URL", p.Redacted())
 		}
 		return u, nil
 	}
 	traces, err := signal("TRACES", "/v1/traces")
 	if err != nil {
 		return nil, err
+	}
+	if strings.EqualFold(env("OTEL_TRACES_EXPORTER"), "none") {
+		traces = ""
 	}
 	metrics, err := signal("METRICS", "/v1/metrics")
 	if err != nil {
@@ -129,7 +139,10 @@ func ExporterFromEnv(env func(string) string, m *Metrics, service, version strin
 		return nil, nil
 	}
 	if p := env("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" && p != "http/json" {
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL=%s: this server sends http/json only (a collector's OTLP/HTTP receiver takes it)", p)
+		// A shell-wide setting for other programs must not stop the
+		// server: it runs without export, and says why.
+		log.Warn("telemetry: OTLP export off: this server sends OTLP over http/json only (a collector's OTLP/HTTP receiver takes it); set OTEL_EXPORTER_OTLP_PROTOCOL=http/json for it", "protocol", p)
+		return nil, nil
 	}
 	timeout := 10 * time.Second
 	if v, err := strconv.Atoi(env("OTEL_EXPORTER_OTLP_TIMEOUT")); err == nil && v > 0 {
@@ -146,7 +159,7 @@ func ExporterFromEnv(env func(string) string, m *Metrics, service, version strin
 			continue
 		}
 		k = strings.TrimSpace(k)
-		if uv, err := url.QueryUnescape(strings.TrimSpace(v)); err == nil {
+		if uv, err := url.PathUnescape(strings.TrimSpace(v)); err == nil {
 			v = uv
 		}
 		if k != "" {
@@ -154,7 +167,8 @@ func ExporterFromEnv(env func(string) string, m *Metrics, service, version strin
 		}
 	}
 	e := &Exporter{traces: traces, metrics: metrics, headers: headers, interval: interval, m: m, log: log,
-		client:   &http.Client{Timeout: timeout},
+		// A redirect would carry the headers (an API key) elsewhere.
+		client:   &http.Client{Timeout: timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		resource: []Attr{{"service.name", service}, {"service.version", version}},
 		queue:    make(chan Span, queueCap), stop: make(chan struct{}), done: make(chan struct{})}
 	go e.run()
@@ -376,8 +390,16 @@ func (e *Exporter) metricsBody() []byte {
 		for _, p := range gp.points {
 			points = append(points, map[string]any{"attributes": kvs(p.Attrs), "timeUnixNano": now, "asDouble": p.Value})
 		}
-		metrics = append(metrics, map[string]any{"name": gp.g.name, "description": gp.g.desc, "unit": gp.g.unit,
-			"gauge": map[string]any{"dataPoints": points}})
+		m := map[string]any{"name": gp.g.name, "description": gp.g.desc, "unit": gp.g.unit}
+		if gp.g.monotonic {
+			for _, p := range points {
+				p.(map[string]any)["startTimeUnixNano"] = start
+			}
+			m["sum"] = map[string]any{"dataPoints": points, "aggregationTemporality": 2, "isMonotonic": true}
+		} else {
+			m["gauge"] = map[string]any{"dataPoints": points}
+		}
+		metrics = append(metrics, m)
 	}
 	b, _ := json.Marshal(map[string]any{"resourceMetrics": []any{map[string]any{
 		"resource":     resource{kvs(e.resource)},

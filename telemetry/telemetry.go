@@ -30,11 +30,11 @@ func New(m *Metrics, exp *Exporter) *Telemetry {
 		Operations: m.Histogram("mcp.server.operation.duration", "MCP request duration as observed on the server, from receipt until the result is sent", "s", DurationBounds),
 		Exec:       m.Histogram("sandbox_mcp.exec.duration", "Duration of exec tool calls", "s", DurationBounds),
 		Boots:      m.Counter("sandbox_mcp.boots", "Sandboxes booted by this server, by how: created, started (stopped before) or adopted (running)", ""),
-		Bytes:      m.Counter("sandbox_mcp.transfer.bytes", "Bytes moved by upload (in) and download (out)", "By"),
+		Bytes:      m.Counter("sandbox_mcp.transfer.io", "Bytes moved by upload (in) and download (out)", "By"),
 		Egress:     m.Counter("sandbox_mcp.egress.decisions", "Connections the egress proxy decided on, by decision", ""),
 	}
 	if exp != nil {
-		m.Gauge("sandbox_mcp.telemetry.dropped_spans", "Spans dropped because the OTLP endpoint was slow or down", "", func() []Point {
+		m.CounterFunc("sandbox_mcp.telemetry.dropped_spans", "Spans dropped because the OTLP endpoint was slow or down", "", func() []Point {
 			return []Point{{Value: float64(exp.Dropped())}}
 		})
 	}

@@ -40,7 +40,7 @@ func TestPrometheusText(t *testing.T) {
 		`mcp_server_operation_duration_seconds_count{gen_ai_tool_name="exec"} 2`,
 		`mcp_server_operation_duration_seconds_count{gen_ai_tool_name="exec",error_type="tool_error"} 1`,
 		`sandbox_mcp_boots_total{how="created"} 3`,
-		`sandbox_mcp_transfer_bytes_bytes_total{direction="in"} 1234`,
+		`sandbox_mcp_transfer_io_bytes_total{direction="in"} 1234`,
 		`sandbox_mcp_sandboxes{state="running"} 2`,
 	} {
 		if !strings.Contains(out, want) {
@@ -103,7 +103,7 @@ func TestExportOverOTLP(t *testing.T) {
 	defer srv.Close()
 	m := NewMetrics()
 	exp, err := ExporterFromEnv(env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL + "/",
-		"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=s%20ecret, other = 2"}), m, "sandbox-mcp", "v1", nil)
+		"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=s%20ecret, other = ab+cd/ef=="}), m, "sandbox-mcp", "v1", nil)
 	if err != nil || exp == nil {
 		t.Fatalf("exporter: %v %v", exp, err)
 	}
@@ -119,7 +119,7 @@ func TestExportOverOTLP(t *testing.T) {
 	if len(c.traces) != 1 || len(c.metrics) != 1 {
 		t.Fatalf("%d trace and %d metric exports", len(c.traces), len(c.metrics))
 	}
-	if c.headers[0].Get("X-Api-Key") != "s ecret" || c.headers[0].Get("Other") != "2" {
+	if c.headers[0].Get("X-Api-Key") != "s ecret" || c.headers[0].Get("Other") != "ab+cd/ef==" {
 		t.Errorf("headers %v", c.headers[0])
 	}
 	b, _ := json.Marshal(c.traces[0])
@@ -132,7 +132,7 @@ func TestExportOverOTLP(t *testing.T) {
 	}
 	b, _ = json.Marshal(c.metrics[0])
 	for _, want := range []string{`"name":"sandbox_mcp.exec.duration"`, `"histogram"`, `"count":"1"`, `"aggregationTemporality":2`,
-		`"name":"sandbox_mcp.telemetry.dropped_spans"`} {
+		`"name":"sandbox_mcp.telemetry.dropped_spans","sum"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics: missing %s in %.600s", want, b)
 		}
@@ -205,11 +205,19 @@ func TestExporterSettings(t *testing.T) {
 	}
 	for _, bad := range []map[string]string{
 		{"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318"},
-		{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://x"},
-		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://user:pw@x"},
 	} {
-		if _, err := ExporterFromEnv(env(bad), NewMetrics(), "s", "v", nil); err == nil {
-			t.Errorf("%v: accepted", bad)
+		if _, err := ExporterFromEnv(env(bad), NewMetrics(), "s", "v", nil); err == nil || strings.Contains(err.Error(), "pw") {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	// Settings meant for other programs turn export off; the server runs.
+	for _, off := range []map[string]string{
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://x", "OTEL_SDK_DISABLED": "true"},
+	} {
+		if exp, err := ExporterFromEnv(env(off), NewMetrics(), "s", "v", nil); exp != nil || err != nil {
+			t.Errorf("%v: %v %v", off, exp, err)
 		}
 	}
 	exp, err := ExporterFromEnv(env(map[string]string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": "http://127.0.0.1:1/m"}), NewMetrics(), "s", "v", nil)

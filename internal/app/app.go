@@ -239,21 +239,26 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		transport = "tcp"
 	}
 	var canAsk func(context.Context) bool
+	start := startDir()
 	if cfg.HTTP != "" {
 		canAsk = mcphttp.ClientListens
+		// Over HTTP the directory the server started in is no client's.
+		start = ""
 	}
 	ms, err := mcpserver.New(m, mcpserver.Options{
 		Telemetry: tel, Transport: transport,
 		// Off the loopback a client may be another machine: its roots
 		// would open this one's files to it.
-		RemoteClients: cfg.HTTP != "" && !mcphttp.Loopback(cfg.HTTP), CanAskRoots: canAsk,
+		// The same behind a proxy or tunnel, which is what other host
+		// names are for.
+		RemoteClients: cfg.HTTP != "" && (!mcphttp.Loopback(cfg.HTTP) || len(cfg.HTTPHosts) > 0), CanAskRoots: canAsk,
 		Syncs:     env.Syncs,
 		Ports:     env.Ports,
 		Children:  env.Children,
 		Terminals: env.Terminals,
 		Version:   cfg.Version, Toolsets: cfg.Toolsets, Dynamic: cfg.DynamicToolsets,
 		OutputDir: filepath.Join(cfg.StateDir, "outputs"), Logger: logger,
-		AllowDirs: cfg.AllowDirs, StartDir: startDir(),
+		AllowDirs: cfg.AllowDirs, StartDir: start,
 		OutputsCap: offIfZero(cfg.OutputsCap), OutputCallCap: offIfZero(cfg.OutputCallCap),
 		Notices: env.Notices,
 		Audit:   auditLog, Redact: m.Redact,
@@ -262,7 +267,13 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		return err
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(memoryLimit)
+		limit := int64(memoryLimit)
+		if cfg.HTTP != "" {
+			// Two large messages at once, each held twice (the body and
+			// its decoded arguments), besides the small ones.
+			limit *= 2
+		}
+		debug.SetMemoryLimit(limit)
 	}
 	logger.Info("serving", "runtime", env.Runtime.Kind(), "image", cfg.Defaults.Image, "state_dir", cfg.StateDir, "config", cfg.File)
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -353,7 +364,10 @@ func openTelemetry(cfg Config, m *sandbox.Manager, logger *slog.Logger) (*teleme
 		defer cancel()
 		infos, err := m.List(ctx)
 		if err != nil {
-			return last
+			// No figure rather than an old one: a dead engine must not
+			// look like the last healthy count.
+			last = nil
+			return nil
 		}
 		counts := map[string]int{}
 		for _, in := range infos {
