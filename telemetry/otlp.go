@@ -240,6 +240,7 @@ func (e *Exporter) run() {
 				batch = append(batch, <-e.queue)
 			}
 			send()
+			e.dropped.Add(int64(len(e.queue))) // one last batch only: the exit is bounded
 			e.sendMetrics()
 			return
 		}

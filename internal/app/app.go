@@ -200,7 +200,15 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer env.closeWithin(shutdownBound)
+	// The audit log and the telemetry close after the Env, so the calls
+	// that end while it shuts down are recorded.
+	var closeAfter []func()
+	defer func() {
+		env.closeWithin(shutdownBound)
+		for _, c := range closeAfter {
+			c()
+		}
+	}()
 	logger, m := env.Logger, env.Manager
 	env.Syncs = syncer.New(syncer.Options{Remote: m, Store: env.State, Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Logger: logger})
 	env.Ports = portfwd.New(portfwd.Options{Dial: m.DialExisting, Log: logger, Bind: cfg.PortsBind, AllowPrivileged: cfg.AllowPrivilegedPorts,
@@ -225,14 +233,14 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer al.Close()
+		closeAfter = append(closeAfter, func() { al.Close() })
 		auditLog = al
 	}
 	tel, err := openTelemetry(cfg, m, logger)
 	if err != nil {
 		return err
 	}
-	defer tel.Close(2 * time.Second)
+	closeAfter = append(closeAfter, func() { tel.Close(2 * time.Second) })
 	env.tel.Store(tel)
 	transport := "pipe"
 	if cfg.HTTP != "" {
