@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -318,28 +319,41 @@ func refuse(w http.ResponseWriter, msg string, status int) {
 	http.Error(w, msg, status)
 }
 
-// closeAfter has the connection closed once answered, without waiting for
-// the rest of a body that will not be read (net/http would otherwise read
-// up to 256 KiB of it first, for as long as the client takes).
+// closeAfter has the connection closed once answered, without waiting
+// long for the rest of a body that will not be read (net/http would
+// otherwise read up to 256 KiB of it first, for as long as the client
+// takes).
 func closeAfter(w http.ResponseWriter) {
 	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	// Half a second lets net/http read a little of what is left and
+	// close gently (the client then sees the answer, not a reset).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 }
 
 // serveMCP hands a guarded request of the MCP endpoint to the transport,
 // with its body read once; it keeps count of each session's requests, so
 // a busy session is never taken for idle, and lets a session have one
 // listening stream, the newest.
-func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveMCP(raw http.ResponseWriter, r *http.Request) {
+	// The fix applies to what the transport writes; the body is read
+	// through net/http's own writer, which closes gently on a refusal.
+	w := raw
 	if s.opts.Fix != nil {
-		w = fixingWriter{w, s.opts.Fix}
+		w = fixingWriter{raw, s.opts.Fix}
 	}
 	req := &server.HTTPRequest{Method: r.Method, URL: r.URL, Header: r.Header, Context: r.Context()}
 	id := r.Header.Get(server.HeaderKeySessionID)
+	version := r.Header.Get(mcp.HeaderProtocolVersion)
 	switch r.Method {
 	case http.MethodGet:
 		if id == "" {
 			refuse(w, "bad request: "+server.HeaderKeySessionID+" header missing (initialize first)", http.StatusBadRequest)
+			return
+		}
+		if version != "" && (mcp.IsModernProtocol(version) || !mcp.IsValidProtocolVersion(version)) {
+			// Refused by the transport: it must not end the session's
+			// working stream first.
+			refuse(w, "bad request: no listening stream for protocol version "+cut(version), http.StatusBadRequest)
 			return
 		}
 		// A listening stream reads nothing more; its end is the client's.
@@ -359,13 +373,32 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	case http.MethodPost:
-		body, release, ok := s.readBody(w, r)
+		// The session is busy from the start of its upload.
+		var st *stream
+		counted := false
+		if id != "" {
+			var err error
+			if st, err = s.sessions.begin(id, nil); err == nil {
+				counted = true
+				defer func() {
+					if counted {
+						s.sessions.end(id, st)
+					}
+				}()
+			}
+			// An unknown id is refused by the transport (404).
+		}
+		body, release, ok := s.readBody(raw, r)
 		if !ok {
 			return
 		}
 		defer release()
 		req.Body = body
-		if isInitialize(body) {
+		if isInitialize(body) && !mcp.IsModernProtocol(version) {
+			if counted {
+				s.sessions.end(id, st)
+				counted = false
+			}
 			// A new session, whatever id the request names: admitted one
 			// at a time, so the table never holds more than its bound.
 			r.Header.Del(server.HeaderKeySessionID)
@@ -380,14 +413,8 @@ func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
 			}
 			break
 		}
-		if id != "" {
-			if st, err := s.sessions.begin(id, nil); err == nil {
-				defer s.sessions.end(id, st)
-				if !s.sessions.listening(id) {
-					req.Context = context.WithValue(req.Context, deafKey{}, true)
-				}
-			}
-			// An unknown id is refused by the transport (404).
+		if counted && !s.sessions.listening(id) {
+			req.Context = context.WithValue(req.Context, deafKey{}, true)
 		}
 	}
 	s.streams.Handle(responseAdapter{w}, req)
@@ -513,6 +540,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 			select {
 			case s.large <- struct{}{}:
 				release = func() { <-s.large }
+				// The minute to send the body starts once it may be sent.
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
 			case <-t.C:
 				w.Header().Set("Retry-After", "10")
 				closeAfter(w)
@@ -529,9 +558,18 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	if err != nil {
 		release()
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
 			s.tooLarge(w, r, body)
-		} else {
+		case errors.As(err, &ne) && ne.Timeout():
+			msg := fmt.Sprintf("request timeout: the body did not arrive within %s", bodyTimeout)
+			if s.opts.Hint != nil {
+				msg += "; " + s.opts.Hint()
+			}
+			closeAfter(w)
+			writeRPCError(w, http.StatusRequestTimeout, peekID(body), msg)
+		default:
 			refuse(w, "bad request: reading the body: "+err.Error(), http.StatusBadRequest)
 		}
 		return nil, func() {}, false

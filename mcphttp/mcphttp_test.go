@@ -212,7 +212,8 @@ func TestOtherSitesAndNamesAreRefused(t *testing.T) {
 }
 
 func TestALargeBodyIsRefusedAndTheServerGoesOn(t *testing.T) {
-	s := serve(t, Options{Hint: func() string { return "send a large file in parts" }})
+	// With a fix of the answers, as the server runs.
+	s := serve(t, Options{Hint: func() string { return "send a large file in parts" }, Fix: func(p []byte) []byte { return p }})
 	cs, err := connect(t, s.URL(), testToken, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -225,18 +226,24 @@ func TestALargeBodyIsRefusedAndTheServerGoesOn(t *testing.T) {
 		!strings.Contains(body, "send a large file in parts") || !strings.Contains(body, `"id":7`) {
 		t.Fatalf("40 MiB body: %d %.300s", resp.StatusCode, body)
 	}
-	// Without a length given beforehand, the read stops at the limit.
-	req, _ := http.NewRequest(http.MethodPost, s.URL(), io.MultiReader(strings.NewReader(big), strings.NewReader("")))
-	req.ContentLength = -1
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	r2, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2.Body.Close()
-	if r2.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("chunked 40 MiB body: %d", r2.StatusCode)
+	// Without a length given beforehand, the read stops at the limit, and
+	// the client gets the answer, not a reset (a smaller limit, tried
+	// more times).
+	small := serve(t, Options{MaxBody: 1 << 20, Fix: func(p []byte) []byte { return p }})
+	chunked := big[:8<<20]
+	for range 20 {
+		req, _ := http.NewRequest(http.MethodPost, small.URL(), io.MultiReader(strings.NewReader(chunked), strings.NewReader("")))
+		req.ContentLength = -1
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		r2, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("chunked 8 MiB body: %v", err)
+		}
+		r2.Body.Close()
+		if r2.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("chunked 8 MiB body: %d", r2.StatusCode)
+		}
 	}
 	if got := callTag(t, cs, "after", 0, nil); got != "after" {
 		t.Fatalf("after the large bodies: %q", got)
@@ -540,6 +547,14 @@ func TestBusySessionsStayAndStreamsAreOne(t *testing.T) {
 	code, closeA := openStream(t, s.URL(), a)
 	if code != http.StatusOK {
 		t.Fatalf("listening stream: %d", code)
+	}
+	// A listening stream the transport would refuse leaves the open one.
+	req, _ := http.NewRequest(http.MethodGet, s.URL(), nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set(server.HeaderKeySessionID, a)
+	req.Header.Set("Mcp-Protocol-Version", "1999-01-01")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest || !s.sessions.listening(a) {
+		t.Fatalf("a stream of an unknown revision: %v %v, listening %v", resp, err, s.sessions.listening(a))
 	}
 	// A client that reconnects gets its stream; the old one ends.
 	code, closeA2 := openStream(t, s.URL(), a)
