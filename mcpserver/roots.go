@@ -2,10 +2,12 @@ package mcpserver
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -52,6 +54,9 @@ func (h *hostRoots) offersRoots(ctx context.Context) bool {
 // rootsKey names the roots request in a multi round-trip exchange.
 const rootsKey = "roots"
 
+// rootsWait bounds a roots request the server sends a client itself.
+const rootsWait = 30 * time.Second
+
 // callRoots carries the roots a client sent with this very call.
 type callRoots struct{}
 
@@ -76,7 +81,19 @@ func (s *Server) askRoots(ctx context.Context, req mcp.CallToolRequest) (context
 		if known && id != "" {
 			return ctx, nil
 		}
-		return ctx, server.NewInputRequestBuilder("").Roots(rootsKey).ToolResult()
+		if h.canAsk == nil || mcp.IsModernProtocol(server.RequestProtocolVersion(ctx)) {
+			return ctx, server.NewInputRequestBuilder("").Roots(rootsKey).ToolResult()
+		}
+		// A client of an earlier revision over HTTP gets roots/list on its
+		// listening stream, where a reconnect can lose it: asked here,
+		// with a bound, rather than by mcp-go for as long as the call runs.
+		actx, cancel := context.WithTimeout(ctx, rootsWait)
+		defer cancel()
+		var err error
+		if res, err = server.ServerFromContext(ctx).RequestRoots(actx, mcp.ListRootsRequest{}); err != nil {
+			return ctx, mcp.NewToolResultError(fmt.Sprintf("%s: the client did not answer its roots request (the directories transfers may use) within %s: %v; "+
+				"call again, or have the server started with --allow-dir", req.Params.Name, rootsWait, err))
+		}
 	}
 	var dirs []string
 	for _, r := range res.Roots {
