@@ -45,8 +45,8 @@ func newHostRoots(allow []string, startDir string, remote bool, canAsk func(cont
 
 // offersRoots reports whether the roots of the call's client count: it
 // offers them, it is not remote, and it can be asked now (a client of an
-// earlier revision over HTTP without its listening stream cannot; its
-// call would wait for ever).
+// earlier revision over HTTP without its listening stream cannot: the
+// request would go nowhere).
 func (h *hostRoots) offersRoots(ctx context.Context) bool {
 	return !h.remote && clientOffersRoots(ctx) && (h.canAsk == nil || h.canAsk(ctx))
 }
