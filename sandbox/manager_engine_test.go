@@ -229,20 +229,20 @@ func TestIdleReaping(t *testing.T) {
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
 			cfg := sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-				Profiles: map[string]sandbox.Profile{"sleepy": {IdleTTL: "6s"}}}
+				Profiles: map[string]sandbox.Profile{"sleepy": {IdleTTL: "10s"}}}
 			m := sandbox.NewManager(rt, cfg)
 			// The server marks a busy sandbox active every TTL/3 through a
 			// shell of its own, which a loaded machine may take seconds to
-			// open beside the one running the command: a TTL of a few
-			// seconds, not one.
-			o := run(t, m, "sleepy", shell.Request{Command: "echo kept > /workspace/f; sleep 9; echo still-here"})
+			// open beside the one running the command (through the
+			// container stand-in, more): a TTL of ten seconds, not one.
+			o := run(t, m, "sleepy", shell.Request{Command: "echo kept > /workspace/f; sleep 15; echo still-here"})
 			if o.stdout != "still-here\n" {
 				t.Fatalf("a command longer than the TTL: %q", o.stdout)
 			}
 			m.Close() // no server from here on
 
 			ctr := sandbox.ContainerName(prefix, "sleepy")
-			enginetest.WaitFor(t, "the sandbox idle past its 6 s TTL to stop", func() error {
+			enginetest.WaitFor(t, "the sandbox idle past its 10 s TTL to stop", func() error {
 				c, err := rt.Inspect(context.Background(), ctr)
 				if err != nil {
 					t.Fatal(err)
