@@ -28,11 +28,13 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 )
 
 // Defaults of Options.
 const (
-	DefaultMaxBody     = 32 << 20
+	DefaultMaxBody     = msglimit.DefaultMax
 	DefaultMaxSessions = 100
 	DefaultSessionTTL  = time.Hour
 )
@@ -73,7 +75,6 @@ type Options struct {
 // Server is the HTTP face of one MCP server.
 type Server struct {
 	opts     Options
-	ms       *server.MCPServer
 	streams  *server.StreamableHTTPServer
 	sessions *sessions
 	http     *http.Server
@@ -159,7 +160,7 @@ func newServer(ms *server.MCPServer, opts Options, addr *net.TCPAddr, cert *tls.
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, ms: ms, hosts: map[string]bool{}, origins: map[string]bool{},
+	s := &Server{opts: opts, hosts: map[string]bool{}, origins: map[string]bool{},
 		tokenSum: sha256.Sum256([]byte(opts.Token)), scheme: "http", large: make(chan struct{}, 2)}
 	if cert != nil {
 		s.scheme = "https"

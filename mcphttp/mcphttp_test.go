@@ -698,3 +698,11 @@ func TestWithoutTheTokenNoConnectionIsHeld(t *testing.T) {
 		t.Fatalf("answer %q, %v", b, err)
 	}
 }
+
+// count is the number of sessions held, expired ones included until the
+// next admit.
+func (s *sessions) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.live)
+}

@@ -101,14 +101,6 @@ func (s *sessions) admit() bool {
 	return ok
 }
 
-// count is the number of sessions held, expired ones included until the
-// next admit.
-func (s *sessions) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.live)
-}
-
 // Generate issues a new session id (server.SessionIdManager).
 func (s *sessions) Generate() string {
 	var b [32]byte

@@ -82,7 +82,6 @@ type Exporter struct {
 
 	queue    chan Span
 	dropped  atomic.Int64 // spans never sent
-	failed   atomic.Int64 // exports that failed
 	lastWarn atomic.Int64 // unix nanos of the last warning
 	stop     chan struct{}
 	done     chan struct{}
@@ -258,7 +257,6 @@ func (e *Exporter) sendMetrics() {
 
 // warn logs a failed export, at most once a minute.
 func (e *Exporter) warn(what string, n int, err error) {
-	e.failed.Add(1)
 	now := time.Now().UnixNano()
 	if last := e.lastWarn.Load(); last != 0 && now-last < int64(time.Minute) || !e.lastWarn.CompareAndSwap(last, now) {
 		return

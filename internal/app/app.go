@@ -242,13 +242,10 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	}
 	closeAfter = append(closeAfter, func() { tel.Close(2 * time.Second) })
 	env.tel.Store(tel)
-	transport := "pipe"
+	transport, start := "pipe", startDir()
+	var canAsk func(context.Context) bool
 	if cfg.HTTP != "" {
 		transport = "tcp"
-	}
-	var canAsk func(context.Context) bool
-	start := startDir()
-	if cfg.HTTP != "" {
 		canAsk = mcphttp.ClientListens
 		// Over HTTP the directory the server started in is no client's.
 		start = ""
@@ -317,10 +314,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 // then ends the commands under way (so each says the server shut down)
 // and gives their answers up to httpGrace to go out.
 func serveHTTP(ctx context.Context, cfg Config, m *sandbox.Manager, ms *server.MCPServer, tel *telemetry.Telemetry, logger *slog.Logger) error {
-	tokenFile := cfg.HTTPTokenFile
-	if tokenFile == "" {
-		tokenFile = filepath.Join(cfg.StateDir, "http-token")
-	}
+	tokenFile := cfg.TokenFile()
 	token, created, err := mcphttp.LoadOrCreateToken(tokenFile)
 	if err != nil {
 		return err
@@ -517,10 +511,7 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 	sets, _ := mcpserver.ResolveToolsets(cfg.Toolsets)
 	fmt.Fprintf(w, "toolsets: %s enabled; all sets:\n%s", strings.Join(sets, ","), mcpserver.DescribeToolsets())
 	if cfg.HTTP != "" {
-		tokenFile := cfg.HTTPTokenFile
-		if tokenFile == "" {
-			tokenFile = filepath.Join(cfg.StateDir, "http-token")
-		}
+		tokenFile := cfg.TokenFile()
 		scheme := "http"
 		if cfg.TLSCert != "" {
 			scheme = "https"

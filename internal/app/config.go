@@ -524,6 +524,15 @@ type fileConfig struct {
 	ChildPolicies map[string]json.RawMessage `json:"child_policies"`
 }
 
+// TokenFile is the file holding the HTTP bearer token: --http-token-file,
+// else http-token in the state directory.
+func (c Config) TokenFile() string {
+	if c.HTTPTokenFile != "" {
+		return c.HTTPTokenFile
+	}
+	return filepath.Join(c.StateDir, "http-token")
+}
+
 // checkHTTPAddr accepts host:port with a port number ("" turns HTTP
 // off); whether the host may be served without TLS is checked on start.
 func checkHTTPAddr(v string) error {
