@@ -213,7 +213,7 @@ func HostDir(root *os.Root, rel, asked string) (string, error) {
 	if err != nil {
 		return "", HostPathErr(asked, err)
 	}
-	if !strings.HasPrefix(real+string(os.PathSeparator), root.Name()+string(os.PathSeparator)) {
+	if !transfer.Within(root.Name(), real) {
 		return "", fmt.Errorf("%w: %s leads out of %s; %s", transfer.ErrOutsideRoots, asked, root.Name(), transfer.AllowFlagHint)
 	}
 	return real, nil

@@ -170,7 +170,7 @@ func (p *packer) wanted(rel string) bool {
 	}
 	r := filepath.ToSlash(rel)
 	for _, o := range p.opt.Only {
-		if r == o || within(o, r) || within(r, o) {
+		if r == o || Within(o, r) || Within(r, o) {
 			return true
 		}
 	}

@@ -105,7 +105,7 @@ func (r Roots) Resolve(path string) (root, rel string, err error) {
 	// The longest root that holds path wins.
 	best := -1
 	for i, d := range r {
-		if within(d, path) && (best < 0 || len(d) > len(r[best])) {
+		if Within(d, path) && (best < 0 || len(d) > len(r[best])) {
 			best = i
 		}
 	}
@@ -126,8 +126,8 @@ func (r Roots) Resolve(path string) (root, rel string, err error) {
 	return r[best], rel, nil
 }
 
-// within reports whether path is dir or lies under it (both clean).
-func within(dir, path string) bool {
+// Within reports whether path is dir or lies under it (both clean).
+func Within(dir, path string) bool {
 	if path == dir {
 		return true
 	}
