@@ -184,7 +184,8 @@ func TestHTTPClientsApart(t *testing.T) {
 }
 
 // TestTelemetryOverHTTP: a server with an OTLP endpoint sends a span per
-// tool call, in the caller's trace and with the sandbox's name, and its
+// tool call, in the caller's trace and with the sandbox's name, and one
+// per other request (tools/list), and its
 // /metrics answers only with the token.
 func TestTelemetryOverHTTP(t *testing.T) {
 	tg := enginetest.Targets(t)[0]
@@ -208,16 +209,26 @@ func TestTelemetryOverHTTP(t *testing.T) {
 	if _, err := s.cs.CallTool(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	enginetest.WaitFor(t, "the span at the receiver", func() error {
+	if _, err := s.cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, "the spans at the receiver", func() error {
 		mu.Lock()
 		defer mu.Unlock()
+		call, list := false, false
 		for _, tr := range traces {
 			if strings.Contains(tr, `"traceId":"4bf92f3577b34da6a3ce929d0e0e4736"`) && strings.Contains(tr, `"parentSpanId":"00f067aa0ba902b7"`) &&
 				strings.Contains(tr, `"name":"tools/call exec"`) && strings.Contains(tr, `{"key":"sandbox.name","value":{"stringValue":"traced"}}`) {
-				return nil
+				call = true
+			}
+			if strings.Contains(tr, `"name":"tools/list"`) && strings.Contains(tr, `{"key":"network.transport","value":{"stringValue":"tcp"}}`) {
+				list = true
 			}
 		}
-		return fmt.Errorf("%d exports, none with the span", len(traces))
+		if !call || !list {
+			return fmt.Errorf("%d exports; the tool call's span seen: %v, tools/list's: %v", len(traces), call, list)
+		}
+		return nil
 	})
 	get := func(tok string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, strings.TrimSuffix(h.url, "/mcp")+"/metrics", nil)

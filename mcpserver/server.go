@@ -261,11 +261,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		mws = append(mws, server.WithToolHandlerMiddleware(s.auditCalls(opts.Audit, opts.Redact))) // bad calls too
 	}
 	if opts.Telemetry != nil {
-		transport := opts.Transport
-		if transport == "" {
-			transport = "pipe"
-		}
-		mws = append(mws, server.WithToolHandlerMiddleware(s.observe(opts.Telemetry, transport)))
+		mws = append(mws, server.WithToolHandlerMiddleware(s.observe(opts.Telemetry, transportName(opts))))
 	}
 	s.ms = server.NewMCPServer("sandbox-mcp", version, append(mws,
 		server.WithToolCapabilities(opts.Dynamic),
@@ -273,7 +269,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		server.WithToolHandlerMiddleware(args.middleware), // nothing runs on bad arguments
 		server.WithToolHandlerMiddleware(releaseAfterLarge),
 		server.WithToolHandlerMiddleware(opts.Notices.middleware),
-		server.WithHooks(s.hooks()),
+		server.WithHooks(s.hooks(opts)),
 		server.WithInstructions(instructions),
 	)...)
 	s.ms.AddNotificationHandler(mcp.MethodNotificationRootsListChanged, func(ctx context.Context, _ mcp.JSONRPCNotification) {
@@ -284,6 +280,14 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		s.ms.AddTool(t.def, t.handler)
 	}
 	return s.ms, nil
+}
+
+// transportName is the network.transport the server's metrics give.
+func transportName(opts Options) string {
+	if opts.Transport == "" {
+		return "pipe"
+	}
+	return opts.Transport
 }
 
 func orDefault(v, def int64) int64 {
@@ -455,8 +459,11 @@ func releaseAfterLarge(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 
 // hooks drops large raw arguments (dropRawArguments) and what the server
 // keeps of a session once it ends.
-func (s *Server) hooks() *server.Hooks {
+func (s *Server) hooks(opts Options) *server.Hooks {
 	h := dropRawArguments()
+	if opts.Telemetry != nil {
+		observeRequests(h, opts.Telemetry, transportName(opts))
+	}
 	h.AddOnUnregisterSession(func(_ context.Context, sess server.ClientSession) {
 		s.forgetClientRoots(sess.SessionID())
 	})

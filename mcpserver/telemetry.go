@@ -2,6 +2,10 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -28,7 +32,7 @@ func (s *Server) observe(t *telemetry.Telemetry, transport string) server.ToolHa
 			errType := ""
 			switch {
 			case err != nil:
-				errType = "jsonrpc_error"
+				errType = strconv.Itoa(mcp.INTERNAL_ERROR) // what mcp-go answers a handler's error with
 			case res != nil && res.IsError:
 				errType = "tool_error"
 			}
@@ -72,4 +76,83 @@ func (s *Server) observe(t *telemetry.Telemetry, transport string) server.ToolHa
 			return res, err
 		}
 	}
+}
+
+// maxInflight bounds the requests observeRequests keeps a start time for:
+// one whose answer never came (its handler panicked past the recovery, a
+// transport dropped it) must not hold memory for ever.
+const maxInflight = 4096
+
+// observeRequests adds to h the measuring of the requests other than
+// tools/call (which observe measures, with the tool's outcome):
+// initialize, ping, tools/list, resources/read and the rest land in the
+// same operation histogram by method and outcome, and each gets a span
+// when spans are exported. error.type is the JSON-RPC error code, as the
+// MCP semantic conventions ask.
+func observeRequests(h *server.Hooks, t *telemetry.Telemetry, transport string) {
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	key := func(ctx context.Context, id any) string { return sessionID(ctx) + "\x00" + fmt.Sprint(id) }
+	h.AddBeforeAny(func(ctx context.Context, id any, method mcp.MCPMethod, _ any) {
+		if method == mcp.MethodToolsCall {
+			return
+		}
+		now := time.Now()
+		mu.Lock()
+		if len(started) >= maxInflight {
+			for k, at := range started {
+				if now.Sub(at) > 10*time.Minute || len(started) >= maxInflight {
+					delete(started, k)
+				}
+			}
+		}
+		started[key(ctx, id)] = now
+		mu.Unlock()
+	})
+	done := func(ctx context.Context, id any, method mcp.MCPMethod, message any, errType string) {
+		if method == mcp.MethodToolsCall {
+			return
+		}
+		end := time.Now()
+		k := key(ctx, id)
+		mu.Lock()
+		start, ok := started[k]
+		delete(started, k)
+		mu.Unlock()
+		if !ok {
+			start = end // refused before its handler ran: unparsable, an unknown method
+		}
+		attrs := make([]telemetry.Attr, 0, 7)
+		attrs = append(attrs, telemetry.Attr{Key: "mcp.method.name", Value: string(method)},
+			telemetry.Attr{Key: "network.transport", Value: transport})
+		if errType != "" {
+			attrs = append(attrs, telemetry.Attr{Key: "error.type", Value: errType})
+		}
+		t.Operations.Record(end.Sub(start).Seconds(), attrs...)
+		if !t.Tracing() {
+			return
+		}
+		span := telemetry.Span{Name: string(method), Start: start, End: end, Error: errType}
+		span.TraceID, span.ParentID, span.SpanID = telemetry.NewIDs("")
+		attrs = append(attrs, telemetry.Attr{Key: "jsonrpc.request.id", Value: fmt.Sprint(id)})
+		if r, ok := message.(*mcp.ReadResourceRequest); ok {
+			attrs = append(attrs, telemetry.Attr{Key: "mcp.resource.uri", Value: r.Params.URI})
+		}
+		if v := server.RequestProtocolVersion(ctx); v != "" {
+			attrs = append(attrs, telemetry.Attr{Key: "mcp.protocol.version", Value: v})
+		}
+		span.Attrs = attrs
+		t.Exporter.Offer(span)
+	}
+	h.AddOnSuccess(func(ctx context.Context, id any, method mcp.MCPMethod, message, _ any) {
+		done(ctx, id, method, message, "")
+	})
+	h.AddOnError(func(ctx context.Context, id any, method mcp.MCPMethod, message any, err error) {
+		errType := "_OTHER"
+		var rpc interface{ ToJSONRPCError() mcp.JSONRPCError }
+		if errors.As(err, &rpc) {
+			errType = strconv.Itoa(rpc.ToJSONRPCError().Error.Code)
+		}
+		done(ctx, id, method, message, errType)
+	})
 }

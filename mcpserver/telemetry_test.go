@@ -4,18 +4,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/sandbox-mcp/sandbox-mcp/telemetry"
 )
 
 // TestCallsAreMeasured: every tool call lands in the MCP operation
-// histogram by tool and outcome, exec in its own, and no metric names a
-// sandbox.
+// histogram by tool and outcome, exec in its own, the other requests by
+// method (a failed one by its JSON-RPC error code), and no metric names
+// a sandbox.
 func TestCallsAreMeasured(t *testing.T) {
 	m := telemetry.NewMetrics()
 	s := connect(t, &fake{}, Options{Toolsets: []string{"all"}, Telemetry: telemetry.New(m, nil)})
 	s.call("exec", map[string]any{"sandbox": "box-one", "command": "true"})
 	s.call("exec", map[string]any{"command": 42}) // refused: bad arguments
 	s.call("list_all", nil)
+	read := mcp.ReadResourceRequest{}
+	read.Params.URI = "sandbox-mcp://output/nothing-here"
+	if _, err := s.c.ReadResource(t.Context(), read); err == nil {
+		t.Fatal("reading a resource that does not exist succeeded")
+	}
 	var b strings.Builder
 	if err := m.WritePrometheus(&b); err != nil {
 		t.Fatal(err)
@@ -26,6 +34,10 @@ func TestCallsAreMeasured(t *testing.T) {
 		`mcp_server_operation_duration_seconds_count{mcp_method_name="tools/call",gen_ai_tool_name="exec",network_transport="pipe",error_type="tool_error"} 1`,
 		`mcp_server_operation_duration_seconds_count{mcp_method_name="tools/call",gen_ai_tool_name="list_all",network_transport="pipe"} 1`,
 		`sandbox_mcp_exec_duration_seconds_count 2`,
+		`mcp_server_operation_duration_seconds_count{mcp_method_name="server/discover",network_transport="pipe"} 1`,
+		`mcp_server_operation_duration_seconds_count{mcp_method_name="tools/list",network_transport="pipe"} 1`,
+		// This server offers no resources to read: the method is unknown.
+		`mcp_server_operation_duration_seconds_count{mcp_method_name="resources/read",network_transport="pipe",error_type="-32601"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
