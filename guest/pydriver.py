@@ -1,0 +1,286 @@
+# The Python session driver: one interpreter that keeps its variables
+# between calls. The host runs it through an engine exec (python3 -u -c)
+# and speaks JSON lines with it on the exec's stdin and stdout:
+#
+#   host -> driver  {"op":"run","id":N,"code":"...","limit":BYTES}
+#                   {"op":"interrupt","id":N}
+#   driver -> host  {"op":"ready","pid":P,"version":"3.11.2"}
+#                   {"op":"result","id":N,...}
+#
+# The user's code never sees those two pipes: it runs with stdin on
+# /dev/null and stdout and stderr on pipes of its own per call, read by
+# threads that keep the first and the last limit/2 bytes of each.
+import ast
+import asyncio
+import builtins
+import inspect
+import json
+import linecache
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+
+PROTO_IN = os.dup(0)  # os.dup gives descriptors children do not inherit
+PROTO_OUT = os.dup(1)
+DEVNULL = os.open(os.devnull, os.O_RDWR)
+os.dup2(DEVNULL, 0)
+os.dup2(DEVNULL, 1)
+os.dup2(DEVNULL, 2)
+sys.stdin = open(os.devnull)
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+PID = os.getpid()
+MAIN = threading.main_thread().ident
+VALUE_LIMIT = 20000
+TRACE_LIMIT = 20000
+KEEP_CELLS = 200
+
+send_lock = threading.Lock()
+
+
+def send(obj):
+    data = (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8", "replace")
+    with send_lock:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(PROTO_OUT, view):]
+
+
+class State:
+    running = None  # the id of the call whose code runs now
+    lock = threading.Lock()
+
+
+def on_sigint(signum, frame):
+    # Only the user's code is interrupted; a signal that arrives as the
+    # driver itself runs (the code just ended) is dropped.
+    if State.running is not None:
+        raise KeyboardInterrupt
+signal.signal(signal.SIGINT, on_sigint)
+
+calls = queue.Queue()
+
+
+def read_requests():
+    f = os.fdopen(PROTO_IN, "rb")
+    while True:
+        line = f.readline()
+        if not line:
+            os._exit(0)  # the host is gone
+        try:
+            req = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(req, dict):
+            continue
+        if req.get("op") == "interrupt":
+            with State.lock:
+                if State.running is not None and State.running == req.get("id"):
+                    signal.pthread_kill(MAIN, signal.SIGINT)
+        elif req.get("op") == "run":
+            calls.put(req)
+
+
+class Capture:
+    def __init__(self, limit):
+        self.half = max(1, limit // 2)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, b):
+        self.total += len(b)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += b[:room]
+            b = b[room:]
+        if b:
+            self.tail += b
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def result(self):
+        return {
+            "head": self.head.decode("utf-8", "replace"),
+            "tail": self.tail.decode("utf-8", "replace"),
+            "total": self.total,
+        }
+
+
+def pump(fd, cap, stop):
+    try:
+        while True:
+            b = os.read(fd, 1 << 16)
+            if not b:
+                break
+            cap.add(b)
+            if stop.is_set():
+                break  # a process the code left running still writes
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def bounded(s, limit):
+    if len(s) <= limit:
+        return s
+    half = limit // 2
+    return s[:half] + "\n… [%d characters omitted] …\n" % (len(s) - 2 * half) + s[-half:]
+
+
+# The code's globals are a module of its own, registered as __main__ (so
+# pickle finds the classes it defines), apart from the driver's.
+user_main = types.ModuleType("__main__")
+user_main.__dict__["__builtins__"] = builtins
+sys.modules["__main__"] = user_main
+namespace = user_main.__dict__
+count = 0
+
+
+def execute(req):
+    global count
+    count += 1
+    name = "<cell %d>" % count
+    code = req.get("code", "")
+    lines = code.splitlines(True)
+    linecache.cache[name] = (len(code), None, lines, name)
+    stale = "<cell %d>" % (count - KEEP_CELLS)
+    linecache.cache.pop(stale, None)
+    limit = int(req.get("limit") or 16384)
+    out, err = Capture(limit), Capture(limit)
+    stop = threading.Event()
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    os.dup2(w1, 1)
+    os.dup2(w2, 2)
+    os.close(w1)
+    os.close(w2)
+    pumps = [threading.Thread(target=pump, args=(r1, out, stop), daemon=True),
+             threading.Thread(target=pump, args=(r2, err, stop), daemon=True)]
+    for t in pumps:
+        t.start()
+    res = {"op": "result", "id": req.get("id"), "count": count}
+    start = time.monotonic()
+    value = None
+    try:
+        tree = ast.parse(code, name, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        body = compile(tree, name, "exec", flags=flags)
+        tail = compile(last, name, "eval", flags=flags) if last is not None else None
+        with State.lock:
+            State.running = req.get("id")
+        try:
+            run(body)
+            if tail is not None:
+                value = run(tail)
+        finally:
+            with State.lock:
+                State.running = None
+        if value is not None:
+            namespace["_"] = value
+            res["value"] = bounded(repr(value), VALUE_LIMIT)
+    except BaseException as e:  # noqa: B036: the user's SystemExit and KeyboardInterrupt too
+        with State.lock:
+            State.running = None
+        if os.getpid() != PID:
+            os._exit(0)  # a fork of the code's that got here
+        res["error"] = describe(e)
+        if isinstance(e, KeyboardInterrupt):
+            res["interrupted"] = True
+    if os.getpid() != PID:
+        os._exit(0)
+    for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    os.dup2(DEVNULL, 1)
+    os.dup2(DEVNULL, 2)
+    for t in pumps:
+        t.join(0.2)
+    stop.set()
+    res["duration"] = time.monotonic() - start
+    res["stdout"] = out.result()
+    res["stderr"] = err.result()
+    figures = grab_figures(limit)
+    if figures:
+        res["images"] = figures
+    return res
+
+
+def run(compiled):
+    result = eval(compiled, namespace)
+    if compiled.co_flags & inspect.CO_COROUTINE:
+        loop = asyncio.new_event_loop()
+        try:
+            result = loop.run_until_complete(result)
+        finally:
+            loop.close()
+    return result
+
+
+def describe(e):
+    tb = e.__traceback__
+    # Drop the driver's own frames: the trace starts in the user's cell.
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell "):
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(e), e, tb))
+    if len(text) > TRACE_LIMIT:
+        text = "… [%d characters omitted] …\n" % (len(text) - TRACE_LIMIT) + text[-TRACE_LIMIT:]
+    msg = str(e)
+    if isinstance(e, SystemExit):
+        msg = repr(e.code)
+    return {"type": type(e).__name__, "message": bounded(msg, 4000), "traceback": text}
+
+
+def grab_figures(limit):
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return None
+    out = []
+    try:
+        import base64
+        import io
+        for num in plt.get_fignums()[:8]:
+            fig = plt.figure(num)
+            dpi = fig.dpi
+            for _ in range(6):
+                b = io.BytesIO()
+                fig.savefig(b, format="png", dpi=dpi)
+                data = b.getvalue()
+                if len(data) <= 1 << 20:
+                    break
+                dpi = dpi / 2
+            else:
+                continue
+            out.append({"format": "png", "data": base64.b64encode(data).decode("ascii"),
+                        "name": "figure-%d.png" % num})
+        plt.close("all")
+    except Exception as e:
+        out.append({"error": "%s: %s" % (type(e).__name__, e)})
+    return out
+
+
+def main():
+    threading.Thread(target=read_requests, daemon=True).start()
+    send({"op": "ready", "pid": PID, "version": "%d.%d.%d" % sys.version_info[:3]})
+    while True:
+        req = calls.get()
+        try:
+            res = execute(req)
+        except BaseException as e:  # the driver's own failure: said, and the session goes on
+            if os.getpid() != PID:
+                os._exit(0)
+            res = {"op": "result", "id": req.get("id"), "count": count, "error": describe(e)}
+        send(res)
+
+
+main()

@@ -1,0 +1,445 @@
+// Package pysession keeps Python interpreters in sandboxes whose
+// variables and imports survive between calls: one driver process
+// (guest.PythonDriver) per session, run through an engine exec and spoken
+// to in JSON lines on its stdin and stdout.
+//
+// What comes back from the driver is untrusted: the sandbox's code may
+// have replaced python3 or the driver. Every line is bounded, parsed into
+// fixed fields, and a driver that breaks the protocol is ended.
+package pysession
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Starter prepares the engine command that runs the driver in the
+// sandbox (stdin and stdout left for the session to take), and done,
+// which ends what the driver left running in the sandbox once the
+// command is over.
+type Starter func() (cmd *exec.Cmd, done func(), err error)
+
+// Request is one call: code to run and how long it may take.
+type Request struct {
+	Code string
+	// Timeout is how long the code may run before it is interrupted
+	// (KeyboardInterrupt); 0 means no bound beyond the context's.
+	Timeout time.Duration
+	// Limit bounds each of stdout and stderr: the first and the last
+	// Limit/2 bytes are kept.
+	Limit int
+}
+
+// Stream is one output stream of a call: its first and last bytes, and
+// how many were written in all.
+type Stream struct {
+	Head  string `json:"head"`
+	Tail  string `json:"tail"`
+	Total int64  `json:"total"`
+}
+
+// Text is the stream as one string, with a mark where bytes were left out.
+func (s Stream) Text() string {
+	omitted := s.Total - int64(len(s.Head)) - int64(len(s.Tail))
+	if omitted <= 0 || s.Tail == "" {
+		return s.Head + s.Tail
+	}
+	return s.Head + fmt.Sprintf("\n… [%d bytes omitted] …\n", omitted) + s.Tail
+}
+
+// Truncated reports whether bytes of the stream were left out.
+func (s Stream) Truncated() bool {
+	return s.Total > int64(len(s.Head))+int64(len(s.Tail))
+}
+
+// Exception is what the code raised.
+type Exception struct {
+	Type      string `json:"type"`
+	Message   string `json:"message"`
+	Traceback string `json:"traceback"`
+}
+
+// Image is a figure the code drew (matplotlib), PNG in base64.
+type Image struct {
+	Format string `json:"format,omitempty"`
+	Data   string `json:"data,omitempty"`
+	Name   string `json:"name,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Result is what a call did.
+type Result struct {
+	// Count numbers the session's calls, from 1.
+	Count  int    `json:"count"`
+	Stdout Stream `json:"stdout"`
+	Stderr Stream `json:"stderr"`
+	// Value is the repr of the last expression's value, if it had one
+	// other than None.
+	Value *string    `json:"value,omitempty"`
+	Error *Exception `json:"error,omitempty"`
+	// Interrupted is set when the code was stopped with
+	// KeyboardInterrupt.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// InterruptedBy says what interrupted it: the call's timeout or its
+	// end (the client cancelled it).
+	InterruptedBy string  `json:"-"`
+	Images        []Image `json:"images,omitempty"`
+	// Seconds is how long the code ran, as the driver measured it.
+	Seconds float64 `json:"duration"`
+}
+
+// message is any line the driver sends.
+type message struct {
+	Op      string `json:"op"`
+	ID      int64  `json:"id"`
+	PID     int    `json:"pid"`
+	Version string `json:"version"`
+	Result
+}
+
+// Grace is how long code has to stop after KeyboardInterrupt before its
+// session is ended.
+const Grace = 5 * time.Second
+
+// startWait bounds the driver's start: python3's own start, and an
+// engine exec's.
+const startWait = time.Minute
+
+// maxLine bounds a line from the driver. Its results carry two streams
+// of at most a few MiB (the caller's limit) and a few figures of 1 MiB
+// each, JSON-escaped; a longer line is a driver that is not ours.
+const maxLine = 64 << 20
+
+// ErrEnded is the cause of errors from a session whose driver is gone.
+var ErrEnded = errors.New("the Python session ended")
+
+// Session is one interpreter in a sandbox. Its calls run one at a time,
+// in the order they came.
+type Session struct {
+	// PID is the driver's process id in the sandbox; Version is its
+	// Python's.
+	PID     int
+	Version string
+
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	done  func()
+
+	turn    chan struct{} // held by the call that runs
+	results chan message
+	dead    chan struct{} // closed when the driver is gone
+	once    sync.Once
+	why     string // why it ended, set before dead closes
+	stderr  *tailBuffer
+
+	mu       sync.Mutex
+	next     int64
+	lastUsed time.Time
+
+	grace time.Duration // Grace, shorter in tests
+}
+
+// Start runs the driver and waits for it to say it is ready.
+func Start(ctx context.Context, start Starter) (*Session, error) {
+	cmd, done, err := start()
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{cmd: cmd, done: done, turn: make(chan struct{}, 1), results: make(chan message, 1),
+		dead: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}, lastUsed: time.Now(), grace: Grace}
+	s.stdin, err = cmd.StdinPipe()
+	if err != nil {
+		done()
+		return nil, fmt.Errorf("python session: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		done()
+		return nil, fmt.Errorf("python session: %w", err)
+	}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		done()
+		return nil, fmt.Errorf("python session: start: %w", err)
+	}
+	ready := make(chan message, 1)
+	go s.read(bufio.NewReaderSize(stdout, 64<<10), ready)
+	wait := time.NewTimer(startWait)
+	defer wait.Stop()
+	select {
+	case m := <-ready:
+		s.PID, s.Version = m.PID, m.Version
+		return s, nil
+	case <-s.dead:
+		return nil, s.endErr()
+	case <-wait.C:
+		s.end("its driver did not start within " + startWait.String())
+		return nil, s.endErr()
+	case <-ctx.Done():
+		s.end("its start was cancelled")
+		return nil, ctx.Err()
+	}
+}
+
+// read takes the driver's lines until it is gone: the first must say it
+// is ready, the rest are results.
+func (s *Session) read(r *bufio.Reader, ready chan<- message) {
+	first := true
+	for {
+		line, err := readLine(r, maxLine)
+		if err != nil {
+			why := "its interpreter exited"
+			if !errors.Is(err, io.EOF) {
+				why = "its driver broke the protocol: " + err.Error()
+			}
+			s.end(why)
+			return
+		}
+		var m message
+		if err := json.Unmarshal(line, &m); err != nil {
+			s.end("its driver sent a line that is not JSON")
+			return
+		}
+		switch {
+		case first && m.Op == "ready":
+			first = false
+			ready <- m
+		case !first && m.Op == "result":
+			select {
+			case s.results <- m:
+			default: // nobody asked for it
+			}
+		default:
+			s.end(fmt.Sprintf("its driver sent %q out of turn", shorten(m.Op, 40)))
+			return
+		}
+	}
+}
+
+// readLine reads one line of at most max bytes, without its newline.
+func readLine(r *bufio.Reader, max int) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(buf)+len(chunk) > max {
+			return nil, fmt.Errorf("a line over %d bytes", max)
+		}
+		buf = append(buf, chunk...)
+		switch {
+		case err == nil:
+			return buf[:len(buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(buf) > 0:
+			return nil, io.ErrUnexpectedEOF
+		default:
+			return nil, err
+		}
+	}
+}
+
+// end ends the session, once: the engine command is killed, what the
+// driver left in the sandbox is ended, and callers are told why.
+func (s *Session) end(why string) {
+	s.once.Do(func() {
+		s.why = why
+		_ = s.stdin.Close()
+		if s.cmd.Process != nil {
+			_ = s.cmd.Process.Kill()
+		}
+		go func() {
+			_ = s.cmd.Wait()
+			s.done()
+		}()
+		close(s.dead)
+	})
+}
+
+// Close ends the session.
+func (s *Session) Close(why string) { s.end(why) }
+
+// Ended reports whether the session is over, and why.
+func (s *Session) Ended() (bool, string) {
+	select {
+	case <-s.dead:
+		return true, s.why
+	default:
+		return false, ""
+	}
+}
+
+// Idle is how long the session has had no call, 0 while one runs.
+func (s *Session) Idle(now time.Time) time.Duration {
+	if len(s.turn) > 0 {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return now.Sub(s.lastUsed)
+}
+
+func (s *Session) endErr() error {
+	msg := s.why
+	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
+		msg += ": " + shorten(tail, 2000)
+	}
+	return fmt.Errorf("%w: %s", ErrEnded, msg)
+}
+
+// StopError is a call whose code did not stop on KeyboardInterrupt
+// within Grace: its session was ended.
+type StopError struct {
+	Why   string
+	Grace time.Duration
+}
+
+func (e *StopError) Error() string {
+	return fmt.Sprintf("the code ran past %s and did not stop on KeyboardInterrupt within %s: its Python session was ended (variables and imports are gone; the next call starts a new one)", e.Why, e.Grace)
+}
+
+// Run runs req's code in the session, after the calls before it. Past
+// req.Timeout (or when ctx ends) the code is interrupted with
+// KeyboardInterrupt and the result says so (Interrupted); code that does
+// not stop within Grace ends the session with a *StopError.
+func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
+	select {
+	case s.turn <- struct{}{}:
+	case <-s.dead:
+		return Result{}, s.endErr()
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	defer func() {
+		s.mu.Lock()
+		s.lastUsed = time.Now()
+		s.mu.Unlock()
+		<-s.turn
+	}()
+	s.mu.Lock()
+	s.next++
+	id := s.next
+	s.mu.Unlock()
+	// A result left from a call given up on is not this one's.
+	select {
+	case <-s.results:
+	default:
+	}
+	line, err := json.Marshal(map[string]any{"op": "run", "id": id, "code": req.Code, "limit": req.Limit})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := s.send(ctx, line); err != nil {
+		return Result{}, err
+	}
+	var timeout <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	why := ""
+	for why == "" {
+		select {
+		case m := <-s.results:
+			if m.ID == id {
+				return m.Result, nil
+			}
+		case <-s.dead:
+			return Result{}, s.endErr()
+		case <-timeout:
+			why = "its timeout of " + req.Timeout.String()
+		case <-ctx.Done():
+			why = "the call's end (" + context.Cause(ctx).Error() + ")"
+		}
+	}
+	stop, _ := json.Marshal(map[string]any{"op": "interrupt", "id": id})
+	if err := s.send(context.Background(), stop); err != nil {
+		return Result{}, err
+	}
+	grace := time.NewTimer(s.grace)
+	defer grace.Stop()
+	for {
+		select {
+		case m := <-s.results:
+			if m.ID == id {
+				if m.Interrupted {
+					m.InterruptedBy = why
+				}
+				return m.Result, nil
+			}
+		case <-s.dead:
+			return Result{}, s.endErr()
+		case <-grace.C:
+			s.end("its code did not stop on KeyboardInterrupt")
+			return Result{}, &StopError{Why: why, Grace: s.grace}
+		}
+	}
+}
+
+// send writes one line to the driver. A driver that does not read it
+// within a bound (it is not ours, or it is stuck) ends the session.
+func (s *Session) send(ctx context.Context, line []byte) error {
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := s.stdin.Write(append(line, '\n'))
+		wrote <- err
+	}()
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			s.end("its driver stopped reading")
+			return s.endErr()
+		}
+		return nil
+	case <-s.dead:
+		return s.endErr()
+	case <-t.C:
+		s.end("its driver stopped reading")
+		return s.endErr()
+	case <-ctx.Done():
+		// The line may be half written: the session cannot go on.
+		s.end("a call was cancelled while it was being sent")
+		return ctx.Err()
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.ToValidUTF8(t.b, []byte("?")))
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

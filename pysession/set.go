@@ -1,0 +1,187 @@
+package pysession
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MaxSessions bounds the sessions of one sandbox: each is an interpreter
+// holding memory in it.
+const MaxSessions = 8
+
+// IdleTimeout is how long a session may go without a call before it is
+// ended.
+const IdleTimeout = 30 * time.Minute
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// ValidateName checks a session's name: 1 to 63 letters, digits, '_',
+// '.' or '-', starting with a letter or digit.
+func ValidateName(name string) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("session name %q: use 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit", shorten(name, 80))
+	}
+	return nil
+}
+
+// Set is the sessions of one sandbox.
+type Set struct {
+	mu       sync.Mutex
+	sessions map[string]*Session
+	starting map[string]chan struct{} // closed when that name's start is over
+	// gone says why sessions that the set ended by itself (idle) are
+	// gone, for the next call on their names.
+	gone   map[string]string
+	closed string // why, once Close ran
+}
+
+// maxGone bounds the ended sessions a set remembers.
+const maxGone = 64
+
+// NewSet returns an empty set.
+func NewSet() *Set {
+	return &Set{sessions: map[string]*Session{}, starting: map[string]chan struct{}{}, gone: map[string]string{}}
+}
+
+// Info describes a session.
+type Info struct {
+	Name    string        `json:"name"`
+	PID     int           `json:"pid"`
+	Version string        `json:"python"`
+	Idle    time.Duration `json:"-"`
+}
+
+// Get returns session name, started with start if it does not run. ended
+// says why the session of that name that ran before is gone, if one was
+// and ended by itself (its interpreter exited, its code did not stop):
+// the caller tells the user that its variables are gone.
+func (s *Set) Get(ctx context.Context, name string, start Starter) (sess *Session, ended string, err error) {
+	for {
+		s.mu.Lock()
+		if s.closed != "" {
+			s.mu.Unlock()
+			return nil, "", fmt.Errorf("%w: %s", ErrEnded, s.closed)
+		}
+		if cur, ok := s.sessions[name]; ok {
+			over, why := cur.Ended()
+			if !over {
+				s.mu.Unlock()
+				return cur, "", nil
+			}
+			ended = why
+			delete(s.sessions, name)
+		} else if why, ok := s.gone[name]; ok {
+			ended = why
+		}
+		if wait, ok := s.starting[name]; ok {
+			s.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, "", ctx.Err()
+			}
+		}
+		if n := len(s.sessions) + len(s.starting); n >= MaxSessions {
+			names := s.namesLocked()
+			s.mu.Unlock()
+			return nil, "", fmt.Errorf("this sandbox has %d Python sessions (%v), the most it may have: end one with python_reset", n, names)
+		}
+		wait := make(chan struct{})
+		s.starting[name] = wait
+		s.mu.Unlock()
+
+		sess, err = Start(ctx, start)
+
+		s.mu.Lock()
+		delete(s.starting, name)
+		close(wait)
+		if err == nil {
+			if s.closed != "" {
+				sess.Close(s.closed)
+				err = fmt.Errorf("%w: %s", ErrEnded, s.closed)
+			} else {
+				s.sessions[name] = sess
+				delete(s.gone, name)
+			}
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return nil, "", err
+		}
+		return sess, ended, nil
+	}
+}
+
+// Reset ends session name; it reports whether one ran.
+func (s *Set) Reset(name string) bool {
+	s.mu.Lock()
+	sess, ok := s.sessions[name]
+	delete(s.sessions, name)
+	s.mu.Unlock()
+	if ok {
+		sess.Close("it was reset")
+	}
+	return ok
+}
+
+// List describes the sessions that run, by name.
+func (s *Set) List() []Info {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Info
+	for _, name := range s.namesLocked() {
+		sess := s.sessions[name]
+		if over, _ := sess.Ended(); over {
+			continue
+		}
+		out = append(out, Info{Name: name, PID: sess.PID, Version: sess.Version, Idle: sess.Idle(now)})
+	}
+	return out
+}
+
+func (s *Set) namesLocked() []string {
+	names := make([]string, 0, len(s.sessions))
+	for n := range s.sessions {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// CloseIdle ends the sessions without a call for longer than d.
+func (s *Set) CloseIdle(d time.Duration) {
+	now := time.Now()
+	s.mu.Lock()
+	var idle []*Session
+	for name, sess := range s.sessions {
+		if sess.Idle(now) > d {
+			idle = append(idle, sess)
+			delete(s.sessions, name)
+			if len(s.gone) < maxGone {
+				s.gone[name] = "it was idle for more than " + d.String()
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, sess := range idle {
+		sess.Close("it was idle for more than " + d.String())
+	}
+}
+
+// Close ends every session, and any started later, telling callers why.
+func (s *Set) Close(why string) {
+	s.mu.Lock()
+	s.closed = why
+	all := s.sessions
+	s.sessions = map[string]*Session{}
+	s.mu.Unlock()
+	for _, sess := range all {
+		sess.Close(why)
+	}
+}
