@@ -234,6 +234,8 @@ type result struct {
 	text    string
 	isError bool
 	data    map[string]any
+	// images are the PNG images among the content, decoded.
+	images [][]byte
 }
 
 func (s *server) call(t *testing.T, name string, args map[string]any) result {
@@ -259,6 +261,9 @@ func (s *server) callWith(t *testing.T, name string, args map[string]any, progre
 	for _, c := range res.Content {
 		if tc, ok := c.(*mcp.TextContent); ok {
 			r.text += tc.Text
+		}
+		if ic, ok := c.(*mcp.ImageContent); ok && ic.MIMEType == "image/png" {
+			r.images = append(r.images, ic.Data)
 		}
 	}
 	if r.isError {
@@ -435,13 +440,55 @@ func scenarios(t *testing.T, s *server) {
 		})
 	})
 	t.Run("python", func(t *testing.T) {
-		r := s.call(t, "python", map[string]any{"code": "import sys\nprint(sum(range(10)))\nprint('e', file=sys.stderr)"})
+		r := s.call(t, "python", map[string]any{"code": "import sys\nprint(sum(range(10)))\nprint('e', file=sys.stderr)\nkept = 41"})
 		if r.isError || r.str("stdout") != "45\n" || r.str("stderr") != "e\n" {
 			t.Fatalf("%+v", r)
 		}
-		r = s.call(t, "python", map[string]any{"code": "raise SystemExit(9)"})
-		if !r.isError || r.num("exit_code") != 9 {
-			t.Fatalf("%+v", r)
+		r = s.call(t, "python", map[string]any{"code": "kept + 1"})
+		if r.isError || r.str("result") != "42" || r.num("count") < 2 || !strings.Contains(r.text, "Out[") {
+			t.Fatalf("state between calls: %+v", r)
+		}
+		r = s.call(t, "python", map[string]any{"code": "def f():\n    raise SystemExit(9)\nf()"})
+		if e, _ := r.data["error"].(map[string]any); !r.isError || e["type"] != "SystemExit" || !strings.Contains(r.text, "raise SystemExit(9)") {
+			t.Fatalf("exception: %+v", r)
+		}
+		r = s.call(t, "python", map[string]any{"code": "import time\ntime.sleep(60)", "timeout": 1})
+		if r.data["interrupted"] != true || !strings.Contains(r.text, "KeyboardInterrupt") {
+			t.Fatalf("timeout: %+v", r)
+		}
+		if r = s.call(t, "python", map[string]any{"code": "kept"}); r.str("result") != "41" {
+			t.Fatalf("state after an interrupt: %+v", r)
+		}
+		if r = s.call(t, "python", map[string]any{"code": "kept", "session": "other"}); !r.isError || r.num("count") != 1 || !strings.Contains(r.text, "NameError") {
+			t.Fatalf("another session sees the first's variables: %+v", r)
+		}
+		if r = s.call(t, "python", map[string]any{"code": "'kept' in dir()", "reset": true}); r.str("result") != "False" || r.num("count") != 1 {
+			t.Fatalf("reset: %+v", r)
+		}
+		// Figures: a stand-in for matplotlib.pyplot (the image need not
+		// have it) whose figure draws a real PNG; the second one is too big
+		// at any size and is left out with a note.
+		fake := `import sys, types, zlib, struct
+def png(n):
+    raw = b"".join(b"\0" + bytes([x * 7 % 256 for x in range(n)]) for _ in range(n))
+    def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", n, n, 8, 0, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+class Fig:
+    def __init__(self, big): self.dpi, self.big = 100, big
+    def savefig(self, f, format, dpi): f.write(png(8) if not self.big else b"\x89PNG" + b"x" * (2 << 20))
+figs = {1: Fig(False), 2: Fig(True)}
+plt = types.ModuleType("matplotlib.pyplot")
+plt.get_fignums = lambda: sorted(figs)
+plt.figure = lambda n: figs[n]
+plt.close = lambda what: figs.clear()
+sys.modules["matplotlib.pyplot"] = plt
+print("drawn")`
+		r = s.call(t, "python", map[string]any{"code": fake})
+		if r.isError || len(r.images) != 1 || !strings.HasPrefix(string(r.images[0]), "\x89PNG\r\n\x1a\n") || !strings.Contains(r.text, "over 1 MiB") {
+			t.Fatalf("figures: %d images, %+v", len(r.images), r)
+		}
+		if r = s.call(t, "python", map[string]any{"code": "1"}); len(r.images) != 0 {
+			t.Fatalf("figures sent twice: %d", len(r.images))
 		}
 	})
 	t.Run("files", func(t *testing.T) {

@@ -84,7 +84,7 @@ var goldenCases = []goldenCase{
 	{"env_unset", func() (string, error) { return EnvUnsetScript("FOO") }},
 	{"env_list", text(EnvListScript)},
 	{"install", func() (string, error) { return InstallScript([]string{"git", "python3-pip", "libc6:amd64=2.36~1+b1"}) }},
-	{"python", text(PythonCommand)},
+	{"python_session", text(PythonSessionScript)},
 
 	// The file tools.
 	{"write_file", func() (string, error) {

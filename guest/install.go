@@ -40,6 +40,3 @@ func validPackage(p string) bool {
 	}
 	return true
 }
-
-// PythonCommand runs Python source given on stdin.
-const PythonCommand = `if command -v python3 >/dev/null 2>&1; then python3 -; elif command -v python >/dev/null 2>&1; then python -; else echo "python3 is not installed in this sandbox (use install)" >&2; exit 127; fi`

@@ -260,6 +260,7 @@ def grab_figures(limit):
                     break
                 dpi = dpi / 2
             else:
+                out.append({"error": "figure %d is over 1 MiB as a PNG even at %g dpi: save it to a file" % (num, dpi)})
                 continue
             out.append({"format": "png", "data": base64.b64encode(data).decode("ascii"),
                         "name": "figure-%d.png" % num})

@@ -117,28 +117,6 @@ func stdinArg(req mcp.CallToolRequest) ([]byte, *mcp.CallToolResult) {
 	return nil, nil
 }
 
-func (s *Server) pythonTool() tool {
-	return tool{group: "core", handler: s.handlePython, def: newTool[ExecOutput]("python", "Run Python",
-		"Run Python 3 code in a sandbox (python3 reads it from stdin); return exit code, stdout and stderr. "+
-			"Same sandbox, limits and output handling as exec.",
-		openWorld(mutating(false)),
-		mcp.WithString("code", mcp.Required(), mcp.Description("Python source.")),
-		sandboxParam(),
-		timeoutParam(),
-		maxOutputParam(),
-	)}
-}
-
-func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-	code, err := req.RequireString("code")
-	if err != nil {
-		return argError("python: `code` is required"), nil
-	}
-	return s.runCommand(ctx, req, "python", defaultTimeout, false, func(ctx context.Context, name string, r shell.Request) (sandbox.ExecResult, error) {
-		return s.m.Python(ctx, name, code, r)
-	})
-}
-
 // runFunc runs one command of an exec-like tool; req carries the timeout
 // and output writers.
 type runFunc func(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)

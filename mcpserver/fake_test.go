@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -72,9 +73,19 @@ func (f *fake) Exec(_ context.Context, name string, req shell.Request) (sandbox.
 	return f.run(name, req)
 }
 
-func (f *fake) Python(_ context.Context, name, code string, req shell.Request) (sandbox.ExecResult, error) {
-	f.note("python %s %q", name, code)
-	return f.run(name, req)
+func (f *fake) RunPython(_ context.Context, name, session string, req pysession.Request) (sandbox.PythonResult, error) {
+	f.note("python %s %s %q", name, session, req.Code)
+	if f.errAll != nil {
+		return sandbox.PythonResult{}, f.errAll
+	}
+	v := "42"
+	return sandbox.PythonResult{Session: session, Version: "3.11.2",
+		Result: pysession.Result{Count: 1, Stdout: pysession.Stream{Head: "ok\n", Total: 3}, Value: &v}}, nil
+}
+
+func (f *fake) ResetPython(name, session string) (bool, error) {
+	f.note("python_reset %s %s", name, session)
+	return true, nil
 }
 
 func (f *fake) Install(_ context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error) {

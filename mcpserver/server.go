@@ -23,6 +23,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
+	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -34,7 +35,8 @@ import (
 type Sandboxes interface {
 	Exec(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
 	TerminalCommand(ctx context.Context, name, command string, cols, rows int) (*exec.Cmd, func(), error)
-	Python(ctx context.Context, name, code string, req shell.Request) (sandbox.ExecResult, error)
+	RunPython(ctx context.Context, name, session string, req pysession.Request) (sandbox.PythonResult, error)
+	ResetPython(name, session string) (bool, error)
 	Install(ctx context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error)
 	WriteFile(ctx context.Context, name string, req sandbox.WriteRequest) (sandbox.Written, error)
 	WriteFiles(ctx context.Context, name string, reqs []sandbox.WriteRequest) ([]sandbox.WriteOutcome, error)

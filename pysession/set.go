@@ -2,6 +2,7 @@ package pysession
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -16,6 +17,9 @@ const MaxSessions = 8
 // IdleTimeout is how long a session may go without a call before it is
 // ended.
 const IdleTimeout = 30 * time.Minute
+
+// ErrTooMany is the cause of the error for a session past MaxSessions.
+var ErrTooMany = errors.New("too many Python sessions")
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
@@ -89,7 +93,7 @@ func (s *Set) Get(ctx context.Context, name string, start Starter) (sess *Sessio
 		if n := len(s.sessions) + len(s.starting); n >= MaxSessions {
 			names := s.namesLocked()
 			s.mu.Unlock()
-			return nil, "", fmt.Errorf("this sandbox has %d Python sessions (%v), the most it may have: end one with python_reset", n, names)
+			return nil, "", fmt.Errorf("%w: this sandbox has %d (%v), the most it may have: end one with python_reset", ErrTooMany, n, names)
 		}
 		wait := make(chan struct{})
 		s.starting[name] = wait

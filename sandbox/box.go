@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -75,6 +76,10 @@ type Sandbox struct {
 	// (the latest few: a pool's shells may report more than one).
 	envMu   sync.Mutex
 	envGens []string
+
+	// py is its Python sessions (python.go), made on first use.
+	pyOnce sync.Once
+	py     *pysession.Set
 
 	lastUsed    atomic.Int64 // unix nanos
 	inflight    atomic.Int32 // commands running now

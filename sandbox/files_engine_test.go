@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -295,10 +296,9 @@ func TestWriteFileOnEngine(t *testing.T) {
 				if o.stdout != "5000\n" {
 					t.Fatalf("stdin with /tmp full: %q", o.stdout)
 				}
-				var so strings.Builder
-				res, err := m.Python(guarded(t), box, "import sys\nprint('py', 6*7)\nsys.exit(3)", shell.Request{Stdout: &so})
-				if err != nil || res.ExitCode != 3 || so.String() != "py 42\n" {
-					t.Fatalf("python with /tmp full: %+v %v %q", res.Result, err, so.String())
+				res, err := m.RunPython(guarded(t), box, "default", pysession.Request{Code: "import sys\nprint('py', 6*7)\nsys.exit(3)", Timeout: time.Minute, Limit: 4096})
+				if err != nil || res.Error == nil || res.Error.Type != "SystemExit" || res.Stdout.Text() != "py 42\n" {
+					t.Fatalf("python with /tmp full: %+v %v", res, err)
 				}
 			})
 		})

@@ -91,13 +91,6 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// Python runs Python source (given to python3 on stdin) with req's
-// timeout and output writers; the history records the code.
-func (m *Manager) Python(ctx context.Context, name, code string, req shell.Request) (ExecResult, error) {
-	req.Command, req.Stdin = guest.PythonCommand, []byte(code)
-	return m.ExecAs(ctx, name, "python: "+code, req)
-}
-
 // Install installs packages with the image's package manager.
 func (m *Manager) Install(ctx context.Context, name string, pkgs []string, req shell.Request) (ExecResult, error) {
 	script, err := guest.InstallScript(pkgs)

@@ -1,0 +1,189 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/pysession"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// PythonOutput is the python tool's result.
+type PythonOutput struct {
+	Sandbox string `json:"sandbox"`
+	Session string `json:"session"`
+	// Count numbers the session's calls from 1: 1 is a new interpreter.
+	Count  int    `json:"count"`
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// Truncated is set when output over max_output was cut to its head
+	// and tail (the text says how many bytes were left out).
+	Truncated bool `json:"truncated,omitempty"`
+	// Result is the repr of the last expression's value (not None).
+	Result *string `json:"result,omitempty"`
+	// Error is the exception the code raised.
+	Error       *PythonError `json:"error,omitempty"`
+	Interrupted bool         `json:"interrupted,omitempty"`
+	DurationMS  int64        `json:"duration_ms"`
+}
+
+// PythonError is an exception: its type's name, and the traceback (whose
+// last line has the message).
+type PythonError struct {
+	Type      string `json:"type"`
+	Traceback string `json:"traceback"`
+}
+
+func (s *Server) pythonTool() tool {
+	return tool{group: "core", handler: s.handlePython, def: newTool[PythonOutput]("python", "Run Python",
+		"Run Python 3 in a session keeping variables and imports; timeouts raise KeyboardInterrupt. "+
+			"Returns output, the last expression's repr, tracebacks, matplotlib figures as images.",
+		openWorld(mutating(false)),
+		mcp.WithString("code", mcp.Required(), mcp.Description("Python source.")),
+		mcp.WithString("session", mcp.Description("Session (default: default).")),
+		mcp.WithBoolean("reset", mcp.Description("Restart the session first.")),
+		sandboxParam(),
+		timeoutParam(),
+		maxOutputParam(),
+	)}
+}
+
+func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	code, err := req.RequireString("code")
+	if err != nil {
+		return argError("python: `code` is required"), nil
+	}
+	name, err := sandboxArg(req)
+	if err != nil {
+		return argError("python: %v", err), nil
+	}
+	session := req.GetString("session", sandbox.DefaultPythonSession)
+	if err := pysession.ValidateName(session); err != nil {
+		return argError("python: %v", err), nil
+	}
+	timeout, err := numberArg(req, "timeout", defaultTimeout, 1, maxTimeout, "seconds")
+	if err != nil {
+		return argError("python: %v", err), nil
+	}
+	limit, err := intArg(req, "max_output", defaultMaxOutput, 1024, maxMaxOutput)
+	if err != nil {
+		return argError("python: %v", err), nil
+	}
+	if req.GetBool("reset", false) {
+		if _, err := s.m.ResetPython(name, session); err != nil {
+			return failure(ctx, "python", err), nil
+		}
+	}
+	res, err := s.m.RunPython(ctx, name, session, pysession.Request{Code: code, Timeout: time.Duration(timeout * float64(time.Second)), Limit: int(limit)})
+	if err != nil {
+		var stop *pysession.StopError
+		if errors.As(err, &stop) {
+			return mcp.NewToolResultError(fmt.Sprintf("python in sandbox %q, session %q: %v", name, session, err)), nil
+		}
+		return failure(ctx, fmt.Sprintf("python in sandbox %q, session %q", name, session), err), nil
+	}
+	out := PythonOutput{
+		Sandbox: name, Session: session, Count: res.Count,
+		Stdout: res.Stdout.Text(), Stderr: res.Stderr.Text(), Truncated: res.Stdout.Truncated() || res.Stderr.Truncated(),
+		Result: res.Value, Interrupted: res.Interrupted,
+		DurationMS: int64(res.Seconds * 1000),
+	}
+	if res.Error != nil {
+		out.Error = &PythonError{Type: res.Error.Type, Traceback: res.Error.Traceback}
+	}
+	images, notes := pythonImages(res.Images)
+
+	var text strings.Builder
+	fmt.Fprintf(&text, "python %s · session %q #%d · %s", res.Version, session, res.Count, fmtDuration(time.Duration(res.Seconds*float64(time.Second))))
+	if booted := bootWord(res.Boot); booted != "" {
+		fmt.Fprintf(&text, " · sandbox %q %s", name, booted)
+	}
+	text.WriteByte('\n')
+	switch {
+	case res.Count == 1 && res.Ended != "":
+		fmt.Fprintf(&text, "[a new interpreter: the session's previous one ended (%s); its variables and imports are gone]\n", res.Ended)
+	case res.Count == 1:
+		text.WriteString("[a new interpreter]\n")
+	}
+	text.WriteString(out.Stdout)
+	if out.Stderr != "" {
+		if out.Stdout != "" && !strings.HasSuffix(out.Stdout, "\n") {
+			text.WriteByte('\n')
+		}
+		text.WriteString("--- stderr ---\n")
+		text.WriteString(out.Stderr)
+	}
+	if res.Value != nil {
+		if text.Len() > 0 && !strings.HasSuffix(text.String(), "\n") {
+			text.WriteByte('\n')
+		}
+		fmt.Fprintf(&text, "Out[%d]: %s", res.Count, *res.Value)
+	}
+	if res.Error != nil {
+		if !strings.HasSuffix(text.String(), "\n") {
+			text.WriteByte('\n')
+		}
+		text.WriteString(res.Error.Traceback)
+	}
+	if res.Interrupted {
+		fmt.Fprintf(&text, "\n[interrupted with KeyboardInterrupt at %s; the session keeps its state. Run long work with bg, or raise timeout]", res.InterruptedBy)
+	}
+	if out.Truncated {
+		text.WriteString("\n[output over max_output: its head and tail are shown]")
+	}
+	for _, n := range notes {
+		fmt.Fprintf(&text, "\n[%s]", n)
+	}
+	if len(images) > 0 {
+		fmt.Fprintf(&text, "\n[%d figure(s) attached as images]", len(images))
+	}
+	result := mcp.NewToolResultStructured(out, text.String())
+	for _, img := range images {
+		result.Content = append(result.Content, img)
+	}
+	result.IsError = res.Error != nil
+	return result, nil
+}
+
+// maxImage bounds a figure the driver sends, decoded.
+const maxImage = 1 << 20
+
+var pngSignature = []byte("\x89PNG\r\n\x1a\n")
+
+// pythonImages turns the driver's figures into image content, keeping
+// only well-formed PNGs within maxImage: they come from the sandbox.
+func pythonImages(imgs []pysession.Image) ([]mcp.ImageContent, []string) {
+	var out []mcp.ImageContent
+	var notes []string
+	for _, img := range imgs {
+		if img.Error != "" {
+			notes = append(notes, "a figure could not be drawn: "+shorten(img.Error, 300))
+			continue
+		}
+		if len(img.Data) > base64.StdEncoding.EncodedLen(maxImage) {
+			notes = append(notes, "a figure over 1 MiB was left out")
+			continue
+		}
+		data, err := base64.StdEncoding.DecodeString(img.Data)
+		if err != nil || img.Format != "png" || !bytes.HasPrefix(data, pngSignature) {
+			notes = append(notes, "a figure that is not a PNG was left out")
+			continue
+		}
+		out = append(out, mcp.NewImageContent(img.Data, "image/png"))
+	}
+	return out, notes
+}
+
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}

@@ -1,0 +1,170 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os/exec"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/pysession"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// PythonResult is what a call in a Python session did.
+type PythonResult struct {
+	pysession.Result
+	// Session is the session's name; Version its Python's.
+	Session string
+	Version string
+	// Fresh is set when the call started the session's interpreter:
+	// nothing of earlier calls is there. Ended says why the one before
+	// it, of the same name, is gone, when it ended by itself.
+	Fresh bool
+	Ended string
+	Boot  BootInfo
+}
+
+// DefaultPythonSession is the session a python call runs in unless it
+// names one.
+const DefaultPythonSession = "default"
+
+// pythonSets is the Python sessions of a sandbox, made on first use.
+func (s *Sandbox) pythonSet() *pysession.Set {
+	s.pyOnce.Do(func() {
+		s.py = pysession.NewSet()
+		closeOnEnd := func(ctx context.Context) {
+			<-ctx.Done()
+			why := "the sandbox ended"
+			if w := s.why.Load(); w != nil {
+				why = "the sandbox " + *w
+			}
+			s.py.Close(why)
+		}
+		if !s.Go(closeOnEnd) {
+			closeOnEnd(s.life) // it has ended already
+			return
+		}
+		s.Go(func(ctx context.Context) {
+			t := time.NewTicker(time.Minute)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					s.py.CloseIdle(pysession.IdleTimeout)
+				}
+			}
+		})
+	})
+	return s.py
+}
+
+// RunPython runs code in Python session session (made on first use) of
+// sandbox name (booted if need be): variables and imports stay from one
+// call to the next. Past req.Timeout the code is interrupted
+// (KeyboardInterrupt); code that does not stop then ends its session
+// (*pysession.StopError). The history records the code.
+func (m *Manager) RunPython(ctx context.Context, name, session string, req pysession.Request) (PythonResult, error) {
+	out := PythonResult{Session: session}
+	if err := pysession.ValidateName(session); err != nil {
+		return out, &ArgError{Err: err}
+	}
+	sb, boot, err := m.Get(ctx, name)
+	out.Boot = boot
+	if err != nil {
+		return out, err
+	}
+	awaitControl(ctx, sb)
+	sess, ended, err := sb.pythonSet().Get(ctx, session, m.pythonStarter(sb))
+	if errors.Is(err, pysession.ErrEnded) && ctx.Err() == nil {
+		// Its container may have stopped behind the server's back (the
+		// idle watchdog, another server): boot it again, once.
+		nsb, boot2, rerr := m.recoverLost(ctx, sb)
+		if rerr == nil && nsb != sb {
+			sb, out.Boot = nsb, mergeBoot(out.Boot, boot2)
+			sess, ended, err = sb.pythonSet().Get(ctx, session, m.pythonStarter(sb))
+			if ended == "" && boot2.Recovered != "" {
+				ended = "the sandbox " + boot2.Recovered
+			}
+		}
+	}
+	if err != nil {
+		return out, err
+	}
+	release := sb.busy()
+	defer release()
+	out.Version, out.Ended = sess.Version, ended
+	start := time.Now()
+	out.Result, err = sess.Run(ctx, req)
+	out.Fresh = out.Count == 1
+	rec := shell.Result{Duration: time.Since(start), TimedOut: out.InterruptedBy != "" && ctx.Err() == nil, Canceled: ctx.Err() != nil}
+	if out.Error != nil {
+		rec.ExitCode = 1
+	}
+	var stop *pysession.StopError
+	if errors.As(err, &stop) {
+		rec.TimedOut = true
+	}
+	m.history.Add(name, "python["+session+"]: "+req.Code, rec, err)
+	return out, err
+}
+
+// ResetPython ends Python session session of sandbox name; it reports
+// whether one ran. It boots nothing.
+func (m *Manager) ResetPython(name, session string) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	if err := pysession.ValidateName(session); err != nil {
+		return false, &ArgError{Err: err}
+	}
+	sb, ok := m.Lookup(name)
+	if !ok {
+		return false, nil
+	}
+	return sb.pythonSet().Reset(session), nil
+}
+
+// PythonSessions lists the Python sessions that run in sandbox name.
+func (m *Manager) PythonSessions(name string) []pysession.Info {
+	sb, ok := m.Lookup(name)
+	if !ok {
+		return nil
+	}
+	return sb.pythonSet().List()
+}
+
+// pythonStarter prepares the engine exec of a session's driver in sb: in
+// the directory its shells are in, with the env tool's variables, its
+// processes marked with a run ID that ends them when the session ends
+// (and that the next server ends if this one is killed first).
+func (m *Manager) pythonStarter(sb *Sandbox) pysession.Starter {
+	return func() (*exec.Cmd, func(), error) {
+		wd := m.cfg.Workdir
+		if st, ok := sb.pool.State(); ok && st.Cwd != "" {
+			wd = st.Cwd
+		}
+		b := make([]byte, 16)
+		_, _ = rand.Read(b)
+		runID := hex.EncodeToString(b)
+		m.trackRun(sb.Name, runID, "python session")
+		target := sb.own.target()
+		spec := ExecSpec{Argv: []string{"sh", "-c", terminalPrelude + guest.PythonSessionScript, "sh", guest.PythonDriver},
+			Interactive: true, Workdir: wd, Env: map[string]string{guest.RunVar: runID}}
+		cmd := m.rt.ExecCommand(context.Background(), target, spec)
+		done := func() {
+			m.spawn(func() {
+				kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, noShell, runID, false); err != nil {
+					m.log.Debug("end a Python session's processes", "sandbox", sb.Name, "err", err)
+				}
+			})
+		}
+		return cmd, done, nil
+	}
+}
