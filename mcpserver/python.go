@@ -152,8 +152,12 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	return result, nil
 }
 
-// maxImage bounds a figure the driver sends, decoded.
-const maxImage = 1 << 20
+// maxImage bounds a figure the driver sends, decoded; maxImages the
+// figures of one call.
+const (
+	maxImage  = 1 << 20
+	maxImages = 8
+)
 
 var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 
@@ -162,6 +166,10 @@ var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 func pythonImages(imgs []pysession.Image) ([]mcp.ImageContent, []string) {
 	var out []mcp.ImageContent
 	var notes []string
+	if len(imgs) > maxImages {
+		notes = append(notes, fmt.Sprintf("%d figures past the first %d were left out", len(imgs)-maxImages, maxImages))
+		imgs = imgs[:maxImages]
+	}
 	for _, img := range imgs {
 		if img.Error != "" {
 			notes = append(notes, "a figure could not be drawn: "+shorten(img.Error, 300))
