@@ -26,29 +26,37 @@ const Mask = "***"
 var patterns = []struct {
 	re   *regexp.Regexp
 	with string
+	// may reports whether the pattern can match ASCII text s (lower is s
+	// in lower case): a check of the literals every match holds, so that
+	// the usual command, which holds none, costs no regexp.
+	may func(s, lower string) bool
 }{
 	// A quoted scheme://user:password@host, whose password may hold
 	// spaces: hidden up to the last @ before the closing quote.
-	{regexp.MustCompile(`(?i)(['"])([a-z][a-z0-9+.\-]*://)([^\s/:@<>'"]*):[^'"\n]*@`), "${1}${2}${3}:" + Mask + "@"},
+	{regexp.MustCompile(`(?i)(['"])([a-z][a-z0-9+.\-]*://)([^\s/:@<>'"]*):[^'"\n]*@`), "${1}${2}${3}:" + Mask + "@", func(s, _ string) bool { return strings.Contains(s, "://") && strings.Contains(s, "@") }},
 	// scheme://user:password@host: the user is kept, everything from the
 	// first colon to the last @ before a space is hidden, so a password
 	// holding a raw @, / or quote (a URL no parser accepts) is hidden
 	// whole. (A URL inside another's query loses more than its password:
 	// "http://h:1/r?u=https://a:b@c" shows as "http://h:***@c".)
-	{regexp.MustCompile(`(?i)([a-z][a-z0-9+.\-]*://)([^\s/:@<>]*):\S*@`), "${1}${2}:" + Mask + "@"},
+	{regexp.MustCompile(`(?i)([a-z][a-z0-9+.\-]*://)([^\s/:@<>]*):\S*@`), "${1}${2}:" + Mask + "@", func(s, _ string) bool { return strings.Contains(s, "://") && strings.Contains(s, "@") }},
 	// http(s)://user@host and ftp(s)://user@host: a lone user name there
 	// is often a token.
-	{regexp.MustCompile(`(?i)((?:https?|ftps?)://)[^\s/:@'"<>]+@`), "${1}" + Mask + "@"},
+	{regexp.MustCompile(`(?i)((?:https?|ftps?)://)[^\s/:@'"<>]+@`), "${1}" + Mask + "@", func(s, _ string) bool { return strings.Contains(s, "://") && strings.Contains(s, "@") }},
 	// scp-like user:password@host:path (a password starting with / would
 	// be a path to git, and scheme:// is the rule above's).
-	{regexp.MustCompile(`(^|[\s'"=(,;])([^\s:@/'"=(,;]+):(?:[^/\s]\S*)?@([A-Za-z0-9_][A-Za-z0-9_.\-]*|\[[0-9A-Fa-f:.]+\]):`), "${1}${2}:" + Mask + "@${3}:"},
-	{regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`), Mask},
-	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:(?:bearer|token|basic)\s+)?)("[^"]*"|'[^']*'|[^\s'"]+)`), "${1}" + Mask},
+	{regexp.MustCompile(`(^|[\s'"=(,;])([^\s:@/'"=(,;]+):(?:[^/\s]\S*)?@([A-Za-z0-9_][A-Za-z0-9_.\-]*|\[[0-9A-Fa-f:.]+\]):`), "${1}${2}:" + Mask + "@${3}:", func(s, _ string) bool { return strings.Contains(s, "@") && strings.Contains(s, ":") }},
+	{regexp.MustCompile(`\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{20,})\b`), Mask, func(s, _ string) bool { return containsAnyOf(s, "gh", "github_pat_", "sk-", "xox", "AKIA", "glpat-") }},
+	{regexp.MustCompile(`(?i)((?:token|passw(?:or)?d|secret|api[_-]?key|authorization)\s*[=:]\s*(?:(?:bearer|token|basic)\s+)?)("[^"]*"|'[^']*'|[^\s'"]+)`), "${1}" + Mask, func(s, lower string) bool {
+		return strings.ContainsAny(s, "=:") && containsAnyOf(lower, "token", "passw", "secret", "api", "authorization")
+	}},
 	// Flags whose next word is a secret: --password S, --token S.
-	{regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`), "${1}" + Mask},
+	{regexp.MustCompile(`(?i)((?:^|\s)--?(?:token|passw(?:or)?d|secret|api[_-]?key|auth[_-]?token)\s+)("[^"]*"|'[^']*'|[^\s-]\S*)`), "${1}" + Mask, func(s, lower string) bool {
+		return strings.Contains(s, "-") && containsAnyOf(lower, "token", "passw", "secret", "api", "auth")
+	}},
 	// The user:password of curl's -u/--user. All digits is a gid, as in
 	// docker's -u 1000:1000, and is kept.
-	{regexp.MustCompile(`((?:^|\s)(?:-u|--user)\s+[^\s:]+:)("[^"]*"|'[^']*'|\S*[^\d\s]\S*)`), "${1}" + Mask},
+	{regexp.MustCompile(`((?:^|\s)(?:-u|--user)\s+[^\s:]+:)("[^"]*"|'[^']*'|\S*[^\d\s]\S*)`), "${1}" + Mask, func(s, _ string) bool { return strings.Contains(s, "-u") }},
 }
 
 // Text returns s with secrets and credential-shaped text replaced by
@@ -57,8 +65,20 @@ var patterns = []struct {
 func Text(s string, secrets ...string) string {
 	fs := forms(secrets)
 	s = hide(s, fs)
+	ascii := isASCII(s)
+	lower := ""
+	if ascii {
+		lower = strings.ToLower(s)
+	}
 	for _, p := range patterns {
-		s = p.re.ReplaceAllString(s, p.with)
+		// Past ASCII, (?i) folds more than strings.ToLower does (the
+		// Kelvin sign matches k): every pattern runs.
+		if !ascii || p.may(s, lower) {
+			s = p.re.ReplaceAllString(s, p.with)
+			if ascii {
+				lower = strings.ToLower(s)
+			}
+		}
 	}
 	// Once more: a pattern's own replacement may have made a secret of
 	// the text around it.
@@ -103,4 +123,22 @@ func forms(secrets []string) []string {
 	}
 	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
+}
+
+func containsAnyOf(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }

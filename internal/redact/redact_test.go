@@ -188,3 +188,35 @@ func FuzzQuotedURLPassword(f *testing.F) {
 		}
 	})
 }
+
+// everyPattern is Text's pattern pass without the literal checks.
+func everyPattern(s string) string {
+	for _, p := range patterns {
+		s = p.re.ReplaceAllString(s, p.with)
+	}
+	return s
+}
+
+// FuzzLiteralChecks: the checks that let Text skip a pattern never skip
+// one that would have matched: Text hides what every pattern run on the
+// text would.
+func FuzzLiteralChecks(f *testing.F) {
+	for _, s := range []string{"git clone https://alice:s3cretTok@github.com/o/r.git", "curl -u bob:hunter22 https://x",
+		"export GITHUB_TOKEN=abc123", "mysql --password hunter2 db", "echo ghp_abcdefghijklmnopqrstuvwxyz0123",
+		"curl -H 'Authorization: Bearer TOKC07' x", "git_clone u:TOKA20@h_x:r.git", "X --Auth-Token s", "API_KEY: v",
+		"echo AKIAABCDEFGHIJKLMNOP xoxb-0123456789ab glpat-abcdefghijklmnopqrstu sk-abcdefghijklmnopqrstuvwx",
+		"PASSWD=x", "--SECRET y", "github_pat_abcdefghijklmnopqrstuvwxyz", "ls -la /workspace && echo done", "a\u212a=b TOKEN=\u212a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := Text(s), everyPattern(s); got != want {
+			t.Fatalf("Text(%q) = %q, every pattern gives %q", s, got, want)
+		}
+	})
+}
+
+func BenchmarkTextCommand(b *testing.B) {
+	for range b.N {
+		Text("cd /workspace/project && go test ./... -run TestSomething -count=1 2>&1 | tail -50")
+	}
+}
