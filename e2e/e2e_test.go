@@ -483,12 +483,25 @@ plt.figure = lambda n: figs[n]
 plt.close = lambda what: figs.clear()
 sys.modules["matplotlib.pyplot"] = plt
 print("drawn")`
-		r = s.call(t, "python", map[string]any{"code": fake})
+		r = s.call(t, "python", map[string]any{"code": fake, "session": "stand-in"})
 		if r.isError || len(r.images) != 1 || !strings.HasPrefix(string(r.images[0]), "\x89PNG\r\n\x1a\n") || !strings.Contains(r.text, "over 1 MiB") {
 			t.Fatalf("figures: %d images, %+v", len(r.images), r)
 		}
-		if r = s.call(t, "python", map[string]any{"code": "1"}); len(r.images) != 0 {
+		if r = s.call(t, "python", map[string]any{"code": "1", "session": "stand-in"}); len(r.images) != 0 {
 			t.Fatalf("figures sent twice: %d", len(r.images))
+		}
+		// The image's own matplotlib and pandas: a figure, a file saved
+		// into the outputs directory, and a frame shown as a table.
+		r = s.call(t, "python", map[string]any{"code": "import os\nimport matplotlib.pyplot as plt, pandas as pd\n" +
+			"plt.plot([1, 4, 9])\nplt.savefig(os.path.join(os.environ['SANDBOX_OUTPUTS'], 'squares.png'))\n" +
+			"pd.DataFrame({'n': [1, 2, 3], 'square': [1, 4, 9]})"})
+		if r.isError || len(r.images) != 2 || !strings.Contains(r.str("result"), "square") || !strings.Contains(r.text, "squares.png") {
+			t.Fatalf("matplotlib and pandas: %d images, %+v", len(r.images), r)
+		}
+		for _, img := range r.images {
+			if !strings.HasPrefix(string(img), "\x89PNG\r\n\x1a\n") {
+				t.Fatalf("an image that is not a PNG: %.20q", img)
+			}
 		}
 	})
 	t.Run("files", func(t *testing.T) {

@@ -25,6 +25,9 @@ printf '[project]\nname = "tbprobe"\nversion = "1.0"\n' >"$d/pyproject.toml" &&
 pip install -q --no-index --no-build-isolation "$d" && cd / && python3 -c 'import tbprobe; print("imported")' &&
 pip uninstall -q -y tbprobe`, "imported\n"},
 	{"venv", `d=$(mktemp -d) && python3 -m venv "$d/v" && "$d/v/bin/python" -m pip --version | cut -d' ' -f1`, "pip\n"},
+	{"matplotlib", `d=$(mktemp -d) && MPLBACKEND=Agg python3 -c 'import sys, matplotlib.pyplot as p; p.plot([1, 2]); p.savefig(sys.argv[1])' "$d/p.png" && head -c 4 "$d/p.png" | tail -c 3`, "PNG"},
+	{"numpy", `python3 -c 'import numpy; print(int(numpy.arange(7).sum() * 2))'`, "42\n"},
+	{"pandas", `python3 -c 'import pandas; print(pandas.DataFrame({"a": [6], "b": [7]}).prod(axis=1)[0])'`, "42\n"},
 	{"node", `node -e 'console.log(6*7)'`, "42\n"},
 	{"npm", `d=$(mktemp -d)/probe && mkdir "$d" && cd "$d" && npm init -y >/dev/null && npm pkg get name`, "\"probe\"\n"},
 	{"cc", `d=$(mktemp -d) && printf '#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n' >"$d/h.c" &&
@@ -161,6 +164,7 @@ func TestReadmeToolboxIsTested(t *testing.T) {
 // alpinePackage is the Alpine package that brings each tool of the table.
 var alpinePackage = map[string]string{
 	"python3": "python3", "pip": "py3-pip", "venv": "py3-virtualenv",
+	"matplotlib": "py3-matplotlib", "numpy": "py3-numpy", "pandas": "py3-pandas",
 	"node": "nodejs", "npm": "npm",
 	"cc": "build-base", "c++": "build-base", "make": "build-base",
 	"git": "git", "curl": "curl", "jq": "jq", "tar": "tar", "unzip": "unzip",

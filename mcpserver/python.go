@@ -98,7 +98,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if res.Error != nil {
 		out.Error = &PythonError{Type: res.Error.Type, Traceback: res.Error.Traceback}
 	}
-	images, notes := pythonImages(res.Images)
+	images, names, notes := pythonImages(res.Images)
 
 	var text strings.Builder
 	fmt.Fprintf(&text, "python %s · session %q #%d · %s", res.Version, session, res.Count, fmtDuration(time.Duration(res.Seconds*float64(time.Second))))
@@ -142,7 +142,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 		fmt.Fprintf(&text, "\n[%s]", n)
 	}
 	if len(images) > 0 {
-		fmt.Fprintf(&text, "\n[%d figure(s) attached as images]", len(images))
+		fmt.Fprintf(&text, "\n[attached as images: %s]", strings.Join(names, ", "))
 	}
 	result := mcp.NewToolResultStructured(out, text.String())
 	for _, img := range images {
@@ -163,30 +163,29 @@ var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 
 // pythonImages turns the driver's figures into image content, keeping
 // only well-formed PNGs within maxImage: they come from the sandbox.
-func pythonImages(imgs []pysession.Image) ([]mcp.ImageContent, []string) {
-	var out []mcp.ImageContent
-	var notes []string
+func pythonImages(imgs []pysession.Image) (out []mcp.ImageContent, names, notes []string) {
 	if len(imgs) > maxImages {
-		notes = append(notes, fmt.Sprintf("%d figures past the first %d were left out", len(imgs)-maxImages, maxImages))
+		notes = append(notes, fmt.Sprintf("%d images past the first %d were left out", len(imgs)-maxImages, maxImages))
 		imgs = imgs[:maxImages]
 	}
 	for _, img := range imgs {
 		if img.Error != "" {
-			notes = append(notes, "a figure could not be drawn: "+shorten(img.Error, 300))
+			notes = append(notes, "an image could not be attached: "+strings.ToValidUTF8(shorten(img.Error, 300), "?"))
 			continue
 		}
 		if len(img.Data) > base64.StdEncoding.EncodedLen(maxImage) {
-			notes = append(notes, "a figure over 1 MiB was left out")
+			notes = append(notes, "an image over 1 MiB was left out")
 			continue
 		}
 		data, err := base64.StdEncoding.DecodeString(img.Data)
 		if err != nil || img.Format != "png" || !bytes.HasPrefix(data, pngSignature) {
-			notes = append(notes, "a figure that is not a PNG was left out")
+			notes = append(notes, "an image that is not a PNG was left out")
 			continue
 		}
 		out = append(out, mcp.NewImageContent(img.Data, "image/png"))
+		names = append(names, strings.ToValidUTF8(shorten(img.Name, 200), "?"))
 	}
-	return out, notes
+	return out, names, notes
 }
 
 func shorten(s string, n int) string {

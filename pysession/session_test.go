@@ -3,6 +3,7 @@ package pysession
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -215,5 +216,33 @@ func TestHostileDriver(t *testing.T) {
 				t.Fatal("the call waited for the test's bound")
 			}
 		})
+	}
+}
+
+// TestOutputsComeBackAsImages: PNG files the code writes into the outputs
+// directory during its call come back as images; older files and other
+// kinds do not.
+func TestOutputsComeBackAsImages(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 on this machine to run the driver with (the engine suites run it in sandboxes)")
+	}
+	dir := t.TempDir()
+	s := start(t, func() (*exec.Cmd, func(), error) {
+		cmd := exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver)
+		cmd.Env = append(os.Environ(), "SANDBOX_OUTPUTS="+dir)
+		return cmd, func() {}, nil
+	})
+	const png = "import os\ndef png(name):\n    with open(os.path.join(os.environ['SANDBOX_OUTPUTS'], name), 'wb') as f:\n        f.write(b'\\x89PNG\\r\\n\\x1a\\n' + b'x' * 10)\n"
+	r := run(t, s, png+"png('old.png')")
+	if len(r.Images) != 1 || r.Images[0].Name != dir+"/old.png" {
+		t.Fatalf("first call: %+v", r.Images)
+	}
+	time.Sleep(20 * time.Millisecond)
+	r = run(t, s, "png('new.png')\nopen(os.path.join(os.environ['SANDBOX_OUTPUTS'], 'notes.txt'), 'w').write('x')")
+	if len(r.Images) != 1 || r.Images[0].Name != dir+"/new.png" || r.Images[0].Format != "png" {
+		t.Fatalf("second call: %+v", r.Images)
+	}
+	if r := run(t, s, "1"); len(r.Images) != 0 {
+		t.Fatalf("images again: %+v", r.Images)
 	}
 }

@@ -84,6 +84,7 @@ dev_base=ca-certificates
 dev_packages=(
   ca-certificates curl git jq tar unzip
   python3 python3-pip python3-venv
+  python3-matplotlib python3-numpy python3-pandas
   nodejs npm
   build-essential
   netcat-openbsd procps
@@ -337,6 +338,7 @@ build_dev() {
     [ "$(python3 -c "import json, http, asyncio, sqlite3, dataclasses, shutil, unittest, ssl
 print(6*7)")" = 42 ] || fail python3
     python3 -m pip --version >/dev/null || fail pip
+    [ "$(python3 -c "import matplotlib.pyplot, numpy, pandas; print(int(numpy.arange(7).sum() * 2))")" = 42 ] || fail matplotlib/numpy/pandas
     python3 -m venv /tmp/venv && /tmp/venv/bin/python -m pip --version >/dev/null || fail venv
     [ "$(node -e "console.log(6*7)")" = 42 ] && npm --version >/dev/null || fail node/npm
     printf "int main(void) { return 42; }\n" >/tmp/t.c && cc -o /tmp/t /tmp/t.c || fail cc
@@ -346,7 +348,7 @@ print(6*7)")" = 42 ] || fail python3
     [ "$(echo "{\"a\": 42}" | jq .a)" = 42 ] || fail jq
     tar --version >/dev/null && unzip -v >/dev/null || fail tar/unzip
     [ -s /etc/ssl/certs/ca-certificates.crt ] || fail ca-certificates
-    echo "ok: dash base64 nc setsid pkill timeout apt-get python3 pip venv node npm cc make git curl jq tar unzip ca-certificates"'
+    echo "ok: dash base64 nc setsid pkill timeout apt-get python3 pip venv matplotlib numpy pandas node npm cc make git curl jq tar unzip ca-certificates"'
 }
 
 if [[ "$rootfs_only" -eq 1 ]]; then
