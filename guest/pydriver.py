@@ -118,18 +118,21 @@ class Capture:
             "head": self.head.decode("utf-8", "replace"),
             "tail": self.tail.decode("utf-8", "replace"),
             "total": self.total,
+            "omitted": self.total - len(self.head) - len(self.tail),
         }
 
 
 def pump(fd, cap, stop):
+    """Reads a call's output into cap; once the call is over, what
+    processes it left running still write is read and dropped (closing
+    the pipe would kill them with SIGPIPE)."""
     try:
         while True:
             b = os.read(fd, 1 << 16)
             if not b:
                 break
-            cap.add(b)
-            if stop.is_set():
-                break  # a process the code left running still writes
+            if not stop.is_set():
+                cap.add(b)
     except OSError:
         pass
     os.close(fd)
@@ -156,13 +159,19 @@ def execute(req):
     count += 1
     name = "<cell %d>" % count
     code = req.get("code", "")
+    if not isinstance(code, str):
+        code = ""
     lines = code.splitlines(True)
     linecache.cache[name] = (len(code), None, lines, name)
     stale = "<cell %d>" % (count - KEEP_CELLS)
     linecache.cache.pop(stale, None)
-    limit = int(req.get("limit") or 16384)
+    try:
+        limit = max(1024, int(req.get("limit") or 16384))
+    except (TypeError, ValueError):
+        limit = 16384
     out, err = Capture(limit), Capture(limit)
     stop = threading.Event()
+    os.dup2(DEVNULL, 0)  # the code may have closed it: no pipe of ours may land there
     r1, w1 = os.pipe()
     r2, w2 = os.pipe()
     os.dup2(w1, 1)
@@ -176,52 +185,54 @@ def execute(req):
     res = {"op": "result", "id": req.get("id"), "count": count}
     since = time.time()
     start = time.monotonic()
-    value = None
+    images = []
     try:
-        tree = ast.parse(code, name, "exec")
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
-        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-        body = compile(tree, name, "exec", flags=flags)
-        tail = compile(last, name, "eval", flags=flags) if last is not None else None
-        with State.lock:
-            State.running = req.get("id")
         try:
+            tree = ast.parse(code, name, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+            body = compile(tree, name, "exec", flags=flags)
+            tail = compile(last, name, "eval", flags=flags) if last is not None else None
+            # From here on an interrupt reaches the code, its value's
+            # repr and the drawing of its figures: all may take long.
+            with State.lock:
+                State.running = req.get("id")
             run(body)
             if tail is not None:
                 value = run(tail)
+                if value is not None:
+                    namespace["_"] = value
+                    res["value"] = bounded(repr(value), VALUE_LIMIT)
+            images = grab_figures(limit) or []
+            images += grab_outputs(since, MAX_IMAGES - len(images))
+        except BaseException as e:  # noqa: B036: the user's SystemExit and KeyboardInterrupt too
+            if os.getpid() != PID:
+                os._exit(0)  # a fork of the code's that got here
+            res["error"] = describe(e)
+            if isinstance(e, KeyboardInterrupt):
+                res["interrupted"] = True
         finally:
             with State.lock:
                 State.running = None
-        if value is not None:
-            namespace["_"] = value
-            res["value"] = bounded(repr(value), VALUE_LIMIT)
-    except BaseException as e:  # noqa: B036: the user's SystemExit and KeyboardInterrupt too
-        with State.lock:
-            State.running = None
+    finally:
         if os.getpid() != PID:
-            os._exit(0)  # a fork of the code's that got here
-        res["error"] = describe(e)
-        if isinstance(e, KeyboardInterrupt):
-            res["interrupted"] = True
-    if os.getpid() != PID:
-        os._exit(0)
-    for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
-            f.flush()
-        except Exception:
-            pass
-    os.dup2(DEVNULL, 1)
-    os.dup2(DEVNULL, 2)
-    for t in pumps:
-        t.join(0.2)
-    stop.set()
+            os._exit(0)
+        for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                f.flush()
+            except BaseException:
+                pass
+        os.dup2(DEVNULL, 1)
+        os.dup2(DEVNULL, 2)
+        deadline = time.monotonic() + 0.2
+        for t in pumps:
+            t.join(max(0, deadline - time.monotonic()))
+        stop.set()
     res["duration"] = time.monotonic() - start
     res["stdout"] = out.result()
     res["stderr"] = err.result()
-    images = grab_figures(limit) or []
-    images += grab_outputs(since, MAX_IMAGES - len(images))
     if images:
         res["images"] = images
     return res
@@ -239,17 +250,21 @@ def run(compiled):
 
 
 def describe(e):
-    tb = e.__traceback__
-    # Drop the driver's own frames: the trace starts in the user's cell.
-    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell "):
-        tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(e), e, tb))
-    if len(text) > TRACE_LIMIT:
-        text = "… [%d characters omitted] …\n" % (len(text) - TRACE_LIMIT) + text[-TRACE_LIMIT:]
-    msg = str(e)
-    if isinstance(e, SystemExit):
-        msg = repr(e.code)
-    return {"type": type(e).__name__, "message": bounded(msg, 4000), "traceback": text}
+    """The exception for the result; what the code's own __str__ or
+    __repr__ raises (an interrupt included) does not get out of here."""
+    kind = type(e).__name__
+    try:
+        tb = e.__traceback__
+        # Drop the driver's own frames: the trace starts in the user's cell.
+        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell "):
+            tb = tb.tb_next
+        text = "".join(traceback.format_exception(type(e), e, tb))
+        if len(text) > TRACE_LIMIT:
+            text = "… [%d characters omitted] …\n" % (len(text) - TRACE_LIMIT) + text[-TRACE_LIMIT:]
+        msg = repr(e.code) if isinstance(e, SystemExit) else str(e)
+        return {"type": kind, "message": bounded(msg, 4000), "traceback": text}
+    except BaseException as inner:
+        return {"type": kind, "message": "", "traceback": "%s (its message could not be shown: %s)\n" % (kind, type(inner).__name__)}
 
 
 def grab_figures(limit):

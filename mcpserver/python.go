@@ -152,28 +152,18 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	return result, nil
 }
 
-// maxImage bounds a figure the driver sends, decoded; maxImages the
-// figures of one call.
-const (
-	maxImage  = 1 << 20
-	maxImages = 8
-)
-
 var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 
 // pythonImages turns the driver's figures into image content, keeping
-// only well-formed PNGs within maxImage: they come from the sandbox.
+// only well-formed PNGs within pysession.MaxImage: they come from the
+// sandbox.
 func pythonImages(imgs []pysession.Image) (out []mcp.ImageContent, names, notes []string) {
-	if len(imgs) > maxImages {
-		notes = append(notes, fmt.Sprintf("%d images past the first %d were left out", len(imgs)-maxImages, maxImages))
-		imgs = imgs[:maxImages]
-	}
 	for _, img := range imgs {
 		if img.Error != "" {
 			notes = append(notes, "an image could not be attached: "+strings.ToValidUTF8(shorten(img.Error, 300), "?"))
 			continue
 		}
-		if len(img.Data) > base64.StdEncoding.EncodedLen(maxImage) {
+		if len(img.Data) > base64.StdEncoding.EncodedLen(pysession.MaxImage) {
 			notes = append(notes, "an image over 1 MiB was left out")
 			continue
 		}

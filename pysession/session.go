@@ -19,14 +19,17 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Starter prepares the engine command that runs the driver in the
-// sandbox (stdin and stdout left for the session to take), and done,
-// which ends what the driver left running in the sandbox once the
-// command is over.
-type Starter func() (cmd *exec.Cmd, done func(), err error)
+// sandbox (stdin and stdout left for the session to take), and end,
+// which ends the driver (its process id in the sandbox as it said, 0 if
+// it never did) and every process it started, and returns when that is
+// done. end is called once, before the command is killed, so that the
+// driver's process tree is still whole.
+type Starter func() (cmd *exec.Cmd, end func(pid int), err error)
 
 // Request is one call: code to run and how long it may take.
 type Request struct {
@@ -45,21 +48,20 @@ type Stream struct {
 	Head  string `json:"head"`
 	Tail  string `json:"tail"`
 	Total int64  `json:"total"`
+	// Omitted counts the bytes between Head and Tail left out.
+	Omitted int64 `json:"omitted"`
 }
 
 // Text is the stream as one string, with a mark where bytes were left out.
 func (s Stream) Text() string {
-	omitted := s.Total - int64(len(s.Head)) - int64(len(s.Tail))
-	if omitted <= 0 || s.Tail == "" {
+	if s.Omitted <= 0 {
 		return s.Head + s.Tail
 	}
-	return s.Head + fmt.Sprintf("\n… [%d bytes omitted] …\n", omitted) + s.Tail
+	return s.Head + fmt.Sprintf("\n… [%d bytes omitted] …\n", s.Omitted) + s.Tail
 }
 
 // Truncated reports whether bytes of the stream were left out.
-func (s Stream) Truncated() bool {
-	return s.Total > int64(len(s.Head))+int64(len(s.Tail))
-}
+func (s Stream) Truncated() bool { return s.Omitted > 0 }
 
 // Exception is what the code raised.
 type Exception struct {
@@ -114,10 +116,23 @@ const Grace = 5 * time.Second
 // engine exec's.
 const startWait = time.Minute
 
-// maxLine bounds a line from the driver. Its results carry two streams
-// of at most a few MiB (the caller's limit) and a few figures of 1 MiB
-// each, JSON-escaped; a longer line is a driver that is not ours.
-const maxLine = 64 << 20
+// Bounds on what the driver sends, which come from the sandbox: a line
+// (the ready line, then a result of two streams of the call's limit
+// and up to MaxImages images of MaxImage, JSON-escaped: a longer one is
+// a driver that is not ours) and the fields of a result.
+const (
+	readyLine   = 64 << 10
+	MaxImages   = 8
+	MaxImage    = 1 << 20
+	valueLimit  = 20000
+	traceLimit  = 20000
+	detailLimit = 4000
+)
+
+// lineFor bounds a result line of a call with the given output limit.
+func lineFor(limit int) int64 {
+	return int64(MaxImages)*(MaxImage*4/3+1024) + 12*int64(limit) + 6*(valueLimit+traceLimit+detailLimit) + 64<<10
+}
 
 // ErrEnded is the cause of errors from a session whose driver is gone.
 var ErrEnded = errors.New("the Python session ended")
@@ -130,16 +145,18 @@ type Session struct {
 	PID     int
 	Version string
 
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	done  func()
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	finish func(pid int)
 
 	turn    chan struct{} // held by the call that runs
 	results chan message
 	dead    chan struct{} // closed when the driver is gone
+	waited  chan struct{} // closed once the command was waited for
 	once    sync.Once
 	why     string // why it ended, set before dead closes
 	stderr  *tailBuffer
+	maxLine atomic.Int64 // the bound on the driver's next line
 
 	mu       sync.Mutex
 	next     int64
@@ -150,25 +167,29 @@ type Session struct {
 
 // Start runs the driver and waits for it to say it is ready.
 func Start(ctx context.Context, start Starter) (*Session, error) {
-	cmd, done, err := start()
+	cmd, finish, err := start()
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{cmd: cmd, done: done, turn: make(chan struct{}, 1), results: make(chan message, 1),
-		dead: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}, lastUsed: time.Now(), grace: Grace}
+	s := &Session{cmd: cmd, finish: finish, turn: make(chan struct{}, 1), results: make(chan message, 1),
+		dead: make(chan struct{}), waited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}, lastUsed: time.Now(), grace: Grace}
+	s.maxLine.Store(readyLine)
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = 2 * time.Second // a process the driver left holding the pipes
+	}
 	s.stdin, err = cmd.StdinPipe()
 	if err != nil {
-		done()
+		finish(0)
 		return nil, fmt.Errorf("python session: %w", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		done()
+		finish(0)
 		return nil, fmt.Errorf("python session: %w", err)
 	}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
-		done()
+		finish(0)
 		return nil, fmt.Errorf("python session: start: %w", err)
 	}
 	ready := make(chan message, 1)
@@ -176,16 +197,15 @@ func Start(ctx context.Context, start Starter) (*Session, error) {
 	wait := time.NewTimer(startWait)
 	defer wait.Stop()
 	select {
-	case m := <-ready:
-		s.PID, s.Version = m.PID, m.Version
+	case <-ready:
 		return s, nil
 	case <-s.dead:
 		return nil, s.endErr()
 	case <-wait.C:
-		s.end("its driver did not start within " + startWait.String())
+		s.end("its driver did not start within "+startWait.String(), true)
 		return nil, s.endErr()
 	case <-ctx.Done():
-		s.end("its start was cancelled")
+		s.end("its start was cancelled", true)
 		return nil, ctx.Err()
 	}
 }
@@ -195,23 +215,24 @@ func Start(ctx context.Context, start Starter) (*Session, error) {
 func (s *Session) read(r *bufio.Reader, ready chan<- message) {
 	first := true
 	for {
-		line, err := readLine(r, maxLine)
+		line, err := readLine(r, &s.maxLine)
 		if err != nil {
-			why := "its interpreter exited"
+			why, alive := "its interpreter exited", false
 			if !errors.Is(err, io.EOF) {
-				why = "its driver broke the protocol: " + err.Error()
+				why, alive = "its driver broke the protocol: "+err.Error(), true
 			}
-			s.end(why)
+			s.end(why, alive)
 			return
 		}
 		var m message
 		if err := json.Unmarshal(line, &m); err != nil {
-			s.end("its driver sent a line that is not JSON")
+			s.end("its driver sent a line that is not JSON", true)
 			return
 		}
 		switch {
 		case first && m.Op == "ready":
 			first = false
+			s.PID, s.Version = m.PID, shorten(m.Version, 40)
 			ready <- m
 		case !first && m.Op == "result":
 			select {
@@ -219,19 +240,20 @@ func (s *Session) read(r *bufio.Reader, ready chan<- message) {
 			default: // nobody asked for it
 			}
 		default:
-			s.end(fmt.Sprintf("its driver sent %q out of turn", shorten(m.Op, 40)))
+			s.end(fmt.Sprintf("its driver sent %q out of turn", shorten(m.Op, 40)), true)
 			return
 		}
 	}
 }
 
-// readLine reads one line of at most max bytes, without its newline.
-func readLine(r *bufio.Reader, max int) ([]byte, error) {
+// readLine reads one line of at most max bytes (read as the line comes:
+// a call sets it as it sends), without its newline.
+func readLine(r *bufio.Reader, max *atomic.Int64) ([]byte, error) {
 	var buf []byte
 	for {
 		chunk, err := r.ReadSlice('\n')
-		if len(buf)+len(chunk) > max {
-			return nil, fmt.Errorf("a line over %d bytes", max)
+		if bound := max.Load(); int64(len(buf)+len(chunk)) > bound {
+			return nil, fmt.Errorf("a line over %d bytes", bound)
 		}
 		buf = append(buf, chunk...)
 		switch {
@@ -247,25 +269,35 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// end ends the session, once: the engine command is killed, what the
-// driver left in the sandbox is ended, and callers are told why.
-func (s *Session) end(why string) {
+// end ends the session, once, and tells callers why at once. Behind
+// them, a driver that may still run (alive) and its processes are ended
+// in the sandbox before the engine command is killed, while its process
+// tree is whole; a driver that exited is waited for first, so that its
+// last words on stderr are kept for endErr.
+func (s *Session) end(why string, alive bool) {
 	s.once.Do(func() {
 		s.why = why
-		_ = s.stdin.Close()
-		if s.cmd.Process != nil {
-			_ = s.cmd.Process.Kill()
-		}
-		go func() {
-			_ = s.cmd.Wait()
-			s.done()
-		}()
+		pid := s.PID
 		close(s.dead)
+		go func() {
+			defer close(s.waited)
+			if alive {
+				s.finish(pid)
+			}
+			_ = s.stdin.Close()
+			if s.cmd.Process != nil {
+				_ = s.cmd.Process.Kill()
+			}
+			_ = s.cmd.Wait()
+			if !alive {
+				s.finish(pid)
+			}
+		}()
 	})
 }
 
 // Close ends the session.
-func (s *Session) Close(why string) { s.end(why) }
+func (s *Session) Close(why string) { s.end(why, true) }
 
 // Ended reports whether the session is over, and why.
 func (s *Session) Ended() (bool, string) {
@@ -288,6 +320,12 @@ func (s *Session) Idle(now time.Time) time.Duration {
 }
 
 func (s *Session) endErr() error {
+	// What the driver said last, once its command was waited for (the
+	// copy of its stderr ends then), within a bound.
+	select {
+	case <-s.waited:
+	case <-time.After(3 * time.Second):
+	}
 	msg := s.why
 	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
 		msg += ": " + shorten(tail, 2000)
@@ -318,6 +356,10 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
+	if err := ctx.Err(); err != nil { // it ended while both were ready
+		<-s.turn
+		return Result{}, err
+	}
 	defer func() {
 		s.mu.Lock()
 		s.lastUsed = time.Now()
@@ -333,11 +375,13 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 	case <-s.results:
 	default:
 	}
-	line, err := json.Marshal(map[string]any{"op": "run", "id": id, "code": req.Code, "limit": req.Limit})
+	limit := max(req.Limit, 1024)
+	line, err := json.Marshal(map[string]any{"op": "run", "id": id, "code": req.Code, "limit": limit})
 	if err != nil {
 		return Result{}, err
 	}
-	if err := s.send(ctx, line); err != nil {
+	s.maxLine.Store(lineFor(limit))
+	if err := s.send(line); err != nil {
 		return Result{}, err
 	}
 	var timeout <-chan time.Time
@@ -351,7 +395,7 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 		select {
 		case m := <-s.results:
 			if m.ID == id {
-				return m.Result, nil
+				return bound(m.Result, limit), nil
 			}
 		case <-s.dead:
 			return Result{}, s.endErr()
@@ -362,7 +406,7 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 	stop, _ := json.Marshal(map[string]any{"op": "interrupt", "id": id})
-	if err := s.send(context.Background(), stop); err != nil {
+	if err := s.send(stop); err != nil {
 		return Result{}, err
 	}
 	grace := time.NewTimer(s.grace)
@@ -371,23 +415,26 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 		select {
 		case m := <-s.results:
 			if m.ID == id {
-				if m.Interrupted {
-					m.InterruptedBy = why
+				r := bound(m.Result, limit)
+				if r.Interrupted {
+					r.InterruptedBy = why
 				}
-				return m.Result, nil
+				return r, nil
 			}
 		case <-s.dead:
 			return Result{}, s.endErr()
 		case <-grace.C:
-			s.end("its code did not stop on KeyboardInterrupt")
+			s.end("its code did not stop on KeyboardInterrupt", true)
 			return Result{}, &StopError{Why: why, Grace: s.grace}
 		}
 	}
 }
 
 // send writes one line to the driver. A driver that does not read it
-// within a bound (it is not ours, or it is stuck) ends the session.
-func (s *Session) send(ctx context.Context, line []byte) error {
+// within a bound (it is not ours, or it is stuck) ends the session. It
+// does not give up when a call's context ends: a line half written
+// would end the session, and the bound is short.
+func (s *Session) send(line []byte) error {
 	wrote := make(chan error, 1)
 	go func() {
 		_, err := s.stdin.Write(append(line, '\n'))
@@ -398,20 +445,53 @@ func (s *Session) send(ctx context.Context, line []byte) error {
 	select {
 	case err := <-wrote:
 		if err != nil {
-			s.end("its driver stopped reading")
+			s.end("its driver stopped reading", true)
 			return s.endErr()
 		}
 		return nil
 	case <-s.dead:
 		return s.endErr()
 	case <-t.C:
-		s.end("its driver stopped reading")
+		s.end("its driver stopped reading", true)
 		return s.endErr()
-	case <-ctx.Done():
-		// The line may be half written: the session cannot go on.
-		s.end("a call was cancelled while it was being sent")
-		return ctx.Err()
 	}
+}
+
+// bound holds a result from the driver (the sandbox's: its code can
+// write on the driver's pipes) to what the driver itself would send for
+// a call of this limit.
+func bound(r Result, limit int) Result {
+	half := max(limit/2, 1)
+	cut := func(st *Stream) {
+		if len(st.Head) > half {
+			st.Omitted += int64(len(st.Head) - half)
+			st.Head = strings.ToValidUTF8(st.Head[:half], "")
+		}
+		if len(st.Tail) > half {
+			st.Omitted += int64(len(st.Tail) - half)
+			st.Tail = strings.ToValidUTF8(st.Tail[len(st.Tail)-half:], "")
+		}
+		st.Omitted = max(st.Omitted, 0)
+		st.Total = max(st.Total, int64(len(st.Head)+len(st.Tail))+st.Omitted)
+	}
+	cut(&r.Stdout)
+	cut(&r.Stderr)
+	if r.Value != nil && len(*r.Value) > valueLimit+100 {
+		v := strings.ToValidUTF8((*r.Value)[:valueLimit], "") + "… [cut]"
+		r.Value = &v
+	}
+	if e := r.Error; e != nil {
+		e.Type = shorten(e.Type, 200)
+		e.Message = shorten(e.Message, detailLimit)
+		if len(e.Traceback) > traceLimit+100 {
+			e.Traceback = "… [cut] …" + strings.ToValidUTF8(e.Traceback[len(e.Traceback)-traceLimit:], "")
+		}
+	}
+	if len(r.Images) > MaxImages {
+		r.Images = r.Images[:MaxImages]
+	}
+	r.Seconds = min(max(r.Seconds, 0), 1e7)
+	return r
 }
 
 // tailBuffer keeps the last max bytes written to it.
@@ -441,5 +521,12 @@ func shorten(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// touch marks the session used now.
+func (s *Session) touch() {
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
 }

@@ -20,8 +20,8 @@ func local(t *testing.T) Starter {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 on this machine to run the driver with (the engine suites run it in sandboxes)")
 	}
-	return func() (*exec.Cmd, func(), error) {
-		return exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver), func() {}, nil
+	return func() (*exec.Cmd, func(int), error) {
+		return exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver), func(int) {}, nil
 	}
 }
 
@@ -193,7 +193,7 @@ func TestHostileDriver(t *testing.T) {
 		"never answers": `echo '{"op":"ready","pid":1}'; while read x; do :; done`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := func() (*exec.Cmd, func(), error) { return exec.Command("sh", "-c", script), func() {}, nil }
+			st := func() (*exec.Cmd, func(int), error) { return exec.Command("sh", "-c", script), func(int) {}, nil }
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			s, err := Start(ctx, st)
@@ -227,10 +227,10 @@ func TestOutputsComeBackAsImages(t *testing.T) {
 		t.Skip("no python3 on this machine to run the driver with (the engine suites run it in sandboxes)")
 	}
 	dir := t.TempDir()
-	s := start(t, func() (*exec.Cmd, func(), error) {
+	s := start(t, func() (*exec.Cmd, func(int), error) {
 		cmd := exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver)
 		cmd.Env = append(os.Environ(), "SANDBOX_OUTPUTS="+dir)
-		return cmd, func() {}, nil
+		return cmd, func(int) {}, nil
 	})
 	const png = "import os\ndef png(name):\n    with open(os.path.join(os.environ['SANDBOX_OUTPUTS'], name), 'wb') as f:\n        f.write(b'\\x89PNG\\r\\n\\x1a\\n' + b'x' * 10)\n"
 	r := run(t, s, png+"png('old.png')")

@@ -73,6 +73,7 @@ func (s *Set) Get(ctx context.Context, name string, start Starter) (sess *Sessio
 		if cur, ok := s.sessions[name]; ok {
 			over, why := cur.Ended()
 			if !over {
+				cur.touch() // not idle: a call wants it, and the reaper holds s.mu too
 				s.mu.Unlock()
 				return cur, "", nil
 			}

@@ -140,10 +140,11 @@ func (m *Manager) PythonSessions(name string) []pysession.Info {
 
 // pythonStarter prepares the engine exec of a session's driver in sb: in
 // the directory its shells are in, with the env tool's variables, its
-// processes marked with a run ID that ends them when the session ends
-// (and that the next server ends if this one is killed first).
+// processes marked with a run ID. Its end ends the driver and its
+// descendants (those that dropped the run ID too), and what carries the
+// run ID; the next server ends the latter if this one is killed first.
 func (m *Manager) pythonStarter(sb *Sandbox) pysession.Starter {
-	return func() (*exec.Cmd, func(), error) {
+	return func() (*exec.Cmd, func(pid int), error) {
 		wd := m.cfg.Workdir
 		if st, ok := sb.pool.State(); ok && st.Cwd != "" {
 			wd = st.Cwd
@@ -156,15 +157,24 @@ func (m *Manager) pythonStarter(sb *Sandbox) pysession.Starter {
 		spec := ExecSpec{Argv: []string{"sh", "-c", terminalPrelude + guest.PythonSessionScript, "sh", guest.PythonDriver},
 			Interactive: true, Workdir: wd, Env: map[string]string{guest.RunVar: runID}}
 		cmd := m.rt.ExecCommand(context.Background(), target, spec)
-		done := func() {
+		end := func(pid int) {
+			// The pid comes from the sandbox: a lie can only end
+			// processes of its own (never its PID 1, which would stop it).
+			self := pid > 1 && pid < noShell
+			if !self {
+				pid = noShell
+			}
+			finished := make(chan struct{})
 			m.spawn(func() {
+				defer close(finished)
 				kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, noShell, runID, false); err != nil {
+				if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, pid, runID, self); err != nil {
 					m.log.Debug("end a Python session's processes", "sandbox", sb.Name, "err", err)
 				}
 			})
+			<-finished
 		}
-		return cmd, done, nil
+		return cmd, end, nil
 	}
 }

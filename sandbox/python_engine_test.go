@@ -47,13 +47,15 @@ func TestPythonSessionsOnEngine(t *testing.T) {
 			}
 
 			// What the session started ends with it.
-			runPython(t, m, box, "default", "import subprocess\nchild = subprocess.Popen(['sleep', '1234'])")
+			// One child keeps the run ID, one drops it: both are the driver's.
+			runPython(t, m, box, "default", "import os, subprocess\nchild = subprocess.Popen(['sleep', '1234'])\n"+
+				"env = dict(os.environ)\nenv.pop('SANDBOX_MCP_RUN', None)\nother = subprocess.Popen(['sleep', '1234'], env=env)")
 			sleepers := func() string {
 				o := run(t, m, box, shell.Request{Command: `for p in /proc/[0-9]*; do tr '\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 1234' || true`})
 				return strings.TrimSpace(o.stdout)
 			}
-			if n := sleepers(); n != "1" {
-				t.Fatalf("the session's child is not seen running: %q", n)
+			if n := sleepers(); n != "2" {
+				t.Fatalf("the session's children are not seen running: %q", n)
 			}
 			if ended, err := m.ResetPython(box, "default"); err != nil || !ended {
 				t.Fatalf("reset: %v %v", ended, err)
@@ -90,10 +92,25 @@ func TestPythonSessionsOnEngine(t *testing.T) {
 				t.Fatalf("after a stop: %+v", res)
 			}
 
-			// A destroy ends the sessions, and a bad session name is refused.
+			// A destroy in the middle of a call ends it, promptly.
+			errc := make(chan error, 1)
+			go func() {
+				_, err := m.RunPython(guarded(t), box, "default", pysession.Request{Code: "import time\ntime.sleep(600)", Timeout: time.Hour, Limit: 1024})
+				errc <- err
+			}()
+			time.Sleep(time.Second)
 			if _, err := m.Destroy(guarded(t), box); err != nil {
 				t.Fatal(err)
 			}
+			select {
+			case err := <-errc:
+				if !errors.Is(err, pysession.ErrEnded) || !strings.Contains(err.Error(), "destroyed") {
+					t.Fatalf("a call under way at the destroy: %v", err)
+				}
+			case <-time.After(hangGuard):
+				t.Fatal("a call under way at the destroy still waits")
+			}
+			// A bad session name is refused.
 			var arg *sandbox.ArgError
 			if _, err := m.RunPython(guarded(t), box, "../x", pysession.Request{Code: "1"}); !errors.As(err, &arg) {
 				t.Fatalf("bad session name: %v", err)
