@@ -459,6 +459,18 @@ func scenarios(t *testing.T, s *server) {
 		if r = s.call(t, "python", map[string]any{"code": "kept"}); r.str("result") != "41" {
 			t.Fatalf("state after an interrupt: %+v", r)
 		}
+		r = s.callWith(t, "python", map[string]any{"code": "import time\nfor i in range(3):\n    print('pytick', i, flush=True)\n    time.sleep(1)"}, "py-progress")
+		if r.isError {
+			t.Fatal(r.text)
+		}
+		enginetest.WaitFor(t, "progress notifications with the newest output", func() error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !strings.Contains(strings.Join(s.progress, "|"), "pytick") {
+				return fmt.Errorf("progress: %q", s.progress)
+			}
+			return nil
+		})
 		if r = s.call(t, "python", map[string]any{"code": "kept", "session": "other"}); !r.isError || r.num("count") != 1 || !strings.Contains(r.text, "NameError") {
 			t.Fatalf("another session sees the first's variables: %+v", r)
 		}

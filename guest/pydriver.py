@@ -4,7 +4,9 @@
 #
 #   host -> driver  {"op":"run","id":N,"code":"...","limit":BYTES}
 #                   {"op":"interrupt","id":N}
+#                   {"op":"peek","id":N}
 #   driver -> host  {"op":"ready","pid":P,"version":"3.11.2"}
+#                   {"op":"progress","id":N,"total":BYTES,"newest":"..."}
 #                   {"op":"result","id":N,...}
 #
 # The user's code never sees those two pipes: it runs with stdin on
@@ -62,6 +64,7 @@ def send(obj):
 
 class State:
     running = None  # the id of the call whose code runs now
+    output = None  # its stdout and stderr captures
     lock = threading.Lock()
 
 
@@ -91,6 +94,14 @@ def read_requests():
             with State.lock:
                 if State.running is not None and State.running == req.get("id"):
                     signal.pthread_kill(MAIN, signal.SIGINT)
+        elif req.get("op") == "peek":
+            with State.lock:
+                if State.running is None or State.running != req.get("id") or State.output is None:
+                    continue
+                out, err = State.output
+                newest = bytes(out.tail[-400:] if out.tail else out.head[-400:])
+                total = out.total + err.total
+            send({"op": "progress", "id": req.get("id"), "total": total, "newest": newest.decode("utf-8", "replace")})
         elif req.get("op") == "run":
             calls.put(req)
 
@@ -199,6 +210,7 @@ def execute(req):
             # repr and the drawing of its figures: all may take long.
             with State.lock:
                 State.running = req.get("id")
+                State.output = (out, err)
             run(body)
             if tail is not None:
                 value = run(tail)
@@ -216,6 +228,7 @@ def execute(req):
         finally:
             with State.lock:
                 State.running = None
+                State.output = None
     finally:
         if os.getpid() != PID:
             os._exit(0)

@@ -318,6 +318,18 @@ func fmtDuration(d time.Duration) string {
 // startProgress sends a progress notification with the newest output every
 // second while a command runs, if the client asked for progress.
 func (s *Server) startProgress(ctx context.Context, req mcp.CallToolRequest, stdout, stderr *shell.Capture) func() {
+	return s.reportProgress(ctx, req, func(running time.Duration) string {
+		msg := fmt.Sprintf("running %s; %d bytes of output", running.Round(time.Second), stdout.Total()+stderr.Total())
+		if newest := stdout.Newest(progressBytes); len(newest) > 0 {
+			msg += "; newest: " + strings.ToValidUTF8(string(newest), "\uFFFD")
+		}
+		return msg
+	})
+}
+
+// reportProgress sends, when the call asked for progress, a notification
+// every progressEvery with status's message until the returned func runs.
+func (s *Server) reportProgress(ctx context.Context, req mcp.CallToolRequest, status func(running time.Duration) string) func() {
 	if req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
 		return func() {}
 	}
@@ -341,14 +353,10 @@ func (s *Server) startProgress(ctx context.Context, req mcp.CallToolRequest, std
 				return
 			case <-t.C:
 			}
-			msg := fmt.Sprintf("running %s; %d bytes of output", time.Since(start).Round(time.Second), stdout.Total()+stderr.Total())
-			if newest := stdout.Newest(progressBytes); len(newest) > 0 {
-				msg += "; newest: " + strings.ToValidUTF8(string(newest), "\uFFFD")
-			}
 			_ = srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
 				"progressToken": token,
 				"progress":      float64(n),
-				"message":       msg,
+				"message":       status(time.Since(start)),
 			})
 		}
 	}()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -81,7 +82,21 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 			return failure(ctx, "python", err), nil
 		}
 	}
-	res, err := s.m.RunPython(ctx, name, session, pysession.Request{Code: code, Timeout: time.Duration(timeout * float64(time.Second)), Limit: int(limit)})
+	var seen atomic.Pointer[string]
+	none := "no output yet"
+	seen.Store(&none)
+	stop := s.reportProgress(ctx, req, func(running time.Duration) string {
+		return fmt.Sprintf("running %s; %s", running.Round(time.Second), *seen.Load())
+	})
+	res, err := s.m.RunPython(ctx, name, session, pysession.Request{Code: code, Timeout: time.Duration(timeout * float64(time.Second)), Limit: int(limit),
+		Progress: func(total int64, newest string) {
+			msg := fmt.Sprintf("%d bytes of output", total)
+			if newest != "" {
+				msg += "; newest: " + newest
+			}
+			seen.Store(&msg)
+		}})
+	stop()
 	if err != nil {
 		var stop *pysession.StopError
 		if errors.As(err, &stop) {

@@ -40,7 +40,13 @@ type Request struct {
 	// Limit bounds each of stdout and stderr: the first and the last
 	// Limit/2 bytes are kept.
 	Limit int
+	// Progress, if set, is told every ProgressEvery while the code runs
+	// how many bytes it has written and the newest of its stdout.
+	Progress func(total int64, newest string)
 }
+
+// ProgressEvery is how often a running call's Progress is told.
+const ProgressEvery = time.Second
 
 // Stream is one output stream of a call: its first and last bytes, and
 // how many were written in all.
@@ -105,6 +111,9 @@ type message struct {
 	ID      int64  `json:"id"`
 	PID     int    `json:"pid"`
 	Version string `json:"version"`
+	// Total and Newest are a progress report's.
+	Total  int64  `json:"total"`
+	Newest string `json:"newest"`
 	Result
 }
 
@@ -149,14 +158,15 @@ type Session struct {
 	stdin  io.WriteCloser
 	finish func(pid int)
 
-	turn    chan struct{} // held by the call that runs
-	results chan message
-	dead    chan struct{} // closed when the driver is gone
-	waited  chan struct{} // closed once the command was waited for
-	once    sync.Once
-	why     string // why it ended, set before dead closes
-	stderr  *tailBuffer
-	maxLine atomic.Int64 // the bound on the driver's next line
+	turn     chan struct{} // held by the call that runs
+	results  chan message
+	progress chan message
+	dead     chan struct{} // closed when the driver is gone
+	waited   chan struct{} // closed once the command was waited for
+	once     sync.Once
+	why      string // why it ended, set before dead closes
+	stderr   *tailBuffer
+	maxLine  atomic.Int64 // the bound on the driver's next line
 
 	mu       sync.Mutex
 	next     int64
@@ -171,7 +181,7 @@ func Start(ctx context.Context, start Starter) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{cmd: cmd, finish: finish, turn: make(chan struct{}, 1), results: make(chan message, 1),
+	s := &Session{cmd: cmd, finish: finish, turn: make(chan struct{}, 1), results: make(chan message, 1), progress: make(chan message, 1),
 		dead: make(chan struct{}), waited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}, lastUsed: time.Now(), grace: Grace}
 	s.maxLine.Store(readyLine)
 	if cmd.WaitDelay == 0 {
@@ -238,6 +248,11 @@ func (s *Session) read(r *bufio.Reader, ready chan<- message) {
 			select {
 			case s.results <- m:
 			default: // nobody asked for it
+			}
+		case !first && m.Op == "progress":
+			select {
+			case s.progress <- m:
+			default:
 			}
 		default:
 			s.end(fmt.Sprintf("its driver sent %q out of turn", shorten(m.Op, 40)), true)
@@ -390,12 +405,27 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 		defer t.Stop()
 		timeout = t.C
 	}
+	var tick <-chan time.Time
+	if req.Progress != nil {
+		t := time.NewTicker(ProgressEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	peek, _ := json.Marshal(map[string]any{"op": "peek", "id": id})
 	why := ""
 	for why == "" {
 		select {
 		case m := <-s.results:
 			if m.ID == id {
 				return bound(m.Result, limit), nil
+			}
+		case <-tick:
+			if err := s.send(peek); err != nil {
+				return Result{}, err
+			}
+		case m := <-s.progress:
+			if m.ID == id {
+				req.Progress(max(m.Total, 0), strings.ToValidUTF8(shorten(m.Newest, 1000), ""))
 			}
 		case <-s.dead:
 			return Result{}, s.endErr()

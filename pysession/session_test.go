@@ -3,6 +3,7 @@ package pysession
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -244,5 +245,27 @@ func TestOutputsComeBackAsImages(t *testing.T) {
 	}
 	if r := run(t, s, "1"); len(r.Images) != 0 {
 		t.Fatalf("images again: %+v", r.Images)
+	}
+}
+
+// TestProgressWhileRunning: a call that asked for progress is told, while
+// its code runs, how much it wrote and its newest output.
+func TestProgressWhileRunning(t *testing.T) {
+	s := start(t, local(t))
+	var mu sync.Mutex
+	var seen []string
+	r, err := s.Run(t.Context(), Request{Code: "import time\nprint('first', flush=True)\ntime.sleep(2.5)\nprint('last')", Timeout: time.Minute, Limit: 4096,
+		Progress: func(total int64, newest string) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, fmt.Sprintf("%d:%s", total, newest))
+		}})
+	if err != nil || r.Stdout.Text() != "first\nlast\n" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) == 0 || !strings.Contains(seen[0], "6:first") {
+		t.Fatalf("progress: %q", seen)
 	}
 }
