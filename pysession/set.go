@@ -51,14 +51,6 @@ func NewSet() *Set {
 	return &Set{sessions: map[string]*Session{}, starting: map[string]chan struct{}{}, gone: map[string]string{}}
 }
 
-// Info describes a session.
-type Info struct {
-	Name    string        `json:"name"`
-	PID     int           `json:"pid"`
-	Version string        `json:"python"`
-	Idle    time.Duration `json:"-"`
-}
-
 // Get returns session name, started with start if it does not run. ended
 // says why the session of that name that ran before is gone, if one was
 // and ended by itself (its interpreter exited, its code did not stop):
@@ -132,22 +124,6 @@ func (s *Set) Reset(name string) bool {
 		sess.Close("it was reset")
 	}
 	return ok
-}
-
-// List describes the sessions that run, by name.
-func (s *Set) List() []Info {
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Info
-	for _, name := range s.namesLocked() {
-		sess := s.sessions[name]
-		if over, _ := sess.Ended(); over {
-			continue
-		}
-		out = append(out, Info{Name: name, PID: sess.PID, Version: sess.Version, Idle: sess.Idle(now)})
-	}
-	return out
 }
 
 func (s *Set) namesLocked() []string {

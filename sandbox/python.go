@@ -19,10 +19,8 @@ type PythonResult struct {
 	// Session is the session's name; Version its Python's.
 	Session string
 	Version string
-	// Fresh is set when the call started the session's interpreter:
-	// nothing of earlier calls is there. Ended says why the one before
-	// it, of the same name, is gone, when it ended by itself.
-	Fresh bool
+	// Ended says why the session's interpreter before this one is gone,
+	// when it ended by itself (Count is 1 on a new interpreter).
 	Ended string
 	Boot  BootInfo
 }
@@ -31,7 +29,7 @@ type PythonResult struct {
 // names one.
 const DefaultPythonSession = "default"
 
-// pythonSets is the Python sessions of a sandbox, made on first use.
+// pythonSet is the Python sessions of a sandbox, made on first use.
 func (s *Sandbox) pythonSet() *pysession.Set {
 	s.pyOnce.Do(func() {
 		s.py = pysession.NewSet()
@@ -100,7 +98,6 @@ func (m *Manager) RunPython(ctx context.Context, name, session string, req pyses
 	out.Version, out.Ended = sess.Version, ended
 	start := time.Now()
 	out.Result, err = sess.Run(ctx, req)
-	out.Fresh = out.Count == 1
 	rec := shell.Result{Duration: time.Since(start), TimedOut: out.InterruptedBy != "" && ctx.Err() == nil, Canceled: ctx.Err() != nil}
 	if out.Error != nil {
 		rec.ExitCode = 1
@@ -127,15 +124,6 @@ func (m *Manager) ResetPython(name, session string) (bool, error) {
 		return false, nil
 	}
 	return sb.pythonSet().Reset(session), nil
-}
-
-// PythonSessions lists the Python sessions that run in sandbox name.
-func (m *Manager) PythonSessions(name string) []pysession.Info {
-	sb, ok := m.Lookup(name)
-	if !ok {
-		return nil
-	}
-	return sb.pythonSet().List()
 }
 
 // pythonStarter prepares the engine exec of a session's driver in sb: in
