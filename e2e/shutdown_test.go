@@ -148,8 +148,9 @@ func exists(t *testing.T, rt sandbox.Runtime, ctr, path string) bool {
 }
 
 // historyEntry waits until a server's history of box has an entry whose
-// error contains why, and returns it.
-func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string) sandbox.HistoryEntry {
+// error contains why (and whose command starts with command[0], if
+// given), and returns it.
+func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string, command ...string) sandbox.HistoryEntry {
 	t.Helper()
 	var entry sandbox.HistoryEntry
 	enginetest.WaitFor(t, fmt.Sprintf("a history entry of %s that says %q", box, why), func() error {
@@ -163,7 +164,7 @@ func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string) sandbox.
 		b, _ := json.Marshal(res.StructuredContent)
 		_ = json.Unmarshal(b, &list)
 		for _, e := range list.Entries {
-			if strings.Contains(e.Error, why) {
+			if strings.Contains(e.Error, why) && (len(command) == 0 || strings.HasPrefix(e.Command, command[0])) {
 				entry = e
 				return nil
 			}
@@ -254,6 +255,11 @@ func TestKilledServerCommandsEndedByNext(t *testing.T) {
 		t.Fatal(text)
 	}
 	waitProcess(t, rt, ctr, "sleep 979")
+	// A Python session's child: ended too, and recorded.
+	if text, isErr := callText(t, a.cs, "python", map[string]any{"code": "import subprocess\nchild = subprocess.Popen(['sleep', '981'])", "sandbox": box}); isErr {
+		t.Fatal(text)
+	}
+	waitProcess(t, rt, ctr, "sleep 981")
 	// The command marks its processes as the command frame does, so the
 	// one that leaves its shell's tree can be found.
 	command := "export SANDBOX_MCP_RUN=" + strings.Repeat("5", 32) +
@@ -279,10 +285,13 @@ func TestKilledServerCommandsEndedByNext(t *testing.T) {
 		!strings.Contains(e.Error, "the server that ran it (pid "+strconv.Itoa(a.cmd.Process.Pid)+") was killed") {
 		t.Fatalf("history entry: %+v", e)
 	}
-	if e := historyEntry(t, b.cs, box, "processes still running and ended them"); e.Command != "terminal: sleep 979" || e.ExitCode != 137 {
+	if e := historyEntry(t, b.cs, box, "processes still running and ended them", "terminal"); e.Command != "terminal: sleep 979" || e.ExitCode != 137 {
 		t.Errorf("the terminal's history entry: %+v", e)
 	}
-	for args, want := range map[string]int{"sleep 976": 1, "sleep 977": 0, "sleep 978": 0, "sleep 979": 0} {
+	if e := historyEntry(t, b.cs, box, "processes still running and ended them", "python session"); e.Command != "python session default" || e.ExitCode != 137 {
+		t.Errorf("the Python session's history entry: %+v", e)
+	}
+	for args, want := range map[string]int{"sleep 976": 1, "sleep 977": 0, "sleep 978": 0, "sleep 979": 0, "sleep 981": 0} {
 		if n := processes(t, rt, ctr, args); n != want {
 			t.Errorf("%d × %q after the next server started, want %d", n, args, want)
 		}

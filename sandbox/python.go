@@ -77,14 +77,14 @@ func (m *Manager) RunPython(ctx context.Context, name, session string, req pyses
 		return out, err
 	}
 	awaitControl(ctx, sb)
-	sess, ended, err := sb.pythonSet().Get(ctx, session, m.pythonStarter(sb))
+	sess, ended, err := sb.pythonSet().Get(ctx, session, m.pythonStarter(sb, session))
 	if errors.Is(err, pysession.ErrEnded) && ctx.Err() == nil {
 		// Its container may have stopped behind the server's back (the
 		// idle watchdog, another server): boot it again, once.
 		nsb, boot2, rerr := m.recoverLost(ctx, sb)
 		if rerr == nil && nsb != sb {
 			sb, out.Boot = nsb, mergeBoot(out.Boot, boot2)
-			sess, ended, err = sb.pythonSet().Get(ctx, session, m.pythonStarter(sb))
+			sess, ended, err = sb.pythonSet().Get(ctx, session, m.pythonStarter(sb, session))
 			if ended == "" && boot2.Recovered != "" {
 				ended = "the sandbox " + boot2.Recovered
 			}
@@ -131,7 +131,7 @@ func (m *Manager) ResetPython(name, session string) (bool, error) {
 // processes marked with a run ID. Its end ends the driver and its
 // descendants (those that dropped the run ID too), and what carries the
 // run ID; the next server ends the latter if this one is killed first.
-func (m *Manager) pythonStarter(sb *Sandbox) pysession.Starter {
+func (m *Manager) pythonStarter(sb *Sandbox, session string) pysession.Starter {
 	return func() (*exec.Cmd, func(pid int), error) {
 		wd := m.cfg.Workdir
 		if st, ok := sb.pool.State(); ok && st.Cwd != "" {
@@ -140,7 +140,7 @@ func (m *Manager) pythonStarter(sb *Sandbox) pysession.Starter {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b)
 		runID := hex.EncodeToString(b)
-		m.trackRun(sb.Name, runID, "python session")
+		m.trackRun(sb.Name, runID, "python session "+session)
 		target := sb.own.target()
 		spec := ExecSpec{Argv: []string{"sh", "-c", terminalPrelude + guest.PythonSessionScript, "sh", guest.PythonDriver},
 			Interactive: true, Workdir: wd, Env: map[string]string{guest.RunVar: runID}}

@@ -227,31 +227,34 @@ func (m *Manager) removeOrphanTars(store SnapshotStore) {
 	}
 }
 
-// runsFile lists the terminal sessions of the server with id: "sandbox
-// runID command" lines, the command with its newlines folded.
+// runsFile lists the terminal and Python sessions of the server with id:
+// "sandbox runID =label" lines, the label (what the history records)
+// with its newlines folded. A line without the "=" is an older server's
+// terminal session: "sandbox runID command".
 func (m *Manager) runsFile(id string) string {
 	return filepath.Join(m.cfg.LockDir, m.serverKey(id)+".runs")
 }
 
-// trackRun lists a terminal session, so that the next server ends its
-// processes if this one is killed while it runs.
-func (m *Manager) trackRun(name, runID, command string) {
+// trackRun lists a session (a terminal's, a Python interpreter's), so
+// that the next server ends its processes, and records label in the
+// history, if this one is killed while it runs.
+func (m *Manager) trackRun(name, runID, label string) {
 	if m.cfg.LockDir == "" {
 		return
 	}
-	line := name + " " + runID + " " + strings.Join(strings.Fields(command), " ") + "\n"
+	line := name + " " + runID + " =" + strings.Join(strings.Fields(label), " ") + "\n"
 	stagingMu.Lock()
 	defer stagingMu.Unlock()
 	f, err := os.OpenFile(m.runsFile(m.serverID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		m.log.Warn("list a terminal session for the next server", "err", err)
+		m.log.Warn("list a session for the next server", "err", err)
 		return
 	}
 	defer f.Close()
 	_, _ = f.WriteString(line)
 }
 
-// endRuns ends, in each running sandbox, the terminal sessions the gone
+// endRuns ends, in each running sandbox, the sessions the gone
 // server id listed that still run, records each in the sandbox's
 // history, and removes the list. It reports whether every sandbox could
 // be asked (else the list stays for the next try).
@@ -272,14 +275,18 @@ func (m *Manager) endRuns(ctx context.Context, id string, running map[string]Con
 		}
 		n, err := (containerHost{rt: m.rt, name: idOr(c)}).killRunCount(ctx, f[1])
 		if err != nil {
-			m.log.Warn("end a killed server's terminal session", "sandbox", f[0], "err", err)
+			m.log.Warn("end a killed server's session", "sandbox", f[0], "err", err)
 			ok = false
 			continue
 		}
 		if n > 0 {
 			cmd := "terminal"
-			if len(f) == 3 && f[2] != "" {
-				cmd = "terminal: " + f[2]
+			if len(f) == 3 {
+				if label, ok := strings.CutPrefix(f[2], "="); ok && label != "" {
+					cmd = label
+				} else if f[2] != "" {
+					cmd = "terminal: " + f[2]
+				}
 			}
 			m.history.Add(f[0], cmd, shell.Result{ExitCode: 128 + 9}, fmt.Errorf("ended: the server that ran it was killed; a later server found %d of its processes still running and ended them", n))
 		}

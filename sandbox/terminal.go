@@ -61,7 +61,7 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string, col
 		Env: map[string]string{"TERM": "xterm-256color", guest.RunVar: runID}}
 	// Listed for the next server, which ends the session's processes if
 	// this one is killed first (sweep.go).
-	m.trackRun(name, runID, command)
+	m.trackRun(name, runID, "terminal: "+command)
 	release := sb.busy()
 	var once sync.Once
 	done = func() {
