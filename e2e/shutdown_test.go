@@ -177,7 +177,8 @@ func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string, command 
 // TestServerExitEndsCommands: when a server's input ends or it gets
 // SIGTERM, a command still running is ended inside the sandbox (nothing
 // of it runs on, nothing after it runs) and recorded as ended by the
-// shutdown, and the server exits with status 0.
+// shutdown, a Python session's processes are ended, and the server exits
+// with status 0.
 func TestServerExitEndsCommands(t *testing.T) {
 	enginetest.QuietDisk(t) // history lives in the state file
 	tg := enginetest.Targets(t)[0]
@@ -194,6 +195,11 @@ func TestServerExitEndsCommands(t *testing.T) {
 			if text, isErr := callText(t, p.cs, "exec", map[string]any{"command": "true", "sandbox": box}); isErr {
 				t.Fatal(text)
 			}
+			// A Python session's child goes with the server too.
+			if text, isErr := callText(t, p.cs, "python", map[string]any{"code": "import subprocess\nchild = subprocess.Popen(['sleep', '988'])", "sandbox": box}); isErr {
+				t.Fatal(text)
+			}
+			waitProcess(t, rt, ctr, "sleep 988")
 			command := "sleep 987; touch /workspace/after"
 			done := callAsync(p.cs, "exec", map[string]any{"command": command, "timeout": 600, "sandbox": box})
 			waitProcess(t, rt, ctr, "sleep 987")
@@ -218,6 +224,9 @@ func TestServerExitEndsCommands(t *testing.T) {
 
 			if n := processes(t, rt, ctr, "sleep 987"); n != 0 {
 				t.Fatal("the command runs on after the server exited")
+			}
+			if n := processes(t, rt, ctr, "sleep 988"); n != 0 {
+				t.Fatal("a Python session's child runs on after the server exited")
 			}
 			time.Sleep(time.Second) // what would follow sleep 987, had its shell lived
 			if exists(t, rt, ctr, "/workspace/after") {

@@ -155,7 +155,13 @@ func (s *Set) CloseIdle(d time.Duration) {
 	}
 }
 
-// Close ends every session, and any started later, telling callers why.
+// closeWait bounds how long Close waits for its sessions' processes to
+// be ended (an engine exec each, and the command's exit).
+const closeWait = 40 * time.Second
+
+// Close ends every session, and any started later, telling callers why,
+// and returns once their processes in the sandbox were ended (or
+// closeWait passed): its caller may be a server on its way out.
 func (s *Set) Close(why string) {
 	s.mu.Lock()
 	s.closed = why
@@ -164,5 +170,14 @@ func (s *Set) Close(why string) {
 	s.mu.Unlock()
 	for _, sess := range all {
 		sess.Close(why)
+	}
+	deadline := time.NewTimer(closeWait)
+	defer deadline.Stop()
+	for _, sess := range all {
+		select {
+		case <-sess.waited:
+		case <-deadline.C:
+			return
+		}
 	}
 }
