@@ -157,6 +157,9 @@ func (m *Manager) pythonStarter(sb *Sandbox, session string) pysession.Starter {
 				defer close(finished)
 				kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
+				if c, err := m.rt.Inspect(kctx, target); err != nil || !c.Running() {
+					return // stopped or gone: nothing of it runs
+				}
 				if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, pid, runID, self); err != nil {
 					m.log.Debug("end a Python session's processes", "sandbox", sb.Name, "err", err)
 				}
