@@ -149,10 +149,11 @@ var ErrEnded = errors.New("the Python session ended")
 // Session is one interpreter in a sandbox. Its calls run one at a time,
 // in the order they came.
 type Session struct {
-	// PID is the driver's process id in the sandbox; Version is its
-	// Python's.
-	PID     int
+	// Version is the driver's Python's, as it said.
 	Version string
+	// pid is the driver's process id in the sandbox, as it said; read by
+	// end, which may run as it is set.
+	pid atomic.Int64
 
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -242,7 +243,8 @@ func (s *Session) read(r *bufio.Reader, ready chan<- message) {
 		switch {
 		case first && m.Op == "ready":
 			first = false
-			s.PID, s.Version = m.PID, shorten(m.Version, 40)
+			s.pid.Store(int64(m.PID))
+			s.Version = shorten(m.Version, 40)
 			ready <- m
 		case !first && m.Op == "result":
 			select {
@@ -292,7 +294,7 @@ func readLine(r *bufio.Reader, max *atomic.Int64) ([]byte, error) {
 func (s *Session) end(why string, alive bool) {
 	s.once.Do(func() {
 		s.why = why
-		pid := s.PID
+		pid := int(s.pid.Load())
 		close(s.dead)
 		go func() {
 			defer close(s.waited)
