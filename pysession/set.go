@@ -86,7 +86,7 @@ func (s *Set) Get(ctx context.Context, name string, start Starter) (sess *Sessio
 		if n := len(s.sessions) + len(s.starting); n >= MaxSessions {
 			names := s.namesLocked()
 			s.mu.Unlock()
-			return nil, "", fmt.Errorf("%w: this sandbox has %d (%v), the most it may have: end one with python_reset", ErrTooMany, n, names)
+			return nil, "", fmt.Errorf("%w: this sandbox has %d (%v), the most it may have", ErrTooMany, n, names)
 		}
 		wait := make(chan struct{})
 		s.starting[name] = wait
