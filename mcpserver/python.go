@@ -103,7 +103,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 			return mcp.NewToolResultError(fmt.Sprintf("python in sandbox %q, session %q: %v", name, session, err)), nil
 		}
 		if errors.Is(err, pysession.ErrTooMany) {
-			return mcp.NewToolResultError(fmt.Sprintf("python in sandbox %q, session %q: %v: use one of them, or end one with reset=true on it", name, session, err)), nil
+			return mcp.NewToolResultError(fmt.Sprintf("python in sandbox %q, session %q: %v: run in one of them (reset=true starts one anew)", name, session, err)), nil
 		}
 		return failure(ctx, fmt.Sprintf("python in sandbox %q, session %q", name, session), err), nil
 	}
