@@ -477,6 +477,12 @@ func scenarios(t *testing.T, s *server) {
 		if r = s.call(t, "python", map[string]any{"code": "'kept' in dir()", "reset": true}); r.str("result") != "False" || r.num("count") != 1 {
 			t.Fatalf("reset: %+v", r)
 		}
+		if r = s.call(t, "python", map[string]any{"code": "", "reset": true, "session": "other"}); r.isError || !strings.Contains(r.text, "ended") {
+			t.Fatalf("ending a session: %+v", r)
+		}
+		if r = s.call(t, "python", map[string]any{"code": "", "reset": true, "session": "other"}); r.isError || !strings.Contains(r.text, "no session") {
+			t.Fatalf("ending it again: %+v", r)
+		}
 		// Figures: a stand-in for matplotlib.pyplot (the image need not
 		// have it) whose figure draws a real PNG; the second one is too big
 		// at any size and is left out with a note.
@@ -505,7 +511,7 @@ print("drawn")`
 		// The image's own matplotlib and pandas: a figure, a file saved
 		// into the outputs directory, and a frame shown as a table.
 		r = s.call(t, "python", map[string]any{"code": "import os\nimport matplotlib.pyplot as plt, pandas as pd\n" +
-			"plt.plot([1, 4, 9])\nplt.savefig(os.path.join(os.environ['SANDBOX_OUTPUTS'], 'squares.png'))\n" +
+			"plt.plot([1, 4, 9])\nplt.savefig(os.path.join(os.environ['SANDBOX_OUTPUTS'], 'squares.png'), dpi=50)\n" +
 			"pd.DataFrame({'n': [1, 2, 3], 'square': [1, 4, 9]})"})
 		if r.isError || len(r.images) != 2 || !strings.Contains(r.str("result"), "square") || !strings.Contains(r.text, "squares.png") {
 			t.Fatalf("matplotlib and pandas: %d images, %+v", len(r.images), r)

@@ -44,6 +44,7 @@ except OSError:
     pass
 
 PID = os.getpid()
+DRIVER_FILE = sys._getframe().f_code.co_filename  # "<string>", as python3 -c names it
 MAIN = threading.main_thread().ident
 VALUE_LIMIT = 20000
 TRACE_LIMIT = 20000
@@ -218,7 +219,7 @@ def execute(req):
                     namespace["_"] = value
                     res["value"] = bounded(repr(value), VALUE_LIMIT)
             images = grab_figures(limit) or []
-            images += grab_outputs(since, MAX_IMAGES - len(images))
+            images += grab_outputs(since, MAX_IMAGES - len(images), {i.get("data") for i in images})
         except BaseException as e:  # noqa: B036: the user's SystemExit and KeyboardInterrupt too
             if os.getpid() != PID:
                 os._exit(0)  # a fork of the code's that got here
@@ -267,11 +268,13 @@ def describe(e):
     __repr__ raises (an interrupt included) does not get out of here."""
     kind = type(e).__name__
     try:
-        tb = e.__traceback__
-        # Drop the driver's own frames: the trace starts in the user's cell.
-        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell "):
-            tb = tb.tb_next
-        text = "".join(traceback.format_exception(type(e), e, tb))
+        # The driver's own frames (its run() above the cell, its SIGINT
+        # handler below it) are left out: the trace is the user's code.
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != DRIVER_FILE]
+        text = "".join(traceback.format_list(frames))
+        if text:
+            text = "Traceback (most recent call last):\n" + text
+        text += "".join(traceback.format_exception_only(type(e), e))
         if len(text) > TRACE_LIMIT:
             text = "… [%d characters omitted] …\n" % (len(text) - TRACE_LIMIT) + text[-TRACE_LIMIT:]
         msg = repr(e.code) if isinstance(e, SystemExit) else str(e)
@@ -309,20 +312,24 @@ def grab_figures(limit):
     return out
 
 
-def grab_outputs(since, room):
+def grab_outputs(since, room, seen=()):
     """The PNG files written into OUTPUTS during the call, each under
     MAX_IMAGE (a bigger one drawn smaller when Pillow is there)."""
     out = []
-    if room <= 0:
-        return out
     try:
         entries = sorted(os.scandir(OUTPUTS), key=lambda e: e.name)[:1000]
     except OSError:
         return out
+    skipped = 0
     for e in entries:
-        if len(out) >= room:
-            break
         if not e.name.lower().endswith(".png"):
+            continue
+        if len(out) >= room:
+            try:
+                if e.stat(follow_symlinks=False).st_mtime >= since:
+                    skipped += 1
+            except OSError:
+                pass
             continue
         try:
             st = e.stat(follow_symlinks=False)
@@ -340,7 +347,12 @@ def grab_outputs(since, room):
             out.append({"error": "%s: %s: %s" % (e.path, type(err).__name__, err)})
             continue
         import base64
-        out.append({"format": "png", "data": base64.b64encode(data).decode("ascii"), "name": e.path})
+        encoded = base64.b64encode(data).decode("ascii")
+        if encoded in seen:
+            continue  # a figure the call also saved here
+        out.append({"format": "png", "data": encoded, "name": e.path})
+    if skipped:
+        out.append({"error": "%d more PNG files in %s were not attached (at most %d images a call)" % (skipped, OUTPUTS, MAX_IMAGES)})
     return out
 
 

@@ -78,8 +78,16 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 		return argError("python: %v", err), nil
 	}
 	if req.GetBool("reset", false) {
-		if _, err := s.m.ResetPython(name, session); err != nil {
+		ended, err := s.m.ResetPython(name, session)
+		if err != nil {
 			return failure(ctx, "python", err), nil
+		}
+		if strings.TrimSpace(code) == "" { // only the end of the session was asked for
+			text := fmt.Sprintf("session %q of sandbox %q ended; its processes are gone", session, name)
+			if !ended {
+				text = fmt.Sprintf("no session %q runs in sandbox %q", session, name)
+			}
+			return mcp.NewToolResultStructured(PythonOutput{Sandbox: name, Session: session}, text), nil
 		}
 	}
 	var seen atomic.Pointer[string]
@@ -103,7 +111,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 			return mcp.NewToolResultError(fmt.Sprintf("python in sandbox %q, session %q: %v", name, session, err)), nil
 		}
 		if errors.Is(err, pysession.ErrTooMany) {
-			return mcp.NewToolResultError(fmt.Sprintf("python in sandbox %q, session %q: %v: run in one of them (reset=true starts one anew)", name, session, err)), nil
+			return mcp.NewToolResultError(fmt.Sprintf("python in sandbox %q, session %q: %v: run in one of them, or end one with reset=true and empty code", name, session, err)), nil
 		}
 		return failure(ctx, fmt.Sprintf("python in sandbox %q, session %q", name, session), err), nil
 	}

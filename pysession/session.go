@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -40,8 +41,9 @@ type Request struct {
 	// Limit bounds each of stdout and stderr: the first and the last
 	// Limit/2 bytes are kept.
 	Limit int
-	// Progress, if set, is told every ProgressEvery while the code runs
-	// how many bytes it has written and the newest of its stdout.
+	// Progress, if set, is told about every ProgressEvery/2 while the
+	// code runs how many bytes it has written and the newest of its
+	// stdout.
 	Progress func(total int64, newest string)
 }
 
@@ -165,7 +167,8 @@ type Session struct {
 	dead     chan struct{} // closed when the driver is gone
 	waited   chan struct{} // closed once the command was waited for
 	once     sync.Once
-	why      string // why it ended, set before dead closes
+	why      string      // why it ended, set before dead closes
+	killed   atomic.Bool // the host killed the command (its status says nothing)
 	stderr   *tailBuffer
 	maxLine  atomic.Int64 // the bound on the driver's next line
 
@@ -211,7 +214,7 @@ func Start(ctx context.Context, start Starter) (*Session, error) {
 	case <-ready:
 		return s, nil
 	case <-s.dead:
-		return nil, s.endErr()
+		return nil, fmt.Errorf("could not start: %w", s.endErr())
 	case <-wait.C:
 		s.end("its driver did not start within "+startWait.String(), true)
 		return nil, s.endErr()
@@ -302,10 +305,27 @@ func (s *Session) end(why string, alive bool) {
 				s.finish(pid)
 			}
 			_ = s.stdin.Close()
-			if s.cmd.Process != nil {
-				_ = s.cmd.Process.Kill()
-			}
+			exited := make(chan struct{})
+			go func() {
+				// A driver that exited by itself takes its command
+				// with it; one that did not, or a command that lingers,
+				// is killed.
+				t := time.NewTimer(5 * time.Second)
+				defer t.Stop()
+				if !alive {
+					select {
+					case <-exited:
+						return
+					case <-t.C:
+					}
+				}
+				s.killed.Store(true)
+				if s.cmd.Process != nil {
+					_ = s.cmd.Process.Kill()
+				}
+			}()
 			_ = s.cmd.Wait()
+			close(exited)
 			if !alive {
 				s.finish(pid)
 			}
@@ -337,17 +357,47 @@ func (s *Session) Idle(now time.Time) time.Duration {
 }
 
 func (s *Session) endErr() error {
-	// What the driver said last, once its command was waited for (the
-	// copy of its stderr ends then), within a bound.
-	select {
-	case <-s.waited:
-	case <-time.After(3 * time.Second):
-	}
+	// What the driver said last, and how it ended, once its command was
+	// waited for (the copy of its stderr ends then), within a bound.
+	waited := s.wait(3 * time.Second)
 	msg := s.why
+	if waited && s.cmd.ProcessState != nil && !s.killed.Load() {
+		msg += " (" + exitText(s.cmd.ProcessState) + ")"
+	}
 	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
 		msg += ": " + shorten(tail, 2000)
 	}
 	return fmt.Errorf("%w: %s", ErrEnded, msg)
+}
+
+// wait waits at most d for the session's command to be over; it reports
+// whether it was.
+func (s *Session) wait(d time.Duration) bool {
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-s.waited:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// exitText says how the driver's command ended, as the engine tells
+// (it passes the process's status on; 128+N is signal N).
+func exitText(ps *os.ProcessState) string {
+	code := ps.ExitCode()
+	switch {
+	case code == 137:
+		return "exit status 137: killed (SIGKILL), often for want of memory"
+	case code == 139:
+		return "exit status 139: a segmentation fault"
+	case code > 128 && code < 160:
+		return fmt.Sprintf("exit status %d: signal %d", code, code-128)
+	case code >= 0:
+		return fmt.Sprintf("exit status %d", code)
+	}
+	return ps.String()
 }
 
 // StopError is a call whose code did not stop on KeyboardInterrupt
@@ -409,7 +459,8 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 	}
 	var tick <-chan time.Time
 	if req.Progress != nil {
-		t := time.NewTicker(ProgressEvery)
+		// Twice per report, so that the one the caller sends is fresh.
+		t := time.NewTicker(ProgressEvery / 2)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -519,9 +570,20 @@ func bound(r Result, limit int) Result {
 			e.Traceback = "… [cut] …" + strings.ToValidUTF8(e.Traceback[len(e.Traceback)-traceLimit:], "")
 		}
 	}
-	if len(r.Images) > MaxImages {
-		r.Images = r.Images[:MaxImages]
+	var images []Image
+	pictures, notes := 0, 0
+	for _, img := range r.Images {
+		switch {
+		case img.Error == "" && pictures < MaxImages:
+			pictures++
+			images = append(images, img)
+		case img.Error != "" && notes < MaxImages:
+			notes++
+			img.Data = ""
+			images = append(images, img)
+		}
 	}
+	r.Images = images
 	r.Seconds = min(max(r.Seconds, 0), 1e7)
 	return r
 }

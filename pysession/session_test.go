@@ -113,6 +113,9 @@ func TestHangingCodeIsInterrupted(t *testing.T) {
 	if err != nil || !r.Interrupted || r.Error == nil || r.Error.Type != "KeyboardInterrupt" || !strings.Contains(r.InterruptedBy, "timeout") {
 		t.Fatalf("%+v %v", r, err)
 	}
+	if tb := r.Error.Traceback; !strings.Contains(tb, "time.sleep(60)") || strings.Contains(tb, "on_sigint") || strings.Contains(tb, "<string>") {
+		t.Fatalf("the traceback is not the user's code alone:\n%s", tb)
+	}
 	if r := run(t, s, "kept"); value(r) != "'yes'" {
 		t.Fatalf("state lost after an interrupt: %+v", r)
 	}
@@ -151,7 +154,7 @@ func TestBadCodeCannotBreakTheDriver(t *testing.T) {
 	if r := run(t, s, "'after fork'"); value(r) != "'after fork'" {
 		t.Fatalf("%+v", r)
 	}
-	if _, err := s.Run(t.Context(), Request{Code: "import os\nos._exit(3)", Timeout: time.Minute}); !errors.Is(err, ErrEnded) {
+	if _, err := s.Run(t.Context(), Request{Code: "import os\nos._exit(3)", Timeout: time.Minute}); !errors.Is(err, ErrEnded) || !strings.Contains(err.Error(), "exit status 3") {
 		t.Fatalf("os._exit: %v", err)
 	}
 	s2, ended, err := set.Get(t.Context(), "default", st)
@@ -245,6 +248,10 @@ func TestOutputsComeBackAsImages(t *testing.T) {
 	}
 	if r := run(t, s, "1"); len(r.Images) != 0 {
 		t.Fatalf("images again: %+v", r.Images)
+	}
+	r = run(t, s, "for i in range(10):\n    png('many-%d.png' % i)")
+	if len(r.Images) != 9 || r.Images[8].Error == "" || !strings.Contains(r.Images[8].Error, "2 more PNG files") {
+		t.Fatalf("ten files: %d images, last %+v", len(r.Images), r.Images[len(r.Images)-1])
 	}
 }
 

@@ -115,6 +115,9 @@ func (s *Set) Get(ctx context.Context, name string, start Starter) (sess *Sessio
 }
 
 // Reset ends session name; it reports whether one ran.
+// It returns once the session's processes were ended (or closeWait
+// passed), so that code run next does not meet them (a port still
+// bound, a file still written).
 func (s *Set) Reset(name string) bool {
 	s.mu.Lock()
 	sess, ok := s.sessions[name]
@@ -122,6 +125,7 @@ func (s *Set) Reset(name string) bool {
 	s.mu.Unlock()
 	if ok {
 		sess.Close("it was reset")
+		sess.wait(closeWait)
 	}
 	return ok
 }
@@ -171,13 +175,8 @@ func (s *Set) Close(why string) {
 	for _, sess := range all {
 		sess.Close(why)
 	}
-	deadline := time.NewTimer(closeWait)
-	defer deadline.Stop()
+	deadline := time.Now().Add(closeWait)
 	for _, sess := range all {
-		select {
-		case <-sess.waited:
-		case <-deadline.C:
-			return
-		}
+		sess.wait(time.Until(deadline))
 	}
 }
