@@ -121,24 +121,33 @@ func stdinArg(req mcp.CallToolRequest) ([]byte, *mcp.CallToolResult) {
 // and output writers.
 type runFunc func(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
 
-// runCommand runs a command for exec-like tools and shapes the result.
-// runCommand runs a command tool (exec, python, install) and shapes its
-// result. With redraws, progress lines rewritten in place keep only their
-// last state (see redrawWriter).
-func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what string, defTimeout float64, redraws bool, run runFunc) (*mcp.CallToolResult, error) {
+// commandArgs reads the arguments every command tool takes: the
+// sandbox, the timeout in seconds and max_output. A bad one gives the
+// tool's error result.
+func commandArgs(req mcp.CallToolRequest, what string, defTimeout float64) (name string, timeout float64, limit int, bad *mcp.CallToolResult) {
 	name, err := sandboxArg(req)
 	if err != nil {
-		return argError("%s: %v", what, err), nil
+		return "", 0, 0, argError("%s: %v", what, err)
 	}
-	timeout, err := numberArg(req, "timeout", defTimeout, 1, maxTimeout, "seconds")
+	timeout, err = numberArg(req, "timeout", defTimeout, 1, maxTimeout, "seconds")
 	if err != nil {
-		return argError("%s: %v", what, err), nil
+		return "", 0, 0, argError("%s: %v", what, err)
 	}
 	limit64, err := intArg(req, "max_output", defaultMaxOutput, 1024, maxMaxOutput)
 	if err != nil {
-		return argError("%s: %v", what, err), nil
+		return "", 0, 0, argError("%s: %v", what, err)
 	}
-	limit := int(limit64)
+	return name, timeout, int(limit64), nil
+}
+
+// runCommand runs a command tool (exec, install) and shapes its result.
+// With redraws, progress lines rewritten in place keep only their last
+// state (see redrawWriter).
+func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what string, defTimeout float64, redraws bool, run runFunc) (*mcp.CallToolResult, error) {
+	name, timeout, limit, bad := commandArgs(req, what, defTimeout)
+	if bad != nil {
+		return bad, nil
+	}
 	encoding := req.GetString("encoding", "text")
 	if encoding != "text" && encoding != "base64" {
 		return argError("%s: encoding must be text or base64", what), nil

@@ -61,20 +61,12 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	if err != nil {
 		return argError("python: `code` is required"), nil
 	}
-	name, err := sandboxArg(req)
-	if err != nil {
-		return argError("python: %v", err), nil
+	name, timeout, limit, bad := commandArgs(req, "python", defaultTimeout)
+	if bad != nil {
+		return bad, nil
 	}
 	session := req.GetString("session", sandbox.DefaultPythonSession)
 	if err := pysession.ValidateName(session); err != nil {
-		return argError("python: %v", err), nil
-	}
-	timeout, err := numberArg(req, "timeout", defaultTimeout, 1, maxTimeout, "seconds")
-	if err != nil {
-		return argError("python: %v", err), nil
-	}
-	limit, err := intArg(req, "max_output", defaultMaxOutput, 1024, maxMaxOutput)
-	if err != nil {
 		return argError("python: %v", err), nil
 	}
 	if req.GetBool("reset", false) {
@@ -96,7 +88,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	stop := s.reportProgress(ctx, req, func(running time.Duration) string {
 		return fmt.Sprintf("running %s; %s", running.Round(time.Second), *seen.Load())
 	})
-	res, err := s.m.RunPython(ctx, name, session, pysession.Request{Code: code, Timeout: time.Duration(timeout * float64(time.Second)), Limit: int(limit),
+	res, err := s.m.RunPython(ctx, name, session, pysession.Request{Code: code, Timeout: time.Duration(timeout * float64(time.Second)), Limit: limit,
 		Progress: func(total int64, newest string) {
 			msg := fmt.Sprintf("%d bytes of output", total)
 			if newest != "" {

@@ -2,8 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os/exec"
 	"time"
@@ -133,13 +131,7 @@ func (m *Manager) ResetPython(name, session string) (bool, error) {
 // run ID; the next server ends the latter if this one is killed first.
 func (m *Manager) pythonStarter(sb *Sandbox, session string) pysession.Starter {
 	return func() (*exec.Cmd, func(pid int), error) {
-		wd := m.cfg.Workdir
-		if st, ok := sb.pool.State(); ok && st.Cwd != "" {
-			wd = st.Cwd
-		}
-		b := make([]byte, 16)
-		_, _ = rand.Read(b)
-		runID := hex.EncodeToString(b)
+		wd, runID := m.sessionStart(sb)
 		m.trackRun(sb.Name, runID, "python session "+session)
 		target := sb.own.target()
 		spec := ExecSpec{Argv: []string{"sh", "-c", terminalPrelude + guest.PythonSessionScript, "sh", guest.PythonDriver},

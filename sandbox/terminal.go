@@ -43,13 +43,7 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string, col
 	if command == "" {
 		command = loginShell
 	}
-	wd := m.cfg.Workdir
-	if st, ok := sb.pool.State(); ok && st.Cwd != "" {
-		wd = st.Cwd
-	}
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	runID := hex.EncodeToString(b)
+	wd, runID := m.sessionStart(sb)
 	target := sb.own.target()
 	prelude := terminalPrelude
 	if cols > 0 && rows > 0 {
@@ -86,4 +80,17 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string, col
 		cmd.SysProcAttr.Setpgid = false
 	}
 	return cmd, done, nil
+}
+
+// sessionStart is where a session of sb (a terminal, a Python
+// interpreter) starts, the directory its shells are in, and a new run ID
+// to mark its processes with.
+func (m *Manager) sessionStart(sb *Sandbox) (wd, runID string) {
+	wd = m.cfg.Workdir
+	if st, ok := sb.pool.State(); ok && st.Cwd != "" {
+		wd = st.Cwd
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return wd, hex.EncodeToString(b)
 }
