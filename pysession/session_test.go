@@ -21,8 +21,11 @@ func local(t *testing.T) Starter {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 on this machine to run the driver with (the engine suites run it in sandboxes)")
 	}
+	outputs := t.TempDir() // not the driver's default, /tmp/outputs, on this machine
 	return func() (*exec.Cmd, func(int), error) {
-		return exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver), func(int) {}, nil
+		cmd := exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver)
+		cmd.Env = append(os.Environ(), "SANDBOX_OUTPUTS="+outputs)
+		return cmd, func(int) {}, nil
 	}
 }
 
