@@ -39,10 +39,6 @@ func (s *Server) observe(t *telemetry.Telemetry, transport string) server.ToolHa
 			attrs := make([]telemetry.Attr, 0, 10)
 			attrs = append(attrs, telemetry.Attr{Key: "mcp.method.name", Value: "tools/call"},
 				telemetry.Attr{Key: "gen_ai.tool.name", Value: tool}, telemetry.Attr{Key: "network.transport", Value: transport})
-			if errType != "" {
-				attrs = append(attrs, telemetry.Attr{Key: "error.type", Value: errType})
-			}
-			t.Operations.Record(took, attrs...)
 			if tool == "exec" {
 				t.Exec.Record(took)
 			}
@@ -55,24 +51,18 @@ func (s *Server) observe(t *telemetry.Telemetry, transport string) server.ToolHa
 					t.Bytes.Add(float64(tr.Bytes), telemetry.Attr{Key: "direction", Value: dir})
 				}
 			}
-			if !t.Tracing() {
-				return res, err
-			}
 			traceparent := ""
 			if m := req.Params.Meta; m != nil {
 				traceparent, _ = m.AdditionalFields["traceparent"].(string)
 			}
 			span := telemetry.Span{Name: "tools/call " + tool, Start: start, End: end, Error: errType}
-			span.TraceID, span.ParentID, span.SpanID = telemetry.NewIDs(traceparent)
-			attrs = append(attrs, telemetry.Attr{Key: "gen_ai.operation.name", Value: "execute_tool"})
-			if name := s.callSandbox(tool, req.GetArguments()); name != "" {
-				attrs = append(attrs, telemetry.Attr{Key: "sandbox.name", Value: name})
-			}
-			if v := server.RequestProtocolVersion(ctx); v != "" {
-				attrs = append(attrs, telemetry.Attr{Key: "mcp.protocol.version", Value: v})
-			}
-			span.Attrs = attrs
-			t.Exporter.Offer(span)
+			recordOperation(ctx, t, span, traceparent, attrs, func() []telemetry.Attr {
+				more := []telemetry.Attr{{Key: "gen_ai.operation.name", Value: "execute_tool"}}
+				if name := s.callSandbox(tool, req.GetArguments()); name != "" {
+					more = append(more, telemetry.Attr{Key: "sandbox.name", Value: name})
+				}
+				return more
+			})
 			return res, err
 		}
 	}
@@ -125,24 +115,14 @@ func observeRequests(h *server.Hooks, t *telemetry.Telemetry, transport string) 
 		attrs := make([]telemetry.Attr, 0, 7)
 		attrs = append(attrs, telemetry.Attr{Key: "mcp.method.name", Value: string(method)},
 			telemetry.Attr{Key: "network.transport", Value: transport})
-		if errType != "" {
-			attrs = append(attrs, telemetry.Attr{Key: "error.type", Value: errType})
-		}
-		t.Operations.Record(end.Sub(start).Seconds(), attrs...)
-		if !t.Tracing() {
-			return
-		}
 		span := telemetry.Span{Name: string(method), Start: start, End: end, Error: errType}
-		span.TraceID, span.ParentID, span.SpanID = telemetry.NewIDs("")
-		attrs = append(attrs, telemetry.Attr{Key: "jsonrpc.request.id", Value: fmt.Sprint(id)})
-		if r, ok := message.(*mcp.ReadResourceRequest); ok {
-			attrs = append(attrs, telemetry.Attr{Key: "mcp.resource.uri", Value: r.Params.URI})
-		}
-		if v := server.RequestProtocolVersion(ctx); v != "" {
-			attrs = append(attrs, telemetry.Attr{Key: "mcp.protocol.version", Value: v})
-		}
-		span.Attrs = attrs
-		t.Exporter.Offer(span)
+		recordOperation(ctx, t, span, "", attrs, func() []telemetry.Attr {
+			more := []telemetry.Attr{{Key: "jsonrpc.request.id", Value: fmt.Sprint(id)}}
+			if r, ok := message.(*mcp.ReadResourceRequest); ok {
+				more = append(more, telemetry.Attr{Key: "mcp.resource.uri", Value: r.Params.URI})
+			}
+			return more
+		})
 	}
 	h.AddOnSuccess(func(ctx context.Context, id any, method mcp.MCPMethod, message, _ any) {
 		done(ctx, id, method, message, "")
@@ -155,4 +135,27 @@ func observeRequests(h *server.Hooks, t *telemetry.Telemetry, transport string) 
 		}
 		done(ctx, id, method, message, errType)
 	})
+}
+
+// recordOperation records one MCP request, span's name, times and
+// error type filled in: in the operation histogram, labelled with attrs
+// and its error.type, and, when spans are exported, as span, in the
+// caller's trace when traceparent names one, with attrs, what spanAttrs
+// adds (asked only then: a metric never carries them) and the protocol
+// revision.
+func recordOperation(ctx context.Context, t *telemetry.Telemetry, span telemetry.Span, traceparent string, attrs []telemetry.Attr, spanAttrs func() []telemetry.Attr) {
+	if span.Error != "" {
+		attrs = append(attrs, telemetry.Attr{Key: "error.type", Value: span.Error})
+	}
+	t.Operations.Record(span.End.Sub(span.Start).Seconds(), attrs...)
+	if !t.Tracing() {
+		return
+	}
+	span.TraceID, span.ParentID, span.SpanID = telemetry.NewIDs(traceparent)
+	attrs = append(attrs, spanAttrs()...)
+	if v := server.RequestProtocolVersion(ctx); v != "" {
+		attrs = append(attrs, telemetry.Attr{Key: "mcp.protocol.version", Value: v})
+	}
+	span.Attrs = attrs
+	t.Exporter.Offer(span)
 }
