@@ -12,6 +12,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
@@ -178,7 +179,7 @@ var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 func pythonImages(imgs []pysession.Image) (out []mcp.ImageContent, names, notes []string) {
 	for _, img := range imgs {
 		if img.Error != "" {
-			notes = append(notes, "an image could not be attached: "+strings.ToValidUTF8(shorten(img.Error, 300), "?"))
+			notes = append(notes, "an image could not be attached: "+strings.ToValidUTF8(textcut.Shorten(img.Error, 300), "?"))
 			continue
 		}
 		if len(img.Data) > base64.StdEncoding.EncodedLen(pysession.MaxImage) {
@@ -191,14 +192,7 @@ func pythonImages(imgs []pysession.Image) (out []mcp.ImageContent, names, notes 
 			continue
 		}
 		out = append(out, mcp.NewImageContent(img.Data, "image/png"))
-		names = append(names, strings.ToValidUTF8(shorten(img.Name, 200), "?"))
+		names = append(names, strings.ToValidUTF8(textcut.Shorten(img.Name, 200), "?"))
 	}
 	return out, names, notes
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 )
 
 // Starter prepares the engine command that runs the driver in the
@@ -247,7 +249,7 @@ func (s *Session) read(r *bufio.Reader, ready chan<- message) {
 		case first && m.Op == "ready":
 			first = false
 			s.pid.Store(int64(m.PID))
-			s.Version = shorten(m.Version, 40)
+			s.Version = textcut.Shorten(m.Version, 40)
 			ready <- m
 		case !first && m.Op == "result":
 			select {
@@ -260,7 +262,7 @@ func (s *Session) read(r *bufio.Reader, ready chan<- message) {
 			default:
 			}
 		default:
-			s.end(fmt.Sprintf("its driver sent %q out of turn", shorten(m.Op, 40)), true)
+			s.end(fmt.Sprintf("its driver sent %q out of turn", textcut.Shorten(m.Op, 40)), true)
 			return
 		}
 	}
@@ -365,7 +367,7 @@ func (s *Session) endErr() error {
 		msg += " (" + exitText(s.cmd.ProcessState) + ")"
 	}
 	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
-		msg += ": " + shorten(tail, 2000)
+		msg += ": " + textcut.Shorten(tail, 2000)
 	}
 	return fmt.Errorf("%w: %s", ErrEnded, msg)
 }
@@ -478,7 +480,7 @@ func (s *Session) Run(ctx context.Context, req Request) (Result, error) {
 			}
 		case m := <-s.progress:
 			if m.ID == id {
-				req.Progress(max(m.Total, 0), strings.ToValidUTF8(shorten(m.Newest, 1000), ""))
+				req.Progress(max(m.Total, 0), strings.ToValidUTF8(textcut.Shorten(m.Newest, 1000), ""))
 			}
 		case <-s.dead:
 			return Result{}, s.endErr()
@@ -564,8 +566,8 @@ func bound(r Result, limit int) Result {
 		r.Value = &v
 	}
 	if e := r.Error; e != nil {
-		e.Type = shorten(e.Type, 200)
-		e.Message = shorten(e.Message, detailLimit)
+		e.Type = textcut.Shorten(e.Type, 200)
+		e.Message = textcut.Shorten(e.Message, detailLimit)
 		if len(e.Traceback) > traceLimit+100 {
 			e.Traceback = "… [cut] …" + strings.ToValidUTF8(e.Traceback[len(e.Traceback)-traceLimit:], "")
 		}
@@ -609,13 +611,6 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(bytes.ToValidUTF8(t.b, []byte("?")))
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // touch marks the session used now.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 )
 
 // MaxSessions bounds the sessions of one sandbox: each is an interpreter
@@ -27,7 +29,7 @@ var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 // '.' or '-', starting with a letter or digit.
 func ValidateName(name string) error {
 	if !validName.MatchString(name) {
-		return fmt.Errorf("session name %q: use 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit", shorten(name, 80))
+		return fmt.Errorf("session name %q: use 1 to 63 letters, digits, '_', '.' or '-', starting with a letter or digit", textcut.Shorten(name, 80))
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -209,7 +210,7 @@ func (m *Manager) AgentStatus(ctx context.Context, in Info) AgentState {
 	out, err := m.rt.Exec(ctx, target, ExecSpec{Argv: []string{"uname", "-m"}})
 	fields := strings.Fields(string(out.Stdout))
 	if err == nil && (out.ExitCode != 0 || len(fields) == 0) {
-		err = fmt.Errorf("exit %d: %s", out.ExitCode, shorten(strings.TrimSpace(string(out.Stderr)), 200))
+		err = fmt.Errorf("exit %d: %s", out.ExitCode, textcut.Shorten(strings.TrimSpace(string(out.Stderr)), 200))
 	}
 	if err != nil {
 		return AgentState{State: AgentUnknown, Reason: "could not ask the sandbox its machine: " + err.Error()}
@@ -384,7 +385,7 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		br := bufio.NewReader(stdout)
 		if err := awaitInstalled(ctx, br, stdin, bin.Data, stop); err != nil {
 			if head, _, _ := errb.Parts(); len(head) > 0 {
-				err = fmt.Errorf("%w (it said: %s)", err, shorten(strings.TrimSpace(string(head)), 300))
+				err = fmt.Errorf("%w (it said: %s)", err, textcut.Shorten(strings.TrimSpace(string(head)), 300))
 			}
 			return nil, &agentUnusable{err: fmt.Errorf("install the agent: %w", err)}
 		}
@@ -395,7 +396,7 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 	if err != nil {
 		_ = stop()
 		if head, _, _ := errb.Parts(); len(head) > 0 {
-			err = fmt.Errorf("%w (it said: %s)", err, shorten(strings.TrimSpace(string(head)), 300))
+			err = fmt.Errorf("%w (it said: %s)", err, textcut.Shorten(strings.TrimSpace(string(head)), 300))
 		}
 		if errors.Is(err, agent.ErrStale) && !reinstall {
 			return nil, err
@@ -429,7 +430,7 @@ func awaitInstalled(ctx context.Context, r *bufio.Reader, w io.Writer, data []by
 			return
 		}
 		if strings.TrimSpace(line) != installedLine {
-			done <- fmt.Errorf("sandbox-ctl was not installed: it printed %q", shorten(line, 100))
+			done <- fmt.Errorf("sandbox-ctl was not installed: it printed %q", textcut.Shorten(line, 100))
 			return
 		}
 		done <- nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -211,10 +212,10 @@ func checkWrite(req WriteRequest, want, op string, out []byte, stderr string, re
 	sent := int64(len(req.Data))
 	if res.TimedOut || res.Canceled {
 		// What landed is unknown: the write was stopped part way.
-		return Written{}, &ScriptError{Op: op, ExitCode: res.ExitCode, Stderr: shorten(stderr, 300), TimedOut: res.TimedOut}
+		return Written{}, &ScriptError{Op: op, ExitCode: res.ExitCode, Stderr: textcut.Shorten(stderr, 300), TimedOut: res.TimedOut}
 	}
 	we := &WriteError{Path: req.Path, Append: req.Append, Sent: sent, Landed: -1, Size: -1,
-		ExitCode: res.ExitCode, Detail: shorten(stderr, 300)}
+		ExitCode: res.ExitCode, Detail: textcut.Shorten(stderr, 300)}
 	st, ok := guest.ParseWriteStatus(out)
 	if !ok {
 		// The script stopped before writing (a directory, a device, a
@@ -380,7 +381,7 @@ func (m *Manager) holdFile(ctx context.Context, name string, req WriteRequest, m
 		return Written{}, err
 	}
 	if res.ExitCode == guest.ExitInPlaceOnly {
-		return Written{}, &WriteError{Path: req.Path, ExitCode: res.ExitCode, Detail: shorten(stderr, 300), Landed: -1, Size: -1}
+		return Written{}, &WriteError{Path: req.Path, ExitCode: res.ExitCode, Detail: textcut.Shorten(stderr, 300), Landed: -1, Size: -1}
 	}
 	w, err := checkWrite(req, want, op, out, stderr, res)
 	if err == nil {
@@ -396,7 +397,7 @@ func (m *Manager) batchScript(ctx context.Context, name, what, script, manifest 
 		Command: "(set -- '" + manifest + "'\n" + script + "\n)", Trusted: true, Timeout: scriptTimeout, Stdout: io.Discard, Stderr: &errb,
 	})
 	if err == nil && (res.ExitCode != 0 || res.TimedOut) {
-		err = fmt.Errorf("exit %d: %s", res.ExitCode, shorten(errb.String(), 300))
+		err = fmt.Errorf("exit %d: %s", res.ExitCode, textcut.Shorten(errb.String(), 300))
 	}
 	if err != nil {
 		return fmt.Errorf("batch_write in sandbox %q: %s: %w", name, what, err)
@@ -446,7 +447,7 @@ func (m *Manager) runRead(ctx context.Context, name, path, script string, limit 
 	failed := strings.Contains(stderr, guest.ReadFailedMark) && int64(len(data)) < limit
 	if res.TimedOut || res.ExitCode != 0 || failed {
 		msg := strings.TrimSpace(strings.ReplaceAll(stderr, guest.ReadFailedMark, ""))
-		se := &ScriptError{Op: op, ExitCode: res.ExitCode, Stderr: shorten(msg, 300), TimedOut: res.TimedOut}
+		se := &ScriptError{Op: op, ExitCode: res.ExitCode, Stderr: textcut.Shorten(msg, 300), TimedOut: res.TimedOut}
 		if res.ExitCode == guest.ExitNotRegular && !res.TimedOut {
 			return nil, fmt.Errorf("%w; read_file reads regular files only: for a device or fifo use exec with a bound, e.g. `head -c 64 /dev/urandom | base64`", se)
 		}
@@ -472,14 +473,4 @@ func (m *Manager) runFileScript(ctx context.Context, name, label, script string,
 	}
 	head, _, _ := errb.Parts()
 	return out.Bytes(), strings.TrimSpace(string(head)), res, nil
-}
-
-// shorten keeps the first n bytes of s (whole UTF-8 sequences), marking a
-// cut with "…".
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = strings.ToValidUTF8(s[:n], "")
-	return s + "…"
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 )
 
 // TestWriteErrorSaysWhatLanded: every failed write names its cause, what
@@ -48,10 +49,10 @@ func TestWriteErrorSaysWhatLanded(t *testing.T) {
 }
 
 func TestShorten(t *testing.T) {
-	if got := shorten("héllo", 2); got != "h…" {
+	if got := textcut.Shorten("héllo", 2); got != "h…" {
 		t.Errorf("%q", got)
 	}
-	if got := shorten("abc", 3); got != "abc" {
+	if got := textcut.Shorten("abc", 3); got != "abc" {
 		t.Errorf("%q", got)
 	}
 }

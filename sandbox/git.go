@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/redact"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -112,10 +113,10 @@ func (m *Manager) GitClone(ctx context.Context, name string, req CloneRequest) (
 		case res.Canceled:
 			why = "cancelled"
 		}
-		return Cloned{}, fmt.Errorf("git clone of %s in sandbox %q failed (%s): %s", red(repo), name, why, shorten(strings.TrimSpace(text), 2000))
+		return Cloned{}, fmt.Errorf("git clone of %s in sandbox %q failed (%s): %s", red(repo), name, why, textcut.Shorten(strings.TrimSpace(text), 2000))
 	}
 	text = strings.TrimSpace(text[:strings.LastIndex(text, guest.GitCloneMark)])
-	return Cloned{Repo: red(repo), Path: where, Commit: commit, Output: shorten(text, 4000), Took: took}, nil
+	return Cloned{Repo: red(repo), Path: where, Commit: commit, Output: textcut.Shorten(text, 4000), Took: took}, nil
 }
 
 // splitCredentials takes the credentials out of repo's address. Over

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 )
 
 // Networks. Where the engine makes networks (Networker: podman, docker),
@@ -109,7 +110,7 @@ func (m *Manager) refreshHosts(ctx context.Context) {
 		}
 		argv := append([]string{"sh", "-c", hostsScript, "sh"}, lines...)
 		if out, err := m.rt.Exec(ctx, a.Name, ExecSpec{Argv: argv, User: "root"}); err != nil || out.ExitCode != 0 {
-			m.log.Debug("write hosts entries", "sandbox", a.Labels[LabelName], "err", err, "stderr", shorten(string(out.Stderr), 200))
+			m.log.Debug("write hosts entries", "sandbox", a.Labels[LabelName], "err", err, "stderr", textcut.Shorten(string(out.Stderr), 200))
 		}
 	}
 }

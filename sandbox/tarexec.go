@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -141,7 +142,7 @@ func (sb *Sandbox) viaShell(ctx context.Context, what, script string, stdin []by
 	}
 	if res.TimedOut || res.ShellLost || res.ExitCode != 0 {
 		head, _, _ := errb.Parts()
-		return fmt.Errorf("%s sandbox %q: exit %d: %s", what, sb.Name, res.ExitCode, shorten(strings.TrimSpace(string(head)), 400))
+		return fmt.Errorf("%s sandbox %q: exit %d: %s", what, sb.Name, res.ExitCode, textcut.Shorten(strings.TrimSpace(string(head)), 400))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 )
 
 // This file is the Manager's side of moving files between the host and a
@@ -262,7 +263,7 @@ func (m *Manager) transferFailed(ctx context.Context, sb *Sandbox, what, p strin
 	case strings.Contains(msg, "Permission denied"):
 		cause = "permission denied; "
 	}
-	return fmt.Errorf("%s sandbox %q at %s failed (tar exit %d): %s%s; %s", what, sb.Name, p, code, cause, shorten(msg, 600), after)
+	return fmt.Errorf("%s sandbox %q at %s failed (tar exit %d): %s%s; %s", what, sb.Name, p, code, cause, textcut.Shorten(msg, 600), after)
 }
 
 // busy marks the sandbox in use until the returned func runs, so the idle
