@@ -277,10 +277,9 @@ def describe(e):
         text += "".join(traceback.format_exception_only(type(e), e))
         if len(text) > TRACE_LIMIT:
             text = "… [%d characters omitted] …\n" % (len(text) - TRACE_LIMIT) + text[-TRACE_LIMIT:]
-        msg = repr(e.code) if isinstance(e, SystemExit) else str(e)
-        return {"type": kind, "message": bounded(msg, 4000), "traceback": text}
+        return {"type": kind, "traceback": text}
     except BaseException as inner:
-        return {"type": kind, "message": "", "traceback": "%s (its message could not be shown: %s)\n" % (kind, type(inner).__name__)}
+        return {"type": kind, "traceback": "%s (its message could not be shown: %s)\n" % (kind, type(inner).__name__)}
 
 
 def grab_figures(limit):

@@ -31,16 +31,9 @@ type PythonOutput struct {
 	// Result is the repr of the last expression's value (not None).
 	Result *string `json:"result,omitempty"`
 	// Error is the exception the code raised.
-	Error       *PythonError `json:"error,omitempty"`
-	Interrupted bool         `json:"interrupted,omitempty"`
-	DurationMS  int64        `json:"duration_ms"`
-}
-
-// PythonError is an exception: its type's name, and the traceback (whose
-// last line has the message).
-type PythonError struct {
-	Type      string `json:"type"`
-	Traceback string `json:"traceback"`
+	Error       *pysession.Exception `json:"error,omitempty"`
+	Interrupted bool                 `json:"interrupted,omitempty"`
+	DurationMS  int64                `json:"duration_ms"`
 }
 
 func (s *Server) pythonTool() tool {
@@ -111,11 +104,8 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 	out := PythonOutput{
 		Sandbox: name, Session: session, Count: res.Count,
 		Stdout: res.Stdout.Text(), Stderr: res.Stderr.Text(), Truncated: res.Stdout.Truncated() || res.Stderr.Truncated(),
-		Result: res.Value, Interrupted: res.Interrupted,
+		Result: res.Value, Error: res.Error, Interrupted: res.Interrupted,
 		DurationMS: int64(res.Seconds * 1000),
-	}
-	if res.Error != nil {
-		out.Error = &PythonError{Type: res.Error.Type, Traceback: res.Error.Traceback}
 	}
 	images, names, notes := pythonImages(res.Images)
 

@@ -73,10 +73,10 @@ func (s Stream) Text() string {
 // Truncated reports whether bytes of the stream were left out.
 func (s Stream) Truncated() bool { return s.Omitted > 0 }
 
-// Exception is what the code raised.
+// Exception is what the code raised: its type's name, and the traceback
+// (whose last line has the message).
 type Exception struct {
 	Type      string `json:"type"`
-	Message   string `json:"message"`
 	Traceback string `json:"traceback"`
 }
 
@@ -134,17 +134,16 @@ const startWait = time.Minute
 // and up to MaxImages images of MaxImage, JSON-escaped: a longer one is
 // a driver that is not ours) and the fields of a result.
 const (
-	readyLine   = 64 << 10
-	MaxImages   = 8
-	MaxImage    = 1 << 20
-	valueLimit  = 20000
-	traceLimit  = 20000
-	detailLimit = 4000
+	readyLine  = 64 << 10
+	MaxImages  = 8
+	MaxImage   = 1 << 20
+	valueLimit = 20000
+	traceLimit = 20000
 )
 
 // lineFor bounds a result line of a call with the given output limit.
 func lineFor(limit int) int64 {
-	return int64(MaxImages)*(MaxImage*4/3+1024) + 12*int64(limit) + 6*(valueLimit+traceLimit+detailLimit) + 64<<10
+	return int64(MaxImages)*(MaxImage*4/3+1024) + 12*int64(limit) + 6*(valueLimit+traceLimit) + 64<<10
 }
 
 // ErrEnded is the cause of errors from a session whose driver is gone.
@@ -567,7 +566,6 @@ func bound(r Result, limit int) Result {
 	}
 	if e := r.Error; e != nil {
 		e.Type = textcut.Shorten(e.Type, 200)
-		e.Message = textcut.Shorten(e.Message, detailLimit)
 		if len(e.Traceback) > traceLimit+100 {
 			e.Traceback = "… [cut] …" + strings.ToValidUTF8(e.Traceback[len(e.Traceback)-traceLimit:], "")
 		}
