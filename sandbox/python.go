@@ -140,23 +140,10 @@ func (m *Manager) pythonStarter(sb *Sandbox, session string) pysession.Starter {
 		end := func(pid int) {
 			// The pid comes from the sandbox: a lie can only end
 			// processes of its own (never its PID 1, which would stop it).
-			self := pid > 1 && pid < noShell
-			if !self {
+			if pid <= 1 || pid >= noShell {
 				pid = noShell
 			}
-			finished := make(chan struct{})
-			m.spawn(func() {
-				defer close(finished)
-				kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if c, err := m.rt.Inspect(kctx, target); err != nil || !c.Running() {
-					return // stopped or gone: nothing of it runs
-				}
-				if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, pid, runID, self); err != nil {
-					m.log.Debug("end a Python session's processes", "sandbox", sb.Name, "err", err)
-				}
-			})
-			<-finished
+			<-m.endSession(sb.Name, target, "a Python session", pid, runID)
 		}
 		return cmd, end, nil
 	}

@@ -61,13 +61,7 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string, col
 	done = func() {
 		once.Do(func() {
 			release()
-			m.spawn(func() {
-				kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // after the Manager closes, too
-				defer cancel()
-				if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, noShell, runID, false); err != nil {
-					m.log.Debug("end a terminal session's processes", "sandbox", name, "err", err)
-				}
-			})
+			m.endSession(name, target, "a terminal session", noShell, runID)
 		})
 	}
 	// The session outlives the call that opens it: its own context.
@@ -93,4 +87,25 @@ func (m *Manager) sessionStart(sb *Sandbox) (wd, runID string) {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return wd, hex.EncodeToString(b)
+}
+
+// endSession ends, in the background, the processes of a session of
+// sandbox name (a terminal's, a Python interpreter's) in its container
+// target: those marked with runID, and the process pid with its
+// descendants when pid is not noShell. The returned channel closes when
+// that is done. A container that no longer runs has nothing of it left.
+func (m *Manager) endSession(name, target, what string, pid int, runID string) <-chan struct{} {
+	finished := make(chan struct{})
+	m.spawn(func() {
+		defer close(finished)
+		kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // after the Manager closes, too
+		defer cancel()
+		if c, err := m.rt.Inspect(kctx, target); err != nil || !c.Running() {
+			return
+		}
+		if err := (containerHost{rt: m.rt, name: target}).KillRun(kctx, pid, runID, pid != noShell); err != nil {
+			m.log.Debug("end "+what+"'s processes", "sandbox", name, "err", err)
+		}
+	})
+	return finished
 }
