@@ -195,7 +195,7 @@ def execute(req):
     for t in pumps:
         t.start()
     res = {"op": "result", "id": req.get("id"), "count": count}
-    since = time.time()
+    before = outputs_state()
     start = time.monotonic()
     images = []
     try:
@@ -219,7 +219,7 @@ def execute(req):
                     namespace["_"] = value
                     res["value"] = bounded(repr(value), VALUE_LIMIT)
             images = grab_figures(limit) or []
-            images += grab_outputs(since, MAX_IMAGES - len(images), {i.get("data") for i in images})
+            images += grab_outputs(before, MAX_IMAGES - len(images), {i.get("data") for i in images})
         except BaseException as e:  # noqa: B036: the user's SystemExit and KeyboardInterrupt too
             if os.getpid() != PID:
                 os._exit(0)  # a fork of the code's that got here
@@ -311,30 +311,47 @@ def grab_figures(limit):
     return out
 
 
-def grab_outputs(since, room, seen=()):
-    """The PNG files written into OUTPUTS during the call, each under
-    MAX_IMAGE (a bigger one drawn smaller when Pillow is there)."""
-    out = []
+def png_entries():
+    """The first 1000 PNG entries of OUTPUTS by name, or none."""
     try:
-        entries = sorted(os.scandir(OUTPUTS), key=lambda e: e.name)[:1000]
+        with os.scandir(OUTPUTS) as it:
+            entries = [e for e in it if e.name.lower().endswith(".png")]
     except OSError:
-        return out
+        return []
+    return sorted(entries, key=lambda e: e.name)[:1000]
+
+
+def stamp(entry):
+    """What tells a rewritten file from the one seen before: a file's
+    clock is the kernel's coarse one, so a time taken by the call cannot
+    be compared with it."""
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode)
+
+
+def outputs_state():
+    """The PNG files in OUTPUTS before a call, by name."""
+    return {e.name: stamp(e) for e in png_entries()}
+
+
+def grab_outputs(before, room, seen=()):
+    """The PNG files written into OUTPUTS during the call (new, or changed
+    since `before`), each under MAX_IMAGE (a bigger one drawn smaller when
+    Pillow is there)."""
+    out = []
     skipped = 0
-    for e in entries:
-        if not e.name.lower().endswith(".png"):
+    for e in png_entries():
+        st = stamp(e)
+        if st is None or before.get(e.name) == st or not stat.S_ISREG(st[3]):
             continue
         if len(out) >= room:
-            try:
-                if e.stat(follow_symlinks=False).st_mtime >= since:
-                    skipped += 1
-            except OSError:
-                pass
+            skipped += 1
             continue
         try:
-            st = e.stat(follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode) or st.st_mtime < since:
-                continue
-            if st.st_size > MAX_IMAGE:
+            if st[2] > MAX_IMAGE:
                 data = shrink(e.path)
                 if data is None:
                     out.append({"error": "%s is over 1 MiB and could not be drawn smaller: download it" % e.path})

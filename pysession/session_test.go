@@ -252,6 +252,10 @@ func TestOutputsComeBackAsImages(t *testing.T) {
 	if r := run(t, s, "1"); len(r.Images) != 0 {
 		t.Fatalf("images again: %+v", r.Images)
 	}
+	// A file written again in a later call is new again.
+	if r := run(t, s, "png('old.png')"); len(r.Images) != 1 || r.Images[0].Name != dir+"/old.png" {
+		t.Fatalf("a rewritten file: %+v", r.Images)
+	}
 	r = run(t, s, "for i in range(10):\n    png('many-%d.png' % i)")
 	if len(r.Images) != 9 || r.Images[8].Error == "" || !strings.Contains(r.Images[8].Error, "2 more PNG files") {
 		t.Fatalf("ten files: %d images, last %+v", len(r.Images), r.Images[len(r.Images)-1])
