@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/ctl"
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -104,6 +106,10 @@ func (k *Keeper) Spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 
 // spawn starts a child of parent, which exists (it may be calling).
 func (k *Keeper) spawn(ctx context.Context, parent string, p ctl.SpawnParams) (ctl.Child, error) {
+	mode, allow, err := spawnNetwork(p)
+	if err != nil {
+		return ctl.Child{}, err
+	}
 	held, err := k.opt.Locks.Lock(ctx, lockKey, "spawn a child of "+parent)
 	if err != nil {
 		return ctl.Child{}, err
@@ -120,7 +126,8 @@ func (k *Keeper) spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 		return ctl.Child{}, err
 	}
 	rec := state.Child{Name: d.Name, Parent: parent, Root: d.Root, Image: d.Image, CPUs: d.CPUs, Memory: int64(d.Memory),
-		Created: now.UTC(), Expires: d.Expires.UTC(), Peers: d.Peers, PortForward: d.PortForward, Reset: d.Reset, Snapshot: d.Snapshot}
+		Created: now.UTC(), Expires: d.Expires.UTC(), Peers: d.Peers, PortForward: d.PortForward, Reset: d.Reset, Snapshot: d.Snapshot,
+		Network: mode, Allow: allow}
 	if d.Policy != nil {
 		rec.Policy, _ = json.Marshal(d.Policy)
 	}
@@ -184,9 +191,50 @@ func (k *Keeper) spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 	return out, nil
 }
 
-// profileOf is the profile and labels every boot of a child uses.
+// Bounds of what a spawn may ask of its child's network.
+const (
+	maxSpawnAllow     = 64  // patterns
+	maxSpawnAllowSize = 300 // bytes of one pattern
+)
+
+// spawnNetwork checks what a spawn asks of its child's network, which
+// comes from inside a sandbox, and returns the mode and patterns to
+// record: a request can only narrow (a child never gets more than its
+// parent, whatever it asks).
+func spawnNetwork(p ctl.SpawnParams) (mode string, allow []string, err error) {
+	switch p.Network {
+	case "", egress.ModeAllowlist, egress.ModeNone:
+	case egress.ModeOpen:
+		return "", nil, ctl.Errorf(ctl.CodeInvalidRequest, "network open: a child gets at most its parent's network; ask for none or allowlist, or leave it out")
+	default:
+		return "", nil, ctl.Errorf(ctl.CodeInvalidRequest, "network %q: want none or allowlist", textcut.Shorten(p.Network, 40))
+	}
+	if len(p.Allow) == 0 {
+		return p.Network, nil, nil
+	}
+	if p.Network == egress.ModeNone {
+		return "", nil, ctl.Errorf(ctl.CodeInvalidRequest, "allow with network none: a child without a network reaches nothing")
+	}
+	if len(p.Allow) > maxSpawnAllow {
+		return "", nil, ctl.Errorf(ctl.CodeInvalidRequest, "%d allow patterns: at most %d", len(p.Allow), maxSpawnAllow)
+	}
+	for _, a := range p.Allow {
+		if len(a) > maxSpawnAllowSize {
+			return "", nil, ctl.Errorf(ctl.CodeInvalidRequest, "allow %q: longer than %d bytes", textcut.Shorten(a, 40), maxSpawnAllowSize)
+		}
+		if _, err := egress.ParseRule(a); err != nil {
+			return "", nil, ctl.Errorf(ctl.CodeInvalidRequest, "allow: %v", err)
+		}
+	}
+	return egress.ModeAllowlist, slices.Clone(p.Allow), nil
+}
+
+// profileOf is the profile and labels every boot of a child uses. The
+// network its spawn asked for is the profile's network and allow (the
+// manager puts allow on a level of its own in the child's policy chain).
 func profileOf(r state.Child) (sandbox.Profile, map[string]string) {
-	prof := sandbox.Profile{Image: r.Image, CPUs: r.CPUs, Memory: spawn.Bytes(r.Memory).String(), IdleTTL: "off"}
+	prof := sandbox.Profile{Image: r.Image, CPUs: r.CPUs, Memory: spawn.Bytes(r.Memory).String(), IdleTTL: "off",
+		Network: r.Network, Allow: r.Allow}
 	if r.Peers == spawn.PeersNone {
 		prof.Network = "none"
 	}

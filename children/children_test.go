@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
@@ -246,6 +247,51 @@ func TestHandleRefusesBadParams(t *testing.T) {
 		if _, err := k.Handle(context.Background(), "default", req, nil); code(err) != ctl.CodeInvalidRequest {
 			t.Errorf("%s %s: %v", req.Method, req.Params, err)
 		}
+	}
+}
+
+// TestSpawnNetworkRequest: a spawn may ask for less network than its
+// child would get (none, or only some hosts), never for more; what it asks
+// comes from inside a sandbox, and anything malformed is refused with
+// nothing recorded.
+func TestSpawnNetworkRequest(t *testing.T) {
+	k, _, st := keeper(t, map[string]spawn.Policy{"default": spawn.DefaultPolicy()})
+	ctx := context.Background()
+	long := strings.Repeat("a", 300) + ".example"
+	many := make([]string, 65)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%d.example", i)
+	}
+	for _, p := range []ctl.SpawnParams{
+		{Network: "open"},
+		{Network: "bridge"},
+		{Network: "none\n--privileged"},
+		{Network: "none", Allow: []string{"pypi.org"}},
+		{Allow: []string{"bad host"}},
+		{Allow: []string{"pypi.org:99999"}},
+		{Allow: []string{"*"}},
+		{Allow: []string{long}},
+		{Allow: many},
+	} {
+		p.Name = "default-bad"
+		if _, err := k.Spawn(ctx, "default", p); code(err) != ctl.CodeInvalidRequest {
+			t.Errorf("spawn with network %q allow %.60q: %v", p.Network, p.Allow, err)
+		}
+	}
+	if recs, _ := st.Children(); len(recs) != 0 {
+		t.Fatalf("a refused spawn left records: %+v", recs)
+	}
+	if _, err := k.Spawn(ctx, "default", ctl.SpawnParams{Name: "default-n", Network: "none"}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _, _ := k.Child("default-n"); p.Network != "none" || p.Allow != nil {
+		t.Fatalf("network none: the child boots with %+v", p)
+	}
+	if _, err := k.Spawn(ctx, "default", ctl.SpawnParams{Name: "default-a", Allow: []string{"pypi.org", "*.github.com:443"}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _, _ := k.Child("default-a"); p.Network != "allowlist" || !slices.Equal(p.Allow, []string{"pypi.org", "*.github.com:443"}) {
+		t.Fatalf("allow: the child boots with %+v", p)
 	}
 }
 

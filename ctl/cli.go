@@ -22,8 +22,9 @@ const (
 
 const usage = `usage: sandbox-ctl [--json] COMMAND
   ping                                    check the host answers
-  spawn [--image I] [--name N] [--cpus C] [--memory M]
-                                          start a child sandbox
+  spawn [--image I] [--name N] [--cpus C] [--memory M] [--network none|allowlist] [--allow HOST]...
+                                          start a child sandbox (--allow, repeated: the only
+                                          hosts it may reach, within what this sandbox may)
   list                                    list this sandbox's children
   destroy NAME                            destroy a child
   exec NAME [--timeout S] [--workdir D] -- CMD...
@@ -90,6 +91,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fs.StringVar(&p.Name, "name", "", "name (default: PARENT-child-NNNN)")
 		fs.Float64Var(&p.CPUs, "cpus", 0, "cpus (default: the most allowed)")
 		fs.StringVar(&p.Memory, "memory", "", "memory such as 256M (default: the most allowed)")
+		fs.StringVar(&p.Network, "network", "", "none or allowlist (default: what the policies give)")
+		fs.Func("allow", "a host pattern the child may reach (repeatable)", func(v string) error {
+			p.Allow = append(p.Allow, v)
+			return nil
+		})
 		if err := fs.Parse(rest); err != nil || fs.NArg() > 0 {
 			return c.usage("spawn takes only flags")
 		}

@@ -31,6 +31,9 @@ func (f *family) Handle(ctx context.Context, caller string, req Request, out Out
 			name = fmt.Sprintf("%s-child-%04d", caller, len(f.children)+1)
 		}
 		ch := Child{Name: name, Image: "mcp-dev", CPUs: 2, MemoryMB: 512, ExpiresAt: time.Date(2026, 1, 1, 0, 5, 0, 0, time.UTC)}
+		if p.Network != "" || p.Allow != nil {
+			ch.Notes = []string{"network " + p.Network + " allow " + strings.Join(p.Allow, ",")}
+		}
 		f.children[name] = ch
 		return ch, nil
 	case MethodList:
@@ -83,6 +86,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"--json", "ping"}, 0, `{"ok":true,"parent":"parent"}`, ""},
 		{[]string{"spawn", "--name", "w1", "--cpus", "1"}, 0, "w1  mcp-dev  2 cpus  512 MiB", ""},
 		{[]string{"spawn", "--image", "alpine"}, 1, "", "is not allowed. Try: ask the user"},
+		{[]string{"spawn", "--name", "w2", "--network", "allowlist", "--allow", "a.example", "--allow", "*.b.example:443"}, 0, "note: network allowlist allow a.example,*.b.example:443", ""},
 		{[]string{"list"}, 0, "w1  mcp-dev", ""},
 		{[]string{"exec", "w1", "--", "echo", "it's"}, len("'echo' 'it'\\''s'"), "ran: 'echo' 'it'\\''s'\n", "warn\n"},
 		{[]string{"exec", "w1", "--", "true"}, 4, "ran: true\n", "warn"},

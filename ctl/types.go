@@ -8,6 +8,15 @@ type SpawnParams struct {
 	Name   string  `json:"name,omitempty"`
 	CPUs   float64 `json:"cpus,omitempty"`
 	Memory string  `json:"memory,omitempty"`
+	// Network asks for less network than the child would get: "none"
+	// (loopback only) or "allowlist" (no route out; the host's proxy
+	// decides). A child never gets more than its parent, asked or not.
+	Network string `json:"network,omitempty"`
+	// Allow, when set, are the only hosts the child may connect to
+	// (patterns as in the profile key allow: "pypi.org", "*.github.com:443",
+	// "10.0.0.0/8"), on top of what its own and its ancestors' policies
+	// allow. It implies network allowlist.
+	Allow []string `json:"allow,omitempty"`
 }
 
 // Child describes a child sandbox.

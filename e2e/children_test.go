@@ -175,6 +175,24 @@ func TestChildrenLifetimes(t *testing.T) {
 		t.Errorf("a child whose profile says open runs with: %s", r.text)
 	}
 
+	// A child spawned asking for only some hosts is held to them, on top
+	// of its own and its parent's policies; a spawn asking for more than
+	// its parent has, or for something malformed, is refused.
+	if text, ok := sh(a, "default", "sandbox-ctl spawn --name default-r --memory 64M --allow pypi.org"); !ok {
+		t.Fatalf("spawn with --allow: %s", text)
+	}
+	if text, _ := sh(a, "default-r", "curl -s --max-time 60 http://github.com:443/"); !strings.Contains(text, "is not on the allowlist of its spawn request") || !strings.Contains(text, "--allow github.com:443") {
+		t.Errorf("a child spawned with --allow pypi.org reached github.com: %s", text)
+	}
+	if r := (&server{cs: a.cs}).call(t, "network_info", map[string]any{"sandbox": "default-r"}); !strings.Contains(r.text, "its spawn request: allowlist") {
+		t.Errorf("network_info of a child spawned with --allow: %s", r.text)
+	}
+	for bad, why := range map[string]string{"--network open": "at most its parent's", "--allow 'bad host'": "allow:", "--network none --allow pypi.org": "reaches nothing"} {
+		if text, ok := sh(a, "default", "sandbox-ctl spawn --memory 64M "+bad); ok || !strings.Contains(text, why) {
+			t.Errorf("spawn %s: %s", bad, text)
+		}
+	}
+
 	// Allowlist sandboxes (the default) reach each other by name through
 	// the egress proxy, which lets a family (peers "family") and its root
 	// reach each other, and keeps other sandboxes out: a peer's closed

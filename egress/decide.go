@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -76,7 +77,7 @@ func Decide(ctx context.Context, res Resolver, chain []Policy, host string, port
 			}
 			rule, ok := p.allowsAddr(a, port)
 			if !ok {
-				d.Reason, d.Hint = fmt.Sprintf("%s is an address no CIDR rule holds%s", authority, whose(i)), hint
+				d.Reason, d.Hint = fmt.Sprintf("%s is an address no CIDR rule holds%s", authority, whose(i, p)), hintFor(p, hint, a.String()+"/"+strconv.Itoa(a.BitLen()))
 				return d
 			}
 			if i == 0 {
@@ -97,7 +98,7 @@ func Decide(ctx context.Context, res Resolver, chain []Policy, host string, port
 	for i, p := range chain {
 		rule, ok := p.allowsName(host, port)
 		if !ok {
-			d.Reason, d.Hint = fmt.Sprintf("%s is not on the allowlist%s", authority, whose(i)), hint
+			d.Reason, d.Hint = fmt.Sprintf("%s is not on the allowlist%s", authority, whose(i, p)), hintFor(p, hint, authority)
 			return d
 		}
 		if i == 0 {
@@ -164,11 +165,24 @@ func allOpen(chain []Policy) bool {
 	return true
 }
 
-func whose(i int) string {
-	if i == 0 {
+// whose says whose policy the chain's level i is, for a refusal.
+func whose(i int, p Policy) string {
+	switch {
+	case p.Requested:
+		return " of its spawn request"
+	case i == 0:
 		return ""
 	}
 	return " of its parent"
+}
+
+// hintFor is how to allow what level p refused: hint, or for a child's
+// own request, to spawn it asking for the pattern too.
+func hintFor(p Policy, hint, pattern string) string {
+	if !p.Requested {
+		return hint
+	}
+	return "the child was spawned with sandbox-ctl spawn --allow; spawn it again with --allow " + pattern + " added"
 }
 
 func hostPort(host string, port int) string {

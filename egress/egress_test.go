@@ -39,6 +39,11 @@ func (f *fakeResolver) LookupNetIP(_ context.Context, _ string, host string) ([]
 	return out, nil
 }
 
+func requested(p Policy) Policy {
+	p.Requested = true
+	return p
+}
+
 func mustPolicy(t *testing.T, mode string, presets []string, allow ...string) Policy {
 	t.Helper()
 	p, err := NewPolicy(mode, presets, allow)
@@ -140,6 +145,10 @@ func TestDecide(t *testing.T) {
 		{[]Policy{mustPolicy(t, ModeOpen, nil), mustPolicy(t, ModeAllowlist, []string{"git"})}, "pypi.org", 443, false, "of its parent"},
 		{[]Policy{mustPolicy(t, ModeAllowlist, nil, "10.0.0.0/8"), mustPolicy(t, ModeOpen, nil)}, "db.corp", 5432, false, "not on the allowlist"},
 		{[]Policy{mustPolicy(t, ModeOpen, nil), mustPolicy(t, ModeNone, nil)}, "pypi.org", 443, false, "parent's network is none"},
+		// A child's own request narrows it further, and is named.
+		{[]Policy{mustPolicy(t, ModeAllowlist, []string{"git"}), requested(mustPolicy(t, ModeAllowlist, nil, "pypi.org"))}, "github.com", 443, false, "not on the allowlist of its spawn request"},
+		{[]Policy{mustPolicy(t, ModeAllowlist, []string{"git"}), requested(mustPolicy(t, ModeAllowlist, nil, "github.com"))}, "github.com", 443, true, ""},
+		{[]Policy{mustPolicy(t, ModeOpen, nil), requested(mustPolicy(t, ModeAllowlist, nil, "10.0.0.0/8"))}, "192.168.1.1", 80, false, "no CIDR rule holds of its spawn request"},
 		{[]Policy{mustPolicy(t, ModeAllowlist, nil, "nowhere.example")}, "nowhere.example", 443, false, "no such host"},
 		{[]Policy{def}, "bad host", 443, false, "not a host name"},
 	}

@@ -216,6 +216,11 @@ type Policy struct {
 	Presets []string
 	// Allow are the patterns given besides presets, for display.
 	Allow []string
+	// Requested marks the hosts a child's spawn asked to be limited to
+	// (sandbox-ctl spawn --allow): a level of its own in the child's
+	// chain, placed after the child's policy. An ancestor's request is a
+	// level of the chain too, not marked: it is one of the ancestors'.
+	Requested bool
 }
 
 // NewPolicy builds a policy from a mode, preset names and patterns.

@@ -107,6 +107,16 @@ func (m *Manager) EgressChain(name string) ([]egress.Policy, error) {
 		if !isChild {
 			return chain, nil
 		}
+		if cp.Allow != nil {
+			// The hosts the child's spawn asked to be limited to: a level
+			// of their own, so they only ever narrow what it may reach.
+			req, err := egress.NewPolicy(egress.ModeAllowlist, nil, cp.Allow)
+			if err != nil {
+				return nil, fmt.Errorf("sandbox %q: its spawn's allow: %w", cur, err)
+			}
+			req.Requested = depth == 0 // an ancestor's is its ancestors' limit
+			chain = append(chain, req)
+		}
 		cur = labels[LabelChildOf]
 		if ValidateName(cur) != nil {
 			return nil, fmt.Errorf("sandbox %q: its parent %q is not a sandbox name", name, cur)
@@ -323,10 +333,15 @@ func (m *Manager) netStateOf(name string, c Container) (NetState, error) {
 	if wanted != st.Mode {
 		st.Wanted = wanted
 	}
+	ancestor := 0
 	for i, p := range chain {
 		line := p.String()
-		if i > 0 {
-			line = "ancestor " + strconv.Itoa(i) + ": " + line
+		switch {
+		case p.Requested:
+			line = "its spawn request: " + line
+		case i > 0:
+			ancestor++
+			line = "ancestor " + strconv.Itoa(ancestor) + ": " + line
 		}
 		st.Policy = append(st.Policy, line)
 	}

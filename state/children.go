@@ -29,6 +29,10 @@ type Child struct {
 	PortForward bool   `json:"port_forward,omitempty"`
 	Reset       bool   `json:"reset,omitempty"`
 	Snapshot    bool   `json:"snapshot,omitempty"`
+	// Network and Allow are what its spawn asked for (ctl.SpawnParams):
+	// a narrower network mode, and the only hosts it may reach.
+	Network string   `json:"network,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
 	// Ready is set once it booted; a record without it is a spawn that
 	// did not finish (its server died), whose container is removed.
 	Ready bool `json:"ready,omitempty"`
