@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	}
 	// Every command line sent to the container stand-in in this run is
 	// recorded, and checked against the CLI's tables at the end.
+	// Servers under test keep no warm spares unless a test asks for them
+	// (TestWarmSpares): each would boot a container beside the test's.
+	os.Setenv("SANDBOX_MCP_SPARES", "0")
 	record := filepath.Join(dir, "container-argv.jsonl")
 	enginetest.RecordArgv(record)
 	if b := os.Getenv("SANDBOX_MCP_TEST_BINARY"); b != "" {

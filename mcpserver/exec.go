@@ -46,7 +46,7 @@ type ExecOutput struct {
 	// Background means the command left processes running that may still
 	// hold its stdout and stderr; what they print from now on is discarded.
 	Background bool   `json:"background_left,omitempty"`
-	Booted     string `json:"booted,omitempty"` // created, started, adopted, recovered
+	Booted     string `json:"booted,omitempty"` // created, created from a warm spare, started, adopted, recovered
 	Notice     string `json:"notice,omitempty"` // e.g. the disk watcher stopped the command
 	// StopTookMS is how long ending a timed-out or cancelled command took;
 	// the command ran on meanwhile (set when that was noticeable).
@@ -304,6 +304,8 @@ func bootWord(b sandbox.BootInfo) string {
 	switch {
 	case b.Recovered != "":
 		return "recovered"
+	case b.Spare:
+		return "created from a warm spare"
 	case b.Created:
 		return "created"
 	case b.Started:

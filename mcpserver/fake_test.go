@@ -174,6 +174,8 @@ func (f *fake) NamedProfile(string) (sandbox.Profile, []string, bool) {
 	return sandbox.Profile{}, nil, false
 }
 
+func (f *fake) Spares(context.Context) ([]sandbox.Info, error) { return nil, nil }
+
 func (f *fake) BuildImage(_ context.Context, tag, _, _ string, log io.Writer) error {
 	f.note("build %s", tag)
 	fmt.Fprintln(log, "STEP 1/1")

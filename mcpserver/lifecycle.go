@@ -131,8 +131,18 @@ func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp
 	if err != nil {
 		return failure(ctx, "list_all", err), nil
 	}
+	spares := ""
+	if sp, err := s.m.Spares(ctx); err == nil && len(sp) > 0 {
+		running := 0
+		for _, in := range sp {
+			if in.State == sandbox.StateRunning {
+				running++
+			}
+		}
+		spares = fmt.Sprintf("\nwarm spares: %d running (the next new name takes one instead of booting)", running)
+	}
 	if len(list) == 0 {
-		return mcp.NewToolResultStructured(SandboxList{Sandboxes: []SandboxStatus{}}, "no sandboxes yet: exec creates one"), nil
+		return mcp.NewToolResultStructured(SandboxList{Sandboxes: []SandboxStatus{}}, "no sandboxes yet: exec creates one"+spares), nil
 	}
 	out := SandboxList{Sandboxes: make([]SandboxStatus, len(list))}
 	lines := make([]string, len(list))
@@ -140,7 +150,7 @@ func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp
 		out.Sandboxes[i] = s.statusOf(in)
 		lines[i] = describe(out.Sandboxes[i])
 	}
-	return mcp.NewToolResultStructured(out, strings.Join(lines, "\n")), nil
+	return mcp.NewToolResultStructured(out, strings.Join(lines, "\n")+spares), nil
 }
 
 func (s *Server) destroyTool() tool {

@@ -68,6 +68,8 @@ type Sandboxes interface {
 	DeleteSnapshot(ctx context.Context, snap string) (state.Snapshot, error)
 	CloneSandbox(ctx context.Context, source, target string, prof *sandbox.Profile) (sandbox.BootInfo, error)
 	NamedProfile(name string) (sandbox.Profile, []string, bool)
+	// Spares lists the warm spares waiting for a new name.
+	Spares(ctx context.Context) ([]sandbox.Info, error)
 	BuildImage(ctx context.Context, tag, containerfile, contextDir string, log io.Writer) error
 	Images(ctx context.Context) ([]sandbox.ImageEntry, error)
 	Env(ctx context.Context, name string) ([]sandbox.EnvVar, error)

@@ -57,6 +57,8 @@ type Sandbox struct {
 	// Limits (limits.go): what the container was booted with, and the
 	// message the disk watcher (run as the sandbox's work where the engine
 	// cannot bound disk itself) left for the next command.
+	// volume is the workspace volume (volumeOf).
+	volume string
 	limits Limits
 	notice atomic.Pointer[string]
 

@@ -510,7 +510,7 @@ func (m *Manager) sandboxNamed(ctx context.Context, name string) bool {
 	m.peers.mu.Lock()
 	defer m.peers.mu.Unlock()
 	if m.peers.names == nil || time.Since(m.peers.at) >= chainTTL {
-		cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+		cs, err := m.listOwn(ctx)
 		if err != nil {
 			return false
 		}

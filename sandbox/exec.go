@@ -170,9 +170,9 @@ func (m *Manager) cutShort(sb *Sandbox, res shell.Result, err error) error {
 	return cut
 }
 
-// volumeGone reports whether the engine says sandbox name's workspace
-// volume is gone (false when it cannot tell).
-func (m *Manager) volumeGone(ctx context.Context, name string) bool {
+// volumeGone reports whether the engine says workspace volume vol is gone
+// (false when it cannot tell).
+func (m *Manager) volumeGone(ctx context.Context, vol string) bool {
 	vl, ok := m.rt.(VolumeLister)
 	if !ok {
 		return false
@@ -181,7 +181,7 @@ func (m *Manager) volumeGone(ctx context.Context, name string) bool {
 	if err != nil {
 		return false
 	}
-	return !slices.Contains(names, m.volumeFor(name))
+	return !slices.Contains(names, vol)
 }
 
 // lostWhileRunning returns the error for a command whose shell died with
@@ -235,7 +235,7 @@ func (m *Manager) recoverLost(ctx context.Context, sb *Sandbox) (*Sandbox, BootI
 	if !lost {
 		return sb, BootInfo{}, nil
 	}
-	if why == "was removed" && m.volumeGone(ctx, sb.Name) {
+	if why == "was removed" && m.volumeGone(ctx, sb.volume) {
 		why = "was removed, with its workspace volume: the workspace is empty, what it held is lost"
 	}
 	m.detach(sb.Name)

@@ -38,7 +38,7 @@ func (m *Manager) hostCap(ctx context.Context, sb *Sandbox, workspaceOnly bool) 
 	}
 	why := fmt.Sprintf("what the sandbox's %s disk limit holds, with tar's headers", disk)
 	if vs, ok := m.rt.(VolumeSizer); ok {
-		if n, sized, err := vs.VolumeSize(ctx, m.volumeFor(sb.Name)); err == nil && sized && n > 0 && (workspaceOnly || n > size) {
+		if n, sized, err := vs.VolumeSize(ctx, sb.volume); err == nil && sized && n > 0 && (workspaceOnly || n > size) {
 			size, why = n, fmt.Sprintf("what the sandbox's workspace volume (%s) holds, with tar's headers", units.Human(n))
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // sandbox's (left by a reset whose server exited before deleting the old
 // container). It returns how many it removed.
 func (m *Manager) RemoveOrphans(ctx context.Context) (int, error) {
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	cs, err := m.listOwn(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -39,8 +39,8 @@ func (m *Manager) orphans(cs []Container) []string {
 	var names []string
 	for _, c := range cs {
 		name := c.Labels[LabelName]
-		if c.Name == m.ContainerFor(name) {
-			continue
+		if c.Name == m.ContainerFor(name) || m.isSpareName(c.Name) {
+			continue // a sandbox's, or a spare waiting to be claimed
 		}
 		if ValidateName(name) == nil {
 			h, err := m.locks.TryLock(m.lockKey(name), "look for containers left by resets")
@@ -71,7 +71,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	} else if n > 0 {
 		m.log.Info("removed containers left by earlier resets", "count", n)
 	}
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	cs, err := m.listOwn(ctx)
 	if err != nil {
 		return err
 	}
@@ -211,7 +211,7 @@ type Info struct {
 
 // List returns every sandbox of this Manager's prefix the engine knows.
 func (m *Manager) List(ctx context.Context) ([]Info, error) {
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	cs, err := m.listOwn(ctx)
 	if err != nil {
 		return nil, err
 	}

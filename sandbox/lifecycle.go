@@ -267,10 +267,17 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	}
 	var lim Limits
 	egressAt, channelAt := "", ""
+	spare, createdVol := false, ""
+	if errors.Is(err, ErrNotFound) && mode == bootFind {
+		if sc, ok := m.claimSpare(ctx, name); ok { // spare.go
+			c, err, spare = sc, nil, true
+		}
+	}
 	if errors.Is(err, ErrNotFound) {
 		var labels map[string]string
 		lim, labels, err = m.create(ctx, name, prof, mode == bootReplace)
 		egressAt, channelAt = labels[LabelEgress], labels[LabelChannel]
+		createdVol = m.volumeOf(name, Container{Labels: labels})
 		if err == nil {
 			info.Created = true
 		} else if errors.Is(err, ErrAlreadyExists) && mode == bootNew {
@@ -293,6 +300,12 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		}
 		lim = limitsOf(c, prof)
 		egressAt, channelAt = egressMode(c), c.Labels[LabelChannel]
+		if c.Labels[LabelRole] == RoleSpare {
+			m.recordWorkspace(name, c) // a claim's record, if the server that claimed it died first
+		}
+	}
+	if spare {
+		info.Created, info.Adopted, info.Spare = true, false, true
 	}
 	pool := early
 	if pool == nil {
@@ -306,6 +319,10 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	sb.own = own
 	sb.newChores = func() *shell.Pool { return m.newChorePool(own) }
 	sb.limits = lim
+	sb.volume = m.volumeOf(name, c)
+	if info.Created && !spare {
+		sb.volume = createdVol
+	}
 	sb.egress.mode = egressAt
 	if validChannelDir(channelAt) {
 		sb.egress.channelDir = channelAt
@@ -323,6 +340,9 @@ func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
 	prof, _ := json.Marshal(sb.Profile)
 	rec := state.Sandbox{Name: sb.Name, Container: sb.Container, Profile: prof,
 		IdleTTL: sb.IdleTTL.String(), LastBoot: time.Now().UTC()}
+	if m.validSpareVolume(sb.volume) {
+		rec.Volume = sb.volume // spare.go: what a reset or destroy without the container needs
+	}
 	if info.Created {
 		rec.Created = rec.LastBoot
 	}
@@ -383,7 +403,10 @@ func (m *Manager) inspectOwned(ctx context.Context, name string) (Container, err
 	if err != nil {
 		return c, fmt.Errorf("inspect sandbox %q: %w", name, err)
 	}
-	return c, m.checkOwner(c, name)
+	if err := m.checkOwner(c, name); err != nil {
+		return c, err
+	}
+	return m.asSandbox(c), nil // spare.go
 }
 
 // inspectCreated inspects a container another process has just created.
@@ -471,7 +494,11 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 			labels[k] = v
 		}
 	}
-	vol := m.volumeFor(name)
+	// A sandbox that began as a spare keeps the spare's workspace.
+	vol := m.recordedVolume(name) // spare.go
+	if vol != m.volumeFor(name) {
+		labels[LabelVolume] = vol
+	}
 	if !known {
 		ok, err := m.rt.ImageExists(ctx, prof.Image)
 		if err != nil {
@@ -498,7 +525,7 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl, until), until)
 	}
 	// limits.go: workspace volume (sized where possible), pids, rootfs size.
-	if err := m.prepareLimits(ctx, name, prof, vol, known, &spec); err != nil {
+	if err := m.prepareLimits(ctx, name, prof, vol, m.labels(name), known, &spec); err != nil {
 		return Limits{}, RunSpec{}, err
 	}
 	m.placeOnNetwork(ctx, name, prof, &spec) // network.go
@@ -544,6 +571,9 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 	}
 	existed, err := m.remove(ctx, name, id, true)
 	existed = existed || sb != nil
+	if err == nil && sb != nil {
+		m.removeChannel(sb.egress.channelDir) // a claimed spare's is named after the spare
+	}
 	if err == nil {
 		if err := m.history.Forget(name); err != nil {
 			m.log.Warn("forget history", "sandbox", name, "err", err)
@@ -582,7 +612,7 @@ func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool,
 			if wipe {
 				m.removeChannel(m.channelDir(m.ContainerFor(name))) // channel.go
 			}
-			return true, m.wipe(ctx, name, wipe, false)
+			return true, m.wipe(ctx, name, m.recordedVolume(name), wipe, false)
 		}
 		if !errors.Is(err, ErrNotFound) {
 			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
@@ -590,6 +620,7 @@ func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool,
 		// Gone already: look under the name.
 	}
 	c, err := m.inspectOwned(ctx, name)
+	vol := m.recordedVolume(name) // spare.go
 	switch {
 	case errors.Is(err, ErrNotFound):
 		existed = false
@@ -605,19 +636,19 @@ func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool,
 		if wipe {
 			m.removeChannel(c.Labels[LabelChannel]) // channel.go
 		}
+		vol = m.volumeOf(name, c)
 	}
-	return existed, m.wipe(ctx, name, wipe, !existed)
+	return existed, m.wipe(ctx, name, vol, wipe, !existed)
 }
 
-// wipe removes name's workspace (when wipe is set) and the containers a
-// reset left behind that still hold it. Those are looked for first when
-// look is set, else only when the workspace will not go: a leftover
-// container holds the workspace it was booted with.
-func (m *Manager) wipe(ctx context.Context, name string, wipe, look bool) error {
+// wipe removes name's workspace vol (when wipe is set) and the
+// containers a reset left behind that still hold it. Those are looked for
+// first when look is set, else only when the workspace will not go: a
+// leftover container holds the workspace it was booted with.
+func (m *Manager) wipe(ctx context.Context, name, vol string, wipe, look bool) error {
 	if !wipe {
 		return nil
 	}
-	vol := m.volumeFor(name)
 	if !look {
 		err := m.rt.VolumeRemove(ctx, vol)
 		if err == nil {
@@ -757,7 +788,9 @@ func idOr(c Container) string {
 func (m *Manager) trashName() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return m.cfg.Prefix + "-old-" + hex.EncodeToString(b[:])
+	// Never a sandbox's container name (the prefix and '-'): a claimed
+	// spare moved aside is told from a sandbox by its name alone.
+	return m.cfg.Prefix + "_old_" + hex.EncodeToString(b[:])
 }
 
 // readEnvStore reads the env store of name's container, if it runs;

@@ -232,13 +232,12 @@ func limitsOf(c Container, prof Profile) Limits {
 // volume (sized when the engine can) and fills spec's limit fields and
 // label. known skips creating the volume (a reset's replacement), but a
 // sized one is still checked so the limits reported are the real ones.
-func (m *Manager) prepareLimits(ctx context.Context, name string, prof Profile, vol string, known bool, spec *RunSpec) error {
+func (m *Manager) prepareLimits(ctx context.Context, name string, prof Profile, vol string, labels map[string]string, known bool, spec *RunSpec) error {
 	lim := planLimits(diskSupport(ctx, m.rt), m.rt, prof)
 	spec.PidsLimit = lim.Pids
 	if lim.Rootfs == MechStorageOpt {
 		spec.StorageSize = prof.Disk
 	}
-	labels := m.labels(name)
 	switch svc, _ := m.rt.(SizedVolumeCreator); {
 	case lim.Workspace == MechVolumeSize:
 		size, _ := ParseSize(prof.Disk) // validated at boot
@@ -268,7 +267,7 @@ func (m *Manager) repairWorkspace(ctx context.Context, name string, c Container)
 	}
 	size, err := ParseSize(lim.Disk)
 	if err == nil {
-		_, err = svc.VolumeCreateSized(ctx, m.volumeFor(name), m.labels(name), size)
+		_, err = svc.VolumeCreateSized(ctx, m.volumeOf(name, c), m.labels(name), size)
 	}
 	if err != nil {
 		m.log.Warn("check sized workspace", "sandbox", name, "err", err)
@@ -302,7 +301,7 @@ func (m *Manager) startGuard(sb *Sandbox) {
 			add("the root filesystem", dir, err)
 		}
 		if lim.Workspace == MechWatcher {
-			dir, err := ud.VolumeDir(ctx, m.volumeFor(sb.Name))
+			dir, err := ud.VolumeDir(ctx, sb.volume)
 			add(m.cfg.Workdir, dir, err)
 		}
 		if len(targets) == 0 || ctx.Err() != nil {

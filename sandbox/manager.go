@@ -96,6 +96,7 @@ type Config struct {
 // (state.Store in production).
 type SandboxStore interface {
 	PutSandbox(sb state.Sandbox) error
+	Sandbox(name string) (state.Sandbox, bool, error)
 	Sandboxes() ([]state.Sandbox, error)
 	DeleteSandbox(name string) error
 }
@@ -166,6 +167,8 @@ type Manager struct {
 	// pendingNotes counts them, so that a call checks without the lock.
 	notes        map[string]string
 	pendingNotes atomic.Int64
+
+	spares spareState // spare.go
 }
 
 // BootInfo says what Get had to do to make a sandbox ready.
@@ -177,6 +180,7 @@ type BootInfo struct {
 	Recovered string        // set when a lost container was brought back, with why
 	IP        string        // the container's address, when the boot learnt it
 	Container string        // the container's name
+	Spare     bool          // a warm spare was claimed for it (spare.go)
 }
 
 // historyLimit is how many entries of history are kept per sandbox.

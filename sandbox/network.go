@@ -90,7 +90,7 @@ func (m *Manager) refreshHostsSoon() {
 func (m *Manager) refreshHosts(ctx context.Context) {
 	m.net.hosts.Lock()
 	defer m.net.hosts.Unlock()
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	cs, err := m.listOwn(ctx)
 	if err != nil {
 		m.log.Debug("refresh the sandboxes' hosts entries", "err", err)
 		return
@@ -139,7 +139,19 @@ func NetworkNameFor(prefix string) string { return prefix + "-net" }
 // engine's default network (reachable by address where the engine allows
 // it) rather than not at all.
 func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile, spec *RunSpec) {
-	mode := m.effectiveMode(name, prof) // egress.go
+	m.placeAs(ctx, m.effectiveMode(name, prof), name, spec) // egress.go
+}
+
+// placeSpare puts a spare (spare.go) on the network its mode gives, with
+// no name to answer to: a claimed spare is reached through the hosts
+// entries and the egress proxy, which go by its container's name.
+func (m *Manager) placeSpare(ctx context.Context, mode string, spec *RunSpec) {
+	m.placeAs(ctx, mode, "", spec)
+}
+
+// placeAs is placeOnNetwork for a sandbox of egress mode, answering to
+// alias on the sandboxes' network when alias is set.
+func (m *Manager) placeAs(ctx context.Context, mode, alias string, spec *RunSpec) {
 	spec.Labels[LabelEgress] = mode
 	if mode != egress.ModeOpen {
 		spec.Network, spec.Aliases = "none", nil
@@ -158,8 +170,8 @@ func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile,
 	if !ok {
 		return
 	}
-	if root := spec.Labels[LabelFamily]; root != "" && ValidateName(root) == nil {
-		m.placeInFamily(ctx, nw, name, root, spec)
+	if root := spec.Labels[LabelFamily]; root != "" && ValidateName(root) == nil && alias != "" {
+		m.placeInFamily(ctx, nw, alias, root, spec)
 		return
 	}
 	m.net.mu.Lock()
@@ -173,7 +185,10 @@ func (m *Manager) placeOnNetwork(ctx context.Context, name string, prof Profile,
 		m.net.ready = true
 	}
 	spec.Network = m.NetworkName()
-	spec.Aliases = []string{name}
+	spec.Aliases = nil
+	if alias != "" {
+		spec.Aliases = []string{alias}
+	}
 }
 
 // placeInFamily puts a child on the network of its family, made if need
@@ -309,7 +324,7 @@ func (m *Manager) NetworkInfo(ctx context.Context, name string) (NetworkReport, 
 			return NetworkReport{}, err
 		}
 	}
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	cs, err := m.listOwn(ctx)
 	if err != nil {
 		return NetworkReport{}, err
 	}

@@ -79,6 +79,13 @@ func (m *Manager) foreign(c Container, name string) *ForeignError {
 		e.What = "no sandbox-mcp label"
 	case owner != m.cfg.Prefix:
 		e.What = fmt.Sprintf("made by sandbox-mcp with prefix %q, not %q", owner, m.cfg.Prefix)
+	case c.Labels[LabelRole] == RoleSpare:
+		// A claimed spare is the sandbox its container's name says.
+		if n, ok := m.sandboxOf(c); !ok || n != name {
+			e.What = "a warm spare not claimed for it"
+			break
+		}
+		return nil
 	case c.Labels[LabelName] != name:
 		e.What = fmt.Sprintf("labelled for sandbox %q", c.Labels[LabelName])
 	default:

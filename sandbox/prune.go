@@ -35,7 +35,7 @@ type Pruned struct {
 // lose a volume it has just created. With dryRun nothing is removed.
 func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 	var p Pruned
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	cs, err := m.listOwn(ctx)
 	if err != nil {
 		return p, err
 	}

@@ -14,7 +14,10 @@ type Sandbox struct {
 	Profile   json.RawMessage `json:"profile"`
 	// IdleTTL is the idle time after which the sandbox's watchdog stops it
 	// (a Go duration; "0s" never).
-	IdleTTL  string    `json:"idle_ttl"`
+	IdleTTL string `json:"idle_ttl"`
+	// Volume is the workspace volume, when it is not the one named after
+	// the sandbox (a claimed warm spare's).
+	Volume   string    `json:"volume,omitempty"`
 	Created  time.Time `json:"created,omitzero"`
 	LastBoot time.Time `json:"last_boot"`
 }
@@ -28,6 +31,11 @@ func (s *Store) PutSandbox(sb Sandbox) error {
 // records are skipped.
 func (s *Store) Sandboxes() ([]Sandbox, error) {
 	return listRecords[Sandbox](s, bucketSandbox, "sandbox")
+}
+
+// Sandbox returns sandbox name's record, and whether there is one.
+func (s *Store) Sandbox(name string) (Sandbox, bool, error) {
+	return getRecord[Sandbox](s, bucketSandbox, []byte(name))
 }
 
 // DeleteSandbox forgets a sandbox's record.

@@ -286,6 +286,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	go env.watchConfig(wctx, cfg) // reload.go
 	// Both run in the Manager's background and end with it.
 	m.ReconcileAfter(reconcileDelay)
+	m.KeepSpares(cfg.Spares)
 	go readyAgent(ctx, logger)
 	env.Syncs.Resume()   // jobs of servers that ended
 	env.Children.Start() // children whose life ended

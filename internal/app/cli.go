@@ -120,6 +120,7 @@ func List(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 	if err != nil {
 		return exitFor(err)
 	}
+	spares, _ := env.Manager.Spares(ctx)
 	if asJSON {
 		if infos == nil {
 			infos = []sandbox.Info{}
@@ -128,7 +129,7 @@ func List(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(infos)
 	}
-	if len(infos) == 0 {
+	if len(infos)+len(spares) == 0 {
 		fmt.Fprintln(w, "no sandboxes")
 		return nil
 	}
@@ -144,6 +145,10 @@ func List(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 			ip = "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.Name, in.State, in.Image, ip, created)
+	}
+	for _, in := range spares {
+		// A warm spare: the next new name takes it (--spares).
+		fmt.Fprintf(tw, "(spare %s)\t%s\t%s\t-\t%s\n", in.Container, in.State, in.Image, in.Created.Local().Format("2006-01-02 15:04"))
 	}
 	return tw.Flush()
 }

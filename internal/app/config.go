@@ -41,6 +41,9 @@ type Config struct {
 	DynamicToolsets bool
 	BootDefault     bool
 	PoolSize        int
+	// Spares is how many warm spares of the default profile a server
+	// keeps booted for the first call on a new name (0: none).
+	Spares int
 	// OutputsCap bounds the bytes of saved full outputs in the state
 	// directory; OutputCallCap the bytes one command saves. 0 turns
 	// saving off.
@@ -91,6 +94,7 @@ func DefaultConfig() Config {
 			Network: egress.ModeAllowlist, Presets: []string{"packages", "git"}},
 		BootDefault: true,
 		PoolSize:    shell.DefaultPoolSize,
+		Spares:      1,
 		OutputsCap:  mcpserver.DefaultOutputsCap, OutputCallCap: mcpserver.DefaultOutputCallCap, AuditCap: audit.DefaultCap,
 		LogLevel:      "info",
 		PortsBind:     "127.0.0.1",
@@ -273,6 +277,19 @@ func Settings() []Setting {
 					return err
 				}
 				c.PoolSize = n
+				return nil
+			}},
+		{Flag: "spares", Env: "SANDBOX_MCP_SPARES", ServeOnly: true, Default: strconv.Itoa(d.Spares),
+			Usage: "`number` of warm spare sandboxes (default profile) kept booted for the first call on a new name; 0 keeps none",
+			set: func(c *Config, v string) error {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return fmt.Errorf("%q is not a whole number", v)
+				}
+				if err := checkSpares(n); err != nil {
+					return err
+				}
+				c.Spares = n
 				return nil
 			}},
 		{Flag: "outputs-cap", Env: "SANDBOX_MCP_OUTPUTS_CAP", ServeOnly: true, Default: units.FormatSize(d.OutputsCap),
@@ -506,6 +523,7 @@ type fileConfig struct {
 	Dynamic     *bool                      `json:"dynamic_toolsets"`
 	BootDefault *bool                      `json:"boot_default"`
 	PoolSize    *int                       `json:"pool_size"`
+	Spares      *int                       `json:"spares"`
 	OutputsCap  json.RawMessage            `json:"outputs_cap"` // a size: "256M" or bytes
 	OutputCall  json.RawMessage            `json:"output_cap_per_call"`
 	AuditCap    json.RawMessage            `json:"audit_cap"`
@@ -660,6 +678,12 @@ func (c *Config) applyFile(data []byte) error {
 			return err
 		}
 		c.JobRetention = r
+	}
+	if f.Spares != nil {
+		if err := check("spares", checkSpares(*f.Spares)); err != nil {
+			return err
+		}
+		c.Spares = *f.Spares
 	}
 	if f.PoolSize != nil {
 		if err := check("pool_size", checkPoolSize(*f.PoolSize)); err != nil {
@@ -865,6 +889,13 @@ func checkRuntime(v string) error {
 func checkPrefix(v string) error {
 	if err := sandbox.ValidateName(v); err != nil || len(v) > 24 {
 		return fmt.Errorf("prefix %q must be a valid name of at most 24 bytes", v)
+	}
+	return nil
+}
+
+func checkSpares(n int) error {
+	if n < 0 || n > sandbox.MaxSpares {
+		return fmt.Errorf("spares must be 0 to %d, not %d", sandbox.MaxSpares, n)
 	}
 	return nil
 }

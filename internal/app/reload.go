@@ -82,6 +82,7 @@ func (e *Env) reload(old Config) Config {
 		return cfg
 	}
 	e.Manager.SetProfiles(cfg.Defaults, cfg.Profiles)
+	e.Manager.KeepSpares(cfg.Spares) // a spare booted as the old defaults is replaced
 	e.Logger.Info("configuration reloaded: network policies apply from each sandbox's next connection, other profile keys from its next boot",
 		"network", cfg.Defaults.Network, "presets", fmt.Sprint(cfg.Defaults.Presets), "allow", fmt.Sprint(cfg.Defaults.Allow))
 	return cfg

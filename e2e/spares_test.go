@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// TestWarmSpares: a server with --spares keeps a booted spare; the first
+// call on a new name takes it (the container is renamed, not booted) and
+// a new spare boots; the sandbox keeps the spare's workspace through a
+// reset, and its destroy removes it; a spare that died is passed over and
+// replaced; two servers taking spares at once never take the same one.
+func TestWarmSpares(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	if tg.Runtime == "container" {
+		t.Skip("Apple's container CLI cannot rename a container, which a spare's claim is (the server says spares are off there)")
+	}
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	stateDir := t.TempDir()
+	ctr := func(name string) string { return sandbox.ContainerName(prefix, name) }
+	spares := func() []sandbox.Container {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+		defer cancel()
+		cs, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelRole: sandbox.RoleSpare})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []sandbox.Container
+		for _, c := range cs {
+			if strings.HasPrefix(c.Name, prefix+"_spare_") {
+				out = append(out, c)
+			}
+		}
+		return out
+	}
+	// waitSpare waits for a running spare other than those in not.
+	waitSpare := func(not ...string) sandbox.Container {
+		t.Helper()
+		deadline := time.Now().Add(enginetest.HangGuard)
+		for time.Now().Before(deadline) {
+			for _, c := range spares() {
+				if c.Running() && !slices.Contains(not, c.ID) {
+					return c
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Fatalf("no new running spare within %s", enginetest.HangGuard)
+		return sandbox.Container{}
+	}
+	volumes := func() []string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+		defer cancel()
+		names, err := rt.(sandbox.VolumeLister).VolumeNames(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	a := startProc(t, tg, prefix, stateDir, "--spares", "1")
+	s := &server{cs: a.cs}
+
+	first := waitSpare()
+	r := s.call(t, "exec", map[string]any{"sandbox": "fresh", "command": "echo kept > /workspace/f && echo ok"})
+	if r.isError || !strings.Contains(r.text, "ok") || r.data["booted"] != "created from a warm spare" {
+		t.Fatalf("first call on a new name: %s %v", r.text, r.data["booted"])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+	defer cancel()
+	c, err := rt.Inspect(ctx, ctr("fresh"))
+	if err != nil || c.ID != first.ID {
+		t.Fatalf("the sandbox's container is %s (%v), not the spare %s", c.ID, err, first.ID)
+	}
+	if _, err := rt.Inspect(ctx, first.Name); err == nil {
+		t.Fatalf("the spare %s is still there under its own name", first.Name)
+	}
+	second := waitSpare(first.ID)
+	if r := s.call(t, "list_all", map[string]any{}); !strings.Contains(r.text, "fresh") || !strings.Contains(r.text, "warm spares: 1 running") {
+		t.Errorf("list_all with a spare: %s", r.text)
+	}
+
+	// The workspace is the spare's volume, and stays through a reset.
+	spareVol := first.Labels[sandbox.LabelVolume]
+	if spareVol == "" || !slices.Contains(volumes(), spareVol) {
+		t.Fatalf("the spare's workspace %q is not among the volumes", spareVol)
+	}
+	if r := s.call(t, "reset", map[string]any{"sandbox": "fresh"}); r.isError {
+		t.Fatalf("reset: %s", r.text)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "fresh", "command": "cat /workspace/f"}); r.isError || !strings.Contains(r.text, "kept") {
+		t.Fatalf("the workspace after a reset: %s", r.text)
+	}
+	if r := s.call(t, "destroy", map[string]any{"sandbox": "fresh"}); r.isError {
+		t.Fatalf("destroy: %s", r.text)
+	}
+	if slices.Contains(volumes(), spareVol) {
+		t.Errorf("destroy left the workspace %s", spareVol)
+	}
+
+	// A spare that died is passed over (the name boots as usual) and
+	// replaced.
+	kctx, kcancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+	defer kcancel()
+	if err := rt.Stop(kctx, second.Name, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "cold", "command": "echo ok"}); r.isError || r.data["booted"] != "created" {
+		t.Fatalf("a new name with the only spare stopped: %s %v", r.text, r.data["booted"])
+	}
+	third := waitSpare(first.ID, second.ID)
+	deadline := time.Now().Add(enginetest.HangGuard)
+	for slices.ContainsFunc(spares(), func(c sandbox.Container) bool { return c.ID == second.ID }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped spare was not removed")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Two servers on one state directory take spares at once: each name
+	// gets a container of its own, and no container answers to two.
+	b := startProc(t, tg, prefix, stateDir, "--spares", "1")
+	var wg sync.WaitGroup
+	res := map[string]string{}
+	var mu sync.Mutex
+	for name, p := range map[string]*proc{"race-a": a, "race-b": b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := (&server{cs: p.cs}).call(t, "exec", map[string]any{"sandbox": name, "command": "hostname"})
+			mu.Lock()
+			defer mu.Unlock()
+			if r.isError {
+				t.Errorf("%s: %s", name, r.text)
+			}
+			res[name], _ = r.data["booted"].(string)
+		}()
+	}
+	wg.Wait()
+	ca, erra := rt.Inspect(ctx, ctr("race-a"))
+	cb, errb := rt.Inspect(ctx, ctr("race-b"))
+	if erra != nil || errb != nil || ca.ID == cb.ID || !ca.Running() || !cb.Running() {
+		t.Fatalf("two names, one container: %v %v %s %s", erra, errb, ca.ID, cb.ID)
+	}
+	if n := strings.Count(res["race-a"]+res["race-b"], "spare"); n == 0 || (ca.ID != third.ID && cb.ID != third.ID) {
+		t.Errorf("neither took the spare %s: %v", third.ID, res)
+	}
+
+	// A server killed right after its claim (the rename) and before it
+	// recorded the workspace: the next call adopts the container as the
+	// sandbox, and its destroy removes the spare's workspace.
+	last := waitSpare(first.ID, second.ID, third.ID, ca.ID, cb.ID)
+	if err := rt.(sandbox.Renamer).Rename(ctx, last.ID, ctr("crashed")); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "crashed", "command": "echo ok"}); r.isError || r.data["booted"] != "adopted" {
+		t.Fatalf("a claimed spare whose server died: %s %v", r.text, r.data["booted"])
+	}
+	if r := s.call(t, "destroy", map[string]any{"sandbox": "crashed"}); r.isError {
+		t.Fatalf("destroy: %s", r.text)
+	}
+	if vol := last.Labels[sandbox.LabelVolume]; vol == "" || slices.Contains(volumes(), vol) {
+		t.Errorf("destroy left the claimed spare's workspace %q", vol)
+	}
+}

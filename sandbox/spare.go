@@ -1,0 +1,505 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// Warm spares: booted sandboxes of the default profile that wait, under
+// names of their own, for the first call on a new name. The call renames
+// one to the name's container (one engine round trip where a boot takes
+// several), and a new spare boots in the background.
+//
+// A spare keeps what it was booted with: its labels (role spare, the key
+// below) and its workspace volume, which is named after the spare, not the
+// sandbox. So the name of a claimed spare's container is what binds it to
+// its sandbox (sandboxOf), its LabelVolume says which workspace it
+// mounts, and the sandbox's record keeps the volume for when the container
+// is gone (workspaceVolume). The engine's rename is the claim: a server
+// killed just before it leaves a spare, just after it a sandbox the next
+// boot adopts.
+//
+// Spares need an engine that renames containers (docker and podman; not
+// Apple's CLI) and a state store. Each spare's lock (its container name)
+// is held while it is claimed or removed, so two servers never claim the
+// same one; the refill holds a lock of its own, so servers keep N between
+// them, not N each.
+
+const (
+	// LabelSpare is a spare's key (spareKey): what it was booted as.
+	LabelSpare = "io.sandbox-mcp.spare"
+	// LabelVolume names the workspace volume of a container whose volume
+	// is not named after its sandbox (a claimed spare's).
+	LabelVolume = "io.sandbox-mcp.volume"
+	// RoleSpare is LabelRole of a spare, claimed or not.
+	RoleSpare = "spare"
+)
+
+// spareState is the Manager's refill of spares.
+type spareState struct {
+	// mu orders claims and removals of spares within this process (the
+	// spares' locks order them between processes, where there is a lock
+	// directory).
+	mu sync.Mutex
+	// running is set while a refill runs; again asks it for one more
+	// pass.
+	running, again atomic.Bool
+	// want is how many to keep (KeepSpares).
+	want atomic.Int32
+	// local are the spares this server booted, by name, oldest first;
+	// under mu.
+	local []string
+}
+
+// Spares lists the spares waiting to be claimed (Name empty, Container
+// the spare's), running or stopped by their watchdog.
+func (m *Manager) Spares(ctx context.Context) ([]Info, error) {
+	if !m.sparesPossible() {
+		return nil, nil
+	}
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	for _, c := range cs {
+		if m.isSpareName(c.Name) {
+			out = append(out, Info{Container: c.Name, State: c.State, Image: c.Image, Created: c.Created})
+		}
+	}
+	return out, nil
+}
+
+// MaxSpares bounds KeepSpares.
+const MaxSpares = 8
+
+// KeepSpares has the Manager keep n warm spares of the default profile
+// booted for the first call on a new name, from now on (0: none, and the
+// ones there are removed). Spares need an engine that renames containers
+// and a state store; elsewhere this does nothing and Spares says why.
+func (m *Manager) KeepSpares(n int) {
+	m.spares.want.Store(int32(min(max(n, 0), MaxSpares)))
+	m.refillSoon()
+}
+
+// SparesNote says, for status, whether spares are kept and why not.
+func (m *Manager) SparesNote() string {
+	switch n := m.spares.want.Load(); {
+	case n == 0:
+		return "off"
+	case !m.sparesPossible():
+		return fmt.Sprintf("%s cannot rename containers, which a spare's claim is", m.rt.Kind())
+	default:
+		return fmt.Sprintf("%d kept for new names of the default profile", n)
+	}
+}
+
+// spareTries bounds how many spares one claim tries before it boots the
+// name the usual way (each failure is a spare another server took).
+const spareTries = 3
+
+// spareName is the container name of spare id. It can never be a
+// sandbox's: those are the prefix and '-'.
+func (m *Manager) spareName(id string) string { return m.cfg.Prefix + "_spare_" + id }
+
+func (m *Manager) spareVolume(id string) string { return m.cfg.Prefix + "-ws_spare_" + id }
+
+// isSpareName reports whether ctr is the name of an unclaimed spare of
+// this prefix.
+func (m *Manager) isSpareName(ctr string) bool {
+	id, ok := strings.CutPrefix(ctr, m.cfg.Prefix+"_spare_")
+	return ok && len(id) == 16 && isHex(id)
+}
+
+// spareKey is what a spare was booted as, and what a name must boot as to
+// take it: the parts of its profile fixed at creation, the idle TTL its
+// watchdog runs with, and its network mode.
+func spareKey(p Profile, ttl time.Duration, mode string) string {
+	b, _ := json.Marshal([]any{p.Image, p.CPUs, p.Memory, p.Virtualization, p.Disk, p.Pids, ttl.String(), mode})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// spareProfile is what spares boot as: the defaults, with the idle TTL
+// and network mode a name without a profile of its own gets.
+func (m *Manager) spareProfile() (Profile, time.Duration, string) {
+	m.profMu.RLock()
+	prof := m.cfg.Defaults
+	m.profMu.RUnlock()
+	ttl := DefaultIdleTTL
+	if prof.IdleTTL != "" {
+		if d, err := ParseIdleTTL(prof.IdleTTL); err == nil {
+			ttl = d
+		}
+	}
+	return prof, ttl, egress.Narrowest(prof.EgressMode())
+}
+
+// sparesOn reports whether this Manager keeps spares.
+func (m *Manager) sparesOn() bool {
+	return m.spares.want.Load() > 0 && m.sparesPossible()
+}
+
+func (m *Manager) sparesPossible() bool {
+	_, renames := m.rt.(Renamer)
+	return renames && m.cfg.Sandboxes != nil
+}
+
+// spareKeyFor is the key sandbox name takes a spare with, or false when
+// it must boot otherwise: it has a profile of its own, is a child, is
+// restored or cloned, has a hashed container name, or boots with another
+// idle TTL or network mode than a spare (the sandbox named default, which
+// is not reaped).
+func (m *Manager) spareKeyFor(name string) (string, bool) {
+	if !m.sparesOn() || m.ContainerFor(name) != m.cfg.Prefix+"-"+name || m.override(name) != nil {
+		return "", false
+	}
+	m.profMu.RLock()
+	_, own := m.cfg.Profiles[name]
+	m.profMu.RUnlock()
+	if own {
+		return "", false
+	}
+	if _, _, child, err := m.childProfile(name); err != nil || child {
+		return "", false
+	}
+	prof, ttl, mode := m.spareProfile()
+	if m.IdleTTL(name) != ttl || m.effectiveMode(name, m.ProfileFor(name)) != mode {
+		return "", false
+	}
+	return spareKey(prof, ttl, mode), true
+}
+
+// claimSpare renames a running spare with sandbox name's key to name's
+// container, records its workspace, and returns it; false when there is
+// none to take. The caller holds name's lifecycle lock, and found no
+// container under the name. The spares this server booted are tried
+// first, without listing the engine's.
+func (m *Manager) claimSpare(ctx context.Context, name string) (Container, bool) {
+	if !m.sparesOn() {
+		return Container{}, false
+	}
+	defer m.refillSoon() // one more, or the first after the spares were reaped
+	key, ok := m.spareKeyFor(name)
+	if !ok {
+		return Container{}, false
+	}
+	r := m.rt.(Renamer)
+	tried := map[string]bool{}
+	for _, spare := range m.localSpares() {
+		tried[spare] = true
+		if got, ok := m.takeSpare(ctx, r, name, spare, key); ok {
+			return got, true
+		}
+	}
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
+	if err != nil {
+		m.log.Warn("list spares", "err", err)
+		return Container{}, false
+	}
+	tries := 0
+	for _, c := range cs {
+		if tried[c.Name] || !c.Running() || c.Labels[LabelSpare] != key || !m.isSpareName(c.Name) {
+			continue
+		}
+		if tries++; tries > spareTries {
+			break
+		}
+		if got, ok := m.takeSpare(ctx, r, name, c.Name, key); ok {
+			return got, true
+		}
+	}
+	return Container{}, false
+}
+
+// localSpares are the spares this server booted and has not seen taken,
+// oldest first.
+func (m *Manager) localSpares() []string {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	return slices.Clone(m.spares.local)
+}
+
+// forgetLocal drops spare from the ones this server booted.
+func (m *Manager) forgetLocal(spare string) {
+	m.spares.local = slices.DeleteFunc(m.spares.local, func(s string) bool { return s == spare })
+}
+
+// takeSpare claims the spare named spare for sandbox name, under the
+// spare's lock: inspected there under its own name, it is still a spare
+// (a claim that held the lock a moment ago renamed it, and no spare name
+// is ever used twice), and is renamed by its ID.
+func (m *Manager) takeSpare(ctx context.Context, r Renamer, name, spare, key string) (Container, bool) {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	h, err := m.locks.TryLock(spare, "claim for "+name)
+	if err != nil {
+		return Container{}, false // another server is claiming or removing it
+	}
+	defer h.Release()
+	c, err := m.rt.Inspect(ctx, spare)
+	if err != nil || !c.Running() || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || c.Labels[LabelSpare] != key {
+		if err == nil || errors.Is(err, ErrNotFound) {
+			m.forgetLocal(spare) // taken, dead, or booted as other defaults: the refill sees to it
+		}
+		return Container{}, false
+	}
+	if err := r.Rename(ctx, c.ID, m.ContainerFor(name)); err != nil {
+		m.log.Warn("claim a spare", "spare", spare, "sandbox", name, "err", err)
+		return Container{}, false
+	}
+	m.forgetLocal(spare)
+	c.Name = m.ContainerFor(name)
+	m.recordWorkspace(name, c)
+	m.log.Info("claimed a spare", "sandbox", name, "spare", spare)
+	return m.asSandbox(c), true
+}
+
+// recordWorkspace saves, before anything else is done with it, which
+// workspace volume sandbox name's container c mounts when it is not the
+// one named after the sandbox, so that a reset, restore or destroy that
+// finds no container still knows it.
+func (m *Manager) recordWorkspace(name string, c Container) {
+	vol := c.Labels[LabelVolume]
+	if vol == "" || m.cfg.Sandboxes == nil {
+		return
+	}
+	rec, _ := m.sandboxRecord(name)
+	if rec.Volume == vol {
+		return
+	}
+	rec.Name, rec.Container, rec.Volume = name, m.ContainerFor(name), vol
+	if rec.LastBoot.IsZero() {
+		rec.Created, rec.LastBoot = time.Now().UTC(), time.Now().UTC()
+	}
+	if err := m.cfg.Sandboxes.PutSandbox(rec); err != nil {
+		m.log.Warn("record a claimed spare's workspace", "sandbox", name, "err", err)
+	}
+}
+
+// sandboxRecord is sandbox name's record, if there is one.
+func (m *Manager) sandboxRecord(name string) (state.Sandbox, bool) {
+	if m.cfg.Sandboxes == nil {
+		return state.Sandbox{}, false
+	}
+	rec, ok, err := m.cfg.Sandboxes.Sandbox(name)
+	return rec, ok && err == nil
+}
+
+// validSpareVolume reports whether vol is a spare's workspace volume of
+// this prefix (a label read back from the engine is checked before it is
+// used).
+func (m *Manager) validSpareVolume(vol string) bool {
+	id, ok := strings.CutPrefix(vol, m.cfg.Prefix+"-ws_spare_")
+	return ok && len(id) == 16 && isHex(id)
+}
+
+// volumeOf is the workspace volume of container c of sandbox name: the
+// one its LabelVolume names (a claimed spare's, and its replacements'
+// after a reset), else the one named after the sandbox.
+func (m *Manager) volumeOf(name string, c Container) string {
+	if vol := c.Labels[LabelVolume]; m.validSpareVolume(vol) {
+		return vol
+	}
+	return m.volumeFor(name)
+}
+
+// recordedVolume is the workspace volume of sandbox name when its
+// container is not at hand (gone, or moved aside by a reset): the one its
+// record names, for a sandbox that began as a spare, else the one named
+// after the sandbox.
+func (m *Manager) recordedVolume(name string) string {
+	if rec, ok := m.sandboxRecord(name); ok && m.validSpareVolume(rec.Volume) {
+		return rec.Volume
+	}
+	return m.volumeFor(name)
+}
+
+// sandboxOf is the sandbox container c of this prefix is: the name it is
+// labelled with, or for a claimed spare the name its container has.
+func (m *Manager) sandboxOf(c Container) (string, bool) {
+	if c.Labels[LabelOwner] != m.cfg.Prefix {
+		return "", false
+	}
+	if c.Labels[LabelRole] == RoleSpare {
+		name, ok := strings.CutPrefix(c.Name, m.cfg.Prefix+"-")
+		if !ok || ValidateName(name) != nil || m.ContainerFor(name) != c.Name {
+			return "", false
+		}
+		return name, true
+	}
+	name := c.Labels[LabelName]
+	if ValidateName(name) != nil || c.Name != m.ContainerFor(name) {
+		return "", false
+	}
+	return name, true
+}
+
+// listOwn lists this prefix's containers, each claimed spare labelled (in
+// the copy returned) with the sandbox its name says, as a container
+// created for that sandbox is.
+func (m *Manager) listOwn(ctx context.Context) ([]Container, error) {
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	for i := range cs {
+		cs[i] = m.asSandbox(cs[i])
+	}
+	return cs, err
+}
+
+// asSandbox is c, labelled with its sandbox's name if it is a claimed
+// spare.
+func (m *Manager) asSandbox(c Container) Container {
+	if c.Labels[LabelRole] != RoleSpare {
+		return c
+	}
+	if name, ok := m.sandboxOf(c); ok {
+		labels := maps.Clone(c.Labels)
+		labels[LabelName] = name
+		c.Labels = labels
+	}
+	return c
+}
+
+// refillSoon refills the spares in the background, once at a time.
+func (m *Manager) refillSoon() {
+	if !m.sparesPossible() || m.closed.Load() {
+		return
+	}
+	if !m.spares.running.CompareAndSwap(false, true) {
+		m.spares.again.Store(true)
+		return
+	}
+	m.spawn(func() {
+		for {
+			m.refillSpares(m.life)
+			if !m.spares.again.Swap(false) || m.closed.Load() {
+				break
+			}
+		}
+		m.spares.running.Store(false)
+	})
+}
+
+// refillSpares removes the spares that cannot be claimed (stopped by
+// their watchdog, or booted as something the defaults no longer are) and
+// boots new ones until there are Spares.
+func (m *Manager) refillSpares(ctx context.Context) {
+	h, err := m.locks.TryLock(m.cfg.Prefix+"_spares", "keep spares")
+	if err != nil {
+		return // another server is at it
+	}
+	defer h.Release()
+	prof, ttl, mode := m.spareProfile()
+	key := spareKey(prof, ttl, mode)
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
+	if err != nil {
+		m.log.Warn("list spares", "err", err)
+		return
+	}
+	live := 0
+	for _, c := range cs {
+		if !m.isSpareName(c.Name) {
+			continue // claimed: a sandbox
+		}
+		if c.Running() && c.Labels[LabelSpare] == key && live < int(m.spares.want.Load()) {
+			live++
+			continue
+		}
+		m.dropSpare(ctx, c) // stopped by its watchdog, booted as the defaults were, or one too many
+	}
+	for ; live < int(m.spares.want.Load()) && ctx.Err() == nil && !m.closed.Load(); live++ {
+		if err := m.bootSpare(ctx, prof, ttl, mode, key); err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("boot a spare", "err", err)
+			}
+			return
+		}
+	}
+}
+
+// dropSpare removes spare c and its workspace, under its lock.
+func (m *Manager) dropSpare(ctx context.Context, c Container) {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	h, err := m.locks.TryLock(c.Name, "remove spare")
+	if err != nil {
+		return
+	}
+	defer h.Release()
+	now, err := m.rt.Inspect(ctx, c.Name)
+	if err != nil || now.ID != c.ID {
+		return
+	}
+	if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Warn("remove a spare", "spare", c.Name, "err", err)
+		return
+	}
+	m.forgetLocal(c.Name)
+	m.removeChannel(c.Labels[LabelChannel])
+	if vol := c.Labels[LabelVolume]; m.validSpareVolume(vol) {
+		if err := m.removeVolume(ctx, vol); err != nil {
+			m.log.Warn("remove a spare's workspace", "volume", vol, "err", err)
+		}
+	}
+}
+
+// bootSpare creates one spare.
+func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration, mode, key string) error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	name, vol := m.spareName(id), m.spareVolume(id)
+	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare, LabelSpare: key, LabelVolume: vol}
+	ok, err := m.rt.ImageExists(ctx, prof.Image)
+	if err != nil || !ok {
+		return fmt.Errorf("image %q: present %v: %v", prof.Image, ok, err)
+	}
+	spec := RunSpec{
+		Name:           name,
+		Image:          prof.Image,
+		Labels:         labels,
+		CPUs:           prof.CPUs,
+		Memory:         prof.Memory,
+		Virtualization: prof.Virtualization,
+		Mounts:         []Mount{{Volume: vol, Target: m.cfg.Workdir}},
+		Workdir:        m.cfg.Workdir,
+		Init:           true,
+		Command:        []string{"sleep", "infinity"},
+	}
+	if ttl > 0 {
+		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl, time.Time{}), time.Time{})
+	}
+	volLabels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare}
+	if err := m.prepareLimits(ctx, name, prof, vol, volLabels, false, &spec); err != nil {
+		return err
+	}
+	m.placeSpare(ctx, mode, &spec)
+	bctx, cancel := context.WithTimeout(ctx, m.cfg.BootTimeout)
+	defer cancel()
+	if err := m.rt.Run(bctx, spec); err != nil {
+		_ = m.rt.Remove(context.WithoutCancel(ctx), name)
+		m.removeChannel(spec.Labels[LabelChannel])
+		_ = m.rt.VolumeRemove(context.WithoutCancel(ctx), vol)
+		return fmt.Errorf("boot spare %s: %w", name, err)
+	}
+	m.spares.mu.Lock()
+	m.spares.local = append(m.spares.local, name)
+	m.spares.mu.Unlock()
+	m.log.Info("spare ready", "spare", name)
+	return nil
+}

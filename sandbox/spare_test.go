@@ -1,0 +1,92 @@
+package sandbox
+
+import (
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// TestSpareNames: a spare's container and volume names can never be a
+// sandbox's, and what the engine reports back about a claimed spare is
+// read by its container's name, never by a label a spare may carry.
+func TestSpareNames(t *testing.T) {
+	st, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "smtspare"
+	m := NewManager(staleListing{}, Config{Prefix: prefix, Sandboxes: st, LockDir: t.TempDir()})
+	t.Cleanup(m.Close)
+	id := "0123456789abcdef"
+	if n := m.spareName(id); !m.isSpareName(n) || n == m.ContainerFor("spare_"+id) || n == m.ContainerFor("_spare_"+id) {
+		t.Fatalf("spare name %q", n)
+	}
+	for _, bad := range []string{m.ContainerFor("x"), prefix + "_spare_0123", prefix + "_spare_0123456789ABCDEF", prefix + "_spare_0123456789abcdef0", "other_spare_" + id} {
+		if m.isSpareName(bad) {
+			t.Errorf("%q taken for a spare's name", bad)
+		}
+	}
+	if v := m.spareVolume(id); !m.validSpareVolume(v) || v == m.volumeFor("ws_spare_"+id) {
+		t.Fatalf("spare volume %q", v)
+	}
+	for _, bad := range []string{m.volumeFor("x"), "/etc", "../" + m.spareVolume(id), m.spareVolume(id) + "x", "other-ws_spare_" + id} {
+		if m.validSpareVolume(bad) {
+			t.Errorf("%q taken for a spare's volume", bad)
+		}
+	}
+
+	spare := func(name string, labels map[string]string) Container {
+		l := map[string]string{LabelOwner: prefix, LabelRole: RoleSpare, LabelVolume: m.spareVolume(id)}
+		for k, v := range labels {
+			l[k] = v
+		}
+		return Container{Name: name, Labels: l}
+	}
+	cases := []struct {
+		c    Container
+		name string // "" when it is no sandbox
+	}{
+		{spare(m.spareName(id), nil), ""},                                         // waiting: no sandbox's
+		{spare(m.ContainerFor("web"), nil), "web"},                                // claimed for web
+		{spare(m.ContainerFor("web"), map[string]string{LabelName: "db"}), "web"}, // the name, never the label
+		{spare(m.trashName(), nil), ""},                                           // moved aside by a reset
+		{spare(m.ContainerFor("web"), map[string]string{LabelOwner: "other"}), ""},
+		{Container{Name: m.ContainerFor("db"), Labels: map[string]string{LabelOwner: prefix, LabelName: "db", LabelRole: "primary"}}, "db"},
+		{Container{Name: m.ContainerFor("db"), Labels: map[string]string{LabelOwner: prefix, LabelName: "web", LabelRole: "primary"}}, ""},
+	}
+	for _, c := range cases {
+		got, ok := m.sandboxOf(c.c)
+		if got != c.name || ok != (c.name != "") {
+			t.Errorf("%s %v: sandbox %q %v, want %q", c.c.Name, c.c.Labels, got, ok, c.name)
+		}
+		if c.name != "" && m.foreign(c.c, c.name) != nil {
+			t.Errorf("%s refused for %q: %v", c.c.Name, c.name, m.foreign(c.c, c.name))
+		}
+		if m.foreign(c.c, "other") == nil {
+			t.Errorf("%s accepted for another sandbox", c.c.Name)
+		}
+	}
+	if v := m.volumeOf("web", spare(m.ContainerFor("web"), nil)); v != m.spareVolume(id) {
+		t.Errorf("a claimed spare's workspace: %q", v)
+	}
+	if v := m.volumeOf("web", spare(m.ContainerFor("web"), map[string]string{LabelVolume: "/var/lib/x"})); v != m.volumeFor("web") {
+		t.Errorf("a workspace label that is no spare's volume was used: %q", v)
+	}
+}
+
+// TestSpareKey: a spare is taken only by a name that boots as it was
+// booted.
+func TestSpareKey(t *testing.T) {
+	p := Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Disk: "20G", Pids: 1024}
+	k := spareKey(p, DefaultIdleTTL, "allowlist")
+	if k != spareKey(p, DefaultIdleTTL, "allowlist") {
+		t.Fatal("the key is not stable")
+	}
+	q := p
+	q.Memory = "2G"
+	for _, other := range []string{spareKey(q, DefaultIdleTTL, "allowlist"), spareKey(p, 0, "allowlist"), spareKey(p, DefaultIdleTTL, "open")} {
+		if other == k {
+			t.Error("a spare booted otherwise has the same key")
+		}
+	}
+}
