@@ -107,24 +107,28 @@ func TestWarmSpares(t *testing.T) {
 		t.Errorf("destroy left the workspace %s", spareVol)
 	}
 
-	// A spare that died is passed over (the name boots as usual) and
-	// replaced.
+	// A spare found stopped (by its idle TTL, or it died) is started when
+	// it is the one taken; one that is gone is passed over, and the name
+	// boots as usual; either way a new spare follows.
 	kctx, kcancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 	defer kcancel()
 	if err := rt.Stop(kctx, second.Name, 0); err != nil {
 		t.Fatal(err)
 	}
-	if r := s.call(t, "exec", map[string]any{"sandbox": "cold", "command": "echo ok"}); r.isError || r.data["booted"] != "created" {
+	if r := s.call(t, "exec", map[string]any{"sandbox": "revived", "command": "echo ok"}); r.isError || r.data["booted"] != "created from a warm spare" {
 		t.Fatalf("a new name with the only spare stopped: %s %v", r.text, r.data["booted"])
 	}
-	third := waitSpare(first.ID, second.ID)
-	deadline := time.Now().Add(enginetest.HangGuard)
-	for slices.ContainsFunc(spares(), func(c sandbox.Container) bool { return c.ID == second.ID }) {
-		if time.Now().After(deadline) {
-			t.Fatal("the stopped spare was not removed")
-		}
-		time.Sleep(200 * time.Millisecond)
+	if c, err := rt.Inspect(kctx, ctr("revived")); err != nil || c.ID != second.ID || !c.Running() {
+		t.Fatalf("the stopped spare taken: %+v %v", c, err)
 	}
+	gone := waitSpare(first.ID, second.ID)
+	if err := rt.Remove(kctx, gone.Name); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "cold", "command": "echo ok"}); r.isError || r.data["booted"] != "created" {
+		t.Fatalf("a new name with the only spare removed: %s %v", r.text, r.data["booted"])
+	}
+	third := waitSpare(first.ID, second.ID, gone.ID)
 
 	// Two servers on one state directory take spares at once: each name
 	// gets a container of its own, and no container answers to two.
@@ -158,7 +162,7 @@ func TestWarmSpares(t *testing.T) {
 	// A server killed right after its claim (the rename) and before it
 	// recorded the workspace: the next call adopts the container as the
 	// sandbox, and its destroy removes the spare's workspace.
-	last := waitSpare(first.ID, second.ID, third.ID, ca.ID, cb.ID)
+	last := waitSpare(first.ID, second.ID, gone.ID, third.ID, ca.ID, cb.ID)
 	if err := rt.(sandbox.Renamer).Rename(ctx, last.ID, ctr("crashed")); err != nil {
 		t.Fatal(err)
 	}

@@ -256,7 +256,16 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	own := m.newOwner(name)
 	c, err := Container{}, error(ErrNotFound)
 	var early *shell.Pool // a shell opened while the inspect runs
-	if mode == bootFind {
+	spare, triedSpare := false, false
+	if mode == bootFind && !m.recorded(name) {
+		// A name no server has a record of: a spare is tried before the
+		// look, as its claim's rename fails if a container has the name.
+		triedSpare = true
+		if sc, warm, ok := m.claimSpare(ctx, own); ok { // spare.go
+			c, err, spare, early = sc, nil, true, warm
+		}
+	}
+	if mode == bootFind && !spare {
 		if m.rt.Kind() == "docker" {
 			// No shell before the container is known to run: docker's exec
 			// into a paused container blocks dockerd's hold on it.
@@ -267,10 +276,10 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	}
 	var lim Limits
 	egressAt, channelAt := "", ""
-	spare, createdVol := false, ""
-	if errors.Is(err, ErrNotFound) && mode == bootFind {
-		if sc, ok := m.claimSpare(ctx, name); ok { // spare.go
-			c, err, spare = sc, nil, true
+	createdVol := ""
+	if errors.Is(err, ErrNotFound) && mode == bootFind && !triedSpare {
+		if sc, warm, ok := m.claimSpare(ctx, own); ok { // spare.go
+			c, err, spare, early = sc, nil, true, warm
 		}
 	}
 	if errors.Is(err, ErrNotFound) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
@@ -61,9 +62,9 @@ type spareState struct {
 	running, again atomic.Bool
 	// want is how many to keep (KeepSpares).
 	want atomic.Int32
-	// local are the spares this server booted, by name, oldest first;
-	// under mu.
-	local []string
+	// local are the spares this server booted, oldest first, as
+	// inspected after their boot; under mu.
+	local []Container
 }
 
 // Spares lists the spares waiting to be claimed (Name empty, Container
@@ -185,89 +186,135 @@ func (m *Manager) spareKeyFor(name string) (string, bool) {
 	return spareKey(prof, ttl, mode), true
 }
 
+// errNameTaken is takeSpare's answer when the sandbox's container name
+// is taken: there is a container to find under it, not a spare to claim.
+var errNameTaken = errors.New("the sandbox's container name is taken")
+
 // claimSpare renames a running spare with sandbox name's key to name's
-// container, records its workspace, and returns it; false when there is
-// none to take. The caller holds name's lifecycle lock, and found no
-// container under the name. The spares this server booted are tried
-// first, without listing the engine's.
-func (m *Manager) claimSpare(ctx context.Context, name string) (Container, bool) {
+// container, records its workspace, and returns it with a pool whose
+// first shell is open (nil if it failed); false when there is none to
+// take, or when a container has the name (the rename says so: the caller
+// may try before it looks). The caller holds name's lifecycle lock. The
+// spares this server booted are tried first, without listing the
+// engine's.
+func (m *Manager) claimSpare(ctx context.Context, own *owner) (Container, *shell.Pool, bool) {
 	if !m.sparesOn() {
-		return Container{}, false
+		return Container{}, nil, false
 	}
 	defer m.refillSoon() // one more, or the first after the spares were reaped
-	key, ok := m.spareKeyFor(name)
+	key, ok := m.spareKeyFor(own.name)
 	if !ok {
-		return Container{}, false
+		return Container{}, nil, false
 	}
 	r := m.rt.(Renamer)
 	tried := map[string]bool{}
-	for _, spare := range m.localSpares() {
-		tried[spare] = true
-		if got, ok := m.takeSpare(ctx, r, name, spare, key); ok {
-			return got, true
+	for _, c := range m.localSpares() {
+		tried[c.Name] = true
+		got, pool, err := m.takeSpare(ctx, r, own, c, key)
+		if err == nil {
+			return got, pool, true
+		}
+		if errors.Is(err, errNameTaken) {
+			return Container{}, nil, false
 		}
 	}
 	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
 	if err != nil {
 		m.log.Warn("list spares", "err", err)
-		return Container{}, false
+		return Container{}, nil, false
 	}
 	tries := 0
 	for _, c := range cs {
-		if tried[c.Name] || !c.Running() || c.Labels[LabelSpare] != key || !m.isSpareName(c.Name) {
+		if tried[c.Name] || !c.Running() || !m.isSpareName(c.Name) {
 			continue
 		}
 		if tries++; tries > spareTries {
 			break
 		}
-		if got, ok := m.takeSpare(ctx, r, name, c.Name, key); ok {
-			return got, true
+		got, pool, err := m.takeSpare(ctx, r, own, c, key)
+		if err == nil {
+			return got, pool, true
+		}
+		if errors.Is(err, errNameTaken) {
+			return Container{}, nil, false
 		}
 	}
-	return Container{}, false
+	return Container{}, nil, false
 }
 
 // localSpares are the spares this server booted and has not seen taken,
-// oldest first.
-func (m *Manager) localSpares() []string {
+// oldest first, as inspected after their boot.
+func (m *Manager) localSpares() []Container {
 	m.spares.mu.Lock()
 	defer m.spares.mu.Unlock()
 	return slices.Clone(m.spares.local)
 }
 
-// forgetLocal drops spare from the ones this server booted.
+// forgetLocal drops spare from the ones this server booted; the caller
+// holds spares.mu.
 func (m *Manager) forgetLocal(spare string) {
-	m.spares.local = slices.DeleteFunc(m.spares.local, func(s string) bool { return s == spare })
+	m.spares.local = slices.DeleteFunc(m.spares.local, func(c Container) bool { return c.Name == spare })
 }
 
-// takeSpare claims the spare named spare for sandbox name, under the
-// spare's lock: inspected there under its own name, it is still a spare
-// (a claim that held the lock a moment ago renamed it, and no spare name
-// is ever used twice), and is renamed by its ID.
-func (m *Manager) takeSpare(ctx context.Context, r Renamer, name, spare, key string) (Container, bool) {
+// takeSpare claims spare c (as listed or inspected when it booted) for
+// the sandbox own is for, under the spare's lock, by renaming it by its
+// spare name: under the lock nobody else renames it, and once claimed
+// that name is gone for good (none is used twice), so a spare another
+// server took is never taken back. The sandbox's first shell opens by the
+// container's ID while the engine renames it, held at its gate until the
+// rename is done.
+func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string) (Container, *shell.Pool, error) {
+	name := own.name
+	if c.ID == "" || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || c.Labels[LabelSpare] != key || !m.isSpareName(c.Name) {
+		return Container{}, nil, errors.New("not a spare this name takes")
+	}
 	m.spares.mu.Lock()
 	defer m.spares.mu.Unlock()
-	h, err := m.locks.TryLock(spare, "claim for "+name)
+	h, err := m.locks.TryLock(c.Name, "claim for "+name)
 	if err != nil {
-		return Container{}, false // another server is claiming or removing it
+		return Container{}, nil, err // another server is claiming or removing it
 	}
 	defer h.Release()
-	c, err := m.rt.Inspect(ctx, spare)
-	if err != nil || !c.Running() || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || c.Labels[LabelSpare] != key {
-		if err == nil || errors.Is(err, ErrNotFound) {
-			m.forgetLocal(spare) // taken, dead, or booted as other defaults: the refill sees to it
+	verdict := make(chan error, 1)
+	own.expect(verdict)
+	pool := m.newPoolOn(own, c.ID)
+	warmed := make(chan error, 1)
+	go func() { warmed <- pool.Warm(ctx) }()
+	spare := c.Name
+	if err := r.Rename(ctx, spare, m.ContainerFor(name)); err != nil {
+		verdict <- errors.New("the spare was not claimed")
+		own.disarm()
+		m.spawn(func() { <-warmed; pool.Close() })
+		switch {
+		case errors.Is(err, ErrAlreadyExists):
+			return Container{}, nil, errNameTaken
+		case errors.Is(err, ErrNotFound):
+			m.forgetLocal(spare) // another server took it, or it is gone
+		default:
+			m.log.Warn("claim a spare", "spare", spare, "sandbox", name, "err", err)
 		}
-		return Container{}, false
-	}
-	if err := r.Rename(ctx, c.ID, m.ContainerFor(name)); err != nil {
-		m.log.Warn("claim a spare", "spare", spare, "sandbox", name, "err", err)
-		return Container{}, false
+		return Container{}, nil, err
 	}
 	m.forgetLocal(spare)
 	c.Name = m.ContainerFor(name)
+	own.record(c)
+	verdict <- nil
+	if err := <-warmed; err != nil {
+		// Not running after all (it died since it was seen): the boot
+		// starts it, as any stopped sandbox, and opens its shells.
+		own.disarm()
+		pool.Close()
+		pool = nil
+		if now, ierr := m.rt.Inspect(ctx, c.ID); ierr == nil {
+			now.Name = c.Name
+			c = now
+		} else {
+			c.State = StateStopped
+		}
+	}
 	m.recordWorkspace(name, c)
 	m.log.Info("claimed a spare", "sandbox", name, "spare", spare)
-	return m.asSandbox(c), true
+	return m.asSandbox(c), pool, nil
 }
 
 // recordWorkspace saves, before anything else is done with it, which
@@ -290,6 +337,17 @@ func (m *Manager) recordWorkspace(name string, c Container) {
 	if err := m.cfg.Sandboxes.PutSandbox(rec); err != nil {
 		m.log.Warn("record a claimed spare's workspace", "sandbox", name, "err", err)
 	}
+}
+
+// recorded reports whether sandbox name has a record (every boot writes
+// one, and a destroy removes it); false without a store, or when spares
+// are off (nothing asks then).
+func (m *Manager) recorded(name string) bool {
+	if !m.sparesOn() {
+		return true
+	}
+	_, ok := m.sandboxRecord(name)
+	return ok
 }
 
 // sandboxRecord is sandbox name's record, if there is one.
@@ -497,9 +555,11 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 		_ = m.rt.VolumeRemove(context.WithoutCancel(ctx), vol)
 		return fmt.Errorf("boot spare %s: %w", name, err)
 	}
-	m.spares.mu.Lock()
-	m.spares.local = append(m.spares.local, name)
-	m.spares.mu.Unlock()
+	if c, err := m.rt.Inspect(bctx, name); err == nil {
+		m.spares.mu.Lock()
+		m.spares.local = append(m.spares.local, c)
+		m.spares.mu.Unlock()
+	}
 	m.log.Info("spare ready", "spare", name)
 	return nil
 }
