@@ -176,3 +176,52 @@ func TestWarmSpares(t *testing.T) {
 		t.Errorf("destroy left the claimed spare's workspace %q", vol)
 	}
 }
+
+// TestWarmSpareAllowlist: a spare of an allowlist profile (the default)
+// comes with the agent copied in while it waited; once taken, its proxy
+// answers as any allowlist sandbox's does.
+func TestWarmSpareAllowlist(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	if tg.Runtime == "container" {
+		t.Skip("Apple's container CLI cannot rename a container, which a spare's claim is")
+	}
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	a := startProc(t, tg, prefix, t.TempDir(), "--spares", "1", "--network", "allowlist")
+	s := &server{cs: a.cs}
+	deadline := time.Now().Add(enginetest.HangGuard)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+		cs, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelRole: sandbox.RoleSpare})
+		cancel()
+		if err == nil && slices.ContainsFunc(cs, func(c sandbox.Container) bool { return c.Running() }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no spare within %s: %v", enginetest.HangGuard, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The copy is made after the spare runs: wait for it, so the claim
+	// below is the one that finds it.
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+		cs, _ := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelRole: sandbox.RoleSpare})
+		var out sandbox.ExecOutput
+		if len(cs) > 0 {
+			out, _ = rt.Exec(ctx, cs[0].Name, sandbox.ExecSpec{Argv: []string{"sh", "-c", "ls /tmp/.sandbox-mcp/sandbox-ctl-*"}})
+		}
+		cancel()
+		if out.ExitCode == 0 && len(out.Stdout) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent was not copied into the spare")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r := s.call(t, "exec", map[string]any{"sandbox": "proxied", "command": "curl -s --max-time 60 http://x.invalid/"})
+	if r.data["booted"] != "created from a warm spare" || !strings.Contains(r.text, "blocked by the sandbox's network policy") {
+		t.Fatalf("an allowlist spare taken: %v %s", r.data["booted"], r.text)
+	}
+}

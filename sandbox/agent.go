@@ -483,3 +483,51 @@ func (sb *Sandbox) closeAgent() {
 		c.Close()
 	}
 }
+
+// preinstallAgent copies the agent into container id (a spare waiting for
+// a name) through the exec that would become the agent, which ends as soon
+// as it is installed: the claim's agent then starts without the copy.
+// Failures are only logged; the claim's agent start copies it then.
+func (m *Manager) preinstallAgent(ctx context.Context, id string) {
+	out, err := m.rt.Exec(ctx, id, ExecSpec{Argv: []string{"uname", "-m"}})
+	if err != nil || out.ExitCode != 0 {
+		m.log.Debug("preinstall the agent: uname", "container", id, "err", err)
+		return
+	}
+	arch := agent.GoArch(strings.TrimSpace(string(out.Stdout)))
+	bin, err := ctlbin.Find(ctx, arch)
+	if arch == "" || err != nil {
+		m.log.Debug("preinstall the agent: no binary", "container", id, "arch", arch, "err", err)
+		return
+	}
+	cmd := m.rt.ExecCommand(ctx, id, ExecSpec{Argv: []string{"sh", "-c", installAndRunScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink}, Interactive: true})
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		return
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() error {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		<-exited
+		return nil
+	}
+	if err := awaitInstalled(ctx, bufio.NewReader(stdout), stdin, bin.Data, stop); err != nil {
+		m.log.Debug("preinstall the agent", "container", id, "err", err)
+		return
+	}
+	stdin.Close() // the agent it became ends at the end of its input
+	select {
+	case <-exited:
+	case <-time.After(scriptTimeout):
+		_ = stop()
+	}
+}

@@ -110,6 +110,11 @@ func (m *Manager) SparesNote() string {
 	}
 }
 
+// refillDelay is how long a refill waits before it looks, so that the
+// boot of a new spare does not compete with the first command of the name
+// that took the last one.
+const refillDelay = time.Second
+
 // spareTries bounds how many spares one claim tries before it boots the
 // name the usual way (each failure is a spare another server took).
 const spareTries = 3
@@ -443,6 +448,12 @@ func (m *Manager) refillSoon() {
 		return
 	}
 	m.spawn(func() {
+		// After the claim's first command: a boot competes with it for
+		// the engine.
+		select {
+		case <-m.life.Done():
+		case <-time.After(refillDelay):
+		}
 		for {
 			m.refillSpares(m.life)
 			if !m.spares.again.Swap(false) || m.closed.Load() {
@@ -556,6 +567,9 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 		return fmt.Errorf("boot spare %s: %w", name, err)
 	}
 	if c, err := m.rt.Inspect(bctx, name); err == nil {
+		if mode == egress.ModeAllowlist {
+			m.preinstallAgent(bctx, c.ID) // agent.go: its proxy starts at the claim
+		}
 		m.spares.mu.Lock()
 		m.spares.local = append(m.spares.local, c)
 		m.spares.mu.Unlock()
