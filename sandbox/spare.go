@@ -98,15 +98,16 @@ func (m *Manager) KeepSpares(n int) {
 	m.refillSoon()
 }
 
-// SparesNote says, for status, whether spares are kept and why not.
-func (m *Manager) SparesNote() string {
-	switch n := m.spares.want.Load(); {
-	case n == 0:
-		return "off"
-	case !m.sparesPossible():
-		return fmt.Sprintf("%s cannot rename containers, which a spare's claim is", m.rt.Kind())
+// DescribeSpares says, for doctor, what keeping n spares on rt comes to.
+func DescribeSpares(rt Runtime, n int) string {
+	_, renames := rt.(Renamer)
+	switch {
+	case n <= 0:
+		return "off (--spares 0)"
+	case !renames:
+		return fmt.Sprintf("none: %s cannot rename a container, which taking a spare is", rt.Kind())
 	default:
-		return fmt.Sprintf("%d kept for new names of the default profile", n)
+		return fmt.Sprintf("%d booted and waiting for the first call on a new name (--spares)", min(n, MaxSpares))
 	}
 }
 

@@ -499,6 +499,7 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 		return errors.New("default image missing")
 	}
 	fmt.Fprintf(w, "image:    ok, %s\n", cfg.Defaults.Image)
+	fmt.Fprintf(w, "spares:   %s\n", sandbox.DescribeSpares(rt, cfg.Spares))
 	if err := checkState(cfg.StateDir); err != nil {
 		fmt.Fprintf(w, "state:    FAIL %s: %v\n", cfg.StateDir, err)
 		return errors.New("state not usable")
