@@ -100,6 +100,14 @@ func TestWarmSpares(t *testing.T) {
 	if r := s.call(t, "exec", map[string]any{"sandbox": "fresh", "command": "cat /workspace/f"}); r.isError || !strings.Contains(r.text, "kept") {
 		t.Fatalf("the workspace after a reset: %s", r.text)
 	}
+	// Its container removed behind the server's back, the sandbox comes
+	// back on its workspace, not on another spare.
+	if err := rt.Remove(ctx, ctr("fresh")); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "fresh", "command": "cat /workspace/f"}); r.isError || !strings.Contains(r.text, "kept") || r.data["booted"] == "created from a warm spare" {
+		t.Fatalf("the workspace after the container was removed: %s %v", r.text, r.data["booted"])
+	}
 	if r := s.call(t, "destroy", map[string]any{"sandbox": "fresh"}); r.isError {
 		t.Fatalf("destroy: %s", r.text)
 	}
@@ -125,10 +133,18 @@ func TestWarmSpares(t *testing.T) {
 	if err := rt.Remove(kctx, gone.Name); err != nil {
 		t.Fatal(err)
 	}
-	if r := s.call(t, "exec", map[string]any{"sandbox": "cold", "command": "echo ok"}); r.isError || r.data["booted"] != "created" {
+	if r := s.call(t, "exec", map[string]any{"sandbox": "cold", "command": "echo mine > /workspace/g"}); r.isError || r.data["booted"] != "created" {
 		t.Fatalf("a new name with the only spare removed: %s %v", r.text, r.data["booted"])
 	}
 	third := waitSpare(first.ID, second.ID, gone.ID)
+	// A sandbox that never was a spare, its container removed by hand:
+	// its workspace is there, so it is no new name, and takes no spare.
+	if err := rt.Remove(ctx, ctr("cold")); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "cold", "command": "cat /workspace/g"}); r.isError || !strings.Contains(r.text, "mine") || r.data["booted"] == "created from a warm spare" {
+		t.Fatalf("a removed sandbox's next call: %s %v", r.text, r.data["booted"])
+	}
 
 	// Two servers on one state directory take spares at once: each name
 	// gets a container of its own, and no container answers to two.

@@ -176,6 +176,16 @@ func record(f *os.File, purpose string) {
 	}
 }
 
+// Remove deletes key's lock file, for a key no one will lock again (a
+// name used once, whose holder is done with it): a later TryLock of the
+// key would make a new file and get it. A missing file is not an error.
+func (d Dir) Remove(key string) {
+	if d.Path == "" || validKey(key) != nil {
+		return
+	}
+	_ = os.Remove(d.path(key))
+}
+
 // Release drops the lock.
 func (h *Held) Release() {
 	if h == nil || h.f == nil {

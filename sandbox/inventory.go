@@ -42,6 +42,11 @@ func (m *Manager) orphans(cs []Container) []string {
 		if c.Name == m.ContainerFor(name) || m.isSpareName(c.Name) {
 			continue // a sandbox's, or a spare waiting to be claimed
 		}
+		if name == "" && m.validSpareVolume(c.Labels[LabelVolume]) {
+			// A claimed spare moved aside: its sandbox is the one whose
+			// record names its workspace.
+			name = m.volumeOwner(c.Labels[LabelVolume])
+		}
 		if ValidateName(name) == nil {
 			h, err := m.locks.TryLock(m.lockKey(name), "look for containers left by resets")
 			if err != nil {
@@ -101,7 +106,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 			return err
 		}
 		for _, r := range recs {
-			if !exists[r.Name] && r.Container == m.ContainerFor(r.Name) {
+			// A sandbox that began as a spare keeps its record, the only
+			// pointer to its workspace, until it is destroyed.
+			if !exists[r.Name] && r.Container == m.ContainerFor(r.Name) && !m.validSpareVolume(r.Volume) {
 				records[r.Name] = true
 				gone = append(gone, r.Name)
 			}

@@ -150,6 +150,7 @@ func (m *Manager) Get(ctx context.Context, name string) (*Sandbox, BootInfo, err
 	if m.closed.Load() {
 		return nil, BootInfo{}, ErrClosed
 	}
+	m.refillIfDue() // spare.go
 	if sb, ok := m.Lookup(name); ok && m.current(sb) {
 		return sb, BootInfo{Recovered: m.takeNote(name)}, nil
 	}
@@ -206,7 +207,10 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 		resumed = m.resumeIntent(bctx, name) // intent.go
 	}
 	start := time.Now()
-	sb, binfo, err := m.boot(bctx, name, mode)
+	// A spare is taken only for a name with nothing of a sandbox left: no
+	// intent of a reset or restore, no record, no workspace (spare.go).
+	spareOK := mode == bootFind && resumed == nil && !m.recorded(name)
+	sb, binfo, err := m.boot(bctx, name, mode, spareOK)
 	binfo.Took = time.Since(start)
 	binfo.Recovered = joinNotes(info.Recovered, m.takeNote(name))
 	if err != nil {
@@ -239,7 +243,7 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	return sb, binfo, nil
 }
 
-func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbox, BootInfo, error) {
+func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK bool) (*Sandbox, BootInfo, error) {
 	var info BootInfo
 	prof := m.ProfileFor(name)
 	if o := m.override(name); o != nil {
@@ -256,11 +260,10 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	own := m.newOwner(name)
 	c, err := Container{}, error(ErrNotFound)
 	var early *shell.Pool // a shell opened while the inspect runs
-	spare, triedSpare := false, false
-	if mode == bootFind && !m.recorded(name) {
-		// A name no server has a record of: a spare is tried before the
-		// look, as its claim's rename fails if a container has the name.
-		triedSpare = true
+	spare := false
+	if spareOK {
+		// Tried before the look: the claim's rename fails if a container
+		// has the name.
 		if sc, warm, ok := m.claimSpare(ctx, own); ok { // spare.go
 			c, err, spare, early = sc, nil, true, warm
 		}
@@ -277,11 +280,6 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 	var lim Limits
 	egressAt, channelAt := "", ""
 	createdVol := ""
-	if errors.Is(err, ErrNotFound) && mode == bootFind && !triedSpare {
-		if sc, warm, ok := m.claimSpare(ctx, own); ok { // spare.go
-			c, err, spare, early = sc, nil, true, warm
-		}
-	}
 	if errors.Is(err, ErrNotFound) {
 		var labels map[string]string
 		lim, labels, err = m.create(ctx, name, prof, mode == bootReplace)
@@ -309,9 +307,6 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode) (*Sandbo
 		}
 		lim = limitsOf(c, prof)
 		egressAt, channelAt = egressMode(c), c.Labels[LabelChannel]
-		if c.Labels[LabelRole] == RoleSpare {
-			m.recordWorkspace(name, c) // a claim's record, if the server that claimed it died first
-		}
 	}
 	if spare {
 		info.Created, info.Adopted, info.Spare = true, false, true
@@ -415,7 +410,13 @@ func (m *Manager) inspectOwned(ctx context.Context, name string) (Container, err
 	if err := m.checkOwner(c, name); err != nil {
 		return c, err
 	}
-	return m.asSandbox(c), nil // spare.go
+	if c.Labels[LabelRole] == RoleSpare {
+		// A claimed spare: its record names its workspace from the first
+		// look, for when the container is gone (a claim's server may have
+		// died before it wrote it).
+		m.recordWorkspace(name, c) // spare.go
+	}
+	return m.asSandbox(c), nil
 }
 
 // inspectCreated inspects a container another process has just created.
@@ -672,6 +673,14 @@ func (m *Manager) wipe(ctx context.Context, name, vol string, wipe, look bool) e
 	olds, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelName: name})
 	if err != nil {
 		return fmt.Errorf("list containers of %q: %w", name, err)
+	}
+	if m.validSpareVolume(vol) {
+		// A claimed spare moved aside carries no name label: its volume's.
+		more, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelVolume: vol})
+		if err != nil {
+			return fmt.Errorf("list containers of %q: %w", name, err)
+		}
+		olds = append(olds, more...)
 	}
 	for _, c := range olds {
 		// It may already be going (the reset's own removal): the volume

@@ -39,7 +39,21 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 	if err != nil {
 		return p, err
 	}
+	for _, c := range cs {
+		// A spare stopped by its idle TTL (a server that still keeps
+		// spares removes it itself at its next look).
+		if m.isSpareName(c.Name) && !c.Running() {
+			if !dryRun {
+				m.dropSpare(ctx, c) // spare.go: its workspace goes with it
+			}
+			p.Containers = append(p.Containers, c.Name)
+		}
+	}
+	pending := m.intentTrash()
 	for _, name := range m.orphans(cs) {
+		if pending[name] {
+			continue // a reset's or restore's old container, which its undo may yet put back
+		}
 		if !dryRun {
 			if err := m.rt.Remove(ctx, name); err != nil {
 				return p, fmt.Errorf("remove container %s: %w", name, err)
@@ -100,7 +114,75 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 			p.Volumes = append(p.Volumes, vol)
 		}
 	}
-	return p, nil
+	gone, err := m.pruneSpareVolumes(ctx, cs, names, dryRun)
+	p.Volumes = append(p.Volumes, gone...)
+	return p, err
+}
+
+// pruneSpareVolumes removes the spare workspaces among names that no
+// container of cs mounts: a spare's whose boot or removal was cut short,
+// or a sandbox's that began as a spare and whose container is gone (its
+// record goes too, as a sandbox's own workspace goes in that case). It
+// holds the refill's lock, so a spare being booted keeps its new volume.
+func (m *Manager) pruneSpareVolumes(ctx context.Context, cs []Container, names []string, dryRun bool) ([]string, error) {
+	used := map[string]bool{}
+	for _, c := range cs {
+		used[c.Labels[LabelVolume]] = true
+	}
+	var vols []string
+	for _, v := range names {
+		if m.validSpareVolume(v) && !used[v] {
+			vols = append(vols, v)
+		}
+	}
+	if len(vols) == 0 {
+		return nil, nil
+	}
+	h, err := m.locks.Lock(ctx, m.cfg.Prefix+"_spares", "prune")
+	if err != nil {
+		return nil, err
+	}
+	defer h.Release()
+	owners := map[string]string{}
+	if m.cfg.Sandboxes != nil {
+		recs, err := m.cfg.Sandboxes.Sandboxes()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			if m.validSpareVolume(r.Volume) {
+				owners[r.Volume] = r.Name
+			}
+		}
+	}
+	var out []string
+	for _, vol := range vols {
+		if name, ok := owners[vol]; ok {
+			gone, err := m.pruneVolume(ctx, name, vol, dryRun)
+			if err != nil {
+				return out, err
+			}
+			if gone {
+				out = append(out, vol)
+				if !dryRun {
+					if err := m.cfg.Sandboxes.DeleteSandbox(name); err != nil {
+						return out, err
+					}
+				}
+			}
+			continue
+		}
+		if !dryRun {
+			if err := m.rt.VolumeRemove(ctx, vol); err != nil && !errors.Is(err, ErrNotFound) {
+				if errors.Is(err, ErrInUse) {
+					continue // a container made since the listing holds it
+				}
+				return out, fmt.Errorf("remove volume %s: %w", vol, err)
+			}
+		}
+		out = append(out, vol)
+	}
+	return out, nil
 }
 
 // pruneVolume removes the workspace vol of sandbox name when the sandbox's

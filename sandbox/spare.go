@@ -63,8 +63,12 @@ type spareState struct {
 	// want is how many to keep (KeepSpares).
 	want atomic.Int32
 	// local are the spares this server booted, oldest first, as
-	// inspected after their boot; under mu.
+	// inspected after their boot; busy are the spares a claim or removal
+	// of this server's holds. Both under mu.
 	local []Container
+	busy  map[string]bool
+	// checked is when a refill last looked (UnixNano), for refillIfDue.
+	checked atomic.Int64
 }
 
 // Spares lists the spares waiting to be claimed (Name empty, Container
@@ -207,16 +211,21 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (Container, *shell
 	if !m.sparesOn() {
 		return Container{}, nil, false
 	}
-	defer m.refillSoon() // one more, or the first after the spares were reaped
 	key, ok := m.spareKeyFor(own.name)
 	if !ok {
 		return Container{}, nil, false
 	}
+	defer m.refillSoon() // one more, or the first after the spares were reaped
+	// A name whose workspace volume exists is no new name (a sandbox
+	// whose container went, its record with it): it boots on that
+	// workspace. Looked up while the first shell opens.
+	isNew := sync.OnceValue(func() bool { return m.volumeAbsent(ctx, m.volumeFor(own.name)) })
+	go isNew()
 	r := m.rt.(Renamer)
 	tried := map[string]bool{}
 	for _, c := range m.localSpares() {
 		tried[c.Name] = true
-		got, pool, err := m.takeSpare(ctx, r, own, c, key)
+		got, pool, err := m.takeSpare(ctx, r, own, c, key, isNew)
 		if err == nil {
 			return got, pool, true
 		}
@@ -237,7 +246,7 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (Container, *shell
 		if tries++; tries > spareTries {
 			break
 		}
-		got, pool, err := m.takeSpare(ctx, r, own, c, key)
+		got, pool, err := m.takeSpare(ctx, r, own, c, key, isNew)
 		if err == nil {
 			return got, pool, true
 		}
@@ -256,10 +265,49 @@ func (m *Manager) localSpares() []Container {
 	return slices.Clone(m.spares.local)
 }
 
-// forgetLocal drops spare from the ones this server booted; the caller
-// holds spares.mu.
+// forgetLocal drops spare from the ones this server booted.
 func (m *Manager) forgetLocal(spare string) {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
 	m.spares.local = slices.DeleteFunc(m.spares.local, func(c Container) bool { return c.Name == spare })
+}
+
+// holdSpare takes spare's lock, which orders claims and removals of it
+// between servers (its lock file) and within this one (busy, for a
+// Manager without a lock directory); release gives it back.
+func (m *Manager) holdSpare(spare, purpose string) (release func(), err error) {
+	m.spares.mu.Lock()
+	if m.spares.busy[spare] {
+		m.spares.mu.Unlock()
+		return nil, errors.New("spare in use")
+	}
+	if m.spares.busy == nil {
+		m.spares.busy = map[string]bool{}
+	}
+	m.spares.busy[spare] = true
+	m.spares.mu.Unlock()
+	free := func() {
+		m.spares.mu.Lock()
+		delete(m.spares.busy, spare)
+		m.spares.mu.Unlock()
+	}
+	h, err := m.locks.TryLock(spare, purpose)
+	if err != nil {
+		free()
+		return nil, err
+	}
+	return func() { h.Release(); free() }, nil
+}
+
+// volumeAbsent reports whether the engine says volume vol does not
+// exist; false when it cannot tell.
+func (m *Manager) volumeAbsent(ctx context.Context, vol string) bool {
+	vs, ok := m.rt.(VolumeSizer)
+	if !ok {
+		return false
+	}
+	_, _, err := vs.VolumeSize(ctx, vol)
+	return errors.Is(err, ErrNotFound)
 }
 
 // takeSpare claims spare c (as listed or inspected when it booted) for
@@ -269,39 +317,45 @@ func (m *Manager) forgetLocal(spare string) {
 // server took is never taken back. The sandbox's first shell opens by the
 // container's ID while the engine renames it, held at its gate until the
 // rename is done.
-func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string) (Container, *shell.Pool, error) {
+func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string, isNew func() bool) (Container, *shell.Pool, error) {
 	name := own.name
 	if c.ID == "" || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || c.Labels[LabelSpare] != key || !m.isSpareName(c.Name) {
 		return Container{}, nil, errors.New("not a spare this name takes")
 	}
-	m.spares.mu.Lock()
-	defer m.spares.mu.Unlock()
-	h, err := m.locks.TryLock(c.Name, "claim for "+name)
+	release, err := m.holdSpare(c.Name, "claim for "+name)
 	if err != nil {
-		return Container{}, nil, err // another server is claiming or removing it
+		return Container{}, nil, err // another claim or removal has it
 	}
-	defer h.Release()
+	defer release()
 	verdict := make(chan error, 1)
 	own.expect(verdict)
 	pool := m.newPoolOn(own, c.ID)
 	warmed := make(chan error, 1)
 	go func() { warmed <- pool.Warm(ctx) }()
 	spare := c.Name
-	if err := r.Rename(ctx, spare, m.ContainerFor(name)); err != nil {
+	err = errNameTaken
+	if isNew() {
+		err = r.Rename(ctx, spare, m.ContainerFor(name))
+	}
+	if err != nil {
 		verdict <- errors.New("the spare was not claimed")
 		own.disarm()
 		m.spawn(func() { <-warmed; pool.Close() })
 		switch {
+		case errors.Is(err, errNameTaken):
+			return Container{}, nil, err
 		case errors.Is(err, ErrAlreadyExists):
 			return Container{}, nil, errNameTaken
 		case errors.Is(err, ErrNotFound):
 			m.forgetLocal(spare) // another server took it, or it is gone
+			m.locks.Remove(spare)
 		default:
 			m.log.Warn("claim a spare", "spare", spare, "sandbox", name, "err", err)
 		}
 		return Container{}, nil, err
 	}
 	m.forgetLocal(spare)
+	m.locks.Remove(spare) // no spare name is used twice
 	c.Name = m.ContainerFor(name)
 	own.record(c)
 	verdict <- nil
@@ -363,6 +417,24 @@ func (m *Manager) sandboxRecord(name string) (state.Sandbox, bool) {
 	}
 	rec, ok, err := m.cfg.Sandboxes.Sandbox(name)
 	return rec, ok && err == nil
+}
+
+// volumeOwner is the sandbox whose record names spare workspace vol, or
+// "".
+func (m *Manager) volumeOwner(vol string) string {
+	if m.cfg.Sandboxes == nil {
+		return ""
+	}
+	recs, err := m.cfg.Sandboxes.Sandboxes()
+	if err != nil {
+		return ""
+	}
+	for _, r := range recs {
+		if r.Volume == vol {
+			return r.Name
+		}
+	}
+	return ""
 }
 
 // validSpareVolume reports whether vol is a spare's workspace volume of
@@ -465,13 +537,35 @@ func (m *Manager) refillSoon() {
 	})
 }
 
+// refillEvery is how often a server in use looks at its spares besides
+// at claims: one stopped by its idle TTL while nobody asked for a new name
+// is replaced once calls come again.
+const refillEvery = time.Minute
+
+// refillIfDue refills when the last look is refillEvery old.
+func (m *Manager) refillIfDue() {
+	if m.spares.want.Load() == 0 || time.Since(time.Unix(0, m.spares.checked.Load())) < refillEvery {
+		return
+	}
+	m.spares.checked.Store(time.Now().UnixNano())
+	m.refillSoon()
+}
+
 // refillSpares removes the spares that cannot be claimed (stopped by
 // their watchdog, or booted as something the defaults no longer are) and
 // boots new ones until there are Spares.
 func (m *Manager) refillSpares(ctx context.Context) {
-	h, err := m.locks.TryLock(m.cfg.Prefix+"_spares", "keep spares")
+	if m.spares.want.Load() == 0 {
+		return // spares already there are another server's, or stop with their idle TTL
+	}
+	m.spares.checked.Store(time.Now().UnixNano())
+	// Another server's refill may hold it: this one looks after it, as
+	// that one's listing may be older than a claim since.
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	h, err := m.locks.Lock(lctx, m.cfg.Prefix+"_spares", "keep spares")
+	cancel()
 	if err != nil {
-		return // another server is at it
+		return
 	}
 	defer h.Release()
 	prof, ttl, mode := m.spareProfile()
@@ -504,13 +598,11 @@ func (m *Manager) refillSpares(ctx context.Context) {
 
 // dropSpare removes spare c and its workspace, under its lock.
 func (m *Manager) dropSpare(ctx context.Context, c Container) {
-	m.spares.mu.Lock()
-	defer m.spares.mu.Unlock()
-	h, err := m.locks.TryLock(c.Name, "remove spare")
+	release, err := m.holdSpare(c.Name, "remove spare")
 	if err != nil {
 		return
 	}
-	defer h.Release()
+	defer release()
 	now, err := m.rt.Inspect(ctx, c.Name)
 	if err != nil || now.ID != c.ID {
 		return
@@ -520,6 +612,7 @@ func (m *Manager) dropSpare(ctx context.Context, c Container) {
 		return
 	}
 	m.forgetLocal(c.Name)
+	m.locks.Remove(c.Name)
 	m.removeChannel(c.Labels[LabelChannel])
 	if vol := c.Labels[LabelVolume]; m.validSpareVolume(vol) {
 		if err := m.removeVolume(ctx, vol); err != nil {
@@ -530,12 +623,17 @@ func (m *Manager) dropSpare(ctx context.Context, c Container) {
 
 // bootSpare creates one spare.
 func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration, mode, key string) error {
+	// Not cut short when the server closes (which waits for it): an
+	// engine's run killed half way can leave the container's init stuck
+	// and its workspace's loop device held.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
+	defer cancel()
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	name, vol := m.spareName(id), m.spareVolume(id)
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare, LabelSpare: key, LabelVolume: vol}
-	ok, err := m.rt.ImageExists(ctx, prof.Image)
+	ok, err := m.rt.ImageExists(bctx, prof.Image)
 	if err != nil || !ok {
 		return fmt.Errorf("image %q: present %v: %v", prof.Image, ok, err)
 	}
@@ -555,16 +653,21 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl, time.Time{}), time.Time{})
 	}
 	volLabels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare}
-	if err := m.prepareLimits(ctx, name, prof, vol, volLabels, false, &spec); err != nil {
+	if err := m.prepareLimits(bctx, name, prof, vol, volLabels, false, &spec); err != nil {
 		return err
 	}
-	m.placeSpare(ctx, mode, &spec)
-	bctx, cancel := context.WithTimeout(ctx, m.cfg.BootTimeout)
-	defer cancel()
+	m.placeSpare(bctx, mode, &spec)
 	if err := m.rt.Run(bctx, spec); err != nil {
-		_ = m.rt.Remove(context.WithoutCancel(ctx), name)
+		if spec.Network != "" && strings.Contains(strings.ToLower(err.Error()), "network") {
+			// The sandboxes' network went (pruned, say): made again at
+			// the next boot, as runContainer does for a sandbox's.
+			m.net.mu.Lock()
+			m.net.ready = false
+			m.net.mu.Unlock()
+		}
+		_ = m.rt.Remove(bctx, name)
 		m.removeChannel(spec.Labels[LabelChannel])
-		_ = m.rt.VolumeRemove(context.WithoutCancel(ctx), vol)
+		_ = m.rt.VolumeRemove(bctx, vol)
 		return fmt.Errorf("boot spare %s: %w", name, err)
 	}
 	if c, err := m.rt.Inspect(bctx, name); err == nil {

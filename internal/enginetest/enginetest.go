@@ -296,7 +296,7 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 	if vl, ok := rt.(sandbox.VolumeLister); ok {
 		names, _ := vl.VolumeNames(ctx)
 		for _, n := range names {
-			if strings.HasPrefix(n, prefix+"-ws-") {
+			if strings.HasPrefix(n, prefix+"-ws-") || strings.HasPrefix(n, prefix+"-ws_spare_") {
 				vols[n] = true
 			}
 		}
