@@ -146,6 +146,19 @@ func TestWarmSpares(t *testing.T) {
 		t.Fatalf("a removed sandbox's next call: %s %v", r.text, r.data["booted"])
 	}
 
+	// A name without a record but with a workspace volume (a sandbox
+	// whose container and record went) boots on that workspace: the spare
+	// renamed for it while that was looked up is put back.
+	if err := rt.VolumeCreate(ctx, sandbox.ContainerName(prefix+"-ws", "hasvol"), map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: "hasvol"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "hasvol", "command": "echo ok"}); r.isError || r.data["booted"] != "created" {
+		t.Fatalf("a name with a workspace took a spare: %s %v", r.text, r.data["booted"])
+	}
+	if c, err := rt.Inspect(ctx, third.Name); err != nil || c.ID != third.ID {
+		t.Fatalf("the spare was not put back under its name: %+v %v", c, err)
+	}
+
 	// Two servers on one state directory take spares at once: each name
 	// gets a container of its own, and no container answers to two.
 	b := startProc(t, tg, prefix, stateDir, "--spares", "1")

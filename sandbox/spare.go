@@ -333,9 +333,20 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	warmed := make(chan error, 1)
 	go func() { warmed <- pool.Warm(ctx) }()
 	spare := c.Name
-	err = errNameTaken
-	if isNew() {
-		err = r.Rename(ctx, spare, m.ContainerFor(name))
+	// The rename runs while the look for the name's workspace does; a
+	// name that has one gets the spare renamed back (the caller holds the
+	// name's lock, so nothing else uses the name meanwhile).
+	err = r.Rename(ctx, spare, m.ContainerFor(name))
+	if err == nil && !isNew() {
+		if berr := r.Rename(context.WithoutCancel(ctx), c.ID, spare); berr != nil {
+			// Kept as the sandbox's, on the spare's workspace: its own
+			// stays where it is, untouched, and the user is told.
+			m.log.Error("a spare taken for a name with a workspace could not be put back", "sandbox", name, "spare", spare, "err", berr)
+			err = nil
+			m.note(name, fmt.Sprintf("this sandbox runs on a new workspace: its earlier one, volume %s, is kept but could not be mounted (%v); destroy and create it again to use that one", m.volumeFor(name), berr))
+		} else {
+			err = errNameTaken
+		}
 	}
 	if err != nil {
 		verdict <- errors.New("the spare was not claimed")
