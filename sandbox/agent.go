@@ -484,33 +484,33 @@ func (sb *Sandbox) closeAgent() {
 	}
 }
 
-// preinstallAgent copies the agent into container id (a spare waiting for
-// a name) through the exec that would become the agent, which ends as soon
-// as it is installed: the claim's agent then starts without the copy.
-// Failures are only logged; the claim's agent start copies it then.
-func (m *Manager) preinstallAgent(ctx context.Context, id string) {
+// spareAgent starts the agent in container id (a spare waiting for a
+// name), copying it in first, under ctx (the Manager's life): the
+// sandbox that takes the spare gets it running (handAgent). A failure is
+// only logged; that sandbox's boot starts one then.
+func (m *Manager) spareAgent(ctx context.Context, id string) (*agentConn, bool) {
 	out, err := m.rt.Exec(ctx, id, ExecSpec{Argv: []string{"uname", "-m"}})
 	if err != nil || out.ExitCode != 0 {
-		m.log.Debug("preinstall the agent: uname", "container", id, "err", err)
-		return
+		m.log.Debug("a spare's agent: uname", "container", id, "err", err)
+		return nil, false
 	}
 	arch := agent.GoArch(strings.TrimSpace(string(out.Stdout)))
 	bin, err := ctlbin.Find(ctx, arch)
 	if arch == "" || err != nil {
-		m.log.Debug("preinstall the agent: no binary", "container", id, "arch", arch, "err", err)
-		return
+		m.log.Debug("a spare's agent: no binary", "container", id, "arch", arch, "err", err)
+		return nil, false
 	}
 	cmd := m.rt.ExecCommand(ctx, id, ExecSpec{Argv: []string{"sh", "-c", installAndRunScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink}, Interactive: true})
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return
+		return nil, false
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return
+		return nil, false
 	}
 	if err := cmd.Start(); err != nil {
-		return
+		return nil, false
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
@@ -520,14 +520,30 @@ func (m *Manager) preinstallAgent(ctx context.Context, id string) {
 		<-exited
 		return nil
 	}
-	if err := awaitInstalled(ctx, bufio.NewReader(stdout), stdin, bin.Data, stop); err != nil {
-		m.log.Debug("preinstall the agent", "container", id, "err", err)
-		return
+	br := bufio.NewReader(stdout)
+	if err := awaitInstalled(ctx, br, stdin, bin.Data, stop); err != nil {
+		m.log.Debug("a spare's agent: install", "container", id, "err", err)
+		return nil, false
 	}
-	stdin.Close() // the agent it became ends at the end of its input
-	select {
-	case <-exited:
-	case <-time.After(scriptTimeout):
+	c, err := agent.NewClient(br, stdin, stop)
+	if err != nil {
 		_ = stop()
+		m.log.Debug("a spare's agent: start", "container", id, "err", err)
+		return nil, false
 	}
+	return &agentConn{c: c, arch: arch, source: bin.String()}, true
+}
+
+// handAgent makes a spare's running agent sb's, and has it serve sb's
+// control socket and egress proxy: the boot's agent start then finds it.
+func (m *Manager) handAgent(sb *Sandbox, a *agentConn) {
+	select {
+	case <-a.c.Done():
+		return // gone meanwhile: the boot starts one
+	default:
+	}
+	sb.agent.mu.Lock()
+	sb.agent.c, sb.agent.arch, sb.agent.source = a.c, a.arch, a.source
+	sb.agent.mu.Unlock()
+	m.startControl(sb, a.c) // children.go
 }

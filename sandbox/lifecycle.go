@@ -261,11 +261,17 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK 
 	c, err := Container{}, error(ErrNotFound)
 	var early *shell.Pool // a shell opened while the inspect runs
 	spare := false
+	var handed *agentConn // a claimed spare's running agent
+	defer func() {
+		if handed != nil {
+			handed.c.Close() // the boot failed before it took it
+		}
+	}()
 	if spareOK {
 		// Tried before the look: the claim's rename fails if a container
 		// has the name.
-		if sc, warm, ok := m.claimSpare(ctx, own); ok { // spare.go
-			c, err, spare, early = sc, nil, true, warm
+		if cl, ok := m.claimSpare(ctx, own); ok { // spare.go
+			c, err, spare, early, handed = cl.c, nil, true, cl.pool, cl.agent
 		}
 	}
 	if mode == bootFind && !spare {
@@ -330,6 +336,10 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK 
 	sb.egress.mode = egressAt
 	if validChannelDir(channelAt) {
 		sb.egress.channelDir = channelAt
+	}
+	if handed != nil {
+		m.handAgent(sb, handed) // agent.go
+		handed = nil
 	}
 	m.startGuard(sb)                              // limits.go: the disk watcher, ended with the sandbox
 	m.spawn(func() { m.recordSandbox(sb, info) }) // off the path of the first command

@@ -67,6 +67,9 @@ type spareState struct {
 	// of this server's holds. Both under mu.
 	local []Container
 	busy  map[string]bool
+	// agents are the running agents of this server's allowlist spares,
+	// by spare name, handed to the sandbox that takes one; under mu.
+	agents map[string]*agentConn
 	// checked is when a refill last looked (UnixNano), for refillIfDue.
 	checked atomic.Int64
 }
@@ -207,13 +210,13 @@ var errNameTaken = errors.New("the sandbox's container name is taken")
 // may try before it looks). The caller holds name's lifecycle lock. The
 // spares this server booted are tried first, without listing the
 // engine's.
-func (m *Manager) claimSpare(ctx context.Context, own *owner) (Container, *shell.Pool, bool) {
+func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	if !m.sparesOn() {
-		return Container{}, nil, false
+		return claim{}, false
 	}
 	key, ok := m.spareKeyFor(own.name)
 	if !ok {
-		return Container{}, nil, false
+		return claim{}, false
 	}
 	defer m.refillSoon() // one more, or the first after the spares were reaped
 	// A name whose workspace volume exists is no new name (a sandbox
@@ -225,18 +228,18 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (Container, *shell
 	tried := map[string]bool{}
 	for _, c := range m.localSpares() {
 		tried[c.Name] = true
-		got, pool, err := m.takeSpare(ctx, r, own, c, key, isNew)
+		got, err := m.takeSpare(ctx, r, own, c, key, isNew)
 		if err == nil {
-			return got, pool, true
+			return got, true
 		}
 		if errors.Is(err, errNameTaken) {
-			return Container{}, nil, false
+			return claim{}, false
 		}
 	}
 	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
 	if err != nil {
 		m.log.Warn("list spares", "err", err)
-		return Container{}, nil, false
+		return claim{}, false
 	}
 	tries := 0
 	for _, c := range cs {
@@ -246,15 +249,24 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (Container, *shell
 		if tries++; tries > spareTries {
 			break
 		}
-		got, pool, err := m.takeSpare(ctx, r, own, c, key, isNew)
+		got, err := m.takeSpare(ctx, r, own, c, key, isNew)
 		if err == nil {
-			return got, pool, true
+			return got, true
 		}
 		if errors.Is(err, errNameTaken) {
-			return Container{}, nil, false
+			return claim{}, false
 		}
 	}
-	return Container{}, nil, false
+	return claim{}, false
+}
+
+// claim is what a claim of a spare gives its sandbox's boot: the
+// container, a pool whose first shell is open (nil if that failed), and
+// the agent the spare ran, if it did.
+type claim struct {
+	c     Container
+	pool  *shell.Pool
+	agent *agentConn
 }
 
 // localSpares are the spares this server booted and has not seen taken,
@@ -265,11 +277,22 @@ func (m *Manager) localSpares() []Container {
 	return slices.Clone(m.spares.local)
 }
 
-// forgetLocal drops spare from the ones this server booted.
-func (m *Manager) forgetLocal(spare string) {
+// forgetLocal drops spare from the ones this server booted, and returns
+// its agent, if one runs (the caller hands it on or closes it).
+func (m *Manager) forgetLocal(spare string) *agentConn {
 	m.spares.mu.Lock()
 	defer m.spares.mu.Unlock()
 	m.spares.local = slices.DeleteFunc(m.spares.local, func(c Container) bool { return c.Name == spare })
+	a := m.spares.agents[spare]
+	delete(m.spares.agents, spare)
+	return a
+}
+
+// dropLocal is forgetLocal for a spare no sandbox takes: its agent ends.
+func (m *Manager) dropLocal(spare string) {
+	if a := m.forgetLocal(spare); a != nil {
+		a.c.Close()
+	}
 }
 
 // holdSpare takes spare's lock, which orders claims and removals of it
@@ -317,14 +340,14 @@ func (m *Manager) volumeAbsent(ctx context.Context, vol string) bool {
 // server took is never taken back. The sandbox's first shell opens by the
 // container's ID while the engine renames it, held at its gate until the
 // rename is done.
-func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string, isNew func() bool) (Container, *shell.Pool, error) {
+func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string, isNew func() bool) (claim, error) {
 	name := own.name
 	if c.ID == "" || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || c.Labels[LabelSpare] != key || !m.isSpareName(c.Name) {
-		return Container{}, nil, errors.New("not a spare this name takes")
+		return claim{}, errors.New("not a spare this name takes")
 	}
 	release, err := m.holdSpare(c.Name, "claim for "+name)
 	if err != nil {
-		return Container{}, nil, err // another claim or removal has it
+		return claim{}, err // another claim or removal has it
 	}
 	defer release()
 	verdict := make(chan error, 1)
@@ -354,18 +377,18 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 		m.spawn(func() { <-warmed; pool.Close() })
 		switch {
 		case errors.Is(err, errNameTaken):
-			return Container{}, nil, err
+			return claim{}, err
 		case errors.Is(err, ErrAlreadyExists):
-			return Container{}, nil, errNameTaken
+			return claim{}, errNameTaken
 		case errors.Is(err, ErrNotFound):
-			m.forgetLocal(spare) // another server took it, or it is gone
+			m.dropLocal(spare) // another server took it, or it is gone
 			m.locks.Remove(spare)
 		default:
 			m.log.Warn("claim a spare", "spare", spare, "sandbox", name, "err", err)
 		}
-		return Container{}, nil, err
+		return claim{}, err
 	}
-	m.forgetLocal(spare)
+	a := m.forgetLocal(spare)
 	m.locks.Remove(spare) // no spare name is used twice
 	c.Name = m.ContainerFor(name)
 	own.record(c)
@@ -376,6 +399,10 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 		own.disarm()
 		pool.Close()
 		pool = nil
+		if a != nil {
+			a.c.Close() // it ran in the container's last life
+			a = nil
+		}
 		if now, ierr := m.rt.Inspect(ctx, c.ID); ierr == nil {
 			now.Name = c.Name
 			c = now
@@ -385,7 +412,7 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	}
 	m.recordWorkspace(name, c)
 	m.log.Info("claimed a spare", "sandbox", name, "spare", spare)
-	return m.asSandbox(c), pool, nil
+	return claim{c: m.asSandbox(c), pool: pool, agent: a}, nil
 }
 
 // recordWorkspace saves, before anything else is done with it, which
@@ -622,7 +649,7 @@ func (m *Manager) dropSpare(ctx context.Context, c Container) {
 		m.log.Warn("remove a spare", "spare", c.Name, "err", err)
 		return
 	}
-	m.forgetLocal(c.Name)
+	m.dropLocal(c.Name)
 	m.locks.Remove(c.Name)
 	m.removeChannel(c.Labels[LabelChannel])
 	if vol := c.Labels[LabelVolume]; m.validSpareVolume(vol) {
@@ -682,11 +709,20 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 		return fmt.Errorf("boot spare %s: %w", name, err)
 	}
 	if c, err := m.rt.Inspect(bctx, name); err == nil {
+		var a *agentConn
 		if mode == egress.ModeAllowlist {
-			m.preinstallAgent(bctx, c.ID) // agent.go: its proxy starts at the claim
+			// Running while the spare waits, under the Manager's life, so
+			// that a claim's first command does not wait for it (agent.go).
+			a, _ = m.spareAgent(m.life, c.ID)
 		}
 		m.spares.mu.Lock()
 		m.spares.local = append(m.spares.local, c)
+		if a != nil {
+			if m.spares.agents == nil {
+				m.spares.agents = map[string]*agentConn{}
+			}
+			m.spares.agents[name] = a
+		}
 		m.spares.mu.Unlock()
 	}
 	m.log.Info("spare ready", "spare", name)

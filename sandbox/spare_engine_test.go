@@ -1,0 +1,124 @@
+package sandbox_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// TestSparesOnEngine: a sandbox that took a spare keeps the spare's
+// workspace through a reset, through its container removed behind the
+// server's back and a reconcile that follows, and loses it with its
+// destroy; prune leaves workspaces in use alone and removes a stopped
+// spare with its workspace.
+func TestSparesOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			if _, ok := rt.(sandbox.Renamer); !ok {
+				t.Skipf("%s cannot rename a container, which taking a spare is: it keeps no spares", rt.Kind())
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
+			t.Cleanup(m.Close)
+			ctx := context.Background()
+			spare := func() sandbox.Info {
+				t.Helper()
+				deadline := time.Now().Add(hangGuard)
+				for time.Now().Before(deadline) {
+					sp, err := m.Spares(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, s := range sp {
+						if s.State == sandbox.StateRunning {
+							return s
+						}
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+				t.Fatalf("no running spare within %s", hangGuard)
+				return sandbox.Info{}
+			}
+			volumes := func() []string {
+				t.Helper()
+				names, err := rt.(sandbox.VolumeLister).VolumeNames(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return names
+			}
+			m.KeepSpares(1)
+			first := spare()
+			if o := run(t, m, "a", shell.Request{Command: "echo kept > /workspace/f"}); !o.res.Boot.Spare {
+				t.Fatalf("the first call on a new name did not take the spare: %+v", o.res.Boot)
+			}
+			c, err := rt.Inspect(ctx, m.ContainerFor("a"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vol := c.Labels[sandbox.LabelVolume]
+			if !strings.HasPrefix(vol, prefix+"-ws_spare_") || first.Container == c.Name {
+				t.Fatalf("the sandbox's container %s mounts %q", c.Name, vol)
+			}
+			if _, err := m.Reset(ctx, "a", false); err != nil {
+				t.Fatal(err)
+			}
+			if o := run(t, m, "a", shell.Request{Command: "cat /workspace/f"}); o.stdout != "kept\n" {
+				t.Fatalf("after a reset: %+v", o)
+			}
+			if err := rt.Remove(ctx, m.ContainerFor("a")); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if o := run(t, m, "a", shell.Request{Command: "cat /workspace/f"}); o.stdout != "kept\n" || o.res.Boot.Spare {
+				t.Fatalf("after its container was removed and a reconcile: %+v", o)
+			}
+			second := spare()
+			if p, err := m.Prune(ctx, true); err != nil || len(p.Containers)+len(p.Volumes) != 0 {
+				t.Fatalf("prune with a sandbox that was a spare and a running spare: %+v %v", p, err)
+			}
+			if _, err := m.Destroy(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(volumes(), vol) {
+				t.Fatalf("destroy left the workspace %s", vol)
+			}
+			// Spares off: the one there is stops (its idle TTL, here by
+			// hand) and prune removes it and its workspace.
+			m.KeepSpares(0)
+			if err := rt.Stop(ctx, second.Container, 0); err != nil {
+				t.Fatal(err)
+			}
+			p, err := m.Prune(ctx, false)
+			if err != nil || !slices.Contains(p.Containers, second.Container) {
+				t.Fatalf("prune with a stopped spare: %+v %v", p, err)
+			}
+			if sp, _ := m.Spares(ctx); len(sp) != 0 {
+				t.Fatalf("spares after prune: %+v", sp)
+			}
+			for _, v := range volumes() {
+				if strings.HasPrefix(v, prefix+"-ws_spare_") {
+					t.Fatalf("prune left the spare's workspace %s", v)
+				}
+			}
+		})
+	}
+}
