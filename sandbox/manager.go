@@ -491,6 +491,7 @@ func (m *Manager) Close() {
 		m.ending.Wait()
 		m.stop()
 		m.wg.Wait()
+		m.closeSpares() // spare.go
 		m.releaseServerID()
 	})
 }

@@ -65,11 +65,8 @@ type spareState struct {
 	// local are the spares this server booted, oldest first, as
 	// inspected after their boot; busy are the spares a claim or removal
 	// of this server's holds. Both under mu.
-	local []Container
+	local []*localSpare
 	busy  map[string]bool
-	// agents are the running agents of this server's allowlist spares,
-	// by spare name, handed to the sandbox that takes one; under mu.
-	agents map[string]*agentConn
 	// checked is when a refill last looked (UnixNano), for refillIfDue.
 	checked atomic.Int64
 }
@@ -226,7 +223,8 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	go isNew()
 	r := m.rt.(Renamer)
 	tried := map[string]bool{}
-	for _, c := range m.localSpares() {
+	for _, ls := range m.localSpares() {
+		c := ls.c
 		tried[c.Name] = true
 		got, err := m.takeSpare(ctx, r, own, c, key, isNew)
 		if err == nil {
@@ -269,29 +267,80 @@ type claim struct {
 	agent *agentConn
 }
 
+// localSpare is a spare this server booted, as inspected then, with
+// what it holds open for the sandbox that takes it: a shell (opened by the
+// container's ID, through a gate that takes the sandbox's owner once
+// claimed) and, for an allowlist spare, its running agent.
+type localSpare struct {
+	c      Container
+	pool   *shell.Pool
+	holder *atomic.Pointer[owner]
+	agent  *agentConn
+}
+
+// close ends what ls holds open.
+func (ls *localSpare) close() {
+	if ls.pool != nil {
+		ls.pool.Close()
+	}
+	if ls.agent != nil {
+		ls.agent.c.Close()
+	}
+}
+
 // localSpares are the spares this server booted and has not seen taken,
-// oldest first, as inspected after their boot.
-func (m *Manager) localSpares() []Container {
+// oldest first.
+func (m *Manager) localSpares() []*localSpare {
 	m.spares.mu.Lock()
 	defer m.spares.mu.Unlock()
 	return slices.Clone(m.spares.local)
 }
 
-// forgetLocal drops spare from the ones this server booted, and returns
-// its agent, if one runs (the caller hands it on or closes it).
-func (m *Manager) forgetLocal(spare string) *agentConn {
+// forgetLocal drops spare from the ones this server booted and returns
+// it (nil if it was not one), for the caller to hand on or close.
+func (m *Manager) forgetLocal(spare string) *localSpare {
 	m.spares.mu.Lock()
 	defer m.spares.mu.Unlock()
-	m.spares.local = slices.DeleteFunc(m.spares.local, func(c Container) bool { return c.Name == spare })
-	a := m.spares.agents[spare]
-	delete(m.spares.agents, spare)
-	return a
+	i := slices.IndexFunc(m.spares.local, func(ls *localSpare) bool { return ls.c.Name == spare })
+	if i < 0 {
+		return nil
+	}
+	ls := m.spares.local[i]
+	m.spares.local = slices.Delete(m.spares.local, i, i+1)
+	return ls
 }
 
-// dropLocal is forgetLocal for a spare no sandbox takes: its agent ends.
+// dropLocal is forgetLocal for a spare no sandbox of this server takes.
 func (m *Manager) dropLocal(spare string) {
-	if a := m.forgetLocal(spare); a != nil {
-		a.c.Close()
+	if ls := m.forgetLocal(spare); ls != nil {
+		ls.close()
+	}
+}
+
+// sparePool is a pool of shells in spare id, opened by its ID: its gate
+// lets the first shell open while the spare waits (this server has just
+// booted it), and has the sandbox that takes it (holder, set at the
+// claim) check the later ones.
+func (m *Manager) sparePool(id string, holder *atomic.Pointer[owner]) *shell.Pool {
+	host := markedHost{containerHost: containerHost{rt: m.rt, name: id}, env: map[string]string{guest.ShellVar: m.serverID}}
+	gate := func(ctx context.Context) error {
+		if o := holder.Load(); o != nil {
+			return o.gate(ctx)
+		}
+		return nil
+	}
+	return shell.NewPool(host, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: gate}, m.cfg.PoolSize)
+}
+
+// closeSpares ends what this server holds open in its spares, which stay
+// for the next server (Close).
+func (m *Manager) closeSpares() {
+	m.spares.mu.Lock()
+	local := m.spares.local
+	m.spares.local = nil
+	m.spares.mu.Unlock()
+	for _, ls := range local {
+		ls.close()
 	}
 }
 
@@ -350,12 +399,30 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 		return claim{}, err // another claim or removal has it
 	}
 	defer release()
-	verdict := make(chan error, 1)
-	own.expect(verdict)
-	pool := m.newPoolOn(own, c.ID)
-	warmed := make(chan error, 1)
-	go func() { warmed <- pool.Warm(ctx) }()
 	spare := c.Name
+	ls := m.forgetLocal(spare)
+	keep := func() { // still a spare: back among this server's
+		if ls != nil {
+			ls.holder.Store(nil)
+			m.spares.mu.Lock()
+			m.spares.local = append(m.spares.local, ls)
+			m.spares.mu.Unlock()
+		}
+	}
+	verdict := make(chan error, 1)
+	var pool *shell.Pool
+	warmed := make(chan error, 1)
+	opened := ls != nil && ls.pool != nil
+	if opened {
+		// Its shell is open already (checked once the rename is done:
+		// one that died with the container is opened again through the
+		// sandbox's gate, which the holder gives it).
+		pool = ls.pool
+	} else {
+		own.expect(verdict)
+		pool = m.newPoolOn(own, c.ID)
+		go func() { warmed <- pool.Warm(ctx) }()
+	}
 	// The rename runs while the look for the name's workspace does; a
 	// name that has one gets the spare renamed back (the caller holds the
 	// name's lock, so nothing else uses the name meanwhile).
@@ -374,25 +441,36 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	if err != nil {
 		verdict <- errors.New("the spare was not claimed")
 		own.disarm()
-		m.spawn(func() { <-warmed; pool.Close() })
+		if ls == nil || pool != ls.pool {
+			m.spawn(func() { <-warmed; pool.Close() })
+		}
 		switch {
-		case errors.Is(err, errNameTaken):
-			return claim{}, err
-		case errors.Is(err, ErrAlreadyExists):
+		case errors.Is(err, errNameTaken), errors.Is(err, ErrAlreadyExists):
+			keep()
 			return claim{}, errNameTaken
 		case errors.Is(err, ErrNotFound):
-			m.dropLocal(spare) // another server took it, or it is gone
+			if ls != nil {
+				ls.close() // another server took it, or it is gone
+			}
 			m.locks.Remove(spare)
 		default:
+			keep()
 			m.log.Warn("claim a spare", "spare", spare, "sandbox", name, "err", err)
 		}
 		return claim{}, err
 	}
-	a := m.forgetLocal(spare)
+	var a *agentConn
+	if ls != nil {
+		a = ls.agent
+	}
 	m.locks.Remove(spare) // no spare name is used twice
 	c.Name = m.ContainerFor(name)
 	own.record(c)
 	verdict <- nil
+	if opened {
+		ls.holder.Store(own)
+		warmed <- pool.Warm(ctx)
+	}
 	if err := <-warmed; err != nil {
 		// Not running after all (it died since it was seen): the boot
 		// starts it, as any stopped sandbox, and opens its shells.
@@ -614,6 +692,15 @@ func (m *Manager) refillSpares(ctx context.Context) {
 		return
 	}
 	live := 0
+	listed := map[string]bool{}
+	for _, c := range cs {
+		listed[c.Name] = true
+	}
+	for _, ls := range m.localSpares() {
+		if !listed[ls.c.Name] {
+			m.dropLocal(ls.c.Name) // another server took it, or it is gone
+		}
+	}
 	for _, c := range cs {
 		if !m.isSpareName(c.Name) {
 			continue // claimed: a sandbox
@@ -645,11 +732,11 @@ func (m *Manager) dropSpare(ctx context.Context, c Container) {
 	if err != nil || now.ID != c.ID {
 		return
 	}
+	m.dropLocal(c.Name) // its shell and agent first
 	if err := m.rt.Remove(ctx, c.ID); err != nil && !errors.Is(err, ErrNotFound) {
 		m.log.Warn("remove a spare", "spare", c.Name, "err", err)
 		return
 	}
-	m.dropLocal(c.Name)
 	m.locks.Remove(c.Name)
 	m.removeChannel(c.Labels[LabelChannel])
 	if vol := c.Labels[LabelVolume]; m.validSpareVolume(vol) {
@@ -709,21 +796,26 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 		return fmt.Errorf("boot spare %s: %w", name, err)
 	}
 	if c, err := m.rt.Inspect(bctx, name); err == nil {
-		var a *agentConn
+		ls := &localSpare{c: c, holder: &atomic.Pointer[owner]{}}
+		// Opened while the spare waits, under the Manager's life, so
+		// that a claim's first command waits for neither (agent.go).
+		ls.pool = m.sparePool(c.ID, ls.holder)
+		if err := ls.pool.Warm(bctx); err != nil {
+			ls.pool.Close()
+			ls.pool = nil
+		}
 		if mode == egress.ModeAllowlist {
-			// Running while the spare waits, under the Manager's life, so
-			// that a claim's first command does not wait for it (agent.go).
-			a, _ = m.spareAgent(m.life, c.ID)
+			ls.agent, _ = m.spareAgent(m.life, c.ID)
 		}
 		m.spares.mu.Lock()
-		m.spares.local = append(m.spares.local, c)
-		if a != nil {
-			if m.spares.agents == nil {
-				m.spares.agents = map[string]*agentConn{}
-			}
-			m.spares.agents[name] = a
+		closed := m.closed.Load()
+		if !closed {
+			m.spares.local = append(m.spares.local, ls)
 		}
 		m.spares.mu.Unlock()
+		if closed {
+			ls.close()
+		}
 	}
 	m.log.Info("spare ready", "spare", name)
 	return nil

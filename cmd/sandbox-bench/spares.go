@@ -12,6 +12,9 @@ import (
 // spareRounds is how many new names the spare section times.
 const spareRounds = 7
 
+// spareSettle is how long after its container runs a spare is taken.
+const spareSettle = 2 * time.Second
+
 // benchSpares: a new name's first command when a warm spare is ready (the
 // server renames it instead of booting), egress open and allowlist,
 // against the engine's own run -d + exec measured in the same run.
@@ -32,6 +35,10 @@ func (b *bench) benchSpares() error {
 				s.close()
 				return err
 			}
+			// Ready: the server inspects a spare once it runs, and an
+			// allowlist spare's agent starts then; a spare waits far longer
+			// than this for its name in use.
+			time.Sleep(spareSettle)
 			took, err := s.execTrue(b.ctx, fmt.Sprintf("spare-%s-%d", mode, i))
 			if err != nil {
 				s.close()
