@@ -515,7 +515,10 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 		}
 	}
 	// A sandbox that began as a spare keeps the spare's workspace.
-	vol := m.recordedVolume(name) // spare.go
+	vol, err := m.recordedVolume(name) // spare.go
+	if err != nil {
+		return Limits{}, RunSpec{}, err
+	}
 	if vol != m.volumeFor(name) {
 		labels[LabelVolume] = vol
 	}
@@ -632,7 +635,11 @@ func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool,
 			if wipe {
 				m.removeChannel(m.channelDir(m.ContainerFor(name))) // channel.go
 			}
-			return true, m.wipe(ctx, name, m.recordedVolume(name), wipe, false)
+			vol, err := m.recordedVolume(name)
+			if err != nil {
+				return true, err
+			}
+			return true, m.wipe(ctx, name, vol, wipe, false)
 		}
 		if !errors.Is(err, ErrNotFound) {
 			return false, fmt.Errorf("remove sandbox %q: %w", name, err)
@@ -640,7 +647,11 @@ func (m *Manager) remove(ctx context.Context, name, id string, wipe bool) (bool,
 		// Gone already: look under the name.
 	}
 	c, err := m.inspectOwned(ctx, name)
-	vol := m.recordedVolume(name) // spare.go
+	vol, verr := m.recordedVolume(name) // spare.go
+	if verr != nil && wipe && err != nil {
+		// No container to say which workspace is the sandbox's.
+		return false, verr
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		existed = false
@@ -759,9 +770,9 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	}
 	// The container is addressed by its ID, never its name: a stranger
 	// that took the name is neither renamed nor removed.
-	var target string
+	var target, vol string
 	if sb != nil && sb.own != nil {
-		target = sb.own.ID()
+		target, vol = sb.own.ID(), sb.volume
 	}
 	if target == "" {
 		// Not booted by this server: make sure the container is ours.
@@ -773,8 +784,11 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		if err != nil {
 			return BootInfo{}, err
 		}
-		target = idOr(c)
+		target, vol = idOr(c), m.volumeOf(name, c)
 	}
+	// The new container mounts the workspace the old one did, whatever
+	// the record says (spare.go).
+	defer m.setKnownVolume(name, vol)()
 	trash := m.trashName()
 	// Recorded before the container moves: a server killed before the new
 	// one runs with the env variables carried over leaves it for the next

@@ -216,15 +216,16 @@ func (o *owner) target() string {
 // server's mark (see ServerVar) and is opened only into the container own
 // accepts.
 func (m *Manager) newPool(own *owner) *shell.Pool {
-	return m.newPoolOn(own, own.ctr)
+	return m.newPoolGated(own, own.ctr, own.gate)
 }
 
-// newPoolOn is newPool with its shells opened in target, a container name
-// or ID (a claimed spare's pool opens them by ID, while it is renamed).
-func (m *Manager) newPoolOn(own *owner, target string) *shell.Pool {
+// newPoolGated is newPool with its shells opened in target, a container
+// name or ID (a claimed spare's pool opens them by ID, while it is
+// renamed), through gate.
+func (m *Manager) newPoolGated(own *owner, target string, gate func(context.Context) error) *shell.Pool {
 	host := m.shellHost(own)
 	host.name = target
-	return shell.NewPool(host, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: own.gate}, m.cfg.PoolSize)
+	return shell.NewPool(host, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: gate}, m.cfg.PoolSize)
 }
 
 // shellHost opens the shells of the sandbox own checks, marked as this

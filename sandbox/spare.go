@@ -60,13 +60,18 @@ type spareState struct {
 	// running is set while a refill runs; again asks it for one more
 	// pass.
 	running, again atomic.Bool
-	// want is how many to keep (KeepSpares).
-	want atomic.Int32
+	// want is how many to keep (KeepSpares); watching starts watchLocal
+	// once.
+	want     atomic.Int32
+	watching sync.Once
 	// local are the spares this server booted, oldest first, as
 	// inspected after their boot; busy are the spares a claim or removal
 	// of this server's holds. Both under mu.
 	local []*localSpare
 	busy  map[string]bool
+	// volumes are the workspaces resets and restores under way found on
+	// the containers they replace, by sandbox (setKnownVolume).
+	volumes map[string]string
 	// checked is when a refill last looked (UnixNano), for refillIfDue.
 	checked atomic.Int64
 }
@@ -99,6 +104,9 @@ const MaxSpares = 8
 // and a state store; elsewhere this does nothing and Spares says why.
 func (m *Manager) KeepSpares(n int) {
 	m.spares.want.Store(int32(min(max(n, 0), MaxSpares)))
+	if n > 0 && m.sparesPossible() && !m.closed.Load() {
+		m.spares.watching.Do(func() { m.spawn(m.watchLocal) })
+	}
 	m.refillSoon()
 }
 
@@ -310,6 +318,57 @@ func (m *Manager) forgetLocal(spare string) *localSpare {
 	return ls
 }
 
+// isLocal reports whether this server booted spare and still holds it.
+func (m *Manager) isLocal(spare string) bool {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	return slices.ContainsFunc(m.spares.local, func(ls *localSpare) bool { return ls.c.Name == spare })
+}
+
+// dropTaken ends what this server holds in its spares that cs (a listing
+// of this prefix's spares) no longer shows running as spares: another
+// server took them, or they stopped or went. Each under the spare's lock,
+// so a claim of this server's under way keeps what it holds.
+func (m *Manager) dropTaken(cs []Container) {
+	running := map[string]bool{}
+	for _, c := range cs {
+		if c.Running() && m.isSpareName(c.Name) {
+			running[c.Name] = true
+		}
+	}
+	for _, ls := range m.localSpares() {
+		if running[ls.c.Name] {
+			continue
+		}
+		if release, err := m.holdSpare(ls.c.Name, "forget spare"); err == nil {
+			m.dropLocal(ls.c.Name)
+			release()
+		}
+	}
+}
+
+// watchLocal looks at this server's spares every refillEvery, while the
+// Manager lives, to end what it holds in those another server took or
+// that stopped, even with no call coming (refills run only on calls).
+func (m *Manager) watchLocal() {
+	t := time.NewTicker(refillEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.life.Done():
+			return
+		case <-t.C:
+		}
+		if len(m.localSpares()) == 0 {
+			continue
+		}
+		cs, err := m.rt.List(m.life, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
+		if err == nil {
+			m.dropTaken(cs)
+		}
+	}
+}
+
 // dropLocal is forgetLocal for a spare no sandbox of this server takes.
 func (m *Manager) dropLocal(spare string) {
 	if ls := m.forgetLocal(spare); ls != nil {
@@ -402,11 +461,18 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	spare := c.Name
 	ls := m.forgetLocal(spare)
 	keep := func() { // still a spare: back among this server's
-		if ls != nil {
-			ls.holder.Store(nil)
-			m.spares.mu.Lock()
+		if ls == nil {
+			return
+		}
+		ls.holder.Store(nil)
+		m.spares.mu.Lock()
+		closed := m.closed.Load()
+		if !closed {
 			m.spares.local = append(m.spares.local, ls)
-			m.spares.mu.Unlock()
+		}
+		m.spares.mu.Unlock()
+		if closed {
+			ls.close() // closeSpares has run
 		}
 	}
 	verdict := make(chan error, 1)
@@ -419,8 +485,22 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 		// sandbox's gate, which the holder gives it).
 		pool = ls.pool
 	} else {
-		own.expect(verdict)
-		pool = m.newPoolOn(own, c.ID)
+		// The first shell waits at its gate for this claim's verdict
+		// only (never for another boot's, nor past a failed claim); the
+		// sandbox's gate checks the later ones.
+		var first atomic.Bool
+		gate := func(gctx context.Context) error {
+			if first.CompareAndSwap(false, true) {
+				select {
+				case err := <-verdict:
+					return err
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
+			return own.gate(gctx)
+		}
+		pool = m.newPoolGated(own, c.ID, gate)
 		go func() { warmed <- pool.Warm(ctx) }()
 	}
 	// The rename runs while the look for the name's workspace does; a
@@ -440,7 +520,6 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	}
 	if err != nil {
 		verdict <- errors.New("the spare was not claimed")
-		own.disarm()
 		if ls == nil || pool != ls.pool {
 			m.spawn(func() { <-warmed; pool.Close() })
 		}
@@ -474,7 +553,6 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	if err := <-warmed; err != nil {
 		// Not running after all (it died since it was seen): the boot
 		// starts it, as any stopped sandbox, and opens its shells.
-		own.disarm()
 		pool.Close()
 		pool = nil
 		if a != nil {
@@ -502,7 +580,10 @@ func (m *Manager) recordWorkspace(name string, c Container) {
 	if vol == "" || m.cfg.Sandboxes == nil {
 		return
 	}
-	rec, _ := m.sandboxRecord(name)
+	rec, _, err := m.sandboxRecord(name)
+	if err != nil {
+		m.log.Warn("record a claimed spare's workspace: read the record", "sandbox", name, "err", err)
+	}
 	if rec.Volume == vol {
 		return
 	}
@@ -522,17 +603,16 @@ func (m *Manager) recorded(name string) bool {
 	if !m.sparesOn() {
 		return true
 	}
-	_, ok := m.sandboxRecord(name)
-	return ok
+	_, ok, err := m.sandboxRecord(name)
+	return ok || err != nil // a store that cannot be read says nothing is new
 }
 
 // sandboxRecord is sandbox name's record, if there is one.
-func (m *Manager) sandboxRecord(name string) (state.Sandbox, bool) {
+func (m *Manager) sandboxRecord(name string) (state.Sandbox, bool, error) {
 	if m.cfg.Sandboxes == nil {
-		return state.Sandbox{}, false
+		return state.Sandbox{}, false, nil
 	}
-	rec, ok, err := m.cfg.Sandboxes.Sandbox(name)
-	return rec, ok && err == nil
+	return m.cfg.Sandboxes.Sandbox(name)
 }
 
 // volumeOwner is the sandbox whose record names spare workspace vol, or
@@ -575,11 +655,46 @@ func (m *Manager) volumeOf(name string, c Container) string {
 // container is not at hand (gone, or moved aside by a reset): the one its
 // record names, for a sandbox that began as a spare, else the one named
 // after the sandbox.
-func (m *Manager) recordedVolume(name string) string {
-	if rec, ok := m.sandboxRecord(name); ok && m.validSpareVolume(rec.Volume) {
-		return rec.Volume
+func (m *Manager) recordedVolume(name string) (string, error) {
+	if vol := m.knownVolume(name); vol != "" {
+		return vol, nil
 	}
-	return m.volumeFor(name)
+	rec, ok, err := m.sandboxRecord(name)
+	if err != nil {
+		return "", fmt.Errorf("which workspace sandbox %q has cannot be told: read its record: %w", name, err)
+	}
+	if ok && m.validSpareVolume(rec.Volume) {
+		return rec.Volume, nil
+	}
+	return m.volumeFor(name), nil
+}
+
+// knownVolume is the workspace a reset or restore of sandbox name found
+// on the container it moves aside (setKnownVolume), or "".
+func (m *Manager) knownVolume(name string) string {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	return m.spares.volumes[name]
+}
+
+// setKnownVolume has name's next boot take vol as its workspace, until
+// the returned func is called: a reset or restore, which knows the
+// volume from the container it replaces, does not depend on the record.
+func (m *Manager) setKnownVolume(name, vol string) (done func()) {
+	if !m.validSpareVolume(vol) {
+		return func() {}
+	}
+	m.spares.mu.Lock()
+	if m.spares.volumes == nil {
+		m.spares.volumes = map[string]string{}
+	}
+	m.spares.volumes[name] = vol
+	m.spares.mu.Unlock()
+	return func() {
+		m.spares.mu.Lock()
+		delete(m.spares.volumes, name)
+		m.spares.mu.Unlock()
+	}
 }
 
 // sandboxOf is the sandbox container c of this prefix is: the name it is
@@ -643,10 +758,17 @@ func (m *Manager) refillSoon() {
 		case <-m.life.Done():
 		case <-time.After(refillDelay):
 		}
-		for {
+		for !m.closed.Load() {
 			m.refillSpares(m.life)
-			if !m.spares.again.Swap(false) || m.closed.Load() {
-				break
+			if m.spares.again.Swap(false) {
+				continue
+			}
+			m.spares.running.Store(false)
+			// A request that came between the Swap and the Store found
+			// running set: this goroutine takes it, unless another one
+			// has started meanwhile.
+			if !m.spares.again.Load() || !m.spares.running.CompareAndSwap(false, true) {
+				return
 			}
 		}
 		m.spares.running.Store(false)
@@ -691,25 +813,26 @@ func (m *Manager) refillSpares(ctx context.Context) {
 		m.log.Warn("list spares", "err", err)
 		return
 	}
+	m.dropTaken(cs)
 	live := 0
-	listed := map[string]bool{}
-	for _, c := range cs {
-		listed[c.Name] = true
-	}
-	for _, ls := range m.localSpares() {
-		if !listed[ls.c.Name] {
-			m.dropLocal(ls.c.Name) // another server took it, or it is gone
-		}
-	}
 	for _, c := range cs {
 		if !m.isSpareName(c.Name) {
 			continue // claimed: a sandbox
 		}
-		if c.Running() && c.Labels[LabelSpare] == key && live < int(m.spares.want.Load()) {
+		switch {
+		case !c.Running():
+			m.dropSpare(ctx, c) // stopped by its watchdog, or it died
+		case c.Labels[LabelSpare] != key:
+			// Booted as other defaults: this server's was before a
+			// reload; another server's is that server's to keep.
+			if m.isLocal(c.Name) {
+				m.dropSpare(ctx, c)
+			}
+		case live < int(m.spares.want.Load()) || !m.isLocal(c.Name):
 			live++
-			continue
+		default:
+			m.dropSpare(ctx, c) // one too many of this server's
 		}
-		m.dropSpare(ctx, c) // stopped by its watchdog, booted as the defaults were, or one too many
 	}
 	for ; live < int(m.spares.want.Load()) && ctx.Err() == nil && !m.closed.Load(); live++ {
 		if err := m.bootSpare(ctx, prof, ttl, mode, key); err != nil {
