@@ -356,29 +356,11 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 			return nil, &agentUnusable{err: err}
 		}
 		bin = b
-		argv = []string{"sh", "-c", installAndRunScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink}
+		argv = installArgv(bin)
 	}
-	cmd := m.rt.ExecCommand(sb.life, sb.own.target(), ExecSpec{Argv: argv, Interactive: true})
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, errb, stop, err := m.execAgent(sb.life, sb.own.target(), argv)
 	if err != nil {
 		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	errb := &shell.Capture{Limit: 4096}
-	cmd.Stderr = errb
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() error {
-		stdin.Close()
-		_ = cmd.Process.Kill()
-		<-exited
-		return nil
 	}
 	var agentOut io.Reader = stdout
 	if bin != nil {
@@ -409,6 +391,40 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		return nil, &agentUnusable{err: err}
 	}
 	return c, nil
+}
+
+// installArgv runs installAndRunScript to install bin and become the
+// agent.
+func installArgv(bin *ctlbin.Binary) []string {
+	return []string{"sh", "-c", installAndRunScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink}
+}
+
+// execAgent starts argv in container target under ctx, on an exec whose
+// stdin and stdout carry the agent's streams and whose stderr is kept
+// (its head) for errors; stop closes stdin, kills the exec and waits for
+// it.
+func (m *Manager) execAgent(ctx context.Context, target string, argv []string) (stdin io.WriteCloser, stdout io.Reader, errb *shell.Capture, stop func() error, err error) {
+	cmd := m.rt.ExecCommand(ctx, target, ExecSpec{Argv: argv, Interactive: true})
+	if stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	errb = &shell.Capture{Limit: 4096}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop = func() error {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		<-exited
+		return nil
+	}
+	return stdin, stdout, errb, stop, nil
 }
 
 // installedLine is what installAndRunScript prints once the agent is in
@@ -500,25 +516,9 @@ func (m *Manager) spareAgent(ctx context.Context, id string) (*agentConn, bool) 
 		m.log.Debug("a spare's agent: no binary", "container", id, "arch", arch, "err", err)
 		return nil, false
 	}
-	cmd := m.rt.ExecCommand(ctx, id, ExecSpec{Argv: []string{"sh", "-c", installAndRunScript, "sh", agentDir, agentPath(), strconv.Itoa(len(bin.Data)), ctlLink}, Interactive: true})
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, _, stop, err := m.execAgent(ctx, id, installArgv(bin))
 	if err != nil {
 		return nil, false
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, false
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, false
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() error {
-		stdin.Close()
-		_ = cmd.Process.Kill()
-		<-exited
-		return nil
 	}
 	br := bufio.NewReader(stdout)
 	if err := awaitInstalled(ctx, br, stdin, bin.Data, stop); err != nil {

@@ -531,22 +531,7 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 			return Limits{}, RunSpec{}, fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
 		}
 	}
-	spec := RunSpec{
-		Name:           m.ContainerFor(name),
-		Image:          prof.Image,
-		Labels:         labels,
-		CPUs:           prof.CPUs,
-		Memory:         prof.Memory,
-		Virtualization: prof.Virtualization,
-		Mounts:         []Mount{{Volume: vol, Target: m.cfg.Workdir}},
-		Workdir:        m.cfg.Workdir,
-		Init:           true,
-		Command:        []string{"sleep", "infinity"},
-	}
-	until := childEnd(labels) // children.go
-	if ttl := m.IdleTTL(name); ttl > 0 || !until.IsZero() {
-		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl, until), until)
-	}
+	spec := m.runSpec(m.ContainerFor(name), prof, vol, labels, m.IdleTTL(name), childEnd(labels)) // children.go
 	// limits.go: workspace volume (sized where possible), pids, rootfs size.
 	if err := m.prepareLimits(ctx, name, prof, vol, m.labels(name), known, &spec); err != nil {
 		return Limits{}, RunSpec{}, err
@@ -557,6 +542,28 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 	}
 	lim, _ := parseLimitsLabel(spec.Labels[LabelLimits])
 	return lim, spec, nil
+}
+
+// runSpec is the spec of a new sandbox container ctr (a sandbox's or a
+// spare's) of profile prof, with workspace vol, whose watchdog stops it
+// after ttl without use (0: never) or at until (zero: never).
+func (m *Manager) runSpec(ctr string, prof Profile, vol string, labels map[string]string, ttl time.Duration, until time.Time) RunSpec {
+	spec := RunSpec{
+		Name:           ctr,
+		Image:          prof.Image,
+		Labels:         labels,
+		CPUs:           prof.CPUs,
+		Memory:         prof.Memory,
+		Virtualization: prof.Virtualization,
+		Mounts:         []Mount{{Volume: vol, Target: m.cfg.Workdir}},
+		Workdir:        m.cfg.Workdir,
+		Init:           true,
+		Command:        []string{"sleep", "infinity"},
+	}
+	if ttl > 0 || !until.IsZero() {
+		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl, until), until)
+	}
+	return spec
 }
 
 func (m *Manager) labels(name string) map[string]string {

@@ -216,29 +216,27 @@ func (o *owner) target() string {
 // server's mark (see ServerVar) and is opened only into the container own
 // accepts.
 func (m *Manager) newPool(own *owner) *shell.Pool {
-	return m.newPoolGated(own, own.ctr, own.gate)
+	return m.poolOn(own.ctr, own.gate)
 }
 
-// newPoolGated is newPool with its shells opened in target, a container
-// name or ID (a claimed spare's pool opens them by ID, while it is
-// renamed), through gate.
-func (m *Manager) newPoolGated(own *owner, target string, gate func(context.Context) error) *shell.Pool {
-	host := m.shellHost(own)
-	host.name = target
-	return shell.NewPool(host, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: gate}, m.cfg.PoolSize)
+// poolOn is newPool with its shells opened in target, a container name or
+// ID (a spare's pool opens them by ID, which a claim's rename keeps),
+// through gate.
+func (m *Manager) poolOn(target string, gate func(context.Context) error) *shell.Pool {
+	return shell.NewPool(m.shellHost(target), shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: gate}, m.cfg.PoolSize)
 }
 
-// shellHost opens the shells of the sandbox own checks, marked as this
-// server's.
-func (m *Manager) shellHost(own *owner) markedHost {
-	return markedHost{containerHost: containerHost{rt: m.rt, name: own.ctr}, env: map[string]string{guest.ShellVar: m.serverID}}
+// shellHost opens shells in target (a container name or ID), marked as
+// this server's.
+func (m *Manager) shellHost(target string) markedHost {
+	return markedHost{containerHost: containerHost{rt: m.rt, name: target}, env: map[string]string{guest.ShellVar: m.serverID}}
 }
 
 // newChorePool returns the shells of a sandbox for the server's own
 // scripts (Sandbox.housekeep): marked and gated as its pool's are, with
 // no state of the user's carried between them.
 func (m *Manager) newChorePool(own *owner) *shell.Pool {
-	return shell.NewPool(m.shellHost(own), shell.Options{Init: m.shellInit(), Gate: own.gate}, choreShells)
+	return shell.NewPool(m.shellHost(own.ctr), shell.Options{Init: m.shellInit(), Gate: own.gate}, choreShells)
 }
 
 // markedHost starts a sandbox's shells with env in their environment, so

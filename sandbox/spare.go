@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
-	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
@@ -140,8 +139,12 @@ func (m *Manager) spareVolume(id string) string { return m.cfg.Prefix + "-ws_spa
 
 // isSpareName reports whether ctr is the name of an unclaimed spare of
 // this prefix.
-func (m *Manager) isSpareName(ctr string) bool {
-	id, ok := strings.CutPrefix(ctr, m.cfg.Prefix+"_spare_")
+func (m *Manager) isSpareName(ctr string) bool { return spareNamed(ctr, m.spareName("")) }
+
+// spareNamed reports whether s is prefix followed by a spare's id (16
+// hex digits, as spareName and spareVolume make them).
+func spareNamed(s, prefix string) bool {
+	id, ok := strings.CutPrefix(s, prefix)
 	return ok && len(id) == 16 && isHex(id)
 }
 
@@ -381,14 +384,12 @@ func (m *Manager) dropLocal(spare string) {
 // booted it), and has the sandbox that takes it (holder, set at the
 // claim) check the later ones.
 func (m *Manager) sparePool(id string, holder *atomic.Pointer[owner]) *shell.Pool {
-	host := markedHost{containerHost: containerHost{rt: m.rt, name: id}, env: map[string]string{guest.ShellVar: m.serverID}}
-	gate := func(ctx context.Context) error {
+	return m.poolOn(id, func(ctx context.Context) error {
 		if o := holder.Load(); o != nil {
 			return o.gate(ctx)
 		}
 		return nil
-	}
-	return shell.NewPool(host, shell.Options{Init: m.shellInit(), EachCommand: guest.SyncCall, Store: true, Gate: gate}, m.cfg.PoolSize)
+	})
 }
 
 // closeSpares ends what this server holds open in its spares, which stay
@@ -500,7 +501,7 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 			}
 			return own.gate(gctx)
 		}
-		pool = m.newPoolGated(own, c.ID, gate)
+		pool = m.poolOn(c.ID, gate)
 		go func() { warmed <- pool.Warm(ctx) }()
 	}
 	// The rename runs while the look for the name's workspace does; a
@@ -636,10 +637,7 @@ func (m *Manager) volumeOwner(vol string) string {
 // validSpareVolume reports whether vol is a spare's workspace volume of
 // this prefix (a label read back from the engine is checked before it is
 // used).
-func (m *Manager) validSpareVolume(vol string) bool {
-	id, ok := strings.CutPrefix(vol, m.cfg.Prefix+"-ws_spare_")
-	return ok && len(id) == 16 && isHex(id)
-}
+func (m *Manager) validSpareVolume(vol string) bool { return spareNamed(vol, m.spareVolume("")) }
 
 // volumeOf is the workspace volume of container c of sandbox name: the
 // one its LabelVolume names (a claimed spare's, and its replacements'
@@ -885,21 +883,7 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 	if err != nil || !ok {
 		return fmt.Errorf("image %q: present %v: %v", prof.Image, ok, err)
 	}
-	spec := RunSpec{
-		Name:           name,
-		Image:          prof.Image,
-		Labels:         labels,
-		CPUs:           prof.CPUs,
-		Memory:         prof.Memory,
-		Virtualization: prof.Virtualization,
-		Mounts:         []Mount{{Volume: vol, Target: m.cfg.Workdir}},
-		Workdir:        m.cfg.Workdir,
-		Init:           true,
-		Command:        []string{"sleep", "infinity"},
-	}
-	if ttl > 0 {
-		spec.Command = guest.WatchdogCommand(ttl, watchdogEvery(ttl, time.Time{}), time.Time{})
-	}
+	spec := m.runSpec(name, prof, vol, labels, ttl, time.Time{}) // lifecycle.go
 	volLabels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare}
 	if err := m.prepareLimits(bctx, name, prof, vol, volLabels, false, &spec); err != nil {
 		return err
