@@ -323,6 +323,13 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 	if p, ok := rt.(sandbox.ImagePruner); ok {
 		_, _ = p.PruneImages(ctx, map[string]string{sandbox.LabelOwner: prefix}, false)
 	}
+	// The stand-in keeps Apple's images in podman's store, and untags
+	// (where Apple deletes) one a container still used when it was
+	// deleted: Apple's dialect has no prune, so podman's own is asked.
+	if _, standIn := rt.(*apple.Dialect); standIn {
+		pod := docker.New(docker.Options{Flavor: docker.Podman})
+		_, _ = pod.PruneImages(ctx, map[string]string{sandbox.LabelOwner: prefix}, false)
+	}
 	if nw, ok := rt.(sandbox.Networker); ok {
 		_, _ = nw.RemoveNetwork(ctx, sandbox.NetworkNameFor(prefix), false)
 		fams, _ := nw.Networks(ctx, sandbox.LabelOwner, prefix)
