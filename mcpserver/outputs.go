@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -223,12 +224,12 @@ func (o *outputStore) sweepOld() {
 }
 
 // finish ends id's spill: kept, its files count by their size from now on
-// (and an age sweep runs if one is due); else they are removed.
-func (o *outputStore) finish(id string, keep bool) {
+// (and an age sweep runs if one is due); else they are removed, if made.
+func (o *outputStore) finish(id string, keep, made bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.active, id)
-	if !keep {
+	if !keep && made {
 		_ = os.Remove(o.path(id, "stdout"))
 		_ = os.Remove(o.path(id, "stderr"))
 	}
@@ -246,6 +247,9 @@ type spillCall struct {
 	mu   sync.Mutex
 	left int64  // bytes of the per-call cap not yet reserved
 	cut  string // why a saved copy stopped short
+	// made is set once a stream has created its file: most calls make
+	// none, and their end removes nothing.
+	made atomic.Bool
 }
 
 // newCall starts a call's spill, or returns nil when spilling is off.
@@ -312,7 +316,7 @@ func (c *spillCall) setCut(why string) {
 // finish keeps the call's files for the output tool, or removes them.
 func (c *spillCall) finish(keep bool) {
 	if c != nil {
-		c.o.finish(c.id, keep)
+		c.o.finish(c.id, keep, c.made.Load())
 	}
 }
 
@@ -365,6 +369,7 @@ func (s *spillStream) limit() int {
 }
 
 func (s *spillStream) open() {
+	s.call.made.Store(true) // set first: a file half made is removed too
 	f, err := os.OpenFile(s.call.o.path(s.call.id, s.stream), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		s.stop(fmt.Sprintf("the output could not be saved: %v", err))

@@ -361,8 +361,9 @@ func (s *Server) tools() []tool {
 	}
 }
 
-// ServeStdio serves MCP on in/out until in closes or ctx ends. Tool calls
-// run on a pool large enough that long commands do not queue short ones.
+// ServeStdio serves MCP on in/out until in closes or ctx ends. Requests
+// are served at once, each by a worker of its own, so long commands do not
+// queue short ones (see stdio.go).
 // Messages over msglimit.DefaultMax are refused with an error that says
 // how to send large files instead.
 func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.Writer, errLog *log.Logger) error {
@@ -371,13 +372,7 @@ func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 		Dropped: func() { go debug.FreeOSMemory() },
 		Blobs:   lifted,
 	})
-	ss := server.NewStdioServer(ms)
-	if errLog != nil {
-		ss.SetErrorLogger(errLog)
-	}
-	server.WithWorkerPoolSize(64)(ss)
-	server.WithQueueSize(1024)(ss)
-	return ss.Listen(ctx, lim.Reader(), releasingWriter{rootsParamsWriter{lim.Writer()}})
+	return serveStdio(ctx, ms, lim.Reader(), releasingWriter{rootsParamsWriter{lim.Writer()}}, errLog)
 }
 
 // rootsRequestBare is how mcp-go writes the roots request of an

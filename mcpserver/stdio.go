@@ -1,0 +1,443 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// The stdio transport: newline-delimited JSON-RPC on one reader and one
+// writer, with one client. The reader decodes a line once, to tell a
+// request from a notification and from the client's answer to a request of
+// the server's; it hands each request to a worker, which answers it as
+// soon as it is done, in one write, and waits for the next. mcp-go's own
+// stdio server decoded each line five times and passed it through three
+// goroutines, one of them new, before a handler saw it: on a warm exec
+// that was a fifth of the server's time.
+
+// maxInFlight is how many requests may be served at once (each by a
+// worker of its own). The reader waits for a worker past it, which holds
+// back a client that sends faster than the server answers.
+const maxInFlight = 1024
+
+// notificationQueue is how many notifications may wait for the writer.
+const notificationQueue = 256
+
+// stdioTransport serves one MCPServer over one reader and writer.
+type stdioTransport struct {
+	ms     *server.MCPServer
+	out    io.Writer
+	errLog *log.Logger
+
+	writeMu sync.Mutex
+	sess    *stdioSession
+	// work hands a request to an idle worker.
+	work chan request
+}
+
+// line is what the transport reads of a message to route it. Method is a
+// pointer so that a message without one (an answer) is told from one
+// whose method is empty.
+type line struct {
+	ID     json.RawMessage `json:"id"`
+	Method *string         `json:"method"`
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// hasID reports whether the message carries an id other than null: a
+// request (or an answer), not a notification.
+func (l *line) hasID() bool {
+	return len(l.ID) > 0 && !bytes.Equal(l.ID, []byte("null"))
+}
+
+// serveStdio serves MCP on in and out until in ends or ctx is done. The
+// requests still running then are cancelled, and waited for.
+func serveStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.Writer, errLog *log.Logger) error {
+	if errLog == nil {
+		errLog = log.New(io.Discard, "", 0)
+	}
+	t := &stdioTransport{ms: ms, out: out, errLog: errLog, work: make(chan request)}
+	t.sess = &stdioSession{
+		notifications: make(chan mcp.JSONRPCNotification, notificationQueue),
+		pending:       map[int64]chan reply{},
+		t:             t,
+	}
+	if err := ms.RegisterSession(ctx, t.sess); err != nil {
+		return fmt.Errorf("register the stdio session: %w", err)
+	}
+	defer ms.UnregisterSession(context.WithoutCancel(ctx), t.sess.SessionID())
+
+	outer := ctx
+	ctx, cancel := context.WithCancel(ms.WithContext(ctx, t.sess))
+	defer cancel()
+	running := &workers{}
+	defer running.closeAndWait()
+	defer cancel() // before the wait: the requests still running end
+
+	go t.writeNotifications(ctx)
+
+	done := make(chan error, 1)
+	go func() { done <- t.read(ctx, in, running) }()
+	select {
+	case err := <-done:
+		return err
+	case <-outer.Done():
+		// The reader may be blocked on in for ever; it is left to the
+		// process's end, and starts nothing more.
+		return outer.Err()
+	}
+}
+
+// workers counts the transport's workers, and once closed starts no
+// more, so that the transport's end can wait for the last.
+type workers struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// start counts one more worker, or reports false once closed.
+func (f *workers) start() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.wg.Add(1)
+	return true
+}
+
+func (f *workers) done() { f.wg.Done() }
+
+// closeAndWait starts no more workers and waits for those running.
+func (f *workers) closeAndWait() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// read reads messages until in ends, serving each.
+func (t *stdioTransport) read(ctx context.Context, in io.Reader, running *workers) error {
+	slots := make(chan struct{}, maxInFlight)
+	br := bufio.NewReaderSize(in, 64<<10)
+	for {
+		msg, err := br.ReadBytes('\n')
+		if len(bytes.TrimSpace(msg)) > 0 {
+			if ctx.Err() != nil {
+				return nil
+			}
+			t.dispatch(ctx, msg, slots, running)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			t.errLog.Printf("read: %v", err)
+			return err
+		}
+	}
+}
+
+// dispatch serves one message: a request on a goroutine of its own, a
+// notification in order on the reader, an answer to the request waiting
+// for it.
+func (t *stdioTransport) dispatch(ctx context.Context, msg []byte, slots chan struct{}, running *workers) {
+	var l line
+	if err := json.Unmarshal(msg, &l); err != nil {
+		t.write(mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(nil),
+			Error: mcp.NewJSONRPCErrorDetails(mcp.PARSE_ERROR, "Parse error", nil)})
+		return
+	}
+	raw := json.RawMessage(msg)
+	switch {
+	case l.Method == nil && l.hasID() && (l.Result != nil || l.Error != nil):
+		t.sess.answer(l)
+	case l.hasID():
+		t.serve(ctx, request{id: l.ID, raw: raw}, slots, running)
+	default:
+		t.handle(ctx, nil, raw)
+	}
+}
+
+// request is one request for a worker.
+type request struct{ id, raw json.RawMessage }
+
+// workerIdle is how long a worker waits for another request before it
+// ends.
+const workerIdle = 10 * time.Second
+
+// serve hands r to an idle worker, or starts a worker for it when none is
+// idle and fewer than maxInFlight run; past that it waits for one. A
+// worker lives on for the next requests: a request's handlers run deep,
+// and a new goroutine's stack would grow (and be copied) each time.
+func (t *stdioTransport) serve(ctx context.Context, r request, slots chan struct{}, running *workers) {
+	select {
+	case t.work <- r:
+		return
+	default:
+	}
+	select {
+	case t.work <- r:
+		return
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	if !running.start() {
+		<-slots
+		return
+	}
+	go func() {
+		defer running.done()
+		defer func() { <-slots }()
+		t.handle(ctx, r.id, r.raw)
+		idle := time.NewTimer(workerIdle)
+		defer idle.Stop()
+		for {
+			select {
+			case r := <-t.work:
+				t.handle(ctx, r.id, r.raw)
+				idle.Reset(workerIdle)
+			case <-idle.C:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+}
+
+// handle runs one message through the server and writes its answer, if
+// it has one. A handler's panic answers the request with an internal
+// error, and ends nothing else.
+func (t *stdioTransport) handle(ctx context.Context, id json.RawMessage, raw json.RawMessage) {
+	var resp mcp.JSONRPCMessage
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.errLog.Printf("panic serving a message: %v", r)
+				if id != nil {
+					resp = mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: requestID(id),
+						Error: mcp.NewJSONRPCErrorDetails(mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r), nil)}
+				}
+			}
+		}()
+		resp = t.ms.HandleMessage(ctx, raw)
+	}()
+	if resp != nil {
+		t.write(resp)
+	}
+}
+
+// requestID is a request's id as mcp-go represents it.
+func requestID(raw json.RawMessage) mcp.RequestId {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if d.Decode(&v) != nil {
+		return mcp.NewRequestId(nil)
+	}
+	if n, ok := v.(json.Number); ok {
+		if i, err := n.Int64(); err == nil {
+			return mcp.NewRequestId(i)
+		}
+	}
+	return mcp.NewRequestId(v)
+}
+
+// write sends one message, whole, on its own line.
+func (t *stdioTransport) write(msg any) {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		t.errLog.Printf("encode a message: %v", err)
+		return
+	}
+	if err := t.writeLine(b); err != nil {
+		t.errLog.Printf("write: %v", err)
+	}
+}
+
+// writeLine writes b and a newline in one Write: the writers below (the
+// message limiter, the roots-request fix) take one Write for one message.
+func (t *stdioTransport) writeLine(b []byte) error {
+	b = append(b, '\n')
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	_, err := t.out.Write(b)
+	return err
+}
+
+// writeNotifications writes the server's notifications until ctx ends.
+func (t *stdioTransport) writeNotifications(ctx context.Context) {
+	for {
+		select {
+		case n := <-t.sess.notifications:
+			t.write(n)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// reply is the client's answer to a request of the server's.
+type reply struct {
+	result json.RawMessage
+	err    error
+}
+
+// stdioSession is the stdio transport's one client session.
+type stdioSession struct {
+	t             *stdioTransport
+	notifications chan mcp.JSONRPCNotification
+	initialized   atomic.Bool
+	level         atomic.Value // mcp.LoggingLevel
+	info          atomic.Value // mcp.Implementation
+	caps          atomic.Value // mcp.ClientCapabilities
+	version       atomic.Value // string
+
+	nextID  atomic.Int64
+	mu      sync.Mutex
+	pending map[int64]chan reply
+}
+
+var (
+	_ server.ClientSession              = (*stdioSession)(nil)
+	_ server.SessionWithLogging         = (*stdioSession)(nil)
+	_ server.SessionWithClientInfo      = (*stdioSession)(nil)
+	_ server.SessionWithRoots           = (*stdioSession)(nil)
+	_ server.SessionWithProtocolVersion = (*stdioSession)(nil)
+)
+
+// SessionID implements server.ClientSession: stdio has one client.
+func (s *stdioSession) SessionID() string { return "stdio" }
+
+// NotificationChannel implements server.ClientSession.
+func (s *stdioSession) NotificationChannel() chan<- mcp.JSONRPCNotification {
+	return s.notifications
+}
+
+// Initialize implements server.ClientSession.
+func (s *stdioSession) Initialize() {
+	s.level.Store(mcp.LoggingLevelError)
+	s.initialized.Store(true)
+}
+
+// Initialized implements server.ClientSession.
+func (s *stdioSession) Initialized() bool { return s.initialized.Load() }
+
+// SetLogLevel implements server.SessionWithLogging.
+func (s *stdioSession) SetLogLevel(level mcp.LoggingLevel) { s.level.Store(level) }
+
+// GetLogLevel implements server.SessionWithLogging.
+func (s *stdioSession) GetLogLevel() mcp.LoggingLevel {
+	if l, ok := s.level.Load().(mcp.LoggingLevel); ok {
+		return l
+	}
+	return mcp.LoggingLevelError
+}
+
+// GetClientInfo implements server.SessionWithClientInfo.
+func (s *stdioSession) GetClientInfo() mcp.Implementation {
+	v, _ := s.info.Load().(mcp.Implementation)
+	return v
+}
+
+// SetClientInfo implements server.SessionWithClientInfo.
+func (s *stdioSession) SetClientInfo(info mcp.Implementation) { s.info.Store(info) }
+
+// GetClientCapabilities implements server.SessionWithClientInfo.
+func (s *stdioSession) GetClientCapabilities() mcp.ClientCapabilities {
+	v, _ := s.caps.Load().(mcp.ClientCapabilities)
+	return v
+}
+
+// SetClientCapabilities implements server.SessionWithClientInfo.
+func (s *stdioSession) SetClientCapabilities(caps mcp.ClientCapabilities) { s.caps.Store(caps) }
+
+// ProtocolVersion implements server.SessionWithProtocolVersion.
+func (s *stdioSession) ProtocolVersion() string {
+	v, _ := s.version.Load().(string)
+	return v
+}
+
+// SetProtocolVersion records the version the initialize handshake agreed.
+func (s *stdioSession) SetProtocolVersion(v string) { s.version.Store(v) }
+
+// ListRoots implements server.SessionWithRoots: it asks the client for
+// its roots and waits for the answer or ctx.
+func (s *stdioSession) ListRoots(ctx context.Context, _ mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	raw, err := s.request(ctx, string(mcp.MethodListRoots))
+	if err != nil {
+		return nil, fmt.Errorf("list roots: %w", err)
+	}
+	var res mcp.ListRootsResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("list roots: the client's answer: %w", err)
+	}
+	return &res, nil
+}
+
+// request sends the client a request without parameters and waits for
+// its result.
+func (s *stdioSession) request(ctx context.Context, method string) (json.RawMessage, error) {
+	id := s.nextID.Add(1)
+	ch := make(chan reply, 1)
+	s.mu.Lock()
+	s.pending[id] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+	}()
+	req := `{"jsonrpc":"2.0","id":` + strconv.FormatInt(id, 10) + `,"method":` + strconv.Quote(method) + `,"params":{}}`
+	if err := s.t.writeLine([]byte(req)); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.result, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// answer hands the client's answer to the request waiting for it; one
+// nothing waits for (it came too late, or was never asked) is dropped.
+func (s *stdioSession) answer(l line) {
+	id, err := strconv.ParseInt(string(l.ID), 10, 64)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	ch := s.pending[id]
+	s.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	r := reply{result: l.Result}
+	if l.Error != nil {
+		r = reply{err: fmt.Errorf("the client answered %d: %s", l.Error.Code, l.Error.Message)}
+	}
+	select {
+	case ch <- r:
+	default:
+	}
+}
