@@ -28,7 +28,7 @@ import (
 
 // Version is the protocol version; the server replaces an agent that
 // answers the hello with another one.
-const Version = "3"
+const Version = "4"
 
 // Operations a stream can ask for. The server opens streams for all but
 // OpCtl, which the agent opens for each connection to the control socket.
@@ -42,13 +42,17 @@ const (
 	// OpEgress stream.
 	OpEgressListen = "egress-listen"
 	OpEgress       = "egress" // (from the agent) a connection to the proxy follows, raw
+	// OpOutputs asks for the PNG files in the directory Path modified in
+	// the last Window nanoseconds (see Client.Outputs).
+	OpOutputs = "outputs"
 )
 
 // Request opens a stream.
 type Request struct {
-	Op   string `json:"op"`
-	Port int    `json:"port,omitempty"`
-	Path string `json:"path,omitempty"`
+	Op     string `json:"op"`
+	Port   int    `json:"port,omitempty"`
+	Path   string `json:"path,omitempty"`
+	Window int64  `json:"window,omitempty"`
 }
 
 // Reply answers a Request.

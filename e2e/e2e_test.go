@@ -525,6 +525,33 @@ print("drawn")`
 			}
 		}
 	})
+	t.Run("exec images", func(t *testing.T) {
+		// PNG files a command writes into /tmp/outputs come back as
+		// images of its call, once each; a file rewritten comes back
+		// again; one that is not a PNG, or over 1 MiB, is named instead.
+		png := func(name, body string) string {
+			return `printf '\211PNG\r\n\032\n` + body + `' > /tmp/outputs/` + name
+		}
+		r := s.call(t, "exec", map[string]any{"command": "rm -rf /tmp/outputs && mkdir /tmp/outputs && echo made"})
+		if r.isError || len(r.images) != 0 {
+			t.Fatalf("no PNG yet: %d images, %+v", len(r.images), r)
+		}
+		r = s.call(t, "exec", map[string]any{"command": png("a.png", "one") + " && " + png("b.png", "two") + " && echo drawn"})
+		if r.isError || len(r.images) != 2 || string(r.images[0]) != "\x89PNG\r\n\x1a\none" || string(r.images[1]) != "\x89PNG\r\n\x1a\ntwo" ||
+			!strings.Contains(r.text, "attached as images: a.png, b.png") || r.str("stdout") != "drawn\n" {
+			t.Fatalf("two PNGs written: %d images, %+v", len(r.images), r)
+		}
+		if r = s.call(t, "exec", map[string]any{"command": "true"}); len(r.images) != 0 {
+			t.Fatalf("the same files again: %d images", len(r.images))
+		}
+		r = s.call(t, "exec", map[string]any{"command": "sleep 0.02; " + png("a.png", "ONE!") + "; printf 'not a png' > /tmp/outputs/c.png; " +
+			"head -c 1100000 /dev/zero > /tmp/outputs/big.png"})
+		if len(r.images) != 1 || string(r.images[0]) != "\x89PNG\r\n\x1a\nONE!" ||
+			!strings.Contains(r.text, "/tmp/outputs/c.png is not a PNG") || !strings.Contains(r.text, "/tmp/outputs/big.png (1.0 MiB) was not attached: over 1 MiB") {
+			t.Fatalf("a rewrite, a fake and a big one: %d images, %+v", len(r.images), r)
+		}
+		s.call(t, "exec", map[string]any{"command": "rm -rf /tmp/outputs"})
+	})
 	t.Run("files", func(t *testing.T) {
 		r := s.call(t, "write_file", map[string]any{"path": "dir/sub/a.txt", "content": "héllo\n"})
 		if r.isError {

@@ -24,9 +24,13 @@ func quote(s string) string {
 //
 // The functions are safe in the framing shell because only commands that
 // cannot define or remove functions run there (see NeedsIsolation).
-func InitFrame(marker, init string) string {
+func InitFrame(marker, init, outputs string) string {
 	var b strings.Builder
 	b.WriteString("exec 3>&1 4>&2\n")
+	if outputs == "" {
+		outputs = OutputsDir
+	}
+	b.WriteString("__sbx_out=" + quote(outputs) + "\n")
 	b.WriteString(frameFuncs)
 	if init != "" {
 		b.WriteString("{ command eval " + quote(init) + "; } </dev/null >/dev/null 2>&1 3>&- 4>&-\n")
@@ -37,7 +41,7 @@ func InitFrame(marker, init string) string {
 
 // A frame's streams, for marker M:
 //
-//	stdout: [M}<cwd>\n<export -p>] M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg>\nM.\n
+//	stdout: [M}<cwd>\n<export -p>] M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg> <outputs>\nM.\n
 //	stderr: M<\n <output> \nM\n
 //
 // The beacons (M> and M<) open the frame: bytes before them were written
@@ -48,7 +52,8 @@ func InitFrame(marker, init string) string {
 // MayChangeState); an isolated command that ended without reporting its
 // state (killed, or replaced by exec) has none either, and the shell state
 // is then unchanged. <bg> is 1 when the command started background
-// processes, which may still hold its output.
+// processes, which may still hold its output; <outputs> is 1 when the
+// outputs directory holds PNG files (see OutputsVar).
 
 // frameFuncs are the framing shell's own functions: __sbx_pre M opens a
 // frame, __sbx_end M S closes it (with the state block when S is 1).
@@ -63,8 +68,20 @@ const frameFuncs = `__sbx_pre() { if [ -n "${__sbx_synced-}" ]; then __sbx_synce
 printf '%s>\n' "$1"; printf '%s<\n' "$1" >&2; __sbx_b=${!-}; }
 __sbx_end() { case "${!-}" in "$__sbx_b") __sbx_b=0;; *) __sbx_b=1;; esac
 if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD"; export -p; fi
-printf '\n%s %d %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$1"; printf '\n%s\n' "$1" >&2; }
+__sbx_p=0; for __sbx_f in "$__sbx_out"/*.png; do case $__sbx_f in *'/*.png') ;; *) __sbx_p=1;; esac; break; done
+printf '\n%s %d %s %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$__sbx_p" "$1"; printf '\n%s\n' "$1" >&2; }
 `
+
+// OutputsDir is the directory whose PNG files come back as images of the
+// call that wrote them (InitFrame takes another for tests). The frame's
+// trailer says whether it holds any (a glob the shell expands itself,
+// which costs no process), so that only then the server asks for the
+// files. The Python driver takes its
+// directory from OutputsVar, which defaults to the same.
+const (
+	OutputsDir = "/tmp/outputs"
+	OutputsVar = "SANDBOX_OUTPUTS"
+)
 
 // stateBlock reports the shell's working directory and exports from a
 // subshell where the command may have replaced any function. It uses only
@@ -378,13 +395,22 @@ func ParseState(t string) (st State, bg bool, ok bool) {
 	return State{Cwd: cwd, Exports: exports}, flag == "1", true
 }
 
+// Status is a frame's trailer.
+type Status struct {
+	Code int
+	// BG: the command started background processes.
+	BG bool
+	// Outputs: the outputs directory holds PNG files (OutputsDir).
+	Outputs bool
+}
+
 // ParseStatus parses a frame's trailer (after the marker and space):
-// "<status> <bg>".
-func ParseStatus(t string) (code int, bg bool, ok bool) {
-	num, flag, found := strings.Cut(strings.TrimSpace(t), " ")
-	if !found || (flag != "0" && flag != "1") {
-		return 0, false, false
+// "<status> <bg> <outputs>".
+func ParseStatus(t string) (Status, bool) {
+	f := strings.Fields(t)
+	if len(f) != 3 || (f[1] != "0" && f[1] != "1") || (f[2] != "0" && f[2] != "1") || len(t) > 64 {
+		return Status{}, false
 	}
-	code, err := strconv.Atoi(num)
-	return code, flag == "1", err == nil
+	code, err := strconv.Atoi(f[0])
+	return Status{Code: code, BG: f[1] == "1", Outputs: f[2] == "1"}, err == nil
 }

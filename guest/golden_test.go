@@ -56,8 +56,8 @@ func argv(a []string) string {
 
 var goldenCases = []goldenCase{
 	// Framing.
-	{"init_frame", text(InitFrame("sbxM", ""))},
-	{"init_frame_hostile", text(InitFrame("sbxM", hostile))},
+	{"init_frame", text(InitFrame("sbxM", "", ""))},
+	{"init_frame_hostile", text(InitFrame("sbxM", hostile, "/tmp/out puts'"))},
 	{"command_frame", frame(Command{Command: "echo hello; pwd"}, "")},
 	{"command_frame_workdir", frame(Command{Command: "pwd", Workdir: "/usr"}, "")},
 	{"command_frame_isolated", frame(Command{Command: "set -e; false", Workdir: "/usr"}, "")},
@@ -256,10 +256,18 @@ func TestParseState(t *testing.T) {
 			t.Errorf("%q: accepted", bad)
 		}
 	}
-	if code, bg, ok := ParseStatus("137 1\n"); !ok || code != 137 || !bg {
-		t.Errorf("ParseStatus = %d, %v", code, ok)
+	if st, ok := ParseStatus("137 1 0\n"); !ok || st != (Status{Code: 137, BG: true}) {
+		t.Errorf("ParseStatus = %+v, %v", st, ok)
 	}
-	if _, _, ok := ParseStatus("137"); ok {
+	if st, ok := ParseStatus("0 0 1\n"); !ok || st != (Status{Outputs: true}) {
+		t.Errorf("ParseStatus = %+v, %v", st, ok)
+	}
+	for _, bad := range []string{"137 1", "137 1 2", "x 0 0", "0 0 0 0"} {
+		if _, ok := ParseStatus(bad); ok {
+			t.Errorf("ParseStatus accepted %q", bad)
+		}
+	}
+	if _, ok := ParseStatus("137"); ok {
 		t.Error("ParseStatus accepted x")
 	}
 }

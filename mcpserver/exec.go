@@ -1,17 +1,24 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/units"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -55,14 +62,15 @@ type ExecOutput struct {
 
 func (s *Server) execTool() tool {
 	return tool{group: "core", handler: s.handleExec, def: newTool[ExecOutput]("exec", "Run a command",
-		"Run a shell command (sh) in a sandbox; return its exit code, stdout and stderr. Creates the sandbox on first use; "+
-			"cwd and exported variables persist between calls. Output over max_output keeps head and tail (the rest via `output`). "+
+		"Run a shell command (sh) in a sandbox: exit code, stdout, stderr. Creates the sandbox on first use; "+
+			"cwd and exported variables persist between calls. Output past max_output: the rest via `output`. "+
+			"PNGs written to "+guest.OutputsDir+" come back as images. "+
 			"A timeout ends the command and all it started: "+s.mention("jobs", "run servers and long work with bg.", "start servers and long work with `cmd >log 2>&1 &`."),
 		openWorld(mutating(false)),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command line.")),
 		sandboxParam(),
 		timeoutParam(),
-		mcp.WithString("workdir", mcp.Description("Directory for this command only (default: the shell's cwd).")),
+		mcp.WithString("workdir", mcp.Description("Directory for this command only.")),
 		mcp.WithString("stdin", mcp.Description("Text for the command's stdin (default: none).")),
 		mcp.WithString("stdin_base64", mcp.Description("Binary stdin, base64-encoded.")),
 		maxOutputParam(),
@@ -161,6 +169,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	if redraws {
 		so, se = newRedrawWriter(stdout), newRedrawWriter(stderr)
 	}
+	began := time.Now()
 	res, err := run(ctx, name, shell.Request{
 		Timeout: time.Duration(timeout * float64(time.Second)),
 		Stdout:  so,
@@ -267,9 +276,64 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	if res.Notice != "" {
 		fmt.Fprintf(&text, "\n[%s]", res.Notice)
 	}
+	var images []mcp.ImageContent
+	if res.Outputs && what == "exec" && ctx.Err() == nil {
+		var names, notes []string
+		images, names, notes = s.outputImages(ctx, name, time.Since(began))
+		for _, n := range notes {
+			fmt.Fprintf(&text, "\n[%s]", n)
+		}
+		if len(names) > 0 {
+			fmt.Fprintf(&text, "\n[attached as images: %s]", strings.Join(names, ", "))
+		}
+	}
 	result := mcp.NewToolResultStructured(out, text.String())
+	for _, img := range images {
+		result.Content = append(result.Content, img)
+	}
 	result.IsError = res.ExitCode != 0 || res.TimedOut || res.Canceled
 	return result, nil
+}
+
+// outputsSlack widens the window in which a PNG file counts as the
+// command's: the window is measured on the host and applied by the
+// sandbox's clock when the request reaches it, and file times come from a
+// coarse clock.
+const outputsSlack = time.Second
+
+// outputsWait bounds fetching a command's images.
+const outputsWait = 15 * time.Second
+
+// outputImages returns the PNG files in the outputs directory of sandbox
+// name that a command begun took ago wrote (modified since it began), as
+// image content, with their names and notes on those left out. They come from
+// the sandbox: only files that start as a PNG does are attached.
+func (s *Server) outputImages(ctx context.Context, name string, took time.Duration) (images []mcp.ImageContent, names, notes []string) {
+	ctx, cancel := context.WithTimeout(ctx, outputsWait)
+	defer cancel()
+	files, err := s.m.Outputs(ctx, name, took+outputsSlack)
+	switch {
+	case errors.Is(err, sandbox.ErrNoAgent):
+		return nil, nil, nil // nothing to tell on each call: status says why
+	case err != nil && len(files) == 0:
+		return nil, nil, []string{"images written to " + guest.OutputsDir + " could not be fetched: " + textcut.Shorten(err.Error(), 300)}
+	}
+	for _, f := range files {
+		if !s.attached.first(name, f) {
+			continue // sent with an earlier call, unchanged since
+		}
+		label := strings.ToValidUTF8(textcut.Shorten(f.Name, 200), "?")
+		switch {
+		case f.Data == nil:
+			notes = append(notes, fmt.Sprintf("%s/%s (%s) was not attached: %s; download or read it instead", guest.OutputsDir, label, units.Human(f.Size), f.Skipped))
+		case !bytes.HasPrefix(f.Data, pngSignature):
+			notes = append(notes, fmt.Sprintf("%s/%s is not a PNG and was not attached", guest.OutputsDir, label))
+		default:
+			images = append(images, mcp.NewImageContent(base64.StdEncoding.EncodeToString(f.Data), "image/png"))
+			names = append(names, label)
+		}
+	}
+	return images, names, notes
 }
 
 // render returns a stream's text for the result: exact bytes or base64,
@@ -375,4 +439,42 @@ func (s *Server) reportProgress(ctx context.Context, req mcp.CallToolRequest, st
 		close(done)
 		<-finished
 	}
+}
+
+// sentImages remembers the PNG files exec attached, per sandbox, so that
+// a command soon after another does not get the same file again (the
+// window it is given reaches a little before it began).
+type sentImages struct {
+	mu   sync.Mutex
+	sent map[string]map[sentImage]bool
+}
+
+type sentImage struct {
+	name    string
+	size    int64
+	modTime int64
+}
+
+// maxSentImages bounds what is remembered per sandbox.
+const maxSentImages = 256
+
+// first reports whether f (by name, size and time) was not yet sent for
+// sandbox name, and notes it as sent.
+func (s *sentImages) first(name string, f agent.OutputFile) bool {
+	k := sentImage{f.Name, f.Size, f.ModTime.UnixNano()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sent == nil {
+		s.sent = map[string]map[sentImage]bool{}
+	}
+	m := s.sent[name]
+	if m[k] {
+		return false
+	}
+	if m == nil || len(m) >= maxSentImages {
+		m = map[sentImage]bool{}
+		s.sent[name] = m
+	}
+	m[k] = true
+	return true
 }

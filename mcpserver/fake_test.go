@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -214,6 +215,11 @@ func (f *fake) NetworkState(context.Context, string) (sandbox.NetState, error) {
 
 func (f *fake) NetworkLog(context.Context, string, int, bool) ([]egress.Event, error) {
 	return nil, errors.New("the fake has no network")
+}
+
+func (f *fake) Outputs(_ context.Context, name string, window time.Duration) ([]agent.OutputFile, error) {
+	f.note("outputs %s", name)
+	return nil, sandbox.ErrNoAgent
 }
 
 func (f *fake) Dial(_ context.Context, name string, port int) (net.Conn, error) {

@@ -17,10 +17,12 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
 	"github.com/sandbox-mcp/sandbox-mcp/pysession"
@@ -50,6 +52,9 @@ type Sandboxes interface {
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
 	Dial(ctx context.Context, name string, port int) (net.Conn, error)
+	// Outputs returns the PNG files a running sandbox's outputs directory
+	// holds that were modified within window.
+	Outputs(ctx context.Context, name string, window time.Duration) ([]agent.OutputFile, error)
 	// AgentProblem says why connections into a sandbox go through an
 	// exec each rather than its agent; "" when they do not.
 	AgentProblem(name string) string
@@ -186,6 +191,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	enabled map[string]bool // toolsets whose tools are registered
+
+	attached sentImages // exec's images already sent
 }
 
 // offers reports whether the tools of toolset are exposed now, so that a

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -60,6 +61,33 @@ type agentUnusable struct{ err error }
 
 func (e *agentUnusable) Error() string { return e.err.Error() }
 func (e *agentUnusable) Unwrap() error { return e.err }
+
+// ErrNoAgent marks a sandbox whose agent cannot run: what only the agent
+// does (Outputs) is not available there.
+var ErrNoAgent = errors.New("the sandbox's agent cannot run")
+
+// Outputs returns the PNG files in sandbox name's outputs directory
+// (guest.OutputsDir) modified within window by the sandbox's clock,
+// through its agent; it boots nothing.
+func (m *Manager) Outputs(ctx context.Context, name string, window time.Duration) ([]agent.OutputFile, error) {
+	sb, ok := m.Lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
+	}
+	c, err := m.agentOf(ctx, sb)
+	var unusable *agentUnusable
+	if errors.As(err, &unusable) {
+		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	files, err := c.Outputs(ctx, guest.OutputsDir, window)
+	if err != nil {
+		return files, fmt.Errorf("sandbox %q: %w", name, err)
+	}
+	return files, nil
+}
 
 // Dial connects to 127.0.0.1:port inside sandbox name (booting it if
 // needed) as one stream of its agent, or, where the agent cannot run,

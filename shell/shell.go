@@ -66,6 +66,9 @@ type Options struct {
 	// its processes were killed before the shell itself is replaced; 0
 	// means 1 s.
 	KillGrace time.Duration
+	// OutputsDir is the directory whose PNG files Result.Outputs tells of;
+	// "" means guest.OutputsDir.
+	OutputsDir string
 }
 
 // Request is one command.
@@ -115,6 +118,10 @@ type Result struct {
 	// stopping it took after that moment: while the sandbox is slow to
 	// answer (a loaded host) the command runs on for that long.
 	StopTook time.Duration
+	// Outputs means the sandbox's outputs directory held PNG files when
+	// the command ended (guest.OutputsVar): those it wrote may come back
+	// as images.
+	Outputs bool
 }
 
 // SlowStop is how long ending an interrupted command may take before it is
@@ -233,7 +240,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	}
 	var pidText, stderrText bytes.Buffer
 	marker := newMarker()
-	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init)}, marker, "", true, &pidText, &stderrText)
+	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init, opts.OutputsDir)}, marker, "", true, &pidText, &stderrText)
 	err = ex.err
 	if err == nil && ex.lost {
 		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))
@@ -325,7 +332,7 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	}
 	ex := s.exchange(rctx, frame, marker, runID, !frame.Isolated, stdout, stderr)
 	res := Result{ExitCode: ex.code, Duration: time.Since(start), ShellLost: ex.lost,
-		NotStarted: ex.lost && !ex.started, LeftBehind: ex.bg, Stray: ex.stray, StopTook: ex.stopped}
+		NotStarted: ex.lost && !ex.started, LeftBehind: ex.bg, Stray: ex.stray, StopTook: ex.stopped, Outputs: ex.outputs}
 	err = ex.err
 	if errors.Is(err, errInterrupted) {
 		err = nil
@@ -386,6 +393,7 @@ type exchanged struct {
 	stateOK bool   // the frame reported the shell's state
 	pre     *State // the state the command started in, when the shell reported it
 	bg      bool   // the command started background processes
+	outputs bool   // the outputs directory holds PNG files
 	lost    bool   // the shell ended; code is then its exit status
 	started bool   // the start beacon arrived
 	stray   int64
@@ -502,12 +510,12 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 		}
 		return ex
 	}
-	code, bg, ok := guest.ParseStatus(statusBuf.String())
+	status, ok := guest.ParseStatus(statusBuf.String())
 	if !ok {
 		s.kill()
 		return exchanged{code: -1, lost: true, started: true, stray: ex.stray, err: fmt.Errorf("shell sent a malformed frame trailer")}
 	}
-	ex.code, ex.bg = code, bg
+	ex.code, ex.bg, ex.outputs = status.Code, status.BG, status.Outputs
 	if preBuf.Len() > 0 {
 		cwd, exports, found := strings.Cut(preBuf.String(), "\n")
 		if found {

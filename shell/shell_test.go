@@ -387,3 +387,31 @@ func TestTryRunOnlyOnAnIdleShell(t *testing.T) {
 		t.Fatalf("a TryRun that said it did not run ran: %v", ents)
 	}
 }
+
+// TestOutputsFlag: the result says whether the outputs directory holds
+// PNG files once the command ends, in the framing shell and in an
+// isolated one alike.
+func TestOutputsFlag(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out puts")
+	sh, err := Open(context.Background(), localHost{}, Options{Init: "cd /tmp", OutputsDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	for _, c := range []struct {
+		cmd  string
+		want bool
+	}{
+		{"true", false},
+		{"mkdir '" + dir + "' && cd '" + dir + "' && touch a.txt", false},
+		{"printf x > plot.png", true},
+		{"true", true},
+		{"exec 2>/dev/null; true", true}, // isolated
+		{"rm plot.png", false},
+		{"mkdir sub.png", true}, // a name the host then looks at, and leaves out
+	} {
+		if r := runOn(t, sh, Request{Command: c.cmd}); r.res.Outputs != c.want || r.res.ExitCode != 0 {
+			t.Fatalf("%q: outputs %v exit %d (%q), want outputs %v", c.cmd, r.res.Outputs, r.res.ExitCode, r.stderr, c.want)
+		}
+	}
+}
