@@ -239,6 +239,8 @@ type result struct {
 	data    map[string]any
 	// images are the PNG images among the content, decoded.
 	images [][]byte
+	// links are the resource links among the content.
+	links []*mcp.ResourceLink
 }
 
 func (s *server) call(t *testing.T, name string, args map[string]any) result {
@@ -267,6 +269,9 @@ func (s *server) callWith(t *testing.T, name string, args map[string]any, progre
 		}
 		if ic, ok := c.(*mcp.ImageContent); ok && ic.MIMEType == "image/png" {
 			r.images = append(r.images, ic.Data)
+		}
+		if rl, ok := c.(*mcp.ResourceLink); ok {
+			r.links = append(r.links, rl)
 		}
 	}
 	if r.isError {
@@ -549,6 +554,19 @@ print("drawn")`
 		if len(r.images) != 1 || string(r.images[0]) != "\x89PNG\r\n\x1a\nONE!" ||
 			!strings.Contains(r.text, "/tmp/outputs/c.png is not a PNG") || !strings.Contains(r.text, "/tmp/outputs/big.png (1.0 MiB) was not attached: over 1 MiB") {
 			t.Fatalf("a rewrite, a fake and a big one: %d images, %+v", len(r.images), r)
+		}
+		// The big one is linked, and reads whole as a resource.
+		if len(r.links) != 1 || r.links[0].URI != "sandbox://default/tmp/outputs/big.png" || r.links[0].MIMEType != "image/png" {
+			t.Fatalf("the link to the big one: %+v", r.links)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), callGuard)
+		defer cancel()
+		rr, err := s.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: r.links[0].URI})
+		if err != nil || len(rr.Contents) != 1 || len(rr.Contents[0].Blob) != 1100000 || rr.Contents[0].MIMEType != "image/png" {
+			t.Fatalf("reading the big one: %v", err)
+		}
+		if _, err := s.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sandbox://no-such-box/etc/hostname"}); err == nil {
+			t.Fatal("a resource of a sandbox that does not exist was read")
 		}
 		s.call(t, "exec", map[string]any{"command": "rm -rf /tmp/outputs"})
 	})

@@ -276,7 +276,7 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	if res.Notice != "" {
 		fmt.Fprintf(&text, "\n[%s]", res.Notice)
 	}
-	var images []mcp.ImageContent
+	var images []mcp.Content
 	if res.Outputs && what == "exec" && ctx.Err() == nil {
 		var names, notes []string
 		images, names, notes = s.outputImages(ctx, name, time.Since(began))
@@ -306,9 +306,10 @@ const outputsWait = 15 * time.Second
 
 // outputImages returns the PNG files in the outputs directory of sandbox
 // name that a command begun took ago wrote (modified since it began), as
-// image content, with their names and notes on those left out. They come from
-// the sandbox: only files that start as a PNG does are attached.
-func (s *Server) outputImages(ctx context.Context, name string, took time.Duration) (images []mcp.ImageContent, names, notes []string) {
+// image content, with their names and notes on those left out (one too
+// large comes as a link to the file). They come from the sandbox: only
+// files that start as a PNG does are attached.
+func (s *Server) outputImages(ctx context.Context, name string, took time.Duration) (content []mcp.Content, names, notes []string) {
 	ctx, cancel := context.WithTimeout(ctx, outputsWait)
 	defer cancel()
 	files, err := s.m.Outputs(ctx, name, took+outputsSlack)
@@ -325,15 +326,16 @@ func (s *Server) outputImages(ctx context.Context, name string, took time.Durati
 		label := strings.ToValidUTF8(textcut.Shorten(f.Name, 200), "?")
 		switch {
 		case f.Data == nil:
-			notes = append(notes, fmt.Sprintf("%s/%s (%s) was not attached: %s; download or read it instead", guest.OutputsDir, label, units.Human(f.Size), f.Skipped))
+			notes = append(notes, fmt.Sprintf("%s/%s (%s) was not attached: %s; it is linked, or download it", guest.OutputsDir, label, units.Human(f.Size), f.Skipped))
+			content = append(content, fileLink(name, guest.OutputsDir+"/"+f.Name, "image/png", f.Size))
 		case !bytes.HasPrefix(f.Data, pngSignature):
 			notes = append(notes, fmt.Sprintf("%s/%s is not a PNG and was not attached", guest.OutputsDir, label))
 		default:
-			images = append(images, mcp.NewImageContent(base64.StdEncoding.EncodeToString(f.Data), "image/png"))
+			content = append(content, mcp.NewImageContent(base64.StdEncoding.EncodeToString(f.Data), "image/png"))
 			names = append(names, label)
 		}
 	}
-	return images, names, notes
+	return content, names, notes
 }
 
 // render returns a stream's text for the result: exact bytes or base64,

@@ -290,6 +290,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	for _, t := range dynamic {
 		s.ms.AddTool(t.def, t.handler)
 	}
+	s.addResources()
 	return s.ms, nil
 }
 

@@ -36,8 +36,8 @@ func TestCallsAreMeasured(t *testing.T) {
 		`sandbox_mcp_exec_duration_seconds_count 2`,
 		`mcp_server_operation_duration_seconds_count{mcp_method_name="server/discover",network_transport="pipe"} 1`,
 		`mcp_server_operation_duration_seconds_count{mcp_method_name="tools/list",network_transport="pipe"} 1`,
-		// This server offers no resources to read: the method is unknown.
-		`mcp_server_operation_duration_seconds_count{mcp_method_name="resources/read",network_transport="pipe",error_type="-32601"} 1`,
+		// No resource has that URI (files are sandbox://NAME/PATH).
+		`mcp_server_operation_duration_seconds_count{mcp_method_name="resources/read",network_transport="pipe",error_type="-32602"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
