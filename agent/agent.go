@@ -42,8 +42,9 @@ const (
 	// OpEgress stream.
 	OpEgressListen = "egress-listen"
 	OpEgress       = "egress" // (from the agent) a connection to the proxy follows, raw
-	// OpOutputs asks for the PNG files in the directory Path modified in
-	// the last Window nanoseconds (see Client.Outputs).
+	// OpOutputs asks for the PNG files in the directory Path new or
+	// changed since the file Stamp's time, or within the last Window
+	// nanoseconds without one (see Client.Outputs).
 	OpOutputs = "outputs"
 )
 
@@ -52,6 +53,7 @@ type Request struct {
 	Op     string `json:"op"`
 	Port   int    `json:"port,omitempty"`
 	Path   string `json:"path,omitempty"`
+	Stamp  string `json:"stamp,omitempty"`
 	Window int64  `json:"window,omitempty"`
 }
 
@@ -60,6 +62,8 @@ type Reply struct {
 	OK      bool   `json:"ok"`
 	Error   string `json:"error,omitempty"`
 	Version string `json:"version,omitempty"`
+	// Omitted counts what an OpOutputs reply leaves out past MaxOutputs.
+	Omitted int `json:"omitted,omitempty"`
 }
 
 // maxLine bounds a request or reply line.

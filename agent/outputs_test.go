@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,30 +16,28 @@ import (
 	"time"
 )
 
-// TestOutputsSendsRecentPNGs: the PNG files modified within the window
-// come back, oldest first, whole; older ones, other names, directories,
-// symlinks and FIFOs do not; a file over the cap is named without its
-// bytes; a missing directory has none.
-func TestOutputsSendsRecentPNGs(t *testing.T) {
+// TestOutputsSendsChangedPNGs: with no stamp yet, the PNG files changed
+// within the window come back, oldest first, whole; other names, hidden
+// files, directories, symlinks and FIFOs do not; a file over the cap or
+// empty is named without its bytes; a missing directory has none. The
+// look sets the stamp, and the next look sends only what changed since.
+func TestOutputsSendsChangedPNGs(t *testing.T) {
 	c := pair(t)
 	dir := t.TempDir()
-	write := func(name string, data []byte, age time.Duration) {
+	stamp := filepath.Join(t.TempDir(), "state", "seen")
+	write := func(name string, data []byte) {
 		t.Helper()
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		when := time.Now().Add(-age)
-		if err := os.Chtimes(p, when, when); err != nil {
-			t.Fatal(err)
-		}
+		time.Sleep(10 * time.Millisecond) // one clock tick and more: a distinct change time
 	}
-	write("old.png", []byte("old"), time.Hour)
-	write("b.png", []byte("second"), time.Second)
-	write("a.PNG", []byte("first"), 2*time.Second)
-	write("notes.txt", []byte("text"), 0)
-	big := bytes.Repeat([]byte{7}, MaxOutputSize+1)
-	write("big.png", big, 0)
+	write("a.PNG", []byte("first"))
+	write("b.png", []byte("second"))
+	write("notes.txt", []byte("text"))
+	write(".hidden.png", []byte("hidden"))
+	write("empty.png", nil)
+	write("big.png", bytes.Repeat([]byte{7}, MaxOutputSize+1))
 	if err := os.Mkdir(filepath.Join(dir, "dir.png"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -51,59 +50,107 @@ func TestOutputsSendsRecentPNGs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	files, err := c.Outputs(context.Background(), dir, time.Minute)
-	if err != nil {
-		t.Fatal(err)
+	// Files changed within the margin before a look come again with the
+	// next one (the server tells them apart by identity): these are not.
+	time.Sleep(stampMargin + 10*time.Millisecond)
+	list := func(files []OutputFile) string {
+		var got []string
+		for _, f := range files {
+			got = append(got, fmt.Sprintf("%s:%d:%q:%s", f.Name, f.Size, f.Data, f.Skipped))
+		}
+		return strings.Join(got, " ")
 	}
-	var got []string
-	for _, f := range files {
-		got = append(got, fmt.Sprintf("%s:%d:%q:%s", f.Name, f.Size, f.Data, f.Skipped))
+	files, omitted, err := c.Outputs(context.Background(), dir, stamp, time.Minute)
+	want := fmt.Sprintf(`a.PNG:5:"first": b.png:6:"second": empty.png:0:"":empty big.png:%d:"":over 1 MiB`, MaxOutputSize+1)
+	if err != nil || omitted != 0 || list(files) != want {
+		t.Fatalf("the first look (%v, %d omitted):\n got %s\nwant %s", err, omitted, list(files), want)
 	}
-	want := []string{`a.PNG:5:"first":`, `b.png:6:"second":`, fmt.Sprintf(`big.png:%d:"":over 1 MiB`, MaxOutputSize+1)}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("outputs:\n got %v\nwant %v", got, want)
+	if _, err := os.Stat(stamp); err != nil {
+		t.Fatalf("the look left no stamp: %v", err)
+	}
+	time.Sleep(stampMargin + 10*time.Millisecond)
+	if files, _, err = c.Outputs(context.Background(), dir, stamp, time.Minute); err != nil || len(files) != 0 {
+		t.Fatalf("nothing changed since the look: %s %v", list(files), err)
+	}
+	write("b.png", []byte("SECOND"))                                        // rewritten
+	os.Rename(filepath.Join(dir, "notes.txt"), filepath.Join(dir, "c.png")) // renamed in: its mtime is old
+	if files, _, err = c.Outputs(context.Background(), dir, stamp, time.Minute); err != nil || list(files) != `b.png:6:"SECOND": c.png:4:"text":` {
+		t.Fatalf("after a rewrite and a rename: %s %v", list(files), err)
 	}
 
-	if files, err = c.Outputs(context.Background(), filepath.Join(dir, "none"), time.Minute); err != nil || len(files) != 0 {
+	if files, _, err = c.Outputs(context.Background(), filepath.Join(dir, "none"), stamp, time.Minute); err != nil || len(files) != 0 {
 		t.Fatalf("a missing directory: %v %v", files, err)
 	}
-	if _, err = c.Outputs(context.Background(), "relative", time.Minute); err == nil {
+	if _, _, err = c.Outputs(context.Background(), "relative", stamp, time.Minute); err == nil {
 		t.Fatal("a relative directory was accepted")
 	}
 }
 
-// TestOutputsKeepsTheNewest: past MaxOutputs files, the newest come back.
+// TestReadOutputRefusesSymlinksAndFIFOs: a file swapped for a symlink or
+// a FIFO after the listing is not followed, or waited on.
+func TestReadOutputRefusesSymlinksAndFIFOs(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "secret"), []byte("secret"), 0o600)
+	os.Symlink(filepath.Join(dir, "secret"), filepath.Join(dir, "link.png"))
+	syscall.Mkfifo(filepath.Join(dir, "fifo.png"), 0o644)
+	for _, name := range []string{"link.png", "fifo.png"} {
+		done := make(chan struct{})
+		var data []byte
+		var why string
+		go func() { data, why = readOutput(filepath.Join(dir, name)); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: the read waited", name)
+		}
+		if data != nil || why == "" {
+			t.Errorf("%s: read %q (%s)", name, data, why)
+		}
+	}
+}
+
+// TestOutputsKeepsTheNewest: past MaxOutputs files, the newest come back
+// and the rest are counted.
 func TestOutputsKeepsTheNewest(t *testing.T) {
 	c := pair(t)
 	dir := t.TempDir()
 	for i := range MaxOutputs + 3 {
-		p := filepath.Join(dir, fmt.Sprintf("f%02d.png", i))
-		os.WriteFile(p, []byte{byte(i)}, 0o644)
-		when := time.Now().Add(time.Duration(i-40) * time.Second)
-		os.Chtimes(p, when, when)
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d.png", i)), []byte{byte(i)}, 0o644)
+		time.Sleep(5 * time.Millisecond)
 	}
-	files, err := c.Outputs(context.Background(), dir, time.Hour)
-	if err != nil || len(files) != MaxOutputs || files[0].Name != "f03.png" || files[MaxOutputs-1].Name != "f10.png" {
-		t.Fatalf("%d files (%v), first %q", len(files), err, files[0].Name)
+	files, omitted, err := c.Outputs(context.Background(), dir, filepath.Join(t.TempDir(), "seen"), time.Hour)
+	if err != nil || len(files) != MaxOutputs || omitted != 3 {
+		t.Fatalf("%d files, %d omitted (%v)", len(files), omitted, err)
+	}
+	if files[0].Name != "f03.png" || files[MaxOutputs-1].Name != "f10.png" {
+		t.Fatalf("kept %q … %q", files[0].Name, files[MaxOutputs-1].Name)
 	}
 }
 
 // TestOutputsRefusesForgedEntries: what a replaced agent sends is
 // checked: a name with a directory in it, a length past the cap, bytes
-// cut short.
+// cut short, more files than asked for; each ends the agent's session.
 func TestOutputsRefusesForgedEntries(t *testing.T) {
+	entry := func(name string) string { return fmt.Sprintf(`{"name":%q,"size":1,"len":1}`, name) + "\nx" }
 	for _, forged := range []string{
-		`{"name":"../../etc/passwd.png","size":1,"len":1}` + "\nx",
+		entry("../../etc/passwd.png"),
 		fmt.Sprintf(`{"name":"a.png","size":1,"len":%d}`, MaxOutputSize+1) + "\n",
 		`{"name":"a.png","size":10,"len":10}` + "\nshort",
-		`{"name":"..","size":1,"len":1}` + "\nx",
+		entry(".."),
+		strings.Repeat(entry("a.png"), MaxOutputs+1),
+		"not json\n",
 	} {
 		c := fakeAgent(t, func(req Request, w io.Writer) {
 			writeJSON(w, Reply{OK: true})
 			io.WriteString(w, forged)
 		})
-		if files, err := c.Outputs(context.Background(), "/tmp/outputs", time.Minute); err == nil {
-			t.Errorf("forged %q was taken: %+v", forged, files)
+		if files, _, err := c.Outputs(context.Background(), "/tmp/outputs", "/tmp/seen", time.Minute); !errors.Is(err, ErrMisbehaving) {
+			t.Errorf("forged %.60q was taken: %d files, %v", forged, len(files), err)
+		}
+		select {
+		case <-c.Done():
+		case <-time.After(time.Minute):
+			t.Errorf("forged %.60q: the session goes on", forged)
 		}
 	}
 }

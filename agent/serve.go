@@ -103,7 +103,7 @@ func (a *agentState) handle(st *yamux.Stream) {
 		_ = writeJSON(st, rep)
 		st.Close()
 	case OpOutputs:
-		serveOutputs(st, req.Path, time.Duration(req.Window))
+		serveOutputs(st, req.Path, req.Stamp, time.Duration(req.Window))
 		st.Close()
 	default:
 		_ = writeJSON(st, Reply{Error: "unknown op " + strconv.Quote(req.Op)})

@@ -568,6 +568,30 @@ print("drawn")`
 		if _, err := s.cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: "sandbox://no-such-box/etc/hostname"}); err == nil {
 			t.Fatal("a resource of a sandbox that does not exist was read")
 		}
+		// Cut short by its timeout, a command still gets what it drew; a
+		// file a background process writes later comes with the next call;
+		// so does one renamed in, and an upper-case name.
+		r = s.call(t, "exec", map[string]any{"command": png("slow.png", "slow") + "; sleep 60", "timeout": 1})
+		if !r.data["timed_out"].(bool) || len(r.images) != 1 || string(r.images[0]) != "\x89PNG\r\n\x1a\nslow" {
+			t.Fatalf("a command that timed out: %d images, %+v", len(r.images), r)
+		}
+		images := func(r result) string {
+			var got []string
+			for _, img := range r.images {
+				got = append(got, strings.TrimPrefix(string(img), "\x89PNG\r\n\x1a\n"))
+			}
+			return strings.Join(got, " ")
+		}
+		if r = s.call(t, "exec", map[string]any{"command": "(sleep 0.3; " + png("later.png", "later") + ") >/dev/null 2>&1 &"}); len(r.images) != 0 {
+			t.Fatalf("before the background job wrote: %q", images(r))
+		}
+		r = s.call(t, "exec", map[string]any{"command": "sleep 0.6; " + png("../moved.png", "moved") + " && touch -d 2001-01-01 /tmp/moved.png"})
+		if images(r) != "later" {
+			t.Fatalf("a background job's PNG: %q\n%s", images(r), r.text)
+		}
+		if r = s.call(t, "exec", map[string]any{"command": "mv /tmp/moved.png /tmp/outputs/ && sleep 0.05 && " + png("UP.PNG", "up")}); images(r) != "moved up" {
+			t.Fatalf("a PNG renamed in, and an upper-case one: %q\n%s", images(r), r.text)
+		}
 		s.call(t, "exec", map[string]any{"command": "rm -rf /tmp/outputs"})
 	})
 	t.Run("files", func(t *testing.T) {

@@ -24,14 +24,19 @@ func quote(s string) string {
 //
 // The functions are safe in the framing shell because only commands that
 // cannot define or remove functions run there (see NeedsIsolation).
-func InitFrame(marker, init, outputs string) string {
+func InitFrame(marker, init string, out Outputs) string {
 	var b strings.Builder
 	b.WriteString("exec 3>&1 4>&2\n")
-	if outputs == "" {
-		outputs = OutputsDir
+	if out.Dir == "" {
+		out.Dir = OutputsDir
 	}
-	b.WriteString("__sbx_out=" + quote(outputs) + "\n")
-	b.WriteString(frameFuncs)
+	if out.Stamp == "" {
+		out.Stamp = OutputsStamp
+	}
+	// The paths are written into the function itself: no variable a
+	// command can change holds them.
+	funcs := strings.ReplaceAll(frameFuncs, "@DIR@", quote(out.Dir))
+	b.WriteString(strings.ReplaceAll(funcs, "@STAMP@", quote(out.Stamp)))
 	if init != "" {
 		b.WriteString("{ command eval " + quote(init) + "; } </dev/null >/dev/null 2>&1 3>&- 4>&-\n")
 	}
@@ -68,20 +73,29 @@ const frameFuncs = `__sbx_pre() { if [ -n "${__sbx_synced-}" ]; then __sbx_synce
 printf '%s>\n' "$1"; printf '%s<\n' "$1" >&2; __sbx_b=${!-}; }
 __sbx_end() { case "${!-}" in "$__sbx_b") __sbx_b=0;; *) __sbx_b=1;; esac
 if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD"; export -p; fi
-__sbx_p=0; for __sbx_f in "$__sbx_out"/*.png; do case $__sbx_f in *'/*.png') ;; *) __sbx_p=1;; esac; break; done
-printf '\n%s %d %s %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$__sbx_p" "$1"; printf '\n%s\n' "$1" >&2; }
+__sbx_png=0; if [ -d @DIR@ ]; then if ! [ @STAMP@ -nt @DIR@ ]; then __sbx_png=1; else for __sbx_f in @DIR@/*.[Pp][Nn][Gg]; do [ -e "$__sbx_f" ] || break
+if ! [ @STAMP@ -nt "$__sbx_f" ]; then __sbx_png=1; break; fi; done; unset __sbx_f; fi; fi
+printf '\n%s %d %s %s\n%s.\n' "$1" "$__sbx_rc" "$__sbx_b" "$__sbx_png" "$1"; printf '\n%s\n' "$1" >&2; }
 `
 
 // OutputsDir is the directory whose PNG files come back as images of the
-// call that wrote them (InitFrame takes another for tests). The frame's
-// trailer says whether it holds any (a glob the shell expands itself,
-// which costs no process), so that only then the server asks for the
-// files. The Python driver takes its
-// directory from OutputsVar, which defaults to the same.
+// call that wrote them, and OutputsStamp the file whose time is that of
+// the last look at it (the agent's, see agent.OpOutputs). The frame's
+// trailer says whether the directory changed, or holds a PNG file, since
+// that look (with test's -nt, a shell builtin: no process), so that only
+// then the server asks the agent for the files. The Python driver takes
+// its directory from OutputsVar, which defaults to the same.
 const (
-	OutputsDir = "/tmp/outputs"
-	OutputsVar = "SANDBOX_OUTPUTS"
+	OutputsDir   = "/tmp/outputs"
+	OutputsStamp = "/tmp/.sandbox-mcp/outputs.seen"
+	OutputsVar   = "SANDBOX_OUTPUTS"
 )
+
+// Outputs names the outputs directory and stamp a shell's frames look at
+// (tests use others); zero fields take OutputsDir and OutputsStamp.
+type Outputs struct {
+	Dir, Stamp string
+}
 
 // stateBlock reports the shell's working directory and exports from a
 // subshell where the command may have replaced any function. It uses only
@@ -400,7 +414,8 @@ type Status struct {
 	Code int
 	// BG: the command started background processes.
 	BG bool
-	// Outputs: the outputs directory holds PNG files (OutputsDir).
+	// Outputs: the outputs directory changed, or holds a PNG file, since
+	// the agent last looked (OutputsStamp).
 	Outputs bool
 }
 

@@ -56,8 +56,8 @@ func argv(a []string) string {
 
 var goldenCases = []goldenCase{
 	// Framing.
-	{"init_frame", text(InitFrame("sbxM", "", ""))},
-	{"init_frame_hostile", text(InitFrame("sbxM", hostile, "/tmp/out puts'"))},
+	{"init_frame", text(InitFrame("sbxM", "", Outputs{}))},
+	{"init_frame_hostile", text(InitFrame("sbxM", hostile, Outputs{Dir: "/tmp/out puts'", Stamp: "/tmp/st'amp"}))},
 	{"command_frame", frame(Command{Command: "echo hello; pwd"}, "")},
 	{"command_frame_workdir", frame(Command{Command: "pwd", Workdir: "/usr"}, "")},
 	{"command_frame_isolated", frame(Command{Command: "set -e; false", Workdir: "/usr"}, "")},

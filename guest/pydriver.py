@@ -366,7 +366,10 @@ def grab_outputs(before, room, seen=()):
         encoded = base64.b64encode(data).decode("ascii")
         if encoded in seen:
             continue  # a figure the call also saved here
-        out.append({"format": "png", "data": encoded, "name": e.path})
+        # Which version of the file it was, so that the server's next look
+        # at the directory does not send it again.
+        out.append({"format": "png", "data": encoded, "name": e.path,
+                    "file": {"ino": st[0], "mtime_ns": st[1], "size": st[2]}})
     if skipped:
         out.append({"error": "%d more PNG files in %s were not attached (at most %d images a call)" % (skipped, OUTPUTS, MAX_IMAGES)})
     return out

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -277,9 +278,11 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		fmt.Fprintf(&text, "\n[%s]", res.Notice)
 	}
 	var images []mcp.Content
-	if res.Outputs && what == "exec" && ctx.Err() == nil {
+	// The frame says whether the outputs directory changed; a command cut
+	// short left no frame to say it, and is asked about anyway.
+	if (res.Outputs || res.ShellLost || res.TimedOut) && what == "exec" && ctx.Err() == nil {
 		var names, notes []string
-		images, names, notes = s.outputImages(ctx, name, time.Since(began))
+		images, names, notes = s.outputImages(ctx, name, began)
 		for _, n := range notes {
 			fmt.Fprintf(&text, "\n[%s]", n)
 		}
@@ -295,38 +298,34 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 	return result, nil
 }
 
-// outputsSlack widens the window in which a PNG file counts as the
-// command's: the window is measured on the host and applied by the
-// sandbox's clock when the request reaches it, and file times come from a
-// coarse clock.
-const outputsSlack = time.Second
-
 // outputsWait bounds fetching a command's images.
 const outputsWait = 15 * time.Second
 
-// outputImages returns the PNG files in the outputs directory of sandbox
-// name that a command begun took ago wrote (modified since it began), as
-// image content, with their names and notes on those left out (one too
-// large comes as a link to the file). They come from the sandbox: only
-// files that start as a PNG does are attached.
-func (s *Server) outputImages(ctx context.Context, name string, took time.Duration) (content []mcp.Content, names, notes []string) {
+// outputImages returns the PNG files of sandbox name's outputs directory
+// new or changed since they were last looked at (the command began at
+// began), as image content, with their names and notes on those left out
+// (one too large comes as a link to the file). Each version of a file is
+// sent once. The files come from the sandbox: only what starts as a PNG
+// does is attached, and names are shown with what is not printable
+// replaced.
+func (s *Server) outputImages(ctx context.Context, name string, began time.Time) (content []mcp.Content, names, notes []string) {
 	ctx, cancel := context.WithTimeout(ctx, outputsWait)
 	defer cancel()
-	files, err := s.m.Outputs(ctx, name, took+outputsSlack)
+	files, omitted, err := s.m.Outputs(ctx, name, began)
 	switch {
 	case errors.Is(err, sandbox.ErrNoAgent):
 		return nil, nil, nil // nothing to tell on each call: status says why
 	case err != nil && len(files) == 0:
-		return nil, nil, []string{"images written to " + guest.OutputsDir + " could not be fetched: " + textcut.Shorten(err.Error(), 300)}
+		return nil, nil, []string{"images written to " + guest.OutputsDir + " could not be fetched: " + printable(err.Error(), 300)}
 	}
 	for _, f := range files {
-		if !s.attached.first(name, f) {
+		if !s.attached.first(name, f.Name, f.Ino, f.Size, f.ModNs) {
 			continue // sent with an earlier call, unchanged since
 		}
-		label := strings.ToValidUTF8(textcut.Shorten(f.Name, 200), "?")
+		label := printable(f.Name, 200)
 		switch {
 		case f.Data == nil:
-			notes = append(notes, fmt.Sprintf("%s/%s (%s) was not attached: %s; it is linked, or download it", guest.OutputsDir, label, units.Human(f.Size), f.Skipped))
+			notes = append(notes, fmt.Sprintf("%s/%s (%s) was not attached: %s; it is linked", guest.OutputsDir, label, units.Human(f.Size), printable(f.Skipped, 200)))
 			content = append(content, fileLink(name, guest.OutputsDir+"/"+f.Name, "image/png", f.Size))
 		case !bytes.HasPrefix(f.Data, pngSignature):
 			notes = append(notes, fmt.Sprintf("%s/%s is not a PNG and was not attached", guest.OutputsDir, label))
@@ -335,7 +334,23 @@ func (s *Server) outputImages(ctx context.Context, name string, took time.Durati
 			names = append(names, label)
 		}
 	}
+	if omitted > 0 {
+		notes = append(notes, fmt.Sprintf("%d more PNG files in %s were not attached (at most %d a call)", omitted, guest.OutputsDir, agent.MaxOutputs))
+	}
 	return content, names, notes
+}
+
+// printable is s from the sandbox for a result's text: cut to n bytes,
+// with invalid UTF-8, line breaks, escapes and other characters that are
+// not printable replaced by '?', so that it cannot pass for a line of the
+// server's own.
+func printable(s string, n int) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(textcut.Shorten(s, n), "?"))
 }
 
 // render returns a stream's text for the result: exact bytes or base64,
@@ -443,39 +458,44 @@ func (s *Server) reportProgress(ctx context.Context, req mcp.CallToolRequest, st
 	}
 }
 
-// sentImages remembers the PNG files exec attached, per sandbox, so that
-// a command soon after another does not get the same file again (the
-// window it is given reaches a little before it began).
+// sentImages remembers the versions of files in the outputs directory
+// already sent as images, per sandbox, so that each is sent once: a look
+// sends again what changed just before the one before it (its stamp is a
+// little early for the file clock), and a python call sends what it saw.
 type sentImages struct {
 	mu   sync.Mutex
 	sent map[string]map[sentImage]bool
 }
 
 type sentImage struct {
-	name    string
-	size    int64
-	modTime int64
+	name  string
+	ino   uint64
+	size  int64
+	modNs int64
 }
 
-// maxSentImages bounds what is remembered per sandbox.
+// maxSentImages bounds what is remembered per sandbox: past it, it starts
+// over (a look sends only what changed lately, so old files are not sent
+// again).
 const maxSentImages = 256
 
-// first reports whether f (by name, size and time) was not yet sent for
-// sandbox name, and notes it as sent.
-func (s *sentImages) first(name string, f agent.OutputFile) bool {
-	k := sentImage{f.Name, f.Size, f.ModTime.UnixNano()}
+// first reports whether this version of file (name, inode, size,
+// modification time) was not yet sent for sandbox box, and notes it as
+// sent.
+func (s *sentImages) first(box, name string, ino uint64, size, modNs int64) bool {
+	k := sentImage{name, ino, size, modNs}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.sent == nil {
 		s.sent = map[string]map[sentImage]bool{}
 	}
-	m := s.sent[name]
+	m := s.sent[box]
 	if m[k] {
 		return false
 	}
 	if m == nil || len(m) >= maxSentImages {
 		m = map[sentImage]bool{}
-		s.sent[name] = m
+		s.sent[box] = m
 	}
 	m[k] = true
 	return true

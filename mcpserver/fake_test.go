@@ -23,11 +23,13 @@ import (
 type fake struct {
 	downloadCap sandbox.HostCap
 
-	exec    func(name string, req shell.Request) (sandbox.ExecResult, error)
-	calls   []string
-	env     []sandbox.EnvVar
-	errAll  error // returned by every method that can fail, when set
-	files   map[string][]byte
+	exec   func(name string, req shell.Request) (sandbox.ExecResult, error)
+	calls  []string
+	env    []sandbox.EnvVar
+	errAll error // returned by every method that can fail, when set
+	files  map[string][]byte
+	// outputs, if set, answers Outputs (else the sandbox has no agent).
+	outputs func(name string) ([]agent.OutputFile, int, error)
 	write   func(req sandbox.WriteRequest) (sandbox.Written, error) // WriteFile's answer, when set
 	history []sandbox.HistoryEntry
 	// uploaded is the last upload's tar stream; download is the stream a
@@ -217,9 +219,12 @@ func (f *fake) NetworkLog(context.Context, string, int, bool) ([]egress.Event, e
 	return nil, errors.New("the fake has no network")
 }
 
-func (f *fake) Outputs(_ context.Context, name string, window time.Duration) ([]agent.OutputFile, error) {
+func (f *fake) Outputs(_ context.Context, name string, _ time.Time) ([]agent.OutputFile, int, error) {
 	f.note("outputs %s", name)
-	return nil, sandbox.ErrNoAgent
+	if f.outputs == nil {
+		return nil, 0, sandbox.ErrNoAgent
+	}
+	return f.outputs(name)
 }
 
 func (f *fake) Dial(_ context.Context, name string, port int) (net.Conn, error) {

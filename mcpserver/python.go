@@ -6,13 +6,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"path"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
@@ -108,6 +109,7 @@ func (s *Server) handlePython(ctx context.Context, req mcp.CallToolRequest) (*mc
 		DurationMS: int64(res.Seconds * 1000),
 	}
 	images, names, notes := pythonImages(res.Images)
+	s.notePythonFiles(name, res.Images)
 
 	var text strings.Builder
 	fmt.Fprintf(&text, "python %s · session %q #%d · %s", res.Version, session, res.Count, fmtDuration(time.Duration(res.Seconds*float64(time.Second))))
@@ -169,7 +171,7 @@ var pngSignature = []byte("\x89PNG\r\n\x1a\n")
 func pythonImages(imgs []pysession.Image) (out []mcp.ImageContent, names, notes []string) {
 	for _, img := range imgs {
 		if img.Error != "" {
-			notes = append(notes, "an image could not be attached: "+strings.ToValidUTF8(textcut.Shorten(img.Error, 300), "?"))
+			notes = append(notes, "an image could not be attached: "+printable(img.Error, 300))
 			continue
 		}
 		if len(img.Data) > base64.StdEncoding.EncodedLen(pysession.MaxImage) {
@@ -182,7 +184,17 @@ func pythonImages(imgs []pysession.Image) (out []mcp.ImageContent, names, notes 
 			continue
 		}
 		out = append(out, mcp.NewImageContent(img.Data, "image/png"))
-		names = append(names, strings.ToValidUTF8(textcut.Shorten(img.Name, 200), "?"))
+		names = append(names, printable(img.Name, 200))
 	}
 	return out, names, notes
+}
+
+// notePythonFiles records the files of the outputs directory a python
+// call sent as images, so that exec's next look does not send them again.
+func (s *Server) notePythonFiles(box string, imgs []pysession.Image) {
+	for _, img := range imgs {
+		if f := img.File; f != nil && img.Error == "" && path.Dir(img.Name) == guest.OutputsDir {
+			s.attached.first(box, path.Base(img.Name), f.Ino, f.Size, f.MtimeNs)
+		}
+	}
 }

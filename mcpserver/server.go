@@ -52,9 +52,10 @@ type Sandboxes interface {
 	GitClone(ctx context.Context, name string, req sandbox.CloneRequest) (sandbox.Cloned, error)
 	Boot(ctx context.Context, name string) (sandbox.BootInfo, error)
 	Dial(ctx context.Context, name string, port int) (net.Conn, error)
-	// Outputs returns the PNG files a running sandbox's outputs directory
-	// holds that were modified within window.
-	Outputs(ctx context.Context, name string, window time.Duration) ([]agent.OutputFile, error)
+	// Outputs returns the PNG files of a running sandbox's outputs
+	// directory new or changed since its agent last looked (the first
+	// time, since began), and how many more there were.
+	Outputs(ctx context.Context, name string, began time.Time) ([]agent.OutputFile, int, error)
 	// AgentProblem says why connections into a sandbox go through an
 	// exec each rather than its agent; "" when they do not.
 	AgentProblem(name string) string

@@ -69,6 +69,9 @@ type result struct {
 	text    string
 	isError bool
 	data    map[string]any
+	// images are the image contents' data (base64), links the resource
+	// links' URIs.
+	images, links []string
 }
 
 // call calls a tool and checks that its structured content matches the
@@ -86,6 +89,12 @@ func (s *session) call(name string, args map[string]any) result {
 	for _, c := range res.Content {
 		if tc, ok := c.(mcp.TextContent); ok {
 			r.text += tc.Text
+		}
+		if ic, ok := c.(mcp.ImageContent); ok {
+			r.images = append(r.images, ic.Data)
+		}
+		if rl, ok := c.(mcp.ResourceLink); ok {
+			r.links = append(r.links, rl.URI)
 		}
 	}
 	if res.StructuredContent != nil {

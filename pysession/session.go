@@ -86,6 +86,17 @@ type Image struct {
 	Data   string `json:"data,omitempty"`
 	Name   string `json:"name,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// File identifies the version of the file in the outputs directory
+	// the image was read from (nil for a figure).
+	File *ImageFile `json:"file,omitempty"`
+}
+
+// ImageFile is one version of a file: its inode, modification time (ns)
+// and size.
+type ImageFile struct {
+	Ino     uint64 `json:"ino"`
+	MtimeNs int64  `json:"mtime_ns"`
+	Size    int64  `json:"size"`
 }
 
 // Result is what a call did.

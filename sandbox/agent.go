@@ -67,26 +67,30 @@ func (e *agentUnusable) Unwrap() error { return e.err }
 var ErrNoAgent = errors.New("the sandbox's agent cannot run")
 
 // Outputs returns the PNG files in sandbox name's outputs directory
-// (guest.OutputsDir) modified within window by the sandbox's clock,
-// through its agent; it boots nothing.
-func (m *Manager) Outputs(ctx context.Context, name string, window time.Duration) ([]agent.OutputFile, error) {
+// (guest.OutputsDir) new or changed since its agent last looked (or, the
+// first time, since began, a time on this host), through its agent, and
+// how many more there were; it boots nothing.
+func (m *Manager) Outputs(ctx context.Context, name string, began time.Time) ([]agent.OutputFile, int, error) {
 	sb, ok := m.Lookup(name)
 	if !ok {
-		return nil, fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
+		return nil, 0, fmt.Errorf("sandbox %q: %w", name, ErrNotFound)
 	}
 	c, err := m.agentOf(ctx, sb)
 	var unusable *agentUnusable
-	if errors.As(err, &unusable) {
-		return nil, fmt.Errorf("%w: %w", ErrNoAgent, err)
+	if errors.As(err, &unusable) && ctx.Err() == nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrNoAgent, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	files, err := c.Outputs(ctx, guest.OutputsDir, window)
+	// The window is taken now, after the agent's start: it reaches back
+	// to began, and a second more for the sandbox's coarse file clock and
+	// the request's way there.
+	files, omitted, err := c.Outputs(ctx, guest.OutputsDir, guest.OutputsStamp, time.Since(began)+time.Second)
 	if err != nil {
-		return files, fmt.Errorf("sandbox %q: %w", name, err)
+		return files, omitted, fmt.Errorf("sandbox %q: %w", name, err)
 	}
-	return files, nil
+	return files, omitted, nil
 }
 
 // Dial connects to 127.0.0.1:port inside sandbox name (booting it if

@@ -66,9 +66,9 @@ type Options struct {
 	// its processes were killed before the shell itself is replaced; 0
 	// means 1 s.
 	KillGrace time.Duration
-	// OutputsDir is the directory whose PNG files Result.Outputs tells of;
-	// "" means guest.OutputsDir.
-	OutputsDir string
+	// Outputs names the directory and stamp Result.Outputs tells of; zero
+	// means guest's defaults.
+	Outputs guest.Outputs
 }
 
 // Request is one command.
@@ -118,9 +118,9 @@ type Result struct {
 	// stopping it took after that moment: while the sandbox is slow to
 	// answer (a loaded host) the command runs on for that long.
 	StopTook time.Duration
-	// Outputs means the sandbox's outputs directory held PNG files when
-	// the command ended (guest.OutputsVar): those it wrote may come back
-	// as images.
+	// Outputs means the sandbox's outputs directory changed, or held a PNG
+	// file, since it was last looked at (guest.OutputsStamp): what the
+	// command wrote there may come back as images.
 	Outputs bool
 }
 
@@ -240,7 +240,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	}
 	var pidText, stderrText bytes.Buffer
 	marker := newMarker()
-	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init, opts.OutputsDir)}, marker, "", true, &pidText, &stderrText)
+	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init, opts.Outputs)}, marker, "", true, &pidText, &stderrText)
 	err = ex.err
 	if err == nil && ex.lost {
 		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))

@@ -388,30 +388,54 @@ func TestTryRunOnlyOnAnIdleShell(t *testing.T) {
 	}
 }
 
-// TestOutputsFlag: the result says whether the outputs directory holds
-// PNG files once the command ends, in the framing shell and in an
-// isolated one alike.
+// TestOutputsFlag: the result says whether the outputs directory
+// changed, or holds a PNG file, since the stamp was last set (as the agent
+// does after each look), in the framing shell and in an isolated one
+// alike, and costs nothing when the directory is not there.
 func TestOutputsFlag(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "out puts")
-	sh, err := Open(context.Background(), localHost{}, Options{Init: "cd /tmp", OutputsDir: dir})
+	tmp := t.TempDir()
+	dir, stamp := filepath.Join(tmp, "out puts"), filepath.Join(tmp, "seen")
+	sh, err := Open(context.Background(), localHost{}, Options{Init: "cd /tmp", Outputs: guest.Outputs{Dir: dir, Stamp: stamp}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sh.Close)
+	// look is what the agent does: the stamp takes the time of the look.
+	look := func() {
+		t.Helper()
+		time.Sleep(20 * time.Millisecond) // past the files' clock tick
+		if err := os.WriteFile(stamp, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, c := range []struct {
 		cmd  string
+		look bool // the agent looks after the command
 		want bool
 	}{
-		{"true", false},
-		{"mkdir '" + dir + "' && cd '" + dir + "' && touch a.txt", false},
-		{"printf x > plot.png", true},
-		{"true", true},
-		{"exec 2>/dev/null; true", true}, // isolated
-		{"rm plot.png", false},
-		{"mkdir sub.png", true}, // a name the host then looks at, and leaves out
+		{"true", false, false},                                  // no directory
+		{"mkdir '" + dir + "' && cd '" + dir + "'", true, true}, // a directory not yet looked at
+		{"true", false, false},
+		{"echo x > notes.txt", true, true}, // the directory changed
+		{"printf x > plot.png", true, true},
+		{"true", false, false},                 // nothing since the look
+		{"printf y >> plot.png", false, true},  // rewritten in place
+		{"exec 2>/dev/null; true", true, true}, // isolated: it is still new
+		{"true", false, false},
+		{"printf z > PLOT.PNG", true, true},
+		{"touch '*.[Pp][Nn][Gg]'", true, true},
+		{"true", false, false}, // a name that is the pattern itself
 	} {
-		if r := runOn(t, sh, Request{Command: c.cmd}); r.res.Outputs != c.want || r.res.ExitCode != 0 {
+		r := runOn(t, sh, Request{Command: c.cmd})
+		if r.res.Outputs != c.want || r.res.ExitCode != 0 {
 			t.Fatalf("%q: outputs %v exit %d (%q), want outputs %v", c.cmd, r.res.Outputs, r.res.ExitCode, r.stderr, c.want)
 		}
+		if c.look {
+			look()
+		}
+	}
+	if r := runOn(t, sh, Request{Command: "echo ${__sbx_f-unset}"}); r.stdout != "unset\n" {
+		t.Fatalf("the frame's loop variable is left in the shell: %q", r.stdout)
 	}
 }
