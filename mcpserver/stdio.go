@@ -43,28 +43,34 @@ type stdioTransport struct {
 
 	writeMu sync.Mutex
 	sess    *stdioSession
+	// inflight holds the requests handed to workers, by idKey, for
+	// notifications/cancelled.
+	inflight sync.Map
+	// barriers are flushNotifications' channels, by number.
+	barriers sync.Map
+	barrierN atomic.Int64
 	// work hands a request to an idle worker.
-	work chan request
+	work chan *request
 }
 
-// line is what the transport reads of a message to route it. Method is a
-// pointer so that a message without one (an answer) is told from one
-// whose method is empty.
+// line is what the transport reads of a message to route it; the members
+// stay raw, so that a message whose members have unexpected types is
+// still routed (and answered by mcp-go as it sees fit), not taken for one
+// that is not JSON.
 type line struct {
 	ID     json.RawMessage `json:"id"`
-	Method *string         `json:"method"`
+	Method json.RawMessage `json:"method"`
 	Result json.RawMessage `json:"result"`
-	Error  *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+	Error  json.RawMessage `json:"error"`
+	Params json.RawMessage `json:"params"`
 }
+
+// present reports whether a member was given, and not as null.
+func present(v json.RawMessage) bool { return len(v) > 0 && !bytes.Equal(v, []byte("null")) }
 
 // hasID reports whether the message carries an id other than null: a
 // request (or an answer), not a notification.
-func (l *line) hasID() bool {
-	return len(l.ID) > 0 && !bytes.Equal(l.ID, []byte("null"))
-}
+func (l *line) hasID() bool { return present(l.ID) }
 
 // serveStdio serves MCP on in and out until in ends or ctx is done. The
 // requests still running then are cancelled, and waited for.
@@ -72,7 +78,7 @@ func serveStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 	if errLog == nil {
 		errLog = log.New(io.Discard, "", 0)
 	}
-	t := &stdioTransport{ms: ms, out: out, errLog: errLog, work: make(chan request)}
+	t := &stdioTransport{ms: ms, out: out, errLog: errLog, work: make(chan *request)}
 	t.sess = &stdioSession{
 		notifications: make(chan mcp.JSONRPCNotification, notificationQueue),
 		pending:       map[int64]chan reply{},
@@ -87,7 +93,7 @@ func serveStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 	ctx, cancel := context.WithCancel(ms.WithContext(ctx, t.sess))
 	defer cancel()
 	running := &workers{}
-	defer running.closeAndWait()
+	defer running.closeAndWait(endWait, errLog)
 	defer cancel() // before the wait: the requests still running end
 
 	go t.writeNotifications(ctx)
@@ -125,12 +131,24 @@ func (f *workers) start() bool {
 
 func (f *workers) done() { f.wg.Done() }
 
-// closeAndWait starts no more workers and waits for those running.
-func (f *workers) closeAndWait() {
+// endWait bounds how long the transport's end waits for its workers
+// (one may be stuck writing to a client that reads no more). A variable
+// for tests.
+var endWait = 10 * time.Second
+
+// closeAndWait starts no more workers and waits for those running, at
+// most d.
+func (f *workers) closeAndWait(d time.Duration, errLog *log.Logger) {
 	f.mu.Lock()
 	f.closed = true
 	f.mu.Unlock()
-	f.wg.Wait()
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		errLog.Printf("requests still under way %s after the end; not waiting for them", d)
+	}
 }
 
 // read reads messages until in ends, serving each.
@@ -155,7 +173,8 @@ func (t *stdioTransport) read(ctx context.Context, in io.Reader, running *worker
 	}
 }
 
-// dispatch serves one message: a request on a goroutine of its own, a
+// dispatch serves one message: a request by a worker (with a context of
+// its own, which a notifications/cancelled read later ends at once), a
 // notification in order on the reader, an answer to the request waiting
 // for it.
 func (t *stdioTransport) dispatch(ctx context.Context, msg []byte, slots chan struct{}, running *workers) {
@@ -167,17 +186,51 @@ func (t *stdioTransport) dispatch(ctx context.Context, msg []byte, slots chan st
 	}
 	raw := json.RawMessage(msg)
 	switch {
-	case l.Method == nil && l.hasID() && (l.Result != nil || l.Error != nil):
+	case l.Method == nil && l.hasID() && (l.Result != nil || present(l.Error)):
 		t.sess.answer(l)
 	case l.hasID():
-		t.serve(ctx, request{id: l.ID, raw: raw}, slots, running)
+		rctx, cancel := context.WithCancel(ctx)
+		r := &request{id: l.ID, raw: raw, ctx: rctx, cancel: cancel, key: idKey(l.ID)}
+		t.inflight.Store(r.key, r)
+		if !t.serve(ctx, r, slots, running) {
+			t.done(r)
+		}
 	default:
+		if bytes.Equal(l.Method, []byte(`"notifications/cancelled"`)) {
+			t.cancelInFlight(l.Params)
+		}
 		t.handle(ctx, nil, raw)
 	}
 }
 
+// cancelInFlight cancels the request a notifications/cancelled names, on
+// the reader: a request handed to a worker is cancelled even before
+// mcp-go has registered it.
+func (t *stdioTransport) cancelInFlight(params json.RawMessage) {
+	var p struct {
+		RequestID json.RawMessage `json:"requestId"`
+	}
+	if json.Unmarshal(params, &p) != nil || !present(p.RequestID) {
+		return
+	}
+	if v, ok := t.inflight.Load(idKey(p.RequestID)); ok {
+		v.(*request).cancel()
+	}
+}
+
+// idKey is a request id as a map key: 7, 7.0 and 7e0 alike.
+func idKey(raw json.RawMessage) string {
+	v := requestID(raw).Value()
+	return fmt.Sprintf("%T:%v", v, v)
+}
+
 // request is one request for a worker.
-type request struct{ id, raw json.RawMessage }
+type request struct {
+	id, raw json.RawMessage
+	ctx     context.Context
+	cancel  context.CancelFunc
+	key     string
+}
 
 // workerIdle is how long a worker waits for another request before it
 // ends.
@@ -187,33 +240,50 @@ const workerIdle = 10 * time.Second
 // idle and fewer than maxInFlight run; past that it waits for one. A
 // worker lives on for the next requests: a request's handlers run deep,
 // and a new goroutine's stack would grow (and be copied) each time.
-func (t *stdioTransport) serve(ctx context.Context, r request, slots chan struct{}, running *workers) {
+func (t *stdioTransport) serve(ctx context.Context, r *request, slots chan struct{}, running *workers) bool {
 	select {
 	case t.work <- r:
-		return
+		return true
 	default:
 	}
 	select {
 	case t.work <- r:
-		return
+		return true
 	case slots <- struct{}{}:
 	case <-ctx.Done():
-		return
+		return false
+	default:
+		// Every worker is busy: the reader waits a moment for one, and no
+		// longer, or the client's answers (roots/list) and cancellations
+		// that would free one would go unread.
+		busy := time.NewTimer(busyWait)
+		defer busy.Stop()
+		select {
+		case t.work <- r:
+			return true
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return false
+		case <-busy.C:
+			t.write(mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: requestID(r.id),
+				Error: mcp.NewJSONRPCErrorDetails(mcp.INTERNAL_ERROR, fmt.Sprintf("server busy: %d requests under way; send this one again once one is answered", maxInFlight), nil)})
+			return false
+		}
 	}
 	if !running.start() {
 		<-slots
-		return
+		return false
 	}
 	go func() {
 		defer running.done()
 		defer func() { <-slots }()
-		t.handle(ctx, r.id, r.raw)
+		t.run(r)
 		idle := time.NewTimer(workerIdle)
 		defer idle.Stop()
 		for {
 			select {
 			case r := <-t.work:
-				t.handle(ctx, r.id, r.raw)
+				t.run(r)
 				idle.Reset(workerIdle)
 			case <-idle.C:
 				return
@@ -222,6 +292,22 @@ func (t *stdioTransport) serve(ctx context.Context, r request, slots chan struct
 			}
 		}
 	}()
+	return true
+}
+
+// busyWait is how long the reader waits for a worker once maxInFlight run.
+const busyWait = 100 * time.Millisecond
+
+// run serves r on a worker.
+func (t *stdioTransport) run(r *request) {
+	defer t.done(r)
+	t.handle(r.ctx, r.id, r.raw)
+}
+
+// done ends r's context and forgets it.
+func (t *stdioTransport) done(r *request) {
+	r.cancel()
+	t.inflight.CompareAndDelete(r.key, r)
 }
 
 // handle runs one message through the server and writes its answer, if
@@ -242,7 +328,44 @@ func (t *stdioTransport) handle(ctx context.Context, id json.RawMessage, raw jso
 		resp = t.ms.HandleMessage(ctx, raw)
 	}()
 	if resp != nil {
+		if id != nil && bytes.Contains(raw, []byte(`"progressToken"`)) {
+			t.flushNotifications(ctx)
+		}
 		t.write(resp)
+	}
+}
+
+// barrierMethod marks a notification that is not one: the writer reaching
+// it has written every notification queued before it, and closes the
+// channel registered under its "n".
+const barrierMethod = "\x00barrier"
+
+// flushNotifications waits until the notifications queued so far (a
+// request's progress) are written, so that none follows its answer.
+func (t *stdioTransport) flushNotifications(ctx context.Context) {
+	done := make(chan struct{})
+	n := t.barrierN.Add(1)
+	t.barriers.Store(n, done)
+	defer t.barriers.Delete(n)
+	b := mcp.JSONRPCNotification{Notification: mcp.Notification{Method: barrierMethod,
+		Params: mcp.NotificationParams{AdditionalFields: map[string]any{"n": n}}}}
+	select {
+	case t.sess.notifications <- b:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// passBarrier closes the channel of barrier b.
+func (t *stdioTransport) passBarrier(b mcp.JSONRPCNotification) {
+	if n, ok := b.Params.AdditionalFields["n"].(int64); ok {
+		if done, ok := t.barriers.LoadAndDelete(n); ok {
+			close(done.(chan struct{}))
+		}
 	}
 }
 
@@ -289,6 +412,10 @@ func (t *stdioTransport) writeNotifications(ctx context.Context) {
 	for {
 		select {
 		case n := <-t.sess.notifications:
+			if n.Method == barrierMethod {
+				t.passBarrier(n)
+				continue
+			}
 			t.write(n)
 		case <-ctx.Done():
 			return
@@ -381,8 +508,11 @@ func (s *stdioSession) ProtocolVersion() string {
 func (s *stdioSession) SetProtocolVersion(v string) { s.version.Store(v) }
 
 // ListRoots implements server.SessionWithRoots: it asks the client for
-// its roots and waits for the answer or ctx.
+// its roots and waits for the answer, ctx, or rootsWait.
 func (s *stdioSession) ListRoots(ctx context.Context, _ mcp.ListRootsRequest) (*mcp.ListRootsResult, error) {
+	// A client that never answers must not hold the call for ever.
+	ctx, cancel := context.WithTimeout(ctx, rootsWait)
+	defer cancel()
 	raw, err := s.request(ctx, string(mcp.MethodListRoots))
 	if err != nil {
 		return nil, fmt.Errorf("list roots: %w", err)
@@ -422,7 +552,11 @@ func (s *stdioSession) request(ctx context.Context, method string) (json.RawMess
 // answer hands the client's answer to the request waiting for it; one
 // nothing waits for (it came too late, or was never asked) is dropped.
 func (s *stdioSession) answer(l line) {
-	id, err := strconv.ParseInt(string(l.ID), 10, 64)
+	raw := string(l.ID)
+	if u, err := strconv.Unquote(raw); err == nil {
+		raw = u // a client that echoes the id as a string
+	}
+	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
 		return
 	}
@@ -433,8 +567,13 @@ func (s *stdioSession) answer(l line) {
 		return
 	}
 	r := reply{result: l.Result}
-	if l.Error != nil {
-		r = reply{err: fmt.Errorf("the client answered %d: %s", l.Error.Code, l.Error.Message)}
+	if present(l.Error) {
+		var e struct {
+			Code    any    `json:"code"`
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(l.Error, &e)
+		r = reply{err: fmt.Errorf("the client answered %v: %s", e.Code, e.Message)}
 	}
 	select {
 	case ch <- r:

@@ -310,3 +310,134 @@ func TestStdioWorkersAreReused(t *testing.T) {
 		t.Fatalf("200 calls in turn were served by %d goroutines, want a few", len(served))
 	}
 }
+
+// TestStdioCancelRightBehindItsCall: a notifications/cancelled that comes
+// in the same write as its call (read before mcp-go has seen the call)
+// still cancels it.
+func TestStdioCancelRightBehindItsCall(t *testing.T) {
+	ms := server.NewMCPServer("t", "0", server.WithToolCapabilities(false))
+	ms.AddTool(mcp.NewTool("wait"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-ctx.Done():
+			return mcp.NewToolResultText("cancelled"), nil
+		case <-time.After(5 * time.Second):
+			return mcp.NewToolResultText("ran to its end"), nil
+		}
+	})
+	p := startStdio(t, ms)
+	const n = 50
+	var batch strings.Builder
+	for i := range n {
+		fmt.Fprintf(&batch, "%s\n", call(fmt.Sprint(100+i), "wait"))
+		fmt.Fprintf(&batch, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`+"\n", 100+i)
+	}
+	p.send(strings.TrimSuffix(batch.String(), "\n"))
+	// mcp-go answers a cancelled call too (the spec lets a server drop
+	// it): each answer must say it was cancelled.
+	for range n {
+		m := p.read()
+		if text := resultText(t, m); text != "cancelled" {
+			t.Fatalf("call %v: %q", m["id"], text)
+		}
+	}
+}
+
+// TestStdioClientAnswersOfOddShapes: a roots answer whose id the client
+// echoes as a string still reaches its request; an error answer with a
+// code of another type is an error there, not a parse error.
+func TestStdioClientAnswersOfOddShapes(t *testing.T) {
+	ms := server.NewMCPServer("t", "0", server.WithToolCapabilities(false), server.WithRoots())
+	ms.AddTool(mcp.NewTool("roots"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := server.ServerFromContext(ctx).RequestRoots(ctx, mcp.ListRootsRequest{})
+		if err != nil {
+			return mcp.NewToolResultText("error: " + err.Error()), nil
+		}
+		return mcp.NewToolResultText(fmt.Sprint(len(res.Roots), " roots")), nil
+	})
+	p := startStdio(t, ms)
+	for _, tc := range []struct{ answer, want string }{
+		{`"result":{"roots":[{"uri":"file:///a"}]}`, "1 roots"},
+		{`"error":{"code":"odd","message":"no"}`, "error: list roots: the client answered odd: no"},
+	} {
+		p.send(call("1", "roots"))
+		req := p.read()
+		p.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":"%v",%s}`, req["id"], tc.answer))
+		if m := p.read(); resultText(t, m) != tc.want {
+			t.Fatalf("answer %s: %v, want %q", tc.answer, m, tc.want)
+		}
+	}
+}
+
+// TestStdioProgressComesBeforeItsResult: a progress notification a call
+// sends before it returns is written before its result.
+func TestStdioProgressComesBeforeItsResult(t *testing.T) {
+	ms := server.NewMCPServer("t", "0", server.WithToolCapabilities(false))
+	ms.AddTool(mcp.NewTool("step"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		_ = server.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress",
+			map[string]any{"progressToken": req.Params.Meta.ProgressToken, "progress": 1})
+		return mcp.NewToolResultText("done"), nil
+	})
+	p := startStdio(t, ms)
+	for i := range 100 {
+		p.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"step","arguments":{},"_meta":{"progressToken":%d}}}`, i+10, i))
+		if m := p.read(); m["method"] != "notifications/progress" {
+			t.Fatalf("call %d: the result came before its progress: %v", i, m)
+		}
+		if m := p.read(); resultText(t, m) != "done" {
+			t.Fatalf("call %d: %v", i, m)
+		}
+	}
+}
+
+// TestStdioBusyAnswersRatherThanWaits: past maxInFlight calls under way,
+// one more is answered at once with a busy error, and the reader goes on:
+// a cancellation still reaches a call under way.
+func TestStdioBusyAnswersRatherThanWaits(t *testing.T) {
+	ms := server.NewMCPServer("t", "0", server.WithToolCapabilities(false))
+	ms.AddTool(mcp.NewTool("wait"), func(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		select {
+		case <-ctx.Done():
+			return mcp.NewToolResultText("cancelled"), nil
+		case <-time.After(time.Minute):
+			return mcp.NewToolResultText("ran to its end"), nil
+		}
+	})
+	p := startStdio(t, ms)
+	for i := range maxInFlight {
+		p.send(call(fmt.Sprint(i+10), "wait"))
+	}
+	p.send(call(`"one more"`, "wait"))
+	m := p.read()
+	if e, _ := m["error"].(map[string]any); m["id"] != "one more" || e == nil || !strings.Contains(fmt.Sprint(e["message"]), "server busy") {
+		t.Fatalf("one call past the limit: %v", m)
+	}
+	p.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":10}}`)
+	if m = p.read(); m["id"] != float64(10) || resultText(t, m) != "cancelled" {
+		t.Fatalf("a cancellation with every worker busy: %v", m)
+	}
+}
+
+// TestStdioEndDoesNotWaitForeverOnAWrite: a client that stops reading
+// does not keep the transport from ending.
+func TestStdioEndDoesNotWaitForeverOnAWrite(t *testing.T) {
+	defer func(d time.Duration) { endWait = d }(endWait)
+	endWait = 200 * time.Millisecond
+	ms := server.NewMCPServer("t", "0", server.WithToolCapabilities(false))
+	ms.AddTool(mcp.NewTool("hi"), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("hello"), nil
+	})
+	inR, inW := io.Pipe()
+	_, outW := io.Pipe() // never read
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serveStdio(ctx, ms, inR, outW, nil) }()
+	io.WriteString(inW, call("1", "hi")+"\n")
+	time.Sleep(100 * time.Millisecond) // the worker blocks on its write
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the transport's end waits for a write no one reads")
+	}
+	outW.Close()
+}
