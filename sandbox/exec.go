@@ -186,9 +186,13 @@ func (m *Manager) volumeGone(ctx context.Context, vol string) bool {
 
 // lostWhileRunning returns the error for a command whose shell died with
 // its container, removed or stopped outside sandbox-mcp while it ran, or
-// nil when the container is still there (the command ended its shell).
+// nil when the container is still there (the command ended its shell). A
+// command whose shell was gone before it started gets nil too: execOnce
+// then brings the sandbox back and runs it there (a pool can hold more
+// than one shell that died with the container, and another try on it
+// could meet the next).
 func (m *Manager) lostWhileRunning(sb *Sandbox, res shell.Result, err error) error {
-	if err != nil || !res.ShellLost {
+	if err != nil || !res.ShellLost || res.NotStarted {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(m.life, 30*time.Second)

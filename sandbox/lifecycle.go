@@ -210,7 +210,9 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	// A spare is taken only for a name with nothing of a sandbox left: no
 	// intent of a reset or restore, no record, no workspace (spare.go).
 	spareOK := mode == bootFind && resumed == nil && !m.recorded(name)
-	sb, binfo, err := m.boot(bctx, name, mode, spareOK)
+	// A name the store has no record of is created without a look first.
+	fresh := mode == bootFind && resumed == nil && m.unrecorded(name)
+	sb, binfo, err := m.boot(bctx, name, mode, spareOK, fresh)
 	binfo.Took = time.Since(start)
 	binfo.Recovered = joinNotes(info.Recovered, m.takeNote(name))
 	if err != nil {
@@ -243,7 +245,7 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	return sb, binfo, nil
 }
 
-func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK bool) (*Sandbox, BootInfo, error) {
+func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK, fresh bool) (*Sandbox, BootInfo, error) {
 	var info BootInfo
 	prof := m.ProfileFor(name)
 	if o := m.override(name); o != nil {
@@ -274,23 +276,29 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK 
 			c, err, spare, early, handed = cl.c, nil, true, cl.pool, cl.agent
 		}
 	}
-	if mode == bootFind && !spare {
-		if m.rt.Kind() == "docker" {
-			// No shell before the container is known to run: docker's exec
-			// into a paused container blocks dockerd's hold on it.
-			c, err = m.inspectOwned(ctx, name)
-		} else {
-			c, early, err = m.inspectWithShell(ctx, own)
-		}
+	switch {
+	case mode != bootFind || spare:
+	case fresh:
+		// Nothing of a sandbox of this name is on record (and no spare
+		// took it): it is created without a look first. A container that
+		// has the name all the same makes the create fail, and is then
+		// adopted (or refused) as below.
+	case m.rt.Kind() == "docker":
+		// No shell before the container is known to run: docker's exec
+		// into a paused container blocks dockerd's hold on it.
+		c, err = m.inspectOwned(ctx, name)
+	default:
+		c, early, err = m.inspectWithShell(ctx, own)
 	}
 	var lim Limits
 	egressAt, channelAt := "", ""
-	createdVol := ""
+	createdVol, createdID := "", ""
 	if errors.Is(err, ErrNotFound) {
-		var labels map[string]string
-		lim, labels, err = m.create(ctx, name, prof, mode == bootReplace)
-		egressAt, channelAt = labels[LabelEgress], labels[LabelChannel]
-		createdVol = m.volumeOf(name, Container{Labels: labels})
+		var made created
+		made, err = m.create(ctx, name, prof, mode == bootReplace)
+		lim, createdID = made.lim, made.id
+		egressAt, channelAt = made.labels[LabelEgress], made.labels[LabelChannel]
+		createdVol = m.volumeOf(name, Container{Labels: made.labels})
 		if err == nil {
 			info.Created = true
 		} else if errors.Is(err, ErrAlreadyExists) && mode == bootNew {
@@ -318,7 +326,19 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK 
 		info.Created, info.Adopted, info.Spare = true, false, true
 	}
 	pool := early
-	if pool == nil {
+	switch {
+	case pool != nil:
+	case createdID != "":
+		// The container this boot started, by the ID its run reported: no
+		// other can answer to that, so the first shell needs no inspect at
+		// its gate (later ones look by name, as ever).
+		own.record(Container{ID: createdID})
+		verdict := make(chan error, 1)
+		verdict <- nil
+		own.expect(verdict)
+		pool = m.poolOn(createdID, own.gate)
+		m.spawn(func() { m.learnAddress(own) })
+	default:
 		pool = m.newPool(own)
 	}
 	if err := pool.Warm(ctx); err != nil {
@@ -495,20 +515,28 @@ func ImageHint(rt Runtime) string {
 
 // create boots a new container. known skips checking the image and
 // creating the workspace volume, for a container replacing one that used both.
-func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (Limits, map[string]string, error) {
-	lim, spec, err := m.createSpec(ctx, name, prof, known)
-	return lim, spec.Labels, err
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (created, error) {
+	lim, spec, id, err := m.createSpec(ctx, name, prof, known)
+	return created{lim: lim, labels: spec.Labels, id: id}, err
+}
+
+// created is what create made: the container's limits and labels, and its
+// ID when the runtime reported it.
+type created struct {
+	lim    Limits
+	labels map[string]string
+	id     string
 }
 
 // createSpec is create, returning the spec it booted.
-func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, known bool) (Limits, RunSpec, error) {
+func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, known bool) (Limits, RunSpec, string, error) {
 	labels := m.labels(name)
 	if o := m.override(name); o != nil {
 		for k, v := range o.labels {
 			labels[k] = v
 		}
 	} else if _, cl, ok, err := m.childProfile(name); err != nil {
-		return Limits{}, RunSpec{}, err
+		return Limits{}, RunSpec{}, "", err
 	} else if ok {
 		for k, v := range cl {
 			labels[k] = v
@@ -517,31 +545,46 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 	// A sandbox that began as a spare keeps the spare's workspace.
 	vol, err := m.recordedVolume(name) // spare.go
 	if err != nil {
-		return Limits{}, RunSpec{}, err
+		return Limits{}, RunSpec{}, "", err
 	}
 	if vol != m.volumeFor(name) {
 		labels[LabelVolume] = vol
 	}
-	if !known {
-		ok, err := m.rt.ImageExists(ctx, prof.Image)
-		if err != nil {
-			return Limits{}, RunSpec{}, fmt.Errorf("look up image %q: %w", prof.Image, err)
-		}
-		if !ok {
-			return Limits{}, RunSpec{}, fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
-		}
+	// The image is looked up while the workspace is made: a boot whose
+	// image is missing leaves that workspace, which its next boot (or a
+	// destroy, or prune) takes.
+	imageChecked := make(chan error, 1)
+	if known {
+		imageChecked <- nil
+	} else {
+		go func() {
+			ok, err := m.rt.ImageExists(ctx, prof.Image)
+			switch {
+			case err != nil:
+				imageChecked <- fmt.Errorf("look up image %q: %w", prof.Image, err)
+			case !ok:
+				imageChecked <- fmt.Errorf("%w: %q (%s)", ErrImageMissing, prof.Image, ImageHint(m.rt))
+			default:
+				imageChecked <- nil
+			}
+		}()
 	}
 	spec := m.runSpec(m.ContainerFor(name), prof, vol, labels, m.IdleTTL(name), childEnd(labels)) // children.go
 	// limits.go: workspace volume (sized where possible), pids, rootfs size.
-	if err := m.prepareLimits(ctx, name, prof, vol, m.labels(name), known, &spec); err != nil {
-		return Limits{}, RunSpec{}, err
+	perr := m.prepareLimits(ctx, name, prof, vol, m.labels(name), known, &spec)
+	if err := <-imageChecked; err != nil {
+		return Limits{}, RunSpec{}, "", err
+	}
+	if perr != nil {
+		return Limits{}, RunSpec{}, "", perr
 	}
 	m.placeOnNetwork(ctx, name, prof, &spec) // network.go
-	if err := m.runContainer(ctx, name, prof, spec); err != nil {
-		return Limits{}, RunSpec{}, fmt.Errorf("boot sandbox %q: %w", name, err)
+	id, err := m.runContainer(ctx, name, prof, spec)
+	if err != nil {
+		return Limits{}, RunSpec{}, "", fmt.Errorf("boot sandbox %q: %w", name, err)
 	}
 	lim, _ := parseLimitsLabel(spec.Labels[LabelLimits])
-	return lim, spec, nil
+	return lim, spec, id, nil
 }
 
 // runSpec is the spec of a new sandbox container ctr (a sandbox's or a

@@ -254,18 +254,18 @@ func (m *Manager) removeFamilyNetworkSoon(root string) {
 
 // runContainer boots spec. When the shared network went away under this
 // server (pruned, removed by hand), it is made again and the boot retried.
-func (m *Manager) runContainer(ctx context.Context, name string, prof Profile, spec RunSpec) error {
-	err := m.rt.Run(ctx, spec)
+func (m *Manager) runContainer(ctx context.Context, name string, prof Profile, spec RunSpec) (string, error) {
+	id, err := m.rt.Run(ctx, spec)
 	if err == nil || !m.ours(spec.Network) || !strings.Contains(strings.ToLower(err.Error()), "network") {
-		return err
+		return id, err
 	}
 	if c, ierr := m.rt.Inspect(ctx, spec.Name); ierr == nil {
 		if c.Running() {
-			return err // it runs: the failure is not the network's
+			return "", err // it runs: the failure is not the network's
 		}
 		// docker creates the container, then fails to start it.
 		if rerr := m.rt.Remove(ctx, spec.Name); rerr != nil {
-			return err
+			return "", err
 		}
 	}
 	m.net.mu.Lock()
@@ -276,10 +276,11 @@ func (m *Manager) runContainer(ctx context.Context, name string, prof Profile, s
 	}
 	spec.Network, spec.Aliases = "", nil
 	m.placeOnNetwork(ctx, name, prof, &spec)
-	if rerr := m.rt.Run(ctx, spec); rerr != nil {
-		return fmt.Errorf("%w (and again with the network made anew: %v)", err, rerr)
+	id, rerr := m.rt.Run(ctx, spec)
+	if rerr != nil {
+		return "", fmt.Errorf("%w (and again with the network made anew: %v)", err, rerr)
 	}
-	return nil
+	return id, nil
 }
 
 // PeerReacher is implemented by engines that say whether containers on

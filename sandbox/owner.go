@@ -104,6 +104,9 @@ type owner struct {
 	// of the boot (or, for a container the boot created, of its first
 	// shell open).
 	id atomic.Pointer[instance]
+	// addr is the container's address when learned after the boot (a
+	// container the boot started and did not inspect).
+	addr atomic.Pointer[string]
 
 	mu sync.Mutex
 	// first, while set, is the verdict of an inspect the boot runs while
@@ -140,10 +143,27 @@ func (o *owner) ID() string {
 
 // IP is the recorded container's address, "" while unknown.
 func (o *owner) IP() string {
-	if p := o.id.Load(); p != nil {
+	if p := o.id.Load(); p != nil && p.ip != "" {
 		return p.ip
 	}
+	if a := o.addr.Load(); a != nil {
+		return *a
+	}
 	return ""
+}
+
+// learnAddress inspects the container a boot started (by its recorded ID)
+// for its address.
+func (m *Manager) learnAddress(o *owner) {
+	ctx, cancel := context.WithTimeout(m.life, time.Minute)
+	defer cancel()
+	id := o.ID()
+	if id == "" {
+		return
+	}
+	if c, err := m.rt.Inspect(ctx, id); err == nil && c.ID == id && c.IP != "" {
+		o.addr.Store(&c.IP)
+	}
 }
 
 // record sets the container the sandbox runs in, once.

@@ -25,7 +25,7 @@ func stranger(t *testing.T, tg enginetest.Target, prefix, name string, labels ma
 	if err := rt.Remove(ctx, ctr); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatal(err)
 	}
-	if err := rt.Run(ctx, sandbox.RunSpec{Name: ctr, Image: tg.Image, Labels: labels, Command: []string{"sleep", "infinity"}}); err != nil {
+	if _, err := rt.Run(ctx, sandbox.RunSpec{Name: ctr, Image: tg.Image, Labels: labels, Command: []string{"sleep", "infinity"}}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := rt.Inspect(ctx, ctr)

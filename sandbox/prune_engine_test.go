@@ -28,7 +28,7 @@ func TestPruneOnEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			trash := prefix + "-old-0123456789ab"
-			if err := rt.Run(ctx, sandbox.RunSpec{Name: trash, Image: tg.Image, Init: true, Command: []string{"sleep", "infinity"},
+			if _, err := rt.Run(ctx, sandbox.RunSpec{Name: trash, Image: tg.Image, Init: true, Command: []string{"sleep", "infinity"},
 				Labels: map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: "keep"}}); err != nil {
 				t.Fatal(err)
 			}

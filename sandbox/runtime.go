@@ -26,8 +26,11 @@ type Runtime interface {
 	// Version reports the engine's version string.
 	Version(ctx context.Context) (string, error)
 
-	// Run creates and starts a detached container.
-	Run(ctx context.Context, spec RunSpec) error
+	// Run creates and starts a detached container, and returns its ID when
+	// the engine reports it ("" otherwise): a boot then opens the first
+	// shell by that ID, without inspecting the container under the name
+	// first.
+	Run(ctx context.Context, spec RunSpec) (id string, err error)
 	// Start starts an existing stopped container.
 	Start(ctx context.Context, name string) error
 	// Stop stops a running container, waiting at most grace before killing it.

@@ -608,6 +608,16 @@ func (m *Manager) recorded(name string) bool {
 	return ok || err != nil // a store that cannot be read says nothing is new
 }
 
+// unrecorded reports whether the store is known to hold no record of
+// sandbox name: false without a store, or with one that cannot be read.
+func (m *Manager) unrecorded(name string) bool {
+	if m.cfg.Sandboxes == nil {
+		return false
+	}
+	_, ok, err := m.sandboxRecord(name)
+	return !ok && err == nil
+}
+
 // sandboxRecord is sandbox name's record, if there is one.
 func (m *Manager) sandboxRecord(name string) (state.Sandbox, bool, error) {
 	if m.cfg.Sandboxes == nil {
@@ -889,7 +899,7 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 		return err
 	}
 	m.placeSpare(bctx, mode, &spec)
-	if err := m.rt.Run(bctx, spec); err != nil {
+	if _, err := m.rt.Run(bctx, spec); err != nil {
 		if spec.Network != "" && strings.Contains(strings.ToLower(err.Error()), "network") {
 			// The sandboxes' network went (pruned, say): made again at
 			// the next boot, as runContainer does for a sandbox's.

@@ -41,9 +41,12 @@ type tmpfsRuntime struct {
 
 // Run implements sandbox.Runtime: the dialect's argv with the mounts added
 // before the image.
-func (r *tmpfsRuntime) Run(ctx context.Context, spec sandbox.RunSpec) error {
-	_, err := r.runner.Output(ctx, nil, TmpfsRunArgs(docker.Flavor(r.Kind()), spec, r.mounts)...)
-	return err
+func (r *tmpfsRuntime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error) {
+	out, err := r.runner.Output(ctx, nil, TmpfsRunArgs(docker.Flavor(r.Kind()), spec, r.mounts)...)
+	if err != nil {
+		return "", err
+	}
+	return docker.RunID(out), nil
 }
 
 // TmpfsRunArgs is docker.RunArgs with a --mount for each tmpfs.

@@ -176,21 +176,23 @@ func (d *Dialect) SystemStatus(ctx context.Context) (SystemStatus, error) {
 	return SystemStatus{}, fmt.Errorf("container system status: unrecognised output %q", strings.TrimSpace(string(stdout)))
 }
 
-// Run implements sandbox.Runtime.
-func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) error {
+// Run implements sandbox.Runtime. It reports no ID: Apple's ID is the
+// container's name, which tells no recreated container apart (the boot
+// inspects it instead, for its creation time).
+func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) (string, error) {
 	f, err := d.Features(ctx)
 	if err != nil {
-		return err
+		return "", err
 	}
 	args, err := RunArgs(f, spec)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if n := int(math.Ceil(spec.CPUs)); f.HostCPUs > 0 && n > f.HostCPUs && d.cli.Logger != nil {
 		d.cli.Logger.Warn("a sandbox asks for more CPUs than this Mac has: it gets the Mac's", "sandbox", spec.Name, "cpus", n, "host_cpus", f.HostCPUs)
 	}
 	_, err = d.cli.Output(ctx, nil, args...)
-	return err
+	return "", err
 }
 
 // RunArgs builds the argv (without the program) for starting a detached

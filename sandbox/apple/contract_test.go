@@ -30,9 +30,9 @@ func TestArgvContract(t *testing.T) {
 				Mounts: []sandbox.Mount{{Volume: "smt1234-ws-web", Target: "/workspace"}, {Source: host, Target: "/host", ReadOnly: true}},
 				Env:    map[string]string{"A": "1", "B": "x=y", "C": ""}, Command: []string{"sleep", "infinity"},
 			}
-			_ = d.Run(ctx, run)
+			_, _ = d.Run(ctx, run)
 			run.Init, run.Virtualization, run.Network, run.Mounts, run.Memory, run.CPUs = false, true, "none", nil, "", 0
-			_ = d.Run(ctx, run)
+			_, _ = d.Run(ctx, run)
 			_ = d.Start(ctx, "smt1234-web")
 			_ = d.Stop(ctx, "smt1234-web", 5e9)
 			_ = d.Remove(ctx, "smt1234-web")

@@ -37,7 +37,7 @@ func realBox(t *testing.T, tg enginetest.Target, mounts ...sandbox.Mount) (*appl
 	prefix := enginetest.Prefix(t, d)
 	name := prefix + "-real"
 	start := time.Now()
-	err := d.Run(ctx(t), sandbox.RunSpec{
+	_, err := d.Run(ctx(t), sandbox.RunSpec{
 		Name: name, Image: tg.Image, Init: true, CPUs: 1, Memory: "512M",
 		Labels:  map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: "real"},
 		Mounts:  mounts,

@@ -57,7 +57,7 @@ func boot(t *testing.T, d *apple.Dialect, name string) {
 	if err := d.VolumeCreate(ctx(t), name+"-ws", map[string]string{"io.sandbox-mcp.owner": "smtapple"}); err != nil {
 		t.Fatal(err)
 	}
-	err := d.Run(ctx(t), sandbox.RunSpec{
+	_, err := d.Run(ctx(t), sandbox.RunSpec{
 		Name: name, Image: "mcp-dev", Init: true, CPUs: 1, Memory: "256M",
 		Labels:  map[string]string{"io.sandbox-mcp.owner": "smtapple", "io.sandbox-mcp.name": name},
 		Mounts:  []sandbox.Mount{{Volume: name + "-ws", Target: "/workspace"}},
@@ -106,7 +106,7 @@ func TestStandInLifecycle(t *testing.T) {
 
 				t.Fatalf("Inspect: %+v", c)
 			}
-			if err := d.Run(ctx(t), sandbox.RunSpec{Name: name, Image: "mcp-dev", Command: []string{"true"}}); !errors.Is(err, sandbox.ErrAlreadyExists) {
+			if _, err := d.Run(ctx(t), sandbox.RunSpec{Name: name, Image: "mcp-dev", Command: []string{"true"}}); !errors.Is(err, sandbox.ErrAlreadyExists) {
 				t.Fatalf("Run(duplicate): %v", err)
 			}
 			cs, err := d.List(ctx(t), map[string]string{"io.sandbox-mcp.name": name})
@@ -166,7 +166,7 @@ func TestStandInSystemNotStarted(t *testing.T) {
 	}
 	for what, err := range map[string]error{
 		"Ping": d.Ping(ctx(t)),
-		"Run":  d.Run(ctx(t), sandbox.RunSpec{Name: uniqueName(t), Image: "mcp-dev"}),
+		"Run":  runErr(d.Run(ctx(t), sandbox.RunSpec{Name: uniqueName(t), Image: "mcp-dev"})),
 	} {
 		if !errors.Is(err, sandbox.ErrEngineNotStarted) || !strings.Contains(err.Error(), apple.StartHint) {
 			t.Errorf("%s with the system stopped: %v", what, err)
@@ -250,13 +250,13 @@ func TestStandInVolumeSingleWriter(t *testing.T) {
 	t.Cleanup(func() { _ = d.Remove(context.Background(), second) })
 	spec := sandbox.RunSpec{Name: second, Image: "mcp-dev", Command: []string{"sleep", "infinity"},
 		Mounts: []sandbox.Mount{{Volume: first + "-ws", Target: "/workspace"}}}
-	err := d.Run(ctx(t), spec)
+	_, err := d.Run(ctx(t), spec)
 	if err == nil || !strings.Contains(sandbox.HintOf(err), "only one running container") {
 		t.Fatalf("second read-write attach: %v", err)
 	}
 	_ = d.Remove(ctx(t), second)
 	spec.Mounts[0].ReadOnly = true
-	if err := d.Run(ctx(t), spec); err != nil {
+	if _, err := d.Run(ctx(t), spec); err != nil {
 		t.Fatalf("read-only attach: %v", err)
 	}
 	if err := d.Remove(ctx(t), second); err != nil {
@@ -266,10 +266,13 @@ func TestStandInVolumeSingleWriter(t *testing.T) {
 	if err := d.Stop(ctx(t), first, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Run(ctx(t), spec); err != nil {
+	if _, err := d.Run(ctx(t), spec); err != nil {
 		t.Fatalf("attach after the first stopped: %v", err)
 	}
 	if err := d.Start(ctx(t), first); err == nil {
 		t.Fatal("restarting the first while the second holds the volume: want an error")
 	}
 }
+
+// runErr is Run's error.
+func runErr(_ string, err error) error { return err }

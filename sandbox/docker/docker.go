@@ -117,9 +117,35 @@ func (d *Dialect) Version(ctx context.Context) (string, error) {
 }
 
 // Run implements sandbox.Runtime.
-func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) error {
-	_, err := d.cli.Output(ctx, nil, RunArgs(d.flavor, spec)...)
-	return err
+func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) (string, error) {
+	out, err := d.cli.Output(ctx, nil, RunArgs(d.flavor, spec)...)
+	if err != nil {
+		return "", err
+	}
+	return RunID(out), nil
+}
+
+// RunID is the container ID `run -d` printed (its last word, 64 hex
+// digits), or "" when its output holds none.
+func RunID(out []byte) string {
+	words := strings.Fields(string(out))
+	if len(words) == 0 || !fullID(words[len(words)-1]) {
+		return ""
+	}
+	return words[len(words)-1]
+}
+
+// fullID reports whether s is a full container ID: 64 lowercase hex digits.
+func fullID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // RunArgs builds the argv (without the program) for starting a detached
