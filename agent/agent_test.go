@@ -19,9 +19,16 @@ import (
 // other.
 func pair(t *testing.T) *Client {
 	t.Helper()
+	return clientOf(t, func(r io.Reader, w io.Writer) { _ = Serve(r, w) })
+}
+
+// clientOf runs agent on one end of two pipes and returns the Client on
+// the other, closed when the test ends.
+func clientOf(t *testing.T, agent func(r io.Reader, w io.Writer)) *Client {
+	t.Helper()
 	toAgentR, toAgentW := io.Pipe()
 	fromAgentR, fromAgentW := io.Pipe()
-	go func() { _ = Serve(toAgentR, fromAgentW) }()
+	go agent(toAgentR, fromAgentW)
 	c, err := NewClient(fromAgentR, toAgentW, func() error {
 		toAgentW.Close()
 		return fromAgentR.Close()

@@ -159,10 +159,8 @@ func TestOutputsRefusesForgedEntries(t *testing.T) {
 // with answer: a stand-in for an agent the sandbox replaced.
 func fakeAgent(t *testing.T, answer func(Request, io.Writer)) *Client {
 	t.Helper()
-	toAgentR, toAgentW := io.Pipe()
-	fromAgentR, fromAgentW := io.Pipe()
-	go func() {
-		sess, err := yamuxServer(toAgentR, fromAgentW)
+	return clientOf(t, func(r io.Reader, w io.Writer) {
+		sess, err := yamuxServer(r, w)
 		if err != nil {
 			return
 		}
@@ -185,14 +183,5 @@ func fakeAgent(t *testing.T, answer func(Request, io.Writer)) *Client {
 				answer(req, st)
 			}()
 		}
-	}()
-	c, err := NewClient(fromAgentR, toAgentW, func() error {
-		toAgentW.Close()
-		return fromAgentR.Close()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
