@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +28,8 @@ func TestChildren(t *testing.T) {
 	}
 
 	r := s.call(t, "spawn", map[string]any{"name": "default-c1", "cpus": 1, "memory": "128M"})
-	if r.isError || r.str("name") != "default-c1" || r.num("memory_mb") != 128 {
-		t.Fatalf("spawn: %s", r.text)
+	if r.isError || r.str("name") != "default-c1" || r.num("memory_mb") != 128 || net.ParseIP(r.str("ip")) == nil {
+		t.Fatalf("spawn (with the child's address): %s %v", r.text, r.data)
 	}
 	if r := s.call(t, "exec", map[string]any{"sandbox": "default-c1", "command": "echo in-child"}); r.str("stdout") != "in-child\n" {
 		t.Fatalf("exec in the child: %s", r.text)

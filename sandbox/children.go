@@ -61,7 +61,7 @@ func (m *Manager) CreateChild(ctx context.Context, name, parent string, prof Pro
 	// The engine refuses a taken name (bootNew): no inspect first.
 	sb, info, err := m.bootLocked(ctx, name, bootNew)
 	if err == nil {
-		info.IP, info.Container = sb.own.IP(), sb.Container
+		info.IP, info.Container = m.addressOf(ctx, sb.own), sb.Container
 	}
 	return info, err
 }

@@ -337,7 +337,6 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		verdict <- nil
 		own.expect(verdict)
 		pool = m.poolOn(createdID, own.gate)
-		m.spawn(func() { m.learnAddress(own) })
 	default:
 		pool = m.newPool(own)
 	}

@@ -152,18 +152,22 @@ func (o *owner) IP() string {
 	return ""
 }
 
-// learnAddress inspects the container a boot started (by its recorded ID)
-// for its address.
-func (m *Manager) learnAddress(o *owner) {
-	ctx, cancel := context.WithTimeout(m.life, time.Minute)
-	defer cancel()
+// addressOf is o's container's address: the one recorded, or for a
+// container its boot started without inspecting it, one inspect (by its
+// ID) learns it.
+func (m *Manager) addressOf(ctx context.Context, o *owner) string {
+	if ip := o.IP(); ip != "" {
+		return ip
+	}
 	id := o.ID()
 	if id == "" {
-		return
+		return ""
 	}
 	if c, err := m.rt.Inspect(ctx, id); err == nil && c.ID == id && c.IP != "" {
 		o.addr.Store(&c.IP)
+		return c.IP
 	}
+	return ""
 }
 
 // record sets the container the sandbox runs in, once.
