@@ -58,7 +58,8 @@ func InitFrame(marker, init string, out Outputs) string {
 // state (killed, or replaced by exec) has none either, and the shell state
 // is then unchanged. <bg> is 1 when the command started background
 // processes, which may still hold its output; <outputs> is 1 when the
-// outputs directory holds PNG files (see OutputsVar).
+// outputs directory changed, or holds a PNG file, since it was last looked
+// at (see OutputsDir).
 
 // frameFuncs are the framing shell's own functions: __sbx_pre M opens a
 // frame, __sbx_end M S closes it (with the state block when S is 1).
