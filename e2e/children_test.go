@@ -188,6 +188,20 @@ func TestChildrenLifetimes(t *testing.T) {
 	if r := (&server{cs: a.cs}).call(t, "network_info", map[string]any{"sandbox": "default-r"}); !strings.Contains(r.text, "its spawn request: allowlist") {
 		t.Errorf("network_info of a child spawned with --allow: %s", r.text)
 	}
+	// The same through the spawn tool.
+	srv := &server{cs: a.cs}
+	if r := srv.call(t, "spawn", map[string]any{"name": "default-rt", "cpus": 0.5, "memory": "64M", "allow": []string{"pypi.org"}}); r.isError {
+		t.Fatalf("the spawn tool with allow: %s", r.text)
+	}
+	if r := srv.call(t, "network_info", map[string]any{"sandbox": "default-rt"}); !strings.Contains(r.text, "its spawn request: allowlist") || !strings.Contains(r.text, "pypi.org") {
+		t.Errorf("network_info of a child the spawn tool made with allow: %s", r.text)
+	}
+	if r := srv.call(t, "spawn", map[string]any{"cpus": 0.5, "memory": "64M", "network": "none", "allow": []string{"pypi.org"}}); !r.isError || !strings.Contains(r.text, "reaches nothing") {
+		t.Errorf("the spawn tool with network none and allow: %s", r.text)
+	}
+	if r := srv.call(t, "destroy_child", map[string]any{"name": "default-rt"}); r.isError {
+		t.Fatalf("destroy_child: %s", r.text)
+	}
 	for bad, why := range map[string]string{"--network open": "at most its parent's", "--allow 'bad host'": "allow:", "--network none --allow pypi.org": "reaches nothing"} {
 		if text, ok := sh(a, "default", "sandbox-ctl spawn --memory 64M "+bad); ok || !strings.Contains(text, why) {
 			t.Errorf("spawn %s: %s", bad, text)

@@ -42,6 +42,8 @@ func (s *Server) spawnTool() tool {
 		mcp.WithString("name", mcp.Description("Name (default: PARENT-child-NNNN)."), mcp.Pattern(sandboxPattern), mcp.MaxLength(sandbox.MaxNameLen)),
 		mcp.WithNumber("cpus", mcp.Description("CPUs (0: the most allowed)."), mcp.Min(0)),
 		mcp.WithString("memory", mcp.Description(`Memory such as "256M" (default: the most allowed).`)),
+		mcp.WithString("network", mcp.Description("Less network than the parent's."), mcp.Enum("none", "allowlist")),
+		mcp.WithArray("allow", mcp.WithStringItems(), mcp.Description(`The only hosts it may reach, e.g. "pypi.org".`)),
 	)}
 }
 
@@ -87,7 +89,8 @@ func (s *Server) handleSpawn(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		return failure(ctx, fmt.Sprintf("spawn: boot the parent %q", parent), err), nil
 	}
 	ch, err := s.children.Spawn(ctx, parent, ctl.SpawnParams{Image: req.GetString("image", ""), Name: req.GetString("name", ""),
-		CPUs: req.GetFloat("cpus", 0), Memory: req.GetString("memory", "")})
+		CPUs: req.GetFloat("cpus", 0), Memory: req.GetString("memory", ""),
+		Network: req.GetString("network", ""), Allow: req.GetStringSlice("allow", nil)})
 	if err != nil {
 		return failure(ctx, "spawn", err), nil
 	}
