@@ -599,7 +599,7 @@ func (k *Keeper) handle(ctx context.Context, caller string, req ctl.Request, out
 		if err := params(req, &p); err != nil {
 			return nil, err
 		}
-		ch, err := k.spawn(ctx, caller, ctl.SpawnParams{Image: p.Image})
+		ch, err := k.spawn(ctx, caller, ctl.SpawnParams{Image: p.Image, Network: p.Network, Allow: p.Allow})
 		if err != nil {
 			return nil, err
 		}

@@ -293,6 +293,13 @@ func TestSpawnNetworkRequest(t *testing.T) {
 	if p, _, _, _ := k.Child("default-a"); p.Network != "allowlist" || !slices.Equal(p.Allow, []string{"pypi.org", "*.github.com:443"}) {
 		t.Fatalf("allow: the child boots with %+v", p)
 	}
+	// run spawns its child with the same request, checked the same way.
+	for _, params := range []string{`{"command":"true","network":"none","allow":["pypi.org"]}`, `{"command":"true","allow":["bad host"]}`} {
+		req := ctl.Request{ID: json.RawMessage("1"), Method: ctl.MethodRun, Params: json.RawMessage(params)}
+		if _, err := k.Handle(ctx, "default", req, nil); code(err) != ctl.CodeInvalidRequest {
+			t.Errorf("run %s: %v", params, err)
+		}
+	}
 }
 
 // TestRefusalsKeepTheirCode: a policy refusal reaches the socket with its

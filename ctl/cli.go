@@ -29,7 +29,7 @@ const usage = `usage: sandbox-ctl [--json] COMMAND
   destroy NAME                            destroy a child
   exec NAME [--timeout S] [--workdir D] -- CMD...
                                           run CMD in a child (its exit status is sandbox-ctl's)
-  run [--image I] [--timeout S] [--workdir D] -- CMD...
+  run [--image I] [--timeout S] [--workdir D] [--network none|allowlist] [--allow HOST]... -- CMD...
                                           spawn a child, run CMD in it, destroy it
 The host is reached at $SANDBOX_CTL_SOCK, else /run/sandbox-ctl.sock.`
 
@@ -91,11 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fs.StringVar(&p.Name, "name", "", "name (default: PARENT-child-NNNN)")
 		fs.Float64Var(&p.CPUs, "cpus", 0, "cpus (default: the most allowed)")
 		fs.StringVar(&p.Memory, "memory", "", "memory such as 256M (default: the most allowed)")
-		fs.StringVar(&p.Network, "network", "", "none or allowlist (default: what the policies give)")
-		fs.Func("allow", "a host pattern the child may reach (repeatable)", func(v string) error {
-			p.Allow = append(p.Allow, v)
-			return nil
-		})
+		networkFlags(fs, &p.Network, &p.Allow)
 		if err := fs.Parse(rest); err != nil || fs.NArg() > 0 {
 			return c.usage("spawn takes only flags")
 		}
@@ -128,6 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fs.StringVar(&p.Image, "image", "", "image (default: the first the policy allows)")
 		fs.Float64Var(&p.Timeout, "timeout", 0, "seconds (default: the host's)")
 		fs.StringVar(&p.Workdir, "workdir", "", "directory to run in")
+		networkFlags(fs, &p.Network, &p.Allow)
 		cmdArgs, ok := c.command(fs, rest)
 		if !ok {
 			return c.usage("run [flags] -- CMD...")
@@ -136,6 +133,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return c.runCommand(MethodRun, p)
 	}
 	return c.usage(fmt.Sprintf("unknown command %q", cmd))
+}
+
+// networkFlags adds spawn's and run's --network and --allow to fs.
+func networkFlags(fs *flag.FlagSet, network *string, allow *[]string) {
+	fs.StringVar(network, "network", "", "none or allowlist (default: what the policies give)")
+	fs.Func("allow", "a host pattern the child may reach (repeatable)", func(v string) error {
+		*allow = append(*allow, v)
+		return nil
+	})
 }
 
 type cli struct {

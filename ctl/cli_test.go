@@ -50,7 +50,17 @@ func (f *family) Handle(ctx context.Context, caller string, req Request, out Out
 		}
 		delete(f.children, p.Name)
 		return struct{}{}, nil
-	case MethodExec, MethodRun:
+	case MethodRun:
+		var p RunParams
+		_ = json.Unmarshal(req.Params, &p)
+		fmt.Fprintf(out.Stdout(), "ran: %s", p.Command)
+		if p.Network != "" || p.Allow != nil {
+			fmt.Fprintf(out.Stdout(), " (network %s allow %s)", p.Network, strings.Join(p.Allow, ","))
+		}
+		fmt.Fprintln(out.Stdout())
+		fmt.Fprint(out.Stderr(), "warn\n")
+		return ExecResult{ExitCode: len(p.Command) % 256}, nil
+	case MethodExec:
 		var p ExecParams
 		_ = json.Unmarshal(req.Params, &p)
 		if _, ok := f.children[p.Name]; !ok && req.Method == MethodExec {
@@ -93,6 +103,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"--json", "exec", "w1", "--", "true"}, 4, `"stdout":"ran: true\n","stderr":"warn\n"`, ""},
 		{[]string{"exec", "nosuch", "--", "true"}, 1, "", "no child \"nosuch\". Try: sandbox-ctl list"},
 		{[]string{"run", "--", "ls -l"}, 5, "ran: ls -l", ""},
+		{[]string{"run", "--network", "allowlist", "--allow", "pypi.org", "--", "pip download x"}, 14, "ran: pip download x (network allowlist allow pypi.org)", ""},
 		{[]string{"destroy", "w1"}, 0, "destroyed w1", ""},
 		{[]string{"destroy", "w1"}, 1, "", "Try: sandbox-ctl list"},
 		{[]string{"exec", "w1"}, 2, "", "usage"},

@@ -63,6 +63,9 @@ type RunParams struct {
 	Image   string  `json:"image,omitempty"`
 	Timeout float64 `json:"timeout,omitempty"`
 	Workdir string  `json:"workdir,omitempty"`
+	// Network and Allow ask for less network, as SpawnParams' do.
+	Network string   `json:"network,omitempty"`
+	Allow   []string `json:"allow,omitempty"`
 }
 
 // ExecResult is a command's outcome; its output was streamed before it.
