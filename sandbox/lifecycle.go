@@ -208,10 +208,13 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	}
 	start := time.Now()
 	// A spare is taken only for a name with nothing of a sandbox left: no
-	// intent of a reset or restore, no record, no workspace (spare.go).
-	spareOK := mode == bootFind && resumed == nil && !m.recorded(name)
-	// A name the store has no record of is created without a look first.
-	fresh := mode == bootFind && resumed == nil && m.unrecorded(name)
+	// intent of a reset or restore, no record, no workspace (spare.go). A
+	// name the store says it has no record of is created without a look
+	// first.
+	none, told := m.noRecord(name)
+	find := mode == bootFind && resumed == nil
+	spareOK := find && m.sparesOn() && none
+	fresh := find && none && told
 	sb, binfo, err := m.boot(bctx, name, mode, spareOK, fresh)
 	binfo.Took = time.Since(start)
 	binfo.Recovered = joinNotes(info.Recovered, m.takeNote(name))

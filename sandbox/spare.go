@@ -597,25 +597,19 @@ func (m *Manager) recordWorkspace(name string, c Container) {
 	}
 }
 
-// recorded reports whether sandbox name has a record (every boot writes
-// one, and a destroy removes it); false without a store, or when spares
-// are off (nothing asks then).
-func (m *Manager) recorded(name string) bool {
-	if !m.sparesOn() {
-		return true
-	}
-	_, ok, err := m.sandboxRecord(name)
-	return ok || err != nil // a store that cannot be read says nothing is new
-}
-
-// unrecorded reports whether the store is known to hold no record of
-// sandbox name: false without a store, or with one that cannot be read.
-func (m *Manager) unrecorded(name string) bool {
+// noRecord reports whether the store holds no record of sandbox name
+// (every boot writes one, and a destroy removes it), and whether a store
+// told so: without a store there is no record, and nothing told; a store
+// that cannot be read tells nothing, and a record is assumed.
+func (m *Manager) noRecord(name string) (none, told bool) {
 	if m.cfg.Sandboxes == nil {
-		return false
+		return true, false
 	}
 	_, ok, err := m.sandboxRecord(name)
-	return !ok && err == nil
+	if err != nil {
+		return false, false
+	}
+	return !ok, true
 }
 
 // sandboxRecord is sandbox name's record, if there is one.
