@@ -180,8 +180,7 @@ func (t *stdioTransport) read(ctx context.Context, in io.Reader, running *worker
 func (t *stdioTransport) dispatch(ctx context.Context, msg []byte, slots chan struct{}, running *workers) {
 	var l line
 	if err := json.Unmarshal(msg, &l); err != nil {
-		t.write(mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(nil),
-			Error: mcp.NewJSONRPCErrorDetails(mcp.PARSE_ERROR, "Parse error", nil)})
+		t.write(errorAnswer(nil, mcp.PARSE_ERROR, "Parse error"))
 		return
 	}
 	raw := json.RawMessage(msg)
@@ -237,7 +236,8 @@ type request struct {
 const workerIdle = 10 * time.Second
 
 // serve hands r to an idle worker, or starts a worker for it when none is
-// idle and fewer than maxInFlight run; past that it waits for one. A
+// idle and fewer than maxInFlight run; past that it waits busyWait for
+// one, then answers r that the server is busy, and reports false. A
 // worker lives on for the next requests: a request's handlers run deep,
 // and a new goroutine's stack would grow (and be copied) each time.
 func (t *stdioTransport) serve(ctx context.Context, r *request, slots chan struct{}, running *workers) bool {
@@ -265,8 +265,7 @@ func (t *stdioTransport) serve(ctx context.Context, r *request, slots chan struc
 		case <-ctx.Done():
 			return false
 		case <-busy.C:
-			t.write(mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: requestID(r.id),
-				Error: mcp.NewJSONRPCErrorDetails(mcp.INTERNAL_ERROR, fmt.Sprintf("server busy: %d requests under way; send this one again once one is answered", maxInFlight), nil)})
+			t.write(errorAnswer(r.id, mcp.INTERNAL_ERROR, fmt.Sprintf("server busy: %d requests under way; send this one again once one is answered", maxInFlight)))
 			return false
 		}
 	}
@@ -320,8 +319,7 @@ func (t *stdioTransport) handle(ctx context.Context, id json.RawMessage, raw jso
 			if r := recover(); r != nil {
 				t.errLog.Printf("panic serving a message: %v", r)
 				if id != nil {
-					resp = mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: requestID(id),
-						Error: mcp.NewJSONRPCErrorDetails(mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r), nil)}
+					resp = errorAnswer(id, mcp.INTERNAL_ERROR, fmt.Sprintf("internal panic: %v", r))
 				}
 			}
 		}()
@@ -369,7 +367,12 @@ func (t *stdioTransport) passBarrier(b mcp.JSONRPCNotification) {
 	}
 }
 
-// requestID is a request's id as mcp-go represents it.
+// errorAnswer is the error answer to the request with id (nil: null).
+func errorAnswer(id json.RawMessage, code int, msg string) mcp.JSONRPCError {
+	return mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: requestID(id), Error: mcp.NewJSONRPCErrorDetails(code, msg, nil)}
+}
+
+// requestID is a request's id as mcp-go represents it (null for none).
 func requestID(raw json.RawMessage) mcp.RequestId {
 	var v any
 	d := json.NewDecoder(bytes.NewReader(raw))

@@ -137,15 +137,7 @@ func RunID(out []byte) string {
 
 // fullID reports whether s is a full container ID: 64 lowercase hex digits.
 func fullID(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // RunArgs builds the argv (without the program) for starting a detached
