@@ -28,7 +28,7 @@ import (
 
 // Version is the protocol version; the server replaces an agent that
 // answers the hello with another one.
-const Version = "4"
+const Version = "5"
 
 // Operations a stream can ask for. The server opens streams for all but
 // OpCtl, which the agent opens for each connection to the control socket.
@@ -55,6 +55,10 @@ type Request struct {
 	Path   string `json:"path,omitempty"`
 	Stamp  string `json:"stamp,omitempty"`
 	Window int64  `json:"window,omitempty"`
+	// Hand, with OpEgressListen and a channel in Path, asks the agent to
+	// hand each proxy connection's descriptor to the server over the
+	// channel (HandConn) rather than copy its bytes there.
+	Hand bool `json:"hand,omitempty"`
 }
 
 // Reply answers a Request.

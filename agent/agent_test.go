@@ -319,8 +319,9 @@ func TestEgressRelayPassesBetweenAgents(t *testing.T) {
 	}
 }
 
-// TestEgressRelayPrefersChannel: with a channel, a proxy connection goes
-// to the server's unix socket and not through the session; once the
+// TestEgressRelayPrefersChannel: with a channel, a proxy connection is
+// handed to the server over its unix socket and not carried through the
+// session; once the
 // socket refuses, connections go as streams again. A channel that is not
 // an absolute path is refused.
 func TestEgressRelayPrefersChannel(t *testing.T) {
@@ -336,7 +337,13 @@ func TestEgressRelayPrefersChannel(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go tagged("channel")(c)
+			go func() {
+				tc, err := TakeConn(c.(*net.UnixConn), 5*time.Second)
+				c.Close()
+				if err == nil {
+					tagged("channel")(tc)
+				}
+			}()
 		}
 	}()
 	c := pair(t)

@@ -139,11 +139,12 @@ const headerTimeout = 10 * time.Second
 // ListenEgress asks the agent to serve the sandbox's proxy on
 // 127.0.0.1:port; ServeStreams then hands over its connections. When
 // channel is set (a unix socket the server listens on, as the sandbox sees
-// it), the agent carries each connection there instead, and as a stream
-// when the channel refuses it. An error that the port is in use still
+// it), the agent hands each connection's descriptor there instead (the
+// server takes it with TakeConn), and carries it as a stream when the
+// channel refuses it. An error that the port is in use still
 // leaves the agent waiting to take it.
 func (c *Client) ListenEgress(port int, channel string) error {
-	conn, rep, err := c.open(context.Background(), Request{Op: OpEgressListen, Port: port, Path: channel})
+	conn, rep, err := c.open(context.Background(), Request{Op: OpEgressListen, Port: port, Path: channel, Hand: channel != ""})
 	if err != nil {
 		return err
 	}

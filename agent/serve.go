@@ -48,6 +48,7 @@ type agentState struct {
 	// carried on it skips the exec's pipes. A connection it refuses is
 	// carried as a stream.
 	channel string
+	hand    bool // hand connections over the channel (Request.Hand)
 }
 
 // handle answers one stream's request.
@@ -87,7 +88,7 @@ func (a *agentState) handle(st *yamux.Stream) {
 		}
 		Splice(c, bufferedConn{Conn: st, r: br})
 	case OpEgressListen:
-		err := a.listenEgress(req.Port, req.Path)
+		err := a.listenEgress(req.Port, req.Path, req.Hand)
 		rep := Reply{OK: err == nil}
 		if err != nil {
 			rep.Error = err.Error()
@@ -223,7 +224,7 @@ func inode(path string) uint64 {
 // carried, raw, to the server, which decides. When the port is taken
 // (another server's agent holds it), the agent takes it over once it is
 // free, and says so now.
-func (a *agentState) listenEgress(port int, channel string) error {
+func (a *agentState) listenEgress(port int, channel string, hand bool) error {
 	if port < 1 || port > 65535 {
 		return fmt.Errorf("proxy port %d is not a TCP port", port)
 	}
@@ -232,7 +233,7 @@ func (a *agentState) listenEgress(port int, channel string) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.channel = channel
+	a.channel, a.hand = channel, hand && channel != ""
 	if a.egress == port {
 		return nil
 	}
@@ -276,16 +277,24 @@ func (a *agentState) holdEgress(addr string, ln net.Listener) {
 	}
 }
 
-// relayEgress carries one proxy connection to the server: on its channel
-// where it has one, else as a stream.
+// relayEgress carries one proxy connection to the server: handed over
+// its channel, or copied there, where it has one; else as a stream.
 func (a *agentState) relayEgress(c net.Conn) {
 	a.mu.Lock()
-	channel := a.channel
+	channel, hand := a.channel, a.hand
 	a.mu.Unlock()
 	if channel != "" {
 		if uc, err := net.DialTimeout("unix", channel, channelDialTimeout); err == nil {
-			Splice(c, uc)
-			return
+			if !hand {
+				Splice(c, uc)
+				return
+			}
+			err := HandConn(uc.(*net.UnixConn), c.(*net.TCPConn))
+			uc.Close()
+			if err == nil {
+				c.Close() // the server's now
+				return
+			}
 		}
 	}
 	a.relay(c, OpEgress)

@@ -18,8 +18,10 @@ import (
 // The channel: on docker and podman on Linux, an allowlist sandbox is
 // created with a directory of the host's bind-mounted read-only at
 // ChannelMount. The server listens on a unix socket there, and the agent
-// carries the proxy's connections to it rather than through the engine's
-// exec, whose pipes the engine relays with a copy and a wake-up per chunk.
+// hands it each proxy connection's descriptor (agent.HandConn) rather than
+// carrying the bytes through the engine's exec, whose pipes the engine
+// relays with a copy and a wake-up per chunk: the server then reads and
+// writes the sandbox's end of the connection itself.
 // The directory is mounted in that sandbox alone: a connection on its
 // socket is that sandbox's by construction. The sandbox cannot write in
 // it (the mount is read-only; connecting to a socket is not a write).

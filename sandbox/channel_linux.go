@@ -14,10 +14,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
 )
 
-// listenChannel listens in channel directory dir and hands each
-// connection to serve until the listener is closed. It returns the
+// listenChannel listens in channel directory dir and hands each proxy
+// connection the sandbox's agent hands over it (agent.TakeConn) to serve,
+// until the listener is closed. It returns the
 // socket's path as the sandbox sees it. The socket is made through a
 // descriptor of dir (no path length limit, no symlink followed on the
 // way), and sockets in dir that no server answers on any more (left by a
@@ -62,11 +65,21 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 				continue
 			}
 			cl.conns.Add(1)
-			go serve(c)
+			go func() {
+				tc, err := agent.TakeConn(c.(*net.UnixConn), handWait)
+				c.Close()
+				if err == nil {
+					serve(tc)
+				}
+			}()
 		}
 	}()
 	return cl, ChannelMount + "/" + name, nil
 }
+
+// handWait bounds the wait for a handed connection on a channel
+// connection: the agent sends it as soon as it connects.
+const handWait = 10 * time.Second
 
 // Close stops listening and removes the socket.
 func (cl *channelListener) Close() {

@@ -238,6 +238,28 @@ for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20
 				if strings.Count(o.stdout, "Read-only file system") != 2 || strings.Count(o.stdout, "\n") != 2 {
 					t.Errorf("the channel seen from the sandbox: %q", o.stdout)
 				}
+				// The server takes only a handed TCP connection on its
+				// socket: a request written on the socket itself, and a
+				// UDP socket handed as a connection, are closed unanswered.
+				o = run(t, m, "box", shell.Request{Command: `python3 - <<'EOF'
+import glob, socket
+p = glob.glob("` + ch + `/e-*.s")[0]
+def answer(send):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(p)
+    s.settimeout(20)
+    try:
+        send(s)
+        return s.recv(100) or "closed"
+    except ConnectionResetError:
+        return "closed"
+print("raw", answer(lambda s: s.sendall(b"GET http://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n")))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print("udp", answer(lambda s: socket.send_fds(s, [b"H"], [u.fileno()])))
+EOF`})
+				if o.stdout != "raw closed\nudp closed\n" {
+					t.Errorf("the server's socket answered what is not a handed connection: %q %q", o.stdout, o.stderr)
+				}
 			}
 			if ws, err := m.NetworkState(ctx, "wide"); err != nil || ws.Mode != egress.ModeOpen {
 				t.Errorf("open sandbox state: %+v %v", ws, err)

@@ -1,0 +1,115 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// handMarker is the one byte that carries a handed connection's
+// descriptor over a channel.
+const handMarker = 'H'
+
+// HandConn gives the server, over the channel connection uc, the
+// descriptor of the proxy connection c itself: the server then reads and
+// writes the sandbox's side of c without the agent copying it through
+// another socket. On success the caller closes its own c (the server
+// holds the connection now); on an error nothing was handed and c is the
+// caller's still.
+func HandConn(uc *net.UnixConn, c *net.TCPConn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	if err := raw.Control(func(fd uintptr) {
+		_, _, werr = uc.WriteMsgUnix([]byte{handMarker}, unix.UnixRights(int(fd)), nil)
+	}); err != nil {
+		return err
+	}
+	return werr
+}
+
+// TakeConn reads from uc, a connection on a sandbox's channel, the proxy
+// connection the sandbox's agent hands over (HandConn), waiting at most
+// wait for it. Whatever the sandbox sends is untrusted: anything but one
+// marker byte with exactly one descriptor of a connected TCP socket is
+// refused, and every descriptor that came with it is closed.
+func TakeConn(uc *net.UnixConn, wait time.Duration) (*net.TCPConn, error) {
+	_ = uc.SetReadDeadline(time.Now().Add(wait))
+	var b [1]byte
+	// Room for one descriptor: the kernel drops any more (MSG_CTRUNC).
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, flags, _, err := uc.ReadMsgUnix(b[:], oob)
+	fds := rightsIn(oob[:oobn])
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read a handed connection: %w", err)
+	case n != 1 || b[0] != handMarker:
+		return nil, errors.New("the channel's first byte is not a handed connection")
+	case flags&unix.MSG_CTRUNC != 0 || len(fds) != 1:
+		return nil, fmt.Errorf("a handed connection came with %d descriptors (want 1)", len(fds))
+	}
+	if err := connectedTCP(fds[0]); err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fds[0]), "handed proxy connection")
+	fds = nil // f owns it now
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("a handed connection: %w", err)
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		nc.Close()
+		return nil, fmt.Errorf("a handed connection is a %T, not TCP", nc)
+	}
+	return tc, nil
+}
+
+// rightsIn is the descriptors in control messages oob.
+func rightsIn(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if r, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, r...)
+		}
+	}
+	return fds
+}
+
+// connectedTCP checks that fd is a TCP socket (IPv4 or IPv6; MPTCP, which
+// Go's listeners ask for by default, is one) that is not listening.
+func connectedTCP(fd int) error {
+	get := func(opt int) int {
+		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, opt)
+		if err != nil {
+			return -1
+		}
+		return v
+	}
+	dom, typ, proto, listening := get(unix.SO_DOMAIN), get(unix.SO_TYPE), get(unix.SO_PROTOCOL), get(unix.SO_ACCEPTCONN)
+	if (dom != unix.AF_INET && dom != unix.AF_INET6) || typ != unix.SOCK_STREAM || (proto != unix.IPPROTO_TCP && proto != unix.IPPROTO_MPTCP) {
+		return fmt.Errorf("a handed descriptor is not a TCP socket (domain %d, type %d, protocol %d)", dom, typ, proto)
+	}
+	if listening != 0 {
+		return errors.New("a handed descriptor is a listening socket")
+	}
+	return nil
+}
