@@ -132,7 +132,7 @@ func (h Handler) http(ctx context.Context, c net.Conn, br *bufio.Reader, lr *res
 			h.connect(ctx, c, br, req)
 			return
 		}
-		if !h.forward(ctx, c, req) {
+		if !h.forward(ctx, c, br, req) {
 			return
 		}
 		_ = c.SetReadDeadline(time.Now().Add(idleTimeout))
@@ -233,8 +233,15 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 			return
 		}
 		keep := !req.Close
+		upgrade := upgradeOf(req.Header)
 		stripHop(req.Header)
 		used := swapIn(req, secretsFor(h.secrets(), host, port))
+		if upgrade != "" && len(used) > 0 {
+			drain(req)
+			writeStatus(tc, http.StatusNotImplemented, upgradeWithSecret(host, port, upgrade), nil)
+			return
+		}
+		keepUpgrade(req.Header, upgrade)
 		req.RequestURI = ""
 		req.Host = hostPort(host, port)
 		if port == 443 {
@@ -246,6 +253,12 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		if err != nil {
 			<-werr
 			writeStatus(tc, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
+			return
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			if <-werr == nil {
+				switchProtocols(tc, cbr, ut, ubr, resp, upgrade, hostPort(host, port))
+			}
 			return
 		}
 		for _, k := range hopHeaders {
@@ -323,9 +336,10 @@ func stripHop(h http.Header) {
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// forward carries one plain HTTP request and its response, and reports
-// whether the client's connection may carry another.
-func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) bool {
+// forward carries one plain HTTP request, read from c through br, and its
+// response, and reports whether the client's connection may carry
+// another.
+func (h Handler) forward(ctx context.Context, c net.Conn, br *bufio.Reader, req *http.Request) bool {
 	if req.URL == nil || !req.URL.IsAbs() || req.URL.Scheme != "http" {
 		writeStatus(c, http.StatusBadRequest, "the sandbox's proxy takes CONNECT host:port and absolute http:// URLs; use https:// through CONNECT", nil)
 		return false
@@ -350,14 +364,23 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 	defer up.Close()
 	cu := &countConn{Conn: up}
 	keep := !req.Close
+	upgrade := upgradeOf(req.Header)
 	stripHop(req.Header)
 	used := swapIn(req, secretsFor(h.secrets(), host, port))
+	if upgrade != "" && len(used) > 0 {
+		drain(req)
+		writeStatus(c, http.StatusNotImplemented, upgradeWithSecret(host, port, upgrade), nil)
+		return false
+	}
+	keepUpgrade(req.Header, upgrade)
 	req.RequestURI = ""
 	// The request goes to the host decided on, and says so: a Host header
 	// naming another would have its server answer for a name never
 	// decided.
 	req.Host = req.URL.Host
-	req.Close = true // one request per upstream connection
+	// One request per upstream connection (an upgrade's connection is
+	// the upgraded one's, and says Connection: Upgrade).
+	req.Close = upgrade == ""
 	stop := context.AfterFunc(ctx, func() { up.Close() })
 	defer stop()
 	werr := make(chan error, 1)
@@ -368,6 +391,13 @@ func (h Handler) forward(ctx context.Context, c net.Conn, req *http.Request) boo
 		<-werr
 		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Reason: err.Error()})
 		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
+		return false
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if <-werr == nil {
+			switchProtocols(c, br, cu, ubr, resp, upgrade, hostPort(host, port))
+		}
+		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Rule: "upgraded"})
 		return false
 	}
 	for _, k := range hopHeaders {
@@ -645,6 +675,15 @@ func (c *countConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.read.Add(int64(n))
 	return n, err
+}
+
+// CloseWrite ends the write half of the connection counted, where it
+// has one, else closes it.
+func (c *countConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
 }
 
 func (c *countConn) Write(p []byte) (int, error) {

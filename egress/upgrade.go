@@ -1,0 +1,99 @@
+package egress
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// A request may ask to switch its connection to another protocol (a
+// WebSocket's handshake: Connection: Upgrade, Upgrade: websocket). The
+// proxy passes the ask on, and when the upstream agrees (101), carries
+// the switched connection's bytes both ways until they end. It does not
+// on a request that had a secret swapped in: after the switch the
+// upstream's bytes are frames the proxy does not read, and one of them
+// could carry the value back into the sandbox.
+
+// upgradeOf is the protocol that a request with header h asks to switch
+// to: its Upgrade header when Connection names upgrade, else "".
+func upgradeOf(h http.Header) string {
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return strings.TrimSpace(strings.Join(h.Values("Upgrade"), ", "))
+			}
+		}
+	}
+	return ""
+}
+
+// printableValue reports whether v holds only printable ASCII, as a
+// header value that is written back as read may.
+func printableValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if v[i] < ' ' || v[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// keepUpgrade puts back, on a request whose hop headers were stripped,
+// the ask to switch to upgrade ("" for none).
+func keepUpgrade(h http.Header, upgrade string) {
+	if upgrade != "" {
+		h.Set("Connection", "Upgrade")
+		h.Set("Upgrade", upgrade)
+	}
+}
+
+// upgradeWithSecret is the answer to a request to switch protocols that
+// carries a secret.
+func upgradeWithSecret(host string, port int, upgrade string) string {
+	return fmt.Sprintf("the sandbox's proxy does not switch a connection to %s (%s) on a request that carries a secret: "+
+		"what %s sends after the switch could bring the secret's value into the sandbox", hostPort(host, port), shorten(upgrade, 40), host)
+}
+
+// switchProtocols answers the client with resp, the upstream's 101 to a
+// request that asked to switch to upgrade, then copies what comes from
+// the client (cr, then cw's connection) to the upstream (uw) and what
+// comes from the upstream (ur) to the client (cw), until both directions
+// end. An upstream that switched unasked, or without saying to what, gets
+// the client a 502 instead.
+func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp *http.Response, upgrade, where string) {
+	proto := strings.TrimSpace(resp.Header.Get("Upgrade"))
+	switch {
+	case upgrade == "":
+		writeStatus(cw, http.StatusBadGateway, where+" switched protocols on a request that did not ask it to", nil)
+		return
+	case proto == "" || !printableValue(proto):
+		writeStatus(cw, http.StatusBadGateway, where+" switched protocols without saying to which", nil)
+		return
+	}
+	hdr := resp.Header.Clone()
+	stripHop(hdr)
+	hdr.Del("Content-Length")
+	var head strings.Builder
+	head.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	_ = hdr.Write(&head)
+	fmt.Fprintf(&head, "Connection: Upgrade\r\nUpgrade: %s\r\n\r\n", proto)
+	if _, err := io.WriteString(cw, head.String()); err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(uw, cr)
+		closeWrite(uw)
+	}()
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(cw, ur)
+		closeWrite(cw)
+	}()
+	wg.Wait()
+}
