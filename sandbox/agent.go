@@ -26,7 +26,9 @@ import (
 // Its binary (from package ctlbin: embedded in the server, an override, or
 // built from the module source) is copied in through an exec the first
 // time, under a path that names the protocol version, so that an agent
-// left by an older server is never spoken to as a current one.
+// left by an older server is never spoken to as a current one. A sandbox
+// with a channel (channel.go) runs it from there instead, where the
+// server placed it, without the copy.
 
 // ErrPortClosed marks a Dial that the sandbox refused: nothing listens on
 // the port yet.
@@ -48,6 +50,9 @@ type agentConn struct {
 	// arch is the sandbox's machine as a Go architecture, once asked;
 	// source says where the binary this server installed came from.
 	arch, source string
+	// copyIn: the binary in the sandbox's channel did not run, so it is
+	// copied in through an exec.
+	copyIn bool
 }
 
 // agentRetry is how long a sandbox whose agent could not run is served
@@ -379,6 +384,7 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 	// it, says so, and becomes the agent: one engine exec, not two.
 	argv := []string{agentPath(), "agent"}
 	var bin *ctlbin.Binary
+	viaChannel := false
 	if !installed || reinstall {
 		if sb.agent.arch == "" {
 			return nil, &agentUnusable{err: fmt.Errorf("no agent for a %q machine", machine)}
@@ -389,6 +395,12 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		}
 		bin = b
 		argv = installArgv(bin)
+		if path := m.agentInChannel(sb, bin.Data); path != "" && !sb.agent.copyIn {
+			// In the channel the sandbox sees it already: run it there.
+			argv, viaChannel = channelArgv(path), true
+			sb.agent.source = bin.String()
+			bin = nil
+		}
 	}
 	stdin, stdout, errb, stop, err := m.execAgent(sb.life, sb.own.target(), argv)
 	if err != nil {
@@ -411,6 +423,13 @@ func (m *Manager) startAgent(ctx context.Context, sb *Sandbox, reinstall bool) (
 		_ = stop()
 		if head, _, _ := errb.Parts(); len(head) > 0 {
 			err = fmt.Errorf("%w (it said: %s)", err, textcut.Shorten(strings.TrimSpace(string(head)), 300))
+		}
+		if viaChannel {
+			// The channel's copy does not run there (a mount without
+			// exec, say): copied in from now on.
+			m.log.Debug("the agent in the sandbox's channel did not answer: copied in instead", "sandbox", sb.Name, "err", err)
+			sb.agent.copyIn = true
+			return nil, fmt.Errorf("%w: %w", errAgentBroken, err)
 		}
 		if errors.Is(err, agent.ErrStale) && !reinstall {
 			return nil, err
@@ -517,6 +536,12 @@ chmod 755 "$t" && mv -f "$t" "$2" || { rm -f "$t"; exit 1; }
 ln -sf "$2" "$4" 2>/dev/null
 echo ` + installedLine + `
 exec "$2" agent`
+
+// channelArgv runs the agent binary at path (in the sandbox's channel),
+// with ctlLink pointing at it.
+func channelArgv(path string) []string {
+	return []string{"sh", "-c", `ln -sf "$1" "$2" 2>/dev/null; exec "$1" agent`, "sh", path, ctlLink}
+}
 
 // ctlLink puts sandbox-ctl on the sandbox's PATH.
 const ctlLink = "/usr/local/bin/sandbox-ctl"

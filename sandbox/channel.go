@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
 )
 
 // The channel: on docker and podman on Linux, an allowlist sandbox is
@@ -181,3 +183,50 @@ func (sb *Sandbox) channelConns() int64 {
 	}
 	return sb.egress.channel.conns.Load()
 }
+
+// agentInChannel places the agent binary bin in sb's channel directory,
+// where the sandbox sees it read-only and can run it without a copy
+// through the engine's exec, and returns its path as the sandbox sees
+// it; "" when sb has no channel or the file cannot be placed (the agent
+// is then copied in). The file is named after its content and written
+// whole under a temporary name first: a file of that name is bin.
+func (m *Manager) agentInChannel(sb *Sandbox, bin []byte) string {
+	sb.egress.mu.Lock()
+	dir := sb.egress.channelDir
+	sb.egress.mu.Unlock()
+	if dir == "" || !validChannelDir(dir) {
+		return ""
+	}
+	sum := sha256.Sum256(bin)
+	name := agentFilePrefix + hex.EncodeToString(sum[:8])
+	at := ChannelMount + "/" + name
+	p := filepath.Join(dir, name)
+	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Size() == int64(len(bin)) {
+		return at
+	}
+	f, err := os.CreateTemp(dir, ".sandbox-ctl-*")
+	if err != nil {
+		m.log.Debug("the agent is copied in: its channel takes no file", "sandbox", sb.Name, "err", err)
+		return ""
+	}
+	_, err = f.Write(bin)
+	if err == nil {
+		err = f.Chmod(0o755)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		m.log.Debug("the agent is copied in: its channel takes no file", "sandbox", sb.Name, "err", err)
+		return ""
+	}
+	return at
+}
+
+// agentFilePrefix begins the name of an agent binary in a channel
+// directory; the protocol version and the content's hash follow.
+const agentFilePrefix = "sandbox-ctl-" + agent.Version + "-"

@@ -234,9 +234,18 @@ for what, fn in [("tcp", lambda: socket.create_connection(("%s", %d), timeout=20
 					t.Errorf("transport on %s: %q, %d connections on the host socket", rt.Kind(), st.Transport, st.ChannelConns)
 				}
 				ch := sandbox.ChannelMount
-				o := run(t, m, "box", shell.Request{Command: "touch " + ch + "/planted 2>&1; mkdir " + ch + "/d 2>&1; ls -A " + ch + " | grep -v '^e-[0-9a-f]*[.]s$'; true"})
+				o := run(t, m, "box", shell.Request{Command: "touch " + ch + "/planted 2>&1; mkdir " + ch + "/d 2>&1; ls -A " + ch + " | grep -v '^e-[0-9a-f]*[.]s$' | grep -v '^sandbox-ctl-[0-9]*-[0-9a-f]*$'; true"})
 				if strings.Count(o.stdout, "Read-only file system") != 2 || strings.Count(o.stdout, "\n") != 2 {
 					t.Errorf("the channel seen from the sandbox: %q", o.stdout)
+				}
+				// The agent runs from the channel, where the server put
+				// it (no copy in the sandbox), and the sandbox cannot
+				// change it there.
+				o = run(t, m, "box", shell.Request{Command: "readlink /usr/local/bin/sandbox-ctl; ls /tmp/.sandbox-mcp 2>/dev/null | grep -c '^sandbox-ctl'; " +
+					"for f in " + ch + "/sandbox-ctl-*; do printf x >\"$f\"; done 2>&1; sandbox-ctl help >/dev/null 2>&1 && echo runs"})
+				if lines := strings.Split(o.stdout, "\n"); len(lines) != 5 || !strings.HasPrefix(lines[0], ch+"/sandbox-ctl-") ||
+					lines[1] != "0" || !strings.Contains(lines[2], "Read-only file system") || lines[3] != "runs" {
+					t.Errorf("the agent in the channel: %q", o.stdout)
 				}
 				// The server takes only a handed TCP connection on its
 				// socket: a request written on the socket itself, and a
@@ -302,7 +311,7 @@ EOF`})
 
 			// The agent killed: the next connections fail (nothing else
 			// opens), and egress is back once the server starts it again.
-			agentPID := "pgrep -f 'sandbox-ctl-[0-9]* agent' | head -1"
+			agentPID := "pgrep -f 'sandbox-ctl-[0-9a-f-]* agent' | head -1"
 			before := run(t, m, "box", shell.Request{Command: agentPID}).stdout
 			if o := run(t, m, "box", shell.Request{Command: "kill -9 " + before}); before == "" || o.res.ExitCode != 0 {
 				t.Fatalf("kill the agent %q: %+v", before, o)
