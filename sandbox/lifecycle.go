@@ -298,7 +298,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	createdVol, createdID := "", ""
 	if errors.Is(err, ErrNotFound) {
 		var made created
-		made, err = m.create(ctx, name, prof, mode == bootReplace)
+		made, err = m.create(ctx, name, prof, mode == bootReplace, fresh)
 		lim, createdID = made.lim, made.id
 		egressAt, channelAt = made.labels[LabelEgress], made.labels[LabelChannel]
 		createdVol = m.volumeOf(name, Container{Labels: made.labels})
@@ -516,9 +516,10 @@ func ImageHint(rt Runtime) string {
 }
 
 // create boots a new container. known skips checking the image and
-// creating the workspace volume, for a container replacing one that used both.
-func (m *Manager) create(ctx context.Context, name string, prof Profile, known bool) (created, error) {
-	lim, spec, id, err := m.createSpec(ctx, name, prof, known)
+// creating the workspace volume, for a container replacing one that used
+// both; fresh says nothing of a sandbox of that name is on record.
+func (m *Manager) create(ctx context.Context, name string, prof Profile, known, fresh bool) (created, error) {
+	lim, spec, id, err := m.createSpec(ctx, name, prof, known, fresh)
 	return created{lim: lim, labels: spec.Labels, id: id}, err
 }
 
@@ -531,7 +532,7 @@ type created struct {
 }
 
 // createSpec is create, returning the spec it booted.
-func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, known bool) (Limits, RunSpec, string, error) {
+func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, known, fresh bool) (Limits, RunSpec, string, error) {
 	labels := m.labels(name)
 	if o := m.override(name); o != nil {
 		for k, v := range o.labels {
@@ -573,7 +574,7 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 	}
 	spec := m.runSpec(m.ContainerFor(name), prof, vol, labels, m.IdleTTL(name), childEnd(labels)) // children.go
 	// limits.go: workspace volume (sized where possible), pids, rootfs size.
-	perr := m.prepareLimits(ctx, name, prof, vol, m.labels(name), known, &spec)
+	perr := m.prepareLimits(ctx, name, prof, vol, m.labels(name), known, fresh, &spec)
 	if err := <-imageChecked; err != nil {
 		return Limits{}, RunSpec{}, "", err
 	}

@@ -53,9 +53,12 @@ type DiskSupport struct {
 // engine may repair one whose backing storage went away (a host reboot
 // detaches loop devices).
 // It returns false when a volume of that name already exists without a
-// size (made before limits existed); it is kept as it is.
+// size (made before limits existed); it is kept as it is. fresh says the
+// caller knows of no volume of that name (a new sandbox's): an engine
+// that refuses a second volume of one name may then create without a
+// look first, and look only when refused.
 type SizedVolumeCreator interface {
-	VolumeCreateSized(ctx context.Context, name string, labels map[string]string, bytes int64) (bool, error)
+	VolumeCreateSized(ctx context.Context, name string, labels map[string]string, bytes int64, fresh bool) (bool, error)
 }
 
 // VolumeSizer is implemented by engines that can tell the size of a sized
@@ -231,8 +234,9 @@ func limitsOf(c Container, prof Profile) Limits {
 // prepareLimits decides a new container's limits, creates its workspace
 // volume (sized when the engine can) and fills spec's limit fields and
 // label. known skips creating the volume (a reset's replacement), but a
-// sized one is still checked so the limits reported are the real ones.
-func (m *Manager) prepareLimits(ctx context.Context, name string, prof Profile, vol string, labels map[string]string, known bool, spec *RunSpec) error {
+// sized one is still checked so the limits reported are the real ones;
+// fresh says no volume of that name is known of (SizedVolumeCreator).
+func (m *Manager) prepareLimits(ctx context.Context, name string, prof Profile, vol string, labels map[string]string, known, fresh bool, spec *RunSpec) error {
 	lim := planLimits(diskSupport(ctx, m.rt), m.rt, prof)
 	spec.PidsLimit = lim.Pids
 	if lim.Rootfs == MechStorageOpt {
@@ -241,7 +245,7 @@ func (m *Manager) prepareLimits(ctx context.Context, name string, prof Profile, 
 	switch svc, _ := m.rt.(SizedVolumeCreator); {
 	case lim.Workspace == MechVolumeSize:
 		size, _ := ParseSize(prof.Disk) // validated at boot
-		sized, err := svc.VolumeCreateSized(ctx, vol, labels, size)
+		sized, err := svc.VolumeCreateSized(ctx, vol, labels, size, fresh && !known)
 		if err != nil {
 			return fmt.Errorf("create workspace volume for %q: %w", name, err)
 		}
@@ -267,7 +271,7 @@ func (m *Manager) repairWorkspace(ctx context.Context, name string, c Container)
 	}
 	size, err := ParseSize(lim.Disk)
 	if err == nil {
-		_, err = svc.VolumeCreateSized(ctx, m.volumeOf(name, c), m.labels(name), size)
+		_, err = svc.VolumeCreateSized(ctx, m.volumeOf(name, c), m.labels(name), size, false)
 	}
 	if err != nil {
 		m.log.Warn("check sized workspace", "sandbox", name, "err", err)

@@ -889,7 +889,7 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 	}
 	spec := m.runSpec(name, prof, vol, labels, ttl, time.Time{}) // lifecycle.go
 	volLabels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare}
-	if err := m.prepareLimits(bctx, name, prof, vol, volLabels, false, &spec); err != nil {
+	if err := m.prepareLimits(bctx, name, prof, vol, volLabels, false, true, &spec); err != nil {
 		return err
 	}
 	m.placeSpare(bctx, mode, &spec)

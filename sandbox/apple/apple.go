@@ -751,7 +751,7 @@ func (d *Dialect) DiskSupport(context.Context) sandbox.DiskSupport {
 // (VolumeStorage.defaultVolumeSizeBytes, 0.4.0–1.2.2), which bounds
 // nothing in practice. One made with -s counts as sized, whatever size it
 // was made with.
-func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64) (bool, error) {
+func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64, _ bool) (bool, error) {
 	args, err := VolumeCreateArgs(name, labels, size)
 	if err != nil {
 		return false, err

@@ -46,7 +46,7 @@ func TestArgvContract(t *testing.T) {
 				_, _ = d.Exec(ctx, "smt1234-web", spec)
 			}
 			_ = d.VolumeCreate(ctx, "smt1234-ws-web", map[string]string{sandbox.LabelOwner: "smt1234", "empty": "", sandbox.LabelLimits: "disk=1G"})
-			_, _ = d.VolumeCreateSized(ctx, "smt1234-ws-web", map[string]string{sandbox.LabelOwner: "smt1234"}, 3<<30+1)
+			_, _ = d.VolumeCreateSized(ctx, "smt1234-ws-web", map[string]string{sandbox.LabelOwner: "smt1234"}, 3<<30+1, false)
 			_ = d.VolumeRemove(ctx, "smt1234-ws-web")
 			_, _ = d.Volumes(ctx)
 			_, _ = d.ListImages(ctx)

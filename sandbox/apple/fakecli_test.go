@@ -208,13 +208,13 @@ func TestVolumeCreateSizedExisting(t *testing.T) {
 			"volume create -s 20480M " + c.name: {stderr: exists, code: 1},
 			"volume list --format json":         {stdout: sample(t, c.list)},
 		})
-		sized, err := d.VolumeCreateSized(tctx(t), c.name, nil, 20<<30)
+		sized, err := d.VolumeCreateSized(tctx(t), c.name, nil, 20<<30, false)
 		if err != nil || sized != c.sized {
 			t.Errorf("%s %s: sized %v, %v; want %v (calls %q)", c.version, c.name, sized, err, c.sized, lines())
 		}
 	}
 	d, _ := fakeCLI(t, "1.5.0", map[string]fakeReply{"volume create -s 20480M ws": {stdout: "ws\n"}})
-	if sized, err := d.VolumeCreateSized(tctx(t), "ws", nil, 20<<30); err != nil || !sized {
+	if sized, err := d.VolumeCreateSized(tctx(t), "ws", nil, 20<<30, true); err != nil || !sized {
 		t.Errorf("new volume: %v %v", sized, err)
 	}
 }

@@ -224,16 +224,21 @@ func (d *Dialect) volumeInspect(ctx context.Context, name string) (volumeJSON, e
 // VolumeCreateSized implements sandbox.SizedVolumeCreator with an ext4
 // image on a loop device. It returns false when a volume of that name
 // exists without a size (created before limits existed): it is kept.
-func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64) (bool, error) {
+// Podman refuses a second volume of one name, so a fresh name is created
+// without a look first; docker's create would take the existing volume
+// as made, so it always looks.
+func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map[string]string, size int64, fresh bool) (bool, error) {
 	if !d.DiskSupport(ctx).VolumeSize {
 		return false, errors.New("sized volumes are not available on this host")
 	}
-	v, err := d.volumeInspect(ctx, name)
-	if err == nil {
-		return d.checkLoop(v)
-	}
-	if !errors.Is(err, sandbox.ErrNotFound) {
-		return false, err
+	if !fresh || d.Kind() != "podman" {
+		v, err := d.volumeInspect(ctx, name)
+		if err == nil {
+			return d.checkLoop(v)
+		}
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			return false, err
+		}
 	}
 	if err := os.MkdirAll(d.disksDir, 0o700); err != nil {
 		return false, err

@@ -1,0 +1,66 @@
+package docker_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
+)
+
+// TestSizedVolumeOfAFreshName: a sized workspace created for a name said
+// to be fresh is made; asked again for that name (a fresh name that was
+// not: a volume a crash left without a record), the volume in place is
+// kept as it is, its image too, and no second image is left behind.
+func TestSizedVolumeOfAFreshName(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		if tg.Runtime != "docker" && tg.Runtime != "podman" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+			defer cancel()
+			prefix := enginetest.Prefix(t, tg.New())
+			d := docker.New(docker.Options{Flavor: docker.Flavor(tg.Runtime), Env: tg.Env})
+			if ds := d.DiskSupport(ctx); !ds.VolumeSize {
+				t.Skipf("sized volumes are not available here: %v", ds.Notes)
+			}
+			name := prefix + "-ws-fresh"
+			t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), name) })
+			image := func() string {
+				t.Helper()
+				cmd := exec.CommandContext(ctx, tg.Runtime, "volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, name)
+				cmd.Env = append(os.Environ(), tg.Env...)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("volume inspect: %v: %s", err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			labels := map[string]string{sandbox.LabelOwner: prefix}
+			for i := range 2 {
+				sized, err := d.VolumeCreateSized(ctx, name, labels, 256<<20, true)
+				if err != nil || !sized {
+					t.Fatalf("create %d: sized %v, %v", i, sized, err)
+				}
+			}
+			img := image()
+			if img == "" {
+				t.Fatal("the volume has no image")
+			}
+			left, _ := filepath.Glob(filepath.Join(filepath.Dir(img), name+".*.ext4"))
+			if len(left) != 1 || left[0] != img {
+				t.Fatalf("images of the volume: %q, want only %q", left, img)
+			}
+			if size, ok, err := d.VolumeSize(ctx, name); err != nil || !ok || size != 256<<20 {
+				t.Fatalf("size %d %v %v", size, ok, err)
+			}
+		})
+	}
+}
