@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -589,6 +590,36 @@ func (m *Manager) spareAgent(ctx context.Context, id string) (*agentConn, bool) 
 		return nil, false
 	}
 	return &agentConn{c: c, arch: arch, source: bin.String()}, true
+}
+
+// earlyAgent starts the agent in container id, just created with the
+// channel directory dir, from its channel, under ctx (the Manager's
+// life), while the boot opens the sandbox's first shell: the boot then
+// hands it over (handAgent) and the first command finds the proxy up.
+// The binary is the host's architecture's, as a container of the host's
+// engine mostly is; one of another machine does not run, and the usual
+// start (which asks the sandbox) follows.
+func (m *Manager) earlyAgent(ctx context.Context, id, dir string) *agentConn {
+	arch := agent.GoArch(runtime.GOARCH)
+	bin, err := ctlbin.Find(ctx, arch)
+	if arch == "" || err != nil {
+		return nil
+	}
+	path, err := placeAgent(dir, bin.Data)
+	if err != nil {
+		return nil
+	}
+	stdin, stdout, _, stop, err := m.execAgent(ctx, id, channelArgv(path))
+	if err != nil {
+		return nil
+	}
+	c, err := agent.NewClient(stdout, stdin, stop)
+	if err != nil {
+		_ = stop()
+		m.log.Debug("the agent started early did not answer", "container", id, "err", err)
+		return nil
+	}
+	return &agentConn{c: c, arch: arch, source: bin.String()}
 }
 
 // handAgent makes a spare's running agent sb's, and has it serve sb's

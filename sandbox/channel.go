@@ -194,20 +194,29 @@ func (m *Manager) agentInChannel(sb *Sandbox, bin []byte) string {
 	sb.egress.mu.Lock()
 	dir := sb.egress.channelDir
 	sb.egress.mu.Unlock()
+	path, err := placeAgent(dir, bin)
+	if err != nil {
+		m.log.Debug("the agent is copied in: its channel takes no file", "sandbox", sb.Name, "err", err)
+	}
+	return path
+}
+
+// placeAgent is agentInChannel for channel directory dir: the path, as
+// the sandbox sees it, of bin placed there.
+func placeAgent(dir string, bin []byte) (string, error) {
 	if dir == "" || !validChannelDir(dir) {
-		return ""
+		return "", fmt.Errorf("%q is not a channel directory", dir)
 	}
 	sum := sha256.Sum256(bin)
 	name := agentFilePrefix + hex.EncodeToString(sum[:8])
 	at := ChannelMount + "/" + name
 	p := filepath.Join(dir, name)
 	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Size() == int64(len(bin)) {
-		return at
+		return at, nil
 	}
 	f, err := os.CreateTemp(dir, ".sandbox-ctl-*")
 	if err != nil {
-		m.log.Debug("the agent is copied in: its channel takes no file", "sandbox", sb.Name, "err", err)
-		return ""
+		return "", err
 	}
 	_, err = f.Write(bin)
 	if err == nil {
@@ -221,10 +230,9 @@ func (m *Manager) agentInChannel(sb *Sandbox, bin []byte) string {
 	}
 	if err != nil {
 		_ = os.Remove(f.Name())
-		m.log.Debug("the agent is copied in: its channel takes no file", "sandbox", sb.Name, "err", err)
-		return ""
+		return "", err
 	}
-	return at
+	return at, nil
 }
 
 // agentFilePrefix begins the name of an agent binary in a channel

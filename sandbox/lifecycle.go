@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -328,6 +329,20 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	if spare {
 		info.Created, info.Adopted, info.Spare = true, false, true
 	}
+	// An allowlist sandbox just made, with a channel: its agent starts
+	// while the first shell opens.
+	var earlyAgent chan *agentConn
+	if info.Created && !spare && createdID != "" && egressAt == egress.ModeAllowlist && validChannelDir(channelAt) {
+		earlyAgent = make(chan *agentConn, 1)
+		go func() { earlyAgent <- m.earlyAgent(m.life, createdID, channelAt) }()
+		defer func() {
+			if earlyAgent != nil { // the boot failed before it took it
+				if a := <-earlyAgent; a != nil {
+					a.c.Close()
+				}
+			}
+		}()
+	}
 	pool := early
 	switch {
 	case pool != nil:
@@ -358,6 +373,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	sb.egress.mode = egressAt
 	if validChannelDir(channelAt) {
 		sb.egress.channelDir = channelAt
+	}
+	if earlyAgent != nil {
+		handed, earlyAgent = <-earlyAgent, nil
 	}
 	if handed != nil {
 		m.handAgent(sb, handed) // agent.go
