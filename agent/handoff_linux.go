@@ -5,8 +5,10 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,7 +43,7 @@ func HandConn(uc *net.UnixConn, c *net.TCPConn) error {
 // wait for it. Whatever the sandbox sends is untrusted: anything but one
 // marker byte with exactly one descriptor of a connected TCP socket is
 // refused, and every descriptor that came with it is closed.
-func TakeConn(uc *net.UnixConn, wait time.Duration) (*net.TCPConn, error) {
+func TakeConn(uc *net.UnixConn, wait time.Duration) (*HandedConn, error) {
 	_ = uc.SetReadDeadline(time.Now().Add(wait))
 	var b [1]byte
 	// Room for one descriptor: the kernel drops any more (MSG_CTRUNC).
@@ -50,6 +52,7 @@ func TakeConn(uc *net.UnixConn, wait time.Duration) (*net.TCPConn, error) {
 	fds := rightsIn(oob[:oobn])
 	defer func() {
 		for _, fd := range fds {
+			noLinger(fd)
 			unix.Close(fd)
 		}
 	}()
@@ -64,6 +67,7 @@ func TakeConn(uc *net.UnixConn, wait time.Duration) (*net.TCPConn, error) {
 	if err := connectedTCP(fds[0]); err != nil {
 		return nil, err
 	}
+	noLinger(fds[0])
 	f := os.NewFile(uintptr(fds[0]), "handed proxy connection")
 	fds = nil // f owns it now
 	nc, err := net.FileConn(f)
@@ -76,8 +80,95 @@ func TakeConn(uc *net.UnixConn, wait time.Duration) (*net.TCPConn, error) {
 		nc.Close()
 		return nil, fmt.Errorf("a handed connection is a %T, not TCP", nc)
 	}
-	return tc, nil
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return &HandedConn{tc: tc, rc: rc}, nil
 }
+
+// noLinger turns SO_LINGER off on fd (when it is a socket), so that
+// closing it never waits for its unsent data: the sandbox may have set a
+// linger of years on a socket whose peer never reads.
+func noLinger(fd int) {
+	_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
+}
+
+// HandedConn is a TCP connection a sandbox handed over. Its open file
+// description is shared with whatever copy the sandbox kept, O_NONBLOCK
+// and socket options included: every read and write asks the kernel not
+// to block (MSG_DONTWAIT) whatever that flag says, and waits in the
+// runtime's poller, where deadlines hold; its close turns SO_LINGER off
+// first. It offers no ReadFrom or WriteTo: splice(2) on the socket would
+// block on the shared flag.
+type HandedConn struct {
+	tc *net.TCPConn
+	rc syscall.RawConn
+}
+
+func (h *HandedConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var serr error
+	err := h.rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, serr = unix.Recvfrom(int(fd), p, unix.MSG_DONTWAIT)
+			if serr != unix.EINTR {
+				return serr != unix.EAGAIN
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case serr != nil:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: h.tc.LocalAddr(), Addr: h.tc.RemoteAddr(), Err: os.NewSyscallError("recvfrom", serr)}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (h *HandedConn) Write(p []byte) (int, error) {
+	var done int
+	var serr error
+	err := h.rc.Write(func(fd uintptr) bool {
+		for done < len(p) {
+			n, err := unix.SendmsgN(int(fd), p[done:], nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+			switch err {
+			case nil:
+				done += n
+			case unix.EINTR:
+			case unix.EAGAIN:
+				return false
+			default:
+				serr = err
+				return true
+			}
+		}
+		return true
+	})
+	if err == nil && serr != nil {
+		err = &net.OpError{Op: "write", Net: "tcp", Source: h.tc.LocalAddr(), Addr: h.tc.RemoteAddr(), Err: os.NewSyscallError("sendmsg", serr)}
+	}
+	return done, err
+}
+
+// Close ends the connection without waiting on a linger the sandbox set.
+func (h *HandedConn) Close() error {
+	_ = h.rc.Control(func(fd uintptr) { noLinger(int(fd)) })
+	return h.tc.Close()
+}
+
+func (h *HandedConn) CloseWrite() error                  { return h.tc.CloseWrite() }
+func (h *HandedConn) LocalAddr() net.Addr                { return h.tc.LocalAddr() }
+func (h *HandedConn) RemoteAddr() net.Addr               { return h.tc.RemoteAddr() }
+func (h *HandedConn) SetDeadline(t time.Time) error      { return h.tc.SetDeadline(t) }
+func (h *HandedConn) SetReadDeadline(t time.Time) error  { return h.tc.SetReadDeadline(t) }
+func (h *HandedConn) SetWriteDeadline(t time.Time) error { return h.tc.SetWriteDeadline(t) }
 
 // rightsIn is the descriptors in control messages oob.
 func rightsIn(oob []byte) []int {

@@ -249,7 +249,7 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		}
 		werr := make(chan error, 1)
 		go func() { werr <- req.Write(ut) }()
-		resp, err := readFinal(ubr, req, tc)
+		resp, err := readFinal(ubr, req, tc, used)
 		if err != nil {
 			<-werr
 			writeStatus(tc, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
@@ -285,7 +285,11 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 
 // readFinal reads the answer to req from br, passing interim (1xx)
 // answers such as 100 Continue on to the client as they come.
-func readFinal(br *bufio.Reader, req *http.Request, client io.Writer) (*http.Response, error) {
+//
+// To a request that carried secrets (used), an interim answer goes on as
+// its bare status: its headers and reason phrase are the upstream's, and
+// could hold a value.
+func readFinal(br *bufio.Reader, req *http.Request, client io.Writer, used []Secret) (*http.Response, error) {
 	for range 16 {
 		resp, err := http.ReadResponse(br, req)
 		if err != nil {
@@ -294,7 +298,12 @@ func readFinal(br *bufio.Reader, req *http.Request, client io.Writer) (*http.Res
 		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			return resp, nil
 		}
-		if err := resp.Write(client); err != nil {
+		if len(used) > 0 {
+			_, err = fmt.Fprintf(client, "HTTP/1.1 %03d %s\r\n\r\n", resp.StatusCode, http.StatusText(resp.StatusCode))
+		} else {
+			err = resp.Write(client)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -386,7 +395,7 @@ func (h Handler) forward(ctx context.Context, c net.Conn, br *bufio.Reader, req 
 	werr := make(chan error, 1)
 	go func() { werr <- req.Write(cu) }()
 	ubr := bufio.NewReader(cu)
-	resp, err := readFinal(ubr, req, c)
+	resp, err := readFinal(ubr, req, c, used)
 	if err != nil {
 		<-werr
 		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Reason: err.Error()})
@@ -440,8 +449,7 @@ func bulky(req *http.Request, resp *http.Response) bool {
 
 // sendBulky sends resp to the sandbox's connection c: its head, the part
 // of its body read already (in ubr), then the rest straight from the
-// upstream's socket up, which the kernel splices where c is the unix
-// socket of a sandbox's channel and up a TCP connection. That copy runs
+// upstream's socket up, past the proxy's HTTP reader (copyConn). That copy runs
 // to the upstream's end (it was asked for one answer), so the answer says
 // Connection: close and c is not kept: bytes an upstream sends past its
 // Content-Length cannot read as the sandbox's next answer. The copy also
@@ -480,7 +488,7 @@ func sendBulky(c net.Conn, resp *http.Response, ubr *bufio.Reader, up net.Conn) 
 		}
 		up.Close()
 	}()
-	n, _ := io.Copy(c, up)
+	n, _ := copyConn(c, up)
 	up.Close()
 	c.Close() // ends the watcher's read
 	<-watched
@@ -708,13 +716,13 @@ func splice(s, u net.Conn, pre []byte) (up, down int64) {
 				return
 			}
 		}
-		n, _ := io.Copy(u, s)
+		n, _ := copyConn(u, s)
 		up += n
 		closeWrite(u)
 	}()
 	go func() {
 		defer wg.Done()
-		n, _ := io.Copy(s, u)
+		n, _ := copyConn(s, u)
 		down = n
 		closeWrite(s)
 	}()
@@ -722,6 +730,53 @@ func splice(s, u net.Conn, pre []byte) (up, down int64) {
 	s.Close()
 	u.Close()
 	return up, down
+}
+
+// bulkBuffers holds the large buffers copyConn moves bulk through.
+var bulkBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// copyConn copies src to dst until src ends. A sandbox's connection
+// handed over its channel is not one the kernel may splice
+// (agent.HandedConn), so the copy is the proxy's: a read that fills its
+// buffer takes a large one for what follows (a bulk download in few
+// system calls), and a read that drains the socket gives it back before
+// the next read waits (a connection that idles holds a small one).
+func copyConn(dst io.Writer, src io.Reader) (written int64, err error) {
+	small := make([]byte, 32<<10)
+	buf := small
+	var big *[]byte
+	defer func() {
+		if big != nil {
+			bulkBuffers.Put(big)
+		}
+	}()
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			w, werr := dst.Write(buf[:n])
+			written += int64(w)
+			if werr != nil {
+				return written, werr
+			}
+			if w != n {
+				return written, io.ErrShortWrite
+			}
+		}
+		if rerr != nil {
+			if rerr == io.EOF {
+				return written, nil
+			}
+			return written, rerr
+		}
+		switch {
+		case n == len(buf) && big == nil:
+			big = bulkBuffers.Get().(*[]byte)
+			buf = *big
+		case n < len(buf) && big != nil:
+			bulkBuffers.Put(big)
+			big, buf = nil, small
+		}
+	}
 }
 
 func closeWrite(c net.Conn) {

@@ -52,13 +52,19 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 		return nil, "", fmt.Errorf("open channel socket to the sandbox's user: %w", err)
 	}
 	cl := &channelListener{ln: ln, dirfd: fd, name: name}
+	// A connection waiting for its handed descriptor holds one: no more
+	// than maxPendingHands at once, the others wait in the listen backlog
+	// (and the agent, after channelDialTimeout, carries them as streams).
+	pending := make(chan struct{}, maxPendingHands)
 	go func() {
 		for {
+			pending <- struct{}{}
 			c, err := ln.Accept()
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
 			if err != nil {
+				<-pending
 				// Out of descriptors, say: the agent falls back to the
 				// exec meanwhile.
 				time.Sleep(50 * time.Millisecond)
@@ -67,6 +73,7 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 			cl.conns.Add(1)
 			go func() {
 				tc, err := agent.TakeConn(c.(*net.UnixConn), handWait)
+				<-pending
 				c.Close()
 				if err == nil {
 					serve(tc)
@@ -79,7 +86,11 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 
 // handWait bounds the wait for a handed connection on a channel
 // connection: the agent sends it as soon as it connects.
-const handWait = 10 * time.Second
+const handWait = 2 * time.Second
+
+// maxPendingHands bounds the channel connections waiting for a handed
+// descriptor.
+const maxPendingHands = 64
 
 // Close stops listening and removes the socket.
 func (cl *channelListener) Close() {
