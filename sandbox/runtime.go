@@ -15,6 +15,15 @@ import (
 // The contract is shaped by the least capable engine (Apple's `container`):
 // exec is always `-i` without a TTY, there is no commit (see Snapshotter),
 // and unix sockets are mounted as single files.
+// ImageIdentifier is implemented by runtimes that tell an image's ID:
+// what a name refers to now, so that a spare booted from an image since
+// rebuilt under that name is told apart (spare.go).
+type ImageIdentifier interface {
+	// ImageID is the ID image ref refers to now; ErrNotFound when
+	// there is no such image.
+	ImageID(ctx context.Context, ref string) (string, error)
+}
+
 type Runtime interface {
 	// Kind names the dialect's engine: "docker", "podman" or "container".
 	Kind() string

@@ -43,6 +43,10 @@ import (
 const (
 	// LabelSpare is a spare's key (spareKey): what it was booted as.
 	LabelSpare = "io.sandbox-mcp.spare"
+	// LabelSpareImage is the ID of the image a spare was booted from,
+	// where the engine tells it (ImageIdentifier): a spare of an image
+	// since rebuilt under the same name is not taken.
+	LabelSpareImage = "io.sandbox-mcp.spare-image"
 	// LabelVolume names the workspace volume of a container whose volume
 	// is not named after its sandbox (a claimed spare's).
 	LabelVolume = "io.sandbox-mcp.volume"
@@ -207,6 +211,31 @@ func (m *Manager) spareKeyFor(name string) (string, bool) {
 	return spareKey(prof, ttl, mode), true
 }
 
+// errStaleSpare is takeSpare's answer for a spare of an image rebuilt
+// since it booted: the next spare is tried.
+var errStaleSpare = errors.New("the spare's image was rebuilt since it booted")
+
+// staleSpare reports whether spare c was booted from another image than
+// the one its image's name gives now (imageNow, "" when not known).
+func staleSpare(c Container, imageNow string) bool {
+	was := c.Labels[LabelSpareImage]
+	return was != "" && imageNow != "" && was != imageNow
+}
+
+// imageID is the ID of image ref now, or "" when the engine does not
+// tell it (or the look fails).
+func (m *Manager) imageID(ctx context.Context, ref string) string {
+	ii, ok := m.rt.(ImageIdentifier)
+	if !ok {
+		return ""
+	}
+	id, err := ii.ImageID(ctx, ref)
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
 // errNameTaken is takeSpare's answer when the sandbox's container name
 // is taken: there is a container to find under it, not a spare to claim.
 var errNameTaken = errors.New("the sandbox's container name is taken")
@@ -232,12 +261,18 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	// workspace. Looked up while the first shell opens.
 	isNew := sync.OnceValue(func() bool { return m.volumeAbsent(ctx, m.volumeFor(own.name)) })
 	go isNew()
+	// And what the spares' image is now, to tell a spare of an image
+	// since rebuilt.
+	prof, _, _ := m.spareProfile()
+	imageNow := sync.OnceValue(func() string { return m.imageID(ctx, prof.Image) })
+	go imageNow()
+	current := func(c Container) bool { return !staleSpare(c, imageNow()) }
 	r := m.rt.(Renamer)
 	tried := map[string]bool{}
 	for _, ls := range m.localSpares() {
 		c := ls.c
 		tried[c.Name] = true
-		got, err := m.takeSpare(ctx, r, own, c, key, isNew)
+		got, err := m.takeSpare(ctx, r, own, c, key, isNew, current)
 		if err == nil {
 			return got, true
 		}
@@ -258,7 +293,7 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 		if tries++; tries > spareTries {
 			break
 		}
-		got, err := m.takeSpare(ctx, r, own, c, key, isNew)
+		got, err := m.takeSpare(ctx, r, own, c, key, isNew, current)
 		if err == nil {
 			return got, true
 		}
@@ -448,8 +483,10 @@ func (m *Manager) volumeAbsent(ctx context.Context, vol string) bool {
 // that name is gone for good (none is used twice), so a spare another
 // server took is never taken back. The sandbox's first shell opens by the
 // container's ID while the engine renames it, held at its gate until the
-// rename is done.
-func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string, isNew func() bool) (claim, error) {
+// rename is done. isNew and current are looked up while the rename runs:
+// a name with a workspace, or a spare of an image rebuilt since
+// (current false), gets the spare renamed back.
+func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string, isNew func() bool, current func(Container) bool) (claim, error) {
 	name := own.name
 	if c.ID == "" || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || c.Labels[LabelSpare] != key || !m.isSpareName(c.Name) {
 		return claim{}, errors.New("not a spare this name takes")
@@ -508,13 +545,21 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	// name that has one gets the spare renamed back (the caller holds the
 	// name's lock, so nothing else uses the name meanwhile).
 	err = r.Rename(ctx, spare, m.ContainerFor(name))
-	if err == nil && !isNew() {
+	stale := false
+	if err == nil && (!isNew() || !current(c)) {
+		stale = isNew()
 		if berr := r.Rename(context.WithoutCancel(ctx), c.ID, spare); berr != nil {
 			// Kept as the sandbox's, on the spare's workspace: its own
 			// stays where it is, untouched, and the user is told.
 			m.log.Error("a spare taken for a name with a workspace could not be put back", "sandbox", name, "spare", spare, "err", berr)
 			err = nil
-			m.note(name, fmt.Sprintf("this sandbox runs on a new workspace: its earlier one, volume %s, is kept but could not be mounted (%v); destroy and create it again to use that one", m.volumeFor(name), berr))
+			if stale {
+				m.note(name, fmt.Sprintf("this sandbox began as a spare booted from image %q before it was rebuilt: reset it to run the image as it is now", c.Image))
+			} else {
+				m.note(name, fmt.Sprintf("this sandbox runs on a new workspace: its earlier one, volume %s, is kept but could not be mounted (%v); destroy and create it again to use that one", m.volumeFor(name), berr))
+			}
+		} else if stale {
+			err = errStaleSpare
 		} else {
 			err = errNameTaken
 		}
@@ -528,6 +573,9 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 		case errors.Is(err, errNameTaken), errors.Is(err, ErrAlreadyExists):
 			keep()
 			return claim{}, errNameTaken
+		case errors.Is(err, errStaleSpare):
+			keep() // the refill after this claim removes it
+			return claim{}, err
 		case errors.Is(err, ErrNotFound):
 			if ls != nil {
 				ls.close() // another server took it, or it is gone
@@ -816,6 +864,7 @@ func (m *Manager) refillSpares(ctx context.Context) {
 		return
 	}
 	m.dropTaken(cs)
+	imageNow := m.imageID(ctx, prof.Image)
 	live := 0
 	for _, c := range cs {
 		if !m.isSpareName(c.Name) {
@@ -824,6 +873,8 @@ func (m *Manager) refillSpares(ctx context.Context) {
 		switch {
 		case !c.Running():
 			m.dropSpare(ctx, c) // stopped by its watchdog, or it died
+		case staleSpare(c, imageNow):
+			m.dropSpare(ctx, c) // its image was rebuilt since, whoever's it is
 		case c.Labels[LabelSpare] != key:
 			// Booted as other defaults: this server's was before a
 			// reload; another server's is that server's to keep.
@@ -883,8 +934,13 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 	id := hex.EncodeToString(b[:])
 	name, vol := m.spareName(id), m.spareVolume(id)
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare, LabelSpare: key, LabelVolume: vol}
-	ok, err := m.rt.ImageExists(bctx, prof.Image)
-	if err != nil || !ok {
+	if ii, ok := m.rt.(ImageIdentifier); ok {
+		id, err := ii.ImageID(bctx, prof.Image)
+		if err != nil {
+			return fmt.Errorf("image %q: %w", prof.Image, err)
+		}
+		labels[LabelSpareImage] = id
+	} else if ok, err := m.rt.ImageExists(bctx, prof.Image); err != nil || !ok {
 		return fmt.Errorf("image %q: present %v: %v", prof.Image, ok, err)
 	}
 	spec := m.runSpec(name, prof, vol, labels, ttl, time.Time{}) // lifecycle.go

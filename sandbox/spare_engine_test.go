@@ -2,6 +2,10 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -119,6 +123,101 @@ func TestSparesOnEngine(t *testing.T) {
 					t.Fatalf("prune left the spare's workspace %s", v)
 				}
 			}
+		})
+	}
+}
+
+// TestRebuiltImageSpareOnEngine: once the spares' image is rebuilt under
+// the same name, a new name boots from the image as it is now rather
+// than take the spare booted from the old one, and the refill replaces
+// that spare with one of the new image.
+func TestRebuiltImageSpareOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			_, renames := rt.(sandbox.Renamer)
+			_, ids := rt.(sandbox.ImageIdentifier)
+			if !renames || !ids {
+				t.Skipf("%s keeps no spares, or does not tell an image's ID (a rebuilt image's spares are taken as they are there)", rt.Kind())
+			}
+			prefix := enginetest.Prefix(t, rt)
+			cli := func(args ...string) string {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, rt.Binary(), args...)
+				cmd.Env = append(os.Environ(), tg.Env...)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s %v: %v: %s", rt.Binary(), args, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			img := strings.ToLower(prefix) + "-img:1"
+			cli("tag", tg.Image, img)
+			t.Cleanup(func() { exec.Command(rt.Binary(), "rmi", "-f", img).Run() })
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: img},
+				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
+			t.Cleanup(m.Close)
+			ctx := context.Background()
+			spares := func() []sandbox.Info {
+				t.Helper()
+				sp, err := m.Spares(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sp
+			}
+			m.KeepSpares(1)
+			var old sandbox.Info
+			enginetest.WaitFor(t, "a running spare", func() error {
+				for _, s := range spares() {
+					if s.State == sandbox.StateRunning {
+						old = s
+						return nil
+					}
+				}
+				return errors.New("none yet")
+			})
+			// The image rebuilt: a commit of a change, under its name.
+			build := prefix + "-build"
+			cli("run", "-d", "--name", build, img, "sleep", "600")
+			t.Cleanup(func() { exec.Command(rt.Binary(), "rm", "-f", build).Run() })
+			cli("exec", build, "sh", "-c", "echo rebuilt >/etc/image-version")
+			cli("commit", build, img)
+			cli("rm", "-f", build)
+			o := run(t, m, "b", shell.Request{Command: "cat /etc/image-version"})
+			if o.stdout != "rebuilt\n" || o.res.Boot.Spare {
+				t.Fatalf("a new name after the rebuild: %q, took a spare %v", o.stdout, o.res.Boot.Spare)
+			}
+			enginetest.WaitFor(t, "the old image's spare replaced", func() error {
+				sp := spares()
+				for _, s := range sp {
+					if s.Container == old.Container {
+						return fmt.Errorf("the old spare %s is still there", s.Container)
+					}
+				}
+				if len(sp) == 0 || sp[0].State != sandbox.StateRunning {
+					return fmt.Errorf("spares: %+v", sp)
+				}
+				return nil
+			})
+			o = run(t, m, "c", shell.Request{Command: "cat /etc/image-version"})
+			if o.stdout != "rebuilt\n" || !o.res.Boot.Spare {
+				t.Fatalf("a new name with the new spare: %q, took a spare %v", o.stdout, o.res.Boot.Spare)
+			}
+			for _, n := range []string{"b", "c"} {
+				if _, err := m.Destroy(ctx, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m.KeepSpares(0)
 		})
 	}
 }

@@ -467,11 +467,26 @@ func VolumeRemoveArgs(f Flavor, name string) []string {
 
 // ImageExists implements sandbox.Runtime.
 func (d *Dialect) ImageExists(ctx context.Context, ref string) (bool, error) {
-	_, err := d.cli.Output(ctx, nil, "image", "inspect", "--format", "{{.Id}}", "--", ref)
+	_, err := d.ImageID(ctx, ref)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+var _ sandbox.ImageIdentifier = (*Dialect)(nil)
+
+// ImageID implements sandbox.ImageIdentifier.
+func (d *Dialect) ImageID(ctx context.Context, ref string) (string, error) {
+	out, err := d.cli.Output(ctx, nil, "image", "inspect", "--format", "{{.Id}}", "--", ref)
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(string(out))
+	if id == "" {
+		return "", fmt.Errorf("image %s: %w", ref, sandbox.ErrNotFound)
+	}
+	return id, nil
 }
 
 // classify maps docker's and podman's error texts to sentinels.
