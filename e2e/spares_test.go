@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -252,5 +254,31 @@ func TestWarmSpareAllowlist(t *testing.T) {
 	r := s.call(t, "exec", map[string]any{"sandbox": "proxied", "command": "curl -s --max-time 60 http://x.invalid/"})
 	if r.data["booted"] != "created from a warm spare" || !strings.Contains(r.text, "blocked by the sandbox's network policy") {
 		t.Fatalf("an allowlist spare taken: %v %s", r.data["booted"], r.text)
+	}
+	// Its channel directory is named after the spare: a reset gives the
+	// new container its own and removes the spare's.
+	channelOf := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+		defer cancel()
+		c, err := rt.Inspect(ctx, prefix+"-proxied")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Labels[sandbox.LabelChannel]
+	}
+	was := channelOf()
+	if was == "" {
+		t.Fatal("the claimed spare has no channel")
+	}
+	s.call(t, "reset", map[string]any{"sandbox": "proxied"})
+	r = s.call(t, "exec", map[string]any{"sandbox": "proxied", "command": "curl -s --max-time 60 http://x.invalid/"})
+	if !strings.Contains(r.text, "blocked by the sandbox's network policy") {
+		t.Fatalf("the proxy after a reset: %s", r.text)
+	}
+	if now := channelOf(); now == was || now == "" {
+		t.Fatalf("the channel after a reset: %q (was %q)", now, was)
+	}
+	if _, err := os.Stat(was); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the spare's channel directory %s is left after the reset: %v", was, err)
 	}
 }

@@ -136,6 +136,17 @@ func (m *Manager) removeChannel(dir string) {
 	}
 }
 
+// dropOldChannel removes old, the channel directory of a sandbox's
+// container that a reset replaced, once the new one booted (now, bootErr)
+// without it: a sandbox that began as a spare had one named after the
+// spare, which nothing else removes.
+func (m *Manager) dropOldChannel(old string, now *Sandbox, bootErr error) {
+	if old == "" || bootErr != nil || now == nil || now.egress.channelDir == old {
+		return
+	}
+	m.removeChannel(old)
+}
+
 // channelListener is one server's socket in a sandbox's channel.
 type channelListener struct {
 	ln    *net.UnixListener

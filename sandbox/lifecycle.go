@@ -819,8 +819,10 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	sb := m.detach(name)
 	// The env store lives in the rootfs: carry it over to the new one.
 	env := m.readEnvStore(ctx, name, sb)
+	oldChannel := ""
 	if sb != nil {
 		sb.end(endedByReset)
+		oldChannel = sb.egress.channelDir
 	}
 	recorded := false // the reset's intent, ended once the env is carried over
 	defer func() {
@@ -836,7 +838,8 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 		if _, err := m.remove(ctx, name, "", wipeWorkspace); err != nil {
 			return BootInfo{}, err
 		}
-		_, info, err := m.bootLocked(ctx, name, bootCreate)
+		now, info, err := m.bootLocked(ctx, name, bootCreate)
+		m.dropOldChannel(oldChannel, now, err)
 		return info, err
 	}
 	// The container is addressed by its ID, never its name: a stranger
@@ -879,12 +882,13 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	if err == nil && sb != nil && sb.Profile.Image == m.ProfileFor(name).Image {
 		mode = bootReplace
 	}
-	_, info, bootErr := m.bootLocked(ctx, name, mode)
+	now, info, bootErr := m.bootLocked(ctx, name, mode)
 	if err == nil {
 		// Deleted after the boot, so it does not compete with it for the
 		// engine.
 		m.spawn(func() { m.removeRetired(trash) })
 	}
+	m.dropOldChannel(oldChannel, now, bootErr)
 	return info, bootErr
 }
 
