@@ -17,8 +17,9 @@ const TouchActivity = `{ : >` + ActivityFile + `; } 2>/dev/null || { mkdir -p /v
 // WatchdogCommand is the sandbox's main process when it has an idle TTL
 // or an end of life (until, non-zero: a child sandbox's TTL). A child
 // process checks every interval whether ActivityFile is older than ttl
-// (0: never idle) or the clock has passed until, and then exits 0; the
-// main process, waiting for it, then exits too, which stops the container
+// (0: never idle) or the clock has passed until, and then exits with
+// ExitIdle or ExitLifetime; the main process, waiting for it, then exits
+// with the same code (a stop's signal ends it with 0), which stops the container
 // and frees its memory, whether or not a server is running. A later first
 // use starts the container again (a server destroys an expired child
 // instead). The main process forks nothing after the start, so a fork bomb
@@ -40,6 +41,16 @@ func WatchdogCommand(ttl, interval time.Duration, until time.Time) []string {
 	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", t, secs(interval), end}
 }
 
+// The exit codes of a sandbox's main process when its watchdog stopped
+// it: the engine keeps them with the stopped container, so that a stop by
+// the watchdog tells itself from a stop by a person or a server (which
+// ends the main process with 0). The script spells them out (its tests
+// hold the two to each other).
+const (
+	ExitIdle     = 3 // unused for its idle TTL
+	ExitLifetime = 4 // past its end of life
+)
+
 const watchdogScript = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
 mkdir -p "${f%/*}" && : >"$f"
 rm -f "$fifo"; mkfifo "$fifo" 2>/dev/null
@@ -48,16 +59,17 @@ trap 'exit 0' TERM INT
   while :; do
     now=$(date +%s) || continue
     case $now in ''|*[!0-9]*) continue;; esac
-    if [ "$until" -gt 0 ] && [ "$now" -ge "$until" ]; then exit 0; fi
+    if [ "$until" -gt 0 ] && [ "$now" -ge "$until" ]; then exit 4; fi
     sleep "$every"
     [ "$ttl" -gt 0 ] || continue
     now=$(date +%s) && last=$(stat -c %Y "$f" 2>/dev/null || echo "$now") || continue
     case $now:$last in :*|*:|*[!0-9:]*) continue;; esac
-    if [ $((now - last)) -ge "$ttl" ]; then exit 0; fi
+    if [ $((now - last)) -ge "$ttl" ]; then exit 3; fi
   done
 ) </dev/null >/dev/null 2>&1 &
 wait $!
-[ $? = 0 ] && exit 0
+rc=$?
+case $rc in 3|4) exit $rc;; esac
 while :; do read -r _ <"$fifo"; done`
 
 // KillWritersScript, run as `sh -c KillWritersScript sh [STARTED_BY]`,

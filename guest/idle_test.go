@@ -35,14 +35,25 @@ func watchdogOnHost(t *testing.T, bin string, ttl, every string, until ...string
 	return cmd, done
 }
 
+// exitCode is the exit code in a Wait's error (0 for none).
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
 // TestWatchdogStopsWhenIdle: with nothing touching the activity file, the
-// main process exits 0 after the TTL.
+// main process exits with ExitIdle after the TTL.
 func TestWatchdogStopsWhenIdle(t *testing.T) {
 	_, done := watchdogOnHost(t, t.TempDir(), "1", "1")
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("the idle watchdog ended with %v, want exit 0", err)
+		if exitCode(err) != ExitIdle {
+			t.Fatalf("the idle watchdog ended with %v, want exit %d", err, ExitIdle)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the watchdog did not stop an idle sandbox")
@@ -68,21 +79,48 @@ func TestWatchdogLostReadingIsNotIdle(t *testing.T) {
 }
 
 // TestWatchdogEndOfLife: with no idle TTL and an end of life, the main
-// process keeps running while the sandbox is idle and exits 0 once the
-// clock passes the end.
+// process keeps running while the sandbox is idle and exits with
+// ExitLifetime once the clock passes the end.
 func TestWatchdogEndOfLife(t *testing.T) {
 	until := time.Now().Add(3 * time.Second)
 	_, done := watchdogOnHost(t, t.TempDir(), "0", "1", strconv.FormatInt(until.Unix(), 10))
 	select {
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("the watchdog ended with %v, want exit 0", err)
+		if exitCode(err) != ExitLifetime {
+			t.Fatalf("the watchdog ended with %v, want exit %d", err, ExitLifetime)
 		}
 		if time.Now().Before(until.Truncate(time.Second)) {
 			t.Fatal("the watchdog ended its sandbox before its end of life")
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the watchdog did not stop a sandbox past its end of life")
+	}
+}
+
+// TestWatchdogStoppedExitsZero: a stop's signal ends the watchdog with
+// 0, which tells a stop by a person or a server from its own.
+func TestWatchdogStoppedExitsZero(t *testing.T) {
+	cmd, done := watchdogOnHost(t, t.TempDir(), "100", "1")
+	// Its trap is set before it forks the checker.
+	pid := strconv.Itoa(cmd.Process.Pid)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children"); len(strings.TrimSpace(string(b))) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Skip("no /proc children list to tell when the watchdog has forked")
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if exitCode(err) != 0 {
+			t.Fatalf("a stopped watchdog ended with %v, want exit 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watchdog did not end on SIGTERM")
 	}
 }
 

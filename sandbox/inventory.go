@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 )
 
 // RemoveOrphans deletes containers of this prefix whose name is not their
@@ -214,6 +216,27 @@ type Info struct {
 	// Limits are the disk and pids limits the container was booted with
 	// and how each is enforced (limits.go).
 	Limits Limits `json:"limits"`
+	// StoppedBy says what stopped a stopped sandbox, where the engine
+	// keeps its main process's exit code: "idle" (its idle TTL) or
+	// "lifetime" (a child's end of life); "" for a stop by a person or a
+	// server, or not known. Finished is when. For the server's metrics.
+	StoppedBy string    `json:"-"`
+	Finished  time.Time `json:"-"`
+}
+
+// StoppedBy is what stopped container c, by its main process's exit code
+// (guest.ExitIdle, guest.ExitLifetime): "idle", "lifetime", or "".
+func StoppedBy(c Container) string {
+	if c.State != StateStopped || c.Finished.IsZero() {
+		return ""
+	}
+	switch c.ExitCode {
+	case guest.ExitIdle:
+		return "idle"
+	case guest.ExitLifetime:
+		return "lifetime"
+	}
+	return ""
 }
 
 // List returns every sandbox of this Manager's prefix the engine knows.
@@ -250,7 +273,8 @@ func (m *Manager) info(name string, c Container) Info {
 	in := Info{
 		Name: name, Container: c.Name, State: c.State, Image: c.Image,
 		Created: c.Created, Started: c.Started, IP: c.IP, CPUs: c.CPUs, MemoryB: c.Memory,
-		Limits: limitsOf(c, m.ProfileFor(name)),
+		Limits:    limitsOf(c, m.ProfileFor(name)),
+		StoppedBy: StoppedBy(c), Finished: c.Finished,
 	}
 	if c.Labels[LabelRole] == "child" && ValidateName(c.Labels[LabelChildOf]) == nil {
 		in.ChildOf = c.Labels[LabelChildOf]

@@ -500,6 +500,9 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 	}
 	m.repairWorkspace(ctx, name, c) // limits.go
 	m.channelBeforeStart(c)         // channel.go
+	if why := StoppedBy(c); why != "" && m.cfg.Stopped != nil {
+		m.cfg.Stopped(c.Name, c.Finished, why)
+	}
 	if err := m.rt.Start(ctx, idOr(c)); err != nil {
 		return fmt.Errorf("start sandbox %q: %w", name, err)
 	}

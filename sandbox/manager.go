@@ -73,6 +73,11 @@ type Config struct {
 	// (detail "created", "started" or "adopted") and "egress" (detail
 	// "allowed" or "refused"). It must not block.
 	Events func(event, detail string)
+	// Stopped, if set, is told of each stopped sandbox container this
+	// Manager starts again that its watchdog had stopped (why: StoppedBy),
+	// with when it stopped: the metrics' reaps, which the container's
+	// start forgets. It must not block.
+	Stopped func(container string, finished time.Time, why string)
 	// EgressLog keeps each sandbox's network decisions; nil keeps none
 	// (they are logged at debug level only).
 	EgressLog *egress.Log

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -221,7 +222,10 @@ func TestEngineMissing(t *testing.T) {
 
 // TestIdleReaping: a sandbox idle past its TTL stops by itself, with no
 // Manager (server) running, and the next use brings it back with its
-// workspace. A command longer than the TTL is not cut short.
+// workspace. A command longer than the TTL is not cut short. Where the
+// engine keeps exit codes, the stop says it was the idle TTL's, in the
+// listing and to the hook the next start calls; a stop by a person says
+// nothing of the kind.
 func TestIdleReaping(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -253,11 +257,45 @@ func TestIdleReaping(t *testing.T) {
 				return nil
 			})
 
+			codes := rt.Kind() != "container" // Apple's CLI shows no exit code
+			stoppedBy := func(m *sandbox.Manager) string {
+				t.Helper()
+				infos, err := m.List(context.Background())
+				if err != nil || len(infos) != 1 {
+					t.Fatalf("list: %+v %v", infos, err)
+				}
+				return infos[0].StoppedBy
+			}
+			var hookMu sync.Mutex
+			var told []string
+			cfg.Stopped = func(container string, finished time.Time, why string) {
+				hookMu.Lock()
+				defer hookMu.Unlock()
+				told = append(told, fmt.Sprintf("%s %s %v", container, why, finished.IsZero()))
+			}
 			m2 := sandbox.NewManager(rt, cfg)
 			t.Cleanup(m2.Close)
+			if by := stoppedBy(m2); codes && by != "idle" {
+				t.Fatalf("stopped by %q, want idle", by)
+			}
 			o = run(t, m2, "sleepy", shell.Request{Command: "cat /workspace/f"})
 			if o.stdout != "kept\n" || !o.res.Boot.Started {
 				t.Fatalf("after reaping: stdout %q boot %+v", o.stdout, o.res.Boot)
+			}
+			hookMu.Lock()
+			want := []string{ctr + " idle false"}
+			if !codes {
+				want = nil
+			}
+			if !slices.Equal(told, want) {
+				t.Errorf("the start told %q, want %q", told, want)
+			}
+			hookMu.Unlock()
+			if err := rt.Stop(context.Background(), ctr, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if by := stoppedBy(m2); by != "" {
+				t.Fatalf("a stop by a person reads as stopped by %q", by)
 			}
 		})
 	}

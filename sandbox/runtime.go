@@ -155,9 +155,13 @@ type Container struct {
 	Labels  map[string]string
 	Created time.Time
 	Started time.Time
-	IP      string
-	CPUs    float64
-	Memory  int64 // bytes, 0 if unknown
+	// Finished and ExitCode are when a stopped container's main process
+	// ended and with what, where the engine says (zero otherwise).
+	Finished time.Time
+	ExitCode int
+	IP       string
+	CPUs     float64
+	Memory   int64 // bytes, 0 if unknown
 	// Networks are the networks the container is on, with its address on
 	// each (empty while stopped); none for a container without network.
 	Networks []Attachment

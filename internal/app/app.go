@@ -88,6 +88,8 @@ type Env struct {
 	Notices *mcpserver.Notices
 	// tel counts what the manager reports, once Serve set it.
 	tel atomic.Pointer[telemetry.Telemetry]
+	// reaps counts the sandboxes that stopped themselves.
+	reaps *reapTally
 }
 
 // event counts a manager event in the server's metrics.
@@ -140,9 +142,10 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 		logger.Warn("no HTTPS interception for secrets: the egress CA cannot be read or made", "err", err)
 		ca = nil
 	}
-	env := &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Notices: notices}
+	env := &Env{Config: cfg, Logger: logger, Runtime: rt, RuntimeWhy: why, State: st, Notices: notices, reaps: newReapTally()}
 	m := sandbox.NewManager(rt, sandbox.Config{
 		Events:   env.event,
+		Stopped:  env.reaps.saw,
 		Resolver: res, EgressLog: &egress.Log{Dir: filepath.Join(cfg.StateDir, "network")}, CA: ca,
 		ChannelRoot: filepath.Join(cfg.StateDir, "chan"),
 		Prefix:      cfg.Prefix, Defaults: cfg.Defaults, Profiles: cfg.Profiles, PoolSize: cfg.PoolSize,
@@ -236,7 +239,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		closeAfter = append(closeAfter, func() { al.Close() })
 		auditLog = al
 	}
-	tel, err := openTelemetry(cfg, m, logger)
+	tel, err := openTelemetry(cfg, m, logger, env.reaps)
 	if err != nil {
 		return err
 	}
@@ -343,8 +346,9 @@ func serveHTTP(ctx context.Context, cfg Config, m *sandbox.Manager, ms *server.M
 
 // openTelemetry returns the server's instruments, exported over OTLP
 // when the OTEL_EXPORTER_OTLP_* variables name an endpoint, with a gauge
-// of the prefix's sandboxes by state.
-func openTelemetry(cfg Config, m *sandbox.Manager, logger *slog.Logger) (*telemetry.Telemetry, error) {
+// of the prefix's sandboxes by state and a count of those that stopped
+// themselves (reaps, which the same reading of the engine tells).
+func openTelemetry(cfg Config, m *sandbox.Manager, logger *slog.Logger, reaps *reapTally) (*telemetry.Telemetry, error) {
 	metrics := telemetry.NewMetrics()
 	exp, err := telemetry.ExporterFromEnv(os.Getenv, metrics, "sandbox-mcp", cfg.Version, logger)
 	if err != nil {
@@ -375,6 +379,7 @@ func openTelemetry(cfg Config, m *sandbox.Manager, logger *slog.Logger) (*teleme
 		counts := map[string]int{}
 		for _, in := range infos {
 			counts[string(in.State)]++
+			reaps.saw(in.Container, in.Finished, in.StoppedBy)
 		}
 		last = last[:0:0]
 		for _, st := range slices.Sorted(maps.Keys(counts)) {
@@ -382,6 +387,7 @@ func openTelemetry(cfg Config, m *sandbox.Manager, logger *slog.Logger) (*teleme
 		}
 		return last
 	})
+	metrics.CounterFunc("sandbox_mcp.reaps", "Sandboxes that stopped themselves since this server started, by why: idle (their idle TTL) or lifetime (a child's end of life), as the server saw them (the engine's listing, read with the sandboxes gauge, or their next start); none where the engine keeps no exit codes", "", reaps.points)
 	return telemetry.New(metrics, exp), nil
 }
 

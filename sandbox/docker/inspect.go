@@ -18,8 +18,10 @@ type inspectJSON struct {
 	Created   string `json:"Created"`
 	ImageName string `json:"ImageName"` // podman only
 	State     struct {
-		Status    string `json:"Status"`
-		StartedAt string `json:"StartedAt"`
+		Status     string `json:"Status"`
+		StartedAt  string `json:"StartedAt"`
+		FinishedAt string `json:"FinishedAt"`
+		ExitCode   int    `json:"ExitCode"`
 	} `json:"State"`
 	Config struct {
 		Image  string            `json:"Image"`
@@ -48,19 +50,23 @@ func ParseInspect(data []byte) ([]sandbox.Container, error) {
 	out := make([]sandbox.Container, 0, len(raw))
 	for _, r := range raw {
 		c := sandbox.Container{
-			Name:    strings.TrimPrefix(r.Name, "/"),
-			ID:      r.ID,
-			Image:   r.Config.Image,
-			State:   normaliseState(r.State.Status),
-			Labels:  r.Config.Labels,
-			Created: parseTime(r.Created),
-			Started: parseTime(r.State.StartedAt),
-			IP:      r.NetworkSettings.IPAddress,
-			CPUs:    float64(r.HostConfig.NanoCpus) / 1e9,
-			Memory:  r.HostConfig.Memory,
+			Name:     strings.TrimPrefix(r.Name, "/"),
+			ID:       r.ID,
+			Image:    r.Config.Image,
+			State:    normaliseState(r.State.Status),
+			Labels:   r.Config.Labels,
+			Created:  parseTime(r.Created),
+			Started:  parseTime(r.State.StartedAt),
+			ExitCode: r.State.ExitCode,
+			IP:       r.NetworkSettings.IPAddress,
+			CPUs:     float64(r.HostConfig.NanoCpus) / 1e9,
+			Memory:   r.HostConfig.Memory,
 		}
 		if c.Image == "" {
 			c.Image = r.ImageName
+		}
+		if c.State == sandbox.StateStopped {
+			c.Finished = parseTime(r.State.FinishedAt)
 		}
 		c.NoNetwork = r.HostConfig.NetworkMode == "none"
 		for _, name := range sortedKeys(r.NetworkSettings.Networks) {
