@@ -54,6 +54,11 @@ type agentConn struct {
 	// copyIn: the binary in the sandbox's channel did not run, so it is
 	// copied in through an exec.
 	copyIn bool
+	// early is the agent a new sandbox's boot started from its channel
+	// (earlyAgent), still starting perhaps: the first agentOf takes it.
+	// stopEarly ends its exec (at the sandbox's end).
+	early     <-chan *agentConn
+	stopEarly context.CancelFunc
 }
 
 // agentRetry is how long a sandbox whose agent could not run is served
@@ -336,6 +341,35 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 			return c, nil
 		}
 	}
+	if ch := sb.agent.early; ch != nil {
+		// The agent the boot started from the channel: waited for here,
+		// off the boot and its lifecycle lock.
+		sb.agent.early = nil
+		select {
+		case a := <-ch:
+			if a == nil {
+				// It did not answer (a channel on a mount without
+				// exec, say): the agent is copied in.
+				sb.agent.copyIn = true
+				break
+			}
+			select {
+			case <-a.c.Done():
+			default:
+				sb.agent.c, sb.agent.arch, sb.agent.source, sb.agent.unusable = a.c, a.arch, a.source, nil
+				m.startControl(sb, a.c) // children.go
+				return a.c, nil
+			}
+		case <-ctx.Done():
+			sb.agent.stopEarly()
+			go func() {
+				if a := <-ch; a != nil {
+					a.c.Close()
+				}
+			}()
+			return nil, ctx.Err()
+		}
+	}
 	if sb.agent.unusable != nil && time.Now().Before(sb.agent.retryAt) {
 		return nil, sb.agent.unusable
 	}
@@ -552,7 +586,19 @@ func (sb *Sandbox) closeAgent() {
 	sb.agent.mu.Lock()
 	c := sb.agent.c
 	sb.agent.c = nil
+	early, stop := sb.agent.early, sb.agent.stopEarly
+	sb.agent.early = nil
 	sb.agent.mu.Unlock()
+	if stop != nil {
+		stop() // the early agent's exec, handed or still starting
+	}
+	if early != nil {
+		go func() {
+			if a := <-early; a != nil {
+				a.c.Close()
+			}
+		}()
+	}
 	if c != nil {
 		c.Close()
 	}

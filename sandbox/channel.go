@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 )
@@ -233,6 +234,9 @@ func placeAgent(dir string, bin []byte) (string, error) {
 	if err == nil {
 		err = f.Chmod(0o755)
 	}
+	if err == nil {
+		err = f.Sync() // a file of that name is whole, even after a crash
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -243,7 +247,31 @@ func placeAgent(dir string, bin []byte) (string, error) {
 		_ = os.Remove(f.Name())
 		return "", err
 	}
+	sweepAgents(dir, name)
 	return at, nil
+}
+
+// sweepAgents removes from channel directory dir the agent binaries other
+// than keep (an older server's: that one places its own again at its
+// next agent start) and the temporary files of a write a killed server
+// left.
+func sweepAgents(dir, keep string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		n := e.Name()
+		switch {
+		case n == keep:
+		case strings.HasPrefix(n, "sandbox-ctl-"):
+			_ = os.Remove(filepath.Join(dir, n))
+		case strings.HasPrefix(n, ".sandbox-ctl-"):
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+				_ = os.Remove(filepath.Join(dir, n))
+			}
+		}
+	}
 }
 
 // agentFilePrefix begins the name of an agent binary in a channel

@@ -330,13 +330,17 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		info.Created, info.Adopted, info.Spare = true, false, true
 	}
 	// An allowlist sandbox just made, with a channel: its agent starts
-	// while the first shell opens.
+	// while the first shell opens, and the sandbox's first agentOf (its
+	// controlSoon, after the boot) takes it: the boot does not wait for it.
 	var earlyAgent chan *agentConn
+	stopEarly := context.CancelFunc(func() {})
 	if info.Created && !spare && createdID != "" && egressAt == egress.ModeAllowlist && validChannelDir(channelAt) {
-		earlyAgent = make(chan *agentConn, 1)
-		go func() { earlyAgent <- m.earlyAgent(m.life, createdID, channelAt) }()
+		ectx, cancel := context.WithCancel(m.life)
+		earlyAgent, stopEarly = make(chan *agentConn, 1), cancel
+		go func(ch chan<- *agentConn) { ch <- m.earlyAgent(ectx, createdID, channelAt) }(earlyAgent)
 		defer func() {
-			if earlyAgent != nil { // the boot failed before it took it
+			if earlyAgent != nil { // the boot failed before it passed it on
+				cancel() // ends its exec: no wait for its hello
 				if a := <-earlyAgent; a != nil {
 					a.c.Close()
 				}
@@ -375,7 +379,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		sb.egress.channelDir = channelAt
 	}
 	if earlyAgent != nil {
-		handed, earlyAgent = <-earlyAgent, nil
+		sb.agent.early, sb.agent.stopEarly, earlyAgent = earlyAgent, stopEarly, nil
 	}
 	if handed != nil {
 		m.handAgent(sb, handed) // agent.go

@@ -248,6 +248,12 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	img := filepath.Join(d.disksDir, name+"."+hex.EncodeToString(rnd[:])+".ext4")
 	dev, err := loopdisk.Make(ctx, img, size, "workspace")
 	if err != nil {
+		if fresh && d.Kind() == "podman" {
+			// No look was made: a volume a crash left needs no new disk.
+			if v, ierr := d.volumeInspect(ctx, name); ierr == nil {
+				return d.checkLoop(v)
+			}
+		}
 		return false, err
 	}
 	args := []string{"volume", "create", "--label", LabelDiskImage + "=" + img}
