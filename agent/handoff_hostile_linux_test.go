@@ -129,3 +129,37 @@ func TestHostileLingerBlocksClose(t *testing.T) {
 		})
 	}
 }
+
+// The sandbox sets the linger again between the server's noLinger and its
+// close (as a copy it keeps and spins on can): the close still returns,
+// woken, and a refusal's close too.
+func TestHostileLingerRaceBounded(t *testing.T) {
+	beforeClose = func(fd int) {
+		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 3600})
+	}
+	t.Cleanup(func() { beforeClose = func(int) {} })
+	for _, marker := range []byte{'X', handMarker} {
+		t.Run(string(marker), func(t *testing.T) {
+			sbEnd, srvEnd := unixPair(t)
+			client, f := lingeringTCP(t)
+			if _, _, err := sbEnd.WriteMsgUnix([]byte{marker}, unix.UnixRights(int(f.Fd())), nil); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if tc, err := TakeConn(srvEnd, 2*time.Second); err == nil {
+					tc.Close()
+				}
+			}()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				client.Close()
+				<-done
+				t.Fatal("a close the sandbox made linger held the server's thread")
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -52,8 +53,7 @@ func TakeConn(uc *net.UnixConn, wait time.Duration) (*HandedConn, error) {
 	fds := rightsIn(oob[:oobn])
 	defer func() {
 		for _, fd := range fds {
-			noLinger(fd)
-			unix.Close(fd)
+			closeBounded(fd)
 		}
 	}()
 	switch {
@@ -77,7 +77,7 @@ func TakeConn(uc *net.UnixConn, wait time.Duration) (*HandedConn, error) {
 	}
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
-		nc.Close()
+		nc.Close() // not a socket FileConn makes of a TCP one: no linger to wait on
 		return nil, fmt.Errorf("a handed connection is a %T, not TCP", nc)
 	}
 	rc, err := tc.SyscallConn()
@@ -87,6 +87,50 @@ func TakeConn(uc *net.UnixConn, wait time.Duration) (*HandedConn, error) {
 	}
 	return &HandedConn{tc: tc, rc: rc}, nil
 }
+
+// closeBounded closes fd, a descriptor a sandbox handed over, without
+// letting the close hold a thread: the sandbox may set a linger on the
+// socket again between noLinger and the close (it can spin on it through
+// a copy it keeps, then drop that copy), and the close of the last
+// reference then waits for the linger. The close runs on a thread of its
+// own, which a signal (SIGURG, which Go's runtime takes as a preemption
+// request) wakes every closeKick while the close has not returned: the
+// kernel's wait for a linger ends at a pending signal, and the socket
+// goes on closing without anyone waiting.
+func closeBounded(fd int) {
+	done := make(chan struct{})
+	tid := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
+		noLinger(fd)
+		beforeClose(fd)
+		unix.Close(fd)
+		close(done)
+	}()
+	t := <-tid
+	kick := time.NewTicker(closeKick)
+	defer kick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-kick.C:
+			// A kick that comes once the close returned reaches this
+			// thread, or another of the process's, as one more
+			// preemption request: harmless.
+			_ = unix.Tgkill(os.Getpid(), t, unix.SIGURG)
+		}
+	}
+}
+
+// closeKick is how often a close that waits is woken.
+const closeKick = 50 * time.Millisecond
+
+// beforeClose runs between a handed descriptor's noLinger and its close
+// (tests set a linger there, as a sandbox's copy may).
+var beforeClose = func(int) {}
 
 // noLinger turns SO_LINGER off on fd (when it is a socket), so that
 // closing it never waits for its unsent data: the sandbox may have set a
@@ -157,10 +201,22 @@ func (h *HandedConn) Write(p []byte) (int, error) {
 	return done, err
 }
 
-// Close ends the connection without waiting on a linger the sandbox set.
+// Close ends the connection without waiting on a linger the sandbox set:
+// the connection's own descriptor is closed while a copy of it is held
+// (so that close is never the last, and never waits), then the copy with
+// closeBounded.
 func (h *HandedConn) Close() error {
-	_ = h.rc.Control(func(fd uintptr) { noLinger(int(fd)) })
-	return h.tc.Close()
+	dup := -1
+	_ = h.rc.Control(func(fd uintptr) {
+		if d, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			dup = d
+		}
+	})
+	err := h.tc.Close()
+	if dup >= 0 {
+		closeBounded(dup)
+	}
+	return err
 }
 
 func (h *HandedConn) CloseWrite() error                  { return h.tc.CloseWrite() }
