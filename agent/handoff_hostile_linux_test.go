@@ -134,10 +134,11 @@ func TestHostileLingerBlocksClose(t *testing.T) {
 // close (as a copy it keeps and spins on can): the close still returns,
 // woken, and a refusal's close too.
 func TestHostileLingerRaceBounded(t *testing.T) {
-	beforeClose = func(fd int) {
+	relinger := func(fd int) {
 		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 3600})
 	}
-	t.Cleanup(func() { beforeClose = func(int) {} })
+	beforeClose.Store(&relinger)
+	t.Cleanup(func() { beforeClose.Store(nil) })
 	for _, marker := range []byte{'X', handMarker} {
 		t.Run(string(marker), func(t *testing.T) {
 			sbEnd, srvEnd := unixPair(t)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -105,7 +106,9 @@ func closeBounded(fd int) {
 		defer runtime.UnlockOSThread()
 		tid <- unix.Gettid()
 		noLinger(fd)
-		beforeClose(fd)
+		if hook := beforeClose.Load(); hook != nil {
+			(*hook)(fd)
+		}
 		unix.Close(fd)
 		close(done)
 	}()
@@ -128,9 +131,9 @@ func closeBounded(fd int) {
 // closeKick is how often a close that waits is woken.
 const closeKick = 50 * time.Millisecond
 
-// beforeClose runs between a handed descriptor's noLinger and its close
-// (tests set a linger there, as a sandbox's copy may).
-var beforeClose = func(int) {}
+// beforeClose, when set, runs between a handed descriptor's noLinger
+// and its close (tests set a linger there, as a sandbox's copy may).
+var beforeClose atomic.Pointer[func(int)]
 
 // noLinger turns SO_LINGER off on fd (when it is a socket), so that
 // closing it never waits for its unsent data: the sandbox may have set a
