@@ -148,6 +148,19 @@ func (m *Manager) dropOldChannel(old string, now *Sandbox, bootErr error) {
 	m.removeChannel(old)
 }
 
+// dropRetiredChannel removes the channel directory of c, a replaced
+// container now removed, unless it is the one its sandbox's containers
+// are made with: a sandbox that began as a spare had one named after the
+// spare, which a reset a killed server began and the next one finished
+// would leave.
+func (m *Manager) dropRetiredChannel(c Container) {
+	dir, name := c.Labels[LabelChannel], c.Labels[LabelName]
+	if !validChannelDir(dir) || ValidateName(name) != nil || dir == m.channelDir(m.ContainerFor(name)) {
+		return
+	}
+	m.removeChannel(dir)
+}
+
 // channelListener is one server's socket in a sandbox's channel.
 type channelListener struct {
 	ln    *net.UnixListener

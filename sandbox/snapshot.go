@@ -619,8 +619,13 @@ func (m *Manager) retire(ctx context.Context, name, id, trash string) (finish fu
 func (m *Manager) removeRetired(trash string) {
 	rctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	c, ierr := m.rt.Inspect(rctx, trash)
 	if err := m.rt.Remove(rctx, trash); err != nil && !errors.Is(err, ErrNotFound) {
 		m.log.Warn("remove replaced container", "container", trash, "err", err)
+		return
+	}
+	if ierr == nil {
+		m.dropRetiredChannel(c) // channel.go
 	}
 }
 
