@@ -55,10 +55,6 @@ type Request struct {
 	Path   string `json:"path,omitempty"`
 	Stamp  string `json:"stamp,omitempty"`
 	Window int64  `json:"window,omitempty"`
-	// Hand, with OpEgressListen and a channel in Path, asks the agent to
-	// hand each proxy connection's descriptor to the server over the
-	// channel (HandConn) rather than copy its bytes there.
-	Hand bool `json:"hand,omitempty"`
 }
 
 // Reply answers a Request.

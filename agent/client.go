@@ -144,7 +144,7 @@ const headerTimeout = 10 * time.Second
 // channel refuses it. An error that the port is in use still
 // leaves the agent waiting to take it.
 func (c *Client) ListenEgress(port int, channel string) error {
-	conn, rep, err := c.open(context.Background(), Request{Op: OpEgressListen, Port: port, Path: channel, Hand: channel != ""})
+	conn, rep, err := c.open(context.Background(), Request{Op: OpEgressListen, Port: port, Path: channel})
 	if err != nil {
 		return err
 	}

@@ -45,10 +45,9 @@ type agentState struct {
 	egress    int             // the proxy port served (or tried), 0 for none
 	// channel is the server's unix socket for proxy connections, mounted
 	// in from the host ("" when the sandbox has none): a connection
-	// carried on it skips the exec's pipes. A connection it refuses is
+	// handed over it skips the exec's pipes. A connection it refuses is
 	// carried as a stream.
 	channel string
-	hand    bool // hand connections over the channel (Request.Hand)
 }
 
 // handle answers one stream's request.
@@ -88,7 +87,7 @@ func (a *agentState) handle(st *yamux.Stream) {
 		}
 		Splice(c, bufferedConn{Conn: st, r: br})
 	case OpEgressListen:
-		err := a.listenEgress(req.Port, req.Path, req.Hand)
+		err := a.listenEgress(req.Port, req.Path)
 		rep := Reply{OK: err == nil}
 		if err != nil {
 			rep.Error = err.Error()
@@ -224,7 +223,7 @@ func inode(path string) uint64 {
 // carried, raw, to the server, which decides. When the port is taken
 // (another server's agent holds it), the agent takes it over once it is
 // free, and says so now.
-func (a *agentState) listenEgress(port int, channel string, hand bool) error {
+func (a *agentState) listenEgress(port int, channel string) error {
 	if port < 1 || port > 65535 {
 		return fmt.Errorf("proxy port %d is not a TCP port", port)
 	}
@@ -233,7 +232,7 @@ func (a *agentState) listenEgress(port int, channel string, hand bool) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.channel, a.hand = channel, hand && channel != ""
+	a.channel = channel
 	if a.egress == port {
 		return nil
 	}
@@ -278,17 +277,14 @@ func (a *agentState) holdEgress(addr string, ln net.Listener) {
 }
 
 // relayEgress carries one proxy connection to the server: handed over
-// its channel, or copied there, where it has one; else as a stream.
+// its channel where it has one (the server takes nothing else there),
+// else as a stream.
 func (a *agentState) relayEgress(c net.Conn) {
 	a.mu.Lock()
-	channel, hand := a.channel, a.hand
+	channel := a.channel
 	a.mu.Unlock()
 	if channel != "" {
 		if uc, err := net.DialTimeout("unix", channel, channelDialTimeout); err == nil {
-			if !hand {
-				Splice(c, uc)
-				return
-			}
 			err := HandConn(uc.(*net.UnixConn), c.(*net.TCPConn))
 			uc.Close()
 			if err == nil {
