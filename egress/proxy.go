@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -702,33 +703,32 @@ func (c *countConn) Write(p []byte) (int, error) {
 
 // splice copies between the sandbox's connection s and the upstream u
 // (pre first, to u) until both directions end, passing half-closes on,
-// and returns the bytes sent up and down.
+// then closes both, and returns the bytes sent up and down.
 func splice(s, u net.Conn, pre []byte) (up, down int64) {
+	up, down = pipe(s, io.MultiReader(bytes.NewReader(pre), s), u, u)
+	s.Close()
+	u.Close()
+	return up, down
+}
+
+// pipe copies what comes from the client (cr, the reader of its
+// connection cw) to the upstream uw, and what comes from the upstream
+// (ur) to cw, each direction until it ends, which it passes on as a
+// half-close, and returns the bytes sent up and down.
+func pipe(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader) (up, down int64) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if len(pre) > 0 {
-			n, err := u.Write(pre)
-			up += int64(n)
-			if err != nil {
-				closeWrite(u)
-				return
-			}
-		}
-		n, _ := copyConn(u, s)
-		up += n
-		closeWrite(u)
+		up, _ = copyConn(uw, cr)
+		closeWrite(uw)
 	}()
 	go func() {
 		defer wg.Done()
-		n, _ := copyConn(s, u)
-		down = n
-		closeWrite(s)
+		down, _ = copyConn(cw, ur)
+		closeWrite(cw)
 	}()
 	wg.Wait()
-	s.Close()
-	u.Close()
 	return up, down
 }
 

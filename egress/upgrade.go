@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 )
 
 // A request may ask to switch its connection to another protocol (a
@@ -58,10 +57,9 @@ func upgradeWithSecret(host string, port int, upgrade string) string {
 }
 
 // switchProtocols answers the client with resp, the upstream's 101 to a
-// request that asked to switch to upgrade, then copies what comes from
-// the client (cr, then cw's connection) to the upstream (uw) and what
-// comes from the upstream (ur) to the client (cw), until both directions
-// end. An upstream that switched unasked, or without saying to what, gets
+// request that asked to switch to upgrade, then pipes the client (cw,
+// read through cr) and the upstream (uw, read through ur) together until
+// both directions end. An upstream that switched unasked, or without saying to what, gets
 // the client a 502 instead.
 func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp *http.Response, upgrade, where string) {
 	proto := strings.TrimSpace(resp.Header.Get("Upgrade"))
@@ -83,17 +81,5 @@ func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp 
 	if _, err := io.WriteString(cw, head.String()); err != nil {
 		return
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		_, _ = io.Copy(uw, cr)
-		closeWrite(uw)
-	}()
-	go func() {
-		defer wg.Done()
-		_, _ = io.Copy(cw, ur)
-		closeWrite(cw)
-	}()
-	wg.Wait()
+	pipe(cw, cr, uw, ur)
 }
