@@ -101,10 +101,11 @@ func TestWatchdogEndOfLife(t *testing.T) {
 // 0, which tells a stop by a person or a server from its own.
 func TestWatchdogStoppedExitsZero(t *testing.T) {
 	cmd, done := watchdogOnHost(t, t.TempDir(), "100", "1")
-	// Its trap is set before it forks the checker.
-	pid := strconv.Itoa(cmd.Process.Pid)
+	// Its trap is set before it forks the checker, but after it runs
+	// mkdir, rm and mkfifo: a child alone does not say the trap is set.
+	// A grandchild does: only the checker forks (date, sleep).
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if b, _ := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children"); len(strings.TrimSpace(string(b))) > 0 {
+		if hasGrandchild(cmd.Process.Pid) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -122,6 +123,21 @@ func TestWatchdogStoppedExitsZero(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the watchdog did not end on SIGTERM")
 	}
+}
+
+// hasGrandchild tells whether a child of pid has a child of its own,
+// by the kernel's children lists.
+func hasGrandchild(pid int) bool {
+	children := func(p string) []string {
+		b, _ := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+		return strings.Fields(string(b))
+	}
+	for _, c := range children(strconv.Itoa(pid)) {
+		if len(children(c)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // TestWatchdogOffNeverStops: with no idle TTL and no end of life, the
