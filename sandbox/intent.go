@@ -38,6 +38,9 @@ import (
 //     and the swap run to its end (it carries on from any step).
 //   - clone, begun: its half-made sandbox is removed.
 //   - reset: finished, with the old container's env variables.
+//   - destroy: finished, before anything boots under the name (at a
+//     server's start, or by the next call on the name, which gets a new
+//     sandbox).
 //
 // Either way the next call on the sandbox is told what happened.
 
@@ -53,7 +56,26 @@ type IntentStore interface {
 const (
 	intentBegun  = "begun"
 	intentStaged = "staged"
+
+	opDestroy = "destroy"
 )
+
+// finishDestroy finishes the destroy of name that a dead server (or a
+// failed destroy) left recorded, and returns what the next call is told;
+// the caller holds name's lifecycle lock. Nothing recorded: "", nil. A
+// destroy that still cannot finish is an error, so that nothing boots on
+// the workspace it was to remove.
+func (m *Manager) finishDestroy(ctx context.Context, name string) (string, error) {
+	in, ok, err := m.intentOf(name)
+	if err != nil || !ok || in.Op != opDestroy {
+		return "", nil
+	}
+	m.log.Info("found an interrupted destroy", "sandbox", name, "began", in.Began)
+	if _, err := m.destroyLocked(ctx, name); err != nil {
+		return "", fmt.Errorf("sandbox %q: the destroy begun at %s has not finished: %w; destroy it again", name, in.Began.Format(time.RFC3339), err)
+	}
+	return "the destroy of this sandbox begun at " + in.Began.Format(time.RFC3339) + " had not finished (its server exited or it failed); it was finished, and this is a new sandbox", nil
+}
 
 // newIntent starts the record of an operation on name, with fresh names
 // for its directories in the workspace.
@@ -128,6 +150,11 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 		// A reset is only ever finished: the new container gets the env
 		// variables of the old one, which then goes (finishResumed).
 		r.said = "the reset begun at " + in.Began.Format(time.RFC3339) + " was interrupted (its server exited); it was finished"
+	case in.Op != "restore" && in.Op != "clone":
+		// A destroy is finished before this (finishDestroy); an operation
+		// of a later server is not this one's to undo.
+		m.log.Warn("an operation under way that this server does not know; left alone", "sandbox", name, "op", in.Op, "phase", in.Phase)
+		return nil
 	case in.Phase == intentStaged:
 		if in.Trash != "" {
 			m.removeRetired(in.Trash)
@@ -258,6 +285,16 @@ func (m *Manager) resumeIntents(ctx context.Context) {
 		h, err := m.locks.TryLock(m.lockKey(in.Sandbox), "look for interrupted operations")
 		if err != nil {
 			continue // under way in a live server
+		}
+		if in.Op == opDestroy {
+			// Finished without booting: nothing of it is to run again.
+			if said, err := m.finishDestroy(ctx, in.Sandbox); err != nil {
+				m.log.Warn("finish an interrupted destroy", "sandbox", in.Sandbox, "err", err)
+			} else {
+				m.note(in.Sandbox, said)
+			}
+			h.Release()
+			continue
 		}
 		if in.Op == "clone" && in.Phase == intentBegun {
 			// Undone without booting what is removed anyway.

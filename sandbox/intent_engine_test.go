@@ -252,6 +252,74 @@ func TestInterruptedResetOnEngine(t *testing.T) {
 	}
 }
 
+// TestInterruptedDestroyOnEngine: a destroy whose server was killed after
+// it removed the container and before it removed the workspace is
+// finished by the next server, at its start or at the next call on the
+// name, before anything boots there: the next call gets a new sandbox
+// with an empty workspace, never the old one's files, and is told.
+func TestInterruptedDestroyOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			st, server := intentServers(t, tg, prefix)
+			ctx := guardedSequence(t)
+			for _, atStart := range []bool{false, true} {
+				box := "halfdestroy"
+				if atStart {
+					box += "-start"
+				}
+				t.Run(box, func(t *testing.T) {
+					a := server()
+					if o := run(t, a, box, shell.Request{Command: "echo secret >/workspace/kept"}); o.res.ExitCode != 0 {
+						t.Fatal(o.stderr)
+					}
+					a.Close() // the server killed in the middle of the destroy
+					if err := st.PutIntent(state.Intent{Sandbox: box, Op: "destroy", Phase: "begun", Began: time.Now().UTC()}); err != nil {
+						t.Fatal(err)
+					}
+					if err := rt.Remove(ctx, a.ContainerFor(box)); err != nil {
+						t.Fatal(err)
+					}
+					b := server()
+					if atStart {
+						if err := b.Reconcile(ctx); err != nil {
+							t.Fatal(err)
+						}
+						if _, ok, _ := st.Intent(box); ok {
+							t.Error("the record of the destroy is still there after the next server's start")
+						}
+						if _, err := rt.Inspect(ctx, b.ContainerFor(box)); err == nil {
+							t.Error("the next server's start booted the destroyed sandbox")
+						}
+					}
+					var out strings.Builder
+					res, err := b.Exec(ctx, box, shell.Request{Command: "cat /workspace/kept 2>/dev/null || echo none", Stdout: &out})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := out.String(); got != "none\n" {
+						t.Errorf("the destroyed sandbox's workspace came back: %q", got)
+					}
+					if !strings.Contains(res.Boot.Recovered, "the destroy of this sandbox") || !strings.Contains(res.Boot.Recovered, "it was finished") {
+						t.Errorf("the next call was told %q", res.Boot.Recovered)
+					}
+					if _, ok, _ := st.Intent(box); ok {
+						t.Error("the record of the destroy is still there")
+					}
+					if existed, err := b.Destroy(ctx, box); err != nil || !existed {
+						t.Fatalf("destroy: %v %v", existed, err)
+					}
+					if _, ok, _ := st.Intent(box); ok {
+						t.Error("a destroy that finished left its record")
+					}
+				})
+			}
+		})
+	}
+}
+
 // TestFailedRestorePutsBackOnEngine: a restore whose workspace does not
 // arrive (the sandbox's tar refuses to extract) puts the sandbox back as
 // it was, usable at once by the same server, its jobs still running and

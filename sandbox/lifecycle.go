@@ -198,11 +198,16 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 		sb.end(g.describe())
 		info.Recovered = g.describe()
 	}
-	gen := m.readGen(name)
 	// The boot outlives a caller that gives up, so the next call still
 	// finds the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	defer cancel()
+	if said, err := m.finishDestroy(bctx, name); err != nil { // intent.go
+		return nil, info, err
+	} else if said != "" {
+		info.Recovered = joinNotes(info.Recovered, said)
+	}
+	gen := m.readGen(name) // after the destroy, which moves it on
 	var resumed *resumption
 	if mode == bootFind {
 		resumed = m.resumeIntent(bctx, name) // intent.go
@@ -660,6 +665,20 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	defer release()
+	return m.destroyLocked(ctx, name)
+}
+
+// destroyLocked is Destroy under name's lifecycle lock. The destroy is
+// recorded before its first step: a server killed in its middle (the
+// container gone, the workspace not yet) leaves the record, and the next
+// server finishes it before it boots anything under the name, so a
+// destroyed workspace never comes back as the sandbox's (finishDestroy).
+// A destroy that failed keeps its record too: it was asked for, and the
+// next call on the name carries it on.
+func (m *Manager) destroyLocked(ctx context.Context, name string) (bool, error) {
+	if err := m.putIntent(state.Intent{Sandbox: name, Op: opDestroy, Phase: intentBegun, Began: time.Now().UTC()}); err != nil {
+		return false, err
+	}
 	m.bumpGen(name, "destroyed")
 	m.runHooks(name, "destroy")
 	sb := m.detach(name)
@@ -693,6 +712,7 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 			m.cfg.EgressLog.Remove(name)
 		}
 		m.forgetEgressSecret(name, "")
+		m.endIntent(name)
 	}
 	return existed, err
 }

@@ -10,8 +10,8 @@ import "time"
 // undoes it.
 type Intent struct {
 	Sandbox string `json:"sandbox"`
-	// Op is "restore" or "clone"; Snapshot the snapshot restored (or the
-	// clone's source).
+	// Op is "restore", "clone", "reset" or "destroy"; Snapshot the
+	// snapshot restored (or the clone's source).
 	Op       string `json:"op"`
 	Snapshot string `json:"snapshot,omitempty"`
 	// Phase is "begun" until the new workspace is whole beside the old
