@@ -315,6 +315,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		} else if errors.Is(err, ErrAlreadyExists) {
 			// Another server created it first: adopt theirs.
 			c, err = m.inspectCreated(ctx, name)
+			if err == nil && fresh {
+				m.dropUnusedVolume(ctx, name, c)
+			}
 		}
 	}
 	if err != nil {
@@ -810,6 +813,22 @@ func (m *Manager) wipe(ctx context.Context, name, vol string, wipe, look bool) e
 		return fmt.Errorf("remove workspace of %q: %w", name, err)
 	}
 	return nil
+}
+
+// dropUnusedVolume removes the workspace named after sandbox name when c,
+// the sandbox's container, mounts another: a spare's, which a server
+// killed between the rename of its claim and its record left. A create
+// made without a look (fresh) has just made the named one, which nothing
+// else would remove: the sandbox's record, its destroy and prune all go
+// by the spare's. The caller holds name's lifecycle lock.
+func (m *Manager) dropUnusedVolume(ctx context.Context, name string, c Container) {
+	vol := m.volumeFor(name)
+	if m.volumeOf(name, c) == vol {
+		return
+	}
+	if err := m.rt.VolumeRemove(ctx, vol); err != nil && !errors.Is(err, ErrNotFound) {
+		m.log.Warn("remove a workspace its sandbox does not use", "sandbox", name, "volume", vol, "err", err)
+	}
 }
 
 // volumeInUseWait bounds how long a removal waits for the containers that

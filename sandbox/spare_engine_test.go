@@ -221,3 +221,86 @@ func TestRebuiltImageSpareOnEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestSpareClaimCutAfterRenameOnEngine: a server killed right after it
+// renamed a spare to a sandbox's name, before it recorded the claim,
+// leaves the next server a sandbox container on the spare's workspace
+// and no record of it. The next call adopts it, with its workspace, and
+// makes no workspace of its own that nothing would remove; its destroy
+// leaves no volume behind.
+func TestSpareClaimCutAfterRenameOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			ren, ok := rt.(sandbox.Renamer)
+			if !ok {
+				t.Skipf("%s cannot rename a container, which taking a spare is: it keeps no spares", rt.Kind())
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			server := func() *sandbox.Manager {
+				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+					Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
+				t.Cleanup(m.Close)
+				return m
+			}
+			ctx := guardedSequence(t)
+			volumes := func() []string {
+				t.Helper()
+				names, err := rt.(sandbox.VolumeLister).VolumeNames(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ours []string
+				for _, n := range names {
+					if strings.HasPrefix(n, prefix+"-") {
+						ours = append(ours, n)
+					}
+				}
+				return ours
+			}
+			a := server()
+			a.KeepSpares(1)
+			var spare sandbox.Info
+			for deadline := time.Now().Add(hangGuard); spare.Container == ""; time.Sleep(200 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no running spare within %s", hangGuard)
+				}
+				sp, err := a.Spares(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range sp {
+					if s.State == sandbox.StateRunning {
+						spare = s
+					}
+				}
+			}
+			a.KeepSpares(0)
+			a.Close() // killed as it took the spare for "b": renamed, not recorded
+			if err := ren.Rename(ctx, spare.Container, a.ContainerFor("b")); err != nil {
+				t.Fatal(err)
+			}
+			before := volumes()
+
+			b := server()
+			if o := run(t, b, "b", shell.Request{Command: "echo here >/workspace/f"}); o.res.ExitCode != 0 || o.res.Boot.Created {
+				t.Fatalf("the next call on the name: %+v", o)
+			}
+			if after := volumes(); !slices.Equal(after, before) {
+				t.Errorf("the call on the name made volumes: %v, were %v", after, before)
+			}
+			if _, err := b.Destroy(ctx, "b"); err != nil {
+				t.Fatal(err)
+			}
+			if left := volumes(); len(left) != 0 {
+				t.Errorf("the destroy left volumes: %v", left)
+			}
+		})
+	}
+}
