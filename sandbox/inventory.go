@@ -66,7 +66,8 @@ func (m *Manager) orphans(cs []Container) []string {
 // clones that killed servers left half done, removes containers a reset
 // left behind,
 // ends and records the commands that killed servers left running (see
-// sweep.go), forgets the job records of sandboxes whose container is gone,
+// sweep.go), removes the workspace images killed servers left without a
+// volume (DiskSweeper), forgets the job records of sandboxes whose container is gone,
 // and reports (never removes) the sandboxes earlier servers left running
 // or stopped, which any server adopts on first use.
 func (m *Manager) Reconcile(ctx context.Context) error {
@@ -83,6 +84,13 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 		return err
 	}
 	m.sweepGoneServers(ctx, cs) // sweep.go
+	if ds, ok := m.rt.(DiskSweeper); ok {
+		if gone, err := ds.SweepDisks(ctx); err != nil {
+			m.log.Warn("look for workspace images killed servers left", "err", err)
+		} else if len(gone) > 0 {
+			m.log.Info("removed workspace images killed servers left", "images", gone)
+		}
+	}
 	exists := map[string]bool{}
 	var found []string
 	for _, c := range cs {

@@ -201,6 +201,14 @@ type VolumeLister interface {
 	VolumeNames(ctx context.Context) ([]string, error)
 }
 
+// DiskSweeper is implemented by engines whose workspace volumes are
+// backed by files of the server's making (images on loop devices): it
+// removes those a server killed in the middle of a volume's creation
+// left, which no volume names, and returns them.
+type DiskSweeper interface {
+	SweepDisks(ctx context.Context) ([]string, error)
+}
+
 // StatsReader is implemented by engines that report a container's
 // resource use.
 type StatsReader interface {

@@ -80,10 +80,11 @@ func (a *app) makeVolumeImage(name string, size int64) (args []string, img strin
 	img = filepath.Join(dir, name+"."+hex.EncodeToString(rnd[:])+".ext4")
 	ctx, cancel := context.WithTimeout(context.Background(), volumeCreateTimeout)
 	defer cancel()
-	dev, err := loopdisk.Make(ctx, img, size, "")
+	dev, release, err := loopdisk.Make(ctx, img, size, "")
 	if err != nil {
 		return nil, "", err
 	}
+	release() // nothing sweeps the stand-in's images: no hold needed
 	return []string{"--label", labelVolImage + "=" + img, "--opt", "type=ext4", "--opt", "device=" + dev}, img, nil
 }
 

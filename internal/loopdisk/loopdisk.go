@@ -12,11 +12,15 @@ package loopdisk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Unavailable says why images cannot be made and attached to loop devices
@@ -37,16 +41,26 @@ func Unavailable() string {
 }
 
 // Make creates a sparse ext4 image of size bytes at img (which must not
-// exist), with filesystem label label (none when ""), and attaches it to a free loop
-// device, which it returns. On failure it leaves nothing behind.
-func Make(ctx context.Context, img string, size int64, label string) (string, error) {
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+// exist), with filesystem label label (none when ""), and attaches it to
+// a free loop device, which it returns. On failure it leaves nothing
+// behind. The image is held (an exclusive flock) from its creation until
+// release is called, which Sweep respects: the caller releases it once
+// the image is named where Sweep's caller looks (a volume's label), or
+// removed. A process killed meanwhile releases it with its death.
+func Make(ctx context.Context, img string, size int64, label string) (dev string, release func(), err error) {
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_CLOEXEC, 0o600)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	err = f.Truncate(size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	release = func() { f.Close() }
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+	if err == nil {
+		err = f.Truncate(size)
 	}
 	if err == nil {
 		// -m 0: no blocks reserved for root, the volume's user gets the
@@ -58,7 +72,6 @@ func Make(ctx context.Context, img string, size int64, label string) (string, er
 		}
 		err = run(ctx, "mkfs.ext4", append(args, img)...)
 	}
-	var dev string
 	if err == nil {
 		var out []byte
 		out, err = exec.CommandContext(ctx, "losetup", "--find", "--show", img).Output()
@@ -69,9 +82,63 @@ func Make(ctx context.Context, img string, size int64, label string) (string, er
 	}
 	if err != nil {
 		Detach(img)
-		return "", fmt.Errorf("make an ext4 image: %w", err)
+		return "", nil, fmt.Errorf("make an ext4 image: %w", err)
 	}
-	return dev, nil
+	return dev, release, nil
+}
+
+// Sweep detaches and deletes the images in dir whose names end in suffix
+// that a process killed while it made them left: those unchanged for
+// grace, that no Make holds, and that referenced, asked once they are
+// held here, does not name. It returns the images it removed. A failed
+// referenced removes nothing.
+func Sweep(dir, suffix string, grace time.Duration, referenced func() (map[string]bool, error)) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	held := map[string]*os.File{}
+	defer func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}()
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), suffix) || e.Name() == suffix {
+			continue
+		}
+		img := filepath.Join(dir, e.Name())
+		f, err := os.OpenFile(img, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		fi, err := f.Stat()
+		if err != nil || !fi.Mode().IsRegular() || time.Since(fi.ModTime()) < grace ||
+			syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close()
+			continue
+		}
+		held[img] = f
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	refs, err := referenced()
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	for img := range held {
+		if !refs[img] {
+			Detach(img)
+			gone = append(gone, img)
+		}
+	}
+	slices.Sort(gone)
+	return gone, nil
 }
 
 func run(ctx context.Context, name string, args ...string) error {

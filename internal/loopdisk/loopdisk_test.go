@@ -2,11 +2,14 @@ package loopdisk
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMakeAndDetach(t *testing.T) {
@@ -14,10 +17,11 @@ func TestMakeAndDetach(t *testing.T) {
 		t.Skip(why)
 	}
 	img := filepath.Join(t.TempDir(), "v.ext4")
-	dev, err := Make(context.Background(), img, 64<<20, "test")
+	dev, release, err := Make(context.Background(), img, 64<<20, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
+	release()
 	t.Cleanup(func() { Detach(img) })
 	if got := Backing(dev); got != img {
 		t.Fatalf("%s is backed by %q, want %s", dev, got, img)
@@ -42,10 +46,82 @@ func TestMakeAndDetach(t *testing.T) {
 	if err := os.WriteFile(img, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Make(context.Background(), img, 64<<20, "test"); err == nil {
+	if _, _, err := Make(context.Background(), img, 64<<20, "test"); err == nil {
 		t.Fatal("Make over an existing file succeeded")
 	}
 	if b, err := os.ReadFile(img); err != nil || string(b) != "x" {
 		t.Fatalf("the existing file: %q %v", b, err)
+	}
+}
+
+// TestSweep: of the images in a directory, Sweep removes (detached and
+// deleted) only those a killed maker left: old, held by no Make, named by
+// no reference. An image being made, one in use, one just made, another
+// engine's and a file that is not an image stay.
+func TestSweep(t *testing.T) {
+	if why := Unavailable(); why != "" {
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	long := time.Now().Add(-time.Hour)
+	mk := func(name string, old bool) (string, string, func()) {
+		t.Helper()
+		img := filepath.Join(dir, name+".mine.ext4")
+		dev, release, err := Make(context.Background(), img, 16<<20, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { release(); Detach(img) })
+		if old {
+			if err := os.Chtimes(img, long, long); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return img, dev, release
+	}
+	left, leftDev, release := mk("left", true) // its maker was killed
+	release()
+	held, _, _ := mk("held", true) // its maker is slow: still held
+	used, _, release := mk("used", true)
+	release()
+	young, _, release := mk("young", false)
+	release()
+	theirs, _, release := mk("theirs", true) // another engine's, which this one's references do not name
+	release()
+	if err := os.Rename(theirs, strings.TrimSuffix(theirs, ".mine.ext4")+".other.ext4"); err != nil {
+		t.Fatal(err)
+	}
+	theirs = strings.TrimSuffix(theirs, ".mine.ext4") + ".other.ext4"
+	t.Cleanup(func() { Detach(theirs) })
+	other := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(other, long, long); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Sweep(dir, ".mine.ext4", time.Minute, func() (map[string]bool, error) { return nil, errors.New("engine down") }); err == nil {
+		t.Fatal("a sweep whose references could not be read said nothing")
+	}
+	if _, err := os.Stat(left); err != nil {
+		t.Fatal("a sweep whose references could not be read removed an image")
+	}
+	gone, err := Sweep(dir, ".mine.ext4", time.Minute, func() (map[string]bool, error) { return map[string]bool{used: true}, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(gone, []string{left}) {
+		t.Fatalf("swept %v, want only %s", gone, left)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Errorf("the left image is still there: %v", err)
+	}
+	if Backing(leftDev) == left {
+		t.Errorf("%s is still attached to the left image", leftDev)
+	}
+	for _, f := range []string{held, used, young, theirs, other} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 }

@@ -40,6 +40,7 @@ type Dialect struct {
 	diskMu   sync.Mutex
 	disk     *sandbox.DiskSupport // cached DiskSupport
 	disksDir string               // where workspace images live
+	diskTag  string               // in the names of this engine's images
 	squashAt int                  // see Options.SquashLayers
 }
 

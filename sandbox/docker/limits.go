@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/loopdisk"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -53,13 +55,13 @@ func (d *Dialect) DiskSupport(ctx context.Context) sandbox.DiskSupport {
 	key := d.engineKey()
 	if c, ok := diskCache.Load(key); ok {
 		e := c.(diskAnswer)
-		d.disk, d.disksDir = &e.ds, e.disksDir
+		d.disk, d.disksDir, d.diskTag = &e.ds, e.disksDir, e.diskTag
 		return e.ds
 	}
 	ds, err := d.detectDisk(ctx)
 	if err == nil {
 		d.disk = &ds
-		diskCache.Store(key, diskAnswer{ds: ds, disksDir: d.disksDir})
+		diskCache.Store(key, diskAnswer{ds: ds, disksDir: d.disksDir, diskTag: d.diskTag})
 	}
 	return ds
 }
@@ -70,8 +72,8 @@ var diskCache sync.Map
 // diskAnswer is one engine's DiskSupport answer, and where its workspace
 // images live.
 type diskAnswer struct {
-	ds       sandbox.DiskSupport
-	disksDir string
+	ds                sandbox.DiskSupport
+	disksDir, diskTag string
 }
 
 // engineKey tells engines apart for diskCache: the flavor, the binary,
@@ -122,6 +124,11 @@ func (d *Dialect) detectDisk(ctx context.Context) (sandbox.DiskSupport, error) {
 		ds.Notes = append(ds.Notes, "workspace: no sized volumes: "+why)
 	} else {
 		d.disksDir = filepath.Join(filepath.Dir(root), "sandbox-mcp-disks")
+		// Engines whose data directories share a parent share the
+		// directory: each image's name says its engine, and each sweeps
+		// only its own (SweepDisks).
+		sum := sha256.Sum256([]byte(string(d.flavor) + "\x00" + root))
+		d.diskTag = "engine-" + hex.EncodeToString(sum[:6])
 		ds.VolumeSize = true
 	}
 	return ds, nil
@@ -245,8 +252,8 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	}
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	img := filepath.Join(d.disksDir, name+"."+hex.EncodeToString(rnd[:])+".ext4")
-	dev, err := loopdisk.Make(ctx, img, size, "workspace")
+	img := filepath.Join(d.disksDir, name+"."+hex.EncodeToString(rnd[:])+"."+d.diskTag+".ext4")
+	dev, release, err := loopdisk.Make(ctx, img, size, "workspace")
 	if err != nil {
 		if fresh && d.Kind() == "podman" {
 			// No look was made: a volume a crash left needs no new disk.
@@ -256,6 +263,8 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 		}
 		return false, err
 	}
+	// Held until the volume names it (or it is gone): SweepDisks leaves it.
+	defer release()
 	args := []string{"volume", "create", "--label", LabelDiskImage + "=" + img}
 	for _, k := range sortedKeys(labels) {
 		args = append(args, "--label", k+"="+labels[k])
@@ -273,6 +282,70 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 		return false, err
 	}
 	return true, nil
+}
+
+// diskSweepGrace is how long a workspace image goes unchanged before
+// SweepDisks may take it for one a killed server left. Its maker holds it
+// (loopdisk.Make) until its volume names it, so this only spares images
+// made by a server of an older version, which held none.
+const diskSweepGrace = 10 * time.Minute
+
+// SweepDisks implements sandbox.DiskSweeper: it detaches and deletes the
+// workspace images that no volume of this engine names, any prefix's,
+// which a server killed between an image's making and its volume's left
+// (loopdisk.Sweep). It returns the images removed.
+func (d *Dialect) SweepDisks(ctx context.Context) ([]string, error) {
+	if !d.DiskSupport(ctx).VolumeSize || d.disksDir == "" || d.diskTag == "" {
+		return nil, nil
+	}
+	// Only this engine's (the tag in their names): an image another
+	// engine made is named by that engine's volumes, which this one does
+	// not list. Images made before names carried a tag are left alone.
+	return loopdisk.Sweep(d.disksDir, "."+d.diskTag+".ext4", diskSweepGrace, func() (map[string]bool, error) {
+		return d.diskImagesNamed(ctx)
+	})
+}
+
+// diskImagesNamed is the set of images the engine's volumes name. A
+// volume removed while it looks makes it look again.
+func (d *Dialect) diskImagesNamed(ctx context.Context) (map[string]bool, error) {
+	var err error
+	for range 5 {
+		var out []byte
+		out, err = d.cli.Output(ctx, nil, "volume", "ls", "--quiet", "--filter", "label="+LabelDiskImage)
+		if err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				continue
+			}
+			return nil, err
+		}
+		names := strings.Fields(string(out))
+		named := map[string]bool{}
+		if len(names) == 0 {
+			return named, nil
+		}
+		out, err = d.cli.Output(ctx, nil, append([]string{"volume", "inspect", "--"}, names...)...)
+		if err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				continue
+			}
+			return nil, err
+		}
+		var vs []volumeJSON
+		if err := json.Unmarshal(out, &vs); err != nil {
+			return nil, fmt.Errorf("parse volume inspect: %w", err)
+		}
+		if len(vs) != len(names) {
+			return nil, fmt.Errorf("volume inspect of %d volumes described %d", len(names), len(vs))
+		}
+		for _, v := range vs {
+			if img := v.Labels[LabelDiskImage]; img != "" {
+				named[img] = true
+			}
+		}
+		return named, nil
+	}
+	return nil, err
 }
 
 // checkLoop verifies that an existing volume's loop device is still backed

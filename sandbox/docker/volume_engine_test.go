@@ -5,10 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/loopdisk"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 )
@@ -60,6 +63,73 @@ func TestSizedVolumeOfAFreshName(t *testing.T) {
 			}
 			if size, ok, err := d.VolumeSize(ctx, name); err != nil || !ok || size != 256<<20 {
 				t.Fatalf("size %d %v %v", size, ok, err)
+			}
+		})
+	}
+}
+
+// TestSweepDisksOnEngine: the image of a volume whose server was killed
+// before the volume was made (here: the volume removed behind the
+// dialect's back, which leaves its image as such a kill does) is
+// detached and deleted by the next sweep; the image of a volume that
+// exists stays, however old.
+func TestSweepDisksOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		if tg.Runtime != "docker" && tg.Runtime != "podman" {
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+			defer cancel()
+			prefix := enginetest.Prefix(t, tg.New())
+			d := docker.New(docker.Options{Flavor: docker.Flavor(tg.Runtime), Env: tg.Env})
+			if ds := d.DiskSupport(ctx); !ds.VolumeSize {
+				t.Skipf("sized volumes are not available here: %v", ds.Notes)
+			}
+			cli := func(args ...string) string {
+				t.Helper()
+				cmd := exec.CommandContext(ctx, tg.Runtime, args...)
+				cmd.Env = append(os.Environ(), tg.Env...)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v: %s", args, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			long := time.Now().Add(-time.Hour)
+			images := map[string]string{}
+			for _, v := range []string{"kept", "left"} {
+				name := prefix + "-ws-" + v
+				t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), name) })
+				if sized, err := d.VolumeCreateSized(ctx, name, map[string]string{sandbox.LabelOwner: prefix}, 64<<20, true); err != nil || !sized {
+					t.Fatalf("create %s: sized %v, %v", name, sized, err)
+				}
+				images[v] = cli("volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, name)
+				if err := os.Chtimes(images[v], long, long); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Cleanup(func() { loopdisk.Detach(images["left"]) })
+			cli("volume", "rm", prefix+"-ws-left")
+			gone, err := d.SweepDisks(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(gone, images["left"]) || slices.Contains(gone, images["kept"]) {
+				t.Fatalf("swept %v; want %s, not %s", gone, images["left"], images["kept"])
+			}
+			if _, err := os.Stat(images["left"]); !os.IsNotExist(err) {
+				t.Errorf("the left image is still there: %v", err)
+			}
+			if out, _ := exec.Command("losetup", "--associated", images["left"]).Output(); len(out) > 0 {
+				t.Errorf("the left image is still attached: %s", out)
+			}
+			if _, err := os.Stat(images["kept"]); err != nil {
+				t.Errorf("the image of a volume that exists: %v", err)
+			}
+			if size, ok, err := d.VolumeSize(ctx, prefix+"-ws-kept"); err != nil || !ok || size != 64<<20 {
+				t.Errorf("the kept volume: size %d %v %v", size, ok, err)
 			}
 		})
 	}
