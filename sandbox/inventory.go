@@ -66,8 +66,9 @@ func (m *Manager) orphans(cs []Container) []string {
 // clones that killed servers left half done, removes containers a reset
 // left behind,
 // ends and records the commands that killed servers left running (see
-// sweep.go), removes the workspace images killed servers left without a
-// volume (DiskSweeper), forgets the job records of sandboxes whose container is gone,
+// sweep.go), removes the workspaces of spares whose boot killed servers
+// cut short and the workspace images they left without a volume
+// (DiskSweeper), forgets the job records of sandboxes whose container is gone,
 // and reports (never removes) the sandboxes earlier servers left running
 // or stopped, which any server adopts on first use.
 func (m *Manager) Reconcile(ctx context.Context) error {
@@ -83,8 +84,13 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.sweepGoneServers(ctx, cs) // sweep.go
-	if ds, ok := m.rt.(DiskSweeper); ok {
+	m.sweepGoneServers(ctx, cs)                            // sweep.go
+	if gone, err := m.sweepSpareVolumes(ctx); err != nil { // spare.go
+		m.log.Warn("look for spares killed servers left", "err", err)
+	} else if len(gone) > 0 {
+		m.log.Info("removed the workspaces of spares killed servers left", "volumes", gone)
+	}
+	if ds, ok := m.rt.(DiskSweeper); ok { // after the spares': their images go with them
 		if gone, err := ds.SweepDisks(ctx); err != nil {
 			m.log.Warn("look for workspace images killed servers left", "err", err)
 		} else if len(gone) > 0 {

@@ -897,6 +897,70 @@ func (m *Manager) refillSpares(ctx context.Context) {
 	}
 }
 
+// sweepSpareVolumes removes, at a server's start, what a server killed in
+// the middle of a spare's boot left: workspaces that no container of this
+// prefix mounts and no sandbox's record names, and the spare's channel
+// directory. It holds the refill's lock, looking only when no refill is
+// under way elsewhere, and lists the containers once it holds it: a
+// spare being booted is no one's to remove. It returns the workspaces
+// removed.
+func (m *Manager) sweepSpareVolumes(ctx context.Context) ([]string, error) {
+	vl, ok := m.rt.(VolumeLister)
+	if !ok {
+		return nil, nil
+	}
+	h, err := m.locks.TryLock(m.cfg.Prefix+"_spares", "look for spares killed servers left")
+	if err != nil {
+		return nil, nil // a refill under way: a later start looks
+	}
+	defer h.Release()
+	names, err := vl.VolumeNames(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	var vols []string
+	for _, v := range names {
+		if m.validSpareVolume(v) {
+			vols = append(vols, v)
+		}
+	}
+	if len(vols) == 0 {
+		return nil, nil
+	}
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, c := range cs {
+		keep[c.Labels[LabelVolume]] = true
+	}
+	if m.cfg.Sandboxes != nil {
+		recs, err := m.cfg.Sandboxes.Sandboxes()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			keep[r.Volume] = true // a sandbox that began as a spare: its workspace, container or not
+		}
+	}
+	var gone []string
+	for _, vol := range vols {
+		if keep[vol] {
+			continue
+		}
+		if err := m.rt.VolumeRemove(ctx, vol); err != nil && !errors.Is(err, ErrNotFound) {
+			if !errors.Is(err, ErrInUse) {
+				m.log.Warn("remove the workspace of a spare a killed server left", "volume", vol, "err", err)
+			}
+			continue
+		}
+		m.removeChannel(m.channelDir(m.spareName(strings.TrimPrefix(vol, m.spareVolume("")))))
+		gone = append(gone, vol)
+	}
+	return gone, nil
+}
+
 // dropSpare removes spare c and its workspace, under its lock.
 func (m *Manager) dropSpare(ctx context.Context, c Container) {
 	release, err := m.holdSpare(c.Name, "remove spare")

@@ -2,6 +2,8 @@ package sandbox_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -300,6 +302,65 @@ func TestSpareClaimCutAfterRenameOnEngine(t *testing.T) {
 			}
 			if left := volumes(); len(left) != 0 {
 				t.Errorf("the destroy left volumes: %v", left)
+			}
+		})
+	}
+}
+
+// TestSpareBootCutOnEngine: a server killed while it booted a spare,
+// after the spare's workspace and channel directory were made and before
+// its container was, leaves both; the next server's start removes them,
+// and leaves alone the workspace of a sandbox that began as a spare,
+// whose container is gone but whose record names it.
+func TestSpareBootCutOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			if _, ok := rt.(sandbox.VolumeLister); !ok {
+				t.Skipf("%s does not list volumes", rt.Kind())
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := guardedSequence(t)
+			chanRoot := filepath.Join(dir, "chan")
+			left, owned := prefix+"-ws_spare_0123456789abcdef", prefix+"-ws_spare_fedcba9876543210"
+			for _, v := range []string{left, owned} {
+				t.Cleanup(func() { _ = rt.VolumeRemove(context.Background(), v) })
+				if err := rt.VolumeCreate(ctx, v, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelRole: sandbox.RoleSpare}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sum := sha256.Sum256([]byte(prefix + "_spare_0123456789abcdef"))
+			chanDir := filepath.Join(chanRoot, hex.EncodeToString(sum[:8]))
+			if err := os.MkdirAll(chanDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.PutSandbox(state.Sandbox{Name: "was-a-spare", Container: prefix + "-was-a-spare", Volume: owned, Created: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks"), ChannelRoot: chanRoot})
+			t.Cleanup(m.Close)
+			if err := m.Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			names, err := rt.(sandbox.VolumeLister).VolumeNames(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(names, left) {
+				t.Errorf("the workspace of the cut spare boot is still there")
+			}
+			if !slices.Contains(names, owned) {
+				t.Errorf("the workspace a sandbox's record names was removed")
+			}
+			if _, err := os.Stat(chanDir); !os.IsNotExist(err) && tg.Runtime != "container" {
+				t.Errorf("the channel directory of the cut spare boot: %v", err)
 			}
 		})
 	}
