@@ -286,9 +286,9 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 
 // diskSweepGrace is how long a workspace image goes unchanged before
 // SweepDisks may take it for one a killed server left. Its maker holds it
-// (loopdisk.Make) until its volume names it, so this only spares images
-// made by a server of an older version, which held none.
-const diskSweepGrace = 10 * time.Minute
+// (loopdisk.Make) from a moment after its creation until its volume names
+// it: this only covers that moment.
+const diskSweepGrace = time.Minute
 
 // SweepDisks implements sandbox.DiskSweeper: it detaches and deletes the
 // workspace images that no volume of this engine names, any prefix's,
