@@ -1,0 +1,571 @@
+// Package gitwork keeps a sandbox's work as a branch of the user's
+// repository on the host, sandbox/<name>: it starts the branch at a ref
+// and packs it (a git bundle) for the sandbox's clone, takes the
+// sandbox's commits back from a bundle the sandbox made, and reads and
+// applies the branch for review.
+//
+// What comes from the sandbox is untrusted. A bundle from it moves that
+// one branch only, whatever refs it names; its objects are checked
+// (transfer.fsckObjects, which refuses a tree holding .git and other
+// paths git will not check out) and its size is bounded; it is fetched
+// with the repository's hooks off and never into the branch checked out.
+// Git runs without a shell, with the server's GIT_* variables left out
+// (they could point it at another repository), and reads and diffs run
+// without external diff or textconv programs, which the branch's
+// .gitattributes could otherwise choose among the user's configured ones.
+// Only Apply changes the user's checked out branch, and only on a clean
+// tree.
+package gitwork
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// BranchPrefix is the prefix of the branches sandboxes' work lands on.
+const BranchPrefix = "sandbox/"
+
+// Repo is a user's git repository with a work tree.
+type Repo struct {
+	// Dir is the top of its work tree; GitDir its git directory.
+	Dir, GitDir string
+}
+
+// ErrNotRepo is Open's answer for a directory outside any git work tree.
+var ErrNotRepo = errors.New("not in a git repository")
+
+// Open finds the repository whose work tree holds dir.
+func Open(ctx context.Context, dir string) (*Repo, error) {
+	if _, err := exec.LookPath("git"); err != nil {
+		return nil, errors.New("git is not installed on this host")
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	out, err := run(ctx, dir, nil, "rev-parse", "--show-toplevel", "--absolute-git-dir")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, ErrNotRepo)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || !filepath.IsAbs(lines[0]) || !filepath.IsAbs(lines[1]) {
+		return nil, fmt.Errorf("%s: %w (git said %q)", dir, ErrNotRepo, out)
+	}
+	return &Repo{Dir: lines[0], GitDir: lines[1]}, nil
+}
+
+// Branch is the branch name of sandbox name's work, and its full ref.
+func Branch(name string) (branch, ref string) {
+	return BranchPrefix + name, "refs/heads/" + BranchPrefix + name
+}
+
+// checkName refuses a sandbox name that makes no valid branch name (git
+// check-ref-format's rules: no "..", no component starting with '.' or
+// ending in ".lock").
+func checkName(ctx context.Context, name string) error {
+	_, ref := Branch(name)
+	if name == "" || strings.HasPrefix(name, "-") {
+		return fmt.Errorf("sandbox name %q makes no branch name", name)
+	}
+	if _, err := run(ctx, "", nil, "check-ref-format", ref); err != nil {
+		return fmt.Errorf("sandbox name %q makes no valid branch name (%s): git refuses \"..\", a leading '.' and a trailing \".lock\"", name, ref)
+	}
+	return nil
+}
+
+// Resolve is the commit rev names in r.
+func (r *Repo) Resolve(ctx context.Context, rev string) (string, error) {
+	if rev == "" || strings.HasPrefix(rev, "-") || strings.ContainsAny(rev, "\x00\n") {
+		return "", fmt.Errorf("bad revision %q", rev)
+	}
+	out, err := r.git(ctx, nil, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+	if err != nil {
+		return "", fmt.Errorf("%q names no commit in %s", rev, r.Dir)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Head is the commit sandbox name's branch is at, or "" when there is no
+// such branch.
+func (r *Repo) Head(ctx context.Context, name string) (string, error) {
+	if err := checkName(ctx, name); err != nil {
+		return "", err
+	}
+	_, ref := Branch(name)
+	out, err := r.git(ctx, nil, "rev-parse", "--verify", "--quiet", ref)
+	if err != nil {
+		return "", nil
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Start makes sandbox name's branch at rev and returns its commit. An
+// existing branch of that name (an earlier sandbox's work) is an error
+// unless it is at that commit already: its work is the user's to keep or
+// delete.
+func (r *Repo) Start(ctx context.Context, name, rev string) (string, error) {
+	if err := checkName(ctx, name); err != nil {
+		return "", err
+	}
+	commit, err := r.Resolve(ctx, rev)
+	if err != nil {
+		return "", err
+	}
+	branch, ref := Branch(name)
+	if at, err := r.Head(ctx, name); err != nil {
+		return "", err
+	} else if at != "" {
+		if at == commit {
+			return commit, nil
+		}
+		return "", fmt.Errorf("branch %s already exists in %s, at %.12s (an earlier sandbox's work): merge or delete it (git branch -D %s) first", branch, r.Dir, at, branch)
+	}
+	// The empty old value: made only if it is not there, whoever races.
+	if _, err := r.git(ctx, nil, "update-ref", "-m", "sandbox-mcp: start "+branch, ref, commit, ""); err != nil {
+		return "", fmt.Errorf("make branch %s: %w", branch, err)
+	}
+	return commit, nil
+}
+
+// Pack writes a bundle of sandbox name's branch, with its history, to w:
+// what the sandbox clones.
+func (r *Repo) Pack(ctx context.Context, name string, w io.Writer) error {
+	if err := checkName(ctx, name); err != nil {
+		return err
+	}
+	_, ref := Branch(name)
+	cmd := r.command(ctx, "bundle", "create", "--quiet", "-", ref)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("git bundle create: %w: %s", err, clip(stderr.String()))
+	}
+	return nil
+}
+
+// Taken is what Take did to a sandbox's branch.
+type Taken struct {
+	Branch string `json:"branch"`
+	// From and To are the commits the branch was at before and after.
+	From string `json:"from,omitempty"`
+	To   string `json:"to"`
+	// Rewritten says the sandbox's branch no longer contains From: its
+	// history was rewritten there.
+	Rewritten bool `json:"rewritten,omitempty"`
+}
+
+// ErrTooLarge is Take's answer for a bundle over its bound.
+var ErrTooLarge = errors.New("the sandbox's commits are too large")
+
+// Take reads a bundle the sandbox made of its branch sandbox/<name>
+// from src, at most maxBytes of it, and moves the host's branch of that
+// name to the commit it brings. Nothing else in the repository moves: of
+// the bundle's refs only that one is read. Its objects are checked
+// before any lands; a bundle that fails, or whose commits need objects
+// the repository does not have, changes nothing.
+func (r *Repo) Take(ctx context.Context, name string, src io.Reader, maxBytes int64) (Taken, error) {
+	if err := checkName(ctx, name); err != nil {
+		return Taken{}, err
+	}
+	branch, ref := Branch(name)
+	t := Taken{Branch: branch}
+	from, err := r.Head(ctx, name)
+	if err != nil {
+		return t, err
+	}
+	t.From = from
+	file, cleanup, err := r.spool(src, maxBytes)
+	if err != nil {
+		return t, err
+	}
+	defer cleanup()
+	out, err := r.git(ctx, nil, "bundle", "list-heads", file)
+	if err != nil {
+		return t, fmt.Errorf("what the sandbox sent is not a git bundle: %w", err)
+	}
+	to := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		sha, name, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && name == ref && isHash(sha) {
+			to = sha
+		}
+	}
+	if to == "" {
+		return t, fmt.Errorf("the sandbox's bundle has no branch %s", branch)
+	}
+	// Git checks no object it takes from a bundle, so the bundle goes
+	// into a quarantine repository first (its objects, and any the
+	// bundle's commits build on from the user's, through alternates), and
+	// the branch comes from there by a fetch that checks every object.
+	// Forced: the branch is the sandbox's to rewrite. Fetch refuses the
+	// branch checked out in a work tree (no --update-head-ok).
+	q := strings.TrimSuffix(file, ".bundle") + ".git"
+	defer os.RemoveAll(q)
+	if _, err := run(ctx, "", nil, "init", "--quiet", "--bare", "--template=", q); err != nil {
+		return t, err
+	}
+	if err := os.WriteFile(filepath.Join(q, "objects", "info", "alternates"), []byte(filepath.Join(r.GitDir, "objects")+"\n"), 0o600); err != nil {
+		return t, err
+	}
+	if _, err := run(ctx, q, nil, append(fetchArgs(false), file, "+"+ref+":"+ref)...); err != nil {
+		return t, fmt.Errorf("read the sandbox's bundle: %w", err)
+	}
+	if _, err := r.git(ctx, nil, append(fetchArgs(true), q, "+"+ref+":"+ref)...); err != nil {
+		return t, fmt.Errorf("take the sandbox's commits onto %s: %w", branch, err)
+	}
+	now, err := r.Head(ctx, name)
+	if err != nil {
+		return t, err
+	}
+	t.To = now
+	if from != "" && from != now {
+		if _, err := r.git(ctx, nil, "merge-base", "--is-ancestor", from, now); err != nil {
+			t.Rewritten = true
+		}
+	}
+	return t, nil
+}
+
+// fetchArgs are the arguments of a fetch that runs no hook, writes no
+// FETCH_HEAD and takes no tags, and with check, refuses any object that
+// fails git's checks, including paths git would refuse to check out.
+func fetchArgs(check bool) []string {
+	args := []string{"-c", "core.hooksPath=" + os.DevNull, "-c", "fetch.writeCommitGraph=false", "-c", "gc.auto=0"}
+	if check {
+		args = append(args, "-c", "fetch.fsckObjects=true")
+		for _, id := range []string{"hasDotgit", "hasDotdot", "fullPathname", "emptyName", "badFilemode", "nulInCommit"} {
+			args = append(args, "-c", "fetch.fsck."+id+"=error")
+		}
+	}
+	return append(args, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules")
+}
+
+// spool copies src, at most maxBytes, to a file of its own in the git
+// directory and returns its path.
+func (r *Repo) spool(src io.Reader, maxBytes int64) (string, func(), error) {
+	dir := filepath.Join(r.GitDir, "sandbox-mcp")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	path := filepath.Join(dir, "take-"+hex.EncodeToString(b[:])+".bundle")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.Remove(path) }
+	n, err := io.Copy(f, io.LimitReader(src, maxBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > maxBytes {
+		err = fmt.Errorf("%w: over %d bytes", ErrTooLarge, maxBytes)
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return path, cleanup, nil
+}
+
+// Commit is one commit of a sandbox's branch.
+type Commit struct {
+	Hash    string    `json:"hash"`
+	Author  string    `json:"author"`
+	Date    time.Time `json:"date"`
+	Subject string    `json:"subject"`
+}
+
+// Log lists the commits of sandbox name's branch that base lacks, newest
+// first, at most n (0: 100).
+func (r *Repo) Log(ctx context.Context, name, base string, n int) ([]Commit, error) {
+	if err := checkName(ctx, name); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		n = 100
+	}
+	branch, ref := Branch(name)
+	if at, err := r.Head(ctx, name); err != nil {
+		return nil, err
+	} else if at == "" {
+		return nil, fmt.Errorf("there is no branch %s in %s", branch, r.Dir)
+	}
+	rng := ref
+	if base != "" {
+		b, err := r.Resolve(ctx, base)
+		if err != nil {
+			return nil, err
+		}
+		rng = b + ".." + ref
+	}
+	out, err := r.git(ctx, nil, "log", "--no-color", "--format=%H%x00%an%x00%aI%x00%s%x00", "-n", strconv.Itoa(n), "--end-of-options", rng, "--")
+	if err != nil {
+		return nil, err
+	}
+	var cs []Commit
+	fields := strings.Split(string(out), "\x00")
+	for i := 0; i+4 <= len(fields); i += 4 {
+		c := Commit{Hash: strings.TrimSpace(fields[i]), Author: fields[i+1], Subject: fields[i+3]}
+		c.Date, _ = time.Parse(time.RFC3339, fields[i+2])
+		if isHash(c.Hash) {
+			cs = append(cs, c)
+		}
+	}
+	return cs, nil
+}
+
+// DiffOptions shape Diff's answer.
+type DiffOptions struct {
+	// Stat gives the files changed and their line counts, not the patch.
+	Stat bool
+	// Paths limits the diff to these paths of the repository.
+	Paths []string
+	// MaxBytes bounds the answer (0: 1 MiB); Diff says when it cut.
+	MaxBytes int
+}
+
+// Diff is the difference between two revisions (from empty: the merge
+// base of to and the branch checked out).
+func (r *Repo) Diff(ctx context.Context, from, to string, opt DiffOptions) (text string, cut bool, err error) {
+	t, err := r.Resolve(ctx, to)
+	if err != nil {
+		return "", false, err
+	}
+	var f string
+	if from == "" {
+		head, err := r.Resolve(ctx, "HEAD")
+		if err != nil {
+			return "", false, err
+		}
+		out, err := r.git(ctx, nil, "merge-base", head, t)
+		if err != nil {
+			return "", false, fmt.Errorf("%.12s and HEAD have no common history", t)
+		}
+		f = strings.TrimSpace(string(out))
+	} else if f, err = r.Resolve(ctx, from); err != nil {
+		return "", false, err
+	}
+	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames"}
+	if opt.Stat {
+		args = append(args, "--stat=200", "--summary")
+	}
+	args = append(args, f, t, "--")
+	for _, p := range opt.Paths {
+		if p == "" || strings.ContainsRune(p, 0) {
+			return "", false, fmt.Errorf("bad path %q", p)
+		}
+		args = append(args, ":(literal)"+p)
+	}
+	max := opt.MaxBytes
+	if max <= 0 {
+		max = 1 << 20
+	}
+	cmd := r.command(ctx, args...)
+	var stderr bytes.Buffer
+	lw := &limitWriter{max: max}
+	cmd.Stdout, cmd.Stderr = lw, &stderr
+	if err := cmd.Run(); err != nil && !lw.full {
+		return "", false, fmt.Errorf("git diff: %w: %s", err, clip(stderr.String()))
+	}
+	return lw.buf.String(), lw.full, nil
+}
+
+// limitWriter keeps the first max bytes and then fails, which ends the
+// writer (git) early.
+type limitWriter struct {
+	buf  bytes.Buffer
+	max  int
+	full bool
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if room := l.max - l.buf.Len(); len(p) > room {
+		l.buf.Write(p[:max(room, 0)])
+		l.full = true
+		return 0, errors.New("output bound reached")
+	}
+	return l.buf.Write(p)
+}
+
+// How Apply brings the branch's work in.
+const (
+	Merge      = "merge"       // a merge commit (--no-ff)
+	Squash     = "squash"      // one commit with all of it
+	CherryPick = "cherry-pick" // the branch's commits that base lacks, one by one
+)
+
+// Applied is what Apply did.
+type Applied struct {
+	How    string `json:"how"`
+	Into   string `json:"into"`   // the branch checked out
+	Before string `json:"before"` // its commit before
+	After  string `json:"after"`  // and after
+}
+
+// ErrDirty is Apply's answer for a work tree with uncommitted changes.
+var ErrDirty = errors.New("the repository has uncommitted changes")
+
+// Apply brings sandbox name's work into the branch checked out in r: a
+// merge, a squashed commit, or the branch's commits since base picked
+// one by one. A tree with uncommitted changes to tracked files is
+// refused; a conflict undoes the attempt and names the files.
+func (r *Repo) Apply(ctx context.Context, name, how, base string) (Applied, error) {
+	a := Applied{How: how}
+	if err := checkName(ctx, name); err != nil {
+		return a, err
+	}
+	branch, ref := Branch(name)
+	at, err := r.Head(ctx, name)
+	if err != nil {
+		return a, err
+	}
+	if at == "" {
+		return a, fmt.Errorf("there is no branch %s in %s", branch, r.Dir)
+	}
+	out, err := r.git(ctx, nil, "symbolic-ref", "--quiet", "--short", "HEAD")
+	if err != nil {
+		return a, fmt.Errorf("%s has no branch checked out (a detached HEAD): check one out first", r.Dir)
+	}
+	a.Into = strings.TrimSpace(string(out))
+	if a.Into == branch {
+		return a, fmt.Errorf("%s is the branch checked out: check out the branch to apply it to", branch)
+	}
+	if st, err := r.git(ctx, nil, "status", "--porcelain=v1", "--untracked-files=no", "--ignore-submodules=none"); err != nil {
+		return a, err
+	} else if len(bytes.TrimSpace(st)) > 0 {
+		return a, fmt.Errorf("%w in %s: commit or stash them first:\n%s", ErrDirty, r.Dir, clip(string(st)))
+	}
+	if a.Before, err = r.Resolve(ctx, "HEAD"); err != nil {
+		return a, err
+	}
+	var undo []string
+	switch how {
+	case Merge, "":
+		a.How = Merge
+		_, err = r.git(ctx, nil, "merge", "--no-ff", "--no-edit", "-m", "Merge "+branch, "--end-of-options", ref)
+		undo = []string{"merge", "--abort"}
+	case Squash:
+		_, err = r.git(ctx, nil, "merge", "--squash", "--end-of-options", ref)
+		if err == nil {
+			_, err = r.git(ctx, nil, "commit", "--quiet", "-m", "Work of "+branch+" (squashed)")
+		}
+		undo = []string{"reset", "--merge"}
+	case CherryPick:
+		b := base
+		if b == "" {
+			mb, merr := r.git(ctx, nil, "merge-base", "HEAD", ref)
+			if merr != nil {
+				return a, fmt.Errorf("%s and %s have no common history", a.Into, branch)
+			}
+			b = strings.TrimSpace(string(mb))
+		}
+		if b, err = r.Resolve(ctx, b); err != nil {
+			return a, err
+		}
+		_, err = r.git(ctx, nil, "cherry-pick", "--allow-empty", "--end-of-options", b+".."+ref)
+		undo = []string{"cherry-pick", "--abort"}
+	default:
+		return a, fmt.Errorf("how must be %s, %s or %s; got %q", Merge, Squash, CherryPick, how)
+	}
+	if err != nil {
+		conflicts, _ := r.git(ctx, nil, "diff", "--name-only", "--diff-filter=U")
+		_, _ = r.git(ctx, nil, undo...)
+		if files := strings.Fields(string(conflicts)); len(files) > 0 {
+			return a, fmt.Errorf("applying %s to %s conflicts in %s; nothing was changed: merge it by hand (git merge %s)", branch, a.Into, strings.Join(files, ", "), branch)
+		}
+		return a, fmt.Errorf("apply %s to %s: %w; nothing was changed", branch, a.Into, err)
+	}
+	a.After, err = r.Resolve(ctx, "HEAD")
+	return a, err
+}
+
+// git runs git in r with stdin and returns its output.
+func (r *Repo) git(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
+	return run(ctx, r.Dir, stdin, args...)
+}
+
+func (r *Repo) command(ctx context.Context, args ...string) *exec.Cmd {
+	return command(ctx, r.Dir, args...)
+}
+
+func command(ctx context.Context, dir string, args ...string) *exec.Cmd {
+	if dir != "" {
+		args = append([]string{"-C", dir}, args...)
+	}
+	cmd := exec.CommandContext(ctx, "git", args...)
+	cmd.Env = gitEnv()
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+func run(ctx context.Context, dir string, stdin io.Reader, args ...string) ([]byte, error) {
+	cmd := command(ctx, dir, args...)
+	cmd.Stdin = stdin
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if msg := clip(stderr.String()); msg != "" {
+			return stdout.Bytes(), fmt.Errorf("git %s: %s", args[0], msg)
+		}
+		return stdout.Bytes(), fmt.Errorf("git %s: %w", args[0], err)
+	}
+	return stdout.Bytes(), nil
+}
+
+// gitEnv is the server's environment without the variables that point
+// git at another repository, index or object store, with prompts off and
+// messages in one language.
+func gitEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GIT_") || strings.HasPrefix(kv, "LC_ALL=") || strings.HasPrefix(kv, "LANGUAGE=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "GIT_TERMINAL_PROMPT=0", "LC_ALL=C")
+}
+
+// clip bounds git's message for an error.
+func clip(s string) string {
+	s = strings.TrimSpace(s)
+	sc := bufio.NewScanner(strings.NewReader(s))
+	var lines []string
+	for sc.Scan() && len(lines) < 12 {
+		lines = append(lines, sc.Text())
+	}
+	s = strings.Join(lines, "\n")
+	if len(s) > 2000 {
+		s = s[:2000] + "…"
+	}
+	return s
+}
+
+func isHash(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
