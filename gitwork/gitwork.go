@@ -172,17 +172,25 @@ type Taken struct {
 // ErrTooLarge is Take's answer for a bundle over its bound.
 var ErrTooLarge = errors.New("the sandbox's commits are too large")
 
-// Take reads a bundle the sandbox made of its branch sandbox/<name>
-// from src, at most maxBytes of it, and moves the host's branch of that
-// name to the commit it brings. Nothing else in the repository moves: of
-// the bundle's refs only that one is read. Its objects are checked
-// before any lands; a bundle that fails, or whose commits need objects
-// the repository does not have, changes nothing.
-func (r *Repo) Take(ctx context.Context, name string, src io.Reader, maxBytes int64) (Taken, error) {
+// Take reads a bundle the sandbox made from src, at most maxBytes of it,
+// and moves the host's branch sandbox/<name> to the commit the bundle's
+// ref from names: HEAD, or the branch's own name when from is "". Nothing
+// else in the repository moves: of the bundle's refs only that one is
+// read. Its objects are checked before any lands; a bundle that fails,
+// or whose commits need objects the repository does not have, changes
+// nothing.
+func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string, maxBytes int64) (Taken, error) {
 	if err := checkName(ctx, name); err != nil {
 		return Taken{}, err
 	}
 	branch, ref := Branch(name)
+	switch from {
+	case "":
+		from = ref
+	case "HEAD":
+	default:
+		return Taken{}, fmt.Errorf("take from %q: only HEAD or the branch's own ref", from)
+	}
 	t := Taken{Branch: branch}
 	from, err := r.Head(ctx, name)
 	if err != nil {
@@ -201,12 +209,12 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, maxBytes in
 	to := ""
 	for _, line := range strings.Split(string(out), "\n") {
 		sha, name, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if ok && name == ref && isHash(sha) {
+		if ok && name == from && isHash(sha) {
 			to = sha
 		}
 	}
 	if to == "" {
-		return t, fmt.Errorf("the sandbox's bundle has no branch %s", branch)
+		return t, fmt.Errorf("the sandbox's bundle has no %s", from)
 	}
 	// Git checks no object it takes from a bundle, so the bundle goes
 	// into a quarantine repository first (its objects, and any the
@@ -222,7 +230,7 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, maxBytes in
 	if err := os.WriteFile(filepath.Join(q, "objects", "info", "alternates"), []byte(filepath.Join(r.GitDir, "objects")+"\n"), 0o600); err != nil {
 		return t, err
 	}
-	if _, err := run(ctx, q, nil, append(fetchArgs(false), file, "+"+ref+":"+ref)...); err != nil {
+	if _, err := run(ctx, q, nil, append(fetchArgs(false), file, "+"+from+":"+ref)...); err != nil {
 		return t, fmt.Errorf("read the sandbox's bundle: %w", err)
 	}
 	if _, err := r.git(ctx, nil, append(fetchArgs(true), q, "+"+ref+":"+ref)...); err != nil {
@@ -522,11 +530,23 @@ func run(ctx context.Context, dir string, stdin io.Reader, args ...string) ([]by
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		if msg := clip(stderr.String()); msg != "" {
-			return stdout.Bytes(), fmt.Errorf("git %s: %s", args[0], msg)
+			return stdout.Bytes(), fmt.Errorf("git %s: %s", subcommand(args), msg)
 		}
-		return stdout.Bytes(), fmt.Errorf("git %s: %w", args[0], err)
+		return stdout.Bytes(), fmt.Errorf("git %s: %w", subcommand(args), err)
 	}
 	return stdout.Bytes(), nil
+}
+
+// subcommand is the git command args run, past the -c settings.
+func subcommand(args []string) string {
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-c" {
+			i++
+			continue
+		}
+		return args[i]
+	}
+	return ""
 }
 
 // gitEnv is the server's environment without the variables that point

@@ -117,7 +117,7 @@ func TestRoundTrip(t *testing.T) {
 	mainBefore := sh(t, r.Dir, "rev-parse", "main")
 
 	start := time.Now()
-	got, err := r.Take(ctx, "work", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/work")), 64<<20)
+	got, err := r.Take(ctx, "work", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/work")), "", 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestTakeMovesOnlyItsBranch(t *testing.T) {
 	sh(t, ws, "branch", "-f", "sandbox/other")
 	sh(t, ws, "tag", "v1")
 	mainBefore := sh(t, r.Dir, "rev-parse", "main")
-	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x", "refs/heads/main", "refs/heads/sandbox/other", "refs/tags/v1")), 1<<20); err != nil {
+	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x", "refs/heads/main", "refs/heads/sandbox/other", "refs/tags/v1")), "", 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if sh(t, r.Dir, "rev-parse", "main") != mainBefore || sh(t, r.Dir, "rev-parse", "sandbox/other") != base {
@@ -189,7 +189,7 @@ func TestTakeMovesOnlyItsBranch(t *testing.T) {
 		t.Fatal("the sandbox's own branch did not move")
 	}
 	// A bundle without the sandbox's branch moves nothing.
-	if _, err := r.Take(ctx, "other", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/main")), 1<<20); err == nil ||
+	if _, err := r.Take(ctx, "other", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/main")), "", 1<<20); err == nil ||
 		sh(t, r.Dir, "rev-parse", "sandbox/other") != base {
 		t.Fatalf("a bundle without the branch: %v", err)
 	}
@@ -210,7 +210,7 @@ func TestTakeRefusesBadObjects(t *testing.T) {
 			tree := gitIn(t, ws, fmt.Sprintf("040000 tree %s\t%s\n", inner, bad), "mktree")
 			commit := sh(t, ws, "commit-tree", tree, "-p", "HEAD", "-m", "evil")
 			sh(t, ws, "update-ref", "refs/heads/sandbox/x", commit)
-			_, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20)
+			_, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20)
 			if err == nil {
 				t.Fatal("a commit whose tree holds " + bad + " was taken")
 			}
@@ -254,7 +254,7 @@ func TestTakeRefusesJunk(t *testing.T) {
 		"empty":     nil,
 		"too large": sandboxBundle(t, ws, base, "refs/heads/sandbox/x"),
 	} {
-		_, err := r.Take(ctx, "x", bytes.NewReader(in), 1<<20)
+		_, err := r.Take(ctx, "x", bytes.NewReader(in), "", 1<<20)
 		if err == nil {
 			t.Errorf("%s: taken", name)
 		}
@@ -281,14 +281,14 @@ func TestTakeRewrittenAndCheckedOut(t *testing.T) {
 	write(t, filepath.Join(ws, "b.txt"), "b\n")
 	sh(t, ws, "add", "b.txt")
 	sh(t, ws, "commit", "--quiet", "-m", "b")
-	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20); err != nil {
+	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "HEAD")), "HEAD", 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	sh(t, ws, "reset", "--quiet", "--hard", base)
 	write(t, filepath.Join(ws, "c.txt"), "c\n")
 	sh(t, ws, "add", "c.txt")
 	sh(t, ws, "commit", "--quiet", "-m", "c")
-	got, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20)
+	got, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20)
 	if err != nil || !got.Rewritten || got.To != sh(t, ws, "rev-parse", "HEAD") {
 		t.Fatalf("a rewritten history: %+v %v", got, err)
 	}
@@ -296,7 +296,7 @@ func TestTakeRewrittenAndCheckedOut(t *testing.T) {
 	write(t, filepath.Join(ws, "d.txt"), "d\n")
 	sh(t, ws, "add", "d.txt")
 	sh(t, ws, "commit", "--quiet", "-m", "d")
-	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20); err == nil {
+	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20); err == nil {
 		t.Fatal("the branch the user has checked out was moved")
 	}
 	if sh(t, r.Dir, "rev-parse", "HEAD") != got.To {
@@ -328,7 +328,7 @@ func TestTakeRunsNoHook(t *testing.T) {
 		if hooksPath != "" {
 			sh(t, r.Dir, "config", "core.hooksPath", hooksPath)
 		}
-		if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20); err != nil {
+		if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20); err != nil {
 			t.Fatal(err)
 		}
 		if b, err := os.ReadFile(marker); err == nil {
@@ -347,7 +347,7 @@ func TestApplyRefusals(t *testing.T) {
 	ws := sandboxClone(t, r, "x")
 	write(t, filepath.Join(ws, "a.txt"), "sandbox\n")
 	sh(t, ws, "commit", "--quiet", "-am", "sandbox edit")
-	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20); err != nil {
+	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(r.Dir, "a.txt"), "uncommitted\n")
@@ -395,7 +395,7 @@ func TestApplySquashAndPick(t *testing.T) {
 				sh(t, ws, "add", f+".txt")
 				sh(t, ws, "commit", "--quiet", "-m", "add "+f)
 			}
-			if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20); err != nil {
+			if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20); err != nil {
 				t.Fatal(err)
 			}
 			a, err := r.Apply(ctx, "x", how, "")
@@ -437,7 +437,7 @@ func TestSymlinkOutOfTheRepository(t *testing.T) {
 	write(t, filepath.Join(ws, "out", "f"), "x\n")
 	sh(t, ws, "add", "-A")
 	sh(t, ws, "commit", "--quiet", "-m", "dir")
-	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20); err != nil {
+	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Apply(ctx, "x", CherryPick, ""); err != nil {
