@@ -192,11 +192,11 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 		return Taken{}, fmt.Errorf("take from %q: only HEAD or the branch's own ref", from)
 	}
 	t := Taken{Branch: branch}
-	from, err := r.Head(ctx, name)
+	before, err := r.Head(ctx, name)
 	if err != nil {
 		return t, err
 	}
-	t.From = from
+	t.From = before
 	file, cleanup, err := r.spool(src, maxBytes)
 	if err != nil {
 		return t, err
@@ -208,8 +208,8 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 	}
 	to := ""
 	for _, line := range strings.Split(string(out), "\n") {
-		sha, name, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if ok && name == from && isHash(sha) {
+		sha, head, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && head == from && isHash(sha) {
 			to = sha
 		}
 	}
@@ -241,8 +241,8 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 		return t, err
 	}
 	t.To = now
-	if from != "" && from != now {
-		if _, err := r.git(ctx, nil, "merge-base", "--is-ancestor", from, now); err != nil {
+	if before != "" && before != now {
+		if _, err := r.git(ctx, nil, "merge-base", "--is-ancestor", before, now); err != nil {
 			t.Rewritten = true
 		}
 	}
