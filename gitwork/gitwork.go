@@ -183,6 +183,19 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 	if err := checkName(ctx, name); err != nil {
 		return Taken{}, err
 	}
+	file, cleanup, err := r.Spool(src, maxBytes)
+	if err != nil {
+		return Taken{}, err
+	}
+	defer cleanup()
+	return r.TakeFile(ctx, name, file, from)
+}
+
+// TakeFile is Take of a bundle already in a file of Spool's.
+func (r *Repo) TakeFile(ctx context.Context, name, file, from string) (Taken, error) {
+	if err := checkName(ctx, name); err != nil {
+		return Taken{}, err
+	}
 	branch, ref := Branch(name)
 	switch from {
 	case "":
@@ -197,11 +210,6 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 		return t, err
 	}
 	t.From = before
-	file, cleanup, err := r.spool(src, maxBytes)
-	if err != nil {
-		return t, err
-	}
-	defer cleanup()
 	out, err := r.git(ctx, nil, "bundle", "list-heads", file)
 	if err != nil {
 		return t, fmt.Errorf("what the sandbox sent is not a git bundle: %w", err)
@@ -263,9 +271,9 @@ func fetchArgs(check bool) []string {
 	return append(args, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-auto-gc", "--no-recurse-submodules")
 }
 
-// spool copies src, at most maxBytes, to a file of its own in the git
-// directory and returns its path.
-func (r *Repo) spool(src io.Reader, maxBytes int64) (string, func(), error) {
+// Spool copies src, at most maxBytes, to a file of its own in the git
+// directory and returns its path, and cleanup, which removes it.
+func (r *Repo) Spool(src io.Reader, maxBytes int64) (string, func(), error) {
 	dir := filepath.Join(r.GitDir, "sandbox-mcp")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, err
@@ -341,8 +349,9 @@ func (r *Repo) Log(ctx context.Context, name, base string, n int) ([]Commit, err
 
 // DiffOptions shape Diff's answer.
 type DiffOptions struct {
-	// Stat gives the files changed and their line counts, not the patch.
-	Stat bool
+	// Stat gives the files changed and their line counts, not the patch;
+	// NameOnly their names only.
+	Stat, NameOnly bool
 	// Paths limits the diff to these paths of the repository.
 	Paths []string
 	// MaxBytes bounds the answer (0: 1 MiB); Diff says when it cut.
@@ -371,7 +380,10 @@ func (r *Repo) Diff(ctx context.Context, from, to string, opt DiffOptions) (text
 		return "", false, err
 	}
 	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames"}
-	if opt.Stat {
+	switch {
+	case opt.NameOnly:
+		args = append(args, "--name-only", "-z")
+	case opt.Stat:
 		args = append(args, "--stat=200", "--summary")
 	}
 	args = append(args, f, t, "--")

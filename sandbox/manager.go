@@ -319,6 +319,9 @@ func (m *Manager) markActivity() {
 // historyFlushEvery is how often history reaches the store.
 const historyFlushEvery = time.Second
 
+// Workdir is the sandboxes' workspace, where relative paths land.
+func (m *Manager) Workdir() string { return m.cfg.Workdir }
+
 // HistorySaved is closed once Close has ended the commands under way and
 // saved the last of the history.
 func (m *Manager) HistorySaved() <-chan struct{} { return m.historySaved }

@@ -1,0 +1,591 @@
+// Package work ties a sandbox to a git repository on the host, so that
+// what an agent does there comes back for review as a branch: Start puts
+// a clone of the repository at a ref into the sandbox (from a bundle:
+// none of the user's remotes, credentials or hooks go with it), and every
+// Checkpoint commits the sandbox's changes, with the commands that made
+// them in the message, and takes the commits onto the branch
+// sandbox/<name> of the user's repository (gitwork: checked, that branch
+// only). Log, Diff and Apply read and merge the branch on the host. The
+// sandbox never gets write access to the host: its commits come back as a
+// bundle the server reads out of it.
+//
+// It is the one API under the MCP tools and the human CLI.
+package work
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/gitwork"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// Store keeps the ties (state.Store in production).
+type Store interface {
+	PutWork(w state.Work) error
+	Work(sandbox string) (state.Work, bool, error)
+	DeleteWork(sandbox string) error
+}
+
+// DefaultMaxBundle bounds what one checkpoint takes from a sandbox.
+const DefaultMaxBundle = 1 << 30
+
+// Service is the work of sandboxes as branches.
+type Service struct {
+	m     *sandbox.Manager
+	store Store
+	// MaxBundle bounds what one checkpoint takes from a sandbox (0:
+	// DefaultMaxBundle).
+	MaxBundle int64
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// New returns the Service over m's sandboxes, keeping ties in store.
+func New(m *sandbox.Manager, store Store) *Service {
+	return &Service{m: m, store: store, locks: map[string]*sync.Mutex{}}
+}
+
+// lock orders the operations on one sandbox's work in this process.
+func (s *Service) lock(name string) func() {
+	s.mu.Lock()
+	l := s.locks[name]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.locks[name] = l
+	}
+	s.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Started is what Start did.
+type Started struct {
+	Sandbox string `json:"sandbox"`
+	Repo    string `json:"repo"`
+	Branch  string `json:"branch"`
+	Ref     string `json:"ref"`
+	Base    string `json:"base"`
+	Path    string `json:"path"`
+}
+
+// Start clones the repository whose work tree holds repoDir, at ref
+// (default HEAD), into the sandbox at dest (default the workspace's
+// <repository name>), on the branch sandbox/<name>, which it makes in the
+// user's repository at that commit. The user's working tree, remotes and
+// credentials stay out of it. A sandbox holds the work of one repository.
+func (s *Service) Start(ctx context.Context, name, repoDir, ref, dest string) (Started, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return Started{}, err
+	}
+	defer s.lock(name)()
+	if w, ok, err := s.store.Work(name); err != nil {
+		return Started{}, err
+	} else if ok {
+		return Started{}, &sandbox.ArgError{Err: fmt.Errorf("sandbox %q already holds the work of %s (branch %s, at %s in the sandbox): one repository per sandbox; use another sandbox",
+			name, w.Repo, gitwork.BranchPrefix+name, w.Path)}
+	}
+	r, err := gitwork.Open(ctx, repoDir)
+	if err != nil {
+		return Started{}, &sandbox.ArgError{Err: err}
+	}
+	if ref == "" {
+		ref = "HEAD"
+	}
+	if dest == "" {
+		dest = path.Join(s.m.Workdir(), filepath.Base(r.Dir))
+	} else if !path.IsAbs(dest) {
+		dest = path.Join(s.m.Workdir(), dest)
+	}
+	dest = path.Clean(dest)
+	if dest == "/" {
+		return Started{}, &sandbox.ArgError{Err: errors.New("the clone cannot be the sandbox's /")}
+	}
+	branch, _ := gitwork.Branch(name)
+	// The sandbox first: no branch is made for a sandbox that cannot
+	// take the clone.
+	if res, err := s.run(ctx, name, "check", `command -v git >/dev/null 2>&1 || exit 127; [ ! -e "$1" ] || [ -d "$1" ] && [ -z "$(ls -A "$1")" ] || exit 17`, nil, dest); err != nil {
+		return Started{}, err
+	} else if res.code == 127 {
+		return Started{}, fmt.Errorf("sandbox %q has no git: install it (install tool, package git) and try again", name)
+	} else if res.code == 17 {
+		return Started{}, &sandbox.ArgError{Err: fmt.Errorf("%s exists in sandbox %q and is not an empty directory: name another path", dest, name)}
+	} else if res.code != 0 {
+		return Started{}, res.failed("look at " + dest)
+	}
+	base, err := r.Start(ctx, name, ref)
+	if err != nil {
+		return Started{}, &sandbox.ArgError{Err: err}
+	}
+	bundle, err := s.packFile(ctx, r, name)
+	if err != nil {
+		return Started{}, err
+	}
+	defer os.Remove(bundle)
+	inBox := "/tmp/.sandbox-mcp-work-" + randomHex() + ".bundle"
+	if err := s.upload(ctx, name, bundle, inBox); err != nil {
+		return Started{}, err
+	}
+	script := `b=$1 p=$2 br=$3 who=$4
+trap 'rm -f "$b"' EXIT
+git clone --quiet --no-hardlinks --branch "$br" -- "$b" "$p" || exit 1
+cd "$p" && git remote remove origin && git config user.name "sandbox $who" && git config user.email "$who@sandbox.invalid"`
+	if res, err := s.run(ctx, name, "clone", script, nil, inBox, dest, branch, name); err != nil {
+		return Started{}, err
+	} else if res.code != 0 {
+		return Started{}, res.failed("clone the repository into " + dest)
+	}
+	w := state.Work{Sandbox: name, Repo: r.Dir, Path: dest, Ref: ref, Base: base, Taken: base, TakenAt: time.Now().UTC(), Created: time.Now().UTC()}
+	if err := s.store.PutWork(w); err != nil {
+		return Started{}, fmt.Errorf("record the tie of sandbox %q to %s: %w", name, r.Dir, err)
+	}
+	return Started{Sandbox: name, Repo: r.Dir, Branch: branch, Ref: ref, Base: base, Path: dest}, nil
+}
+
+// Checkpointed is what Checkpoint did.
+type Checkpointed struct {
+	Sandbox string `json:"sandbox"`
+	Repo    string `json:"repo"`
+	Branch  string `json:"branch"`
+	// Commit is the sandbox's HEAD, now the branch's; Committed says a
+	// commit was made of changes not committed yet.
+	Commit    string `json:"commit"`
+	Committed bool   `json:"committed"`
+	// New says the branch moved; Rewritten that the sandbox's history no
+	// longer holds the commit the branch was at.
+	New       bool `json:"new"`
+	Rewritten bool `json:"rewritten,omitempty"`
+	// Files is how many files the new commits change against the last
+	// checkpoint.
+	Files int `json:"files,omitempty"`
+}
+
+// Checkpoint commits what changed in the sandbox's clone (message, and
+// the commands run since the last checkpoint) and takes the sandbox's
+// HEAD onto the branch sandbox/<name> in the user's repository.
+func (s *Service) Checkpoint(ctx context.Context, name, message string) (Checkpointed, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return Checkpointed{}, err
+	}
+	defer s.lock(name)()
+	return s.checkpoint(ctx, name, message)
+}
+
+func (s *Service) checkpoint(ctx context.Context, name, message string) (Checkpointed, error) {
+	w, r, err := s.tie(ctx, name)
+	if err != nil {
+		return Checkpointed{}, err
+	}
+	branch, _ := gitwork.Branch(name)
+	out := Checkpointed{Sandbox: name, Repo: w.Repo, Branch: branch}
+	msg := s.message(name, message, w.TakenAt)
+	commit := `cd "$1" || exit 3
+git add -A || exit 1
+if git diff --cached --quiet; then echo same; else git commit --quiet --no-verify -F - || exit 1; echo made; fi
+git rev-parse --verify HEAD`
+	res, err := s.run(ctx, name, "commit", commit, []byte(msg), w.Path)
+	if err != nil {
+		return out, err
+	}
+	if res.code == 3 {
+		return out, fmt.Errorf("the clone at %s in sandbox %q is gone (workspace_from_repo made it): its work since the last checkpoint is lost", w.Path, name)
+	}
+	lines := strings.Fields(res.stdout)
+	if res.code != 0 || len(lines) != 2 || !isHash(lines[1]) {
+		return out, res.failed("commit in " + w.Path)
+	}
+	out.Committed, out.Commit = lines[0] == "made", lines[1]
+	if out.Commit == w.Taken {
+		return out, nil
+	}
+	// A bundle of HEAD without what the host has: the last commit taken,
+	// else the base, else all of it (a history rewritten and collected
+	// may hold neither).
+	file := "/tmp/.sandbox-mcp-work-" + randomHex() + ".bundle"
+	pack := `f=$1; cd "$2" || exit 3
+for x in "$3" "$4" ""; do
+  if [ -n "$x" ]; then git cat-file -e "$x^{commit}" 2>/dev/null || continue; set -- "^$x"; else set --; fi
+  git bundle create --quiet "$f" HEAD "$@" 2>/dev/null && exit 0
+done
+exit 4`
+	res, err = s.run(ctx, name, "bundle", pack, nil, file, w.Path, w.Taken, w.Base)
+	if err != nil {
+		return out, err
+	}
+	defer func() { _, _ = s.run(context.WithoutCancel(ctx), name, "clean", `rm -f "$1"`, nil, file) }()
+	if res.code != 0 {
+		return out, res.failed("bundle the sandbox's commits")
+	}
+	taken, err := s.take(ctx, r, name, file)
+	if err != nil {
+		return out, err
+	}
+	if taken.To != out.Commit {
+		return out, fmt.Errorf("the sandbox's bundle brought %.12s, not its HEAD %.12s", taken.To, out.Commit)
+	}
+	out.New, out.Rewritten = taken.From != taken.To, taken.Rewritten
+	if names, _, err := r.Diff(ctx, w.Taken, taken.To, gitwork.DiffOptions{NameOnly: true}); err == nil {
+		out.Files = strings.Count(names, "\x00")
+	}
+	w.Taken, w.TakenAt = taken.To, time.Now().UTC()
+	if err := s.store.PutWork(w); err != nil {
+		return out, fmt.Errorf("record the checkpoint of sandbox %q: %w", name, err)
+	}
+	return out, nil
+}
+
+// message is a checkpoint's commit message: the caller's (or a default)
+// and the commands run in the sandbox since.
+func (s *Service) message(name, message string, since time.Time) string {
+	message = strings.TrimSpace(message)
+	if message == "" {
+		message = "Checkpoint of sandbox " + name
+	}
+	hist, err := s.m.CommandHistory(name, 100)
+	if err != nil {
+		return message + "\n"
+	}
+	var b strings.Builder
+	n := 0
+	for _, h := range hist {
+		if !h.Time.After(since) || strings.HasPrefix(h.Command, labelPrefix) {
+			continue
+		}
+		cmd := strings.Join(strings.Fields(h.Command), " ")
+		if len(cmd) > 200 {
+			cmd = cmd[:200] + "…"
+		}
+		fmt.Fprintf(&b, "$ %s  # exit %d\n", cmd, h.ExitCode)
+		if n++; n == 50 || b.Len() > 8<<10 {
+			b.WriteString("…\n")
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return message + "\n"
+	}
+	return message + "\n\nCommands run in the sandbox since the last checkpoint:\n" + b.String()
+}
+
+// take reads the bundle file in the sandbox and takes its HEAD onto the
+// sandbox's branch.
+func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file string) (gitwork.Taken, error) {
+	max := s.MaxBundle
+	if max <= 0 {
+		max = DefaultMaxBundle
+	}
+	var taken gitwork.Taken
+	_, err := s.m.Download(ctx, name, file, func(rd io.Reader, top string, _ sandbox.HostCap, finish func() error) error {
+		tr := tar.NewReader(rd)
+		hdr, err := tr.Next()
+		if err != nil {
+			return fmt.Errorf("read the sandbox's bundle: %w", err)
+		}
+		if hdr.Typeflag != tar.TypeReg || hdr.Name != top {
+			return fmt.Errorf("the sandbox sent %q (type %c) for its bundle, not a file", hdr.Name, hdr.Typeflag)
+		}
+		if hdr.Size > max {
+			return fmt.Errorf("%w: %d bytes, over the %d a checkpoint takes: commit less (large files belong in LFS or out of the repository)", gitwork.ErrTooLarge, hdr.Size, max)
+		}
+		spool, cleanup, err := r.Spool(tr, max)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			return err
+		}
+		if err := finish(); err != nil {
+			return err
+		}
+		taken, err = r.TakeFile(ctx, name, spool, "HEAD")
+		return err
+	})
+	return taken, err
+}
+
+// Log is a sandbox's work: its tie and its branch's commits since the
+// base, newest first.
+type Log struct {
+	Sandbox string           `json:"sandbox"`
+	Repo    string           `json:"repo"`
+	Branch  string           `json:"branch"`
+	Base    string           `json:"base"`
+	Commits []gitwork.Commit `json:"commits"`
+	// Checkpoint is the checkpoint made first, when asked for.
+	Checkpoint *Checkpointed `json:"checkpoint,omitempty"`
+}
+
+// Log lists the commits of the sandbox's branch since its base (at most
+// n; 0: 100), after a checkpoint when refresh is set.
+func (s *Service) Log(ctx context.Context, name string, n int, refresh bool) (Log, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return Log{}, err
+	}
+	defer s.lock(name)()
+	cp, err := s.refresh(ctx, name, refresh)
+	if err != nil {
+		return Log{}, err
+	}
+	w, r, err := s.tie(ctx, name)
+	if err != nil {
+		return Log{}, err
+	}
+	branch, _ := gitwork.Branch(name)
+	cs, err := r.Log(ctx, name, w.Base, n)
+	return Log{Sandbox: name, Repo: w.Repo, Branch: branch, Base: w.Base, Commits: cs, Checkpoint: cp}, err
+}
+
+// DiffRequest shapes Diff.
+type DiffRequest struct {
+	// From and To are revisions of the user's repository; From defaults
+	// to the base, To to the sandbox's branch.
+	From, To string
+	gitwork.DiffOptions
+	// Refresh makes a checkpoint first.
+	Refresh bool
+}
+
+// Diff is a sandbox's work as a diff.
+type Diff struct {
+	Sandbox    string        `json:"sandbox"`
+	Repo       string        `json:"repo"`
+	From       string        `json:"from"`
+	To         string        `json:"to"`
+	Text       string        `json:"diff"`
+	Cut        bool          `json:"cut,omitempty"`
+	Checkpoint *Checkpointed `json:"checkpoint,omitempty"`
+}
+
+// Diff is the difference the sandbox's work makes: from its base (or
+// req.From) to its branch (or req.To).
+func (s *Service) Diff(ctx context.Context, name string, req DiffRequest) (Diff, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return Diff{}, err
+	}
+	defer s.lock(name)()
+	cp, err := s.refresh(ctx, name, req.Refresh)
+	if err != nil {
+		return Diff{}, err
+	}
+	w, r, err := s.tie(ctx, name)
+	if err != nil {
+		return Diff{}, err
+	}
+	branch, _ := gitwork.Branch(name)
+	from, to := req.From, req.To
+	if from == "" {
+		from = w.Base
+	}
+	if to == "" {
+		to = branch
+	}
+	text, cut, err := r.Diff(ctx, from, to, req.DiffOptions)
+	if err != nil {
+		return Diff{}, &sandbox.ArgError{Err: err}
+	}
+	return Diff{Sandbox: name, Repo: w.Repo, From: from, To: to, Text: text, Cut: cut, Checkpoint: cp}, nil
+}
+
+// Applied is what Apply did.
+type Applied struct {
+	Sandbox string `json:"sandbox"`
+	Repo    string `json:"repo"`
+	Branch  string `json:"branch"`
+	gitwork.Applied
+	Checkpoint *Checkpointed `json:"checkpoint,omitempty"`
+}
+
+// Apply brings the sandbox's work into the branch checked out in the
+// user's repository (gitwork.Repo.Apply: merge, squash or cherry-pick; a
+// dirty tree is refused, a conflict undone), after a checkpoint when
+// refresh is set.
+func (s *Service) Apply(ctx context.Context, name, how string, refresh bool) (Applied, error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return Applied{}, err
+	}
+	defer s.lock(name)()
+	cp, err := s.refresh(ctx, name, refresh)
+	if err != nil {
+		return Applied{}, err
+	}
+	w, r, err := s.tie(ctx, name)
+	if err != nil {
+		return Applied{}, err
+	}
+	branch, _ := gitwork.Branch(name)
+	a, err := r.Apply(ctx, name, how, w.Base)
+	out := Applied{Sandbox: name, Repo: w.Repo, Branch: branch, Applied: a, Checkpoint: cp}
+	if err != nil {
+		return out, &sandbox.ArgError{Err: err}
+	}
+	return out, nil
+}
+
+// Forget drops the tie of a sandbox (destroyed): its branch stays in the
+// user's repository, the user's to merge or delete.
+func (s *Service) Forget(name string) error {
+	return s.store.DeleteWork(name)
+}
+
+// refresh makes a checkpoint when asked; the caller holds name's lock.
+func (s *Service) refresh(ctx context.Context, name string, refresh bool) (*Checkpointed, error) {
+	if !refresh {
+		return nil, nil
+	}
+	cp, err := s.checkpoint(ctx, name, "")
+	if err != nil {
+		return nil, err
+	}
+	return &cp, nil
+}
+
+// tie is sandbox name's tie and its repository.
+func (s *Service) tie(ctx context.Context, name string) (state.Work, *gitwork.Repo, error) {
+	w, ok, err := s.store.Work(name)
+	if err != nil {
+		return w, nil, err
+	}
+	if !ok {
+		return w, nil, &sandbox.ArgError{Err: fmt.Errorf("sandbox %q holds no repository's work: start it with workspace_from_repo", name)}
+	}
+	r, err := gitwork.Open(ctx, w.Repo)
+	if err != nil {
+		return w, nil, fmt.Errorf("the repository of sandbox %q: %w", name, err)
+	}
+	return w, r, nil
+}
+
+// labelPrefix starts the history labels of this package's commands, which
+// a checkpoint's message leaves out.
+const labelPrefix = "(work: "
+
+// ran is how a command in the sandbox ended.
+type ran struct {
+	what   string
+	code   int
+	stdout string
+	stderr string
+}
+
+func (r ran) failed(what string) error {
+	msg := strings.TrimSpace(r.stderr)
+	if len(msg) > 2000 {
+		msg = msg[:2000] + "…"
+	}
+	if msg == "" {
+		msg = strings.TrimSpace(r.stdout)
+	}
+	return fmt.Errorf("%s: exit %d: %s", what, r.code, msg)
+}
+
+// run runs script (sh -c, args as $1…) in the sandbox, recorded in its
+// history as this package's label.
+func (s *Service) run(ctx context.Context, name, what, script string, stdin []byte, args ...string) (ran, error) {
+	var stdout, stderr strings.Builder
+	cmd := "sh -c " + quote(script) + " sh"
+	for _, a := range args {
+		cmd += " " + quote(a)
+	}
+	res, err := s.m.ExecAs(ctx, name, labelPrefix+what+")", shell.Request{Command: cmd, Stdin: stdin, Stdout: &limited{b: &stdout}, Stderr: &limited{b: &stderr}, Timeout: 10 * time.Minute})
+	if err != nil {
+		return ran{}, err
+	}
+	return ran{what: what, code: res.ExitCode, stdout: stdout.String(), stderr: stderr.String()}, nil
+}
+
+// limited keeps the first 64 KiB written to it.
+type limited struct{ b *strings.Builder }
+
+func (l *limited) Write(p []byte) (int, error) {
+	if room := 64<<10 - l.b.Len(); room > 0 {
+		l.b.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// packFile writes the bundle of sandbox name's branch to a file of its
+// own in the repository's git directory.
+func (s *Service) packFile(ctx context.Context, r *gitwork.Repo, name string) (string, error) {
+	dir := filepath.Join(r.GitDir, "sandbox-mcp")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, "pack-*.bundle")
+	if err != nil {
+		return "", err
+	}
+	err = r.Pack(ctx, name, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
+}
+
+// upload puts the host file src at dst in the sandbox.
+func (s *Service) upload(ctx context.Context, name, src, dst string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	_, err = s.m.Upload(ctx, name, sandbox.UploadRequest{Dest: dst, Base: path.Base(dst), Pack: func(w io.Writer, top string) error {
+		tw := tar.NewWriter(w)
+		if err := tw.WriteHeader(&tar.Header{Name: top, Typeflag: tar.TypeReg, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, f); err != nil {
+			return err
+		}
+		return tw.Close()
+	}})
+	if err != nil {
+		return fmt.Errorf("put the repository's bundle into sandbox %q: %w", name, err)
+	}
+	return nil
+}
+
+// quote is s as one sh word.
+func quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func randomHex() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func isHash(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
+}
