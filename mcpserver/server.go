@@ -30,6 +30,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 	"github.com/sandbox-mcp/sandbox-mcp/telemetry"
+	"github.com/sandbox-mcp/sandbox-mcp/work"
 )
 
 // Sandboxes is what the tools need of the sandbox manager: the one API
@@ -138,6 +139,9 @@ type Options struct {
 	CanAskRoots   func(context.Context) bool
 	// Syncs runs live sync jobs; nil: the sync tools say it is not available.
 	Syncs Syncs
+	// Work keeps sandboxes' work as branches of host repositories; nil:
+	// the work tools say they are not available.
+	Work *work.Service
 	// Ports holds the port forwards; nil: the port tools say they are not
 	// available.
 	Ports Ports
@@ -181,6 +185,7 @@ type Server struct {
 
 	hostRoots *hostRoots
 	syncs     Syncs
+	work      *work.Service
 	ports     Ports
 	children  Children
 	terminals Terminals
@@ -229,7 +234,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	}
 	s := &Server{m: m, outputs: newOutputStore(opts.OutputDir, orDefault(opts.OutputCallCap, DefaultOutputCallCap),
 		orDefault(opts.OutputsCap, DefaultOutputsCap), opts.HostFree), log: logger, enabled: map[string]bool{},
-		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir, opts.RemoteClients, opts.CanAskRoots), syncs: opts.Syncs, ports: opts.Ports, children: opts.Children, terminals: opts.Terminals}
+		planned: map[string]bool{}, dynamic: opts.Dynamic, hostRoots: newHostRoots(opts.AllowDirs, opts.StartDir, opts.RemoteClients, opts.CanAskRoots), syncs: opts.Syncs, work: opts.Work, ports: opts.Ports, children: opts.Children, terminals: opts.Terminals}
 	for _, set := range sets {
 		s.planned[set] = true
 	}
@@ -367,6 +372,7 @@ func (s *Server) tools() []tool {
 		s.exposeTool(), s.unexposeTool(), s.listPortsTool(), s.networkInfoTool(), s.networkLogTool(),
 		s.spawnTool(), s.childrenTool(), s.destroyChildTool(),
 		s.terminalOpenTool(), s.terminalSendTool(), s.terminalReadTool(), s.terminalResizeTool(), s.terminalCloseTool(), s.terminalListTool(),
+		s.workspaceFromRepoTool(), s.checkpointTool(), s.workLogTool(), s.workDiffTool(), s.workApplyTool(),
 	}
 }
 

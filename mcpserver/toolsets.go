@@ -30,6 +30,7 @@ var Toolsets = []Toolset{
 	{Name: "ports", Description: "expose a sandbox's TCP ports on the host (port forwarding); how sandboxes reach each other"},
 	{Name: "children", Description: "child sandboxes under spawn policies: spawn, list, destroy"},
 	{Name: "terminals", Description: "interactive programs behind a terminal: open, type, read the screen, resize, close"},
+	{Name: "work", Description: "a host git repository cloned into a sandbox, its work back as a branch: checkpoint, log, diff, merge"},
 }
 
 func toolsetByName(name string) *Toolset {

@@ -39,6 +39,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/syncer"
 	"github.com/sandbox-mcp/sandbox-mcp/telemetry"
 	"github.com/sandbox-mcp/sandbox-mcp/terminal"
+	"github.com/sandbox-mcp/sandbox-mcp/work"
 )
 
 // NewLogger returns the server's stderr logger.
@@ -83,6 +84,8 @@ type Env struct {
 	Children *children.Keeper
 	// Terminals keeps the terminal sessions; set by Serve only.
 	Terminals *terminal.Sessions
+	// Work keeps sandboxes' work as branches of host repositories.
+	Work *work.Service
 	// Notices are told to the agent on its next tool call (a repaired
 	// state file).
 	Notices *mcpserver.Notices
@@ -153,6 +156,15 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 		Snapshots: st, SnapshotDir: filepath.Join(cfg.StateDir, "snapshots"),
 	})
 	env.Manager = m
+	env.Work = work.New(m, st)
+	m.OnLifecycle(func(name, event string) {
+		if event == "destroy" {
+			// Its branch stays in the user's repository.
+			if err := env.Work.Forget(name); err != nil {
+				logger.Warn("forget the sandbox's tie to its repository", "sandbox", name, "err", err)
+			}
+		}
+	})
 	return env, nil
 }
 
@@ -261,6 +273,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		// names are for.
 		RemoteClients: cfg.HTTP != "" && (!mcphttp.Loopback(cfg.HTTP) || len(cfg.HTTPHosts) > 0), CanAskRoots: canAsk,
 		Syncs:     env.Syncs,
+		Work:      env.Work,
 		Ports:     env.Ports,
 		Children:  env.Children,
 		Terminals: env.Terminals,
