@@ -93,6 +93,22 @@ func TestWork(t *testing.T) {
 				t.Fatalf("work_diff of one path: %s", r.text)
 			}
 
+			// The CLI's twins read the same branch.
+			cli := func(args ...string) (string, int) {
+				t.Helper()
+				flags := []string{"--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", s.stateDir}
+				return runExit(t, tg, append(append([]string{args[0]}, flags...), args[1:]...)...)
+			}
+			if out, code := cli("log", "default", "--refresh=false"); code != 0 || !strings.Contains(out, "two and new") {
+				t.Fatalf("sandbox-mcp log: %d %q", code, out)
+			}
+			if out, code := cli("diff", "default", "--stat", "--refresh=false", "sub/a.txt"); code != 0 || !strings.Contains(out, "1 file changed") {
+				t.Fatalf("sandbox-mcp diff: %d %q", code, out)
+			}
+			if out, code := cli("log", "nosuch", "--refresh=false"); code == 0 || !strings.Contains(out, "workspace_from_repo") {
+				t.Fatalf("sandbox-mcp log of a sandbox tied to nothing: %d %q", code, out)
+			}
+
 			if err := os.WriteFile(filepath.Join(repo, "sub", "a.txt"), []byte("mine\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -13,8 +14,10 @@ import (
 
 // peopleCommands are the commands for people at a terminal: they work on
 // the same sandboxes and state as the MCP servers, while those run.
+// exits is what the people's commands' exit statuses mean.
+const exits = "\n\nExit status: 0 done, 1 failed, 2 bad command line or setting, 3 no such sandbox, job or snapshot."
+
 func peopleCommands() []*cobra.Command {
-	const exits = "\n\nExit status: 0 done, 1 failed, 2 bad command line or setting, 3 no such sandbox, job or snapshot."
 	var asJSON bool
 	ls := &cobra.Command{
 		Use:   "ls",
@@ -272,7 +275,91 @@ func peopleCommands() []*cobra.Command {
 	}
 	portCmd.AddCommand(portLs, portExpose, portUnexpose)
 
-	return []*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd, cpCmd, portCmd}
+	return append([]*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd, cpCmd, portCmd}, workCommands()...)
+}
+
+// workCommands are the twins of the work tools: a sandbox's work as the
+// branch sandbox/NAME of a host repository.
+func workCommands() []*cobra.Command {
+	var o app.WorkOptions
+	run := func(fn func(ctx context.Context, cfg app.Config, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return fn(cmd.Context(), cfg, args)
+		}
+	}
+	refresh := func(c *cobra.Command) {
+		c.Flags().BoolVar(&o.Refresh, "refresh", true, "checkpoint first, so that the answer holds the sandbox's latest changes")
+		c.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	}
+	fromRepo := &cobra.Command{
+		Use:   "from-repo NAME [DIR]",
+		Short: "Clone a host repository into a sandbox, its work to come back as a branch",
+		Long: "Clone the git repository holding DIR (default: the current directory) into sandbox NAME, at --ref, on the branch sandbox/NAME, " +
+			"which is made in the repository too; checkpoint, log, diff and apply then bring its work back. The working tree, remotes and credentials stay out." + exits,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
+			dir := ""
+			if len(args) == 2 {
+				dir = args[1]
+			}
+			return app.WorkStart(ctx, cfg, args[0], dir, o, os.Stdout)
+		}),
+	}
+	fromRepo.Flags().StringVar(&o.Ref, "ref", "HEAD", "branch, tag or commit to start from")
+	fromRepo.Flags().StringVar(&o.Path, "path", "", "where the clone goes in the sandbox (default /workspace/<repository name>)")
+	fromRepo.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	checkpoint := &cobra.Command{
+		Use:   "checkpoint NAME",
+		Short: "Commit a sandbox's changes onto its branch sandbox/NAME",
+		Long:  "Commit what changed in sandbox NAME's clone, with the commands run since the last checkpoint in the message, and bring its commits onto sandbox/NAME." + exits,
+		Args:  cobra.ExactArgs(1),
+		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
+			return app.Checkpoint(ctx, cfg, args[0], o, os.Stdout)
+		}),
+	}
+	checkpoint.Flags().StringVarP(&o.Message, "message", "m", "", "commit message")
+	checkpoint.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+	logCmd := &cobra.Command{
+		Use:   "log NAME",
+		Short: "List a sandbox's commits since it started from its repository",
+		Long:  "List the commits of sandbox/NAME since the revision the sandbox started from, newest first (git log sandbox/NAME works too)." + exits,
+		Args:  cobra.ExactArgs(1),
+		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
+			return app.WorkLog(ctx, cfg, args[0], o, os.Stdout)
+		}),
+	}
+	logCmd.Flags().IntVarP(&o.Max, "max-count", "n", 20, "at most this many commits")
+	refresh(logCmd)
+	diff := &cobra.Command{
+		Use:   "diff NAME [PATH...]",
+		Short: "Show a sandbox's work as a diff",
+		Long:  "Show the diff from the revision sandbox NAME started from (or --from) to its branch (or --to), for PATHs of the repository if given." + exits,
+		Args:  cobra.MinimumNArgs(1),
+		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
+			o.Diff.Paths = args[1:]
+			return app.WorkDiff(ctx, cfg, args[0], o, os.Stdout)
+		}),
+	}
+	diff.Flags().BoolVar(&o.Diff.Stat, "stat", false, "files changed and their line counts")
+	diff.Flags().StringVar(&o.Diff.From, "from", "", "a revision of the repository to diff from")
+	diff.Flags().StringVar(&o.Diff.To, "to", "", "a revision of the repository to diff to")
+	refresh(diff)
+	apply := &cobra.Command{
+		Use:   "apply NAME",
+		Short: "Merge a sandbox's work into the branch checked out",
+		Long:  "Bring sandbox/NAME into the branch checked out in its repository (--how merge, squash or cherry-pick); refused when that tree has uncommitted changes, and a conflict changes nothing." + exits,
+		Args:  cobra.ExactArgs(1),
+		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
+			return app.WorkApply(ctx, cfg, args[0], o, os.Stdout)
+		}),
+	}
+	apply.Flags().StringVar(&o.How, "how", "merge", "merge, squash or cherry-pick")
+	refresh(apply)
+	return []*cobra.Command{fromRepo, checkpoint, logCmd, diff, apply}
 }
 
 // portArg reads a TCP port of the command line.
