@@ -39,8 +39,10 @@ const BranchPrefix = "sandbox/"
 
 // Repo is a user's git repository with a work tree.
 type Repo struct {
-	// Dir is the top of its work tree; GitDir its git directory.
-	Dir, GitDir string
+	// Dir is the top of its work tree; GitDir its git directory; CommonDir
+	// the one that holds its objects and refs (GitDir, except in a linked
+	// work tree).
+	Dir, GitDir, CommonDir string
 }
 
 // ErrNotRepo is Open's answer for a directory outside any git work tree.
@@ -58,15 +60,15 @@ func Open(ctx context.Context, dir string) (*Repo, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory", dir)
 	}
-	out, err := run(ctx, dir, nil, "rev-parse", "--show-toplevel", "--absolute-git-dir")
+	out, err := run(ctx, dir, nil, "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir", "--git-common-dir")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNotRepo)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2 || !filepath.IsAbs(lines[0]) || !filepath.IsAbs(lines[1]) {
+	if len(lines) != 3 || !filepath.IsAbs(lines[0]) || !filepath.IsAbs(lines[1]) || !filepath.IsAbs(lines[2]) {
 		return nil, fmt.Errorf("%s: %w (git said %q)", dir, ErrNotRepo, out)
 	}
-	return &Repo{Dir: lines[0], GitDir: lines[1]}, nil
+	return &Repo{Dir: lines[0], GitDir: lines[1], CommonDir: lines[2]}, nil
 }
 
 // Branch is the branch name of sandbox name's work, and its full ref.
@@ -235,7 +237,7 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string) (Taken, er
 	if _, err := run(ctx, "", nil, "init", "--quiet", "--bare", "--template=", q); err != nil {
 		return t, err
 	}
-	if err := os.WriteFile(filepath.Join(q, "objects", "info", "alternates"), []byte(filepath.Join(r.GitDir, "objects")+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(q, "objects", "info", "alternates"), []byte(filepath.Join(r.CommonDir, "objects")+"\n"), 0o600); err != nil {
 		return t, err
 	}
 	if _, err := run(ctx, q, nil, append(fetchArgs(false), file, "+"+from+":"+ref)...); err != nil {

@@ -488,3 +488,34 @@ func TestNamesAndRepos(t *testing.T) {
 		t.Fatal("the branches moved")
 	}
 }
+
+// TestLinkedWorkTree: a repository opened through a linked work tree
+// (git worktree add), whose objects live in the main one's git
+// directory, takes a sandbox's commits and applies them there.
+func TestLinkedWorkTree(t *testing.T) {
+	ctx := context.Background()
+	main := userRepo(t)
+	wt := filepath.Join(t.TempDir(), "wt")
+	sh(t, main.Dir, "worktree", "add", "--quiet", "-b", "side", wt)
+	r, err := Open(ctx, wt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.CommonDir != main.GitDir || r.GitDir == main.GitDir {
+		t.Fatalf("opened %+v", r)
+	}
+	base, _ := r.Start(ctx, "x", "HEAD")
+	ws := sandboxClone(t, r, "x")
+	write(t, filepath.Join(ws, "b.txt"), "b\n")
+	sh(t, ws, "add", "b.txt")
+	sh(t, ws, "commit", "--quiet", "-m", "b")
+	if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := r.Apply(ctx, "x", Merge, ""); err != nil || a.Into != "side" {
+		t.Fatalf("apply in the linked work tree: %+v %v", a, err)
+	}
+	if _, err := os.Stat(filepath.Join(wt, "b.txt")); err != nil {
+		t.Fatal(err)
+	}
+}
