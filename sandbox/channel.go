@@ -155,10 +155,28 @@ func (m *Manager) dropOldChannel(old string, now *Sandbox, bootErr error) {
 // would leave.
 func (m *Manager) dropRetiredChannel(c Container) {
 	dir, name := c.Labels[LabelChannel], c.Labels[LabelName]
-	if !validChannelDir(dir) || ValidateName(name) != nil || dir == m.channelDir(m.ContainerFor(name)) {
+	if !validChannelDir(dir) || filepath.Dir(dir) != m.cfg.ChannelRoot {
 		return
 	}
+	switch {
+	case ValidateName(name) == nil:
+		if dir == m.channelDir(m.ContainerFor(name)) {
+			return // the one its sandbox's containers are made with
+		}
+	case name != "" || !m.validSpareVolume(c.Labels[LabelVolume]):
+		return // not a sandbox's (a claimed spare carries no name)
+	}
 	m.removeChannel(dir)
+}
+
+// dropSpareChannel removes the channel directory of the spare whose
+// workspace is vol, a spare-born sandbox's being removed: the container
+// whose label named it may be gone already (a destroy a killed server
+// began).
+func (m *Manager) dropSpareChannel(vol string) {
+	if m.validSpareVolume(vol) {
+		m.removeChannel(m.channelDir(m.spareName(strings.TrimPrefix(vol, m.spareVolume("")))))
+	}
 }
 
 // channelListener is one server's socket in a sandbox's channel.

@@ -41,6 +41,8 @@ import (
 //   - destroy: finished, before anything boots under the name (at a
 //     server's start, or by the next call on the name, which gets a new
 //     sandbox).
+//   - reset with wipe_workspace: finished before the next boot, with the
+//     env variables of the old container if it is still there.
 //
 // Either way the next call on the sandbox is told what happened.
 
@@ -58,23 +60,52 @@ const (
 	intentStaged = "staged"
 
 	opDestroy = "destroy"
+	opWipe    = "wipe" // a reset with wipe_workspace
 )
 
-// finishDestroy finishes the destroy of name that a dead server (or a
-// failed destroy) left recorded, and returns what the next call is told;
-// the caller holds name's lifecycle lock. Nothing recorded: "", nil. A
-// destroy that still cannot finish is an error, so that nothing boots on
-// the workspace it was to remove.
-func (m *Manager) finishDestroy(ctx context.Context, name string) (string, error) {
+// finishPending finishes what a dead server (or a failed destroy) left
+// recorded on name that must be done before anything boots there: a
+// destroy, or a reset with wipe_workspace. It returns what the next call
+// is told and, for a wipe, the env variables to carry into the sandbox
+// booted next. The caller holds name's lifecycle lock. Nothing recorded:
+// "", nil. A destroy that still cannot finish is an error, so that
+// nothing boots on the workspace it was to remove.
+func (m *Manager) finishPending(ctx context.Context, name string) (said string, env []guest.EnvVar, err error) {
 	in, ok, err := m.intentOf(name)
-	if err != nil || !ok || in.Op != opDestroy {
-		return "", nil
+	if err != nil || !ok {
+		return "", nil, nil
 	}
-	m.log.Info("found an interrupted destroy", "sandbox", name, "began", in.Began)
-	if _, err := m.destroyLocked(ctx, name); err != nil {
-		return "", fmt.Errorf("sandbox %q: the destroy begun at %s has not finished: %w; destroy it again", name, in.Began.Format(time.RFC3339), err)
+	began := in.Began.Format(time.RFC3339)
+	switch in.Op {
+	case opDestroy:
+		m.log.Info("found an interrupted destroy", "sandbox", name, "began", in.Began)
+		if _, err := m.destroyLocked(ctx, name); err != nil {
+			return "", nil, fmt.Errorf("sandbox %q: the destroy begun at %s has not finished: %w; destroy it again", name, began, err)
+		}
+		return "the destroy of this sandbox begun at " + began + " had not finished (its server exited or it failed); it was finished, and this is a new sandbox", nil, nil
+	case opWipe:
+		m.log.Info("found an interrupted reset with wipe_workspace", "sandbox", name, "began", in.Began)
+		// The env variables live in the old container's rootfs: read
+		// while it is there.
+		if c, err := m.inspectOwned(ctx, name); err == nil && c.Running() {
+			out, err := m.rt.Exec(ctx, idOr(c), ExecSpec{Argv: []string{"sh", "-c", guest.EnvListScript}})
+			if err == nil && out.ExitCode == 0 {
+				env = guest.ParseEnvList(out.Stdout)
+			}
+		}
+		if _, err := m.remove(ctx, name, "", true); err != nil {
+			return "", nil, fmt.Errorf("sandbox %q: the reset with wipe_workspace begun at %s has not finished: %w; reset it again", name, began, err)
+		}
+		m.endIntent(name)
+		said = "the reset with wipe_workspace begun at " + began + " was interrupted (its server exited); it was finished: the workspace is empty"
+		if len(env) > 0 {
+			said += ", and the env variables were carried over"
+		} else {
+			said += "; env variables set before it, if any, went with the old container"
+		}
+		return said, env, nil
 	}
-	return "the destroy of this sandbox begun at " + in.Began.Format(time.RFC3339) + " had not finished (its server exited or it failed); it was finished, and this is a new sandbox", nil
+	return "", nil, nil
 }
 
 // newIntent starts the record of an operation on name, with fresh names
@@ -151,7 +182,7 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 		// variables of the old one, which then goes (finishResumed).
 		r.said = "the reset begun at " + in.Began.Format(time.RFC3339) + " was interrupted (its server exited); it was finished"
 	case in.Op != "restore" && in.Op != "clone":
-		// A destroy is finished before this (finishDestroy); an operation
+		// A destroy or a wipe is finished before this (finishPending); an operation
 		// of a later server is not this one's to undo.
 		m.log.Warn("an operation under way that this server does not know; left alone", "sandbox", name, "op", in.Op, "phase", in.Phase)
 		return nil
@@ -288,7 +319,7 @@ func (m *Manager) resumeIntents(ctx context.Context) {
 		}
 		if in.Op == opDestroy {
 			// Finished without booting: nothing of it is to run again.
-			if said, err := m.finishDestroy(ctx, in.Sandbox); err != nil {
+			if said, _, err := m.finishPending(ctx, in.Sandbox); err != nil {
 				m.log.Warn("finish an interrupted destroy", "sandbox", in.Sandbox, "err", err)
 			} else {
 				m.note(in.Sandbox, said)

@@ -320,6 +320,72 @@ func TestInterruptedDestroyOnEngine(t *testing.T) {
 	}
 }
 
+// TestInterruptedWipeOnEngine: a reset with wipe_workspace whose server
+// was killed, before or after it removed the old container, is finished
+// by the next call on the name: the workspace is empty, never the old
+// one, the env variables come over when the old container was still
+// there, and the call says which.
+func TestInterruptedWipeOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			st, server := intentServers(t, tg, prefix)
+			ctx := guardedSequence(t)
+			for _, removed := range []bool{false, true} {
+				box := "halfwipe"
+				if removed {
+					box += "-removed"
+				}
+				t.Run(box, func(t *testing.T) {
+					a := server()
+					if err := a.SetEnv(ctx, box, "KEPT", "over the wipe", false); err != nil {
+						t.Fatal(err)
+					}
+					if o := run(t, a, box, shell.Request{Command: "echo old >/workspace/kept"}); o.res.ExitCode != 0 {
+						t.Fatal(o.stderr)
+					}
+					a.Close()
+					if err := st.PutIntent(state.Intent{Sandbox: box, Op: "wipe", Phase: "begun", Began: time.Now().UTC()}); err != nil {
+						t.Fatal(err)
+					}
+					if removed {
+						if err := rt.Remove(ctx, a.ContainerFor(box)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					b := server()
+					var out strings.Builder
+					res, err := b.Exec(ctx, box, shell.Request{Command: `cat /workspace/kept 2>/dev/null || echo none; echo "[$KEPT]"`, Stdout: &out})
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := "none\n[over the wipe]\n"
+					if removed {
+						want = "none\n[]\n"
+					}
+					if out.String() != want {
+						t.Errorf("after the finished wipe: %q, want %q", out.String(), want)
+					}
+					if !strings.Contains(res.Boot.Recovered, "wipe_workspace") || !strings.Contains(res.Boot.Recovered, "the workspace is empty") {
+						t.Errorf("the next call was told %q", res.Boot.Recovered)
+					}
+					if _, ok, _ := st.Intent(box); ok {
+						t.Error("the record of the wipe is still there")
+					}
+					if _, err := b.Reset(ctx, box, true); err != nil {
+						t.Fatal(err)
+					}
+					if _, ok, _ := st.Intent(box); ok {
+						t.Error("a reset with wipe_workspace that finished left its record")
+					}
+				})
+			}
+		})
+	}
+}
+
 // TestFailedRestorePutsBackOnEngine: a restore whose workspace does not
 // arrive (the sandbox's tar refuses to extract) puts the sandbox back as
 // it was, usable at once by the same server, its jobs still running and

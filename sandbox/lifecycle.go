@@ -202,10 +202,13 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	// finds the sandbox.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.BootTimeout)
 	defer cancel()
-	if said, err := m.finishDestroy(bctx, name); err != nil { // intent.go
-		return nil, info, err
-	} else if said != "" {
-		info.Recovered = joinNotes(info.Recovered, said)
+	var carried []guest.EnvVar // a wipe's, for the sandbox booted next
+	if mode == bootFind {
+		said, env, err := m.finishPending(bctx, name) // intent.go
+		if err != nil {
+			return nil, info, err
+		}
+		info.Recovered, carried = joinNotes(info.Recovered, said), env
 	}
 	gen := m.readGen(name) // after the destroy, which moves it on
 	var resumed *resumption
@@ -234,6 +237,9 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	}
 	if resumed != nil {
 		binfo.Recovered = joinNotes(binfo.Recovered, m.finishResumed(bctx, sb, resumed))
+	}
+	if len(carried) > 0 {
+		m.writeEnvStore(bctx, name, carried)
 	}
 	m.log.Info("sandbox ready", "name", name, "container", sb.Container,
 		"created", binfo.Created, "started", binfo.Started, "adopted", binfo.Adopted, "took", binfo.Took)
@@ -675,7 +681,7 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 // recorded before its first step: a server killed in its middle (the
 // container gone, the workspace not yet) leaves the record, and the next
 // server finishes it before it boots anything under the name, so a
-// destroyed workspace never comes back as the sandbox's (finishDestroy).
+// destroyed workspace never comes back as the sandbox's (finishPending).
 // A destroy that failed keeps its record too: it was asked for, and the
 // next call on the name carries it on.
 func (m *Manager) destroyLocked(ctx context.Context, name string) (bool, error) {
@@ -784,6 +790,7 @@ func (m *Manager) wipe(ctx context.Context, name, vol string, wipe, look bool) e
 	if !look {
 		err := m.rt.VolumeRemove(ctx, vol)
 		if err == nil {
+			m.dropSpareChannel(vol) // channel.go
 			return nil
 		}
 		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
@@ -812,6 +819,7 @@ func (m *Manager) wipe(ctx context.Context, name, vol string, wipe, look bool) e
 	if err := m.removeVolume(ctx, vol); err != nil {
 		return fmt.Errorf("remove workspace of %q: %w", name, err)
 	}
+	m.dropSpareChannel(vol) // channel.go
 	return nil
 }
 
@@ -828,6 +836,10 @@ func (m *Manager) dropUnusedVolume(ctx context.Context, name string, c Container
 	}
 	if err := m.rt.VolumeRemove(ctx, vol); err != nil && !errors.Is(err, ErrNotFound) {
 		m.log.Warn("remove a workspace its sandbox does not use", "sandbox", name, "volume", vol, "err", err)
+	}
+	// And the channel directory the create made for its container.
+	if dir := m.channelDir(m.ContainerFor(name)); dir != "" && c.Labels[LabelChannel] != dir {
+		m.removeChannel(dir)
 	}
 }
 
@@ -881,6 +893,15 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 	}()
 	r, canRename := m.rt.(Renamer)
 	if wipeWorkspace || !canRename {
+		if wipeWorkspace {
+			// Finished by the next boot if this server dies before the
+			// new container has the env variables (finishPending): the
+			// old workspace never comes back.
+			if err := m.putIntent(state.Intent{Sandbox: name, Op: opWipe, Phase: intentBegun, Began: time.Now().UTC()}); err != nil {
+				return BootInfo{}, err
+			}
+			recorded = true
+		}
 		if _, err := m.remove(ctx, name, "", wipeWorkspace); err != nil {
 			return BootInfo{}, err
 		}

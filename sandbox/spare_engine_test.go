@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -361,6 +362,75 @@ func TestSpareBootCutOnEngine(t *testing.T) {
 			}
 			if _, err := os.Stat(chanDir); !os.IsNotExist(err) && tg.Runtime != "container" {
 				t.Errorf("the channel directory of the cut spare boot: %v", err)
+			}
+		})
+	}
+}
+
+// TestSpareBornDestroyCutOnEngine: a destroy of a sandbox that began as a
+// spare, killed after its container went, is finished by the next
+// server's start with the spare's workspace and channel directory, which
+// only the gone container's labels named.
+func TestSpareBornDestroyCutOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			if _, ok := rt.(sandbox.Renamer); !ok {
+				t.Skipf("%s cannot rename a container, which taking a spare is: it keeps no spares", rt.Kind())
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			server := func() *sandbox.Manager {
+				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Resolver: &egress.HostsResolver{},
+					Defaults:  sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist, Allow: []string{"api.test"}},
+					Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks"), ChannelRoot: filepath.Join(dir, "chan")})
+				t.Cleanup(m.Close)
+				return m
+			}
+			ctx := guardedSequence(t)
+			a := server()
+			a.KeepSpares(1)
+			for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no running spare within %s", hangGuard)
+				}
+				if sp, _ := a.Spares(ctx); len(sp) > 0 && sp[0].State == sandbox.StateRunning {
+					break
+				}
+			}
+			if o := run(t, a, "born", shell.Request{Command: "echo x >/workspace/f"}); !o.res.Boot.Spare {
+				t.Fatalf("the first call did not take the spare: %+v", o.res.Boot)
+			}
+			a.KeepSpares(0)
+			c, err := rt.Inspect(ctx, a.ContainerFor("born"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			chanDir, vol := c.Labels[sandbox.LabelChannel], c.Labels[sandbox.LabelVolume]
+			if chanDir == "" {
+				t.Skipf("%s gives sandboxes no channel directory (a local docker or podman on Linux does)", rt.Kind())
+			}
+			a.Close() // killed in the middle of the destroy, after the container went
+			if err := st.PutIntent(state.Intent{Sandbox: "born", Op: "destroy", Phase: "begun", Began: time.Now().UTC()}); err != nil {
+				t.Fatal(err)
+			}
+			if err := rt.Remove(ctx, c.ID); err != nil {
+				t.Fatal(err)
+			}
+			if err := server().Reconcile(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(chanDir); !os.IsNotExist(err) {
+				t.Errorf("the spare's channel directory %s: %v", chanDir, err)
+			}
+			names, _ := rt.(sandbox.VolumeLister).VolumeNames(ctx)
+			if slices.Contains(names, vol) {
+				t.Errorf("the spare's workspace %s is still there", vol)
 			}
 		})
 	}
