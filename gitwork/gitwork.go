@@ -181,7 +181,7 @@ var ErrTooLarge = errors.New("the sandbox's commits are too large")
 // read. Its objects are checked before any lands; a bundle that fails,
 // or whose commits need objects the repository does not have, changes
 // nothing.
-func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string, maxBytes int64) (Taken, error) {
+func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string, maxBytes int64, have ...string) (Taken, error) {
 	if err := checkName(ctx, name); err != nil {
 		return Taken{}, err
 	}
@@ -190,11 +190,17 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 		return Taken{}, err
 	}
 	defer cleanup()
-	return r.TakeFile(ctx, name, file, from)
+	return r.TakeFile(ctx, name, file, from, have...)
 }
 
 // TakeFile is Take of a bundle already in a file of Spool's.
-func (r *Repo) TakeFile(ctx context.Context, name, file, from string) (Taken, error) {
+//
+// The bundle's commits may build only on what the sandbox was given: the
+// branch as it is (its clone, or its own earlier work) and the commits in
+// have. An object they need from elsewhere in the user's repository is
+// refused, so that a bundle cannot learn whether the user holds an object
+// by naming it without carrying it.
+func (r *Repo) TakeFile(ctx context.Context, name, file, from string, have ...string) (Taken, error) {
 	if err := checkName(ctx, name); err != nil {
 		return Taken{}, err
 	}
@@ -243,6 +249,9 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string) (Taken, er
 	if _, err := run(ctx, q, nil, append(fetchArgs(false), file, "+"+from+":"+ref)...); err != nil {
 		return t, fmt.Errorf("read the sandbox's bundle: %w", err)
 	}
+	if err := r.checkCarried(ctx, q, ref, append(have, before)); err != nil {
+		return t, err
+	}
 	if _, err := r.git(ctx, nil, append(fetchArgs(true), q, "+"+ref+":"+ref)...); err != nil {
 		return t, fmt.Errorf("take the sandbox's commits onto %s: %w", branch, err)
 	}
@@ -257,6 +266,46 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string) (Taken, er
 		}
 	}
 	return t, nil
+}
+
+// checkCarried refuses the commits at ref in the quarantine q when they
+// need an object that is neither in the bundle (q's own objects) nor
+// reachable from the commits in have.
+func (r *Repo) checkCarried(ctx context.Context, q, ref string, have []string) error {
+	args := []string{"rev-list", "--objects", ref, "--not"}
+	for _, h := range have {
+		if isHash(h) {
+			args = append(args, h)
+		}
+	}
+	out, err := run(ctx, q, nil, append(args, "--")...)
+	if err != nil {
+		return fmt.Errorf("the sandbox's commits: %w", err)
+	}
+	var need strings.Builder
+	for _, line := range strings.Split(string(out), "\n") {
+		if sha, _, _ := strings.Cut(line, " "); isHash(sha) {
+			need.WriteString(sha + "\n")
+		}
+	}
+	if need.Len() == 0 {
+		return nil
+	}
+	alt := filepath.Join(q, "objects", "info", "alternates")
+	if err := os.Rename(alt, alt+".off"); err != nil {
+		return err
+	}
+	defer os.Rename(alt+".off", alt)
+	got, err := run(ctx, q, strings.NewReader(need.String()), "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	if err != nil {
+		return fmt.Errorf("the sandbox's commits: %w", err)
+	}
+	for _, line := range strings.Split(string(got), "\n") {
+		if sha, what, _ := strings.Cut(line, " "); what == "missing" {
+			return fmt.Errorf("the sandbox's commits name object %s without carrying it (a bundle builds only on what the sandbox was given): nothing was taken", sha)
+		}
+	}
+	return nil
 }
 
 // fetchArgs are the arguments of a fetch that runs no hook, writes no
@@ -276,8 +325,8 @@ func fetchArgs(check bool) []string {
 // Spool copies src, at most maxBytes, to a file of its own in the git
 // directory and returns its path, and cleanup, which removes it.
 func (r *Repo) Spool(src io.Reader, maxBytes int64) (string, func(), error) {
-	dir := filepath.Join(r.GitDir, "sandbox-mcp")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir, err := r.Scratch()
+	if err != nil {
 		return "", nil, err
 	}
 	var b [8]byte
@@ -300,6 +349,30 @@ func (r *Repo) Spool(src io.Reader, maxBytes int64) (string, func(), error) {
 		return "", nil, err
 	}
 	return path, cleanup, nil
+}
+
+// scratchAge is how old a file in the scratch directory must be to be
+// taken for one a killed process left: far past the longest take.
+const scratchAge = 6 * time.Hour
+
+// Scratch is the directory in the git directory that holds the bundles
+// and quarantines of takes and packs under way, private to the user. What
+// killed processes left there is removed.
+func (r *Repo) Scratch() (string, error) {
+	dir := filepath.Join(r.GitDir, "sandbox-mcp")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "take-") && !strings.HasPrefix(e.Name(), "pack-") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > scratchAge {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+	return dir, nil
 }
 
 // Commit is one commit of a sandbox's branch.
@@ -381,12 +454,14 @@ func (r *Repo) Diff(ctx context.Context, from, to string, opt DiffOptions) (text
 	} else if f, err = r.Resolve(ctx, from); err != nil {
 		return "", false, err
 	}
-	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames"}
+	args := []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv"}
 	switch {
 	case opt.NameOnly:
-		args = append(args, "--name-only", "-z")
+		args = append(args, "--name-only", "-z", "--no-renames")
 	case opt.Stat:
-		args = append(args, "--stat=200", "--summary")
+		args = append(args, "--find-renames", "--stat=200", "--summary")
+	default:
+		args = append(args, "--find-renames")
 	}
 	args = append(args, f, t, "--")
 	for _, p := range opt.Paths {
@@ -477,6 +552,9 @@ func (r *Repo) Apply(ctx context.Context, name, how, base string) (Applied, erro
 	if a.Before, err = r.Resolve(ctx, "HEAD"); err != nil {
 		return a, err
 	}
+	if err := r.checkIncoming(ctx, branch, ref); err != nil {
+		return a, err
+	}
 	var undo []string
 	switch how {
 	case Merge, "":
@@ -516,6 +594,63 @@ func (r *Repo) Apply(ctx context.Context, name, how, base string) (Applied, erro
 	}
 	a.After, err = r.Resolve(ctx, "HEAD")
 	return a, err
+}
+
+// MaxApplyBytes bounds the size of the files a sandbox's work brings into
+// the user's work tree through Apply: a bundle of a few megabytes can
+// hold gigabytes of compressible data.
+var MaxApplyBytes int64 = 512 << 20
+
+// steering are the files whose change in the sandbox's work Apply
+// refuses: they choose which of the user's configured programs a checkout
+// runs, and where to (filters, merge drivers, encodings, LFS servers,
+// submodule URLs), over content the sandbox wrote.
+var steering = map[string]bool{".gitattributes": true, ".gitmodules": true, ".lfsconfig": true}
+
+// checkIncoming refuses the sandbox's work (ref, against its merge base
+// with HEAD) when it changes a steering file or brings more than
+// MaxApplyBytes of files.
+func (r *Repo) checkIncoming(ctx context.Context, branch, ref string) error {
+	mb, err := r.git(ctx, nil, "merge-base", "HEAD", ref)
+	if err != nil {
+		return fmt.Errorf("%s and the branch checked out have no common history", branch)
+	}
+	base := strings.TrimSpace(string(mb))
+	out, err := r.git(ctx, nil, "diff", "--raw", "-z", "--no-abbrev", "--no-renames", "--no-ext-diff", base, ref, "--")
+	if err != nil {
+		return err
+	}
+	var blobs []string
+	fields := strings.Split(string(out), "\x00")
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta, name := strings.Fields(fields[i]), fields[i+1]
+		if steering[strings.ToLower(filepath.Base(name))] {
+			return fmt.Errorf("the work of %s changes %s, which chooses the programs of your git config a checkout runs (filters, merge drivers) and where to: "+
+				"nothing was changed; review it and merge by hand (git merge %s)", branch, name, branch)
+		}
+		if len(meta) >= 4 && isHash(meta[3]) && strings.Trim(meta[3], "0") != "" && meta[1] != "160000" {
+			blobs = append(blobs, meta[3])
+		}
+	}
+	if len(blobs) == 0 {
+		return nil
+	}
+	sizes, err := r.git(ctx, strings.NewReader(strings.Join(blobs, "\n")+"\n"), "cat-file", "--batch-check=%(objectsize)")
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, f := range strings.Fields(string(sizes)) {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return fmt.Errorf("the size of the work's files: %q", f)
+		}
+		if total += n; total > MaxApplyBytes {
+			return fmt.Errorf("the work of %s brings over %d MiB of files into the work tree: nothing was changed; look at it (work_diff with stat) and merge by hand (git merge %s)",
+				branch, MaxApplyBytes>>20, branch)
+		}
+	}
+	return nil
 }
 
 // git runs git in r with stdin and returns its output.

@@ -519,3 +519,123 @@ func TestLinkedWorkTree(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestApplyRefusesSteeringAndBulk: work that changes .gitattributes,
+// .gitmodules or .lfsconfig (which pick the user's filter and merge
+// programs a checkout runs) or that brings more bytes than Apply takes is
+// refused, whichever way, with nothing changed and no filter run.
+func TestApplyRefusesSteeringAndBulk(t *testing.T) {
+	ctx := context.Background()
+	for _, file := range []string{".gitattributes", "sub/.gitattributes", ".gitmodules", ".LFSConfig", "big.bin"} {
+		t.Run(file, func(t *testing.T) {
+			r := userRepo(t)
+			marker := filepath.Join(t.TempDir(), "ran")
+			sh(t, r.Dir, "config", "filter.evil.smudge", "sh -c 'echo ran >>"+marker+"; cat'")
+			sh(t, r.Dir, "config", "filter.evil.clean", "cat")
+			base, _ := r.Start(ctx, "x", "HEAD")
+			ws := sandboxClone(t, r, "x")
+			content := "* filter=evil\n"
+			if file == "big.bin" {
+				content = strings.Repeat("a", 2<<20)
+			}
+			write(t, filepath.Join(ws, file), content)
+			write(t, filepath.Join(ws, "data.txt"), "data\n")
+			sh(t, ws, "add", "-A")
+			sh(t, ws, "commit", "--quiet", "-m", "steer")
+			if _, err := r.Take(ctx, "x", bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), "", 8<<20); err != nil {
+				t.Fatal(err)
+			}
+			old := MaxApplyBytes
+			MaxApplyBytes = 1 << 20
+			defer func() { MaxApplyBytes = old }()
+			head := sh(t, r.Dir, "rev-parse", "HEAD")
+			for _, how := range []string{Merge, Squash, CherryPick} {
+				_, err := r.Apply(ctx, "x", how, "")
+				if err == nil || !strings.Contains(err.Error(), "nothing was changed") {
+					t.Fatalf("%s of work with %s: %v", how, file, err)
+				}
+			}
+			if sh(t, r.Dir, "rev-parse", "HEAD") != head || sh(t, r.Dir, "status", "--porcelain") != "" {
+				t.Fatal("the refused work changed the repository")
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("a filter the sandbox chose ran")
+			}
+		})
+	}
+}
+
+// TestTakeRefusesBorrowedObjects: a bundle whose commit names a blob it
+// does not carry, which the user's repository holds (unreachable from
+// anything the sandbox was given), is refused: whether the take worked
+// would tell the sandbox that the user has that content.
+func TestTakeRefusesBorrowedObjects(t *testing.T) {
+	ctx := context.Background()
+	r := userRepo(t)
+	base, _ := r.Start(ctx, "x", "HEAD")
+	secret := gitIn(t, r.Dir, "AWS_SECRET=hunter2\n", "hash-object", "-w", "--stdin")
+	ws := sandboxClone(t, r, "x")
+	tree := gitIn(t, ws, fmt.Sprintf("100644 blob %s\tguess\n", secret), "mktree", "--missing")
+	commit := sh(t, ws, "commit-tree", tree, "-p", base, "-m", "guess")
+	pack := exec.Command("git", "-C", ws, "pack-objects", "--stdout")
+	pack.Stdin = strings.NewReader(commit + "\n" + tree + "\n")
+	data, err := pack.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := append([]byte("# v2 git bundle\n-"+base+" base\n"+commit+" refs/heads/sandbox/x\n\n"), data...)
+	if _, err := r.Take(ctx, "x", bytes.NewReader(bundle), "", 1<<20); err == nil || !strings.Contains(err.Error(), "without carrying it") {
+		t.Fatalf("a bundle borrowing the user's object: %v", err)
+	}
+	if sh(t, r.Dir, "rev-parse", "sandbox/x") != base {
+		t.Fatal("the branch moved")
+	}
+	// The same commit carrying the blob is taken.
+	blob := gitIn(t, ws, "AWS_SECRET=hunter2\n", "hash-object", "-w", "--stdin")
+	pack = exec.Command("git", "-C", ws, "pack-objects", "--stdout")
+	pack.Stdin = strings.NewReader(commit + "\n" + tree + "\n" + blob + "\n")
+	if data, err = pack.Output(); err != nil {
+		t.Fatal(err)
+	}
+	bundle = append([]byte("# v2 git bundle\n-"+base+" base\n"+commit+" refs/heads/sandbox/x\n\n"), data...)
+	if _, err := r.Take(ctx, "x", bytes.NewReader(bundle), "", 1<<20); err != nil {
+		t.Fatalf("a bundle that carries what it names: %v", err)
+	}
+}
+
+// TestScratchSweep: what a killed take or pack left in the scratch
+// directory long ago is removed by the next one; what is recent stays.
+func TestScratchSweep(t *testing.T) {
+	r := userRepo(t)
+	dir, err := r.Scratch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-24 * time.Hour)
+	for _, name := range []string{"take-old.bundle", "take-old.git", "pack-old.bundle", "take-new.bundle", "other"} {
+		p := filepath.Join(dir, name)
+		if strings.HasSuffix(name, ".git") {
+			if err := os.MkdirAll(filepath.Join(p, "objects"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			write(t, p, "x")
+		}
+		if strings.Contains(name, "old") || name == "other" {
+			if err := os.Chtimes(p, long, long); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := r.Scratch(); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if strings.Join(left, " ") != "other take-new.bundle" {
+		t.Fatalf("left: %v", left)
+	}
+}

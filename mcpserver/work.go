@@ -67,12 +67,13 @@ func (s *Server) workDiffTool() tool {
 
 func (s *Server) workApplyTool() tool {
 	return tool{group: "work", handler: s.handleWorkApply, def: newTool[work.Applied]("work_apply", "Merge a sandbox's work",
-		"Bring the sandbox's branch into the branch checked out in the host repository. Refused when that tree has uncommitted changes; "+
+		"Bring the sandbox's branch, as the last checkpoint left it (what work_diff showed), into the branch checked out in the host repository. "+
+			"Refused when that tree has uncommitted changes, or when the work changes .gitattributes, .gitmodules or .lfsconfig or is too large; "+
 			"a conflict changes nothing and names the files.",
 		destructive(false),
 		mcp.WithString("how", mcp.Description("merge (a merge commit), squash (one commit) or cherry-pick (its commits one by one)."),
 			mcp.Enum(gitwork.Merge, gitwork.Squash, gitwork.CherryPick), mcp.DefaultString(gitwork.Merge)),
-		mcp.WithBoolean("refresh", mcp.Description(refreshDesc), mcp.DefaultBool(true)),
+		mcp.WithBoolean("refresh", mcp.Description("Checkpoint first: merges what changed since, unreviewed."), mcp.DefaultBool(false)),
 		sandboxParam(),
 	)}
 }
@@ -188,7 +189,7 @@ func (s *Server) handleWorkApply(ctx context.Context, req mcp.CallToolRequest) (
 	if s.work == nil {
 		return failure(ctx, "work_apply", errNoWork), nil
 	}
-	out, err := s.work.Apply(ctx, name, req.GetString("how", gitwork.Merge), req.GetBool("refresh", true))
+	out, err := s.work.Apply(ctx, name, req.GetString("how", gitwork.Merge), req.GetBool("refresh", false))
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("work_apply of sandbox %q", name), err), nil
 	}

@@ -43,6 +43,9 @@ type Store interface {
 // DefaultMaxBundle bounds what one checkpoint takes from a sandbox.
 const DefaultMaxBundle = 1 << 30
 
+// takeTimeout bounds the host's work on one checkpoint's bundle.
+const takeTimeout = 15 * time.Minute
+
 // Service is the work of sandboxes as branches.
 type Service struct {
 	m     *sandbox.Manager
@@ -230,7 +233,7 @@ exit 4`
 	if res.code != 0 {
 		return out, res.failed("bundle the sandbox's commits")
 	}
-	taken, err := s.take(ctx, r, name, file)
+	taken, err := s.take(ctx, r, name, file, w.Base)
 	if err != nil {
 		return out, err
 	}
@@ -283,7 +286,7 @@ func (s *Service) message(name, message string, since time.Time) string {
 
 // take reads the bundle file in the sandbox and takes its HEAD onto the
 // sandbox's branch.
-func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file string) (gitwork.Taken, error) {
+func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file, base string) (gitwork.Taken, error) {
 	max := s.MaxBundle
 	if max <= 0 {
 		max = DefaultMaxBundle
@@ -312,7 +315,11 @@ func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file string) 
 		if err := finish(); err != nil {
 			return err
 		}
-		taken, err = r.TakeFile(ctx, name, spool, "HEAD")
+		// Bounded on the host too: a small bundle can take git long to
+		// unpack and check.
+		tctx, cancel := context.WithTimeout(ctx, takeTimeout)
+		defer cancel()
+		taken, err = r.TakeFile(tctx, name, spool, "HEAD", base)
 		return err
 	})
 	return taken, err
@@ -521,8 +528,8 @@ func (l *limited) Write(p []byte) (int, error) {
 // packFile writes the bundle of sandbox name's branch to a file of its
 // own in the repository's git directory.
 func (s *Service) packFile(ctx context.Context, r *gitwork.Repo, name string) (string, error) {
-	dir := filepath.Join(r.GitDir, "sandbox-mcp")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir, err := r.Scratch()
+	if err != nil {
 		return "", err
 	}
 	f, err := os.CreateTemp(dir, "pack-*.bundle")

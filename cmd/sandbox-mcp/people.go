@@ -291,10 +291,13 @@ func workCommands() []*cobra.Command {
 			return fn(cmd.Context(), cfg, args)
 		}
 	}
-	refresh := func(c *cobra.Command) {
-		c.Flags().BoolVar(&o.Refresh, "refresh", true, "checkpoint first, so that the answer holds the sandbox's latest changes")
+	// Each command has its own --refresh: a variable bound by several
+	// commands would take the last one's default.
+	refresh := func(c *cobra.Command, def bool, usage string) *bool {
 		c.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
+		return c.Flags().Bool("refresh", def, usage)
 	}
+	const refreshUsage = "checkpoint first, so that the answer holds the sandbox's latest changes"
 	fromRepo := &cobra.Command{
 		Use:   "from-repo NAME [DIR]",
 		Short: "Clone a host repository into a sandbox, its work to come back as a branch",
@@ -328,37 +331,40 @@ func workCommands() []*cobra.Command {
 		Short: "List a sandbox's commits since it started from its repository",
 		Long:  "List the commits of sandbox/NAME since the revision the sandbox started from, newest first (git log sandbox/NAME works too)." + exits,
 		Args:  cobra.ExactArgs(1),
-		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
-			return app.WorkLog(ctx, cfg, args[0], o, os.Stdout)
-		}),
 	}
 	logCmd.Flags().IntVarP(&o.Max, "max-count", "n", 20, "at most this many commits")
-	refresh(logCmd)
+	logRefresh := refresh(logCmd, true, refreshUsage)
+	logCmd.RunE = run(func(ctx context.Context, cfg app.Config, args []string) error {
+		o.Refresh = *logRefresh
+		return app.WorkLog(ctx, cfg, args[0], o, os.Stdout)
+	})
 	diff := &cobra.Command{
 		Use:   "diff NAME [PATH...]",
 		Short: "Show a sandbox's work as a diff",
 		Long:  "Show the diff from the revision sandbox NAME started from (or --from) to its branch (or --to), for PATHs of the repository if given." + exits,
 		Args:  cobra.MinimumNArgs(1),
-		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
-			o.Diff.Paths = args[1:]
-			return app.WorkDiff(ctx, cfg, args[0], o, os.Stdout)
-		}),
 	}
 	diff.Flags().BoolVar(&o.Diff.Stat, "stat", false, "files changed and their line counts")
 	diff.Flags().StringVar(&o.Diff.From, "from", "", "a revision of the repository to diff from")
 	diff.Flags().StringVar(&o.Diff.To, "to", "", "a revision of the repository to diff to")
-	refresh(diff)
+	diffRefresh := refresh(diff, true, refreshUsage)
+	diff.RunE = run(func(ctx context.Context, cfg app.Config, args []string) error {
+		o.Diff.Paths, o.Refresh = args[1:], *diffRefresh
+		return app.WorkDiff(ctx, cfg, args[0], o, os.Stdout)
+	})
 	apply := &cobra.Command{
 		Use:   "apply NAME",
 		Short: "Merge a sandbox's work into the branch checked out",
-		Long:  "Bring sandbox/NAME into the branch checked out in its repository (--how merge, squash or cherry-pick); refused when that tree has uncommitted changes, and a conflict changes nothing." + exits,
-		Args:  cobra.ExactArgs(1),
-		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
-			return app.WorkApply(ctx, cfg, args[0], o, os.Stdout)
-		}),
+		Long: "Bring sandbox/NAME, as the last checkpoint left it (what diff showed), into the branch checked out in its repository (--how merge, squash or cherry-pick); " +
+			"refused when that tree has uncommitted changes, or when the work changes .gitattributes, .gitmodules or .lfsconfig or is too large; a conflict changes nothing." + exits,
+		Args: cobra.ExactArgs(1),
 	}
 	apply.Flags().StringVar(&o.How, "how", "merge", "merge, squash or cherry-pick")
-	refresh(apply)
+	applyRefresh := refresh(apply, false, "checkpoint first (merges what changed since, unreviewed)")
+	apply.RunE = run(func(ctx context.Context, cfg app.Config, args []string) error {
+		o.Refresh = *applyRefresh
+		return app.WorkApply(ctx, cfg, args[0], o, os.Stdout)
+	})
 	return []*cobra.Command{fromRepo, checkpoint, logCmd, diff, apply}
 }
 
