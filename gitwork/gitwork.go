@@ -129,6 +129,16 @@ func (r *Repo) Start(ctx context.Context, name, rev string) (string, error) {
 		return "", err
 	}
 	branch, ref := Branch(name)
+	// On a file system that ignores case (macOS's), sandbox/Foo and
+	// sandbox/foo are one ref file: one sandbox's work would move the
+	// other's branch.
+	if out, err := r.git(ctx, nil, "for-each-ref", "--format=%(refname)", "refs/heads/"+BranchPrefix); err == nil {
+		for _, other := range strings.Fields(string(out)) {
+			if other != ref && strings.EqualFold(other, ref) {
+				return "", fmt.Errorf("branch %s exists in %s, which differs from %s only in case: name the sandbox otherwise", strings.TrimPrefix(other, "refs/heads/"), r.Dir, branch)
+			}
+		}
+	}
 	if at, err := r.Head(ctx, name); err != nil {
 		return "", err
 	} else if at != "" {

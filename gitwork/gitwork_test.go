@@ -476,6 +476,9 @@ func TestNamesAndRepos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := r.Start(ctx, "ONE", "HEAD"); err == nil || !strings.Contains(err.Error(), "only in case") {
+		t.Fatalf("a name that differs from another sandbox's only in case: %v", err)
+	}
 	if _, err := r.Start(ctx, "two", "HEAD"); err != nil {
 		t.Fatal(err)
 	}
