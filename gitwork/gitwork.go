@@ -235,7 +235,7 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string, have ...st
 	to := ""
 	for _, line := range strings.Split(string(out), "\n") {
 		sha, head, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if ok && head == from && isHash(sha) {
+		if ok && head == from && IsHash(sha) {
 			to = sha
 		}
 	}
@@ -284,7 +284,7 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string, have ...st
 func (r *Repo) checkCarried(ctx context.Context, q, ref string, have []string) error {
 	args := []string{"rev-list", "--objects", ref, "--not"}
 	for _, h := range have {
-		if isHash(h) {
+		if IsHash(h) {
 			args = append(args, h)
 		}
 	}
@@ -294,7 +294,7 @@ func (r *Repo) checkCarried(ctx context.Context, q, ref string, have []string) e
 	}
 	var need strings.Builder
 	for _, line := range strings.Split(string(out), "\n") {
-		if sha, _, _ := strings.Cut(line, " "); isHash(sha) {
+		if sha, _, _ := strings.Cut(line, " "); IsHash(sha) {
 			need.WriteString(sha + "\n")
 		}
 	}
@@ -425,7 +425,7 @@ func (r *Repo) Log(ctx context.Context, name, base string, n int) ([]Commit, err
 	for i := 0; i+4 <= len(fields); i += 4 {
 		c := Commit{Hash: strings.TrimSpace(fields[i]), Author: fields[i+1], Subject: fields[i+3]}
 		c.Date, _ = time.Parse(time.RFC3339, fields[i+2])
-		if isHash(c.Hash) {
+		if IsHash(c.Hash) {
 			cs = append(cs, c)
 		}
 	}
@@ -638,7 +638,7 @@ func (r *Repo) checkIncoming(ctx context.Context, branch, ref string) error {
 			return fmt.Errorf("the work of %s changes %s, which chooses the programs of your git config a checkout runs (filters, merge drivers) and where to: "+
 				"nothing was changed; review it and merge by hand (git merge %s)", branch, name, branch)
 		}
-		if len(meta) >= 4 && isHash(meta[3]) && strings.Trim(meta[3], "0") != "" && meta[1] != "160000" {
+		if len(meta) >= 4 && IsHash(meta[3]) && strings.Trim(meta[3], "0") != "" && meta[1] != "160000" {
 			blobs = append(blobs, meta[3])
 		}
 	}
@@ -737,7 +737,9 @@ func clip(s string) string {
 	return s
 }
 
-func isHash(s string) bool {
+// IsHash reports whether s is a full object name (SHA-1 or SHA-256, lower
+// case hex).
+func IsHash(s string) bool {
 	if len(s) != 40 && len(s) != 64 {
 		return false
 	}

@@ -269,21 +269,7 @@ func TestSpareClaimCutAfterRenameOnEngine(t *testing.T) {
 			}
 			a := server()
 			a.KeepSpares(1)
-			var spare sandbox.Info
-			for deadline := time.Now().Add(hangGuard); spare.Container == ""; time.Sleep(200 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no running spare within %s", hangGuard)
-				}
-				sp, err := a.Spares(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, s := range sp {
-					if s.State == sandbox.StateRunning {
-						spare = s
-					}
-				}
-			}
+			spare := runningSpare(t, ctx, a)
 			a.KeepSpares(0)
 			a.Close() // killed as it took the spare for "b": renamed, not recorded
 			if err := ren.Rename(ctx, spare.Container, a.ContainerFor("b")); err != nil {
@@ -395,14 +381,7 @@ func TestSpareBornDestroyCutOnEngine(t *testing.T) {
 			ctx := guardedSequence(t)
 			a := server()
 			a.KeepSpares(1)
-			for deadline := time.Now().Add(hangGuard); ; time.Sleep(200 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no running spare within %s", hangGuard)
-				}
-				if sp, _ := a.Spares(ctx); len(sp) > 0 && sp[0].State == sandbox.StateRunning {
-					break
-				}
-			}
+			runningSpare(t, ctx, a)
 			if o := run(t, a, "born", shell.Request{Command: "echo x >/workspace/f"}); !o.res.Boot.Spare {
 				t.Fatalf("the first call did not take the spare: %+v", o.res.Boot)
 			}
@@ -434,4 +413,22 @@ func TestSpareBornDestroyCutOnEngine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runningSpare waits for m to have a running spare and returns it.
+func runningSpare(t *testing.T, ctx context.Context, m *sandbox.Manager) sandbox.Info {
+	t.Helper()
+	for deadline := time.Now().Add(hangGuard); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		sp, err := m.Spares(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range sp {
+			if s.State == sandbox.StateRunning {
+				return s
+			}
+		}
+	}
+	t.Fatalf("no running spare within %s", hangGuard)
+	return sandbox.Info{}
 }

@@ -208,7 +208,7 @@ git rev-parse --verify HEAD`
 		return out, fmt.Errorf("the clone at %s in sandbox %q is gone (workspace_from_repo made it): its work since the last checkpoint is lost", w.Path, name)
 	}
 	lines := strings.Fields(res.stdout)
-	if res.code != 0 || len(lines) != 2 || !isHash(lines[1]) {
+	if res.code != 0 || len(lines) != 2 || !gitwork.IsHash(lines[1]) {
 		return out, res.failed("commit in " + w.Path)
 	}
 	out.Committed, out.Commit = lines[0] == "made", lines[1]
@@ -583,16 +583,4 @@ func randomHex() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-func isHash(s string) bool {
-	if len(s) != 40 && len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
-			return false
-		}
-	}
-	return true
 }
