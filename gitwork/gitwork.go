@@ -109,11 +109,17 @@ func (r *Repo) Head(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	_, ref := Branch(name)
+	return r.at(ctx, ref), nil
+}
+
+// at is the commit ref is at, or "" when there is no such ref; the
+// callers have checked the name it comes from.
+func (r *Repo) at(ctx context.Context, ref string) string {
 	out, err := r.git(ctx, nil, "rev-parse", "--verify", "--quiet", ref)
 	if err != nil {
-		return "", nil
+		return ""
 	}
-	return strings.TrimSpace(string(out)), nil
+	return strings.TrimSpace(string(out))
 }
 
 // Start makes sandbox name's branch at rev and returns its commit. An
@@ -139,9 +145,7 @@ func (r *Repo) Start(ctx context.Context, name, rev string) (string, error) {
 			}
 		}
 	}
-	if at, err := r.Head(ctx, name); err != nil {
-		return "", err
-	} else if at != "" {
+	if at := r.at(ctx, ref); at != "" {
 		if at == commit {
 			return commit, nil
 		}
@@ -193,14 +197,14 @@ var ErrTooLarge = errors.New("the sandbox's commits are too large")
 // nothing.
 func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string, maxBytes int64, have ...string) (Taken, error) {
 	if err := checkName(ctx, name); err != nil {
-		return Taken{}, err
+		return Taken{}, err // before the bundle is spooled
 	}
 	file, cleanup, err := r.Spool(src, maxBytes)
 	if err != nil {
 		return Taken{}, err
 	}
 	defer cleanup()
-	return r.TakeFile(ctx, name, file, from, have...)
+	return r.takeFile(ctx, name, file, from, have)
 }
 
 // TakeFile is Take of a bundle already in a file of Spool's.
@@ -214,6 +218,11 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string, have ...st
 	if err := checkName(ctx, name); err != nil {
 		return Taken{}, err
 	}
+	return r.takeFile(ctx, name, file, from, have)
+}
+
+// takeFile is TakeFile of a name already checked.
+func (r *Repo) takeFile(ctx context.Context, name, file, from string, have []string) (Taken, error) {
 	branch, ref := Branch(name)
 	switch from {
 	case "":
@@ -222,12 +231,8 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string, have ...st
 	default:
 		return Taken{}, fmt.Errorf("take from %q: only HEAD or the branch's own ref", from)
 	}
-	t := Taken{Branch: branch}
-	before, err := r.Head(ctx, name)
-	if err != nil {
-		return t, err
-	}
-	t.From = before
+	before := r.at(ctx, ref)
+	t := Taken{Branch: branch, From: before}
 	out, err := r.git(ctx, nil, "bundle", "list-heads", file)
 	if err != nil {
 		return t, fmt.Errorf("what the sandbox sent is not a git bundle: %w", err)
@@ -265,10 +270,7 @@ func (r *Repo) TakeFile(ctx context.Context, name, file, from string, have ...st
 	if _, err := r.git(ctx, nil, append(fetchArgs(true), q, "+"+ref+":"+ref)...); err != nil {
 		return t, fmt.Errorf("take the sandbox's commits onto %s: %w", branch, err)
 	}
-	now, err := r.Head(ctx, name)
-	if err != nil {
-		return t, err
-	}
+	now := r.at(ctx, ref)
 	t.To = now
 	if before != "" && before != now {
 		if _, err := r.git(ctx, nil, "merge-base", "--is-ancestor", before, now); err != nil {
@@ -403,9 +405,7 @@ func (r *Repo) Log(ctx context.Context, name, base string, n int) ([]Commit, err
 		n = 100
 	}
 	branch, ref := Branch(name)
-	if at, err := r.Head(ctx, name); err != nil {
-		return nil, err
-	} else if at == "" {
+	if r.at(ctx, ref) == "" {
 		return nil, fmt.Errorf("there is no branch %s in %s", branch, r.Dir)
 	}
 	rng := ref
@@ -539,11 +539,7 @@ func (r *Repo) Apply(ctx context.Context, name, how, base string) (Applied, erro
 		return a, err
 	}
 	branch, ref := Branch(name)
-	at, err := r.Head(ctx, name)
-	if err != nil {
-		return a, err
-	}
-	if at == "" {
+	if r.at(ctx, ref) == "" {
 		return a, fmt.Errorf("there is no branch %s in %s", branch, r.Dir)
 	}
 	out, err := r.git(ctx, nil, "symbolic-ref", "--quiet", "--short", "HEAD")
