@@ -18,6 +18,17 @@ func quote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// ShellLine is the command line that runs script with sh, args as $1…,
+// each quoted: the way to hand a trusted script words of any content
+// through the persistent shell.
+func ShellLine(script string, args ...string) string {
+	line := "sh -c " + quote(script) + " sh"
+	for _, a := range args {
+		line += " " + quote(a)
+	}
+	return line
+}
+
 // InitFrame is written once when a shell starts. It saves the protocol fds,
 // defines the frame's functions, runs the caller's init text with its output
 // discarded, and answers with a normal frame whose stdout is the shell's PID.

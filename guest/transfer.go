@@ -399,9 +399,9 @@ func SyncStageCommand(dir, stage, end string, workspace bool) (string, error) {
 	if dir == "" || strings.IndexByte(dir, 0) >= 0 {
 		return "", errors.New("sandbox directory must be non-empty, without NUL")
 	}
-	skip := "''"
+	skip := ""
 	if workspace {
 		skip = SkipLostFound
 	}
-	return "sh -c " + quote(SyncStageScript) + " sh " + quote(dir) + " " + quote(stage) + " " + quote(end) + " " + skip, nil
+	return ShellLine(SyncStageScript, dir, stage, end, skip), nil
 }

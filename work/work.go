@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/gitwork"
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -181,18 +182,17 @@ type Checkpointed struct {
 // the commands run since the last checkpoint) and takes the sandbox's
 // HEAD onto the branch sandbox/<name> in the user's repository.
 func (s *Service) Checkpoint(ctx context.Context, name, message string) (Checkpointed, error) {
-	if err := sandbox.ValidateName(name); err != nil {
-		return Checkpointed{}, err
-	}
-	defer s.lock(name)()
-	return s.checkpoint(ctx, name, message)
-}
-
-func (s *Service) checkpoint(ctx context.Context, name, message string) (Checkpointed, error) {
-	w, r, err := s.tie(ctx, name)
+	w, r, _, unlock, err := s.open(ctx, name, false)
 	if err != nil {
 		return Checkpointed{}, err
 	}
+	defer unlock()
+	return s.checkpoint(ctx, name, &w, r, message)
+}
+
+// checkpoint is Checkpoint of name, tied as w to r, under its lock; it
+// records the commit taken in w.
+func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r *gitwork.Repo, message string) (Checkpointed, error) {
 	branch, _ := gitwork.Branch(name)
 	out := Checkpointed{Sandbox: name, Repo: w.Repo, Branch: branch}
 	msg := s.message(name, message, w.TakenAt)
@@ -245,7 +245,7 @@ exit 4`
 		out.Files = strings.Count(names, "\x00")
 	}
 	w.Taken, w.TakenAt = taken.To, time.Now().UTC()
-	if err := s.store.PutWork(w); err != nil {
+	if err := s.store.PutWork(*w); err != nil {
 		return out, fmt.Errorf("record the checkpoint of sandbox %q: %w", name, err)
 	}
 	return out, nil
@@ -340,18 +340,11 @@ type Log struct {
 // Log lists the commits of the sandbox's branch since its base (at most
 // n; 0: 100), after a checkpoint when refresh is set.
 func (s *Service) Log(ctx context.Context, name string, n int, refresh bool) (Log, error) {
-	if err := sandbox.ValidateName(name); err != nil {
-		return Log{}, err
-	}
-	defer s.lock(name)()
-	cp, err := s.refresh(ctx, name, refresh)
+	w, r, cp, unlock, err := s.open(ctx, name, refresh)
 	if err != nil {
 		return Log{}, err
 	}
-	w, r, err := s.tie(ctx, name)
-	if err != nil {
-		return Log{}, err
-	}
+	defer unlock()
 	branch, _ := gitwork.Branch(name)
 	cs, err := r.Log(ctx, name, w.Base, n)
 	return Log{Sandbox: name, Repo: w.Repo, Branch: branch, Base: w.Base, Commits: cs, Checkpoint: cp}, err
@@ -381,18 +374,11 @@ type Diff struct {
 // Diff is the difference the sandbox's work makes: from its base (or
 // req.From) to its branch (or req.To).
 func (s *Service) Diff(ctx context.Context, name string, req DiffRequest) (Diff, error) {
-	if err := sandbox.ValidateName(name); err != nil {
-		return Diff{}, err
-	}
-	defer s.lock(name)()
-	cp, err := s.refresh(ctx, name, req.Refresh)
+	w, r, cp, unlock, err := s.open(ctx, name, req.Refresh)
 	if err != nil {
 		return Diff{}, err
 	}
-	w, r, err := s.tie(ctx, name)
-	if err != nil {
-		return Diff{}, err
-	}
+	defer unlock()
 	branch, _ := gitwork.Branch(name)
 	from, to := req.From, req.To
 	if from == "" {
@@ -422,18 +408,11 @@ type Applied struct {
 // dirty tree is refused, a conflict undone), after a checkpoint when
 // refresh is set.
 func (s *Service) Apply(ctx context.Context, name, how string, refresh bool) (Applied, error) {
-	if err := sandbox.ValidateName(name); err != nil {
-		return Applied{}, err
-	}
-	defer s.lock(name)()
-	cp, err := s.refresh(ctx, name, refresh)
+	w, r, cp, unlock, err := s.open(ctx, name, refresh)
 	if err != nil {
 		return Applied{}, err
 	}
-	w, r, err := s.tie(ctx, name)
-	if err != nil {
-		return Applied{}, err
-	}
+	defer unlock()
 	branch, _ := gitwork.Branch(name)
 	a, err := r.Apply(ctx, name, how, w.Base)
 	out := Applied{Sandbox: name, Repo: w.Repo, Branch: branch, Applied: a, Checkpoint: cp}
@@ -449,16 +428,25 @@ func (s *Service) Forget(name string) error {
 	return s.store.DeleteWork(name)
 }
 
-// refresh makes a checkpoint when asked; the caller holds name's lock.
-func (s *Service) refresh(ctx context.Context, name string, refresh bool) (*Checkpointed, error) {
-	if !refresh {
-		return nil, nil
+// open checks name, takes its lock, reads its tie and, with refresh,
+// makes a checkpoint first (cp); unlock releases the lock.
+func (s *Service) open(ctx context.Context, name string, refresh bool) (w state.Work, r *gitwork.Repo, cp *Checkpointed, unlock func(), err error) {
+	if err := sandbox.ValidateName(name); err != nil {
+		return w, nil, nil, nil, err
 	}
-	cp, err := s.checkpoint(ctx, name, "")
+	unlock = s.lock(name)
+	w, r, err = s.tie(ctx, name)
+	if err == nil && refresh {
+		var c Checkpointed
+		if c, err = s.checkpoint(ctx, name, &w, r, ""); err == nil {
+			cp = &c
+		}
+	}
 	if err != nil {
-		return nil, err
+		unlock()
+		return w, nil, nil, nil, err
 	}
-	return &cp, nil
+	return w, r, cp, unlock, nil
 }
 
 // tie is sandbox name's tie and its repository.
@@ -504,11 +492,7 @@ func (r ran) failed(what string) error {
 // history as this package's label.
 func (s *Service) run(ctx context.Context, name, what, script string, stdin []byte, args ...string) (ran, error) {
 	var stdout, stderr strings.Builder
-	cmd := "sh -c " + quote(script) + " sh"
-	for _, a := range args {
-		cmd += " " + quote(a)
-	}
-	res, err := s.m.ExecAs(ctx, name, labelPrefix+what+")", shell.Request{Command: cmd, Stdin: stdin, Stdout: &limited{b: &stdout}, Stderr: &limited{b: &stderr}, Timeout: 10 * time.Minute})
+	res, err := s.m.ExecAs(ctx, name, labelPrefix+what+")", shell.Request{Command: guest.ShellLine(script, args...), Stdin: stdin, Stdout: &limited{b: &stdout}, Stderr: &limited{b: &stderr}, Timeout: 10 * time.Minute})
 	if err != nil {
 		return ran{}, err
 	}
@@ -572,11 +556,6 @@ func (s *Service) upload(ctx context.Context, name, src, dst string) error {
 		return fmt.Errorf("put the repository's bundle into sandbox %q: %w", name, err)
 	}
 	return nil
-}
-
-// quote is s as one sh word.
-func quote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func randomHex() string {
