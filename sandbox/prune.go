@@ -125,16 +125,7 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 // record goes too, as a sandbox's own workspace goes in that case). It
 // holds the refill's lock, so a spare being booted keeps its new volume.
 func (m *Manager) pruneSpareVolumes(ctx context.Context, cs []Container, names []string, dryRun bool) ([]string, error) {
-	used := map[string]bool{}
-	for _, c := range cs {
-		used[c.Labels[LabelVolume]] = true
-	}
-	var vols []string
-	for _, v := range names {
-		if m.validSpareVolume(v) && !used[v] {
-			vols = append(vols, v)
-		}
-	}
+	vols := m.unmountedSpareVolumes(cs, names) // spare.go
 	if len(vols) == 0 {
 		return nil, nil
 	}

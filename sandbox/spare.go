@@ -906,8 +906,8 @@ func (m *Manager) refillSpares(ctx context.Context) {
 // removed.
 func (m *Manager) sweepSpareVolumes(ctx context.Context) ([]string, error) {
 	vl, ok := m.rt.(VolumeLister)
-	if !ok {
-		return nil, nil
+	if !ok || !m.sparesPossible() {
+		return nil, nil // no spares here: no listing at every start
 	}
 	h, err := m.locks.TryLock(m.cfg.Prefix+"_spares", "look for spares killed servers left")
 	if err != nil {
@@ -918,23 +918,15 @@ func (m *Manager) sweepSpareVolumes(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
-	var vols []string
-	for _, v := range names {
-		if m.validSpareVolume(v) {
-			vols = append(vols, v)
-		}
-	}
-	if len(vols) == 0 {
+	if len(m.unmountedSpareVolumes(nil, names)) == 0 {
 		return nil, nil
 	}
 	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
+	vols := m.unmountedSpareVolumes(cs, names)
 	keep := map[string]bool{}
-	for _, c := range cs {
-		keep[c.Labels[LabelVolume]] = true
-	}
 	if m.cfg.Sandboxes != nil {
 		recs, err := m.cfg.Sandboxes.Sandboxes()
 		if err != nil {
@@ -955,10 +947,26 @@ func (m *Manager) sweepSpareVolumes(ctx context.Context) ([]string, error) {
 			}
 			continue
 		}
-		m.removeChannel(m.channelDir(m.spareName(strings.TrimPrefix(vol, m.spareVolume("")))))
+		m.dropSpareChannel(vol) // channel.go
 		gone = append(gone, vol)
 	}
 	return gone, nil
+}
+
+// unmountedSpareVolumes are the spare workspaces among the volume names
+// that no container of cs mounts.
+func (m *Manager) unmountedSpareVolumes(cs []Container, names []string) []string {
+	used := map[string]bool{}
+	for _, c := range cs {
+		used[c.Labels[LabelVolume]] = true
+	}
+	var vols []string
+	for _, v := range names {
+		if m.validSpareVolume(v) && !used[v] {
+			vols = append(vols, v)
+		}
+	}
+	return vols
 }
 
 // dropSpare removes spare c and its workspace, under its lock.
