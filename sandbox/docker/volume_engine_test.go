@@ -21,51 +21,31 @@ import (
 // not: a volume a crash left without a record), the volume in place is
 // kept as it is, its image too, and no second image is left behind.
 func TestSizedVolumeOfAFreshName(t *testing.T) {
-	for _, tg := range enginetest.Targets(t) {
-		if tg.Runtime != "docker" && tg.Runtime != "podman" {
-			continue
+	eachSizedDialect(t, func(t *testing.T, ctx context.Context, prefix string, d *docker.Dialect, cli func(...string) string) {
+		name := prefix + "-ws-fresh"
+		t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), name) })
+		image := func() string {
+			return cli("volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, name)
 		}
-		t.Run(tg.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
-			defer cancel()
-			prefix := enginetest.Prefix(t, tg.New())
-			d := docker.New(docker.Options{Flavor: docker.Flavor(tg.Runtime), Env: tg.Env})
-			if ds := d.DiskSupport(ctx); !ds.VolumeSize {
-				t.Skipf("sized volumes are not available here: %v", ds.Notes)
+		labels := map[string]string{sandbox.LabelOwner: prefix}
+		for i := range 2 {
+			sized, err := d.VolumeCreateSized(ctx, name, labels, 256<<20, true)
+			if err != nil || !sized {
+				t.Fatalf("create %d: sized %v, %v", i, sized, err)
 			}
-			name := prefix + "-ws-fresh"
-			t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), name) })
-			image := func() string {
-				t.Helper()
-				cmd := exec.CommandContext(ctx, tg.Runtime, "volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, name)
-				cmd.Env = append(os.Environ(), tg.Env...)
-				out, err := cmd.CombinedOutput()
-				if err != nil {
-					t.Fatalf("volume inspect: %v: %s", err, out)
-				}
-				return strings.TrimSpace(string(out))
-			}
-			labels := map[string]string{sandbox.LabelOwner: prefix}
-			for i := range 2 {
-				sized, err := d.VolumeCreateSized(ctx, name, labels, 256<<20, true)
-				if err != nil || !sized {
-					t.Fatalf("create %d: sized %v, %v", i, sized, err)
-				}
-			}
-			img := image()
-			if img == "" {
-				t.Fatal("the volume has no image")
-			}
-			left, _ := filepath.Glob(filepath.Join(filepath.Dir(img), name+".*.ext4"))
-			if len(left) != 1 || left[0] != img {
-				t.Fatalf("images of the volume: %q, want only %q", left, img)
-			}
-			if size, ok, err := d.VolumeSize(ctx, name); err != nil || !ok || size != 256<<20 {
-				t.Fatalf("size %d %v %v", size, ok, err)
-			}
-		})
-	}
+		}
+		img := image()
+		if img == "" {
+			t.Fatal("the volume has no image")
+		}
+		left, _ := filepath.Glob(filepath.Join(filepath.Dir(img), name+".*.ext4"))
+		if len(left) != 1 || left[0] != img {
+			t.Fatalf("images of the volume: %q, want only %q", left, img)
+		}
+		if size, ok, err := d.VolumeSize(ctx, name); err != nil || !ok || size != 256<<20 {
+			t.Fatalf("size %d %v %v", size, ok, err)
+		}
+	})
 }
 
 // TestSweepDisksOnEngine: the image of a volume whose server was killed
@@ -74,6 +54,49 @@ func TestSizedVolumeOfAFreshName(t *testing.T) {
 // detached and deleted by the next sweep; the image of a volume that
 // exists stays, however old.
 func TestSweepDisksOnEngine(t *testing.T) {
+	eachSizedDialect(t, func(t *testing.T, ctx context.Context, prefix string, d *docker.Dialect, cli func(...string) string) {
+		long := time.Now().Add(-time.Hour)
+		images := map[string]string{}
+		for _, v := range []string{"kept", "left"} {
+			name := prefix + "-ws-" + v
+			t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), name) })
+			if sized, err := d.VolumeCreateSized(ctx, name, map[string]string{sandbox.LabelOwner: prefix}, 64<<20, true); err != nil || !sized {
+				t.Fatalf("create %s: sized %v, %v", name, sized, err)
+			}
+			images[v] = cli("volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, name)
+			if err := os.Chtimes(images[v], long, long); err != nil {
+				t.Fatal(err)
+			}
+		}
+		t.Cleanup(func() { loopdisk.Detach(images["left"]) })
+		cli("volume", "rm", prefix+"-ws-left")
+		gone, err := d.SweepDisks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(gone, images["left"]) || slices.Contains(gone, images["kept"]) {
+			t.Fatalf("swept %v; want %s, not %s", gone, images["left"], images["kept"])
+		}
+		if _, err := os.Stat(images["left"]); !os.IsNotExist(err) {
+			t.Errorf("the left image is still there: %v", err)
+		}
+		if out, _ := exec.Command("losetup", "--associated", images["left"]).Output(); len(out) > 0 {
+			t.Errorf("the left image is still attached: %s", out)
+		}
+		if _, err := os.Stat(images["kept"]); err != nil {
+			t.Errorf("the image of a volume that exists: %v", err)
+		}
+		if size, ok, err := d.VolumeSize(ctx, prefix+"-ws-kept"); err != nil || !ok || size != 64<<20 {
+			t.Errorf("the kept volume: size %d %v %v", size, ok, err)
+		}
+	})
+}
+
+// eachSizedDialect runs test, in parallel, for each docker or podman
+// target whose dialect makes sized volumes here, with a prefix of its
+// own and cli, which runs the engine's CLI and fails the test when it
+// fails.
+func eachSizedDialect(t *testing.T, test func(t *testing.T, ctx context.Context, prefix string, d *docker.Dialect, cli func(...string) string)) {
 	for _, tg := range enginetest.Targets(t) {
 		if tg.Runtime != "docker" && tg.Runtime != "podman" {
 			continue
@@ -97,40 +120,7 @@ func TestSweepDisksOnEngine(t *testing.T) {
 				}
 				return strings.TrimSpace(string(out))
 			}
-			long := time.Now().Add(-time.Hour)
-			images := map[string]string{}
-			for _, v := range []string{"kept", "left"} {
-				name := prefix + "-ws-" + v
-				t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), name) })
-				if sized, err := d.VolumeCreateSized(ctx, name, map[string]string{sandbox.LabelOwner: prefix}, 64<<20, true); err != nil || !sized {
-					t.Fatalf("create %s: sized %v, %v", name, sized, err)
-				}
-				images[v] = cli("volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, name)
-				if err := os.Chtimes(images[v], long, long); err != nil {
-					t.Fatal(err)
-				}
-			}
-			t.Cleanup(func() { loopdisk.Detach(images["left"]) })
-			cli("volume", "rm", prefix+"-ws-left")
-			gone, err := d.SweepDisks(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Contains(gone, images["left"]) || slices.Contains(gone, images["kept"]) {
-				t.Fatalf("swept %v; want %s, not %s", gone, images["left"], images["kept"])
-			}
-			if _, err := os.Stat(images["left"]); !os.IsNotExist(err) {
-				t.Errorf("the left image is still there: %v", err)
-			}
-			if out, _ := exec.Command("losetup", "--associated", images["left"]).Output(); len(out) > 0 {
-				t.Errorf("the left image is still attached: %s", out)
-			}
-			if _, err := os.Stat(images["kept"]); err != nil {
-				t.Errorf("the image of a volume that exists: %v", err)
-			}
-			if size, ok, err := d.VolumeSize(ctx, prefix+"-ws-kept"); err != nil || !ok || size != 64<<20 {
-				t.Errorf("the kept volume: size %d %v %v", size, ok, err)
-			}
+			test(t, ctx, prefix, d, cli)
 		})
 	}
 }
