@@ -241,17 +241,7 @@ func TestSpareClaimCutAfterRenameOnEngine(t *testing.T) {
 				t.Skipf("%s cannot rename a container, which taking a spare is: it keeps no spares", rt.Kind())
 			}
 			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			server := func() *sandbox.Manager {
-				m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-					Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
-				t.Cleanup(m.Close)
-				return m
-			}
+			_, server := intentServers(t, tg, prefix) // intent_engine_test.go
 			ctx := guardedSequence(t)
 			volumes := func() []string {
 				t.Helper()
