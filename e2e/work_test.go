@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 )
@@ -49,7 +50,9 @@ func TestWork(t *testing.T) {
 			}
 			gitOn(t, repo, "add", ".")
 			gitOn(t, repo, "commit", "--quiet", "-m", "first")
-			s := startServer(t, tg, prefix, "", "--toolsets", "all", "--allow-dir", host)
+			// Records at checkpoints and refreshes only: the records made
+			// on their own are the second server's, below.
+			s := startServer(t, tg, prefix, "", "--toolsets", "all", "--allow-dir", host, "--work-record", "off")
 
 			for _, bad := range []struct{ dir, want string }{
 				{t.TempDir(), "allowed roots"},
@@ -125,6 +128,32 @@ func TestWork(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(filepath.Join(repo, "c.txt")); string(b) != "three\n" {
 				t.Fatalf("after work_apply, c.txt is %q", b)
+			}
+
+			// A second sandbox of the same repository, on a server that
+			// records its work on its own: its command's work lands on its
+			// own branch with no checkpoint, the command in the message.
+			follow := startServer(t, tg, prefix+"f", "", "--toolsets", "all", "--allow-dir", host, "--work-record", "200ms")
+			if r := follow.call(t, "workspace_from_repo", map[string]any{"local_repo": repo, "sandbox": "follow"}); r.isError || r.str("branch") != "sandbox/follow" {
+				t.Fatalf("workspace_from_repo of a second sandbox: %s", r.text)
+			}
+			defaultAt := gitOn(t, repo, "rev-parse", "sandbox/default")
+			if r := follow.call(t, "exec", map[string]any{"sandbox": "follow", "command": "cd /workspace/project && echo followed > f.txt"}); r.isError {
+				t.Fatal(r.text)
+			}
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) { // a hang, not a speed
+				if out, err := exec.Command("git", "-C", repo, "show", "sandbox/follow:f.txt").Output(); err == nil && string(out) == "followed\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the second sandbox's work never reached its branch")
+				}
+			}
+			if msg := gitOn(t, repo, "log", "-1", "--format=%B", "sandbox/follow"); !strings.Contains(msg, "echo followed > f.txt") {
+				t.Fatalf("the record's message: %q", msg)
+			}
+			if gitOn(t, repo, "rev-parse", "sandbox/default") != defaultAt {
+				t.Fatal("the second sandbox moved the first one's branch")
 			}
 
 			// A server whose allowed root is inside the repository may not

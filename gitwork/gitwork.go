@@ -71,6 +71,11 @@ func Open(ctx context.Context, dir string) (*Repo, error) {
 	return &Repo{Dir: lines[0], GitDir: lines[1], CommonDir: lines[2]}, nil
 }
 
+// WorkRef is the ref that records a sandbox's work in its clone: each
+// record is a commit of its working tree on the last, made beside the
+// sandbox's own HEAD and index, which stay the agent's.
+const WorkRef = "refs/sandbox-mcp/work"
+
 // Branch is the branch name of sandbox name's work, and its full ref.
 func Branch(name string) (branch, ref string) {
 	return BranchPrefix + name, "refs/heads/" + BranchPrefix + name
@@ -227,9 +232,9 @@ func (r *Repo) takeFile(ctx context.Context, name, file, from string, have []str
 	switch from {
 	case "":
 		from = ref
-	case "HEAD":
+	case "HEAD", WorkRef:
 	default:
-		return Taken{}, fmt.Errorf("take from %q: only HEAD or the branch's own ref", from)
+		return Taken{}, fmt.Errorf("take from %q: only HEAD, %s or the branch's own ref", from, WorkRef)
 	}
 	before := r.at(ctx, ref)
 	t := Taken{Branch: branch, From: before}

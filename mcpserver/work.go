@@ -17,13 +17,13 @@ import (
 
 var errNoWork = errors.New("the work tools are not available in this server (it keeps no state)")
 
-const refreshDesc = "Checkpoint first, so that the answer holds what changed in the sandbox since the last checkpoint."
+const refreshDesc = "Checkpoint first, so that the answer holds what changed in the sandbox since the last record."
 
 func (s *Server) workspaceFromRepoTool() tool {
 	return tool{group: "work", handler: s.handleWorkspaceFromRepo, def: newTool[work.Started]("workspace_from_repo", "Clone a host repository into a sandbox",
 		"Put a clone of a git repository of the host (at ref) into a sandbox, on the branch sandbox/<name>, which is made in the host repository too. "+
-			"The host's working tree, remotes and credentials stay out of it. Then checkpoint brings the sandbox's commits back onto that branch "+
-			"for review (work_log, work_diff) and work_apply merges them. One repository per sandbox.",
+			"The host's working tree, remotes and credentials stay out. The clone's work is then committed onto that branch after each "+
+			"burst of commands and at checkpoint, for work_log, work_diff and work_apply. One repository per sandbox.",
 		mutating(false),
 		mcp.WithString("local_repo", mcp.Required(), mcp.Description("A directory of the host repository (under the allowed roots).")),
 		mcp.WithString("ref", mcp.Description("Branch, tag or commit to start from."), mcp.DefaultString("HEAD")),
@@ -34,8 +34,8 @@ func (s *Server) workspaceFromRepoTool() tool {
 
 func (s *Server) checkpointTool() tool {
 	return tool{group: "work", handler: s.handleCheckpoint, def: newTool[work.Checkpointed]("checkpoint", "Checkpoint a sandbox's work",
-		"Commit what changed in the sandbox's clone (with the commands run since the last checkpoint in the message) "+
-			"and bring the sandbox's commits onto the branch sandbox/<name> of the host repository.",
+		"Commit the sandbox's clone as it is (with the commands run since the last record in the message) "+
+			"onto the branch sandbox/<name> of the host repository, leaving the clone's own HEAD and index alone. Files over 100 MiB stay out (left_out).",
 		mutating(false),
 		mcp.WithString("message", mcp.Description("Commit message (default: \"Checkpoint of sandbox <name>\")."), mcp.MaxLength(10000)),
 		sandboxParam(),

@@ -73,6 +73,7 @@ func (m *Manager) ExecAs(ctx context.Context, name, label string, req shell.Requ
 	}
 	if ran {
 		m.history.Add(name, label, res.Result, err)
+		m.ran(name, label)
 	}
 	if sb, ok := m.Lookup(name); ok {
 		res.Notice = sb.takeNotice() // limits.go: the disk watcher's message

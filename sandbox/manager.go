@@ -152,8 +152,10 @@ type Manager struct {
 	historySaved chan struct{}
 	others       atomic.Int64
 	hooks        []func(name, event string)
-	history      *History
-	jobs         JobStore
+	// observers hear of commands, snapshots and restores (observe.go).
+	observers atomic.Pointer[[]Observer]
+	history   *History
+	jobs      JobStore
 
 	// serverID names this server in the sandboxes' shells, and server
 	// holds its lock file while it runs (sweep.go).

@@ -105,6 +105,7 @@ func (m *Manager) RunPython(ctx context.Context, name, session string, req pyses
 		rec.TimedOut = true
 	}
 	m.history.Add(name, "python["+session+"]: "+req.Code, rec, err)
+	m.ran(name, "python["+session+"]")
 	return out, err
 }
 

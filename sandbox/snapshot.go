@@ -150,6 +150,18 @@ func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest
 	if err := ValidateSnapshotName(req.Name); err != nil {
 		return state.Snapshot{}, &ArgError{Err: err}
 	}
+	if req.IncludeWorkspace {
+		m.eachObserver(func(o Observer) {
+			if o.Saving != nil {
+				o.Saving(ctx, name)
+			}
+		})
+	}
+	return m.snapshot(ctx, name, req)
+}
+
+// snapshot is Snapshot of checked names.
+func (m *Manager) snapshot(ctx context.Context, name string, req SnapshotRequest) (state.Snapshot, error) {
 	saver, store, err := m.snapshotter()
 	if err != nil {
 		return state.Snapshot{}, err
@@ -396,6 +408,19 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	if err := ValidateName(name); err != nil {
 		return BootInfo{}, state.Snapshot{}, err
 	}
+	info, rec, err := m.restore(ctx, snap, name)
+	if err == nil && rec.Workspace {
+		m.eachObserver(func(o Observer) {
+			if o.Restored != nil {
+				o.Restored(name)
+			}
+		})
+	}
+	return info, rec, err
+}
+
+// restore is Restore of a checked name.
+func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, state.Snapshot, error) {
 	_, store, err := m.snapshotter()
 	if err != nil {
 		return BootInfo{}, state.Snapshot{}, err

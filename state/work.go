@@ -17,6 +17,9 @@ type Work struct {
 	Taken   string    `json:"taken,omitempty"`
 	TakenAt time.Time `json:"taken_at,omitzero"`
 	Created time.Time `json:"created"`
+	// FollowError is why the last record made on its own (after the
+	// sandbox's commands) failed, until one succeeds.
+	FollowError string `json:"follow_error,omitempty"`
 }
 
 var bucketWork = []byte("work")

@@ -44,6 +44,10 @@ type Store interface {
 // DefaultMaxBundle bounds what one checkpoint takes from a sandbox.
 const DefaultMaxBundle = 1 << 30
 
+// DefaultMaxFile is the size past which a file is left out of a record:
+// the size git hosts refuse a file at.
+const DefaultMaxFile = 100 << 20
+
 // takeTimeout bounds the host's work on one checkpoint's bundle.
 const takeTimeout = 15 * time.Minute
 
@@ -54,6 +58,14 @@ type Service struct {
 	// MaxBundle bounds what one checkpoint takes from a sandbox (0:
 	// DefaultMaxBundle).
 	MaxBundle int64
+	// MaxFile is the size past which a file of the clone is left out of
+	// a record, keeping the version recorded last (0: DefaultMaxFile).
+	MaxFile int64
+	// Quiet is how long a sandbox's commands must have ended before
+	// Follow records its work (0: DefaultQuiet).
+	Quiet time.Duration
+
+	follow follower
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -62,6 +74,13 @@ type Service struct {
 // New returns the Service over m's sandboxes, keeping ties in store.
 func New(m *sandbox.Manager, store Store) *Service {
 	return &Service{m: m, store: store, locks: map[string]*sync.Mutex{}}
+}
+
+func (s *Service) maxFile() int64 {
+	if s.MaxFile > 0 {
+		return s.MaxFile
+	}
+	return DefaultMaxFile
 }
 
 // lock orders the operations on one sandbox's work in this process.
@@ -165,22 +184,26 @@ type Checkpointed struct {
 	Sandbox string `json:"sandbox"`
 	Repo    string `json:"repo"`
 	Branch  string `json:"branch"`
-	// Commit is the sandbox's HEAD, now the branch's; Committed says a
-	// commit was made of changes not committed yet.
+	// Commit is the sandbox's last record, now the branch's; Committed
+	// says this checkpoint recorded changes not recorded before.
 	Commit    string `json:"commit"`
 	Committed bool   `json:"committed"`
-	// New says the branch moved; Rewritten that the sandbox's history no
-	// longer holds the commit the branch was at.
+	// New says the branch moved; Rewritten that it moved to a commit that
+	// does not descend from where it was (a restore took the sandbox's
+	// work back, or the sandbox rewrote its record).
 	New       bool `json:"new"`
 	Rewritten bool `json:"rewritten,omitempty"`
 	// Files is how many files the new commits change against the last
 	// checkpoint.
 	Files int `json:"files,omitempty"`
+	// LeftOut lists files over the size a record takes (MaxFile): they
+	// keep the version last recorded.
+	LeftOut []string `json:"left_out,omitempty"`
 }
 
-// Checkpoint commits what changed in the sandbox's clone (message, and
-// the commands run since the last checkpoint) and takes the sandbox's
-// HEAD onto the branch sandbox/<name> in the user's repository.
+// Checkpoint records the sandbox's clone as it is (message, and the
+// commands run since the last record) and takes the record onto the
+// branch sandbox/<name> in the user's repository.
 func (s *Service) Checkpoint(ctx context.Context, name, message string) (Checkpointed, error) {
 	w, r, _, unlock, err := s.open(ctx, name, false)
 	if err != nil {
@@ -190,65 +213,129 @@ func (s *Service) Checkpoint(ctx context.Context, name, message string) (Checkpo
 	return s.checkpoint(ctx, name, &w, r, message)
 }
 
+// recordScript commits the clone's working tree ($1) as it is, ignored
+// files left out, onto the work ref (gitwork.WorkRef; the base $2 when
+// there is none yet), through an index of its own: the clone's HEAD,
+// index and branches stay the agent's. Files over $3 bytes keep the
+// version last recorded. The message comes on stdin, and the commits the
+// agent made since the last record are added to it. The clone's hooks do
+// not run. It prints "made" or
+// "same", the record's commit, and the files left out.
+const recordScript = `cd "$1" 2>/dev/null || exit 3
+base=$2 max=$3 who=$4
+g=$(git rev-parse --absolute-git-dir) || exit 5
+export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null GIT_CONFIG_KEY_1=core.fsmonitor GIT_CONFIG_VALUE_1=false
+export GIT_INDEX_FILE="$g/sandbox-mcp-index"
+export GIT_AUTHOR_NAME="sandbox $who" GIT_AUTHOR_EMAIL="$who@sandbox.invalid"
+export GIT_COMMITTER_NAME="sandbox $who" GIT_COMMITTER_EMAIL="$who@sandbox.invalid"
+ref=refs/sandbox-mcp/work
+prev=$(git rev-parse -q --verify "$ref^{commit}") || prev=$base
+git cat-file -e "$prev^{commit}" 2>/dev/null || exit 6
+find "$g" -maxdepth 1 -name sandbox-mcp-index.lock -mmin +1 -exec rm -f {} + 2>/dev/null
+[ -f "$GIT_INDEX_FILE" ] || git read-tree "$prev" || exit 1
+big=$(find . -path ./.git -prune -o -type f -size +"$max"c -print 2>/dev/null | head -n 1000)
+set -- .
+if [ -n "$big" ]; then
+  while IFS= read -r f; do set -- "$@" ":(exclude,literal)${f#./}"; done <<EOF
+$big
+EOF
+fi
+git add -A -- "$@" || exit 1
+tree=$(git write-tree) || exit 1
+c=$prev
+if [ "$tree" = "$(git rev-parse "$prev^{tree}")" ]; then echo same; else
+  head=$(git rev-parse -q --verify HEAD)
+  seen=$(git rev-parse -q --verify refs/sandbox-mcp/head) || seen=$base
+  c=$({ cat
+    if [ -n "$head" ] && [ "$head" != "$seen" ]; then
+      l=$(git log --format='%h %s' -n 20 "$seen..$head" -- 2>/dev/null)
+      [ -z "$l" ] || printf '\nCommits made in the sandbox:\n%s\n' "$l"
+    fi; } | git commit-tree "$tree" -p "$prev") || exit 1
+  [ -z "$head" ] || git update-ref refs/sandbox-mcp/head "$head"
+  echo made
+fi
+git update-ref -m "sandbox-mcp: record" "$ref" "$c" || exit 1
+echo "$c"
+[ -z "$big" ] || printf '%s\n' "$big"`
+
+// bundleScript writes to $1 the bundle of the clone's ($2) work ref
+// without what the host has: the last commit taken ($3), else the base
+// ($4), else all of it (a record rewritten, by a restore or by the
+// sandbox, may hold neither).
+const bundleScript = `f=$1; cd "$2" || exit 3
+for x in "$3" "$4" ""; do
+  if [ -n "$x" ]; then git cat-file -e "$x^{commit}" 2>/dev/null || continue; set -- "^$x"; else set --; fi
+  git bundle create --quiet "$f" refs/sandbox-mcp/work "$@" 2>/dev/null && exit 0
+done
+exit 4`
+
 // checkpoint is Checkpoint of name, tied as w to r, under its lock; it
 // records the commit taken in w.
 func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r *gitwork.Repo, message string) (Checkpointed, error) {
 	branch, _ := gitwork.Branch(name)
 	out := Checkpointed{Sandbox: name, Repo: w.Repo, Branch: branch}
+	started := time.Now().UTC()
 	msg := s.message(name, message, w.TakenAt)
-	commit := `cd "$1" || exit 3
-git add -A || exit 1
-if git diff --cached --quiet; then echo same; else git commit --quiet --no-verify -F - || exit 1; echo made; fi
-git rev-parse --verify HEAD`
-	res, err := s.run(ctx, name, "commit", commit, []byte(msg), w.Path)
+	res, err := s.run(ctx, name, "record", recordScript, []byte(msg), w.Path, w.Base, fmt.Sprint(s.maxFile()), name)
 	if err != nil {
 		return out, err
 	}
-	if res.code == 3 {
+	switch res.code {
+	case 3:
 		return out, fmt.Errorf("the clone at %s in sandbox %q is gone (workspace_from_repo made it): its work since the last checkpoint is lost", w.Path, name)
+	case 5:
+		return out, fmt.Errorf("%s in sandbox %q is no longer a git clone: its work since the last checkpoint cannot be recorded", w.Path, name)
+	case 6:
+		return out, fmt.Errorf("the clone at %s in sandbox %q no longer has its base commit %.12s: its work cannot be recorded on it", w.Path, name, w.Base)
 	}
-	lines := strings.Fields(res.stdout)
-	if res.code != 0 || len(lines) != 2 || !gitwork.IsHash(lines[1]) {
-		return out, res.failed("commit in " + w.Path)
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if res.code != 0 || len(lines) < 2 || (lines[0] != "made" && lines[0] != "same") || !gitwork.IsHash(lines[1]) {
+		return out, res.failed("record the work in " + w.Path)
 	}
 	out.Committed, out.Commit = lines[0] == "made", lines[1]
+	for _, f := range lines[2:] {
+		if len(out.LeftOut) == 20 {
+			out.LeftOut = append(out.LeftOut, "…")
+			break
+		}
+		out.LeftOut = append(out.LeftOut, strings.TrimPrefix(cut(f, 300), "./"))
+	}
 	if out.Commit == w.Taken {
 		return out, nil
 	}
-	// A bundle of HEAD without what the host has: the last commit taken,
-	// else the base, else all of it (a history rewritten and collected
-	// may hold neither).
 	file := "/tmp/.sandbox-mcp-work-" + randomHex() + ".bundle"
-	pack := `f=$1; cd "$2" || exit 3
-for x in "$3" "$4" ""; do
-  if [ -n "$x" ]; then git cat-file -e "$x^{commit}" 2>/dev/null || continue; set -- "^$x"; else set --; fi
-  git bundle create --quiet "$f" HEAD "$@" 2>/dev/null && exit 0
-done
-exit 4`
-	res, err = s.run(ctx, name, "bundle", pack, nil, file, w.Path, w.Taken, w.Base)
+	res, err = s.run(ctx, name, "bundle", bundleScript, nil, file, w.Path, w.Taken, w.Base)
 	if err != nil {
 		return out, err
 	}
 	defer func() { _, _ = s.run(context.WithoutCancel(ctx), name, "clean", `rm -f "$1"`, nil, file) }()
 	if res.code != 0 {
-		return out, res.failed("bundle the sandbox's commits")
+		return out, res.failed("bundle the sandbox's work")
 	}
 	taken, err := s.take(ctx, r, name, file, w.Base)
 	if err != nil {
 		return out, err
 	}
 	if taken.To != out.Commit {
-		return out, fmt.Errorf("the sandbox's bundle brought %.12s, not its HEAD %.12s", taken.To, out.Commit)
+		return out, fmt.Errorf("the sandbox's bundle brought %.12s, not its record %.12s", taken.To, out.Commit)
 	}
 	out.New, out.Rewritten = taken.From != taken.To, taken.Rewritten
 	if names, _, err := r.Diff(ctx, w.Taken, taken.To, gitwork.DiffOptions{NameOnly: true}); err == nil {
 		out.Files = strings.Count(names, "\x00")
 	}
-	w.Taken, w.TakenAt = taken.To, time.Now().UTC()
+	w.Taken, w.TakenAt, w.FollowError = taken.To, started, ""
 	if err := s.store.PutWork(*w); err != nil {
 		return out, fmt.Errorf("record the checkpoint of sandbox %q: %w", name, err)
 	}
 	return out, nil
+}
+
+// cut is s cut to n bytes, marked when cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // message is a checkpoint's commit message: the caller's (or a default)
@@ -319,7 +406,7 @@ func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file, base st
 		// unpack and check.
 		tctx, cancel := context.WithTimeout(ctx, takeTimeout)
 		defer cancel()
-		taken, err = r.TakeFile(tctx, name, spool, "HEAD", base)
+		taken, err = r.TakeFile(tctx, name, spool, gitwork.WorkRef, base)
 		return err
 	})
 	return taken, err
@@ -492,7 +579,7 @@ func (r ran) failed(what string) error {
 // history as this package's label.
 func (s *Service) run(ctx context.Context, name, what, script string, stdin []byte, args ...string) (ran, error) {
 	var stdout, stderr strings.Builder
-	res, err := s.m.ExecAs(ctx, name, labelPrefix+what+")", shell.Request{Command: guest.ShellLine(script, args...), Stdin: stdin, Stdout: &limited{b: &stdout}, Stderr: &limited{b: &stderr}, Timeout: 10 * time.Minute})
+	res, err := s.exec(ctx, name, labelPrefix+what+")", shell.Request{Command: guest.ShellLine(script, args...), Stdin: stdin, Stdout: &limited{b: &stdout}, Stderr: &limited{b: &stderr}, Timeout: 10 * time.Minute})
 	if err != nil {
 		return ran{}, err
 	}

@@ -103,6 +103,7 @@ func TestWorkOnEngine(t *testing.T) {
 				t.Fatal("a second repository in one sandbox")
 			}
 
+			base := started.Base
 			execIn(t, m, box, `cd /workspace/project && mkdir src && for i in $(seq 1 100); do echo "file $i" > src/f$i.txt; done && echo two >> a.txt`)
 			start := time.Now()
 			cp, err := w.Checkpoint(ctx, box, "add 100 files")
@@ -116,6 +117,11 @@ func TestWorkOnEngine(t *testing.T) {
 			msg := git(t, repo, "log", "-1", "--format=%B", "sandbox/"+box)
 			if !strings.HasPrefix(msg, "add 100 files") || !strings.Contains(msg, "for i in $(seq 1 100)") || strings.Contains(msg, "(work: ") {
 				t.Fatalf("the commit's message: %q", msg)
+			}
+			// The agent's own git is left as it was: its HEAD, its index,
+			// its uncommitted changes.
+			if got := execIn(t, m, box, "cd /workspace/project && git rev-parse HEAD && git status --porcelain | wc -l"); got != base+"\n2\n" {
+				t.Fatalf("the sandbox's own git after a checkpoint: %q", got)
 			}
 			if again, err := w.Checkpoint(ctx, box, ""); err != nil || again.New || again.Committed {
 				t.Fatalf("a checkpoint with nothing new: %+v %v", again, err)
@@ -131,13 +137,31 @@ func TestWorkOnEngine(t *testing.T) {
 			}
 			t.Logf("work_diff --stat of it in %s", time.Since(start))
 
-			// The sandbox rewrites its history: its branch follows, the
-			// user's main does not.
+			// The agent commits, then rewrites its history: its commits
+			// are named in the next record's message, and the branch only
+			// grows: the user's main does not move.
 			mainBefore := git(t, repo, "rev-parse", "main")
-			execIn(t, m, box, `cd /workspace/project && git reset --quiet --hard HEAD~1 && echo rewritten > b.txt`)
+			execIn(t, m, box, `cd /workspace/project && git add -A && git commit --quiet -m "agent: the files" && echo three >> a.txt`)
+			cp, err = w.Checkpoint(ctx, box, "")
+			if err != nil || !cp.New || cp.Rewritten || cp.Files != 1 {
+				t.Fatalf("a checkpoint after the agent's commit: %+v %v", cp, err)
+			}
+			if msg := git(t, repo, "log", "-1", "--format=%B", "sandbox/"+box); !strings.Contains(msg, "Commits made in the sandbox:") || !strings.Contains(msg, "agent: the files") {
+				t.Fatalf("the record's message names not the agent's commit: %q", msg)
+			}
+			grown := cp.Commit
+			execIn(t, m, box, `cd /workspace/project && git reset --quiet --hard HEAD~1 && git clean -qfd && echo rewritten > b.txt`)
 			cp, err = w.Checkpoint(ctx, box, "rewritten")
-			if err != nil || !cp.Rewritten || !cp.New {
+			if err != nil || cp.Rewritten || !cp.New {
 				t.Fatalf("a rewritten history: %+v %v", cp, err)
+			}
+			git(t, repo, "merge-base", "--is-ancestor", grown, "sandbox/"+box)
+			// A sandbox that forges its record: the branch follows it
+			// (it is the sandbox's to write) and says so; main stays.
+			execIn(t, m, box, `cd /workspace/project && git update-ref refs/sandbox-mcp/work HEAD && echo forged >> b.txt`)
+			cp, err = w.Checkpoint(ctx, box, "forged")
+			if err != nil || !cp.Rewritten || !cp.New {
+				t.Fatalf("a forged record: %+v %v", cp, err)
 			}
 			if git(t, repo, "rev-parse", "main") != mainBefore {
 				t.Fatal("the sandbox's checkpoint moved main")
@@ -165,7 +189,28 @@ func TestWorkOnEngine(t *testing.T) {
 				t.Fatal("a checkpoint over the bound moved the branch")
 			}
 			w.MaxBundle = 0
-			execIn(t, m, box, `cd /workspace/project && git reset --quiet --hard HEAD~1`)
+			// A 2 GB file is left out of the record (it keeps the version
+			// recorded last: none) and said; the rest is recorded. It is
+			// sparse: git never reads it.
+			execIn(t, m, box, `cd /workspace/project && rm big.bin && truncate -s 2G huge.bin && echo small > small.txt`)
+			cp, err = w.Checkpoint(ctx, box, "with a huge file")
+			if err != nil || !cp.New || len(cp.LeftOut) != 1 || cp.LeftOut[0] != "huge.bin" {
+				t.Fatalf("a checkpoint beside a 2 GB file: %+v %v", cp, err)
+			}
+			if files := git(t, repo, "ls-tree", "--name-only", "sandbox/"+box); strings.Contains(files, "huge.bin") || !strings.Contains(files, "small.txt") {
+				t.Fatalf("the branch's files: %q", files)
+			}
+
+			// Hooks the sandbox writes (in its .git, through
+			// core.hooksPath, and as files of its work) run nowhere on the
+			// host: nothing of .git travels, and the host's merge uses the
+			// user's own configuration.
+			marker := filepath.Join(t.TempDir(), "hook-ran")
+			hook := "#!/bin/sh\ntouch " + marker + "\n"
+			execIn(t, m, box, `cd /workspace/project && for h in post-merge post-checkout pre-commit post-commit reference-transaction; do printf '`+hook+`' > .git/hooks/$h && chmod +x .git/hooks/$h; done && mkdir -p .githooks && cp .git/hooks/post-merge .githooks/ && git config core.hooksPath .githooks && git config core.fsmonitor "touch `+marker+`"`)
+			if _, err := w.Checkpoint(ctx, box, "hooks"); err != nil {
+				t.Fatal(err)
+			}
 
 			// Applied to the user's clean main.
 			a, err := w.Apply(ctx, box, gitwork.Merge, true)
@@ -175,8 +220,126 @@ func TestWorkOnEngine(t *testing.T) {
 			if a.Into != "main" || a.After == a.Before {
 				t.Fatalf("apply: %+v", a)
 			}
-			if b, err := os.ReadFile(filepath.Join(repo, "b.txt")); err != nil || string(b) != "rewritten\nmore\n" {
+			if b, err := os.ReadFile(filepath.Join(repo, "b.txt")); err != nil || string(b) != "rewritten\nforged\nmore\n" {
 				t.Fatalf("after apply, b.txt: %q %v", b, err)
+			}
+			if _, err := os.Stat(filepath.Join(repo, "huge.bin")); !os.IsNotExist(err) {
+				t.Fatalf("the 2 GB file reached the user's tree: %v", err)
+			}
+			if _, err := os.Stat(marker); !os.IsNotExist(err) {
+				t.Fatal("a hook the sandbox wrote ran on the host")
+			}
+			if out, _ := exec.Command("git", "-C", repo, "config", "core.hooksPath").Output(); len(out) != 0 {
+				t.Fatalf("the user's repository took the sandbox's hooksPath: %q", out)
+			}
+		})
+	}
+}
+
+// TestWorkFollowsOnEngine: with Follow, two sandboxes tied to one
+// repository have their commands' work land on their own branches with
+// no checkpoint asked for; a snapshot records first, and a restore takes
+// the branch back to what the snapshot held (the later work kept in the
+// branch's reflog); both branches merge into the user's main.
+func TestWorkFollowsOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks"),
+				Snapshots: st, SnapshotDir: filepath.Join(dir, "snapshots")})
+			t.Cleanup(m.Close)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			w := work.New(m, st)
+			w.Quiet = 100 * time.Millisecond
+			w.Follow(nil)
+			t.Cleanup(w.Close)
+			repo := userRepo(t)
+
+			// branchHas waits for the branch of box to hold file, as its
+			// records land on their own.
+			branchHas := func(box, file string) string {
+				t.Helper()
+				deadline := time.Now().Add(2 * time.Minute) // a hang, not a speed
+				for {
+					out, err := exec.Command("git", "-C", repo, "ls-tree", "--name-only", "sandbox/"+box).Output()
+					if err == nil && strings.Contains("\n"+string(out), "\n"+file+"\n") {
+						return git(t, repo, "rev-parse", "sandbox/"+box)
+					}
+					if time.Now().After(deadline) {
+						wk, _, _ := st.Work(box)
+						t.Fatalf("sandbox/%s never held %s: %q (tie %+v)", box, file, out, wk)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			for _, box := range []string{"one", "two"} {
+				if _, err := w.Start(ctx, box, repo, "", ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			execIn(t, m, "one", "cd /workspace/project && echo from-one > one.txt")
+			execIn(t, m, "two", "cd /workspace/project && echo from-two > two.txt")
+			branchHas("one", "one.txt")
+			branchHas("two", "two.txt")
+			if msg := git(t, repo, "log", "-1", "--format=%B", "sandbox/one"); !strings.Contains(msg, "$ cd /workspace/project && echo from-one > one.txt  # exit 0") {
+				t.Fatalf("a record's message names not its command: %q", msg)
+			}
+			if files := git(t, repo, "ls-tree", "--name-only", "sandbox/two"); strings.Contains(files, "one.txt") {
+				t.Fatal("one sandbox's work is on the other's branch")
+			}
+
+			// A snapshot records first (no quiet comes before it); a
+			// restore takes the branch back.
+			w.Quiet = time.Hour
+			execIn(t, m, "one", "cd /workspace/project && echo saved > saved.txt")
+			const snap = "saved"
+			if _, err := m.Snapshot(ctx, "one", sandbox.SnapshotRequest{Name: snap, IncludeWorkspace: true}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _, _ = m.DeleteSnapshot(context.Background(), snap) })
+			saved := git(t, repo, "rev-parse", "sandbox/one")
+			if files := git(t, repo, "ls-tree", "--name-only", saved); !strings.Contains(files, "saved.txt") {
+				t.Fatalf("the snapshot did not record first: the branch holds %q", files)
+			}
+			w.Quiet = 100 * time.Millisecond
+			execIn(t, m, "one", "cd /workspace/project && echo later > later.txt")
+			later := branchHas("one", "later.txt")
+			if _, _, err := m.Restore(ctx, snap, "one"); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(2 * time.Minute)
+			for git(t, repo, "rev-parse", "sandbox/one") != saved {
+				if time.Now().After(deadline) {
+					t.Fatalf("the restore did not take the branch back to %s", saved)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !strings.Contains(git(t, repo, "reflog", "--format=%H", "sandbox/one"), later) {
+				t.Fatal("the work after the snapshot is not in the branch's reflog")
+			}
+
+			// Both merge into main.
+			for _, box := range []string{"one", "two"} {
+				if _, err := w.Apply(ctx, box, gitwork.Merge, false); err != nil {
+					t.Fatalf("apply %s: %v", box, err)
+				}
+			}
+			for f, want := range map[string]string{"one.txt": "from-one\n", "two.txt": "from-two\n", "saved.txt": "saved\n"} {
+				if b, err := os.ReadFile(filepath.Join(repo, f)); err != nil || string(b) != want {
+					t.Fatalf("after both applied, %s: %q %v", f, b, err)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(repo, "later.txt")); !os.IsNotExist(err) {
+				t.Fatalf("work undone by the restore reached main: %v", err)
 			}
 		})
 	}

@@ -183,6 +183,9 @@ func (e *Env) Close() {
 	if e.Syncs != nil {
 		e.Syncs.Close()
 	}
+	if e.Work != nil {
+		e.Work.Close()
+	}
 	e.Manager.Close()
 }
 
@@ -232,6 +235,10 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: logger})
 	m.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn, Child: env.Children.Child})
 	env.Terminals = &terminal.Sessions{}
+	if cfg.WorkQuiet > 0 {
+		env.Work.Quiet = cfg.WorkQuiet
+		env.Work.Follow(logger)
+	}
 	m.OnLifecycle(func(name, event string) {
 		if event == "destroy" {
 			env.Ports.Drop(name)

@@ -23,6 +23,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/spawn"
+	"github.com/sandbox-mcp/sandbox-mcp/work"
 )
 
 // Config is everything sandbox-mcp needs to run. Build it with Resolve.
@@ -73,6 +74,10 @@ type Config struct {
 	// JobRetention is how long ended background jobs are kept (see
 	// sandbox.Config.JobRetention; negative: until their sandbox goes).
 	JobRetention time.Duration
+	// WorkQuiet is how long a sandbox tied to a repository must have run
+	// no command before its work is recorded on its branch
+	// (work.Service.Follow); negative: only when asked.
+	WorkQuiet time.Duration
 	// ChildPolicies are the sandboxes that may spawn children, and under
 	// what policy; a sandbox not named may not.
 	ChildPolicies map[string]spawn.Policy
@@ -99,6 +104,7 @@ func DefaultConfig() Config {
 		LogLevel:      "info",
 		PortsBind:     "127.0.0.1",
 		JobRetention:  sandbox.DefaultJobRetention,
+		WorkQuiet:     work.DefaultQuiet,
 		ChildPolicies: map[string]spawn.Policy{sandbox.DefaultName: spawn.DefaultPolicy()},
 	}
 }
@@ -421,6 +427,13 @@ func Settings() []Setting {
 				c.JobRetention = r
 				return err
 			}},
+		{Flag: "work-record", Env: "SANDBOX_MCP_WORK_RECORD", ServeOnly: true, Default: formatQuiet(d.WorkQuiet),
+			Usage: "record a sandbox tied to a repository on its branch once its commands have been quiet this `duration` (such as 1s), or off: at checkpoints and refreshes only",
+			set: func(c *Config, v string) error {
+				q, err := parseQuiet(v)
+				c.WorkQuiet = q
+				return err
+			}},
 		{Flag: "child-policy", Env: "SANDBOX_MCP_CHILD_POLICIES", ServeOnly: true, List: true, Sep: ";",
 			Usage: "let sandbox `NAME` spawn children: NAME alone for the default policy, NAME:{json} to change keys of it " +
 				"(max_concurrent, max_total, total_child_cpus, total_child_memory, child_max_cpus, child_max_memory, allowed_images, child_ttl, " +
@@ -538,6 +551,8 @@ type fileConfig struct {
 	Privileged  *bool                      `json:"allow_privileged_ports"`
 	// JobRetention is a duration ("72h", "7d") or "forever".
 	JobRetention *string `json:"job_retention"`
+	// WorkRecord is a duration ("1s") or "off".
+	WorkRecord *string `json:"work_record"`
 	// ChildPolicies replaces the default's: {} lets no sandbox spawn.
 	ChildPolicies map[string]json.RawMessage `json:"child_policies"`
 }
@@ -679,6 +694,13 @@ func (c *Config) applyFile(data []byte) error {
 		}
 		c.JobRetention = r
 	}
+	if f.WorkRecord != nil {
+		q, err := parseQuiet(*f.WorkRecord)
+		if err := check("work_record", err); err != nil {
+			return err
+		}
+		c.WorkQuiet = q
+	}
 	if f.Spares != nil {
 		if err := check("spares", checkSpares(*f.Spares)); err != nil {
 			return err
@@ -796,6 +818,26 @@ func formatRetention(d time.Duration) string {
 		return "forever"
 	case d%(24*time.Hour) == 0:
 		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+	return d.String()
+}
+
+// parseQuiet reads work-record: a positive duration, or off (-1).
+func parseQuiet(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if strings.EqualFold(s, "off") {
+		return -1, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > 24*time.Hour {
+		return 0, fmt.Errorf("%q is not a duration from 1ms to 24h (such as 1s), or off", s)
+	}
+	return d, nil
+}
+
+func formatQuiet(d time.Duration) string {
+	if d < 0 {
+		return "off"
 	}
 	return d.String()
 }

@@ -280,8 +280,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "33" {
-		t.Errorf("%s settings, want 33", got)
+	if got := fmt.Sprint(len(Settings())); got != "34" {
+		t.Errorf("%s settings, want 34", got)
 	}
 }
 
