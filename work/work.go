@@ -163,9 +163,12 @@ func (s *Service) Start(ctx context.Context, name, repoDir, ref, dest string) (S
 	if err := s.upload(ctx, name, bundle, inBox); err != nil {
 		return Started{}, err
 	}
+	// LFS pointers stay pointers: the sandbox has no LFS server to fetch
+	// their objects from, and whatever smudge filter its git has must not
+	// make something else of them.
 	script := `b=$1 p=$2 br=$3 who=$4
 trap 'rm -f "$b"' EXIT
-git clone --quiet --no-hardlinks --branch "$br" -- "$b" "$p" || exit 1
+git -c filter.lfs.smudge= -c filter.lfs.process= -c filter.lfs.required=false clone --quiet --no-hardlinks --branch "$br" -- "$b" "$p" || exit 1
 cd "$p" && git remote remove origin && git config user.name "sandbox $who" && git config user.email "$who@sandbox.invalid"`
 	if res, err := s.run(ctx, name, "clone", script, nil, inBox, dest, branch, name); err != nil {
 		return Started{}, err

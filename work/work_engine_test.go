@@ -43,10 +43,19 @@ func userRepo(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("one\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	git(t, dir, "add", "a.txt")
+	// A file the repository keeps in LFS, as its pointer.
+	if err := os.WriteFile(filepath.Join(dir, ".gitattributes"), []byte("*.psd filter=lfs diff=lfs merge=lfs -text\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "art.psd"), []byte(lfsPointer), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "add", ".")
 	git(t, dir, "commit", "--quiet", "-m", "first")
 	return dir
 }
+
+const lfsPointer = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n"
 
 // exec runs a command in the sandbox as an agent would, failing the test
 // when it fails.
@@ -89,9 +98,15 @@ func TestWorkOnEngine(t *testing.T) {
 			if _, err := w.Start(ctx, box, t.TempDir(), "HEAD", ""); !errors.Is(err, gitwork.ErrNotRepo) {
 				t.Fatalf("a directory that is not a repository: %v", err)
 			}
+			// The sandbox's git has a smudge filter for LFS files, as one
+			// with git-lfs installed has: the pointer stays a pointer.
+			execIn(t, m, box, `git config --system filter.lfs.smudge "sed s/^/EXPANDED/" && git config --system filter.lfs.required true`)
 			started, err := w.Start(ctx, box, repo, "", "")
 			if err != nil {
 				t.Fatal(err)
+			}
+			if got := execIn(t, m, box, "cat /workspace/project/art.psd && git config --system --unset filter.lfs.required"); got != lfsPointer {
+				t.Fatalf("the LFS pointer in the clone: %q", got)
 			}
 			if started.Path != "/workspace/project" || started.Branch != "sandbox/"+box || started.Base != git(t, repo, "rev-parse", "HEAD") {
 				t.Fatalf("start: %+v", started)
@@ -225,6 +240,9 @@ func TestWorkOnEngine(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(repo, "huge.bin")); !os.IsNotExist(err) {
 				t.Fatalf("the 2 GB file reached the user's tree: %v", err)
+			}
+			if got := git(t, repo, "show", "sandbox/"+box+":art.psd") + "\n"; got != lfsPointer {
+				t.Fatalf("the LFS pointer on the branch: %q", got)
 			}
 			if _, err := os.Stat(marker); !os.IsNotExist(err) {
 				t.Fatal("a hook the sandbox wrote ran on the host")
