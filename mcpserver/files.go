@@ -24,7 +24,7 @@ func (s *Server) writeFileTool() tool {
 		sandboxParam(),
 		encodingParam("How content is encoded; base64 writes exact bytes."),
 		mcp.WithBoolean("append", mcp.Description("Append instead of overwriting."), mcp.DefaultBool(false)),
-		mcp.WithString("sha256", mcp.Description("Hex sha256 to check the file against after writing (with append: of the whole file)."),
+		mcp.WithString("sha256", mcp.Description("Hex sha256 the written file must have (with append: the whole file)."),
 			mcp.Pattern("^[0-9a-fA-F]{64}$")),
 	)}
 }

@@ -33,13 +33,13 @@ func (s *Server) bgTool() tool {
 		"Start a long-running command (server, watcher, build) in the background; read its output with logs, stop it with kill.",
 		openWorld(mutating(false)), sandboxParam(),
 		mcp.WithString("command", mcp.Required(), mcp.Description("Shell command.")),
-		jobNameParam(`Job name for logs and kill (default "job-<id>"); an ended job's name can be reused.`, false),
+		jobNameParam(`Job name for logs and kill (default job-<id>); an ended job's name may be reused.`, false),
 		mcp.WithString("workdir", mcp.Description("Directory to start in (default: the shell's current one).")))}
 }
 
 func (s *Server) logsTool() tool {
 	return tool{group: "jobs", handler: s.handleLogs, def: newTool[JobLogResult]("logs", "Read a job's log",
-		"Read a background job's output, and whether it runs or its exit code. Poll cheaply with since=next_offset.",
+		"A background job's output, and whether it runs or its exit code. Poll with since=next_offset.",
 		readOnly(), sandboxParam(),
 		jobNameParam("Job name, as given or returned by bg.", true),
 		mcp.WithInteger("tail", mcp.Description("Last N lines (default 100); ignored with since."), mcp.Min(1), mcp.Max(maxLogTail)),

@@ -83,6 +83,9 @@ func describe(st SandboxStatus) string {
 	in := st.Info
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s, image %s", in.Name, in.State, in.Image)
+	if in.Pending != "" {
+		fmt.Fprintf(&b, " (%s)", in.Pending)
+	}
 	if in.ChildOf != "" {
 		fmt.Fprintf(&b, ", a child of %s", in.ChildOf)
 	}
@@ -222,7 +225,7 @@ func (s *Server) handleReset(ctx context.Context, req mcp.CallToolRequest) (*mcp
 
 func (s *Server) historyTool() tool {
 	return tool{group: "lifecycle", handler: s.handleHistory, def: newTool[HistoryList]("history", "Command history",
-		"Recent commands in a sandbox with exit codes and durations (secrets redacted).",
+		"Recent commands in a sandbox, exit codes and durations (secrets redacted).",
 		readOnly(), sandboxParam(),
 		mcp.WithInteger("limit", mcp.Description("Entries to return."), mcp.Min(1), mcp.Max(100), mcp.DefaultNumber(20)))}
 }
@@ -273,7 +276,7 @@ func (s *Server) handleHistory(_ context.Context, req mcp.CallToolRequest) (*mcp
 
 func (s *Server) healthTool() tool {
 	return tool{group: "lifecycle", handler: s.handleHealth, def: newTool[Health]("health", "Health check",
-		"Check the engine, the default image and the sandboxes this server uses.",
+		"Check the engine, the default image and this server's sandboxes.",
 		readOnly())}
 }
 

@@ -279,6 +279,10 @@ func TestInterruptedDestroyOnEngine(t *testing.T) {
 					if err := st.PutIntent(state.Intent{Sandbox: box, Op: "destroy", Phase: "begun", Began: time.Now().UTC()}); err != nil {
 						t.Fatal(err)
 					}
+					// Listed as it is: still there, its destroy unfinished.
+					if in, err := server().Status(ctx, box); err != nil || !strings.Contains(in.Pending, "a destroy begun at") {
+						t.Errorf("status of a sandbox whose destroy was cut: %+v %v", in, err)
+					}
 					if err := rt.Remove(ctx, a.ContainerFor(box)); err != nil {
 						t.Fatal(err)
 					}

@@ -230,6 +230,10 @@ type Info struct {
 	// Limits are the disk and pids limits the container was booted with
 	// and how each is enforced (limits.go).
 	Limits Limits `json:"limits"`
+	// Pending is an operation a dead server (or one that failed) left
+	// unfinished on the sandbox, which the next call on it or the next
+	// server's start finishes: a destroy, or a reset with wipe_workspace.
+	Pending string `json:"pending,omitempty"`
 	// StoppedBy says what stopped a stopped sandbox, where the engine
 	// keeps its main process's exit code: "idle" (its idle TTL) or
 	// "lifetime" (a child's end of life); "" for a stop by a person or a
@@ -289,6 +293,14 @@ func (m *Manager) info(name string, c Container) Info {
 		Created: c.Created, Started: c.Started, IP: c.IP, CPUs: c.CPUs, MemoryB: c.Memory,
 		Limits:    limitsOf(c, m.ProfileFor(name)),
 		StoppedBy: StoppedBy(c), Finished: c.Finished,
+	}
+	if p, ok, _ := m.intentOf(name); ok {
+		switch p.Op {
+		case opDestroy:
+			in.Pending = "a destroy begun at " + p.Began.Format(time.RFC3339) + " has not finished: the next call on it, or destroy, finishes it"
+		case opWipe:
+			in.Pending = "a reset with wipe_workspace begun at " + p.Began.Format(time.RFC3339) + " has not finished: the next call on it finishes it"
+		}
 	}
 	if c.Labels[LabelRole] == "child" && ValidateName(c.Labels[LabelChildOf]) == nil {
 		in.ChildOf = c.Labels[LabelChildOf]

@@ -144,7 +144,13 @@ func List(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 		if ip == "" {
 			ip = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.Name, in.State, in.Image, ip, created)
+		state := string(in.State)
+		if in.Pending != "" {
+			if f := strings.Fields(in.Pending); len(f) > 1 {
+				state += " (unfinished " + f[1] + ")"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.Name, state, in.Image, ip, created)
 	}
 	for _, in := range spares {
 		// A warm spare: the next new name takes it (--spares).
