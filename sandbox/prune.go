@@ -159,6 +159,7 @@ func (m *Manager) pruneSpareVolumes(ctx context.Context, cs []Container, names [
 					if err := m.cfg.Sandboxes.DeleteSandbox(name); err != nil {
 						return out, err
 					}
+					m.dropSpareChannel(vol) // the channel it had as a spare
 				}
 			}
 			continue
@@ -170,6 +171,7 @@ func (m *Manager) pruneSpareVolumes(ctx context.Context, cs []Container, names [
 				}
 				return out, fmt.Errorf("remove volume %s: %w", vol, err)
 			}
+			m.dropSpareChannel(vol)
 		}
 		out = append(out, vol)
 	}

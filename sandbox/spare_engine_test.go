@@ -342,6 +342,24 @@ func TestSpareBootCutOnEngine(t *testing.T) {
 			if _, err := os.Stat(chanDir); !os.IsNotExist(err) && tg.Runtime != "container" {
 				t.Errorf("the channel directory of the cut spare boot: %v", err)
 			}
+
+			// prune removes the same leftovers, channel directory too.
+			left2 := prefix + "-ws_spare_00112233445566ff"
+			t.Cleanup(func() { _ = rt.VolumeRemove(context.Background(), left2) })
+			if err := rt.VolumeCreate(ctx, left2, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelRole: sandbox.RoleSpare}); err != nil {
+				t.Fatal(err)
+			}
+			sum = sha256.Sum256([]byte(prefix + "_spare_00112233445566ff"))
+			chanDir2 := filepath.Join(chanRoot, hex.EncodeToString(sum[:8]))
+			if err := os.MkdirAll(chanDir2, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if p, err := m.Prune(ctx, false); err != nil || !slices.Contains(p.Volumes, left2) {
+				t.Fatalf("prune: %+v %v", p, err)
+			}
+			if _, err := os.Stat(chanDir2); !os.IsNotExist(err) {
+				t.Errorf("prune left the channel directory of the cut spare boot: %v", err)
+			}
 		})
 	}
 }
