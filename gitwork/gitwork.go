@@ -62,6 +62,9 @@ func Open(ctx context.Context, dir string) (*Repo, error) {
 	}
 	out, err := run(ctx, dir, nil, "rev-parse", "--path-format=absolute", "--show-toplevel", "--absolute-git-dir", "--git-common-dir")
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: %w", dir, ctx.Err())
+		}
 		return nil, fmt.Errorf("%s: %w", dir, ErrNotRepo)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
@@ -209,7 +212,7 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 		return Taken{}, err
 	}
 	defer cleanup()
-	return r.takeFile(ctx, name, file, from, have)
+	return r.takeFile(ctx, name, file, from, TakeOptions{}, have)
 }
 
 // TakeFile is Take of a bundle already in a file of Spool's.
@@ -220,14 +223,29 @@ func (r *Repo) Take(ctx context.Context, name string, src io.Reader, from string
 // refused, so that a bundle cannot learn whether the user holds an object
 // by naming it without carrying it.
 func (r *Repo) TakeFile(ctx context.Context, name, file, from string, have ...string) (Taken, error) {
+	return r.TakeFileWith(ctx, name, file, from, TakeOptions{}, have...)
+}
+
+// TakeOptions bound a take further.
+type TakeOptions struct {
+	// Want, when set, is the commit the bundle must bring: a bundle
+	// naming another is refused before anything is fetched.
+	Want string
+	// MaxBlob, when above 0, refuses a bundle that carries a file of
+	// more bytes (ErrTooLarge).
+	MaxBlob int64
+}
+
+// TakeFileWith is TakeFile bounded by opt.
+func (r *Repo) TakeFileWith(ctx context.Context, name, file, from string, opt TakeOptions, have ...string) (Taken, error) {
 	if err := checkName(ctx, name); err != nil {
 		return Taken{}, err
 	}
-	return r.takeFile(ctx, name, file, from, have)
+	return r.takeFile(ctx, name, file, from, opt, have)
 }
 
-// takeFile is TakeFile of a name already checked.
-func (r *Repo) takeFile(ctx context.Context, name, file, from string, have []string) (Taken, error) {
+// takeFile is TakeFileWith of a name already checked.
+func (r *Repo) takeFile(ctx context.Context, name, file, from string, opt TakeOptions, have []string) (Taken, error) {
 	branch, ref := Branch(name)
 	switch from {
 	case "":
@@ -252,6 +270,9 @@ func (r *Repo) takeFile(ctx context.Context, name, file, from string, have []str
 	if to == "" {
 		return t, fmt.Errorf("the sandbox's bundle has no %s", from)
 	}
+	if opt.Want != "" && to != opt.Want {
+		return t, fmt.Errorf("the sandbox's bundle brings %.12s, not %.12s as it said: nothing was taken", to, opt.Want)
+	}
 	// Git checks no object it takes from a bundle, so the bundle goes
 	// into a quarantine repository first (its objects, and any the
 	// bundle's commits build on from the user's, through alternates), and
@@ -269,7 +290,7 @@ func (r *Repo) takeFile(ctx context.Context, name, file, from string, have []str
 	if _, err := run(ctx, q, nil, append(fetchArgs(false), file, "+"+from+":"+ref)...); err != nil {
 		return t, fmt.Errorf("read the sandbox's bundle: %w", err)
 	}
-	if err := r.checkCarried(ctx, q, ref, append(have, before)); err != nil {
+	if err := r.checkCarried(ctx, q, ref, opt.MaxBlob, append(have, before)); err != nil {
 		return t, err
 	}
 	if _, err := r.git(ctx, nil, append(fetchArgs(true), q, "+"+ref+":"+ref)...); err != nil {
@@ -287,8 +308,9 @@ func (r *Repo) takeFile(ctx context.Context, name, file, from string, have []str
 
 // checkCarried refuses the commits at ref in the quarantine q when they
 // need an object that is neither in the bundle (q's own objects) nor
-// reachable from the commits in have.
-func (r *Repo) checkCarried(ctx context.Context, q, ref string, have []string) error {
+// reachable from the commits in have, or that carry a file over maxBlob
+// bytes (when above 0).
+func (r *Repo) checkCarried(ctx context.Context, q, ref string, maxBlob int64, have []string) error {
 	args := []string{"rev-list", "--objects", ref, "--not"}
 	for _, h := range have {
 		if IsHash(h) {
@@ -313,13 +335,19 @@ func (r *Repo) checkCarried(ctx context.Context, q, ref string, have []string) e
 		return err
 	}
 	defer os.Rename(alt+".off", alt)
-	got, err := run(ctx, q, strings.NewReader(need.String()), "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	got, err := run(ctx, q, strings.NewReader(need.String()), "cat-file", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
 	if err != nil {
 		return fmt.Errorf("the sandbox's commits: %w", err)
 	}
 	for _, line := range strings.Split(string(got), "\n") {
-		if sha, what, _ := strings.Cut(line, " "); what == "missing" {
-			return fmt.Errorf("the sandbox's commits name object %s without carrying it (a bundle builds only on what the sandbox was given): nothing was taken", sha)
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[1] == "missing" {
+			return fmt.Errorf("the sandbox's commits name object %s without carrying it (a bundle builds only on what the sandbox was given): nothing was taken", f[0])
+		}
+		if len(f) == 3 && f[1] == "blob" && maxBlob > 0 {
+			if n, err := strconv.ParseInt(f[2], 10, 64); err == nil && n > maxBlob {
+				return fmt.Errorf("%w: the sandbox's commits carry a file of %d bytes (blob %.12s), over the %d a record takes: nothing was taken", ErrTooLarge, n, f[0], maxBlob)
+			}
 		}
 	}
 	return nil

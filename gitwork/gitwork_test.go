@@ -270,6 +270,41 @@ func TestTakeRefusesJunk(t *testing.T) {
 	}
 }
 
+// TestTakeBounds: a bundle whose commit is not the one the sandbox
+// said, or that carries a file over MaxBlob, is refused and moves
+// nothing; within the bounds it is taken.
+func TestTakeBounds(t *testing.T) {
+	ctx := context.Background()
+	r := userRepo(t)
+	base, _ := r.Start(ctx, "x", "HEAD")
+	ws := sandboxClone(t, r, "x")
+	write(t, filepath.Join(ws, "mid.bin"), strings.Repeat("x", 5000))
+	sh(t, ws, "add", "mid.bin")
+	sh(t, ws, "commit", "--quiet", "-m", "mid")
+	head := sh(t, ws, "rev-parse", "HEAD")
+	spool := func() string {
+		t.Helper()
+		file, cleanup, err := r.Spool(bytes.NewReader(sandboxBundle(t, ws, base, "refs/heads/sandbox/x")), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cleanup)
+		return file
+	}
+	if _, err := r.TakeFileWith(ctx, "x", spool(), "", TakeOptions{Want: base}); err == nil || !strings.Contains(err.Error(), "not "+base[:12]) {
+		t.Errorf("a bundle of another commit than said: %v", err)
+	}
+	if _, err := r.TakeFileWith(ctx, "x", spool(), "", TakeOptions{MaxBlob: 4999}); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("a file over the bound: %v", err)
+	}
+	if sh(t, r.Dir, "rev-parse", "sandbox/x") != base {
+		t.Fatal("a refused bundle moved the branch")
+	}
+	if got, err := r.TakeFileWith(ctx, "x", spool(), "", TakeOptions{Want: head, MaxBlob: 5000}); err != nil || got.To != head {
+		t.Fatalf("within the bounds: %+v %v", got, err)
+	}
+}
+
 // TestTakeRewrittenAndCheckedOut: a sandbox that rewrote its history
 // moves its branch all the same, and says so; a branch the user has
 // checked out is not moved under them.

@@ -184,3 +184,43 @@ func TestSandboxRecords(t *testing.T) {
 		t.Fatalf("after delete: %+v", all)
 	}
 }
+
+// TestUpdateWork: a tie is updated while it is the one made at its
+// Created, and left alone once removed or made again.
+func TestUpdateWork(t *testing.T) {
+	st, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().UTC().Truncate(time.Second)
+	w := Work{Sandbox: "a", Repo: "/r", Created: t0}
+	if ok, err := st.UpdateWork(w); ok || err != nil {
+		t.Fatalf("update of no tie: %v %v", ok, err)
+	}
+	if err := st.PutWork(w); err != nil {
+		t.Fatal(err)
+	}
+	w.Taken = "abc"
+	if ok, err := st.UpdateWork(w); !ok || err != nil {
+		t.Fatalf("update: %v %v", ok, err)
+	}
+	if got, _, _ := st.Work("a"); got.Taken != "abc" {
+		t.Fatalf("after update: %+v", got)
+	}
+	if err := st.PutWork(Work{Sandbox: "a", Repo: "/r", Created: t0.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	w.Taken = "def"
+	if ok, _ := st.UpdateWork(w); ok {
+		t.Fatal("an old tie's update replaced a new tie")
+	}
+	if err := st.DeleteWork("a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := st.UpdateWork(w); ok {
+		t.Fatal("an update brought back a removed tie")
+	}
+	if _, ok, _ := st.Work("a"); ok {
+		t.Fatal("the removed tie is back")
+	}
+}

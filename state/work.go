@@ -1,6 +1,11 @@
 package state
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
 
 // Work ties a sandbox to a repository on the host: the sandbox holds a
 // clone of it, and its work lands on the branch sandbox/<name> there.
@@ -20,6 +25,9 @@ type Work struct {
 	// FollowError is why the last record made on its own (after the
 	// sandbox's commands) failed, until one succeeds.
 	FollowError string `json:"follow_error,omitempty"`
+	// TakenBytes adds up the bundles taken from the sandbox: records made
+	// on their own stop at a budget of it (work.DefaultMaxTaken).
+	TakenBytes int64 `json:"taken_bytes,omitempty"`
 }
 
 var bucketWork = []byte("work")
@@ -44,4 +52,31 @@ func (s *Store) Works() ([]Work, error) {
 func (s *Store) DeleteWork(sandbox string) error {
 	_, err := s.deleteRecord(bucketWork, []byte(sandbox))
 	return err
+}
+
+// UpdateWork replaces the tie of w.Sandbox only while it is the one made
+// at w.Created: a tie removed (its sandbox destroyed) or made again
+// meanwhile is left as it is, and ok is false.
+func (s *Store) UpdateWork(w Work) (ok bool, err error) {
+	data, err := json.Marshal(w)
+	if err != nil {
+		return false, err
+	}
+	err = s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketWork)
+		if b == nil {
+			return nil
+		}
+		old := b.Get([]byte(w.Sandbox))
+		if old == nil {
+			return nil
+		}
+		var cur Work
+		if err := json.Unmarshal(old, &cur); err != nil || !cur.Created.Equal(w.Created) {
+			return nil
+		}
+		ok = true
+		return b.Put([]byte(w.Sandbox), data)
+	})
+	return ok, err
 }

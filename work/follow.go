@@ -120,7 +120,10 @@ func (s *Service) followed(name string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, heldKey{}, true), takeTimeout)
 	defer cancel()
-	unlock := s.lock(name)
+	unlock, err := s.lock(ctx, name)
+	if err != nil {
+		return
+	}
 	defer unlock()
 	w, r, err := s.tie(ctx, name)
 	if err != nil {
@@ -130,10 +133,25 @@ func (s *Service) followed(name string) {
 		return
 	}
 	f.log.Warn("record a sandbox's work on its branch", "sandbox", name, "err", err)
-	if _, ok, _ := s.store.Work(name); ok {
-		w.FollowError = err.Error()
-		_ = s.store.PutWork(w)
+	w.FollowError = err.Error()
+	_, _ = s.store.UpdateWork(w) // not where the sandbox was untied meanwhile
+}
+
+// unfollow drops sandbox name's timer (untied).
+func (s *Service) unfollow(name string) {
+	f := &s.follow
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.timers[name]; t != nil {
+		t.Stop()
+		delete(f.timers, name)
 	}
+}
+
+// auto reports whether ctx is a record's made on its own.
+func auto(ctx context.Context) bool {
+	held, _ := ctx.Value(heldKey{}).(bool)
+	return held
 }
 
 // saving records sandbox name's work before a snapshot saves it.
@@ -148,7 +166,7 @@ func (s *Service) saving(ctx context.Context, name string) {
 
 // exec runs req in sandbox name: through ExecHeld when ctx says so.
 func (s *Service) exec(ctx context.Context, name, label string, req shell.Request) (sandbox.ExecResult, error) {
-	if held, _ := ctx.Value(heldKey{}).(bool); held {
+	if auto(ctx) {
 		res, ok, err := s.m.ExecHeld(ctx, name, label, req)
 		if !ok {
 			return res, errNotHeld

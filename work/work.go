@@ -23,6 +23,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ import (
 // Store keeps the ties (state.Store in production).
 type Store interface {
 	PutWork(w state.Work) error
+	UpdateWork(w state.Work) (bool, error)
 	Work(sandbox string) (state.Work, bool, error)
 	DeleteWork(sandbox string) error
 }
@@ -47,6 +49,13 @@ const DefaultMaxBundle = 1 << 30
 // DefaultMaxFile is the size past which a file is left out of a record:
 // the size git hosts refuse a file at.
 const DefaultMaxFile = 100 << 20
+
+// DefaultMaxTaken is what the records of one sandbox made on their own
+// may bring to the host in all, before they stop (checkpoints go on).
+const DefaultMaxTaken = 4 << 30
+
+// cleanTimeout bounds the removal of a bundle in the sandbox.
+const cleanTimeout = 30 * time.Second
 
 // takeTimeout bounds the host's work on one checkpoint's bundle.
 const takeTimeout = 15 * time.Minute
@@ -61,6 +70,9 @@ type Service struct {
 	// MaxFile is the size past which a file of the clone is left out of
 	// a record, keeping the version recorded last (0: DefaultMaxFile).
 	MaxFile int64
+	// MaxTaken bounds what the records of one sandbox made on their own
+	// bring to the host in all (0: DefaultMaxTaken).
+	MaxTaken int64
 	// Quiet is how long a sandbox's commands must have ended before
 	// Follow records its work (0: DefaultQuiet).
 	Quiet time.Duration
@@ -68,12 +80,19 @@ type Service struct {
 	follow follower
 
 	mu    sync.Mutex
-	locks map[string]*sync.Mutex
+	locks map[string]chan struct{}
 }
 
 // New returns the Service over m's sandboxes, keeping ties in store.
 func New(m *sandbox.Manager, store Store) *Service {
-	return &Service{m: m, store: store, locks: map[string]*sync.Mutex{}}
+	return &Service{m: m, store: store, locks: map[string]chan struct{}{}}
+}
+
+func (s *Service) maxTaken() int64 {
+	if s.MaxTaken > 0 {
+		return s.MaxTaken
+	}
+	return DefaultMaxTaken
 }
 
 func (s *Service) maxFile() int64 {
@@ -83,17 +102,22 @@ func (s *Service) maxFile() int64 {
 	return DefaultMaxFile
 }
 
-// lock orders the operations on one sandbox's work in this process.
-func (s *Service) lock(name string) func() {
+// lock orders the operations on one sandbox's work in this process; a
+// wait for it ends with ctx.
+func (s *Service) lock(ctx context.Context, name string) (func(), error) {
 	s.mu.Lock()
 	l := s.locks[name]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = make(chan struct{}, 1)
 		s.locks[name] = l
 	}
 	s.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	select {
+	case l <- struct{}{}:
+		return func() { <-l }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("sandbox %q: waiting for the work under way on it (a record or checkpoint): %w", name, ctx.Err())
+	}
 }
 
 // Started is what Start did.
@@ -115,7 +139,11 @@ func (s *Service) Start(ctx context.Context, name, repoDir, ref, dest string) (S
 	if err := sandbox.ValidateName(name); err != nil {
 		return Started{}, err
 	}
-	defer s.lock(name)()
+	unlock, err := s.lock(ctx, name)
+	if err != nil {
+		return Started{}, err
+	}
+	defer unlock()
 	if w, ok, err := s.store.Work(name); err != nil {
 		return Started{}, err
 	} else if ok {
@@ -208,7 +236,7 @@ type Checkpointed struct {
 // commands run since the last record) and takes the record onto the
 // branch sandbox/<name> in the user's repository.
 func (s *Service) Checkpoint(ctx context.Context, name, message string) (Checkpointed, error) {
-	w, r, _, unlock, err := s.open(ctx, name, false)
+	w, r, _, unlock, err := s.open(ctx, name, false, true)
 	if err != nil {
 		return Checkpointed{}, err
 	}
@@ -223,27 +251,26 @@ func (s *Service) Checkpoint(ctx context.Context, name, message string) (Checkpo
 // version last recorded. The message comes on stdin, and the commits the
 // agent made since the last record are added to it. The clone's hooks do
 // not run. It prints "made" or
-// "same", the record's commit, and the files left out.
+// "same" and the record's commit, each on a line, then the files left
+// out as NUL-separated exclude pathspecs. A record moves the work ref only
+// from the value it read.
 const recordScript = `cd "$1" 2>/dev/null || exit 3
 base=$2 max=$3 who=$4
 g=$(git rev-parse --absolute-git-dir) || exit 5
-export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null GIT_CONFIG_KEY_1=core.fsmonitor GIT_CONFIG_VALUE_1=false
+` + noHooks + `
 export GIT_INDEX_FILE="$g/sandbox-mcp-index"
 export GIT_AUTHOR_NAME="sandbox $who" GIT_AUTHOR_EMAIL="$who@sandbox.invalid"
 export GIT_COMMITTER_NAME="sandbox $who" GIT_COMMITTER_EMAIL="$who@sandbox.invalid"
 ref=refs/sandbox-mcp/work
+cur=$(git rev-parse -q --verify "$ref")
 prev=$(git rev-parse -q --verify "$ref^{commit}") || prev=$base
 git cat-file -e "$prev^{commit}" 2>/dev/null || exit 6
-find "$g" -maxdepth 1 -name sandbox-mcp-index.lock -mmin +1 -exec rm -f {} + 2>/dev/null
+find "$g" -maxdepth 1 -name sandbox-mcp-index.lock -mmin +10 -exec rm -f {} + 2>/dev/null
 [ -f "$GIT_INDEX_FILE" ] || git read-tree "$prev" || exit 1
-big=$(find . -path ./.git -prune -o -type f -size +"$max"c -print 2>/dev/null | head -n 1000)
-set -- .
-if [ -n "$big" ]; then
-  while IFS= read -r f; do set -- "$@" ":(exclude,literal)${f#./}"; done <<EOF
-$big
-EOF
-fi
-git add -A -- "$@" || exit 1
+ps="$g/sandbox-mcp-pathspec"
+{ printf '.\0'; find . -path ./.git -prune -o -type f -size +"$max"c -exec printf ':(exclude,literal)%s\0' {} + 2>/dev/null; } > "$ps" || exit 1
+add() { git add -A --pathspec-from-file="$ps" --pathspec-file-nul; }
+add 2>/dev/null || { rm -f "$GIT_INDEX_FILE" && git read-tree "$prev" && add; } || exit 1
 tree=$(git write-tree) || exit 1
 c=$prev
 if [ "$tree" = "$(git rev-parse "$prev^{tree}")" ]; then echo same; else
@@ -257,9 +284,23 @@ if [ "$tree" = "$(git rev-parse "$prev^{tree}")" ]; then echo same; else
   [ -z "$head" ] || git update-ref refs/sandbox-mcp/head "$head"
   echo made
 fi
-git update-ref -m "sandbox-mcp: record" "$ref" "$c" || exit 1
+[ "$c" = "$cur" ] || git update-ref -m "sandbox-mcp: record" "$ref" "$c" "$cur" || exit 1
 echo "$c"
-[ -z "$big" ] || printf '%s\n' "$big"`
+tail -c +3 "$ps"`
+
+// noHooks keeps the clone's hooks and fsmonitor from running in a
+// script's git commands.
+const noHooks = `export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null GIT_CONFIG_KEY_1=core.fsmonitor GIT_CONFIG_VALUE_1=false`
+
+// undoScript takes back a record ($2) of the clone ($1) that the host
+// refused: the work ref returns to the last commit taken ($3), or goes
+// where the clone lacks it, and the record's index goes, so that the next
+// record is made afresh from there and carries nothing of the refused one.
+const undoScript = `cd "$1" 2>/dev/null || exit 3
+g=$(git rev-parse --absolute-git-dir) || exit 5
+` + noHooks + `
+if git cat-file -e "$3^{commit}" 2>/dev/null; then git update-ref refs/sandbox-mcp/work "$3" "$2"; else git update-ref -d refs/sandbox-mcp/work "$2"; fi || exit 1
+rm -f "$g/sandbox-mcp-index"`
 
 // bundleScript writes to $1 the bundle of the clone's ($2) work ref
 // without what the host has: the last commit taken ($3), else the base
@@ -291,44 +332,67 @@ func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r 
 	case 6:
 		return out, fmt.Errorf("the clone at %s in sandbox %q no longer has its base commit %.12s: its work cannot be recorded on it", w.Path, name, w.Base)
 	}
-	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
-	if res.code != 0 || len(lines) < 2 || (lines[0] != "made" && lines[0] != "same") || !gitwork.IsHash(lines[1]) {
+	lines := strings.SplitN(res.stdout, "\n", 3)
+	if res.code != 0 || len(lines) != 3 || (lines[0] != "made" && lines[0] != "same") || !gitwork.IsHash(lines[1]) {
 		return out, res.failed("record the work in " + w.Path)
 	}
 	out.Committed, out.Commit = lines[0] == "made", lines[1]
-	for _, f := range lines[2:] {
+	for _, f := range strings.Split(lines[2], "\x00") {
+		f, ok := strings.CutPrefix(f, ":(exclude,literal)./")
+		if !ok {
+			continue
+		}
 		if len(out.LeftOut) == 20 {
 			out.LeftOut = append(out.LeftOut, "…")
 			break
 		}
-		out.LeftOut = append(out.LeftOut, strings.TrimPrefix(cut(f, 300), "./"))
+		if strings.ContainsFunc(f, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			f = strconv.Quote(f)
+		}
+		out.LeftOut = append(out.LeftOut, cut(f, 300))
 	}
 	if out.Commit == w.Taken {
+		if w.FollowError != "" {
+			w.FollowError = ""
+			_, _ = s.store.UpdateWork(*w)
+		}
 		return out, nil
+	}
+	if auto(ctx) && w.TakenBytes >= s.maxTaken() {
+		return out, fmt.Errorf("%w: the records of sandbox %q have brought %d bytes to the host, its budget for records made on their own: they stop here; checkpoint takes the work on", gitwork.ErrTooLarge, name, w.TakenBytes)
 	}
 	file := "/tmp/.sandbox-mcp-work-" + randomHex() + ".bundle"
 	res, err = s.run(ctx, name, "bundle", bundleScript, nil, file, w.Path, w.Taken, w.Base)
 	if err != nil {
 		return out, err
 	}
-	defer func() { _, _ = s.run(context.WithoutCancel(ctx), name, "clean", `rm -f "$1"`, nil, file) }()
+	defer func() {
+		// Bounded apart: the sandbox's rm must not hold the lock.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanTimeout)
+		defer cancel()
+		_, _ = s.run(cctx, name, "clean", `rm -f "$1"`, nil, file)
+	}()
 	if res.code != 0 {
 		return out, res.failed("bundle the sandbox's work")
 	}
-	taken, err := s.take(ctx, r, name, file, w.Base)
+	taken, size, err := s.take(ctx, r, name, file, w.Base, out.Commit)
 	if err != nil {
+		if !errors.Is(err, errNotHeld) && ctx.Err() == nil {
+			// A refused record must not ride along in every later one.
+			_, _ = s.run(ctx, name, "undo", undoScript, nil, w.Path, out.Commit, w.Taken)
+		}
 		return out, err
-	}
-	if taken.To != out.Commit {
-		return out, fmt.Errorf("the sandbox's bundle brought %.12s, not its record %.12s", taken.To, out.Commit)
 	}
 	out.New, out.Rewritten = taken.From != taken.To, taken.Rewritten
 	if names, _, err := r.Diff(ctx, w.Taken, taken.To, gitwork.DiffOptions{NameOnly: true}); err == nil {
 		out.Files = strings.Count(names, "\x00")
 	}
 	w.Taken, w.TakenAt, w.FollowError = taken.To, started, ""
-	if err := s.store.PutWork(*w); err != nil {
+	w.TakenBytes += size
+	if ok, err := s.store.UpdateWork(*w); err != nil {
 		return out, fmt.Errorf("record the checkpoint of sandbox %q: %w", name, err)
+	} else if !ok {
+		return out, fmt.Errorf("sandbox %q was untied from %s (destroyed?) while its work was taken: the branch %s holds it", name, w.Repo, branch)
 	}
 	return out, nil
 }
@@ -376,12 +440,18 @@ func (s *Service) message(name, message string, since time.Time) string {
 
 // take reads the bundle file in the sandbox and takes its HEAD onto the
 // sandbox's branch.
-func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file, base string) (gitwork.Taken, error) {
+func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file, base, want string) (gitwork.Taken, int64, error) {
 	max := s.MaxBundle
 	if max <= 0 {
 		max = DefaultMaxBundle
 	}
+	if auto(ctx) {
+		if sb, ok := s.m.Lookup(name); !ok || sb.Ended() != "" {
+			return gitwork.Taken{}, 0, errNotHeld // stopped meanwhile: not brought back for this
+		}
+	}
 	var taken gitwork.Taken
+	var size int64
 	_, err := s.m.Download(ctx, name, file, func(rd io.Reader, top string, _ sandbox.HostCap, finish func() error) error {
 		tr := tar.NewReader(rd)
 		hdr, err := tr.Next()
@@ -391,6 +461,7 @@ func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file, base st
 		if hdr.Typeflag != tar.TypeReg || hdr.Name != top {
 			return fmt.Errorf("the sandbox sent %q (type %c) for its bundle, not a file", hdr.Name, hdr.Typeflag)
 		}
+		size = hdr.Size
 		if hdr.Size > max {
 			return fmt.Errorf("%w: %d bytes, over the %d a checkpoint takes: commit less (large files belong in LFS or out of the repository)", gitwork.ErrTooLarge, hdr.Size, max)
 		}
@@ -409,10 +480,10 @@ func (s *Service) take(ctx context.Context, r *gitwork.Repo, name, file, base st
 		// unpack and check.
 		tctx, cancel := context.WithTimeout(ctx, takeTimeout)
 		defer cancel()
-		taken, err = r.TakeFile(tctx, name, spool, gitwork.WorkRef, base)
+		taken, err = r.TakeFileWith(tctx, name, spool, gitwork.WorkRef, gitwork.TakeOptions{Want: want, MaxBlob: s.maxFile()}, base)
 		return err
 	})
-	return taken, err
+	return taken, size, err
 }
 
 // Log is a sandbox's work: its tie and its branch's commits since the
@@ -425,19 +496,22 @@ type Log struct {
 	Commits []gitwork.Commit `json:"commits"`
 	// Checkpoint is the checkpoint made first, when asked for.
 	Checkpoint *Checkpointed `json:"checkpoint,omitempty"`
+	// FollowError is why the last record made on its own failed, until
+	// a record succeeds.
+	FollowError string `json:"follow_error,omitempty"`
 }
 
 // Log lists the commits of the sandbox's branch since its base (at most
 // n; 0: 100), after a checkpoint when refresh is set.
 func (s *Service) Log(ctx context.Context, name string, n int, refresh bool) (Log, error) {
-	w, r, cp, unlock, err := s.open(ctx, name, refresh)
+	w, r, cp, unlock, err := s.open(ctx, name, refresh, false)
 	if err != nil {
 		return Log{}, err
 	}
 	defer unlock()
 	branch, _ := gitwork.Branch(name)
 	cs, err := r.Log(ctx, name, w.Base, n)
-	return Log{Sandbox: name, Repo: w.Repo, Branch: branch, Base: w.Base, Commits: cs, Checkpoint: cp}, err
+	return Log{Sandbox: name, Repo: w.Repo, Branch: branch, Base: w.Base, Commits: cs, Checkpoint: cp, FollowError: w.FollowError}, err
 }
 
 // DiffRequest shapes Diff.
@@ -464,7 +538,7 @@ type Diff struct {
 // Diff is the difference the sandbox's work makes: from its base (or
 // req.From) to its branch (or req.To).
 func (s *Service) Diff(ctx context.Context, name string, req DiffRequest) (Diff, error) {
-	w, r, cp, unlock, err := s.open(ctx, name, req.Refresh)
+	w, r, cp, unlock, err := s.open(ctx, name, req.Refresh, false)
 	if err != nil {
 		return Diff{}, err
 	}
@@ -498,7 +572,7 @@ type Applied struct {
 // dirty tree is refused, a conflict undone), after a checkpoint when
 // refresh is set.
 func (s *Service) Apply(ctx context.Context, name, how string, refresh bool) (Applied, error) {
-	w, r, cp, unlock, err := s.open(ctx, name, refresh)
+	w, r, cp, unlock, err := s.open(ctx, name, refresh, true)
 	if err != nil {
 		return Applied{}, err
 	}
@@ -515,16 +589,24 @@ func (s *Service) Apply(ctx context.Context, name, how string, refresh bool) (Ap
 // Forget drops the tie of a sandbox (destroyed): its branch stays in the
 // user's repository, the user's to merge or delete.
 func (s *Service) Forget(name string) error {
+	s.unfollow(name)
 	return s.store.DeleteWork(name)
 }
 
-// open checks name, takes its lock, reads its tie and, with refresh,
-// makes a checkpoint first (cp); unlock releases the lock.
-func (s *Service) open(ctx context.Context, name string, refresh bool) (w state.Work, r *gitwork.Repo, cp *Checkpointed, unlock func(), err error) {
+// open checks name, takes its lock (with refresh or locked), reads its
+// tie and, with refresh, makes a checkpoint first (cp); unlock releases
+// the lock.
+func (s *Service) open(ctx context.Context, name string, refresh, locked bool) (w state.Work, r *gitwork.Repo, cp *Checkpointed, unlock func(), err error) {
 	if err := sandbox.ValidateName(name); err != nil {
 		return w, nil, nil, nil, err
 	}
-	unlock = s.lock(name)
+	// Reads of the host's branch need no lock: a take moves it whole.
+	unlock = func() {}
+	if refresh || locked {
+		if unlock, err = s.lock(ctx, name); err != nil {
+			return w, nil, nil, nil, err
+		}
+	}
 	w, r, err = s.tie(ctx, name)
 	if err == nil && refresh {
 		var c Checkpointed

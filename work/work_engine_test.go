@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,14 +208,17 @@ func TestWorkOnEngine(t *testing.T) {
 			// A 2 GB file is left out of the record (it keeps the version
 			// recorded last: none) and said; the rest is recorded. It is
 			// sparse: git never reads it.
-			execIn(t, m, box, `cd /workspace/project && rm big.bin && truncate -s 2G huge.bin && echo small > small.txt`)
+			// So is a file over a lower bound whose name holds a newline.
+			w.MaxFile = 4096
+			execIn(t, m, box, `cd /workspace/project && rm big.bin && truncate -s 2G huge.bin && echo small > small.txt && head -c 5000 /dev/zero > "$(printf 'odd\nname')"`)
 			cp, err = w.Checkpoint(ctx, box, "with a huge file")
-			if err != nil || !cp.New || len(cp.LeftOut) != 1 || cp.LeftOut[0] != "huge.bin" {
+			if err != nil || !cp.New || len(cp.LeftOut) != 2 || !slices.Contains(cp.LeftOut, "huge.bin") || !slices.Contains(cp.LeftOut, `"odd\nname"`) {
 				t.Fatalf("a checkpoint beside a 2 GB file: %+v %v", cp, err)
 			}
-			if files := git(t, repo, "ls-tree", "--name-only", "sandbox/"+box); strings.Contains(files, "huge.bin") || !strings.Contains(files, "small.txt") {
+			if files := git(t, repo, "ls-tree", "-z", "--name-only", "sandbox/"+box); strings.Contains(files, "huge.bin") || strings.Contains(files, "odd") || !strings.Contains(files, "small.txt") {
 				t.Fatalf("the branch's files: %q", files)
 			}
+			w.MaxFile = 0
 
 			// Hooks the sandbox writes (in its .git, through
 			// core.hooksPath, and as files of its work) run nowhere on the
