@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -370,22 +371,14 @@ func fetchArgs(check bool) []string {
 // Spool copies src, at most maxBytes, to a file of its own in the git
 // directory and returns its path, and cleanup, which removes it.
 func (r *Repo) Spool(src io.Reader, maxBytes int64) (string, func(), error) {
-	dir, err := r.Scratch()
+	path, f, err := r.scratchFile("take-")
 	if err != nil {
 		return "", nil, err
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	path := filepath.Join(dir, "take-"+hex.EncodeToString(b[:])+".bundle")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { os.Remove(path) }
+	// f stays open, and locked, until cleanup: a later Scratch knows by
+	// the lock that the take is alive.
+	cleanup := func() { os.Remove(path); f.Close() }
 	n, err := io.Copy(f, io.LimitReader(src, maxBytes+1))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil && n > maxBytes {
 		err = fmt.Errorf("%w: over %d bytes", ErrTooLarge, maxBytes)
 	}
@@ -396,13 +389,58 @@ func (r *Repo) Spool(src io.Reader, maxBytes int64) (string, func(), error) {
 	return path, cleanup, nil
 }
 
+// PackFile writes the bundle of sandbox name's branch (Pack) to a file of
+// the scratch directory; release removes it.
+func (r *Repo) PackFile(ctx context.Context, name string) (string, func(), error) {
+	path, f, err := r.scratchFile("pack-")
+	if err != nil {
+		return "", nil, err
+	}
+	release := func() { os.Remove(path); f.Close() }
+	if err := r.Pack(ctx, name, f); err != nil {
+		release()
+		return "", nil, err
+	}
+	return path, release, nil
+}
+
+// scratchFile makes a new file prefix<random>.bundle in the scratch
+// directory, holding an exclusive lock on it for as long as it is open.
+func (r *Repo) scratchFile(prefix string) (string, *os.File, error) {
+	dir, err := r.Scratch()
+	if err != nil {
+		return "", nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	path := filepath.Join(dir, prefix+hex.EncodeToString(b[:])+".bundle")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		os.Remove(path)
+		return "", nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return path, f, nil
+}
+
 // scratchAge is how old a file in the scratch directory must be to be
-// taken for one a killed process left: far past the longest take.
-const scratchAge = 6 * time.Hour
+// taken for one a killed process left whatever its lock says: far past
+// the longest take. scratchGrace is the age past which a bundle whose
+// lock is free is taken for a dead process's (a live one locks its file
+// as it makes it).
+const (
+	scratchAge   = 6 * time.Hour
+	scratchGrace = time.Minute
+)
 
 // Scratch is the directory in the git directory that holds the bundles
 // and quarantines of takes and packs under way, private to the user. What
-// killed processes left there is removed.
+// killed processes left there is removed: a bundle nobody holds locked
+// (with its quarantine), a quarantine without its bundle, and anything
+// older than scratchAge.
 func (r *Repo) Scratch() (string, error) {
 	dir := filepath.Join(r.GitDir, "sandbox-mcp")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -410,11 +448,32 @@ func (r *Repo) Scratch() (string, error) {
 	}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), "take-") && !strings.HasPrefix(e.Name(), "pack-") {
+		name := e.Name()
+		if !strings.HasPrefix(name, "take-") && !strings.HasPrefix(name, "pack-") {
 			continue
 		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > scratchAge {
-			os.RemoveAll(filepath.Join(dir, e.Name()))
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		age := time.Since(fi.ModTime())
+		switch {
+		case age > scratchAge:
+			os.RemoveAll(p)
+		case age < scratchGrace:
+		case strings.HasSuffix(name, ".bundle"):
+			if f, err := os.Open(p); err == nil {
+				if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+					os.RemoveAll(strings.TrimSuffix(p, ".bundle") + ".git")
+					os.Remove(p)
+				}
+				f.Close()
+			}
+		case strings.HasSuffix(name, ".git"):
+			if _, err := os.Lstat(strings.TrimSuffix(p, ".git") + ".bundle"); os.IsNotExist(err) {
+				os.RemoveAll(p)
+			}
 		}
 	}
 	return dir, nil

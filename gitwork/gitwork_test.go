@@ -676,4 +676,39 @@ func TestScratchSweep(t *testing.T) {
 	if strings.Join(left, " ") != "other take-new.bundle" {
 		t.Fatalf("left: %v", left)
 	}
+
+	// Minutes old: a bundle whose take is alive (it holds the file's
+	// lock) stays; one whose process died (no lock) goes with its
+	// quarantine, and so does a quarantine without its bundle.
+	os.Remove(filepath.Join(dir, "take-new.bundle"))
+	live, release, err := r.Spool(strings.NewReader("live"), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	minutes := time.Now().Add(-5 * time.Minute)
+	for _, name := range []string{"take-dead.bundle", "take-dead.git", "take-lone.git", filepath.Base(live)} {
+		p := filepath.Join(dir, name)
+		if strings.HasSuffix(name, ".git") {
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		} else if name != filepath.Base(live) {
+			write(t, p, "x")
+		}
+		if err := os.Chtimes(p, minutes, minutes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Scratch(); err != nil {
+		t.Fatal(err)
+	}
+	left = nil
+	ents, _ = os.ReadDir(dir)
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if strings.Join(left, " ") != "other "+filepath.Base(live) {
+		t.Fatalf("left after a sweep of minutes-old files: %v", left)
+	}
 }

@@ -182,11 +182,11 @@ func (s *Service) Start(ctx context.Context, name, repoDir, ref, dest string) (S
 	if err != nil {
 		return Started{}, &sandbox.ArgError{Err: err}
 	}
-	bundle, err := s.packFile(ctx, r, name)
+	bundle, release, err := r.PackFile(ctx, name)
 	if err != nil {
 		return Started{}, err
 	}
-	defer os.Remove(bundle)
+	defer release()
 	inBox := "/tmp/.sandbox-mcp-work-" + randomHex() + ".bundle"
 	if err := s.upload(ctx, name, bundle, inBox); err != nil {
 		return Started{}, err
@@ -194,10 +194,18 @@ func (s *Service) Start(ctx context.Context, name, repoDir, ref, dest string) (S
 	// LFS pointers stay pointers: the sandbox has no LFS server to fetch
 	// their objects from, and whatever smudge filter its git has must not
 	// make something else of them.
+	// The clone is made beside its place and moved there whole, so a
+	// server killed midway leaves no half-made clone in the way of the
+	// next try (and what it left goes at that try).
 	script := `b=$1 p=$2 br=$3 who=$4
-trap 'rm -f "$b"' EXIT
-git -c filter.lfs.smudge= -c filter.lfs.process= -c filter.lfs.required=false clone --quiet --no-hardlinks --branch "$br" -- "$b" "$p" || exit 1
-cd "$p" && git remote remove origin && git config user.name "sandbox $who" && git config user.email "$who@sandbox.invalid"`
+parent=$(dirname "$p")
+mkdir -p "$parent" || exit 1
+find "$parent" -maxdepth 1 -name '.sandbox-mcp-clone-*' -mmin +30 -exec rm -rf {} + 2>/dev/null
+tmp="$parent/.sandbox-mcp-clone-$$"
+trap 'rm -f "$b"; rm -rf "$tmp"' EXIT
+git -c filter.lfs.smudge= -c filter.lfs.process= -c filter.lfs.required=false clone --quiet --no-hardlinks --branch "$br" -- "$b" "$tmp" || exit 1
+cd "$tmp" && git remote remove origin && git config user.name "sandbox $who" && git config user.email "$who@sandbox.invalid" || exit 1
+cd / && { [ ! -d "$p" ] || rmdir "$p"; } && mv "$tmp" "$p"`
 	if res, err := s.run(ctx, name, "clone", script, nil, inBox, dest, branch, name); err != nil {
 		return Started{}, err
 	} else if res.code != 0 {
@@ -258,20 +266,27 @@ const recordScript = `cd "$1" 2>/dev/null || exit 3
 base=$2 max=$3 who=$4
 g=$(git rev-parse --absolute-git-dir) || exit 5
 ` + noHooks + `
-export GIT_INDEX_FILE="$g/sandbox-mcp-index"
+idx="$g/sandbox-mcp-index"
+# An index per run, moved into place once written: no lock is shared with
+# a run a killed server left going, and what such runs left goes.
+find "$g" -maxdepth 1 -name 'sandbox-mcp-index.*' -mmin +10 -exec rm -f {} + 2>/dev/null
+find "$g/refs/sandbox-mcp" -name '*.lock' -mmin +10 -exec rm -f {} + 2>/dev/null
+export GIT_INDEX_FILE="$idx.$$"
+trap 'rm -f "$GIT_INDEX_FILE" "$GIT_INDEX_FILE.lock"' EXIT
+[ ! -f "$idx" ] || cp "$idx" "$GIT_INDEX_FILE" 2>/dev/null
 export GIT_AUTHOR_NAME="sandbox $who" GIT_AUTHOR_EMAIL="$who@sandbox.invalid"
 export GIT_COMMITTER_NAME="sandbox $who" GIT_COMMITTER_EMAIL="$who@sandbox.invalid"
 ref=refs/sandbox-mcp/work
 cur=$(git rev-parse -q --verify "$ref")
 prev=$(git rev-parse -q --verify "$ref^{commit}") || prev=$base
 git cat-file -e "$prev^{commit}" 2>/dev/null || exit 6
-find "$g" -maxdepth 1 -name sandbox-mcp-index.lock -mmin +10 -exec rm -f {} + 2>/dev/null
 [ -f "$GIT_INDEX_FILE" ] || git read-tree "$prev" || exit 1
 ps="$g/sandbox-mcp-pathspec"
 { printf '.\0'; find . -path ./.git -prune -o -type f -size +"$max"c -exec printf ':(exclude,literal)%s\0' {} + 2>/dev/null; } > "$ps" || exit 1
 add() { git add -A --pathspec-from-file="$ps" --pathspec-file-nul; }
 add 2>/dev/null || { rm -f "$GIT_INDEX_FILE" && git read-tree "$prev" && add; } || exit 1
 tree=$(git write-tree) || exit 1
+mv -f "$GIT_INDEX_FILE" "$idx" || exit 1
 c=$prev
 if [ "$tree" = "$(git rev-parse "$prev^{tree}")" ]; then echo same; else
   head=$(git rev-parse -q --verify HEAD)
@@ -305,8 +320,9 @@ rm -f "$g/sandbox-mcp-index"`
 // bundleScript writes to $1 the bundle of the clone's ($2) work ref
 // without what the host has: the last commit taken ($3), else the base
 // ($4), else all of it (a record rewritten, by a restore or by the
-// sandbox, may hold neither).
+// sandbox, may hold neither). Bundles a killed server left go.
 const bundleScript = `f=$1; cd "$2" || exit 3
+find /tmp -maxdepth 1 -name '.sandbox-mcp-work-*.bundle' -mmin +30 -exec rm -f {} + 2>/dev/null
 for x in "$3" "$4" ""; do
   if [ -n "$x" ]; then git cat-file -e "$x^{commit}" 2>/dev/null || continue; set -- "^$x"; else set --; fi
   git bundle create --quiet "$f" refs/sandbox-mcp/work "$@" 2>/dev/null && exit 0
@@ -679,28 +695,6 @@ func (l *limited) Write(p []byte) (int, error) {
 		l.b.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
-}
-
-// packFile writes the bundle of sandbox name's branch to a file of its
-// own in the repository's git directory.
-func (s *Service) packFile(ctx context.Context, r *gitwork.Repo, name string) (string, error) {
-	dir, err := r.Scratch()
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(dir, "pack-*.bundle")
-	if err != nil {
-		return "", err
-	}
-	err = r.Pack(ctx, name, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
 }
 
 // upload puts the host file src at dst in the sandbox.
