@@ -15,8 +15,10 @@
 #   --real-container  on a Mac: the engine and e2e suites against Apple's own container
 #                     CLI instead (scripts/test-mac.sh, `make test-mac`); this script's
 #                     lines up to here run on macOS's bash 3.2 for that
-#   --setup      run scripts/setup-engine.sh even if podman is installed (CI=true does too);
-#                otherwise it runs only when podman (or dockerd, if needed) is missing
+#   --setup      run scripts/setup-engine.sh even if podman is installed, and build the
+#                Kubernetes control plane the kube tests run against
+#                (scripts/build-kube-apiserver.sh) (CI=true does both); otherwise
+#                setup-engine runs only when podman (or dockerd, if needed) is missing
 #   --no-docker  test podman and the container stand-in only (no private dockerd)
 #   -- ARGS      passed to `go test`; package arguments replace ./..., e.g.
 #                scripts/test.sh -- -run TestManagerOnEngine -v ./sandbox/
@@ -192,6 +194,15 @@ if needs_podman; then
   phase "podman images"
   # Builds only what is missing or from an older recipe, and checks both images.
   "$repo/scripts/build-images.sh" --engine podman all
+fi
+
+# --- Kubernetes control plane (the kube runtime's tests) --------------------------
+# etcd and a kube-apiserver built from the Go module proxy, once per machine (about 6
+# minutes on 2 cores). Without --setup or CI a missing one is not built: those tests
+# then skip and say why; CI may not skip them.
+if [[ "$do_setup" -eq 1 ]]; then
+  phase "kube control plane"
+  "$repo/scripts/build-kube-apiserver.sh" >/dev/null
 fi
 
 # --- private Docker Engine -------------------------------------------------------

@@ -1,0 +1,695 @@
+// Package kube runs sandboxes as pods of a Kubernetes cluster, through
+// client-go (no kubectl): a sandbox is a record (a ConfigMap holding what
+// it was created with) and, while it runs, a pod made from it; a
+// workspace is a PersistentVolumeClaim. Stopping deletes the pod and keeps
+// the record and the claim; starting makes the pod again.
+//
+// Pods get no service account token, no service links, no privilege
+// escalation, the runtime's default seccomp profile and a trimmed set of
+// capabilities; requests and limits come from the sandbox's profile.
+//
+// Exec, and so the persistent shell, comes in a later part: this package
+// provides the lifecycle and is not offered by --runtime yet.
+package kube
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// Options configure the runtime.
+type Options struct {
+	// Namespace holds every object the runtime makes.
+	Namespace string
+	// RuntimeClass, when set, is the pods' runtimeClassName (gvisor,
+	// kata, ...).
+	RuntimeClass string
+	// StorageClass is the workspace claims' class ("": the cluster's
+	// default); VolumeSize their size (default DefaultVolumeSize).
+	StorageClass string
+	VolumeSize   string
+	// StartTimeout bounds the wait for a new pod to run (default
+	// DefaultStartTimeout): an image that cannot be pulled, a pod that
+	// cannot be scheduled.
+	StartTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultVolumeSize   = "10Gi"
+	DefaultStartTimeout = 5 * time.Minute
+)
+
+// Object labels and annotations.
+const (
+	// labelManaged marks every object the runtime makes.
+	labelManaged = "app.kubernetes.io/managed-by"
+	managedBy    = "sandbox-mcp"
+	// annName keeps the container or volume name the object stands for
+	// (object names are DNS labels; ours may hold '_').
+	annName = "sandbox-mcp.io/name"
+	// labelRecord names, on a pod, the record it was made from.
+	labelRecord = "sandbox-mcp.io/record"
+	// recordSpec and recordLabels are the record's data keys.
+	recordSpec   = "spec.json"
+	recordLabels = "labels.json"
+	// containerName is the sandbox's container in its pod.
+	containerName = "sandbox"
+)
+
+// Runtime is the Kubernetes runtime.
+type Runtime struct {
+	cs  kubernetes.Interface
+	cfg *rest.Config
+	opt Options
+}
+
+// New returns the runtime for the cluster cfg reaches.
+func New(cfg *rest.Config, opt Options) (*Runtime, error) {
+	if opt.Namespace == "" {
+		return nil, errors.New("kubernetes: no namespace")
+	}
+	if errs := validation.IsDNS1123Label(opt.Namespace); len(errs) > 0 {
+		return nil, fmt.Errorf("kubernetes: namespace %q: %s", opt.Namespace, strings.Join(errs, "; "))
+	}
+	if opt.VolumeSize == "" {
+		opt.VolumeSize = DefaultVolumeSize
+	}
+	if _, err := resource.ParseQuantity(opt.VolumeSize); err != nil {
+		return nil, fmt.Errorf("kubernetes: volume size %q: %w", opt.VolumeSize, err)
+	}
+	if opt.StartTimeout <= 0 {
+		opt.StartTimeout = DefaultStartTimeout
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
+	}
+	return &Runtime{cs: cs, cfg: cfg, opt: opt}, nil
+}
+
+// Kind is "kubernetes".
+func (r *Runtime) Kind() string { return "kubernetes" }
+
+// Binary is empty: the runtime runs no CLI.
+func (r *Runtime) Binary() string { return "" }
+
+// Ping checks that the apiserver answers and the namespace can be read.
+func (r *Runtime) Ping(ctx context.Context) error {
+	if _, err := r.cs.Discovery().ServerVersion(); err != nil {
+		return fmt.Errorf("%w: the Kubernetes API server does not answer: %v", sandbox.ErrEngineNotStarted, err)
+	}
+	if _, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return fmt.Errorf("kubernetes: namespace %s: %w (see deploy/kubernetes/rbac.yaml for the rights the server needs)", r.opt.Namespace, err)
+	}
+	return nil
+}
+
+// Version is the apiserver's version.
+func (r *Runtime) Version(ctx context.Context) (string, error) {
+	v, err := r.cs.Discovery().ServerVersion()
+	if err != nil {
+		return "", fmt.Errorf("kubernetes: %w", err)
+	}
+	return v.GitVersion, nil
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// objectName is the DNS label an object of name gets: name itself where
+// it is one, else a cleaned form with a hash of name, so that two names
+// never share an object.
+func objectName(name string) string {
+	if len(validation.IsDNS1123Label(name)) == 0 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	clean := strings.Trim(unsafeChars.ReplaceAllString(strings.ToLower(name), "-"), "-")
+	if len(clean) > 45 {
+		clean = strings.TrimRight(clean[:45], "-")
+	}
+	if clean == "" {
+		clean = "x"
+	}
+	return clean + "-" + hex.EncodeToString(sum[:6])
+}
+
+// kubeLabels are the labels of ours that are valid Kubernetes labels
+// (every one is kept in the record; these also select objects).
+func kubeLabels(ls map[string]string, extra map[string]string) map[string]string {
+	out := map[string]string{labelManaged: managedBy}
+	for k, v := range ls {
+		if len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
+			out[k] = v
+		}
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
+}
+
+// record is what a sandbox was created with.
+type record struct {
+	cm     *corev1.ConfigMap
+	spec   sandbox.RunSpec
+	labels map[string]string
+}
+
+func (r *Runtime) record(ctx context.Context, name string) (record, error) {
+	cm, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return record{}, fmt.Errorf("container %s: %w", name, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return record{}, fmt.Errorf("kubernetes: read the record of %s: %w", name, err)
+	}
+	return parseRecord(cm, name)
+}
+
+func parseRecord(cm *corev1.ConfigMap, name string) (record, error) {
+	rec := record{cm: cm}
+	if cm.Labels[labelManaged] != managedBy || (name != "" && cm.Annotations[annName] != name) {
+		return rec, fmt.Errorf("container %s: %w (configmap %s is not its record)", name, sandbox.ErrNotFound, cm.Name)
+	}
+	if err := json.Unmarshal([]byte(cm.Data[recordSpec]), &rec.spec); err != nil {
+		return rec, fmt.Errorf("kubernetes: the record of %s: %w", cm.Annotations[annName], err)
+	}
+	if err := json.Unmarshal([]byte(cm.Data[recordLabels]), &rec.labels); err != nil {
+		return rec, fmt.Errorf("kubernetes: the labels of %s: %w", cm.Annotations[annName], err)
+	}
+	return rec, nil
+}
+
+// Run records the sandbox, makes its pod and waits for it to run.
+func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error) {
+	if _, err := r.podFor(spec, nil); err != nil {
+		return "", err // refused before anything is made
+	}
+	specJSON, _ := json.Marshal(spec)
+	labelsJSON, _ := json.Marshal(spec.Labels)
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: objectName(spec.Name), Namespace: r.opt.Namespace,
+			Labels: kubeLabels(spec.Labels, nil), Annotations: map[string]string{annName: spec.Name}},
+		Data: map[string]string{recordSpec: string(specJSON), recordLabels: string(labelsJSON)},
+	}
+	made, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("container %s: %w", spec.Name, sandbox.ErrInUse)
+	}
+	if err != nil {
+		return "", fmt.Errorf("kubernetes: record %s: %w", spec.Name, err)
+	}
+	pod, err := r.startPod(ctx, record{cm: made, spec: spec, labels: spec.Labels})
+	if err != nil {
+		return "", err
+	}
+	return string(pod.UID), nil
+}
+
+// podFor is the pod of spec; owner, when set, is its record.
+func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1.Pod, error) {
+	if spec.Image == "" {
+		return nil, errors.New("kubernetes: no image")
+	}
+	c := corev1.Container{Name: containerName, Image: spec.Image, Command: spec.Command, WorkingDir: spec.Workdir,
+		ImagePullPolicy: corev1.PullIfNotPresent}
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: spec.Env[k]})
+	}
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	if spec.CPUs > 0 {
+		q := resource.NewMilliQuantity(int64(spec.CPUs*1000), resource.DecimalSI)
+		res.Limits[corev1.ResourceCPU], res.Requests[corev1.ResourceCPU] = *q, *q
+	}
+	if spec.Memory != "" {
+		q, err := memoryQuantity(spec.Memory)
+		if err != nil {
+			return nil, err
+		}
+		res.Limits[corev1.ResourceMemory], res.Requests[corev1.ResourceMemory] = q, q
+	}
+	if spec.StorageSize != "" {
+		q, err := memoryQuantity(spec.StorageSize)
+		if err != nil {
+			return nil, err
+		}
+		res.Limits[corev1.ResourceEphemeralStorage] = q
+	}
+	c.Resources = res
+	no := false
+	c.SecurityContext = &corev1.SecurityContext{
+		Privileged: &no, AllowPrivilegeEscalation: &no,
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: sandboxCaps},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	var vols []corev1.Volume
+	for i, m := range spec.Mounts {
+		if m.Volume == "" {
+			return nil, fmt.Errorf("%w: a host directory (%s) cannot be mounted into a pod: use a volume", sandbox.ErrUnsupported, m.Source)
+		}
+		vn := "v" + strconv.Itoa(i)
+		vols = append(vols, corev1.Volume{Name: vn, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: objectName(m.Volume), ReadOnly: m.ReadOnly}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vn, MountPath: m.Target, ReadOnly: m.ReadOnly})
+	}
+	if spec.Virtualization {
+		return nil, fmt.Errorf("%w: nested virtualization in a pod", sandbox.ErrUnsupported)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: objectName(spec.Name), Namespace: r.opt.Namespace,
+			Labels:      kubeLabels(spec.Labels, map[string]string{labelRecord: objectName(spec.Name)}),
+			Annotations: map[string]string{annName: spec.Name}},
+		Spec: corev1.PodSpec{
+			Containers:                    []corev1.Container{c},
+			Volumes:                       vols,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			ShareProcessNamespace:         &no,
+			HostNetwork:                   false,
+			TerminationGracePeriodSeconds: ptr(int64(10)),
+			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		},
+	}
+	if r.opt.RuntimeClass != "" {
+		pod.Spec.RuntimeClassName = &r.opt.RuntimeClass
+	}
+	if owner != nil {
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}}
+	}
+	return pod, nil
+}
+
+// sandboxCaps are the capabilities a sandbox keeps: what a root user
+// installing packages and running servers needs, no more.
+var sandboxCaps = []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT"}
+
+func ptr[T any](v T) *T { return &v }
+
+// memoryQuantity reads a size as the engines take it ("512M", "2g",
+// "1Gi") into a quantity.
+func memoryQuantity(s string) (resource.Quantity, error) {
+	t := strings.TrimSpace(s)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k', 'K':
+			t = t[:n-1] + "Ki"
+		case 'm', 'M':
+			t = t[:n-1] + "Mi"
+		case 'g', 'G':
+			t = t[:n-1] + "Gi"
+		case 't', 'T':
+			t = t[:n-1] + "Ti"
+		case 'b', 'B':
+			t = t[:n-1]
+		}
+	}
+	q, err := resource.ParseQuantity(t)
+	if err != nil || q.Sign() <= 0 {
+		return resource.Quantity{}, fmt.Errorf("kubernetes: size %q: not a size like 512M or 2G", s)
+	}
+	return q, nil
+}
+
+// startPod makes rec's pod and waits for it to run.
+func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error) {
+	pod, err := r.podFor(rec.spec, rec.cm)
+	if err != nil {
+		return nil, err
+	}
+	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	made, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("container %s: %w (its pod exists)", rec.spec.Name, sandbox.ErrInUse)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: create the pod of %s: %w", rec.spec.Name, err)
+	}
+	return r.waitRunning(ctx, made)
+}
+
+// waitRunning waits for pod to run, or to fail, within StartTimeout.
+func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opt.StartTimeout)
+	defer cancel()
+	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	for {
+		switch pod.Status.Phase {
+		case corev1.PodRunning:
+			return pod, nil
+		case corev1.PodFailed, corev1.PodSucceeded:
+			return nil, fmt.Errorf("kubernetes: the pod of %s ended as it started (%s): %s", pod.Annotations[annName], pod.Status.Phase, waitingReason(pod))
+		}
+		if hopeless(pod) {
+			return nil, fmt.Errorf("kubernetes: the pod of %s cannot start: %s", pod.Annotations[annName], waitingReason(pod))
+		}
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, r.notRunning(pod)
+			}
+			return nil, fmt.Errorf("kubernetes: watch the pod of %s: %w", pod.Annotations[annName], err)
+		}
+		changed := false
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			pod, changed = p, true
+			if p.Status.Phase != corev1.PodPending || hopeless(p) {
+				break
+			}
+		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return nil, r.notRunning(pod)
+		}
+		if !changed {
+			// The watch ended with no news (a timeout of the server's):
+			// read the pod again and watch on.
+			if pod, err = pods.Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+				return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", pod.Annotations[annName], err)
+			}
+		}
+	}
+}
+
+func (r *Runtime) notRunning(pod *corev1.Pod) error {
+	return fmt.Errorf("kubernetes: the pod of %s is not running after %s (%s): %s", pod.Annotations[annName], r.opt.StartTimeout, pod.Status.Phase, waitingReason(pod))
+}
+
+// hopeless reports whether pod's container waits for what will not come
+// by waiting: an image pull that already failed and backs off, an image
+// name that is not one, a configuration the node cannot make.
+func hopeless(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			switch w.Reason {
+			case "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError":
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// waitingReason says why pod does not run, as its status tells.
+func waitingReason(pod *corev1.Pod) string {
+	var why []string
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			why = append(why, strings.TrimSpace(w.Reason+" "+w.Message))
+		}
+		if t := cs.State.Terminated; t != nil {
+			why = append(why, fmt.Sprintf("exited %d: %s %s", t.ExitCode, t.Reason, t.Message))
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			why = append(why, c.Message)
+		}
+	}
+	if len(why) == 0 {
+		return "no kubelet has reported on it"
+	}
+	return strings.Join(why, "; ")
+}
+
+// Start makes the pod of a stopped sandbox again.
+func (r *Runtime) Start(ctx context.Context, name string) error {
+	rec, err := r.record(ctx, name)
+	if err != nil {
+		return err
+	}
+	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	if p, err := pods.Get(ctx, objectName(name), metav1.GetOptions{}); err == nil {
+		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending {
+			_, err = r.waitRunning(ctx, p)
+			return err
+		}
+		// An ended pod: made again.
+		if err := r.deletePod(ctx, name, 0); err != nil {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
+	}
+	_, err = r.startPod(ctx, rec)
+	return err
+}
+
+// Stop deletes the sandbox's pod (with grace), keeping its record and
+// workspace, and waits for it to go.
+func (r *Runtime) Stop(ctx context.Context, name string, grace time.Duration) error {
+	if _, err := r.record(ctx, name); err != nil {
+		return err
+	}
+	return r.deletePod(ctx, name, grace)
+}
+
+// deletePod deletes the pod of name and waits until it is gone.
+func (r *Runtime) deletePod(ctx context.Context, name string, grace time.Duration) error {
+	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	secs := int64(grace / time.Second)
+	err := pods.Delete(ctx, objectName(name), metav1.DeleteOptions{GracePeriodSeconds: &secs})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: delete the pod of %s: %w", name, err)
+	}
+	deadline := time.Now().Add(grace + 2*time.Minute)
+	for {
+		_, err := pods.Get(ctx, objectName(name), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kubernetes: the pod of %s is still there %s after its deletion", name, grace+2*time.Minute)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Remove deletes the sandbox's pod at once and its record.
+func (r *Runtime) Remove(ctx context.Context, name string) error {
+	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	if _, err := r.record(ctx, name); err != nil {
+		// No record: a pod made by an older record's start may be left.
+		if errors.Is(err, sandbox.ErrNotFound) {
+			if perr := r.removeStrayPod(ctx, name); perr != nil {
+				return perr
+			}
+		}
+		return err
+	}
+	if err := r.deletePod(ctx, name, 0); err != nil {
+		return err
+	}
+	err := cms.Delete(ctx, objectName(name), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: delete the record of %s: %w", name, err)
+	}
+	return nil
+}
+
+// removeStrayPod deletes a pod of ours named for name whose record is
+// gone (a removal cut between the two).
+func (r *Runtime) removeStrayPod(ctx context.Context, name string) error {
+	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
+	if err != nil || p.Labels[labelManaged] != managedBy || p.Annotations[annName] != name {
+		return nil
+	}
+	return r.deletePod(ctx, name, 0)
+}
+
+// Inspect describes one sandbox from its record and pod.
+func (r *Runtime) Inspect(ctx context.Context, name string) (sandbox.Container, error) {
+	rec, err := r.record(ctx, name)
+	if err != nil {
+		return sandbox.Container{}, err
+	}
+	pod, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		pod = nil
+	} else if err != nil {
+		return sandbox.Container{}, fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
+	}
+	return describe(rec, pod), nil
+}
+
+// List returns the sandboxes whose labels hold every one given.
+func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.Container, error) {
+	sel := labels.Set(kubeLabels(want, nil)).AsSelector().String()
+	cms, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: list records: %w", err)
+	}
+	pods, err := r.cs.CoreV1().Pods(r.opt.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: list pods: %w", err)
+	}
+	byName := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		byName[pods.Items[i].Name] = &pods.Items[i]
+	}
+	var out []sandbox.Container
+	for i := range cms.Items {
+		rec, err := parseRecord(&cms.Items[i], "")
+		if err != nil {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if rec.labels[k] != v {
+				match = false
+			}
+		}
+		if match {
+			out = append(out, describe(rec, byName[rec.cm.Name]))
+		}
+	}
+	return out, nil
+}
+
+// describe is the Container that record rec and its pod (nil: none)
+// make.
+func describe(rec record, pod *corev1.Pod) sandbox.Container {
+	c := sandbox.Container{Name: rec.cm.Annotations[annName], Image: rec.spec.Image, Labels: rec.labels,
+		Created: rec.cm.CreationTimestamp.Time, CPUs: rec.spec.CPUs, State: sandbox.StateStopped,
+		NoNetwork: rec.spec.Network == "none"}
+	if q, err := memoryQuantity(rec.spec.Memory); err == nil {
+		c.Memory = q.Value()
+	}
+	if pod == nil || pod.Annotations[annName] != c.Name {
+		return c
+	}
+	c.ID, c.IP = string(pod.UID), pod.Status.PodIP
+	switch pod.Status.Phase {
+	case corev1.PodRunning:
+		c.State = sandbox.StateRunning
+	case corev1.PodPending:
+		c.State = sandbox.StateCreated
+	case corev1.PodSucceeded, corev1.PodFailed:
+		c.State = sandbox.StateStopped
+	default:
+		c.State = sandbox.StateUnknown
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != containerName {
+			continue
+		}
+		if s := cs.State.Running; s != nil {
+			c.Started = s.StartedAt.Time
+		}
+		if s := cs.State.Terminated; s != nil {
+			c.Started, c.Finished, c.ExitCode = s.StartedAt.Time, s.FinishedAt.Time, int(s.ExitCode)
+		}
+	}
+	if c.Started.IsZero() && pod.Status.StartTime != nil && c.State == sandbox.StateRunning {
+		c.Started = pod.Status.StartTime.Time
+	}
+	return c
+}
+
+// VolumeCreate makes the workspace claim name if there is none.
+func (r *Runtime) VolumeCreate(ctx context.Context, name string, ls map[string]string) error {
+	size, _ := resource.ParseQuantity(r.opt.VolumeSize)
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: objectName(name), Namespace: r.opt.Namespace,
+			Labels: kubeLabels(ls, nil), Annotations: map[string]string{annName: name}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+	if r.opt.StorageClass != "" {
+		pvc.Spec.StorageClassName = &r.opt.StorageClass
+	}
+	_, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		got, gerr := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if gerr == nil && got.Annotations[annName] != name {
+			return fmt.Errorf("kubernetes: claim %s exists and is not the workspace %s", pvc.Name, name)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: create the claim of %s: %w", name, err)
+	}
+	return nil
+}
+
+// VolumeRemove deletes the workspace claim name; a missing one is not an
+// error.
+func (r *Runtime) VolumeRemove(ctx context.Context, name string) error {
+	claims := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace)
+	got, err := claims.Get(ctx, objectName(name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: read the claim of %s: %w", name, err)
+	}
+	if got.Annotations[annName] != name || got.Labels[labelManaged] != managedBy {
+		return fmt.Errorf("kubernetes: claim %s is not the workspace %s: left alone", got.Name, name)
+	}
+	err = claims.Delete(ctx, got.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &got.UID}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: delete the claim of %s: %w", name, err)
+	}
+	return nil
+}
+
+// ImageExists is true: the cluster's nodes pull images as pods need
+// them, and a missing one fails the pod's start, which says so.
+func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) { return true, nil }
+
+// errNoExec is the exec of this part: not there yet.
+var errNoExec = fmt.Errorf("%w: exec in a pod (a later part of the Kubernetes runtime)", sandbox.ErrUnsupported)
+
+// ExecCommand is not there yet: the command it returns fails to start.
+func (r *Runtime) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "/nonexistent/sandbox-mcp-kube-exec")
+	cmd.Err = errNoExec
+	return cmd
+}
+
+// Exec is not there yet.
+func (r *Runtime) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
+	return sandbox.ExecOutput{}, errNoExec
+}
+
+var _ sandbox.Runtime = (*Runtime)(nil)

@@ -1,0 +1,312 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+var cluster *kubetest.Cluster
+
+func TestMain(m *testing.M) {
+	c, stop, why, err := kubetest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kube tests: start the control plane:", err)
+		os.Exit(1)
+	}
+	if c == nil && os.Getenv("CI") == "true" {
+		fmt.Fprintln(os.Stderr, "kube tests: CI may not skip them:", why)
+		os.Exit(1)
+	}
+	cluster = c
+	skipWhy = why
+	code := m.Run()
+	if stop != nil {
+		stop()
+	}
+	os.Exit(code)
+}
+
+var skipWhy string
+
+// namespace makes a namespace with deploy/kubernetes/rbac.yaml applied in
+// it and returns it with the token of its ServiceAccount.
+func namespace(t *testing.T) (string, string, kubernetes.Interface) {
+	t.Helper()
+	if cluster == nil {
+		t.Skip(skipWhy)
+	}
+	ctx := context.Background()
+	admin := cluster.Admin(t)
+	ns := strings.ToLower(strings.NewReplacer("_", "-", "/", "-").Replace(t.Name()))
+	if len(ns) > 50 {
+		ns = ns[:50]
+	}
+	ns = strings.Trim(ns, "-") + "-" + fmt.Sprint(time.Now().UnixNano()%100000)
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	applyRBAC(t, admin, ns)
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "sandbox-mcp", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, tok.Status.Token, admin
+}
+
+// applyRBAC creates the objects of deploy/kubernetes/rbac.yaml in ns.
+func applyRBAC(t *testing.T, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	data, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	ctx := context.Background()
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if doc == nil {
+			continue
+		}
+		js, _ := json.Marshal(doc)
+		switch doc["kind"] {
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			_ = json.Unmarshal(js, &o)
+			_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, &o, metav1.CreateOptions{})
+		case "Role":
+			var o rbacv1.Role
+			_ = json.Unmarshal(js, &o)
+			_, err = cs.RbacV1().Roles(ns).Create(ctx, &o, metav1.CreateOptions{})
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			_ = json.Unmarshal(js, &o)
+			for i := range o.Subjects {
+				o.Subjects[i].Namespace = ns
+			}
+			_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("rbac.yaml holds a %v", doc["kind"])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLifecycle: with only the rights rbac.yaml grants, a sandbox is
+// recorded, runs as a locked-down pod on its workspace claim, is listed
+// by any of its labels, stops (its pod gone, its record and claim kept),
+// starts again and is removed; a second sandbox of one name, a host
+// directory and an object of the same name that is not ours are refused
+// or left alone.
+func TestLifecycle(t *testing.T) {
+	ns, token, admin := namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kubetest.PlayKubelet(ctx, admin, ns, "registry.invalid/never:1")
+	if _, err := admin.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "gvisor"}, Handler: "runsc"}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rt, err := New(cluster.Config(token), Options{Namespace: ns, RuntimeClass: "gvisor", VolumeSize: "3Gi", StartTimeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rt.Version(ctx); err != nil || v != kubetest.Version {
+		t.Fatalf("version %q %v", v, err)
+	}
+
+	const name, vol = "smt1-box_1", "smt1-ws-box_1"
+	lbls := map[string]string{sandbox.LabelOwner: "smt1", sandbox.LabelName: "box_1", sandbox.LabelBaseImage: "localhost/mcp-dev:latest"}
+	for range 2 {
+		if err := rt.VolumeCreate(ctx, vol, lbls); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pvc, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, objectName(vol), metav1.GetOptions{})
+	if err != nil || pvc.Spec.Resources.Requests.Storage().String() != "3Gi" {
+		t.Fatalf("the workspace claim: %+v %v", pvc, err)
+	}
+	spec := sandbox.RunSpec{Name: name, Image: "localhost/mcp-dev:latest", Labels: lbls, CPUs: 1.5, Memory: "512M", StorageSize: "2G",
+		Mounts: []sandbox.Mount{{Volume: vol, Target: "/workspace"}}, Workdir: "/workspace", Env: map[string]string{"A": "1"},
+		Command: []string{"sleep", "infinity"}}
+	id, err := rt.Run(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case string(pod.UID) != id:
+		t.Errorf("run returned %q, the pod is %s", id, pod.UID)
+	case pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken:
+		t.Error("the pod mounts a service account token")
+	case pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks:
+		t.Error("the pod gets service links")
+	case pod.Spec.RuntimeClassName == nil || *pod.Spec.RuntimeClassName != "gvisor":
+		t.Error("the pod's runtime class")
+	case pod.Spec.HostNetwork || pod.Spec.HostPID || pod.Spec.HostIPC:
+		t.Error("the pod shares the node's namespaces")
+	case sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Errorf("the container's security context: %+v", sc)
+	case len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL":
+		t.Errorf("capabilities: %+v", sc.Capabilities)
+	case c.Resources.Limits.Cpu().String() != "1500m" || c.Resources.Limits.Memory().String() != "512Mi" || c.Resources.Requests.Memory().String() != "512Mi":
+		t.Errorf("resources: %+v", c.Resources)
+	case c.Resources.Limits.StorageEphemeral().String() != "2Gi":
+		t.Errorf("the root filesystem's bound: %+v", c.Resources.Limits)
+	case len(pod.Spec.Volumes) != 1 || pod.Spec.Volumes[0].PersistentVolumeClaim == nil || pod.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != pvc.Name:
+		t.Errorf("volumes: %+v", pod.Spec.Volumes)
+	case len(pod.OwnerReferences) != 1 || pod.OwnerReferences[0].Kind != "ConfigMap":
+		t.Errorf("owner: %+v", pod.OwnerReferences)
+	}
+	got, err := rt.Inspect(ctx, name)
+	if err != nil || got.State != sandbox.StateRunning || got.Name != name || got.ID != id || got.IP == "" ||
+		got.Labels[sandbox.LabelBaseImage] != "localhost/mcp-dev:latest" || got.CPUs != 1.5 || got.Memory != 512<<20 || got.Started.IsZero() {
+		t.Fatalf("inspect: %+v %v", got, err)
+	}
+	for _, q := range []struct {
+		want map[string]string
+		n    int
+	}{{map[string]string{sandbox.LabelOwner: "smt1"}, 1}, {map[string]string{sandbox.LabelBaseImage: "localhost/mcp-dev:latest"}, 1},
+		{map[string]string{sandbox.LabelOwner: "other"}, 0}, {map[string]string{sandbox.LabelOwner: "smt1", sandbox.LabelName: "box_2"}, 0}} {
+		if l, err := rt.List(ctx, q.want); err != nil || len(l) != q.n {
+			t.Errorf("list %v: %d %v", q.want, len(l), err)
+		}
+	}
+	if _, err := rt.Run(ctx, spec); !errors.Is(err, sandbox.ErrInUse) {
+		t.Errorf("a second sandbox of one name: %v", err)
+	}
+
+	if err := rt.Stop(ctx, name, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rt.Inspect(ctx, name); err != nil || got.State != sandbox.StateStopped {
+		t.Fatalf("inspect after stop: %+v %v", got, err)
+	}
+	if err := rt.Start(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rt.Inspect(ctx, name); err != nil || got.State != sandbox.StateRunning || got.ID == id {
+		t.Fatalf("inspect after start: %+v %v", got, err)
+	}
+	if err := rt.Remove(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Inspect(ctx, name); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("inspect after remove: %v", err)
+	}
+	if err := rt.Remove(ctx, name); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("a second remove: %v", err)
+	}
+	if _, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the pod after remove: %v", err)
+	}
+	for range 2 {
+		if err := rt.VolumeRemove(ctx, vol); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Refused before anything is made: a host directory, nested
+	// virtualization.
+	bad := spec
+	bad.Name, bad.Mounts = "smt1-host", []sandbox.Mount{{Source: "/etc", Target: "/host"}}
+	if _, err := rt.Run(ctx, bad); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("a host directory: %v", err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, objectName(bad.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a refused sandbox left its record: %v", err)
+	}
+	// An image that cannot be pulled: the error says why, as soon as the
+	// node has given up (not at the start timeout).
+	never := spec
+	never.Name, never.Image, never.Mounts = "smt1-never", "registry.invalid/never:1", nil
+	if _, err := rt.Run(ctx, never); err == nil || !strings.Contains(err.Error(), "ImagePullBackOff") || !strings.Contains(err.Error(), "cannot start") {
+		t.Errorf("an image that cannot be pulled: %v", err)
+	}
+	// Someone else's ConfigMap under the name a sandbox would get: not
+	// taken for a sandbox, not removed.
+	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: objectName("smt1-theirs")}, Data: map[string]string{"x": "y"}}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Inspect(ctx, "smt1-theirs"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("inspect of a ConfigMap not ours: %v", err)
+	}
+	if err := rt.Remove(ctx, "smt1-theirs"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("remove of a ConfigMap not ours: %v", err)
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, foreign.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("a ConfigMap not ours was removed: %v", err)
+	}
+}
+
+// TestWithoutRights: a token the namespace grants nothing gets a clear
+// error from Ping, naming the manifest.
+func TestWithoutRights(t *testing.T) {
+	ns, _, admin := namespace(t)
+	ctx := context.Background()
+	if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "nobody"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "nobody", &authv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := New(cluster.Config(tok.Status.Token), Options{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Ping(ctx); err == nil || !strings.Contains(err.Error(), "forbidden") || !strings.Contains(err.Error(), "rbac.yaml") {
+		t.Fatalf("ping without rights: %v", err)
+	}
+}
+
+// TestObjectNames: every sandbox name maps to a valid, distinct object
+// name.
+func TestObjectNames(t *testing.T) {
+	seen := map[string]string{}
+	for _, n := range []string{"smcp-default", "smcp-a_b", "smcp-a-b", "smcp_spare_0123456789abcdef", "SMCP-Upper", "x", strings.Repeat("a", 63), strings.Repeat("a", 64), "a.b"} {
+		o := objectName(n)
+		if len(o) > 63 || o != strings.ToLower(o) || strings.HasPrefix(o, "-") || strings.HasSuffix(o, "-") || strings.ContainsAny(o, "_.") {
+			t.Errorf("%q -> %q: not a DNS label", n, o)
+		}
+		if prev, ok := seen[o]; ok {
+			t.Errorf("%q and %q share %q", n, prev, o)
+		}
+		seen[o] = n
+	}
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver from the Go module proxy and installs Debian's etcd, the
+# control plane the Kubernetes runtime's tests run against (Debian 12 packages no
+# kube-apiserver, and released binaries are downloads these machines cannot reach).
+#
+#   build-kube-apiserver.sh [OUT_DIR]
+#
+# The apiserver lands in OUT_DIR (default ~/.cache/sandbox-mcp/kube/VERSION) and its
+# path is printed last. It is built in a throw-away module that requires
+# k8s.io/kubernetes at KUBE_VERSION and replaces each k8s.io staging module with its
+# matching v0.x release, as k8s.io/kubernetes' own go.mod points them at its
+# staging tree (`go install ...@version` refuses replace directives). Idempotent: an
+# apiserver already built is kept. About 6 minutes on 2 cores the first time.
+set -euo pipefail
+
+version="${KUBE_VERSION:-v1.37.2}"
+staging="v0.${version#v1.}"
+out="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp/kube/$version}"
+bin="$out/kube-apiserver"
+
+if ! command -v etcd >/dev/null; then
+  if [[ "$(id -u)" -eq 0 ]]; then as_root() { "$@"; }; else as_root() { sudo "$@"; }; fi
+  echo "build-kube-apiserver: installing Debian's etcd-server" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server >/dev/null
+  # The package starts a system etcd on the loopback's client port; the tests run
+  # their own on free ports, and none is wanted in the background.
+  as_root systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
+
+if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -q "$version"; then
+  echo "$bin"
+  exit 0
+fi
+
+mod="$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$version.mod"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+go mod init kube-apiserver-build >/dev/null 2>&1
+go mod download k8s.io/kubernetes@"$version"
+{
+  echo "require k8s.io/kubernetes $version"
+  echo "replace ("
+  # The staging modules, as k8s.io/kubernetes lists them.
+  sed -n 's#^\s*\(k8s\.io/[a-z0-9-]*\) => \./staging/src/.*#\t\1 => \1 '"$staging"'#p' "$mod"
+  echo ")"
+} >> go.mod
+GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
+mkdir -p "$out"
+echo "build-kube-apiserver: building kube-apiserver $version (a few minutes)" >&2
+minor="${version#v1.}"
+minor="${minor%%.*}"
+GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
+  -ldflags "-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
+  -o "$bin.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+mv "$bin.tmp" "$bin"
+echo "$bin"
