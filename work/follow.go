@@ -116,6 +116,9 @@ func (s *Service) followed(name string) {
 	f.mu.Unlock()
 	defer f.wg.Done()
 	if _, ok, err := s.store.Work(name); err != nil || !ok {
+		if err == nil {
+			s.unfollow(name) // a sandbox tied to nothing keeps no timer
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithValue(ctx, heldKey{}, true), takeTimeout)
