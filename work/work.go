@@ -30,6 +30,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/gitwork"
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -335,7 +336,7 @@ func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r 
 	branch, _ := gitwork.Branch(name)
 	out := Checkpointed{Sandbox: name, Repo: w.Repo, Branch: branch}
 	started := time.Now().UTC()
-	msg := s.message(name, message, w.TakenAt)
+	msg := s.message(name, message, w.TakenAt, auto(ctx))
 	res, err := s.run(ctx, name, "record", recordScript, []byte(msg), w.Path, w.Base, fmt.Sprint(s.maxFile()), name)
 	if err != nil {
 		return out, err
@@ -421,37 +422,48 @@ func cut(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// message is a checkpoint's commit message: the caller's (or a default)
-// and the commands run in the sandbox since.
-func (s *Service) message(name, message string, since time.Time) string {
+// message is a record's commit message: the caller's, and the commands
+// run in the sandbox since the last record (since). Without one, a
+// checkpoint's subject says so, and a record made on its own (auto) is
+// named after the last of those commands, as git log --oneline shows it.
+func (s *Service) message(name, message string, since time.Time, auto bool) string {
 	message = strings.TrimSpace(message)
-	if message == "" {
-		message = "Checkpoint of sandbox " + name
+	var cmds []string
+	if hist, err := s.m.CommandHistory(name, 100); err == nil {
+		for _, h := range hist {
+			if !h.Time.After(since) || strings.HasPrefix(h.Command, labelPrefix) {
+				continue
+			}
+			cmd := textcut.Shorten(strings.Join(strings.Fields(h.Command), " "), 200)
+			cmds = append(cmds, fmt.Sprintf("$ %s  # exit %d\n", cmd, h.ExitCode))
+		}
 	}
-	hist, err := s.m.CommandHistory(name, 100)
-	if err != nil {
+	if message == "" {
+		switch {
+		case !auto:
+			message = "Checkpoint of sandbox " + name
+		case len(cmds) == 0:
+			message = "Work of sandbox " + name
+		default:
+			last, _, _ := strings.Cut(cmds[len(cmds)-1], "  # exit")
+			message = textcut.Shorten(last, 72)
+			if len(cmds) > 1 {
+				message += fmt.Sprintf(" (and %d more)", len(cmds)-1)
+			}
+		}
+	}
+	if len(cmds) == 0 {
 		return message + "\n"
 	}
 	var b strings.Builder
-	n := 0
-	for _, h := range hist {
-		if !h.Time.After(since) || strings.HasPrefix(h.Command, labelPrefix) {
-			continue
-		}
-		cmd := strings.Join(strings.Fields(h.Command), " ")
-		if len(cmd) > 200 {
-			cmd = cmd[:200] + "…"
-		}
-		fmt.Fprintf(&b, "$ %s  # exit %d\n", cmd, h.ExitCode)
-		if n++; n == 50 || b.Len() > 8<<10 {
+	for i, c := range cmds {
+		if i == 50 || b.Len() > 8<<10 {
 			b.WriteString("…\n")
 			break
 		}
+		b.WriteString(c)
 	}
-	if b.Len() == 0 {
-		return message + "\n"
-	}
-	return message + "\n\nCommands run in the sandbox since the last checkpoint:\n" + b.String()
+	return message + "\n\nCommands run in the sandbox since the last record:\n" + b.String()
 }
 
 // take reads the bundle file in the sandbox and takes its HEAD onto the

@@ -312,7 +312,8 @@ func TestWorkFollowsOnEngine(t *testing.T) {
 			execIn(t, m, "two", "cd /workspace/project && echo from-two > two.txt")
 			branchHas("one", "one.txt")
 			branchHas("two", "two.txt")
-			if msg := git(t, repo, "log", "-1", "--format=%B", "sandbox/one"); !strings.Contains(msg, "$ cd /workspace/project && echo from-one > one.txt  # exit 0") {
+			if msg := git(t, repo, "log", "-1", "--format=%B", "sandbox/one"); !strings.HasPrefix(msg, "$ cd /workspace/project && echo from-one > one.txt\n") ||
+				!strings.Contains(msg, "$ cd /workspace/project && echo from-one > one.txt  # exit 0") {
 				t.Fatalf("a record's message names not its command: %q", msg)
 			}
 			if files := git(t, repo, "ls-tree", "--name-only", "sandbox/two"); strings.Contains(files, "one.txt") {
