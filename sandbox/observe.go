@@ -19,8 +19,8 @@ type Observer struct {
 	// the snapshot waits for it.
 	Saving func(ctx context.Context, name string)
 	// Restored tells that sandbox name's workspace was replaced by a
-	// snapshot's.
-	Restored func(name string)
+	// snapshot's; the restore returns once it has.
+	Restored func(ctx context.Context, name string)
 }
 
 // Observe registers o.

@@ -412,7 +412,7 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 	if err == nil && rec.Workspace {
 		m.eachObserver(func(o Observer) {
 			if o.Restored != nil {
-				o.Restored(name)
+				o.Restored(ctx, name)
 			}
 		})
 	}

@@ -40,7 +40,7 @@ type heldKey struct{}
 // been quiet for s.Quiet, its clone is recorded and taken, with those
 // commands in the commit's message. A snapshot with the workspace
 // records first, so the branch holds what it saved; a restore takes the
-// branch back to what the restored clone had recorded. Nothing is booted
+// branch back to what the restored clone had recorded before it returns. Nothing is booted
 // for it: a sandbox stopped meanwhile is recorded at its next command.
 // Close stops it.
 func (s *Service) Follow(log *slog.Logger) {
@@ -63,7 +63,7 @@ func (s *Service) Follow(log *slog.Logger) {
 			}
 		},
 		Saving:   s.saving,
-		Restored: s.soon,
+		Restored: s.restored,
 	})
 }
 
@@ -164,6 +164,18 @@ func (s *Service) saving(ctx context.Context, name string) {
 	}
 	if _, err := s.Checkpoint(ctx, name, "Before a snapshot of sandbox "+name); err != nil {
 		s.follow.log.Warn("record a sandbox's work before its snapshot", "sandbox", name, "err", err)
+	}
+}
+
+// restored takes sandbox name's branch back to what its restored clone
+// had recorded, before the restore returns: a server killed right after
+// it must not leave the branch holding the work the restore undid.
+func (s *Service) restored(ctx context.Context, name string) {
+	if _, ok, err := s.store.Work(name); err != nil || !ok {
+		return
+	}
+	if _, err := s.Checkpoint(ctx, name, "After a restore of sandbox "+name); err != nil {
+		s.follow.log.Warn("take a sandbox's branch back after its restore", "sandbox", name, "err", err)
 	}
 }
 
