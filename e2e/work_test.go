@@ -122,12 +122,28 @@ func TestWork(t *testing.T) {
 				t.Fatalf("the user's uncommitted change is now %q", b)
 			}
 			gitOn(t, repo, "checkout", "--quiet", "--", "sub/a.txt")
-			r = s.call(t, "work_apply", map[string]any{"how": "squash"})
-			if r.isError || r.str("into") != "main" {
+			// The commit a review read is what is merged, not a record
+			// made after it.
+			r = s.call(t, "work_diff", map[string]any{"refresh": false})
+			reviewed := r.str("to_commit")
+			if r.isError || len(reviewed) != 40 {
+				t.Fatalf("work_diff's to_commit: %s", r.text)
+			}
+			if r := s.call(t, "exec", map[string]any{"command": "cd /workspace/project && echo four > d.txt"}); r.isError {
+				t.Fatal(r.text)
+			}
+			if r := s.call(t, "checkpoint", map[string]any{}); r.isError || r.data["new"] != true {
+				t.Fatalf("checkpoint after the review: %s", r.text)
+			}
+			r = s.call(t, "work_apply", map[string]any{"how": "squash", "commit": reviewed})
+			if r.isError || r.str("into") != "main" || r.str("at") != reviewed {
 				t.Fatalf("work_apply: %s", r.text)
 			}
 			if b, _ := os.ReadFile(filepath.Join(repo, "c.txt")); string(b) != "three\n" {
 				t.Fatalf("after work_apply, c.txt is %q", b)
+			}
+			if _, err := os.Stat(filepath.Join(repo, "d.txt")); !os.IsNotExist(err) {
+				t.Fatalf("work_apply merged a record made after the review: %v", err)
 			}
 
 			// A second sandbox of the same repository, on a server that

@@ -613,9 +613,10 @@ const (
 // Applied is what Apply did.
 type Applied struct {
 	How    string `json:"how"`
-	Into   string `json:"into"`   // the branch checked out
-	Before string `json:"before"` // its commit before
-	After  string `json:"after"`  // and after
+	At     string `json:"at,omitempty"` // the commit of the branch applied, when one was named
+	Into   string `json:"into"`         // the branch checked out
+	Before string `json:"before"`       // its commit before
+	After  string `json:"after"`        // and after
 }
 
 // ErrDirty is Apply's answer for a work tree with uncommitted changes.
@@ -626,13 +627,31 @@ var ErrDirty = errors.New("the repository has uncommitted changes")
 // one by one. A tree with uncommitted changes to tracked files is
 // refused; a conflict undoes the attempt and names the files.
 func (r *Repo) Apply(ctx context.Context, name, how, base string) (Applied, error) {
+	return r.ApplyAt(ctx, name, how, base, "")
+}
+
+// ApplyAt is Apply of the branch as it was at commit at (a commit of
+// it, such as the one a review read), or as it is when at is "": work
+// the branch took on since is left out.
+func (r *Repo) ApplyAt(ctx context.Context, name, how, base, at string) (Applied, error) {
 	a := Applied{How: how}
 	if err := checkName(ctx, name); err != nil {
 		return a, err
 	}
 	branch, ref := Branch(name)
-	if r.at(ctx, ref) == "" {
+	tip := r.at(ctx, ref)
+	if tip == "" {
 		return a, fmt.Errorf("there is no branch %s in %s", branch, r.Dir)
+	}
+	if at != "" {
+		c, err := r.Resolve(ctx, at+"^{commit}")
+		if err != nil || !IsHash(c) {
+			return a, fmt.Errorf("%q is not a commit of %s", at, r.Dir)
+		}
+		if _, err := r.git(ctx, nil, "merge-base", "--is-ancestor", c, tip); err != nil {
+			return a, fmt.Errorf("commit %.12s is not on %s (its work since may have been rewritten): read work_log again", c, branch)
+		}
+		ref, a.At = c, c
 	}
 	out, err := r.git(ctx, nil, "symbolic-ref", "--quiet", "--short", "HEAD")
 	if err != nil {

@@ -21,8 +21,8 @@ const refreshDesc = "Checkpoint first, so that the answer holds what changed in 
 
 func (s *Server) workspaceFromRepoTool() tool {
 	return tool{group: "work", handler: s.handleWorkspaceFromRepo, def: newTool[work.Started]("workspace_from_repo", "Clone a host repository into a sandbox",
-		"Put a clone of a git repository of the host (at ref) into a sandbox, on the branch sandbox/<name>, which is made in the host repository too. "+
-			"The host's working tree, remotes and credentials stay out. The clone's work is then committed onto that branch after each "+
+		"Clone a host git repository (at ref) into a sandbox on the branch sandbox/<name>, made in the host repository too; "+
+			"its working tree, remotes and credentials stay out. The clone's work is committed onto that branch after each "+
 			"burst of commands and at checkpoint, for work_log, work_diff and work_apply. One repository per sandbox.",
 		mutating(false),
 		mcp.WithString("local_repo", mcp.Required(), mcp.Description("A directory of the host repository (under the allowed roots).")),
@@ -67,12 +67,12 @@ func (s *Server) workDiffTool() tool {
 
 func (s *Server) workApplyTool() tool {
 	return tool{group: "work", handler: s.handleWorkApply, def: newTool[work.Applied]("work_apply", "Merge a sandbox's work",
-		"Bring the sandbox's branch, as the last checkpoint left it (what work_diff showed), into the branch checked out in the host repository. "+
-			"Refused when that tree has uncommitted changes, or when the work changes .gitattributes, .gitmodules or .lfsconfig or is too large; "+
-			"a conflict changes nothing and names the files.",
+		"Merge the sandbox's branch (at commit: what work_diff showed as to_commit) into the branch checked out in the host repository. "+
+			"Refused on uncommitted changes, on work changing .gitattributes, .gitmodules or .lfsconfig, or too large; a conflict changes nothing.",
 		destructive(false),
 		mcp.WithString("how", mcp.Description("merge (a merge commit), squash (one commit) or cherry-pick (its commits one by one)."),
 			mcp.Enum(gitwork.Merge, gitwork.Squash, gitwork.CherryPick), mcp.DefaultString(gitwork.Merge)),
+		mcp.WithString("commit", mcp.Description("The branch's commit to merge (default: its tip, records made since a review too).")),
 		mcp.WithBoolean("refresh", mcp.Description("Checkpoint first: merges what changed since, unreviewed."), mcp.DefaultBool(false)),
 		sandboxParam(),
 	)}
@@ -130,9 +130,12 @@ func checkpointText(c work.Checkpointed) string {
 	if !c.New {
 		return fmt.Sprintf("nothing new in sandbox %q: %s is at %.12s", c.Sandbox, c.Branch, c.Commit)
 	}
-	text := fmt.Sprintf("%s in %s is now at %.12s (%d files changed since the last checkpoint)", c.Branch, c.Repo, c.Commit, c.Files)
+	text := fmt.Sprintf("%s in %s is now at %.12s (%d files changed since the last record)", c.Branch, c.Repo, c.Commit, c.Files)
 	if c.Rewritten {
-		text += "; the sandbox rewrote its history: the branch's earlier commits are no longer on it"
+		text += "; it moved to a record that does not descend from where it was (a restore, or the sandbox wrote its record): the earlier commits are in its reflog"
+	}
+	if len(c.LeftOut) > 0 {
+		text += "; left out, over the size a record takes: " + strings.Join(c.LeftOut, ", ")
 	}
 	return text
 }
@@ -189,7 +192,7 @@ func (s *Server) handleWorkApply(ctx context.Context, req mcp.CallToolRequest) (
 	if s.work == nil {
 		return failure(ctx, "work_apply", errNoWork), nil
 	}
-	out, err := s.work.Apply(ctx, name, req.GetString("how", gitwork.Merge), req.GetBool("refresh", false))
+	out, err := s.work.Apply(ctx, name, work.ApplyRequest{How: req.GetString("how", gitwork.Merge), At: req.GetString("commit", ""), Refresh: req.GetBool("refresh", false)})
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("work_apply of sandbox %q", name), err), nil
 	}

@@ -554,10 +554,13 @@ type DiffRequest struct {
 
 // Diff is a sandbox's work as a diff.
 type Diff struct {
-	Sandbox    string        `json:"sandbox"`
-	Repo       string        `json:"repo"`
-	From       string        `json:"from"`
-	To         string        `json:"to"`
+	Sandbox string `json:"sandbox"`
+	Repo    string `json:"repo"`
+	From    string `json:"from"`
+	To      string `json:"to"`
+	// ToCommit is the commit To was: work_apply's commit, to merge what
+	// was read and no record made since.
+	ToCommit   string        `json:"to_commit,omitempty"`
 	Text       string        `json:"diff"`
 	Cut        bool          `json:"cut,omitempty"`
 	Checkpoint *Checkpointed `json:"checkpoint,omitempty"`
@@ -579,11 +582,16 @@ func (s *Service) Diff(ctx context.Context, name string, req DiffRequest) (Diff,
 	if to == "" {
 		to = branch
 	}
-	text, cut, err := r.Diff(ctx, from, to, req.DiffOptions)
+	// The commit first: a record landing meanwhile shows in neither.
+	toCommit, err := r.Resolve(ctx, to+"^{commit}")
+	if err != nil {
+		return Diff{}, &sandbox.ArgError{Err: fmt.Errorf("%q is not a commit of %s", to, w.Repo)}
+	}
+	text, cut, err := r.Diff(ctx, from, toCommit, req.DiffOptions)
 	if err != nil {
 		return Diff{}, &sandbox.ArgError{Err: err}
 	}
-	return Diff{Sandbox: name, Repo: w.Repo, From: from, To: to, Text: text, Cut: cut, Checkpoint: cp}, nil
+	return Diff{Sandbox: name, Repo: w.Repo, From: from, To: to, ToCommit: toCommit, Text: text, Cut: cut, Checkpoint: cp}, nil
 }
 
 // Applied is what Apply did.
@@ -595,18 +603,29 @@ type Applied struct {
 	Checkpoint *Checkpointed `json:"checkpoint,omitempty"`
 }
 
+// ApplyRequest shapes Apply.
+type ApplyRequest struct {
+	// How is merge (default), squash or cherry-pick.
+	How string
+	// At, when set, is the commit of the branch to apply (the one a
+	// review read, e.g. Diff's ToCommit): records made since stay out.
+	At string
+	// Refresh makes a checkpoint first.
+	Refresh bool
+}
+
 // Apply brings the sandbox's work into the branch checked out in the
 // user's repository (gitwork.Repo.Apply: merge, squash or cherry-pick; a
 // dirty tree is refused, a conflict undone), after a checkpoint when
 // refresh is set.
-func (s *Service) Apply(ctx context.Context, name, how string, refresh bool) (Applied, error) {
-	w, r, cp, unlock, err := s.open(ctx, name, refresh, true)
+func (s *Service) Apply(ctx context.Context, name string, req ApplyRequest) (Applied, error) {
+	w, r, cp, unlock, err := s.open(ctx, name, req.Refresh, true)
 	if err != nil {
 		return Applied{}, err
 	}
 	defer unlock()
 	branch, _ := gitwork.Branch(name)
-	a, err := r.Apply(ctx, name, how, w.Base)
+	a, err := r.ApplyAt(ctx, name, req.How, w.Base, req.At)
 	out := Applied{Sandbox: name, Repo: w.Repo, Branch: branch, Applied: a, Checkpoint: cp}
 	if err != nil {
 		return out, &sandbox.ArgError{Err: err}

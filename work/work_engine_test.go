@@ -232,7 +232,7 @@ func TestWorkOnEngine(t *testing.T) {
 			}
 
 			// Applied to the user's clean main.
-			a, err := w.Apply(ctx, box, gitwork.Merge, true)
+			a, err := w.Apply(ctx, box, work.ApplyRequest{How: gitwork.Merge, Refresh: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -348,11 +348,26 @@ func TestWorkFollowsOnEngine(t *testing.T) {
 				t.Fatal("the work after the snapshot is not in the branch's reflog")
 			}
 
-			// Both merge into main.
-			for _, box := range []string{"one", "two"} {
-				if _, err := w.Apply(ctx, box, gitwork.Merge, false); err != nil {
-					t.Fatalf("apply %s: %v", box, err)
-				}
+			// Both merge into main: two as its diff showed it, without the
+			// record that landed after the review.
+			d, err := w.Diff(ctx, "two", work.DiffRequest{})
+			if err != nil || !gitwork.IsHash(d.ToCommit) || !strings.Contains(d.Text, "+from-two") {
+				t.Fatalf("diff of two: %+v %v", d, err)
+			}
+			w.Quiet = 100 * time.Millisecond
+			execIn(t, m, "two", "cd /workspace/project && echo unreviewed > unreviewed.txt")
+			branchHas("two", "unreviewed.txt")
+			if _, err := w.Apply(ctx, "one", work.ApplyRequest{How: gitwork.Merge}); err != nil {
+				t.Fatalf("apply one: %v", err)
+			}
+			if a, err := w.Apply(ctx, "two", work.ApplyRequest{How: gitwork.Merge, At: d.ToCommit}); err != nil || a.At != d.ToCommit {
+				t.Fatalf("apply two at its reviewed commit: %+v %v", a, err)
+			}
+			if _, err := os.Stat(filepath.Join(repo, "unreviewed.txt")); !os.IsNotExist(err) {
+				t.Fatalf("a record made after the review was merged: %v", err)
+			}
+			if _, err := w.Apply(ctx, "two", work.ApplyRequest{At: git(t, repo, "rev-parse", "main")}); err == nil || !strings.Contains(err.Error(), "not on sandbox/two") {
+				t.Fatalf("apply at a commit not on the branch: %v", err)
 			}
 			for f, want := range map[string]string{"one.txt": "from-one\n", "two.txt": "from-two\n", "saved.txt": "saved\n"} {
 				if b, err := os.ReadFile(filepath.Join(repo, f)); err != nil || string(b) != want {

@@ -360,6 +360,7 @@ func workCommands() []*cobra.Command {
 		Args: cobra.ExactArgs(1),
 	}
 	apply.Flags().StringVar(&o.How, "how", "merge", "merge, squash or cherry-pick")
+	apply.Flags().StringVar(&o.At, "at", "", "apply the branch as it was at this `commit` (the one diff showed), leaving out records made since")
 	applyRefresh := refresh(apply, false, "checkpoint first (merges what changed since, unreviewed)")
 	apply.RunE = run(func(ctx context.Context, cfg app.Config, args []string) error {
 		o.Refresh = *applyRefresh

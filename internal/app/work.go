@@ -20,6 +20,7 @@ type WorkOptions struct {
 	Max       int    // log
 	Diff      work.DiffRequest
 	How       string // apply
+	At        string // apply: the commit of the branch to apply
 	Refresh   bool   // log, diff, apply: checkpoint first
 	JSON      bool
 }
@@ -77,7 +78,7 @@ func WorkApply(ctx context.Context, cfg Config, name string, o WorkOptions, w io
 		if how == "" {
 			how = gitwork.Merge
 		}
-		out, err := env.Work.Apply(ctx, name, how, o.Refresh)
+		out, err := env.Work.Apply(ctx, name, work.ApplyRequest{How: how, At: o.At, Refresh: o.Refresh})
 		return out, fmt.Sprintf("%s applied to %s by %s: %.12s → %.12s", out.Branch, out.Into, out.How, out.Before, out.After), err
 	})
 }
