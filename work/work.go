@@ -170,10 +170,15 @@ func (s *Service) Start(ctx context.Context, name, repoDir, ref, dest string) (S
 	branch, _ := gitwork.Branch(name)
 	// The sandbox first: no branch is made for a sandbox that cannot
 	// take the clone.
-	if res, err := s.run(ctx, name, "check", `command -v git >/dev/null 2>&1 || exit 127; [ ! -e "$1" ] || [ -d "$1" ] && [ -z "$(ls -A "$1")" ] || exit 17`, nil, dest); err != nil {
+	if res, err := s.run(ctx, name, "check", `command -v git >/dev/null 2>&1 || exit 127
+set -- "$1" $(git --version | sed -n 's/^git version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+[ "${2:-0}" -gt 2 ] || { [ "${2:-0}" -eq 2 ] && [ "${3:-0}" -ge 31 ]; } || exit 126
+[ ! -e "$1" ] || [ -d "$1" ] && [ -z "$(ls -A "$1" | grep -v '^\.sandbox-mcp-clone-')" ] || exit 17`, nil, dest); err != nil {
 		return Started{}, err
 	} else if res.code == 127 {
 		return Started{}, fmt.Errorf("sandbox %q has no git: install it (install tool, package git) and try again", name)
+	} else if res.code == 126 {
+		return Started{}, fmt.Errorf("sandbox %q has a git older than 2.31, which records need: install a newer one and try again", name)
 	} else if res.code == 17 {
 		return Started{}, &sandbox.ArgError{Err: fmt.Errorf("%s exists in sandbox %q and is not an empty directory: name another path", dest, name)}
 	} else if res.code != 0 {
@@ -199,14 +204,30 @@ func (s *Service) Start(ctx context.Context, name, repoDir, ref, dest string) (S
 	// server killed midway leaves no half-made clone in the way of the
 	// next try (and what it left goes at that try).
 	script := `b=$1 p=$2 br=$3 who=$4
-parent=$(dirname "$p")
-mkdir -p "$parent" || exit 1
-find "$parent" -maxdepth 1 -name '.sandbox-mcp-clone-*' -mmin +30 -exec rm -rf {} + 2>/dev/null
-tmp="$parent/.sandbox-mcp-clone-$$"
+if [ -d "$p" ]; then
+  # An empty directory, maybe a mount point: the clone is made inside it
+  # and its entries moved up; what a killed start left there goes.
+  rm -rf "$p"/.sandbox-mcp-clone-* 2>/dev/null
+  tmp="$p/.sandbox-mcp-clone-$$"
+else
+  parent=$(dirname "$p")
+  mkdir -p "$parent" || exit 1
+  find "$parent" -maxdepth 1 -name '.sandbox-mcp-clone-*' -mmin +30 -exec rm -rf {} + 2>/dev/null
+  tmp="$parent/.sandbox-mcp-clone-$$"
+fi
 trap 'rm -f "$b"; rm -rf "$tmp"' EXIT
 git -c filter.lfs.smudge= -c filter.lfs.process= -c filter.lfs.required=false clone --quiet --no-hardlinks --branch "$br" -- "$b" "$tmp" || exit 1
 cd "$tmp" && git remote remove origin && git config user.name "sandbox $who" && git config user.email "$who@sandbox.invalid" || exit 1
-cd / && { [ ! -d "$p" ] || rmdir "$p"; } && mv "$tmp" "$p"`
+cd /
+if [ -d "$p" ]; then
+  for f in "$tmp"/* "$tmp"/.[!.]* "$tmp"/..?*; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    mv "$f" "$p"/ || exit 1
+  done
+  rmdir "$tmp"
+else
+  mv "$tmp" "$p"
+fi`
 	if res, err := s.run(ctx, name, "clone", script, nil, inBox, dest, branch, name); err != nil {
 		return Started{}, err
 	} else if res.code != 0 {
@@ -283,7 +304,7 @@ prev=$(git rev-parse -q --verify "$ref^{commit}") || prev=$base
 git cat-file -e "$prev^{commit}" 2>/dev/null || exit 6
 [ -f "$GIT_INDEX_FILE" ] || git read-tree "$prev" || exit 1
 ps="$g/sandbox-mcp-pathspec"
-{ printf '.\0'; find . -path ./.git -prune -o -type f -size +"$max"c -exec printf ':(exclude,literal)%s\0' {} + 2>/dev/null; } > "$ps" || exit 1
+{ printf '.\0'; find . -path ./.git -prune -o -type f -size +"$max"c -exec printf ':(exclude,literal)%s\0' {} + 2>/dev/null || :; } > "$ps" || exit 1
 add() { git add -A --pathspec-from-file="$ps" --pathspec-file-nul; }
 add 2>/dev/null || { rm -f "$GIT_INDEX_FILE" && git read-tree "$prev" && add; } || exit 1
 tree=$(git write-tree) || exit 1
@@ -305,8 +326,11 @@ echo "$c"
 tail -c +3 "$ps"`
 
 // noHooks keeps the clone's hooks and fsmonitor from running in a
-// script's git commands.
-const noHooks = `export GIT_CONFIG_COUNT=2 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null GIT_CONFIG_KEY_1=core.fsmonitor GIT_CONFIG_VALUE_1=false`
+// script's git commands, and LFS's clean filter: a record keeps a file's
+// content, not a pointer to an object that would exist only in the
+// sandbox.
+const noHooks = `export GIT_CONFIG_COUNT=5 GIT_CONFIG_KEY_0=core.hooksPath GIT_CONFIG_VALUE_0=/dev/null GIT_CONFIG_KEY_1=core.fsmonitor GIT_CONFIG_VALUE_1=false
+export GIT_CONFIG_KEY_2=filter.lfs.clean GIT_CONFIG_VALUE_2= GIT_CONFIG_KEY_3=filter.lfs.process GIT_CONFIG_VALUE_3= GIT_CONFIG_KEY_4=filter.lfs.required GIT_CONFIG_VALUE_4=false`
 
 // undoScript takes back a record ($2) of the clone ($1) that the host
 // refused: the work ref returns to the last commit taken ($3), or goes
@@ -316,6 +340,7 @@ const undoScript = `cd "$1" 2>/dev/null || exit 3
 g=$(git rev-parse --absolute-git-dir) || exit 5
 ` + noHooks + `
 if git cat-file -e "$3^{commit}" 2>/dev/null; then git update-ref refs/sandbox-mcp/work "$3" "$2"; else git update-ref -d refs/sandbox-mcp/work "$2"; fi || exit 1
+git update-ref -d refs/sandbox-mcp/head 2>/dev/null
 rm -f "$g/sandbox-mcp-index"`
 
 // bundleScript writes to $1 the bundle of the clone's ($2) work ref

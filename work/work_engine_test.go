@@ -308,6 +308,18 @@ func TestWorkFollowsOnEngine(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// A clone onto the workspace's own mount point, empty but for
+			// what the volume's filesystem keeps there.
+			if out := execIn(t, m, "three", "ls -A /workspace | grep -v '^lost+found$' | wc -l"); strings.TrimSpace(out) != "0" {
+				t.Fatalf("a new sandbox's workspace is not empty: %q", out)
+			}
+			execIn(t, m, "three", "rmdir /workspace/lost+found 2>/dev/null; true")
+			if st, err := w.Start(ctx, "three", repo, "", "/workspace"); err != nil || st.Path != "/workspace" {
+				t.Fatalf("a clone onto the workspace's mount point: %+v %v", st, err)
+			}
+			if got := execIn(t, m, "three", "cd /workspace && git status --porcelain | wc -l && (ls -A | grep -c sandbox-mcp-clone || true)"); got != "0\n0\n" {
+				t.Fatalf("the clone on the mount point: %q", got)
+			}
 			execIn(t, m, "one", "cd /workspace/project && echo from-one > one.txt")
 			execIn(t, m, "two", "cd /workspace/project && echo from-two > two.txt")
 			branchHas("one", "one.txt")
