@@ -32,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -137,13 +138,11 @@ func (r *Runtime) Version(ctx context.Context) (string, error) {
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// objectName is the DNS label an object of name gets: name itself where
-// it is one, else a cleaned form with a hash of name, so that two names
-// never share an object.
+// objectName is the DNS label an object of name gets: a cleaned form
+// of name and a hash of all of it, so that two names never share an
+// object (a name that is a DNS label already is hashed too: else it could
+// be another name's hashed form).
 func objectName(name string) string {
-	if len(validation.IsDNS1123Label(name)) == 0 {
-		return name
-	}
 	sum := sha256.Sum256([]byte(name))
 	clean := strings.Trim(unsafeChars.ReplaceAllString(strings.ToLower(name), "-"), "-")
 	if len(clean) > 45 {
@@ -158,7 +157,7 @@ func objectName(name string) string {
 // kubeLabels are the labels of ours that are valid Kubernetes labels
 // (every one is kept in the record; these also select objects).
 func kubeLabels(ls map[string]string, extra map[string]string) map[string]string {
-	out := map[string]string{labelManaged: managedBy}
+	out := map[string]string{}
 	for k, v := range ls {
 		if len(validation.IsQualifiedName(k)) == 0 && len(validation.IsValidLabelValue(v)) == 0 {
 			out[k] = v
@@ -167,6 +166,7 @@ func kubeLabels(ls map[string]string, extra map[string]string) map[string]string
 	for k, v := range extra {
 		out[k] = v
 	}
+	out[labelManaged] = managedBy
 	return out
 }
 
@@ -214,15 +214,23 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 			Labels: kubeLabels(spec.Labels, nil), Annotations: map[string]string{annName: spec.Name}},
 		Data: map[string]string{recordSpec: string(specJSON), recordLabels: string(labelsJSON)},
 	}
-	made, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Create(ctx, cm, metav1.CreateOptions{})
+	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	made, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return "", fmt.Errorf("container %s: %w", spec.Name, sandbox.ErrInUse)
+		return "", fmt.Errorf("container %s: %w", spec.Name, sandbox.ErrAlreadyExists)
 	}
 	if err != nil {
 		return "", fmt.Errorf("kubernetes: record %s: %w", spec.Name, err)
 	}
 	pod, err := r.startPod(ctx, record{cm: made, spec: spec, labels: spec.Labels})
 	if err != nil {
+		// Nothing half made is kept: the pod (if this call made it) and
+		// the record go.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = r.deleteOwnedPod(dctx, record{cm: made, spec: spec}, time.Second)
+		uid := made.UID
+		_ = cms.Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		return "", err
 	}
 	return string(pod.UID), nil
@@ -282,6 +290,11 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 	if spec.Virtualization {
 		return nil, fmt.Errorf("%w: nested virtualization in a pod", sandbox.ErrUnsupported)
 	}
+	if spec.Network == "none" {
+		// A pod is on the cluster's network unless a NetworkPolicy
+		// keeps it off, which the egress part of this runtime makes.
+		return nil, fmt.Errorf("%w: a pod without network (the runtime's NetworkPolicy is to come)", sandbox.ErrUnsupported)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: objectName(spec.Name), Namespace: r.opt.Namespace,
 			Labels:      kubeLabels(spec.Labels, map[string]string{labelRecord: objectName(spec.Name)}),
@@ -317,6 +330,9 @@ func ptr[T any](v T) *T { return &v }
 // "1Gi") into a quantity.
 func memoryQuantity(s string) (resource.Quantity, error) {
 	t := strings.TrimSpace(s)
+	if n := len(t); n > 1 && (t[n-1] == 'b' || t[n-1] == 'B') && t[n-2] != 'i' {
+		t = t[:n-1] // "512mb", "2GB", "100b"
+	}
 	if n := len(t); n > 0 {
 		switch t[n-1] {
 		case 'k', 'K':
@@ -327,8 +343,6 @@ func memoryQuantity(s string) (resource.Quantity, error) {
 			t = t[:n-1] + "Gi"
 		case 't', 'T':
 			t = t[:n-1] + "Ti"
-		case 'b', 'B':
-			t = t[:n-1]
 		}
 	}
 	q, err := resource.ParseQuantity(t)
@@ -347,7 +361,7 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	made, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("container %s: %w (its pod exists)", rec.spec.Name, sandbox.ErrInUse)
+		return nil, fmt.Errorf("container %s: a pod named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: create the pod of %s: %w", rec.spec.Name, err)
@@ -357,10 +371,16 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 
 // waitRunning waits for pod to run, or to fail, within StartTimeout.
 func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, r.opt.StartTimeout)
 	defer cancel()
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	name := pod.Annotations[annName]
+	deleted := false
 	for {
+		if deleted {
+			return nil, fmt.Errorf("kubernetes: the pod of %s was deleted while it started", name)
+		}
 		switch pod.Status.Phase {
 		case corev1.PodRunning:
 			return pod, nil
@@ -373,33 +393,61 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, r.notRunning(pod)
+				return nil, r.ended(parent, pod)
 			}
-			return nil, fmt.Errorf("kubernetes: watch the pod of %s: %w", pod.Annotations[annName], err)
+			return nil, fmt.Errorf("kubernetes: watch the pod of %s: %w", name, err)
 		}
 		changed := false
 		for ev := range w.ResultChan() {
 			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
+			if !ok || p.UID != pod.UID {
+				if ev.Type == watch.Error {
+					break // e.g. an expired version: read the pod again
+				}
 				continue
 			}
 			pod, changed = p, true
+			if ev.Type == watch.Deleted {
+				deleted = true
+				break
+			}
 			if p.Status.Phase != corev1.PodPending || hopeless(p) {
 				break
 			}
 		}
 		w.Stop()
 		if ctx.Err() != nil {
-			return nil, r.notRunning(pod)
+			return nil, r.ended(parent, pod)
 		}
-		if !changed {
-			// The watch ended with no news (a timeout of the server's):
-			// read the pod again and watch on.
-			if pod, err = pods.Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
-				return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", pod.Annotations[annName], err)
+		if !changed && !deleted {
+			// The watch ended with no news (a timeout of the server's, an
+			// expired version): read the pod again, a moment later, and
+			// watch on.
+			select {
+			case <-ctx.Done():
+				return nil, r.ended(parent, pod)
+			case <-time.After(100 * time.Millisecond):
 			}
+			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && p.UID != pod.UID) {
+				deleted = true
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
+			}
+			pod = p
 		}
 	}
+}
+
+// ended is the error of a wait for pod that ran out: the caller's
+// context, or the start timeout.
+func (r *Runtime) ended(parent context.Context, pod *corev1.Pod) error {
+	if err := context.Cause(parent); err != nil {
+		return fmt.Errorf("kubernetes: the wait for the pod of %s: %w", pod.Annotations[annName], err)
+	}
+	return r.notRunning(pod)
 }
 
 func (r *Runtime) notRunning(pod *corev1.Pod) error {
@@ -449,51 +497,98 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
-	if p, err := pods.Get(ctx, objectName(name), metav1.GetOptions{}); err == nil {
-		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending {
+	p, err := r.ownedPod(ctx, rec)
+	if err != nil {
+		return err
+	}
+	if p != nil {
+		if p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending) {
 			_, err = r.waitRunning(ctx, p)
 			return err
 		}
-		// An ended pod: made again.
-		if err := r.deletePod(ctx, name, 0); err != nil {
+		// An ended pod, or one on its way out: made again once gone.
+		if err := r.deleteOwnedPod(ctx, rec, time.Second); err != nil {
 			return err
 		}
-	} else if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
 	}
 	_, err = r.startPod(ctx, rec)
 	return err
 }
 
+// ownedPod is the pod rec made, nil when there is none; a pod of that
+// name that rec did not make is an error, and is left alone.
+func (r *Runtime) ownedPod(ctx context.Context, rec record) (*corev1.Pod, error) {
+	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
+	}
+	if !madeBy(p, rec) {
+		return nil, fmt.Errorf("kubernetes: pod %s is not one the record of %s made: left alone: %w", p.Name, rec.spec.Name, sandbox.ErrInUse)
+	}
+	return p, nil
+}
+
+// madeBy reports whether pod p is one record rec made: ours by its label
+// and name, and owned by rec's ConfigMap itself (its UID).
+func madeBy(p *corev1.Pod, rec record) bool {
+	if p.Labels[labelManaged] != managedBy || p.Annotations[annName] != rec.cm.Annotations[annName] {
+		return false
+	}
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "ConfigMap" && o.UID == rec.cm.UID {
+			return true
+		}
+	}
+	return false
+}
+
 // Stop deletes the sandbox's pod (with grace), keeping its record and
 // workspace, and waits for it to go.
 func (r *Runtime) Stop(ctx context.Context, name string, grace time.Duration) error {
-	if _, err := r.record(ctx, name); err != nil {
+	rec, err := r.record(ctx, name)
+	if err != nil {
 		return err
 	}
-	return r.deletePod(ctx, name, grace)
+	return r.deleteOwnedPod(ctx, rec, grace)
 }
 
-// deletePod deletes the pod of name and waits until it is gone.
-func (r *Runtime) deletePod(ctx context.Context, name string, grace time.Duration) error {
+// deleteOwnedPod deletes the pod rec made, if there is one, with grace
+// (at least a second: a grace of 0 would drop the pod's object while its
+// processes may still run on the node, on the workspace a next pod then
+// mounts) and waits until that pod is gone.
+func (r *Runtime) deleteOwnedPod(ctx context.Context, rec record, grace time.Duration) error {
+	p, err := r.ownedPod(ctx, rec)
+	if err != nil || p == nil {
+		return err
+	}
+	return r.deletePod(ctx, p, grace)
+}
+
+// deletePod deletes pod p (its UID, not whatever has its name) and waits
+// until it is gone.
+func (r *Runtime) deletePod(ctx context.Context, p *corev1.Pod, grace time.Duration) error {
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
-	secs := int64(grace / time.Second)
-	err := pods.Delete(ctx, objectName(name), metav1.DeleteOptions{GracePeriodSeconds: &secs})
-	if apierrors.IsNotFound(err) {
-		return nil
+	secs := max(int64(grace/time.Second), 1)
+	uid := p.UID
+	err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone already, or another pod has the name now
 	}
 	if err != nil {
-		return fmt.Errorf("kubernetes: delete the pod of %s: %w", name, err)
+		return fmt.Errorf("kubernetes: delete the pod of %s: %w", p.Annotations[annName], err)
 	}
-	deadline := time.Now().Add(grace + 2*time.Minute)
+	bound := time.Duration(secs)*time.Second + 2*time.Minute
+	deadline := time.Now().Add(bound)
 	for {
-		_, err := pods.Get(ctx, objectName(name), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
+		got, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && got.UID != uid) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("kubernetes: the pod of %s is still there %s after its deletion", name, grace+2*time.Minute)
+			return fmt.Errorf("kubernetes: the pod of %s is still there %s after its deletion", p.Annotations[annName], bound)
 		}
 		select {
 		case <-ctx.Done():
@@ -503,10 +598,12 @@ func (r *Runtime) deletePod(ctx context.Context, name string, grace time.Duratio
 	}
 }
 
-// Remove deletes the sandbox's pod at once and its record.
+// Remove deletes the sandbox's pod (with a second's grace) and its
+// record.
 func (r *Runtime) Remove(ctx context.Context, name string) error {
 	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
-	if _, err := r.record(ctx, name); err != nil {
+	rec, err := r.record(ctx, name)
+	if err != nil {
 		// No record: a pod made by an older record's start may be left.
 		if errors.Is(err, sandbox.ErrNotFound) {
 			if perr := r.removeStrayPod(ctx, name); perr != nil {
@@ -515,10 +612,11 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 		}
 		return err
 	}
-	if err := r.deletePod(ctx, name, 0); err != nil {
+	if err := r.deleteOwnedPod(ctx, rec, time.Second); err != nil {
 		return err
 	}
-	err := cms.Delete(ctx, objectName(name), metav1.DeleteOptions{})
+	uid := rec.cm.UID
+	err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("kubernetes: delete the record of %s: %w", name, err)
 	}
@@ -529,10 +627,10 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 // gone (a removal cut between the two).
 func (r *Runtime) removeStrayPod(ctx context.Context, name string) error {
 	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
-	if err != nil || p.Labels[labelManaged] != managedBy || p.Annotations[annName] != name {
+	if err != nil || p.Labels[labelManaged] != managedBy || p.Annotations[annName] != name || len(p.OwnerReferences) == 0 {
 		return nil
 	}
-	return r.deletePod(ctx, name, 0)
+	return r.deletePod(ctx, p, time.Second)
 }
 
 // Inspect describes one sandbox from its record and pod.
@@ -548,6 +646,14 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (sandbox.Container, 
 		return sandbox.Container{}, fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
 	}
 	return describe(rec, pod), nil
+}
+
+// ours is p when rec made it, else nil.
+func ours(p *corev1.Pod, rec record) *corev1.Pod {
+	if p == nil || !madeBy(p, rec) {
+		return nil
+	}
+	return p
 }
 
 // List returns the sandboxes whose labels hold every one given.
@@ -588,18 +694,20 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 // make.
 func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	c := sandbox.Container{Name: rec.cm.Annotations[annName], Image: rec.spec.Image, Labels: rec.labels,
-		Created: rec.cm.CreationTimestamp.Time, CPUs: rec.spec.CPUs, State: sandbox.StateStopped,
-		NoNetwork: rec.spec.Network == "none"}
+		Created: rec.cm.CreationTimestamp.Time, CPUs: rec.spec.CPUs, State: sandbox.StateStopped}
 	if q, err := memoryQuantity(rec.spec.Memory); err == nil {
 		c.Memory = q.Value()
 	}
-	if pod == nil || pod.Annotations[annName] != c.Name {
+	if pod = ours(pod, rec); pod == nil {
 		return c
 	}
 	c.ID, c.IP = string(pod.UID), pod.Status.PodIP
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
 		c.State = sandbox.StateRunning
+		if pod.DeletionTimestamp != nil {
+			c.State = sandbox.StateStopped // on its way out
+		}
 	case corev1.PodPending:
 		c.State = sandbox.StateCreated
 	case corev1.PodSucceeded, corev1.PodFailed:
@@ -641,8 +749,11 @@ func (r *Runtime) VolumeCreate(ctx context.Context, name string, ls map[string]s
 	_, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		got, gerr := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
-		if gerr == nil && got.Annotations[annName] != name {
-			return fmt.Errorf("kubernetes: claim %s exists and is not the workspace %s", pvc.Name, name)
+		if gerr != nil {
+			return fmt.Errorf("kubernetes: read the claim of %s: %w", name, gerr)
+		}
+		if got.Annotations[annName] != name || got.Labels[labelManaged] != managedBy {
+			return fmt.Errorf("kubernetes: claim %s exists and is not the workspace %s: left alone", pvc.Name, name)
 		}
 		return nil
 	}

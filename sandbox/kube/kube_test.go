@@ -206,7 +206,7 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("list %v: %d %v", q.want, len(l), err)
 		}
 	}
-	if _, err := rt.Run(ctx, spec); !errors.Is(err, sandbox.ErrInUse) {
+	if _, err := rt.Run(ctx, spec); !errors.Is(err, sandbox.ErrAlreadyExists) {
 		t.Errorf("a second sandbox of one name: %v", err)
 	}
 
@@ -257,6 +257,52 @@ func TestLifecycle(t *testing.T) {
 	if _, err := rt.Run(ctx, never); err == nil || !strings.Contains(err.Error(), "ImagePullBackOff") || !strings.Contains(err.Error(), "cannot start") {
 		t.Errorf("an image that cannot be pulled: %v", err)
 	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, objectName(never.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a sandbox that could not start left its record: %v", err)
+	}
+	// Without network: refused until the runtime's NetworkPolicy exists.
+	offline := spec
+	offline.Name, offline.Network, offline.Mounts = "smt1-offline", "none", nil
+	if _, err := rt.Run(ctx, offline); !errors.Is(err, sandbox.ErrUnsupported) {
+		t.Errorf("a sandbox without network: %v", err)
+	}
+	// A pod deleted while it starts: said at once, nothing kept.
+	silent := spec
+	silent.Name, silent.Image, silent.Mounts = "smt1-silent", "registry.invalid/silent:1", nil
+	go func() {
+		for ctx.Err() == nil {
+			if err := admin.CoreV1().Pods(ns).Delete(ctx, objectName(silent.Name), metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err == nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	began := time.Now()
+	if _, err := rt.Run(ctx, silent); err == nil || !strings.Contains(err.Error(), "deleted while it started") {
+		t.Errorf("a pod deleted while it started: %v", err)
+	}
+	if d := time.Since(began); d > time.Minute {
+		t.Errorf("the deleted pod was waited for %s", d)
+	}
+	// Someone else's pod under the name a sandbox's would get: the
+	// sandbox is refused, leaves nothing, and the pod is never deleted,
+	// by Run, Remove or Stop.
+	theirPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: objectName("smt1-web")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, theirPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	web := spec
+	web.Name, web.Mounts = "smt1-web", nil
+	if _, err := rt.Run(ctx, web); !errors.Is(err, sandbox.ErrInUse) {
+		t.Errorf("a sandbox whose pod name is taken: %v", err)
+	}
+	if err := rt.Remove(ctx, "smt1-web"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("remove of a sandbox that was refused: %v", err)
+	}
+	if _, err := admin.CoreV1().Pods(ns).Get(ctx, theirPod.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("someone else's pod was deleted: %v", err)
+	}
 	// Someone else's ConfigMap under the name a sandbox would get: not
 	// taken for a sandbox, not removed.
 	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: objectName("smt1-theirs")}, Data: map[string]string{"x": "y"}}
@@ -295,11 +341,28 @@ func TestWithoutRights(t *testing.T) {
 	}
 }
 
+// TestSizes: the sizes profiles give (engine style, with or without a
+// b) read as binary units.
+func TestSizes(t *testing.T) {
+	for in, want := range map[string]int64{"512M": 512 << 20, "512mb": 512 << 20, "2GB": 2 << 30, "2g": 2 << 30, "1kb": 1 << 10, "1Gi": 1 << 30, "1048576": 1 << 20, "100b": 100} {
+		q, err := memoryQuantity(in)
+		if err != nil || q.Value() != want {
+			t.Errorf("%q: %d %v, want %d", in, q.Value(), err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "-1G", "0"} {
+		if _, err := memoryQuantity(bad); err == nil {
+			t.Errorf("%q read as a size", bad)
+		}
+	}
+}
+
 // TestObjectNames: every sandbox name maps to a valid, distinct object
 // name.
 func TestObjectNames(t *testing.T) {
 	seen := map[string]string{}
-	for _, n := range []string{"smcp-default", "smcp-a_b", "smcp-a-b", "smcp_spare_0123456789abcdef", "SMCP-Upper", "x", strings.Repeat("a", 63), strings.Repeat("a", 64), "a.b"} {
+	for _, n := range []string{"smcp-default", "smcp-a_b", "smcp-a-b", "smcp_spare_0123456789abcdef", "SMCP-Upper", "x", strings.Repeat("a", 63), strings.Repeat("a", 64), "a.b",
+		objectName("smcp-a_b")} {
 		o := objectName(n)
 		if len(o) > 63 || o != strings.ToLower(o) || strings.HasPrefix(o, "-") || strings.HasSuffix(o, "-") || strings.ContainsAny(o, "_.") {
 			t.Errorf("%q -> %q: not a DNS label", n, o)
