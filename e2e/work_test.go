@@ -149,6 +149,7 @@ func TestWork(t *testing.T) {
 			// A second sandbox of the same repository, on a server that
 			// records its work on its own: its command's work lands on its
 			// own branch with no checkpoint, the command in the message.
+			t.Cleanup(func() { enginetest.Sweep(rt, prefix+"f") })
 			follow := startServer(t, tg, prefix+"f", "", "--toolsets", "all", "--allow-dir", host, "--work-record", "200ms")
 			if r := follow.call(t, "workspace_from_repo", map[string]any{"local_repo": repo, "sandbox": "follow"}); r.isError || r.str("branch") != "sandbox/follow" {
 				t.Fatalf("workspace_from_repo of a second sandbox: %s", r.text)
