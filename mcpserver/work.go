@@ -130,7 +130,7 @@ func checkpointText(c work.Checkpointed) string {
 	if !c.New {
 		return fmt.Sprintf("nothing new in sandbox %q: %s is at %.12s", c.Sandbox, c.Branch, c.Commit)
 	}
-	text := fmt.Sprintf("%s in %s is now at %.12s (%d files changed since the last record)", c.Branch, c.Repo, c.Commit, c.Files)
+	text := fmt.Sprintf("%s in %s is now at %.12s (%s changed since the last record)", c.Branch, c.Repo, c.Commit, work.FilesCount(c.Files))
 	if c.Rewritten {
 		text += "; it moved to a record that does not descend from where it was (a restore, or the sandbox wrote its record): the earlier commits are in its reflog"
 	}

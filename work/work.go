@@ -439,6 +439,14 @@ func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r 
 	return out, nil
 }
 
+// FilesCount is n files, in words: "1 file", "3 files".
+func FilesCount(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return strconv.Itoa(n) + " files"
+}
+
 // cut is s cut to n bytes, marked when cut.
 func cut(s string, n int) string {
 	if len(s) <= n {

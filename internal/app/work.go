@@ -45,7 +45,7 @@ func Checkpoint(ctx context.Context, cfg Config, name string, o WorkOptions, w i
 		if !out.New {
 			return out, fmt.Sprintf("nothing new: %s is at %.12s", out.Branch, out.Commit), err
 		}
-		return out, fmt.Sprintf("%s is at %.12s (%d files changed)", out.Branch, out.Commit, out.Files), err
+		return out, fmt.Sprintf("%s is at %.12s (%s changed)", out.Branch, out.Commit, work.FilesCount(out.Files)), err
 	})
 }
 
