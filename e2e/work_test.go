@@ -73,6 +73,9 @@ func TestWork(t *testing.T) {
 			if r := s.call(t, "exec", map[string]any{"command": "cd /workspace/project && echo two >> sub/a.txt && echo new > b.txt"}); r.isError {
 				t.Fatal(r.text)
 			}
+			if r := s.call(t, "checkpoint", map[string]any{"include": []string{"../outside"}}); !r.isError || !strings.Contains(r.text, "inside the clone") {
+				t.Fatalf("checkpoint including a path outside the clone: %s", r.text)
+			}
 			r = s.call(t, "checkpoint", map[string]any{"message": "two and new"})
 			if r.isError || r.data["new"] != true || r.num("files") != 2 {
 				t.Fatalf("checkpoint: %s", r.text)

@@ -17,7 +17,7 @@ import (
 
 var errNoWork = errors.New("the work tools are not available in this server (it keeps no state)")
 
-const refreshDesc = "Checkpoint first, so that the answer holds what changed in the sandbox since the last record."
+const refreshDesc = "Checkpoint first: the answer holds the latest work."
 
 func (s *Server) workspaceFromRepoTool() tool {
 	return tool{group: "work", handler: s.handleWorkspaceFromRepo, def: newTool[work.Started]("workspace_from_repo", "Clone a host repository into a sandbox",
@@ -34,10 +34,11 @@ func (s *Server) workspaceFromRepoTool() tool {
 
 func (s *Server) checkpointTool() tool {
 	return tool{group: "work", handler: s.handleCheckpoint, def: newTool[work.Checkpointed]("checkpoint", "Checkpoint a sandbox's work",
-		"Commit the sandbox's clone as it is (with the commands run since the last record in the message) "+
-			"onto the branch sandbox/<name> of the host repository, leaving the clone's own HEAD and index alone. Files over 100 MiB stay out (left_out).",
+		"Commit the sandbox's clone as it is (with the commands run since the last record) "+
+			"onto the branch sandbox/<name> of the host repository; the clone's own HEAD and index stay. Files over 100 MiB stay out (left_out).",
 		mutating(false),
 		mcp.WithString("message", mcp.Description("Commit message (default: \"Checkpoint of sandbox <name>\")."), mcp.MaxLength(10000)),
+		mcp.WithArray("include", mcp.Description("Ignored paths to record too, from then on."), mcp.WithStringItems(), mcp.MaxItems(100)),
 		sandboxParam(),
 	)}
 }
@@ -54,7 +55,7 @@ func (s *Server) workLogTool() tool {
 
 func (s *Server) workDiffTool() tool {
 	return tool{group: "work", handler: s.handleWorkDiff, def: newTool[work.Diff]("work_diff", "Diff a sandbox's work",
-		"The diff of the sandbox's work in the host repository: from the ref the sandbox started from (or from) to its branch (or to).",
+		"The sandbox's work as a diff in the host repository: from its base (or from) to its branch (or to).",
 		mutating(true),
 		mcp.WithBoolean("stat", mcp.Description("Files changed and their line counts instead of the patch."), mcp.DefaultBool(false)),
 		mcp.WithArray("paths", mcp.Description("Only these paths of the repository."), mcp.WithStringItems(), mcp.MaxItems(100)),
@@ -119,7 +120,7 @@ func (s *Server) handleCheckpoint(ctx context.Context, req mcp.CallToolRequest) 
 	if s.work == nil {
 		return failure(ctx, "checkpoint", errNoWork), nil
 	}
-	out, err := s.work.Checkpoint(ctx, name, req.GetString("message", ""))
+	out, err := s.work.CheckpointWith(ctx, name, work.CheckpointRequest{Message: req.GetString("message", ""), Include: req.GetStringSlice("include", nil)})
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("checkpoint of sandbox %q", name), err), nil
 	}

@@ -266,19 +266,50 @@ type Checkpointed struct {
 // commands run since the last record) and takes the record onto the
 // branch sandbox/<name> in the user's repository.
 func (s *Service) Checkpoint(ctx context.Context, name, message string) (Checkpointed, error) {
+	return s.CheckpointWith(ctx, name, CheckpointRequest{Message: message})
+}
+
+// CheckpointRequest shapes CheckpointWith.
+type CheckpointRequest struct {
+	// Message is the commit's message.
+	Message string
+	// Include are paths of the clone that .gitignore leaves out (build
+	// outputs, say) to record too; once recorded they stay in the records.
+	Include []string
+}
+
+// maxInclude bounds CheckpointRequest.Include.
+const maxInclude = 100
+
+// CheckpointWith is Checkpoint with the paths of req.Include recorded
+// even where .gitignore leaves them out.
+func (s *Service) CheckpointWith(ctx context.Context, name string, req CheckpointRequest) (Checkpointed, error) {
+	if len(req.Include) > maxInclude {
+		return Checkpointed{}, &sandbox.ArgError{Err: fmt.Errorf("at most %d paths to include, not %d", maxInclude, len(req.Include))}
+	}
+	var include []string
+	for _, p := range req.Include {
+		c := path.Clean(p)
+		if p == "" || len(p) > 4096 || path.IsAbs(p) || c == "." || c == ".." || strings.HasPrefix(c, "../") ||
+			c == ".git" || strings.HasPrefix(c, ".git/") || strings.ContainsRune(p, 0) {
+			return Checkpointed{}, &sandbox.ArgError{Err: fmt.Errorf("include %q: name a path inside the clone, relative to its top, outside .git", p)}
+		}
+		include = append(include, ":(literal)"+c)
+	}
 	w, r, _, unlock, err := s.open(ctx, name, false, true)
 	if err != nil {
 		return Checkpointed{}, err
 	}
 	defer unlock()
-	return s.checkpoint(ctx, name, &w, r, message)
+	return s.checkpoint(ctx, name, &w, r, req.Message, include...)
 }
 
 // recordScript commits the clone's working tree ($1) as it is, ignored
 // files left out, onto the work ref (gitwork.WorkRef; the base $2 when
 // there is none yet), through an index of its own: the clone's HEAD,
 // index and branches stay the agent's. Files over $3 bytes keep the
-// version last recorded. The message comes on stdin, and the commits the
+// version last recorded; the pathspecs after $4 are added even where
+// .gitignore leaves them out. The message comes on stdin, and the commits the
 // agent made since the last record are added to it. The clone's hooks do
 // not run. It prints "made" or
 // "same" and the record's commit, each on a line, then the files left
@@ -307,6 +338,8 @@ ps="$g/sandbox-mcp-pathspec"
 { printf '.\0'; find . -path ./.git -prune -o -type f -size +"$max"c -exec printf ':(exclude,literal)%s\0' {} + 2>/dev/null || :; } > "$ps" || exit 1
 add() { git add -A --pathspec-from-file="$ps" --pathspec-file-nul; }
 add 2>/dev/null || { rm -f "$GIT_INDEX_FILE" && git read-tree "$prev" && add; } || exit 1
+shift 4
+[ $# -eq 0 ] || git add -f -- "$@" || exit 7
 tree=$(git write-tree) || exit 1
 mv -f "$GIT_INDEX_FILE" "$idx" || exit 1
 c=$prev
@@ -357,12 +390,12 @@ exit 4`
 
 // checkpoint is Checkpoint of name, tied as w to r, under its lock; it
 // records the commit taken in w.
-func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r *gitwork.Repo, message string) (Checkpointed, error) {
+func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r *gitwork.Repo, message string, include ...string) (Checkpointed, error) {
 	branch, _ := gitwork.Branch(name)
 	out := Checkpointed{Sandbox: name, Repo: w.Repo, Branch: branch}
 	started := time.Now().UTC()
 	msg := s.message(name, message, w.TakenAt, auto(ctx))
-	res, err := s.run(ctx, name, "record", recordScript, []byte(msg), w.Path, w.Base, fmt.Sprint(s.maxFile()), name)
+	res, err := s.run(ctx, name, "record", recordScript, []byte(msg), append([]string{w.Path, w.Base, fmt.Sprint(s.maxFile()), name}, include...)...)
 	if err != nil {
 		return out, err
 	}
@@ -373,6 +406,8 @@ func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r 
 		return out, fmt.Errorf("%s in sandbox %q is no longer a git clone: its work since the last checkpoint cannot be recorded", w.Path, name)
 	case 6:
 		return out, fmt.Errorf("the clone at %s in sandbox %q no longer has its base commit %.12s: its work cannot be recorded on it", w.Path, name, w.Base)
+	case 7:
+		return out, &sandbox.ArgError{Err: res.failed("include paths in the record of " + w.Path)}
 	}
 	lines := strings.SplitN(res.stdout, "\n", 3)
 	if res.code != 0 || len(lines) != 3 || (lines[0] != "made" && lines[0] != "same") || !gitwork.IsHash(lines[1]) {

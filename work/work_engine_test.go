@@ -231,6 +231,37 @@ func TestWorkOnEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			// Files .gitignore leaves out stay out, unless asked for; once
+			// asked for, they stay in.
+			execIn(t, m, box, `cd /workspace/project && mkdir -p build && echo out > build/out.txt && echo cache > build/cache.txt && printf 'build/\n' > .git/info/exclude`)
+			if _, err := w.Checkpoint(ctx, box, "build ignored"); err != nil {
+				t.Fatal(err)
+			}
+			if files := git(t, repo, "ls-tree", "-r", "--name-only", "sandbox/"+box); strings.Contains(files, "build/") {
+				t.Fatalf("ignored files were recorded: %q", files)
+			}
+			for _, bad := range []string{"../x", "/etc/passwd", ".git/config", ""} {
+				if _, err := w.CheckpointWith(ctx, box, work.CheckpointRequest{Include: []string{bad}}); !errors.As(err, new(*sandbox.ArgError)) {
+					t.Errorf("include %q: %v", bad, err)
+				}
+			}
+			if _, err := w.CheckpointWith(ctx, box, work.CheckpointRequest{Include: []string{"build/nosuch"}}); err == nil {
+				t.Error("include of a path the clone lacks")
+			}
+			if _, err := w.CheckpointWith(ctx, box, work.CheckpointRequest{Message: "with the build", Include: []string{"build/out.txt"}}); err != nil {
+				t.Fatal(err)
+			}
+			execIn(t, m, box, `cd /workspace/project && echo out2 > build/out.txt`)
+			if _, err := w.Checkpoint(ctx, box, "build again"); err != nil {
+				t.Fatal(err)
+			}
+			if files := git(t, repo, "ls-tree", "-r", "--name-only", "sandbox/"+box); !strings.Contains(files, "build/out.txt") || strings.Contains(files, "build/cache.txt") {
+				t.Fatalf("the included file, then ignored ones: %q", files)
+			}
+			if got := git(t, repo, "show", "sandbox/"+box+":build/out.txt"); got != "out2" {
+				t.Fatalf("the included file's later version: %q", got)
+			}
+
 			// Applied to the user's clean main.
 			a, err := w.Apply(ctx, box, work.ApplyRequest{How: gitwork.Merge, Refresh: true})
 			if err != nil {

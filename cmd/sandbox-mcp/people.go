@@ -325,6 +325,7 @@ func workCommands() []*cobra.Command {
 		}),
 	}
 	checkpoint.Flags().StringVarP(&o.Message, "message", "m", "", "commit message")
+	checkpoint.Flags().StringArrayVar(&o.Include, "include", nil, "a `path` of the clone .gitignore leaves out, to record too (repeatable)")
 	checkpoint.Flags().BoolVar(&o.JSON, "json", false, "print JSON")
 	logCmd := &cobra.Command{
 		Use:   "log NAME",

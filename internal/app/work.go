@@ -19,9 +19,10 @@ type WorkOptions struct {
 	Message   string // checkpoint
 	Max       int    // log
 	Diff      work.DiffRequest
-	How       string // apply
-	At        string // apply: the commit of the branch to apply
-	Refresh   bool   // log, diff, apply: checkpoint first
+	How       string   // apply
+	At        string   // apply: the commit of the branch to apply
+	Include   []string // checkpoint: ignored paths to record too
+	Refresh   bool     // log, diff, apply: checkpoint first
 	JSON      bool
 }
 
@@ -41,7 +42,7 @@ func WorkStart(ctx context.Context, cfg Config, name, dir string, o WorkOptions,
 // Checkpoint commits sandbox name's changes and takes them onto its branch.
 func Checkpoint(ctx context.Context, cfg Config, name string, o WorkOptions, w io.Writer) error {
 	return withWork(ctx, cfg, name, o.JSON, w, func(env *Env) (any, string, error) {
-		out, err := env.Work.Checkpoint(ctx, name, o.Message)
+		out, err := env.Work.CheckpointWith(ctx, name, work.CheckpointRequest{Message: o.Message, Include: o.Include})
 		if !out.New {
 			return out, fmt.Sprintf("nothing new: %s is at %.12s", out.Branch, out.Commit), err
 		}
