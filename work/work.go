@@ -199,10 +199,9 @@ set -- "$1" $(git --version | sed -n 's/^git version \([0-9]*\)\.\([0-9]*\).*/\1
 	}
 	// LFS pointers stay pointers: the sandbox has no LFS server to fetch
 	// their objects from, and whatever smudge filter its git has must not
-	// make something else of them.
-	// The clone is made beside its place and moved there whole, so a
-	// server killed midway leaves no half-made clone in the way of the
-	// next try (and what it left goes at that try).
+	// make something else of them. The clone is made apart and moved into
+	// place, so a server killed midway leaves no half-made clone in the
+	// way of the next try (and what it left goes at that try).
 	script := `b=$1 p=$2 br=$3 who=$4
 if [ -d "$p" ]; then
   # An empty directory, maybe a mount point: the clone is made inside it
@@ -255,7 +254,7 @@ type Checkpointed struct {
 	New       bool `json:"new"`
 	Rewritten bool `json:"rewritten,omitempty"`
 	// Files is how many files the new commits change against the last
-	// checkpoint.
+	// record taken.
 	Files int `json:"files,omitempty"`
 	// LeftOut lists files over the size a record takes (MaxFile): they
 	// keep the version last recorded.
