@@ -308,23 +308,24 @@ func (s *Service) CheckpointWith(ctx context.Context, name string, req Checkpoin
 // there is none yet), through an index of its own: the clone's HEAD,
 // index and branches stay the agent's. Files over $3 bytes keep the
 // version last recorded; the pathspecs after $4 are added even where
-// .gitignore leaves them out. The message comes on stdin, and the commits the
-// agent made since the last record are added to it. The clone's hooks do
-// not run. It prints "made" or
-// "same" and the record's commit, each on a line, then the files left
-// out as NUL-separated exclude pathspecs. A record moves the work ref only
-// from the value it read.
+// .gitignore leaves them out. The message comes on stdin, and the commits
+// the agent made since the last record are added to it. The clone's hooks
+// do not run. It prints "made" or "same" and the record's commit, each on
+// a line, then the files left out as NUL-separated exclude pathspecs. A
+// record moves the work ref only from the value it read.
 const recordScript = `cd "$1" 2>/dev/null || exit 3
 base=$2 max=$3 who=$4
 g=$(git rev-parse --absolute-git-dir) || exit 5
 ` + noHooks + `
 idx="$g/sandbox-mcp-index"
-# An index per run, moved into place once written: no lock is shared with
-# a run a killed server left going, and what such runs left goes.
-find "$g" -maxdepth 1 -name 'sandbox-mcp-index.*' -mmin +10 -exec rm -f {} + 2>/dev/null
+# An index (and pathspec file) per run, the index moved into place once
+# written: nothing is shared with a run a killed server left going, and
+# what such runs left goes.
+find "$g" -maxdepth 1 -name 'sandbox-mcp-*.[0-9]*' -mmin +10 -exec rm -f {} + 2>/dev/null
 find "$g/refs/sandbox-mcp" -name '*.lock' -mmin +10 -exec rm -f {} + 2>/dev/null
 export GIT_INDEX_FILE="$idx.$$"
-trap 'rm -f "$GIT_INDEX_FILE" "$GIT_INDEX_FILE.lock"' EXIT
+ps="$g/sandbox-mcp-pathspec.$$"
+trap 'rm -f "$GIT_INDEX_FILE" "$GIT_INDEX_FILE.lock" "$ps"' EXIT
 [ ! -f "$idx" ] || cp "$idx" "$GIT_INDEX_FILE" 2>/dev/null
 export GIT_AUTHOR_NAME="sandbox $who" GIT_AUTHOR_EMAIL="$who@sandbox.invalid"
 export GIT_COMMITTER_NAME="sandbox $who" GIT_COMMITTER_EMAIL="$who@sandbox.invalid"
@@ -333,7 +334,6 @@ cur=$(git rev-parse -q --verify "$ref")
 prev=$(git rev-parse -q --verify "$ref^{commit}") || prev=$base
 git cat-file -e "$prev^{commit}" 2>/dev/null || exit 6
 [ -f "$GIT_INDEX_FILE" ] || git read-tree "$prev" || exit 1
-ps="$g/sandbox-mcp-pathspec"
 { printf '.\0'; find . -path ./.git -prune -o -type f -size +"$max"c -exec printf ':(exclude,literal)%s\0' {} + 2>/dev/null || :; } > "$ps" || exit 1
 add() { git add -A --pathspec-from-file="$ps" --pathspec-file-nul; }
 add 2>/dev/null || { rm -f "$GIT_INDEX_FILE" && git read-tree "$prev" && add; } || exit 1
