@@ -159,23 +159,24 @@ func auto(ctx context.Context) bool {
 
 // saving records sandbox name's work before a snapshot saves it.
 func (s *Service) saving(ctx context.Context, name string) {
-	if _, ok, err := s.store.Work(name); err != nil || !ok {
-		return
-	}
-	if _, err := s.Checkpoint(ctx, name, "Before a snapshot of sandbox "+name); err != nil {
-		s.follow.log.Warn("record a sandbox's work before its snapshot", "sandbox", name, "err", err)
-	}
+	s.checkpointTied(ctx, name, "Before a snapshot of sandbox "+name, "record a sandbox's work before its snapshot")
 }
 
 // restored takes sandbox name's branch back to what its restored clone
 // had recorded, before the restore returns: a server killed right after
 // it must not leave the branch holding the work the restore undid.
 func (s *Service) restored(ctx context.Context, name string) {
+	s.checkpointTied(ctx, name, "After a restore of sandbox "+name, "take a sandbox's branch back after its restore")
+}
+
+// checkpointTied checkpoints sandbox name with message when it is tied
+// to a repository, logging a failure as what.
+func (s *Service) checkpointTied(ctx context.Context, name, message, what string) {
 	if _, ok, err := s.store.Work(name); err != nil || !ok {
 		return
 	}
-	if _, err := s.Checkpoint(ctx, name, "After a restore of sandbox "+name); err != nil {
-		s.follow.log.Warn("take a sandbox's branch back after its restore", "sandbox", name, "err", err)
+	if _, err := s.Checkpoint(ctx, name, message); err != nil {
+		s.follow.log.Warn(what, "sandbox", name, "err", err)
 	}
 }
 

@@ -425,7 +425,7 @@ func (s *Service) checkpoint(ctx context.Context, name string, w *state.Work, r 
 		if strings.ContainsFunc(f, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 			f = strconv.Quote(f)
 		}
-		out.LeftOut = append(out.LeftOut, cut(f, 300))
+		out.LeftOut = append(out.LeftOut, textcut.Shorten(f, 300))
 	}
 	if out.Commit == w.Taken {
 		if w.FollowError != "" {
@@ -479,14 +479,6 @@ func FilesCount(n int) string {
 		return "1 file"
 	}
 	return strconv.Itoa(n) + " files"
-}
-
-// cut is s cut to n bytes, marked when cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // message is a record's commit message: the caller's, and the commands

@@ -58,6 +58,24 @@ func userRepo(t *testing.T) string {
 
 const lfsPointer = "version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\nsize 12345\n"
 
+// workServer is a Manager on tg's engine with a state store of its own
+// (sandboxes, intents, jobs, snapshots), closed at the test's end.
+func workServer(t *testing.T, tg enginetest.Target) (*sandbox.Manager, *state.Store) {
+	t.Helper()
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	dir := t.TempDir()
+	st, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+		Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks"),
+		Snapshots: st, SnapshotDir: filepath.Join(dir, "snapshots")})
+	t.Cleanup(m.Close)
+	return m, st
+}
+
 // exec runs a command in the sandbox as an agent would, failing the test
 // when it fails.
 func execIn(t *testing.T, m *sandbox.Manager, name, cmd string) string {
@@ -80,16 +98,7 @@ func TestWorkOnEngine(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			rt := tg.New()
-			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
-			t.Cleanup(m.Close)
+			m, st := workServer(t, tg)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			w := work.New(m, st)
@@ -298,17 +307,7 @@ func TestWorkFollowsOnEngine(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
-			rt := tg.New()
-			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks"),
-				Snapshots: st, SnapshotDir: filepath.Join(dir, "snapshots")})
-			t.Cleanup(m.Close)
+			m, st := workServer(t, tg)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
 			w := work.New(m, st)
