@@ -51,6 +51,7 @@ func TestMain(m *testing.M) {
 		// test binary as a user without the Go toolchain's caches).
 		binary = b
 		code := checkArgvContract(m.Run(), record)
+		enginetest.StopShared()
 		os.RemoveAll(dir)
 		os.Exit(code)
 	}
@@ -73,6 +74,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := checkArgvContract(m.Run(), record)
+	enginetest.StopShared()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -107,6 +107,40 @@ func TestEgressEndToEnd(t *testing.T) {
 		t.Fatalf("a secret for an address range: %s", r.text)
 	}
 
+	// A second server on the same state directory: the sandbox's proxy
+	// stays with the first one's agent, yet a secret set through the
+	// second is swapped in, and forgotten when the second unsets it.
+	p2 := startProc(t, tg, prefix, stateDir, append(egressFlags, "--toolsets", "all")...)
+	s2 := &server{cs: p2.cs}
+	r = s2.call(t, "env", map[string]any{"sandbox": "box", "action": "set", "key": "API_TOKEN2", "value": "tok-second-9876543210", "hosts": []string{"api.test"}})
+	ph2 := regexp.MustCompile(`SANDBOX_SECRET_API_TOKEN2_[0-9a-f]+`).FindString(r.text)
+	if r.isError || ph2 == "" {
+		t.Fatalf("env set through the second server: %s", r.text)
+	}
+	viaFirst := func(header string) string {
+		t.Helper()
+		r := s.call(t, "exec", map[string]any{"sandbox": "box", "command": `curl -sS --max-time 60 -H "Authorization: Bearer ` + header + `" http://` + up + "/second"})
+		if r.isError || strings.Contains(r.text, "tok-second") {
+			t.Fatalf("exec with the second server's secret: %s", r.text)
+		}
+		select {
+		case a := <-auth:
+			return a
+		case <-time.After(time.Minute):
+			t.Fatal("the upstream got no Authorization")
+		}
+		return ""
+	}
+	if a := viaFirst("$API_TOKEN2"); a != "Bearer tok-second-9876543210" {
+		t.Fatalf("a secret set through the second server: the upstream got %q", a)
+	}
+	if r := s2.call(t, "env", map[string]any{"sandbox": "box", "action": "unset", "key": "API_TOKEN2"}); r.isError {
+		t.Fatal(r.text)
+	}
+	if a := viaFirst(ph2); a != "Bearer "+ph2 {
+		t.Fatalf("a secret the second server unset: the upstream got %q", a)
+	}
+
 	r = s.call(t, "status", map[string]any{"sandbox": "box"})
 	if r.isError || !strings.Contains(r.text, "egress allowlist: allowlist: presets packages,git; allow "+up) || !strings.Contains(r.text, "refused lately: evil.example:") {
 		t.Fatalf("status: %s", r.text)
@@ -126,10 +160,16 @@ func TestEgressEndToEnd(t *testing.T) {
 
 	// The command line reads the policy from its own settings, as the
 	// server does.
+	// Connections come to the host through a socket mounted in where the
+	// engine runs on this host, else over the engine's exec.
+	carrier := "host socket"
+	if tg.Runtime == "container" || tg.Runtime == enginetest.Kubernetes {
+		carrier = "engine exec"
+	}
 	out, code := runExit(t, tg, append(append([]string{"net", "box"}, common...), "--allow", up)...)
 	if code != 0 || !regexp.MustCompile(`egress: +allowlist\n`).MatchString(out) || !strings.Contains(out, "allow "+up) ||
 		!strings.Contains(out, "REFUSED: evil.example:443 is not on the allowlist") || !regexp.MustCompile(`traffic: +`+regexp.QuoteMeta(up)).MatchString(out) ||
-		(tg.Runtime != "container" && !regexp.MustCompile(`carried by: +host socket\n`).MatchString(out)) {
+		!strings.Contains(out, "carried by:  "+carrier+"\n") {
 		t.Fatalf("sandbox-mcp net: %d %q", code, out)
 	}
 	if out, code := runExit(t, tg, append([]string{"net", "nosuch"}, common...)...); code != 3 {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -169,7 +170,7 @@ func (h Handler) connect(ctx context.Context, c net.Conn, br *bufio.Reader, req 
 		pre, _ = br.Peek(n)
 	}
 	if d.Peer == "" && h.CA != nil && h.Intercept != nil && h.Intercept(host, port) {
-		h.intercept(ctx, &prefixConn{Conn: c, pre: pre}, up, host, port)
+		h.intercept(ctx, &prefixConn{Conn: c, pre: pre}, up, func(ctx context.Context) (net.Conn, error) { return h.dial(ctx, d) }, host, port)
 		return
 	}
 	upN, downN := splice(c, up, pre)
@@ -194,13 +195,17 @@ func (p *prefixConn) Read(b []byte) (int, error) {
 // intercept serves a CONNECT to an HTTPS host the user opted in to
 // interception for: TLS with the sandbox under a certificate the CA signs
 // for host, TLS to the host verified as usual, and between them HTTP/1.1
-// requests whose headers get the secrets meant for host.
-func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host string, port int) {
+// requests whose headers get the secrets meant for host: HTTP/1.1, or
+// HTTP/2 where the sandbox's client asks for it (h2.go; redial makes
+// further connections to the host there).
+func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, redial func(context.Context) (net.Conn, error), host string, port int) {
 	cc, cu := &countConn{Conn: c}, &countConn{Conn: up}
+	var moreUp, moreDown int64
 	defer func() {
 		c.Close()
 		up.Close()
-		h.record(Event{Host: host, Port: port, Via: "connect", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Rule: "intercepted"})
+		h.record(Event{Host: host, Port: port, Via: "connect", Allowed: true, Ended: true,
+			Up: cu.wrote.Load() + moreUp, Down: cu.read.Load() + moreDown, Rule: "intercepted"})
 	}()
 	stop := context.AfterFunc(ctx, func() { c.Close(); up.Close() })
 	defer stop()
@@ -208,9 +213,15 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 	if err != nil {
 		return
 	}
-	tc := tls.Server(cc, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
+	tc := tls.Server(cc, &tls.Config{Certificates: []tls.Certificate{*cert}, NextProtos: []string{"h2", "http/1.1"}, MinVersion: tls.VersionTLS12})
 	_ = c.SetDeadline(time.Now().Add(firstTimeout))
 	if err := tc.HandshakeContext(ctx); err != nil {
+		return
+	}
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		_ = c.SetDeadline(time.Time{})
+		// up's bytes are counted by serveH2, as its other connections'.
+		moreUp, moreDown = h.serveH2(ctx, tc, up, redial, host, port)
 		return
 	}
 	ut := tls.Client(cu, &tls.Config{ServerName: host, RootCAs: h.UpstreamRoots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12})
@@ -228,6 +239,18 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		}
 		lr.n = 1 << 62
 		_ = c.SetDeadline(time.Time{})
+		// Only a path (or *) names what is asked of host: an absolute
+		// or opaque target would name another host, which a server
+		// behind one address for many names goes by over Host.
+		if !strings.HasPrefix(req.RequestURI, "/") && req.RequestURI != "*" {
+			drain(req)
+			writeStatus(tc, http.StatusBadRequest, "inside a CONNECT tunnel the sandbox's proxy takes a path (/...) as the request target", nil)
+			return
+		}
+		req.URL = &url.URL{Path: req.URL.Path, RawPath: req.URL.RawPath, RawQuery: req.URL.RawQuery}
+		if req.RequestURI == "*" {
+			req.URL = &url.URL{Opaque: "*"}
+		}
 		if uerr != nil {
 			drain(req)
 			writeStatus(tc, http.StatusBadGateway, fmt.Sprintf("%s: its certificate did not verify: %v", hostPort(host, port), uerr), nil)
@@ -237,9 +260,9 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		upgrade := upgradeOf(req.Header)
 		stripHop(req.Header)
 		used := swapIn(req, secretsFor(h.secrets(), host, port))
-		if upgrade != "" && len(used) > 0 {
+		if why := checkUpgradeSecret(req.Header, host, port, upgrade, used); why != "" {
 			drain(req)
-			writeStatus(tc, http.StatusNotImplemented, upgradeWithSecret(host, port, upgrade), nil)
+			writeStatus(tc, http.StatusNotImplemented, why, nil)
 			return
 		}
 		keepUpgrade(req.Header, upgrade)
@@ -253,12 +276,12 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		resp, err := readFinal(ubr, req, tc, used)
 		if err != nil {
 			<-werr
-			writeStatus(tc, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
+			writeStatus(tc, http.StatusBadGateway, unreadAnswer(host, port, err, used), nil)
 			return
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			if <-werr == nil {
-				switchProtocols(tc, cbr, ut, ubr, resp, upgrade, hostPort(host, port))
+				switchProtocols(tc, cbr, ut, ubr, resp, upgrade, hostPort(host, port), used)
 			}
 			return
 		}
@@ -282,6 +305,20 @@ func (h Handler) intercept(ctx context.Context, c net.Conn, up net.Conn, host st
 		}
 		_ = c.SetReadDeadline(time.Now().Add(idleTimeout))
 	}
+}
+
+// unreadAnswer says that host gave no answer the proxy could read. The
+// error's text may quote what the host sent (a malformed status line, an
+// HTTP/2 GOAWAY's debug data), so to a request that carried secrets
+// (used) it is not given: the host may have echoed the value.
+func unreadAnswer(host string, port int, err error, used []Secret) string {
+	if len(used) > 0 {
+		if errors.Is(err, errUpstreamTLS) {
+			return fmt.Sprintf("%s: %v (the details are not shown: the request carried a secret)", hostPort(host, port), errUpstreamTLS)
+		}
+		return fmt.Sprintf("%s gave no answer the proxy could read (what it sent is not shown: the request carried a secret)", hostPort(host, port))
+	}
+	return fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err)
 }
 
 // readFinal reads the answer to req from br, passing interim (1xx)
@@ -350,7 +387,7 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 // response, and reports whether the client's connection may carry
 // another.
 func (h Handler) forward(ctx context.Context, c net.Conn, br *bufio.Reader, req *http.Request) bool {
-	if req.URL == nil || !req.URL.IsAbs() || req.URL.Scheme != "http" {
+	if req.URL == nil || !req.URL.IsAbs() || req.URL.Scheme != "http" || req.URL.Opaque != "" {
 		writeStatus(c, http.StatusBadRequest, "the sandbox's proxy takes CONNECT host:port and absolute http:// URLs; use https:// through CONNECT", nil)
 		return false
 	}
@@ -377,9 +414,9 @@ func (h Handler) forward(ctx context.Context, c net.Conn, br *bufio.Reader, req 
 	upgrade := upgradeOf(req.Header)
 	stripHop(req.Header)
 	used := swapIn(req, secretsFor(h.secrets(), host, port))
-	if upgrade != "" && len(used) > 0 {
+	if why := checkUpgradeSecret(req.Header, host, port, upgrade, used); why != "" {
 		drain(req)
-		writeStatus(c, http.StatusNotImplemented, upgradeWithSecret(host, port, upgrade), nil)
+		writeStatus(c, http.StatusNotImplemented, why, nil)
 		return false
 	}
 	keepUpgrade(req.Header, upgrade)
@@ -400,12 +437,12 @@ func (h Handler) forward(ctx context.Context, c net.Conn, br *bufio.Reader, req 
 	if err != nil {
 		<-werr
 		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Reason: err.Error()})
-		writeStatus(c, http.StatusBadGateway, fmt.Sprintf("%s gave no answer the proxy could read: %v", hostPort(host, port), err), nil)
+		writeStatus(c, http.StatusBadGateway, unreadAnswer(host, port, err, used), nil)
 		return false
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if <-werr == nil {
-			switchProtocols(c, br, cu, ubr, resp, upgrade, hostPort(host, port))
+			switchProtocols(c, br, cu, ubr, resp, upgrade, hostPort(host, port), used)
 		}
 		h.record(Event{Host: host, Port: port, Via: "http", Allowed: true, Ended: true, Up: cu.wrote.Load(), Down: cu.read.Load(), Rule: "upgraded"})
 		return false

@@ -112,16 +112,44 @@ func scrubResponse(resp *http.Response, secrets []Secret) error {
 	if len(secrets) == 0 {
 		return nil
 	}
-	if enc := strings.TrimSpace(resp.Header.Get("Content-Encoding")); enc != "" && !strings.EqualFold(enc, "identity") {
-		return errEncoded
-	}
-	scrub := func(v string) string {
-		for _, s := range secrets {
-			v = strings.ReplaceAll(v, s.Value, s.Placeholder)
+	// Every field and every coding in it: one "identity" first does not
+	// vouch for a "gzip" after it.
+	for _, k := range []string{"Content-Encoding", "Grpc-Encoding"} {
+		for _, v := range resp.Header.Values(k) {
+			for _, enc := range strings.Split(v, ",") {
+				if enc = strings.TrimSpace(enc); enc != "" && !strings.EqualFold(enc, "identity") {
+					return errEncoded
+				}
+			}
 		}
+	}
+	resp.Status = scrubValue(resp.Status, secrets)
+	h := scrubHeader(resp.Header, secrets)
+	h.Del("Trailer")
+	resp.Header, resp.Trailer = h, nil
+	if resp.Body != nil {
+		resp.Body = &scrubber{r: resp.Body, secrets: secrets}
+		resp.ContentLength = -1
+		resp.Header.Del("Content-Length")
+	}
+	return nil
+}
+
+// scrubValue puts the placeholders back where v holds a value.
+func scrubValue(v string, secrets []Secret) string {
+	if len(secrets) == 0 {
 		return v
 	}
-	resp.Status = scrub(resp.Status)
+	out, _ := scanSecrets([]byte(v), secrets, true)
+	return string(out)
+}
+
+// scrubHeader is h with the placeholders back where its names or values
+// hold a value (h itself when no secret was used).
+func scrubHeader(h http.Header, secrets []Secret) http.Header {
+	if len(secrets) == 0 {
+		return h
+	}
 	// Header names come canonicalised (X-Value-Abc): their case is not
 	// the value's.
 	scrubName := func(k string) string {
@@ -144,29 +172,24 @@ func scrubResponse(resp *http.Response, secrets []Secret) error {
 		}
 		return k
 	}
-	h := http.Header{}
-	for k, vs := range resp.Header {
+	out := http.Header{}
+	for k, vs := range h {
 		for _, v := range vs {
-			h.Add(scrubName(k), scrub(v))
+			out.Add(scrubName(k), scrubValue(v, secrets))
 		}
 	}
-	h.Del("Trailer")
-	resp.Header, resp.Trailer = h, nil
-	if resp.Body != nil {
-		resp.Body = &scrubber{r: resp.Body, secrets: secrets}
-		resp.ContentLength = -1
-		resp.Header.Del("Content-Length")
-	}
-	return nil
+	return out
 }
 
 // scrubber replaces secrets' values with their placeholders in a stream,
-// holding back the few bytes that may be the start of a value cut by a
-// read.
+// holding back an end of what was read that may be the start of a value
+// cut by a read; nothing else waits, so a stream of lines (server-sent
+// events, a duplex exchange) gets each line as it comes.
 type scrubber struct {
 	r       io.ReadCloser
 	secrets []Secret
-	in      []byte // read, not yet scrubbed
+	buf     []byte // one read
+	in      []byte // read, not yet scrubbed (raw)
 	out     []byte // scrubbed, not yet returned
 	eof     bool
 }
@@ -177,44 +200,79 @@ func (s *scrubber) Read(p []byte) (int, error) {
 			if len(s.in) == 0 {
 				return 0, io.EOF
 			}
-			s.out, s.in = s.replace(s.in), nil
+			s.out, _ = scanSecrets(s.in, s.secrets, true)
+			s.in = nil
 			break
 		}
-		buf := make([]byte, 32<<10)
-		n, err := s.r.Read(buf)
-		s.in = append(s.in, buf[:n]...)
+		if s.buf == nil {
+			s.buf = make([]byte, 32<<10)
+		}
+		n, err := s.r.Read(s.buf)
+		s.in = append(s.in, s.buf[:n]...)
 		if err == io.EOF {
 			s.eof = true
 			continue
 		} else if err != nil {
 			return 0, err
 		}
-		// Every whole value in what was read is replaced; what may be
-		// the start of one (shorter than the longest value) waits for
-		// the next read.
-		res := s.replace(s.in)
-		keep := min(s.longest()-1, len(res))
-		s.out = res[:len(res)-keep]
-		s.in = append([]byte(nil), res[len(res)-keep:]...)
+		var rest []byte
+		s.out, rest = scanSecrets(s.in, s.secrets, false)
+		s.in = append(s.in[:0:0], rest...)
 	}
 	n := copy(p, s.out)
 	s.out = s.out[n:]
 	return n, nil
 }
 
-func (s *scrubber) longest() int {
-	n := 1
-	for _, sec := range s.secrets {
-		n = max(n, len(sec.Value))
+// scanSecrets scrubs raw bytes b in one pass, left to right: at each
+// place, the longest value that starts there is replaced by its
+// placeholder, and what was written is never read again (a placeholder
+// that holds a value, or values inside others, cannot make one appear).
+// Unless atEnd, an end of b that may begin a value once more comes is
+// left unscrubbed, and returned raw as rest.
+func scanSecrets(b []byte, secrets []Secret, atEnd bool) (out, rest []byte) {
+	var first [256]bool
+	for _, sec := range secrets {
+		if sec.Value != "" {
+			first[sec.Value[0]] = true
+		}
 	}
-	return n
-}
-
-func (s *scrubber) replace(b []byte) []byte {
-	for _, sec := range s.secrets {
-		b = bytes.ReplaceAll(b, []byte(sec.Value), []byte(sec.Placeholder))
+	out = make([]byte, 0, len(b))
+	i := 0
+	for i < len(b) {
+		j := i
+		for j < len(b) && !first[b[j]] {
+			j++
+		}
+		out = append(out, b[i:j]...)
+		if j == len(b) {
+			break
+		}
+		best, more := -1, false
+		for k, sec := range secrets {
+			v := sec.Value
+			switch {
+			case v == "":
+			case bytes.HasPrefix(b[j:], []byte(v)):
+				if best < 0 || len(v) > len(secrets[best].Value) {
+					best = k
+				}
+			case len(b)-j < len(v) && bytes.HasPrefix([]byte(v), b[j:]):
+				more = true // a longer value may start here
+			}
+		}
+		switch {
+		case more && !atEnd:
+			return out, b[j:]
+		case best >= 0:
+			out = append(out, secrets[best].Placeholder...)
+			i = j + len(secrets[best].Value)
+		default:
+			out = append(out, b[j])
+			i = j + 1
+		}
 	}
-	return b
+	return out, nil
 }
 
 func (s *scrubber) Close() error { return s.r.Close() }

@@ -3,7 +3,6 @@ package egress
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -91,46 +90,22 @@ func TestInterceptedHTTPS(t *testing.T) {
 	upAddr := netip.MustParseAddrPort(up.Listener.Addr().String())
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Certificate())
-	ca, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The test server's certificate names example.com.
-	res := &fakeResolver{names: map[string][]string{"example.com": {"127.0.0.1"}}}
-	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "example.com", "127.0.0.0/8")}
-	rules, _ := ParseSecretHosts([]string{"example.com"})
-	sec := Secret{Name: "TOKEN", Placeholder: NewPlaceholder("TOKEN"), Value: "tls-s3cr3t-abcdefghijkl", Hosts: rules}
+	h, caPool, sec := interceptFixture(t, roots, "tls-s3cr3t-abcdefghijkl", "example.com")
+	ca := h.CA
 	intercept := true
-	h := Handler{
-		Decide:        func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
-		Secrets:       func() []Secret { return []Secret{sec} },
-		Intercept:     func(string, int) bool { return intercept },
-		CA:            ca,
-		UpstreamRoots: roots,
-	}
+	h.Intercept = func(string, int) bool { return intercept }
 	open := proxyFixture(t, h)
 	client := func(trust *x509.CertPool) (string, *x509.Certificate, error) {
-		c := open()
-		fmt.Fprintf(c, "CONNECT example.com:%d HTTP/1.1\r\nHost: example.com\r\n\r\n", upAddr.Port())
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil || resp.StatusCode != 200 {
-			return "", nil, fmt.Errorf("CONNECT: %v %v", resp, err)
-		}
-		tc := tls.Client(&prefixConn{Conn: c, pre: peekAll(br)}, &tls.Config{ServerName: "example.com", RootCAs: trust})
-		if err := tc.Handshake(); err != nil {
-			return "", nil, err
-		}
+		tc := connectTLS(t, open, upAddr.Port(), trust)
 		fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", sec.Placeholder)
-		resp, err = http.ReadResponse(bufio.NewReader(tc), nil)
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
 		if err != nil {
 			return "", nil, err
 		}
 		b, _ := io.ReadAll(resp.Body)
 		return string(b) + " X-Seen=" + resp.Header.Get("X-Seen"), tc.ConnectionState().PeerCertificates[0], nil
 	}
-	caPool := x509.NewCertPool()
-	caPool.AppendCertsFromPEM(ca.CertPEM())
 	body, cert, err := client(caPool)
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +158,27 @@ func TestScrubberAcrossReads(t *testing.T) {
 		if err != nil || string(got) != want {
 			t.Fatalf("got %d bytes (%v), want %d", len(got), err, len(want))
 		}
+	}
+	// A stream of lines (server-sent events): each comes out whole before
+	// the next is sent; only an end that may begin a value waits.
+	pr, pw := io.Pipe()
+	s := &scrubber{r: pr, secrets: []Secret{sec}}
+	br := bufio.NewReader(s)
+	for _, line := range []string{"data: one VALUE123\n", "data: two\n"} {
+		go func() { _, _ = io.WriteString(pw, line) }()
+		got, err := readLineWithin(br, time.Minute)
+		if want := strings.ReplaceAll(line, "VALUE123", sec.Placeholder); err != nil || got != want {
+			t.Fatalf("line %q came out as %q (%v)", line, got, err)
+		}
+	}
+	go func() { _, _ = io.WriteString(pw, "end VAL") }()
+	buf := make([]byte, 64)
+	if n, err := s.Read(buf); err != nil || string(buf[:n]) != "end " {
+		t.Fatalf("an end that may begin the value: %q %v", buf[:n], err)
+	}
+	go func() { _, _ = io.WriteString(pw, "UE123 done"); pw.Close() }()
+	if rest, err := io.ReadAll(s); err != nil || string(rest) != sec.Placeholder+" done" {
+		t.Fatalf("the value cut between reads: %q %v", rest, err)
 	}
 }
 
@@ -344,4 +340,88 @@ func TestScrubWhereThePlaceholderHoldsTheValue(t *testing.T) {
 	if strings.Contains(resp.Status, " secret") || string(b) != "the "+sec.Placeholder {
 		t.Fatalf("%q %q %v", resp.Status, b, resp.Header)
 	}
+}
+
+// chunks reads data in pieces of the sizes given, in turn (1 to 7 bytes).
+type chunks struct {
+	data  []byte
+	sizes []byte
+	i     int
+}
+
+func (c *chunks) Read(p []byte) (int, error) {
+	if len(c.data) == 0 {
+		return 0, io.EOF
+	}
+	n := 1
+	if len(c.sizes) > 0 {
+		n = int(c.sizes[c.i%len(c.sizes)])%7 + 1
+		c.i++
+	}
+	n = min(n, len(c.data), len(p))
+	copy(p, c.data[:n])
+	c.data = c.data[n:]
+	return n, nil
+}
+
+func (c *chunks) Close() error { return nil }
+
+// FuzzScrubberStream: however a stream is cut into reads, the scrubber
+// gives what scrubbing it whole gives, and no value is left in it
+// outside a placeholder: values inside others, values that repeat their
+// own start, and a placeholder that ends with a value's start included
+// (letters a and b only, so that they overlap).
+func FuzzScrubberStream(f *testing.F) {
+	f.Add("aab", "ab", "aaabab", []byte{1, 2})
+	f.Add("abab", "ba", "ababababa", []byte{3})
+	f.Add("bbb", "", "bbabbbbbbb", []byte{0})
+	f.Add("aa", "baab", "baabaab", []byte{2, 5})
+	f.Fuzz(func(t *testing.T, v1, v2, data string, sizes []byte) {
+		secs, v1, data, ok := fuzzSecrets(v1, v2, data)
+		if !ok {
+			return
+		}
+		out, err := io.ReadAll(&scrubber{r: &chunks{data: []byte(data), sizes: sizes}, secrets: secs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := scrubValue(data, secs)
+		if string(out) != whole {
+			t.Fatalf("secrets %+v, %q read in pieces %v: %q, whole: %q", secs, data, sizes, out, whole)
+		}
+		for _, s := range secs {
+			if strings.Contains(whole, s.Value) {
+				t.Fatalf("secrets %+v, %q: a value is left in %q", secs, data, whole)
+			}
+		}
+		// The placeholder itself ending with the start of a value.
+		secs = []Secret{{Placeholder: "a" + v1[:len(v1)/2], Value: v1}}
+		out, err = io.ReadAll(&scrubber{r: &chunks{data: []byte(data), sizes: sizes}, secrets: secs})
+		if err != nil || string(out) != scrubValue(data, secs) {
+			t.Fatalf("placeholder %q, value %q, %q in pieces %v: %q, whole %q", secs[0].Placeholder, v1, data, sizes, out, scrubValue(data, secs))
+		}
+	})
+}
+
+// fuzzSecrets reads a fuzzer's strings as letters a and b only (so that
+// values, placeholders and data overlap): one or two secrets of values
+// up to 8 letters with placeholders "<1>" and "<2>", and data up to 64
+// letters. ok is false for inputs out of those bounds.
+func fuzzSecrets(v1, v2, data string) (secs []Secret, value1, abData string, ok bool) {
+	ab := func(s string) string {
+		var b strings.Builder
+		for i := 0; i < len(s); i++ {
+			b.WriteByte("ab"[s[i]%2])
+		}
+		return b.String()
+	}
+	v1, v2, data = ab(v1), ab(v2), ab(data)
+	if v1 == "" || len(v1) > 8 || len(v2) > 8 || len(data) > 64 {
+		return nil, "", "", false
+	}
+	secs = []Secret{{Placeholder: "<1>", Value: v1}}
+	if v2 != "" && v2 != v1 {
+		secs = append(secs, Secret{Placeholder: "<2>", Value: v2})
+	}
+	return secs, v1, data, true
 }

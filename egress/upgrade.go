@@ -6,15 +6,17 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // A request may ask to switch its connection to another protocol (a
 // WebSocket's handshake: Connection: Upgrade, Upgrade: websocket). The
 // proxy passes the ask on, and when the upstream agrees (101), carries
-// the switched connection's bytes both ways until they end. It does not
-// on a request that had a secret swapped in: after the switch the
-// upstream's bytes are frames the proxy does not read, and one of them
-// could carry the value back into the sandbox.
+// the switched connection's bytes both ways until they end. On a request
+// that had a secret swapped in, only a WebSocket is let through, with the
+// upstream's frames read and scrubbed (wsframes.go): another protocol's
+// bytes the proxy cannot read, and they could carry the value back into
+// the sandbox.
 
 // upgradeOf is the protocol that a request with header h asks to switch
 // to: its Upgrade header when Connection names upgrade, else "".
@@ -49,19 +51,35 @@ func keepUpgrade(h http.Header, upgrade string) {
 	}
 }
 
-// upgradeWithSecret is the answer to a request to switch protocols that
-// carries a secret.
+// upgradeWithSecret is the answer to a request to switch protocols, to
+// another than a WebSocket, that carries a secret.
 func upgradeWithSecret(host string, port int, upgrade string) string {
 	return fmt.Sprintf("the sandbox's proxy does not switch a connection to %s (%s) on a request that carries a secret: "+
-		"what %s sends after the switch could bring the secret's value into the sandbox", hostPort(host, port), shorten(upgrade, 40), host)
+		"what %s sends after the switch could bring the secret's value into the sandbox (a WebSocket it does carry, reading its frames)", hostPort(host, port), shorten(upgrade, 40), host)
+}
+
+// checkUpgradeSecret decides on a request to switch to upgrade that had
+// secrets (used) swapped in: "" lets it go (a WebSocket, asked for with
+// no extension), else the refusal to answer with.
+func checkUpgradeSecret(h http.Header, host string, port int, upgrade string, used []Secret) string {
+	if upgrade == "" || len(used) == 0 {
+		return ""
+	}
+	if !isWebSocket(upgrade) {
+		return upgradeWithSecret(host, port, upgrade)
+	}
+	wsHandshakeWithSecret(h)
+	return ""
 }
 
 // switchProtocols answers the client with resp, the upstream's 101 to a
 // request that asked to switch to upgrade, then pipes the client (cw,
 // read through cr) and the upstream (uw, read through ur) together until
 // both directions end. An upstream that switched unasked, or without saying to what, gets
-// the client a 502 instead.
-func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp *http.Response, upgrade, where string) {
+// the client a 502 instead. Where the request had secrets (used) swapped
+// in, the answer's headers and the upstream's WebSocket frames are
+// scrubbed of their values.
+func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp *http.Response, upgrade, where string, used []Secret) {
 	proto := strings.TrimSpace(resp.Header.Get("Upgrade"))
 	switch {
 	case upgrade == "":
@@ -71,7 +89,18 @@ func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp 
 		writeStatus(cw, http.StatusBadGateway, where+" switched protocols without saying to which", nil)
 		return
 	}
-	hdr := resp.Header.Clone()
+	if len(used) > 0 {
+		why := wsSwitchRefusal(resp, where)
+		if why == "" && !isWebSocket(proto) {
+			why = where + " switched to another protocol than the WebSocket asked for"
+		}
+		if why != "" {
+			writeStatus(cw, http.StatusBadGateway, why, nil)
+			return
+		}
+		proto = scrubValue(proto, used)
+	}
+	hdr := scrubHeader(resp.Header.Clone(), used)
 	stripHop(hdr)
 	hdr.Del("Content-Length")
 	var head strings.Builder
@@ -81,5 +110,31 @@ func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp 
 	if _, err := io.WriteString(cw, head.String()); err != nil {
 		return
 	}
+	if len(used) > 0 {
+		pipeWS(cw, cr, uw, ur, used)
+		return
+	}
 	pipe(cw, cr, uw, ur)
+}
+
+// pipeWS is pipe with the upstream's WebSocket frames scrubbed of the
+// values of secrets; a frame that breaks the protocol ends both.
+func pipeWS(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, secrets []Secret) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, _ = copyConn(uw, cr)
+		closeWrite(uw)
+	}()
+	go func() {
+		defer wg.Done()
+		if err := wsScrub(cw, ur, secrets); err != nil {
+			cw.Close()
+			uw.Close()
+			return
+		}
+		closeWrite(cw)
+	}()
+	wg.Wait()
 }

@@ -2,8 +2,6 @@ package egress
 
 import (
 	"bufio"
-	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
@@ -11,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -78,9 +75,10 @@ func talkUpgraded(t *testing.T, c io.ReadWriter, request string) (int, string, s
 
 // TestUpgrades: a WebSocket's handshake goes through the proxy, over plain
 // HTTP and through intercepted HTTPS, and the switched connection carries
-// bytes both ways, those the client sent early too; a handshake that
-// carries a secret is refused before it reaches the upstream, and an
-// upstream that switches unasked gets the client a 502.
+// bytes both ways, those the client sent early too; a handshake for
+// another protocol than a WebSocket that carries a secret is refused
+// before it reaches the upstream, and an upstream that switches unasked
+// gets the client a 502.
 func TestUpgrades(t *testing.T) {
 	var plainGot, tlsGot atomic.Int32
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -96,25 +94,11 @@ func TestUpgrades(t *testing.T) {
 	upAddr := netip.MustParseAddrPort(up.Listener.Addr().String())
 	roots := x509.NewCertPool()
 	roots.AddCert(up.Certificate())
-	ca, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	unasked := rawUpstream(t, func(c net.Conn, req *http.Request) {
 		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nframes")
 		time.Sleep(100 * time.Millisecond)
 	})
-	res := &fakeResolver{names: map[string][]string{"api.test": {"127.0.0.1"}, "example.com": {"127.0.0.1"}}}
-	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "api.test", "example.com", "127.0.0.0/8")}
-	rules, _ := ParseSecretHosts([]string{"api.test", "example.com"})
-	sec := Secret{Name: "TOKEN", Placeholder: NewPlaceholder("TOKEN"), Value: "ws-s3cr3t-abcdefghijkl", Hosts: rules}
-	h := Handler{
-		Decide:        func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
-		Secrets:       func() []Secret { return []Secret{sec} },
-		Intercept:     func(string, int) bool { return true },
-		CA:            ca,
-		UpstreamRoots: roots,
-	}
+	h, caPool, sec := interceptFixture(t, roots, "ws-s3cr3t-abcdefghijkl", "api.test", "example.com")
 	open := proxyFixture(t, h)
 	ws := func(target, host, extra string) string {
 		return fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n%s\r\n", target, host, extra)
@@ -125,8 +109,11 @@ func TestUpgrades(t *testing.T) {
 	if status != 101 || hdr != "websocket auth=" || got != "EARLY\nLATER\n" {
 		t.Fatalf("plain HTTP: %d %q %q", status, hdr, got)
 	}
+	// A switch to another protocol than a WebSocket, with a secret: its
+	// bytes could not be read for the value.
+	notWS := func(req string) string { return strings.Replace(req, "Upgrade: websocket", "Upgrade: h2c", 1) }
 	before := plainGot.Load()
-	status, body, _ := talkUpgraded(t, open(), ws(fmt.Sprintf("http://api.test:%d/ws", port), "api.test", "Authorization: Bearer "+sec.Placeholder+"\r\n"))
+	status, body, _ := talkUpgraded(t, open(), notWS(ws(fmt.Sprintf("http://api.test:%d/ws", port), "api.test", "Authorization: Bearer "+sec.Placeholder+"\r\n")))
 	if status != http.StatusNotImplemented || !strings.Contains(body, "carries a secret") || plainGot.Load() != before {
 		t.Fatalf("plain HTTP with a secret: %d %q, the upstream got %d requests", status, body, plainGot.Load()-before)
 	}
@@ -137,20 +124,12 @@ func TestUpgrades(t *testing.T) {
 
 	// Intercepted HTTPS.
 	viaTLS := func(extra string) (int, string, string) {
-		c := open()
-		fmt.Fprintf(c, "CONNECT example.com:%d HTTP/1.1\r\nHost: example.com\r\n\r\n", upAddr.Port())
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("CONNECT: %v %v", resp, err)
+		tc := connectTLS(t, open, upAddr.Port(), caPool)
+		req := ws("/ws", "example.com", extra)
+		if extra != "" {
+			req = notWS(req)
 		}
-		caPool := x509.NewCertPool()
-		caPool.AppendCertsFromPEM(ca.CertPEM())
-		tc := tls.Client(&prefixConn{Conn: c, pre: peekAll(br)}, &tls.Config{ServerName: "example.com", RootCAs: caPool})
-		if err := tc.Handshake(); err != nil {
-			t.Fatal(err)
-		}
-		return talkUpgraded(t, tc, ws("/ws", "example.com", extra))
+		return talkUpgraded(t, tc, req)
 	}
 	status, hdr, got = viaTLS("")
 	if status != 101 || hdr != "websocket auth=" || got != "EARLY\nLATER\n" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -49,7 +50,7 @@ func (f *fake) note(format string, args ...any) {
 
 // TerminalCommand runs the command on the host (sh -c): terminal tools
 // are tested without an engine here, and end to end in e2e.
-func (f *fake) TerminalCommand(_ context.Context, name, command string, _, _ int) (*exec.Cmd, func(), error) {
+func (f *fake) TerminalCommand(_ context.Context, name, command string, _, _ int) (proc.Process, func(), error) {
 	f.note("terminal %s %q", name, command)
 	if f.errAll != nil {
 		return nil, nil, f.errAll
@@ -57,7 +58,7 @@ func (f *fake) TerminalCommand(_ context.Context, name, command string, _, _ int
 	if command == "" {
 		command = "exec sh"
 	}
-	return exec.Command("sh", "-c", command), func() {}, nil
+	return proc.FromCmd(exec.Command("sh", "-c", command)), func() {}, nil
 }
 
 func (f *fake) run(name string, req shell.Request) (sandbox.ExecResult, error) {

@@ -11,7 +11,6 @@ import (
 	"log"
 	"log/slog"
 	"net"
-	"os/exec"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -25,6 +24,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/msglimit"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -37,7 +37,7 @@ import (
 // they call (*sandbox.Manager in production, a fake in unit tests).
 type Sandboxes interface {
 	Exec(ctx context.Context, name string, req shell.Request) (sandbox.ExecResult, error)
-	TerminalCommand(ctx context.Context, name, command string, cols, rows int) (*exec.Cmd, func(), error)
+	TerminalCommand(ctx context.Context, name, command string, cols, rows int) (proc.Process, func(), error)
 	RunPython(ctx context.Context, name, session string, req pysession.Request) (sandbox.PythonResult, error)
 	ResetPython(name, session string) (bool, error)
 	Install(ctx context.Context, name string, pkgs []string, req shell.Request) (sandbox.ExecResult, error)

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // TestCancelledCallKeepsTheSession: a call whose context is already over
@@ -97,8 +98,8 @@ import time; time.sleep(0.3)`, size)
 func TestStartSaysWhyItFailed(t *testing.T) {
 	script := `echo 'python3 is not installed in this sandbox' >&2; exit 127`
 	for i := range 200 {
-		_, err := Start(t.Context(), func() (cmd *exec.Cmd, done func(int), err error) {
-			return exec.Command("sh", "-c", script), func(int) {}, nil
+		_, err := Start(t.Context(), func() (proc.Process, func(int), error) {
+			return hostSh(script), func(int) {}, nil
 		})
 		if err == nil || !strings.Contains(err.Error(), "not installed") {
 			t.Fatalf("attempt %d: the reason is lost: %v", i, err)

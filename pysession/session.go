@@ -16,14 +16,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // Starter prepares the engine command that runs the driver in the
@@ -32,7 +31,7 @@ import (
 // it never did) and every process it started, and returns when that is
 // done. end is called once, before the command is killed, so that the
 // driver's process tree is still whole.
-type Starter func() (cmd *exec.Cmd, end func(pid int), err error)
+type Starter func() (cmd proc.Process, end func(pid int), err error)
 
 // Request is one call: code to run and how long it may take.
 type Request struct {
@@ -169,8 +168,9 @@ type Session struct {
 	// end, which may run as it is set.
 	pid atomic.Int64
 
-	cmd    *exec.Cmd
+	cmd    proc.Process
 	stdin  io.WriteCloser
+	stdout io.Closer // closed once cmd was waited for
 	finish func(pid int)
 
 	turn     chan struct{} // held by the call that runs
@@ -200,24 +200,12 @@ func Start(ctx context.Context, start Starter) (*Session, error) {
 	s := &Session{cmd: cmd, finish: finish, turn: make(chan struct{}, 1), results: make(chan message, 1), progress: make(chan message, 1),
 		dead: make(chan struct{}), waited: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}, lastUsed: time.Now(), grace: Grace}
 	s.maxLine.Store(readyLine)
-	if cmd.WaitDelay == 0 {
-		cmd.WaitDelay = 2 * time.Second // a process the driver left holding the pipes
-	}
-	s.stdin, err = cmd.StdinPipe()
+	stdin, stdout, err := proc.Piped(cmd, s.stderr)
 	if err != nil {
-		finish(0)
-		return nil, fmt.Errorf("python session: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		finish(0)
-		return nil, fmt.Errorf("python session: %w", err)
-	}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
 		finish(0)
 		return nil, fmt.Errorf("python session: start: %w", err)
 	}
+	s.stdin, s.stdout = stdin, stdout
 	ready := make(chan message, 1)
 	go s.read(bufio.NewReaderSize(stdout, 64<<10), ready)
 	wait := time.NewTimer(startWait)
@@ -332,11 +320,10 @@ func (s *Session) end(why string, alive bool) {
 					}
 				}
 				s.killed.Store(true)
-				if s.cmd.Process != nil {
-					_ = s.cmd.Process.Kill()
-				}
+				_ = s.cmd.Kill()
 			}()
 			_ = s.cmd.Wait()
+			_ = s.stdout.Close()
 			close(exited)
 			if !alive {
 				s.finish(pid)
@@ -373,8 +360,8 @@ func (s *Session) endErr() error {
 	// waited for (the copy of its stderr ends then), within a bound.
 	waited := s.wait(3 * time.Second)
 	msg := s.why
-	if waited && s.cmd.ProcessState != nil && !s.killed.Load() {
-		msg += " (" + exitText(s.cmd.ProcessState) + ")"
+	if code := s.cmd.ExitCode(); waited && code >= 0 && !s.killed.Load() {
+		msg += " (" + exitText(code) + ")"
 	}
 	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
 		msg += ": " + textcut.Shorten(tail, 2000)
@@ -397,8 +384,7 @@ func (s *Session) wait(d time.Duration) bool {
 
 // exitText says how the driver's command ended, as the engine tells
 // (it passes the process's status on; 128+N is signal N).
-func exitText(ps *os.ProcessState) string {
-	code := ps.ExitCode()
+func exitText(code int) string {
 	switch {
 	case code == 137:
 		return "exit status 137: killed (SIGKILL), often for want of memory"
@@ -406,10 +392,8 @@ func exitText(ps *os.ProcessState) string {
 		return "exit status 139: a segmentation fault"
 	case code > 128 && code < 160:
 		return fmt.Sprintf("exit status %d: signal %d", code, code-128)
-	case code >= 0:
-		return fmt.Sprintf("exit status %d", code)
 	}
-	return ps.String()
+	return fmt.Sprintf("exit status %d", code)
 }
 
 // StopError is a call whose code did not stop on KeyboardInterrupt

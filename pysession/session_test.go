@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // local runs the driver with this machine's python3, as a sandbox's
@@ -22,11 +23,20 @@ func local(t *testing.T) Starter {
 		t.Skip("no python3 on this machine to run the driver with (the engine suites run it in sandboxes)")
 	}
 	outputs := t.TempDir() // not the driver's default, /tmp/outputs, on this machine
-	return func() (*exec.Cmd, func(int), error) {
+	return func() (proc.Process, func(int), error) {
 		cmd := exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver)
 		cmd.Env = append(os.Environ(), "SANDBOX_OUTPUTS="+outputs)
-		return cmd, func(int) {}, nil
+		cmd.WaitDelay = 2 * time.Second // as the engine CLIs' own commands have: a process the driver left holding the pipes
+		return proc.FromCmd(cmd), func(int) {}, nil
 	}
+}
+
+// hostSh is script run by this machine's sh, as an engine's exec of it
+// would be.
+func hostSh(script string) proc.Process {
+	cmd := exec.Command("sh", "-c", script)
+	cmd.WaitDelay = 2 * time.Second
+	return proc.FromCmd(cmd)
 }
 
 func start(t *testing.T, st Starter) *Session {
@@ -200,7 +210,7 @@ func TestHostileDriver(t *testing.T) {
 		"never answers": `echo '{"op":"ready","pid":1}'; while read x; do :; done`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			st := func() (*exec.Cmd, func(int), error) { return exec.Command("sh", "-c", script), func(int) {}, nil }
+			st := func() (proc.Process, func(int), error) { return hostSh(script), func(int) {}, nil }
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			s, err := Start(ctx, st)
@@ -234,10 +244,11 @@ func TestOutputsComeBackAsImages(t *testing.T) {
 		t.Skip("no python3 on this machine to run the driver with (the engine suites run it in sandboxes)")
 	}
 	dir := t.TempDir()
-	s := start(t, func() (*exec.Cmd, func(int), error) {
+	s := start(t, func() (proc.Process, func(int), error) {
 		cmd := exec.Command("sh", "-c", guest.PythonSessionScript, "sh", guest.PythonDriver)
 		cmd.Env = append(os.Environ(), "SANDBOX_OUTPUTS="+dir)
-		return cmd, func(int) {}, nil
+		cmd.WaitDelay = 2 * time.Second
+		return proc.FromCmd(cmd), func(int) {}, nil
 	})
 	const png = "import os\ndef png(name):\n    with open(os.path.join(os.environ['SANDBOX_OUTPUTS'], name), 'wb') as f:\n        f.write(b'\\x89PNG\\r\\n\\x1a\\n' + b'x' * 10)\n"
 	r := run(t, s, png+"png('old.png')")

@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -491,26 +492,21 @@ func installArgv(bin *ctlbin.Binary) []string {
 // it.
 func (m *Manager) execAgent(ctx context.Context, target string, argv []string) (stdin io.WriteCloser, stdout io.Reader, errb *shell.Capture, stop func() error, err error) {
 	cmd := m.rt.ExecCommand(ctx, target, ExecSpec{Argv: argv, Interactive: true})
-	if stdin, err = cmd.StdinPipe(); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if stdout, err = cmd.StdoutPipe(); err != nil {
-		return nil, nil, nil, nil, err
-	}
 	errb = &shell.Capture{Limit: 4096}
-	cmd.Stderr = errb
-	if err := cmd.Start(); err != nil {
+	in, out, err := proc.Piped(cmd, errb)
+	if err != nil {
 		return nil, nil, nil, nil, err
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	stop = func() error {
-		stdin.Close()
-		_ = cmd.Process.Kill()
+		in.Close()
+		_ = cmd.Kill()
 		<-exited
+		out.Close()
 		return nil
 	}
-	return stdin, stdout, errb, stop, nil
+	return in, out, errb, stop, nil
 }
 
 // installedLine is what installAndRunScript prints once the agent is in

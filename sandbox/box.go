@@ -86,6 +86,9 @@ type Sandbox struct {
 	lastUsed    atomic.Int64 // unix nanos
 	inflight    atomic.Int32 // commands running now
 	lastTouched atomic.Int64 // unix nanos of the last activity mark
+	marking     atomic.Bool  // a mark is under way
+	markWait    atomic.Int64 // after a failed mark, the wait before the next (ns)
+	markRetry   atomic.Int64 // unix nanos before which no mark is tried again
 }
 
 // Why a Sandbox ended, as told to a command it cut short.
@@ -144,8 +147,14 @@ var errHousekeepSlow = errors.New("the sandbox did not answer in time")
 // script's stdout (at most 4 MiB); a non-zero exit, a timeout
 // (errHousekeepSlow) or a lost shell is an error.
 func (s *Sandbox) housekeep(ctx context.Context, script string, timeout time.Duration) ([]byte, error) {
+	return s.housekeepWithin(ctx, script, timeout, housekeepQueueWait)
+}
+
+// housekeepWithin is housekeep with queueWait bounding the wait for a
+// chore shell while they are all busy.
+func (s *Sandbox) housekeepWithin(ctx context.Context, script string, timeout, queueWait time.Duration) ([]byte, error) {
 	var out bytes.Buffer
-	req := shell.Request{Command: script, Trusted: true, Timeout: timeout, QueueWait: housekeepQueueWait,
+	req := shell.Request{Command: script, Trusted: true, Timeout: timeout, QueueWait: queueWait,
 		Stdout: &limitWriter{w: &out, n: 4 << 20}}
 	res, ran, err := s.pool.TryRun(ctx, req)
 	if !ran {

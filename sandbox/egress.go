@@ -423,13 +423,89 @@ func (m *Manager) SetEgressSecret(ctx context.Context, name, key, value string, 
 	if m.secrets[name] == nil {
 		m.secrets[name] = map[string]egress.Secret{}
 	}
-	m.secrets[name][key] = egress.Secret{Name: key, Placeholder: placeholder, Value: value, Hosts: rules}
+	sec := egress.Secret{Name: key, Placeholder: placeholder, Value: value, Hosts: rules}
+	m.secrets[name][key] = sec
+	peers := m.secretPeers
 	m.secretsMu.Unlock()
+	if peers != nil {
+		peers.Put(name, sec)
+	}
 	return placeholder, nil
 }
 
-// forgetEgressSecret drops key's secret in sandbox name ("" for all).
+// SecretPeers are the other servers that share this one's sandboxes: a
+// secret set or forgotten here is told to them (package secretshare),
+// each before the next, so that the server whose agent holds a sandbox's
+// proxy swaps in what any of them was given.
+type SecretPeers interface {
+	Put(name string, s egress.Secret)
+	Drop(name, key string)
+}
+
+// SetSecretPeers tells the Manager of the other servers.
+func (m *Manager) SetSecretPeers(p SecretPeers) {
+	m.secretsMu.Lock()
+	m.secretPeers = p
+	m.secretsMu.Unlock()
+}
+
+// PutPeerSecret keeps a secret of sandbox name that another server was
+// given. It is checked as one set here would be; errors never hold the
+// value.
+func (m *Manager) PutPeerSecret(name string, s egress.Secret) error {
+	switch {
+	case ValidateName(name) != nil:
+		return errors.New("not a sandbox name")
+	case !strings.HasPrefix(s.Placeholder, egress.PlaceholderPrefix) || s.Name == "":
+		return errors.New("not a secret's placeholder")
+	case s.Value == "" || strings.IndexByte(s.Value, 0) >= 0:
+		return errors.New("a secret's value must be non-empty text")
+	case len(s.Hosts) == 0:
+		return errors.New("a secret with no host")
+	}
+	m.secretsMu.Lock()
+	defer m.secretsMu.Unlock()
+	if m.secrets == nil {
+		m.secrets = map[string]map[string]egress.Secret{}
+	}
+	if m.secrets[name] == nil {
+		m.secrets[name] = map[string]egress.Secret{}
+	}
+	m.secrets[name][s.Name] = s
+	return nil
+}
+
+// DropPeerSecret forgets, as another server did, key's secret in
+// sandbox name ("" for all).
+func (m *Manager) DropPeerSecret(name, key string) { m.dropEgressSecret(name, key) }
+
+// AllEgressSecrets are the secrets this server holds, by sandbox.
+func (m *Manager) AllEgressSecrets() map[string][]egress.Secret {
+	m.secretsMu.Lock()
+	defer m.secretsMu.Unlock()
+	out := map[string][]egress.Secret{}
+	for name, byKey := range m.secrets {
+		for _, s := range byKey {
+			out[name] = append(out[name], s)
+		}
+	}
+	return out
+}
+
+// forgetEgressSecret drops key's secret in sandbox name ("" for all),
+// here and in the other servers.
 func (m *Manager) forgetEgressSecret(name, key string) {
+	m.dropEgressSecret(name, key)
+	m.secretsMu.Lock()
+	peers := m.secretPeers
+	m.secretsMu.Unlock()
+	if peers != nil {
+		peers.Drop(name, key)
+	}
+}
+
+// dropEgressSecret drops key's secret in sandbox name ("" for all) here.
+func (m *Manager) dropEgressSecret(name, key string) {
 	m.secretsMu.Lock()
 	defer m.secretsMu.Unlock()
 	if key == "" {

@@ -302,6 +302,17 @@ EOF`})
 			if len(got) != 2 || got[0] != "Bearer "+value || got[1] != "Bearer "+value {
 				t.Fatalf("the upstreams got %q", got)
 			}
+			// curl asks for HTTP/2, and gets it from the proxy, which
+			// reaches this host over HTTP/1.1; the value goes as well.
+			if v := curl("box", fmt.Sprintf(`--http2 -o /dev/null -w '%%{http_version}' -H "Authorization: Bearer $API_TOKEN" https://example.com:%d/tls`, tlsPort)); !strings.HasPrefix(v, "2 [exit 0]") {
+				t.Fatalf("HTTP/2 to an intercepted host: %q", v)
+			}
+			seenMu.Lock()
+			got = append([]string(nil), seen...)
+			seenMu.Unlock()
+			if len(got) != 3 || got[2] != "Bearer "+value {
+				t.Fatalf("the upstream got %q over HTTP/2 from the sandbox", got)
+			}
 			if w := warnings.String(); strings.Contains(w, "CA") {
 				t.Fatalf("installing the CA warned: %s", w)
 			}

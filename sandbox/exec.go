@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -277,7 +277,7 @@ type containerHost struct {
 	name string
 }
 
-func (h containerHost) Command(ctx context.Context) *exec.Cmd {
+func (h containerHost) Command(ctx context.Context) proc.Process {
 	return h.rt.ExecCommand(ctx, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true})
 }
 

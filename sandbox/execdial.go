@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // Where the agent cannot run (no sandbox-ctl build for the sandbox's
@@ -117,16 +118,8 @@ func (m *Manager) dialExec(ctx context.Context, sb *Sandbox, port int) (net.Conn
 func (m *Manager) startRelay(sb *Sandbox, port int, ended func()) (*execConn, error) {
 	cmd := m.rt.ExecCommand(sb.life, sb.own.target(), ExecSpec{
 		Argv: []string{"sh", "-c", relayScript, "sh", strconv.Itoa(port)}, Interactive: true})
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, err := proc.Piped(cmd, io.Discard)
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	c := &execConn{cmd: cmd, stdin: stdin, stdout: stdout, exited: make(chan struct{})}
@@ -140,7 +133,7 @@ func (m *Manager) startRelay(sb *Sandbox, port int, ended func()) (*execConn, er
 
 // execConn is a net.Conn over an exec's stdio.
 type execConn struct {
-	cmd    *exec.Cmd
+	cmd    proc.Process
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
 	exited chan struct{}
@@ -160,9 +153,10 @@ func (c *execConn) Close() error {
 		select {
 		case <-c.exited:
 		case <-time.After(100 * time.Millisecond):
-			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Kill()
 			<-c.exited
 		}
+		c.stdout.Close()
 	})
 	return nil
 }

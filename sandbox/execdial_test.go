@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // relayRT runs every exec as `cat`, a relay that answers what it is sent,
@@ -18,9 +20,9 @@ type relayRT struct {
 	started atomic.Int32
 }
 
-func (r *relayRT) ExecCommand(ctx context.Context, name string, spec ExecSpec) *exec.Cmd {
+func (r *relayRT) ExecCommand(ctx context.Context, name string, spec ExecSpec) proc.Process {
 	r.started.Add(1)
-	return exec.CommandContext(ctx, "cat")
+	return proc.FromCmd(exec.CommandContext(ctx, "cat"))
 }
 
 // TestExecConnectionsAreBounded: where connections go through an exec
@@ -70,20 +72,22 @@ func TestExecConnectionsAreBounded(t *testing.T) {
 	}
 
 	// One closes: a waiting dial gets its slot.
-	got := make(chan error, 1)
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	got := make(chan dialed, 1)
 	go func() {
 		c, err := m.dialExec(context.Background(), sb, 80)
-		if err == nil {
-			conns = append(conns, c) // read after <-got
-		}
-		got <- err
+		got <- dialed{c, err}
 	}()
 	conns[1].Close()
 	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatal(err)
+	case d := <-got:
+		if d.err != nil {
+			t.Fatal(d.err)
 		}
+		conns = append(conns, d.c)
 	case <-time.After(time.Minute):
 		t.Fatal("a dial waiting for a slot did not get the one a close gave back")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -71,6 +72,14 @@ func TestJobKillOnEngine(t *testing.T) {
 			t.Run("TERM then KILL", func(t *testing.T) {
 				const box = "kill"
 				st := startJob(t, m, box, "srv", `(trap '' TERM; exec sleep 1000) & setsid sleep 1001 & setsid sh -c "trap '' TERM; exec sleep 1002" & wait`)
+				// The two that ignore TERM ignore it once they run sleep: a
+				// subshell counted before its trap would die of the TERM.
+				enginetest.WaitFor(t, "the TERM-proof sleeps to run", func() error {
+					if o := run(t, m, box, shell.Request{Command: "pgrep -fc '^sleep 100[02]$'"}); strings.TrimSpace(o.stdout) != "2" {
+						return fmt.Errorf("%q sleeps", strings.TrimSpace(o.stdout))
+					}
+					return nil
+				})
 				sb, _ := m.Lookup(box)
 				before := sb.LastUsed()
 				jobAt(t, m, box, "srv", func(s sandbox.JobStatus) bool { return s.Processes == 4 })
@@ -274,9 +283,84 @@ func TestJobsOfStoppedSandboxOnEngine(t *testing.T) {
 	}
 }
 
-// TestJobForkBombOnEngine: a job that forks until the sandbox's pids
-// limit is reached (its shell then dies of "Cannot fork", its sleeps fill
-// the table) is still killed to the last process: the sweep forks nothing.
+// refillingBomb keeps a sandbox's process table full: its children turn
+// into sleeps (a small process each) and it tries a fork again a few
+// milliseconds after one fails, so every slot that frees is taken back.
+const refillingBomb = `exec python3 -c '
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["sleep", "1000"])
+    except OSError:
+        time.sleep(0.003)
+'`
+
+// hostPids reads how many processes a container holds, and how many it
+// may, from its pids cgroup on the host (v1 or v2): nothing runs in the
+// container, whose table may be full.
+func hostPids(rt sandbox.Runtime, ctr string) (n, limit int, err error) {
+	hp, ok := rt.(sandbox.HostPIDs)
+	if !ok {
+		return 0, 0, fmt.Errorf("%s runs its containers on another kernel", rt.Kind())
+	}
+	pid, err := hp.InitPID(context.Background(), ctr)
+	if err != nil {
+		return 0, 0, err
+	}
+	cg, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return 0, 0, err
+	}
+	read := func(f string) (int, error) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return 0, err
+		}
+		return strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	for line := range strings.Lines(string(cg)) {
+		var dirs []string
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			dirs = []string{"/sys/fs/cgroup" + p}
+		} else if _, p, ok := strings.Cut(strings.TrimSpace(line), ":pids:"); ok {
+			dirs = []string{"/sys/fs/cgroup/pids" + p}
+		}
+		for _, d := range dirs {
+			if n, err = read(d + "/pids.current"); err == nil {
+				limit, err = read(d + "/pids.max")
+				return n, limit, err
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("no pids cgroup in %q", cg)
+}
+
+// hostFileTime reads the modification time of a file that a container
+// wrote in its root file system, from the container's upper layer on the
+// host: nothing runs in the container, whose table may be full.
+func hostFileTime(rt sandbox.Runtime, ctr, path string) (time.Time, error) {
+	ud, ok := rt.(sandbox.UsageDirs)
+	if !ok {
+		return time.Time{}, fmt.Errorf("%s keeps its containers' files out of the host's reach", rt.Kind())
+	}
+	upper, err := ud.RootfsDir(context.Background(), ctr)
+	if err != nil {
+		return time.Time{}, err
+	}
+	fi, err := os.Stat(filepath.Join(upper, path))
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fi.ModTime(), nil
+}
+
+// TestJobForkBombOnEngine: a job that keeps the sandbox's process table
+// full leaves the server two things it must still do with no process to
+// spare, while the agent's commands hold shells and it polls the job:
+// mark the sandbox in use, so that the idle watchdog does not take it,
+// and kill the job to the last process. No new shell can start there;
+// both scripts fork nothing.
 func TestJobForkBombOnEngine(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -289,58 +373,78 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			}
 			const box = "bomb"
 			// An explicit limit: docker sets none by default, and the bomb
-			// must fill the sandbox's table, never the host's.
-			// A short idle TTL: the watchdog checks every 2 s, so several
-			// checks fall while the bomb fills the table; none may take the
-			// sandbox for idle.
-			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: "20s"}})
+			// must fill the sandbox's table, never the host's. A short idle
+			// TTL: the server marks a sandbox in use every TTL/3.
+			const idleTTL = 10 * time.Second
+			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}})
 			ctx := context.Background()
-			run(t, m, box, shell.Request{Command: "true"}) // the pool's shells exist before the bomb
+			run(t, m, box, shell.Request{Command: "true"})
 			if in, err := m.Status(ctx, box); err != nil || in.Limits.Pids != 256 {
 				// Never run a bomb the sandbox does not bound: it fills the host's table.
 				t.Skipf("the engine here enforces no pids limit (%+v, %v; a rootless engine on cgroup v1 cannot)", in.Limits, err)
 			}
-			st := startJob(t, m, box, "bomb", `setsid sh -c 'while :; do sleep 1000 & done' & while :; do sleep 1000 & done`)
-			// Wait for it to hit the limit; meanwhile logs may fail for want of a process.
-			// Each poll competes with the bomb for the last free slots, so
-			// on a loaded machine this can take a while.
-			// Once the table is full and nothing ends, no poll can win a
-			// slot: the engine's count of the sandbox's processes (read on
-			// the host) tells that too.
-			sr, _ := rt.(sandbox.StatsReader)
-			enginetest.WaitFor(t, "the bomb to hit the limit", func() error {
-				l, err := m.JobLogs(ctx, box, "bomb", sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
-				if err == nil && l.State == "exited" {
-					return nil
+			run(t, m, box, shell.Request{Command: "mkfifo /tmp/hold"})
+			st := startJob(t, m, box, "bomb", refillingBomb)
+			// Full to the last slot: nothing ends there, and the bomb takes
+			// back at once the slot of a process that does.
+			full := func() error {
+				n, limit, err := hostPids(rt, m.ContainerFor(box))
+				if err == nil && n < limit {
+					err = fmt.Errorf("%d processes of %d", n, limit)
 				}
-				if sr != nil && err != nil {
-					if st, serr := sr.Stats(ctx, m.ContainerFor(box)); serr == nil && st.Processes >= 250 {
-						t.Logf("the table is full (%d processes); logs: %v", st.Processes, err)
-						return nil
-					}
-				}
-				if err == nil && l.State == "lost" {
-					t.Fatalf("the bomb's sandbox was lost: %+v", l)
-				}
-				return fmt.Errorf("%+v %v", l, err)
-			})
-			// The window the test watches, not a wait: two watchdog checks
-			// fall in it with the table full, and neither may stop the sandbox.
-			time.Sleep(5 * time.Second)
-			if c, err := rt.Inspect(ctx, m.ContainerFor(box)); err != nil || !c.Running() {
-				t.Fatalf("the sandbox stopped under the bomb: %+v %v", c, err)
+				return err
+			}
+			enginetest.WaitFor(t, "the bomb to fill the table", full)
+			// The agent's commands hold every open shell (a read of a fifo
+			// forks nothing and blocks until released), and those that
+			// want another find none can start.
+			hold, release := context.WithCancel(ctx)
+			var held sync.WaitGroup
+			for range 10 {
+				held.Go(func() {
+					_, _ = m.Exec(hold, box, shell.Request{Command: "read x </tmp/hold", Timeout: 5 * time.Minute})
+				})
+			}
+			defer held.Wait()
+			defer release()
+			dead := time.Now()
+			// The window the test watches, not a wait: the agent polls the
+			// job back to back for longer than a mark's period, so a mark
+			// falls in it; the table stays full throughout.
+			for end := dead.Add(idleTTL/3 + 5*time.Second); time.Now().Before(end); {
+				_, _ = m.JobLogs(ctx, box, "bomb", sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err := full(); err != nil {
+				t.Fatalf("the table did not stay full through the window (%v): the test watched nothing", err)
+			}
+			// A mark landed in the window: the activity file's time, read
+			// from the container's upper layer on the host (nothing can
+			// run in the container), is the last mark's.
+			marked, err := hostFileTime(rt, m.ContainerFor(box), guest.ActivityFile)
+			if err != nil {
+				t.Fatalf("read the activity file's time on the host: %v", err)
+			}
+			if marked.Before(dead) {
+				t.Fatalf("no activity mark landed while the table was full: the last is at %s, the shells were held from %s",
+					marked.Format(time.TimeOnly), dead.Format(time.TimeOnly))
 			}
 			r, err := m.KillJob(ctx, box, "bomb", "KILL")
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("KILL with the table full: %v", err)
 			}
 			if !r.Ended || r.Processes != 0 || r.Signalled < 100 {
 				t.Fatalf("KILL: %+v", r)
 			}
+			t.Logf("killed %d processes", r.Signalled)
+			release()
+			held.Wait()
 			if n := jobProcs(t, m, box, st.ID); n != 0 {
 				t.Fatalf("after KILL %d processes carry the marker", n)
 			}
-			t.Logf("killed %d processes", r.Signalled)
+			if c, err := rt.Inspect(ctx, m.ContainerFor(box)); err != nil || !c.Running() {
+				t.Fatalf("the sandbox stopped under the bomb: %+v %v", c, err)
+			}
 			// Gone before the test ends: a bomb container that a slow
 			// cleanup left behind would load the machine for the rest.
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)

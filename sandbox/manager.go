@@ -134,9 +134,12 @@ type Manager struct {
 	// replaces when the configuration is reloaded.
 	profMu sync.RWMutex
 	// secrets are the values swapped in at egress, by sandbox and
-	// variable: in this process's memory only (egress.go).
+	// variable: in memory only, this process's and that of the servers
+	// it shares them with (SetSecretPeers), never on disk (egress.go).
 	secretsMu sync.Mutex
 	secrets   map[string]map[string]egress.Secret
+	// secretPeers are told of each set and drop (SetSecretPeers).
+	secretPeers SecretPeers
 	// peers lists the sandboxes proxied connections may name (egress.go).
 	peers peerList
 	// jobAdopts are the looks at sandboxes job scripts share (jobs.go).
@@ -288,6 +291,12 @@ func watchdogEvery(ttl time.Duration, until time.Time) time.Duration {
 // markActivity keeps the watchdogs of the sandboxes this server uses from
 // stopping them: every so often it touches the activity file of each
 // sandbox that ran a command since the last mark, or is running one now.
+// Each sandbox's mark runs on its own, one at a time, and waits for
+// nothing: a sandbox whose shells are all busy, or cannot start (a full
+// process table), neither holds up the marks of the others nor waits for
+// its next period; its mark is tried again a second later, then after
+// twice as long each time it fails, up to its period, while the sandbox
+// is in use.
 func (m *Manager) markActivity() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -297,7 +306,6 @@ func (m *Manager) markActivity() {
 			return
 		case <-t.C:
 		}
-		var due []*Sandbox
 		now := time.Now().UnixNano()
 		for _, sb := range m.ready() {
 			if sb.IdleTTL <= 0 {
@@ -305,18 +313,46 @@ func (m *Manager) markActivity() {
 			}
 			last := sb.lastTouched.Load()
 			busy := sb.inflight.Load() > 0 || sb.lastUsed.Load() > last
-			if busy && time.Duration(now-last) >= min(sb.IdleTTL/3, 20*time.Second) {
-				due = append(due, sb)
+			period := min(sb.IdleTTL/3, 20*time.Second)
+			if !busy || time.Duration(now-last) < period || now < sb.markRetry.Load() || !sb.marking.CompareAndSwap(false, true) {
+				continue
 			}
-		}
-		for _, sb := range due {
-			sb.lastTouched.Store(now)
-			if _, err := sb.housekeep(m.life, guest.TouchActivity, 5*time.Second); err != nil {
-				m.log.Debug("mark sandbox active", "sandbox", sb.Name, "err", err)
+			if !sb.Go(func(ctx context.Context) { m.mark(ctx, sb, now, period) }) {
+				sb.marking.Store(false)
 			}
 		}
 	}
 }
+
+// mark touches sb's activity file once, for markActivity, which set
+// sb.marking; now is the tick that found it due, period its marks' period.
+func (m *Manager) mark(ctx context.Context, sb *Sandbox, now int64, period time.Duration) {
+	defer sb.marking.Store(false)
+	_, err := sb.housekeepWithin(ctx, guest.TouchActivity, markTimeout, markTimeout)
+	switch {
+	case err == nil:
+		sb.markWait.Store(0)
+		sb.lastTouched.Store(now)
+		return
+	case sb.inflight.Load() == 0 && time.Since(sb.LastUsed()) > period:
+		// Not in use now: no mark again until the next use, which is then
+		// due at once (the last use counts as marked, not this try). A
+		// sandbox whose container is gone costs no engine exec a second.
+		sb.markWait.Store(0)
+		sb.lastTouched.Store(sb.lastUsed.Load())
+	default:
+		// Again soon, then less often.
+		wait := min(max(2*time.Duration(sb.markWait.Load()), time.Second), period)
+		sb.markWait.Store(int64(wait))
+		sb.markRetry.Store(time.Now().Add(wait).UnixNano())
+	}
+	m.log.Debug("mark sandbox active", "sandbox", sb.Name, "err", err)
+}
+
+// markTimeout bounds an activity mark's run, and apart from that its wait
+// for a shell (or a new chore shell's start): a mark that cannot run
+// within it is tried again at the next tick.
+const markTimeout = 5 * time.Second
 
 // historyFlushEvery is how often history reaches the store.
 const historyFlushEvery = time.Second

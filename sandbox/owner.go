@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -272,6 +272,6 @@ type markedHost struct {
 	env map[string]string
 }
 
-func (h markedHost) Command(ctx context.Context) *exec.Cmd {
+func (h markedHost) Command(ctx context.Context) proc.Process {
 	return h.rt.ExecCommand(ctx, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: h.env})
 }

@@ -3,10 +3,10 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/pysession"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -131,7 +131,7 @@ func (m *Manager) ResetPython(name, session string) (bool, error) {
 // descendants (those that dropped the run ID too), and what carries the
 // run ID; the next server ends the latter if this one is killed first.
 func (m *Manager) pythonStarter(sb *Sandbox, session string) pysession.Starter {
-	return func() (*exec.Cmd, func(pid int), error) {
+	return func() (proc.Process, func(pid int), error) {
 		wd, runID := m.sessionStart(sb)
 		m.trackRun(sb.Name, runID, "python session "+session)
 		target := sb.own.target()

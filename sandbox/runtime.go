@@ -3,8 +3,9 @@ package sandbox
 import (
 	"context"
 	"io"
-	"os/exec"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // Runtime drives one container CLI. Implementations (dialects) build argv,
@@ -53,8 +54,9 @@ type Runtime interface {
 	List(ctx context.Context, labels map[string]string) ([]Container, error)
 
 	// ExecCommand prepares, without starting, a process inside a running
-	// container. The caller owns its pipes and must Wait for it.
-	ExecCommand(ctx context.Context, name string, spec ExecSpec) *exec.Cmd
+	// container, ended when ctx is. The caller starts it and must Wait for
+	// it.
+	ExecCommand(ctx context.Context, name string, spec ExecSpec) proc.Process
 	// Exec runs a process to completion inside a running container.
 	Exec(ctx context.Context, name string, spec ExecSpec) (ExecOutput, error)
 

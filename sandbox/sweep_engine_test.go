@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/hostkill"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
@@ -23,11 +24,8 @@ func serverShell(t *testing.T, rt sandbox.Runtime, ctr, id, script string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := rt.ExecCommand(ctx, ctr, sandbox.ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: map[string]string{guest.ShellVar: id}})
-	in, err := cmd.StdinPipe()
+	in, err := proc.Input(cmd, nil, nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

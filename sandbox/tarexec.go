@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -38,12 +39,8 @@ func (m *Manager) execIn(ctx context.Context, sb *Sandbox, argv []string, write 
 	runID := streamRunID()
 	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: argv, Interactive: true, Env: map[string]string{guest.RunVar: runID}})
 	stderr := &shell.Capture{Limit: 4096}
-	cmd.Stdout, cmd.Stderr = io.Discard, stderr
-	stdin, err := cmd.StdinPipe()
+	stdin, err := proc.Input(cmd, io.Discard, stderr)
 	if err != nil {
-		return err, nil
-	}
-	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("sandbox %q: start %s: %w", sb.Name, argv[0], err), nil
 	}
 	bw := bufio.NewWriterSize(stdin, streamBuffer)
@@ -97,12 +94,8 @@ func (m *Manager) execOut(ctx context.Context, sb *Sandbox, argv []string, read 
 	runID := streamRunID()
 	cmd := m.rt.ExecCommand(ctx, sb.own.target(), ExecSpec{Argv: argv, Env: map[string]string{guest.RunVar: runID}})
 	stderr := &shell.Capture{Limit: 4096}
-	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
+	stdout, err := proc.Output(cmd, stderr)
 	if err != nil {
-		return err, nil
-	}
-	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("sandbox %q: start %s: %w", sb.Name, argv[0], err), nil
 	}
 	waited := false
@@ -115,6 +108,7 @@ func (m *Manager) execOut(ctx context.Context, sb *Sandbox, argv []string, read 
 				cancel()
 				m.endStream(sb, runID)
 			}
+			stdout.Close()
 			if err := cmd.Wait(); err != nil {
 				failed = &streamFailure{err, stderr}
 			}
@@ -124,6 +118,7 @@ func (m *Manager) execOut(ctx context.Context, sb *Sandbox, argv []string, read 
 	readErr = read(bufio.NewReaderSize(stdout, streamBuffer), wait)
 	if readErr != nil && !waited {
 		cancel() // the host gave up on the stream: stop the process
+		stdout.Close()
 		_ = cmd.Wait()
 		m.endStream(sb, runID)
 		return readErr, nil

@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os/exec"
 	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // loginShell is what a terminal session runs when given no command.
@@ -35,7 +35,7 @@ const noShell = 1<<22 + 1
 // Every process of the session carries a run marker (as a command's do),
 // and done ends those still running in the sandbox: an engine does not
 // end an exec's processes when its client goes.
-func (m *Manager) TerminalCommand(ctx context.Context, name, command string, cols, rows int) (cmd *exec.Cmd, done func(), err error) {
+func (m *Manager) TerminalCommand(ctx context.Context, name, command string, cols, rows int) (p proc.Process, done func(), err error) {
 	sb, _, err := m.Get(ctx, name)
 	if err != nil {
 		return nil, nil, err
@@ -65,15 +65,15 @@ func (m *Manager) TerminalCommand(ctx context.Context, name, command string, col
 		})
 	}
 	// The session outlives the call that opens it: its own context.
-	cmd = m.rt.ExecCommand(context.Background(), target, spec)
-	if cmd.SysProcAttr != nil {
+	p = m.rt.ExecCommand(context.Background(), target, spec)
+	if c, ok := p.(*proc.Cmd); ok && c.Cmd().SysProcAttr != nil {
 		// The engine's CLI belongs to the terminal it runs on: in a
 		// process group of its own it cannot lead a pseudo-terminal's
 		// session (setpgid after setsid fails), and on a person's
 		// terminal it would be stopped (SIGTTIN) at its first read.
-		cmd.SysProcAttr.Setpgid = false
+		c.Cmd().SysProcAttr.Setpgid = false
 	}
-	return cmd, done, nil
+	return p, done, nil
 }
 
 // sessionStart is where a session of sb (a terminal, a Python

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver from the Go module proxy and installs Debian's etcd, the
-# control plane the Kubernetes runtime's tests run against (Debian 12 packages no
-# kube-apiserver, and released binaries are downloads these machines cannot reach).
+# Builds kube-apiserver and kube-controller-manager from the Go module proxy and
+# installs Debian's etcd, the control plane the Kubernetes runtime's tests run
+# against (Debian 12 packages none of the first two, and released binaries are
+# downloads these machines cannot reach). The tests run the controller manager
+# only for its garbage collector, which carries out owner references.
 #
 #   build-kube-apiserver.sh [OUT_DIR]
 #
-# The apiserver lands in OUT_DIR (default ~/.cache/sandbox-mcp/kube/VERSION) and its
-# path is printed last. It is built in a throw-away module that requires
+# Both land in OUT_DIR (default ~/.cache/sandbox-mcp/kube/VERSION); the
+# apiserver's path is printed last. It is built in a throw-away module that requires
 # k8s.io/kubernetes at KUBE_VERSION and replaces each k8s.io staging module with its
 # matching v0.x release, as k8s.io/kubernetes' own go.mod points them at its
-# staging tree (`go install ...@version` refuses replace directives). Idempotent: an
-# apiserver already built is kept. About 6 minutes on 2 cores the first time.
+# staging tree (`go install ...@version` refuses replace directives). Idempotent:
+# binaries already built are kept. About 8 minutes on 2 cores the first time.
 set -euo pipefail
 
 version="${KUBE_VERSION:-v1.37.2}"
 staging="v0.${version#v1.}"
 out="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp/kube/$version}"
 bin="$out/kube-apiserver"
+kcm="$out/kube-controller-manager"
 
 if ! command -v etcd >/dev/null; then
   if [[ "$(id -u)" -eq 0 ]]; then as_root() { "$@"; }; else as_root() { sudo "$@"; }; fi
@@ -27,7 +30,8 @@ if ! command -v etcd >/dev/null; then
   as_root systemctl disable --now etcd >/dev/null 2>&1 || true
 fi
 
-if [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -q "$version"; then
+if [[ -x "$bin" && -x "$kcm" ]] && "$bin" --version 2>/dev/null | grep -q "$version" &&
+  "$kcm" --version 2>/dev/null | grep -q "$version"; then
   echo "$bin"
   exit 0
 fi
@@ -46,12 +50,16 @@ go mod download k8s.io/kubernetes@"$version"
   echo ")"
 } >> go.mod
 GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
-mkdir -p "$out"
-echo "build-kube-apiserver: building kube-apiserver $version (a few minutes)" >&2
+mkdir -p "$out" "$work/bin"
+echo "build-kube-apiserver: building kube-apiserver and kube-controller-manager $version (a few minutes)" >&2
 minor="${version#v1.}"
 minor="${minor%%.*}"
 GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
   -ldflags "-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
-  -o "$bin.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-mv "$bin.tmp" "$bin"
+  -o "$work/bin/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+# Each lands whole or not at all: a copy beside it, then a rename.
+for b in kube-apiserver kube-controller-manager; do
+  cp "$work/bin/$b" "$out/$b.tmp"
+  mv "$out/$b.tmp" "$out/$b"
+done
 echo "$bin"

@@ -3,7 +3,9 @@
 # against real podman, a private Docker Engine, and Apple's container CLI as emulated
 # on podman by the stand-in in internal/applestandin (1.5.0 behaviour, all but the load
 # suites, enginetest.LoadSuites; 0.9.0 for the suites whose engine calls differ by release:
-# enginetest.OlderReleaseSuites).
+# enginetest.OlderReleaseSuites), and the Kubernetes runtime against a real kube-apiserver
+# whose pods run on podman through the kubelet stand-in in internal/kubetest (the suites
+# in enginetest.KubeSuites).
 # Run it as the user who set up and serves: as a normal user podman is rootless, the
 # docker suite uses a docker daemon that answers for that user or is skipped with a
 # line saying why, and the few tests that need root (loop-device volumes, mounts)
@@ -133,10 +135,10 @@ if [[ -n "${SANDBOX_MCP_TEST_RUNTIMES:-}" ]]; then
   runtimes="$SANDBOX_MCP_TEST_RUNTIMES"
   caller_runtimes=1
 elif [[ "$no_docker" -eq 1 ]]; then
-  runtimes=podman,container,container@0.9.0
+  runtimes=podman,container,container@0.9.0,kubernetes
   caller_runtimes=0
 else
-  runtimes=podman,docker,container,container@0.9.0
+  runtimes=podman,docker,container,container@0.9.0,kubernetes
   caller_runtimes=0
 fi
 has_runtime() { [[ ",${runtimes// /}," == *",$1,"* ]]; }

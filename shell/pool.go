@@ -3,11 +3,11 @@ package shell
 import (
 	"context"
 	"errors"
-	"os/exec"
 	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // DefaultPoolSize is how many shells a sandbox may run commands in at once.
@@ -394,7 +394,7 @@ func (p *Pool) closeLater(sh *Shell) {
 // through the pool's Host otherwise.
 type poolHost struct{ p *Pool }
 
-func (h poolHost) Command(ctx context.Context) *exec.Cmd { return h.p.host.Command(ctx) }
+func (h poolHost) Command(ctx context.Context) proc.Process { return h.p.host.Command(ctx) }
 
 func (h poolHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
 	if h.p.killInIdle(ctx, pid, runID, self) {

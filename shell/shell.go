@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,13 +27,14 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // Host starts shells and reaches into their machine out of band.
 type Host interface {
 	// Command returns an unstarted process running a POSIX sh that reads
 	// commands on stdin. Its lifetime is bounded by ctx.
-	Command(ctx context.Context) *exec.Cmd
+	Command(ctx context.Context) proc.Process
 	// KillRun ends one command on the shell's machine, by a separate
 	// process: the processes marked with runID and the descendants of the
 	// shell pid, and the shell itself when self is true. See
@@ -159,7 +159,7 @@ var ErrShellDead = errors.New("shell has ended")
 type Shell struct {
 	host  Host
 	opts  Options
-	cmd   *exec.Cmd
+	cmd   proc.Process
 	stdin *os.File
 	// readEnds are closed only in Close: closing them when the process
 	// exits could drop output still in the pipes.
@@ -208,8 +208,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 		closeAll(inR, inW, outR, outW)
 		return nil, err
 	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	if err := cmd.Start(); err != nil {
+	if err := cmd.Start(inR, outW, errW); err != nil {
 		cancel()
 		closeAll(inR, inW, outR, outW, errR, errW)
 		return nil, fmt.Errorf("start shell: %w", err)
@@ -222,7 +221,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	}
 	go func() {
 		_ = cmd.Wait()
-		s.exitCode = cmd.ProcessState.ExitCode()
+		s.exitCode = cmd.ExitCode()
 		close(s.exited)
 	}()
 

@@ -14,16 +14,17 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // localHost runs shells as local `sh` processes, so the framing is tested
 // without a container engine.
 type localHost struct{}
 
-func (localHost) Command(ctx context.Context) *exec.Cmd {
+func (localHost) Command(ctx context.Context) proc.Process {
 	cmd := exec.CommandContext(ctx, "sh")
 	cmd.WaitDelay = time.Second
-	return cmd
+	return proc.FromCmd(cmd)
 }
 
 func (localHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {

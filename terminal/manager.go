@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os/exec"
 	"slices"
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // DefaultMaxSessions bounds the sessions a server keeps.
@@ -37,9 +38,9 @@ type Sessions struct {
 	closed   bool
 }
 
-// Open starts cmd (an engine exec with a TTY into sandbox) as a new
-// session. Ended sessions make room for it, oldest first.
-func (m *Sessions) Open(sandbox, command string, cmd *exec.Cmd, cols, rows int) (*Session, error) {
+// Open starts p (an exec with a TTY into sandbox) as a new session.
+// Ended sessions make room for it, oldest first.
+func (m *Sessions) Open(sandbox, command string, p proc.Process, cols, rows int) (*Session, error) {
 	if err := CheckSize(cols, rows); err != nil {
 		return nil, err
 	}
@@ -69,7 +70,7 @@ func (m *Sessions) Open(sandbox, command string, cmd *exec.Cmd, cols, rows int) 
 		sort.Slice(ended, func(i, j int) bool { return ended[i].Started.Before(ended[j].Started) })
 		delete(m.sessions, ended[0].ID)
 	}
-	s, err := Start(newID(), sandbox, command, cmd, cols, rows)
+	s, err := Start(newID(), sandbox, command, p, cols, rows)
 	if err != nil {
 		return nil, err
 	}
@@ -77,10 +78,10 @@ func (m *Sessions) Open(sandbox, command string, cmd *exec.Cmd, cols, rows int) 
 	return s, nil
 }
 
-// Commander gives the engine command of a terminal program in a sandbox
-// and a function to call once it ended (sandbox.Manager).
+// Commander gives the process of a terminal program in a sandbox and a
+// function to call once it ended (sandbox.Manager).
 type Commander interface {
-	TerminalCommand(ctx context.Context, name, command string, cols, rows int) (*exec.Cmd, func(), error)
+	TerminalCommand(ctx context.Context, name, command string, cols, rows int) (proc.Process, func(), error)
 }
 
 // OpenIn starts command (a login shell when "") in sandbox name through

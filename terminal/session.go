@@ -29,6 +29,8 @@ import (
 
 	"github.com/creack/pty"
 	"github.com/hinshun/vt10x"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
+	"golang.org/x/term"
 )
 
 // Size limits of a session's screen.
@@ -70,7 +72,7 @@ type Session struct {
 	Command string
 	Started time.Time
 
-	cmd  *exec.Cmd
+	prog program
 	ptmx *os.File
 	vt   vt10x.Terminal
 
@@ -97,21 +99,29 @@ type Session struct {
 	ended   time.Time
 }
 
-// Start runs cmd behind a new pseudo-terminal of cols x rows.
-func Start(id, sandbox, command string, cmd *exec.Cmd, cols, rows int) (*Session, error) {
+// Start runs p behind a new pseudo-terminal of cols x rows: an engine
+// CLI's exec with a TTY (*proc.Cmd) runs on it; a stream to a terminal
+// of the remote side's (proc.Terminal) is carried through it, its side
+// of it raw, as a person's terminal is under `kubectl exec -it`.
+func Start(id, sandbox, command string, p proc.Process, cols, rows int) (*Session, error) {
 	if err := CheckSize(cols, rows); err != nil {
 		return nil, err
 	}
-	s := &Session{ID: id, Sandbox: sandbox, Command: command, Started: time.Now(), cmd: cmd, cols: cols, rows: rows,
+	s := &Session{ID: id, Sandbox: sandbox, Command: command, Started: time.Now(), cols: cols, rows: rows,
 		changed: make(chan struct{}), replies: make(chan []byte, 16), done: make(chan struct{})}
 	s.vt = vt10x.New(vt10x.WithSize(cols, rows), vt10x.WithWriter(replyWriter{s.replies}))
-	if a := cmd.SysProcAttr; a != nil {
-		// The program leads a session of its own (its process group is
-		// that session's): a process group asked for besides would make
-		// the start fail (setpgid after setsid is EPERM).
-		a.Setpgid, a.Pgid, a.Foreground = false, 0, false
+	var ptmx *os.File
+	var err error
+	switch p := p.(type) {
+	case *proc.Cmd:
+		ptmx, err = startCmd(p.Cmd(), cols, rows)
+		s.prog = cmdProgram{p.Cmd()}
+	case proc.Terminal:
+		ptmx, err = startStream(p, cols, rows)
+		s.prog = streamProgram{p}
+	default:
+		err = errors.New("the process has no terminal")
 	}
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
 	if err != nil {
 		return nil, fmt.Errorf("start the terminal's program: %w", err)
 	}
@@ -119,6 +129,104 @@ func Start(id, sandbox, command string, cmd *exec.Cmd, cols, rows int) (*Session
 	go s.answer()
 	go s.pump()
 	return s, nil
+}
+
+// startCmd starts cmd on a new pseudo-terminal and returns its master.
+func startCmd(cmd *exec.Cmd, cols, rows int) (*os.File, error) {
+	if a := cmd.SysProcAttr; a != nil {
+		// The program leads a session of its own (its process group is
+		// that session's): a process group asked for besides would make
+		// the start fail (setpgid after setsid is EPERM).
+		a.Setpgid, a.Pgid, a.Foreground = false, 0, false
+	}
+	return pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+}
+
+// startStream starts t with a new pseudo-terminal's raw side as its
+// input and output, and returns the master: the remote terminal does
+// the echoing and the line editing, this one passes bytes as they are.
+func startStream(t proc.Terminal, cols, rows int) (*os.File, error) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		return nil, err
+	}
+	defer tty.Close() // the stream holds its own copy
+	if err := makeRaw(tty); err != nil {
+		ptmx.Close()
+		return nil, err
+	}
+	_ = pty.Setsize(ptmx, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+	t.Resize(cols, rows)
+	if err := t.Start(tty, tty, nil); err != nil {
+		ptmx.Close()
+		return nil, err
+	}
+	return ptmx, nil
+}
+
+// program is what a session runs: hung up, killed, waited for.
+type program interface {
+	hangUp()
+	kill()
+	resize(cols, rows int)
+	// wait waits for the end and says how it ended: the status as a
+	// shell reports it (-1 when there is none), and why, when the status
+	// does not say.
+	wait() (int, string)
+}
+
+type cmdProgram struct{ cmd *exec.Cmd }
+
+func (c cmdProgram) hangUp() {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGHUP)
+	}
+}
+
+func (c cmdProgram) kill() {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Kill()
+	}
+}
+
+// resize: the CLI follows its pseudo-terminal's size.
+func (c cmdProgram) resize(int, int) {}
+
+func (c cmdProgram) wait() (int, string) {
+	err := c.cmd.Wait()
+	ps := c.cmd.ProcessState
+	code := ExitStatus(ps)
+	switch {
+	case ps == nil:
+		// Wait failed before the process was reaped: no status to read.
+		if err != nil {
+			return code, err.Error()
+		}
+	case ps.Sys() != nil:
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return code, "ended by signal " + ws.Signal().String()
+		}
+	}
+	if err != nil && code < 0 {
+		return code, err.Error()
+	}
+	return code, ""
+}
+
+type streamProgram struct{ t proc.Terminal }
+
+// hangUp ends the stream: the remote side hangs its terminal up.
+func (p streamProgram) hangUp()               { _ = p.t.Kill() }
+func (p streamProgram) kill()                 { _ = p.t.Kill() }
+func (p streamProgram) resize(cols, rows int) { p.t.Resize(cols, rows) }
+
+func (p streamProgram) wait() (int, string) {
+	err := p.t.Wait()
+	var ee *proc.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return -1, err.Error()
+	}
+	return p.t.ExitCode(), ""
 }
 
 // replyWriter hands the emulator's replies (cursor position reports and
@@ -190,19 +298,9 @@ func (s *Session) pump() {
 			break // EIO once the program's side is closed
 		}
 	}
-	err := s.cmd.Wait()
+	code, msg := s.prog.wait()
 	s.mu.Lock()
-	s.exit = ExitStatus(s.cmd.ProcessState)
-	if ps := s.cmd.ProcessState; ps == nil {
-		// Wait failed before the process was reaped: no status to read.
-		if err != nil {
-			s.exitMsg = err.Error()
-		}
-	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		s.exitMsg = "ended by signal " + ws.Signal().String()
-	} else if err != nil && s.exit < 0 {
-		s.exitMsg = err.Error()
-	}
+	s.exit, s.exitMsg = code, msg
 	s.ended = time.Now()
 	s.notifyLocked()
 	s.mu.Unlock()
@@ -395,6 +493,7 @@ func (s *Session) Resize(cols, rows int) error {
 	if err := pty.Setsize(s.ptmx, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil {
 		return fmt.Errorf("resize the terminal: %w", err)
 	}
+	s.prog.resize(cols, rows)
 	return nil
 }
 
@@ -540,17 +639,13 @@ func (s *Session) linesLocked() []string {
 // Close ends the program: its terminal is hung up, and it is killed if
 // it has not ended within grace. It returns once the program has ended.
 func (s *Session) Close(grace time.Duration) {
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGHUP)
-	}
+	s.prog.hangUp()
 	select {
 	case <-s.done:
 		return
 	case <-time.After(grace):
 	}
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-	}
+	s.prog.kill()
 	_ = s.ptmx.Close()
 	select {
 	case <-s.done:
@@ -582,4 +677,18 @@ func (s *Session) Info() Info {
 		in.Exited, in.ExitCode = true, &code
 	}
 	return in
+}
+
+// makeRaw puts terminal f in raw mode, without the blocking mode that
+// f.Fd would set.
+func makeRaw(f *os.File) error {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var rerr error
+	if err := sc.Control(func(fd uintptr) { _, rerr = term.MakeRaw(int(fd)) }); err != nil {
+		return err
+	}
+	return rerr
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hinshun/vt10x"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 )
 
 // hang bounds waits whose failure is a hang.
@@ -20,7 +21,7 @@ func start(t *testing.T, script string) *Session {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh on this host")
 	}
-	s, err := Start("t1", "box", script, exec.Command("sh", "-c", script), 80, 24)
+	s, err := Start("t1", "box", script, proc.FromCmd(exec.Command("sh", "-c", script)), 80, 24)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestSessionsLimit(t *testing.T) {
 	m := &Sessions{Max: 2}
 	t.Cleanup(m.CloseAll)
 	open := func(script string) (*Session, error) {
-		return m.Open("box", script, exec.Command("sh", "-c", script), 80, 24)
+		return m.Open("box", script, proc.FromCmd(exec.Command("sh", "-c", script)), 80, 24)
 	}
 	a, err := open("read -r x")
 	if err != nil {
@@ -226,7 +227,7 @@ func TestSessionsLimit(t *testing.T) {
 	if _, err := open("read -r x"); err != nil {
 		t.Fatalf("after a close: %v", err)
 	}
-	if _, err := m.Open("box", "x", exec.Command("true"), 0, 0); err == nil {
+	if _, err := m.Open("box", "x", proc.FromCmd(exec.Command("true")), 0, 0); err == nil {
 		t.Fatal("a 0x0 session opened")
 	}
 }
@@ -236,7 +237,7 @@ func TestSessionsLimit(t *testing.T) {
 func TestProcessGroupAsked(t *testing.T) {
 	cmd := exec.Command("sh", "-c", "echo grouped")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	s, err := Start("t1", "box", "sh", cmd, 80, 24)
+	s, err := Start("t1", "box", "sh", proc.FromCmd(cmd), 80, 24)
 	if err != nil {
 		t.Fatal(err)
 	}

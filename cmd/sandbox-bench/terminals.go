@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/terminal"
 )
 
@@ -24,7 +25,7 @@ func (b *bench) benchTerminals() error {
 	}
 	ctr := b.launch.prefix + "-default"
 	cmd := exec.Command(b.engine, "exec", "-it", "-e", "TERM=xterm-256color", ctr, "sh")
-	sess, err := terminal.Start("bench", "default", "sh", cmd, 120, 40)
+	sess, err := terminal.Start("bench", "default", "sh", proc.FromCmd(cmd), 120, 40)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +82,48 @@ func TestBadSettingIsUsage(t *testing.T) {
 		if code != app.ExitUsage || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%q %s: exit %d, %q; want exit %d saying %q", c.args, c.env, code, stderr.String(), app.ExitUsage, c.want)
 		}
+	}
+}
+
+// TestClusterManifestArgs: the server's arguments in
+// deploy/kubernetes/server.yaml are flags it has, with values it takes.
+func TestClusterManifestArgs(t *testing.T) {
+	for _, s := range app.Settings() {
+		t.Setenv(s.Env, "")
+	}
+	data, err := os.ReadFile("../../deploy/kubernetes/server.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	in := false
+	for _, line := range strings.Split(string(data), "\n") {
+		trim := strings.TrimSpace(line)
+		switch {
+		case trim == "args:":
+			in = true
+		case in && strings.HasPrefix(trim, "- "):
+			args = append(args, strings.TrimPrefix(trim, "- "))
+		case in && strings.HasPrefix(trim, "#"):
+		case in:
+			in = false
+		}
+	}
+	if len(args) < 2 || args[0] != "serve" {
+		t.Fatalf("the manifest's args: %q", args)
+	}
+	serve, _, err := newRoot().Find([]string{"serve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve.ParseFlags(args[1:]); err != nil {
+		t.Fatalf("the manifest's args: %v", err)
+	}
+	cfg, err := resolve(serve)
+	if err != nil {
+		t.Fatalf("the manifest's args: %v", err)
+	}
+	if cfg.Runtime != "kubernetes" || cfg.HTTP != "0.0.0.0:8443" || cfg.TLSCert == "" || cfg.HTTPTokenFile == "" {
+		t.Errorf("the manifest's server: %+v", cfg)
 	}
 }

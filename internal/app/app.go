@@ -196,6 +196,14 @@ func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime
 		return nil, nil, "", err
 	}
 	logger := NewLogger(cfg.LogLevel)
+	if cfg.Runtime == "kubernetes" {
+		rt, why, err := openKube(cfg, logger)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		logger.Debug("runtime", "runtime", rt.Kind(), "why", why)
+		return logger, rt, why, nil
+	}
 	rt, why := SelectRuntime(ctx, cfg.Runtime, cfg.EnginePath, cfg.StateDir, logger)
 	logger.Debug("runtime", "runtime", rt.Kind(), "binary", rt.Binary(), "why", why)
 	return logger, rt, why, nil
@@ -235,6 +243,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		Locks: locks.Dir{Path: filepath.Join(cfg.StateDir, "locks")}, Log: logger})
 	m.SetControl(sandbox.Control{Wants: env.Children.Wants, Serve: env.Children.ServeConn, Child: env.Children.Child})
 	env.Terminals = &terminal.Sessions{}
+	closeAfter = append(closeAfter, shareSecrets(ctx, cfg.StateDir, m, logger))
 	if cfg.WorkQuiet > 0 {
 		env.Work.Quiet = cfg.WorkQuiet
 		env.Work.Follow(logger)

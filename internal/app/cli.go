@@ -8,18 +8,22 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/children"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/locks"
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/terminal"
+	"golang.org/x/term"
 )
 
 // Exit statuses of the command line for people. exec and shell pass the
@@ -386,11 +390,20 @@ func Shell(ctx context.Context, cfg Config, name, command string, tty bool, stdi
 		return err
 	}
 	// The engine's CLI sizes the terminal from the person's own.
-	cmd, done, err := env.Manager.TerminalCommand(ctx, name, command, 0, 0)
+	p, done, err := env.Manager.TerminalCommand(ctx, name, command, 0, 0)
 	if err != nil {
 		return engineExit(err)
 	}
 	defer done()
+	c, ok := p.(*proc.Cmd)
+	if !ok {
+		t, ok := p.(proc.Terminal)
+		if !ok {
+			return &ExitError{Code: ExitEngine, Err: fmt.Errorf("the %s runtime gave the shell no terminal", env.Runtime.Kind())}
+		}
+		return streamShell(t, stdin, stdout)
+	}
+	cmd := c.Cmd()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
@@ -485,5 +498,43 @@ func Restore(ctx context.Context, cfg Config, name, snap string, w io.Writer) er
 		return exitFor(err)
 	}
 	fmt.Fprintf(w, "restored %s from snapshot %s\n", name, snap)
+	return nil
+}
+
+// streamShell runs t, a stream to a terminal in the sandbox, on this
+// terminal: raw while it runs (the sandbox's terminal echoes and edits),
+// its size followed.
+func streamShell(t proc.Terminal, stdin, stdout *os.File) error {
+	fd := int(stdin.Fd())
+	old, err := term.MakeRaw(fd)
+	if err != nil {
+		return &ExitError{Code: ExitUsage, Err: fmt.Errorf("shell: this terminal: %w", err)}
+	}
+	defer func() { _ = term.Restore(fd, old) }()
+	size := func() {
+		if w, h, err := term.GetSize(fd); err == nil {
+			t.Resize(w, h)
+		}
+	}
+	size()
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	defer signal.Stop(winch)
+	go func() {
+		for range winch {
+			size()
+		}
+	}()
+	if err := t.Start(stdin, stdout, nil); err != nil {
+		return &ExitError{Code: ExitEngine, Err: err}
+	}
+	err = t.Wait()
+	var ee *proc.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return &ExitError{Code: ee.Code}
+	case err != nil:
+		return &ExitError{Code: ExitEngine, Err: err}
+	}
 	return nil
 }

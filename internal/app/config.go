@@ -28,7 +28,9 @@ import (
 
 // Config is everything sandbox-mcp needs to run. Build it with Resolve.
 type Config struct {
-	Runtime string // auto|container|docker|podman
+	Runtime string // auto|container|docker|podman|kubernetes
+	// Kube is the cluster of runtime kubernetes.
+	Kube KubeConfig
 	// EnginePath is the engine CLI to run, when it is neither on PATH nor
 	// in EngineDirs.
 	EnginePath string
@@ -155,7 +157,7 @@ func Settings() []Setting {
 	d := DefaultConfig()
 	return []Setting{
 		{Flag: "runtime", Env: "SANDBOX_MCP_RUNTIME", Default: d.Runtime,
-			Usage: "container engine: auto, container, docker or podman",
+			Usage: "container engine: auto, container, docker or podman; or kubernetes, to run sandboxes as pods of a cluster",
 			set: func(c *Config, v string) error {
 				if err := checkRuntime(v); err != nil {
 					return err
@@ -170,6 +172,45 @@ func Settings() []Setting {
 					return err
 				}
 				c.EnginePath = v
+				return nil
+			}},
+		{Flag: "kubeconfig", Env: "SANDBOX_MCP_KUBECONFIG",
+			Usage: "runtime kubernetes: the kubeconfig `file` (default $KUBECONFIG, ~/.kube/config, or the pod's service account in the cluster)",
+			set:   func(c *Config, v string) error { c.Kube.Kubeconfig = v; return nil }},
+		{Flag: "kube-context", Env: "SANDBOX_MCP_KUBE_CONTEXT",
+			Usage: "runtime kubernetes: the kubeconfig's `context` (default its current one)",
+			set:   func(c *Config, v string) error { c.Kube.Context = v; return nil }},
+		{Flag: "kube-namespace", Env: "SANDBOX_MCP_KUBE_NAMESPACE",
+			Usage: "runtime kubernetes: the `namespace` of the sandboxes' pods (default the context's)",
+			set: func(c *Config, v string) error {
+				k := c.Kube
+				k.Namespace = v
+				if err := k.check(); err != nil {
+					return err
+				}
+				c.Kube = k
+				return nil
+			}},
+		{Flag: "kube-runtime-class", Env: "SANDBOX_MCP_KUBE_RUNTIME_CLASS",
+			Usage: "runtime kubernetes: the pods' RuntimeClass (gvisor, kata, ...)",
+			set: func(c *Config, v string) error {
+				k := c.Kube
+				k.RuntimeClass = v
+				if err := k.check(); err != nil {
+					return err
+				}
+				c.Kube = k
+				return nil
+			}},
+		{Flag: "kube-storage-class", Env: "SANDBOX_MCP_KUBE_STORAGE_CLASS",
+			Usage: "runtime kubernetes: the workspace claims' StorageClass (default the cluster's)",
+			set: func(c *Config, v string) error {
+				k := c.Kube
+				k.StorageClass = v
+				if err := k.check(); err != nil {
+					return err
+				}
+				c.Kube = k
 				return nil
 			}},
 		{Flag: "image", Env: "SANDBOX_MCP_IMAGE", Default: d.Defaults.Image,
@@ -527,6 +568,7 @@ func Resolve(flags FlagValues, getenv func(string) string, readFile func(string)
 // fileConfig is the config file's schema; nil means absent.
 type fileConfig struct {
 	Runtime     *string                    `json:"runtime"`
+	Kube        *KubeConfig                `json:"kubernetes"`
 	EnginePath  *string                    `json:"engine_path"`
 	StateDir    *string                    `json:"state_dir"`
 	Prefix      *string                    `json:"prefix"`
@@ -613,6 +655,12 @@ func (c *Config) applyFile(data []byte) error {
 			return err
 		}
 		c.Runtime = *f.Runtime
+	}
+	if f.Kube != nil {
+		if err := check("kubernetes", f.Kube.check()); err != nil {
+			return err
+		}
+		c.Kube = *f.Kube
 	}
 	if f.EnginePath != nil {
 		if err := check("engine_path", checkEnginePath(*f.EnginePath)); err != nil {
@@ -922,10 +970,10 @@ func checkProfile(p sandbox.Profile) error {
 
 func checkRuntime(v string) error {
 	switch v {
-	case "auto", "docker", "podman", "container":
+	case "auto", "docker", "podman", "container", "kubernetes":
 		return nil
 	}
-	return fmt.Errorf("runtime must be auto, container, docker or podman, not %q", v)
+	return fmt.Errorf("runtime must be auto, container, docker, podman or kubernetes, not %q", v)
 }
 
 func checkPrefix(v string) error {
@@ -961,6 +1009,9 @@ func checkLogLevel(v string) error {
 // runs.
 func (c *Config) Validate() error {
 	if err := checkRuntime(c.Runtime); err != nil {
+		return err
+	}
+	if err := c.Kube.check(); err != nil {
 		return err
 	}
 	if c.EnginePath != "" && c.Runtime != "auto" && filepath.Base(c.EnginePath) != c.Runtime {

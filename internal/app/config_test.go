@@ -280,8 +280,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "34" {
-		t.Errorf("%s settings, want 34", got)
+	if got := fmt.Sprint(len(Settings())); got != "39" {
+		t.Errorf("%s settings, want 39", got)
 	}
 }
 

@@ -97,7 +97,7 @@ func parseRuntimes(list string) ([]entry, error) {
 		name = strings.TrimSpace(name)
 		switch {
 		case name == "":
-		case name == "podman" || name == "docker":
+		case name == "podman" || name == "docker" || name == Kubernetes:
 			out = append(out, entry{runtime: name})
 		case name == RealContainer:
 			out = append(out, entry{runtime: "container", real: true})
@@ -106,8 +106,8 @@ func parseRuntimes(list string) ([]entry, error) {
 		case strings.HasPrefix(name, "container@") && validVersion(strings.TrimPrefix(name, "container@")):
 			out = append(out, entry{runtime: "container", version: strings.TrimPrefix(name, "container@")})
 		default:
-			return nil, fmt.Errorf("%s: unknown runtime %q (want podman, docker, container, container@<version> for the stand-in, or %s)",
-				EnvRuntimes, name, RealContainer)
+			return nil, fmt.Errorf("%s: unknown runtime %q (want podman, docker, container, container@<version> for the stand-in, %s, or %s)",
+				EnvRuntimes, name, RealContainer, Kubernetes)
 		}
 	}
 	return out, nil
@@ -142,7 +142,7 @@ func Targets(t testing.TB) []Target {
 	engine := false  // podman or docker is listed
 	for _, e := range entries {
 		current = current || e.runtime == "container" && !e.real && e.version == ""
-		engine = engine || e.runtime != "container"
+		engine = engine || e.runtime == "podman" || e.runtime == "docker"
 	}
 	top, _, _ := strings.Cut(t.Name(), "/")
 	var out []Target
@@ -152,6 +152,10 @@ func Targets(t testing.TB) []Target {
 			t.Logf("%s: not run by %s on the stand-in: a load suite (enginetest.LoadSuites), run on the real engines listed", entryName(e), top)
 		case e.runtime == "container" && e.version != "" && current && !OlderReleaseSuites[top]:
 			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.OlderReleaseSuites and TestEveryAppleRelease's common life", e.version, top)
+		case e.runtime == Kubernetes && !KubeSuites[top] && os.Getenv(EnvKubeAll) == "":
+			t.Logf("kubernetes: not run by %s: not among the suites the Kubernetes runtime runs yet (enginetest.KubeSuites)", top)
+		case e.runtime == Kubernetes:
+			out = append(out, kubeTarget(t))
 		case e.runtime != "container":
 			f := docker.Flavor(e.runtime)
 			out = append(out, Target{Name: e.runtime, Runtime: e.runtime, Image: image(), New: func() sandbox.Runtime {
@@ -162,6 +166,9 @@ func Targets(t testing.TB) []Target {
 		default:
 			out = append(out, standInTarget(t, e.version))
 		}
+	}
+	if len(out) == 0 {
+		t.Skipf("no engine listed in %s=%s runs %s (see the lines above)", EnvRuntimes, list, top)
 	}
 	return out
 }

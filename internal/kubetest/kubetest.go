@@ -6,13 +6,18 @@
 package kubetest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -23,8 +28,11 @@ import (
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -42,6 +50,14 @@ type Cluster struct {
 	AdminToken string
 	dir        string
 	tokens     string
+	// The apiserver's program, arguments, process and its end.
+	apiBin    string
+	apiArgs   []string
+	api       *exec.Cmd
+	apiExited chan struct{}
+	// kubelets signs what the apiserver and the kubelet stand-ins show
+	// each other.
+	kubelets *authority
 }
 
 // Config is a client configuration for the holder of token.
@@ -53,28 +69,39 @@ func (c *Cluster) Config(token string) *rest.Config {
 // Admin is a clientset with every right.
 func (c *Cluster) Admin(t testing.TB) kubernetes.Interface {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(c.Config(c.AdminToken))
+	cs, err := c.AdminClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cs
 }
 
+// AdminClient is a clientset with every right.
+func (c *Cluster) AdminClient() (kubernetes.Interface, error) {
+	return kubernetes.NewForConfig(c.Config(c.AdminToken))
+}
+
 // Kubeconfig writes a kubeconfig file for token's holder in namespace ns
 // and returns its path.
 func (c *Cluster) Kubeconfig(t testing.TB, token, ns string) string {
 	t.Helper()
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(ca, c.CAData, 0o600); err != nil {
+	p := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := c.WriteKubeconfig(p, token, ns); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// WriteKubeconfig writes, at path, a kubeconfig file for token's holder
+// in namespace ns, with the cluster's certificate inline.
+func (c *Cluster) WriteKubeconfig(path, token, ns string) error {
 	text := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: test
   cluster:
     server: %s
-    certificate-authority: %s
+    certificate-authority-data: %s
 users:
 - name: test
   user:
@@ -86,12 +113,8 @@ contexts:
     user: test
     namespace: %s
 current-context: test
-`, c.Host, ca, token, ns)
-	p := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+`, c.Host, base64.StdEncoding.EncodeToString(c.CAData), token, ns)
+	return os.WriteFile(path, []byte(text), 0o600)
 }
 
 // Binaries are where the control plane's programs are: KUBE_APISERVER (or
@@ -116,6 +139,64 @@ func Binaries() (apiserver, etcd, why string) {
 	return apiserver, etcd, ""
 }
 
+// controllerManager is where kube-controller-manager is:
+// KUBE_CONTROLLER_MANAGER, or beside the apiserver (the build script puts
+// it there). why says what is missing.
+func controllerManager() (path, why string) {
+	path = os.Getenv("KUBE_CONTROLLER_MANAGER")
+	if path == "" {
+		apiserver, _, why := Binaries()
+		if why != "" {
+			return "", why
+		}
+		path = filepath.Join(filepath.Dir(apiserver), "kube-controller-manager")
+	}
+	if _, err := os.Stat(path); err != nil {
+		return "", "no kube-controller-manager at " + path + ": run scripts/build-kube-apiserver.sh (or set KUBE_CONTROLLER_MANAGER)"
+	}
+	return path, ""
+}
+
+// RunGarbageCollector runs, until the test ends, kube-controller-manager
+// with only the controllers that carry out owner references (the garbage
+// collector) and let a deleted claim go once no pod uses it (pvc
+// protection): what a cluster does with the owners the runtime sets.
+// Under CI a missing binary fails the test; elsewhere it skips it.
+func (c *Cluster) RunGarbageCollector(t *testing.T) {
+	t.Helper()
+	bin, why := controllerManager()
+	if why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI may not skip this:", why)
+		}
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := c.WriteKubeconfig(kubeconfig, c.AdminToken, "default"); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "controller-manager.log")
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--controllers", "garbage-collector-controller,persistentvolumeclaim-protection-controller",
+		"--leader-elect=false", "--secure-port", "0", "--concurrent-gc-syncs", "5")
+	if err := startLogged(cmd, logPath); err != nil {
+		t.Fatalf("start kube-controller-manager: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			log, _ := os.ReadFile(logPath)
+			if len(log) > 6000 {
+				log = log[len(log)-6000:]
+			}
+			t.Logf("kube-controller-manager's log, its end:\n%s", log)
+		}
+	})
+}
+
 // Start runs a control plane for the tests of one package (call it from
 // TestMain and Stop it after). It returns nil and the reason when the
 // binaries are missing.
@@ -128,13 +209,15 @@ func Start() (*Cluster, func(), string, error) {
 	if err != nil {
 		return nil, nil, "", err
 	}
-	var procs []*exec.Cmd
+	var etcd *exec.Cmd
+	var c *Cluster
 	stop := func() {
-		for i := len(procs) - 1; i >= 0; i-- {
-			_ = procs[i].Process.Kill()
-			if i == 0 {
-				_, _ = procs[i].Process.Wait() // etcd; the apiserver's Wait is its watcher's
-			}
+		if c != nil {
+			c.stopAPIServer()
+		}
+		if etcd != nil {
+			_ = etcd.Process.Kill()
+			_, _ = etcd.Process.Wait()
 		}
 		time.Sleep(100 * time.Millisecond)
 		os.RemoveAll(dir)
@@ -157,7 +240,7 @@ func Start() (*Cluster, func(), string, error) {
 	if err := startLogged(etcdCmd, filepath.Join(dir, "etcd.log")); err != nil {
 		return fail(fmt.Errorf("start etcd: %w", err))
 	}
-	procs = append(procs, etcdCmd)
+	etcd = etcdCmd
 
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -168,13 +251,20 @@ func Start() (*Cluster, func(), string, error) {
 		return fail(err)
 	}
 	admin := randomToken()
-	c := &Cluster{Host: "https://127.0.0.1:" + strconv.Itoa(ports[2]), AdminToken: admin, dir: dir,
+	c = &Cluster{Host: "https://127.0.0.1:" + strconv.Itoa(ports[2]), AdminToken: admin, dir: dir,
 		tokens: filepath.Join(dir, "tokens.csv")}
 	if err := os.WriteFile(c.tokens, []byte(admin+`,admin,admin,"system:masters"`+"\n"), 0o600); err != nil {
 		return fail(err)
 	}
+	if c.kubelets, err = newAuthority(); err != nil {
+		return fail(err)
+	}
+	kubeletFlags, err := c.kubelets.writeApiserverFiles(dir)
+	if err != nil {
+		return fail(err)
+	}
 	certDir := filepath.Join(dir, "certs")
-	apiCmd := exec.Command(apiserver,
+	c.apiBin, c.apiArgs = apiserver, append([]string{
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(ports[2]), "--cert-dir", certDir,
@@ -184,12 +274,23 @@ func Start() (*Cluster, func(), string, error) {
 		"--service-cluster-ip-range", "10.0.0.0/24",
 		"--disable-admission-plugins", "ServiceAccount",
 		// No Service for a loopback apiserver, which the reconciler refuses.
-		"--endpoint-reconciler-type", "none")
-	if err := startLogged(apiCmd, filepath.Join(dir, "apiserver.log")); err != nil {
-		return fail(fmt.Errorf("start kube-apiserver: %w", err))
+		"--endpoint-reconciler-type", "none"}, kubeletFlags...)
+	if err := c.startAPIServer(); err != nil {
+		return fail(err)
 	}
-	procs = append(procs, apiCmd)
+	return c, stop, "", nil
+}
+
+// startAPIServer runs the apiserver and waits until it is ready.
+func (c *Cluster) startAPIServer() error {
+	certDir := filepath.Join(c.dir, "certs")
+	apiCmd := exec.Command(c.apiBin, c.apiArgs...)
+	logPath := filepath.Join(c.dir, "apiserver.log")
+	if err := startLogged(apiCmd, logPath); err != nil {
+		return fmt.Errorf("start kube-apiserver: %w", err)
+	}
 	exited := make(chan struct{})
+	c.api, c.apiExited = apiCmd, exited
 	go func() { _ = apiCmd.Wait(); close(exited) }()
 	// Up when /readyz answers; the serving certificate is in certDir by
 	// then.
@@ -197,12 +298,12 @@ func Start() (*Cluster, func(), string, error) {
 	for {
 		if ca, err := os.ReadFile(filepath.Join(certDir, "apiserver.crt")); err == nil {
 			c.CAData = ca
-			if cs, err := kubernetes.NewForConfig(c.Config(admin)); err == nil {
+			if cs, err := kubernetes.NewForConfig(c.Config(c.AdminToken)); err == nil {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 				cancel()
 				if err == nil && strings.TrimSpace(string(body)) == "ok" {
-					return c, stop, "", nil
+					return nil
 				}
 			}
 		}
@@ -213,14 +314,35 @@ func Start() (*Cluster, func(), string, error) {
 		default:
 		}
 		if ended || time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "apiserver.log"))
+			log, _ := os.ReadFile(logPath)
 			if len(log) > 4000 {
 				log = log[len(log)-4000:]
 			}
-			return fail(fmt.Errorf("kube-apiserver did not get ready: %s", log))
+			return fmt.Errorf("kube-apiserver did not get ready: %s", log)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// stopAPIServer kills the apiserver and waits for it to end.
+func (c *Cluster) stopAPIServer() {
+	if c.api == nil {
+		return
+	}
+	_ = c.api.Process.Kill()
+	select {
+	case <-c.apiExited:
+	case <-time.After(10 * time.Second):
+	}
+	c.api = nil
+}
+
+// RestartAPIServer kills the apiserver and starts it again on the same
+// address, certificates and etcd: every stream through it is cut, and
+// every object kept.
+func (c *Cluster) RestartAPIServer() error {
+	c.stopAPIServer()
+	return c.startAPIServer()
 }
 
 func randomToken() string {
@@ -235,6 +357,7 @@ func startLogged(cmd *exec.Cmd, logPath string) error {
 		return err
 	}
 	cmd.Stdout, cmd.Stderr = f, f
+	dieWithTests(cmd)
 	err = cmd.Start()
 	f.Close()
 	return err
@@ -299,4 +422,99 @@ func PlayKubelet(ctx context.Context, cs kubernetes.Interface, ns string, failin
 			w.Stop()
 		}
 	}()
+}
+
+// Namespace makes a namespace named for the test with the objects of the
+// RBAC manifest at rbacPath (deploy/kubernetes/rbac.yaml) in it, and
+// returns it with a token of the manifest's ServiceAccount: the rights a
+// server run by the manifest has, no more. The namespace goes when the
+// test ends.
+func (c *Cluster) Namespace(t *testing.T, rbacPath string) (ns, token string) {
+	t.Helper()
+	ns = strings.ToLower(strings.NewReplacer("_", "-", "/", "-").Replace(t.Name()))
+	if len(ns) > 50 {
+		ns = ns[:50]
+	}
+	ns = strings.Trim(ns, "-") + "-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10)
+	token, drop, err := c.MakeNamespace(context.Background(), ns, rbacPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	return ns, token
+}
+
+// MakeNamespace makes namespace ns with the objects of the RBAC manifest
+// at rbacPath in it, and returns a token of its ServiceAccount and a
+// function that deletes the namespace.
+func (c *Cluster) MakeNamespace(ctx context.Context, ns, rbacPath string) (token string, drop func(), err error) {
+	admin, err := c.AdminClient()
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return "", nil, err
+	}
+	drop = func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) }
+	sa, err := applyRBAC(ctx, admin, ns, rbacPath)
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	return tok.Status.Token, drop, nil
+}
+
+// applyRBAC creates the objects of the manifest at path in ns and
+// returns the name of its ServiceAccount.
+func applyRBAC(ctx context.Context, cs kubernetes.Interface, ns, path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	sa := ""
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if doc == nil {
+			continue
+		}
+		js, _ := json.Marshal(doc)
+		switch doc["kind"] {
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			_ = json.Unmarshal(js, &o)
+			sa = o.Name
+			_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, &o, metav1.CreateOptions{})
+		case "Role":
+			var o rbacv1.Role
+			_ = json.Unmarshal(js, &o)
+			_, err = cs.RbacV1().Roles(ns).Create(ctx, &o, metav1.CreateOptions{})
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			_ = json.Unmarshal(js, &o)
+			for i := range o.Subjects {
+				o.Subjects[i].Namespace = ns
+			}
+			_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &o, metav1.CreateOptions{})
+		default:
+			return "", fmt.Errorf("%s holds a %v", path, doc["kind"])
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	if sa == "" {
+		return "", fmt.Errorf("%s has no ServiceAccount", path)
+	}
+	return sa, nil
 }

@@ -21,7 +21,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -31,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/cli"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/diskguard"
@@ -372,8 +372,8 @@ next:
 // ExecCommand implements sandbox.Runtime. Apple's exec has no `--`: the
 // first argument after the container name is the program, so argv[0] must
 // not start with '-'.
-func (d *Dialect) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) *exec.Cmd {
-	return d.cli.Command(ctx, ExecArgs(name, spec)...)
+func (d *Dialect) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) proc.Process {
+	return proc.FromCmd(d.cli.Command(ctx, ExecArgs(name, spec)...))
 }
 
 // ExecArgs builds the argv (without the program) of an exec: always -i
@@ -406,7 +406,7 @@ func ExecArgs(name string, spec sandbox.ExecSpec) []string {
 // holding the exec's stdout or stderr: Apple then waits 3 s and fails the
 // exec with a CancellationError, losing the exit code.
 func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
-	return d.cli.Exec(ctx, d.ExecCommand(ctx, name, spec), spec.Stdin, func(code int, stderr string) bool {
+	return d.cli.Exec(ctx, d.cli.Command(ctx, ExecArgs(name, spec)...), spec.Stdin, func(code int, stderr string) bool {
 		return d.cliFailure(ctx, name, code, stderr)
 	})
 }

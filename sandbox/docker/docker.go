@@ -12,13 +12,13 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/proc"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/cli"
 )
@@ -363,8 +363,8 @@ func (d *Dialect) List(ctx context.Context, labels map[string]string) ([]sandbox
 }
 
 // ExecCommand implements sandbox.Runtime.
-func (d *Dialect) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) *exec.Cmd {
-	return d.cli.Command(ctx, ExecArgs(name, spec)...)
+func (d *Dialect) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) proc.Process {
+	return proc.FromCmd(d.cli.Command(ctx, ExecArgs(name, spec)...))
 }
 
 // ExecArgs builds the argv (without the program) of an exec.
@@ -393,7 +393,7 @@ func ExecArgs(name string, spec sandbox.ExecSpec) []string {
 // reported in the result, not as an error; failures of the engine (missing
 // or stopped container) are errors.
 func (d *Dialect) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
-	return d.cli.Exec(ctx, d.ExecCommand(ctx, name, spec), spec.Stdin, func(code int, stderr string) bool {
+	return d.cli.Exec(ctx, d.cli.Command(ctx, ExecArgs(name, spec)...), spec.Stdin, func(code int, stderr string) bool {
 		kind, _ := d.classify(code, stderr)
 		return kind != nil || (d.flavor == Podman && code == 125)
 	})
@@ -522,8 +522,10 @@ func Classify(f Flavor, _ int, stderr string) (error, string) {
 		return sandbox.ErrInUse, ""
 	case has("is not running", "state improper", "container is stopped", "is paused"):
 		return sandbox.ErrNotRunning, ""
+	// "container not known" is podman's storage layer on a container
+	// removed while the command ran (an inspect of what ps had just listed).
 	case has("no such container", "no such object", "no container with name or id", "no such volume",
-		"no such image", "image not known", "image not found", "not found in local storage", "no such file or directory: image"):
+		"container not known", "no such image", "image not known", "image not found", "not found in local storage", "no such file or directory: image"):
 		return sandbox.ErrNotFound, ""
 	}
 	return nil, ""

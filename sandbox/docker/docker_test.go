@@ -43,6 +43,8 @@ func TestClassify(t *testing.T) {
 		{Podman, `Error: no container with name or ID "x" found: no such container`, sandbox.ErrNotFound},
 		{Podman, "Error: inspecting object: no such container x", sandbox.ErrNotFound},
 		{Docker, "Error: No such container: x", sandbox.ErrNotFound},
+		// podman 4.3.1 inspecting an ID that ps listed and a removal took since.
+		{Podman, `Error: getting container from store "52c15f50e6e3": container not known`, sandbox.ErrNotFound},
 		{Podman, "Error: can only create exec sessions on running containers: container state improper", sandbox.ErrNotRunning},
 		{Docker, "Error response from daemon: Container 3f2 is not running", sandbox.ErrNotRunning},
 		{Podman, `Error: creating container storage: the container name "x" is already in use by abc. You have to remove that container to be able to reuse that name: that name is already in use`, sandbox.ErrAlreadyExists},

@@ -8,8 +8,8 @@
 // escalation, the runtime's default seccomp profile and a trimmed set of
 // capabilities; requests and limits come from the sandbox's profile.
 //
-// Exec, and so the persistent shell, comes in a later part: this package
-// provides the lifecycle and is not offered by --runtime yet.
+// Processes in a pod run over the apiserver's exec stream (exec.go), so
+// a sandbox's persistent shell is one long stream.
 package kube
 
 import (
@@ -19,14 +19,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os/exec"
+	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +38,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
+	"github.com/go-logr/logr"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
 
@@ -75,15 +80,28 @@ const (
 	// recordSpec and recordLabels are the record's data keys.
 	recordSpec   = "spec.json"
 	recordLabels = "labels.json"
+	// labelNetwork=networkNone marks a pod kept off the network, which
+	// the policy isolatePolicy selects.
+	labelNetwork  = "sandbox-mcp.io/network"
+	networkNone   = "none"
+	isolatePolicy = "sandbox-mcp-no-network"
 	// containerName is the sandbox's container in its pod.
 	containerName = "sandbox"
 )
+
+// PodNetwork is the name a sandbox's attachment to the cluster's pod
+// network goes by in a Container's Networks.
+const PodNetwork = "pod network"
 
 // Runtime is the Kubernetes runtime.
 type Runtime struct {
 	cs  kubernetes.Interface
 	cfg *rest.Config
 	opt Options
+	// volumeSize is opt.VolumeSize, read.
+	volumeSize resource.Quantity
+	// ids maps the IDs given out (record UIDs) to their object names.
+	ids sync.Map
 }
 
 // New returns the runtime for the cluster cfg reaches.
@@ -97,8 +115,11 @@ func New(cfg *rest.Config, opt Options) (*Runtime, error) {
 	if opt.VolumeSize == "" {
 		opt.VolumeSize = DefaultVolumeSize
 	}
-	if _, err := resource.ParseQuantity(opt.VolumeSize); err != nil {
-		return nil, fmt.Errorf("kubernetes: volume size %q: %w", opt.VolumeSize, err)
+	// Read as the engines read sizes (20G is 20 GiB), not as a quantity
+	// (where 512m is half a byte).
+	size, err := memoryQuantity(opt.VolumeSize)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: volume size: %w", err)
 	}
 	if opt.StartTimeout <= 0 {
 		opt.StartTimeout = DefaultStartTimeout
@@ -107,8 +128,47 @@ func New(cfg *rest.Config, opt Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-	return &Runtime{cs: cs, cfg: cfg, opt: opt}, nil
+
+	return &Runtime{cs: cs, cfg: cfg, opt: opt, volumeSize: size}, nil
 }
+
+// RouteClientLogs sends client-go's own messages (a stream's copy that
+// ended with its connection, say), which it writes to stderr otherwise,
+// to logger at debug level; a nil logger drops them. Call it once, at
+// the start, before anything logs.
+func RouteClientLogs(logger *slog.Logger) {
+	if logger == nil {
+		klog.SetLogger(logr.Discard())
+		return
+	}
+	klog.SetSlogLogger(slog.New(debugOnly{logger.Handler()}))
+}
+
+// debugOnly hands every record on at debug level.
+type debugOnly struct{ slog.Handler }
+
+func (h debugOnly) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugOnly) Handle(ctx context.Context, r slog.Record) error {
+	if streamTeardown[r.Message] {
+		return nil
+	}
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+// streamTeardown are client-go's messages for the copies of an exec
+// stream that end with it (a stream killed, a process that ended while
+// its input was open): every stream's end, not news.
+var streamTeardown = map[string]bool{
+	"Copying stdin failed": true, "Copying stdout failed": true, "Copying stderr failed": true,
+	"Waiting for server to close stdin failed": true, "Websocket Ping failed": true,
+}
+
+func (h debugOnly) WithAttrs(as []slog.Attr) slog.Handler { return debugOnly{h.Handler.WithAttrs(as)} }
+func (h debugOnly) WithGroup(name string) slog.Handler    { return debugOnly{h.Handler.WithGroup(name)} }
 
 // Kind is "kubernetes".
 func (r *Runtime) Kind() string { return "kubernetes" }
@@ -177,7 +237,19 @@ type record struct {
 	labels map[string]string
 }
 
-func (r *Runtime) record(ctx context.Context, name string) (record, error) {
+// record reads the record of the sandbox ref names: a container name, or
+// the ID the runtime gave it (its record's UID), which never reaches a
+// later sandbox of the same name.
+func (r *Runtime) record(ctx context.Context, ref string) (record, error) {
+	if uidPattern.MatchString(ref) {
+		rec, err := r.recordByID(ctx, ref)
+		if !errors.Is(err, sandbox.ErrNotFound) {
+			return rec, err
+		}
+		// No record has that UID: a container name of that form, or
+		// one gone. By name, an object named so is that name's.
+	}
+	name := ref
 	cm, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return record{}, fmt.Errorf("container %s: %w", name, sandbox.ErrNotFound)
@@ -186,6 +258,36 @@ func (r *Runtime) record(ctx context.Context, name string) (record, error) {
 		return record{}, fmt.Errorf("kubernetes: read the record of %s: %w", name, err)
 	}
 	return parseRecord(cm, name)
+}
+
+// uidPattern is an object UID; a container name never has this form.
+var uidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// recordByID reads the record whose UID is id: by the object name last
+// seen for it, else by a look through every record.
+func (r *Runtime) recordByID(ctx context.Context, id string) (record, error) {
+	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	if v, ok := r.ids.Load(id); ok {
+		cm, err := cms.Get(ctx, v.(string), metav1.GetOptions{})
+		if err == nil && string(cm.UID) == id {
+			return parseRecord(cm, "")
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return record{}, fmt.Errorf("kubernetes: read the record of %s: %w", id, err)
+		}
+		r.ids.Delete(id)
+	}
+	list, err := cms.List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
+	if err != nil {
+		return record{}, fmt.Errorf("kubernetes: list records: %w", err)
+	}
+	for i := range list.Items {
+		if cm := &list.Items[i]; string(cm.UID) == id {
+			r.ids.Store(id, cm.Name)
+			return parseRecord(cm, "")
+		}
+	}
+	return record{}, fmt.Errorf("container %s: %w", id, sandbox.ErrNotFound)
 }
 
 func parseRecord(cm *corev1.ConfigMap, name string) (record, error) {
@@ -214,6 +316,15 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 			Labels: kubeLabels(spec.Labels, nil), Annotations: map[string]string{annName: spec.Name}},
 		Data: map[string]string{recordSpec: string(specJSON), recordLabels: string(labelsJSON)},
 	}
+	// A child is owned by its parent's record (family.go).
+	var parent *corev1.ConfigMap
+	if p := spec.Labels[sandbox.LabelChildOf]; p != "" {
+		var err error
+		if parent, err = r.parentRecord(ctx, spec.Labels[sandbox.LabelOwner], p); err != nil {
+			return "", err
+		}
+		cm.OwnerReferences = []metav1.OwnerReference{recordOwner(parent)}
+	}
 	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
 	made, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -222,7 +333,10 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("kubernetes: record %s: %w", spec.Name, err)
 	}
-	pod, err := r.startPod(ctx, record{cm: made, spec: spec, labels: spec.Labels})
+	err = r.ownClaims(ctx, spec, parent)
+	if err == nil {
+		_, err = r.startPod(ctx, record{cm: made, spec: spec, labels: spec.Labels})
+	}
 	if err != nil {
 		// Nothing half made is kept: the pod (if this call made it) and
 		// the record go.
@@ -233,7 +347,8 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 		_ = cms.Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		return "", err
 	}
-	return string(pod.UID), nil
+	r.ids.Store(string(made.UID), made.Name)
+	return string(made.UID), nil
 }
 
 // podFor is the pod of spec; owner, when set, is its record.
@@ -290,14 +405,18 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 	if spec.Virtualization {
 		return nil, fmt.Errorf("%w: nested virtualization in a pod", sandbox.ErrUnsupported)
 	}
-	if spec.Network == "none" {
-		// A pod is on the cluster's network unless a NetworkPolicy
-		// keeps it off, which the egress part of this runtime makes.
-		return nil, fmt.Errorf("%w: a pod without network (the runtime's NetworkPolicy is to come)", sandbox.ErrUnsupported)
+	extra := map[string]string{labelRecord: objectName(spec.Name)}
+	switch spec.Network {
+	case "":
+	case "none":
+		// Off the network: the isolating NetworkPolicy selects it.
+		extra[labelNetwork] = networkNone
+	default:
+		return nil, fmt.Errorf("%w: network %q for a pod", sandbox.ErrUnsupported, spec.Network)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: objectName(spec.Name), Namespace: r.opt.Namespace,
-			Labels:      kubeLabels(spec.Labels, map[string]string{labelRecord: objectName(spec.Name)}),
+			Labels:      kubeLabels(spec.Labels, extra),
 			Annotations: map[string]string{annName: spec.Name}},
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{c},
@@ -358,6 +477,11 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 	if err != nil {
 		return nil, err
 	}
+	if pod.Labels[labelNetwork] == networkNone {
+		if err := r.ensureIsolation(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	made, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
@@ -367,6 +491,78 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 		return nil, fmt.Errorf("kubernetes: create the pod of %s: %w", rec.spec.Name, err)
 	}
 	return r.waitRunning(ctx, made)
+}
+
+// ensureIsolation makes, unless it is there, the NetworkPolicy that
+// denies every connection to and from the pods marked networkNone (with
+// no rule, neither ingress nor egress lets anything through), and checks,
+// at every start of such a pod, that no policy selecting it lets traffic
+// through: policies add up, so one allowing anything would undo ours.
+// It holds where the cluster's network plugin enforces NetworkPolicy.
+func (r *Runtime) ensureIsolation(ctx context.Context, pod *corev1.Pod) error {
+	nps := r.cs.NetworkingV1().NetworkPolicies(r.opt.Namespace)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: isolatePolicy, Namespace: r.opt.Namespace, Labels: map[string]string{labelManaged: managedBy}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{labelNetwork: networkNone}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
+	list, err := nps.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("kubernetes: list NetworkPolicies: %w", err)
+	}
+	present, ours := false, false
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Name == isolatePolicy {
+			present = true
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
+			continue
+		}
+		if p.Name == isolatePolicy {
+			ours = isolates(p)
+		}
+		if lets(p) {
+			return fmt.Errorf("kubernetes: NetworkPolicy %s in %s lets traffic to or from sandboxes without network: delete it (sandbox-mcp makes %s again) or keep it off pods labelled %s=%s",
+				p.Name, r.opt.Namespace, isolatePolicy, labelNetwork, networkNone)
+		}
+	}
+	if !present {
+		// Made once, on first use; one another server made meanwhile is
+		// read and checked as any other.
+		made, err := nps.Create(ctx, np, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			made, err = nps.Get(ctx, isolatePolicy, metav1.GetOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("kubernetes: the NetworkPolicy that keeps sandboxes off the network: %w", err)
+		}
+		ours = isolates(made)
+	}
+	if !ours {
+		return fmt.Errorf("kubernetes: NetworkPolicy %s in %s does not isolate the pods labelled %s=%s: delete it and sandbox-mcp makes it again",
+			isolatePolicy, r.opt.Namespace, labelNetwork, networkNone)
+	}
+	return nil
+}
+
+// isolates reports whether np selects the pods marked networkNone and
+// denies everything to and from them.
+func isolates(np *networkingv1.NetworkPolicy) bool {
+	sel := np.Spec.PodSelector
+	return len(sel.MatchExpressions) == 0 && len(sel.MatchLabels) <= 1 && (len(sel.MatchLabels) == 0 || sel.MatchLabels[labelNetwork] == networkNone) &&
+		slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) && slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) &&
+		!lets(np)
+}
+
+// lets reports whether np lets some traffic through for the pods it
+// selects: a rule of a direction it governs. (Ingress is governed with or
+// without PolicyTypes; egress when listed, or when it has rules.)
+func lets(np *networkingv1.NetworkPolicy) bool {
+	return len(np.Spec.Ingress) > 0 || len(np.Spec.Egress) > 0
 }
 
 // waitRunning waits for pod to run, or to fail, within StartTimeout.
@@ -518,15 +714,25 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 // ownedPod is the pod rec made, nil when there is none; a pod of that
 // name that rec did not make is an error, and is left alone.
 func (r *Runtime) ownedPod(ctx context.Context, rec record) (*corev1.Pod, error) {
-	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
+	p, err := r.podNamed(ctx, rec)
+	if p == nil || err != nil {
+		return nil, err
 	}
 	if !madeBy(p, rec) {
 		return nil, fmt.Errorf("kubernetes: pod %s is not one the record of %s made: left alone: %w", p.Name, rec.spec.Name, sandbox.ErrInUse)
+	}
+	return p, nil
+}
+
+// podNamed reads the pod of rec's name, nil when there is none; whether
+// rec made it is the caller's to check (madeBy).
+func (r *Runtime) podNamed(ctx context.Context, rec record) (*corev1.Pod, error) {
+	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
 	}
 	return p, nil
 }
@@ -620,6 +826,7 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("kubernetes: delete the record of %s: %w", name, err)
 	}
+	r.ids.Delete(string(uid))
 	return nil
 }
 
@@ -639,13 +846,30 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (sandbox.Container, 
 	if err != nil {
 		return sandbox.Container{}, err
 	}
-	pod, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		pod = nil
-	} else if err != nil {
-		return sandbox.Container{}, fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
+	pod, err := r.podNamed(ctx, rec)
+	if err != nil {
+		return sandbox.Container{}, err
 	}
 	return describe(rec, pod), nil
+}
+
+// podOf names the running pod of the sandbox that ref (a name or the
+// record's UID) names. A pod of that name that its record did not make (a
+// stray, or one made in its place by another hand) is no pod of the
+// sandbox's: an exec there would run in another's machine.
+func (r *Runtime) podOf(ctx context.Context, ref string) (string, error) {
+	rec, err := r.record(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	pod, err := r.podNamed(ctx, rec)
+	if err != nil {
+		return "", err
+	}
+	if !describe(rec, pod).Running() {
+		return "", fmt.Errorf("kubernetes: exec in %s: %w", ref, sandbox.ErrNotRunning)
+	}
+	return pod.Name, nil
 }
 
 // ours is p when rec made it, else nil.
@@ -693,15 +917,21 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 // describe is the Container that record rec and its pod (nil: none)
 // make.
 func describe(rec record, pod *corev1.Pod) sandbox.Container {
-	c := sandbox.Container{Name: rec.cm.Annotations[annName], Image: rec.spec.Image, Labels: rec.labels,
-		Created: rec.cm.CreationTimestamp.Time, CPUs: rec.spec.CPUs, State: sandbox.StateStopped}
+	// The ID is the record's: it stays with the sandbox while its pod
+	// is made again, as a container's ID stays over a restart.
+	c := sandbox.Container{Name: rec.cm.Annotations[annName], ID: string(rec.cm.UID), Image: rec.spec.Image, Labels: rec.labels,
+		NoNetwork: rec.spec.Network == "none",
+		Created:   rec.cm.CreationTimestamp.Time, CPUs: rec.spec.CPUs, State: sandbox.StateStopped}
 	if q, err := memoryQuantity(rec.spec.Memory); err == nil {
 		c.Memory = q.Value()
 	}
 	if pod = ours(pod, rec); pod == nil {
 		return c
 	}
-	c.ID, c.IP = string(pod.UID), pod.Status.PodIP
+	c.IP = pod.Status.PodIP
+	if c.IP != "" && !c.NoNetwork {
+		c.Networks = []sandbox.Attachment{{Network: PodNetwork, IP: c.IP}}
+	}
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
 		c.State = sandbox.StateRunning
@@ -732,9 +962,53 @@ func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	return c
 }
 
-// VolumeCreate makes the workspace claim name if there is none.
+// VolumeCreate makes the workspace claim name, of the runtime's default
+// size, if there is none.
 func (r *Runtime) VolumeCreate(ctx context.Context, name string, ls map[string]string) error {
-	size, _ := resource.ParseQuantity(r.opt.VolumeSize)
+	return r.createClaim(ctx, name, ls, r.volumeSize)
+}
+
+// DiskSupport implements sandbox.DiskLimiter: a workspace claim is made
+// of the sandbox's disk size. A pod's root filesystem is on its node,
+// which the server cannot read, and its process count is the node's
+// (the kubelet's podPidsLimit).
+func (r *Runtime) DiskSupport(ctx context.Context) sandbox.DiskSupport {
+	return sandbox.DiskSupport{VolumeSize: true,
+		RootfsUnwatchable: "a pod's root filesystem is on its node, out of the server's sight",
+		Notes:             []string{"kubernetes: /workspace is a claim of the sandbox's disk size; the root filesystem and the process count are bounded by the node (its ephemeral storage, the kubelet's podPidsLimit)"}}
+}
+
+// VolumeCreateSized implements sandbox.SizedVolumeCreator: the workspace
+// claim name asks for bytes of storage. A claim that is there already is
+// kept at its size (VolumeSize reads it).
+func (r *Runtime) VolumeCreateSized(ctx context.Context, name string, ls map[string]string, bytes int64, fresh bool) (bool, error) {
+	if bytes <= 0 {
+		return false, fmt.Errorf("kubernetes: a claim of %d bytes", bytes)
+	}
+	return true, r.createClaim(ctx, name, ls, *resource.NewQuantity(bytes, resource.BinarySI))
+}
+
+// VolumeSize implements sandbox.VolumeSizer: the storage the claim name
+// was given (its capacity once bound, else what it asks for).
+func (r *Runtime) VolumeSize(ctx context.Context, name string) (int64, bool, error) {
+	c, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, false, fmt.Errorf("volume %s: %w", name, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("kubernetes: read the claim of %s: %w", name, err)
+	}
+	if c.Annotations[annName] != name || c.Labels[labelManaged] != managedBy {
+		return 0, false, fmt.Errorf("kubernetes: claim %s is not the workspace %s", c.Name, name)
+	}
+	if q, ok := c.Status.Capacity[corev1.ResourceStorage]; ok && !q.IsZero() {
+		return q.Value(), true, nil
+	}
+	return c.Spec.Resources.Requests.Storage().Value(), true, nil
+}
+
+// createClaim makes the workspace claim name of size if there is none.
+func (r *Runtime) createClaim(ctx context.Context, name string, ls map[string]string, size resource.Quantity) error {
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: objectName(name), Namespace: r.opt.Namespace,
 			Labels: kubeLabels(ls, nil), Annotations: map[string]string{annName: name}},
@@ -788,19 +1062,9 @@ func (r *Runtime) VolumeRemove(ctx context.Context, name string) error {
 // them, and a missing one fails the pod's start, which says so.
 func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) { return true, nil }
 
-// errNoExec is the exec of this part: not there yet.
-var errNoExec = fmt.Errorf("%w: exec in a pod (a later part of the Kubernetes runtime)", sandbox.ErrUnsupported)
-
-// ExecCommand is not there yet: the command it returns fails to start.
-func (r *Runtime) ExecCommand(ctx context.Context, name string, spec sandbox.ExecSpec) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "/nonexistent/sandbox-mcp-kube-exec")
-	cmd.Err = errNoExec
-	return cmd
-}
-
-// Exec is not there yet.
-func (r *Runtime) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
-	return sandbox.ExecOutput{}, errNoExec
-}
-
-var _ sandbox.Runtime = (*Runtime)(nil)
+var (
+	_ sandbox.Runtime            = (*Runtime)(nil)
+	_ sandbox.DiskLimiter        = (*Runtime)(nil)
+	_ sandbox.SizedVolumeCreator = (*Runtime)(nil)
+	_ sandbox.VolumeSizer        = (*Runtime)(nil)
+)

@@ -1,12 +1,9 @@
 package kube
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -14,12 +11,12 @@ import (
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	nodev1 "k8s.io/api/node/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -28,6 +25,7 @@ import (
 var cluster *kubetest.Cluster
 
 func TestMain(m *testing.M) {
+	RouteClientLogs(nil)
 	c, stop, why, err := kubetest.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kube tests: start the control plane:", err)
@@ -55,68 +53,8 @@ func namespace(t *testing.T) (string, string, kubernetes.Interface) {
 	if cluster == nil {
 		t.Skip(skipWhy)
 	}
-	ctx := context.Background()
-	admin := cluster.Admin(t)
-	ns := strings.ToLower(strings.NewReplacer("_", "-", "/", "-").Replace(t.Name()))
-	if len(ns) > 50 {
-		ns = ns[:50]
-	}
-	ns = strings.Trim(ns, "-") + "-" + fmt.Sprint(time.Now().UnixNano()%100000)
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	applyRBAC(t, admin, ns)
-	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "sandbox-mcp", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ns, tok.Status.Token, admin
-}
-
-// applyRBAC creates the objects of deploy/kubernetes/rbac.yaml in ns.
-func applyRBAC(t *testing.T, cs kubernetes.Interface, ns string) {
-	t.Helper()
-	data, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	ctx := context.Background()
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if doc == nil {
-			continue
-		}
-		js, _ := json.Marshal(doc)
-		switch doc["kind"] {
-		case "ServiceAccount":
-			var o corev1.ServiceAccount
-			_ = json.Unmarshal(js, &o)
-			_, err = cs.CoreV1().ServiceAccounts(ns).Create(ctx, &o, metav1.CreateOptions{})
-		case "Role":
-			var o rbacv1.Role
-			_ = json.Unmarshal(js, &o)
-			_, err = cs.RbacV1().Roles(ns).Create(ctx, &o, metav1.CreateOptions{})
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			_ = json.Unmarshal(js, &o)
-			for i := range o.Subjects {
-				o.Subjects[i].Namespace = ns
-			}
-			_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("rbac.yaml holds a %v", doc["kind"])
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	ns, token := cluster.Namespace(t, "../../deploy/kubernetes/rbac.yaml")
+	return ns, token, cluster.Admin(t)
 }
 
 // TestLifecycle: with only the rights rbac.yaml grants, a sandbox is
@@ -169,8 +107,8 @@ func TestLifecycle(t *testing.T) {
 	c := pod.Spec.Containers[0]
 	sc := c.SecurityContext
 	switch {
-	case string(pod.UID) != id:
-		t.Errorf("run returned %q, the pod is %s", id, pod.UID)
+	case len(pod.OwnerReferences) != 1 || string(pod.OwnerReferences[0].UID) != id:
+		t.Errorf("run returned %q, the pod's record is %+v", id, pod.OwnerReferences)
 	case pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken:
 		t.Error("the pod mounts a service account token")
 	case pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks:
@@ -219,14 +157,26 @@ func TestLifecycle(t *testing.T) {
 	if err := rt.Start(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := rt.Inspect(ctx, name); err != nil || got.State != sandbox.StateRunning || got.ID == id {
-		t.Fatalf("inspect after start: %+v %v", got, err)
+	// The ID stays with the sandbox over a new pod, as a container's
+	// over a restart, and reaches it.
+	if got, err := rt.Inspect(ctx, id); err != nil || got.State != sandbox.StateRunning || got.ID != id || got.Name != name {
+		t.Fatalf("inspect by ID after start: %+v %v", got, err)
 	}
 	if err := rt.Remove(ctx, name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rt.Inspect(ctx, name); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("inspect after remove: %v", err)
+	}
+	// A new sandbox of the same name is not reached by the old one's ID.
+	if _, err := rt.Run(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Inspect(ctx, id); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("the old ID after a new sandbox of its name: %v", err)
+	}
+	if err := rt.Remove(ctx, name); err != nil {
+		t.Fatal(err)
 	}
 	if err := rt.Remove(ctx, name); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("a second remove: %v", err)
@@ -260,11 +210,48 @@ func TestLifecycle(t *testing.T) {
 	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, objectName(never.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a sandbox that could not start left its record: %v", err)
 	}
-	// Without network: refused until the runtime's NetworkPolicy exists.
+	// Without network: the pod is marked, and a NetworkPolicy that lets
+	// nothing in or out selects it; one changed to let traffic through
+	// is refused, not used.
 	offline := spec
 	offline.Name, offline.Network, offline.Mounts = "smt1-offline", "none", nil
-	if _, err := rt.Run(ctx, offline); !errors.Is(err, sandbox.ErrUnsupported) {
-		t.Errorf("a sandbox without network: %v", err)
+	if _, err := rt.Run(ctx, offline); err != nil {
+		t.Fatalf("a sandbox without network: %v", err)
+	}
+	if p, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(offline.Name), metav1.GetOptions{}); err != nil || p.Labels[labelNetwork] != networkNone {
+		t.Errorf("the pod of a sandbox without network: %v %v", p.Labels, err)
+	}
+	np, err := admin.NetworkingV1().NetworkPolicies(ns).Get(ctx, isolatePolicy, metav1.GetOptions{})
+	if err != nil || !isolates(np) {
+		t.Fatalf("the isolating policy: %+v %v", np, err)
+	}
+	if c, err := rt.Inspect(ctx, offline.Name); err != nil || !c.NoNetwork {
+		t.Errorf("inspect of a sandbox without network: %+v %v", c, err)
+	}
+	// Another policy that selects every pod and lets everything out:
+	// policies add up, so it would undo ours.
+	open := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow-all"},
+		Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{}}}}
+	if _, err := admin.NetworkingV1().NetworkPolicies(ns).Create(ctx, open, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	offline2 := offline
+	offline2.Name = "smt1-offline2"
+	if _, err := rt.Run(ctx, offline2); err == nil || !strings.Contains(err.Error(), "allow-all") {
+		t.Errorf("a sandbox without network beside a policy that lets everything out: %v", err)
+	}
+	if err := admin.NetworkingV1().NetworkPolicies(ns).Delete(ctx, "allow-all", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Ours changed to let traffic through, by the same runtime that
+	// made it: refused too.
+	np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{}} // everything
+	if _, err := admin.NetworkingV1().NetworkPolicies(ns).Update(ctx, np, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Run(ctx, offline2); err == nil || !strings.Contains(err.Error(), isolatePolicy) {
+		t.Errorf("a sandbox without network under a policy that lets traffic through: %v", err)
 	}
 	// A pod deleted while it starts: said at once, nothing kept.
 	silent := spec
@@ -353,6 +340,13 @@ func TestSizes(t *testing.T) {
 	for _, bad := range []string{"", "x", "-1G", "0"} {
 		if _, err := memoryQuantity(bad); err == nil {
 			t.Errorf("%q read as a size", bad)
+		}
+	}
+	// The workspace claims' size reads as the profiles' disk does.
+	for in, want := range map[string]int64{"512m": 512 << 20, "20g": 20 << 30, "20G": 20 << 30} {
+		rt, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, Options{Namespace: "a", VolumeSize: in})
+		if err != nil || rt.volumeSize.Value() != want {
+			t.Errorf("volume size %q: %v %v, want %d", in, rt, err, want)
 		}
 	}
 }

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/kube"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
+)
+
+// benchKube: the Kubernetes runtime against a real kube-apiserver whose
+// pods run on the kubelet stand-in (podman): a warm command through the
+// sandbox's persistent shell, one stream for all its commands, against one
+// exec stream per command (mcp-sandboxd's way), interleaved; and a pod
+// that went (an eviction) made again by the next command, against the
+// pod's own start from the same stopped sandbox and its first exec.
+func (b *bench) benchKube() error {
+	kube.RouteClientLogs(nil)
+	c, stop, why, err := kubetest.Start()
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		return errors.New("kube: " + why)
+	}
+	defer stop()
+	ctx := b.ctx
+	ns := "bench-" + randHex(3)
+	token, drop, err := c.MakeNamespace(ctx, ns, "deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		return err
+	}
+	defer drop()
+	admin, err := c.AdminClient()
+	if err != nil {
+		return err
+	}
+	_, stopKubelet, err := c.StartKubelet(admin, ns, "bk"+randHex(3))
+	if err != nil {
+		return err
+	}
+	defer stopKubelet()
+	cfg := c.Config(token)
+	rt, err := kube.New(cfg, kube.Options{Namespace: ns, StartTimeout: 2 * time.Minute})
+	if err != nil {
+		return err
+	}
+	m := sandbox.NewManager(rt, sandbox.Config{Prefix: "bench", Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"}})
+	defer m.Close()
+	defer func() { _, _ = m.Destroy(context.Background(), "k") }()
+	run := func(cmd string) (sandbox.ExecResult, error) {
+		var out bytes.Buffer
+		res, err := m.Exec(ctx, "k", shell.Request{Command: cmd, Stdout: &out, Timeout: time.Minute})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("%q: status %d", cmd, res.ExitCode)
+		}
+		return res, err
+	}
+	if _, err := run("true"); err != nil {
+		return err
+	}
+	// One bare exec stream per command, as mcp-sandboxd runs each: the
+	// pod named, no look at the sandbox's record first.
+	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 1 {
+		return fmt.Errorf("kube: the sandbox's pod: %v (%d pods)", err, len(pods.Items))
+	}
+	ctr, podName := m.ContainerFor("k"), pods.Items[0].Name
+	bareExec := func() error {
+		opts := &corev1.PodExecOptions{Command: []string{"true"}, Stdout: true, Stderr: true}
+		url := admin.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(podName).
+			SubResource("exec").VersionedParams(opts, scheme.ParameterCodec).URL()
+		ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url.String())
+		if err != nil {
+			return err
+		}
+		return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard})
+	}
+	rounds := max(b.n/10, 30)
+	var warm, each []time.Duration
+	for range rounds {
+		t0 := time.Now()
+		if _, err := run("true"); err != nil {
+			return err
+		}
+		warm = append(warm, time.Since(t0))
+		t0 = time.Now()
+		if err := bareExec(); err != nil {
+			return fmt.Errorf("one exec: %w", err)
+		}
+		each = append(each, time.Since(t0))
+	}
+	w, e := median(warm), median(each)
+	report("kube: warm exec, one stream (p50)", us(w), "one exec per command "+us(e), float64(e)/float64(w), ">= 50x faster", e >= 50*w)
+
+	// Recovery: the pod goes; the next command makes it again. Against
+	// the pod's own start and first command: stop, then start the same
+	// sandbox and run one command on a stream of its own (as the
+	// children's floor is run -d + exec + rm): a command after a pod's
+	// start cannot cost less than one stream's open.
+	var recover, own, firsts, boots []time.Duration
+	pod := ""
+	for round := range 3 {
+		// The pod's own start, from a stopped sandbox.
+		if err := rt.Stop(ctx, ctr, time.Second); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if err := rt.Start(ctx, ctr); err != nil {
+			return err
+		}
+		own = append(own, time.Since(t0))
+		t1 := time.Now()
+		if err := bareExec(); err != nil {
+			return fmt.Errorf("round %d: the first exec after the start: %w", round, err)
+		}
+		firsts = append(firsts, time.Since(t1))
+		if _, err := run("true"); err != nil {
+			return err
+		}
+		// The pod deleted from under the server.
+		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 {
+			return fmt.Errorf("round %d: the sandbox's pod: %v (%d)", round, err, len(pods.Items))
+		}
+		pod = pods.Items[0].Name
+		// Gracefully, so that the pod object goes once its container has
+		// (a forced deletion leaves the container to the kubelet's next
+		// look).
+		grace := int64(1)
+		if err := admin.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+			return err
+		}
+		for {
+			if _, err := admin.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t0 = time.Now()
+		res, err := run("true")
+		if err != nil {
+			return err
+		}
+		if !res.Boot.Started {
+			return fmt.Errorf("round %d: the command after the pod went did not start it again: %+v", round, res.Boot)
+		}
+		recover = append(recover, time.Since(t0))
+		boots = append(boots, res.Boot.Took)
+	}
+	// The boot is the pod's start and the shell's exec stream.
+	r, o, f := median(recover), median(own), median(firsts)
+	floor := o + f
+	report("kube: pod gone, next command ("+strconv.Itoa(len(recover))+" rounds)", ms(r)+" (boot "+ms(median(boots))+")",
+		"pod's start "+ms(o)+" + 1st exec "+ms(f), float64(r)/float64(floor), "<= 1.2x", r <= floor*12/10)
+	return nil
+}
