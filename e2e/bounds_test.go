@@ -64,7 +64,7 @@ func TestCatDevZeroIsBounded(t *testing.T) {
 
 			r := catZero()
 			if r.data["timed_out"] != true || r.num("stdout_bytes") <= 4<<20 {
-				t.Fatalf("the command should run on past the cap to its timeout: %+v", r.data)
+				t.Fatalf("the command should run on past the cap to its timeout: %+v / %s", r.data, r.text)
 			}
 			if !strings.Contains(r.text, "the full output was cut at 4194304 bytes (one command saves at most 4 MiB)") {
 				t.Fatalf("no cut note: %q", r.text)

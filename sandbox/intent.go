@@ -198,7 +198,9 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 			if sb := m.detach(name); sb != nil {
 				sb.end("removed: " + describeIntent(in))
 			}
-			if err := m.removeHalfClone(ctx, name); err != nil {
+			// The engine's Remove waits out a removal its own cleanup
+			// refuses at first (podman: "device or resource busy").
+			if _, err := m.remove(ctx, name, "", true); err != nil {
 				m.log.Warn("remove the sandbox of an interrupted clone", "sandbox", name, "err", err)
 				r.said = describeIntent(in) + " before its workspace had arrived whole, and its half-made sandbox could not be removed (" + err.Error() + "); destroy it and clone again"
 				break
@@ -231,28 +233,6 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 	}
 	m.log.Info("found an interrupted operation", "sandbox", name, "op", in.Op, "phase", in.Phase, "began", in.Began)
 	return r
-}
-
-// removeHalfClone removes the half-made sandbox of an interrupted clone.
-// A removal the engine refuses at first is tried again a few times: the
-// clone's container may still be in the engine's own cleanup after its
-// server died (podman: "device or resource busy" on its shm mount).
-func (m *Manager) removeHalfClone(ctx context.Context, name string) error {
-	var err error
-	for try := range 5 {
-		if try > 0 {
-			m.log.Info("remove the sandbox of an interrupted clone: trying again", "sandbox", name, "err", err)
-			select {
-			case <-ctx.Done():
-				return errors.Join(err, ctx.Err())
-			case <-time.After(time.Duration(try) * time.Second):
-			}
-		}
-		if _, err = m.remove(ctx, name, "", true); err == nil {
-			return nil
-		}
-	}
-	return err
 }
 
 // putBack moves the container a restore moved aside back in place of the

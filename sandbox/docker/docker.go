@@ -301,13 +301,45 @@ func (d *Dialect) Stop(ctx context.Context, name string, grace time.Duration) er
 
 // Remove implements sandbox.Runtime. A running container is killed at
 // once: sandboxes hold nothing that needs a clean shutdown.
+//
+// podman can refuse a removal for a moment with "device or resource busy"
+// (an unmount of the container's shm or rootfs while its exit's cleanup
+// still holds it); such a refusal is tried again, up to removeTries times
+// with a growing pause, before it is returned.
 func (d *Dialect) Remove(ctx context.Context, name string) error {
 	args := []string{"rm", "--force"}
 	if d.flavor == Podman {
 		args = append(args, "--time", "0")
 	}
-	_, err := d.cli.Output(ctx, nil, append(args, "--", name)...)
+	args = append(args, "--", name)
+	var err error
+	for try := range removeTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return errors.Join(err, ctx.Err())
+			case <-time.After(time.Duration(try) * removePause):
+			}
+		}
+		if _, err = d.cli.Output(ctx, nil, args...); err == nil || !busyUnmount(err) {
+			return err
+		}
+	}
 	return err
+}
+
+// removeTries and removePause bound Remove's retries of a busy unmount:
+// pauses of 1, 2, 3 and 4 times removePause, 5 s in all.
+var (
+	removeTries = 5
+	removePause = 500 * time.Millisecond
+)
+
+// busyUnmount reports an engine's refusal that names a busy device or
+// mount, which the engine's own cleanup of the container ends shortly.
+func busyUnmount(err error) bool {
+	var ee *sandbox.EngineError
+	return errors.As(err, &ee) && strings.Contains(strings.ToLower(ee.Stderr), "device or resource busy")
 }
 
 // Inspect implements sandbox.Runtime.

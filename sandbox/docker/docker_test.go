@@ -1,11 +1,15 @@
 package docker
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 )
@@ -118,5 +122,73 @@ func TestVolumeRemoveArgs(t *testing.T) {
 	}
 	if got, want := strings.Join(VolumeRemoveArgs(Docker, "v"), " "), "volume rm --force -- v"; got != want {
 		t.Errorf("docker: %q, want %q", got, want)
+	}
+}
+
+// fakeEngine writes a CLI that records each call in dir/calls and, for its
+// first fails calls, exits 125 with stderr.
+func fakeEngine(t *testing.T, fails int, stderr string) (bin, calls string) {
+	t.Helper()
+	dir := t.TempDir()
+	bin, calls = filepath.Join(dir, "podman"), filepath.Join(dir, "calls")
+	script := fmt.Sprintf(`#!/bin/sh
+echo "$*" >> %q
+n=$(wc -l < %q)
+if [ "$n" -le %d ]; then echo %q >&2; exit 125; fi
+`, calls, calls, fails, stderr)
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin, calls
+}
+
+func callLines(t *testing.T, calls string) []string {
+	t.Helper()
+	data, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(data)), "\n")
+}
+
+// TestRemoveRetriesABusyUnmount: podman's passing "device or resource
+// busy" is tried again until the removal goes through; any other refusal
+// is returned at once.
+func TestRemoveRetriesABusyUnmount(t *testing.T) {
+	defer func(p time.Duration) { removePause = p }(removePause)
+	removePause = 10 * time.Millisecond
+	busy := `Error: cleaning up container abc: unmounting container abc storage: cleaning up container abc storage: unmounting "/var/lib/containers/storage/overlay/x/merged": device or resource busy`
+
+	bin, calls := fakeEngine(t, 2, busy)
+	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(context.Background(), "smt-a"); err != nil {
+		t.Fatalf("a busy unmount that passes should not fail the removal: %v", err)
+	}
+	lines := callLines(t, calls)
+	if len(lines) != 3 || lines[2] != "rm --force --time 0 -- smt-a" {
+		t.Fatalf("want 3 removals, got %q", lines)
+	}
+
+	bin, calls = fakeEngine(t, 100, busy)
+	err := New(Options{Flavor: Podman, Binary: bin}).Remove(context.Background(), "smt-a")
+	if err == nil || !strings.Contains(err.Error(), "device or resource busy") {
+		t.Fatalf("a busy unmount that stays should be returned: %v", err)
+	}
+	if n := len(callLines(t, calls)); n != removeTries {
+		t.Fatalf("tried %d times, want %d", n, removeTries)
+	}
+
+	bin, calls = fakeEngine(t, 100, "Error: something else entirely")
+	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(context.Background(), "smt-a"); err == nil {
+		t.Fatal("a refusal should be returned")
+	}
+	if n := len(callLines(t, calls)); n != 1 {
+		t.Fatalf("another refusal was tried %d times, want once", n)
+	}
+
+	bin, _ = fakeEngine(t, 100, busy)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(ctx, "smt-a"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled removal should say so: %v", err)
 	}
 }
