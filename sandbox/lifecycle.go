@@ -228,6 +228,9 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	binfo.Took = time.Since(start)
 	binfo.Recovered = joinNotes(info.Recovered, m.takeNote(name))
 	if err != nil {
+		if _, bad := errors.AsType[*ArgError](err); !bad {
+			m.log.Warn("boot failed", "name", name, "took", binfo.Took, "err", err)
+		}
 		return nil, binfo, err
 	}
 	sb.gen = gen
