@@ -250,7 +250,9 @@ while [[ $i -lt ${#go_args[@]} ]]; do
     *) pkgs+=("$a") ;;
   esac
 done
-test_cmd=("$GO" test -race -timeout 84m)
+# -json, turned back into go test's plain output by internal/testreport,
+# which also lists the slowest tests at the end.
+test_cmd=("$GO" test -json -race -timeout 84m)
 if [[ ${#pkgs[@]} -eq 0 ]]; then
   pkgs=(./...)
   test_cmd+=(./...)
@@ -284,12 +286,17 @@ package_times() {
 phase "go test"
 log "${test_cmd[*]}"
 go_out="$(mktemp /tmp/sandbox-mcp-gotest.XXXXXX)"
+report="$(mktemp -d /tmp/sandbox-mcp-testreport.XXXXXX)/testreport"
+"$GO" build -o "$report" ./internal/testreport
+slowest="$report.slowest"
 set +e
-"${test_cmd[@]}" 2>&1 | tee "$go_out"
+"${test_cmd[@]}" 2>&1 | "$report" 2>"$slowest" | tee "$go_out"
 status=${PIPESTATUS[0]}
 set -e
 phase_done
 package_times "$go_out"
+cat "$slowest" >&2
+rm -rf "$(dirname "$report")"
 if [[ "$status" -ne 0 ]]; then
   log "go test failed (status $status); the failed tests:"
   grep -E '^(\s*--- FAIL|FAIL|panic:)' "$go_out" >&2 || true
