@@ -3,7 +3,8 @@
 // of the tests that failed, as soon as they fail. Tests that were still
 // running when their package failed (a timeout, a panic) have their output
 // printed with the package's result. At the end it writes the slowest
-// top-level tests to stderr, so a run that grows slower says where.
+// tests and first-level subtests to stderr, so a run that grows slower
+// says where.
 //
 // Lines that are not JSON events (go's own messages) pass through as they
 // are.
@@ -31,7 +32,7 @@ type event struct {
 	Output  string
 }
 
-// timing is a finished top-level test's run time.
+// timing is a finished test's run time.
 type timing struct {
 	pkg, test string
 	secs      float64
@@ -114,7 +115,9 @@ func (r *report) handle(raw []byte) {
 		} else {
 			delete(p.tests, e.Test)
 		}
-		if !strings.Contains(e.Test, "/") && e.Action != "skip" {
+		// A parent's time leaves out its parallel subtests (one per
+		// engine, say), so those are listed too.
+		if strings.Count(e.Test, "/") <= 1 && e.Action != "skip" {
 			r.timings = append(r.timings, timing{e.Package, e.Test, e.Elapsed, e.Action == "fail"})
 		}
 	case e.Action == "pass" || e.Action == "fail" || e.Action == "skip":
@@ -141,7 +144,7 @@ func (r *report) finish(name string) {
 	}
 }
 
-// slowest writes the n slowest top-level tests.
+// slowest writes the n slowest tests.
 func (r *report) slowest(w io.Writer, n int) {
 	ts := slices.Clone(r.timings)
 	slices.SortStableFunc(ts, func(a, b timing) int { return cmp.Compare(b.secs, a.secs) })

@@ -44,8 +44,9 @@ func TestReportPrintsWhatPlainGoTestDoes(t *testing.T) {
 	if out.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
 	}
-	r.slowest(&slow, 1)
-	if got := slow.String(); !strings.Contains(got, "2.5 s  ok   p.TestOK") || strings.Contains(got, "TestBad") {
-		t.Fatalf("the slowest test should be TestOK alone: %q", got)
+	r.slowest(&slow, 2)
+	got := slow.String()
+	if !strings.Contains(got, "2.5 s  ok   p.TestOK\n") || !strings.Contains(got, "0.1 s  FAIL p.TestBad/sub\n") {
+		t.Fatalf("the slowest tests should be TestOK, then TestBad/sub: %q", got)
 	}
 }
