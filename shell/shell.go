@@ -180,6 +180,7 @@ type Shell struct {
 
 	exited   chan struct{} // closed when the process has been waited for
 	exitCode int
+	waitErr  error // what waiting for the process returned; read once exited is closed
 
 	mu   sync.Mutex
 	dead bool
@@ -220,7 +221,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 		cancel: cancel, exited: make(chan struct{}), exitCode: -1,
 	}
 	go func() {
-		_ = cmd.Wait()
+		s.waitErr = cmd.Wait()
 		s.exitCode = cmd.ExitCode()
 		close(s.exited)
 	}()
@@ -242,7 +243,18 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init, opts.Outputs)}, marker, "", true, &pidText, &stderrText)
 	err = ex.err
 	if err == nil && ex.lost {
-		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, strings.TrimSpace(stderrText.String()))
+		why := strings.TrimSpace(stderrText.String())
+		select {
+		case <-s.exited:
+			// A shell whose engine exec failed to start says nothing on
+			// stderr; the exec's own error says why (a node that cannot
+			// be reached, say).
+			if why == "" && s.waitErr != nil {
+				why = s.waitErr.Error()
+			}
+		default:
+		}
+		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, why)
 	}
 	if err != nil {
 		s.abandon()

@@ -3,6 +3,7 @@ package kubetest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,7 +57,12 @@ type Kubelet struct {
 	ns     string
 	podman string
 	prefix string
-	srv    *httptest.Server
+	mux    http.Handler
+	tls    *tls.Config
+
+	srvMu sync.Mutex
+	srv   *httptest.Server // the streaming server, made again by Restart
+	conns *trackedListener // its listener, which knows its connections
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by pod name
@@ -88,16 +94,20 @@ func (c *Cluster) StartKubelet(cs kubernetes.Interface, ns, prefix string) (k *K
 	mux.HandleFunc("/exec/{ns}/{pod}/{container}", k.serveExec)
 	mux.HandleFunc("/exec/{ns}/{pod}/{uid}/{container}", k.serveExec)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
-	k.srv = httptest.NewUnstartedServer(mux)
-	k.srv.TLS = tlsConf
-	k.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	k.srv.StartTLS()
-	port := k.srv.Listener.Addr().(*net.TCPAddr).Port
+	k.mux, k.tls = mux, tlsConf
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	k.serve(l)
+	port := l.Addr().(*net.TCPAddr).Port
 
 	ctx, cancel := context.WithCancel(context.Background())
 	stop = func() {
 		cancel()
+		k.srvMu.Lock()
 		k.srv.Close()
+		k.srvMu.Unlock()
 		k.removeAll()
 		dctx, dcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer dcancel()
@@ -111,6 +121,78 @@ func (c *Cluster) StartKubelet(cs kubernetes.Interface, ns, prefix string) (k *K
 	go k.watchPods(ctx)
 	go k.watchClaims(ctx)
 	return k, stop, nil
+}
+
+// serve starts the streaming server on l.
+func (k *Kubelet) serve(l net.Listener) {
+	srv := httptest.NewUnstartedServer(k.mux)
+	srv.Listener.Close()
+	tl := &trackedListener{Listener: l, conns: map[net.Conn]bool{}}
+	srv.Listener = tl
+	srv.TLS = k.tls
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	k.srvMu.Lock()
+	k.srv, k.conns = srv, tl
+	k.srvMu.Unlock()
+}
+
+// Restart stops serving streams for down, as a kubelet that restarts
+// does, and serves them again on the same port. The streams under way
+// are cut (their commands end with them, as a kubelet's streaming
+// server's do); the pods' containers go on running. Meanwhile the port
+// refuses connections, so the apiserver cannot reach the node.
+func (k *Kubelet) Restart(down time.Duration) error {
+	k.srvMu.Lock()
+	old, conns := k.srv, k.conns
+	k.srvMu.Unlock()
+	addr := old.Listener.Addr().String()
+	old.Close()
+	// The streams' connections were hijacked, which the server forgets.
+	conns.closeAll()
+	time.Sleep(down)
+	var l net.Listener
+	var err error
+	// The port was ours a moment ago; nothing else on the loopback takes
+	// it in practice, but a socket in TIME_WAIT can hold it briefly.
+	for try := 0; try < 50; try++ {
+		if l, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("kubelet stand-in: listen again on %s: %w", addr, err)
+	}
+	k.serve(l)
+	return nil
+}
+
+// trackedListener keeps the connections it accepted, hijacked or not, so
+// that all of them can be cut.
+type trackedListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+}
+
+func (l *trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.mu.Lock()
+		l.conns[c] = true
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+func (l *trackedListener) closeAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		_ = c.Close()
+	}
+	clear(l.conns)
 }
 
 // register makes the Node, ready, at 127.0.0.1:port.

@@ -237,8 +237,23 @@ func (r *Runtime) execFailure(name string, err error) error {
 	case ierr == nil && !c.Running():
 		return fmt.Errorf("kubernetes: exec in %s: %w", name, sandbox.ErrNotRunning)
 	}
+	err = scrubbed{err}
+	if msg := err.Error(); strings.Contains(msg, "error dialing backend") || strings.Contains(msg, "error sending request") {
+		return fmt.Errorf("kubernetes: exec in %s: the apiserver could not reach the pod's node (a kubelet restarting, say); the pod is kept, call again: %w", name, err)
+	}
 	return fmt.Errorf("kubernetes: exec in %s: %w", name, err)
 }
+
+// quotedQuery is the query of a quoted URL in an error's text: an exec's
+// carries the whole command line, which says nothing of the failure.
+var quotedQuery = regexp.MustCompile(`("https?://[^"?]*)\?[^"]*"`)
+
+// scrubbed is an error whose text leaves out the queries of the URLs in
+// it; it unwraps to the error as it was.
+type scrubbed struct{ err error }
+
+func (e scrubbed) Error() string { return quotedQuery.ReplaceAllString(e.err.Error(), `$1"`) }
+func (e scrubbed) Unwrap() error { return e.err }
 
 // own returns what the stream reads: a copy of an *os.File, or r as it is.
 func (s *stream) own(r io.Reader) (io.Reader, error) {

@@ -3,6 +3,7 @@ package kube
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,71 @@ func TestShellOutlivesAnApiserverRestart(t *testing.T) {
 		if res, err := m.Exec(ctx, "default", shell.Request{Command: "cat /tmp/mark", Stdout: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 || out.String() != "kept\n" {
 			t.Fatalf("a warm command after: %v %+v %q", err, res, out.String())
 		}
+	}
+}
+
+// TestShellOutlivesAKubeletRestart: a kubelet that restarts cuts the
+// shell's exec stream but leaves the pod running. The next command gets a
+// new stream in the same pod, with its files; a command sent while the
+// kubelet is down does not make the pod again either, and the sandbox
+// serves once the kubelet is back.
+func TestShellOutlivesAKubeletRestart(t *testing.T) {
+	ns, admin, kl, rt := onStandIn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"}})
+	defer m.Close()
+	defer func() { _, _ = m.Destroy(context.Background(), "default") }()
+	podUID := func() string {
+		t.Helper()
+		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil || len(pods.Items) != 1 {
+			t.Fatalf("want the sandbox's one pod: %v %d", err, len(pods.Items))
+		}
+		return string(pods.Items[0].UID)
+	}
+	run := func(cmd string) (sandbox.ExecResult, string, error) {
+		var out bytes.Buffer
+		res, err := m.Exec(ctx, "default", shell.Request{Command: cmd, Stdout: &out, Timeout: time.Minute})
+		return res, out.String(), err
+	}
+	if res, _, err := run("echo kept >/tmp/mark"); err != nil || res.ExitCode != 0 {
+		t.Fatalf("first command: %v %+v", err, res)
+	}
+	uid := podUID()
+
+	streams := kl.Execs.Load()
+	if err := kl.Restart(0); err != nil {
+		t.Fatal(err)
+	}
+	res, out, err := run("cat /tmp/mark")
+	if err != nil || res.ExitCode != 0 || out != "kept\n" || res.Boot.Started || res.Boot.Created {
+		t.Fatalf("the command after the kubelet's restart: %v %+v %q", err, res, out)
+	}
+	if kl.Execs.Load() == streams {
+		t.Fatal("no new exec stream after the kubelet's restart: the old shell's was not cut")
+	}
+
+	// Down for a while, with a command sent meanwhile.
+	restarted := make(chan error, 1)
+	go func() { restarted <- kl.Restart(3 * time.Second) }()
+	time.Sleep(500 * time.Millisecond)
+	// Refused at once, and saying why, without the command line the
+	// exec's URL carries.
+	if _, _, err := run("cat /tmp/mark"); err == nil {
+		t.Log("the command ran: the kubelet was back already")
+	} else if msg := err.Error(); !strings.Contains(msg, "could not reach the pod's node") || strings.Contains(msg, "command=") {
+		t.Fatalf("a command while the kubelet was down should say the node could not be reached: %v", err)
+	}
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if res, out, err := run("cat /tmp/mark"); err != nil || res.ExitCode != 0 || out != "kept\n" || res.Boot.Created {
+			t.Fatalf("a command once the kubelet is back: %v %+v %q", err, res, out)
+		}
+	}
+	if got := podUID(); got != uid {
+		t.Fatalf("the pod was made again (uid %s, then %s): a kubelet's restart leaves it running", uid, got)
 	}
 }
