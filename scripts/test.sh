@@ -251,8 +251,17 @@ while [[ $i -lt ${#go_args[@]} ]]; do
   esac
 done
 # -json, turned back into go test's plain output by internal/testreport,
-# which also lists the slowest tests at the end.
-test_cmd=("$GO" test -json -race -timeout 84m)
+# which also lists the slowest tests at the end; not when the caller asks
+# for verbose, JSON, benchmark or list output, which go test then prints
+# as asked.
+report_json=1
+for a in "${go_args[@]}"; do
+  case "$a" in
+    -v|-v=*|--v|-test.v*|-json|--json|-bench*|--bench*|-test.bench*|-list*|--list*|-test.list*) report_json=0 ;;
+  esac
+done
+test_cmd=("$GO" test -race -timeout 84m)
+if [[ "$report_json" -eq 1 ]]; then test_cmd+=(-json); fi
 if [[ ${#pkgs[@]} -eq 0 ]]; then
   pkgs=(./...)
   test_cmd+=(./...)
@@ -286,17 +295,28 @@ package_times() {
 phase "go test"
 log "${test_cmd[*]}"
 go_out="$(mktemp /tmp/sandbox-mcp-gotest.XXXXXX)"
-report="$(mktemp -d /tmp/sandbox-mcp-testreport.XXXXXX)/testreport"
-"$GO" build -o "$report" ./internal/testreport
-slowest="$report.slowest"
+report_dir="$(mktemp -d /tmp/sandbox-mcp-testreport.XXXXXX)"
+report=(cat)
+if [[ "$report_json" -eq 1 ]]; then
+  if "$GO" build -o "$report_dir/testreport" ./internal/testreport; then
+    report=("$report_dir/testreport")
+  else
+    log "could not build internal/testreport: go test's output is its JSON"
+  fi
+fi
 set +e
-"${test_cmd[@]}" 2>&1 | "$report" 2>"$slowest" | tee "$go_out"
-status=${PIPESTATUS[0]}
+"${test_cmd[@]}" 2>&1 | "${report[@]}" 2>"$report_dir/slowest" | tee "$go_out"
+statuses=("${PIPESTATUS[@]}")
 set -e
+status=${statuses[0]}
 phase_done
+if [[ "${statuses[1]}" -ne 0 ]]; then
+  log "internal/testreport failed (status ${statuses[1]}); what it wrote to stderr:"
+  [[ "$status" -eq 0 ]] && status=1
+fi
 package_times "$go_out"
-cat "$slowest" >&2
-rm -rf "$(dirname "$report")"
+cat "$report_dir/slowest" >&2
+rm -rf "$report_dir"
 if [[ "$status" -ne 0 ]]; then
   log "go test failed (status $status); the failed tests:"
   grep -E '^(\s*--- FAIL|FAIL|panic:)' "$go_out" >&2 || true

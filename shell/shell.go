@@ -243,9 +243,10 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init, opts.Outputs)}, marker, "", true, &pidText, &stderrText)
 	err = ex.err
 	if err == nil && ex.lost {
-		why := strings.TrimSpace(stderrText.String())
+		why, code := strings.TrimSpace(stderrText.String()), -1
 		select {
 		case <-s.exited:
+			code = s.exitCode
 			// A shell whose engine exec failed to start says nothing on
 			// stderr; the exec's own error says why (a node that cannot
 			// be reached, say).
@@ -254,7 +255,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 			}
 		default:
 		}
-		err = fmt.Errorf("shell exited at start (status %d): %s", s.exitCode, why)
+		err = fmt.Errorf("shell exited at start (status %d): %s", code, why)
 	}
 	if err != nil {
 		s.abandon()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -139,17 +140,18 @@ func (k *Kubelet) serve(l net.Listener) {
 
 // Restart stops serving streams for down, as a kubelet that restarts
 // does, and serves them again on the same port. The streams under way
-// are cut (their commands end with them, as a kubelet's streaming
-// server's do); the pods' containers go on running. Meanwhile the port
+// are cut (the stand-in's podman exec ends with its stream, and a shell
+// whose input closes exits); the pods' containers go on running. Meanwhile the port
 // refuses connections, so the apiserver cannot reach the node.
 func (k *Kubelet) Restart(down time.Duration) error {
 	k.srvMu.Lock()
 	old, conns := k.srv, k.conns
 	k.srvMu.Unlock()
 	addr := old.Listener.Addr().String()
-	old.Close()
-	// The streams' connections were hijacked, which the server forgets.
+	// The streams' connections were hijacked, which the server forgets,
+	// and Close would wait for the requests under way.
 	conns.closeAll()
+	old.Close()
 	time.Sleep(down)
 	var l net.Listener
 	var err error
@@ -178,21 +180,36 @@ type trackedListener struct {
 
 func (l *trackedListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err == nil {
-		l.mu.Lock()
-		l.conns[c] = true
-		l.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	tc := &trackedConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[tc] = true
+	l.mu.Unlock()
+	return tc, nil
+}
+
+// trackedConn leaves its listener's set when it is closed.
+type trackedConn struct {
+	net.Conn
+	l *trackedListener
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }
 
 func (l *trackedListener) closeAll() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for c := range l.conns {
+	conns := slices.Collect(maps.Keys(l.conns))
+	l.mu.Unlock()
+	for _, c := range conns {
 		_ = c.Close()
 	}
-	clear(l.conns)
 }
 
 // register makes the Node, ready, at 127.0.0.1:port.

@@ -1,10 +1,10 @@
 // Command testreport reads `go test -json` on stdin and writes what a plain
-// `go test` run prints: each package's result line, and the whole output
-// of the tests that failed, as soon as they fail. Tests that were still
-// running when their package failed (a timeout, a panic) have their output
-// printed with the package's result. At the end it writes the slowest
-// tests and first-level subtests to stderr, so a run that grows slower
-// says where.
+// `go test` run of several packages prints: a passing package's result
+// line, and for a failing one the whole output of its failed tests (each
+// test's as one block), of the tests a timeout or a panic cut short, and
+// its own, when the package ends. At the end it writes the slowest tests
+// and first-level subtests to stderr, so a run that grows slower says
+// where.
 //
 // Lines that are not JSON events (go's own messages) pass through as they
 // are.
@@ -48,9 +48,8 @@ type line struct {
 // pkgState is what a running package printed that is not yet decided:
 // the output of its tests still running or failed, and its own.
 type pkgState struct {
-	tests  map[string][]line // running or failed test → its output
-	failed map[string]bool
-	own    []line // the package's own output (TestMain's, its result line)
+	tests map[string][]line // running or failed test → its output
+	own   []line            // the package's own output (TestMain's, its result line)
 }
 
 // report turns events into go test's plain output. Like go test, it
@@ -81,7 +80,7 @@ func noise(text string) bool {
 func (r *report) pkg(name string) *pkgState {
 	p := r.pkgs[name]
 	if p == nil {
-		p = &pkgState{tests: map[string][]line{}, failed: map[string]bool{}}
+		p = &pkgState{tests: map[string][]line{}}
 		r.pkgs[name] = p
 	}
 	return p
@@ -109,11 +108,8 @@ func (r *report) handle(raw []byte) {
 			p.tests[e.Test] = append(p.tests[e.Test], line{r.seq, e.Output})
 		}
 	case e.Test != "" && (e.Action == "pass" || e.Action == "fail" || e.Action == "skip"):
-		p := r.pkg(e.Package)
-		if e.Action == "fail" {
-			p.failed[e.Test] = true
-		} else {
-			delete(p.tests, e.Test)
+		if e.Action != "fail" {
+			delete(r.pkg(e.Package).tests, e.Test)
 		}
 		// A parent's time leaves out its parallel subtests (one per
 		// engine, say), so those are listed too.
@@ -121,26 +117,43 @@ func (r *report) handle(raw []byte) {
 			r.timings = append(r.timings, timing{e.Package, e.Test, e.Elapsed, e.Action == "fail"})
 		}
 	case e.Action == "pass" || e.Action == "fail" || e.Action == "skip":
-		r.finish(e.Package)
+		r.finish(e.Package, e.Action == "fail")
 	}
 }
 
-// finish prints what a package that ended left to print: its failed
-// tests' output, what its unfinished tests printed (a timeout's or a
-// panic's victims) and its own lines, in the order they came.
-func (r *report) finish(name string) {
+// finish prints what a package that ended left to print. A failed
+// package's failed tests and the tests it cut short (a timeout's or a
+// panic's victims) print their output, each as one block at the place of
+// its first line, among the package's own lines; a package that passed
+// prints only its result line, as go test does.
+func (r *report) finish(name string, failed bool) {
 	p := r.pkgs[name]
 	if p == nil {
 		return
 	}
 	delete(r.pkgs, name)
-	all := slices.Clone(p.own)
-	for _, ls := range p.tests {
-		all = append(all, ls...)
+	if !failed {
+		for _, l := range p.own {
+			if strings.HasPrefix(l.text, "ok ") || strings.HasPrefix(l.text, "? ") {
+				_, _ = io.WriteString(r.out, l.text)
+			}
+		}
+		return
 	}
-	slices.SortFunc(all, func(a, b line) int { return cmp.Compare(a.seq, b.seq) })
-	for _, l := range all {
-		_, _ = io.WriteString(r.out, l.text)
+	blocks := make([][]line, 0, len(p.tests)+len(p.own))
+	for _, l := range p.own {
+		blocks = append(blocks, []line{l})
+	}
+	for _, ls := range p.tests {
+		if len(ls) > 0 {
+			blocks = append(blocks, ls)
+		}
+	}
+	slices.SortFunc(blocks, func(a, b []line) int { return cmp.Compare(a[0].seq, b[0].seq) })
+	for _, b := range blocks {
+		for _, l := range b {
+			_, _ = io.WriteString(r.out, l.text)
+		}
 	}
 }
 
@@ -177,7 +190,7 @@ func main() {
 		}
 	}
 	for name := range r.pkgs { // a stream cut short
-		r.finish(name)
+		r.finish(name, true)
 	}
 	if *top > 0 {
 		r.slowest(os.Stderr, *top)

@@ -321,7 +321,11 @@ func (d *Dialect) Remove(ctx context.Context, name string) error {
 			case <-time.After(time.Duration(try) * removePause):
 			}
 		}
-		if _, err = d.cli.Output(ctx, nil, args...); err == nil || !busyUnmount(err) {
+		_, err = d.cli.Output(ctx, nil, args...)
+		if try > 0 && errors.Is(err, sandbox.ErrNotFound) {
+			return nil // the refused try removed it after all
+		}
+		if err == nil || !busyUnmount(err) {
 			return err
 		}
 	}

@@ -185,6 +185,21 @@ func TestRemoveRetriesABusyUnmount(t *testing.T) {
 		t.Fatalf("another refusal was tried %d times, want once", n)
 	}
 
+	// A refused try that removed the container after all: the next
+	// finds none, and the removal is done.
+	dir := t.TempDir()
+	bin = filepath.Join(dir, "podman")
+	script := fmt.Sprintf("#!/bin/sh\nif [ -e %[1]q ]; then echo 'Error: no container with name or ID \"smt-a\" found: no such container' >&2; exit 1; fi\n: > %[1]q\necho %[2]q >&2\nexit 125\n", filepath.Join(dir, "gone"), busy)
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(context.Background(), "smt-a"); err != nil {
+		t.Fatalf("a container gone after a refused try is removed: %v", err)
+	}
+	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(context.Background(), "smt-a"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Fatalf("a container that was never there is not found: %v", err)
+	}
+
 	bin, _ = fakeEngine(t, 100, busy)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -238,8 +238,14 @@ func (r *Runtime) execFailure(name string, err error) error {
 		return fmt.Errorf("kubernetes: exec in %s: %w", name, sandbox.ErrNotRunning)
 	}
 	err = scrubbed{err}
-	if msg := err.Error(); strings.Contains(msg, "error dialing backend") || strings.Contains(msg, "error sending request") {
+	msg := err.Error()
+	switch {
+	case ierr == nil && (strings.Contains(msg, "error dialing backend") || strings.Contains(msg, "error sending request")):
+		// The apiserver answered the inspect and the pod runs: what it
+		// could not reach is the pod's node.
 		return fmt.Errorf("kubernetes: exec in %s: the apiserver could not reach the pod's node (a kubelet restarting, say); the pod is kept, call again: %w", name, err)
+	case ierr != nil:
+		return fmt.Errorf("kubernetes: exec in %s: the apiserver did not answer (%v); call again: %w", name, ierr, err)
 	}
 	return fmt.Errorf("kubernetes: exec in %s: %w", name, err)
 }
