@@ -413,6 +413,18 @@ func rawUpstream(t *testing.T, answer func(c net.Conn, req *http.Request)) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveEach(t, ln, func(c net.Conn) {
+		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			answer(c, req)
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// serveEach hands each connection ln accepts to serve, on a goroutine of
+// its own, and closes the connection when serve returns; ln is closed
+// with the test.
+func serveEach(t *testing.T, ln net.Listener, serve func(c net.Conn)) {
 	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -422,15 +434,10 @@ func rawUpstream(t *testing.T, answer func(c net.Conn, req *http.Request)) int {
 			}
 			go func() {
 				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				answer(c, req)
+				serve(c)
 			}()
 		}
 	}()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func TestBulkyAnswers(t *testing.T) {

@@ -13,19 +13,11 @@ import (
 	"testing"
 )
 
-// interceptFixture is a proxy handler that resolves each of hosts to
-// 127.0.0.1 and allows it, holds one secret (of value) for them,
-// intercepts every connection with a CA of its own, and trusts roots
-// upstream. It returns the handler, a pool that trusts its CA, and the
-// secret.
-func interceptFixture(t *testing.T, roots *x509.CertPool, value string, hosts ...string) (Handler, *x509.CertPool, Secret) {
+// secretHandler is a proxy handler that resolves each of hosts to
+// 127.0.0.1 and allows it, and holds one secret (TOKEN, of value) for
+// them. It returns the handler and the secret.
+func secretHandler(t *testing.T, value string, hosts ...string) (Handler, Secret) {
 	t.Helper()
-	ca, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPool := x509.NewCertPool()
-	caPool.AppendCertsFromPEM(ca.CertPEM())
 	rules, err := ParseSecretHosts(hosts)
 	if err != nil {
 		t.Fatal(err)
@@ -38,12 +30,26 @@ func interceptFixture(t *testing.T, roots *x509.CertPool, value string, hosts ..
 	res := &fakeResolver{names: names}
 	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, slices.Concat(hosts, []string{"127.0.0.0/8"})...)}
 	return Handler{
-		Decide:        func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
-		Secrets:       func() []Secret { return []Secret{sec} },
-		Intercept:     func(string, int) bool { return true },
-		CA:            ca,
-		UpstreamRoots: roots,
-	}, caPool, sec
+		Decide:  func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
+		Secrets: func() []Secret { return []Secret{sec} },
+	}, sec
+}
+
+// interceptFixture is secretHandler's handler that also intercepts every
+// connection with a CA of its own, and trusts roots upstream. It returns
+// the handler, a pool that trusts its CA, and the secret.
+func interceptFixture(t *testing.T, roots *x509.CertPool, value string, hosts ...string) (Handler, *x509.CertPool, Secret) {
+	t.Helper()
+	ca, err := LoadOrCreateCA(filepath.Join(t.TempDir(), "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPool := x509.NewCertPool()
+	caPool.AppendCertsFromPEM(ca.CertPEM())
+	h, sec := secretHandler(t, value, hosts...)
+	h.Intercept = func(string, int) bool { return true }
+	h.CA, h.UpstreamRoots = ca, roots
+	return h, caPool, sec
 }
 
 // connectTLS opens a CONNECT to example.com:port through the proxy that

@@ -203,15 +203,10 @@ func TestInterceptedHTTP2(t *testing.T) {
 			h := base
 			h.UpstreamRoots = c.roots
 			open := proxyFixture(t, h)
-			cc := h2Client(t, open, port, caPool)
-			req, _ := http.NewRequest("GET", "https://example.com/", nil)
-			req.Header.Set("Authorization", "Bearer "+sec.Placeholder)
-			resp, err := cc.RoundTrip(req)
+			resp, b, err := sendWithSecret(h2Client(t, open, port, caPool), sec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
 			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), c.want) || strings.Contains(string(b), sec.Value) {
 				t.Fatalf("want a 502 saying %q: %d %q", c.want, resp.StatusCode, b)
 			}

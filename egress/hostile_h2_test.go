@@ -36,39 +36,49 @@ func rawTLSUpstream(t *testing.T, protos []string, serve func(c *tls.Conn)) (uin
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				tc := c.(*tls.Conn)
-				if tc.Handshake() != nil {
-					return
-				}
-				serve(tc)
-			}()
+	serveEach(t, ln, func(c net.Conn) {
+		if tc := c.(*tls.Conn); tc.Handshake() == nil {
+			serve(tc)
 		}
-	}()
+	})
 	return netip.MustParseAddrPort(ln.Addr().String()).Port(), roots
 }
 
-func getWithSecret(t *testing.T, cc *http2.ClientConn, sec Secret) (int, string, error) {
+// sendWithSecret sends GET https://example.com/ over cc with sec's
+// placeholder as its bearer token, and reads the whole answer.
+func sendWithSecret(cc *http2.ClientConn, sec Secret) (*http.Response, []byte, error) {
 	req, _ := http.NewRequest("GET", "https://example.com/", nil)
 	req.Header.Set("Authorization", "Bearer "+sec.Placeholder)
 	resp, err := cc.RoundTrip(req)
 	if err != nil {
-		return 0, "", err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
+	return resp, b, nil
+}
+
+// getWithSecret is sendWithSecret's status, and its headers, trailers and
+// body as one text.
+func getWithSecret(t *testing.T, cc *http2.ClientConn, sec Secret) (int, string, error) {
+	resp, b, err := sendWithSecret(cc, sec)
+	if err != nil {
+		return 0, "", err
+	}
 	var all strings.Builder
 	resp.Header.Write(&all)
 	resp.Trailer.Write(&all)
 	return resp.StatusCode, all.String() + string(b), nil
+}
+
+// statusLineIsAuth is an HTTP/1.1 upstream whose answer's first line is
+// the Authorization it got, which a transport's error then quotes.
+func statusLineIsAuth(c *tls.Conn) {
+	req, err := http.ReadRequest(bufio.NewReader(c))
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(c, "%s\r\n\r\n", req.Header.Get("Authorization"))
 }
 
 // A hostile (or reflecting) HTTP/2 upstream answers with a GOAWAY whose
@@ -114,13 +124,7 @@ func TestHostileGoAwayDebugStaysOut(t *testing.T) {
 // the transport's "malformed HTTP status code" error quotes it, and the
 // 502 the sandbox gets must not.
 func TestHostileStatusLineStaysOutOverHTTP2(t *testing.T) {
-	port, roots := rawTLSUpstream(t, []string{"http/1.1"}, func(c *tls.Conn) {
-		req, err := http.ReadRequest(bufio.NewReader(c))
-		if err != nil {
-			return
-		}
-		fmt.Fprintf(c, "%s\r\n\r\n", req.Header.Get("Authorization"))
-	})
+	port, roots := rawTLSUpstream(t, []string{"http/1.1"}, statusLineIsAuth)
 	h, caPool, sec := interceptFixture(t, roots, "hx-s3cr3t-abcdefghijkl", "example.com")
 	cc := h2Client(t, proxyFixture(t, h), port, caPool)
 	status, all, err := getWithSecret(t, cc, sec)
@@ -131,13 +135,7 @@ func TestHostileStatusLineStaysOutOverHTTP2(t *testing.T) {
 
 // The same on the HTTP/1.1 intercepted path (readFinal's error).
 func TestHostileStatusLineStaysOut(t *testing.T) {
-	port, roots := rawTLSUpstream(t, []string{"http/1.1"}, func(c *tls.Conn) {
-		req, err := http.ReadRequest(bufio.NewReader(c))
-		if err != nil {
-			return
-		}
-		fmt.Fprintf(c, "%s\r\n\r\n", req.Header.Get("Authorization"))
-	})
+	port, roots := rawTLSUpstream(t, []string{"http/1.1"}, statusLineIsAuth)
 	h, caPool, sec := interceptFixture(t, roots, "hx-s3cr3t-abcdefghijkl", "example.com")
 	tc := connectTLS(t, proxyFixture(t, h), port, caPool, "http/1.1")
 	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: example.com\r\nAuthorization: Bearer %s\r\n\r\n", sec.Placeholder)
@@ -197,15 +195,10 @@ func TestHostileSecondContentEncoding(t *testing.T) {
 	roots.AddCert(up.Certificate())
 	port := netip.MustParseAddrPort(up.Listener.Addr().String()).Port()
 	h, caPool, sec := interceptFixture(t, roots, "hx-s3cr3t-abcdefghijkl", "example.com")
-	cc := h2Client(t, proxyFixture(t, h), port, caPool)
-	req, _ := http.NewRequest("GET", "https://example.com/", nil)
-	req.Header.Set("Authorization", "Bearer "+sec.Placeholder)
-	resp, err := cc.RoundTrip(req)
+	resp, b, err := sendWithSecret(h2Client(t, proxyFixture(t, h), port, caPool), sec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("an answer gzipped behind an identity field: %d %v", resp.StatusCode, resp.Header)
 	}

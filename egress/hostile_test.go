@@ -34,28 +34,12 @@ func tcpProxy(t *testing.T, h Handler) string {
 	return ln.Addr().String()
 }
 
-func secretHandler(t *testing.T, hosts ...string) (Handler, Secret) {
-	t.Helper()
-	names := map[string][]string{}
-	for _, h := range hosts {
-		names[h] = []string{"127.0.0.1"}
-	}
-	res := &fakeResolver{names: names}
-	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, append(hosts, "127.0.0.0/8")...)}
-	rules, _ := ParseSecretHosts(hosts)
-	sec := Secret{Name: "TOKEN", Placeholder: NewPlaceholder("TOKEN"), Value: "ir-s3cr3t-0123456789abcdef", Hosts: rules}
-	return Handler{
-		Decide:  func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
-		Secrets: func() []Secret { return []Secret{sec} },
-	}, sec
-}
-
 // An upstream may send interim answers (100 Continue, 103 Early Hints)
 // before its final one; readFinal writes them to the sandbox as they
 // came, before (and without) scrubResponse. An upstream that reflects the
 // request's Authorization in one puts the secret's value in the sandbox.
 func TestInterimAnswerCarriesSecretIntoSandbox(t *testing.T) {
-	h, sec := secretHandler(t, "api.test")
+	h, sec := secretHandler(t, "ir-s3cr3t-0123456789abcdef", "api.test")
 	port := rawUpstream(t, func(c net.Conn, req *http.Request) {
 		fmt.Fprintf(c, "HTTP/1.1 103 Early Hints\r\nLink: <%s>; rel=preload\r\n\r\n", req.Header.Get("Authorization"))
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
@@ -76,7 +60,7 @@ func TestInterimAnswerCarriesSecretIntoSandbox(t *testing.T) {
 // Through an upgraded connection, a client's half-close reaches the
 // upstream and the upstream's answer to it still reaches the client.
 func TestUpgradeHalfClose(t *testing.T) {
-	h, _ := secretHandler(t, "api.test")
+	h, _ := secretHandler(t, "ir-s3cr3t-0123456789abcdef", "api.test")
 	port := rawUpstream(t, func(c net.Conn, req *http.Request) {
 		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n")
 		b, _ := io.ReadAll(c) // to the client's half-close
@@ -106,7 +90,7 @@ func TestUpgradeHalfClose(t *testing.T) {
 // header before the swap: the upgrade goes through without it, and the
 // upstream never sees the value.
 func TestUpgradeSecretInConnectionNamedHeader(t *testing.T) {
-	h, sec := secretHandler(t, "api.test")
+	h, sec := secretHandler(t, "ir-s3cr3t-0123456789abcdef", "api.test")
 	seen := make(chan string, 1)
 	port := rawUpstream(t, func(c net.Conn, req *http.Request) {
 		var b strings.Builder

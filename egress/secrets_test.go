@@ -236,14 +236,7 @@ func TestReflectedSecretsStayOut(t *testing.T) {
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain")
 		}
 	})
-	res := &fakeResolver{names: map[string][]string{"echo.test": {"127.0.0.1"}}}
-	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "echo.test", "127.0.0.0/8")}
-	rules, _ := ParseSecretHosts([]string{"echo.test"})
-	sec := Secret{Name: "TOK", Placeholder: NewPlaceholder("TOK"), Value: value, Hosts: rules}
-	h := Handler{
-		Decide:  func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
-		Secrets: func() []Secret { return []Secret{sec} },
-	}
+	h, sec := secretHandler(t, value, "echo.test")
 	open := proxyFixture(t, h)
 	get := func(path, extra string) string {
 		c := open()

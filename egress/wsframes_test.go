@@ -3,7 +3,6 @@ package egress
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/x509"
 	"encoding/binary"
 	"fmt"
@@ -311,14 +310,7 @@ func TestWebSocketRefusalQuotesNothing(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
-	res := &fakeResolver{names: map[string][]string{"api.test": {"127.0.0.1"}}}
-	chain := []Policy{mustPolicy(t, ModeAllowlist, nil, "api.test", "127.0.0.0/8")}
-	rules, _ := ParseSecretHosts([]string{"api.test"})
-	sec := Secret{Name: "TOKEN", Placeholder: NewPlaceholder("TOKEN"), Value: v, Hosts: rules}
-	h := Handler{
-		Decide:  func(ctx context.Context, host string, port int) Decision { return Decide(ctx, res, chain, host, port) },
-		Secrets: func() []Secret { return []Secret{sec} },
-	}
+	h, sec := secretHandler(t, v, "api.test")
 	c := proxyFixture(t, h)()
 	fmt.Fprintf(c, "GET http://api.test:%d/ws HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nX-Echo: %s\r\n\r\n", port, sec.Placeholder)
