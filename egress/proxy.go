@@ -742,7 +742,7 @@ func (c *countConn) Write(p []byte) (int, error) {
 // (pre first, to u) until both directions end, passing half-closes on,
 // then closes both, and returns the bytes sent up and down.
 func splice(s, u net.Conn, pre []byte) (up, down int64) {
-	up, down = pipe(s, io.MultiReader(bytes.NewReader(pre), s), u, u)
+	up, down = pipe(s, io.MultiReader(bytes.NewReader(pre), s), u, u, nil)
 	s.Close()
 	u.Close()
 	return up, down
@@ -751,8 +751,11 @@ func splice(s, u net.Conn, pre []byte) (up, down int64) {
 // pipe copies what comes from the client (cr, the reader of its
 // connection cw) to the upstream uw, and what comes from the upstream
 // (ur) to cw, each direction until it ends, which it passes on as a
-// half-close, and returns the bytes sent up and down.
-func pipe(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader) (up, down int64) {
+// half-close, and returns the bytes sent up and down. A non-nil scrub
+// carries the upstream's side instead (down is then not counted); an
+// error from it (what it reads breaks its protocol) closes both
+// connections.
+func pipe(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, scrub func(dst io.Writer, src io.Reader) error) (up, down int64) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -762,7 +765,13 @@ func pipe(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader) (up, down int64)
 	}()
 	go func() {
 		defer wg.Done()
-		down, _ = copyConn(cw, ur)
+		if scrub == nil {
+			down, _ = copyConn(cw, ur)
+		} else if err := scrub(cw, ur); err != nil {
+			cw.Close()
+			uw.Close()
+			return
+		}
 		closeWrite(cw)
 	}()
 	wg.Wait()

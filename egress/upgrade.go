@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 )
 
 // A request may ask to switch its connection to another protocol (a
@@ -110,31 +109,10 @@ func switchProtocols(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, resp 
 	if _, err := io.WriteString(cw, head.String()); err != nil {
 		return
 	}
+	var scrub func(io.Writer, io.Reader) error
 	if len(used) > 0 {
-		pipeWS(cw, cr, uw, ur, used)
-		return
+		// The upstream's WebSocket frames, scrubbed of the values.
+		scrub = func(w io.Writer, r io.Reader) error { return wsScrub(w, r, used) }
 	}
-	pipe(cw, cr, uw, ur)
-}
-
-// pipeWS is pipe with the upstream's WebSocket frames scrubbed of the
-// values of secrets; a frame that breaks the protocol ends both.
-func pipeWS(cw net.Conn, cr io.Reader, uw net.Conn, ur io.Reader, secrets []Secret) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		_, _ = copyConn(uw, cr)
-		closeWrite(uw)
-	}()
-	go func() {
-		defer wg.Done()
-		if err := wsScrub(cw, ur, secrets); err != nil {
-			cw.Close()
-			uw.Close()
-			return
-		}
-		closeWrite(cw)
-	}()
-	wg.Wait()
+	pipe(cw, cr, uw, ur, scrub)
 }
