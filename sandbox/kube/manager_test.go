@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // TestManagerOnKubernetes: the server's Manager runs sandboxes on the
@@ -90,37 +92,58 @@ func TestManagerOnKubernetes(t *testing.T) {
 	}
 }
 
+// markedDefault boots the default sandbox of a Manager on the kubelet
+// stand-in, with /tmp/mark holding "kept", and returns a runner of
+// commands in it. The sandbox and the Manager go with the test.
+func markedDefault(t *testing.T) (ns string, admin kubernetes.Interface, kl *kubetest.Kubelet, run func(cmd string) (sandbox.ExecResult, string, error)) {
+	t.Helper()
+	ns, admin, kl, rt := onStandIn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"}})
+	t.Cleanup(func() {
+		_, _ = m.Destroy(context.Background(), "default")
+		m.Close()
+		cancel()
+	})
+	run = func(cmd string) (sandbox.ExecResult, string, error) {
+		var out bytes.Buffer
+		res, err := m.Exec(ctx, "default", shell.Request{Command: cmd, Stdout: &out, Timeout: time.Minute})
+		return res, out.String(), err
+	}
+	if res, _, err := run("echo kept >/tmp/mark"); err != nil || res.ExitCode != 0 {
+		t.Fatalf("first command: %v %+v", err, res)
+	}
+	return ns, admin, kl, run
+}
+
+// checkNewStream checks that the command after what cut the shell's
+// stream finds the mark, in the sandbox as it was (not started or made
+// again), on an exec stream opened since streams were counted.
+func checkNewStream(t *testing.T, kl *kubetest.Kubelet, run func(string) (sandbox.ExecResult, string, error), streams int64, what string) {
+	t.Helper()
+	res, out, err := run("cat /tmp/mark")
+	if err != nil || res.ExitCode != 0 || out != "kept\n" || res.Boot.Started || res.Boot.Created {
+		t.Fatalf("the command after %s: %v %+v %q", what, err, res, out)
+	}
+	if kl.Execs.Load() == streams {
+		t.Fatalf("no new exec stream after %s: the old shell's was not cut", what)
+	}
+}
+
 // TestShellOutlivesAnApiserverRestart: a restart of the apiserver cuts
 // every exec stream through it, the sandbox's persistent shell among
 // them; the next command gets a new shell in the same pod (its files are
 // there, the pod is not made again).
 func TestShellOutlivesAnApiserverRestart(t *testing.T) {
-	_, _, kl, rt := onStandIn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"}})
-	defer m.Close()
-	defer func() { _, _ = m.Destroy(context.Background(), "default") }()
-	var out bytes.Buffer
-	if res, err := m.Exec(ctx, "default", shell.Request{Command: "echo kept >/tmp/mark", Stdout: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
-		t.Fatalf("first command: %v %+v", err, res)
-	}
+	_, _, kl, run := markedDefault(t)
 	streams := kl.Execs.Load()
 	if err := cluster.RestartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	out.Reset()
-	res, err := m.Exec(ctx, "default", shell.Request{Command: "cat /tmp/mark", Stdout: &out, Timeout: time.Minute})
-	if err != nil || res.ExitCode != 0 || out.String() != "kept\n" || res.Boot.Started || res.Boot.Created {
-		t.Fatalf("the command after the apiserver's restart: %v %+v %q", err, res, out.String())
-	}
-	if kl.Execs.Load() == streams {
-		t.Fatal("no new exec stream after the apiserver's restart: the old shell's was not cut")
-	}
+	checkNewStream(t, kl, run, streams, "the apiserver's restart")
 	for range 3 {
-		out.Reset()
-		if res, err := m.Exec(ctx, "default", shell.Request{Command: "cat /tmp/mark", Stdout: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 || out.String() != "kept\n" {
-			t.Fatalf("a warm command after: %v %+v %q", err, res, out.String())
+		if res, out, err := run("cat /tmp/mark"); err != nil || res.ExitCode != 0 || out != "kept\n" {
+			t.Fatalf("a warm command after: %v %+v %q", err, res, out)
 		}
 	}
 }
@@ -131,27 +154,14 @@ func TestShellOutlivesAnApiserverRestart(t *testing.T) {
 // kubelet is down does not make the pod again either, and the sandbox
 // serves once the kubelet is back.
 func TestShellOutlivesAKubeletRestart(t *testing.T) {
-	ns, admin, kl, rt := onStandIn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"}})
-	defer m.Close()
-	defer func() { _, _ = m.Destroy(context.Background(), "default") }()
+	ns, admin, kl, run := markedDefault(t)
 	podUID := func() string {
 		t.Helper()
-		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		pods, err := admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil || len(pods.Items) != 1 {
 			t.Fatalf("want the sandbox's one pod: %v %d", err, len(pods.Items))
 		}
 		return string(pods.Items[0].UID)
-	}
-	run := func(cmd string) (sandbox.ExecResult, string, error) {
-		var out bytes.Buffer
-		res, err := m.Exec(ctx, "default", shell.Request{Command: cmd, Stdout: &out, Timeout: time.Minute})
-		return res, out.String(), err
-	}
-	if res, _, err := run("echo kept >/tmp/mark"); err != nil || res.ExitCode != 0 {
-		t.Fatalf("first command: %v %+v", err, res)
 	}
 	uid := podUID()
 
@@ -159,13 +169,7 @@ func TestShellOutlivesAKubeletRestart(t *testing.T) {
 	if err := kl.Restart(0); err != nil {
 		t.Fatal(err)
 	}
-	res, out, err := run("cat /tmp/mark")
-	if err != nil || res.ExitCode != 0 || out != "kept\n" || res.Boot.Started || res.Boot.Created {
-		t.Fatalf("the command after the kubelet's restart: %v %+v %q", err, res, out)
-	}
-	if kl.Execs.Load() == streams {
-		t.Fatal("no new exec stream after the kubelet's restart: the old shell's was not cut")
-	}
+	checkNewStream(t, kl, run, streams, "the kubelet's restart")
 
 	// Down for a while, with a command sent meanwhile.
 	restarted := make(chan error, 1)
