@@ -33,8 +33,10 @@ func TestKubernetesOffTheNetwork(t *testing.T) {
 
 // TestKubernetesPeersByName: on the Kubernetes runtime, open sandboxes
 // are pods on the cluster's pod network that reach each other by sandbox
-// name (the server keeps their /etc/hosts), and network_info says so:
-// each one's pod address, and whom it reaches by name.
+// name (the server keeps their /etc/hosts); a child kept to its family
+// reaches its root, and no other sandbox reaches it (NetworkPolicy, which
+// the kubelet stand-in enforces); network_info says so: each one's pod
+// address on each of its groups, and whom it reaches by name.
 func TestKubernetesPeersByName(t *testing.T) {
 	ran := false
 	for _, tg := range enginetest.Targets(t) {
@@ -56,9 +58,34 @@ func TestKubernetesPeersByName(t *testing.T) {
 			}
 			return nil
 		})
+		// A child kept to its family (the default policy) reaches its root
+		// and is reached by it, by name; another root reaches it neither
+		// by name nor by address, nor does it reach another root.
+		if r := s.call(t, "spawn", map[string]any{"name": "default-kid", "memory": "128M"}); r.isError {
+			t.Fatalf("spawn: %s", r.text)
+		}
+		if r := s.call(t, "bg", map[string]any{"sandbox": "default-kid", "command": "mkdir -p /tmp/www && echo hello-kid >/tmp/www/index.html && cd /tmp/www && exec python3 -m http.server 8001"}); r.isError {
+			t.Fatal(r.text)
+		}
+		enginetest.WaitFor(t, "the root reaching its child by name", func() error {
+			r := s.call(t, "exec", map[string]any{"command": "curl -sS -m 10 http://default-kid:8001/index.html 2>&1"})
+			if out := r.str("stdout"); out != "hello-kid\n" {
+				return fmt.Errorf("curl http://default-kid:8001/: %s", r.text)
+			}
+			return nil
+		})
+		ipOf := func(name string) string {
+			return strings.TrimSpace(s.call(t, "exec", map[string]any{"sandbox": name, "command": "hostname -I | cut -d' ' -f1"}).str("stdout"))
+		}
+		for _, c := range [][2]string{{"cli", ipOf("default-kid") + ":8001"}, {"default-kid", ipOf("web") + ":8000"}} {
+			if r := s.call(t, "exec", map[string]any{"sandbox": c[0], "command": "curl -sS -m 3 http://" + c[1] + "/index.html"}); r.num("exit_code") != 28 {
+				t.Fatalf("%s reached %s across a family's bounds, or was refused rather than kept out (curl's 28 is a timeout): %s", c[0], c[1], r.text)
+			}
+		}
 		r := s.call(t, "network_info", map[string]any{})
 		if r.isError || !strings.Contains(r.text, "the cluster's pod network") ||
-			!regexp.MustCompile(`(?m)^cli \(running\): [0-9a-f.:]+ on pod network; egress open; reaches by name: web$`).MatchString(r.text) {
+			!regexp.MustCompile(`(?m)^cli \(running\): [0-9a-f.:]+ on pod network, [0-9a-f.:]+ on family of cli; egress open; reaches by name: default, web$`).MatchString(r.text) ||
+			!regexp.MustCompile(`(?m)^default-kid \(running\): [0-9a-f.:]+ on family of default; egress open; reaches by name: default$`).MatchString(r.text) {
 			t.Fatalf("network_info: %s", r.text)
 		}
 	}

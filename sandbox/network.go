@@ -412,14 +412,15 @@ func (m *Manager) platformNote(named, hosts, reachable bool, why string) string 
 		return fmt.Sprintf("sandboxes share the %s network %q and reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\") through %s's DNS; "+
 			"one with network \"none\" reaches none, one booted before the network existed reaches the others by address only, "+
 			"and child sandboxes whose policy keeps them to their family are on their family's network %q with its root only", m.rt.Kind(), m.NetworkName(), m.rt.Kind(), m.FamilyNetworkName("ROOT"))
+	case hosts && m.rt.Kind() == "kubernetes":
+		return "sandboxes are pods on the cluster's pod network; NetworkPolicies let a pod in only from its groups: " +
+			"the root sandboxes of this server (and children whose policy lets them reach every sandbox), and a root with its children kept to their family; " +
+			"the server keeps each running sandbox's /etc/hosts naming the others it reaches, so they reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\"); " +
+			"one with network \"none\" reaches none. This holds where the cluster's network plugin enforces NetworkPolicy"
 	case hosts:
-		shared := m.rt.Kind() + "'s default network"
-		if m.rt.Kind() == "kubernetes" {
-			shared = "the cluster's pod network (as far as the namespace's network policies let pods reach each other)"
-		}
-		return fmt.Sprintf("sandboxes share %s; the server keeps each running sandbox's /etc/hosts naming the others, "+
+		return fmt.Sprintf("sandboxes share %s's default network; the server keeps each running sandbox's /etc/hosts naming the others, "+
 			"so they reach each other by sandbox name (e.g. http://web:8000 for the sandbox \"web\"); one with network \"none\" reaches none; "+
-			"%s makes no networks of its own, so a child sandbox whose policy keeps it to its family reaches every sandbox here", shared, m.rt.Kind())
+			"%s makes no networks of its own, so a child sandbox whose policy keeps it to its family reaches every sandbox here", m.rt.Kind(), m.rt.Kind())
 	default:
 		return fmt.Sprintf("sandboxes share %s's default network and reach each other by address (listed)", m.rt.Kind())
 	}

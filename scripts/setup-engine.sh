@@ -42,7 +42,9 @@ export DEBIAN_FRONTEND=noninteractive
 # --- packages --------------------------------------------------------------
 # runc is named explicitly so apt satisfies podman's "crun | runc" with runc.
 # uidmap and slirp4netns make rootless podman work for a normal user.
-packages=(podman runc debootstrap busybox-static catatonit uidmap slirp4netns)
+# iptables: the Kubernetes tests' kubelet stand-in enforces NetworkPolicy
+# inside its pods with it (netavark pulls it in too).
+packages=(podman runc debootstrap busybox-static catatonit uidmap slirp4netns iptables)
 if [[ "$with_docker" -eq 1 ]]; then
   packages+=(docker.io)
 fi

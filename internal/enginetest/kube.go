@@ -27,8 +27,7 @@ const Kubernetes = "kubernetes"
 // real engines listed: its pods run on podman beside them, and a CI
 // machine's two cores do not carry both. The others are about what the
 // runtime does not have yet (snapshots and image builds, warm spares,
-// families kept to networks of their own, kill points of snapshots and
-// restores) or about an engine CLI's own behaviour, and say
+// kill points of snapshots and restores) or about an engine CLI's own behaviour, and say
 // so when skipped; SANDBOX_MCP_TEST_KUBE_ALL runs them all.
 var KubeSuites = map[string]bool{
 	// package e2e

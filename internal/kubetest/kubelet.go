@@ -40,7 +40,8 @@ import (
 // runtime: it takes the pods of a namespace onto a Node of its own (the
 // scheduler's part), runs each as a podman container with the pod's
 // image, command, environment, claims (as podman volumes, which outlive
-// the pod as a claim's volume does), limits and capabilities; reports
+// the pod as a claim's volume does), limits and capabilities, under the
+// namespace's NetworkPolicies (egressDenied, ingress.go); reports
 // their status as a kubelet does; finishes their graceful deletion; and
 // serves the exec streams the apiserver forwards to a kubelet (SPDY or
 // WebSocket, k8s.io/cri-streaming's server) by running `podman exec`.
@@ -67,6 +68,9 @@ type Kubelet struct {
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by pod name
+	// ingressMu holds one rewrite of the pods' ingress rules at a time
+	// (ingress.go).
+	ingressMu sync.Mutex
 }
 
 // podRun is one pod's container.
@@ -75,6 +79,12 @@ type podRun struct {
 	ctr      string
 	running  bool
 	deleting bool
+	// labels, ip and pid are the running pod's labels, address and
+	// container's process; ingress the rules last loaded into it.
+	labels  labels.Set
+	ip      string
+	pid     int
+	ingress string
 }
 
 // StartKubelet runs a kubelet stand-in for the pods of namespace ns,
@@ -315,6 +325,9 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 	}
 	if isolated {
 		args = append(args, "--network", "none")
+	} else if err := k.checkIngress(ctx, p.Labels); err != nil {
+		k.fail(ctx, p, "CreateContainerConfigError", err.Error())
+		return
 	}
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
 		args = append(args, "--memory", strconv.FormatInt(q.Value(), 10))
@@ -370,7 +383,25 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 	if !ok {
 		return
 	}
-	ip, _ := k.podmanOut(ctx, "inspect", "--format", "{{.NetworkSettings.IPAddress}}", run.ctr)
+	ip, pid := "", 0
+	if out, err := k.podmanOut(ctx, "inspect", "--format", "{{.NetworkSettings.IPAddress}} {{.State.Pid}}", run.ctr); err == nil {
+		if f := strings.Fields(out); len(f) == 2 && !isolated {
+			ip, pid = f[0], atoi(f[1])
+		}
+	}
+	k.mu.Lock()
+	run.labels, run.ip, run.pid = labels.Set(p.Labels), ip, pid
+	k.mu.Unlock()
+	// The pod runs once no pod reaches it that its policies keep out, and
+	// those they let in reach it.
+	if err := k.enforceIngress(ctx, run); err != nil && ip != "" {
+		k.mu.Lock()
+		run.running = false
+		k.mu.Unlock()
+		k.remove(run.ctr)
+		k.fail(ctx, p, "CreateContainerError", err.Error())
+		return
+	}
 	now := metav1.Now()
 	k.report(ctx, p, func(p *corev1.Pod) {
 		p.Status.Phase, p.Status.StartTime = corev1.PodRunning, &now
@@ -401,6 +432,11 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
 
 // egressDenied reports whether the namespace's NetworkPolicies deny the
 // pod every connection out, as a network plugin that enforces them

@@ -405,7 +405,8 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 	if spec.Virtualization {
 		return nil, fmt.Errorf("%w: nested virtualization in a pod", sandbox.ErrUnsupported)
 	}
-	extra := map[string]string{labelRecord: objectName(spec.Name)}
+	extra := groupLabels(groupsOf(spec)) // peers.go
+	extra[labelRecord] = objectName(spec.Name)
 	switch spec.Network {
 	case "":
 	case "none":
@@ -481,6 +482,8 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 		if err := r.ensureIsolation(ctx, pod); err != nil {
 			return nil, err
 		}
+	} else if err := r.ensureGroups(ctx, rec); err != nil {
+		return nil, err
 	}
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	made, err := pods.Create(ctx, pod, metav1.CreateOptions{})
@@ -930,7 +933,7 @@ func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	}
 	c.IP = pod.Status.PodIP
 	if c.IP != "" && !c.NoNetwork {
-		c.Networks = []sandbox.Attachment{{Network: PodNetwork, IP: c.IP}}
+		c.Networks = groupNetworks(groupsOf(rec.spec), c.IP)
 	}
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
