@@ -78,8 +78,8 @@ func TestKubernetesPeersByName(t *testing.T) {
 			return strings.TrimSpace(s.call(t, "exec", map[string]any{"sandbox": name, "command": "hostname -I | cut -d' ' -f1"}).str("stdout"))
 		}
 		for _, c := range [][2]string{{"cli", ipOf("default-kid") + ":8001"}, {"default-kid", ipOf("web") + ":8000"}} {
-			if r := s.call(t, "exec", map[string]any{"sandbox": c[0], "command": "curl -sS -m 3 http://" + c[1] + "/index.html"}); r.num("exit_code") != 28 {
-				t.Fatalf("%s reached %s across a family's bounds, or was refused rather than kept out (curl's 28 is a timeout): %s", c[0], c[1], r.text)
+			if r := s.call(t, "exec", map[string]any{"sandbox": c[0], "command": "curl -sS --connect-timeout 3 -m 20 http://" + c[1] + "/index.html"}); r.num("exit_code") != 28 {
+				t.Fatalf("%s reached %s across a family's bounds, or was refused rather than kept out (curl's 28 is its connection timing out): %s", c[0], c[1], r.text)
 			}
 		}
 		r := s.call(t, "network_info", map[string]any{})

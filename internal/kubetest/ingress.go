@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,11 +19,11 @@ import (
 // Ingress NetworkPolicy, enforced as a network plugin does: every pod has
 // one address on one network (podman's default bridge), and a pod that
 // some policy of type Ingress selects accepts connections only from the
-// addresses of the pods that a rule of such a policy lets in (and replies
-// to its own connections, and its loopback). The rules live in the pod's
-// own network namespace (iptables, entered from the host), rewritten for
-// every running pod whenever a pod starts, before the new one is
-// reported running.
+// addresses of the pods that a rule of such a policy lets in (and from its
+// node, replies to its own connections, and its loopback). The rules live
+// in the pod's own network namespace (iptables, entered from the host),
+// rewritten for every pod whenever a pod's network is set up, before its
+// first process runs, and when a pod's container ends.
 //
 // Only rules of pod selectors in the policy's namespace are modelled; a
 // policy with ports, address blocks or namespace selectors fails the
@@ -95,10 +96,44 @@ func (k *Kubelet) checkIngress(ctx context.Context, ls labels.Set) error {
 	return err
 }
 
-// enforceIngress rewrites the ingress rules of every running pod with an
-// address from the namespace's policies and the pods running now, and
-// reports what failed for pod mine (another's failure, a pod ending, say,
-// is tried again at the next rewrite).
+// wireIngress sets up the network of run's container, made but not
+// started, and loads the ingress rules of it and of the pods it is let
+// into, from the namespace's policies and the pods wired now.
+func (k *Kubelet) wireIngress(ctx context.Context, run *podRun, p *corev1.Pod) error {
+	if _, err := k.podmanOut(ctx, "init", run.ctr); err != nil {
+		return err
+	}
+	out, err := k.podmanOut(ctx, "inspect", "--format", "{{.NetworkSettings.IPAddress}} {{.NetworkSettings.Gateway}} {{.NetworkSettings.SandboxKey}}", run.ctr)
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(out)
+	if len(f) != 3 || net.ParseIP(f[0]) == nil || net.ParseIP(f[1]) == nil || !strings.HasPrefix(f[2], "/") {
+		return fmt.Errorf("the pod's network: podman says %q", strings.TrimSpace(out))
+	}
+	k.mu.Lock()
+	run.labels, run.ip, run.gateway, run.netns = labels.Set(p.Labels), f[0], f[1], f[2]
+	k.mu.Unlock()
+	return k.enforceIngress(ctx, run)
+}
+
+// unwire takes run's pod out of the others' rules once its container
+// ended: its address may be another's next.
+func (k *Kubelet) unwire(ctx context.Context, run *podRun) {
+	k.mu.Lock()
+	was := run.netns != ""
+	run.netns, run.ingress = "", ""
+	k.mu.Unlock()
+	if was {
+		_ = k.enforceIngress(context.WithoutCancel(ctx), nil)
+	}
+}
+
+// enforceIngress rewrites the ingress rules of every wired pod from the
+// namespace's policies and the pods wired now, and reports what failed
+// for pod mine (another's failure, a pod ending meanwhile, say, is tried
+// again at the next rewrite). The pod's node (the network's gateway) is
+// always let in, as network plugins do for the kubelet's probes.
 func (k *Kubelet) enforceIngress(ctx context.Context, mine *podRun) error {
 	k.ingressMu.Lock()
 	defer k.ingressMu.Unlock()
@@ -107,16 +142,15 @@ func (k *Kubelet) enforceIngress(ctx context.Context, mine *podRun) error {
 		return fmt.Errorf("network policies: %w", err)
 	}
 	type member struct {
-		run    *podRun
-		labels labels.Set
-		ip     string
-		pid    int
+		run                *podRun
+		labels             labels.Set
+		ip, gateway, netns string
 	}
 	var members []member
 	k.mu.Lock()
 	for _, run := range k.pods {
-		if run.running && run.ip != "" && run.pid > 0 {
-			members = append(members, member{run, run.labels, run.ip, run.pid})
+		if run.netns != "" {
+			members = append(members, member{run, run.labels, run.ip, run.gateway, run.netns})
 		}
 	}
 	k.mu.Unlock()
@@ -129,7 +163,7 @@ func (k *Kubelet) enforceIngress(ctx context.Context, mine *podRun) error {
 			}
 			isolated, all, from = true, false, nil // nothing in rather than too much
 		}
-		var allowed []string
+		allowed := []string{m.gateway}
 		for _, src := range members {
 			if slices.ContainsFunc(from, func(s labels.Selector) bool { return s.Matches(src.labels) }) {
 				allowed = append(allowed, src.ip)
@@ -143,21 +177,23 @@ func (k *Kubelet) enforceIngress(ctx context.Context, mine *podRun) error {
 		if same {
 			continue
 		}
-		if err := k.applyIngress(ctx, m.pid, rules); err != nil {
+		if err := applyIngress(ctx, m.netns, rules); err != nil {
 			if m.run == mine {
 				errs = append(errs, err)
 			}
 			continue
 		}
 		k.mu.Lock()
-		m.run.ingress = rules
+		if m.run.netns == m.netns {
+			m.run.ingress = rules
+		}
 		k.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }
 
-// applyIngress loads rules into the network namespace of process pid.
-func (k *Kubelet) applyIngress(ctx context.Context, pid int, rules string) error {
+// applyIngress loads rules into the network namespace at path netns.
+func applyIngress(ctx context.Context, netns, rules string) error {
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
 		return fmt.Errorf("the kubelet stand-in enforces NetworkPolicy inside pods: %w", err)
@@ -166,11 +202,11 @@ func (k *Kubelet) applyIngress(ctx context.Context, pid int, rules string) error
 	if err != nil {
 		return fmt.Errorf("the kubelet stand-in enforces NetworkPolicy inside pods with iptables: %w", err)
 	}
-	cmd := exec.CommandContext(ctx, nsenter, "-t", strconv.Itoa(pid), "-n", restore)
+	cmd := exec.CommandContext(ctx, nsenter, "--net="+netns, restore, "-w")
 	var stderr bytes.Buffer
 	cmd.Stdin, cmd.Stderr = strings.NewReader(rules), &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("ingress rules in the pod of process %d: %w: %s", pid, err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("ingress rules in the pod's network %s: %w: %s", netns, err, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }

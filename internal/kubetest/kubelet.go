@@ -79,11 +79,13 @@ type podRun struct {
 	ctr      string
 	running  bool
 	deleting bool
-	// labels, ip and pid are the running pod's labels, address and
-	// container's process; ingress the rules last loaded into it.
+	// labels, ip, gateway and netns are the wired pod's labels, address,
+	// its node's address on the pods' network, and its network namespace;
+	// ingress the rules last loaded into it (ingress.go).
 	labels  labels.Set
 	ip      string
-	pid     int
+	gateway string
+	netns   string
 	ingress string
 }
 
@@ -271,7 +273,10 @@ func (k *Kubelet) handle(ctx context.Context, typ watch.EventType, p *corev1.Pod
 	case typ == watch.Deleted:
 		if run != nil {
 			delete(k.pods, p.Name)
-			go k.remove(run.ctr)
+			go func() {
+				k.remove(run.ctr)
+				_ = k.enforceIngress(ctx, nil) // its address is no one's now
+			}()
 		}
 	case p.DeletionTimestamp != nil:
 		if p.Spec.NodeName == k.Node && (run == nil || !run.deleting) {
@@ -311,7 +316,7 @@ func (k *Kubelet) volumeName(claim string) string { return k.prefix + "pvc-" + c
 // for its end.
 func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 	c := p.Spec.Containers[0]
-	args := []string{"run", "-d", "--name", run.ctr, "--hostname", p.Name, "--label", "kubetest.kubelet=" + k.Node, "--label", pidLabel,
+	args := []string{"create", "--name", run.ctr, "--hostname", p.Name, "--label", "kubetest.kubelet=" + k.Node, "--label", pidLabel,
 		"--security-opt", "no-new-privileges", "--cap-drop", "ALL"}
 	if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil {
 		for _, cp := range sc.Capabilities.Add {
@@ -376,30 +381,27 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 		k.fail(ctx, p, "CreateContainerError", err.Error())
 		return
 	}
+	// Its network, and the ingress rules of it and of the pods it is let
+	// into, before its first process runs (ingress.go).
+	if !isolated {
+		if err := k.wireIngress(ctx, run, p); err != nil {
+			k.remove(run.ctr)
+			k.fail(ctx, p, "CreateContainerError", err.Error())
+			return
+		}
+	}
+	if _, err := k.podmanOut(ctx, "start", run.ctr); err != nil {
+		k.unwire(ctx, run)
+		k.remove(run.ctr)
+		k.fail(ctx, p, "CreateContainerError", err.Error())
+		return
+	}
 	k.mu.Lock()
 	ok := !run.deleting
 	run.running = ok
+	ip := run.ip
 	k.mu.Unlock()
 	if !ok {
-		return
-	}
-	ip, pid := "", 0
-	if out, err := k.podmanOut(ctx, "inspect", "--format", "{{.NetworkSettings.IPAddress}} {{.State.Pid}}", run.ctr); err == nil {
-		if f := strings.Fields(out); len(f) == 2 && !isolated {
-			ip, pid = f[0], atoi(f[1])
-		}
-	}
-	k.mu.Lock()
-	run.labels, run.ip, run.pid = labels.Set(p.Labels), ip, pid
-	k.mu.Unlock()
-	// The pod runs once no pod reaches it that its policies keep out, and
-	// those they let in reach it.
-	if err := k.enforceIngress(ctx, run); err != nil && ip != "" {
-		k.mu.Lock()
-		run.running = false
-		k.mu.Unlock()
-		k.remove(run.ctr)
-		k.fail(ctx, p, "CreateContainerError", err.Error())
 		return
 	}
 	now := metav1.Now()
@@ -416,6 +418,7 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 	deleting := run.deleting
 	run.running = false
 	k.mu.Unlock()
+	k.unwire(ctx, run)
 	if err != nil || deleting || ctx.Err() != nil {
 		return
 	}
@@ -432,11 +435,6 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func atoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
-}
 
 // egressDenied reports whether the namespace's NetworkPolicies deny the
 // pod every connection out, as a network plugin that enforces them

@@ -482,7 +482,7 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 		if err := r.ensureIsolation(ctx, pod); err != nil {
 			return nil, err
 		}
-	} else if err := r.ensureGroups(ctx, rec); err != nil {
+	} else if err := r.ensureGroups(ctx, rec, pod); err != nil {
 		return nil, err
 	}
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
@@ -933,7 +933,7 @@ func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	}
 	c.IP = pod.Status.PodIP
 	if c.IP != "" && !c.NoNetwork {
-		c.Networks = groupNetworks(groupsOf(rec.spec), c.IP)
+		c.Networks = podNetworks(rec.spec, pod)
 	}
 	switch pod.Status.Phase {
 	case corev1.PodRunning:

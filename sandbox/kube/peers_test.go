@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -87,7 +88,7 @@ func TestPeersAsNetworkPolicy(t *testing.T) {
 		wg.Go(func() {
 			got := probe(c.from, c.to)
 			// A pod between two connections refuses one: tried again.
-			for try := 0; c.reach && got != "hi" && try < 5; try++ {
+			for deadline := time.Now().Add(20 * time.Second); c.reach && got != "hi" && time.Now().Before(deadline); {
 				time.Sleep(200 * time.Millisecond)
 				got = probe(c.from, c.to)
 			}
@@ -124,7 +125,7 @@ func TestPeersAsNetworkPolicy(t *testing.T) {
 	// under the name takes it over (whether or not the cluster's garbage
 	// collector deleted it with the root before).
 	nps := admin.NetworkingV1().NetworkPolicies(ns)
-	famPolicy := familyPolicy + objectName(ctrs["b"])
+	famPolicy := familyPolicy + groupValue("smtp", "b")
 	ownedBy := func(ctr string) {
 		t.Helper()
 		rec, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, objectName(ctr), metav1.GetOptions{})
@@ -148,7 +149,7 @@ func TestPeersAsNetworkPolicy(t *testing.T) {
 
 	// Our policy, changed to let every pod in, stops the next pod of its
 	// group, and says how to mend it.
-	peers, err := nps.Get(ctx, peersPolicy+objectName(sandbox.NetworkNameFor("smtp")), metav1.GetOptions{})
+	peers, err := nps.Get(ctx, peersPolicy+groupValue("smtp", ""), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +167,34 @@ func TestPeersAsNetworkPolicy(t *testing.T) {
 	}
 	if _, ip := run("smtp", "d", nil); ip == "" {
 		t.Fatal("no address")
+	}
+
+	// Someone else's policy that lets every pod into every pod stops the
+	// next sandbox's pod, named.
+	open := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team-open"},
+		Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{}}}}
+	if _, err := nps.Create(ctx, open, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = rt.Run(ctx, sandbox.RunSpec{Name: "smtp-e", Image: testImage, Command: serve,
+		Labels: map[string]string{sandbox.LabelOwner: "smtp", sandbox.LabelName: "e"}})
+	if err == nil || !strings.Contains(err.Error(), "NetworkPolicy team-open") || !strings.Contains(err.Error(), "keep it off pods labelled") {
+		t.Fatalf("a pod under a policy that lets everyone in: %v", err)
+	}
+	if err := nps.Delete(ctx, open.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The policy that lets no pod into sandboxes is there, and selects
+	// them all: a group's policy deleted leaves its pods closed, not open.
+	if np, err := nps.Get(ctx, noIngressPolicy, metav1.GetOptions{}); err != nil || len(np.Spec.Ingress) != 0 || np.Spec.PodSelector.MatchLabels[labelManaged] != managedBy {
+		t.Fatalf("the policy that lets no pod in: %+v %v", np, err)
+	}
+	if err := nps.Delete(ctx, familyPolicy+groupValue("smtp", "a"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	run("smtp", "f", nil) // any pod's start rewrites the stand-in's rules
+	if got := probe("a", "a-fam"); got == "hi" || !strings.Contains(got, "timed out") {
+		t.Errorf("with its family's policy gone, a-fam is reached by its root, or refused rather than kept out: %q", got)
 	}
 }
