@@ -30,6 +30,10 @@ import types
 
 PROTO_IN = os.dup(0)  # os.dup gives descriptors children do not inherit
 PROTO_OUT = os.dup(1)
+# The exec's stderr is held open, unused, for the driver's life: a runtime
+# may end the exec, its stdin with it, once either of its outputs closes
+# (containerd, under a kubelet, does).
+PROTO_ERR = os.dup(2)
 DEVNULL = os.open(os.devnull, os.O_RDWR)
 os.dup2(DEVNULL, 0)
 os.dup2(DEVNULL, 1)
