@@ -213,6 +213,17 @@ func (s *stream) Start(stdin io.Reader, stdout, stderr io.Writer) error {
 		case ctx.Err() != nil:
 			s.err = fmt.Errorf("kubernetes: exec in %s: %w", s.name, ctx.Err())
 		default:
+			if code, why, ok := notStarted(err); ok {
+				// As an engine's exec says it: a status, and why on
+				// stderr.
+				s.code, s.err = code, &proc.ExitError{Code: code}
+				w := so.Stderr
+				if w == nil {
+					w = so.Stdout
+				}
+				fmt.Fprintf(w, "%s: %s\n", argv[0], why)
+				break
+			}
 			s.err = s.r.execFailure(s.name, err)
 		}
 		cancel()
@@ -222,6 +233,27 @@ func (s *stream) Start(stdin io.Reader, stdout, stderr io.Writer) error {
 		s.closeOwned()
 	}()
 	return nil
+}
+
+// notStarted reads, in the error of a stream that failed, a node's word
+// that the program could not be started: the OCI runtime's exec failing
+// on a program that is not there (status 127, as a shell and an engine's
+// exec give) or that may not be run (126). A kubelet reports these as an
+// internal error of the stream, not as a status.
+func notStarted(err error) (code int, why string, ok bool) {
+	msg := err.Error()
+	if !strings.Contains(msg, "OCI runtime exec failed") && !strings.Contains(msg, "unable to start container process") {
+		return 0, "", false
+	}
+	switch {
+	case strings.Contains(msg, "executable file not found"):
+		return 127, "executable file not found in $PATH", true
+	case strings.Contains(msg, "no such file or directory"):
+		return 127, "no such file or directory", true
+	case strings.Contains(msg, "permission denied"):
+		return 126, "permission denied", true
+	}
+	return 0, "", false
 }
 
 // execFailure says why an exec stream failed: the sandbox's pod missing
