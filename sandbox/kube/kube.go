@@ -368,8 +368,13 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 	}
 	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
 	if spec.CPUs > 0 {
-		q := resource.NewMilliQuantity(int64(spec.CPUs*1000), resource.DecimalSI)
-		res.Limits[corev1.ResourceCPU], res.Requests[corev1.ResourceCPU] = *q, *q
+		// The profile's CPUs bound the sandbox, as on the engines; it asks
+		// the scheduler for a tenth of them (at least cpuRequestFloor):
+		// a sandbox idles most of its life, and a node that had to hold
+		// every sandbox's whole bound would take few of them.
+		milli := int64(spec.CPUs * 1000)
+		res.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
+		res.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(min(milli, max(milli/cpuRequestShare, cpuRequestFloor)), resource.DecimalSI)
 	}
 	if spec.Memory != "" {
 		q, err := memoryQuantity(spec.Memory)
@@ -439,6 +444,14 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 	}
 	return pod, nil
 }
+
+// A sandbox's CPU request is its bound divided by cpuRequestShare, and
+// no less than cpuRequestFloor millicores (nor more than the bound).
+// Memory, which cannot be taken back once given, is requested whole.
+const (
+	cpuRequestShare = 10
+	cpuRequestFloor = 50
+)
 
 // sandboxCaps are the capabilities a sandbox keeps: what a root user
 // installing packages and running servers needs, no more.
@@ -671,6 +684,11 @@ func hopeless(pod *corev1.Pod) bool {
 // waitingReason says why pod does not run, as its status tells.
 func waitingReason(pod *corev1.Pod) string {
 	var why []string
+	if pod.Status.Reason != "" || pod.Status.Message != "" {
+		// The node's word on the pod as a whole: a rejection at
+		// admission (OutOfcpu, OutOfmemory), an eviction.
+		why = append(why, strings.TrimSpace(pod.Status.Reason+": "+pod.Status.Message))
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if w := cs.State.Waiting; w != nil {
 			why = append(why, strings.TrimSpace(w.Reason+" "+w.Message))

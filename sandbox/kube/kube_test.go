@@ -121,7 +121,8 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("the container's security context: %+v", sc)
 	case len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL":
 		t.Errorf("capabilities: %+v", sc.Capabilities)
-	case c.Resources.Limits.Cpu().String() != "1500m" || c.Resources.Limits.Memory().String() != "512Mi" || c.Resources.Requests.Memory().String() != "512Mi":
+	case c.Resources.Limits.Cpu().String() != "1500m" || c.Resources.Requests.Cpu().String() != "150m" ||
+		c.Resources.Limits.Memory().String() != "512Mi" || c.Resources.Requests.Memory().String() != "512Mi":
 		t.Errorf("resources: %+v", c.Resources)
 	case c.Resources.Limits.StorageEphemeral().String() != "2Gi":
 		t.Errorf("the root filesystem's bound: %+v", c.Resources.Limits)
