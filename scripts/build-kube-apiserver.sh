@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver and kube-controller-manager from the Go module proxy and
-# installs Debian's etcd, the control plane the Kubernetes runtime's tests run
-# against (Debian 12 packages none of the first two, and released binaries are
-# downloads these machines cannot reach). The tests run the controller manager
-# only for its garbage collector, which carries out owner references.
+# Builds kube-apiserver, kube-controller-manager and the kubelet from the Go module
+# proxy and installs Debian's etcd, the control plane (and the real node) the
+# Kubernetes runtime's tests run against (Debian 12 packages none of the three, and
+# released binaries are downloads these machines cannot reach). The tests run the
+# controller manager for its garbage collector and volume binding, and the kubelet
+# on Debian's containerd (kubetest.StartNode).
 #
 #   build-kube-apiserver.sh [OUT_DIR]
 #
-# Both land in OUT_DIR (default ~/.cache/sandbox-mcp/kube/VERSION); the
+# All three land in OUT_DIR (default ~/.cache/sandbox-mcp/kube/VERSION); the
 # apiserver's path is printed last. It is built in a throw-away module that requires
 # k8s.io/kubernetes at KUBE_VERSION and replaces each k8s.io staging module with its
 # matching v0.x release, as k8s.io/kubernetes' own go.mod points them at its
@@ -20,6 +21,7 @@ staging="v0.${version#v1.}"
 out="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-mcp/kube/$version}"
 bin="$out/kube-apiserver"
 kcm="$out/kube-controller-manager"
+kubelet="$out/kubelet"
 
 if ! command -v etcd >/dev/null; then
   if [[ "$(id -u)" -eq 0 ]]; then as_root() { "$@"; }; else as_root() { sudo "$@"; }; fi
@@ -30,8 +32,8 @@ if ! command -v etcd >/dev/null; then
   as_root systemctl disable --now etcd >/dev/null 2>&1 || true
 fi
 
-if [[ -x "$bin" && -x "$kcm" ]] && "$bin" --version 2>/dev/null | grep -q "$version" &&
-  "$kcm" --version 2>/dev/null | grep -q "$version"; then
+if [[ -x "$bin" && -x "$kcm" && -x "$kubelet" ]] && "$bin" --version 2>/dev/null | grep -q "$version" &&
+  "$kcm" --version 2>/dev/null | grep -q "$version" && "$kubelet" --version 2>/dev/null | grep -q "$version"; then
   echo "$bin"
   exit 0
 fi
@@ -51,14 +53,14 @@ go mod download k8s.io/kubernetes@"$version"
 } >> go.mod
 GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1 || true
 mkdir -p "$out" "$work/bin"
-echo "build-kube-apiserver: building kube-apiserver and kube-controller-manager $version (a few minutes)" >&2
+echo "build-kube-apiserver: building kube-apiserver, kube-controller-manager and kubelet $version (a few minutes)" >&2
 minor="${version#v1.}"
 minor="${minor%%.*}"
 GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
   -ldflags "-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
-  -o "$work/bin/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  -o "$work/bin/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet
 # Each lands whole or not at all: a copy beside it, then a rename.
-for b in kube-apiserver kube-controller-manager; do
+for b in kube-apiserver kube-controller-manager kubelet; do
   cp "$work/bin/$b" "$out/$b.tmp"
   mv "$out/$b.tmp" "$out/$b"
 done

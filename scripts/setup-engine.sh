@@ -43,8 +43,9 @@ export DEBIAN_FRONTEND=noninteractive
 # runc is named explicitly so apt satisfies podman's "crun | runc" with runc.
 # uidmap and slirp4netns make rootless podman work for a normal user.
 # iptables: the Kubernetes tests' kubelet stand-in enforces NetworkPolicy
-# inside its pods with it (netavark pulls it in too).
-packages=(podman runc debootstrap busybox-static catatonit uidmap slirp4netns iptables)
+# inside its pods with it (netavark pulls it in too). containerd and the CNI
+# plugins: their real node runs a kubelet on them (kubetest.StartNode).
+packages=(podman runc debootstrap busybox-static catatonit uidmap slirp4netns iptables containerd containernetworking-plugins)
 if [[ "$with_docker" -eq 1 ]]; then
   packages+=(docker.io)
 fi

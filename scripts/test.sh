@@ -141,6 +141,11 @@ else
   runtimes=podman,docker,container,container@0.9.0,kubernetes
   caller_runtimes=0
 fi
+# As root, the Kubernetes runtime also runs on a real node (a kubelet on
+# containerd), for the suites enginetest.NodeSuites lists.
+if [[ "$caller_runtimes" -eq 0 && "$(id -u)" -eq 0 ]]; then
+  runtimes+=,kubernetes@node
+fi
 has_runtime() { [[ ",${runtimes// /}," == *",$1,"* ]]; }
 # As a normal user the docker tests use a docker daemon that already answers (the
 # user's rootless dockerd through DOCKER_HOST, or the system's for a member of the

@@ -84,9 +84,10 @@ func (tg Target) SkipOnReal(t testing.TB, why string) {
 
 // entry is one parsed entry of SANDBOX_MCP_TEST_RUNTIMES.
 type entry struct {
-	runtime string // "podman", "docker" or "container"
+	runtime string // "podman", "docker", "container" or "kubernetes"
 	version string // the stand-in's version pin ("" for its newest)
 	real    bool   // Apple's own CLI (container@real)
+	node    bool   // Kubernetes on a real node (kubernetes@node)
 }
 
 // parseRuntimes parses a SANDBOX_MCP_TEST_RUNTIMES value; blank entries
@@ -101,13 +102,15 @@ func parseRuntimes(list string) ([]entry, error) {
 			out = append(out, entry{runtime: name})
 		case name == RealContainer:
 			out = append(out, entry{runtime: "container", real: true})
+		case name == KubernetesNode:
+			out = append(out, entry{runtime: Kubernetes, node: true})
 		case name == "container":
 			out = append(out, entry{runtime: "container"})
 		case strings.HasPrefix(name, "container@") && validVersion(strings.TrimPrefix(name, "container@")):
 			out = append(out, entry{runtime: "container", version: strings.TrimPrefix(name, "container@")})
 		default:
-			return nil, fmt.Errorf("%s: unknown runtime %q (want podman, docker, container, container@<version> for the stand-in, %s, or %s)",
-				EnvRuntimes, name, RealContainer, Kubernetes)
+			return nil, fmt.Errorf("%s: unknown runtime %q (want podman, docker, container, container@<version> for the stand-in, %s, %s, or %s)",
+				EnvRuntimes, name, RealContainer, Kubernetes, KubernetesNode)
 		}
 	}
 	return out, nil
@@ -152,6 +155,10 @@ func Targets(t testing.TB) []Target {
 			t.Logf("%s: not run by %s on the stand-in: a load suite (enginetest.LoadSuites), run on the real engines listed", entryName(e), top)
 		case e.runtime == "container" && e.version != "" && current && !OlderReleaseSuites[top]:
 			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.OlderReleaseSuites and TestEveryAppleRelease's common life", e.version, top)
+		case e.node && !NodeSuites[top] && os.Getenv(EnvKubeAll) == "":
+			t.Logf("%s: not run by %s: not among the suites the real node runs (enginetest.NodeSuites)", KubernetesNode, top)
+		case e.node:
+			out = append(out, kubeNodeTarget(t))
 		case e.runtime == Kubernetes && !KubeSuites[top] && os.Getenv(EnvKubeAll) == "":
 			t.Logf("kubernetes: not run by %s: not among the suites the Kubernetes runtime runs yet (enginetest.KubeSuites)", top)
 		case e.runtime == Kubernetes:
@@ -215,6 +222,8 @@ func entryName(e entry) string {
 	switch {
 	case e.real:
 		return RealContainer
+	case e.node:
+		return KubernetesNode
 	case e.version != "":
 		return e.runtime + "@" + e.version
 	}

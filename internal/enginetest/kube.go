@@ -48,20 +48,51 @@ var KubeSuites = map[string]bool{
 // see which of the others pass.
 const EnvKubeAll = "SANDBOX_MCP_TEST_KUBE_ALL"
 
-// kubeShared is the control plane, namespace and kubelet stand-in every
-// kubernetes target of this process uses.
+// kubeShared is the control plane every kubernetes target of this
+// process uses, and each target's namespace and node (the stand-in's, or
+// the real one's).
 var kubeShared struct {
-	once  sync.Once
-	tg    Target
-	err   error
-	why   string
-	stops []func()
+	once    sync.Once
+	cluster *kubetest.Cluster
+	err     error
+	why     string
+	stops   []func()
+	mu      sync.Mutex
+	targets map[bool]*kubeTargetState // by whether its node is real
 }
 
-// kubeTarget is the kubernetes target, made on first use: a server
+// kubeTargetState is one kubernetes target, made once.
+type kubeTargetState struct {
+	once sync.Once
+	tg   Target
+	err  error
+}
+
+// KubernetesNode names, in SANDBOX_MCP_TEST_RUNTIMES, the Kubernetes
+// runtime on a real node (a kubelet on containerd, kubetest.StartNode)
+// rather than the kubelet stand-in.
+const KubernetesNode = Kubernetes + "@node"
+
+// NodeSuites are the suites the real node runs: those of KubeSuites that
+// do not count on NetworkPolicy being enforced (its CNI bridge does not)
+// and do not load the machine, run in CI beside the stand-in's.
+var NodeSuites = map[string]bool{
+	"TestEndToEnd": true, "TestTerminals": true, "TestJobs": true, "TestTransfer": true,
+	"TestBadArgumentsAreRefused": true, "TestHistorySurvivesRestart": true,
+}
+
+// kubeTarget is the kubernetes target on the kubelet stand-in.
+func kubeTarget(t testing.TB) Target { return sharedKubeTarget(t, false) }
+
+// kubeNodeTarget is the kubernetes target on a real node.
+func kubeNodeTarget(t testing.TB) Target { return sharedKubeTarget(t, true) }
+
+// sharedKubeTarget is a kubernetes target, made on first use: a server
 // reaches the cluster through a kubeconfig file with the token of
-// deploy/kubernetes/rbac.yaml's ServiceAccount, in a namespace of its own.
-func kubeTarget(t testing.TB) Target {
+// deploy/kubernetes/rbac.yaml's ServiceAccount, in a namespace of its
+// own, whose pods run on the kubelet stand-in or, with real set, on a
+// real node.
+func sharedKubeTarget(t testing.TB, real bool) Target {
 	t.Helper()
 	ks := &kubeShared
 	ks.once.Do(func() {
@@ -70,52 +101,8 @@ func kubeTarget(t testing.TB) Target {
 			ks.err, ks.why = err, why
 			return
 		}
+		ks.cluster = c
 		ks.stops = append(ks.stops, stop)
-		fail := func(err error) { ks.err = err }
-		var b [3]byte
-		_, _ = rand.Read(b[:])
-		id := hex.EncodeToString(b[:])
-		ns := "e2e-" + id
-		_, file, _, _ := runtime.Caller(0)
-		rbac := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "kubernetes", "rbac.yaml")
-		token, drop, err := c.MakeNamespace(context.Background(), ns, rbac)
-		if err != nil {
-			fail(err)
-			return
-		}
-		ks.stops = append(ks.stops, drop)
-		admin, err := c.AdminClient()
-		if err != nil {
-			fail(err)
-			return
-		}
-		_, stopKubelet, err := c.StartKubelet(admin, ns, "ke"+id)
-		if err != nil {
-			fail(err)
-			return
-		}
-		ks.stops = append(ks.stops, stopKubelet)
-		dir, err := os.MkdirTemp("", "kubetarget-")
-		if err != nil {
-			fail(err)
-			return
-		}
-		ks.stops = append(ks.stops, func() { os.RemoveAll(dir) })
-		kubeconfig := filepath.Join(dir, "kubeconfig")
-		if err := c.WriteKubeconfig(kubeconfig, token, ns); err != nil {
-			fail(err)
-			return
-		}
-		cfg := c.Config(token)
-		ks.tg = Target{Name: Kubernetes, Runtime: Kubernetes, Image: "localhost/mcp-dev:latest",
-			Env: []string{"SANDBOX_MCP_KUBECONFIG=" + kubeconfig, "SANDBOX_MCP_KUBE_NAMESPACE=" + ns},
-			New: func() sandbox.Runtime {
-				rt, err := kube.New(cfg, kube.Options{Namespace: ns})
-				if err != nil {
-					panic(fmt.Sprintf("kubernetes target: %v", err))
-				}
-				return rt
-			}}
 	})
 	switch {
 	case ks.err != nil:
@@ -126,7 +113,89 @@ func kubeTarget(t testing.TB) Target {
 		}
 		t.Skipf("kubernetes target: %s", ks.why)
 	}
-	return ks.tg
+	if real {
+		if _, why := kubetest.NodeBinaries(); why != "" {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s target: CI may not skip it: %s", KubernetesNode, why)
+			}
+			t.Skipf("%s target: %s", KubernetesNode, why)
+		}
+	}
+	ks.mu.Lock()
+	if ks.targets == nil {
+		ks.targets = map[bool]*kubeTargetState{}
+	}
+	st := ks.targets[real]
+	if st == nil {
+		st = &kubeTargetState{}
+		ks.targets[real] = st
+	}
+	ks.mu.Unlock()
+	st.once.Do(func() { st.tg, st.err = makeKubeTarget(ks.cluster, real) })
+	if st.err != nil {
+		t.Fatalf("kubernetes target: %v", st.err)
+	}
+	return st.tg
+}
+
+// makeKubeTarget makes a namespace on c, with its node, and the target
+// that uses them.
+func makeKubeTarget(c *kubetest.Cluster, real bool) (Target, error) {
+	ks := &kubeShared
+	add := func(stop func()) {
+		ks.mu.Lock()
+		ks.stops = append(ks.stops, stop)
+		ks.mu.Unlock()
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	ns := "e2e-" + id
+	_, file, _, _ := runtime.Caller(0)
+	rbac := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "kubernetes", "rbac.yaml")
+	token, drop, err := c.MakeNamespace(context.Background(), ns, rbac)
+	if err != nil {
+		return Target{}, err
+	}
+	add(drop)
+	name := Kubernetes
+	if real {
+		name = Kubernetes + "-node"
+		_, stopNode, err := c.StartNode(ns, "localhost/mcp-dev:latest", "localhost/sandbox-mcp-minimal:latest")
+		if err != nil {
+			return Target{}, err
+		}
+		add(stopNode)
+	} else {
+		admin, err := c.AdminClient()
+		if err != nil {
+			return Target{}, err
+		}
+		_, stopKubelet, err := c.StartKubelet(admin, ns, "ke"+id)
+		if err != nil {
+			return Target{}, err
+		}
+		add(stopKubelet)
+	}
+	dir, err := os.MkdirTemp("", "kubetarget-")
+	if err != nil {
+		return Target{}, err
+	}
+	add(func() { os.RemoveAll(dir) })
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := c.WriteKubeconfig(kubeconfig, token, ns); err != nil {
+		return Target{}, err
+	}
+	cfg := c.Config(token)
+	return Target{Name: name, Runtime: Kubernetes, Image: "localhost/mcp-dev:latest",
+		Env: []string{"SANDBOX_MCP_KUBECONFIG=" + kubeconfig, "SANDBOX_MCP_KUBE_NAMESPACE=" + ns},
+		New: func() sandbox.Runtime {
+			rt, err := kube.New(cfg, kube.Options{Namespace: ns})
+			if err != nil {
+				panic(fmt.Sprintf("kubernetes target: %v", err))
+			}
+			return rt
+		}}, nil
 }
 
 // StopShared ends what the targets of this process started for all
@@ -134,8 +203,11 @@ func kubeTarget(t testing.TB) Target {
 // Call it from TestMain once the tests ran.
 func StopShared() {
 	ks := &kubeShared
-	for i := len(ks.stops) - 1; i >= 0; i-- {
-		ks.stops[i]()
-	}
+	ks.mu.Lock()
+	stops := ks.stops
 	ks.stops = nil
+	ks.mu.Unlock()
+	for i := len(stops) - 1; i >= 0; i-- {
+		stops[i]()
+	}
 }

@@ -1,0 +1,503 @@
+package kubetest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Node is a real node of the cluster: the kubelet of the apiserver's
+// release (built beside it by scripts/build-kube-apiserver.sh) on Debian's
+// containerd, runc and CNI bridge plugin, each of its own (its containerd
+// is not the system's, its bridge and addresses are its own), with the
+// parts of a control plane a node's pods need beside it:
+// kube-controller-manager's volume binder, claim protection and garbage
+// collector, a binder of pods to the node (the scheduler's part), and a
+// provisioner that backs each claim with a host directory.
+//
+// What it lacks against a production cluster: a network plugin that
+// enforces NetworkPolicy (the bridge lets every pod reach every pod), size
+// limits on claims (host directories), image pulls (the images it runs
+// are loaded from podman's store at its start), node credentials (the
+// kubelet acts as the cluster's admin), and a negative OOM score for its
+// pods' sandboxes (this machine does not grant CAP_SYS_RESOURCE, so
+// containerd keeps them at its own).
+type Node struct {
+	// Name is the Node's name, IP its address.
+	Name string
+	IP   string
+	dir  string
+}
+
+// NodeBinaries are what a real node runs on: the kubelet (KUBELET, or
+// beside the apiserver), containerd, ctr, runc, the CNI plugins and
+// podman to load images from. why says what is missing; a node needs
+// root, too.
+func NodeBinaries() (kubelet, why string) {
+	kubelet = os.Getenv("KUBELET")
+	if kubelet == "" {
+		apiserver, _, why := Binaries()
+		if why != "" {
+			return "", why
+		}
+		kubelet = filepath.Join(filepath.Dir(apiserver), "kubelet")
+	}
+	if _, err := os.Stat(kubelet); err != nil {
+		return "", "no kubelet at " + kubelet + ": run scripts/build-kube-apiserver.sh (or set KUBELET)"
+	}
+	for _, bin := range []string{"containerd", "ctr", "runc", "podman", "ip"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return "", "no " + bin + " on the PATH: run scripts/setup-engine.sh"
+		}
+	}
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniBin, p)); err != nil {
+			return "", "no CNI plugin " + p + " in " + cniBin + ": run scripts/setup-engine.sh (containernetworking-plugins)"
+		}
+	}
+	if os.Geteuid() != 0 {
+		return "", "a real node runs as root"
+	}
+	return kubelet, ""
+}
+
+// cniBin is where Debian's containernetworking-plugins are.
+const cniBin = "/usr/lib/cni"
+
+// pauseImage is the pods' sandbox image: made at the node's start from
+// the small test image, whose process sleeps.
+const pauseImage = "localhost/kubetest-pause:latest"
+
+// StartNode runs a real node of the cluster for the pods of namespace ns,
+// with images (references in podman's store) loaded into it. Stop ends
+// it, with its pods' containers, its network and its files. The node's
+// cluster-wide parts (its controllers) act for every namespace.
+func (c *Cluster) StartNode(ns string, images ...string) (n *Node, stop func(), err error) {
+	kubelet, why := NodeBinaries()
+	if why != "" {
+		return nil, nil, errors.New(why)
+	}
+	ip, err := nodeAddress()
+	if err != nil {
+		return nil, nil, err
+	}
+	sweepDeadNodes()
+	dir, err := os.MkdirTemp("/tmp", "ktn") // short: the sockets' paths are bounded
+	if err != nil {
+		return nil, nil, err
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	bridge := "kt" + hex.EncodeToString(b)
+	// What a later node's sweep needs, should this process die first.
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())+" "+bridge), 0o600); err != nil {
+		return nil, nil, err
+	}
+	n = &Node{Name: "kt-node-" + hex.EncodeToString(b), IP: ip, dir: dir}
+	ctx, cancel := context.WithCancel(context.Background())
+	var procs []*exec.Cmd
+	stop = func() {
+		cancel()
+		n.drain(c, ns)
+		for i := len(procs) - 1; i >= 0; i-- {
+			_ = procs[i].Process.Kill()
+			_, _ = procs[i].Process.Wait()
+		}
+		n.clean(bridge)
+	}
+	fail := func(err error) (*Node, func(), error) {
+		stop()
+		return nil, nil, err
+	}
+	start := func(logName string, bin string, args ...string) error {
+		cmd := exec.Command(bin, args...)
+		if err := startLogged(cmd, filepath.Join(dir, logName)); err != nil {
+			return fmt.Errorf("start %s: %w", filepath.Base(bin), err)
+		}
+		procs = append(procs, cmd)
+		return nil
+	}
+
+	// containerd, of its own, on the CNI bridge.
+	sock := filepath.Join(dir, "containerd.sock")
+	subnet := fmt.Sprintf("10.%d.%d.0/24", 244+int(b[0])%8, b[1])
+	conflist := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": %q, "plugins": [{"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": true,
+  "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}`,
+		bridge, bridge, filepath.Join(dir, "ipam"), subnet)
+	config := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, filepath.Join(dir, "containerd"), filepath.Join(dir, "state"), sock, pauseImage, cniBin, filepath.Join(dir, "cni"))
+	for p, text := range map[string]string{filepath.Join(dir, "cni", "10-kt.conflist"): conflist, filepath.Join(dir, "containerd.toml"): config} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fail(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			return fail(err)
+		}
+	}
+	if err := start("containerd.log", "containerd", "--config", filepath.Join(dir, "containerd.toml")); err != nil {
+		return fail(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i == 200 {
+			return fail(fmt.Errorf("containerd did not start: %s", tailOf(filepath.Join(dir, "containerd.log"))))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := n.loadImages(ctx, sock, images); err != nil {
+		return fail(err)
+	}
+
+	// The kubelet, serving for the apiserver at the node's address.
+	crt, key, err := c.kubelets.issue(n.Name, net.ParseIP(ip))
+	if err != nil {
+		return fail(err)
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return fail(err)
+	}
+	kubeletConfig := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %q}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+address: %s
+port: %d
+readOnlyPort: 0
+healthzPort: 0
+tlsCertFile: %q
+tlsPrivateKeyFile: %q
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
+resolvConf: /etc/resolv.conf
+`, filepath.Join(dir, "kubelet-ca.crt"), sock, ip, ports[0], filepath.Join(dir, "kubelet.crt"), filepath.Join(dir, "kubelet.key"))
+	files := map[string][]byte{"kubelet-ca.crt": c.kubelets.pem, "kubelet.crt": crt, "kubelet.key": key, "kubelet.yaml": []byte(kubeletConfig)}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return fail(err)
+		}
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := c.WriteKubeconfig(kubeconfig, c.AdminToken, "default"); err != nil {
+		return fail(err)
+	}
+	// The kubelet sets some kernel settings as it starts; they are put
+	// back once it runs (they are this machine's, shared with other tests).
+	tunables := readTunables()
+	if err := start("kubelet.log", kubelet, "--config", filepath.Join(dir, "kubelet.yaml"), "--kubeconfig", kubeconfig,
+		"--root-dir", filepath.Join(dir, "kubelet"), "--cert-dir", filepath.Join(dir, "pki"),
+		"--hostname-override", n.Name, "--node-ip", ip); err != nil {
+		return fail(err)
+	}
+	cs, err := c.AdminClient()
+	if err != nil {
+		return fail(err)
+	}
+	if err := n.waitReady(ctx, cs); err != nil {
+		return fail(err)
+	}
+	writeTunables(tunables)
+
+	// The control plane's parts for pods: volume binding and protection,
+	// the garbage collector, the scheduler's binding, claims' volumes.
+	kcm, why := controllerManager()
+	if why != "" {
+		return fail(errors.New(why))
+	}
+	if err := start("controller-manager.log", kcm, "--kubeconfig", kubeconfig,
+		"--controllers", "garbage-collector-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-binder-controller",
+		"--leader-elect=false", "--secure-port", "0", "--concurrent-gc-syncs", "5"); err != nil {
+		return fail(err)
+	}
+	go n.bindPods(ctx, cs, ns)
+	go n.provision(ctx, cs, ns)
+	return n, stop, nil
+}
+
+// nodeAddress is this machine's first address that is not the loopback's
+// nor a container bridge's: a kubelet refuses the loopback.
+func nodeAddress() (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 || i.Flags&net.FlagUp == 0 ||
+			slices.ContainsFunc([]string{"podman", "docker", "kt", "cni", "veth", "br-", "virbr"}, func(p string) bool { return strings.HasPrefix(i.Name, p) }) {
+			continue
+		}
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && ipn.IP.IsGlobalUnicast() {
+				return ipn.IP.String(), nil
+			}
+		}
+	}
+	return "", errors.New("a real node needs an address other than the loopback's, and this machine has none")
+}
+
+// tunables are the kernel settings a kubelet changes as it starts.
+var tunables = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops"}
+
+func readTunables() map[string][]byte {
+	out := map[string][]byte{}
+	for _, t := range tunables {
+		if b, err := os.ReadFile("/proc/sys/" + t); err == nil {
+			out[t] = b
+		}
+	}
+	return out
+}
+
+func writeTunables(saved map[string][]byte) {
+	for t, b := range saved {
+		_ = os.WriteFile("/proc/sys/"+t, b, 0o644)
+	}
+}
+
+// loadImages makes the pods' sandbox image and loads it and images from
+// podman's store into the node's containerd.
+func (n *Node) loadImages(ctx context.Context, sock string, images []string) error {
+	build := filepath.Join(n.dir, "pause")
+	if err := os.MkdirAll(build, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(build, "Containerfile"), []byte("FROM localhost/sandbox-mcp-minimal:latest\nENTRYPOINT [\"sleep\", \"2147483647\"]\n"), 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "podman", "build", "-q", "-t", pauseImage, build).CombinedOutput(); err != nil {
+		return fmt.Errorf("the pods' sandbox image: %w: %s", err, out)
+	}
+	for _, im := range append([]string{pauseImage}, images...) {
+		tar := filepath.Join(n.dir, "image.tar")
+		if out, err := exec.CommandContext(ctx, "podman", "save", "--format", "docker-archive", "-o", tar, im).CombinedOutput(); err != nil {
+			return fmt.Errorf("save %s from podman: %w: %s", im, err, out)
+		}
+		out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "--namespace", "k8s.io", "images", "import", tar).CombinedOutput()
+		_ = os.Remove(tar)
+		if err != nil {
+			return fmt.Errorf("load %s into the node: %w: %s", im, err, out)
+		}
+	}
+	return nil
+}
+
+// waitReady waits for the kubelet to register its Node, ready.
+func (n *Node) waitReady(ctx context.Context, cs kubernetes.Interface) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil && slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the kubelet did not get ready: %v\n%s", err, tailOf(filepath.Join(n.dir, "kubelet.log")))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// bindPods binds the pods of ns that no node has to this one.
+func (n *Node) bindPods(ctx context.Context, cs kubernetes.Interface, ns string) {
+	for ctx.Err() == nil {
+		w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName="})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted || p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+				continue
+			}
+			b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: n.Name}}
+			_ = cs.CoreV1().Pods(ns).Bind(ctx, b, metav1.CreateOptions{})
+		}
+		w.Stop()
+	}
+}
+
+// provision backs each claim of ns with a volume of a host directory of
+// the node's, bound to it, and removes the volume and its directory once
+// the claim is gone (the volume Released).
+func (n *Node) provision(ctx context.Context, cs kubernetes.Interface, ns string) {
+	go func() {
+		for ctx.Err() == nil {
+			w, err := cs.CoreV1().PersistentVolumes().Watch(ctx, metav1.ListOptions{LabelSelector: "kubetest.node=" + n.Name})
+			if err != nil {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			for ev := range w.ResultChan() {
+				if pv, ok := ev.Object.(*corev1.PersistentVolume); ok && ev.Type != watch.Deleted && pv.Status.Phase == corev1.VolumeReleased {
+					_ = cs.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{})
+					_ = os.RemoveAll(pv.Spec.HostPath.Path)
+				}
+			}
+			w.Stop()
+		}
+	}()
+	for ctx.Err() == nil {
+		w, err := cs.CoreV1().PersistentVolumeClaims(ns).Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for ev := range w.ResultChan() {
+			c, ok := ev.Object.(*corev1.PersistentVolumeClaim)
+			if !ok || ev.Type != watch.Added || c.Spec.VolumeName != "" {
+				continue
+			}
+			path := filepath.Join(n.dir, "volumes", string(c.UID))
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				continue
+			}
+			class := ""
+			if c.Spec.StorageClassName != nil {
+				class = *c.Spec.StorageClassName
+			}
+			pv := &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: "kt-" + string(c.UID), Labels: map[string]string{"kubetest.node": n.Name}},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:                      c.Spec.Resources.Requests,
+					AccessModes:                   c.Spec.AccessModes,
+					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+					StorageClassName:              class,
+					ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: c.Name, UID: c.UID},
+					PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}},
+				},
+			}
+			if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				_ = os.RemoveAll(path)
+			}
+		}
+		w.Stop()
+	}
+}
+
+// drain deletes the node's pods in ns and waits, a while, for the kubelet
+// to have ended their containers and taken down their networks.
+func (n *Node) drain(c *Cluster, ns string) {
+	cs, err := c.AdminClient()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	zero := int64(0)
+	_ = cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+	for ctx.Err() == nil {
+		out, err := exec.CommandContext(ctx, "ctr", "--address", filepath.Join(n.dir, "containerd.sock"), "--namespace", "k8s.io", "tasks", "ls", "-q").Output()
+		if err != nil || strings.TrimSpace(string(out)) == "" {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// clean takes down what is left of the node once its programs ended:
+// its containers' processes, its mounts, its bridge and its files.
+func (n *Node) clean(bridge string) {
+	// Processes of containers the kubelet did not end (their shims
+	// outlive containerd), found by the node's directory in their command.
+	if out, err := exec.Command("pgrep", "-f", n.dir+"/").Output(); err == nil {
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
+				_ = exec.Command("pkill", "-9", "-P", f).Run()
+				p, _ := os.FindProcess(pid)
+				_ = p.Kill()
+			}
+		}
+	}
+	// Mounts under its directory, deepest first.
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		var mounts []string
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if fs := strings.Fields(sc.Text()); len(fs) > 4 && strings.HasPrefix(fs[4], n.dir+"/") {
+				mounts = append(mounts, fs[4])
+			}
+		}
+		f.Close()
+		slices.Sort(mounts)
+		for i := len(mounts) - 1; i >= 0; i-- {
+			_ = exec.Command("umount", "-l", mounts[i]).Run()
+		}
+	}
+	_ = exec.Command("ip", "link", "delete", bridge).Run()
+	_ = os.RemoveAll(n.dir)
+}
+
+// LogTail is the end of the log of one of the node's programs
+// (kubelet.log, containerd.log, controller-manager.log), for a failure.
+func (n *Node) LogTail(name string) string { return tailOf(filepath.Join(n.dir, name)) }
+
+// sweepDeadNodes takes down the nodes that test processes now gone left
+// (a panic, a timeout, a kill): their programs died with them, but their
+// containers' processes and mounts outlive them.
+func sweepDeadNodes() {
+	dirs, _ := filepath.Glob("/tmp/ktn*/owner")
+	for _, owner := range dirs {
+		b, err := os.ReadFile(owner)
+		f := strings.Fields(string(b))
+		if err != nil || len(f) != 2 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue
+		}
+		(&Node{dir: filepath.Dir(owner)}).clean(f[1])
+	}
+}
+
+// tailOf is the end of the file at path, for an error.
+func tailOf(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
