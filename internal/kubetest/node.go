@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -222,7 +223,14 @@ resolvConf: /etc/resolv.conf
 		return fail(err)
 	}
 	// The kubelet sets some kernel settings as it starts; they are put
-	// back once it runs (they are this machine's, shared with other tests).
+	// back once it runs (they are this machine's, shared with other tests),
+	// under a lock that another test process's node takes too, so that
+	// none reads what a kubelet just set as the machine's own.
+	unlock, err := lockTunables()
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
 	tunables := readTunables()
 	if err := start("kubelet.log", kubelet, "--config", filepath.Join(dir, "kubelet.yaml"), "--kubeconfig", kubeconfig,
 		"--root-dir", filepath.Join(dir, "kubelet"), "--cert-dir", filepath.Join(dir, "pki"),
@@ -237,6 +245,7 @@ resolvConf: /etc/resolv.conf
 		return fail(err)
 	}
 	writeTunables(tunables)
+	unlock()
 
 	// The control plane's parts for pods: volume binding and protection,
 	// the garbage collector, the scheduler's binding, claims' volumes.
@@ -278,6 +287,21 @@ func nodeAddress() (string, error) {
 
 // tunables are the kernel settings a kubelet changes as it starts.
 var tunables = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops"}
+
+// lockTunables takes the machine-wide lock on the kernel settings a
+// kubelet changes; the function it returns, called once or more, lets go.
+func lockTunables() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "kubetest-tunables.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { f.Close() }) }, nil
+}
 
 func readTunables() map[string][]byte {
 	out := map[string][]byte{}
