@@ -33,6 +33,7 @@ func main() {
 	rt := flag.String("runtime", "podman", "engine CLI: podman or docker")
 	image := flag.String("image", "mcp-dev", "sandbox image")
 	n := flag.Int("n", 1000, "warm exec calls to time")
+	flag.BoolVar(&kubeNode, "kube-node", false, "run the kube section's pods on a real node (a kubelet on containerd, as root) rather than the kubelet stand-in")
 	flag.StringVar(&httpProtocol, "http-protocol", "", "protocol revision of the http section's clients, e.g. 2025-06-18 (sessions); the newest when empty")
 	only := flag.String("only", "", "comma-separated sections to run (first, warm, floor, output, lifecycle, restart, pair, leaks, jobkill, jobscale, killpoints, writefile, bounds, transfer, sync, snapshots, hostcost, ports, egress, children, terminals, http, telemetry, python, spares, work, kube); all when empty")
 	flag.Parse()
