@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -139,8 +140,11 @@ func (c *Cluster) StartNode(ns string, images ...string) (n *Node, stop func(), 
 
 	// containerd, of its own, on the CNI bridge.
 	sock := filepath.Join(dir, "containerd.sock")
-	subnet := fmt.Sprintf("10.%d.%d.0/24", 244+int(b[0])%8, b[1])
-	conflist := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": %q, "plugins": [{"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": true,
+	subnet, err := freeSubnet()
+	if err != nil {
+		return fail(err)
+	}
+	conflist := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": %q, "plugins": [{"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
   "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}`,
 		bridge, bridge, filepath.Join(dir, "ipam"), subnet)
 	config := fmt.Sprintf(`version = 2
@@ -175,7 +179,10 @@ state = %q
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if err := n.loadImages(ctx, sock, images); err != nil {
+	lctx, lcancel := context.WithTimeout(ctx, 10*time.Minute) // a podman stuck on its store fails the node, not the run
+	err = n.loadImages(lctx, sock, images)
+	lcancel()
+	if err != nil {
 		return fail(err)
 	}
 
@@ -211,7 +218,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", imagefs.available: "1%%", nodefs.inodesFree: "1%%"}
 resolvConf: /etc/resolv.conf
-`, filepath.Join(dir, "kubelet-ca.crt"), sock, ip, ports[0], filepath.Join(dir, "kubelet.crt"), filepath.Join(dir, "kubelet.key"))
+podLogsDir: %q
+makeIPTablesUtilChains: false
+`, filepath.Join(dir, "kubelet-ca.crt"), sock, ip, ports[0], filepath.Join(dir, "kubelet.crt"), filepath.Join(dir, "kubelet.key"), filepath.Join(dir, "pod-logs"))
 	files := map[string][]byte{"kubelet-ca.crt": c.kubelets.pem, "kubelet.crt": crt, "kubelet.key": key, "kubelet.yaml": []byte(kubeletConfig)}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
@@ -231,7 +240,11 @@ resolvConf: /etc/resolv.conf
 		return fail(err)
 	}
 	defer unlock()
-	tunables := readTunables()
+	tunables, err := saveTunables(dir)
+	if err != nil {
+		return fail(err)
+	}
+	defer restoreTunables(dir, tunables) // on failure too
 	if err := start("kubelet.log", kubelet, "--config", filepath.Join(dir, "kubelet.yaml"), "--kubeconfig", kubeconfig,
 		"--root-dir", filepath.Join(dir, "kubelet"), "--cert-dir", filepath.Join(dir, "pki"),
 		"--hostname-override", n.Name, "--node-ip", ip); err != nil {
@@ -244,7 +257,7 @@ resolvConf: /etc/resolv.conf
 	if err := n.waitReady(ctx, cs); err != nil {
 		return fail(err)
 	}
-	writeTunables(tunables)
+	restoreTunables(dir, tunables)
 	unlock()
 
 	// The control plane's parts for pods: volume binding and protection,
@@ -288,10 +301,15 @@ func nodeAddress() (string, error) {
 // tunables are the kernel settings a kubelet changes as it starts.
 var tunables = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops"}
 
+// tunablesLock is the machine-wide lock on the kernel settings a kubelet
+// changes (a fixed path: test processes may have other temporary
+// directories).
+const tunablesLock = "/tmp/kubetest-tunables.lock"
+
 // lockTunables takes the machine-wide lock on the kernel settings a
 // kubelet changes; the function it returns, called once or more, lets go.
 func lockTunables() (func(), error) {
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "kubetest-tunables.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(tunablesLock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -303,20 +321,42 @@ func lockTunables() (func(), error) {
 	return func() { once.Do(func() { f.Close() }) }, nil
 }
 
-func readTunables() map[string][]byte {
-	out := map[string][]byte{}
+// saveTunables reads the settings, and keeps them in the node's dir for
+// a sweep to put back should this process die before it does.
+func saveTunables(dir string) (map[string]string, error) {
+	out := map[string]string{}
+	var text strings.Builder
 	for _, t := range tunables {
 		if b, err := os.ReadFile("/proc/sys/" + t); err == nil {
-			out[t] = b
+			out[t] = strings.TrimSpace(string(b))
+			fmt.Fprintf(&text, "%s %s\n", t, out[t])
 		}
 	}
-	return out
+	return out, os.WriteFile(filepath.Join(dir, "tunables"), []byte(text.String()), 0o600)
 }
 
-func writeTunables(saved map[string][]byte) {
-	for t, b := range saved {
-		_ = os.WriteFile("/proc/sys/"+t, b, 0o644)
+// restoreTunables puts the settings back, once they are this machine's
+// again forgets them.
+func restoreTunables(dir string, saved map[string]string) {
+	for t, v := range saved {
+		_ = os.WriteFile("/proc/sys/"+t, []byte(v+"\n"), 0o644)
 	}
+	_ = os.Remove(filepath.Join(dir, "tunables"))
+}
+
+// restoreSavedTunables puts back what a dead node's dir kept, if it did.
+func restoreSavedTunables(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "tunables"))
+	if err != nil {
+		return
+	}
+	saved := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && slices.Contains(tunables, f[0]) && strings.Trim(f[1], "-0123456789") == "" {
+			saved[f[0]] = f[1]
+		}
+	}
+	restoreTunables(dir, saved)
 }
 
 // loadImages makes the pods' sandbox image and loads it and images from
@@ -377,7 +417,13 @@ func (n *Node) bindPods(ctx context.Context, cs kubernetes.Interface, ns string)
 				continue
 			}
 			b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID}, Target: corev1.ObjectReference{Kind: "Node", Name: n.Name}}
-			_ = cs.CoreV1().Pods(ns).Bind(ctx, b, metav1.CreateOptions{})
+			for try := 0; try < 10; try++ {
+				err := cs.CoreV1().Pods(ns).Bind(ctx, b, metav1.CreateOptions{})
+				if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
 		}
 		w.Stop()
 	}
@@ -395,7 +441,9 @@ func (n *Node) provision(ctx context.Context, cs kubernetes.Interface, ns string
 				continue
 			}
 			for ev := range w.ResultChan() {
-				if pv, ok := ev.Object.(*corev1.PersistentVolume); ok && ev.Type != watch.Deleted && pv.Status.Phase == corev1.VolumeReleased {
+				pv, ok := ev.Object.(*corev1.PersistentVolume)
+				if ok && ev.Type != watch.Deleted && pv.Status.Phase == corev1.VolumeReleased && pv.Spec.HostPath != nil &&
+					strings.HasPrefix(pv.Spec.HostPath.Path, filepath.Join(n.dir, "volumes")+"/") {
 					_ = cs.CoreV1().PersistentVolumes().Delete(ctx, pv.Name, metav1.DeleteOptions{})
 					_ = os.RemoveAll(pv.Spec.HostPath.Path)
 				}
@@ -454,26 +502,56 @@ func (n *Node) drain(c *Cluster, ns string) {
 	_ = cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
 	for ctx.Err() == nil {
 		out, err := exec.CommandContext(ctx, "ctr", "--address", filepath.Join(n.dir, "containerd.sock"), "--namespace", "k8s.io", "tasks", "ls", "-q").Output()
-		if err != nil || strings.TrimSpace(string(out)) == "" {
+		if (err != nil || strings.TrimSpace(string(out)) == "") && n.addressesHeld() == 0 {
 			return
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 }
 
+// addressesHeld counts the pod addresses the node's IPAM has given and
+// not taken back: each goes once its pod's network is taken down.
+func (n *Node) addressesHeld() int {
+	held := 0
+	_ = filepath.WalkDir(filepath.Join(n.dir, "ipam"), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && net.ParseIP(d.Name()) != nil {
+			held++
+		}
+		return nil
+	})
+	return held
+}
+
+// freeSubnet picks a /24 for the node's pods that no interface of this
+// machine is on (another test process's node, say).
+func freeSubnet() (string, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", err
+	}
+	for try := 0; try < 64; try++ {
+		b := make([]byte, 2)
+		_, _ = rand.Read(b)
+		_, sub, _ := net.ParseCIDR(fmt.Sprintf("10.%d.%d.0/24", 244+int(b[0])%8, b[1]))
+		if !slices.ContainsFunc(addrs, func(a net.Addr) bool {
+			ipn, ok := a.(*net.IPNet)
+			return ok && (sub.Contains(ipn.IP) || ipn.Contains(sub.IP))
+		}) {
+			return sub.String(), nil
+		}
+	}
+	return "", errors.New("no free /24 under 10.244.0.0/13 for the node's pods")
+}
+
 // clean takes down what is left of the node once its programs ended:
 // its containers' processes, its mounts, its bridge and its files.
 func (n *Node) clean(bridge string) {
 	// Processes of containers the kubelet did not end (their shims
-	// outlive containerd), found by the node's directory in their command.
-	if out, err := exec.Command("pgrep", "-f", n.dir+"/").Output(); err == nil {
-		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid != os.Getpid() {
-				_ = exec.Command("pkill", "-9", "-P", f).Run()
-				p, _ := os.FindProcess(pid)
-				_ = p.Kill()
-			}
-		}
+	// outlive containerd), found by the node's directory in their command
+	// line, and their children.
+	for _, pid := range processesNaming(n.dir + "/") {
+		_ = exec.Command("pkill", "-9", "-P", strconv.Itoa(pid)).Run()
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	// Mounts under its directory, deepest first.
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
@@ -490,8 +568,36 @@ func (n *Node) clean(bridge string) {
 			_ = exec.Command("umount", "-l", mounts[i]).Run()
 		}
 	}
-	_ = exec.Command("ip", "link", "delete", bridge).Run()
+	if bridgeName.MatchString(bridge) {
+		_ = exec.Command("ip", "link", "delete", bridge).Run()
+	}
+	// Whatever is still mounted under it keeps the directory.
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), " "+n.dir+"/") {
+		return
+	}
 	_ = os.RemoveAll(n.dir)
+}
+
+// Names a node's directory and bridge go by.
+var (
+	nodeDirName = regexp.MustCompile(`^/tmp/ktn[0-9]+$`)
+	bridgeName  = regexp.MustCompile(`^kt[0-9a-f]{6}$`)
+)
+
+// processesNaming are the processes whose command line holds s.
+func processesNaming(s string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(strings.ReplaceAll(string(b), "\x00", " "), s) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // LogTail is the end of the log of one of the node's programs
@@ -502,18 +608,34 @@ func (n *Node) LogTail(name string) string { return tailOf(filepath.Join(n.dir, 
 // (a panic, a timeout, a kill): their programs died with them, but their
 // containers' processes and mounts outlive them.
 func sweepDeadNodes() {
+	unlock, err := lockTunables()
+	if err != nil {
+		return
+	}
+	defer unlock()
 	dirs, _ := filepath.Glob("/tmp/ktn*/owner")
 	for _, owner := range dirs {
+		dir := filepath.Dir(owner)
+		// Only a directory a node of root's made: not a file another
+		// user left to be taken for one.
+		fi, err := os.Lstat(dir)
+		if err != nil || !nodeDirName.MatchString(dir) || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
+			continue
+		}
 		b, err := os.ReadFile(owner)
 		f := strings.Fields(string(b))
-		if err != nil || len(f) != 2 {
+		if err != nil || len(f) != 2 || !bridgeName.MatchString(f[1]) {
 			continue
 		}
 		pid, err := strconv.Atoi(f[0])
-		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		if err != nil || pid <= 0 || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 			continue
 		}
-		(&Node{dir: filepath.Dir(owner)}).clean(f[1])
+		restoreSavedTunables(dir)
+		(&Node{dir: dir}).clean(f[1])
 	}
 }
 

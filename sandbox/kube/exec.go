@@ -213,7 +213,7 @@ func (s *stream) Start(stdin io.Reader, stdout, stderr io.Writer) error {
 		case ctx.Err() != nil:
 			s.err = fmt.Errorf("kubernetes: exec in %s: %w", s.name, ctx.Err())
 		default:
-			if code, why, ok := notStarted(err); ok {
+			if code, why, ok := notStarted(err, argv[0]); ok {
 				// As an engine's exec says it: a status, and why on
 				// stderr.
 				s.code, s.err = code, &proc.ExitError{Code: code}
@@ -239,14 +239,24 @@ func (s *stream) Start(stdin io.Reader, stdout, stderr io.Writer) error {
 // that the program could not be started: the OCI runtime's exec failing
 // on a program that is not there (status 127, as a shell and an engine's
 // exec give) or that may not be run (126). A kubelet reports these as an
-// internal error of the stream, not as a status.
-func notStarted(err error) (code int, why string, ok bool) {
-	msg := err.Error()
-	if !strings.Contains(msg, "OCI runtime exec failed") && !strings.Contains(msg, "unable to start container process") {
+// internal error of the stream, not as a status. runc says
+// `exec: "PROG": executable file not found in $PATH` (or `exec: "PROG":
+// stat PROG: no such file or directory`, `exec: "PROG": permission
+// denied`); crun `executable file `PROG` not found in $PATH` (or
+// `PROG: No such file or directory`, `PROG: Permission denied`). Other
+// failures of the runtime (a directory or device it could not set up)
+// are not the program's and stay errors.
+func notStarted(err error, prog string) (code int, why string, ok bool) {
+	msg := strings.ToLower(err.Error())
+	if !strings.Contains(msg, "exec failed") {
 		return 0, "", false
 	}
+	p := strings.ToLower(prog)
+	named := strings.Contains(msg, `exec: "`+p+`": `) || strings.Contains(msg, "`"+p+"`") || strings.Contains(msg, ": "+p+": ")
 	switch {
-	case strings.Contains(msg, "executable file not found"):
+	case !named:
+		return 0, "", false
+	case strings.Contains(msg, "executable file not found") || strings.Contains(msg, "executable file `"+p+"` not found"):
 		return 127, "executable file not found in $PATH", true
 	case strings.Contains(msg, "no such file or directory"):
 		return 127, "no such file or directory", true

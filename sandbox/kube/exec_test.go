@@ -326,3 +326,29 @@ func until(ctx context.Context, t *testing.T, what string, cond func() (bool, er
 }
 
 func ciRun() bool { return os.Getenv("CI") == "true" }
+
+// TestNotStarted: a node's word that an exec's program could not start,
+// as runc and crun put it under containerd, is status 127 (not there) or
+// 126 (not to be run); the runtime's other failures, and words about
+// another program, are not.
+func TestNotStarted(t *testing.T) {
+	const pre = `Internal error occurred: error executing command in container: failed to exec in container: failed to start exec "e7d6": OCI runtime exec failed: exec failed: `
+	for _, c := range []struct {
+		prog, msg string
+		code      int
+	}{
+		{"no-such-program", pre + `unable to start container process: exec: "no-such-program": executable file not found in $PATH: unknown`, 127},
+		{"/no/such/program", pre + `unable to start container process: exec: "/no/such/program": stat /no/such/program: no such file or directory: unknown`, 127},
+		{"/tmp/x", pre + `unable to start container process: exec: "/tmp/x": permission denied: unknown`, 126},
+		{"nope", pre + "executable file `nope` not found in $PATH: No such file or directory: OCI runtime attempted to invoke a command that was not found", 127},
+		{"/bin/x", pre + "/bin/x: Permission denied: OCI permission denied", 126},
+		{"sh", pre + `unable to start container process: chdir to cwd ("/gone") set in config.json failed: no such file or directory: unknown`, 0},
+		{"sh", pre + `unable to start container process: exec: "other": executable file not found in $PATH: unknown`, 0},
+		{"sh", `error dialing backend: dial tcp 10.0.0.1:10250: connect: connection refused`, 0},
+	} {
+		code, _, ok := notStarted(errors.New(c.msg), c.prog)
+		if ok != (c.code != 0) || code != c.code {
+			t.Errorf("%s: %q: status %d (%v), want %d", c.prog, c.msg, code, ok, c.code)
+		}
+	}
+}

@@ -687,7 +687,7 @@ func waitingReason(pod *corev1.Pod) string {
 	if pod.Status.Reason != "" || pod.Status.Message != "" {
 		// The node's word on the pod as a whole: a rejection at
 		// admission (OutOfcpu, OutOfmemory), an eviction.
-		why = append(why, strings.TrimSpace(pod.Status.Reason+": "+pod.Status.Message))
+		why = append(why, strings.TrimPrefix(strings.TrimSpace(pod.Status.Reason+": "+pod.Status.Message), ": "))
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
 		if w := cs.State.Waiting; w != nil {
