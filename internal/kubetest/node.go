@@ -549,9 +549,23 @@ func (n *Node) clean(bridge string) {
 	// Processes of containers the kubelet did not end (their shims
 	// outlive containerd), found by the node's directory in their command
 	// line, and their children.
-	for _, pid := range processesNaming(n.dir + "/") {
-		_ = exec.Command("pkill", "-9", "-P", strconv.Itoa(pid)).Run()
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	if pids := processesNaming(n.dir + "/"); len(pids) > 0 {
+		for _, pid := range pids {
+			_ = exec.Command("pkill", "-9", "-P", strconv.Itoa(pid)).Run()
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(500 * time.Millisecond) // their ends, before their cgroups go
+	}
+	// The cgroups of its containers (cgroupfs, under k8s.io), once their
+	// processes are gone.
+	ids, _ := os.ReadDir(filepath.Join(n.dir, "state", "io.containerd.runtime.v2.task", "k8s.io"))
+	for _, id := range ids {
+		if containerID.MatchString(id.Name()) {
+			groups, _ := filepath.Glob("/sys/fs/cgroup/*/k8s.io/" + id.Name())
+			for _, g := range groups {
+				_ = os.Remove(g)
+			}
+		}
 	}
 	// Mounts under its directory, deepest first.
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
@@ -581,6 +595,7 @@ func (n *Node) clean(bridge string) {
 // Names a node's directory and bridge go by.
 var (
 	nodeDirName = regexp.MustCompile(`^/tmp/ktn[0-9]+$`)
+	containerID = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	bridgeName  = regexp.MustCompile(`^kt[0-9a-f]{6}$`)
 )
 
