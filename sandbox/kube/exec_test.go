@@ -82,6 +82,25 @@ func (h podHost) KillRun(ctx context.Context, pid int, runID string, self bool) 
 	return err
 }
 
+// openShell opens the persistent shell of sandbox name, and a function
+// that runs one command in it and returns its stdout and status.
+func openShell(ctx context.Context, t *testing.T, rt *Runtime, name string) (*shell.Shell, func(string) (string, int)) {
+	t.Helper()
+	sh, err := shell.Open(ctx, podHost{rt, name}, shell.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh, func(cmd string) (string, int) {
+		t.Helper()
+		var so bytes.Buffer
+		res, err := sh.Run(ctx, shell.Request{Command: cmd, Stdout: &so, Timeout: time.Minute}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return so.String(), res.ExitCode
+	}
+}
+
 // TestExecThroughTheKubelet: processes in a sandbox's pod run over the
 // apiserver's exec stream to the node's kubelet: with their directory,
 // variables, input and exit status; a large output whole; a killed stream
@@ -206,20 +225,8 @@ func TestExecThroughTheKubelet(t *testing.T) {
 	}
 
 	// The persistent shell: one stream, its state kept between commands.
-	sh, err := shell.Open(ctx, podHost{rt, name}, shell.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sh, run := openShell(ctx, t, rt, name)
 	before := kl.Execs.Load()
-	run := func(cmd string) (string, int) {
-		t.Helper()
-		var so bytes.Buffer
-		res, err := sh.Run(ctx, shell.Request{Command: cmd, Stdout: &so, Timeout: time.Minute}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return so.String(), res.ExitCode
-	}
 	run("cd /workspace && export MARK=kept")
 	for i := range 20 {
 		if got, code := run(`echo "$MARK $(pwd) ` + strconv.Itoa(i) + `" > f; cat f; exit_code() { return 7; }; exit_code`); got != "kept /workspace "+strconv.Itoa(i)+"\n" || code != 7 {

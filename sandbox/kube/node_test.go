@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
-	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 // onNode is a namespace of its own on a real node of the cluster (a
@@ -77,19 +75,7 @@ func TestOnARealNode(t *testing.T) {
 	}
 
 	// The persistent shell: one stream, its state kept.
-	sh, err := shell.Open(ctx, podHost{rt, name}, shell.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := func(cmd string) (string, int) {
-		t.Helper()
-		var so bytes.Buffer
-		res, err := sh.Run(ctx, shell.Request{Command: cmd, Stdout: &so, Timeout: time.Minute}, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return so.String(), res.ExitCode
-	}
+	sh, run := openShell(ctx, t, rt, name)
 	run("cd /workspace && export K=v && echo kept >file")
 	if got, code := run(`echo "$PWD $K $(cat file)"; exit 4`); got != "/workspace v kept\n" || code != 4 {
 		t.Fatalf("the shell's state: %q, status %d", got, code)
