@@ -227,6 +227,19 @@ if has_runtime docker; then
   "$repo/scripts/build-images.sh" --engine docker all
 fi
 
+# The real node loads its images from archives of podman's (kubetest.SavedImage):
+# saved here, before the tests, since saving a large image holds podman's store.
+if has_runtime kubernetes@node; then
+  mkdir -p -m 0700 /var/tmp/kubetest-images
+  for img in localhost/sandbox-mcp-minimal:latest localhost/mcp-dev:latest; do
+    id="$(podman image inspect --format '{{.Id}}' "$img" 2>/dev/null || true)"
+    if [[ -n "$id" && ! -f "/var/tmp/kubetest-images/$id.tar" ]]; then
+      log "saving $img for the real node"
+      podman save -q --format docker-archive -o "/var/tmp/kubetest-images/$id.tar.$$.tmp" "$img" &&
+        mv "/var/tmp/kubetest-images/$id.tar.$$.tmp" "/var/tmp/kubetest-images/$id.tar"
+    fi
+  done
+fi
 export SANDBOX_MCP_TEST_RUNTIMES="$runtimes"
 log "SANDBOX_MCP_TEST_RUNTIMES=$SANDBOX_MCP_TEST_RUNTIMES"
 

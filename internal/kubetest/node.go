@@ -1,12 +1,15 @@
 package kubetest
 
 import (
+	"archive/tar"
 	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -85,7 +88,7 @@ func NodeBinaries() (kubelet, why string) {
 const cniBin = "/usr/lib/cni"
 
 // pauseImage is the pods' sandbox image: made at the node's start from
-// the small test image, whose process sleeps.
+// the small test image (pauseBase), whose process sleeps.
 const pauseImage = "localhost/kubetest-pause:latest"
 
 // StartNode runs a real node of the cluster for the pods of namespace ns,
@@ -359,31 +362,158 @@ func restoreSavedTunables(dir string) {
 	restoreTunables(dir, saved)
 }
 
-// loadImages makes the pods' sandbox image and loads it and images from
-// podman's store into the node's containerd.
+// loadImages loads the pods' sandbox image and images (from podman's
+// store) into the node's containerd. Podman's store is only read: tests
+// beside this one list and change it, and an image made or replaced in it
+// meanwhile fails their listings ("layer not known").
 func (n *Node) loadImages(ctx context.Context, sock string, images []string) error {
-	build := filepath.Join(n.dir, "pause")
-	if err := os.MkdirAll(build, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(build, "Containerfile"), []byte("FROM localhost/sandbox-mcp-minimal:latest\nENTRYPOINT [\"sleep\", \"2147483647\"]\n"), 0o644); err != nil {
-		return err
-	}
-	if out, err := exec.CommandContext(ctx, "podman", "build", "-q", "-t", pauseImage, build).CombinedOutput(); err != nil {
-		return fmt.Errorf("the pods' sandbox image: %w: %s", err, out)
-	}
-	for _, im := range append([]string{pauseImage}, images...) {
-		tar := filepath.Join(n.dir, "image.tar")
-		if out, err := exec.CommandContext(ctx, "podman", "save", "--format", "docker-archive", "-o", tar, im).CombinedOutput(); err != nil {
-			return fmt.Errorf("save %s from podman: %w: %s", im, err, out)
-		}
+	load := func(tar, what string) error {
 		out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "--namespace", "k8s.io", "images", "import", tar).CombinedOutput()
-		_ = os.Remove(tar)
 		if err != nil {
-			return fmt.Errorf("load %s into the node: %w: %s", im, err, out)
+			return fmt.Errorf("load %s into the node: %w: %s", what, err, out)
+		}
+		return nil
+	}
+	small, err := SavedImage(ctx, pauseBase)
+	if err != nil {
+		return err
+	}
+	pause := filepath.Join(n.dir, "pause.tar")
+	if err := asPauseImage(small, pause); err != nil {
+		return fmt.Errorf("the pods' sandbox image: %w", err)
+	}
+	err = load(pause, pauseImage)
+	_ = os.Remove(pause)
+	if err != nil {
+		return err
+	}
+	for _, im := range images {
+		tar, err := SavedImage(ctx, im)
+		if err != nil {
+			return err
+		}
+		if err := load(tar, im); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// imageCache keeps the docker archives of the images nodes load, by image
+// ID: saving a large image from podman holds its store for a while, which
+// scripts/test.sh does once, before the tests, not beside them.
+const imageCache = "/var/tmp/kubetest-images"
+
+// SavedImage is the path of a docker archive of podman's image im, saved
+// once per image ID (whole or not at all: a temporary name, then a
+// rename).
+func SavedImage(ctx context.Context, im string) (string, error) {
+	out, err := exec.CommandContext(ctx, "podman", "image", "inspect", "--format", "{{.Id}}", im).Output()
+	id := strings.TrimSpace(string(out))
+	if err != nil || !containerID.MatchString(id) {
+		return "", fmt.Errorf("podman has no image %s (%v): run scripts/build-images.sh", im, err)
+	}
+	if err := os.MkdirAll(imageCache, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(imageCache, id+".tar")
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+	if out, err := exec.CommandContext(ctx, "podman", "save", "-q", "--format", "docker-archive", "-o", tmp, im).CombinedOutput(); err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("save %s from podman: %w: %s", im, err, out)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return "", err
+	}
+	// Archives of images since rebuilt go after a while.
+	old, _ := filepath.Glob(filepath.Join(imageCache, "*.tar"))
+	for _, o := range old {
+		if fi, err := os.Stat(o); err == nil && time.Since(fi.ModTime()) > 48*time.Hour {
+			_ = os.Remove(o)
+		}
+	}
+	return path, nil
+}
+
+// pauseBase is the image the pods' sandbox image is made from.
+const pauseBase = "localhost/sandbox-mcp-minimal:latest"
+
+// asPauseImage writes at dst the docker archive src (one image) as the
+// pods' sandbox image: its layers, its configuration with a process that
+// sleeps, and the name pauseImage.
+func asPauseImage(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	tr, tw := tar.NewReader(in), tar.NewWriter(out)
+	files := map[string][]byte{} // the archive's JSON files, rewritten at the end
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if strings.HasSuffix(h.Name, ".json") {
+			b, err := io.ReadAll(io.LimitReader(tr, 1<<20))
+			if err != nil {
+				return err
+			}
+			files[h.Name] = b
+			continue
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+	var manifest []map[string]any
+	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil || len(manifest) != 1 {
+		return fmt.Errorf("%s: not a docker archive of one image (%v)", src, err)
+	}
+	cfgName, _ := manifest[0]["Config"].(string)
+	var cfg map[string]any
+	if err := json.Unmarshal(files[cfgName], &cfg); err != nil {
+		return fmt.Errorf("%s: its configuration %q: %v", src, cfgName, err)
+	}
+	cc, _ := cfg["config"].(map[string]any)
+	if cc == nil {
+		cc = map[string]any{}
+		cfg["config"] = cc
+	}
+	cc["Entrypoint"], cc["Cmd"] = []string{"sleep", "2147483647"}, nil
+	manifest[0]["Config"], manifest[0]["RepoTags"] = "pause.json", []string{pauseImage}
+	delete(files, "manifest.json")
+	delete(files, cfgName)
+	cfgJSON, _ := json.Marshal(cfg)
+	manJSON, _ := json.Marshal(manifest)
+	files["pause.json"], files["manifest.json"] = cfgJSON, manJSON
+	for name, b := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return out.Close()
 }
 
 // waitReady waits for the kubelet to register its Node, ready.
