@@ -41,7 +41,8 @@ import (
 // What it lacks against a production cluster: a network plugin that
 // enforces NetworkPolicy (the bridge lets every pod reach every pod), size
 // limits on claims (host directories), image pulls (the images it runs
-// are loaded from podman's store at its start), node credentials (the
+// are loaded at its start from archives of podman's images, SavedImage),
+// node credentials (the
 // kubelet acts as the cluster's admin), and a negative OOM score for its
 // pods' sandboxes (this machine does not grant CAP_SYS_RESOURCE, so
 // containerd keeps them at its own).
