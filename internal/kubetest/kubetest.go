@@ -143,16 +143,23 @@ func Binaries() (apiserver, etcd, why string) {
 // KUBE_CONTROLLER_MANAGER, or beside the apiserver (the build script puts
 // it there). why says what is missing.
 func controllerManager() (path, why string) {
-	path = os.Getenv("KUBE_CONTROLLER_MANAGER")
+	return besideAPIServer("kube-controller-manager", "KUBE_CONTROLLER_MANAGER")
+}
+
+// besideAPIServer is where program name is: the path in variable env, or
+// beside the apiserver, where scripts/build-kube-apiserver.sh puts it.
+// why says what is missing.
+func besideAPIServer(name, env string) (path, why string) {
+	path = os.Getenv(env)
 	if path == "" {
 		apiserver, _, why := Binaries()
 		if why != "" {
 			return "", why
 		}
-		path = filepath.Join(filepath.Dir(apiserver), "kube-controller-manager")
+		path = filepath.Join(filepath.Dir(apiserver), name)
 	}
 	if _, err := os.Stat(path); err != nil {
-		return "", "no kube-controller-manager at " + path + ": run scripts/build-kube-apiserver.sh (or set KUBE_CONTROLLER_MANAGER)"
+		return "", "no " + name + " at " + path + ": run scripts/build-kube-apiserver.sh (or set " + env + ")"
 	}
 	return path, ""
 }

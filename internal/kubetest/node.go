@@ -58,16 +58,8 @@ type Node struct {
 // podman to load images from. why says what is missing; a node needs
 // root, too.
 func NodeBinaries() (kubelet, why string) {
-	kubelet = os.Getenv("KUBELET")
-	if kubelet == "" {
-		apiserver, _, why := Binaries()
-		if why != "" {
-			return "", why
-		}
-		kubelet = filepath.Join(filepath.Dir(apiserver), "kubelet")
-	}
-	if _, err := os.Stat(kubelet); err != nil {
-		return "", "no kubelet at " + kubelet + ": run scripts/build-kube-apiserver.sh (or set KUBELET)"
+	if kubelet, why = besideAPIServer("kubelet", "KUBELET"); why != "" {
+		return "", why
 	}
 	for _, bin := range []string{"containerd", "ctr", "runc", "podman", "ip"} {
 		if _, err := exec.LookPath(bin); err != nil {
