@@ -30,6 +30,9 @@ type Repair struct {
 	// Report is the file beside MovedTo that says all this for people
 	// (and for doctor); "" if it could not be written.
 	Report string
+
+	// placeErr is why the damaged file could not be moved out of the way.
+	placeErr error
 }
 
 // Summary says in one line what was kept and lost.
@@ -59,14 +62,27 @@ func (r Repair) Summary() string {
 	return s
 }
 
-// salvage copies what can be read of the damaged file at moved into a
-// fresh file at s.Path: every bucket, record by record, each bucket under
-// its own fault guard, so a bad page loses what lies on it and no more.
-// The fresh file appears whole or not at all (written beside, then
-// linked into place); a file another process made there meanwhile is left
-// as it is, and the copy kept beside it.
+// salvage keeps the damaged file at s.Path under the name moved, copies
+// what can be read of it into a fresh file (every bucket, record by
+// record, each bucket under its own fault guard, so a bad page loses what
+// lies on it and no more) and puts that file in its place, whole (written
+// beside, then renamed over the damaged one). When nothing could be read,
+// no fresh file is put there: the next write makes one, and reads see
+// empty state meanwhile. The caller holds the repair lock.
 func (s *Store) salvage(moved string, why error) Repair {
 	r := Repair{MovedTo: moved, Why: why, Kept: map[string]int{}}
+	// A second name for the damaged file first, so the path is never
+	// empty while the copy is made; rename where links cannot be made.
+	linked := true
+	if err := os.Link(s.Path, moved); err != nil {
+		linked = false
+		if err := os.Rename(s.Path, moved); err != nil {
+			r.placeErr = err
+			r.MovedTo = ""
+			r.Lost = []string{"nothing: the file was left where it is (" + err.Error() + ")"}
+			return r
+		}
+	}
 	data, lost := readAll(moved)
 	r.Lost = lost
 	total := 0
@@ -74,12 +90,21 @@ func (s *Store) salvage(moved string, why error) Repair {
 		r.Kept[b] = len(kvs)
 		total += len(kvs)
 	}
+	placed := false
 	if total > 0 {
-		if err := s.writeSalvage(data); err != nil {
+		if err := s.writeSalvage(data, !linked); err != nil {
 			r.Lost = append(r.Lost, "the recovered records ("+err.Error()+")")
 			r.Kept = map[string]int{}
+		} else {
+			placed = true
 		}
 	}
+	if linked && !placed {
+		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.placeErr = err
+		}
+	}
+	syncDir(filepath.Dir(s.Path))
 	r.Report = writeReport(moved, r)
 	return r
 }
@@ -168,9 +193,10 @@ func guard(fn func() error) (err error) {
 	return fn()
 }
 
-// writeSalvage writes data into a fresh file beside s.Path and links it
-// into place.
-func (s *Store) writeSalvage(data map[string][][2][]byte) error {
+// writeSalvage writes data into a fresh file beside s.Path and renames it
+// over the damaged file there; or, when the path is empty (create), links
+// it into place only if no other process made a file there meanwhile.
+func (s *Store) writeSalvage(data map[string][][2][]byte, create bool) error {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	tmp := s.Path + ".salvage-" + hex.EncodeToString(b[:])
@@ -199,6 +225,13 @@ func (s *Store) writeSalvage(data map[string][][2][]byte) error {
 		os.Remove(tmp)
 		return err
 	}
+	if !create {
+		if err := os.Rename(tmp, s.Path); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+		return nil
+	}
 	if err := os.Link(tmp, s.Path); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return fmt.Errorf("another process made a new state file meanwhile; the recovered records are kept in %s", tmp)
@@ -207,11 +240,15 @@ func (s *Store) writeSalvage(data map[string][][2][]byte) error {
 		return err
 	}
 	os.Remove(tmp)
-	if d, err := os.Open(filepath.Dir(s.Path)); err == nil {
+	return nil
+}
+
+// syncDir makes the renames and links in dir durable, as far as it can.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return nil
 }
 
 // writeReport writes what r says beside the damaged file, for people and

@@ -52,10 +52,11 @@
 // here keep schema "2", so servers of layout 2 still share them.
 //
 // A file that cannot be opened as bbolt, or that faults when read, is
-// moved aside (renamed with a ".corrupt-<time>" suffix, never truncated in
+// moved aside (kept under a ".corrupt-<time>" name, never truncated in
 // place), what can be read of it is copied into a fresh file, bucket by
 // bucket, and what was kept and lost is reported (OnCorrupt) and written
-// beside it (".report").
+// beside it (".report"). Callers that find the same damage at once repair
+// it once, under a lock on the state directory.
 package state
 
 import (
@@ -153,65 +154,97 @@ func New(dir string) (*Store, error) {
 var errNoFile = errors.New("no state file")
 
 // open opens the file, read-write (creating it) or read-only (a shared
-// lock; errNoFile when there is nothing to read yet).
+// lock; errNoFile when there is nothing to read yet). A file bbolt cannot
+// open is moved aside (moveAside) and what is then in its place opened.
 func (s *Store) open(write bool) (*bolt.DB, error) {
 	timeout := s.LockTimeout
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
-	if !write {
+	opts := &bolt.Options{Timeout: timeout, ReadOnly: !write}
+	for attempt := 0; ; attempt++ {
+		// What is at the path before the open is what a failed open
+		// failed on, unless another caller replaced it meanwhile; the
+		// repair checks which.
+		seen, statErr := os.Stat(s.Path)
 		// bbolt would try to initialise an empty file, which a read-only
 		// open cannot; an empty file is one a writer is creating.
-		if info, err := os.Stat(s.Path); errors.Is(err, os.ErrNotExist) || err == nil && info.Size() == 0 {
+		if !write && (errors.Is(statErr, os.ErrNotExist) || statErr == nil && seen.Size() == 0) {
 			return nil, errNoFile
 		}
-	}
-	opts := &bolt.Options{Timeout: timeout, ReadOnly: !write}
-	db, err := bolt.Open(s.Path, 0o600, opts)
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
-	case err != nil && s.unreadable(err):
-		if merr := s.moveAside(err); merr != nil {
-			return nil, merr
+		db, err := bolt.Open(s.Path, 0o600, opts)
+		switch {
+		case err == nil:
+			return db, nil
+		case errors.Is(err, berrors.ErrTimeout):
+			return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
+		case !write && errors.Is(err, os.ErrNotExist):
+			return nil, errNoFile
+		case attempt < maxRepairs && statErr == nil && unreadable(err, seen):
+			if merr := s.moveAside(err, seen); merr != nil {
+				return nil, merr
+			}
+		default:
+			return nil, fmt.Errorf("open state %s: %w", s.Path, err)
 		}
-		db, err = bolt.Open(s.Path, 0o600, opts)
 	}
-	if !write && errors.Is(err, os.ErrNotExist) {
-		return nil, errNoFile
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open state %s: %w", s.Path, err)
-	}
-	return db, nil
 }
 
-// unreadable reports whether an open error means the file exists but is
-// not a usable bbolt file (truncated, overwritten, wrong version), rather
-// than a lock or permission problem or a file not there.
-func (s *Store) unreadable(err error) bool {
+// maxRepairs bounds how often one operation moves a damaged file aside
+// and tries again: a fresh file damaged again at once is an error to
+// report, not a loop.
+const maxRepairs = 3
+
+// unreadable reports whether an open error means the file (seen just
+// before the open) exists but is not a usable bbolt file (truncated,
+// overwritten, wrong version), rather than a lock or permission problem or
+// a file not there.
+func unreadable(err error, seen os.FileInfo) bool {
 	if errors.Is(err, os.ErrPermission) || errors.Is(err, berrors.ErrTimeout) || errors.Is(err, os.ErrNotExist) {
 		return false
 	}
-	info, statErr := os.Stat(s.Path)
-	return statErr == nil && info.Size() > 0
+	return seen.Mode().IsRegular() && seen.Size() > 0
 }
 
-// moveAside renames the unreadable state file out of the way (never
-// truncating it, so it can be inspected), copies what can be read of it
-// into a fresh file in its place (salvage) and reports it. A file another
-// process moved aside first is left to that process.
-func (s *Store) moveAside(why error) error {
-	moved := fmt.Sprintf("%s.corrupt-%s", s.Path, time.Now().UTC().Format("20060102T150405.000Z"))
-	if err := os.Rename(s.Path, moved); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
+// moveAside keeps the damaged file seen at the path under a
+// ".corrupt-<time>" name (never truncating it, so it can be inspected),
+// puts a fresh file with what could be read of it (salvage) in its place
+// and reports it.
+//
+// Repairs are serialised by a lock on the state directory, across
+// goroutines and processes, and a repair moves only the file its caller
+// found damaged: if what is at the path now is another file (another
+// caller repaired it first, and writes may have landed in the fresh one),
+// nothing is moved and the caller opens what is there. The damaged file
+// is linked to its new name before the fresh one is renamed over it, so
+// the path never goes missing while a repair is under way and no other
+// caller can make an empty file there meanwhile.
+func (s *Store) moveAside(why error, seen os.FileInfo) error {
+	unlock, err := lockDir(filepath.Dir(s.Path), s.LockTimeout)
+	if err != nil {
+		return fmt.Errorf("state file %s is unreadable (%v) and could not be repaired: %w", s.Path, why, err)
+	}
+	defer unlock()
+	now, err := os.Stat(s.Path)
+	if errors.Is(err, os.ErrNotExist) || err == nil && !os.SameFile(seen, now) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("state file %s is unreadable (%v): %w", s.Path, why, err)
+	}
+	moved := s.Path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+	for n := 2; ; n++ { // two repairs in one millisecond must not share a name
+		if _, err := os.Lstat(moved); errors.Is(err, os.ErrNotExist) {
+			break
 		}
-		return fmt.Errorf("state file %s is unreadable (%v) and could not be moved aside: %w", s.Path, why, err)
+		moved = fmt.Sprintf("%s.corrupt-%s-%d", s.Path, time.Now().UTC().Format("20060102T150405.000Z"), n)
 	}
 	r := s.salvage(moved, why)
-	if s.OnCorrupt != nil {
+	if s.OnCorrupt != nil && r.MovedTo != "" {
 		s.OnCorrupt(r)
+	}
+	if r.placeErr != nil {
+		return fmt.Errorf("state file %s is unreadable (%v) and could not be moved aside: %w", s.Path, why, r.placeErr)
 	}
 	return nil
 }
@@ -223,31 +256,45 @@ var errFault = errors.New("state file is damaged")
 
 // withDB opens the file (read-only unless write), runs fn on it under the
 // fault guard and closes it. A file damaged so that reading it faults is
-// moved aside and the operation retried once, on a fresh file for a write
-// or on no file for a read.
+// moved aside and the operation tried again (a few times at most), on the
+// fresh file or, for a read of a file nothing could be recovered from, on
+// no file.
 func (s *Store) withDB(write bool, fn func(db *bolt.DB) error) error {
-	err := s.guarded(write, fn)
-	if errors.Is(err, errFault) {
-		if merr := s.moveAside(err); merr != nil {
+	for attempt := 0; ; attempt++ {
+		opened, err := s.guarded(write, fn)
+		if !errors.Is(err, errFault) || attempt == maxRepairs {
+			return err
+		}
+		if opened == nil {
+			continue // the file changed under the open: try what is there now
+		}
+		if merr := s.moveAside(err, opened); merr != nil {
 			return merr
 		}
-		err = s.guarded(write, fn)
 	}
-	return err
 }
 
-func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (err error) {
+// guarded opens the file and runs fn on it under the fault guard. opened
+// is the file that was opened as far as can be known: what was at the
+// path before the open, and still after it if the open succeeded; nil if
+// that changed, or there was nothing.
+func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (opened os.FileInfo, err error) {
 	// Turn SIGBUS/SIGSEGV on the mapping into a panic, and bbolt's panics
 	// on damaged pages into errFault, instead of a crashed server. Only
 	// bbolt and the small record codecs run in here.
-	return guard(func() error {
+	err = guard(func() error {
+		opened, _ = os.Stat(s.Path)
 		db, err := s.open(write)
 		if err != nil {
 			return err
 		}
 		defer db.Close()
+		if after, err := os.Stat(s.Path); err != nil || opened == nil || !os.SameFile(opened, after) {
+			opened = nil
+		}
 		return fn(db)
 	})
+	return opened, err
 }
 
 // view runs fn in a read-only transaction. A file that does not exist is

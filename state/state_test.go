@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,5 +224,60 @@ func TestUpdateWork(t *testing.T) {
 	}
 	if _, ok, _ := st.Work("a"); ok {
 		t.Fatal("the removed tie is back")
+	}
+}
+
+// TestDamagedFileIsRepairedOnce: when several callers find the same
+// damaged file at once, it is moved aside once and reported once; a caller
+// that failed on the damaged file never moves aside the fresh file another
+// caller put in its place (which would lose what was written to it since).
+func TestDamagedFileIsRepairedOnce(t *testing.T) {
+	for round := 0; round < 10; round++ {
+		dir := t.TempDir()
+		s, _ := New(dir)
+		var repairs atomic.Int32
+		s.OnCorrupt = func(Repair) { repairs.Add(1) }
+		var old []Job
+		for i := 0; i < 40; i++ {
+			old = append(old, Job{Sandbox: "old", Name: fmt.Sprintf("job-%d", i), Command: strings.Repeat("x", 500)})
+		}
+		if err := s.PutJobs(old...); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(s.Path, int64(os.Getpagesize())+512); err != nil {
+			t.Fatal(err)
+		}
+		const callers = 8
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*callers)
+		for i := 0; i < callers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Each caller is its own Store, as another goroutine or
+				// another server holds one.
+				other := &Store{Path: s.Path, OnCorrupt: s.OnCorrupt}
+				if i%2 == 0 {
+					if _, err := other.Jobs("box"); err != nil {
+						errs <- fmt.Errorf("read: %w", err)
+					}
+				}
+				if err := other.PutJob(Job{Sandbox: "box", Name: fmt.Sprintf("new-%d", i)}); err != nil {
+					errs <- fmt.Errorf("write %d: %w", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("round %d: %v", round, err)
+		}
+		if n := repairs.Load(); n != 1 {
+			moved, _ := filepath.Glob(s.Path + ".corrupt-*")
+			t.Fatalf("round %d: %d repairs reported, want 1; moved aside: %v", round, n, moved)
+		}
+		if jobs, err := s.Jobs("box"); err != nil || len(jobs) != callers {
+			t.Fatalf("round %d: %d of %d jobs written after the damage are in the file (%v)", round, len(jobs), callers, err)
+		}
 	}
 }
