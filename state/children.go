@@ -59,6 +59,7 @@ func (s *Store) DeleteChild(name string) (bool, error) {
 func (s *Store) Spawned() (map[string]int, error) {
 	out := map[string]int{}
 	err := s.view(func(tx *bolt.Tx) error {
+		clear(out) // a read retried after a repair starts over
 		b := tx.Bucket(bucketSpawned)
 		if b == nil {
 			return nil

@@ -67,6 +67,7 @@ func (s *Store) PutJobs(jobs ...Job) error {
 // Job returns one job record; ok is false when there is none.
 func (s *Store) Job(sandbox, name string) (j Job, ok bool, err error) {
 	err = s.view(func(tx *bolt.Tx) error {
+		j, ok = Job{}, false // a read retried after a repair starts over
 		b := tx.Bucket(bucketJobs)
 		if b == nil {
 			return nil
@@ -90,6 +91,7 @@ func (s *Store) Job(sandbox, name string) (j Job, ok bool, err error) {
 func (s *Store) Jobs(sandbox string) ([]Job, error) {
 	var out []Job
 	err := s.view(func(tx *bolt.Tx) error {
+		out = out[:0] // a read retried after a repair starts over
 		b := tx.Bucket(bucketJobs)
 		if b == nil {
 			return nil
@@ -142,6 +144,7 @@ func (s *Store) DeleteJobs(sandbox string, names ...string) error {
 func (s *Store) JobSandboxes() ([]string, error) {
 	var out []string
 	err := s.view(func(tx *bolt.Tx) error {
+		out = out[:0] // a read retried after a repair starts over
 		b := tx.Bucket(bucketJobs)
 		if b == nil {
 			return nil

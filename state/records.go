@@ -28,6 +28,8 @@ func (s *Store) putRecord(bucket, key []byte, v any) error {
 // getRecord reads the record under key in bucket into a T.
 func getRecord[T any](s *Store, bucket, key []byte) (v T, ok bool, err error) {
 	err = s.view(func(tx *bolt.Tx) error {
+		var zero T
+		v, ok = zero, false // a read retried after a repair starts over
 		b := tx.Bucket(bucket)
 		if b == nil {
 			return nil
@@ -48,6 +50,7 @@ func getRecord[T any](s *Store, bucket, key []byte) (v T, ok bool, err error) {
 func listRecords[T any](s *Store, bucket []byte, what string) ([]T, error) {
 	var out []T
 	err := s.view(func(tx *bolt.Tx) error {
+		out = out[:0] // a read retried after a repair starts over
 		b := tx.Bucket(bucket)
 		if b == nil {
 			return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Repair is what became of a damaged state file: it was moved aside
@@ -65,25 +67,31 @@ func (r Repair) Summary() string {
 // salvage keeps the damaged file at s.Path under the name moved, copies
 // what can be read of it into a fresh file (every bucket, record by
 // record, each bucket under its own fault guard, so a bad page loses what
-// lies on it and no more) and puts that file in its place, whole (written
-// beside, then renamed over the damaged one). When nothing could be read,
-// no fresh file is put there: the next write makes one, and reads see
-// empty state meanwhile. The caller holds the repair lock.
+// lies on it and no more) and renames that over the damaged file, so the
+// path always names a whole file. When nothing could be read, the path is
+// removed instead: the next write makes a fresh file, and reads see empty
+// state meanwhile. The caller holds the repair lock and keeps writers out
+// of the damaged file (see moveAside).
 func (s *Store) salvage(moved string, why error) Repair {
 	r := Repair{MovedTo: moved, Why: why, Kept: map[string]int{}}
-	// A second name for the damaged file first, so the path is never
-	// empty while the copy is made; rename where links cannot be made.
-	linked := true
+	// A second name for the damaged file; a copy where links cannot be
+	// made.
 	if err := os.Link(s.Path, moved); err != nil {
-		linked = false
-		if err := os.Rename(s.Path, moved); err != nil {
-			r.placeErr = err
+		if err := copyFile(s.Path, moved); err != nil {
+			r.placeErr = fmt.Errorf("keep it as %s: %w", moved, err)
 			r.MovedTo = ""
-			r.Lost = []string{"nothing: the file was left where it is (" + err.Error() + ")"}
 			return r
 		}
 	}
-	data, lost := readAll(moved)
+	data, lost, err := readAll(moved)
+	if err != nil {
+		// Not damage: the file could not be read for now (locked). Undo,
+		// and leave the repair to the next caller.
+		os.Remove(moved)
+		r.placeErr = err
+		r.MovedTo = ""
+		return r
+	}
 	r.Lost = lost
 	total := 0
 	for b, kvs := range data {
@@ -92,14 +100,14 @@ func (s *Store) salvage(moved string, why error) Repair {
 	}
 	placed := false
 	if total > 0 {
-		if err := s.writeSalvage(data, !linked); err != nil {
+		if err := s.writeSalvage(data); err != nil {
 			r.Lost = append(r.Lost, "the recovered records ("+err.Error()+")")
 			r.Kept = map[string]int{}
 		} else {
 			placed = true
 		}
 	}
-	if linked && !placed {
+	if !placed {
 		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			r.placeErr = err
 		}
@@ -109,18 +117,49 @@ func (s *Store) salvage(moved string, why error) Repair {
 	return r
 }
 
+// copyFile copies the file at from to a new file at to (mode 0600),
+// durably.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if serr := dst.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(to)
+	}
+	return err
+}
+
 // readAll reads every record of every bucket of the bbolt file at path,
-// read-only; lost names the buckets (or the file) that faulted.
-func readAll(path string) (data map[string][][2][]byte, lost []string) {
+// read-only; lost names the buckets (or the file) that faulted. err is
+// for a file that could not be read for now (locked), which says nothing
+// of its damage.
+func readAll(path string) (data map[string][][2][]byte, lost []string, err error) {
 	data = map[string][][2][]byte{}
 	var db *bolt.DB
-	err := guard(func() error {
+	var opened os.FileInfo
+	err = guard(func() error {
 		var err error
-		db, err = bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		db, err = openBolt(path, time.Second, true, &opened)
 		return err
 	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, nil, fmt.Errorf("%w (%s)", ErrLocked, path)
+	}
 	if err != nil {
-		return data, []string{"the whole file (" + err.Error() + ")"}
+		return data, []string{"the whole file (" + err.Error() + ")"}, nil
 	}
 	defer db.Close()
 	var names []string
@@ -171,7 +210,7 @@ func readAll(path string) (data map[string][][2][]byte, lost []string) {
 			data[name] = kvs
 		}
 	}
-	return data, lost
+	return data, lost, nil
 }
 
 func step(c *bolt.Cursor, backward bool) ([]byte, []byte) {
@@ -194,9 +233,8 @@ func guard(fn func() error) (err error) {
 }
 
 // writeSalvage writes data into a fresh file beside s.Path and renames it
-// over the damaged file there; or, when the path is empty (create), links
-// it into place only if no other process made a file there meanwhile.
-func (s *Store) writeSalvage(data map[string][][2][]byte, create bool) error {
+// over the damaged file there.
+func (s *Store) writeSalvage(data map[string][][2][]byte) error {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	tmp := s.Path + ".salvage-" + hex.EncodeToString(b[:])
@@ -221,26 +259,13 @@ func (s *Store) writeSalvage(data map[string][][2][]byte, create bool) error {
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Rename(tmp, s.Path)
+	}
 	if err != nil {
 		os.Remove(tmp)
-		return err
 	}
-	if !create {
-		if err := os.Rename(tmp, s.Path); err != nil {
-			os.Remove(tmp)
-			return err
-		}
-		return nil
-	}
-	if err := os.Link(tmp, s.Path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("another process made a new state file meanwhile; the recovered records are kept in %s", tmp)
-		}
-		os.Remove(tmp)
-		return err
-	}
-	os.Remove(tmp)
-	return nil
+	return err
 }
 
 // syncDir makes the renames and links in dir durable, as far as it can.

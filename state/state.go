@@ -66,6 +66,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -156,31 +157,42 @@ var errNoFile = errors.New("no state file")
 // open opens the file, read-write (creating it) or read-only (a shared
 // lock; errNoFile when there is nothing to read yet). A file bbolt cannot
 // open is moved aside (moveAside) and what is then in its place opened.
-func (s *Store) open(write bool) (*bolt.DB, error) {
-	timeout := s.LockTimeout
-	if timeout <= 0 {
-		timeout = 2 * time.Second
-	}
-	opts := &bolt.Options{Timeout: timeout, ReadOnly: !write}
+// opened is set, as soon as bbolt has opened a file (even if it then
+// faults reading it), to that file's identity.
+func (s *Store) open(write bool, opened *os.FileInfo) (*bolt.DB, error) {
+	timeout := s.lockTimeout()
 	for attempt := 0; ; attempt++ {
 		// What is at the path before the open is what a failed open
-		// failed on, unless another caller replaced it meanwhile; the
-		// repair checks which.
+		// failed on, unless a repair replaced it meanwhile; the repair
+		// checks which.
 		seen, statErr := os.Stat(s.Path)
 		// bbolt would try to initialise an empty file, which a read-only
 		// open cannot; an empty file is one a writer is creating.
 		if !write && (errors.Is(statErr, os.ErrNotExist) || statErr == nil && seen.Size() == 0) {
 			return nil, errNoFile
 		}
-		db, err := bolt.Open(s.Path, 0o600, opts)
+		*opened = nil
+		db, err := openBolt(s.Path, timeout, !write, opened)
 		switch {
 		case err == nil:
-			return db, nil
+			// bbolt holds its lock on the file it opened, and a repair
+			// replaces the file only while holding a lock that excludes
+			// writers: if the path names this file now, it is the state
+			// file until it is closed. If not, a repair replaced it
+			// between the open and the lock.
+			if now, err := os.Stat(s.Path); err == nil && *opened != nil && os.SameFile(*opened, now) {
+				return db, nil
+			}
+			db.Close()
+			if attempt < maxAttempts {
+				continue
+			}
+			return nil, fmt.Errorf("open state %s: the file was replaced each time it was opened", s.Path)
 		case errors.Is(err, berrors.ErrTimeout):
 			return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
 		case !write && errors.Is(err, os.ErrNotExist):
 			return nil, errNoFile
-		case attempt < maxRepairs && statErr == nil && unreadable(err, seen):
+		case attempt < maxAttempts && statErr == nil && unreadable(err, seen):
 			if merr := s.moveAside(err, seen); merr != nil {
 				return nil, merr
 			}
@@ -190,10 +202,43 @@ func (s *Store) open(write bool) (*bolt.DB, error) {
 	}
 }
 
-// maxRepairs bounds how often one operation moves a damaged file aside
-// and tries again: a fresh file damaged again at once is an error to
-// report, not a loop.
-const maxRepairs = 3
+// maxAttempts bounds how often one operation opens the file again after
+// a repair (its own or another's): a file damaged again at once, or
+// replaced each time, is an error to report, not a loop.
+const maxAttempts = 3
+
+func (s *Store) lockTimeout() time.Duration {
+	if s.LockTimeout <= 0 {
+		return 2 * time.Second
+	}
+	return s.LockTimeout
+}
+
+// openBolt opens the bbolt file at path, setting opened to the identity
+// of the file bbolt opened. bbolt leaves a file it faults on while
+// opening it (a damaged freelist page) open, locked and mapped: the lock
+// is let go of and the file closed before the fault goes on.
+func openBolt(path string, timeout time.Duration, readOnly bool, opened *os.FileInfo) (db *bolt.DB, err error) {
+	var file *os.File
+	opts := &bolt.Options{Timeout: timeout, ReadOnly: readOnly, OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, mode)
+		if err == nil {
+			file = f
+			*opened, _ = f.Stat()
+		}
+		return f, err
+	}}
+	defer func() {
+		if r := recover(); r != nil {
+			if file != nil {
+				_ = syscall.Flock(int(file.Fd()), syscall.LOCK_UN)
+				file.Close()
+			}
+			panic(r)
+		}
+	}()
+	return bolt.Open(path, 0o600, opts)
+}
 
 // unreadable reports whether an open error means the file (seen just
 // before the open) exists but is not a usable bbolt file (truncated,
@@ -207,44 +252,65 @@ func unreadable(err error, seen os.FileInfo) bool {
 }
 
 // moveAside keeps the damaged file seen at the path under a
-// ".corrupt-<time>" name (never truncating it, so it can be inspected),
+// ".corrupt-<time>" name (never changing it, so it can be inspected),
 // puts a fresh file with what could be read of it (salvage) in its place
 // and reports it.
 //
-// Repairs are serialised by a lock on the state directory, across
-// goroutines and processes, and a repair moves only the file its caller
-// found damaged: if what is at the path now is another file (another
-// caller repaired it first, and writes may have landed in the fresh one),
-// nothing is moved and the caller opens what is there. The damaged file
-// is linked to its new name before the fresh one is renamed over it, so
-// the path never goes missing while a repair is under way and no other
-// caller can make an empty file there meanwhile.
+// A repair holds a lock on the state directory, so that callers (in this
+// process or another) that find the same damage at once repair it once,
+// and it moves only the file its caller found damaged: if the path names
+// another file now (another caller repaired it first, and writes may have
+// landed in the fresh file), nothing is moved and the caller opens what is
+// there. From that check until the fresh file is in place it holds a
+// shared lock on the damaged file, which keeps writers out of it (bbolt's
+// writers lock it exclusively): a write either landed before, and is
+// copied, or waits, finds the path replaced and opens the fresh file. The
+// path names a file throughout (the damaged one, then the fresh one), so
+// no caller can make an empty file there meanwhile.
 func (s *Store) moveAside(why error, seen os.FileInfo) error {
-	unlock, err := lockDir(filepath.Dir(s.Path), s.LockTimeout)
-	if err != nil {
-		return fmt.Errorf("state file %s is unreadable (%v) and could not be repaired: %w", s.Path, why, err)
+	timeout := s.lockTimeout()
+	unlock, err := lockDir(filepath.Dir(s.Path), timeout)
+	switch {
+	case errors.Is(err, ErrLocked):
+		return fmt.Errorf("state file %s is unreadable (%v) and is being repaired: %w", s.Path, why, err)
+	case err != nil:
+		// A directory that cannot be locked (some network filesystems):
+		// the checks below still keep the repair to the damaged file.
+		unlock = func() {}
 	}
 	defer unlock()
-	now, err := os.Stat(s.Path)
-	if errors.Is(err, os.ErrNotExist) || err == nil && !os.SameFile(seen, now) {
+	hold, err := os.Open(s.Path)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("state file %s is unreadable (%v): %w", s.Path, why, err)
 	}
-	moved := s.Path + ".corrupt-" + time.Now().UTC().Format("20060102T150405.000Z")
+	defer hold.Close()
+	if now, err := hold.Stat(); err != nil || !os.SameFile(seen, now) {
+		return nil
+	}
+	if err := flockWait(hold, syscall.LOCK_SH, timeout); err != nil {
+		return fmt.Errorf("state file %s is unreadable (%v) and could not be repaired: %w", s.Path, why, err)
+	}
+	stamp := time.Now().UTC().Format("20060102T150405.000Z")
+	moved := s.Path + ".corrupt-" + stamp
 	for n := 2; ; n++ { // two repairs in one millisecond must not share a name
-		if _, err := os.Lstat(moved); errors.Is(err, os.ErrNotExist) {
+		_, err := os.Lstat(moved)
+		if errors.Is(err, os.ErrNotExist) {
 			break
 		}
-		moved = fmt.Sprintf("%s.corrupt-%s-%d", s.Path, time.Now().UTC().Format("20060102T150405.000Z"), n)
+		if err != nil || n > 1000 {
+			return fmt.Errorf("state file %s is unreadable (%v) and no name was free to keep it under (%s): %v", s.Path, why, moved, err)
+		}
+		moved = fmt.Sprintf("%s.corrupt-%s-%d", s.Path, stamp, n)
 	}
 	r := s.salvage(moved, why)
 	if s.OnCorrupt != nil && r.MovedTo != "" {
 		s.OnCorrupt(r)
 	}
 	if r.placeErr != nil {
-		return fmt.Errorf("state file %s is unreadable (%v) and could not be moved aside: %w", s.Path, why, r.placeErr)
+		return fmt.Errorf("state file %s is unreadable (%v) and could not be repaired: %w", s.Path, why, r.placeErr)
 	}
 	return nil
 }
@@ -256,42 +322,35 @@ var errFault = errors.New("state file is damaged")
 
 // withDB opens the file (read-only unless write), runs fn on it under the
 // fault guard and closes it. A file damaged so that reading it faults is
-// moved aside and the operation tried again (a few times at most), on the
-// fresh file or, for a read of a file nothing could be recovered from, on
-// no file.
+// moved aside once and the operation tried again, on the fresh file or,
+// for a read of a file nothing could be recovered from, on no file. fn
+// may run more than once: it must start from nothing each time.
 func (s *Store) withDB(write bool, fn func(db *bolt.DB) error) error {
+	repaired := false
 	for attempt := 0; ; attempt++ {
 		opened, err := s.guarded(write, fn)
-		if !errors.Is(err, errFault) || attempt == maxRepairs {
+		if !errors.Is(err, errFault) || repaired || opened == nil || attempt == maxAttempts {
 			return err
-		}
-		if opened == nil {
-			continue // the file changed under the open: try what is there now
 		}
 		if merr := s.moveAside(err, opened); merr != nil {
 			return merr
 		}
+		repaired = true
 	}
 }
 
-// guarded opens the file and runs fn on it under the fault guard. opened
-// is the file that was opened as far as can be known: what was at the
-// path before the open, and still after it if the open succeeded; nil if
-// that changed, or there was nothing.
+// guarded opens the file and runs fn on it under the fault guard; opened
+// is the file bbolt opened (nil if none).
 func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (opened os.FileInfo, err error) {
 	// Turn SIGBUS/SIGSEGV on the mapping into a panic, and bbolt's panics
 	// on damaged pages into errFault, instead of a crashed server. Only
 	// bbolt and the small record codecs run in here.
 	err = guard(func() error {
-		opened, _ = os.Stat(s.Path)
-		db, err := s.open(write)
+		db, err := s.open(write, &opened)
 		if err != nil {
 			return err
 		}
 		defer db.Close()
-		if after, err := os.Stat(s.Path); err != nil || opened == nil || !os.SameFile(opened, after) {
-			opened = nil
-		}
 		return fn(db)
 	})
 	return opened, err
@@ -407,6 +466,7 @@ func (s *Store) AppendHistory(batch map[string][]json.RawMessage, limit int) err
 func (s *Store) History(name string) ([]json.RawMessage, error) {
 	var list []json.RawMessage
 	err := s.view(func(tx *bolt.Tx) error {
+		list = nil // a read retried after a repair starts over
 		b := tx.Bucket(bucketHistory)
 		if b == nil {
 			return nil
