@@ -74,6 +74,7 @@ func listRecords[T any](s *Store, bucket []byte, what string) ([]T, error) {
 func (s *Store) deleteRecord(bucket, key []byte) (bool, error) {
 	found := false
 	err := s.update(func(tx *bolt.Tx) error {
+		found = false // a write retried after a repair starts over
 		b := tx.Bucket(bucket)
 		if b == nil || b.Get(key) == nil {
 			return nil

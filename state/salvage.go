@@ -70,8 +70,10 @@ func (r Repair) Summary() string {
 // lies on it and no more) and renames that over the damaged file, so the
 // path always names a whole file. When nothing could be read, the path is
 // removed instead: the next write makes a fresh file, and reads see empty
-// state meanwhile. The caller holds the repair lock and keeps writers out
-// of the damaged file (see moveAside).
+// state meanwhile. A repair that cannot be finished (the file unreadable
+// for now, the fresh file not written) is undone: the damaged file stays
+// in place and MovedTo is "". The caller holds the repair lock and keeps
+// writers out of the damaged file (see moveAside).
 func (s *Store) salvage(moved string, why error) Repair {
 	r := Repair{MovedTo: moved, Why: why, Kept: map[string]int{}}
 	// A second name for the damaged file; a copy where links cannot be
@@ -85,8 +87,8 @@ func (s *Store) salvage(moved string, why error) Repair {
 	}
 	data, lost, err := readAll(moved)
 	if err != nil {
-		// Not damage: the file could not be read for now (locked). Undo,
-		// and leave the repair to the next caller.
+		// Not damage: the file could not be read for now. Undo, and leave
+		// the repair to the next caller.
 		os.Remove(moved)
 		r.placeErr = err
 		r.MovedTo = ""
@@ -98,19 +100,18 @@ func (s *Store) salvage(moved string, why error) Repair {
 		r.Kept[b] = len(kvs)
 		total += len(kvs)
 	}
-	placed := false
 	if total > 0 {
 		if err := s.writeSalvage(data); err != nil {
-			r.Lost = append(r.Lost, "the recovered records ("+err.Error()+")")
-			r.Kept = map[string]int{}
-		} else {
-			placed = true
+			// The records read could not be put in place (a full disk,
+			// say): the damaged file stays where it is, with them, for a
+			// later repair.
+			os.Remove(moved)
+			r.placeErr = fmt.Errorf("write the %d records read from it: %w", total, err)
+			r.MovedTo = ""
+			return r
 		}
-	}
-	if !placed {
-		if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			r.placeErr = err
-		}
+	} else if err := os.Remove(s.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.placeErr = err
 	}
 	syncDir(filepath.Dir(s.Path))
 	r.Report = writeReport(moved, r)
@@ -144,8 +145,8 @@ func copyFile(from, to string) error {
 
 // readAll reads every record of every bucket of the bbolt file at path,
 // read-only; lost names the buckets (or the file) that faulted. err is
-// for a file that could not be read for now (locked), which says nothing
-// of its damage.
+// for a file that could not be read for a reason that says nothing of its
+// damage (locked, out of memory or descriptors).
 func readAll(path string) (data map[string][][2][]byte, lost []string, err error) {
 	data = map[string][][2][]byte{}
 	var db *bolt.DB
@@ -155,10 +156,12 @@ func readAll(path string) (data map[string][][2][]byte, lost []string, err error
 		db, err = openBolt(path, time.Second, true, &opened)
 		return err
 	})
-	if errors.Is(err, berrors.ErrTimeout) {
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
 		return nil, nil, fmt.Errorf("%w (%s)", ErrLocked, path)
-	}
-	if err != nil {
+	case err != nil && !damaged(err):
+		return nil, nil, fmt.Errorf("read %s: %w", path, err)
+	case err != nil:
 		return data, []string{"the whole file (" + err.Error() + ")"}, nil
 	}
 	defer db.Close()

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fillPages writes records into several buckets, enough to span many pages.
@@ -114,15 +115,31 @@ func TestDamagedFileIsSalvaged(t *testing.T) {
 	}
 }
 
+// testLockTimeout is the lock timeout of the stores the concurrent tests
+// use: callers queue on the file and on its repair, and a loaded machine
+// must not turn that queue into ErrLocked.
+const testLockTimeout = 30 * time.Second
+
+// pageSize reads the page size of the bbolt file whose bytes are data from
+// its first meta page (4 KiB on most machines, 16 KiB on Apple silicon).
+func pageSize(t *testing.T, data []byte) int {
+	t.Helper()
+	if len(data) < 32 {
+		t.Fatal("not a bbolt file")
+	}
+	// The page header is 16 bytes; the meta's magic, version, page size.
+	return int(binary.LittleEndian.Uint32(data[16+8:]))
+}
+
 // damagePage overwrites with 0xff the first page of the file at path that
-// pick selects (given its bytes), and fails the test if none does.
+// pick selects (given its bytes and id), and fails the test if none does.
 func damagePage(t *testing.T, path string, pick func(page []byte, id int) bool) {
 	t.Helper()
-	const page = 4096
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	page := pageSize(t, data)
 	for off := 2 * page; off+page <= len(data); off += page {
 		if pick(data[off:off+page], off/page) {
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
@@ -163,7 +180,7 @@ func TestRepairLosesNoAcknowledgedWrite(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				st := &Store{Path: s.Path, OnCorrupt: onCorrupt}
+				st := &Store{Path: s.Path, OnCorrupt: onCorrupt, LockTimeout: testLockTimeout}
 				for i := range 15 {
 					key := fmt.Sprintf("w%d-%d", w, i)
 					if err := st.AppendHistory(map[string][]json.RawMessage{key: {json.RawMessage(`"x"`)}}, 10); err != nil {
@@ -179,7 +196,7 @@ func TestRepairLosesNoAcknowledgedWrite(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := &Store{Path: s.Path, OnCorrupt: onCorrupt}
+			r := &Store{Path: s.Path, OnCorrupt: onCorrupt, LockTimeout: testLockTimeout}
 			for repairs.Load() == 0 {
 				if _, err := r.Jobs("box"); err != nil {
 					t.Errorf("read: %v", err)
@@ -212,7 +229,7 @@ func TestDamagedFreelistIsSalvaged(t *testing.T) {
 	}
 	// The meta page with the newer transaction names the freelist's page.
 	var txid, freelist uint64
-	for _, off := range []int{0, 4096} {
+	for _, off := range []int{0, pageSize(t, data)} {
 		meta := data[off+16:]
 		if id := binary.LittleEndian.Uint64(meta[48:]); id >= txid {
 			txid, freelist = id, binary.LittleEndian.Uint64(meta[32:])

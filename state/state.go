@@ -63,9 +63,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -158,8 +160,9 @@ var errNoFile = errors.New("no state file")
 // lock; errNoFile when there is nothing to read yet). A file bbolt cannot
 // open is moved aside (moveAside) and what is then in its place opened.
 // opened is set, as soon as bbolt has opened a file (even if it then
-// faults reading it), to that file's identity.
-func (s *Store) open(write bool, opened *os.FileInfo) (*bolt.DB, error) {
+// faults reading it), to that file's identity. An operation repairs at
+// most once (repaired says whether it has).
+func (s *Store) open(write bool, opened *os.FileInfo, repaired *bool) (*bolt.DB, error) {
 	timeout := s.lockTimeout()
 	for attempt := 0; ; attempt++ {
 		// What is at the path before the open is what a failed open
@@ -192,10 +195,11 @@ func (s *Store) open(write bool, opened *os.FileInfo) (*bolt.DB, error) {
 			return nil, fmt.Errorf("%w (%s, waited %s); if no other sandbox-mcp is running, a stuck process may hold it", ErrLocked, s.Path, timeout)
 		case !write && errors.Is(err, os.ErrNotExist):
 			return nil, errNoFile
-		case attempt < maxAttempts && statErr == nil && unreadable(err, seen):
+		case attempt < maxAttempts && !*repaired && statErr == nil && unreadable(err, seen):
 			if merr := s.moveAside(err, seen); merr != nil {
 				return nil, merr
 			}
+			*repaired = true
 		default:
 			return nil, fmt.Errorf("open state %s: %w", s.Path, err)
 		}
@@ -217,7 +221,9 @@ func (s *Store) lockTimeout() time.Duration {
 // openBolt opens the bbolt file at path, setting opened to the identity
 // of the file bbolt opened. bbolt leaves a file it faults on while
 // opening it (a damaged freelist page) open, locked and mapped: the lock
-// is let go of and the file closed before the fault goes on.
+// is let go of and the file closed before the fault goes on (the mapping,
+// which bbolt keeps no handle to, stays until the process ends: one per
+// damaged file).
 func openBolt(path string, timeout time.Duration, readOnly bool, opened *os.FileInfo) (db *bolt.DB, err error) {
 	var file *os.File
 	opts := &bolt.Options{Timeout: timeout, ReadOnly: readOnly, OpenFile: func(name string, flag int, mode os.FileMode) (*os.File, error) {
@@ -241,14 +247,21 @@ func openBolt(path string, timeout time.Duration, readOnly bool, opened *os.File
 }
 
 // unreadable reports whether an open error means the file (seen just
-// before the open) exists but is not a usable bbolt file (truncated,
-// overwritten, wrong version), rather than a lock or permission problem or
-// a file not there.
+// before the open) exists but is not a bbolt file bbolt can use: cut
+// short, overwritten, of another version. Other errors (memory, I/O,
+// descriptors, locks, permissions) say nothing of the file, which is
+// left as it is.
 func unreadable(err error, seen os.FileInfo) bool {
-	if errors.Is(err, os.ErrPermission) || errors.Is(err, berrors.ErrTimeout) || errors.Is(err, os.ErrNotExist) {
-		return false
-	}
-	return seen.Mode().IsRegular() && seen.Size() > 0
+	return seen.Mode().IsRegular() && seen.Size() > 0 && damaged(err)
+}
+
+// damaged reports whether err is bbolt finding a file it cannot use, or
+// faulting on one.
+func damaged(err error) bool {
+	return errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrChecksum) ||
+		errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, errFault) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		strings.Contains(err.Error(), "file size too small")
 }
 
 // moveAside keeps the damaged file seen at the path under a
@@ -274,9 +287,9 @@ func (s *Store) moveAside(why error, seen os.FileInfo) error {
 	case errors.Is(err, ErrLocked):
 		return fmt.Errorf("state file %s is unreadable (%v) and is being repaired: %w", s.Path, why, err)
 	case err != nil:
-		// A directory that cannot be locked (some network filesystems):
-		// the checks below still keep the repair to the damaged file.
-		unlock = func() {}
+		// Without the lock two repairs could replace each other's fresh
+		// file (and the writes in it): the file is left as it is.
+		return fmt.Errorf("state file %s is unreadable (%v) and was not repaired, since the directory cannot be locked (%v): move it aside by hand", s.Path, why, err)
 	}
 	defer unlock()
 	hold, err := os.Open(s.Path)
@@ -328,7 +341,7 @@ var errFault = errors.New("state file is damaged")
 func (s *Store) withDB(write bool, fn func(db *bolt.DB) error) error {
 	repaired := false
 	for attempt := 0; ; attempt++ {
-		opened, err := s.guarded(write, fn)
+		opened, err := s.guarded(write, &repaired, fn)
 		if !errors.Is(err, errFault) || repaired || opened == nil || attempt == maxAttempts {
 			return err
 		}
@@ -341,12 +354,12 @@ func (s *Store) withDB(write bool, fn func(db *bolt.DB) error) error {
 
 // guarded opens the file and runs fn on it under the fault guard; opened
 // is the file bbolt opened (nil if none).
-func (s *Store) guarded(write bool, fn func(db *bolt.DB) error) (opened os.FileInfo, err error) {
+func (s *Store) guarded(write bool, repaired *bool, fn func(db *bolt.DB) error) (opened os.FileInfo, err error) {
 	// Turn SIGBUS/SIGSEGV on the mapping into a panic, and bbolt's panics
 	// on damaged pages into errFault, instead of a crashed server. Only
 	// bbolt and the small record codecs run in here.
 	err = guard(func() error {
-		db, err := s.open(write, &opened)
+		db, err := s.open(write, &opened, repaired)
 		if err != nil {
 			return err
 		}

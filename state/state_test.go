@@ -256,7 +256,7 @@ func TestDamagedFileIsRepairedOnce(t *testing.T) {
 				defer wg.Done()
 				// Each caller is its own Store, as another goroutine or
 				// another server holds one.
-				other := &Store{Path: s.Path, OnCorrupt: s.OnCorrupt}
+				other := &Store{Path: s.Path, OnCorrupt: s.OnCorrupt, LockTimeout: testLockTimeout}
 				if i%2 == 0 {
 					if _, err := other.Jobs("box"); err != nil {
 						errs <- fmt.Errorf("read: %w", err)

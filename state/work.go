@@ -63,6 +63,7 @@ func (s *Store) UpdateWork(w Work) (ok bool, err error) {
 		return false, err
 	}
 	err = s.update(func(tx *bolt.Tx) error {
+		ok = false // a write retried after a repair starts over
 		b := tx.Bucket(bucketWork)
 		if b == nil {
 			return nil
