@@ -110,8 +110,17 @@ func (b *bench) benchKube() error {
 		return fmt.Errorf("kube: a stream for the round trip: %w", err)
 	}
 	defer stopEcho()
+	// And one framed round trip on an open `sh` stream, marked on stdout
+	// and on stderr as the persistent shell's frames are (the podman
+	// section's framing floor).
+	frame, stopFrame, err := openFramed(ctx, cfg, admin.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(podName).
+		SubResource("exec").VersionedParams(&corev1.PodExecOptions{Command: []string{"sh"}, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL().String())
+	if err != nil {
+		return fmt.Errorf("kube: a stream for the framed round trip: %w", err)
+	}
+	defer stopFrame()
 	rounds := max(b.n/10, 30)
-	var warm, each, trips []time.Duration
+	var warm, each, trips, frames []time.Duration
 	for range rounds {
 		t0 := time.Now()
 		if _, err := run("true"); err != nil {
@@ -128,10 +137,17 @@ func (b *bench) benchKube() error {
 			return fmt.Errorf("a line through the stream: %w", err)
 		}
 		trips = append(trips, time.Since(t0))
+		t0 = time.Now()
+		if err := frame(); err != nil {
+			return fmt.Errorf("a framed round trip: %w", err)
+		}
+		frames = append(frames, time.Since(t0))
 	}
 	w, e, tr := median(warm), median(each), median(trips)
 	report(kubeLabel()+": warm exec, one stream (p50)", us(w), "one exec per command "+us(e), float64(e)/float64(w), ">= 50x faster", e >= 50*w)
 	report(kubeLabel()+": warm exec against the stream's round trip (p50)", us(w), "a line through cat "+us(tr), float64(w)/float64(tr), "(how close)", true)
+	fr := median(frames)
+	report(kubeLabel()+": warm exec against a framed round trip on sh (p50)", us(w), "stdout and stderr marked "+us(fr), float64(w)/float64(fr), "(how close)", true)
 
 	// Recovery: the pod goes; the next command makes it again. Against
 	// the pod's own start and first command: stop, then start the same
@@ -241,4 +257,56 @@ func openEcho(ctx context.Context, cfg *rest.Config, url string) (echo func() er
 		<-done
 	}
 	return echo, stop, nil
+}
+
+// openFramed opens an exec stream of `sh` at url and returns a function
+// that runs `true` in it framed as the persistent shell's commands are: a
+// beacon and a trailer on stdout and on stderr, waiting for both trailers.
+func openFramed(ctx context.Context, cfg *rest.Config, url string) (trip func() error, stop func(), err error) {
+	ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url)
+	if err != nil {
+		return nil, nil, err
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: errW})
+		outW.CloseWithError(fmt.Errorf("stream ended: %v", err))
+		errW.CloseWithError(fmt.Errorf("stream ended: %v", err))
+		done <- err
+	}()
+	const marker = "sbxkubefloor42"
+	script := []byte("printf '%s>\\n' " + marker + "; printf '%s<\\n' " + marker + " >&2; true; printf '\\n%s 0\\n%s.\\n' " + marker + " " + marker + "; printf '\\n%s\\n' " + marker + " >&2\n")
+	until := func(r io.Reader, end string) error {
+		var seen []byte
+		buf := make([]byte, 256)
+		for !bytes.HasSuffix(seen, []byte(end)) {
+			n, err := r.Read(buf)
+			if err != nil {
+				return err
+			}
+			seen = append(seen, buf[:n]...)
+		}
+		return nil
+	}
+	trip = func() error {
+		if _, err := inW.Write(script); err != nil {
+			return err
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- until(errR, "\n"+marker+"\n") }()
+		if err := until(outR, marker+".\n"); err != nil {
+			return err
+		}
+		return <-errc
+	}
+	stop = func() {
+		inW.Close()
+		cancel()
+		<-done
+	}
+	return trip, stop, nil
 }
