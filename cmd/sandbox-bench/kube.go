@@ -220,93 +220,93 @@ func kubeLabel() string {
 	return "kube"
 }
 
-// openEcho opens an exec stream of `cat` at url and returns a function
-// that sends one line through it and waits for it to come back.
-func openEcho(ctx context.Context, cfg *rest.Config, url string) (echo func() error, stop func(), err error) {
+// execStream is an open exec stream: its input, and its outputs as
+// they come.
+type execStream struct {
+	in          *io.PipeWriter
+	out, stderr *io.PipeReader
+	stop        func()
+}
+
+// openStream opens the exec stream at url, with stdin and stdout, and
+// stderr when the url asks for it.
+func openStream(ctx context.Context, cfg *rest.Config, url string, stderr bool) (*execStream, error) {
 	ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	opts := remotecommand.StreamOptions{Stdin: inR, Stdout: outW}
+	if stderr {
+		opts.Stderr = errW
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW})
+		err := ex.StreamWithContext(sctx, opts)
 		outW.CloseWithError(fmt.Errorf("stream ended: %v", err))
+		errW.CloseWithError(fmt.Errorf("stream ended: %v", err))
 		done <- err
 	}()
-	buf := make([]byte, 64)
-	echo = func() error {
-		if _, err := inW.Write([]byte("x\n")); err != nil {
-			return err
-		}
-		got := 0
-		for got < 2 {
-			n, err := outR.Read(buf[got:])
-			if err != nil {
-				return err
-			}
-			got += n
-		}
-		return nil
-	}
-	stop = func() {
+	return &execStream{in: inW, out: outR, stderr: errR, stop: func() {
 		inW.Close()
 		cancel()
 		<-done
+	}}, nil
+}
+
+// readUntil reads r until what it read ends with end.
+func readUntil(r io.Reader, end string) error {
+	var seen []byte
+	buf := make([]byte, 256)
+	for !bytes.HasSuffix(seen, []byte(end)) {
+		n, err := r.Read(buf)
+		if err != nil {
+			return err
+		}
+		seen = append(seen, buf[:n]...)
 	}
-	return echo, stop, nil
+	return nil
+}
+
+// openEcho opens an exec stream of `cat` at url and returns a function
+// that sends one line through it and waits for it to come back.
+func openEcho(ctx context.Context, cfg *rest.Config, url string) (echo func() error, stop func(), err error) {
+	st, err := openStream(ctx, cfg, url, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	echo = func() error {
+		if _, err := st.in.Write([]byte("x\n")); err != nil {
+			return err
+		}
+		return readUntil(st.out, "x\n")
+	}
+	return echo, st.stop, nil
 }
 
 // openFramed opens an exec stream of `sh` at url and returns a function
 // that runs `true` in it framed as the persistent shell's commands are: a
 // beacon and a trailer on stdout and on stderr, waiting for both trailers.
 func openFramed(ctx context.Context, cfg *rest.Config, url string) (trip func() error, stop func(), err error) {
-	ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url)
+	st, err := openStream(ctx, cfg, url, true)
 	if err != nil {
 		return nil, nil, err
 	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: errW})
-		outW.CloseWithError(fmt.Errorf("stream ended: %v", err))
-		errW.CloseWithError(fmt.Errorf("stream ended: %v", err))
-		done <- err
-	}()
 	const marker = "sbxkubefloor42"
 	script := []byte("printf '%s>\\n' " + marker + "; printf '%s<\\n' " + marker + " >&2; true; printf '\\n%s 0\\n%s.\\n' " + marker + " " + marker + "; printf '\\n%s\\n' " + marker + " >&2\n")
-	until := func(r io.Reader, end string) error {
-		var seen []byte
-		buf := make([]byte, 256)
-		for !bytes.HasSuffix(seen, []byte(end)) {
-			n, err := r.Read(buf)
-			if err != nil {
-				return err
-			}
-			seen = append(seen, buf[:n]...)
-		}
-		return nil
-	}
 	trip = func() error {
-		if _, err := inW.Write(script); err != nil {
+		if _, err := st.in.Write(script); err != nil {
 			return err
 		}
 		errc := make(chan error, 1)
-		go func() { errc <- until(errR, "\n"+marker+"\n") }()
-		if err := until(outR, marker+".\n"); err != nil {
+		go func() { errc <- readUntil(st.stderr, "\n"+marker+"\n") }()
+		if err := readUntil(st.out, marker+".\n"); err != nil {
 			return err
 		}
 		return <-errc
 	}
-	stop = func() {
-		inW.Close()
-		cancel()
-		<-done
-	}
-	return trip, stop, nil
+	return trip, st.stop, nil
 }
