@@ -92,11 +92,13 @@ func (b *bench) benchKube() error {
 		return fmt.Errorf("kube: the sandbox's pod: %v (%d pods)", err, len(pods.Items))
 	}
 	ctr, podName := m.ContainerFor("k"), pods.Items[0].Name
+	// execURL is the pod's exec subresource for opts.
+	execURL := func(opts *corev1.PodExecOptions) string {
+		return admin.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(podName).
+			SubResource("exec").VersionedParams(opts, scheme.ParameterCodec).URL().String()
+	}
 	bareExec := func() error {
-		opts := &corev1.PodExecOptions{Command: []string{"true"}, Stdout: true, Stderr: true}
-		url := admin.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(podName).
-			SubResource("exec").VersionedParams(opts, scheme.ParameterCodec).URL()
-		ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", url.String())
+		ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", execURL(&corev1.PodExecOptions{Command: []string{"true"}, Stdout: true, Stderr: true}))
 		if err != nil {
 			return err
 		}
@@ -104,8 +106,7 @@ func (b *bench) benchKube() error {
 	}
 	// The stream's own round trip: a line through `cat` on an open exec
 	// stream, the least a command on the shell's stream can cost.
-	echo, stopEcho, err := openEcho(ctx, cfg, admin.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(podName).
-		SubResource("exec").VersionedParams(&corev1.PodExecOptions{Command: []string{"cat"}, Stdin: true, Stdout: true}, scheme.ParameterCodec).URL().String())
+	echo, stopEcho, err := openEcho(ctx, cfg, execURL(&corev1.PodExecOptions{Command: []string{"cat"}, Stdin: true, Stdout: true}))
 	if err != nil {
 		return fmt.Errorf("kube: a stream for the round trip: %w", err)
 	}
@@ -113,8 +114,7 @@ func (b *bench) benchKube() error {
 	// And one framed round trip on an open `sh` stream, marked on stdout
 	// and on stderr as the persistent shell's frames are (the podman
 	// section's framing floor).
-	frame, stopFrame, err := openFramed(ctx, cfg, admin.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(podName).
-		SubResource("exec").VersionedParams(&corev1.PodExecOptions{Command: []string{"sh"}, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec).URL().String())
+	frame, stopFrame, err := openFramed(ctx, cfg, execURL(&corev1.PodExecOptions{Command: []string{"sh"}, Stdin: true, Stdout: true, Stderr: true}))
 	if err != nil {
 		return fmt.Errorf("kube: a stream for the framed round trip: %w", err)
 	}
