@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,12 +138,22 @@ func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp
 	spares := ""
 	if sp, err := s.m.Spares(ctx); err == nil && len(sp) > 0 {
 		running := 0
+		var named []string
 		for _, in := range sp {
-			if in.State == sandbox.StateRunning {
-				running++
+			if in.State != sandbox.StateRunning {
+				continue
 			}
+			if in.SpareFor != "" {
+				named = append(named, in.SpareFor)
+				continue
+			}
+			running++
 		}
 		spares = fmt.Sprintf("\nwarm spares: %d running (the next new name takes one instead of booting)", running)
+		if len(named) > 0 {
+			slices.Sort(named)
+			spares += fmt.Sprintf(", and one for each of %s (its profile's)", strings.Join(slices.Compact(named), ", "))
+		}
 	}
 	if len(list) == 0 {
 		return mcp.NewToolResultStructured(SandboxList{Sandboxes: []SandboxStatus{}}, "no sandboxes yet: exec creates one"+spares), nil

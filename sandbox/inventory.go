@@ -240,6 +240,9 @@ type Info struct {
 	// server, or not known. Finished is when. For the server's metrics.
 	StoppedBy string    `json:"-"`
 	Finished  time.Time `json:"-"`
+	// SpareFor is, on an unclaimed spare (Manager.Spares), the named
+	// profile whose name it waits for; "" for a spare of the defaults.
+	SpareFor string `json:"spare_for,omitempty"`
 }
 
 // StoppedBy is what stopped container c, by its main process's exit code

@@ -41,6 +41,11 @@ type Profile struct {
 	// Pids bounds how many processes and threads the sandbox may run at
 	// once; 0 leaves it to the engine.
 	Pids int `json:"pids,omitempty"`
+	// Spares is how many warm spares of this profile the server keeps
+	// booted for its name while the name has no sandbox: 0 or 1 (a
+	// named profile serves one name). The defaults' count is the
+	// server's --spares, not this key.
+	Spares int `json:"spares,omitempty"`
 }
 
 // Defaults of the disk and pids limits.
@@ -135,6 +140,9 @@ func (p Profile) Merge(o Profile) Profile {
 	if o.Pids != 0 {
 		p.Pids = o.Pids
 	}
+	if o.Spares != 0 {
+		p.Spares = o.Spares
+	}
 	return p
 }
 
@@ -178,6 +186,9 @@ func (p Profile) Validate() error {
 	if p.Pids < 0 || p.Pids > MaxPids {
 		return fmt.Errorf("profile: pids %d must be between 1 and %d", p.Pids, MaxPids)
 	}
+	if p.Spares < 0 || p.Spares > 1 {
+		return fmt.Errorf("profile: spares %d must be 0 or 1 (a profile serves the one sandbox of its name)", p.Spares)
+	}
 	return nil
 }
 
@@ -195,7 +206,7 @@ func (p Profile) EgressPolicy() (egress.Policy, error) {
 }
 
 // ParseProfileSpec parses "key=value,key=value" (keys image, cpus, memory,
-// virtualization, network, allow, presets, intercept, idle_ttl, disk, pids) into a
+// virtualization, network, allow, presets, intercept, idle_ttl, disk, pids, spares) into a
 // profile, as used by --profile NAME:SPEC. allow may be repeated, each
 // adding a pattern; presets takes names joined by '+' ("packages+git"), or
 // none.
@@ -266,8 +277,14 @@ func ParseProfileSpec(spec string) (Profile, error) {
 				return p, fmt.Errorf("profile: pids %q must be a number between 1 and %d", v, MaxPids)
 			}
 			p.Pids = n
+		case "spares":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1 {
+				return p, fmt.Errorf("profile: spares %q must be 0 or 1 (a profile serves the one sandbox of its name)", v)
+			}
+			p.Spares = n
 		default:
-			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, allow, presets, intercept, idle_ttl, disk, pids)", k)
+			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, allow, presets, intercept, idle_ttl, disk, pids, spares)", k)
 		}
 	}
 	return p, nil

@@ -23,7 +23,9 @@ import (
 // Warm spares: booted sandboxes of the default profile that wait, under
 // names of their own, for the first call on a new name. The call renames
 // one to the name's container (one engine round trip where a boot takes
-// several), and a new spare boots in the background.
+// several), and a new spare boots in the background. A named profile
+// with spares (Profile.Spares) has one more kept for its name while that
+// name has no sandbox.
 //
 // A spare keeps what it was booted with: its labels (role spare, the key
 // below) and its workspace volume, which is named after the spare, not the
@@ -47,6 +49,9 @@ const (
 	// where the engine tells it (ImageIdentifier): a spare of an image
 	// since rebuilt under the same name is not taken.
 	LabelSpareImage = "io.sandbox-mcp.spare-image"
+	// LabelSpareFor is the named profile a spare was booted for, on
+	// spares kept for a profile's name (not the defaults').
+	LabelSpareFor = "io.sandbox-mcp.spare-for"
 	// LabelVolume names the workspace volume of a container whose volume
 	// is not named after its sandbox (a claimed spare's).
 	LabelVolume = "io.sandbox-mcp.volume"
@@ -92,7 +97,7 @@ func (m *Manager) Spares(ctx context.Context) ([]Info, error) {
 	var out []Info
 	for _, c := range cs {
 		if m.isSpareName(c.Name) {
-			out = append(out, Info{Container: c.Name, State: c.State, Image: c.Image, Created: c.Created})
+			out = append(out, Info{Container: c.Name, State: c.State, Image: c.Image, Created: c.Created, SpareFor: c.Labels[LabelSpareFor]})
 		}
 	}
 	return out, nil
@@ -105,25 +110,41 @@ const MaxSpares = 8
 // booted for the first call on a new name, from now on (0: none, and the
 // ones there are removed). Spares need an engine that renames containers
 // and a state store; elsewhere this does nothing and Spares says why.
+//
+// Named profiles with spares (Profile.Spares) have theirs kept besides,
+// whatever n is.
 func (m *Manager) KeepSpares(n int) {
 	m.spares.want.Store(int32(min(max(n, 0), MaxSpares)))
-	if n > 0 && m.sparesPossible() && !m.closed.Load() {
-		m.spares.watching.Do(func() { m.spawn(m.watchLocal) })
-	}
+	m.watchSpares()
 	m.refillSoon()
 }
 
-// DescribeSpares says, for doctor, what keeping n spares on rt comes to.
-func DescribeSpares(rt Runtime, n int) string {
+// watchSpares starts watchLocal once spares are kept.
+func (m *Manager) watchSpares() {
+	if m.sparesOn() && !m.closed.Load() {
+		m.spares.watching.Do(func() { m.spawn(m.watchLocal) })
+	}
+}
+
+// DescribeSpares says, for doctor, what keeping n spares of the defaults
+// on rt comes to, and one for each of the named profiles listed.
+func DescribeSpares(rt Runtime, n int, profiles []string) string {
 	_, renames := rt.(Renamer)
+	var s string
 	switch {
-	case n <= 0:
+	case n <= 0 && len(profiles) == 0:
 		return "off (--spares 0)"
 	case !renames:
 		return fmt.Sprintf("none: %s cannot rename a container, which taking a spare is", rt.Kind())
+	case n <= 0:
+		s = "none of the defaults (--spares 0)"
 	default:
-		return fmt.Sprintf("%d booted and waiting for the first call on a new name (--spares)", min(n, MaxSpares))
+		s = fmt.Sprintf("%d booted and waiting for the first call on a new name (--spares)", min(n, MaxSpares))
 	}
+	if len(profiles) > 0 {
+		s += fmt.Sprintf("; one for each of the profiles %s while its name has no sandbox", strings.Join(profiles, ", "))
+	}
+	return s
 }
 
 // refillDelay is how long a refill waits before it looks, so that the
@@ -176,9 +197,62 @@ func (m *Manager) spareProfile() (Profile, time.Duration, string) {
 	return prof, ttl, egress.Narrowest(prof.EgressMode())
 }
 
-// sparesOn reports whether this Manager keeps spares.
+// sparesOn reports whether this Manager keeps spares: of the defaults,
+// or of a named profile.
 func (m *Manager) sparesOn() bool {
-	return m.spares.want.Load() > 0 && m.sparesPossible()
+	return m.sparesPossible() && (m.spares.want.Load() > 0 || len(m.profilesWithSpares()) > 0)
+}
+
+// profilesWithSpares are the named profiles that ask for a spare, sorted.
+func (m *Manager) profilesWithSpares() []string {
+	m.profMu.RLock()
+	defer m.profMu.RUnlock()
+	var names []string
+	for name, p := range m.cfg.Profiles {
+		if p.Spares > 0 {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// spareTarget is one kind of spare the Manager keeps: what they boot as,
+// their key, and how many. profile is "" for the defaults' spares, else
+// the named profile whose name takes them.
+type spareTarget struct {
+	profile string
+	prof    Profile
+	ttl     time.Duration
+	mode    string
+	key     string
+	want    int
+}
+
+// spareTargets are the spares to keep: KeepSpares' count of the
+// defaults, and one for each named profile with spares whose name can
+// take one (bootsAs). For a refill, a profile whose name has a sandbox
+// record is left out (a name in use takes no spare); otherwise they are
+// the keys a claim may take.
+func (m *Manager) spareTargets(refill bool) []spareTarget {
+	var ts []spareTarget
+	if n := int(m.spares.want.Load()); n > 0 {
+		prof, ttl, mode := m.spareProfile()
+		ts = append(ts, spareTarget{prof: prof, ttl: ttl, mode: mode, key: spareKey(prof, ttl, mode), want: n})
+	}
+	for _, name := range m.profilesWithSpares() {
+		prof, ttl, mode, ok := m.bootsAs(name)
+		if !ok {
+			continue
+		}
+		if refill {
+			if none, told := m.noRecord(name); !none || !told {
+				continue
+			}
+		}
+		ts = append(ts, spareTarget{profile: name, prof: prof, ttl: ttl, mode: mode, key: spareKey(prof, ttl, mode), want: 1})
+	}
+	return ts
 }
 
 func (m *Manager) sparesPossible() bool {
@@ -186,29 +260,41 @@ func (m *Manager) sparesPossible() bool {
 	return renames && m.cfg.Sandboxes != nil
 }
 
-// spareKeyFor is the key sandbox name takes a spare with, or false when
-// it must boot otherwise: it has a profile of its own, is a child, is
-// restored or cloned, has a hashed container name, or boots with another
-// idle TTL or network mode than a spare (the sandbox named default, which
-// is not reaped).
-func (m *Manager) spareKeyFor(name string) (string, bool) {
-	if !m.sparesOn() || m.ContainerFor(name) != m.cfg.Prefix+"-"+name || m.override(name) != nil {
-		return "", false
-	}
-	m.profMu.RLock()
-	_, own := m.cfg.Profiles[name]
-	m.profMu.RUnlock()
-	if own {
-		return "", false
+// bootsAs is what sandbox name boots as, as far as a spare goes (its
+// profile, idle TTL and network mode), or false when it never takes a
+// spare: it is a child, is restored or cloned, or has a hashed container
+// name.
+func (m *Manager) bootsAs(name string) (Profile, time.Duration, string, bool) {
+	if m.ContainerFor(name) != m.cfg.Prefix+"-"+name || m.override(name) != nil {
+		return Profile{}, 0, "", false
 	}
 	if _, _, child, err := m.childProfile(name); err != nil || child {
+		return Profile{}, 0, "", false
+	}
+	prof := m.ProfileFor(name)
+	return prof, m.IdleTTL(name), m.effectiveMode(name, prof), true
+}
+
+// spareKeyFor is the key sandbox name takes a spare with, or false when
+// it must boot otherwise: bootsAs says it takes none, or no spare is kept
+// of what it boots as (another profile, idle TTL or network mode than the
+// defaults' spares, such as the sandbox named default, which is not
+// reaped, and than the named profiles' with spares).
+func (m *Manager) spareKeyFor(name string) (string, bool) {
+	if !m.sparesOn() {
 		return "", false
 	}
-	prof, ttl, mode := m.spareProfile()
-	if m.IdleTTL(name) != ttl || m.effectiveMode(name, m.ProfileFor(name)) != mode {
+	prof, ttl, mode, ok := m.bootsAs(name)
+	if !ok {
 		return "", false
 	}
-	return spareKey(prof, ttl, mode), true
+	key := spareKey(prof, ttl, mode)
+	for _, t := range m.spareTargets(false) {
+		if t.key == key {
+			return key, true
+		}
+	}
+	return "", false
 }
 
 // errStaleSpare is takeSpare's answer for a spare of an image rebuilt
@@ -263,7 +349,7 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	go isNew()
 	// And what the spares' image is now, to tell a spare of an image
 	// since rebuilt.
-	prof, _, _ := m.spareProfile()
+	prof := m.ProfileFor(own.name)
 	imageNow := sync.OnceValue(func() string { return m.imageID(ctx, prof.Image) })
 	go imageNow()
 	current := func(c Container) bool { return !staleSpare(c, imageNow()) }
@@ -832,7 +918,7 @@ const refillEvery = time.Minute
 
 // refillIfDue refills when the last look is refillEvery old.
 func (m *Manager) refillIfDue() {
-	if m.spares.want.Load() == 0 || time.Since(time.Unix(0, m.spares.checked.Load())) < refillEvery {
+	if !m.sparesOn() || time.Since(time.Unix(0, m.spares.checked.Load())) < refillEvery {
 		return
 	}
 	m.spares.checked.Store(time.Now().UnixNano())
@@ -840,10 +926,11 @@ func (m *Manager) refillIfDue() {
 }
 
 // refillSpares removes the spares that cannot be claimed (stopped by
-// their watchdog, or booted as something the defaults no longer are) and
-// boots new ones until there are Spares.
+// their watchdog, or booted as something no longer kept: other defaults,
+// a profile changed, a profile's name now in use) and boots new ones
+// until there are as many as spareTargets says.
 func (m *Manager) refillSpares(ctx context.Context) {
-	if m.spares.want.Load() == 0 {
+	if !m.sparesOn() && len(m.localSpares()) == 0 {
 		return // spares already there are another server's, or stop with their idle TTL
 	}
 	m.spares.checked.Store(time.Now().UnixNano())
@@ -856,43 +943,61 @@ func (m *Manager) refillSpares(ctx context.Context) {
 		return
 	}
 	defer h.Release()
-	prof, ttl, mode := m.spareProfile()
-	key := spareKey(prof, ttl, mode)
+	targets := m.spareTargets(true)
+	want := map[string]int{}     // by key: targets may share one
+	image := map[string]string{} // by key: the image it boots from
+	for _, t := range targets {
+		want[t.key] += t.want
+		image[t.key] = t.prof.Image
+	}
 	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
 	if err != nil {
 		m.log.Warn("list spares", "err", err)
 		return
 	}
 	m.dropTaken(cs)
-	imageNow := m.imageID(ctx, prof.Image)
-	live := 0
+	imageNow := map[string]string{} // by image ref, looked up once each
+	current := func(c Container) bool {
+		ref := image[c.Labels[LabelSpare]]
+		id, ok := imageNow[ref]
+		if !ok {
+			id = m.imageID(ctx, ref)
+			imageNow[ref] = id
+		}
+		return !staleSpare(c, id)
+	}
+	live := map[string]int{}
 	for _, c := range cs {
 		if !m.isSpareName(c.Name) {
 			continue // claimed: a sandbox
 		}
+		key := c.Labels[LabelSpare]
 		switch {
 		case !c.Running():
 			m.dropSpare(ctx, c) // stopped by its watchdog, or it died
-		case staleSpare(c, imageNow):
-			m.dropSpare(ctx, c) // its image was rebuilt since, whoever's it is
-		case c.Labels[LabelSpare] != key:
-			// Booted as other defaults: this server's was before a
-			// reload; another server's is that server's to keep.
+		case want[key] == 0:
+			// Booted as what this server no longer keeps: its own was
+			// before a reload, or for a name now in use; another
+			// server's is that server's to keep.
 			if m.isLocal(c.Name) {
 				m.dropSpare(ctx, c)
 			}
-		case live < int(m.spares.want.Load()) || !m.isLocal(c.Name):
-			live++
+		case !current(c):
+			m.dropSpare(ctx, c) // its image was rebuilt since, whoever's it is
+		case live[key] < want[key] || !m.isLocal(c.Name):
+			live[key]++
 		default:
 			m.dropSpare(ctx, c) // one too many of this server's
 		}
 	}
-	for ; live < int(m.spares.want.Load()) && ctx.Err() == nil && !m.closed.Load(); live++ {
-		if err := m.bootSpare(ctx, prof, ttl, mode, key); err != nil {
-			if ctx.Err() == nil {
-				m.log.Warn("boot a spare", "err", err)
+	for _, t := range targets {
+		for ; live[t.key] < want[t.key] && ctx.Err() == nil && !m.closed.Load(); live[t.key]++ {
+			if err := m.bootSpare(ctx, t); err != nil {
+				if ctx.Err() == nil {
+					m.log.Warn("boot a spare", "profile", t.profile, "err", err)
+				}
+				return
 			}
-			return
 		}
 	}
 }
@@ -994,8 +1099,9 @@ func (m *Manager) dropSpare(ctx context.Context, c Container) {
 	}
 }
 
-// bootSpare creates one spare.
-func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration, mode, key string) error {
+// bootSpare creates one spare of target t.
+func (m *Manager) bootSpare(ctx context.Context, t spareTarget) error {
+	prof, ttl, mode, key := t.prof, t.ttl, t.mode, t.key
 	// Not cut short when the server closes (which waits for it): an
 	// engine's run killed half way can leave the container's init stuck
 	// and its workspace's loop device held.
@@ -1006,6 +1112,9 @@ func (m *Manager) bootSpare(ctx context.Context, prof Profile, ttl time.Duration
 	id := hex.EncodeToString(b[:])
 	name, vol := m.spareName(id), m.spareVolume(id)
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare, LabelSpare: key, LabelVolume: vol}
+	if t.profile != "" {
+		labels[LabelSpareFor] = t.profile
+	}
 	if ii, ok := m.rt.(ImageIdentifier); ok {
 		id, err := ii.ImageID(bctx, prof.Image)
 		if err != nil {

@@ -225,6 +225,85 @@ func TestRebuiltImageSpareOnEngine(t *testing.T) {
 	}
 }
 
+// TestProfileSparesOnEngine: a named profile with spares has one booted
+// for its name, as the profile says, while the name has no sandbox: the
+// name's first call takes it, another new name does not, none waits
+// while the name is in use, one boots again after its destroy, and one
+// is removed once its profile is gone.
+func TestProfileSparesOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			if _, ok := rt.(sandbox.Renamer); !ok {
+				t.Skipf("%s cannot rename a container, which taking a spare is: it keeps no spares", rt.Kind())
+			}
+			prefix := enginetest.Prefix(t, rt)
+			dir := t.TempDir()
+			st, err := state.New(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defaults := sandbox.Profile{Image: tg.Image}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: defaults,
+				Profiles:  map[string]sandbox.Profile{"big": {Memory: "640M", Spares: 1}},
+				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
+			t.Cleanup(m.Close)
+			ctx := context.Background()
+			spares := func() []sandbox.Info {
+				t.Helper()
+				sp, err := m.Spares(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sp
+			}
+			m.KeepSpares(0) // none of the defaults: big's only
+			enginetest.WaitFor(t, "a running spare for big", func() error {
+				for _, s := range spares() {
+					if s.State == sandbox.StateRunning && s.SpareFor == "big" {
+						return nil
+					}
+				}
+				return errors.New("none yet")
+			})
+			if o := run(t, m, "other", shell.Request{Command: "true"}); o.res.Boot.Spare {
+				t.Fatalf("a name without big's profile took its spare: %+v", o.res.Boot)
+			}
+			o := run(t, m, "big", shell.Request{Command: "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"})
+			if !o.res.Boot.Spare {
+				t.Fatalf("big's first call did not take its profile's spare: %+v", o.res.Boot)
+			}
+			if got := strings.TrimSpace(o.stdout); got != fmt.Sprint(640<<20) {
+				t.Fatalf("big's memory limit is %q, not its profile's 640M", got)
+			}
+			if c, err := rt.Inspect(ctx, m.ContainerFor("big")); err != nil || c.Labels[sandbox.LabelSpareFor] != "big" || c.Labels[sandbox.LabelVolume] == "" {
+				t.Fatalf("big's container is not the spare booted for it: %+v %v", c, err)
+			}
+			m.RefillSparesNow(ctx)
+			for _, s := range spares() {
+				t.Fatalf("a spare waits while big is in use: %+v", s)
+			}
+			if _, err := m.Destroy(ctx, "big"); err != nil {
+				t.Fatal(err)
+			}
+			m.RefillSparesNow(ctx)
+			if sp := spares(); len(sp) != 1 || sp[0].SpareFor != "big" || sp[0].State != sandbox.StateRunning {
+				t.Fatalf("after big's destroy: spares %+v", sp)
+			}
+			// The profile gone (a reload): its spare goes with the next look.
+			m.SetProfiles(defaults, nil)
+			m.RefillSparesNow(ctx)
+			if sp := spares(); len(sp) != 0 {
+				t.Fatalf("after big's profile went: spares %+v", sp)
+			}
+			if _, err := m.Destroy(ctx, "other"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestSpareClaimCutAfterRenameOnEngine: a server killed right after it
 // renamed a spare to a sandbox's name, before it recorded the claim,
 // leaves the next server a sandbox container on the spare's workspace

@@ -534,7 +534,14 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 		return errors.New("default image missing")
 	}
 	fmt.Fprintf(w, "image:    ok, %s\n", cfg.Defaults.Image)
-	fmt.Fprintf(w, "spares:   %s\n", sandbox.DescribeSpares(rt, cfg.Spares))
+	var spareProfiles []string
+	for name, p := range cfg.Profiles {
+		if p.Spares > 0 {
+			spareProfiles = append(spareProfiles, name)
+		}
+	}
+	slices.Sort(spareProfiles)
+	fmt.Fprintf(w, "spares:   %s\n", sandbox.DescribeSpares(rt, cfg.Spares, spareProfiles))
 	if err := checkState(cfg.StateDir); err != nil {
 		fmt.Fprintf(w, "state:    FAIL %s: %v\n", cfg.StateDir, err)
 		return errors.New("state not usable")

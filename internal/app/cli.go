@@ -157,8 +157,13 @@ func List(ctx context.Context, cfg Config, asJSON bool, w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.Name, state, in.Image, ip, created)
 	}
 	for _, in := range spares {
-		// A warm spare: the next new name takes it (--spares).
-		fmt.Fprintf(tw, "(spare %s)\t%s\t%s\t-\t%s\n", in.Container, in.State, in.Image, in.Created.Local().Format("2006-01-02 15:04"))
+		// A warm spare: the next new name takes it (--spares), or
+		// the name of the profile it was booted for.
+		label := "(spare " + in.Container + ")"
+		if in.SpareFor != "" {
+			label = "(spare for " + in.SpareFor + ": " + in.Container + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t-\t%s\n", label, in.State, in.Image, in.Created.Local().Format("2006-01-02 15:04"))
 	}
 	return tw.Flush()
 }

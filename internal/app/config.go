@@ -293,7 +293,7 @@ func Settings() []Setting {
 				return nil
 			}},
 		{Flag: "profile", Env: "SANDBOX_MCP_PROFILES",
-			Usage: "per-name `profiles` merged over the file's: NAME:key=value,…;NAME2:… (keys image, cpus, memory, virtualization, network, allow, presets, idle_ttl, disk, pids)",
+			Usage: "per-name `profiles` merged over the file's: NAME:key=value,…;NAME2:… (keys image, cpus, memory, virtualization, network, allow, presets, idle_ttl, disk, pids, spares)",
 			set:   addProfiles},
 		{Flag: "state-dir", Env: "SANDBOX_MCP_STATE_DIR", Default: d.StateDir,
 			Usage: "`directory` where state lives (created 0700)",
@@ -957,6 +957,9 @@ func mergeProfile(c *Config, name string, p sandbox.Profile) error {
 func setDefault(c *Config, p sandbox.Profile) error {
 	if err := checkProfile(p); err != nil {
 		return err
+	}
+	if p.Spares != 0 {
+		return fmt.Errorf("spares is a named profile's key: the defaults' spares are the top-level spares (--spares)")
 	}
 	c.Defaults = c.Defaults.Merge(p)
 	return nil

@@ -180,6 +180,10 @@ func TestResolveProfiles(t *testing.T) {
 			"offline": {Network: "none"},
 			"tiny":    {CPUs: 0.5, Memory: "256M", IdleTTL: "5m"},
 		}},
+		{"a spare for a profile's name", sources{flags: FlagValues{"profile": "big:spares=1"}}, map[string]sandbox.Profile{
+			"big":     {Image: "big-img", CPUs: 4, Memory: "4G", Spares: 1},
+			"offline": {Network: "none"},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.src.flags = withConfig(tc.src.flags, "/cfg.json")
@@ -232,6 +236,9 @@ func TestResolveErrors(t *testing.T) {
 		{"bad profile value", sources{flags: FlagValues{"profile": "big:memory=lots"}}, []string{"--profile", "big", "memory"}},
 		{"bad profile name", sources{flags: FlagValues{"profile": "Big Box:cpus=2"}}, []string{"--profile", "Big Box"}},
 		{"bad profile in file", sources{env: withFile, files: cfg(`{"profiles": {"big": {"network": "host"}}}`)}, []string{"/etc/smcp.json", "profiles.big", "network"}},
+		{"two spares for a profile", sources{flags: FlagValues{"profile": "big:spares=2"}}, []string{"--profile", "big", "spares", "0 or 1"}},
+		{"two spares for a profile in file", sources{env: withFile, files: cfg(`{"profiles": {"big": {"spares": 2}}}`)}, []string{"/etc/smcp.json", "profiles.big", "0 or 1"}},
+		{"spares in the defaults", sources{env: withFile, files: cfg(`{"defaults": {"spares": 1}}`)}, []string{"/etc/smcp.json", "defaults", "top-level spares"}},
 		{"bad memory env", sources{env: map[string]string{"SANDBOX_MCP_MEMORY": "1 G"}}, []string{"SANDBOX_MCP_MEMORY", "memory"}},
 		{"empty image flag", sources{flags: FlagValues{"image": ""}}, []string{"--image", "empty"}},
 		{"bad prefix", sources{flags: FlagValues{"prefix": "a-very-long-prefix-over-24-bytes"}}, []string{"--prefix"}},
