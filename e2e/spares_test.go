@@ -208,6 +208,44 @@ func TestWarmSpares(t *testing.T) {
 	}
 }
 
+// TestProfileSpare: a server started with --spares 0 and a profile
+// that asks for a spare keeps one for that profile's name alone, says so
+// in list_all, and the name's first call takes it, booted as the profile
+// says; another new name boots as usual.
+func TestProfileSpare(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	if tg.Runtime == "container" {
+		t.Skip("Apple's container CLI cannot rename a container, which a spare's claim is (the server says spares are off there)")
+	}
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	p := startProc(t, tg, prefix, t.TempDir(), "--spares", "0", "--profile", "big:memory=640M,spares=1")
+	s := &server{cs: p.cs}
+	deadline := time.Now().Add(enginetest.HangGuard)
+	for {
+		r := s.call(t, "list_all", map[string]any{})
+		if strings.Contains(r.text, "warm spares: 0 running") && strings.Contains(r.text, "one for each of big") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no spare for big within %s: %s", enginetest.HangGuard, r.text)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := s.call(t, "exec", map[string]any{"sandbox": "small", "command": "true"}); r.isError || r.data["booted"] == "created from a warm spare" {
+		t.Fatalf("a name without big's profile: %s %v", r.text, r.data["booted"])
+	}
+	r := s.call(t, "exec", map[string]any{"sandbox": "big", "command": "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"})
+	if r.isError || r.data["booted"] != "created from a warm spare" || !strings.Contains(r.text, "671088640") {
+		t.Fatalf("big's first call: %s %v", r.text, r.data["booted"])
+	}
+	for _, name := range []string{"small", "big"} {
+		if r := s.call(t, "destroy", map[string]any{"sandbox": name}); r.isError {
+			t.Fatalf("destroy %s: %s", name, r.text)
+		}
+	}
+}
+
 // TestWarmSpareAllowlist: a spare of an allowlist profile (the default)
 // comes with the agent copied in while it waited; once taken, its proxy
 // answers as any allowlist sandbox's does.
