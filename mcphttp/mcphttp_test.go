@@ -16,9 +16,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -640,6 +642,72 @@ func TestTokenFileOfAnotherUser(t *testing.T) {
 	if _, _, err := LoadOrCreateToken(p); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
 		t.Fatalf("a token file of another user: %v", err)
 	}
+}
+
+// TestTokenFileAsAKubernetesSecret: a token file as a pod sees a secret
+// mounted with its fsGroup (root's, its group may read it, reached
+// through the volume's links) is read; one root's that others may read, or
+// its group change, is refused.
+func TestTokenFileAsAKubernetesSecret(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a file of root's that another user reads")
+	}
+	// A directory the pod's user may go through (t.TempDir's parents are
+	// root's alone), with a copy of this test program it may run.
+	dir, err := os.MkdirTemp("", "tokentest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "reader")
+	if err := os.WriteFile(prog, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "..2026_12_02_01_00_00.1")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "token"), []byte(testToken+"\n"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(filepath.Join(data, "token"), 0, 65532)
+	os.Symlink(filepath.Base(data), filepath.Join(dir, "..data"))
+	os.Symlink("..data/token", filepath.Join(dir, "token"))
+	// Read as the pod's user, whose group is the file's.
+	read := func() (string, error) {
+		cmd := exec.Command(prog, "-test.run", "^TestReadTokenAsAnotherUser$")
+		cmd.Env = append(os.Environ(), "TOKEN_TEST_FILE="+filepath.Join(dir, "token"))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := read(); err != nil || !strings.Contains(out, "token read") {
+		t.Fatalf("a secret's token file as its pod sees it: %v\n%s", err, out)
+	}
+	for _, mode := range []os.FileMode{0o444, 0o460} {
+		os.Chmod(filepath.Join(data, "token"), mode)
+		if out, err := read(); err == nil || !strings.Contains(out, "a file of root's must be 0440 or less") {
+			t.Fatalf("a token file of root's, mode %04o: %v\n%s", mode, err, out)
+		}
+	}
+}
+
+// TestReadTokenAsAnotherUser is TestTokenFileAsAKubernetesSecret's reader,
+// run as the pod's user: it does nothing unless that test runs it.
+func TestReadTokenAsAnotherUser(t *testing.T) {
+	p := os.Getenv("TOKEN_TEST_FILE")
+	if p == "" {
+		t.Skip("run by TestTokenFileAsAKubernetesSecret only")
+	}
+	if _, _, err := LoadOrCreateToken(p); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("token read")
 }
 
 // TestALongCallKeepsItsSession: a call that runs past the idle time keeps

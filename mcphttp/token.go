@@ -59,8 +59,14 @@ func LoadOrCreateToken(path string) (token string, created bool, err error) {
 	return tok, true, nil
 }
 
+// readToken reads the token in path, through links (a Kubernetes secret's
+// files are links into its volume's current data), from a regular file
+// that only this user may read: its own, with no rights for group or
+// others, or root's that its group (the process's, as a pod's fsGroup
+// makes a secret's) may read and nobody else may, nor anyone but root
+// change.
 func readToken(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("token file: %w", err)
 	}
@@ -72,11 +78,22 @@ func readToken(path string) (string, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("token file %s: not a regular file", path)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return "", fmt.Errorf("token file %s: owned by uid %d, not by this user (uid %d): whoever owns it chose the token", path, st.Uid, os.Geteuid())
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, fi.Mode().Perm())
+	perm := fi.Mode().Perm()
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		switch uid := int(st.Uid); {
+		case uid == os.Geteuid():
+			if perm&0o077 != 0 {
+				return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, perm)
+			}
+		case uid == 0:
+			if perm&0o037 != 0 {
+				return "", fmt.Errorf("token file %s: root's, and others than its group may read it, or its group change it (mode %04o): a file of root's must be 0440 or less", path, perm)
+			}
+		default:
+			return "", fmt.Errorf("token file %s: owned by uid %d, not by this user (uid %d) nor root: whoever owns it chose the token", path, st.Uid, os.Geteuid())
+		}
+	} else if perm&0o077 != 0 {
+		return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, perm)
 	}
 	b := make([]byte, 4096)
 	n, _ := f.Read(b)

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mark3labs/mcp-go/server"
@@ -116,11 +117,8 @@ func Open(ctx context.Context, cfg Config) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
-	}
-	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
+	if err := privateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	st, err := state.New(cfg.StateDir)
 	if err != nil {
@@ -609,6 +607,25 @@ func readyAgent(ctx context.Context, logger *slog.Logger) {
 		return
 	}
 	logger.Debug("agent", "platform", "linux/"+runtime.GOARCH, "source", r.Binary.String())
+}
+
+// privateDir makes dir, the state directory, if it is not there, and
+// makes it private to this user (mode 0700). A directory of another user
+// (a volume's root, which the storage owns) is refused, saying so: the
+// server keeps its state in a directory it owns.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		if fi, serr := os.Stat(dir); serr == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+				return fmt.Errorf("state dir %s belongs to user %d, not to this one (%d), so it cannot be made private to it: name a directory inside it (the server makes it), or one of this user's", dir, st.Uid, os.Geteuid())
+			}
+		}
+		return fmt.Errorf("state dir: %w", err)
+	}
+	return nil
 }
 
 // checkState opens the state file for writing, as a server does: a file

@@ -51,6 +51,10 @@ type Node struct {
 	Name string
 	IP   string
 	dir  string
+	// bridge and subnet are its pods' network; life ends with the node.
+	bridge string
+	subnet *net.IPNet
+	life   context.Context
 }
 
 // NodeBinaries are what a real node runs on: the kubelet (KUBELET, or
@@ -109,8 +113,8 @@ func (c *Cluster) StartNode(ns string, images ...string) (n *Node, stop func(), 
 	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(strconv.Itoa(os.Getpid())+" "+bridge), 0o600); err != nil {
 		return nil, nil, err
 	}
-	n = &Node{Name: "kt-node-" + hex.EncodeToString(b), IP: ip, dir: dir}
 	ctx, cancel := context.WithCancel(context.Background())
+	n = &Node{Name: "kt-node-" + hex.EncodeToString(b), IP: ip, dir: dir, bridge: bridge, life: ctx}
 	var procs []*exec.Cmd
 	stop = func() {
 		cancel()
@@ -140,6 +144,7 @@ func (c *Cluster) StartNode(ns string, images ...string) (n *Node, stop func(), 
 	if err != nil {
 		return fail(err)
 	}
+	_, n.subnet, _ = net.ParseCIDR(subnet)
 	conflist := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": %q, "plugins": [{"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
   "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}}]}`,
 		bridge, bridge, filepath.Join(dir, "ipam"), subnet)
@@ -257,13 +262,14 @@ makeIPTablesUtilChains: false
 	unlock()
 
 	// The control plane's parts for pods: volume binding and protection,
-	// the garbage collector, the scheduler's binding, claims' volumes.
+	// the garbage collector, Deployments and ReplicaSets, the scheduler's
+	// binding, claims' volumes.
 	kcm, why := controllerManager()
 	if why != "" {
 		return fail(errors.New(why))
 	}
 	if err := start("controller-manager.log", kcm, "--kubeconfig", kubeconfig,
-		"--controllers", "garbage-collector-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-binder-controller",
+		"--controllers", "garbage-collector-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-binder-controller,deployment-controller,replicaset-controller",
 		"--leader-elect=false", "--secure-port", "0", "--concurrent-gc-syncs", "5"); err != nil {
 		return fail(err)
 	}
@@ -585,8 +591,11 @@ func (n *Node) provision(ctx context.Context, cs kubernetes.Interface, ns string
 			if !ok || ev.Type != watch.Added || c.Spec.VolumeName != "" {
 				continue
 			}
+			// Open to every user, as local-path-provisioner makes its
+			// directories: a host path gets no fsGroup, and a pod that
+			// runs as another user than root writes it too.
 			path := filepath.Join(n.dir, "volumes", string(c.UID))
-			if err := os.MkdirAll(path, 0o755); err != nil {
+			if err := os.MkdirAll(path, 0o755); err != nil || os.Chmod(path, 0o777) != nil {
 				continue
 			}
 			class := ""
@@ -707,6 +716,7 @@ func (n *Node) clean(bridge string) {
 	}
 	if bridgeName.MatchString(bridge) {
 		_ = exec.Command("ip", "link", "delete", bridge).Run()
+		dropServiceRoutes(bridge)
 	}
 	// Whatever is still mounted under it keeps the directory.
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil && strings.Contains(string(b), " "+n.dir+"/") {
@@ -784,4 +794,97 @@ func tailOf(path string) string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
+}
+
+// RouteToAPIServer lets the node's pods reach the apiserver where a pod's
+// in-cluster client looks for it: the address of the default namespace's
+// Service kubernetes, port 443, which the kubelet gives every pod in its
+// variables, as kube-proxy would. The node has no kube-proxy: a rule of
+// the host's sends what the node's pods send there to a relay of this
+// process on the node's address, which takes connections from the node's
+// pods only and carries them to the apiserver on the loopback. It ends
+// with the node. The apiserver's certificate names the Service's address.
+func (n *Node) RouteToAPIServer(c *Cluster) error {
+	cs, err := c.AdminClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(n.life, 30*time.Second)
+	defer cancel()
+	svc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the apiserver's Service: %w", err)
+	}
+	vip := net.ParseIP(svc.Spec.ClusterIP)
+	if vip == nil || vip.To4() == nil {
+		return fmt.Errorf("the apiserver's Service has no IPv4 address: %q", svc.Spec.ClusterIP)
+	}
+	api := strings.TrimPrefix(c.Host, "https://")
+	l, err := net.Listen("tcp4", net.JoinHostPort(n.IP, "0"))
+	if err != nil {
+		return err
+	}
+	relay := l.Addr().String()
+	go func() {
+		<-n.life.Done()
+		l.Close()
+	}()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			from, _ := conn.RemoteAddr().(*net.TCPAddr)
+			if from == nil || !n.subnet.Contains(from.IP) {
+				conn.Close()
+				continue
+			}
+			go relayTo(n.life, conn, api)
+		}
+	}()
+	rule := []string{"PREROUTING", "-i", n.bridge, "-d", vip.String(), "-p", "tcp", "--dport", "443",
+		"-m", "comment", "--comment", serviceRouteTag + n.bridge, "-j", "DNAT", "--to-destination", relay}
+	if out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-t", "nat", "-A"}, rule...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("iptables: %w: %s", err, out)
+	}
+	return nil
+}
+
+// serviceRouteTag starts the comment of the rules RouteToAPIServer adds,
+// followed by the node's bridge.
+const serviceRouteTag = "kubetest-api-"
+
+// relayTo carries conn to addr and back, until either end closes or ctx
+// ends.
+func relayTo(ctx context.Context, conn net.Conn, addr string) {
+	defer conn.Close()
+	var d net.Dialer
+	up, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close(); up.Close() })
+	defer stop()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+	<-done
+}
+
+// dropServiceRoutes removes the host's rules RouteToAPIServer added for
+// the node of bridge.
+func dropServiceRoutes(bridge string) {
+	out, err := exec.Command("iptables", "-w", "-t", "nat", "-S", "PREROUTING").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "-A" || !slices.Contains(f, serviceRouteTag+bridge) {
+			continue
+		}
+		_ = exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D"}, f[1:]...)...).Run()
+	}
 }
