@@ -149,11 +149,18 @@ func (s *Server) handleListAll(ctx context.Context, _ mcp.CallToolRequest) (*mcp
 			}
 			running++
 		}
-		spares = fmt.Sprintf("\nwarm spares: %d running (the next new name takes one instead of booting)", running)
+		var parts []string
+		if running > 0 {
+			parts = append(parts, fmt.Sprintf("%d running (the next new name takes one instead of booting)", running))
+		}
 		if len(named) > 0 {
 			slices.Sort(named)
-			spares += fmt.Sprintf(", and one for each of %s (its profile's)", strings.Join(slices.Compact(named), ", "))
+			parts = append(parts, fmt.Sprintf("one for the first call of each of %s (its profile's)", strings.Join(slices.Compact(named), ", ")))
 		}
+		if len(parts) == 0 {
+			parts = append(parts, "none running")
+		}
+		spares = "\nwarm spares: " + strings.Join(parts, "; ")
 	}
 	if len(list) == 0 {
 		return mcp.NewToolResultStructured(SandboxList{Sandboxes: []SandboxStatus{}}, "no sandboxes yet: exec creates one"+spares), nil

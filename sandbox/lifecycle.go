@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -677,7 +678,11 @@ func (m *Manager) Destroy(ctx context.Context, name string) (bool, error) {
 		return false, err
 	}
 	defer release()
-	return m.destroyLocked(ctx, name)
+	gone, err := m.destroyLocked(ctx, name)
+	if err == nil && slices.Contains(m.profilesWithSpares(), name) {
+		m.refillSoon() // its profile's spare, for its next first call (spare.go)
+	}
+	return gone, err
 }
 
 // destroyLocked is Destroy under name's lifecycle lock. The destroy is

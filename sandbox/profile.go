@@ -282,6 +282,10 @@ func ParseProfileSpec(spec string) (Profile, error) {
 			if err != nil || n < 0 || n > 1 {
 				return p, fmt.Errorf("profile: spares %q must be 0 or 1 (a profile serves the one sandbox of its name)", v)
 			}
+			if n == 0 {
+				// Merged key by key, 0 would leave a file's 1 as it is.
+				return p, fmt.Errorf("profile: spares=0 is what a profile has without the key; a file's spares: 1 is turned off in the file")
+			}
 			p.Spares = n
 		default:
 			return p, fmt.Errorf("profile: unknown key %q (want image, cpus, memory, virtualization, network, allow, presets, intercept, idle_ttl, disk, pids, spares)", k)

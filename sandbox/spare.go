@@ -175,9 +175,14 @@ func spareNamed(s, prefix string) bool {
 
 // spareKey is what a spare was booted as, and what a name must boot as to
 // take it: the parts of its profile fixed at creation, the idle TTL its
-// watchdog runs with, and its network mode.
-func spareKey(p Profile, ttl time.Duration, mode string) string {
-	b, _ := json.Marshal([]any{p.Image, p.CPUs, p.Memory, p.Virtualization, p.Disk, p.Pids, ttl.String(), mode})
+// watchdog runs with, and its network mode; and for a spare of a named
+// profile, that profile's name, whose sandbox alone takes it.
+func spareKey(p Profile, ttl time.Duration, mode, profile string) string {
+	fields := []any{p.Image, p.CPUs, p.Memory, p.Virtualization, p.Disk, p.Pids, ttl.String(), mode}
+	if profile != "" {
+		fields = append(fields, profile)
+	}
+	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
@@ -238,21 +243,44 @@ func (m *Manager) spareTargets(refill bool) []spareTarget {
 	var ts []spareTarget
 	if n := int(m.spares.want.Load()); n > 0 {
 		prof, ttl, mode := m.spareProfile()
-		ts = append(ts, spareTarget{prof: prof, ttl: ttl, mode: mode, key: spareKey(prof, ttl, mode), want: n})
+		ts = append(ts, spareTarget{prof: prof, ttl: ttl, mode: mode, key: spareKey(prof, ttl, mode, ""), want: n})
 	}
 	for _, name := range m.profilesWithSpares() {
 		prof, ttl, mode, ok := m.bootsAs(name)
-		if !ok {
+		if !ok || ttl == 0 {
+			continue // never takes one, or its spare would never stop (config refuses it)
+		}
+		if refill && m.nameInUse(name) {
 			continue
 		}
-		if refill {
-			if none, told := m.noRecord(name); !none || !told {
-				continue
-			}
-		}
-		ts = append(ts, spareTarget{profile: name, prof: prof, ttl: ttl, mode: mode, key: spareKey(prof, ttl, mode), want: 1})
+		ts = append(ts, spareTarget{profile: name, prof: prof, ttl: ttl, mode: mode, key: spareKey(prof, ttl, mode, name), want: 1})
 	}
 	return ts
+}
+
+// nameInUse reports whether sandbox name has, or is getting, a sandbox,
+// so that a spare kept for it would not be taken: a record, a sandbox
+// this server holds, or a lifecycle under way here or in another server.
+func (m *Manager) nameInUse(name string) bool {
+	if none, told := m.noRecord(name); !none || !told {
+		return true
+	}
+	if _, ok := m.Lookup(name); ok {
+		return true
+	}
+	s := m.slotFor(name)
+	select {
+	case s.lc <- struct{}{}:
+		defer func() { <-s.lc }()
+	default:
+		return true // a boot, reset or destroy of this server's
+	}
+	h, err := m.locks.TryLock(m.lockKey(name), "look for a spare's name")
+	if err != nil {
+		return true // another server's
+	}
+	h.Release()
+	return false
 }
 
 func (m *Manager) sparesPossible() bool {
@@ -275,26 +303,37 @@ func (m *Manager) bootsAs(name string) (Profile, time.Duration, string, bool) {
 	return prof, m.IdleTTL(name), m.effectiveMode(name, prof), true
 }
 
-// spareKeyFor is the key sandbox name takes a spare with, or false when
-// it must boot otherwise: bootsAs says it takes none, or no spare is kept
-// of what it boots as (another profile, idle TTL or network mode than the
-// defaults' spares, such as the sandbox named default, which is not
-// reaped, and than the named profiles' with spares).
-func (m *Manager) spareKeyFor(name string) (string, bool) {
+// spareKeysFor are the keys of the spares sandbox name may take, its own
+// profile's first, or none when it must boot otherwise: bootsAs says it
+// takes none, or no spare is kept of what it boots as (another profile,
+// idle TTL or network mode than the defaults' spares, such as the sandbox
+// named default, which is not reaped, and no profile of its own with
+// spares).
+func (m *Manager) spareKeysFor(name string) []string {
 	if !m.sparesOn() {
-		return "", false
+		return nil
 	}
 	prof, ttl, mode, ok := m.bootsAs(name)
 	if !ok {
-		return "", false
+		return nil
 	}
-	key := spareKey(prof, ttl, mode)
+	own, plain := spareKey(prof, ttl, mode, name), spareKey(prof, ttl, mode, "")
+	var keys []string
 	for _, t := range m.spareTargets(false) {
-		if t.key == key {
-			return key, true
+		if t.key == own || t.key == plain {
+			keys = append(keys, t.key)
 		}
 	}
-	return "", false
+	slices.SortStableFunc(keys, func(a, b string) int {
+		switch {
+		case a == own:
+			return -1
+		case b == own:
+			return 1
+		}
+		return 0
+	})
+	return keys
 }
 
 // errStaleSpare is takeSpare's answer for a spare of an image rebuilt
@@ -337,8 +376,8 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	if !m.sparesOn() {
 		return claim{}, false
 	}
-	key, ok := m.spareKeyFor(own.name)
-	if !ok {
+	keys := m.spareKeysFor(own.name)
+	if len(keys) == 0 {
 		return claim{}, false
 	}
 	defer m.refillSoon() // one more, or the first after the spares were reaped
@@ -358,7 +397,7 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	for _, ls := range m.localSpares() {
 		c := ls.c
 		tried[c.Name] = true
-		got, err := m.takeSpare(ctx, r, own, c, key, isNew, current)
+		got, err := m.takeSpare(ctx, r, own, c, keys, isNew, current)
 		if err == nil {
 			return got, true
 		}
@@ -373,13 +412,13 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	}
 	tries := 0
 	for _, c := range cs {
-		if tried[c.Name] || !c.Running() || !m.isSpareName(c.Name) {
+		if tried[c.Name] || !c.Running() || !m.isSpareName(c.Name) || !slices.Contains(keys, c.Labels[LabelSpare]) {
 			continue
 		}
 		if tries++; tries > spareTries {
 			break
 		}
-		got, err := m.takeSpare(ctx, r, own, c, key, isNew, current)
+		got, err := m.takeSpare(ctx, r, own, c, keys, isNew, current)
 		if err == nil {
 			return got, true
 		}
@@ -572,9 +611,9 @@ func (m *Manager) volumeAbsent(ctx context.Context, vol string) bool {
 // rename is done. isNew and current are looked up while the rename runs:
 // a name with a workspace, or a spare of an image rebuilt since
 // (current false), gets the spare renamed back.
-func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, key string, isNew func() bool, current func(Container) bool) (claim, error) {
+func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Container, keys []string, isNew func() bool, current func(Container) bool) (claim, error) {
 	name := own.name
-	if c.ID == "" || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || c.Labels[LabelSpare] != key || !m.isSpareName(c.Name) {
+	if c.ID == "" || c.Labels[LabelOwner] != m.cfg.Prefix || c.Labels[LabelRole] != RoleSpare || !slices.Contains(keys, c.Labels[LabelSpare]) || !m.isSpareName(c.Name) {
 		return claim{}, errors.New("not a spare this name takes")
 	}
 	release, err := m.holdSpare(c.Name, "claim for "+name)
@@ -992,11 +1031,15 @@ func (m *Manager) refillSpares(ctx context.Context) {
 	}
 	for _, t := range targets {
 		for ; live[t.key] < want[t.key] && ctx.Err() == nil && !m.closed.Load(); live[t.key]++ {
-			if err := m.bootSpare(ctx, t); err != nil {
+			c, err := m.bootSpare(ctx, t)
+			if err != nil {
 				if ctx.Err() == nil {
 					m.log.Warn("boot a spare", "profile", t.profile, "err", err)
 				}
-				return
+				break // the next target's may boot
+			}
+			if t.profile != "" && c.Name != "" && m.nameInUse(t.profile) {
+				m.dropSpare(ctx, c) // its name got a sandbox while it booted
 			}
 		}
 	}
@@ -1099,8 +1142,9 @@ func (m *Manager) dropSpare(ctx context.Context, c Container) {
 	}
 }
 
-// bootSpare creates one spare of target t.
-func (m *Manager) bootSpare(ctx context.Context, t spareTarget) error {
+// bootSpare creates one spare of target t, and returns it as inspected
+// once booted (its Name empty if the inspect failed).
+func (m *Manager) bootSpare(ctx context.Context, t spareTarget) (Container, error) {
 	prof, ttl, mode, key := t.prof, t.ttl, t.mode, t.key
 	// Not cut short when the server closes (which waits for it): an
 	// engine's run killed half way can leave the container's init stuck
@@ -1118,16 +1162,16 @@ func (m *Manager) bootSpare(ctx context.Context, t spareTarget) error {
 	if ii, ok := m.rt.(ImageIdentifier); ok {
 		id, err := ii.ImageID(bctx, prof.Image)
 		if err != nil {
-			return fmt.Errorf("image %q: %w", prof.Image, err)
+			return Container{}, fmt.Errorf("image %q: %w", prof.Image, err)
 		}
 		labels[LabelSpareImage] = id
 	} else if ok, err := m.rt.ImageExists(bctx, prof.Image); err != nil || !ok {
-		return fmt.Errorf("image %q: present %v: %v", prof.Image, ok, err)
+		return Container{}, fmt.Errorf("image %q: present %v: %v", prof.Image, ok, err)
 	}
 	spec := m.runSpec(name, prof, vol, labels, ttl, time.Time{}) // lifecycle.go
 	volLabels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare}
 	if err := m.prepareLimits(bctx, name, prof, vol, volLabels, false, true, &spec); err != nil {
-		return err
+		return Container{}, err
 	}
 	m.placeSpare(bctx, mode, &spec)
 	if _, err := m.rt.Run(bctx, spec); err != nil {
@@ -1141,9 +1185,10 @@ func (m *Manager) bootSpare(ctx context.Context, t spareTarget) error {
 		_ = m.rt.Remove(bctx, name)
 		m.removeChannel(spec.Labels[LabelChannel])
 		_ = m.rt.VolumeRemove(bctx, vol)
-		return fmt.Errorf("boot spare %s: %w", name, err)
+		return Container{}, fmt.Errorf("boot spare %s: %w", name, err)
 	}
-	if c, err := m.rt.Inspect(bctx, name); err == nil {
+	c, err := m.rt.Inspect(bctx, name)
+	if err == nil {
 		ls := &localSpare{c: c, holder: &atomic.Pointer[owner]{}}
 		// Opened while the spare waits, under the Manager's life, so
 		// that a claim's first command waits for neither (agent.go).
@@ -1165,6 +1210,6 @@ func (m *Manager) bootSpare(ctx context.Context, t spareTarget) error {
 			ls.close()
 		}
 	}
-	m.log.Info("spare ready", "spare", name)
-	return nil
+	m.log.Info("spare ready", "spare", name, "profile", t.profile)
+	return c, nil
 }

@@ -227,9 +227,10 @@ func TestRebuiltImageSpareOnEngine(t *testing.T) {
 
 // TestProfileSparesOnEngine: a named profile with spares has one booted
 // for its name, as the profile says, while the name has no sandbox: the
-// name's first call takes it, another new name does not, none waits
-// while the name is in use, one boots again after its destroy, and one
-// is removed once its profile is gone.
+// name's first call takes it, another new name does not (not even one
+// that boots as that profile does), none waits while the name is in use,
+// one boots again after its destroy, and one is removed once its profile
+// is gone.
 func TestProfileSparesOnEngine(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -245,30 +246,35 @@ func TestProfileSparesOnEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			defaults := sandbox.Profile{Image: tg.Image}
+			// twin boots as the defaults do: its spare is its own all the same.
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: defaults,
-				Profiles:  map[string]sandbox.Profile{"big": {Memory: "640M", Spares: 1}},
+				Profiles:  map[string]sandbox.Profile{"big": {Memory: "640M", Spares: 1}, "twin": {Spares: 1}},
 				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
 			t.Cleanup(m.Close)
 			ctx := context.Background()
-			spares := func() []sandbox.Info {
+			spareFor := func() map[string]int {
 				t.Helper()
 				sp, err := m.Spares(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				return sp
-			}
-			m.KeepSpares(0) // none of the defaults: big's only
-			enginetest.WaitFor(t, "a running spare for big", func() error {
-				for _, s := range spares() {
-					if s.State == sandbox.StateRunning && s.SpareFor == "big" {
-						return nil
+				out := map[string]int{}
+				for _, s := range sp {
+					if s.State == sandbox.StateRunning {
+						out[s.SpareFor]++
 					}
 				}
-				return errors.New("none yet")
+				return out
+			}
+			m.KeepSpares(0) // none of the defaults: the profiles' only
+			enginetest.WaitFor(t, "a running spare for big and one for twin", func() error {
+				if got := spareFor(); got["big"] != 1 || got["twin"] != 1 || len(got) != 2 {
+					return fmt.Errorf("running spares by profile: %v", got)
+				}
+				return nil
 			})
 			if o := run(t, m, "other", shell.Request{Command: "true"}); o.res.Boot.Spare {
-				t.Fatalf("a name without big's profile took its spare: %+v", o.res.Boot)
+				t.Fatalf("a name without a profile took a profile's spare: %+v", o.res.Boot)
 			}
 			o := run(t, m, "big", shell.Request{Command: "cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"})
 			if !o.res.Boot.Spare {
@@ -281,21 +287,24 @@ func TestProfileSparesOnEngine(t *testing.T) {
 				t.Fatalf("big's container is not the spare booted for it: %+v %v", c, err)
 			}
 			m.RefillSparesNow(ctx)
-			for _, s := range spares() {
-				t.Fatalf("a spare waits while big is in use: %+v", s)
+			if got := spareFor(); got["big"] != 0 || got["twin"] != 1 {
+				t.Fatalf("with big in use, running spares by profile: %v", got)
 			}
 			if _, err := m.Destroy(ctx, "big"); err != nil {
 				t.Fatal(err)
 			}
-			m.RefillSparesNow(ctx)
-			if sp := spares(); len(sp) != 1 || sp[0].SpareFor != "big" || sp[0].State != sandbox.StateRunning {
-				t.Fatalf("after big's destroy: spares %+v", sp)
-			}
-			// The profile gone (a reload): its spare goes with the next look.
+			enginetest.WaitFor(t, "big's spare again after its destroy", func() error {
+				if got := spareFor(); got["big"] != 1 {
+					return fmt.Errorf("running spares by profile: %v", got)
+				}
+				return nil
+			})
+			// The profiles gone (a reload): their spares go with the next look.
 			m.SetProfiles(defaults, nil)
+			m.KeepSpares(0)
 			m.RefillSparesNow(ctx)
-			if sp := spares(); len(sp) != 0 {
-				t.Fatalf("after big's profile went: spares %+v", sp)
+			if sp, err := m.Spares(ctx); err != nil || len(sp) != 0 {
+				t.Fatalf("after the profiles went: spares %+v %v", sp, err)
 			}
 			if _, err := m.Destroy(ctx, "other"); err != nil {
 				t.Fatal(err)

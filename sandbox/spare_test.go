@@ -78,15 +78,19 @@ func TestSpareNames(t *testing.T) {
 // booted.
 func TestSpareKey(t *testing.T) {
 	p := Profile{Image: "mcp-dev", CPUs: 2, Memory: "1G", Disk: "20G", Pids: 1024}
-	k := spareKey(p, DefaultIdleTTL, "allowlist")
-	if k != spareKey(p, DefaultIdleTTL, "allowlist") {
+	k := spareKey(p, DefaultIdleTTL, "allowlist", "")
+	if k != spareKey(p, DefaultIdleTTL, "allowlist", "") {
 		t.Fatal("the key is not stable")
 	}
 	q := p
 	q.Memory = "2G"
-	for _, other := range []string{spareKey(q, DefaultIdleTTL, "allowlist"), spareKey(p, 0, "allowlist"), spareKey(p, DefaultIdleTTL, "open")} {
+	for _, other := range []string{spareKey(q, DefaultIdleTTL, "allowlist", ""), spareKey(p, 0, "allowlist", ""), spareKey(p, DefaultIdleTTL, "open", ""),
+		spareKey(p, DefaultIdleTTL, "allowlist", "big")} {
 		if other == k {
-			t.Error("a spare booted otherwise has the same key")
+			t.Error("a spare booted otherwise, or for a named profile, has the same key")
 		}
+	}
+	if spareKey(p, DefaultIdleTTL, "allowlist", "big") == spareKey(p, DefaultIdleTTL, "allowlist", "small") {
+		t.Error("the spares of two named profiles that boot alike have the same key")
 	}
 }

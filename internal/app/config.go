@@ -1033,6 +1033,36 @@ func (c *Config) Validate() error {
 		if err := c.Defaults.Merge(p).Validate(); err != nil {
 			return fmt.Errorf("profile %q: %w", name, err)
 		}
+		if p.Spares > 0 {
+			if err := c.checkProfileSpare(name, p); err != nil {
+				return fmt.Errorf("profile %q: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkProfileSpare refuses a spare for a named profile that could never
+// be taken (a name too long for a container name of its own) or would
+// never stop (a sandbox that idle does not stop: its spare would wait for
+// ever once the server that booted it is gone).
+func (c *Config) checkProfileSpare(name string, p sandbox.Profile) error {
+	if sandbox.ContainerName(c.Prefix, name) != c.Prefix+"-"+name {
+		return fmt.Errorf("spares: the name is too long for a container of its own, which taking a spare needs")
+	}
+	spec := c.Defaults.Merge(p).IdleTTL
+	if name == sandbox.DefaultName {
+		spec = p.IdleTTL // the sandbox named default is reaped only by a profile of its own
+	}
+	ttl := sandbox.DefaultIdleTTL
+	switch {
+	case spec != "":
+		ttl, _ = sandbox.ParseIdleTTL(spec) // validated above
+	case name == sandbox.DefaultName:
+		ttl = 0
+	}
+	if ttl == 0 {
+		return fmt.Errorf("spares needs an idle_ttl: a spare of a sandbox that idle never stops would never stop either")
 	}
 	return nil
 }

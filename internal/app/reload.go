@@ -77,7 +77,7 @@ func (e *Env) reload(old Config) Config {
 		return old
 	}
 	cfg.Reload = old.Reload
-	if reflect.DeepEqual(cfg.Defaults, old.Defaults) && reflect.DeepEqual(cfg.Profiles, old.Profiles) {
+	if reflect.DeepEqual(cfg.Defaults, old.Defaults) && reflect.DeepEqual(cfg.Profiles, old.Profiles) && cfg.Spares == old.Spares {
 		e.Logger.Info("configuration read again: no profile changed")
 		return cfg
 	}
