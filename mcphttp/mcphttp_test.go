@@ -679,15 +679,35 @@ func TestTokenFileAsAKubernetesSecret(t *testing.T) {
 	os.Symlink(filepath.Base(data), filepath.Join(dir, "..data"))
 	os.Symlink("..data/token", filepath.Join(dir, "token"))
 	// Read as the pod's user, whose group is the file's.
-	read := func() (string, error) {
+	readAt := func(p string) (string, error) {
 		cmd := exec.Command(prog, "-test.run", "^TestReadTokenAsAnotherUser$")
-		cmd.Env = append(os.Environ(), "TOKEN_TEST_FILE="+filepath.Join(dir, "token"))
+		cmd.Env = append(os.Environ(), "TOKEN_TEST_FILE="+p)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65532, Gid: 65532}}
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	read := func() (string, error) { return readAt(filepath.Join(dir, "token")) }
 	if out, err := read(); err != nil || !strings.Contains(out, "token read") {
 		t.Fatalf("a secret's token file as its pod sees it: %v\n%s", err, out)
+	}
+	// Links only root made are followed, and to root's files only:
+	// nobody else points the path at a file whose content they know.
+	own := filepath.Join(dir, "own")
+	os.WriteFile(own, []byte(testToken+"\n"), 0o600)
+	os.Chown(own, 65532, 65532)
+	mine := filepath.Join(dir, "mine")
+	os.Symlink("own", mine)
+	os.Lchown(mine, 65532, 65532)
+	if out, err := readAt(mine); err == nil || !strings.Contains(out, "not one of root's") {
+		t.Fatalf("a link of the user's own: %v\n%s", err, out)
+	}
+	roots := filepath.Join(dir, "roots")
+	os.Symlink("own", roots)
+	if out, err := readAt(roots); err == nil || !strings.Contains(out, "not of root's") {
+		t.Fatalf("root's link to a file not of root's: %v\n%s", err, out)
+	}
+	if out, err := readAt(own); err != nil || !strings.Contains(out, "token read") {
+		t.Fatalf("the user's own file, named itself: %v\n%s", err, out)
 	}
 	for _, mode := range []os.FileMode{0o444, 0o460} {
 		os.Chmod(filepath.Join(data, "token"), mode)

@@ -59,14 +59,23 @@ func LoadOrCreateToken(path string) (token string, created bool, err error) {
 	return tok, true, nil
 }
 
-// readToken reads the token in path, through links (a Kubernetes secret's
-// files are links into its volume's current data), from a regular file
-// that only this user may read: its own, with no rights for group or
-// others, or root's that its group (the process's, as a pod's fsGroup
-// makes a secret's) may read and nobody else may, nor anyone but root
-// change.
+// readToken reads the token in path from a regular file that only this
+// user may read: its own, with no rights for group or others, or root's
+// that its group (the process's, as a pod's fsGroup makes a secret's) may
+// read and nobody else may, nor anyone but root change. A link is
+// followed only if root made it (a Kubernetes secret's files are links
+// into its volume's current data), and then to a file of root's only:
+// nobody else can point the path at a file whose content they know.
 func readToken(path string) (string, error) {
-	f, err := os.Open(path)
+	flags := os.O_RDONLY | syscall.O_NOFOLLOW
+	followed := false
+	if li, err := os.Lstat(path); err == nil && li.Mode()&fs.ModeSymlink != 0 {
+		if st, ok := li.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
+			return "", fmt.Errorf("token file %s: a link, and not one of root's: name the file itself", path)
+		}
+		flags, followed = os.O_RDONLY, true
+	}
+	f, err := os.OpenFile(path, flags, 0)
 	if err != nil {
 		return "", fmt.Errorf("token file: %w", err)
 	}
@@ -81,6 +90,8 @@ func readToken(path string) (string, error) {
 	perm := fi.Mode().Perm()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		switch uid := int(st.Uid); {
+		case followed && uid != 0:
+			return "", fmt.Errorf("token file %s: root's link leads to a file of uid %d, not of root's", path, st.Uid)
 		case uid == os.Geteuid():
 			if perm&0o077 != 0 {
 				return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, perm)
@@ -92,8 +103,8 @@ func readToken(path string) (string, error) {
 		default:
 			return "", fmt.Errorf("token file %s: owned by uid %d, not by this user (uid %d) nor root: whoever owns it chose the token", path, st.Uid, os.Geteuid())
 		}
-	} else if perm&0o077 != 0 {
-		return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, perm)
+	} else if followed || perm&0o077 != 0 {
+		return "", fmt.Errorf("token file %s: others may read it (mode %04o), or it is a link: chmod 600 it, and name the file itself", path, perm)
 	}
 	b := make([]byte, 4096)
 	n, _ := f.Read(b)
