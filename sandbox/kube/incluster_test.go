@@ -44,8 +44,10 @@ import (
 // Service of server.yaml, with the two secrets server.yaml asks for. The
 // server starts in its pod with its service account, answers a client of
 // its Service's name over TLS with the bearer token (and refuses one
-// without), and runs a command in a sandbox pod it makes beside itself,
-// then removes it.
+// without), and runs a command in a sandbox pod it makes beside itself.
+// Its pod deleted, the Deployment's next one goes on with that sandbox,
+// in the same pod, with its files and its shell's directory and
+// variables; and removes it.
 //
 // What the test does for the cluster, since this one lacks it: the
 // apiserver's Service is routed for the node's pods (no kube-proxy), the
@@ -124,54 +126,88 @@ func TestServerInClusterOnARealNode(t *testing.T) {
 	}
 	applyManifests(ctx, t, admin, ns, image)
 
-	pod := waitServerReady(ctx, t, admin, ns, node)
+	pod := waitServerReady(ctx, t, admin, ns, node, "")
 	url := "https://sandbox-mcp." + ns + ".svc:8443/mcp"
-	dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, net.JoinHostPort(pod.Status.PodIP, "8443"))
+	// transport dials the server's pod as the Service would take a
+	// client there, and trusts the certificate of the Service's name.
+	transport := func(pod *corev1.Pod) *http.Transport {
+		dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, net.JoinHostPort(pod.Status.PodIP, "8443"))
+		}
+		tr := &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+		t.Cleanup(tr.CloseIdleConnections)
+		return tr
 	}
-	base := &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-	t.Cleanup(base.CloseIdleConnections)
 
 	// Without the token: refused.
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	if resp, err := (&http.Client{Transport: base}).Do(req); err != nil {
+	if resp, err := (&http.Client{Transport: transport(pod)}).Do(req); err != nil {
 		t.Fatalf("a request without the token: %v", err)
 	} else if resp.Body.Close(); resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a request without the token: %s", resp.Status)
 	}
 
-	c := sdk.NewClient(&sdk.Implementation{Name: "team-client", Version: "0"}, nil)
-	cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url,
-		HTTPClient: &http.Client{Transport: mcphttp.TokenTransport(base, token)}, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatalf("connect to the server in the cluster: %v\nits log:\n%s", err, podLog(admin, ns, pod.Name))
-	}
-	defer cs.Close()
-	call := func(tool string, args map[string]any) (string, bool) {
-		t.Helper()
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+	// connect opens a client session with the server in pod, and returns
+	// a call of a tool on it: the result's text, and whether it is an
+	// error.
+	connect := func(pod *corev1.Pod) func(tool string, args map[string]any) (string, bool) {
+		c := sdk.NewClient(&sdk.Implementation{Name: "team-client", Version: "0"}, nil)
+		cs, err := c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: url,
+			HTTPClient: &http.Client{Transport: mcphttp.TokenTransport(transport(pod), token)}, MaxRetries: -1}, nil)
 		if err != nil {
-			t.Fatalf("%s: %v\nthe server's log:\n%s", tool, err, podLog(admin, ns, pod.Name))
+			t.Fatalf("connect to the server in the cluster: %v\nits log:\n%s", err, podLog(admin, ns, pod.Name))
 		}
-		var text strings.Builder
-		for _, ct := range res.Content {
-			if tc, ok := ct.(*sdk.TextContent); ok {
-				text.WriteString(tc.Text)
+		t.Cleanup(func() { cs.Close() })
+		return func(tool string, args map[string]any) (string, bool) {
+			t.Helper()
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+			if err != nil {
+				t.Fatalf("%s: %v\nthe server's log:\n%s", tool, err, podLog(admin, ns, pod.Name))
 			}
+			var text strings.Builder
+			for _, ct := range res.Content {
+				if tc, ok := ct.(*sdk.TextContent); ok {
+					text.WriteString(tc.Text)
+				}
+			}
+			return text.String(), res.IsError
 		}
-		return text.String(), res.IsError
 	}
-	out, isErr := call("exec", map[string]any{"sandbox": "team1", "command": "echo hello from $(cat /etc/hostname); id -u"})
+	sandboxPod := func() corev1.Pod {
+		t.Helper()
+		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelName + "=team1"})
+		if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != node.Name || pods.Items[0].Status.Phase != corev1.PodRunning {
+			t.Fatalf("the sandbox's pod: %+v %v", pods, err)
+		}
+		return pods.Items[0]
+	}
+
+	call := connect(pod)
+	out, isErr := call("exec", map[string]any{"sandbox": "team1", "command": "echo hello from $(cat /etc/hostname) && echo kept >/workspace/f && cd /tmp && export K=v"})
 	if isErr || !strings.Contains(out, "hello from ") {
 		t.Fatalf("exec through the server in the cluster: %s\nthe server's log:\n%s\nkubelet's log, its end:\n%s", out, podLog(admin, ns, pod.Name), node.LogTail("kubelet.log"))
 	}
-	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelName + "=team1"})
-	if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != node.Name || pods.Items[0].Status.Phase != corev1.PodRunning {
-		t.Fatalf("the sandbox's pod: %+v %v", pods, err)
+	before := sandboxPod()
+
+	// The server's pod goes (a rollout, a drained node): the Deployment
+	// makes another, which finds the sandbox by its state on the claim
+	// and the cluster's objects, and goes on in the same pod.
+	if err := admin.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	pod = waitServerReady(ctx, t, admin, ns, node, pod.Name)
+	call = connect(pod)
+	out, isErr = call("exec", map[string]any{"sandbox": "team1", "command": `echo "$PWD $K $(cat /workspace/f)"`})
+	if isErr || !strings.Contains(out, "/tmp v kept") {
+		t.Fatalf("exec after the server's pod was made again: %s\nthe server's log:\n%s", out, podLog(admin, ns, pod.Name))
+	}
+	if after := sandboxPod(); after.UID != before.UID {
+		t.Fatalf("the sandbox's pod was made again (%s, was %s): the new server did not take up the running one", after.UID, before.UID)
+	}
+
 	if out, isErr := call("destroy", map[string]any{"sandbox": "team1"}); isErr {
 		t.Fatalf("destroy: %s", out)
 	}
@@ -273,14 +309,15 @@ func patchServer(t *testing.T, spec *corev1.PodSpec, image string) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "kube-api-access", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true})
 }
 
-// waitServerReady waits for the Deployment's pod to be ready and returns
-// it; its failure says why, with the server's log.
-func waitServerReady(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns string, node *kubetest.Node) *corev1.Pod {
+// waitServerReady waits for the Deployment's one pod, other than the pod
+// named not, to be ready, and returns it; its failure says why, with the
+// server's log.
+func waitServerReady(ctx context.Context, t *testing.T, admin kubernetes.Interface, ns string, node *kubetest.Node, not string) *corev1.Pod {
 	t.Helper()
 	var last string
 	for ctx.Err() == nil {
 		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=sandbox-mcp"})
-		if err == nil && len(pods.Items) == 1 {
+		if err == nil && len(pods.Items) == 1 && pods.Items[0].Name != not {
 			p := &pods.Items[0]
 			for _, cond := range p.Status.Conditions {
 				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.Status.PodIP != "" {
