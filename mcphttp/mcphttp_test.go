@@ -690,28 +690,55 @@ func TestTokenFileAsAKubernetesSecret(t *testing.T) {
 	if out, err := read(); err != nil || !strings.Contains(out, "token read") {
 		t.Fatalf("a secret's token file as its pod sees it: %v\n%s", err, out)
 	}
-	// Links only root made are followed, and to root's files only:
-	// nobody else points the path at a file whose content they know.
+	// The path is only what root and the user themselves made: nobody
+	// else can point it at a file whose content they know (a copy of the
+	// secret's token in a place of another user's, say).
 	own := filepath.Join(dir, "own")
 	os.WriteFile(own, []byte(testToken+"\n"), 0o600)
 	os.Chown(own, 65532, 65532)
 	mine := filepath.Join(dir, "mine")
 	os.Symlink("own", mine)
 	os.Lchown(mine, 65532, 65532)
-	if out, err := readAt(mine); err == nil || !strings.Contains(out, "not one of root's") {
-		t.Fatalf("a link of the user's own: %v\n%s", err, out)
+	if out, err := readAt(mine); err != nil || !strings.Contains(out, "token read") {
+		t.Fatalf("the user's own link to their own file: %v\n%s", err, out)
 	}
-	roots := filepath.Join(dir, "roots")
-	os.Symlink("own", roots)
-	if out, err := readAt(roots); err == nil || !strings.Contains(out, "not of root's") {
-		t.Fatalf("root's link to a file not of root's: %v\n%s", err, out)
+	others := filepath.Join(dir, "others")
+	os.Mkdir(others, 0o755)
+	os.Chown(others, 1000, 1000)
+	os.Symlink("../"+filepath.Base(data), filepath.Join(others, "d"))
+	os.Lchown(filepath.Join(others, "d"), 1000, 1000)
+	if out, err := readAt(filepath.Join(others, "d", "token")); err == nil || !strings.Contains(out, "belongs to another user") {
+		t.Fatalf("a path through a directory of another user's: %v\n%s", err, out)
+	}
+	open := filepath.Join(dir, "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	os.Symlink("../token", filepath.Join(open, "token"))
+	if out, err := readAt(filepath.Join(open, "token")); err == nil || !strings.Contains(out, "may be written by others") {
+		t.Fatalf("a link in a directory anyone may write: %v\n%s", err, out)
+	}
+	sticky := filepath.Join(dir, "sticky")
+	os.Mkdir(sticky, 0o777)
+	os.Chmod(sticky, 0o777|os.ModeSticky)
+	os.Symlink("../token", filepath.Join(sticky, "token"))
+	os.Lchown(filepath.Join(sticky, "token"), 1000, 1000)
+	if out, err := readAt(filepath.Join(sticky, "token")); err == nil || !strings.Contains(out, "may be written by others") {
+		t.Fatalf("a link of another user's in a sticky directory: %v\n%s", err, out)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(fifo, 65532, 65532)
+	if out, err := readAt(fifo); err == nil || !strings.Contains(out, "not a regular file") {
+		t.Fatalf("a FIFO: %v\n%s", err, out)
 	}
 	if out, err := readAt(own); err != nil || !strings.Contains(out, "token read") {
 		t.Fatalf("the user's own file, named itself: %v\n%s", err, out)
 	}
 	for _, mode := range []os.FileMode{0o444, 0o460} {
 		os.Chmod(filepath.Join(data, "token"), mode)
-		if out, err := read(); err == nil || !strings.Contains(out, "a file of root's must be 0440 or less") {
+		if out, err := read(); err == nil || !strings.Contains(out, "may give its group read only") {
 			t.Fatalf("a token file of root's, mode %04o: %v\n%s", mode, err, out)
 		}
 	}

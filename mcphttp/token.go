@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -61,21 +62,17 @@ func LoadOrCreateToken(path string) (token string, created bool, err error) {
 
 // readToken reads the token in path from a regular file that only this
 // user may read: its own, with no rights for group or others, or root's
-// that its group (the process's, as a pod's fsGroup makes a secret's) may
-// read and nobody else may, nor anyone but root change. A link is
-// followed only if root made it (a Kubernetes secret's files are links
-// into its volume's current data), and then to a file of root's only:
-// nobody else can point the path at a file whose content they know.
+// that only its group (one of the process's, as a pod's fsGroup makes a
+// secret's) may read, and only root change. The path is walked a part at
+// a time (safePath): nobody but root and this user can have put a link or
+// a file on it, so nobody else can point it at a file whose content they
+// know. A FIFO there does not hold the open.
 func readToken(path string) (string, error) {
-	flags := os.O_RDONLY | syscall.O_NOFOLLOW
-	followed := false
-	if li, err := os.Lstat(path); err == nil && li.Mode()&fs.ModeSymlink != 0 {
-		if st, ok := li.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
-			return "", fmt.Errorf("token file %s: a link, and not one of root's: name the file itself", path)
-		}
-		flags, followed = os.O_RDONLY, true
+	real, err := safePath(path)
+	if err != nil {
+		return "", fmt.Errorf("token file %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, flags, 0)
+	f, err := os.OpenFile(real, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", fmt.Errorf("token file: %w", err)
 	}
@@ -88,23 +85,18 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("token file %s: not a regular file", path)
 	}
 	perm := fi.Mode().Perm()
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		switch uid := int(st.Uid); {
-		case followed && uid != 0:
-			return "", fmt.Errorf("token file %s: root's link leads to a file of uid %d, not of root's", path, st.Uid)
-		case uid == os.Geteuid():
-			if perm&0o077 != 0 {
-				return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, perm)
-			}
-		case uid == 0:
-			if perm&0o037 != 0 {
-				return "", fmt.Errorf("token file %s: root's, and others than its group may read it, or its group change it (mode %04o): a file of root's must be 0440 or less", path, perm)
-			}
-		default:
-			return "", fmt.Errorf("token file %s: owned by uid %d, not by this user (uid %d) nor root: whoever owns it chose the token", path, st.Uid, os.Geteuid())
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok || int(st.Uid) == os.Geteuid():
+		if perm&0o077 != 0 {
+			return "", fmt.Errorf("token file %s: others may read it (mode %04o): chmod 600 it", path, perm)
 		}
-	} else if followed || perm&0o077 != 0 {
-		return "", fmt.Errorf("token file %s: others may read it (mode %04o), or it is a link: chmod 600 it, and name the file itself", path, perm)
+	case st.Uid == 0:
+		if perm&0o037 != 0 || !inGroup(int(st.Gid)) {
+			return "", fmt.Errorf("token file %s: root's, and others than its group (which must be this process's) may read it, or its group change it (mode %04o, group %d): a file of root's may give its group read only", path, perm, st.Gid)
+		}
+	default:
+		return "", fmt.Errorf("token file %s: owned by uid %d, not by this user (uid %d) nor root: whoever owns it chose the token", path, st.Uid, os.Geteuid())
 	}
 	b := make([]byte, 4096)
 	n, _ := f.Read(b)
@@ -113,4 +105,83 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("token file %s: holds no token of at least %d characters on one line", path, minTokenLen)
 	}
 	return tok, nil
+}
+
+// inGroup reports whether gid is the process's group or one of its
+// supplementary groups.
+func inGroup(gid int) bool {
+	if gid == os.Getegid() {
+		return true
+	}
+	groups, _ := os.Getgroups()
+	return slices.Contains(groups, gid)
+}
+
+// maxLinks bounds the links safePath follows.
+const maxLinks = 16
+
+// safePath resolves path a part at a time, as OpenSSH's safe_path checks
+// one, and returns it without links. Every directory on the way, and
+// every link followed, must be root's or this user's, and a directory
+// others may write must be sticky (so its entries of root's and this
+// user's stay theirs) with the next part root's or this user's. Then
+// nobody else can have put a link or file on the path, nor move one
+// there while it is opened.
+func safePath(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	trusted := func(fi fs.FileInfo) bool {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		return !ok || st.Uid == 0 || int(st.Uid) == os.Geteuid()
+	}
+	done := "/"
+	rest := strings.Split(strings.TrimPrefix(filepath.Clean(abs), "/"), "/")
+	links := 0
+	for len(rest) > 0 {
+		part := rest[0]
+		rest = rest[1:]
+		if part == "" || part == "." {
+			continue
+		}
+		if part == ".." {
+			done = filepath.Dir(done)
+			continue
+		}
+		dir, err := os.Lstat(done)
+		if err != nil {
+			return "", err
+		}
+		if !trusted(dir) {
+			return "", fmt.Errorf("directory %s belongs to another user, who could change what the path names", done)
+		}
+		next := filepath.Join(done, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return "", err
+		}
+		if dir.Mode().Perm()&0o022 != 0 && (dir.Mode()&fs.ModeSticky == 0 || !trusted(fi)) {
+			return "", fmt.Errorf("directory %s may be written by others, who could put another file or link at %s", done, next)
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			done = next
+			continue
+		}
+		if !trusted(fi) {
+			return "", fmt.Errorf("%s is a link of another user's", next)
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("more than %d links", maxLinks)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			done = "/"
+		}
+		rest = append(strings.Split(strings.TrimPrefix(filepath.Clean(target), "/"), "/"), rest...)
+	}
+	return done, nil
 }

@@ -242,7 +242,7 @@ type Info struct {
 	Finished  time.Time `json:"-"`
 	// SpareFor is, on an unclaimed spare (Manager.Spares), the named
 	// profile whose name it waits for; "" for a spare of the defaults.
-	SpareFor string `json:"spare_for,omitempty"`
+	SpareFor string `json:"-"`
 }
 
 // StoppedBy is what stopped container c, by its main process's exit code

@@ -99,6 +99,7 @@ phase_done() {
 tmp=""
 docker_dir=""
 go_out=""
+server_image=""
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   local status=$?
@@ -117,6 +118,12 @@ cleanup() {
     rm -rf --one-file-system "$tmp" || log "could not remove $tmp"
   fi
   [[ -z "$go_out" ]] || rm -f "$go_out"
+  if [[ -n "$server_image" ]]; then # the test removes it; a run that did not reach it too
+    local id
+    id="$(podman image inspect --format '{{.Id}}' "$server_image" 2>/dev/null || true)"
+    [[ -z "$id" ]] || rm -f "/var/tmp/kubetest-images/$id.tar"
+    podman rmi -f "$server_image" >/dev/null 2>&1 || true
+  fi
   phase_done
   local i
   log "timings:"
@@ -231,7 +238,14 @@ fi
 # saved here, before the tests, since saving a large image holds podman's store.
 if has_runtime kubernetes@node; then
   mkdir -p -m 0700 /var/tmp/kubetest-images
-  for img in localhost/sandbox-mcp-minimal:latest localhost/mcp-dev:latest; do
+  # The server's image for sandbox/kube's TestServerInClusterOnARealNode, built
+  # here from this tree (scripts/build-server-image.sh) for the same reason; the
+  # test removes it and its archive.
+  server_image="localhost/sandbox-mcp-server:kubetest-$$"
+  phase "server image for the real node"
+  "$repo/scripts/build-server-image.sh" "$server_image" >/dev/null
+  export SANDBOX_MCP_TEST_SERVER_IMAGE="$server_image"
+  for img in localhost/sandbox-mcp-minimal:latest localhost/mcp-dev:latest "$server_image"; do
     id="$(podman image inspect --format '{{.Id}}' "$img" 2>/dev/null || true)"
     if [[ -n "$id" && ! -f "/var/tmp/kubetest-images/$id.tar" ]]; then
       log "saving $img for the real node"

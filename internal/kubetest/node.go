@@ -65,7 +65,7 @@ func NodeBinaries() (kubelet, why string) {
 	if kubelet, why = besideAPIServer("kubelet", "KUBELET"); why != "" {
 		return "", why
 	}
-	for _, bin := range []string{"containerd", "ctr", "runc", "podman", "ip"} {
+	for _, bin := range []string{"containerd", "ctr", "runc", "podman", "ip", "iptables"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return "", "no " + bin + " on the PATH: run scripts/setup-engine.sh"
 		}
@@ -396,6 +396,15 @@ func (n *Node) loadImages(ctx context.Context, sock string, images []string) err
 		}
 	}
 	return nil
+}
+
+// DropSavedImage removes the archive SavedImage keeps of image, if there
+// is one (an image made for one run, whose archive no later run uses).
+func DropSavedImage(ctx context.Context, image string) {
+	out, err := exec.CommandContext(ctx, "podman", "image", "inspect", "--format", "{{.Id}}", image).Output()
+	if id := strings.TrimSpace(string(out)); err == nil && containerID.MatchString(id) {
+		_ = os.Remove(filepath.Join(imageCache, id+".tar"))
+	}
 }
 
 // imageCache keeps the docker archives of the images nodes load, by image
@@ -845,7 +854,7 @@ func (n *Node) RouteToAPIServer(c *Cluster) error {
 	}()
 	rule := []string{"PREROUTING", "-i", n.bridge, "-d", vip.String(), "-p", "tcp", "--dport", "443",
 		"-m", "comment", "--comment", serviceRouteTag + n.bridge, "-j", "DNAT", "--to-destination", relay}
-	if out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "-t", "nat", "-A"}, rule...)...).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "10", "-t", "nat", "-A"}, rule...)...).CombinedOutput(); err != nil {
 		return fmt.Errorf("iptables: %w: %s", err, out)
 	}
 	return nil
@@ -876,7 +885,7 @@ func relayTo(ctx context.Context, conn net.Conn, addr string) {
 // dropServiceRoutes removes the host's rules RouteToAPIServer added for
 // the node of bridge.
 func dropServiceRoutes(bridge string) {
-	out, err := exec.Command("iptables", "-w", "-t", "nat", "-S", "PREROUTING").Output()
+	out, err := exec.Command("iptables", "-w", "10", "-t", "nat", "-S", "PREROUTING").Output()
 	if err != nil {
 		return
 	}
@@ -885,6 +894,6 @@ func dropServiceRoutes(bridge string) {
 		if len(f) < 2 || f[0] != "-A" || !slices.Contains(f, serviceRouteTag+bridge) {
 			continue
 		}
-		_ = exec.Command("iptables", append([]string{"-w", "-t", "nat", "-D"}, f[1:]...)...).Run()
+		_ = exec.Command("iptables", append([]string{"-w", "10", "-t", "nat", "-D"}, f[1:]...)...).Run()
 	}
 }

@@ -65,10 +65,14 @@ func TestServerInClusterOnARealNode(t *testing.T) {
 		}
 		t.Skip(why)
 	}
-	const ns = "sandboxes" // the namespace the manifests' host names say
 	admin := cluster.Admin(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
+	// A namespace of its own, as an overlay of the manifests would name
+	// (their host names say sandboxes; patchServer names this one).
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "sandboxes-" + hex.EncodeToString(b)
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -76,27 +80,39 @@ func TestServerInClusterOnARealNode(t *testing.T) {
 		_ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
 
-	// The server's image, built as the README says, into podman's store;
-	// the node loads it from there.
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	image := "localhost/sandbox-mcp-server:kubetest-" + hex.EncodeToString(b)
-	build := exec.CommandContext(ctx, "scripts/build-server-image.sh", image)
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the server's image: %v\n%s", err, out)
+	// The server's image, built as the README says: by scripts/test.sh
+	// before the tests (a build, a save or a removal while other packages'
+	// tests run holds podman's store), else here.
+	image := os.Getenv("SANDBOX_MCP_TEST_SERVER_IMAGE")
+	if image == "" {
+		image = "localhost/sandbox-mcp-server:kubetest-" + hex.EncodeToString(b)
+		build := exec.CommandContext(ctx, "scripts/build-server-image.sh", image)
+		build.Dir = "../.."
+		build.WaitDelay = 10 * time.Second // its go build or podman build, should ctx end
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build the server's image: %v\n%s", err, out)
+		}
 	}
 	t.Cleanup(func() {
-		if archive, err := kubetest.SavedImage(context.Background(), image); err == nil {
-			os.Remove(archive) // each build is a new image: not kept for later runs
-		}
-		_ = exec.Command("podman", "rmi", "-f", image).Run()
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer ccancel()
+		kubetest.DropSavedImage(cctx, image) // each build is a new image: its archive is not kept
+		_ = exec.CommandContext(cctx, "podman", "rmi", "-f", image).Run()
 	})
 	node, stop, err := cluster.StartNode(ns, testImage, image)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
+	// Before the node stops: nothing left for a later node's controllers
+	// to act on in a namespace no controller here ever removes.
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=sandbox-mcp"}
+		_ = admin.AppsV1().Deployments(ns).DeleteCollection(cctx, metav1.DeleteOptions{}, sel)
+		_ = admin.AppsV1().ReplicaSets(ns).DeleteCollection(cctx, metav1.DeleteOptions{}, sel)
+	})
 	if err := node.RouteToAPIServer(cluster); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +275,7 @@ func applyManifests(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 				if err := dec.Decode(&d); err != nil {
 					t.Fatalf("%s: %v", file, err)
 				}
-				patchServer(t, &d.Spec.Template.Spec, image)
+				patchServer(t, &d.Spec.Template.Spec, image, ns)
 				_, err = admin.AppsV1().Deployments(ns).Create(ctx, &d, metav1.CreateOptions{})
 			case "ServiceAccount", "Service", "PersistentVolumeClaim":
 				err = admin.CoreV1().RESTClient().Post().Namespace(ns).Resource(strings.ToLower(kind)+"s").
@@ -278,9 +294,9 @@ func applyManifests(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 }
 
 // patchServer is the overlay's part (the server's image, the sandboxes'
-// image) and the admission plugin's (the token volume) on the server's
-// pod.
-func patchServer(t *testing.T, spec *corev1.PodSpec, image string) {
+// image, the Service's name in namespace ns) and the admission plugin's
+// (the token volume) on the server's pod.
+func patchServer(t *testing.T, spec *corev1.PodSpec, image, ns string) {
 	t.Helper()
 	if len(spec.Containers) != 1 {
 		t.Fatalf("server.yaml's pod has %d containers", len(spec.Containers))
@@ -293,6 +309,7 @@ func patchServer(t *testing.T, spec *corev1.PodSpec, image string) {
 		if strings.HasPrefix(a, "--image=") {
 			c.Args[i], found = "--image="+testImage, true
 		}
+		c.Args[i] = strings.Replace(c.Args[i], ".sandboxes.svc", "."+ns+".svc", 1)
 	}
 	if !found {
 		t.Fatal("server.yaml's server names no --image for the sandboxes")
