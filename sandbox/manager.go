@@ -226,6 +226,7 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 	if m.jobs == nil {
 		m.jobs = &memJobs{}
 	}
+	m.spares.profiles.Store(int32(len(profilesWithSpares(cfg.Profiles))))
 	m.claimServerID()
 	m.spawn(m.flushHistory)
 	m.spawn(m.markActivity)
@@ -425,6 +426,7 @@ func (m *Manager) ProfileFor(name string) Profile {
 func (m *Manager) SetProfiles(defaults Profile, profiles map[string]Profile) {
 	m.profMu.Lock()
 	m.cfg.Defaults, m.cfg.Profiles = defaults, maps.Clone(profiles)
+	m.spares.profiles.Store(int32(len(profilesWithSpares(profiles))))
 	m.profMu.Unlock()
 }
 

@@ -68,10 +68,12 @@ type spareState struct {
 	// running is set while a refill runs; again asks it for one more
 	// pass.
 	running, again atomic.Bool
-	// want is how many to keep (KeepSpares); watching starts watchLocal
-	// once.
-	want     atomic.Int32
-	watching sync.Once
+	// want is how many of the defaults' to keep (KeepSpares); profiles
+	// how many named profiles ask for one (SetProfiles), so that whether
+	// spares are kept is two loads on every call's path; watching starts
+	// watchLocal once.
+	want, profiles atomic.Int32
+	watching       sync.Once
 	// local are the spares this server booted, oldest first, as
 	// inspected after their boot; busy are the spares a claim or removal
 	// of this server's holds. Both under mu.
@@ -205,15 +207,21 @@ func (m *Manager) spareProfile() (Profile, time.Duration, string) {
 // sparesOn reports whether this Manager keeps spares: of the defaults,
 // or of a named profile.
 func (m *Manager) sparesOn() bool {
-	return m.sparesPossible() && (m.spares.want.Load() > 0 || len(m.profilesWithSpares()) > 0)
+	return (m.spares.want.Load() > 0 || m.spares.profiles.Load() > 0) && m.sparesPossible()
 }
 
 // profilesWithSpares are the named profiles that ask for a spare, sorted.
 func (m *Manager) profilesWithSpares() []string {
 	m.profMu.RLock()
 	defer m.profMu.RUnlock()
+	return profilesWithSpares(m.cfg.Profiles)
+}
+
+// profilesWithSpares are the profiles of profiles that ask for a spare,
+// sorted.
+func profilesWithSpares(profiles map[string]Profile) []string {
 	var names []string
-	for name, p := range m.cfg.Profiles {
+	for name, p := range profiles {
 		if p.Spares > 0 {
 			names = append(names, name)
 		}
@@ -317,22 +325,13 @@ func (m *Manager) spareKeysFor(name string) []string {
 	if !ok {
 		return nil
 	}
-	own, plain := spareKey(prof, ttl, mode, name), spareKey(prof, ttl, mode, "")
+	targets := m.spareTargets(false)
 	var keys []string
-	for _, t := range m.spareTargets(false) {
-		if t.key == own || t.key == plain {
-			keys = append(keys, t.key)
+	for _, k := range []string{spareKey(prof, ttl, mode, name), spareKey(prof, ttl, mode, "")} {
+		if slices.ContainsFunc(targets, func(t spareTarget) bool { return t.key == k }) {
+			keys = append(keys, k)
 		}
 	}
-	slices.SortStableFunc(keys, func(a, b string) int {
-		switch {
-		case a == own:
-			return -1
-		case b == own:
-			return 1
-		}
-		return 0
-	})
 	return keys
 }
 
@@ -983,10 +982,10 @@ func (m *Manager) refillSpares(ctx context.Context) {
 	}
 	defer h.Release()
 	targets := m.spareTargets(true)
-	want := map[string]int{}     // by key: targets may share one
+	want := map[string]int{}     // by key (each target's is its own)
 	image := map[string]string{} // by key: the image it boots from
 	for _, t := range targets {
-		want[t.key] += t.want
+		want[t.key] = t.want
 		image[t.key] = t.prof.Image
 	}
 	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
