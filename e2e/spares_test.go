@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -221,17 +222,12 @@ func TestProfileSpare(t *testing.T) {
 	prefix := enginetest.Prefix(t, rt)
 	p := startProc(t, tg, prefix, t.TempDir(), "--spares", "0", "--profile", "big:memory=640M,spares=1")
 	s := &server{cs: p.cs}
-	deadline := time.Now().Add(enginetest.HangGuard)
-	for {
-		r := s.call(t, "list_all", map[string]any{})
-		if strings.Contains(r.text, "warm spares: one for the first call of each of big") {
-			break
+	enginetest.WaitFor(t, "list_all to name big's spare", func() error {
+		if r := s.call(t, "list_all", map[string]any{}); !strings.Contains(r.text, "warm spares: one for the first call of each of big") {
+			return fmt.Errorf("list_all: %s", r.text)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no spare for big within %s: %s", enginetest.HangGuard, r.text)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	if r := s.call(t, "exec", map[string]any{"sandbox": "small", "command": "true"}); r.isError || r.data["booted"] == "created from a warm spare" {
 		t.Fatalf("a name without big's profile: %s %v", r.text, r.data["booted"])
 	}

@@ -21,6 +21,21 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
+// storedManager is a Manager of cfg on rt with a state store and lock
+// directory of its own, as spares need, closed when the test ends.
+func storedManager(t *testing.T, rt sandbox.Runtime, cfg sandbox.Config) *sandbox.Manager {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sandboxes, cfg.Intents, cfg.Jobs, cfg.LockDir = st, st, st, filepath.Join(dir, "locks")
+	m := sandbox.NewManager(rt, cfg)
+	t.Cleanup(m.Close)
+	return m
+}
+
 // TestSparesOnEngine: a sandbox that took a spare keeps the spare's
 // workspace through a reset, through its container removed behind the
 // server's back and a reconcile that follows, and loses it with its
@@ -35,14 +50,7 @@ func TestSparesOnEngine(t *testing.T) {
 				t.Skipf("%s cannot rename a container, which taking a spare is: it keeps no spares", rt.Kind())
 			}
 			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
-			t.Cleanup(m.Close)
+			m := storedManager(t, rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}})
 			ctx := context.Background()
 			spare := func() sandbox.Info {
 				t.Helper()
@@ -160,14 +168,7 @@ func TestRebuiltImageSpareOnEngine(t *testing.T) {
 			img := strings.ToLower(prefix) + "-img:1"
 			cli("tag", tg.Image, img)
 			t.Cleanup(func() { exec.Command(rt.Binary(), "rmi", "-f", img).Run() })
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: img},
-				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
-			t.Cleanup(m.Close)
+			m := storedManager(t, rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: img}})
 			ctx := context.Background()
 			spares := func() []sandbox.Info {
 				t.Helper()
@@ -240,17 +241,10 @@ func TestProfileSparesOnEngine(t *testing.T) {
 				t.Skipf("%s cannot rename a container, which taking a spare is: it keeps no spares", rt.Kind())
 			}
 			prefix := enginetest.Prefix(t, rt)
-			dir := t.TempDir()
-			st, err := state.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
 			defaults := sandbox.Profile{Image: tg.Image}
 			// twin boots as the defaults do: its spare is its own all the same.
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: defaults,
-				Profiles:  map[string]sandbox.Profile{"big": {Memory: "640M", Spares: 1}, "twin": {Spares: 1}},
-				Sandboxes: st, Intents: st, Jobs: st, LockDir: filepath.Join(dir, "locks")})
-			t.Cleanup(m.Close)
+			m := storedManager(t, rt, sandbox.Config{Prefix: prefix, Defaults: defaults,
+				Profiles: map[string]sandbox.Profile{"big": {Memory: "640M", Spares: 1}, "twin": {Spares: 1}}})
 			ctx := context.Background()
 			spareFor := func() map[string]int {
 				t.Helper()

@@ -52,14 +52,20 @@ func serial() *big.Int {
 // issue signs a certificate for cn: a server's for ips when given, a
 // client's otherwise.
 func (a *authority) issue(cn string, ips ...net.IP) (certPEM, keyPEM []byte, err error) {
+	return a.issueNamed(cn, nil, ips...)
+}
+
+// issueNamed is issue with DNS names too: a server's certificate when it
+// has names or ips.
+func (a *authority) issueNamed(cn string, names []string, ips ...net.IP) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, IPAddresses: ips}
-	if len(ips) > 0 {
+		KeyUsage: x509.KeyUsageDigitalSignature, DNSNames: names, IPAddresses: ips}
+	if len(ips) > 0 || len(names) > 0 {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	} else {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
@@ -73,6 +79,18 @@ func (a *authority) issue(cn string, ips ...net.IP) (certPEM, keyPEM []byte, err
 		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+}
+
+// ServingCertificate is a server's certificate for the DNS name name and
+// its key, signed by a new authority whose certificate it returns too: what
+// a user puts in a TLS secret, and what their clients trust.
+func ServingCertificate(name string) (certPEM, keyPEM, caPEM []byte, err error) {
+	a, err := newAuthority()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	certPEM, keyPEM, err = a.issueNamed(name, []string{name})
+	return certPEM, keyPEM, a.pem, err
 }
 
 // serverTLS is the TLS configuration of a kubelet stand-in: served for

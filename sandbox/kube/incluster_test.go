@@ -3,19 +3,14 @@ package kube
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -122,7 +117,12 @@ func TestServerInClusterOnARealNode(t *testing.T) {
 	tokenBytes := make([]byte, 32)
 	_, _ = rand.Read(tokenBytes)
 	token := hex.EncodeToString(tokenBytes)
-	certPEM, keyPEM, pool := serverCert(t, "sandbox-mcp."+ns+".svc")
+	certPEM, keyPEM, caPEM, err := kubetest.ServingCertificate("sandbox-mcp." + ns + ".svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
 	for _, o := range []any{
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(cluster.CAData)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-mcp-tls"}, Type: corev1.SecretTypeTLS,
@@ -227,16 +227,10 @@ func TestServerInClusterOnARealNode(t *testing.T) {
 	if out, isErr := call("destroy", map[string]any{"sandbox": "team1"}); isErr {
 		t.Fatalf("destroy: %s", out)
 	}
-	for {
+	until(ctx, t, "the sandbox's pod to go", func() (bool, error) {
 		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelName + "=team1"})
-		if err != nil {
-			t.Fatalf("waiting for the sandbox's pod to go: %v", err)
-		}
-		if len(pods.Items) == 0 {
-			return
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return err == nil && len(pods.Items) == 0, err
+	})
 }
 
 // applyManifests creates the objects of deploy/kubernetes's rbac.yaml and
@@ -366,29 +360,4 @@ func podLog(admin kubernetes.Interface, ns, pod string) string {
 		return "(no log: " + err.Error() + ")"
 	}
 	return string(b)
-}
-
-// serverCert is a certificate for name, its key, and a pool that trusts
-// it: what the user puts in the secret sandbox-mcp-tls.
-func serverCert(t *testing.T, name string) (certPEM, keyPEM []byte, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), pool
 }
