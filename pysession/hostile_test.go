@@ -199,3 +199,41 @@ func TestIdleReapSparesASessionJustGot(t *testing.T) {
 		t.Fatalf("a call given the session by Get failed: %v (same session %v)", err, sess == sess2)
 	}
 }
+
+// TestDriverThatEndsSlowly: a driver that hangs up its output, then takes
+// longer to exit than the call waits for it, ends the call with the reason
+// it has and no exit status; one that exits at once has its status told.
+// Under -race, the slow one shows that the status is not read while the
+// command is still being waited for.
+func TestDriverThatEndsSlowly(t *testing.T) {
+	for name, tc := range map[string]struct {
+		script string
+		status bool
+	}{
+		"slow":  {`echo '{"op":"ready","pid":1}'; read x; exec >&-; sleep 4; exit 3`, false},
+		"quick": {`echo '{"op":"ready","pid":1}'; read x; exit 3`, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			st := func() (proc.Process, func(int), error) { return hostSh(tc.script), func(int) {}, nil }
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			s, err := Start(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close("test over")
+			_, err = s.Run(ctx, Request{Code: "1", Timeout: 30 * time.Second})
+			if !errors.Is(err, ErrEnded) {
+				t.Fatalf("a driver that hung up: %v", err)
+			}
+			if got := strings.Contains(err.Error(), "exit status 3"); got != tc.status {
+				t.Fatalf("exit status told %v, want %v: %v", got, tc.status, err)
+			}
+			// The slow one's command is waited for behind the call.
+			if !s.wait(30 * time.Second) {
+				t.Fatal("the driver's command was never waited for")
+			}
+		})
+	}
+}

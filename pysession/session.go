@@ -360,8 +360,12 @@ func (s *Session) endErr() error {
 	// waited for (the copy of its stderr ends then), within a bound.
 	waited := s.wait(3 * time.Second)
 	msg := s.why
-	if code := s.cmd.ExitCode(); waited && code >= 0 && !s.killed.Load() {
-		msg += " (" + exitText(code) + ")"
+	// The exit code is read only once the command was waited for: before
+	// that, Wait may be writing it.
+	if waited && !s.killed.Load() {
+		if code := s.cmd.ExitCode(); code >= 0 {
+			msg += " (" + exitText(code) + ")"
+		}
 	}
 	if tail := strings.TrimSpace(s.stderr.String()); tail != "" {
 		msg += ": " + textcut.Shorten(tail, 2000)
