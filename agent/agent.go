@@ -46,6 +46,11 @@ const (
 	// changed since the file Stamp's time, or within the last Window
 	// nanoseconds without one (see Client.Outputs).
 	OpOutputs = "outputs"
+	// OpTouch asks the agent to mark the file Path as modified now,
+	// making it (and its directory) when missing, as the shell's
+	// `: >Path` does, without starting a process: the server's activity
+	// mark in a sandbox whose process table is full.
+	OpTouch = "touch"
 )
 
 // Request opens a stream.

@@ -400,3 +400,41 @@ func askProxy(port int) string {
 	b, _ := io.ReadAll(conn)
 	return string(b)
 }
+
+// TestTouchMarksAFile: the touch makes a missing file and its directory,
+// moves an existing one's modification time to now and empties it, and
+// refuses a path that is not absolute and clean, making nothing.
+func TestTouchMarksAFile(t *testing.T) {
+	c := pair(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "active")
+	if err := c.Touch(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != 0 {
+		t.Fatalf("after a touch of a missing file: %v %v", fi, err)
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Touch(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err = os.Stat(path); err != nil || fi.Size() != 0 || time.Since(fi.ModTime()) > 30*time.Minute {
+		t.Fatalf("an hour-old file touched: %v %v", fi, err)
+	}
+	for _, bad := range []string{"", "relative/active", dir + "/x/../active", dir + "//active", "/"} {
+		if err := c.Touch(ctx, bad); err == nil || !strings.Contains(err.Error(), "absolute clean path") {
+			t.Fatalf("touch %q: %v", bad, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "active")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused touch made a file: %v", err)
+	}
+}

@@ -110,6 +110,20 @@ func (c *Client) Dial(ctx context.Context, port int) (net.Conn, error) {
 	return conn, nil
 }
 
+// Touch asks the agent to mark the file at path (absolute) as modified
+// now, making it when missing; see OpTouch.
+func (c *Client) Touch(ctx context.Context, path string) error {
+	conn, rep, err := c.open(ctx, Request{Op: OpTouch, Path: path})
+	if err != nil {
+		return err
+	}
+	conn.Close()
+	if !rep.OK {
+		return fmt.Errorf("touch %s in the sandbox: %s", path, textLimit(rep.Error, 300))
+	}
+	return nil
+}
+
 // ErrPortClosed marks a dial the sandbox refused: nothing listens on the
 // port (yet).
 var ErrPortClosed = errors.New("nothing listens there")

@@ -3,11 +3,14 @@ package agent
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -24,7 +27,7 @@ func Serve(r io.Reader, w io.Writer) error {
 		return err
 	}
 	defer sess.Close()
-	a := &agentState{sess: sess, listening: map[string]bool{}}
+	a := &agentState{sess: sess, listening: map[string]bool{}, files: make(chan struct{}, fileOps)}
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -43,6 +46,10 @@ type agentState struct {
 	mu        sync.Mutex
 	listening map[string]bool // control sockets served
 	egress    int             // the proxy port served (or tried), 0 for none
+	// files bounds the streams whose work is blocking file system calls
+	// (outputs, touch) running at once: each holds a thread while it
+	// blocks, and a thread is a process in the sandbox's table.
+	files chan struct{}
 	// channel is the server's unix socket for proxy connections, mounted
 	// in from the host ("" when the sandbox has none): a connection
 	// handed over it skips the exec's pipes. A connection it refuses is
@@ -103,7 +110,19 @@ func (a *agentState) handle(st *yamux.Stream) {
 		_ = writeJSON(st, rep)
 		st.Close()
 	case OpOutputs:
+		a.files <- struct{}{}
 		serveOutputs(st, req.Path, req.Stamp, time.Duration(req.Window))
+		<-a.files
+		st.Close()
+	case OpTouch:
+		a.files <- struct{}{}
+		err := touch(req.Path)
+		<-a.files
+		rep := Reply{OK: err == nil}
+		if err != nil {
+			rep.Error = err.Error()
+		}
+		_ = writeJSON(st, rep)
 		st.Close()
 	default:
 		_ = writeJSON(st, Reply{Error: "unknown op " + strconv.Quote(req.Op)})
@@ -323,4 +342,66 @@ func (a *agentState) relay(c net.Conn, op string) {
 // agents).
 func yamuxServer(r io.Reader, w io.Writer) (*yamux.Session, error) {
 	return yamux.Server(pipeConn{Reader: r, Writer: w, close: func() error { return nil }}, config())
+}
+
+// touch empties the file at path, an absolute clean path, making it and
+// its directory when missing: its modification time becomes now. It
+// starts no process and needs no free slot in the process table.
+func touch(path string) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
+		return fmt.Errorf("touch: %q is not an absolute clean path to a file", path)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("touch: %w", err)
+	}
+	return f.Close()
+}
+
+// threadReserve is how many threads the agent starts beyond those it runs
+// on, and fileOps how many blocking file streams it runs at once. A fork
+// bomb may fill the sandbox's process table, where threads count too, and
+// Go's runtime ends the process when it needs a thread it cannot make;
+// with threads made while there was room (kept idle by the runtime, never
+// ended) and blocking calls bounded, the agent stays up in a full table,
+// and the server's activity marks (OpTouch) with it.
+const (
+	threadReserve = 8
+	fileOps       = 2
+	maxProcs      = 4
+)
+
+// PrepareProcess readies the agent's process for a sandbox whose process
+// table may fill, before Serve: relaying needs few processors (each one
+// the runtime runs on is a thread a full table may not let it make), and
+// the threads it will need are made now, while there is room.
+func PrepareProcess() {
+	if runtime.GOMAXPROCS(0) > maxProcs {
+		runtime.GOMAXPROCS(maxProcs)
+	}
+	reserveThreads(threadReserve)
+}
+
+// reserveThreads has the runtime make n threads now, which it then keeps
+// idle for later use: n goroutines each hold a thread of their own
+// (LockOSThread) until all hold one, then let go.
+func reserveThreads(n int) {
+	var held, release sync.WaitGroup
+	release.Add(1)
+	for range n {
+		held.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			held.Done()
+			release.Wait()
+			runtime.UnlockOSThread()
+		}()
+	}
+	held.Wait()
+	release.Done()
 }

@@ -348,18 +348,8 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 		sb.agent.early = nil
 		select {
 		case a := <-ch:
-			if a == nil {
-				// It did not answer (a channel on a mount without
-				// exec, say): the agent is copied in.
-				sb.agent.copyIn = true
-				break
-			}
-			select {
-			case <-a.c.Done():
-			default:
-				sb.agent.c, sb.agent.arch, sb.agent.source, sb.agent.unusable = a.c, a.arch, a.source, nil
-				m.startControl(sb, a.c) // children.go
-				return a.c, nil
+			if c := m.adoptEarlyLocked(sb, a); c != nil {
+				return c, nil
 			}
 		case <-ctx.Done():
 			sb.agent.stopEarly()
@@ -391,6 +381,52 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 	sb.agent.c, sb.agent.unusable = c, nil
 	m.startControl(sb, c) // children.go
 	return c, nil
+}
+
+// adoptEarlyLocked makes a, the agent sb's boot started, sb's agent, and
+// returns it; nil when it did not start or has ended since (the agent is
+// then copied in at the next agentOf). sb.agent.mu is held.
+func (m *Manager) adoptEarlyLocked(sb *Sandbox, a *agentConn) *agent.Client {
+	if a == nil {
+		// It did not answer (a channel on a mount without exec, say).
+		sb.agent.copyIn = true
+		return nil
+	}
+	select {
+	case <-a.c.Done():
+		return nil
+	default:
+	}
+	sb.agent.c, sb.agent.arch, sb.agent.source, sb.agent.unusable = a.c, a.arch, a.source, nil
+	m.startControl(sb, a.c) // children.go
+	return a.c
+}
+
+// runningAgent returns sb's agent when one runs already (the boot's, when
+// it has started), or nil: it neither starts one nor waits for one that
+// is starting, so that what needs no agent goes another way at once.
+func (m *Manager) runningAgent(sb *Sandbox) *agent.Client {
+	if !sb.agent.mu.TryLock() {
+		return nil // an agent starting
+	}
+	defer sb.agent.mu.Unlock()
+	if c := sb.agent.c; c != nil {
+		select {
+		case <-c.Done():
+			return nil
+		default:
+			return c
+		}
+	}
+	if ch := sb.agent.early; ch != nil {
+		select {
+		case a := <-ch:
+			sb.agent.early = nil
+			return m.adoptEarlyLocked(sb, a)
+		default:
+		}
+	}
+	return nil
 }
 
 // startAgent installs the agent when it is missing (or always, with

@@ -195,6 +195,25 @@ func (s *Sandbox) chorePool() *shell.Pool {
 	return s.chores
 }
 
+// openChores opens the first of the sandbox's chore shells when none is
+// open yet, within choreOpenWait. Starting a job calls it: a job may fill
+// the sandbox's process table while the agent's commands hold every shell
+// of the pool, and the server's own scripts (activity marks, the job's
+// logs) then need a shell that is open already, since none can start. A
+// failure is left to the chores' first use.
+func (s *Sandbox) openChores(ctx context.Context) {
+	chores := s.chorePool()
+	if chores == nil || chores == s.pool {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, choreOpenWait)
+	defer cancel()
+	_ = chores.Warm(ctx)
+}
+
+// choreOpenWait bounds what openChores adds to a job's start.
+const choreOpenWait = 10 * time.Second
+
 // Ended reports why the sandbox ended, or "" while it is in use.
 func (s *Sandbox) Ended() string {
 	if p := s.why.Load(); p != nil {

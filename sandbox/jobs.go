@@ -151,12 +151,21 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 	if err != nil {
 		return JobStatus{}, err
 	}
+	// A chore shell open before the job runs (see openChores); a sandbox
+	// this call boots gets its own as the job starts.
+	sb, booted := m.Lookup(name)
+	if booted {
+		sb.openChores(ctx)
+	}
 	var out, errb bytes.Buffer
 	res, err := m.ExecAs(ctx, name, "bg "+jobName+": "+command, shell.Request{
 		Command: script, Trusted: true, Timeout: jobOpTimeout, Stdout: &out, Stderr: &errb,
 	})
 	if err != nil {
 		return JobStatus{}, err
+	}
+	if sb, ok := m.Lookup(name); ok && !booted {
+		sb.openChores(ctx)
 	}
 	if res.ExitCode != 0 || res.TimedOut {
 		return JobStatus{}, fmt.Errorf("start job %q in sandbox %q: %s (exit %d)", jobName, name, strings.TrimSpace(errb.String()), res.ExitCode)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -336,23 +338,82 @@ func hostPids(rt sandbox.Runtime, ctr string) (n, limit int, err error) {
 	return 0, 0, fmt.Errorf("no pids cgroup in %q", cg)
 }
 
-// hostFileTime reads the modification time of a file that a container
-// wrote in its root file system, from the container's upper layer on the
-// host: nothing runs in the container, whose table may be full.
-func hostFileTime(rt sandbox.Runtime, ctr, path string) (time.Time, error) {
+// tableFull reports, as an error, a container's process table that has a
+// free slot: it is full to the last slot when nothing ends there and a
+// bomb takes back at once the slot of a process that does.
+func tableFull(rt sandbox.Runtime, ctr string) func() error {
+	return func() error {
+		n, limit, err := hostPids(rt, ctr)
+		if err == nil && n < limit {
+			err = fmt.Errorf("%d processes of %d", n, limit)
+		}
+		return err
+	}
+}
+
+// awaitMarkWhileFull has the agent's commands hold every open shell of
+// sandbox box, whose process table is full (a read of a fifo, /tmp/hold,
+// forks nothing and blocks until released), while those that want
+// another find that none can start; then it waits until an activity mark
+// lands, calling poll between looks. The activity file's time, read from
+// the container's upper layer on the host (nothing can run in the
+// container), must pass the time the shells were held from, and the
+// table must stay full throughout. A mark is due every third of the idle
+// TTL; the bound is generous, since a mark that never lands is the
+// failure. It returns what ends the hold and waits for the commands.
+func awaitMarkWhileFull(t *testing.T, rt sandbox.Runtime, m *sandbox.Manager, box string, full func() error, poll func()) (release func()) {
+	t.Helper()
+	hold, cancel := context.WithCancel(context.Background())
+	var held sync.WaitGroup
+	for range 10 {
+		held.Go(func() {
+			_, _ = m.Exec(hold, box, shell.Request{Command: "read x </tmp/hold", Timeout: 5 * time.Minute})
+		})
+	}
+	release = func() { cancel(); held.Wait() }
+	activity, err := hostFilePath(rt, m.ContainerFor(box), guest.ActivityFile)
+	if err != nil {
+		release()
+		t.Fatalf("find the activity file on the host: %v", err)
+	}
+	dead := time.Now()
+	var marked time.Time
+	for end := dead.Add(2 * time.Minute); ; {
+		poll()
+		if fi, err := os.Stat(activity); err == nil {
+			marked = fi.ModTime()
+		}
+		if err := full(); err != nil {
+			release()
+			t.Fatalf("the table did not stay full while the test waited for a mark (%v): the test watched nothing", err)
+		}
+		if marked.After(dead) {
+			break
+		}
+		if time.Now().After(end) {
+			release()
+			t.Fatalf("no activity mark landed while the table was full: the last is at %s, the shells were held from %s",
+				marked.Format(time.TimeOnly), dead.Format(time.TimeOnly))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("a mark landed %s after the shells were held", marked.Sub(dead).Round(time.Millisecond))
+	return release
+}
+
+// hostFilePath is where a file that a container wrote in its root file
+// system lies on the host, in the container's upper layer: nothing runs in
+// the container, whose table may be full.
+func hostFilePath(rt sandbox.Runtime, ctr, path string) (string, error) {
 	ud, ok := rt.(sandbox.UsageDirs)
 	if !ok {
-		return time.Time{}, fmt.Errorf("%s keeps its containers' files out of the host's reach", rt.Kind())
+		return "", fmt.Errorf("%s keeps its containers' files out of the host's reach", rt.Kind())
 	}
 	upper, err := ud.RootfsDir(context.Background(), ctr)
 	if err != nil {
-		return time.Time{}, err
+		return "", err
 	}
-	fi, err := os.Stat(filepath.Join(upper, path))
-	if err != nil {
-		return time.Time{}, err
-	}
-	return fi.ModTime(), nil
+	return filepath.Join(upper, path), nil
 }
 
 // TestJobForkBombOnEngine: a job that keeps the sandbox's process table
@@ -385,50 +446,14 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			}
 			run(t, m, box, shell.Request{Command: "mkfifo /tmp/hold"})
 			st := startJob(t, m, box, "bomb", refillingBomb)
-			// Full to the last slot: nothing ends there, and the bomb takes
-			// back at once the slot of a process that does.
-			full := func() error {
-				n, limit, err := hostPids(rt, m.ContainerFor(box))
-				if err == nil && n < limit {
-					err = fmt.Errorf("%d processes of %d", n, limit)
-				}
-				return err
-			}
+			full := tableFull(rt, m.ContainerFor(box))
 			enginetest.WaitFor(t, "the bomb to fill the table", full)
-			// The agent's commands hold every open shell (a read of a fifo
-			// forks nothing and blocks until released), and those that
-			// want another find none can start.
-			hold, release := context.WithCancel(ctx)
-			var held sync.WaitGroup
-			for range 10 {
-				held.Go(func() {
-					_, _ = m.Exec(hold, box, shell.Request{Command: "read x </tmp/hold", Timeout: 5 * time.Minute})
-				})
-			}
-			defer held.Wait()
-			defer release()
-			dead := time.Now()
-			// The window the test watches, not a wait: the agent polls the
-			// job back to back for longer than a mark's period, so a mark
-			// falls in it; the table stays full throughout.
-			for end := dead.Add(idleTTL/3 + 5*time.Second); time.Now().Before(end); {
+			// The agent polls the job back to back meanwhile; the marks go
+			// through a chore shell the job's start opened.
+			release := awaitMarkWhileFull(t, rt, m, box, full, func() {
 				_, _ = m.JobLogs(ctx, box, "bomb", sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
-				time.Sleep(100 * time.Millisecond)
-			}
-			if err := full(); err != nil {
-				t.Fatalf("the table did not stay full through the window (%v): the test watched nothing", err)
-			}
-			// A mark landed in the window: the activity file's time, read
-			// from the container's upper layer on the host (nothing can
-			// run in the container), is the last mark's.
-			marked, err := hostFileTime(rt, m.ContainerFor(box), guest.ActivityFile)
-			if err != nil {
-				t.Fatalf("read the activity file's time on the host: %v", err)
-			}
-			if marked.Before(dead) {
-				t.Fatalf("no activity mark landed while the table was full: the last is at %s, the shells were held from %s",
-					marked.Format(time.TimeOnly), dead.Format(time.TimeOnly))
-			}
+			})
+			defer release()
 			r, err := m.KillJob(ctx, box, "bomb", "KILL")
 			if err != nil {
 				t.Fatalf("KILL with the table full: %v", err)
@@ -438,7 +463,6 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			}
 			t.Logf("killed %d processes", r.Signalled)
 			release()
-			held.Wait()
 			if n := jobProcs(t, m, box, st.ID); n != 0 {
 				t.Fatalf("after KILL %d processes carry the marker", n)
 			}
@@ -447,6 +471,91 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			}
 			// Gone before the test ends: a bomb container that a slow
 			// cleanup left behind would load the machine for the rest.
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			if _, err := m.Destroy(dctx, box); err != nil {
+				t.Errorf("destroy the bomb's sandbox: %v", err)
+			}
+		})
+	}
+}
+
+// TestActivityMarkThroughTheAgentOnEngine: in a sandbox whose agent runs
+// and whose process table a command's background bomb keeps full (no job,
+// so no chore shell was opened for it), the activity marks go through the
+// agent, which starts no process, while the agent's commands hold every
+// shell and other calls keep the agent busy; the agent lives through it.
+func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			if rt.Kind() == "container" {
+				t.Skip("the container CLI sets no pids limit; a bomb there is bounded by the VM, which the stand-in does not have")
+			}
+			const box = "agentmark"
+			log := &lockedBuffer{}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image},
+				Profiles: map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: (10 * time.Second).String()}},
+				Logger:   slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			t.Cleanup(m.Close)
+			t.Cleanup(func() {
+				if t.Failed() {
+					var lines []string
+					for l := range strings.Lines(log.String()) {
+						if strings.Contains(l, "agent") || strings.Contains(l, "mark") {
+							lines = append(lines, l)
+						}
+					}
+					t.Logf("the server's log of marks and the agent:\n%s", strings.Join(lines[max(0, len(lines)-40):], ""))
+				}
+			})
+			ctx := context.Background()
+			run(t, m, box, shell.Request{Command: "mkfifo /tmp/hold"})
+			in, err := m.Status(ctx, box)
+			if err != nil || in.Limits.Pids != 256 {
+				t.Skipf("the engine here enforces no pids limit (%+v, %v; a rootless engine on cgroup v1 cannot)", in.Limits, err)
+			}
+			// A dial starts the agent (nothing listens on the port).
+			if c, err := m.Dial(ctx, box, 1); err == nil {
+				c.Close()
+			}
+			if st := m.AgentStatus(ctx, in); st.State != sandbox.AgentRunning {
+				t.Fatalf("the agent does not run after a dial: %s", st)
+			}
+			run(t, m, box, shell.Request{Command: "(" + refillingBomb + ") </dev/null >/dev/null 2>&1 &"})
+			full := tableFull(rt, m.ContainerFor(box))
+			enginetest.WaitFor(t, "the bomb to fill the table", full)
+			log.Reset()
+			// The agent's other work goes on meanwhile, 30 calls at once
+			// (each reads a directory, a blocking call): the agent lives
+			// through it, though no thread can start in the sandbox.
+			release := awaitMarkWhileFull(t, rt, m, box, full, func() {
+				var wg sync.WaitGroup
+				for range 30 {
+					wg.Go(func() {
+						if _, _, err := m.Outputs(ctx, box, time.Now()); err != nil {
+							t.Errorf("the outputs through the agent, with the table full: %v", err)
+						}
+					})
+				}
+				wg.Wait()
+			})
+			// Every mark the server tried went through the agent: none
+			// waited for a shell that could not start.
+			marks := regexp.MustCompile(`msg="mark sandbox active" sandbox=`+box+` via=(\w+) err=(.*)`).FindAllStringSubmatch(log.String(), -1)
+			if len(marks) == 0 {
+				t.Fatalf("no mark in the server's log:\n%s", log.String())
+			}
+			for _, mk := range marks {
+				if mk[1] != "agent" || mk[2] != "<nil>" {
+					t.Fatalf("a mark with the agent running: %s", mk[0])
+				}
+			}
+			if st := m.AgentStatus(ctx, in); st.State != sandbox.AgentRunning {
+				t.Errorf("the agent ended with the table full: %s", st)
+			}
+			release()
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 			defer cancel()
 			if _, err := m.Destroy(dctx, box); err != nil {

@@ -327,9 +327,23 @@ func (m *Manager) markActivity() {
 
 // mark touches sb's activity file once, for markActivity, which set
 // sb.marking; now is the tick that found it due, period its marks' period.
+// The sandbox's agent, when it runs, touches it: that takes none of the
+// shells the agent's commands may want, and starts no process, so a
+// sandbox whose process table is full (where no shell can start) is still
+// marked. Without the agent, or when it fails, a shell runs the touch.
 func (m *Manager) mark(ctx context.Context, sb *Sandbox, now int64, period time.Duration) {
 	defer sb.marking.Store(false)
-	_, err := sb.housekeepWithin(ctx, guest.TouchActivity, markTimeout, markTimeout)
+	err, via := errNoAgentRunning, "agent"
+	if c := m.runningAgent(sb); c != nil {
+		actx, cancel := context.WithTimeout(ctx, markTimeout)
+		err = c.Touch(actx, guest.ActivityFile)
+		cancel()
+	}
+	if err != nil {
+		via = "shell"
+		_, err = sb.housekeepWithin(ctx, guest.TouchActivity, markTimeout, markTimeout)
+	}
+	m.log.Debug("mark sandbox active", "sandbox", sb.Name, "via", via, "err", err)
 	switch {
 	case err == nil:
 		sb.markWait.Store(0)
@@ -347,8 +361,10 @@ func (m *Manager) mark(ctx context.Context, sb *Sandbox, now int64, period time.
 		sb.markWait.Store(int64(wait))
 		sb.markRetry.Store(time.Now().Add(wait).UnixNano())
 	}
-	m.log.Debug("mark sandbox active", "sandbox", sb.Name, "err", err)
 }
+
+// errNoAgentRunning: the sandbox's agent does not run (yet).
+var errNoAgentRunning = errors.New("no agent runs in the sandbox")
 
 // markTimeout bounds an activity mark's run, and apart from that its wait
 // for a shell (or a new chore shell's start): a mark that cannot run

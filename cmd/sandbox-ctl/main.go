@@ -17,6 +17,7 @@ import (
 
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "agent" {
+		agent.PrepareProcess()
 		if err := agent.Serve(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "sandbox-ctl agent:", err)
 			os.Exit(1)
