@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -402,8 +403,9 @@ func askProxy(port int) string {
 }
 
 // TestTouchMarksAFile: the touch makes a missing file and its directory,
-// moves an existing one's modification time to now and empties it, and
-// refuses a path that is not absolute and clean, making nothing.
+// moves an existing one's modification time to now, sets a FIFO's without
+// waiting for a reader, and refuses a path that is not absolute and
+// clean, making nothing.
 func TestTouchMarksAFile(t *testing.T) {
 	c := pair(t)
 	ctx := context.Background()
@@ -426,8 +428,23 @@ func TestTouchMarksAFile(t *testing.T) {
 	if err := c.Touch(ctx, path); err != nil {
 		t.Fatal(err)
 	}
-	if fi, err = os.Stat(path); err != nil || fi.Size() != 0 || time.Since(fi.ModTime()) > 30*time.Minute {
+	if fi, err = os.Stat(path); err != nil || time.Since(fi.ModTime()) > 30*time.Minute {
 		t.Fatalf("an hour-old file touched: %v %v", fi, err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(fifo, old, old); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Minute) // a hang is the failure
+	defer cancel()
+	if err := c.Touch(tctx, fifo); err != nil {
+		t.Fatalf("touch a FIFO: %v", err)
+	}
+	if fi, err = os.Stat(fifo); err != nil || time.Since(fi.ModTime()) > 30*time.Minute {
+		t.Fatalf("a FIFO touched: %v %v", fi, err)
 	}
 	for _, bad := range []string{"", "relative/active", dir + "/x/../active", dir + "//active", "/"} {
 		if err := c.Touch(ctx, bad); err == nil || !strings.Contains(err.Error(), "absolute clean path") {

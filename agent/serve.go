@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
+	"golang.org/x/sys/unix"
 )
 
 // Serve runs the agent's end of a session over r and w (the stdio of
@@ -27,7 +28,7 @@ func Serve(r io.Reader, w io.Writer) error {
 		return err
 	}
 	defer sess.Close()
-	a := &agentState{sess: sess, listening: map[string]bool{}, files: make(chan struct{}, fileOps)}
+	a := &agentState{sess: sess, listening: map[string]bool{}, outputs: make(chan struct{}, outputOps), touches: make(chan struct{}, touchOps)}
 	for {
 		st, err := sess.AcceptStream()
 		if err != nil {
@@ -46,10 +47,11 @@ type agentState struct {
 	mu        sync.Mutex
 	listening map[string]bool // control sockets served
 	egress    int             // the proxy port served (or tried), 0 for none
-	// files bounds the streams whose work is blocking file system calls
-	// (outputs, touch) running at once: each holds a thread while it
-	// blocks, and a thread is a process in the sandbox's table.
-	files chan struct{}
+	// outputs and touches bound the streams of each op that do blocking
+	// file system calls at once: each holds a thread while it blocks, and
+	// a thread is a process in the sandbox's table (see maxProcs). A
+	// touch has its own, so that outputs streams never hold up a mark.
+	outputs, touches chan struct{}
 	// channel is the server's unix socket for proxy connections, mounted
 	// in from the host ("" when the sandbox has none): a connection
 	// handed over it skips the exec's pipes. A connection it refuses is
@@ -110,14 +112,14 @@ func (a *agentState) handle(st *yamux.Stream) {
 		_ = writeJSON(st, rep)
 		st.Close()
 	case OpOutputs:
-		a.files <- struct{}{}
+		a.outputs <- struct{}{}
 		serveOutputs(st, req.Path, req.Stamp, time.Duration(req.Window))
-		<-a.files
+		<-a.outputs
 		st.Close()
 	case OpTouch:
-		a.files <- struct{}{}
+		a.touches <- struct{}{}
 		err := touch(req.Path)
-		<-a.files
+		<-a.touches
 		rep := Reply{OK: err == nil}
 		if err != nil {
 			rep.Error = err.Error()
@@ -344,36 +346,47 @@ func yamuxServer(r io.Reader, w io.Writer) (*yamux.Session, error) {
 	return yamux.Server(pipeConn{Reader: r, Writer: w, close: func() error { return nil }}, config())
 }
 
-// touch empties the file at path, an absolute clean path, making it and
-// its directory when missing: its modification time becomes now. It
-// starts no process and needs no free slot in the process table.
+// touch sets the modification time of the file at path, an absolute
+// clean path, to now, making it (empty) and its directory when missing.
+// It starts no process, and never waits on what the sandbox put there (a
+// FIFO's time is set without opening it).
 func touch(path string) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path || path == "/" {
 		return fmt.Errorf("touch: %q is not an absolute clean path to a file", path)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	err := unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, 0)
+	if !errors.Is(err, unix.ENOENT) {
+		if err != nil {
+			return fmt.Errorf("touch: %w", &fs.PathError{Op: "utimensat", Path: path, Err: err})
 		}
+		return nil
 	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("touch: %w", err)
+	}
+	// O_NONBLOCK: a FIFO made there meanwhile refuses a writer without a
+	// reader at once.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, 0o644)
 	if err != nil {
 		return fmt.Errorf("touch: %w", err)
 	}
 	return f.Close()
 }
 
-// threadReserve is how many threads the agent starts beyond those it runs
-// on, and fileOps how many blocking file streams it runs at once. A fork
-// bomb may fill the sandbox's process table, where threads count too, and
-// Go's runtime ends the process when it needs a thread it cannot make;
-// with threads made while there was room (kept idle by the runtime, never
-// ended) and blocking calls bounded, the agent stays up in a full table,
-// and the server's activity marks (OpTouch) with it.
+// The agent's bounds in a sandbox whose process table may fill (a fork
+// bomb), where its threads count too: Go's runtime ends a process that
+// needs a thread it cannot make. The agent runs on at most maxProcs
+// processors and at most outputOps outputs streams and touchOps touches at
+// once (each blocking file call holds a thread), and makes threadReserve
+// threads at its start, which the runtime keeps idle for later: enough
+// for those, its blocking reads and writes of the exec's pipes, the
+// network poller's wait and a few more. Other blocking calls beyond them
+// (many control socket listens at once) may still need a thread then.
 const (
-	threadReserve = 8
-	fileOps       = 2
 	maxProcs      = 4
+	outputOps     = 2
+	touchOps      = 1
+	threadReserve = maxProcs + outputOps + touchOps + 5
 )
 
 // PrepareProcess readies the agent's process for a sandbox whose process
@@ -381,9 +394,7 @@ const (
 // the runtime runs on is a thread a full table may not let it make), and
 // the threads it will need are made now, while there is room.
 func PrepareProcess() {
-	if runtime.GOMAXPROCS(0) > maxProcs {
-		runtime.GOMAXPROCS(maxProcs)
-	}
+	runtime.GOMAXPROCS(min(runtime.GOMAXPROCS(0), maxProcs)) // set, so never raised later
 	reserveThreads(threadReserve)
 }
 

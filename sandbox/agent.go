@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
@@ -44,7 +45,9 @@ func agentPath() string { return agentDir + "/sandbox-ctl-" + agent.Version }
 // agentConn is a sandbox's agent, started once.
 type agentConn struct {
 	mu sync.Mutex
-	c  *agent.Client
+	c  *agent.Client // set through setClient
+	// live is c, read without mu (runningAgent).
+	live atomic.Pointer[agent.Client]
 	// unusable says why the agent cannot run in this sandbox; until
 	// retryAt, connections go through an exec each (execdial.go).
 	unusable error
@@ -60,6 +63,12 @@ type agentConn struct {
 	// stopEarly ends its exec (at the sandbox's end).
 	early     <-chan *agentConn
 	stopEarly context.CancelFunc
+}
+
+// setClient makes c the sandbox's agent (nil: none); mu is held.
+func (a *agentConn) setClient(c *agent.Client) {
+	a.c = c
+	a.live.Store(c)
 }
 
 // agentRetry is how long a sandbox whose agent could not run is served
@@ -337,7 +346,7 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 	if c := sb.agent.c; c != nil {
 		select {
 		case <-c.Done():
-			sb.agent.c = nil
+			sb.agent.setClient(nil)
 		default:
 			return c, nil
 		}
@@ -378,7 +387,8 @@ func (m *Manager) agentOf(ctx context.Context, sb *Sandbox) (*agent.Client, erro
 		}
 		return nil, err
 	}
-	sb.agent.c, sb.agent.unusable = c, nil
+	sb.agent.setClient(c)
+	sb.agent.unusable = nil
 	m.startControl(sb, c) // children.go
 	return c, nil
 }
@@ -397,36 +407,27 @@ func (m *Manager) adoptEarlyLocked(sb *Sandbox, a *agentConn) *agent.Client {
 		return nil
 	default:
 	}
-	sb.agent.c, sb.agent.arch, sb.agent.source, sb.agent.unusable = a.c, a.arch, a.source, nil
+	sb.agent.setClient(a.c)
+	sb.agent.arch, sb.agent.source, sb.agent.unusable = a.arch, a.source, nil
 	m.startControl(sb, a.c) // children.go
 	return a.c
 }
 
-// runningAgent returns sb's agent when one runs already (the boot's, when
-// it has started), or nil: it neither starts one nor waits for one that
-// is starting, so that what needs no agent goes another way at once.
+// runningAgent returns sb's agent when one runs already, or nil: it
+// neither starts one, nor waits for one starting, nor takes the one the
+// boot started (the first agentOf does, with its control socket), and
+// takes no lock, so that what needs no agent goes another way at once.
 func (m *Manager) runningAgent(sb *Sandbox) *agent.Client {
-	if !sb.agent.mu.TryLock() {
-		return nil // an agent starting
+	c := sb.agent.live.Load()
+	if c == nil {
+		return nil
 	}
-	defer sb.agent.mu.Unlock()
-	if c := sb.agent.c; c != nil {
-		select {
-		case <-c.Done():
-			return nil
-		default:
-			return c
-		}
+	select {
+	case <-c.Done():
+		return nil
+	default:
+		return c
 	}
-	if ch := sb.agent.early; ch != nil {
-		select {
-		case a := <-ch:
-			sb.agent.early = nil
-			return m.adoptEarlyLocked(sb, a)
-		default:
-		}
-	}
-	return nil
 }
 
 // startAgent installs the agent when it is missing (or always, with
@@ -617,7 +618,7 @@ const ctlLink = "/usr/local/bin/sandbox-ctl"
 func (sb *Sandbox) closeAgent() {
 	sb.agent.mu.Lock()
 	c := sb.agent.c
-	sb.agent.c = nil
+	sb.agent.setClient(nil)
 	early, stop := sb.agent.early, sb.agent.stopEarly
 	sb.agent.early = nil
 	sb.agent.mu.Unlock()
@@ -709,7 +710,8 @@ func (m *Manager) handAgent(sb *Sandbox, a *agentConn) {
 	default:
 	}
 	sb.agent.mu.Lock()
-	sb.agent.c, sb.agent.arch, sb.agent.source = a.c, a.arch, a.source
+	sb.agent.setClient(a.c)
+	sb.agent.arch, sb.agent.source = a.arch, a.source
 	sb.agent.mu.Unlock()
 	m.startControl(sb, a.c) // children.go
 }

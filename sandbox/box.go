@@ -195,15 +195,15 @@ func (s *Sandbox) chorePool() *shell.Pool {
 	return s.chores
 }
 
-// openChores opens the first of the sandbox's chore shells when none is
-// open yet, within choreOpenWait. Starting a job calls it: a job may fill
+// openChores opens the first of the sandbox's chore shells when it has
+// none open, within choreOpenWait. Starting a job calls it: a job may fill
 // the sandbox's process table while the agent's commands hold every shell
 // of the pool, and the server's own scripts (activity marks, the job's
 // logs) then need a shell that is open already, since none can start. A
 // failure is left to the chores' first use.
 func (s *Sandbox) openChores(ctx context.Context) {
 	chores := s.chorePool()
-	if chores == nil || chores == s.pool {
+	if chores == nil || chores == s.pool || chores.Shells() > 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, choreOpenWait)

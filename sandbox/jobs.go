@@ -152,10 +152,10 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 		return JobStatus{}, err
 	}
 	// A chore shell open before the job runs (see openChores); a sandbox
-	// this call boots gets its own as the job starts.
-	sb, booted := m.Lookup(name)
-	if booted {
-		sb.openChores(ctx)
+	// this call boots (or boots again) gets its own as the job starts.
+	known, ok := m.Lookup(name)
+	if ok {
+		known.openChores(ctx)
 	}
 	var out, errb bytes.Buffer
 	res, err := m.ExecAs(ctx, name, "bg "+jobName+": "+command, shell.Request{
@@ -164,7 +164,7 @@ func (m *Manager) StartJob(ctx context.Context, name, jobName, command, workdir 
 	if err != nil {
 		return JobStatus{}, err
 	}
-	if sb, ok := m.Lookup(name); ok && !booted {
+	if sb, ok := m.Lookup(name); ok && sb != known {
 		sb.openChores(ctx)
 	}
 	if res.ExitCode != 0 || res.TimedOut {

@@ -355,13 +355,14 @@ func tableFull(rt sandbox.Runtime, ctr string) func() error {
 // sandbox box, whose process table is full (a read of a fifo, /tmp/hold,
 // forks nothing and blocks until released), while those that want
 // another find that none can start; then it waits until an activity mark
-// lands, calling poll between looks. The activity file's time, read from
-// the container's upper layer on the host (nothing can run in the
-// container), must pass the time the shells were held from, and the
-// table must stay full throughout. A mark is due every third of the idle
-// TTL; the bound is generous, since a mark that never lands is the
-// failure. It returns what ends the hold and waits for the commands.
-func awaitMarkWhileFull(t *testing.T, rt sandbox.Runtime, m *sandbox.Manager, box string, full func() error, poll func()) (release func()) {
+// lands, calling poll between looks. A mark counts once the holds have had
+// one mark's period to take the shells (so none went to a shell still
+// idle): the activity file's time, read from the container's upper layer
+// on the host (nothing can run in the container), must pass that, and the
+// table must still be full once it did. The bound is generous, since a
+// mark that never lands is the failure. It returns what ends the hold and
+// waits for the commands.
+func awaitMarkWhileFull(t *testing.T, rt sandbox.Runtime, m *sandbox.Manager, box string, period time.Duration, full func() error, poll func()) (release func()) {
 	t.Helper()
 	hold, cancel := context.WithCancel(context.Background())
 	var held sync.WaitGroup
@@ -376,28 +377,28 @@ func awaitMarkWhileFull(t *testing.T, rt sandbox.Runtime, m *sandbox.Manager, bo
 		release()
 		t.Fatalf("find the activity file on the host: %v", err)
 	}
-	dead := time.Now()
+	from := time.Now().Add(period)
 	var marked time.Time
-	for end := dead.Add(2 * time.Minute); ; {
+	for end := from.Add(2 * time.Minute); ; {
 		poll()
 		if fi, err := os.Stat(activity); err == nil {
 			marked = fi.ModTime()
 		}
-		if err := full(); err != nil {
-			release()
-			t.Fatalf("the table did not stay full while the test waited for a mark (%v): the test watched nothing", err)
-		}
-		if marked.After(dead) {
+		if marked.After(from) {
 			break
 		}
 		if time.Now().After(end) {
 			release()
-			t.Fatalf("no activity mark landed while the table was full: the last is at %s, the shells were held from %s",
-				marked.Format(time.TimeOnly), dead.Format(time.TimeOnly))
+			t.Fatalf("no activity mark landed while the table was full: the last is at %s, the shells were all held from %s",
+				marked.Format(time.TimeOnly), from.Format(time.TimeOnly))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("a mark landed %s after the shells were held", marked.Sub(dead).Round(time.Millisecond))
+	if err := full(); err != nil {
+		release()
+		t.Fatalf("the table did not stay full while the test waited for a mark (%v): the test watched nothing", err)
+	}
+	t.Logf("a mark landed %s after the shells were all held", marked.Sub(from).Round(time.Millisecond))
 	return release
 }
 
@@ -450,7 +451,7 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			enginetest.WaitFor(t, "the bomb to fill the table", full)
 			// The agent polls the job back to back meanwhile; the marks go
 			// through a chore shell the job's start opened.
-			release := awaitMarkWhileFull(t, rt, m, box, full, func() {
+			release := awaitMarkWhileFull(t, rt, m, box, idleTTL/3, full, func() {
 				_, _ = m.JobLogs(ctx, box, "bomb", sandbox.LogOptions{Since: -1, Tail: 1, Max: 100})
 			})
 			defer release()
@@ -493,10 +494,10 @@ func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
 			if rt.Kind() == "container" {
 				t.Skip("the container CLI sets no pids limit; a bomb there is bounded by the VM, which the stand-in does not have")
 			}
-			const box = "agentmark"
+			const box, idleTTL = "agentmark", 10 * time.Second
 			log := &lockedBuffer{}
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image},
-				Profiles: map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: (10 * time.Second).String()}},
+				Profiles: map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}},
 				Logger:   slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			t.Cleanup(m.Close)
 			t.Cleanup(func() {
@@ -530,7 +531,7 @@ func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
 			// The agent's other work goes on meanwhile, 30 calls at once
 			// (each reads a directory, a blocking call): the agent lives
 			// through it, though no thread can start in the sandbox.
-			release := awaitMarkWhileFull(t, rt, m, box, full, func() {
+			release := awaitMarkWhileFull(t, rt, m, box, idleTTL/3, full, func() {
 				var wg sync.WaitGroup
 				for range 30 {
 					wg.Go(func() {
@@ -541,9 +542,10 @@ func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
 				}
 				wg.Wait()
 			})
+			defer release()
 			// Every mark the server tried went through the agent: none
 			// waited for a shell that could not start.
-			marks := regexp.MustCompile(`msg="mark sandbox active" sandbox=`+box+` via=(\w+) err=(.*)`).FindAllStringSubmatch(log.String(), -1)
+			marks := regexp.MustCompile(`msg="mark sandbox active" sandbox=`+box+` via=(\w+) err=(.*) agent_err=`).FindAllStringSubmatch(log.String(), -1)
 			if len(marks) == 0 {
 				t.Fatalf("no mark in the server's log:\n%s", log.String())
 			}

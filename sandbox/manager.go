@@ -333,17 +333,20 @@ func (m *Manager) markActivity() {
 // marked. Without the agent, or when it fails, a shell runs the touch.
 func (m *Manager) mark(ctx context.Context, sb *Sandbox, now int64, period time.Duration) {
 	defer sb.marking.Store(false)
-	err, via := errNoAgentRunning, "agent"
-	if c := m.runningAgent(sb); c != nil {
+	var err error
+	via := "agent"
+	c := m.runningAgent(sb)
+	if c != nil {
 		actx, cancel := context.WithTimeout(ctx, markTimeout)
 		err = c.Touch(actx, guest.ActivityFile)
 		cancel()
 	}
-	if err != nil {
-		via = "shell"
+	var agentErr error // the agent's failure, when one was asked
+	if c == nil || err != nil {
+		agentErr, via = err, "shell"
 		_, err = sb.housekeepWithin(ctx, guest.TouchActivity, markTimeout, markTimeout)
 	}
-	m.log.Debug("mark sandbox active", "sandbox", sb.Name, "via", via, "err", err)
+	m.log.Debug("mark sandbox active", "sandbox", sb.Name, "via", via, "err", err, "agent_err", agentErr)
 	switch {
 	case err == nil:
 		sb.markWait.Store(0)
@@ -362,9 +365,6 @@ func (m *Manager) mark(ctx context.Context, sb *Sandbox, now int64, period time.
 		sb.markRetry.Store(time.Now().Add(wait).UnixNano())
 	}
 }
-
-// errNoAgentRunning: the sandbox's agent does not run (yet).
-var errNoAgentRunning = errors.New("no agent runs in the sandbox")
 
 // markTimeout bounds an activity mark's run, and apart from that its wait
 // for a shell (or a new chore shell's start): a mark that cannot run

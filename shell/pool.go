@@ -105,6 +105,13 @@ func (p *Pool) Warm(ctx context.Context) error {
 	return nil
 }
 
+// Shells reports how many shells the pool has open, idle or busy.
+func (p *Pool) Shells() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.live)
+}
+
 // Run runs one command on an idle or new shell. req.Timeout counts from
 // the call, unless req.QueueWait bounds the wait for a free shell on its
 // own; the wait is reported in Result.Queued.
