@@ -46,10 +46,10 @@ const (
 	// changed since the file Stamp's time, or within the last Window
 	// nanoseconds without one (see Client.Outputs).
 	OpOutputs = "outputs"
-	// OpTouch asks the agent to mark the file Path as modified now,
-	// making it (and its directory) when missing, as the shell's
-	// `: >Path` does, without starting a process: the server's activity
-	// mark in a sandbox whose process table is full.
+	// OpTouch asks the agent to set the modification time of the file
+	// Path to now, making it (empty) and its directory when missing,
+	// without starting a process: the server's activity mark, which
+	// then lands in a sandbox whose process table is full.
 	OpTouch = "touch"
 )
 
