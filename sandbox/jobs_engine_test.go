@@ -428,11 +428,7 @@ func TestJobForkBombOnEngine(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
-			if rt.Kind() == "container" {
-				// Apple has no pids flag (each sandbox is a VM); on the
-				// stand-in the bomb would fill the host's process table.
-				t.Skip("the container CLI sets no pids limit; a bomb there is bounded by the VM, which the stand-in does not have")
-			}
+			skipBombOnAppleCLI(t, rt)
 			const box = "bomb"
 			// An explicit limit: docker sets none by default, and the bomb
 			// must fill the sandbox's table, never the host's. A short idle
@@ -491,9 +487,7 @@ func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
-			if rt.Kind() == "container" {
-				t.Skip("the container CLI sets no pids limit; a bomb there is bounded by the VM, which the stand-in does not have")
-			}
+			skipBombOnAppleCLI(t, rt)
 			const box, idleTTL = "agentmark", 10 * time.Second
 			log := &lockedBuffer{}
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image},
