@@ -428,13 +428,16 @@ func TestJobForkBombOnEngine(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
-			skipBombOnAppleCLI(t, rt)
+			destroyAtEnd := bombTest(t, rt)
 			const box = "bomb"
 			// An explicit limit: docker sets none by default, and the bomb
 			// must fill the sandbox's table, never the host's. A short idle
-			// TTL: the server marks a sandbox in use every TTL/3.
-			const idleTTL = 10 * time.Second
+			// TTL: the server marks a sandbox in use every TTL/3. Not too
+			// short: a loaded machine's engine may take seconds for each of
+			// the test's steps before the table is full.
+			const idleTTL = 30 * time.Second
 			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}})
+			destroyAtEnd(m, box)
 			ctx := context.Background()
 			run(t, m, box, shell.Request{Command: "true"})
 			if in, err := m.Status(ctx, box); err != nil || in.Limits.Pids != 256 {
@@ -487,13 +490,14 @@ func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
-			skipBombOnAppleCLI(t, rt)
-			const box, idleTTL = "agentmark", 10 * time.Second
+			destroyAtEnd := bombTest(t, rt)
+			const box, idleTTL = "agentmark", 30 * time.Second // see TestJobForkBombOnEngine
 			log := &lockedBuffer{}
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image},
 				Profiles: map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}},
 				Logger:   slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			t.Cleanup(m.Close)
+			destroyAtEnd(m, box)
 			t.Cleanup(func() {
 				if t.Failed() {
 					var lines []string

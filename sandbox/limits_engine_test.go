@@ -24,16 +24,37 @@ func limitsManager(t *testing.T, tg enginetest.Target, prefix string, profiles m
 	return m
 }
 
-// skipBombOnAppleCLI skips a fork bomb test on the container CLI, which
-// sets no pids limit: a VM bounds a bomb on a Mac, but the stand-in has
-// none, and the bomb's processes (which outlive its command) would fill
-// the host's process table for as long as its container lives.
-func skipBombOnAppleCLI(t *testing.T, rt sandbox.Runtime) {
+// bombTest readies a fork bomb test: it skips it on the container CLI,
+// which sets no pids limit (a VM bounds a bomb on a Mac, but the stand-in
+// has none, and the bomb's processes, which outlive its command, would
+// fill the host's process table for as long as its container lives), and
+// waits until no other test's bomb runs. One bomb keeps both processors of
+// a small machine busy; two at once starve the rest of the suite, and the
+// servers under test with it. The next bomb may start once the test has
+// ended, and its cleanups with it: box, the bomb's sandbox in m, is
+// destroyed then if the test has not done it.
+func bombTest(t *testing.T, rt sandbox.Runtime) (done func(m *sandbox.Manager, box string)) {
 	t.Helper()
 	if rt.Kind() == "container" {
 		t.Skip("the container CLI sets no pids limit; a bomb there is bounded by the VM, which the stand-in does not have")
 	}
+	select {
+	case bombSlot <- struct{}{}:
+	case <-time.After(30 * time.Minute):
+		t.Fatal("another test's fork bomb has run for 30 minutes")
+	}
+	t.Cleanup(func() { <-bombSlot })
+	return func(m *sandbox.Manager, box string) {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			_, _ = m.Destroy(ctx, box)
+		})
+	}
 }
+
+// bombSlot is held by the one fork bomb test that may run (bombTest).
+var bombSlot = make(chan struct{}, 1)
 
 // TestForkBombOnEngine: a fork bomb in a sandbox with pids=64 is bounded,
 // and the server, the sandbox and another sandbox keep working.
@@ -42,8 +63,9 @@ func TestForkBombOnEngine(t *testing.T) {
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
-			skipBombOnAppleCLI(t, rt)
+			destroyAtEnd := bombTest(t, rt)
 			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{"bomb": {Pids: 64}})
+			destroyAtEnd(m, "bomb")
 			run(t, m, "other", shell.Request{Command: "true"})
 			in, err := m.Status(context.Background(), "bomb")
 			if err == nil {

@@ -468,7 +468,10 @@ func (c *Cluster) MakeNamespace(ctx context.Context, ns, rbacPath string) (token
 		drop()
 		return "", nil, err
 	}
-	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	// A day, not the default hour: a package's tests share a namespace,
+	// and a slow run must not find its token expired half way.
+	life := int64((24 * time.Hour).Seconds())
+	tok, err := admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: &life}}, metav1.CreateOptions{})
 	if err != nil {
 		drop()
 		return "", nil, err
