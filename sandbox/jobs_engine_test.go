@@ -433,9 +433,10 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			// An explicit limit: docker sets none by default, and the bomb
 			// must fill the sandbox's table, never the host's. A short idle
 			// TTL: the server marks a sandbox in use every TTL/3. Not too
-			// short: a loaded machine's engine may take seconds for each of
-			// the test's steps before the table is full.
-			const idleTTL = 30 * time.Second
+			// short: the sandbox is idle between the job's start and the
+			// holds, and on a loaded machine the table may take more than
+			// 10 s to fill, after which the watchdog stopped the sandbox.
+			const idleTTL = time.Minute
 			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}})
 			destroyAtEnd(m, box)
 			ctx := context.Background()
@@ -491,7 +492,7 @@ func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
 			destroyAtEnd := bombTest(t, rt)
-			const box, idleTTL = "agentmark", 30 * time.Second // see TestJobForkBombOnEngine
+			const box, idleTTL = "agentmark", time.Minute // see TestJobForkBombOnEngine
 			log := &lockedBuffer{}
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image},
 				Profiles: map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}},
