@@ -52,11 +52,7 @@ func TestCloneRefusesATargetBootedMeanwhile(t *testing.T) {
 			h.Release()
 			// The clone saves the source to an image before it fails, which
 			// takes minutes on a loaded machine: the bound is for a hang.
-			select {
-			case err = <-done:
-			case <-time.After(15 * time.Minute):
-				t.Fatalf("the clone has not ended after 15 minutes\nengine processes now:\n%s", enginetest.EngineProcesses())
-			}
+			err = waitWithin(t, done, 15*time.Minute)
 			if errors.Is(err, sandbox.ErrUnsupported) {
 				t.Skipf("this engine cannot clone: %v", err)
 			}

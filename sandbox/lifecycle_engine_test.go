@@ -50,14 +50,23 @@ func execAsync(m *sandbox.Manager, name, command string) <-chan error {
 // guard counts from now, so call it once what must end the call is done.
 func wait(t *testing.T, done <-chan error) (err error) {
 	t.Helper()
-	enginetest.WaitFor(t, "the call to end", func() error {
+	return waitWithin(t, done, enginetest.HangGuard)
+}
+
+// waitWithin is wait with a guard of its own, for a call that may take
+// minutes on a loaded machine (a save to an image).
+func waitWithin(t *testing.T, done <-chan error, guard time.Duration) (err error) {
+	t.Helper()
+	if perr := enginetest.Poll(context.Background(), guard, func() error {
 		select {
 		case err = <-done:
 			return nil
 		default:
 			return errors.New("it has not ended")
 		}
-	})
+	}); perr != nil {
+		t.Fatalf("waiting for the call to end: %v\nengine processes now:\n%s", perr, enginetest.EngineProcesses())
+	}
 	return err
 }
 

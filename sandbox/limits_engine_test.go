@@ -33,7 +33,7 @@ func limitsManager(t *testing.T, tg enginetest.Target, prefix string, profiles m
 // servers under test with it. The next bomb may start once the test has
 // ended, and its cleanups with it: box, the bomb's sandbox in m, is
 // destroyed then if the test has not done it.
-func bombTest(t *testing.T, rt sandbox.Runtime) (done func(m *sandbox.Manager, box string)) {
+func bombTest(t *testing.T, rt sandbox.Runtime) (destroyAtEnd func(m *sandbox.Manager, box string)) {
 	t.Helper()
 	if rt.Kind() == "container" {
 		t.Skip("the container CLI sets no pids limit; a bomb there is bounded by the VM, which the stand-in does not have")
