@@ -437,7 +437,7 @@ func TestJobForkBombOnEngine(t *testing.T) {
 			// holds, and on a loaded machine the table may take more than
 			// 10 s to fill, after which the watchdog stopped the sandbox.
 			const idleTTL = time.Minute
-			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}})
+			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 256, CPUs: bombCPUs, IdleTTL: idleTTL.String()}})
 			destroyAtEnd(m, box)
 			ctx := context.Background()
 			run(t, m, box, shell.Request{Command: "true"})
@@ -495,7 +495,7 @@ func TestActivityMarkThroughTheAgentOnEngine(t *testing.T) {
 			const box, idleTTL = "agentmark", time.Minute // see TestJobForkBombOnEngine
 			log := &lockedBuffer{}
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: enginetest.Prefix(t, rt), Defaults: sandbox.Profile{Image: tg.Image},
-				Profiles: map[string]sandbox.Profile{box: {Pids: 256, IdleTTL: idleTTL.String()}},
+				Profiles: map[string]sandbox.Profile{box: {Pids: 256, CPUs: bombCPUs, IdleTTL: idleTTL.String()}},
 				Logger:   slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 			t.Cleanup(m.Close)
 			destroyAtEnd(m, box)

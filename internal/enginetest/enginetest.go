@@ -46,6 +46,10 @@ import (
 // EnvRuntimes names the variable listing the engines to test.
 const EnvRuntimes = "SANDBOX_MCP_TEST_RUNTIMES"
 
+// EnvDockerAll, when set, has docker run every suite beside podman, not
+// only DialectSuites.
+const EnvDockerAll = "SANDBOX_MCP_TEST_DOCKER_ALL"
+
 // RealContainer is the entry of SANDBOX_MCP_TEST_RUNTIMES that names
 // Apple's own container CLI rather than the stand-in.
 const RealContainer = "container@real"
@@ -143,9 +147,11 @@ func Targets(t testing.TB) []Target {
 	}
 	current := false // the stand-in at its newest release is listed
 	engine := false  // podman or docker is listed
+	podman := false  // podman is listed
 	for _, e := range entries {
 		current = current || e.runtime == "container" && !e.real && e.version == ""
 		engine = engine || e.runtime == "podman" || e.runtime == "docker"
+		podman = podman || e.runtime == "podman"
 	}
 	top, _, _ := strings.Cut(t.Name(), "/")
 	var out []Target
@@ -153,8 +159,10 @@ func Targets(t testing.TB) []Target {
 		switch {
 		case e.runtime == "container" && !e.real && engine && LoadSuites[top]:
 			t.Logf("%s: not run by %s on the stand-in: a load suite (enginetest.LoadSuites), run on the real engines listed", entryName(e), top)
-		case e.runtime == "container" && e.version != "" && current && !OlderReleaseSuites[top]:
-			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.OlderReleaseSuites and TestEveryAppleRelease's common life", e.version, top)
+		case e.runtime == "container" && e.version != "" && current && !DialectSuites[top]:
+			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.DialectSuites and TestEveryAppleRelease's common life", e.version, top)
+		case e.runtime == "docker" && podman && !DialectSuites[top] && os.Getenv(EnvDockerAll) == "":
+			t.Logf("docker: not run by %s: podman runs it, through the same engine calls (docker runs the suites in enginetest.DialectSuites beside podman; %s=1 runs them all)", top, EnvDockerAll)
 		case e.node && !NodeSuites[top] && os.Getenv(EnvKubeAll) == "":
 			t.Logf("%s: not run by %s: not among the suites the real node runs (enginetest.NodeSuites)", KubernetesNode, top)
 		case e.node:
@@ -180,20 +188,32 @@ func Targets(t testing.TB) []Target {
 	return out
 }
 
-// OlderReleaseSuites are the engine suites a pinned older release of the
-// stand-in ("container@0.9.0") runs when its newest release is listed
-// too: those whose engine calls differ between releases (creating,
-// adopting, inspecting, stopping and removing sandboxes, their networks
-// and addresses, volumes and their limits, copies, images and snapshots,
-// ports, stats, children). The others (commands, jobs and files in the
-// shell, hostile programs, the state file) make the same calls on every
-// release, and the newest release runs them. Listed alone, an older
-// release runs every suite.
-var OlderReleaseSuites = map[string]bool{
+// DialectSuites are the engine suites whose engine calls differ between
+// the dialects of one CLI: between releases of the stand-in, and between
+// docker and podman. They create, adopt, inspect, stop and remove
+// sandboxes, their networks and addresses, volumes and their limits,
+// copies, images and snapshots, ports, stats and children. The others
+// (commands, jobs and files in the shell, hostile programs, the state
+// file) make the same calls whatever the dialect: one `exec -i sh` a
+// shell and a few execs beside it.
+//
+// So a pinned older release of the stand-in ("container@0.9.0") runs only
+// these when the newest release is listed too, and docker runs only these
+// when podman is listed too: the others would run a second time through
+// the same calls, and a CI machine's two cores do not carry that.
+// Listed alone, an older release or docker runs every suite, and
+// SANDBOX_MCP_TEST_DOCKER_ALL has docker run them all beside podman.
+var DialectSuites = map[string]bool{
 	// package sandbox
 	"TestManagerOnEngine": true, "TestLifecycleOnEngine": true, "TestNetworkOnEngine": true,
 	"TestTransferOnEngine": true, "TestEgressOnEngine": true, "TestDiskLimitOnEngine": true,
 	"TestIdleReaping": true, "TestPruneOnEngine": true, "TestForeignContainerOnEngine": true,
+	"TestForkBombOnEngine": true, "TestEarlyAgentHoldsNoBoot": true,
+	// package sandbox/docker: what the two dialects do apart (a squashed
+	// save, sized volumes)
+	"TestSaveImageSquashesDeepImages": true, "TestSizedVolumeOfAFreshName": true, "TestSweepDisksOnEngine": true,
+	// package agent
+	"TestAgentInContainer": true,
 	// package e2e
 	"TestEndToEnd": true, "TestSnapshots": true, "TestTransfer": true, "TestPorts": true,
 	"TestStats": true, "TestChildren": true, "TestDoctorAndPruneCLI": true,
@@ -207,7 +227,8 @@ var OlderReleaseSuites = map[string]bool{
 // those the other suites make, so on the stand-in they would load podman
 // beneath it a second time, through a relay, and check nothing of the
 // Apple dialect that the other suites do not: the stand-in leaves them to
-// podman and docker when either is listed. Listed alone, and on Apple's
+// podman and docker when either is listed (docker, beside podman, to
+// podman: they are not among DialectSuites). Listed alone, and on Apple's
 // real CLI, it runs them.
 var LoadSuites = map[string]bool{
 	// package sandbox
@@ -274,6 +295,12 @@ func realTarget(t testing.TB) Target {
 		return apple.New(apple.Options{Binary: bin})
 	}}
 }
+
+// SmallImage is the busybox image scripts/build-images.sh builds beside
+// mcp-dev, 2 MB, on podman and docker: for tests of what an engine does
+// to an image's layers, which need no toolbox and, on mcp-dev, would copy
+// 1.5 GB on a loaded machine.
+const SmallImage = "sandbox-mcp-minimal"
 
 func image() string {
 	if img := os.Getenv("SANDBOX_MCP_TEST_IMAGE"); img != "" {

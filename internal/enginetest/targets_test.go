@@ -105,10 +105,10 @@ func TestStandInTargetsStayStandIns(t *testing.T) {
 	}
 	// An older release runs only the listed suites while the newest runs.
 	if tgs := Targets(t); len(tgs) != 2 || tgs[0].Name != "container" || !tgs[1].RealContainer {
-		t.Fatalf("a suite not listed in OlderReleaseSuites: %+v", tgs)
+		t.Fatalf("a suite not listed in DialectSuites: %+v", tgs)
 	}
-	OlderReleaseSuites[t.Name()] = true
-	t.Cleanup(func() { delete(OlderReleaseSuites, t.Name()) })
+	DialectSuites[t.Name()] = true
+	t.Cleanup(func() { delete(DialectSuites, t.Name()) })
 	tgs := Targets(t)
 	if len(tgs) != 3 || *builds != 1 {
 		t.Fatalf("%d targets, %d builds of the stand-in: %+v", len(tgs), *builds, tgs)
@@ -123,7 +123,7 @@ func TestStandInTargetsStayStandIns(t *testing.T) {
 		t.Errorf("real target: %+v", tg)
 	}
 	// Listed alone, an older release runs every suite.
-	delete(OlderReleaseSuites, t.Name())
+	delete(DialectSuites, t.Name())
 	t.Setenv(EnvRuntimes, "container@0.9.0")
 	if tgs := Targets(t); len(tgs) != 1 || tgs[0].Name != "container-0.9.0" {
 		t.Errorf("an older release listed alone: %+v", tgs)
@@ -181,5 +181,38 @@ func TestStandInReleases(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %q, want %q", list, got, want)
 		}
+	}
+}
+
+// TestDockerBesidePodmanRunsTheDialectSuites: with podman listed, docker
+// runs only the suites in DialectSuites (unless SANDBOX_MCP_TEST_DOCKER_ALL
+// is set); listed alone it runs every suite, and podman always does.
+func TestDockerBesidePodmanRunsTheDialectSuites(t *testing.T) {
+	names := func() []string {
+		var out []string
+		for _, tg := range Targets(t) {
+			out = append(out, tg.Name)
+		}
+		return out
+	}
+	t.Setenv(EnvDockerAll, "")
+	t.Setenv(EnvRuntimes, "podman,docker")
+	if got := names(); !reflect.DeepEqual(got, []string{"podman"}) {
+		t.Errorf("a suite not in DialectSuites, podman and docker listed: %v, want podman alone", got)
+	}
+	t.Setenv(EnvDockerAll, "1")
+	if got := names(); !reflect.DeepEqual(got, []string{"podman", "docker"}) {
+		t.Errorf("with %s set: %v, want both", EnvDockerAll, got)
+	}
+	t.Setenv(EnvDockerAll, "")
+	t.Setenv(EnvRuntimes, "docker")
+	if got := names(); !reflect.DeepEqual(got, []string{"docker"}) {
+		t.Errorf("docker listed alone: %v", got)
+	}
+	DialectSuites[t.Name()] = true
+	t.Cleanup(func() { delete(DialectSuites, t.Name()) })
+	t.Setenv(EnvRuntimes, "docker,podman")
+	if got := names(); !reflect.DeepEqual(got, []string{"docker", "podman"}) {
+		t.Errorf("a suite in DialectSuites: %v, want both", got)
 	}
 }
