@@ -14,10 +14,8 @@ import (
 // stand-in or the real one (a Mac), or skips.
 func appleTarget(t *testing.T) enginetest.Target {
 	t.Helper()
-	for _, tg := range enginetest.Targets(t) {
-		if tg.Runtime == "container" {
-			return tg
-		}
+	if tgs := enginetest.TargetsOf(t, "container"); len(tgs) > 0 {
+		return tgs[0]
 	}
 	t.Skipf("needs Apple's container CLI: add container (the stand-in) or %s to %s (`make test` does)", enginetest.RealContainer, enginetest.EnvRuntimes)
 	return enginetest.Target{}
@@ -27,7 +25,7 @@ func appleTarget(t *testing.T) enginetest.Target {
 // tests that use its switches (a simulated system stop, an argv log).
 func standInTarget(t *testing.T, why string) enginetest.Target {
 	t.Helper()
-	for _, tg := range enginetest.Targets(t) {
+	for _, tg := range enginetest.TargetsOf(t, "container") {
 		if tg.StandIn {
 			return tg
 		}

@@ -46,9 +46,9 @@ import (
 // EnvRuntimes names the variable listing the engines to test.
 const EnvRuntimes = "SANDBOX_MCP_TEST_RUNTIMES"
 
-// EnvDockerAll, when set, has docker run every suite beside podman, not
-// only DialectSuites.
-const EnvDockerAll = "SANDBOX_MCP_TEST_DOCKER_ALL"
+// EnvAllSuites, when set, has docker and the stand-in run every suite
+// beside podman, not only DialectSuites.
+const EnvAllSuites = "SANDBOX_MCP_TEST_ALL_SUITES"
 
 // RealContainer is the entry of SANDBOX_MCP_TEST_RUNTIMES that names
 // Apple's own container CLI rather than the stand-in.
@@ -137,6 +137,20 @@ func validVersion(v string) bool {
 // Targets returns the engines to test, or skips t when none are configured.
 func Targets(t testing.TB) []Target {
 	t.Helper()
+	return targets(t, "")
+}
+
+// TargetsOf returns the listed targets of one runtime ("container",
+// "docker", ...), for a test about that runtime alone: a suite podman
+// runs is still run there, since podman does not run this one.
+func TargetsOf(t testing.TB, runtime string) []Target {
+	t.Helper()
+	return targets(t, runtime)
+}
+
+// targets is Targets, or with only set, TargetsOf.
+func targets(t testing.TB, only string) []Target {
+	t.Helper()
 	list := os.Getenv(EnvRuntimes)
 	if list == "" {
 		t.Skipf("engine tests skipped: set %s=podman (or podman,docker) to run them; `make test` does", EnvRuntimes)
@@ -151,18 +165,22 @@ func Targets(t testing.TB) []Target {
 	for _, e := range entries {
 		current = current || e.runtime == "container" && !e.real && e.version == ""
 		engine = engine || e.runtime == "podman" || e.runtime == "docker"
-		podman = podman || e.runtime == "podman"
+		podman = podman || e.runtime == "podman" && only == ""
 	}
 	top, _, _ := strings.Cut(t.Name(), "/")
 	var out []Target
+	all := os.Getenv(EnvAllSuites) != ""
 	for _, e := range entries {
+		if only != "" && e.runtime != only {
+			continue
+		}
 		switch {
 		case e.runtime == "container" && !e.real && engine && LoadSuites[top]:
 			t.Logf("%s: not run by %s on the stand-in: a load suite (enginetest.LoadSuites), run on the real engines listed", entryName(e), top)
 		case e.runtime == "container" && e.version != "" && current && !DialectSuites[top]:
 			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.DialectSuites and TestEveryAppleRelease's common life", e.version, top)
-		case e.runtime == "docker" && podman && !DialectSuites[top] && os.Getenv(EnvDockerAll) == "":
-			t.Logf("docker: not run by %s: podman runs it, through the same engine calls (docker runs the suites in enginetest.DialectSuites beside podman; %s=1 runs them all)", top, EnvDockerAll)
+		case (e.runtime == "docker" || e.runtime == "container" && !e.real && e.version == "") && podman && !DialectSuites[top] && !all:
+			t.Logf("%s: not run by %s: podman runs it, through the same engine calls (docker and the stand-in run the suites in enginetest.DialectSuites beside podman; %s=1 runs them all)", entryName(e), top, EnvAllSuites)
 		case e.node && !NodeSuites[top] && os.Getenv(EnvKubeAll) == "":
 			t.Logf("%s: not run by %s: not among the suites the real node runs (enginetest.NodeSuites)", KubernetesNode, top)
 		case e.node:
@@ -198,17 +216,21 @@ func Targets(t testing.TB) []Target {
 // shell and a few execs beside it.
 //
 // So a pinned older release of the stand-in ("container@0.9.0") runs only
-// these when the newest release is listed too, and docker runs only these
-// when podman is listed too: the others would run a second time through
-// the same calls, and a CI machine's two cores do not carry that.
-// Listed alone, an older release or docker runs every suite, and
-// SANDBOX_MCP_TEST_DOCKER_ALL has docker run them all beside podman.
+// these when the newest release is listed too, and docker and the
+// stand-in run only these when podman is listed too: the others would run
+// a second time through the same kind of call, and a CI machine's two
+// cores do not carry that (the end-to-end suite, in DialectSuites, still
+// runs every tool through each). Listed alone, an older release, docker or
+// the stand-in runs every suite; SANDBOX_MCP_TEST_ALL_SUITES has them run
+// every suite beside podman; a test about one runtime (TargetsOf) runs on
+// it whatever podman does.
 var DialectSuites = map[string]bool{
 	// package sandbox
 	"TestManagerOnEngine": true, "TestLifecycleOnEngine": true, "TestNetworkOnEngine": true,
 	"TestTransferOnEngine": true, "TestEgressOnEngine": true, "TestDiskLimitOnEngine": true,
 	"TestIdleReaping": true, "TestPruneOnEngine": true, "TestForeignContainerOnEngine": true,
 	"TestForkBombOnEngine": true, "TestEarlyAgentHoldsNoBoot": true,
+	"TestSnapshotCostsTheHostNoMoreThanTheQuota": true, "TestExactRestoreAndCloneOnEngine": true,
 	// package sandbox/docker: what the two dialects do apart (a squashed
 	// save, sized volumes)
 	"TestSaveImageSquashesDeepImages": true, "TestSizedVolumeOfAFreshName": true, "TestSweepDisksOnEngine": true,

@@ -185,8 +185,9 @@ func TestStandInReleases(t *testing.T) {
 }
 
 // TestDockerBesidePodmanRunsTheDialectSuites: with podman listed, docker
-// runs only the suites in DialectSuites (unless SANDBOX_MCP_TEST_DOCKER_ALL
-// is set); listed alone it runs every suite, and podman always does.
+// and the stand-in run only the suites in DialectSuites (unless
+// SANDBOX_MCP_TEST_ALL_SUITES is set); listed alone they run every suite,
+// and podman always does.
 func TestDockerBesidePodmanRunsTheDialectSuites(t *testing.T) {
 	names := func() []string {
 		var out []string
@@ -195,22 +196,34 @@ func TestDockerBesidePodmanRunsTheDialectSuites(t *testing.T) {
 		}
 		return out
 	}
-	t.Setenv(EnvDockerAll, "")
+	t.Setenv(EnvAllSuites, "")
 	t.Setenv(EnvRuntimes, "podman,docker")
 	if got := names(); !reflect.DeepEqual(got, []string{"podman"}) {
 		t.Errorf("a suite not in DialectSuites, podman and docker listed: %v, want podman alone", got)
 	}
-	t.Setenv(EnvDockerAll, "1")
+	t.Setenv(EnvAllSuites, "1")
 	if got := names(); !reflect.DeepEqual(got, []string{"podman", "docker"}) {
-		t.Errorf("with %s set: %v, want both", EnvDockerAll, got)
+		t.Errorf("with %s set: %v, want both", EnvAllSuites, got)
 	}
-	t.Setenv(EnvDockerAll, "")
+	t.Setenv(EnvAllSuites, "")
 	t.Setenv(EnvRuntimes, "docker")
 	if got := names(); !reflect.DeepEqual(got, []string{"docker"}) {
 		t.Errorf("docker listed alone: %v", got)
 	}
+	// The stand-in's newest release likewise; a test about it alone
+	// (TargetsOf) has it whatever podman runs.
+	t.Setenv(EnvRuntimes, "podman,container")
+	if got := names(); !reflect.DeepEqual(got, []string{"podman"}) {
+		t.Errorf("a suite not in DialectSuites, podman and the stand-in listed: %v, want podman alone", got)
+	}
+	if tgs := TargetsOf(t, "container"); len(tgs) != 1 || !tgs[0].StandIn {
+		t.Errorf("TargetsOf(container): %+v", tgs)
+	}
 	DialectSuites[t.Name()] = true
 	t.Cleanup(func() { delete(DialectSuites, t.Name()) })
+	if got := names(); !reflect.DeepEqual(got, []string{"podman", "container"}) {
+		t.Errorf("a suite in DialectSuites, podman and the stand-in listed: %v", got)
+	}
 	t.Setenv(EnvRuntimes, "docker,podman")
 	if got := names(); !reflect.DeepEqual(got, []string{"docker", "podman"}) {
 		t.Errorf("a suite in DialectSuites: %v, want both", got)
