@@ -165,11 +165,13 @@ func targets(t testing.TB, only string) []Target {
 	for _, e := range entries {
 		current = current || e.runtime == "container" && !e.real && e.version == ""
 		engine = engine || e.runtime == "podman" || e.runtime == "docker"
-		podman = podman || e.runtime == "podman" && only == ""
+		podman = podman || e.runtime == "podman"
 	}
+	// Docker and the stand-in run only DialectSuites beside podman, unless
+	// the test is about one runtime (only) or every suite is asked for.
+	dialectsOnly := podman && only == "" && os.Getenv(EnvAllSuites) == ""
 	top, _, _ := strings.Cut(t.Name(), "/")
 	var out []Target
-	all := os.Getenv(EnvAllSuites) != ""
 	for _, e := range entries {
 		if only != "" && e.runtime != only {
 			continue
@@ -179,7 +181,7 @@ func targets(t testing.TB, only string) []Target {
 			t.Logf("%s: not run by %s on the stand-in: a load suite (enginetest.LoadSuites), run on the real engines listed", entryName(e), top)
 		case e.runtime == "container" && e.version != "" && current && !DialectSuites[top]:
 			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.DialectSuites and TestEveryAppleRelease's common life", e.version, top)
-		case (e.runtime == "docker" || e.runtime == "container" && !e.real && e.version == "") && podman && !DialectSuites[top] && !all:
+		case (e.runtime == "docker" || e.runtime == "container" && !e.real && e.version == "") && dialectsOnly && !DialectSuites[top]:
 			t.Logf("%s: not run by %s: podman runs it, through the same engine calls (docker and the stand-in run the suites in enginetest.DialectSuites beside podman; %s=1 runs them all)", entryName(e), top, EnvAllSuites)
 		case e.node && !NodeSuites[top] && os.Getenv(EnvKubeAll) == "":
 			t.Logf("%s: not run by %s: not among the suites the real node runs (enginetest.NodeSuites)", KubernetesNode, top)
