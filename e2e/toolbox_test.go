@@ -66,8 +66,10 @@ func TestDefaultImageToolbox(t *testing.T) {
 			}
 			for _, p := range toolbox {
 				// A subshell: the probes' cd and variables stay out of the
-				// sandbox's persistent shell.
-				r := s.call(t, "exec", map[string]any{"command": "(" + p.command + "\n)"})
+				// sandbox's persistent shell. Two minutes, not the default
+				// 30 s: a pip install or a compile on a loaded machine takes
+				// longer, and what is checked is that the tool works.
+				r := s.call(t, "exec", map[string]any{"command": "(" + p.command + "\n)", "timeout": 120})
 				if r.isError || r.str("stdout") != p.want {
 					t.Errorf("%s: want stdout %q, got exit %v stdout %q stderr %q", p.tool, p.want, r.num("exit_code"), r.str("stdout"), r.str("stderr"))
 				}
