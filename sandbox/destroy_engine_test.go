@@ -13,7 +13,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
-// TestDestroyAndRecreateOnPodman destroys one name and boots it again, 50
+// TestDestroyAndRecreateOnPodman destroys one name and boots it again, 20
 // times in a row, as an agent that keeps starting over does. A destroy
 // removes the container and then, at once, its workspace volume, while
 // the cleanup podman runs for the removed container may still be going.
@@ -33,7 +33,9 @@ func TestDestroyAndRecreateOnPodman(t *testing.T) {
 			prefix := enginetest.Prefix(t, rt)
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}})
 			t.Cleanup(m.Close)
-			const cycles = 50
+			// 20: each cycle is about a dozen podman calls, and the suite
+			// shares two cores with the others; 50 took 9 minutes there.
+			const cycles = 20
 			var slowest time.Duration
 			for i := range cycles {
 				start := time.Now()
