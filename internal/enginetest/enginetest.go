@@ -162,11 +162,14 @@ func targets(t testing.TB, only string) []Target {
 	current := false // the stand-in at its newest release is listed
 	engine := false  // podman or docker is listed
 	podman := false  // podman is listed
+	node := false    // the real node is listed
 	for _, e := range entries {
 		current = current || e.runtime == "container" && !e.real && e.version == ""
 		engine = engine || e.runtime == "podman" || e.runtime == "docker"
 		podman = podman || e.runtime == "podman"
+		node = node || e.node
 	}
+	kubeAll := os.Getenv(EnvKubeAll) != ""
 	// Docker and the stand-in run only DialectSuites beside podman, unless
 	// the test is about one runtime (only) or every suite is asked for.
 	dialectsOnly := podman && only == "" && os.Getenv(EnvAllSuites) == ""
@@ -183,12 +186,14 @@ func targets(t testing.TB, only string) []Target {
 			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.DialectSuites and TestEveryAppleRelease's common life", e.version, top)
 		case (e.runtime == "docker" || e.runtime == "container" && !e.real && e.version == "") && dialectsOnly && !DialectSuites[top]:
 			t.Logf("%s: not run by %s: podman runs it, through the same engine calls (docker and the stand-in run the suites in enginetest.DialectSuites beside podman; %s=1 runs them all)", entryName(e), top, EnvAllSuites)
-		case e.node && !NodeSuites[top] && os.Getenv(EnvKubeAll) == "":
+		case e.node && !NodeSuites[top] && !kubeAll:
 			t.Logf("%s: not run by %s: not among the suites the real node runs (enginetest.NodeSuites)", KubernetesNode, top)
 		case e.node:
 			out = append(out, kubeNodeTarget(t))
-		case e.runtime == Kubernetes && !KubeSuites[top] && os.Getenv(EnvKubeAll) == "":
+		case e.runtime == Kubernetes && !KubeSuites[top] && !kubeAll:
 			t.Logf("kubernetes: not run by %s: not among the suites the Kubernetes runtime runs yet (enginetest.KubeSuites)", top)
+		case e.runtime == Kubernetes && node && NodeSuites[top] && !kubeAll:
+			t.Logf("kubernetes: not run by %s on the kubelet stand-in: the real node (%s) runs it", top, KubernetesNode)
 		case e.runtime == Kubernetes:
 			out = append(out, kubeTarget(t))
 		case e.runtime != "container":
