@@ -228,4 +228,16 @@ func TestDockerBesidePodmanRunsTheDialectSuites(t *testing.T) {
 	if got := names(); !reflect.DeepEqual(got, []string{"docker", "podman"}) {
 		t.Errorf("a suite in DialectSuites: %v, want both", got)
 	}
+	// An older release beside the newest runs a dialect suite, but leaves
+	// those of NewestReleaseSuites to the newest.
+	countStandInBuilds(t)
+	t.Setenv(EnvRuntimes, "podman,container,container@0.9.0")
+	if got := names(); !reflect.DeepEqual(got, []string{"podman", "container", "container-0.9.0"}) {
+		t.Errorf("a suite in DialectSuites, two releases listed: %v, want both releases", got)
+	}
+	NewestReleaseSuites[t.Name()] = true
+	t.Cleanup(func() { delete(NewestReleaseSuites, t.Name()) })
+	if got := names(); !reflect.DeepEqual(got, []string{"podman", "container"}) {
+		t.Errorf("a suite in NewestReleaseSuites, two releases listed: %v, want the newest alone", got)
+	}
 }
