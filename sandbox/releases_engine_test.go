@@ -42,7 +42,11 @@ func TestEveryAppleRelease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+			// The small image: a release's life is the same calls whatever
+			// the image, and a snapshot exports and builds the whole root
+			// filesystem (mcp-dev's 1.5 GB made each release's life take
+			// half an hour on a loaded 2-core machine).
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: enginetest.SmallImage},
 				LockDir: t.TempDir(), Snapshots: store, SnapshotDir: t.TempDir()})
 			t.Cleanup(m.Close)
 			ctx := guardedSequence(t)
