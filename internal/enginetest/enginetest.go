@@ -183,7 +183,7 @@ func targets(t testing.TB, only string) []Target {
 		case e.runtime == "container" && !e.real && engine && LoadSuites[top]:
 			t.Logf("%s: not run by %s on the stand-in: a load suite (enginetest.LoadSuites), run on the real engines listed", entryName(e), top)
 		case e.runtime == "container" && e.version != "" && current && (!DialectSuites[top] || NewestReleaseSuites[top]):
-			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.DialectSuites and TestEveryAppleRelease's common life", e.version, top)
+			t.Logf("container@%s: not run by %s: the stand-in's newest release runs it; an older release runs the suites in enginetest.DialectSuites but for NewestReleaseSuites, and TestEveryAppleRelease's common life", e.version, top)
 		case (e.runtime == "docker" || e.runtime == "container" && !e.real && e.version == "") && dialectsOnly && !DialectSuites[top]:
 			t.Logf("%s: not run by %s: podman runs it, through the same engine calls (docker and the stand-in run the suites in enginetest.DialectSuites beside podman; %s=1 runs them all)", entryName(e), top, EnvAllSuites)
 		case e.node && !NodeSuites[top] && !kubeAll:
