@@ -124,8 +124,8 @@ func runExit(t *testing.T, tg enginetest.Target, args ...string) (string, int) {
 	return string(out), code
 }
 
-// withoutLogLines is out without the lines of the server's log (slog's
-// text lines, which start with "time=").
+// withoutLogLines is out without the lines of the binary's own log (slog's
+// text lines, which start with "time="), which the CLI writes too.
 func withoutLogLines(out string) string {
 	var b strings.Builder
 	for _, line := range strings.SplitAfter(out, "\n") {
