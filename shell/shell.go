@@ -152,6 +152,10 @@ func newMarker() string {
 	return "sbx" + hex.EncodeToString(b[:])
 }
 
+// ErrOpenTimeout is returned by Open when the shell did not greet within
+// Options.OpenTimeout.
+var ErrOpenTimeout = errors.New("shell open timed out")
+
 // ErrShellDead is returned by Run on a shell that has ended.
 var ErrShellDead = errors.New("shell has ended")
 
@@ -230,6 +234,7 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	opened := time.Now()
 	octx, ocancel := context.WithTimeout(ctx, timeout)
 	defer ocancel()
 	if opts.Gate != nil {
@@ -242,6 +247,16 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	marker := newMarker()
 	ex := s.exchange(octx, guest.Frame{Script: guest.InitFrame(marker, opts.Init, opts.Outputs)}, marker, "", true, &pidText, &stderrText)
 	err = ex.err
+	if errors.Is(err, errInterrupted) {
+		// Say which bound ended the wait: the caller's, or the open's own
+		// (a machine too loaded to start a process in time, a stream
+		// that never carried the greeting).
+		if cerr := ctx.Err(); cerr != nil {
+			err = fmt.Errorf("shell did not answer before the call ended: %w", cerr)
+		} else {
+			err = fmt.Errorf("%w: the shell did not answer within %s (waited %s)", ErrOpenTimeout, timeout, time.Since(opened).Round(time.Millisecond))
+		}
+	}
 	if err == nil && ex.lost {
 		why, code := strings.TrimSpace(stderrText.String()), -1
 		select {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -438,5 +439,32 @@ func TestOutputsFlag(t *testing.T) {
 	}
 	if r := runOn(t, sh, Request{Command: "echo ${__sbx_f-unset}"}); r.stdout != "unset\n" {
 		t.Fatalf("the frame's loop variable is left in the shell: %q", r.stdout)
+	}
+}
+
+// silentHost starts a process that never greets: a stream that was opened
+// but carries nothing, or a machine too loaded to start the shell.
+type silentHost struct{ localHost }
+
+func (silentHost) Command(ctx context.Context) proc.Process {
+	cmd := exec.CommandContext(ctx, "sleep", "60")
+	cmd.WaitDelay = time.Second
+	return proc.FromCmd(cmd)
+}
+
+// TestOpenSaysWhichBoundEndedTheWait: a shell that never greets fails its
+// open with the open's own bound named, and with the caller's when the
+// caller's context ended first; neither is the bare word of an
+// interrupted command.
+func TestOpenSaysWhichBoundEndedTheWait(t *testing.T) {
+	_, err := Open(context.Background(), silentHost{}, Options{OpenTimeout: 200 * time.Millisecond})
+	if !errors.Is(err, ErrOpenTimeout) || !strings.Contains(err.Error(), "did not answer within 200ms") {
+		t.Fatalf("a shell that never greets: want its open's bound named, got %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = Open(ctx, silentHost{}, Options{OpenTimeout: time.Minute})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrOpenTimeout) || !strings.Contains(err.Error(), "before the call ended") {
+		t.Fatalf("a call that ends first: want its context's error, got %v", err)
 	}
 }
