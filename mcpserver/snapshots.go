@@ -30,6 +30,9 @@ type SnapshotInfo struct {
 	Workspace      bool     `json:"workspace"`
 	WorkspaceBytes int64    `json:"workspace_bytes,omitempty"`
 	Env            []string `json:"env,omitempty"`
+	// WorkspaceOnly: the runtime keeps no root filesystem (Kubernetes);
+	// a restore boots BaseImage afresh with the workspace.
+	WorkspaceOnly bool `json:"workspace_only,omitempty"`
 }
 
 // SnapshotList is the structured result of list_snapshots.
@@ -43,11 +46,15 @@ type Restored struct {
 	Snapshot string  `json:"snapshot,omitempty"`
 	Source   string  `json:"source,omitempty"`
 	Seconds  float64 `json:"seconds"`
+	// FreshBase is the base image booted afresh where the runtime keeps
+	// no root filesystem: only the workspace came from the source.
+	FreshBase string `json:"fresh_base,omitempty"`
 }
 
 func snapshotInfo(sn state.Snapshot) SnapshotInfo {
 	return SnapshotInfo{Name: sn.Name, Sandbox: sn.Sandbox, Image: sn.Image, BaseImage: sn.BaseImage, Parent: sn.Parent,
-		Created: sn.Created.Format(time.RFC3339), Note: sn.Note, Workspace: sn.Workspace, WorkspaceBytes: sn.WorkspaceBytes, Env: sn.Env}
+		Created: sn.Created.Format(time.RFC3339), Note: sn.Note, Workspace: sn.Workspace, WorkspaceBytes: sn.WorkspaceBytes, Env: sn.Env,
+		WorkspaceOnly: sn.WorkspaceOnly}
 }
 
 const snapshotNameDesc = "Snapshot name: letters, digits, '_', '.', '-'."
@@ -55,7 +62,7 @@ const snapshotNameDesc = "Snapshot name: letters, digits, '_', '.', '-'."
 func (s *Server) snapshotTool() tool {
 	return tool{group: "snapshots", handler: s.handleSnapshot, def: newTool[SnapshotInfo]("snapshot", "Snapshot a sandbox",
 		"Save a sandbox's whole filesystem (deletions, modes, owners, links, env variables set with env) and its workspace, "+
-			"to restore or clone later.",
+			"to restore or clone later. On Kubernetes only the workspace is kept.",
 		mutating(false),
 		mcp.WithString("snapshot_name", mcp.Required(), mcp.Description(snapshotNameDesc), mcp.Pattern(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$`)),
 		sandboxParam(),
@@ -114,7 +121,11 @@ func (s *Server) handleSnapshot(ctx context.Context, req mcp.CallToolRequest) (*
 	}
 	out := snapshotInfo(sn)
 	text := fmt.Sprintf("snapshot %q of sandbox %q saved in %.1f s as image %s", sn.Name, name, time.Since(start).Seconds(), sn.Image)
-	if sn.Workspace {
+	if sn.WorkspaceOnly {
+		text = fmt.Sprintf("snapshot %q of sandbox %q saved in %.1f s: the workspace only (%s); this runtime cannot save the root filesystem "+
+			"(installed packages, files outside /workspace, env variables), so a restore boots the base image %s afresh",
+			sn.Name, name, time.Since(start).Seconds(), sizeText(sn.WorkspaceBytes), sn.BaseImage)
+	} else if sn.Workspace {
 		text += fmt.Sprintf(", with the workspace (%s)", sizeText(sn.WorkspaceBytes))
 	} else {
 		text += ", without the workspace"
@@ -135,18 +146,20 @@ func (s *Server) handleRestore(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	snap := req.GetString("snapshot_name", "")
 	start := time.Now()
-	_, sn, err := s.m.Restore(ctx, snap, name)
+	info, sn, err := s.m.Restore(ctx, snap, name)
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("restore %q into sandbox %q", snap, name), err), nil
 	}
 	text := fmt.Sprintf("sandbox %q restored from snapshot %q in %.1f s", name, snap, time.Since(start).Seconds())
-	if sn.Workspace {
+	if info.FreshBase != "" {
+		text += " (its workspace, on the base image " + info.FreshBase + " booted afresh: this runtime keeps no root filesystem)"
+	} else if sn.Workspace {
 		text += " (filesystem and workspace)"
 	} else {
 		text += " (filesystem; the workspace was kept)"
 	}
 	text += "; running commands were ended and background jobs are gone"
-	return mcp.NewToolResultStructured(Restored{Sandbox: name, Snapshot: snap, Seconds: time.Since(start).Seconds()}, text), nil
+	return mcp.NewToolResultStructured(Restored{Sandbox: name, Snapshot: snap, Seconds: time.Since(start).Seconds(), FreshBase: info.FreshBase}, text), nil
 }
 
 func (s *Server) handleListSnapshots(ctx context.Context, _ mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -161,6 +174,9 @@ func (s *Server) handleListSnapshots(ctx context.Context, _ mcp.CallToolRequest)
 		fmt.Fprintf(&b, "%s  from %q  %s  base %s", sn.Name, sn.Sandbox, sn.Created.Format(time.RFC3339), sn.BaseImage)
 		if sn.Workspace {
 			fmt.Fprintf(&b, "  workspace %s", sizeText(sn.WorkspaceBytes))
+		}
+		if sn.WorkspaceOnly {
+			b.WriteString(" (no root filesystem)")
 		}
 		if sn.Parent != "" {
 			b.WriteString("  parent " + sn.Parent)
@@ -182,7 +198,11 @@ func (s *Server) handleDeleteSnapshot(ctx context.Context, req mcp.CallToolReque
 	if err != nil {
 		return failure(ctx, fmt.Sprintf("delete_snapshot %q", snap), err), nil
 	}
-	return mcp.NewToolResultStructured(snapshotInfo(sn), fmt.Sprintf("snapshot %q deleted (image %s); sandboxes restored from it keep running", snap, sn.Image)), nil
+	what := "image " + sn.Image
+	if sn.WorkspaceOnly {
+		what = "its workspace tar"
+	}
+	return mcp.NewToolResultStructured(snapshotInfo(sn), fmt.Sprintf("snapshot %q deleted (%s); sandboxes restored from it keep running", snap, what)), nil
 }
 
 func (s *Server) handleClone(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -199,12 +219,17 @@ func (s *Server) handleClone(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		prof = &p
 	}
 	start := time.Now()
-	if _, err := s.m.CloneSandbox(ctx, source, target, prof); err != nil {
+	info, err := s.m.CloneSandbox(ctx, source, target, prof)
+	if err != nil {
 		return failure(ctx, fmt.Sprintf("clone %q to %q", source, target), err), nil
 	}
 	took := time.Since(start).Seconds()
-	return mcp.NewToolResultStructured(Restored{Sandbox: target, Source: source, Seconds: took},
-		fmt.Sprintf("sandbox %q cloned from %q's current state (filesystem and a copy of its workspace) in %.1f s", target, source, took)), nil
+	what := "filesystem and a copy of its workspace"
+	if info.FreshBase != "" {
+		what = "a copy of its workspace, on the base image " + info.FreshBase + " booted afresh: this runtime keeps no root filesystem"
+	}
+	return mcp.NewToolResultStructured(Restored{Sandbox: target, Source: source, Seconds: took, FreshBase: info.FreshBase},
+		fmt.Sprintf("sandbox %q cloned from %q's current state (%s) in %.1f s", target, source, what, took)), nil
 }
 
 // ImageItem is one image in the images tool's result.

@@ -191,6 +191,10 @@ type BootInfo struct {
 	IP        string        // the container's address, when the boot learnt it
 	Container string        // the container's name
 	Spare     bool          // a warm spare was claimed for it (spare.go)
+	// FreshBase is set by a clone or a restore on a runtime that keeps no
+	// root filesystem (snapshot.go's rootNotKept): the base image it
+	// booted afresh, with the workspace loaded.
+	FreshBase string
 }
 
 // historyLimit is how many entries of history are kept per sandbox.

@@ -28,7 +28,9 @@ import (
 
 // This file is the Manager's snapshots: a sandbox's root filesystem saved
 // as an image in the engine (ImageSaver) plus its workspace as a tar
-// beside the state file, restored into a new container; and clones.
+// beside the state file, restored into a new container; and clones. A
+// runtime without an ImageSaver (Kubernetes) keeps the workspace tar
+// alone, and its restores and clones boot the base image afresh.
 
 // Labels of snapshot images and of containers restored from one.
 const (
@@ -127,22 +129,32 @@ func (m *Manager) override(name string) *bootOverride {
 	return m.overrides[name]
 }
 
+// snapshotter returns what snapshots are made with: the runtime's
+// ImageSaver, or nil where the runtime cannot save a container as an
+// image (Kubernetes: a pod's root filesystem cannot be committed), whose
+// snapshots keep the workspace only (state.Snapshot.WorkspaceOnly).
 func (m *Manager) snapshotter() (ImageSaver, SnapshotStore, error) {
-	saver, ok := m.rt.(ImageSaver)
-	if !ok {
-		return nil, nil, fmt.Errorf("%w: %s cannot save a container as an image", ErrUnsupported, m.rt.Kind())
-	}
 	if m.cfg.Snapshots == nil || m.cfg.SnapshotDir == "" {
 		return nil, nil, fmt.Errorf("%w: this server keeps no snapshot records", ErrUnsupported)
 	}
+	saver, _ := m.rt.(ImageSaver)
 	return saver, m.cfg.Snapshots, nil
+}
+
+// rootNotKept says, for an error or a result, that the runtime keeps no
+// root filesystem in a snapshot or clone.
+func (m *Manager) rootNotKept() string {
+	return m.rt.Kind() + " cannot save a sandbox's root filesystem (installed packages, files outside /workspace, " +
+		"variables set with env): snapshots and clones keep the workspace, and boot the sandbox's base image afresh"
 }
 
 // Snapshot saves sandbox name: its root filesystem (with deletions,
 // modes, owners, links, and the env tool's variables, which live there) as
-// an image, and its workspace unless left out. A stopped sandbox is
-// started; a missing one is an error. Nothing half-made is kept: the
-// record is written last, and a failure removes the image and tar.
+// an image, and its workspace unless left out (the workspace alone where
+// the runtime has no image of a sandbox: see snapshotter). A stopped
+// sandbox is started; a missing one is an error. Nothing half-made is
+// kept: the record is written last, and a failure removes the image and
+// tar.
 func (m *Manager) Snapshot(ctx context.Context, name string, req SnapshotRequest) (state.Snapshot, error) {
 	if err := ValidateName(name); err != nil {
 		return state.Snapshot{}, err
@@ -174,6 +186,9 @@ func (m *Manager) snapshot(ctx context.Context, name string, req SnapshotRequest
 	if _, ok, _ := store.Snapshot(req.Name); ok {
 		return state.Snapshot{}, &ArgError{Err: fmt.Errorf("%w: %q; pick another name or delete_snapshot it first", state.ErrSnapshotExists, req.Name)}
 	}
+	if saver == nil && !req.IncludeWorkspace {
+		return state.Snapshot{}, &ArgError{Err: fmt.Errorf("%s; without the workspace, the snapshot would keep nothing", m.rootNotKept())}
+	}
 	live := true
 	if ls, ok := saver.(LiveSaver); ok {
 		if live, err = ls.SavesRunning(ctx); err != nil {
@@ -197,24 +212,35 @@ func (m *Manager) snapshot(ctx context.Context, name string, req SnapshotRequest
 		return state.Snapshot{}, err
 	}
 	defer sb.busy()()
-	target := sb.own.target()
-	env := m.pid1Env(ctx, target)
+	var env []string
+	if saver != nil {
+		env = m.pid1Env(ctx, sb.own.target())
+	}
 	rec := state.Snapshot{Name: req.Name, Image: m.SnapshotRef(req.Name), Sandbox: name, BaseImage: c.Image,
 		Parent: c.Labels[LabelParent], Created: time.Now().UTC(), Note: req.Note, Workspace: req.IncludeWorkspace}
 	if base := c.Labels[LabelBaseImage]; base != "" {
 		rec.BaseImage = base
 	}
+	if saver == nil {
+		rec.Image, rec.WorkspaceOnly = "", true
+	}
 	rec.Profile, _ = json.Marshal(sb.Profile)
 	// Straight through the shell: the lifecycle lock is held, so the
-	// recovery of a lost shell (which takes it) must not run here.
-	if out, err := sb.housekeep(ctx, guest.EnvListScript, scriptTimeout); err == nil {
-		for _, v := range guest.ParseEnvList(out) {
-			rec.Env = append(rec.Env, v.Name)
+	// recovery of a lost shell (which takes it) must not run here. A
+	// snapshot of the workspace alone keeps no variable.
+	if saver != nil {
+		if out, err := sb.housekeep(ctx, guest.EnvListScript, scriptTimeout); err == nil {
+			for _, v := range guest.ParseEnvList(out) {
+				rec.Env = append(rec.Env, v.Name)
+			}
 		}
 	}
 	cleanup := func() {
 		if rec.WorkspaceFile != "" {
 			os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
+		}
+		if saver == nil {
+			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
@@ -229,10 +255,12 @@ func (m *Manager) snapshot(ctx context.Context, name string, req SnapshotRequest
 		}
 		rec.WorkspaceFile, rec.WorkspaceBytes = file, n
 	}
-	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelSnapshot: req.Name, LabelName: name, LabelBaseImage: rec.BaseImage}
-	if err := m.saveImage(ctx, saver, sb, rec.Image, labels, env, live); err != nil {
-		cleanup()
-		return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: %w; nothing was kept", req.Name, name, err)
+	if saver != nil {
+		labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelSnapshot: req.Name, LabelName: name, LabelBaseImage: rec.BaseImage}
+		if err := m.saveImage(ctx, saver, sb, rec.Image, labels, env, live); err != nil {
+			cleanup()
+			return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: %w; nothing was kept", req.Name, name, err)
+		}
 	}
 	if err := store.AddSnapshot(rec); err != nil {
 		cleanup()
@@ -421,7 +449,7 @@ func (m *Manager) Restore(ctx context.Context, snap, name string) (BootInfo, sta
 
 // restore is Restore of a checked name.
 func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, state.Snapshot, error) {
-	_, store, err := m.snapshotter()
+	saver, store, err := m.snapshotter()
 	if err != nil {
 		return BootInfo{}, state.Snapshot{}, err
 	}
@@ -429,8 +457,17 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 	if err != nil {
 		return BootInfo{}, rec, err
 	}
+	if saver == nil && !rec.WorkspaceOnly {
+		return BootInfo{}, rec, fmt.Errorf("%w: snapshot %q is an image (%s) an engine saved, which %s does not run", ErrUnsupported, snap, rec.Image, m.rt.Kind())
+	}
+	image := rec.Image
 	gone := fmt.Errorf("snapshot %q: its image %s is gone from the engine; delete_snapshot it", snap, rec.Image)
-	imageGone := func() bool { ok, err := m.rt.ImageExists(ctx, rec.Image); return err == nil && !ok }
+	if rec.WorkspaceOnly {
+		// Its workspace on the base image the sandbox booted from.
+		image = rec.BaseImage
+		gone = fmt.Errorf("snapshot %q: its base image %s is gone from the engine; the snapshot keeps the workspace only and boots that image", snap, image)
+	}
+	imageGone := func() bool { ok, err := m.rt.ImageExists(ctx, image); return err == nil && !ok }
 	_, undoable := m.rt.(Renamer)
 	if !undoable && imageGone() {
 		return BootInfo{}, rec, gone
@@ -496,12 +533,15 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 		endOld()
 	}
 	prof := m.ProfileFor(name)
-	prof.Image = rec.Image
+	prof.Image = image
 	m.setOverride(name, &bootOverride{prof: prof, labels: map[string]string{LabelParent: snap, LabelBaseImage: rec.BaseImage}})
 	defer m.setOverride(name, nil)
 	// The image was checked above and the workspace volume is kept: the
 	// boot need not look for either.
 	sb, info, err := m.bootLocked(ctx, name, bootReplace)
+	if rec.WorkspaceOnly {
+		info.FreshBase = image
+	}
 	if err != nil {
 		if undo() {
 			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (the commands it ran had ended; its jobs run on)", name, snap, err)
@@ -704,8 +744,15 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapsh
 	if err != nil {
 		return rec, err
 	}
-	if err := saver.RemoveImage(ctx, rec.Image); err != nil && !errors.Is(err, ErrNotFound) {
-		return rec, fmt.Errorf("delete snapshot %q: %w", snap, err)
+	// A snapshot of the workspace alone has no image: its record names
+	// the base image, which is not its to remove.
+	if rec.Image != "" && !rec.WorkspaceOnly {
+		if saver == nil {
+			return rec, fmt.Errorf("delete snapshot %q: %w: its image %s was made by an engine this server does not drive (%s)", snap, ErrUnsupported, rec.Image, m.rt.Kind())
+		}
+		if err := saver.RemoveImage(ctx, rec.Image); err != nil && !errors.Is(err, ErrNotFound) {
+			return rec, fmt.Errorf("delete snapshot %q: %w", snap, err)
+		}
 	}
 	if rec.WorkspaceFile != "" {
 		os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
@@ -753,15 +800,21 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		return BootInfo{}, err
 	}
 	defer os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
-	// The image's tag goes however the clone ends: once booted, the
-	// container holds its root filesystem (an engine that keeps the image
-	// for the container keeps it untagged); before, nothing needs it.
-	defer m.dropCloneImage(ctx, saver, ref)
 	if prof == nil {
 		prof = &srcProf
 	}
 	p := *prof
 	p.Image = ref
+	if saver == nil {
+		// No image of the source: the clone boots its base image.
+		p.Image = base
+	} else {
+		// The image's tag goes however the clone ends: once booted, the
+		// container holds its root filesystem (an engine that keeps the
+		// image for the container keeps it untagged); before, nothing
+		// needs it.
+		defer m.dropCloneImage(ctx, saver, ref)
+	}
 	release, err := m.lockName(ctx, target, "clone")
 	if err != nil {
 		return BootInfo{}, err
@@ -782,6 +835,9 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	m.setOverride(target, &bootOverride{prof: p, labels: map[string]string{LabelBaseImage: base}})
 	defer m.setOverride(target, nil)
 	sb, info, err := m.bootLocked(ctx, target, bootNew)
+	if saver == nil {
+		info.FreshBase = base
+	}
 	if err != nil {
 		m.endIntent(target)
 		return info, err
@@ -868,11 +924,14 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 	if b := c.Labels[LabelBaseImage]; b != "" {
 		base = b
 	}
-	env := m.pid1Env(ctx, sb.own.target())
 	_, file, err := m.saveWorkspace(ctx, sb, key)
 	if err != nil {
 		return Profile{}, "", "", fmt.Errorf("clone %q: save the workspace: %w", source, err)
 	}
+	if saver == nil {
+		return sb.Profile, file, base, nil
+	}
+	env := m.pid1Env(ctx, sb.own.target())
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: target, LabelBaseImage: base}
 	if err := m.saveImage(ctx, saver, sb, ref, labels, env, live); err != nil {
 		os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
@@ -964,7 +1023,9 @@ func (m *Manager) Images(ctx context.Context) ([]ImageEntry, error) {
 	if m.cfg.Snapshots != nil {
 		if all, err := m.cfg.Snapshots.Snapshots(); err == nil {
 			for _, sn := range all {
-				snaps[shortRef(sn.Image)] = sn
+				if sn.Image != "" { // a snapshot of the workspace alone has no image
+					snaps[shortRef(sn.Image)] = sn
+				}
 			}
 		}
 	}

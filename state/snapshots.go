@@ -29,6 +29,11 @@ type Snapshot struct {
 	// Env names the env variables the env tool had set (values stay in
 	// the image).
 	Env []string `json:"env,omitempty"`
+	// WorkspaceOnly is set when the runtime could not save the root
+	// filesystem (it has no image of a running sandbox: Kubernetes): the
+	// snapshot is the workspace tar, Image is empty, and a restore or a
+	// clone boots BaseImage afresh with the workspace loaded.
+	WorkspaceOnly bool `json:"workspace_only,omitempty"`
 }
 
 // ErrSnapshotExists marks a snapshot name in use.

@@ -488,6 +488,10 @@ func Snapshot(ctx context.Context, cfg Config, name, snap string, workspace bool
 	if err != nil {
 		return exitFor(err)
 	}
+	if rec.WorkspaceOnly {
+		fmt.Fprintf(w, "saved %s's workspace as snapshot %s (this runtime keeps no root filesystem: a restore boots %s afresh)\n", name, rec.Name, rec.BaseImage)
+		return nil
+	}
 	fmt.Fprintf(w, "saved %s as snapshot %s (image %s)\n", name, rec.Name, rec.Image)
 	return nil
 }
@@ -499,8 +503,13 @@ func Restore(ctx context.Context, cfg Config, name, snap string, w io.Writer) er
 		return err
 	}
 	defer env.Close()
-	if _, _, err := env.Manager.Restore(ctx, snap, name); err != nil {
+	info, _, err := env.Manager.Restore(ctx, snap, name)
+	if err != nil {
 		return exitFor(err)
+	}
+	if info.FreshBase != "" {
+		fmt.Fprintf(w, "restored %s's workspace from snapshot %s, on %s booted afresh\n", name, snap, info.FreshBase)
+		return nil
 	}
 	fmt.Fprintf(w, "restored %s from snapshot %s\n", name, snap)
 	return nil

@@ -3,13 +3,21 @@ package kube
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
+	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -192,5 +200,161 @@ func TestShellOutlivesAKubeletRestart(t *testing.T) {
 	}
 	if got := podUID(); got != uid {
 		t.Fatalf("the pod was made again (uid %s, then %s): a kubelet's restart leaves it running", uid, got)
+	}
+}
+
+// TestWorkspaceSnapshotsOnKubernetes: a pod's root filesystem cannot be
+// committed, so a snapshot on Kubernetes keeps the workspace and says so,
+// and a restore or a clone boots the base image afresh with that
+// workspace; the snapshot's deletion takes its tar and leaves the base
+// image alone. Through the server's tools, with mcp-go's client.
+func TestWorkspaceSnapshotsOnKubernetes(t *testing.T) {
+	ns, admin, kl, rt := onStandIn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	store, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const base = "localhost/mcp-dev:latest"
+	snapDir := t.TempDir()
+	m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: base},
+		Snapshots: store, SnapshotDir: snapDir, Intents: store, LockDir: t.TempDir()})
+	t.Cleanup(func() {
+		for _, n := range []string{"default", "copy"} {
+			_, _ = m.Destroy(context.Background(), n)
+		}
+		m.Close()
+	})
+	tool := toolsOf(t, m)
+	run := func(name, cmd string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		res, err := m.Exec(ctx, name, shell.Request{Command: cmd, Stdout: &out, Stderr: &errOut, Timeout: time.Minute})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%s in %s: %v %+v %q", cmd, name, err, res, errOut.String())
+		}
+		return out.String()
+	}
+	podUID := func(name string) string {
+		t.Helper()
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(m.ContainerFor(name)), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the pod of %s: %v", name, err)
+		}
+		return string(p.UID)
+	}
+	const probe = "cat /workspace/w.txt; test -e /workspace/n.txt && echo n; test -e /opt/root.txt && echo root; true"
+	run("default", "echo ws1 >/workspace/w.txt && echo r >/opt/root.txt")
+
+	// Without the workspace there is nothing to keep: refused, saying why.
+	if text, data, isErr := tool("snapshot", map[string]any{"snapshot_name": "s1", "include_workspace": false}); !isErr ||
+		!strings.Contains(text, "root filesystem") || !strings.Contains(text, "keep nothing") {
+		t.Fatalf("a snapshot without the workspace: %s %v", text, data)
+	}
+	text, data, isErr := tool("snapshot", map[string]any{"snapshot_name": "s1", "note": "first"})
+	if isErr || data["workspace_only"] != true || data["image"] != "" || data["base_image"] != base || data["workspace"] != true ||
+		!strings.Contains(text, "the workspace only") || !strings.Contains(text, "boots the base image "+base) {
+		t.Fatalf("snapshot: %s %v", text, data)
+	}
+	rec, ok, err := store.Snapshot("s1")
+	if err != nil || !ok || rec.WorkspaceBytes == 0 {
+		t.Fatalf("the snapshot's record: %+v %v %v", rec, ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(snapDir, rec.WorkspaceFile)); err != nil {
+		t.Fatalf("the snapshot's workspace tar: %v", err)
+	}
+	if text, _, isErr := tool("list_snapshots", map[string]any{}); isErr || !strings.Contains(text, "s1") || !strings.Contains(text, "no root filesystem") {
+		t.Fatalf("list_snapshots: %s", text)
+	}
+
+	// Restored: the workspace as it was, the rest of the pod afresh.
+	run("default", "echo ws2 >/workspace/w.txt && echo x >/workspace/n.txt")
+	uid := podUID("default")
+	if text, data, isErr := tool("restore", map[string]any{"snapshot_name": "s1"}); isErr || data["fresh_base"] != base ||
+		!strings.Contains(text, "keeps no root filesystem") {
+		t.Fatalf("restore: %s %v", text, data)
+	}
+	if out := run("default", probe); out != "ws1\n" {
+		t.Fatalf("after the restore: %q, want the snapshot's workspace on a fresh root", out)
+	}
+	if podUID("default") == uid {
+		t.Fatal("the restore kept the old pod")
+	}
+
+	// A clone: a copy of the workspace, on the base image.
+	run("default", "echo r >/opt/root.txt")
+	if text, data, isErr := tool("clone", map[string]any{"source": "default", "target": "copy"}); isErr || data["fresh_base"] != base ||
+		!strings.Contains(text, "a copy of its workspace, on the base image "+base) {
+		t.Fatalf("clone: %s %v", text, data)
+	}
+	if out := run("copy", probe); out != "ws1\n" {
+		t.Fatalf("the clone: %q", out)
+	}
+	run("copy", "echo mine >/workspace/w.txt")
+	if out := run("default", "cat /workspace/w.txt"); out != "ws1\n" {
+		t.Fatalf("the source after its clone wrote: %q", out)
+	}
+	if leftover, _ := filepath.Glob(filepath.Join(snapDir, ".clone-*")); len(leftover) != 0 {
+		t.Fatalf("the clone left its tar: %v", leftover)
+	}
+
+	// Deleted: the tar and the record go; nothing else was the snapshot's.
+	if text, _, isErr := tool("delete_snapshot", map[string]any{"snapshot_name": "s1"}); isErr || !strings.Contains(text, "its workspace tar") {
+		t.Fatalf("delete_snapshot: %s", text)
+	}
+	if _, err := os.Stat(filepath.Join(snapDir, rec.WorkspaceFile)); !os.IsNotExist(err) {
+		t.Fatalf("the tar after the deletion: %v", err)
+	}
+	if text, _, isErr := tool("restore", map[string]any{"snapshot_name": "s1"}); !isErr || !strings.Contains(text, "no such snapshot") {
+		t.Fatalf("a restore of the deleted snapshot: %s", text)
+	}
+}
+
+// toolsOf serves m's tools (every toolset) to an in-process mcp-go
+// client and returns a caller of them: a result's text, its structured
+// content and whether it is an error.
+func toolsOf(t *testing.T, m *sandbox.Manager) func(name string, args map[string]any) (string, map[string]any, bool) {
+	t.Helper()
+	ms, err := mcpserver.New(m, mcpserver.Options{Toolsets: []string{"all"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewInProcessClient(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ClientInfo = mcp.Implementation{Name: "kube-test", Version: "0"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	return func(name string, args map[string]any) (string, map[string]any, bool) {
+		t.Helper()
+		req := mcp.CallToolRequest{}
+		req.Params.Name, req.Params.Arguments = name, args
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		res, err := c.CallTool(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var text strings.Builder
+		for _, ct := range res.Content {
+			if tc, ok := ct.(mcp.TextContent); ok {
+				text.WriteString(tc.Text)
+			}
+		}
+		var data map[string]any
+		if res.StructuredContent != nil {
+			b, _ := json.Marshal(res.StructuredContent)
+			_ = json.Unmarshal(b, &data)
+		}
+		return text.String(), data, res.IsError
 	}
 }
