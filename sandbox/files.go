@@ -301,6 +301,15 @@ type WriteOutcome struct {
 // batch's manifest in the sandbox; the next server removes them with the
 // killed server's commands (guest.SweepScript).
 func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteRequest) ([]WriteOutcome, error) {
+	// Counted until no held file is left: a shutdown meanwhile, or after
+	// a removal that failed, sweeps the sandbox (Manager.quiet).
+	m.batches.Add(1)
+	litter := false
+	defer func() {
+		if !litter {
+			m.batches.Add(-1)
+		}
+	}()
 	outs := make([]WriteOutcome, len(reqs))
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -333,9 +342,13 @@ func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteReque
 		}
 	}
 	if failed {
+		// A hold cut short from outside (the engine, a cancel) may have
+		// left its file half written, and the manifest names it.
+		litter = stop != nil
 		if held {
 			if err := m.batchScript(context.WithoutCancel(ctx), name, "drop the files of a failed batch", guest.DropBatchScript, manifest); err != nil {
 				m.log.Warn("remove the held files of a failed batch", "sandbox", name, "err", err)
+				litter = true
 			}
 		}
 		for i := range outs {
@@ -350,6 +363,7 @@ func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteReque
 			// What was not moved goes; the script said whether anything was.
 			if derr := m.batchScript(context.WithoutCancel(ctx), name, "drop the files of a failed batch", guest.DropBatchScript, manifest); derr != nil {
 				m.log.Warn("remove the held files of a failed batch", "sandbox", name, "err", derr)
+				litter = true
 			}
 			for i := range outs {
 				outs[i].Written, outs[i].Err = Written{Path: outs[i].Path}, err

@@ -128,6 +128,10 @@ type Manager struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	// batches counts batches of writes under way, and those whose held
+	// files could not be removed: while it is not zero, Shutdown sweeps
+	// every sandbox, which removes them (see WriteFiles).
+	batches atomic.Int64
 
 	mu sync.Mutex
 	// profMu guards cfg.Defaults and cfg.Profiles, which SetProfiles
@@ -485,7 +489,9 @@ func (m *Manager) Shutdown() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.endOwnShells(ctx, sb)
+			if !m.quiet(sb) {
+				m.endOwnShells(ctx, sb)
+			}
 		}()
 		go func() {
 			defer m.ending.Done()
@@ -498,6 +504,19 @@ func (m *Manager) Shutdown() {
 
 // shutdownKill bounds how long Shutdown spends ending running commands.
 const shutdownKill = 10 * time.Second
+
+// quiet reports whether closing sb's shells ends all this server runs in
+// it, with no sweep: none of its shells runs a command or holds processes
+// a command left behind, and no batch of writes has files held anywhere.
+// A command-line call that ended then costs no exec at its exit.
+func (m *Manager) quiet(sb *Sandbox) bool {
+	if m.batches.Load() != 0 || !sb.pool.Quiet() {
+		return false
+	}
+	sb.choresMu.Lock()
+	defer sb.choresMu.Unlock()
+	return sb.chores == nil || sb.chores.Quiet()
+}
 
 // endOwnShells kills this server's shells in sb's container and every
 // command they run, at once: closing a busy shell would wait for its

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,4 +202,70 @@ func TestKillWritersSparesLaterCommandsOnEngine(t *testing.T) {
 	waitProcs(t, rt, ctr, "writers live after a kill with a foreign cutoff", func(ps []string) bool {
 		return count(ps, "sleep 982") == 0 && count(ps, "sleep 983") == 0
 	})
+}
+
+// sweepCounter counts the sweeps of this server's shells (guest.SweepScript
+// run through an exec) that a Manager over it runs.
+type sweepCounter struct {
+	sandbox.Runtime
+	n atomic.Int32
+}
+
+func (s *sweepCounter) Exec(ctx context.Context, name string, spec sandbox.ExecSpec) (sandbox.ExecOutput, error) {
+	if len(spec.Argv) > 2 && spec.Argv[2] == guest.SweepScript {
+		s.n.Add(1)
+	}
+	return s.Runtime.Exec(ctx, name, spec)
+}
+
+// serverShells counts the processes in ctr that a server opened as its
+// shells (guest.ShellVar in the environment they started with).
+func serverShells(t *testing.T, rt sandbox.Runtime, ctr string) int {
+	t.Helper()
+	out, err := rt.Exec(context.Background(), ctr, sandbox.ExecSpec{Argv: []string{"sh", "-c",
+		"n=0; for f in /proc/[0-9]*/environ; do grep -q " + guest.ShellVar + "= \"$f\" 2>/dev/null && n=$((n+1)); done; echo $n"}})
+	if err != nil || out.ExitCode != 0 {
+		t.Fatalf("count the servers' shells: %v %s", err, out.Stderr)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out.Stdout)))
+	if err != nil {
+		t.Fatalf("count the servers' shells: %q", out.Stdout)
+	}
+	return n
+}
+
+// TestShutdownSweepsOnlyWhatRuns: a server (a command-line call among
+// them) that exits with nothing running in a sandbox closes its shells,
+// which end, and runs no sweep there: an exec less at every exit. One
+// whose command left a process behind in its shell sweeps, and the
+// process ends with the server.
+func TestShutdownSweepsOnlyWhatRuns(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	rt := &sweepCounter{Runtime: tg.New()}
+	prefix := enginetest.Prefix(t, rt)
+	cfg := sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}}
+	ctr := sandbox.ContainerName(prefix, "q")
+
+	m := sandbox.NewManager(rt, cfg)
+	run(t, m, "q", shell.Request{Command: "echo hi >/tmp/x"})
+	m.Close()
+	if n := rt.n.Load(); n != 0 {
+		t.Fatalf("a server with nothing running swept %d times at its exit", n)
+	}
+	enginetest.WaitFor(t, "the closed server's shells to end", func() error {
+		if n := serverShells(t, rt, ctr); n != 0 {
+			return fmt.Errorf("%d shells of a closed server live on", n)
+		}
+		return nil
+	})
+
+	m = sandbox.NewManager(rt, cfg)
+	if o := run(t, m, "q", shell.Request{Command: "sleep 977 >/dev/null 2>&1 &"}); !o.res.LeftBehind {
+		t.Fatalf("the command left nothing behind: %+v", o.res)
+	}
+	m.Close()
+	if n := rt.n.Load(); n != 1 {
+		t.Fatalf("a server whose shell holds a process a command left swept %d times at its exit, want 1", n)
+	}
+	waitProcs(t, rt, ctr, "the process left behind outlived its server", func(ps []string) bool { return count(ps, "sleep 977") == 0 })
 }

@@ -105,6 +105,16 @@ func (p *Pool) Warm(ctx context.Context) error {
 	return nil
 }
 
+// Quiet reports whether none of the pool's shells runs a command (or is
+// being taken to run one) and none was retired with processes a command
+// left behind: closing the pool's shells then ends everything they
+// started, since an idle shell exits when its input closes.
+func (p *Pool) Quiet() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sem) == 0 && len(p.retired) == 0
+}
+
 // Shells reports how many shells the pool has open, idle or busy.
 func (p *Pool) Shells() int {
 	p.mu.Lock()

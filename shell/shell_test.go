@@ -468,3 +468,40 @@ func TestOpenSaysWhichBoundEndedTheWait(t *testing.T) {
 		t.Fatalf("a call that ends first: want its context's error, got %v", err)
 	}
 }
+
+// TestQuietOnlyWithNothingRunning: a pool is quiet when no command runs
+// in its shells and none left processes behind; a command under way or
+// one that left a process running makes it not quiet.
+func TestQuietOnlyWithNothingRunning(t *testing.T) {
+	p := NewPool(localHost{}, Options{}, 2)
+	t.Cleanup(p.Close)
+	if !p.Quiet() {
+		t.Fatal("a new pool is not quiet")
+	}
+	runPool(t, p, Request{Command: "true"})
+	if !p.Quiet() {
+		t.Fatal("a pool whose command ended is not quiet")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = p.Run(context.Background(), Request{Command: "sleep 1"})
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for p.Quiet() {
+		if time.Now().After(deadline) {
+			t.Fatal("a pool running a command stayed quiet")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-done
+	if !p.Quiet() {
+		t.Fatal("not quiet once the command ended")
+	}
+	if r := runPool(t, p, Request{Command: "sleep 5 >/dev/null 2>&1 &"}); !r.res.LeftBehind {
+		t.Fatalf("the command left nothing behind: %+v", r.res)
+	}
+	if p.Quiet() {
+		t.Fatal("quiet with a process a command left behind in one of its shells")
+	}
+}
