@@ -152,7 +152,7 @@ func (s *Server) handleRestore(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	text := fmt.Sprintf("sandbox %q restored from snapshot %q in %.1f s", name, snap, time.Since(start).Seconds())
 	if info.FreshBase != "" {
-		text += " (its workspace, on the base image " + info.FreshBase + " booted afresh: this runtime keeps no root filesystem)"
+		text += " (its workspace, on the base image " + info.FreshBase + " booted afresh: the snapshot kept no root filesystem)"
 	} else if sn.Workspace {
 		text += " (filesystem and workspace)"
 	} else {

@@ -311,6 +311,14 @@ func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteReque
 		}
 	}()
 	outs := make([]WriteOutcome, len(reqs))
+	if m.closed.Load() {
+		// Shutdown may have judged the sandboxes quiet before the count
+		// above: nothing is held from now on.
+		for i, r := range reqs {
+			outs[i].Path, outs[i].Err = r.Path, ErrClosed
+		}
+		return outs, ErrClosed
+	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	manifest := guest.BatchManifest(m.serverID, hex.EncodeToString(b[:]))
@@ -345,10 +353,12 @@ func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteReque
 		// A hold cut short from outside (the engine, a cancel) may have
 		// left its file half written, and the manifest names it.
 		litter = stop != nil
-		if held {
+		if held || litter {
 			if err := m.batchScript(context.WithoutCancel(ctx), name, "drop the files of a failed batch", guest.DropBatchScript, manifest); err != nil {
 				m.log.Warn("remove the held files of a failed batch", "sandbox", name, "err", err)
 				litter = true
+			} else {
+				litter = false
 			}
 		}
 		for i := range outs {

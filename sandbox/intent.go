@@ -223,7 +223,11 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 		// snapshot's: the old one was removed (an engine that cannot
 		// rename removes it first).
 		if c, err := m.rt.Inspect(ctx, m.ContainerFor(name)); err == nil && !c.Created.IsZero() && c.Created.After(in.Began) {
-			r.said += "; the sandbox runs from the snapshot's image, with its workspace as it was"
+			runs := "the snapshot's image"
+			if rec, ok, _ := m.snapshotOf(in.Snapshot); ok && rec.WorkspaceOnly {
+				runs = "its base image booted afresh (the snapshot kept no root filesystem)"
+			}
+			r.said += "; the sandbox runs from " + runs + ", with its workspace as it was"
 		} else {
 			r.said += "; it was undone: the sandbox is as it was before it"
 		}

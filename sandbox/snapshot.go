@@ -141,6 +141,15 @@ func (m *Manager) snapshotter() (ImageSaver, SnapshotStore, error) {
 	return saver, m.cfg.Snapshots, nil
 }
 
+// snapshotOf returns snapshot snap's record, if this server keeps
+// records and has one.
+func (m *Manager) snapshotOf(snap string) (state.Snapshot, bool, error) {
+	if m.cfg.Snapshots == nil {
+		return state.Snapshot{}, false, nil
+	}
+	return m.cfg.Snapshots.Snapshot(snap)
+}
+
 // rootNotKept says, for an error or a result, that the runtime keeps no
 // root filesystem in a snapshot or clone.
 func (m *Manager) rootNotKept() string {
@@ -468,6 +477,13 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 		gone = fmt.Errorf("snapshot %q: its base image %s is gone from the engine; the snapshot keeps the workspace only and boots that image", snap, image)
 	}
 	imageGone := func() bool { ok, err := m.rt.ImageExists(ctx, image); return err == nil && !ok }
+	if rec.Workspace {
+		// Before anything moves: where the old container cannot be put
+		// back, a tar found missing later would cost its root filesystem.
+		if fi, err := os.Stat(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile)); err != nil || !fi.Mode().IsRegular() {
+			return BootInfo{}, rec, fmt.Errorf("snapshot %q: its saved workspace (%s) is gone from %s; delete_snapshot it", snap, rec.WorkspaceFile, m.cfg.SnapshotDir)
+		}
+	}
 	_, undoable := m.rt.(Renamer)
 	if !undoable && imageGone() {
 		return BootInfo{}, rec, gone
@@ -570,7 +586,11 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 			return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (the commands it ran had ended; its jobs run on)", name, snap, err)
 		}
 		m.forgetJobs(name)
-		return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox runs from the snapshot's image with its workspace as it was", name, snap, err)
+		runs := "the snapshot's image"
+		if rec.WorkspaceOnly {
+			runs = "its base image booted afresh"
+		}
+		return info, rec, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox runs from %s with its workspace as it was", name, snap, err, runs)
 	}
 	in.Phase = intentStaged
 	if err := m.putIntent(in); err != nil {

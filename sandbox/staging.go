@@ -153,6 +153,9 @@ func (m *Manager) adoptSnapshots(ctx context.Context) {
 	}
 	lister, ok := m.rt.(ImageLister)
 	if !ok {
+		// No images to adopt (Kubernetes keeps workspace tars alone), but
+		// a killed snapshot's tar may be there all the same.
+		m.removeOrphanTars(store)
 		return
 	}
 	imgs, err := lister.ListImages(ctx)

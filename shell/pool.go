@@ -48,8 +48,13 @@ type Pool struct {
 	// spare is set while a spare shell is being opened (see keepSpare);
 	// life ends with Close and bounds that.
 	spare bool
-	life  context.Context
-	end   context.CancelFunc
+	// unclean is set once a shell was dropped after a command was sent
+	// to it (a stream cut, a shell that died or would not end): its
+	// process on the machine, and the command, may run on (see Quiet).
+	// The command may not have begun; a sweep then finds nothing.
+	unclean bool
+	life    context.Context
+	end     context.CancelFunc
 }
 
 // NewPool returns a pool of at most size shells (DefaultPoolSize if size <= 0).
@@ -106,13 +111,14 @@ func (p *Pool) Warm(ctx context.Context) error {
 }
 
 // Quiet reports whether none of the pool's shells runs a command (or is
-// being taken to run one) and none was retired with processes a command
-// left behind: closing the pool's shells then ends everything they
-// started, since an idle shell exits when its input closes.
+// being taken to run one), none was retired with processes a command
+// left behind, and none was dropped after a command was sent to it:
+// closing the pool's shells then ends everything they started, since an
+// idle shell exits when its input closes.
 func (p *Pool) Quiet() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.sem) == 0 && len(p.retired) == 0
+	return len(p.sem) == 0 && len(p.retired) == 0 && !p.unclean
 }
 
 // Shells reports how many shells the pool has open, idle or busy.
@@ -222,6 +228,9 @@ func (p *Pool) runOn(ctx context.Context, sh *Shell, req Request, queued time.Du
 	}
 	switch {
 	case err != nil || res.ShellLost || sh.Dead():
+		p.mu.Lock()
+		p.unclean = true
+		p.mu.Unlock()
 		p.release(sh, true)
 	case res.LeftBehind || res.Stray > 0:
 		p.retire(sh)

@@ -240,6 +240,9 @@ func Open(ctx context.Context, host Host, opts Options) (*Shell, error) {
 	if opts.Gate != nil {
 		if err := opts.Gate(octx); err != nil {
 			s.abandon()
+			if ctx.Err() == nil && octx.Err() != nil {
+				return nil, fmt.Errorf("%w: the check before the shell's first use did not end within %s: %w", ErrOpenTimeout, timeout, err)
+			}
 			return nil, err
 		}
 	}

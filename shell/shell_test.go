@@ -504,4 +504,15 @@ func TestQuietOnlyWithNothingRunning(t *testing.T) {
 	if p.Quiet() {
 		t.Fatal("quiet with a process a command left behind in one of its shells")
 	}
+
+	// A shell lost under a command (here it kills the shell; a cut
+	// stream leaves the far end running) keeps the pool from being quiet.
+	lost := NewPool(localHost{}, Options{}, 2)
+	t.Cleanup(lost.Close)
+	if r := runPool(t, lost, Request{Command: "kill -KILL $$"}); !r.res.ShellLost {
+		t.Fatalf("the shell was not lost: %+v", r.res)
+	}
+	if lost.Quiet() {
+		t.Fatal("quiet after a shell was lost under a command")
+	}
 }

@@ -3,6 +3,8 @@ package kube
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -272,7 +274,7 @@ func TestWorkspaceSnapshotsOnKubernetes(t *testing.T) {
 	run("default", "echo ws2 >/workspace/w.txt && echo x >/workspace/n.txt")
 	uid := podUID("default")
 	if text, data, isErr := tool("restore", map[string]any{"snapshot_name": "s1"}); isErr || data["fresh_base"] != base ||
-		!strings.Contains(text, "keeps no root filesystem") {
+		!strings.Contains(text, "kept no root filesystem") {
 		t.Fatalf("restore: %s %v", text, data)
 	}
 	if out := run("default", probe); out != "ws1\n" {
@@ -297,6 +299,43 @@ func TestWorkspaceSnapshotsOnKubernetes(t *testing.T) {
 	}
 	if leftover, _ := filepath.Glob(filepath.Join(snapDir, ".clone-*")); len(leftover) != 0 {
 		t.Fatalf("the clone left its tar: %v", leftover)
+	}
+
+	// A snapshot whose tar went is refused before the pod is touched:
+	// the pod cannot be put back once removed.
+	if _, err := m.Snapshot(ctx, "default", sandbox.SnapshotRequest{Name: "s2", IncludeWorkspace: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec2, _, err := store.Snapshot("s2")
+	if err != nil || os.Remove(filepath.Join(snapDir, rec2.WorkspaceFile)) != nil {
+		t.Fatalf("remove s2's tar: %+v %v", rec2, err)
+	}
+	uid = podUID("default")
+	if text, _, isErr := tool("restore", map[string]any{"snapshot_name": "s2"}); !isErr || !strings.Contains(text, "is gone") {
+		t.Fatalf("a restore of a snapshot whose tar went: %s", text)
+	}
+	if podUID("default") != uid || run("default", "cat /opt/root.txt") != "r\n" {
+		t.Fatal("a refused restore touched the pod")
+	}
+	if _, err := m.DeleteSnapshot(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A tar a killed snapshot left, with no record, goes when a server
+	// starts.
+	sum := sha256.Sum256([]byte("s3"))
+	orphan := filepath.Join(snapDir, "s3-"+hex.EncodeToString(sum[:4])+".workspace.tar") // as a snapshot names its tar
+	if err := os.WriteFile(orphan, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m2 := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: base},
+		Snapshots: store, SnapshotDir: snapDir, Intents: store, LockDir: t.TempDir()})
+	defer m2.Close()
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("the orphaned tar after a server started: %v", err)
 	}
 
 	// Deleted: the tar and the record go; nothing else was the snapshot's.
