@@ -484,9 +484,11 @@ func (m *Manager) Shutdown() {
 	m.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownKill)
 	defer cancel()
+	// Every sweep is counted before any sandbox waits for them: a quiet
+	// sandbox's is done at once, and an Add after a Wait began races.
 	var wg sync.WaitGroup
+	wg.Add(len(sbs))
 	for _, sb := range sbs {
-		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			if !m.quiet(sb) {
