@@ -302,7 +302,10 @@ type WriteOutcome struct {
 // killed server's commands (guest.SweepScript).
 func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteRequest) ([]WriteOutcome, error) {
 	// Counted until no held file is left: a shutdown meanwhile, or after
-	// a removal that failed, sweeps the sandbox (Manager.quiet).
+	// a removal that failed, sweeps the sandbox (Manager.quiet). Counted
+	// before any hold: a hold after Shutdown began fails in Get, which
+	// refuses a closed Manager, so Shutdown either sees the count or
+	// nothing is held.
 	m.batches.Add(1)
 	litter := false
 	defer func() {
@@ -311,14 +314,6 @@ func (m *Manager) WriteFiles(ctx context.Context, name string, reqs []WriteReque
 		}
 	}()
 	outs := make([]WriteOutcome, len(reqs))
-	if m.closed.Load() {
-		// Shutdown may have judged the sandboxes quiet before the count
-		// above: nothing is held from now on.
-		for i, r := range reqs {
-			outs[i].Path, outs[i].Err = r.Path, ErrClosed
-		}
-		return outs, ErrClosed
-	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	manifest := guest.BatchManifest(m.serverID, hex.EncodeToString(b[:]))
