@@ -15,6 +15,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/inprocess"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -34,21 +35,7 @@ func connect(t *testing.T, f Sandboxes, opts Options) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.NewInProcessClient(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	s := &session{t: t, c: c}
+	s := &session{t: t, c: inprocess.Connect(t, ms, "test")}
 	s.refresh()
 	return s
 }

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/inprocess"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/mcpserver"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -359,20 +359,7 @@ func toolsOf(t *testing.T, m *sandbox.Manager) func(name string, args map[string
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.NewInProcessClient(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ClientInfo = mcp.Implementation{Name: "kube-test", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	c := inprocess.Connect(t, ms, "kube-test")
 	return func(name string, args map[string]any) (string, map[string]any, bool) {
 		t.Helper()
 		req := mcp.CallToolRequest{}
