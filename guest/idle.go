@@ -15,20 +15,26 @@ const ActivityFile = "/var/lib/sandbox-mcp/active"
 const TouchActivity = `{ : >` + ActivityFile + `; } 2>/dev/null || { mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile + `; }`
 
 // WatchdogCommand is the sandbox's main process when it has an idle TTL
-// or an end of life (until, non-zero: a child sandbox's TTL). A child
-// process checks every interval whether ActivityFile is older than ttl
-// (0: never idle) or the clock has passed until, and then exits with
-// ExitIdle or ExitLifetime; the main process, waiting for it, then exits
-// with the same code (a stop's signal ends it with 0), which stops the container
-// and frees its memory, whether or not a server is running. A later first
-// use starts the container again (a server destroys an expired child
-// instead). The main process forks nothing after the start, so a fork bomb
-// that fills the sandbox's process table cannot end it (dash exits when a
-// fork fails): if the checker dies that way, the main process stays up,
-// blocked on a fifo, and the sandbox only loses its idle stop. The checker
-// decides only on clock readings it really got: a reading lost to a failed
-// fork inside a command substitution skips the check, never stops a
-// sandbox in use.
+// or an end of life (until, non-zero: a child sandbox's TTL). Every
+// interval it checks whether ActivityFile has gone untouched for ttl (0:
+// never idle) or the clock has passed until, and then exits with ExitIdle
+// or ExitLifetime (a stop's signal ends it with 0), which stops the
+// container and frees its memory, whether or not a server is running. A
+// later first use starts the container again (a server destroys an
+// expired child instead).
+//
+// A fork bomb that fills the sandbox's process table must not take the
+// watchdog with it, so where the image's shell allows, the main process
+// forks nothing after its start: bash (or a shell with $EPOCHSECONDS and
+// `read -t`, as busybox's ash) reads the clock from a variable, waits on
+// a fifo's read with a timeout, and tells a touch of ActivityFile by
+// comparing its time with a file it writes itself (`-nt`), all builtins
+// (watchdogLoop). Elsewhere (dash alone) a child process does the checks
+// with date, sleep and stat; if a full table kills it, the main process
+// stays up, blocked on the fifo, and the sandbox only loses its idle stop
+// and end of life. Either way a check decides only on clock readings it
+// really got: a lost reading skips the check, never stops a sandbox in
+// use.
 func WatchdogCommand(ttl, interval time.Duration, until time.Time) []string {
 	secs := func(d time.Duration) string { return strconv.Itoa(max(1, int(d.Round(time.Second)/time.Second))) }
 	t, end := "0", "0"
@@ -51,10 +57,51 @@ const (
 	ExitLifetime = 4 // past its end of life
 )
 
+// ActivitySeenFile is where the fork-free watchdog keeps the time of the
+// last touch of ActivityFile it saw: it writes the file when it sees one
+// (ActivityFile newer than it), and counts the idle time from then.
+const ActivitySeenFile = ActivityFile + ".seen"
+
+// watchdogLoop is the watchdog's fork-free form, run as the main process
+// itself (eval'd by a shell that has $EPOCHSECONDS, or exec'd as `bash
+// -c`) with the watchdog's arguments. Every command in it is a builtin:
+// the clock is $EPOCHSECONDS (bash 5, busybox ash) or bash's printf -v
+// with %(%s)T (bash 4.2 on); the wait between checks is a `read -t` of
+// the fifo, open for reading and writing on fd 3 so that it never sees an
+// end; a touch of ActivityFile shows as a time newer than
+// ActivitySeenFile's, which the loop writes with `: >` on seeing one
+// (busybox's -nt compares whole seconds, so a touch within the second of
+// that write goes unseen; the server marks a sandbox in use every third of
+// its TTL, and the next mark is seen). It holds no single quote: the
+// launcher keeps it in a single-quoted variable.
+const watchdogLoop = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; seen=` + ActivitySeenFile + `; fifo=${f%/*}/watchdog.fifo
+trap "exit 0" TERM INT
+exec 3<>"$fifo"
+clock() { now=${EPOCHSECONDS:-}; [ -n "$now" ] || printf -v now "%(%s)T" -1 2>/dev/null || now=; }
+: >"$seen"; last=
+while :; do
+  clock
+  case $now in ""|*[!0-9]*) ;; *)
+    if [ "$until" -gt 0 ] && [ "$now" -ge "$until" ]; then exit 4; fi
+    if [ -z "$last" ] || [ "$f" -nt "$seen" ] || [ ! -e "$f" ]; then last=$now; : >"$seen"; fi
+    if [ "$ttl" -gt 0 ] && [ $((now - last)) -ge "$ttl" ]; then exit 3; fi;;
+  esac
+  read -r -t "$every" _ <&3
+done`
+
+// watchdogScript starts the watchdog: it marks the sandbox in use, makes
+// the fifo, and runs watchdogLoop where the shell can (in place when it
+// has $EPOCHSECONDS, else through bash when the image has it); otherwise
+// it forks the checker loop and waits for it.
 const watchdogScript = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
 mkdir -p "${f%/*}" && : >"$f"
 rm -f "$fifo"; mkfifo "$fifo" 2>/dev/null
 trap 'exit 0' TERM INT
+w='` + watchdogLoop + `'
+if [ -p "$fifo" ]; then
+  if [ -n "${EPOCHSECONDS:-}" ]; then eval "$w"; fi
+  if command -v bash >/dev/null 2>&1; then exec bash -c "$w" sandbox-mcp-watchdog "$@"; fi
+fi
 (
   while :; do
     now=$(date +%s) || continue

@@ -11,18 +11,65 @@ import (
 	"time"
 )
 
-// watchdogOnHost starts the watchdog script with its activity file moved
-// to a temporary directory and PATH starting with bin.
-func watchdogOnHost(t *testing.T, bin string, ttl, every string, until ...string) (*exec.Cmd, <-chan error) {
-	t.Helper()
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh on this host")
+// watchdogShell is one way the watchdog script runs: through the
+// image's sh, which hands the loop to bash, runs it itself (busybox's ash)
+// or, with neither, forks the checker loop (dash with no bash on PATH).
+type watchdogShell struct {
+	name string
+	// argv runs the script; bare is true when PATH must hold only the
+	// test's bin directory and the tools the forking checker needs, so
+	// that the script finds no bash.
+	argv     []string
+	bare     bool
+	forkFree bool
+}
+
+var watchdogShells = []watchdogShell{
+	{name: "bash", argv: []string{"sh"}, forkFree: true},
+	{name: "busybox", argv: []string{"busybox", "sh"}, forkFree: true},
+	{name: "forking", argv: []string{"dash"}, bare: true},
+}
+
+// forEachWatchdogShell runs test once per watchdogShell the host has.
+func forEachWatchdogShell(t *testing.T, test func(t *testing.T, sh watchdogShell)) {
+	t.Parallel()
+	for _, sh := range watchdogShells {
+		t.Run(sh.name, func(t *testing.T) {
+			if _, err := exec.LookPath(sh.argv[0]); err != nil {
+				t.Skipf("no %s on this host (CI's set-up installs busybox-static)", sh.argv[0])
+			}
+			t.Parallel()
+			test(t, sh)
+		})
 	}
-	dir := t.TempDir()
+}
+
+// watchdogOnHost starts the watchdog script with its activity file moved
+// to dir/active, in shell sh, with PATH starting with bin (or, for a bare
+// shell, made of bin and links to the forking checker's tools).
+func watchdogOnHost(t *testing.T, sh watchdogShell, dir, bin string, ttl, every string, until ...string) (*exec.Cmd, <-chan error) {
+	t.Helper()
 	argv := WatchdogCommand(time.Second, time.Second, time.Time{})
 	script := strings.ReplaceAll(argv[2], ActivityFile, filepath.Join(dir, "active"))
-	cmd := exec.Command("sh", append([]string{"-c", script, "sandbox-mcp-watchdog", ttl, every}, until...)...)
-	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	path := bin + string(os.PathListSeparator) + os.Getenv("PATH")
+	if sh.bare {
+		for _, tool := range []string{"date", "sleep", "stat", "mkdir", "rm", "mkfifo"} {
+			if _, err := os.Lstat(filepath.Join(bin, tool)); err == nil {
+				continue // the test's own
+			}
+			p, err := exec.LookPath(tool)
+			if err != nil {
+				t.Skipf("no %s on this host", tool)
+			}
+			if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path = bin
+	}
+	name, _ := exec.LookPath(sh.argv[0])
+	cmd := exec.Command(name, append(append(sh.argv[1:], "-c", script, "sandbox-mcp-watchdog", ttl, every), until...)...)
+	cmd.Env = append(os.Environ(), "PATH="+path)
 	// A group of its own: the cleanup ends the checker loop the script
 	// forks too, not only the main process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -49,80 +96,181 @@ func exitCode(err error) int {
 // TestWatchdogStopsWhenIdle: with nothing touching the activity file, the
 // main process exits with ExitIdle after the TTL.
 func TestWatchdogStopsWhenIdle(t *testing.T) {
-	_, done := watchdogOnHost(t, t.TempDir(), "1", "1")
-	select {
-	case err := <-done:
-		if exitCode(err) != ExitIdle {
-			t.Fatalf("the idle watchdog ended with %v, want exit %d", err, ExitIdle)
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		_, done := watchdogOnHost(t, sh, t.TempDir(), t.TempDir(), "1", "1")
+		select {
+		case err := <-done:
+			if exitCode(err) != ExitIdle {
+				t.Fatalf("the idle watchdog ended with %v, want exit %d", err, ExitIdle)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watchdog did not stop an idle sandbox")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the watchdog did not stop an idle sandbox")
-	}
+	})
 }
 
-// TestWatchdogLostReadingIsNotIdle: when the checker cannot read the
-// activity file's time (in a full process table the fork inside the
+// TestWatchdogTouchedIsNotIdle: touches of the activity file more often
+// than the TTL keep the sandbox up past several TTLs; once they stop, the
+// watchdog stops it after the TTL, not before.
+func TestWatchdogTouchedIsNotIdle(t *testing.T) {
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		dir := t.TempDir()
+		_, done := watchdogOnHost(t, sh, dir, t.TempDir(), "3", "1")
+		active := filepath.Join(dir, "active")
+		for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
+			select {
+			case err := <-done:
+				t.Fatalf("the watchdog stopped a sandbox touched every 500ms (%v)", err)
+			case <-time.After(500 * time.Millisecond):
+			}
+			now := time.Now()
+			if err := os.Chtimes(active, now, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := time.Now()
+		select {
+		case err := <-done:
+			if exitCode(err) != ExitIdle {
+				t.Fatalf("the idle watchdog ended with %v, want exit %d", err, ExitIdle)
+			}
+			// Whole seconds on both ends (busybox's -nt, date +%s).
+			if idle := time.Since(last); idle < 2*time.Second {
+				t.Fatalf("the watchdog stopped the sandbox %s after its last touch; its TTL is 3s", idle)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watchdog did not stop the sandbox once the touches stopped")
+		}
+	})
+}
+
+// TestWatchdogForksNothing: where the shell allows, the watchdog's main
+// process starts no process once it runs (so a full process table cannot
+// end it): date, sleep and stat on PATH are never run, it has no child
+// at any look, and it stops an idle sandbox all the same.
+func TestWatchdogForksNothing(t *testing.T) {
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		if !sh.forkFree {
+			t.Skip("this shell has no builtin clock or timed read; its checker forks")
+		}
+		dir, bin := t.TempDir(), t.TempDir()
+		ran := filepath.Join(dir, "ran")
+		for _, tool := range []string{"date", "sleep", "stat"} {
+			if err := os.WriteFile(filepath.Join(bin, tool), []byte("#!/bin/sh\necho "+tool+" >>"+ran+"\nexit 1\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd, done := watchdogOnHost(t, sh, dir, bin, "3", "1")
+		pid := strconv.Itoa(cmd.Process.Pid)
+		looks := 0
+		for {
+			select {
+			case err := <-done:
+				if exitCode(err) != ExitIdle {
+					t.Fatalf("the watchdog ended with %v, want exit %d", err, ExitIdle)
+				}
+				if b, _ := os.ReadFile(ran); len(b) > 0 {
+					t.Fatalf("the watchdog ran %q", b)
+				}
+				if looks == 0 {
+					t.Fatal("the watchdog's children were never looked at")
+				}
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := os.Stat(filepath.Join(dir, "active.seen")); err != nil {
+				continue // still starting (mkdir, rm and mkfifo fork)
+			}
+			b, err := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children")
+			if err != nil {
+				continue // ended meanwhile, or no children list here
+			}
+			looks++
+			if kids := strings.Fields(string(b)); len(kids) > 0 {
+				t.Fatalf("the watchdog has children %v", kids)
+			}
+		}
+	})
+}
+
+// TestWatchdogLostReadingIsNotIdle: when the forking checker cannot read
+// the activity file's time (in a full process table the fork inside the
 // command substitution fails; here stat kills that subshell, the same
 // outcome), it skips the check instead of taking the empty reading as
 // "never used" and stopping a sandbox in use.
 func TestWatchdogLostReadingIsNotIdle(t *testing.T) {
-	bin := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bin, "stat"), []byte("#!/bin/sh\nkill -9 $PPID\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, done := watchdogOnHost(t, bin, "100", "1")
-	select {
-	case err := <-done:
-		t.Fatalf("the watchdog stopped a sandbox in use (%v) after a lost reading", err)
-	case <-time.After(3500 * time.Millisecond): // three checks
-	}
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		if sh.forkFree {
+			t.Skip("the fork-free loop reads no time through a process")
+		}
+		bin := t.TempDir()
+		if err := os.WriteFile(filepath.Join(bin, "stat"), []byte("#!/bin/sh\nkill -9 $PPID\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, done := watchdogOnHost(t, sh, t.TempDir(), bin, "100", "1")
+		select {
+		case err := <-done:
+			t.Fatalf("the watchdog stopped a sandbox in use (%v) after a lost reading", err)
+		case <-time.After(3500 * time.Millisecond): // three checks
+		}
+	})
 }
 
 // TestWatchdogEndOfLife: with no idle TTL and an end of life, the main
 // process keeps running while the sandbox is idle and exits with
 // ExitLifetime once the clock passes the end.
 func TestWatchdogEndOfLife(t *testing.T) {
-	until := time.Now().Add(3 * time.Second)
-	_, done := watchdogOnHost(t, t.TempDir(), "0", "1", strconv.FormatInt(until.Unix(), 10))
-	select {
-	case err := <-done:
-		if exitCode(err) != ExitLifetime {
-			t.Fatalf("the watchdog ended with %v, want exit %d", err, ExitLifetime)
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		until := time.Now().Add(3 * time.Second)
+		_, done := watchdogOnHost(t, sh, t.TempDir(), t.TempDir(), "0", "1", strconv.FormatInt(until.Unix(), 10))
+		select {
+		case err := <-done:
+			if exitCode(err) != ExitLifetime {
+				t.Fatalf("the watchdog ended with %v, want exit %d", err, ExitLifetime)
+			}
+			if time.Now().Before(until.Truncate(time.Second)) {
+				t.Fatal("the watchdog ended its sandbox before its end of life")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watchdog did not stop a sandbox past its end of life")
 		}
-		if time.Now().Before(until.Truncate(time.Second)) {
-			t.Fatal("the watchdog ended its sandbox before its end of life")
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the watchdog did not stop a sandbox past its end of life")
-	}
+	})
 }
 
 // TestWatchdogStoppedExitsZero: a stop's signal ends the watchdog with
 // 0, which tells a stop by a person or a server from its own.
 func TestWatchdogStoppedExitsZero(t *testing.T) {
-	cmd, done := watchdogOnHost(t, t.TempDir(), "100", "1")
-	// Its trap is set before it forks the checker, but after it runs
-	// mkdir, rm and mkfifo: a child alone does not say the trap is set.
-	// A grandchild does: only the checker forks (date, sleep).
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if hasGrandchild(cmd.Process.Pid) {
-			break
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		dir := t.TempDir()
+		cmd, done := watchdogOnHost(t, sh, dir, t.TempDir(), "100", "1")
+		// Its trap is set before it runs its loop, but after it runs
+		// mkdir, rm and mkfifo: a child alone does not say the trap is
+		// set. The fork-free loop writes the seen file after its own
+		// trap; the forking checker's children (date, sleep) say it forked.
+		ready := func() bool {
+			if sh.forkFree {
+				_, err := os.Stat(filepath.Join(dir, "active.seen"))
+				return err == nil
+			}
+			return hasGrandchild(cmd.Process.Pid)
 		}
-		if time.Now().After(deadline) {
-			t.Skip("no /proc children list to tell when the watchdog has forked")
+		for deadline := time.Now().Add(30 * time.Second); !ready(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Skip("no /proc children list to tell when the watchdog has forked")
+			}
 		}
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if exitCode(err) != 0 {
-			t.Fatalf("a stopped watchdog ended with %v, want exit 0", err)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the watchdog did not end on SIGTERM")
-	}
+		select {
+		case err := <-done:
+			if exitCode(err) != 0 {
+				t.Fatalf("a stopped watchdog ended with %v, want exit 0", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watchdog did not end on SIGTERM")
+		}
+	})
 }
 
 // hasGrandchild tells whether a child of pid has a child of its own,
@@ -143,10 +291,20 @@ func hasGrandchild(pid int) bool {
 // TestWatchdogOffNeverStops: with no idle TTL and no end of life, the
 // watchdog never stops the sandbox.
 func TestWatchdogOffNeverStops(t *testing.T) {
-	_, done := watchdogOnHost(t, t.TempDir(), "0", "1", "0")
-	select {
-	case err := <-done:
-		t.Fatalf("the watchdog stopped a sandbox with no TTL (%v)", err)
-	case <-time.After(2500 * time.Millisecond):
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		_, done := watchdogOnHost(t, sh, t.TempDir(), t.TempDir(), "0", "1", "0")
+		select {
+		case err := <-done:
+			t.Fatalf("the watchdog stopped a sandbox with no TTL (%v)", err)
+		case <-time.After(2500 * time.Millisecond):
+		}
+	})
+}
+
+// TestWatchdogLoopHasNoSingleQuote: the launcher keeps the fork-free loop
+// in a single-quoted variable.
+func TestWatchdogLoopHasNoSingleQuote(t *testing.T) {
+	if strings.Contains(watchdogLoop, "'") {
+		t.Fatal("watchdogLoop holds a single quote")
 	}
 }

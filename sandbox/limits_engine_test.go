@@ -145,6 +145,70 @@ func TestForkBombOnEngine(t *testing.T) {
 	}
 }
 
+// TestIdleStopWithAFullTableOnEngine: a sandbox whose process table a
+// bomb keeps full, and that nobody uses, still stops itself after its idle
+// TTL: its watchdog forks nothing once it runs, so the bomb cannot end it.
+// The stop ends the bomb, and the next use boots the sandbox again.
+func TestIdleStopWithAFullTableOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			destroyAtEnd := bombTest(t, rt)
+			// The watchdog checks every TTL/10: a checker that forks
+			// (date, sleep) meets a full table at its first check after
+			// the bomb filled it, long before the TTL is up.
+			const box, idleTTL = "idlebomb", 30 * time.Second
+			m := limitsManager(t, tg, enginetest.Prefix(t, rt), map[string]sandbox.Profile{box: {Pids: 64, CPUs: bombCPUs, IdleTTL: idleTTL.String()}})
+			destroyAtEnd(m, box)
+			ctx := context.Background()
+			run(t, m, box, shell.Request{Command: "true"})
+			if in, err := m.Status(ctx, box); err != nil || in.Limits.Pids != 64 {
+				// Never run a bomb the sandbox does not bound: it fills the host's table.
+				t.Skipf("the engine here enforces no pids limit (%+v, %v; a rootless engine on cgroup v1 cannot)", in.Limits, err)
+			}
+			ctr := m.ContainerFor(box)
+			run(t, m, box, shell.Request{Command: "(" + refillingBomb + ") </dev/null >/dev/null 2>&1 &"})
+			full := tableFull(rt, ctr)
+			enginetest.WaitFor(t, "the bomb to fill the table", full)
+			filled := time.Now()
+			// Nothing uses the sandbox from here on: the server's last
+			// mark follows the bomb's call, so the TTL runs out about
+			// 30 s after it. The bound is the guard against a hang.
+			var c sandbox.Container
+			enginetest.WaitFor(t, "the idle sandbox to stop itself with its table full", func() error {
+				var err error
+				if c, err = rt.Inspect(ctx, ctr); err != nil {
+					return err
+				}
+				if c.Running() {
+					if err := full(); err != nil {
+						t.Logf("the table is not full now: %v", err)
+					}
+					return errors.New("it runs")
+				}
+				return nil
+			})
+			if by := sandbox.StoppedBy(c); by != "idle" {
+				t.Fatalf("the sandbox stopped with exit %d at %s (stopped by %q), want its watchdog's idle stop", c.ExitCode, c.Finished, by)
+			}
+			if c.Finished.Before(filled.Add(idleTTL / 5)) {
+				t.Fatalf("the sandbox stopped at %s, %s after the table filled: too soon for its watchdog to have checked twice in a full table",
+					c.Finished.Format(time.TimeOnly), c.Finished.Sub(filled).Round(time.Millisecond))
+			}
+			t.Logf("stopped idle %s after the table filled", c.Finished.Sub(filled).Round(time.Second))
+			if o := run(t, m, box, shell.Request{Command: "pgrep -c sleep || true"}); strings.TrimSpace(o.stdout) != "0" {
+				t.Fatalf("after the idle stop and a new boot, %s sleeps of the bomb's run", strings.TrimSpace(o.stdout))
+			}
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			if _, err := m.Destroy(dctx, box); err != nil {
+				t.Errorf("destroy the bomb's sandbox: %v", err)
+			}
+		})
+	}
+}
+
 // hostFree is the free space of the filesystem holding dir.
 func hostFree(t *testing.T, dir string) int64 {
 	var s syscall.Statfs_t
