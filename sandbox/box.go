@@ -60,7 +60,14 @@ type Sandbox struct {
 	// volume is the workspace volume (volumeOf).
 	volume string
 	limits Limits
-	notice atomic.Pointer[string]
+	// inspected is the container as the boot's inspect found it when the
+	// boot adopted it running (zero otherwise): its disk watcher and host
+	// view start from it rather than from inspects of their own.
+	inspected Container
+	// caLabel is the container's LabelCA as the boot found it, when the
+	// boot did not create it.
+	caLabel string
+	notice  atomic.Pointer[string]
 
 	// agent is the channel into the sandbox (agent.go), started on use.
 	agent agentConn

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
@@ -181,25 +182,70 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 // controlSoon starts sb's agent when sb has the control socket or an
 // egress proxy, and installs the egress CA, as work of the sandbox: the
 // boot returns (and its lifecycle lock goes: other servers adopting it and
-// job tools reading logs wait for nothing) while it runs, and commands
-// wait for it (awaitControl), so that sandbox-ctl is there and the socket
-// and the proxy served when the first one runs. A failure is logged: the
-// sandbox works without it (an allowlist sandbox without a way out).
-func (m *Manager) controlSoon(sb *Sandbox) {
+// job tools reading logs wait for nothing) while it runs. Commands wait
+// for it (awaitControl), so that sandbox-ctl is there and the socket and
+// the proxy served when the first one runs; booted says how the boot
+// found the sandbox, and two cases wait for less:
+//   - a running sandbox adopted without an egress proxy: a server before
+//     this one linked sandbox-ctl there, and a sandbox-ctl that finds the
+//     socket not served yet waits for it (ctl's socketWait), so the first
+//     command after a server's restart does not wait for an agent it does
+//     not use;
+//   - a container this server did not create, whose LabelCA is this
+//     server's CA: the CA is in its trust stores since its first boot, and
+//     the install, which checks that, runs a few seconds later, not
+//     waited for.
+//
+// A failure is logged: the sandbox works without it (an allowlist sandbox
+// without a way out).
+func (m *Manager) controlSoon(sb *Sandbox, booted BootInfo) {
 	if m.controlFor(sb.Name) == nil && sb.egress.mode != egress.ModeAllowlist {
 		close(sb.controlled)
 		return
 	}
+	gate := true
+	if booted.Adopted && sb.egress.mode != egress.ModeAllowlist {
+		close(sb.controlled)
+		gate = false
+	}
+	caThere := !booted.Created && sb.caLabel != "" && sb.caLabel == m.caPrint()
+	waited := gate // read by the work alone once it runs
 	if !sb.Go(func(ctx context.Context) {
-		defer close(sb.controlled)
+		var ca sync.WaitGroup
+		if caThere {
+			// Put back if it went, once the first commands are served:
+			// meanwhile its chore shell would only slow their start.
+			ca.Go(func() {
+				select {
+				case <-time.After(caRecheckAfter):
+					m.installCA(ctx, sb) // egress.go
+				case <-ctx.Done():
+				}
+			})
+		} else {
+			// The CA goes in through a chore shell while the agent starts
+			// through an exec of its own: neither waits for the other.
+			ca.Go(func() { m.installCA(ctx, sb) })
+		}
 		if _, err := m.agentOf(ctx, sb); err != nil {
 			m.log.Warn("start the agent for the control socket and the egress proxy", "sandbox", sb.Name, "err", err)
 		}
-		m.installCA(ctx, sb) // egress.go
-	}) {
+		if waited && caThere {
+			close(sb.controlled)
+			waited = false
+		}
+		ca.Wait()
+		if waited {
+			close(sb.controlled)
+		}
+	}) && gate {
 		close(sb.controlled)
 	}
 }
+
+// caRecheckAfter is how long after a boot that found the CA in place
+// (LabelCA) the install runs all the same.
+const caRecheckAfter = 3 * time.Second
 
 // controlWait bounds how long a command waits for its sandbox's agent to
 // start: past it, the command runs, and its connections out fail until

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -554,6 +556,23 @@ exit 0`
 // script runs in the framing shell, which its exit and set must not touch.
 func caRun(pem, mark string) string {
 	return "(set -- " + shellQuote(pem) + " " + shellQuote(mark) + "\n" + caScript + "\n)"
+}
+
+// LabelCA records, on an allowlist container, the print (caPrint) of the
+// CA its creator installed in it at its first boot. The trust stores are
+// in the container's root filesystem, so a later boot of the same
+// container by a server with the same CA finds it there: its commands
+// need not wait for the install (controlSoon), which runs all the same.
+const LabelCA = "io.sandbox-mcp.ca"
+
+// caPrint names this server's egress CA: the first 16 hex digits of its
+// certificate's SHA-256 ("" without a CA).
+func (m *Manager) caPrint() string {
+	if m.cfg.CA == nil {
+		return ""
+	}
+	sum := sha256.Sum256(m.cfg.CA.CertPEM())
+	return hex.EncodeToString(sum[:8])
 }
 
 // installCA puts the host's CA in allowlist sandbox sb's trust stores.

@@ -3,7 +3,10 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -108,20 +111,22 @@ func TestEgressOnEngine(t *testing.T) {
 			prefix := enginetest.Prefix(t, rt)
 			elog := &egress.Log{Dir: t.TempDir()}
 			warnings := &lockedBuffer{}
-			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Resolver: res, ChannelRoot: filepath.Join(t.TempDir(), "chan"),
+			cfg := sandbox.Config{Prefix: prefix, Resolver: res, ChannelRoot: filepath.Join(t.TempDir(), "chan"),
 				Logger: slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn})), EgressLog: elog, CA: ca, UpstreamRoots: roots,
 				Defaults: sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist, Intercept: []string{"example.com"},
 					Allow: []string{up, "loop.test", "meta.test", fmt.Sprintf("%s/32:%d", host, port),
 						fmt.Sprintf("example.com:%d", tlsPort), fmt.Sprintf("%s/32:%d", host, tlsPort)}},
-				Profiles: map[string]sandbox.Profile{"wide": {Network: egress.ModeOpen}, "shut": {Network: egress.ModeNone}}})
+				Profiles: map[string]sandbox.Profile{"wide": {Network: egress.ModeOpen}, "shut": {Network: egress.ModeNone}}}
+			m := sandbox.NewManager(rt, cfg)
 			t.Cleanup(m.Close)
 			ctx := context.Background()
 
-			curl := func(name, args string) string {
+			curlOn := func(m *sandbox.Manager, name, args string) string {
 				t.Helper()
 				o := run(t, m, name, shell.Request{Command: "curl -sS --max-time 60 " + args + " 2>&1; echo \" [exit $?]\""})
 				return o.stdout
 			}
+			curl := func(name, args string) string { t.Helper(); return curlOn(m, name, args) }
 			for _, c := range []struct{ what, args string }{
 				{"plain HTTP", "http://" + up + "/plain"},
 				{"CONNECT", "-p http://" + up + "/tunnel"},
@@ -336,6 +341,31 @@ EOF`})
 			if after := run(t, m, "box", shell.Request{Command: agentPID}).stdout; after == before || after == "" {
 				t.Fatalf("the agent was not started again: %q then %q", before, after)
 			}
+
+			// A second server adopts the running sandbox. Its container
+			// carries the print of the CA its creator installed, this
+			// one's, so the first command does not wait for the install;
+			// it still waits for the agent, so the proxy and the CA are
+			// there for it. The install runs a little later all the
+			// same, and puts back the CA file that went meanwhile.
+			c, err := rt.Inspect(ctx, m.ContainerFor("box"))
+			sum := sha256.Sum256(ca.CertPEM())
+			if err != nil || c.Labels[sandbox.LabelCA] != hex.EncodeToString(sum[:8]) {
+				t.Fatalf("the container's CA label: %q (%v), want the CA's print %x", c.Labels[sandbox.LabelCA], err, sum[:8])
+			}
+			const caFile = "/usr/local/share/ca-certificates/sandbox-mcp-egress.crt"
+			run(t, m, "box", shell.Request{Command: "rm " + caFile})
+			m2 := sandbox.NewManager(rt, cfg)
+			t.Cleanup(m2.Close)
+			if got := curlOn(m2, "box", fmt.Sprintf("https://example.com:%d/tls", tlsPort)); !strings.Contains(got, "/tls") || !strings.Contains(got, "[exit 0]") {
+				t.Fatalf("the first command of a server that adopted the sandbox, over TLS to an intercepted host: %q", got)
+			}
+			enginetest.WaitFor(t, "the adopting server to put the CA file back", func() error {
+				if o := run(t, m2, "box", shell.Request{Command: "test -s " + caFile}); o.res.ExitCode != 0 {
+					return errors.New("not there")
+				}
+				return nil
+			})
 		})
 	}
 }

@@ -260,7 +260,7 @@ func (m *Manager) bootLocked(ctx context.Context, name string, mode bootMode) (*
 	if binfo.Created || binfo.Started {
 		m.refreshHostsSoon() // network.go
 	}
-	m.controlSoon(sb) // children.go
+	m.controlSoon(sb, binfo) // children.go
 	return sb, binfo, nil
 }
 
@@ -281,6 +281,28 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	own := m.newOwner(name)
 	c, err := Container{}, error(ErrNotFound)
 	var early *shell.Pool // a shell opened while the inspect runs
+	// An allowlist sandbox with a channel, just made or found running:
+	// its agent starts while the first shell opens, and the sandbox's
+	// first agentOf (its controlSoon, after the boot) takes it: the boot
+	// does not wait for it, and the first command waits less.
+	var earlyAgent chan *agentConn
+	stopEarly := context.CancelFunc(func() {})
+	startEarly := func(id, egressAt, channelAt string) {
+		if earlyAgent != nil || id == "" || egressAt != egress.ModeAllowlist || !validChannelDir(channelAt) {
+			return
+		}
+		ectx, cancel := context.WithCancel(m.life)
+		earlyAgent, stopEarly = make(chan *agentConn, 1), cancel
+		go func(ch chan<- *agentConn) { ch <- m.earlyAgent(ectx, id, channelAt) }(earlyAgent)
+	}
+	defer func() {
+		if earlyAgent != nil { // the boot failed before it passed it on
+			stopEarly() // ends its exec: no wait for its hello
+			if a := <-earlyAgent; a != nil {
+				a.c.Close()
+			}
+		}
+	}()
 	spare := false
 	var handed *agentConn // a claimed spare's running agent
 	defer func() {
@@ -307,7 +329,11 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		// into a paused container blocks dockerd's hold on it.
 		c, err = m.inspectOwned(ctx, name)
 	default:
-		c, early, err = m.inspectWithShell(ctx, own)
+		// A running sandbox of ours: its agent starts once the inspect
+		// says so (by the ID it read), while the shell still opens.
+		c, early, err = m.inspectWithShell(ctx, own, func(c Container) {
+			startEarly(c.ID, egressMode(c), c.Labels[LabelChannel])
+		})
 	}
 	var lim Limits
 	egressAt, channelAt := "", ""
@@ -347,23 +373,8 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	if spare {
 		info.Created, info.Adopted, info.Spare = true, false, true
 	}
-	// An allowlist sandbox just made, with a channel: its agent starts
-	// while the first shell opens, and the sandbox's first agentOf (its
-	// controlSoon, after the boot) takes it: the boot does not wait for it.
-	var earlyAgent chan *agentConn
-	stopEarly := context.CancelFunc(func() {})
-	if info.Created && !spare && createdID != "" && egressAt == egress.ModeAllowlist && validChannelDir(channelAt) {
-		ectx, cancel := context.WithCancel(m.life)
-		earlyAgent, stopEarly = make(chan *agentConn, 1), cancel
-		go func(ch chan<- *agentConn) { ch <- m.earlyAgent(ectx, createdID, channelAt) }(earlyAgent)
-		defer func() {
-			if earlyAgent != nil { // the boot failed before it passed it on
-				cancel() // ends its exec: no wait for its hello
-				if a := <-earlyAgent; a != nil {
-					a.c.Close()
-				}
-			}
-		}()
+	if info.Created && !spare {
+		startEarly(createdID, egressAt, channelAt)
 	}
 	pool := early
 	switch {
@@ -388,6 +399,12 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	sb.own = own
 	sb.newChores = func() *shell.Pool { return m.newChorePool(own) }
 	sb.limits = lim
+	if info.Adopted {
+		sb.inspected = c
+	}
+	if !info.Created {
+		sb.caLabel = c.Labels[LabelCA]
+	}
 	sb.volume = m.volumeOf(name, c)
 	if info.Created && !spare {
 		sb.volume = createdVol
@@ -433,7 +450,9 @@ func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
 // shell is held at its gate, with nothing written to it, until the inspect
 // shows the container is ours and running; otherwise it is dropped and
 // nil returned. Later shells of the pool check for themselves (owner.go).
-func (m *Manager) inspectWithShell(ctx context.Context, own *owner) (Container, *shell.Pool, error) {
+// ours is called with the container as soon as the inspect shows it is
+// ours and running, before the wait for the shell.
+func (m *Manager) inspectWithShell(ctx context.Context, own *owner, ours func(Container)) (Container, *shell.Pool, error) {
 	verdict := make(chan error, 1)
 	own.expect(verdict)
 	pool := m.newPool(own)
@@ -444,6 +463,7 @@ func (m *Manager) inspectWithShell(ctx context.Context, own *owner) (Container, 
 	if ok {
 		own.record(c)
 		verdict <- nil
+		ours(c)
 	} else {
 		verdict <- errors.New("the container is not a running sandbox of ours")
 	}

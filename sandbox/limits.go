@@ -301,7 +301,10 @@ func (m *Manager) startGuard(sb *Sandbox) {
 			targets = append(targets, diskguard.Target{What: what, Dir: dir, Limit: size, LimitText: lim.Disk})
 		}
 		if lim.Rootfs == MechWatcher {
-			dir, err := ud.RootfsDir(ctx, sb.Container)
+			dir, err := sb.inspected.UpperDir, error(nil)
+			if dir == "" {
+				dir, err = ud.RootfsDir(ctx, sb.Container)
+			}
 			add("the root filesystem", dir, err)
 		}
 		if lim.Workspace == MechWatcher {
@@ -311,7 +314,7 @@ func (m *Manager) startGuard(sb *Sandbox) {
 		if len(targets) == 0 || ctx.Err() != nil {
 			return
 		}
-		hk := m.hostKiller(sb.Container)
+		hk := m.hostKiller(sb.Container, sb.inspected.PID)
 		g := diskguard.Start(diskguard.Options{
 			Sandbox: sb.Name, Targets: targets, Logger: m.log,
 			Kill: func(ctx context.Context) error {
@@ -342,15 +345,21 @@ type hostKiller struct {
 	log    *slog.Logger
 }
 
-func (m *Manager) hostKiller(ctr string) *hostKiller {
+func (m *Manager) hostKiller(ctr string, known int) *hostKiller {
 	hp, ok := m.rt.(HostPIDs)
 	if !ok {
 		return &hostKiller{}
 	}
 	hk := &hostKiller{log: m.log, lookup: func(ctx context.Context) (*hostkill.Container, error) {
-		pid, err := hp.InitPID(ctx, ctr)
-		if err != nil {
-			return nil, err
+		// The first lookup may start from the PID the boot's inspect
+		// read (known); a restart since makes it fail, and the next
+		// lookup asks the engine.
+		pid, err := known, error(nil)
+		known = 0
+		if pid <= 1 {
+			if pid, err = hp.InitPID(ctx, ctr); err != nil {
+				return nil, err
+			}
 		}
 		return hostkill.Open(pid)
 	}}

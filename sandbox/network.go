@@ -162,6 +162,9 @@ func (m *Manager) placeAs(ctx context.Context, mode, alias string, spec *RunSpec
 			for k, v := range ProxyEnv() {
 				spec.Env[k] = v
 			}
+			if p := m.caPrint(); p != "" {
+				spec.Labels[LabelCA] = p // egress.go
+			}
 			m.addChannel(spec) // channel.go
 		}
 		return

@@ -169,6 +169,14 @@ type Container struct {
 	Networks []Attachment
 	// NoNetwork is set for a container made with network "none".
 	NoNetwork bool
+	// UpperDir is the overlay upper directory of its root filesystem and
+	// PID its main process's ID, as the engine's inspect reported them
+	// ("" and 0 where it did not): paths and IDs of the engine's host,
+	// which only a runtime implementing UsageDirs or HostPIDs vouches for
+	// as this host's. A boot that inspected the container passes them on
+	// rather than asking the engine again.
+	UpperDir string
+	PID      int
 }
 
 // Attachment is a container's place on one network.

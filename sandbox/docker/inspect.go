@@ -3,6 +3,7 @@ package docker
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -22,7 +23,11 @@ type inspectJSON struct {
 		StartedAt  string `json:"StartedAt"`
 		FinishedAt string `json:"FinishedAt"`
 		ExitCode   int    `json:"ExitCode"`
+		Pid        int    `json:"Pid"`
 	} `json:"State"`
+	GraphDriver struct {
+		Data map[string]string `json:"Data"`
+	} `json:"GraphDriver"`
 	Config struct {
 		Image  string            `json:"Image"`
 		Labels map[string]string `json:"Labels"`
@@ -64,6 +69,12 @@ func ParseInspect(data []byte) ([]sandbox.Container, error) {
 		}
 		if c.Image == "" {
 			c.Image = r.ImageName
+		}
+		if c.State == sandbox.StateRunning && r.State.Pid > 1 {
+			c.PID = r.State.Pid
+		}
+		if dir := r.GraphDriver.Data["UpperDir"]; filepath.IsAbs(dir) {
+			c.UpperDir = dir
 		}
 		if c.State == sandbox.StateStopped {
 			c.Finished = parseTime(r.State.FinishedAt)
