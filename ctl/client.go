@@ -80,8 +80,10 @@ func Call(ctx context.Context, path, method string, params any, stdout, stderr i
 }
 
 // socketWait is how long a client waits for a socket that is not there
-// yet: the host starts serving it just after the sandbox boots.
-const socketWait = 5 * time.Second
+// yet: the host starts serving it just after the sandbox boots, and a
+// server that adopts a running sandbox (after a restart) lets commands
+// run while its agent starts, which a loaded engine can take seconds for.
+const socketWait = 10 * time.Second
 
 func dial(ctx context.Context, path string) (net.Conn, error) {
 	var d net.Dialer
