@@ -328,6 +328,9 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		// No shell before the container is known to run: docker's exec
 		// into a paused container blocks dockerd's hold on it.
 		c, err = m.inspectOwned(ctx, name)
+		if err == nil && c.Running() {
+			startEarly(c.ID, egressMode(c), c.Labels[LabelChannel])
+		}
 	default:
 		// A running sandbox of ours: its agent starts once the inspect
 		// says so (by the ID it read), while the shell still opens.
