@@ -29,7 +29,7 @@ const TouchActivity = `{ : >` + ActivityFile + `; } 2>/dev/null || { mkdir -p /v
 // `read -t`, as busybox's ash) reads the clock from a variable, waits on
 // a fifo's read with a timeout, and tells a touch of ActivityFile by
 // comparing its time with a file it writes itself (`-nt`), all builtins
-// (watchdogLoop). Elsewhere (dash alone) a child process does the checks
+// (watchdogLoop). Elsewhere (dash alone, bash before 4.2) a child process does the checks
 // with date, sleep and stat; if a full table kills it, the main process
 // stays up, blocked on the fifo, and the sandbox only loses its idle stop
 // and end of life. Either way a check decides only on clock readings it
@@ -72,9 +72,11 @@ const ActivitySeenFile = ActivityFile + ".seen"
 // ActivitySeenFile's, which the loop writes with `: >` on seeing one
 // (busybox's -nt compares whole seconds, so a touch within the second of
 // that write goes unseen; the server marks a sandbox in use every third of
-// its TTL, and the next mark is seen). It holds no single quote: the
-// launcher keeps it in a single-quoted variable.
-const watchdogLoop = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; seen=` + ActivitySeenFile + `; fifo=${f%/*}/watchdog.fifo
+// its TTL, and the next mark is seen; and busybox's -nt is false when the
+// second file is missing, so a missing ActivitySeenFile counts as a touch,
+// as a missing ActivityFile does). It holds no single quote: the launcher
+// keeps it in a single-quoted variable.
+const watchdogLoop = `set +eu; ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; seen=` + ActivitySeenFile + `; fifo=${f%/*}/watchdog.fifo
 trap "exit 0" TERM INT
 exec 3<>"$fifo"
 clock() { now=${EPOCHSECONDS:-}; [ -n "$now" ] || printf -v now "%(%s)T" -1 2>/dev/null || now=; }
@@ -83,24 +85,31 @@ while :; do
   clock
   case $now in ""|*[!0-9]*) ;; *)
     if [ "$until" -gt 0 ] && [ "$now" -ge "$until" ]; then exit 4; fi
-    if [ -z "$last" ] || [ "$f" -nt "$seen" ] || [ ! -e "$f" ]; then last=$now; : >"$seen"; fi
+    if [ -z "$last" ] || [ "$f" -nt "$seen" ] || [ ! -e "$f" ] || [ ! -e "$seen" ]; then last=$now; : >"$seen"; fi
     if [ "$ttl" -gt 0 ] && [ $((now - last)) -ge "$ttl" ]; then exit 3; fi;;
   esac
   read -r -t "$every" _ <&3
 done`
 
 // watchdogScript starts the watchdog: it marks the sandbox in use, makes
-// the fifo, and runs watchdogLoop where the shell can (in place when it
-// has $EPOCHSECONDS, else through bash when the image has it); otherwise
-// it forks the checker loop and waits for it.
+// the fifo, and runs watchdogLoop where the shell can: in place when it
+// has $EPOCHSECONDS and `read -t` (busybox's ash; dash with the variable
+// in its environment has no `read -t`), else through bash when the image
+// has one that reads the clock without a fork (4.2 on), exec'd in place
+// through env, which keeps the environment's BASH_ENV and shell options
+// (a `set -e` there would end the loop at its first timed read) from it.
+// Otherwise it forks the checker loop and waits for it.
 const watchdogScript = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
 mkdir -p "${f%/*}" && : >"$f"
 rm -f "$fifo"; mkfifo "$fifo" 2>/dev/null
 trap 'exit 0' TERM INT
 w='` + watchdogLoop + `'
 if [ -p "$fifo" ]; then
-  if [ -n "${EPOCHSECONDS:-}" ]; then eval "$w"; fi
-  if command -v bash >/dev/null 2>&1; then exec bash -c "$w" sandbox-mcp-watchdog "$@"; fi
+  if [ -n "${EPOCHSECONDS:-}" ] && { read -t 1 _ </dev/null; [ $? -eq 1 ]; } 2>/dev/null; then eval "$w"; fi
+  if command -v bash >/dev/null 2>&1 && command -v env >/dev/null 2>&1 &&
+    env -u BASH_ENV -u ENV -u SHELLOPTS -u BASHOPTS bash -c '[ -n "${EPOCHSECONDS:-}" ] || printf -v n "%(%s)T" -1' >/dev/null 2>&1; then
+    exec env -u BASH_ENV -u ENV -u SHELLOPTS -u BASHOPTS bash -c "$w" sandbox-mcp-watchdog "$@"
+  fi
 fi
 (
   while :; do

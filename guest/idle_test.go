@@ -110,8 +110,9 @@ func TestWatchdogStopsWhenIdle(t *testing.T) {
 }
 
 // TestWatchdogTouchedIsNotIdle: touches of the activity file more often
-// than the TTL keep the sandbox up past several TTLs; once they stop, the
-// watchdog stops it after the TTL, not before.
+// than the TTL keep the sandbox up past several TTLs, also once the
+// watchdog's own file of the last touch seen is removed; once they stop,
+// the watchdog stops it after the TTL, not before.
 func TestWatchdogTouchedIsNotIdle(t *testing.T) {
 	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
 		dir := t.TempDir()
@@ -126,6 +127,11 @@ func TestWatchdogTouchedIsNotIdle(t *testing.T) {
 			now := time.Now()
 			if err := os.Chtimes(active, now, now); err != nil {
 				t.Fatal(err)
+			}
+			if time.Until(end) < 5*time.Second {
+				// Its own file gone (a user's rm -rf of the directory, say)
+				// must not make the touches go unseen.
+				_ = os.Remove(filepath.Join(dir, "active.seen"))
 			}
 		}
 		last := time.Now()
@@ -306,5 +312,46 @@ func TestWatchdogOffNeverStops(t *testing.T) {
 func TestWatchdogLoopHasNoSingleQuote(t *testing.T) {
 	if strings.Contains(watchdogLoop, "'") {
 		t.Fatal("watchdogLoop holds a single quote")
+	}
+}
+
+// TestWatchdogIgnoresTheEnvironment: an image's environment cannot turn
+// the watchdog against its sandbox: a BASH_ENV that sets -e (which would
+// end the loop at its first timed read) and an EPOCHSECONDS in dash's
+// environment (whose read has no -t, so the loop would spin) leave it
+// stopping an idle sandbox after its TTL and not before.
+func TestWatchdogIgnoresTheEnvironment(t *testing.T) {
+	for _, tool := range []string{"dash", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s on this host", tool)
+		}
+	}
+	dir := t.TempDir()
+	rc := filepath.Join(dir, "rc")
+	if err := os.WriteFile(rc, []byte("set -e\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	argv := WatchdogCommand(time.Second, time.Second, time.Time{})
+	script := strings.ReplaceAll(argv[2], ActivityFile, filepath.Join(dir, "active"))
+	cmd := exec.Command("dash", "-c", script, "sandbox-mcp-watchdog", "3", "1", "0")
+	cmd.Env = append(os.Environ(), "BASH_ENV="+rc, "EPOCHSECONDS=1", "SHELLOPTS=errexit")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	select {
+	case err := <-done:
+		if exitCode(err) != ExitIdle {
+			t.Fatalf("the watchdog ended with %v after %s, want exit %d after its TTL", err, time.Since(start).Round(time.Millisecond), ExitIdle)
+		}
+		if took := time.Since(start); took < 2*time.Second {
+			t.Fatalf("the watchdog stopped an idle sandbox %s after its start; its TTL is 3s", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the watchdog did not stop an idle sandbox")
 	}
 }
