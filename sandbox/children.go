@@ -186,15 +186,19 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 // for it (awaitControl), so that sandbox-ctl is there and the socket and
 // the proxy served when the first one runs; booted says how the boot
 // found the sandbox, and two cases wait for less:
-//   - a running sandbox adopted without an egress proxy: a server before
-//     this one linked sandbox-ctl there, and a sandbox-ctl that finds the
+//   - a running sandbox adopted without an egress proxy: the agent of the
+//     server that booted it linked sandbox-ctl there (unless that server
+//     died before its agent started), and a sandbox-ctl that finds the
 //     socket not served yet waits for it (ctl's socketWait), so the first
 //     command after a server's restart does not wait for an agent it does
 //     not use;
 //   - a container this server did not create, whose LabelCA is this
 //     server's CA: the CA is in its trust stores since its first boot, and
 //     the install, which checks that, runs a few seconds later, not
-//     waited for.
+//     waited for. The label is set at the create, so a creator killed
+//     before its install ran leaves it on a container without the CA: the
+//     next server's commands then fail TLS to intercepted hosts until its
+//     install, caRecheckAfter later.
 //
 // A failure is logged: the sandbox works without it (an allowlist sandbox
 // without a way out).

@@ -342,12 +342,14 @@ EOF`})
 				t.Fatalf("the agent was not started again: %q then %q", before, after)
 			}
 
-			// A second server adopts the running sandbox. Its container
-			// carries the print of the CA its creator installed, this
-			// one's, so the first command does not wait for the install;
-			// it still waits for the agent, so the proxy and the CA are
-			// there for it. The install runs a little later all the
-			// same, and puts back the CA file that went meanwhile.
+			// The server exits (its agent, and so the proxy, with it), and
+			// a new one adopts the running sandbox. The container carries
+			// the print of the CA its creator installed, this one's, so
+			// the first command does not wait for the install; it still
+			// waits for the new server's agent, so the proxy is there for
+			// it, and the CA in the trust store since the first boot. The
+			// install runs a little later all the same, and puts back the
+			// CA file that went meanwhile.
 			c, err := rt.Inspect(ctx, m.ContainerFor("box"))
 			sum := sha256.Sum256(ca.CertPEM())
 			if err != nil || c.Labels[sandbox.LabelCA] != hex.EncodeToString(sum[:8]) {
@@ -355,6 +357,17 @@ EOF`})
 			}
 			const caFile = "/usr/local/share/ca-certificates/sandbox-mcp-egress.crt"
 			run(t, m, "box", shell.Request{Command: "rm " + caFile})
+			m.Close()
+			enginetest.WaitFor(t, "the closed server's agent to end", func() error {
+				o, err := rt.Exec(ctx, c.ID, sandbox.ExecSpec{Argv: []string{"sh", "-c", agentPID}})
+				if err != nil {
+					return err
+				}
+				if pid := strings.TrimSpace(string(o.Stdout)); pid != "" {
+					return fmt.Errorf("agent %s runs", pid)
+				}
+				return nil
+			})
 			m2 := sandbox.NewManager(rt, cfg)
 			t.Cleanup(m2.Close)
 			if got := curlOn(m2, "box", fmt.Sprintf("https://example.com:%d/tls", tlsPort)); !strings.Contains(got, "/tls") || !strings.Contains(got, "[exit 0]") {

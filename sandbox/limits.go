@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -314,7 +315,7 @@ func (m *Manager) startGuard(sb *Sandbox) {
 		if len(targets) == 0 || ctx.Err() != nil {
 			return
 		}
-		hk := m.hostKiller(sb.Container, sb.inspected.PID)
+		hk := m.hostKiller(sb.Container, sb.inspected)
 		g := diskguard.Start(diskguard.Options{
 			Sandbox: sb.Name, Targets: targets, Logger: m.log,
 			Kill: func(ctx context.Context) error {
@@ -345,18 +346,21 @@ type hostKiller struct {
 	log    *slog.Logger
 }
 
-func (m *Manager) hostKiller(ctr string, known int) *hostKiller {
+func (m *Manager) hostKiller(ctr string, seen Container) *hostKiller {
 	hp, ok := m.rt.(HostPIDs)
 	if !ok {
 		return &hostKiller{}
 	}
+	known := seen.PID
 	hk := &hostKiller{log: m.log, lookup: func(ctx context.Context) (*hostkill.Container, error) {
 		// The first lookup may start from the PID the boot's inspect
-		// read (known); a restart since makes it fail, and the next
-		// lookup asks the engine.
+		// read (seen), if that process is still in the container's
+		// cgroup, whose path names the container's ID: after a restart
+		// the PID may be another's. Otherwise, and on later lookups, the
+		// engine is asked.
 		pid, err := known, error(nil)
 		known = 0
-		if pid <= 1 {
+		if pid <= 1 || !inCgroupOf(pid, seen.ID) {
 			if pid, err = hp.InitPID(ctx, ctr); err != nil {
 				return nil, err
 			}
@@ -371,6 +375,16 @@ func (m *Manager) hostKiller(ctr string, known int) *hostKiller {
 		hk.get(ctx)
 	}()
 	return hk
+}
+
+// inCgroupOf reports whether process pid of this host is in a cgroup
+// whose path holds container ID id (as docker's and podman's do).
+func inCgroupOf(pid int, id string) bool {
+	if len(id) < 12 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	return err == nil && strings.Contains(string(b), id)
 }
 
 // get returns the container, looking it up when unknown; mu is held.
