@@ -271,10 +271,14 @@ func (a *agentState) listenEgress(port int, channel string) error {
 }
 
 // holdEgress serves the proxy on ln, and while the address is another's,
-// tries to take it every ctlRecheck, until the session ends.
+// tries to take it, until the session ends: soon at first (the holder is
+// most often the agent of a server that just died, on its way out), then
+// every ctlRecheck.
 func (a *agentState) holdEgress(addr string, ln net.Listener) {
+	wait := egressRetryFirst
 	for {
 		if ln != nil {
+			wait = egressRetryFirst
 			go func() {
 				<-a.sess.CloseChan()
 				ln.Close()
@@ -291,11 +295,16 @@ func (a *agentState) holdEgress(addr string, ln net.Listener) {
 		select {
 		case <-a.sess.CloseChan():
 			return
-		case <-time.After(ctlRecheck):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, ctlRecheck)
 		ln, _ = net.Listen("tcp", addr)
 	}
 }
+
+// egressRetryFirst is the first wait before another try at a proxy port
+// that was taken; each wait doubles up to ctlRecheck.
+const egressRetryFirst = 25 * time.Millisecond
 
 // relayEgress carries one proxy connection to the server: handed over
 // its channel where it has one (the server takes nothing else there),
