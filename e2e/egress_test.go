@@ -175,6 +175,23 @@ func TestEgressEndToEnd(t *testing.T) {
 	if out, code := runExit(t, tg, append([]string{"net", "nosuch"}, common...)...); code != 3 {
 		t.Fatalf("sandbox-mcp net of a missing sandbox: %d %q", code, out)
 	}
+
+	// Both servers killed (SIGKILL), as a client's crash leaves them: the
+	// next server's first command in the sandbox goes out through the
+	// proxy, which its own agent serves by then (the dead servers' agents
+	// held the port until their streams ended).
+	for _, q := range []*proc{p, p2} {
+		if err := q.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		q.waitExit(t)
+	}
+	p3 := startProc(t, tg, prefix, stateDir, append(egressFlags, "--toolsets", "all")...)
+	s3 := &server{cs: p3.cs}
+	r = s3.call(t, "exec", map[string]any{"sandbox": "box", "command": "curl -sS --max-time 60 http://" + up + "/after-kill"})
+	if r.isError || !strings.Contains(r.text, "hello-from-upstream /after-kill") || !strings.Contains(r.text, "adopted") {
+		t.Fatalf("the first command of a server started after the others were killed: %s", r.text)
+	}
 }
 
 // TestEgressPolicyReload: the config file's allowlist changed while a
