@@ -275,14 +275,20 @@ func (a *agentState) listenEgress(port int, channel string) error {
 // most often the agent of a server that just died, on its way out), then
 // every ctlRecheck.
 func (a *agentState) holdEgress(addr string, ln net.Listener) {
+	// The wait grows with every try and is not reset when a listener
+	// fails: a listener that keeps failing (out of descriptors) is tried
+	// again at most every ctlRecheck.
 	wait := egressRetryFirst
 	for {
 		if ln != nil {
-			wait = egressRetryFirst
-			go func() {
-				<-a.sess.CloseChan()
-				ln.Close()
-			}()
+			served := make(chan struct{})
+			go func(ln net.Listener) {
+				select {
+				case <-a.sess.CloseChan():
+					ln.Close()
+				case <-served:
+				}
+			}(ln)
 			for {
 				c, err := ln.Accept()
 				if err != nil {
@@ -290,6 +296,7 @@ func (a *agentState) holdEgress(addr string, ln net.Listener) {
 				}
 				go a.relayEgress(c)
 			}
+			close(served)
 			ln.Close()
 		}
 		select {

@@ -11,8 +11,11 @@ const ActivityFile = "/var/lib/sandbox-mcp/active"
 
 // TouchActivity marks the sandbox as in use. The usual path forks
 // nothing: a sandbox whose process table is full (a fork bomb) is still
-// marked, so its watchdog never takes it for idle.
-const TouchActivity = `{ : >` + ActivityFile + `; } 2>/dev/null || { mkdir -p /var/lib/sandbox-mcp && : >` + ActivityFile + `; }`
+// marked, so its watchdog never takes it for idle. The writes go through
+// `command`, so that one that fails (the directory removed) is a failed
+// command, not the end of the shell (a redirection of a special builtin
+// that fails ends a POSIX shell), and the directory is made again.
+const TouchActivity = `command : 2>/dev/null >` + ActivityFile + ` || { mkdir -p /var/lib/sandbox-mcp && command : >` + ActivityFile + `; }`
 
 // WatchdogCommand is the sandbox's main process when it has an idle TTL
 // or an end of life (until, non-zero: a child sandbox's TTL). Every
@@ -74,19 +77,23 @@ const ActivitySeenFile = ActivityFile + ".seen"
 // that write goes unseen; the server marks a sandbox in use every third of
 // its TTL, and the next mark is seen; and busybox's -nt is false when the
 // second file is missing, so a missing ActivitySeenFile counts as a touch,
-// as a missing ActivityFile does). It holds no single quote: the launcher
-// keeps it in a single-quoted variable.
-const watchdogLoop = `set +eu; ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; seen=` + ActivitySeenFile + `; fifo=${f%/*}/watchdog.fifo
+// as a missing ActivityFile does; and the idle time must pass the TTL by
+// more than a second, which busybox's whole seconds can lose). Its writes
+// go through `command`, so that one that fails (the directory removed by a
+// user) does not end the shell, which a POSIX shell does for a failed
+// redirection of a special builtin. It holds no single quote: the
+// launcher keeps it in a single-quoted variable.
+const watchdogLoop = `set +euC; ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; seen=` + ActivitySeenFile + `; fifo=${f%/*}/watchdog.fifo
 trap "exit 0" TERM INT
 exec 3<>"$fifo"
 clock() { now=${EPOCHSECONDS:-}; [ -n "$now" ] || printf -v now "%(%s)T" -1 2>/dev/null || now=; }
-: >"$seen"; last=
+command : 2>/dev/null >"$seen"; last=
 while :; do
   clock
   case $now in ""|*[!0-9]*) ;; *)
     if [ "$until" -gt 0 ] && [ "$now" -ge "$until" ]; then exit 4; fi
-    if [ -z "$last" ] || [ "$f" -nt "$seen" ] || [ ! -e "$f" ] || [ ! -e "$seen" ]; then last=$now; : >"$seen"; fi
-    if [ "$ttl" -gt 0 ] && [ $((now - last)) -ge "$ttl" ]; then exit 3; fi;;
+    if [ -z "$last" ] || [ "$f" -nt "$seen" ] || [ ! -e "$f" ] || [ ! -e "$seen" ]; then last=$now; command : 2>/dev/null >"$seen"; fi
+    if [ "$ttl" -gt 0 ] && [ $((now - last)) -gt "$ttl" ]; then exit 3; fi;;
   esac
   read -r -t "$every" _ <&3
 done`
@@ -96,19 +103,22 @@ done`
 // has $EPOCHSECONDS and `read -t` (busybox's ash; dash with the variable
 // in its environment has no `read -t`), else through bash when the image
 // has one that reads the clock without a fork (4.2 on), exec'd in place
-// through env, which keeps the environment's BASH_ENV and shell options
-// (a `set -e` there would end the loop at its first timed read) from it.
+// through env, which keeps the environment's BASH_ENV, shell options,
+// POSIXLY_CORRECT and a stale EPOCHSECONDS (bash before 5 takes one from
+// the environment) from it (a `set -e` there would end the loop at its
+// first timed read).
 // Otherwise it forks the checker loop and waits for it.
 const watchdogScript = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
-mkdir -p "${f%/*}" && : >"$f"
+set +euC
+mkdir -p "${f%/*}" && command : 2>/dev/null >"$f"
 rm -f "$fifo"; mkfifo "$fifo" 2>/dev/null
 trap 'exit 0' TERM INT
 w='` + watchdogLoop + `'
 if [ -p "$fifo" ]; then
   if [ -n "${EPOCHSECONDS:-}" ] && { read -t 1 _ </dev/null; [ $? -eq 1 ]; } 2>/dev/null; then eval "$w"; fi
   if command -v bash >/dev/null 2>&1 && command -v env >/dev/null 2>&1 &&
-    env -u BASH_ENV -u ENV -u SHELLOPTS -u BASHOPTS bash -c '[ -n "${EPOCHSECONDS:-}" ] || printf -v n "%(%s)T" -1' >/dev/null 2>&1; then
-    exec env -u BASH_ENV -u ENV -u SHELLOPTS -u BASHOPTS bash -c "$w" sandbox-mcp-watchdog "$@"
+    env -u BASH_ENV -u ENV -u SHELLOPTS -u BASHOPTS -u POSIXLY_CORRECT -u EPOCHSECONDS bash -c '[ -n "${EPOCHSECONDS:-}" ] || printf -v n "%(%s)T" -1' >/dev/null 2>&1; then
+    exec env -u BASH_ENV -u ENV -u SHELLOPTS -u BASHOPTS -u POSIXLY_CORRECT -u EPOCHSECONDS bash -c "$w" sandbox-mcp-watchdog "$@"
   fi
 fi
 (

@@ -18,14 +18,17 @@ type watchdogShell struct {
 	name string
 	// argv runs the script; bare is true when PATH must hold only the
 	// test's bin directory and the tools the forking checker needs, so
-	// that the script finds no bash.
+	// that the script finds no bash; asSh runs argv[0] under the name sh
+	// (bash then runs in its POSIX mode, as where /bin/sh is bash).
 	argv     []string
 	bare     bool
+	asSh     bool
 	forkFree bool
 }
 
 var watchdogShells = []watchdogShell{
 	{name: "bash", argv: []string{"sh"}, forkFree: true},
+	{name: "bash-as-sh", argv: []string{"bash"}, asSh: true, forkFree: true},
 	{name: "busybox", argv: []string{"busybox", "sh"}, forkFree: true},
 	{name: "forking", argv: []string{"dash"}, bare: true},
 }
@@ -69,6 +72,9 @@ func watchdogOnHost(t *testing.T, sh watchdogShell, dir, bin string, ttl, every 
 	}
 	name, _ := exec.LookPath(sh.argv[0])
 	cmd := exec.Command(name, append(append(sh.argv[1:], "-c", script, "sandbox-mcp-watchdog", ttl, every), until...)...)
+	if sh.asSh {
+		cmd.Args[0] = "sh"
+	}
 	cmd.Env = append(os.Environ(), "PATH="+path)
 	// A group of its own: the cleanup ends the checker loop the script
 	// forks too, not only the main process.
@@ -110,9 +116,10 @@ func TestWatchdogStopsWhenIdle(t *testing.T) {
 }
 
 // TestWatchdogTouchedIsNotIdle: touches of the activity file more often
-// than the TTL keep the sandbox up past several TTLs, also once the
-// watchdog's own file of the last touch seen is removed; once they stop,
-// the watchdog stops it after the TTL, not before.
+// than the TTL keep the sandbox up past several TTLs, also across the
+// removal of the activity directory (and with it the watchdog's file of
+// the last touch seen); once they stop, the watchdog stops it after the
+// TTL, not before.
 func TestWatchdogTouchedIsNotIdle(t *testing.T) {
 	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
 		dir := t.TempDir()
@@ -128,10 +135,20 @@ func TestWatchdogTouchedIsNotIdle(t *testing.T) {
 			if err := os.Chtimes(active, now, now); err != nil {
 				t.Fatal(err)
 			}
-			if time.Until(end) < 5*time.Second {
-				// Its own file gone (a user's rm -rf of the directory, say)
-				// must not make the touches go unseen.
-				_ = os.Remove(filepath.Join(dir, "active.seen"))
+			if left := time.Until(end); left < 5*time.Second && left > 4*time.Second {
+				// The directory removed (a user's rm -rf), then made again
+				// by the next mark: neither the failed writes meanwhile
+				// nor its own file gone may stop the sandbox.
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(1500 * time.Millisecond)
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(active, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		last := time.Now()
@@ -316,8 +333,8 @@ func TestWatchdogLoopHasNoSingleQuote(t *testing.T) {
 }
 
 // TestWatchdogIgnoresTheEnvironment: an image's environment cannot turn
-// the watchdog against its sandbox: a BASH_ENV that sets -e (which would
-// end the loop at its first timed read) and an EPOCHSECONDS in dash's
+// the watchdog against its sandbox: a BASH_ENV that exits, shell options
+// (errexit, noclobber), POSIXLY_CORRECT and an EPOCHSECONDS in dash's
 // environment (whose read has no -t, so the loop would spin) leave it
 // stopping an idle sandbox after its TTL and not before.
 func TestWatchdogIgnoresTheEnvironment(t *testing.T) {
@@ -328,13 +345,13 @@ func TestWatchdogIgnoresTheEnvironment(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rc := filepath.Join(dir, "rc")
-	if err := os.WriteFile(rc, []byte("set -e\n"), 0o644); err != nil {
+	if err := os.WriteFile(rc, []byte("exit 7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	argv := WatchdogCommand(time.Second, time.Second, time.Time{})
 	script := strings.ReplaceAll(argv[2], ActivityFile, filepath.Join(dir, "active"))
 	cmd := exec.Command("dash", "-c", script, "sandbox-mcp-watchdog", "3", "1", "0")
-	cmd.Env = append(os.Environ(), "BASH_ENV="+rc, "EPOCHSECONDS=1", "SHELLOPTS=errexit")
+	cmd.Env = append(os.Environ(), "BASH_ENV="+rc, "EPOCHSECONDS=1", "SHELLOPTS=errexit:noclobber", "POSIXLY_CORRECT=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
