@@ -396,7 +396,23 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	}
 	if err := pool.Warm(ctx); err != nil {
 		pool.Close()
-		return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
+		if !info.Started || !m.stoppedAgain(ctx, c) {
+			return nil, info, fmt.Errorf("open a shell in sandbox %q: %w", name, err)
+		}
+		// The container this boot started stopped again at once. On
+		// podman the clean-up of a container whose main process ended by
+		// itself (the idle watchdog's stop) runs after the exit, and on
+		// a loaded machine after the next start too, which it then ends.
+		// One more start, after that clean-up, holds.
+		m.log.Warn("the sandbox stopped right after its start; starting it again", "sandbox", name, "err", err)
+		if serr := m.rt.Start(ctx, idOr(c)); serr != nil {
+			return nil, info, fmt.Errorf("open a shell in sandbox %q: %w (it stopped right after its start, and starting it again failed: %v)", name, err, serr)
+		}
+		pool = m.newPool(own)
+		if err := pool.Warm(ctx); err != nil {
+			pool.Close()
+			return nil, info, fmt.Errorf("open a shell in sandbox %q (started twice: it stopped right after its first start): %w", name, err)
+		}
 	}
 	sb := newSandbox(name, ctr, prof, m.IdleTTL(name), pool)
 	sb.own = own
@@ -553,6 +569,13 @@ func (m *Manager) adopt(ctx context.Context, name string, c Container, info *Boo
 	}
 	info.Started = true
 	return nil
+}
+
+// stoppedAgain reports whether container c, which this boot started, is
+// known to be stopped now.
+func (m *Manager) stoppedAgain(ctx context.Context, c Container) bool {
+	now, err := m.rt.Inspect(ctx, idOr(c))
+	return err == nil && now.State == StateStopped && (c.ID == "" || now.ID == c.ID)
 }
 
 // pausedError says that sandbox name's container ctr is paused, and how

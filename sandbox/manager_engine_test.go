@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,6 +297,54 @@ func TestIdleReaping(t *testing.T) {
 			}
 			if by := stoppedBy(m2); by != "" {
 				t.Fatalf("a stop by a person reads as stopped by %q", by)
+			}
+		})
+	}
+}
+
+// stopsOnceAfterStart is an engine whose first start of a container is
+// undone at once, as podman's late clean-up of a container that stopped
+// by itself undoes a start on a loaded machine.
+type stopsOnceAfterStart struct {
+	sandbox.Runtime
+	starts atomic.Int32
+}
+
+func (s *stopsOnceAfterStart) Start(ctx context.Context, name string) error {
+	if err := s.Runtime.Start(ctx, name); err != nil {
+		return err
+	}
+	if s.starts.Add(1) == 1 {
+		return s.Runtime.Stop(ctx, name, 0)
+	}
+	return nil
+}
+
+// TestStartThatDoesNotHoldOnEngine: a stopped sandbox whose container
+// stops again right after the server starts it is started once more, and
+// the command runs, with the workspace as it was.
+func TestStartThatDoesNotHoldOnEngine(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}})
+			run(t, m, "flaky", shell.Request{Command: "echo kept > /workspace/f"})
+			m.Close()
+			ctr := sandbox.ContainerName(prefix, "flaky")
+			if err := rt.Stop(context.Background(), ctr, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			wrapped := &stopsOnceAfterStart{Runtime: rt}
+			m2 := sandbox.NewManager(wrapped, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}})
+			t.Cleanup(m2.Close)
+			o := run(t, m2, "flaky", shell.Request{Command: "cat /workspace/f"})
+			if o.stdout != "kept\n" || !o.res.Boot.Started {
+				t.Fatalf("after a start that did not hold: stdout %q boot %+v", o.stdout, o.res.Boot)
+			}
+			if n := wrapped.starts.Load(); n != 2 {
+				t.Fatalf("%d starts, want 2", n)
 			}
 		})
 	}
