@@ -24,6 +24,8 @@ type watchdogShell struct {
 	bare     bool
 	asSh     bool
 	forkFree bool
+	// env is added to the script's environment.
+	env []string
 }
 
 var watchdogShells = []watchdogShell{
@@ -75,7 +77,7 @@ func watchdogOnHost(t *testing.T, sh watchdogShell, dir, bin string, ttl, every 
 	if sh.asSh {
 		cmd.Args[0] = "sh"
 	}
-	cmd.Env = append(os.Environ(), "PATH="+path)
+	cmd.Env = append(append(os.Environ(), "PATH="+path), sh.env...)
 	// A group of its own: the cleanup ends the checker loop the script
 	// forks too, not only the main process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -343,23 +345,14 @@ func TestWatchdogIgnoresTheEnvironment(t *testing.T) {
 			t.Skipf("no %s on this host", tool)
 		}
 	}
-	dir := t.TempDir()
-	rc := filepath.Join(dir, "rc")
+	rc := filepath.Join(t.TempDir(), "rc")
 	if err := os.WriteFile(rc, []byte("exit 7\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	argv := WatchdogCommand(time.Second, time.Second, time.Time{})
-	script := strings.ReplaceAll(argv[2], ActivityFile, filepath.Join(dir, "active"))
-	cmd := exec.Command("dash", "-c", script, "sandbox-mcp-watchdog", "3", "1", "0")
-	cmd.Env = append(os.Environ(), "BASH_ENV="+rc, "EPOCHSECONDS=1", "SHELLOPTS=errexit:noclobber", "POSIXLY_CORRECT=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	sh := watchdogShell{name: "dash", argv: []string{"dash"},
+		env: []string{"BASH_ENV=" + rc, "EPOCHSECONDS=1", "SHELLOPTS=errexit:noclobber", "POSIXLY_CORRECT=1"}}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	_, done := watchdogOnHost(t, sh, t.TempDir(), t.TempDir(), "3", "1", "0")
 	select {
 	case err := <-done:
 		if exitCode(err) != ExitIdle {
