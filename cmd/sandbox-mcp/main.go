@@ -46,7 +46,7 @@ func main() {
 			}
 		}
 	}()
-	os.Exit(exitCode(newRoot().ExecuteContext(ctx), os.Stderr))
+	os.Exit(exitCode(newRoot().ExecuteContext(ctx), console.Lines(os.Stderr)))
 }
 
 // exitCode is the process's exit status for err, which it reports on w:
@@ -59,9 +59,6 @@ func exitCode(err error, w io.Writer) int {
 	var ee *app.ExitError
 	if errors.As(err, &ee) {
 		if ee.Err != nil {
-			if ee.NewLine {
-				fmt.Fprintln(w)
-			}
 			fmt.Fprintln(w, "sandbox-mcp:", ee.Err)
 		}
 		return ee.Code
@@ -212,6 +209,11 @@ func listValues(f *pflag.Flag) []string {
 
 // resolve turns the flags given to cmd, the environment and the config
 // file into the configuration.
+// console is this process's terminal: the commands' output, the log and
+// the final message share it, and the log and the message start lines of
+// their own there.
+var console = new(app.Console)
+
 func resolve(cmd *cobra.Command) (app.Config, error) {
 	flags := app.FlagValues{}
 	for _, s := range app.Settings() {
@@ -224,9 +226,10 @@ func resolve(cmd *cobra.Command) (app.Config, error) {
 	}
 	cfg, err := app.Resolve(flags, os.Getenv, os.ReadFile)
 	cfg.Version = version.String()
+	cfg.Console = console
 	cfg.Reload = func() (app.Config, error) {
 		c, err := app.Resolve(flags, os.Getenv, os.ReadFile)
-		c.Version = version.String()
+		c.Version, c.Console = version.String(), console
 		return c, err
 	}
 	if err != nil {

@@ -29,7 +29,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.List(cmd.Context(), cfg, asJSON, os.Stdout)
+			return app.List(cmd.Context(), cfg, asJSON, console.Output(os.Stdout))
 		},
 	}
 	ls.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -46,7 +46,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Status(cmd.Context(), cfg, args[0], statusJSON, os.Stdout)
+			return app.Status(cmd.Context(), cfg, args[0], statusJSON, console.Output(os.Stdout))
 		},
 	}
 	status.Flags().BoolVar(&statusJSON, "json", false, "print JSON")
@@ -67,7 +67,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return &app.ExitError{Code: app.ExitEngine, Err: err}
 			}
-			return app.Exec(cmd.Context(), cfg, args[0], args[1:], timeout, os.Stdout, os.Stderr)
+			return app.Exec(cmd.Context(), cfg, args[0], args[1:], timeout, console.Output(os.Stdout), console.Output(os.Stderr))
 		},
 	}
 	execCmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "stop the command after this long")
@@ -100,7 +100,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Logs(cmd.Context(), cfg, args[0], args[1], follow, os.Stdout)
+			return app.Logs(cmd.Context(), cfg, args[0], args[1], follow, console.Output(os.Stdout))
 		},
 	}
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing what the job adds until it ends")
@@ -115,7 +115,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Destroy(cmd.Context(), cfg, args[0], os.Stdout)
+			return app.Destroy(cmd.Context(), cfg, args[0], console.Output(os.Stdout))
 		},
 	}
 
@@ -130,7 +130,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Snapshot(cmd.Context(), cfg, args[0], args[1], workspace, os.Stdout)
+			return app.Snapshot(cmd.Context(), cfg, args[0], args[1], workspace, console.Output(os.Stdout))
 		},
 	}
 	snapshot.Flags().BoolVar(&workspace, "workspace", true, "include the workspace (/workspace); --workspace=false leaves it out")
@@ -145,7 +145,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Restore(cmd.Context(), cfg, args[0], args[1], os.Stdout)
+			return app.Restore(cmd.Context(), cfg, args[0], args[1], console.Output(os.Stdout))
 		},
 	}
 	var netJSON, netRefused bool
@@ -161,7 +161,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Net(cmd.Context(), cfg, args[0], netLast, netRefused, netJSON, os.Stdout)
+			return app.Net(cmd.Context(), cfg, args[0], netLast, netRefused, netJSON, console.Output(os.Stdout))
 		},
 	}
 	netCmd.Flags().BoolVar(&netJSON, "json", false, "print JSON")
@@ -181,7 +181,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Audit(cmd.Context(), cfg, auditOpts, os.Stdout)
+			return app.Audit(cmd.Context(), cfg, auditOpts, console.Output(os.Stdout))
 		},
 	}
 	auditCmd.Flags().BoolVar(&auditOpts.JSON, "json", false, "print the records as kept, one JSON object per line")
@@ -203,7 +203,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.Copy(cmd.Context(), cfg, args[0], args[1], cpOpts, os.Stdout)
+			return app.Copy(cmd.Context(), cfg, args[0], args[1], cpOpts, console.Output(os.Stdout))
 		},
 	}
 	cpCmd.Flags().BoolVar(&cpOpts.Overwrite, "overwrite", false, "let a copy from the sandbox replace what is at the host path")
@@ -230,7 +230,7 @@ func peopleCommands() []*cobra.Command {
 			if len(args) == 1 {
 				name = args[0]
 			}
-			return app.PortList(cmd.Context(), cfg, name, portJSON, os.Stdout)
+			return app.PortList(cmd.Context(), cfg, name, portJSON, console.Output(os.Stdout))
 		},
 	}
 	portLs.Flags().BoolVar(&portJSON, "json", false, "print JSON")
@@ -252,7 +252,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.PortExpose(cmd.Context(), cfg, args[0], port, hostPort, foreground, os.Stdout)
+			return app.PortExpose(cmd.Context(), cfg, args[0], port, hostPort, foreground, console.Output(os.Stdout))
 		},
 	}
 	portExpose.Flags().IntVar(&hostPort, "host-port", 0, "host `port` to listen on (0: the same number when free, else any)")
@@ -270,7 +270,7 @@ func peopleCommands() []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			return app.PortUnexpose(cmd.Context(), cfg, args[0], port, os.Stdout)
+			return app.PortUnexpose(cmd.Context(), cfg, args[0], port, console.Output(os.Stdout))
 		},
 	}
 	portCmd.AddCommand(portLs, portExpose, portUnexpose)
@@ -309,7 +309,7 @@ func workCommands() []*cobra.Command {
 			if len(args) == 2 {
 				dir = args[1]
 			}
-			return app.WorkStart(ctx, cfg, args[0], dir, o, os.Stdout)
+			return app.WorkStart(ctx, cfg, args[0], dir, o, console.Output(os.Stdout))
 		}),
 	}
 	fromRepo.Flags().StringVar(&o.Ref, "ref", "HEAD", "branch, tag or commit to start from")
@@ -321,7 +321,7 @@ func workCommands() []*cobra.Command {
 		Long:  "Commit what changed in sandbox NAME's clone, with the commands run since the last checkpoint in the message, and bring its commits onto sandbox/NAME." + exits,
 		Args:  cobra.ExactArgs(1),
 		RunE: run(func(ctx context.Context, cfg app.Config, args []string) error {
-			return app.Checkpoint(ctx, cfg, args[0], o, os.Stdout)
+			return app.Checkpoint(ctx, cfg, args[0], o, console.Output(os.Stdout))
 		}),
 	}
 	checkpoint.Flags().StringVarP(&o.Message, "message", "m", "", "commit message")
@@ -337,7 +337,7 @@ func workCommands() []*cobra.Command {
 	logRefresh := refresh(logCmd, true, refreshUsage)
 	logCmd.RunE = run(func(ctx context.Context, cfg app.Config, args []string) error {
 		o.Refresh = *logRefresh
-		return app.WorkLog(ctx, cfg, args[0], o, os.Stdout)
+		return app.WorkLog(ctx, cfg, args[0], o, console.Output(os.Stdout))
 	})
 	diff := &cobra.Command{
 		Use:   "diff NAME [PATH...]",
@@ -351,7 +351,7 @@ func workCommands() []*cobra.Command {
 	diffRefresh := refresh(diff, true, refreshUsage)
 	diff.RunE = run(func(ctx context.Context, cfg app.Config, args []string) error {
 		o.Diff.Paths, o.Refresh = args[1:], *diffRefresh
-		return app.WorkDiff(ctx, cfg, args[0], o, os.Stdout)
+		return app.WorkDiff(ctx, cfg, args[0], o, console.Output(os.Stdout))
 	})
 	apply := &cobra.Command{
 		Use:   "apply NAME",
@@ -365,7 +365,7 @@ func workCommands() []*cobra.Command {
 	applyRefresh := refresh(apply, false, "checkpoint first (merges what changed since, unreviewed)")
 	apply.RunE = run(func(ctx context.Context, cfg app.Config, args []string) error {
 		o.Refresh = *applyRefresh
-		return app.WorkApply(ctx, cfg, args[0], o, os.Stdout)
+		return app.WorkApply(ctx, cfg, args[0], o, console.Output(os.Stdout))
 	})
 	return []*cobra.Command{fromRepo, checkpoint, logCmd, diff, apply}
 }

@@ -44,12 +44,14 @@ import (
 )
 
 // NewLogger returns the server's stderr logger.
-func NewLogger(level string) *slog.Logger {
+func NewLogger(level string) *slog.Logger { return newLogger(level, os.Stderr) }
+
+func newLogger(level string, w io.Writer) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
 // SelectRuntime returns the driver for kind and why it is that engine.
@@ -194,6 +196,9 @@ func openRuntime(ctx context.Context, cfg Config) (*slog.Logger, sandbox.Runtime
 		return nil, nil, "", err
 	}
 	logger := NewLogger(cfg.LogLevel)
+	if cfg.Console != nil {
+		logger = newLogger(cfg.LogLevel, cfg.Console.Lines(os.Stderr))
+	}
 	if cfg.Runtime == "kubernetes" {
 		rt, why, err := openKube(cfg, logger)
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -41,9 +40,6 @@ const (
 type ExitError struct {
 	Code int
 	Err  error
-	// NewLine asks for a line break before Err's message: the output
-	// before it ended in the middle of a line.
-	NewLine bool
 }
 
 func (e *ExitError) Error() string {
@@ -317,58 +313,25 @@ func Exec(ctx context.Context, cfg Config, name string, argv []string, timeout t
 	if err := mustExist(ctx, env.Manager, name); err != nil {
 		return err
 	}
-	var lines lineTracker
+	console := cfg.Console
+	if console == nil {
+		console = new(Console)
+	}
 	res, err := env.Manager.Exec(ctx, name, shell.Request{Command: commandLine(argv), Timeout: timeout,
-		Stdout: lines.wrap(stdout), Stderr: lines.wrap(stderr)})
-	var ee *ExitError
+		Stdout: console.Output(stdout), Stderr: console.Output(stderr)})
 	switch {
 	case err != nil:
-		ee = engineExit(err).(*ExitError)
+		return engineExit(err)
 	case res.TimedOut:
-		ee = &ExitError{Code: 124, Err: fmt.Errorf("timed out after %s", timeout)}
+		return &ExitError{Code: 124, Err: fmt.Errorf("timed out after %s", timeout)}
 	case res.ShellLost:
-		ee = &ExitError{Code: ExitEngine, Err: fmt.Errorf("the sandbox's shell was lost while the command ran (exit %d)", res.ExitCode)}
+		return &ExitError{Code: ExitEngine, Err: fmt.Errorf("the sandbox's shell was lost while the command ran (exit %d)", res.ExitCode)}
 	case res.ExitCode < 0 || res.ExitCode > 255:
-		ee = &ExitError{Code: ExitEngine, Err: fmt.Errorf("the command ended without an exit status (%d)", res.ExitCode)}
+		return &ExitError{Code: ExitEngine, Err: fmt.Errorf("the command ended without an exit status (%d)", res.ExitCode)}
 	case res.ExitCode != 0:
 		return &ExitError{Code: res.ExitCode}
-	default:
-		return nil
 	}
-	// The command's last line may be unfinished: the message starts a
-	// line of its own.
-	ee.NewLine = lines.open()
-	return ee
-}
-
-// lineTracker notes whether the last byte written through any of its
-// writers left a line unfinished.
-type lineTracker struct {
-	mu      sync.Mutex
-	unended bool
-}
-
-func (l *lineTracker) wrap(w io.Writer) io.Writer { return trackedWriter{l, w} }
-
-func (l *lineTracker) open() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.unended
-}
-
-type trackedWriter struct {
-	l *lineTracker
-	w io.Writer
-}
-
-func (t trackedWriter) Write(p []byte) (int, error) {
-	n, err := t.w.Write(p)
-	if n > 0 {
-		t.l.mu.Lock()
-		t.l.unended = p[n-1] != '\n'
-		t.l.mu.Unlock()
-	}
-	return n, err
+	return nil
 }
 
 // statusOf is the exit status to pass on for a finished engine CLI: its

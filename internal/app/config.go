@@ -89,6 +89,10 @@ type Config struct {
 	// Reload resolves the configuration again from the same flags,
 	// environment and file; nil: it is not reloaded.
 	Reload func() (Config, error) `json:"-"`
+	// Console, when set, is the terminal the log shares with the
+	// commands' output (the CLI's exec): log lines start lines of their
+	// own there.
+	Console *Console `json:"-"`
 }
 
 // DefaultConfig is the configuration before flags, environment and file.
