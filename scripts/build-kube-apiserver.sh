@@ -32,6 +32,26 @@ if ! command -v etcd >/dev/null; then
   as_root systemctl disable --now etcd >/dev/null 2>&1 || true
 fi
 
+# agent-sandbox's controller and its Sandbox resource definition, for the
+# runtime's --kube-sandbox-crd (sandbox/kube's tests run them beside the
+# apiserver). Its module has no replace directives: go install builds it.
+asver=v1.0.1
+asdir="$out/agent-sandbox-$asver"
+if [[ ! -x "$asdir/agent-sandbox-controller" ]]; then
+  echo "build-kube-apiserver: building agent-sandbox's controller $asver" >&2
+  asw="$(mktemp -d)"
+  GOBIN="$asw/bin" GOFLAGS= CGO_ENABLED=0 go install -trimpath "sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller@$asver"
+  src="$(cd "$asw" && GOFLAGS= go mod download -json "sigs.k8s.io/agent-sandbox@$asver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  mkdir -p "$asw/out/crds" "$out"
+  cp "$src/k8s/crds/agents.x-k8s.io_sandboxes.yaml" "$asw/out/crds/"
+  cp "$asw/bin/agent-sandbox-controller" "$asw/out/"
+  # Whole or not at all: the directory is renamed into place.
+  rm -rf "$asdir.tmp"
+  cp -r "$asw/out" "$asdir.tmp"
+  mv -T "$asdir.tmp" "$asdir"
+  rm -rf "$asw"
+fi
+
 if [[ -x "$bin" && -x "$kcm" && -x "$kubelet" ]] && "$bin" --version 2>/dev/null | grep -q "$version" &&
   "$kcm" --version 2>/dev/null | grep -q "$version" && "$kubelet" --version 2>/dev/null | grep -q "$version"; then
   echo "$bin"

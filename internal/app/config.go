@@ -217,6 +217,16 @@ func Settings() []Setting {
 				c.Kube = k
 				return nil
 			}},
+		{Flag: "kube-sandbox-crd", Env: "SANDBOX_MCP_KUBE_SANDBOX_CRD", Bool: true,
+			Usage: "runtime kubernetes: have agent-sandbox's controller make each sandbox's pod from a Sandbox resource (agents.x-k8s.io/v1beta1), which it must have installed",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("%q is not true or false", v)
+				}
+				c.Kube.SandboxCRD = b
+				return nil
+			}},
 		{Flag: "image", Env: "SANDBOX_MCP_IMAGE", Default: d.Defaults.Image,
 			Usage: "default sandbox image",
 			set: func(c *Config, v string) error {

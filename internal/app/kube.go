@@ -29,6 +29,10 @@ type KubeConfig struct {
 	// StorageClass is the workspace claims' storage class; "": the
 	// cluster's default.
 	StorageClass string `json:"storage_class,omitempty"`
+	// SandboxCRD makes each sandbox's pod through agent-sandbox's
+	// Sandbox resource (its controller makes the pod) instead of making
+	// the pod itself.
+	SandboxCRD bool `json:"sandbox_crd,omitempty"`
 }
 
 // check validates the names set: a namespace is a DNS label, the
@@ -69,9 +73,13 @@ func openKube(cfg Config, logger *slog.Logger) (sandbox.Runtime, string, error) 
 		}
 	}
 	rt, err := kube.New(rc, kube.Options{Namespace: ns, RuntimeClass: cfg.Kube.RuntimeClass, StorageClass: cfg.Kube.StorageClass,
-		VolumeSize: cfg.Defaults.Disk, StartTimeout: 5 * time.Minute})
+		VolumeSize: cfg.Defaults.Disk, StartTimeout: 5 * time.Minute, SandboxCRD: cfg.Kube.SandboxCRD})
 	if err != nil {
 		return nil, "", err
 	}
-	return rt, fmt.Sprintf("set by --runtime: cluster %s, namespace %s", rc.Host, ns), nil
+	why := fmt.Sprintf("set by --runtime: cluster %s, namespace %s", rc.Host, ns)
+	if cfg.Kube.SandboxCRD {
+		why += ", pods made through agent-sandbox's Sandbox resource"
+	}
+	return rt, why, nil
 }

@@ -34,8 +34,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -59,6 +61,10 @@ type Options struct {
 	// DefaultStartTimeout): an image that cannot be pulled, a pod that
 	// cannot be scheduled.
 	StartTimeout time.Duration
+	// SandboxCRD has agent-sandbox's controller make each sandbox's pod
+	// from a Sandbox resource the runtime writes (crd.go), instead of the
+	// runtime making the pod.
+	SandboxCRD bool
 }
 
 // Defaults.
@@ -102,6 +108,8 @@ type Runtime struct {
 	volumeSize resource.Quantity
 	// ids maps the IDs given out (record UIDs) to their object names.
 	ids sync.Map
+	// dyn reaches the Sandbox resource; nil unless opt.SandboxCRD.
+	dyn dynamic.Interface
 }
 
 // New returns the runtime for the cluster cfg reaches.
@@ -128,8 +136,13 @@ func New(cfg *rest.Config, opt Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
-
-	return &Runtime{cs: cs, cfg: cfg, opt: opt, volumeSize: size}, nil
+	r := &Runtime{cs: cs, cfg: cfg, opt: opt, volumeSize: size}
+	if opt.SandboxCRD {
+		if r.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("kubernetes: %w", err)
+		}
+	}
+	return r, nil
 }
 
 // RouteClientLogs sends client-go's own messages (a stream's copy that
@@ -235,6 +248,10 @@ type record struct {
 	cm     *corev1.ConfigMap
 	spec   sandbox.RunSpec
 	labels map[string]string
+	// podOwner, in sandbox mode, is the UID of the Sandbox the record
+	// owns, which owns its pod; empty in pod mode, where the record
+	// owns the pod itself.
+	podOwner types.UID
 }
 
 // record reads the record of the sandbox ref names: a container name, or
@@ -257,7 +274,11 @@ func (r *Runtime) record(ctx context.Context, ref string) (record, error) {
 	if err != nil {
 		return record{}, fmt.Errorf("kubernetes: read the record of %s: %w", name, err)
 	}
-	return parseRecord(cm, name)
+	rec, err := parseRecord(cm, name)
+	if err != nil {
+		return rec, err
+	}
+	return r.withSandbox(ctx, rec)
 }
 
 // uidPattern is an object UID; a container name never has this form.
@@ -270,7 +291,7 @@ func (r *Runtime) recordByID(ctx context.Context, id string) (record, error) {
 	if v, ok := r.ids.Load(id); ok {
 		cm, err := cms.Get(ctx, v.(string), metav1.GetOptions{})
 		if err == nil && string(cm.UID) == id {
-			return parseRecord(cm, "")
+			return r.parseWithSandbox(ctx, cm)
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return record{}, fmt.Errorf("kubernetes: read the record of %s: %w", id, err)
@@ -284,10 +305,19 @@ func (r *Runtime) recordByID(ctx context.Context, id string) (record, error) {
 	for i := range list.Items {
 		if cm := &list.Items[i]; string(cm.UID) == id {
 			r.ids.Store(id, cm.Name)
-			return parseRecord(cm, "")
+			return r.parseWithSandbox(ctx, cm)
 		}
 	}
 	return record{}, fmt.Errorf("container %s: %w", id, sandbox.ErrNotFound)
+}
+
+// parseWithSandbox is parseRecord, then withSandbox.
+func (r *Runtime) parseWithSandbox(ctx context.Context, cm *corev1.ConfigMap) (record, error) {
+	rec, err := parseRecord(cm, "")
+	if err != nil {
+		return rec, err
+	}
+	return r.withSandbox(ctx, rec)
 }
 
 func parseRecord(cm *corev1.ConfigMap, name string) (record, error) {
@@ -342,7 +372,12 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 		// the record go.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		_ = r.deleteOwnedPod(dctx, record{cm: made, spec: spec}, time.Second)
+		half := record{cm: made, spec: spec}
+		if r.dyn != nil {
+			half, _ = r.withSandbox(dctx, half)
+			_ = r.deleteSandbox(dctx, half)
+		}
+		_ = r.deleteOwnedPod(dctx, half, time.Second)
 		uid := made.UID
 		_ = cms.Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		return "", err
@@ -497,6 +532,9 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 		}
 	} else if err := r.ensureGroups(ctx, rec, pod); err != nil {
 		return nil, err
+	}
+	if r.dyn != nil {
+		return r.startThroughSandbox(ctx, rec, pod)
 	}
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	made, err := pods.Create(ctx, pod, metav1.CreateOptions{})
@@ -759,13 +797,17 @@ func (r *Runtime) podNamed(ctx context.Context, rec record) (*corev1.Pod, error)
 }
 
 // madeBy reports whether pod p is one record rec made: ours by its label
-// and name, and owned by rec's ConfigMap itself (its UID).
+// and name, and owned by rec's ConfigMap itself (its UID), or in sandbox
+// mode by the Sandbox that ConfigMap owns.
 func madeBy(p *corev1.Pod, rec record) bool {
 	if p.Labels[labelManaged] != managedBy || p.Annotations[annName] != rec.cm.Annotations[annName] {
 		return false
 	}
 	for _, o := range p.OwnerReferences {
 		if o.Kind == "ConfigMap" && o.UID == rec.cm.UID {
+			return true
+		}
+		if rec.podOwner != "" && o.Kind == sandboxKind && o.APIVersion == sandboxAPIVersion && o.UID == rec.podOwner {
 			return true
 		}
 	}
@@ -778,6 +820,12 @@ func (r *Runtime) Stop(ctx context.Context, name string, grace time.Duration) er
 	rec, err := r.record(ctx, name)
 	if err != nil {
 		return err
+	}
+	if r.dyn != nil {
+		// Suspended first: its controller would make the pod again.
+		if err := r.suspendSandbox(ctx, rec); err != nil {
+			return err
+		}
 	}
 	return r.deleteOwnedPod(ctx, rec, grace)
 }
@@ -838,6 +886,12 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 			}
 		}
 		return err
+	}
+	if r.dyn != nil {
+		// The Sandbox first: its controller would make the pod again.
+		if err := r.deleteSandbox(ctx, rec); err != nil {
+			return err
+		}
 	}
 	if err := r.deleteOwnedPod(ctx, rec, time.Second); err != nil {
 		return err
@@ -916,11 +970,20 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 	for i := range pods.Items {
 		byName[pods.Items[i].Name] = &pods.Items[i]
 	}
+	var owners map[string][2]types.UID
+	if r.dyn != nil {
+		if owners, err = r.sandboxOwners(ctx); err != nil {
+			return nil, err
+		}
+	}
 	var out []sandbox.Container
 	for i := range cms.Items {
 		rec, err := parseRecord(&cms.Items[i], "")
 		if err != nil {
 			continue
+		}
+		if o, ok := owners[rec.cm.Name]; ok && o[0] == rec.cm.UID {
+			rec.podOwner = o[1]
 		}
 		match := true
 		for k, v := range want {

@@ -1,0 +1,123 @@
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+)
+
+// AgentSandboxVersion is the agent-sandbox release whose controller and
+// Sandbox resource the tests run (scripts/build-kube-apiserver.sh builds
+// it beside the apiserver).
+const AgentSandboxVersion = "v1.0.1"
+
+// agentSandbox is the directory of agent-sandbox's controller and CRDs:
+// AGENT_SANDBOX_DIR, or beside the apiserver. why says what is missing.
+func agentSandbox() (dir, why string) {
+	dir, why = besideAPIServer("agent-sandbox-"+AgentSandboxVersion, "AGENT_SANDBOX_DIR")
+	if why != "" {
+		return "", why
+	}
+	if _, err := os.Stat(filepath.Join(dir, "agent-sandbox-controller")); err != nil {
+		return "", "no agent-sandbox-controller in " + dir + ": run scripts/build-kube-apiserver.sh"
+	}
+	return dir, ""
+}
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// RunAgentSandbox installs agent-sandbox's Sandbox resource in the cluster
+// (once: the definition is the cluster's) and runs its controller until
+// the test ends, as a cluster that has agent-sandbox does. Under CI a
+// missing build fails the test; elsewhere it skips it.
+func (c *Cluster) RunAgentSandbox(t *testing.T) {
+	t.Helper()
+	dir, why := agentSandbox()
+	if why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI may not skip this:", why)
+		}
+		t.Skip(why)
+	}
+	dyn, err := dynamic.NewForConfig(c.Config(c.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := installCRD(ctx, dyn, filepath.Join(dir, "crds", "agents.x-k8s.io_sandboxes.yaml")); err != nil {
+		t.Fatal(err)
+	}
+
+	tmp := t.TempDir()
+	kubeconfig := filepath.Join(tmp, "kubeconfig")
+	if err := c.WriteKubeconfig(kubeconfig, c.AdminToken, "default"); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(tmp, "agent-sandbox-controller.log")
+	cmd := exec.Command(filepath.Join(dir, "agent-sandbox-controller"), "--kubeconfig", kubeconfig,
+		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	if err := startLogged(cmd, logPath); err != nil {
+		t.Fatalf("start agent-sandbox-controller: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			log, _ := os.ReadFile(logPath)
+			if len(log) > 8000 {
+				log = log[len(log)-8000:]
+			}
+			t.Logf("agent-sandbox-controller's log, its end:\n%s", log)
+		}
+	})
+}
+
+// installCRD creates the CustomResourceDefinition in file, unless one of
+// its name is there, and waits until the apiserver serves it.
+func installCRD(ctx context.Context, dyn dynamic.Interface, file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if err := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096).Decode(&obj); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	crds := dyn.Resource(crdResource)
+	if _, err := crds.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("install %s: %w", u.GetName(), err)
+	}
+	for {
+		got, err := crds.Get(ctx, u.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("read %s: %w", u.GetName(), err)
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not established: %w", u.GetName(), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
