@@ -142,10 +142,10 @@ if [[ -n "${SANDBOX_MCP_TEST_RUNTIMES:-}" ]]; then
   runtimes="$SANDBOX_MCP_TEST_RUNTIMES"
   caller_runtimes=1
 elif [[ "$no_docker" -eq 1 ]]; then
-  runtimes=podman,container,container@0.9.0,kubernetes
+  runtimes=podman,container,container@0.9.0,kubernetes,kubernetes@crd
   caller_runtimes=0
 else
-  runtimes=podman,docker,container,container@0.9.0,kubernetes
+  runtimes=podman,docker,container,container@0.9.0,kubernetes,kubernetes@crd
   caller_runtimes=0
 fi
 # As root, the Kubernetes runtime also runs on a real node (a kubelet on

@@ -92,6 +92,7 @@ type entry struct {
 	version string // the stand-in's version pin ("" for its newest)
 	real    bool   // Apple's own CLI (container@real)
 	node    bool   // Kubernetes on a real node (kubernetes@node)
+	crd     bool   // Kubernetes with agent-sandbox making the pods (kubernetes@crd)
 }
 
 // parseRuntimes parses a SANDBOX_MCP_TEST_RUNTIMES value; blank entries
@@ -108,13 +109,15 @@ func parseRuntimes(list string) ([]entry, error) {
 			out = append(out, entry{runtime: "container", real: true})
 		case name == KubernetesNode:
 			out = append(out, entry{runtime: Kubernetes, node: true})
+		case name == KubernetesCRD:
+			out = append(out, entry{runtime: Kubernetes, crd: true})
 		case name == "container":
 			out = append(out, entry{runtime: "container"})
 		case strings.HasPrefix(name, "container@") && validVersion(strings.TrimPrefix(name, "container@")):
 			out = append(out, entry{runtime: "container", version: strings.TrimPrefix(name, "container@")})
 		default:
-			return nil, fmt.Errorf("%s: unknown runtime %q (want podman, docker, container, container@<version> for the stand-in, %s, %s, or %s)",
-				EnvRuntimes, name, RealContainer, Kubernetes, KubernetesNode)
+			return nil, fmt.Errorf("%s: unknown runtime %q (want podman, docker, container, container@<version> for the stand-in, %s, %s, %s, or %s)",
+				EnvRuntimes, name, RealContainer, Kubernetes, KubernetesNode, KubernetesCRD)
 		}
 	}
 	return out, nil
@@ -190,6 +193,10 @@ func targets(t testing.TB, only string) []Target {
 			t.Logf("%s: not run by %s: not among the suites the real node runs (enginetest.NodeSuites)", KubernetesNode, top)
 		case e.node:
 			out = append(out, kubeNodeTarget(t))
+		case e.crd && !CRDSuites[top] && !kubeAll:
+			t.Logf("%s: not run by %s: not among the suites agent-sandbox's pods run (enginetest.CRDSuites)", KubernetesCRD, top)
+		case e.crd:
+			out = append(out, kubeCRDTarget(t))
 		case e.runtime == Kubernetes && !KubeSuites[top] && !kubeAll:
 			t.Logf("kubernetes: not run by %s: not among the suites the Kubernetes runtime runs yet (enginetest.KubeSuites)", top)
 		case e.runtime == Kubernetes && node && NodeSuites[top] && !kubeAll:
@@ -285,6 +292,8 @@ func entryName(e entry) string {
 		return RealContainer
 	case e.node:
 		return KubernetesNode
+	case e.crd:
+		return KubernetesCRD
 	case e.version != "":
 		return e.runtime + "@" + e.version
 	}

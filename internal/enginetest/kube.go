@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -61,8 +62,17 @@ var kubeShared struct {
 	why     string
 	stops   []func()
 	mu      sync.Mutex
-	targets map[bool]*kubeTargetState // by whether its node is real
+	targets map[kubeKind]*kubeTargetState
 }
+
+// kubeKind is a kind of kubernetes target.
+type kubeKind int
+
+const (
+	kubeStandIn kubeKind = iota // pods on the kubelet stand-in
+	kubeNode                    // pods on a real node
+	kubeCRD                     // pods made by agent-sandbox, on the stand-in
+)
 
 // kubeTargetState is one kubernetes target, made once.
 type kubeTargetState struct {
@@ -87,18 +97,33 @@ var NodeSuites = map[string]bool{
 	"TestBadArgumentsAreRefused": true, "TestHistorySurvivesRestart": true,
 }
 
+// KubernetesCRD names, in SANDBOX_MCP_TEST_RUNTIMES, the Kubernetes
+// runtime with --kube-sandbox-crd: its pods made by agent-sandbox's
+// controller (kubetest.StartAgentSandbox) and run by the kubelet stand-in.
+const KubernetesCRD = Kubernetes + "@crd"
+
+// CRDSuites are the suites kubernetes@crd runs: the whole life of a
+// sandbox, children, and a server's restart, which are what the Sandbox
+// resource changes; the rest of the runtime is pod mode's.
+var CRDSuites = map[string]bool{
+	"TestEndToEnd": true, "TestChildren": true, "TestHistorySurvivesRestart": true,
+}
+
 // kubeTarget is the kubernetes target on the kubelet stand-in.
-func kubeTarget(t testing.TB) Target { return sharedKubeTarget(t, false) }
+func kubeTarget(t testing.TB) Target { return sharedKubeTarget(t, kubeStandIn) }
 
 // kubeNodeTarget is the kubernetes target on a real node.
-func kubeNodeTarget(t testing.TB) Target { return sharedKubeTarget(t, true) }
+func kubeNodeTarget(t testing.TB) Target { return sharedKubeTarget(t, kubeNode) }
+
+// kubeCRDTarget is the kubernetes target whose pods agent-sandbox makes.
+func kubeCRDTarget(t testing.TB) Target { return sharedKubeTarget(t, kubeCRD) }
 
 // sharedKubeTarget is a kubernetes target, made on first use: a server
 // reaches the cluster through a kubeconfig file with the token of
 // deploy/kubernetes/rbac.yaml's ServiceAccount, in a namespace of its
-// own, whose pods run on the kubelet stand-in or, with real set, on a
-// real node.
-func sharedKubeTarget(t testing.TB, real bool) Target {
+// own, whose pods run on the kubelet stand-in or on a real node, and are
+// made by the runtime or by agent-sandbox.
+func sharedKubeTarget(t testing.TB, kind kubeKind) Target {
 	t.Helper()
 	ks := &kubeShared
 	ks.once.Do(func() {
@@ -119,7 +144,7 @@ func sharedKubeTarget(t testing.TB, real bool) Target {
 		}
 		t.Skipf("kubernetes target: %s", ks.why)
 	}
-	if real {
+	if kind == kubeNode {
 		if _, why := kubetest.NodeBinaries(); why != "" {
 			if os.Getenv("CI") == "true" {
 				t.Fatalf("%s target: CI may not skip it: %s", KubernetesNode, why)
@@ -129,15 +154,15 @@ func sharedKubeTarget(t testing.TB, real bool) Target {
 	}
 	ks.mu.Lock()
 	if ks.targets == nil {
-		ks.targets = map[bool]*kubeTargetState{}
+		ks.targets = map[kubeKind]*kubeTargetState{}
 	}
-	st := ks.targets[real]
+	st := ks.targets[kind]
 	if st == nil {
 		st = &kubeTargetState{}
-		ks.targets[real] = st
+		ks.targets[kind] = st
 	}
 	ks.mu.Unlock()
-	st.once.Do(func() { st.tg, st.err = makeKubeTarget(ks.cluster, real) })
+	st.once.Do(func() { st.tg, st.err = makeKubeTarget(ks.cluster, kind) })
 	if st.err != nil {
 		t.Fatalf("kubernetes target: %v", st.err)
 	}
@@ -146,7 +171,7 @@ func sharedKubeTarget(t testing.TB, real bool) Target {
 
 // makeKubeTarget makes a namespace on c, with its node, and the target
 // that uses them.
-func makeKubeTarget(c *kubetest.Cluster, real bool) (Target, error) {
+func makeKubeTarget(c *kubetest.Cluster, kind kubeKind) (Target, error) {
 	ks := &kubeShared
 	add := func(stop func()) {
 		ks.mu.Lock()
@@ -165,7 +190,7 @@ func makeKubeTarget(c *kubetest.Cluster, real bool) (Target, error) {
 	}
 	add(drop)
 	name := Kubernetes
-	if real {
+	if kind == kubeNode {
 		name = Kubernetes + "-node"
 		_, stopNode, err := c.StartNode(ns, "localhost/mcp-dev:latest", "localhost/sandbox-mcp-minimal:latest")
 		if err != nil {
@@ -183,6 +208,18 @@ func makeKubeTarget(c *kubetest.Cluster, real bool) (Target, error) {
 		}
 		add(stopKubelet)
 	}
+	crd := kind == kubeCRD
+	if crd {
+		name = Kubernetes + "-crd"
+		stop, why, err := c.StartAgentSandbox()
+		if why != "" {
+			return Target{}, fmt.Errorf("%s: %s", KubernetesCRD, why)
+		}
+		if err != nil {
+			return Target{}, err
+		}
+		add(func() { stop() })
+	}
 	dir, err := os.MkdirTemp("", "kubetarget-")
 	if err != nil {
 		return Target{}, err
@@ -194,9 +231,10 @@ func makeKubeTarget(c *kubetest.Cluster, real bool) (Target, error) {
 	}
 	cfg := c.Config(token)
 	return Target{Name: name, Runtime: Kubernetes, Image: "localhost/mcp-dev:latest",
-		Env: []string{"SANDBOX_MCP_KUBECONFIG=" + kubeconfig, "SANDBOX_MCP_KUBE_NAMESPACE=" + ns},
+		Env: []string{"SANDBOX_MCP_KUBECONFIG=" + kubeconfig, "SANDBOX_MCP_KUBE_NAMESPACE=" + ns,
+			"SANDBOX_MCP_KUBE_SANDBOX_CRD=" + strconv.FormatBool(crd)},
 		New: func() sandbox.Runtime {
-			rt, err := kube.New(cfg, kube.Options{Namespace: ns})
+			rt, err := kube.New(cfg, kube.Options{Namespace: ns, SandboxCRD: crd})
 			if err != nil {
 				panic(fmt.Sprintf("kubernetes target: %v", err))
 			}

@@ -44,47 +44,67 @@ var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ver
 // missing build fails the test; elsewhere it skips it.
 func (c *Cluster) RunAgentSandbox(t *testing.T) {
 	t.Helper()
+	stop, why, err := c.StartAgentSandbox()
+	switch {
+	case why != "" && os.Getenv("CI") == "true":
+		t.Fatal("CI may not skip this:", why)
+	case why != "":
+		t.Skip(why)
+	case err != nil:
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if log := stop(); t.Failed() {
+			t.Logf("agent-sandbox-controller's log, its end:\n%s", log)
+		}
+	})
+}
+
+// StartAgentSandbox is RunAgentSandbox for a whole test process: stop
+// ends the controller and returns the end of its log. why says what is
+// missing, when the build is.
+func (c *Cluster) StartAgentSandbox() (stop func() string, why string, err error) {
 	dir, why := agentSandbox()
 	if why != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI may not skip this:", why)
-		}
-		t.Skip(why)
+		return nil, why, nil
 	}
 	dyn, err := dynamic.NewForConfig(c.Config(c.AdminToken))
 	if err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := installCRD(ctx, dyn, filepath.Join(dir, "crds", "agents.x-k8s.io_sandboxes.yaml")); err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
-
-	tmp := t.TempDir()
+	tmp, err := os.MkdirTemp("", "agent-sandbox-")
+	if err != nil {
+		return nil, "", err
+	}
 	kubeconfig := filepath.Join(tmp, "kubeconfig")
 	if err := c.WriteKubeconfig(kubeconfig, c.AdminToken, "default"); err != nil {
-		t.Fatal(err)
+		os.RemoveAll(tmp)
+		return nil, "", err
 	}
 	logPath := filepath.Join(tmp, "agent-sandbox-controller.log")
 	cmd := exec.Command(filepath.Join(dir, "agent-sandbox-controller"), "--kubeconfig", kubeconfig,
 		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
 	if err := startLogged(cmd, logPath); err != nil {
-		t.Fatalf("start agent-sandbox-controller: %v", err)
+		os.RemoveAll(tmp)
+		return nil, "", fmt.Errorf("start agent-sandbox-controller: %w", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	return func() string {
 		_ = cmd.Process.Kill()
 		<-exited
-		if t.Failed() {
-			log, _ := os.ReadFile(logPath)
-			if len(log) > 8000 {
-				log = log[len(log)-8000:]
-			}
-			t.Logf("agent-sandbox-controller's log, its end:\n%s", log)
+		log, _ := os.ReadFile(logPath)
+		if len(log) > 8000 {
+			log = log[len(log)-8000:]
 		}
-	})
+		os.RemoveAll(tmp)
+		return string(log)
+	}, "", nil
 }
 
 // installCRD creates the CustomResourceDefinition in file, unless one of
