@@ -38,6 +38,9 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).Get(ctx, "sandboxes.agents.x-k8s.io", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if err := rt.Ping(ctx); err == nil || !strings.Contains(err.Error(), "agent-sandbox installed") {
+			t.Fatalf("ping before agent-sandbox is installed: %v", err)
+		}
 		m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8] + "n", Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"}})
 		_, err := m.Exec(ctx, "default", shell.Request{Command: "true", Timeout: time.Minute})
 		m.Close()
@@ -47,6 +50,9 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 		t.Logf("before agent-sandbox is installed: %v", err)
 	}
 	cluster.RunAgentSandbox(t)
+	if err := rt.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
 
 	m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest", Disk: "2G"}})
 	defer m.Close()

@@ -189,13 +189,23 @@ func (r *Runtime) Kind() string { return "kubernetes" }
 // Binary is empty: the runtime runs no CLI.
 func (r *Runtime) Binary() string { return "" }
 
-// Ping checks that the apiserver answers and the namespace can be read.
+// Ping checks that the apiserver answers and the namespace can be read,
+// and in sandbox mode that the cluster has the Sandbox resource.
 func (r *Runtime) Ping(ctx context.Context) error {
 	if _, err := r.cs.Discovery().ServerVersion(); err != nil {
 		return fmt.Errorf("%w: the Kubernetes API server does not answer: %v", sandbox.ErrEngineNotStarted, err)
 	}
 	if _, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return fmt.Errorf("kubernetes: namespace %s: %w (see deploy/kubernetes/rbac.yaml for the rights the server needs)", r.opt.Namespace, err)
+	}
+	if r.dyn != nil {
+		_, err := r.sandboxes().List(ctx, metav1.ListOptions{Limit: 1})
+		switch {
+		case apierrors.IsNotFound(err):
+			return r.noSandboxResource(err)
+		case err != nil:
+			return fmt.Errorf("kubernetes: Sandboxes in namespace %s: %w (see deploy/kubernetes/rbac.yaml for the rights the server needs)", r.opt.Namespace, err)
+		}
 	}
 	return nil
 }
