@@ -6,6 +6,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -294,7 +295,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 	})
 	s.enable(all, sets)
 	for _, t := range dynamic {
-		s.ms.AddTool(t.def, t.handler)
+		s.ms.AddTool(wireTool(t.def), t.handler)
 	}
 	s.addResources()
 	return s.ms, nil
@@ -328,7 +329,7 @@ func (s *Server) enable(all []tool, sets []string) []string {
 		s.enabled[set] = true
 		for _, t := range all {
 			if t.group == set {
-				batch = append(batch, server.ServerTool{Tool: t.def, Handler: t.handler})
+				batch = append(batch, server.ServerTool{Tool: wireTool(t.def), Handler: t.handler})
 				added = append(added, t.def.Name)
 			}
 		}
@@ -337,6 +338,21 @@ func (s *Server) enable(all []tool, sets []string) []string {
 		s.ms.AddTools(batch...)
 	}
 	return added
+}
+
+// wireTool is def as registered with mcp-go: its input schema encoded
+// once, here, rather than on every call. mcp-go reads a tool's input
+// schema on each tools/call over HTTP (for x-mcp-header parameters, which
+// none of ours has); a structured schema it encodes each time (a third of
+// the server's own work for a warm exec over HTTP, in a profile), an
+// encoded one it only reads. tools/list sends the same schema either way.
+func wireTool(def mcp.Tool) mcp.Tool {
+	raw, err := json.Marshal(def.InputSchema)
+	if err != nil {
+		return def // a structured schema that cannot encode: as it was
+	}
+	def.RawInputSchema, def.InputSchema = raw, mcp.ToolInputSchema{}
+	return def
 }
 
 // checkedTools returns the tools sorted by name, checking that every tool

@@ -2,14 +2,19 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -75,6 +80,35 @@ func (b *bench) benchHTTP() error {
 	report(fmt.Sprintf("warm exec p50, %d HTTP clients at once", httpClients), us(m), us(s)+" (one HTTP client)", ratio(m, s), "<= 1.5x", ratio(m, s) <= 1.5)
 	fmt.Printf("%-44s %d clients: p95 %s; throughput %.0f calls/s against %.0f for one\n", "", httpClients, us(pct(many, 0.95)),
 		float64(httpClients)/m.Seconds(), 1/s.Seconds())
+	// The same through a minimal client: the server's share, without
+	// the go-sdk client's own work on the same cores.
+	rawSetup := func(w int) (func() error, func(), error) { return hs.rawCaller(b.ctx, w) }
+	rawSingle, err := timeParallel(1, b.n, rawSetup)
+	if err != nil {
+		return err
+	}
+	rawMany, err := timeParallel(httpClients, b.n, rawSetup)
+	if err != nil {
+		return err
+	}
+	rs, rm := pct(rawSingle, 0.5), pct(rawMany, 0.5)
+	report(fmt.Sprintf("warm exec p50, %d raw HTTP clients at once", httpClients), us(rm), us(rs)+" (one raw HTTP client)", ratio(rm, rs), "<= 1.5x", ratio(rm, rs) <= 1.5)
+	fmt.Printf("%-44s %d raw clients: p95 %s; throughput %.0f calls/s against %.0f for one\n", "", httpClients, us(pct(rawMany, 0.95)),
+		float64(httpClients)/rm.Seconds(), 1/rs.Seconds())
+	// What the engine itself gives the same concurrency: framed round
+	// trips on 8 shells of the sandbox at once against one, no server.
+	ctr := b.launch.prefix + "-default"
+	frame1, err := timeParallel(1, b.n, func(int) (func() error, func(), error) { return openFrameShell(b.engine, ctr) })
+	if err != nil {
+		return fmt.Errorf("framing floor: %w", err)
+	}
+	frame8, err := timeParallel(httpClients, b.n, func(int) (func() error, func(), error) { return openFrameShell(b.engine, ctr) })
+	if err != nil {
+		return fmt.Errorf("framing floor: %w", err)
+	}
+	f1, f8 := pct(frame1, 0.5), pct(frame8, 0.5)
+	fmt.Printf("%-44s the engine's own floor, no server: a framed round trip p50 %s on %d shells at once, %s on one (%.2fx)\n", "",
+		us(f8), httpClients, us(f1), ratio(f8, f1))
 	// The same concurrency over one stdio session tells what HTTP adds
 	// to it from what the machine's cores allow.
 	stdio8, err := timeParallel(httpClients, b.n, func(int) (func() error, func(), error) {
@@ -163,4 +197,100 @@ func (h *httpBench) stop() {
 		h.cmd.Process.Kill()
 		<-done
 	}
+}
+
+// captureCall records the first tools/call request that goes through it.
+type captureCall struct {
+	next   http.RoundTripper
+	mu     sync.Mutex
+	header http.Header
+	body   []byte
+}
+
+func (c *captureCall) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body != nil && r.Method == http.MethodPost {
+		body, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		c.mu.Lock()
+		if c.body == nil && bytes.Contains(body, []byte(`"tools/call"`)) {
+			c.header, c.body = r.Header.Clone(), body
+		}
+		c.mu.Unlock()
+	}
+	return c.next.RoundTrip(r)
+}
+
+// rawCaller returns a minimal client of the HTTP face, on connections of
+// its own: each call is one POST of the tools/call request the go-sdk
+// client sends for an exec of `true` (its headers, session and _meta, so
+// the protocol's), with its own id; it reads the whole answer and checks
+// that it is a result and not an error. Beside the go-sdk rows it tells
+// the server's share of a call from the client library's, as the floor
+// section's raw rows do for stdio.
+func (h *httpBench) rawCaller(ctx context.Context, worker int) (func() error, func(), error) {
+	capture := &captureCall{next: mcphttp.TokenTransport(http.DefaultTransport.(*http.Transport).Clone(), h.token)}
+	client := mcp.NewClient(&mcp.Implementation{Name: "bench-http-raw", Version: "0"}, nil)
+	var opts *mcp.ClientSessionOptions
+	if httpProtocol != "" {
+		opts = &mcp.ClientSessionOptions{ProtocolVersion: httpProtocol}
+	}
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: capture}}, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": "true"}}); err != nil {
+		cs.Close()
+		return nil, nil, err
+	}
+	capture.mu.Lock()
+	header, body := capture.header, capture.body
+	capture.mu.Unlock()
+	if body == nil {
+		cs.Close()
+		return nil, nil, fmt.Errorf("raw HTTP client: no tools/call request was seen")
+	}
+	// The request with its id set apart: {"id":<id>, then the rest, as
+	// encoding/json writes a map's keys in order.
+	var msg map[string]json.RawMessage
+	if err := json.Unmarshal(body, &msg); err != nil {
+		cs.Close()
+		return nil, nil, err
+	}
+	msg["id"] = json.RawMessage("0")
+	whole, _ := json.Marshal(msg)
+	rest, ok := bytes.CutPrefix(whole, []byte(`{"id":0`))
+	if !ok {
+		cs.Close()
+		return nil, nil, fmt.Errorf("raw HTTP client: unexpected request %s", whole)
+	}
+	header.Del("Content-Length")
+	hc := &http.Client{Transport: mcphttp.TokenTransport(http.DefaultTransport.(*http.Transport).Clone(), h.token)}
+	id := (worker + 1) * 1_000_000
+	call := func() error {
+		id++
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url,
+			io.MultiReader(strings.NewReader(`{"id":`+strconv.Itoa(id)), bytes.NewReader(rest)))
+		if err != nil {
+			return err
+		}
+		req.Header = header.Clone()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			return err
+		case resp.StatusCode != http.StatusOK || !bytes.Contains(got, []byte(`"result"`)) || bytes.Contains(got, []byte(`"isError":true`)):
+			return fmt.Errorf("raw HTTP call: %s: %s", resp.Status, got)
+		}
+		return nil
+	}
+	return call, func() { hc.CloseIdleConnections(); cs.Close() }, nil
 }
