@@ -144,6 +144,14 @@ func sharedKubeTarget(t testing.TB, kind kubeKind) Target {
 		}
 		t.Skipf("kubernetes target: %s", ks.why)
 	}
+	if kind == kubeCRD {
+		if why := kubetest.AgentSandboxMissing(); why != "" {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s target: CI may not skip it: %s", KubernetesCRD, why)
+			}
+			t.Skipf("%s target: %s", KubernetesCRD, why)
+		}
+	}
 	if kind == kubeNode {
 		if _, why := kubetest.NodeBinaries(); why != "" {
 			if os.Getenv("CI") == "true" {

@@ -3,6 +3,7 @@ package kubetest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,6 +23,13 @@ import (
 // Sandbox resource the tests run (scripts/build-kube-apiserver.sh builds
 // it beside the apiserver).
 const AgentSandboxVersion = "v1.0.1"
+
+// AgentSandboxMissing says what is missing for StartAgentSandbox, "" when
+// nothing is.
+func AgentSandboxMissing() string {
+	_, why := agentSandbox()
+	return why
+}
 
 // agentSandbox is the directory of agent-sandbox's controller and CRDs:
 // AGENT_SANDBOX_DIR, or beside the apiserver. why says what is missing.
@@ -62,12 +70,22 @@ func (c *Cluster) RunAgentSandbox(t *testing.T) {
 
 // StartAgentSandbox is RunAgentSandbox for a whole test process: stop
 // ends the controller and returns the end of its log. why says what is
-// missing, when the build is.
+// missing, when the build is. One controller runs per cluster at a time
+// (it acts on every namespace's Sandboxes): a second start is refused.
 func (c *Cluster) StartAgentSandbox() (stop func() string, why string, err error) {
 	dir, why := agentSandbox()
 	if why != "" {
 		return nil, why, nil
 	}
+	if !c.agentSandbox.CompareAndSwap(false, true) {
+		return nil, "", errors.New("agent-sandbox's controller runs on this cluster already")
+	}
+	started := false
+	defer func() {
+		if !started {
+			c.agentSandbox.Store(false)
+		}
+	}()
 	dyn, err := dynamic.NewForConfig(c.Config(c.AdminToken))
 	if err != nil {
 		return nil, "", err
@@ -95,9 +113,11 @@ func (c *Cluster) StartAgentSandbox() (stop func() string, why string, err error
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	started = true
 	return func() string {
 		_ = cmd.Process.Kill()
 		<-exited
+		c.agentSandbox.Store(false)
 		log, _ := os.ReadFile(logPath)
 		if len(log) > 8000 {
 			log = log[len(log)-8000:]

@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,8 @@ type Cluster struct {
 	// kubelets signs what the apiserver and the kubelet stand-ins show
 	// each other.
 	kubelets *authority
+	// agentSandbox: agent-sandbox's controller runs (StartAgentSandbox).
+	agentSandbox atomic.Bool
 }
 
 // Config is a client configuration for the holder of token.

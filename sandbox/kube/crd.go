@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,14 +100,25 @@ func (r *Runtime) getSandbox(ctx context.Context, name string) (*sandboxObject, 
 }
 
 // isNoResource reports whether a NotFound is the resource's (agent-sandbox
-// not installed), not the object's.
+// not installed), not the object's: the apiserver answers a path it does
+// not serve with a plain 404, which client-go marks as an unexpected
+// response (and names the object from the URL); a missing object gets a
+// Status of its own.
 func isNoResource(err error) bool {
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
 		return false
 	}
 	d := st.Status().Details
-	return d == nil || d.Name == ""
+	if d == nil {
+		return true
+	}
+	for _, c := range d.Causes {
+		if c.Type == metav1.CauseTypeUnexpectedServerResponse {
+			return true
+		}
+	}
+	return d.Name == ""
 }
 
 func (r *Runtime) noSandboxResource(err error) error {
@@ -132,8 +144,9 @@ func ownedBy(o metav1.Object, uid types.UID) bool {
 }
 
 // withSandbox sets rec.podOwner, in sandbox mode, to the UID of the
-// Sandbox rec's record owns; a Sandbox of that name it does not own is
-// none of its (podOwner stays empty, and no pod passes madeBy).
+// Sandbox rec's record owns, and rec.suspended to whether it is
+// suspended; a Sandbox of that name it does not own is none of its
+// (podOwner stays empty, and no pod passes madeBy).
 func (r *Runtime) withSandbox(ctx context.Context, rec record) (record, error) {
 	if r.dyn == nil {
 		return rec, nil
@@ -143,14 +156,20 @@ func (r *Runtime) withSandbox(ctx context.Context, rec record) (record, error) {
 		return rec, err
 	}
 	if sb != nil && ownedBy(sb, rec.cm.UID) {
-		rec.podOwner = sb.UID
+		rec.podOwner, rec.suspended = sb.UID, sb.Spec.OperatingMode == modeSuspended
 	}
 	return rec, nil
 }
 
-// sandboxOwners maps the name of each Sandbox a record owns to the UIDs
-// of that record and of the Sandbox: List's one read for every record.
-func (r *Runtime) sandboxOwners(ctx context.Context) (map[string][2]types.UID, error) {
+// sandboxOf is what List needs of a Sandbox a record owns.
+type sandboxOf struct {
+	record, uid types.UID
+	suspended   bool
+}
+
+// sandboxOwners maps the name of each Sandbox a record owns to it: List's
+// one read for every record.
+func (r *Runtime) sandboxOwners(ctx context.Context) (map[string]sandboxOf, error) {
 	list, err := r.sandboxes().List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
 	if err != nil {
 		if apierrors.IsNotFound(err) {
@@ -158,12 +177,13 @@ func (r *Runtime) sandboxOwners(ctx context.Context) (map[string][2]types.UID, e
 		}
 		return nil, fmt.Errorf("kubernetes: list Sandboxes: %w", err)
 	}
-	out := map[string][2]types.UID{}
+	out := map[string]sandboxOf{}
 	for i := range list.Items {
 		u := &list.Items[i]
+		mode, _, _ := unstructured.NestedString(u.Object, "spec", "operatingMode")
 		for _, ref := range u.GetOwnerReferences() {
 			if ref.Kind == "ConfigMap" && ref.Name == u.GetName() {
-				out[u.GetName()] = [2]types.UID{ref.UID, u.GetUID()}
+				out[u.GetName()] = sandboxOf{record: ref.UID, uid: u.GetUID(), suspended: mode == modeSuspended}
 			}
 		}
 	}
@@ -172,31 +192,124 @@ func (r *Runtime) sandboxOwners(ctx context.Context) (map[string][2]types.UID, e
 
 // startThroughSandbox has agent-sandbox's controller make pod (the pod
 // the runtime would make itself): it writes the record's Sandbox, or sets
-// the one there running, waits for the controller's pod and then for it to
-// run.
+// the one there to this pod and running, waits for the controller's pod,
+// checks that it is the pod asked for, and waits for it to run.
+//
+// The controller adopts a pod of the Sandbox's name that no one controls
+// and that carries its labels (anyone who may create pods can make one),
+// and whoever may write Sandboxes may change one's template; so a pod of
+// that name the record did not make refuses the start, the whole template
+// is written anew at every start, and the pod the controller hands over
+// must match it (podMatches) before a command runs there.
 func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *corev1.Pod) (*corev1.Pod, error) {
 	sb, err := r.getSandbox(ctx, pod.Name)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case sb == nil:
+	if sb != nil && !ownedBy(sb, rec.cm.UID) {
+		return nil, fmt.Errorf("container %s: a Sandbox named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
+	}
+	if sb != nil {
+		rec.podOwner = sb.UID
+	} else {
+		rec.podOwner = ""
+	}
+	if p, err := r.podNamed(ctx, rec); err != nil {
+		return nil, err
+	} else if p != nil && !madeBy(p, rec) {
+		return nil, fmt.Errorf("container %s: a pod named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
+	}
+	if sb == nil {
 		if sb, err = r.createSandbox(ctx, rec, pod); err != nil {
 			return nil, err
 		}
-	case !ownedBy(sb, rec.cm.UID):
-		return nil, fmt.Errorf("container %s: a Sandbox named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
-	case sb.Spec.OperatingMode == modeSuspended:
-		if err := r.setMode(ctx, sb, modeRunning); err != nil {
-			return nil, err
-		}
+	} else if err := r.runSandbox(ctx, sb, pod); err != nil {
+		return nil, err
 	}
 	rec.podOwner = sb.UID
 	made, err := r.waitForPod(ctx, rec, sb)
 	if err != nil {
 		return nil, err
 	}
+	if err := podMatches(made, pod); err != nil {
+		return nil, fmt.Errorf("container %s: the pod made for its Sandbox is not the one asked for (%v): left alone: %w", rec.spec.Name, err, sandbox.ErrInUse)
+	}
 	return r.waitRunning(ctx, made)
+}
+
+// runSandbox writes pod's template into sb, whole, and sets it running,
+// if sb is still the object of its UID.
+func (r *Runtime) runSandbox(ctx context.Context, sb *sandboxObject, pod *corev1.Pod) error {
+	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&sandboxPodTemplate{Spec: pod.Spec,
+		Metadata: sandboxPodMetadata{Labels: pod.Labels, Annotations: pod.Annotations}})
+	if err != nil {
+		return fmt.Errorf("kubernetes: the Sandbox %s: %w", sb.Name, err)
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": sb.UID},
+		{"op": "replace", "path": "/spec/podTemplate", "value": tmpl},
+		{"op": "replace", "path": "/spec/operatingMode", "value": modeRunning},
+	})
+	if _, err := r.sandboxes().Patch(ctx, sb.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("kubernetes: set the Sandbox %s running: %w", sb.Name, err)
+	}
+	return nil
+}
+
+// podMatches reports how got, the pod the controller made (or adopted),
+// differs from want, the pod asked for, in what decides what runs and
+// what it reaches: its containers, their images, commands, variables,
+// mounts and privileges, its volumes and its namespaces.
+func podMatches(got, want *corev1.Pod) error {
+	g, w := &got.Spec, &want.Spec
+	switch {
+	case len(g.Containers) != 1 || len(g.InitContainers) != 0 || len(g.EphemeralContainers) != 0:
+		return fmt.Errorf("%d containers, %d init containers, %d ephemeral", len(g.Containers), len(g.InitContainers), len(g.EphemeralContainers))
+	case g.HostNetwork || g.HostPID || g.HostIPC || (g.ShareProcessNamespace != nil && *g.ShareProcessNamespace):
+		return errors.New("it shares the node's or its containers' namespaces")
+	case g.AutomountServiceAccountToken == nil || *g.AutomountServiceAccountToken:
+		return errors.New("it mounts a service account token")
+	case ptrString(g.RuntimeClassName) != ptrString(w.RuntimeClassName):
+		return fmt.Errorf("runtime class %q", ptrString(g.RuntimeClassName))
+	case g.ServiceAccountName != "" && g.ServiceAccountName != "default" && g.ServiceAccountName != w.ServiceAccountName:
+		return fmt.Errorf("service account %q", g.ServiceAccountName)
+	}
+	if len(g.Volumes) != len(w.Volumes) {
+		return fmt.Errorf("%d volumes", len(g.Volumes))
+	}
+	for i, v := range g.Volumes {
+		wv := w.Volumes[i]
+		if v.Name != wv.Name || v.PersistentVolumeClaim == nil || wv.PersistentVolumeClaim == nil ||
+			v.PersistentVolumeClaim.ClaimName != wv.PersistentVolumeClaim.ClaimName || v.PersistentVolumeClaim.ReadOnly != wv.PersistentVolumeClaim.ReadOnly {
+			return fmt.Errorf("volume %s", v.Name)
+		}
+	}
+	gc, wc := &g.Containers[0], &w.Containers[0]
+	switch {
+	case gc.Image != wc.Image:
+		return fmt.Errorf("image %s", gc.Image)
+	case !slices.Equal(gc.Command, wc.Command) || !slices.Equal(gc.Args, wc.Args) || gc.WorkingDir != wc.WorkingDir:
+		return errors.New("another command")
+	case len(gc.EnvFrom) != 0 || !slices.EqualFunc(gc.Env, wc.Env, func(a, b corev1.EnvVar) bool { return a.Name == b.Name && a.Value == b.Value && a.ValueFrom == nil }):
+		return errors.New("other variables")
+	case !slices.EqualFunc(gc.VolumeMounts, wc.VolumeMounts, func(a, b corev1.VolumeMount) bool {
+		return a.Name == b.Name && a.MountPath == b.MountPath && a.ReadOnly == b.ReadOnly && a.SubPath == b.SubPath
+	}):
+		return errors.New("other mounts")
+	}
+	gs, ws := gc.SecurityContext, wc.SecurityContext
+	if gs == nil || ws == nil || gs.Privileged == nil || *gs.Privileged || gs.AllowPrivilegeEscalation == nil || *gs.AllowPrivilegeEscalation ||
+		gs.Capabilities == nil || !slices.Equal(gs.Capabilities.Add, ws.Capabilities.Add) || !slices.Equal(gs.Capabilities.Drop, ws.Capabilities.Drop) {
+		return errors.New("other privileges")
+	}
+	return nil
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 func (r *Runtime) createSandbox(ctx context.Context, rec record, pod *corev1.Pod) (*sandboxObject, error) {

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -40,6 +42,9 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).Get(ctx, "sandboxes.agents.x-k8s.io", metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		if err := rt.Ping(ctx); err == nil || !strings.Contains(err.Error(), "agent-sandbox installed") {
 			t.Fatalf("ping before agent-sandbox is installed: %v", err)
+		}
+		if _, err := rt.getSandbox(ctx, "nosuch"); err == nil || !strings.Contains(err.Error(), "agent-sandbox installed") {
+			t.Fatalf("a Sandbox read before agent-sandbox is installed: %v", err)
 		}
 		m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8] + "n", Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"}})
 		_, err := m.Exec(ctx, "default", shell.Request{Command: "true", Timeout: time.Minute})
@@ -105,7 +110,9 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 		t.Fatalf("a warm command: %q", out)
 	}
 
-	// A stop suspends the Sandbox; its pod goes.
+	// A stop suspends the Sandbox; its pod goes. Its template changed
+	// meanwhile (another image, by whoever may write Sandboxes) is
+	// written anew at the next start.
 	if err := rt.Stop(ctx, m.ContainerFor("default"), time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +128,10 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 	if c, err := rt.Inspect(ctx, m.ContainerFor("default")); err != nil || c.Running() {
 		t.Fatalf("inspect after a stop: %+v %v", c, err)
 	}
+	tamper := `[{"op":"replace","path":"/spec/podTemplate/spec/containers/0/image","value":"` + testImage + `"}]`
+	if _, err := sbs.Patch(ctx, name, types.JSONPatchType, []byte(tamper), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// The next command runs it again, on the same workspace.
 	res, out := run("cat /workspace/mark")
 	if out != "kept\n" || !res.Boot.Started {
@@ -129,11 +140,31 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 	if u, err = sbs.Get(ctx, name, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if sb, _ = fromUnstructured(u); sb.Spec.OperatingMode != modeRunning {
-		t.Fatalf("the Sandbox after the start: %q", sb.Spec.OperatingMode)
+	if sb, _ = fromUnstructured(u); sb.Spec.OperatingMode != modeRunning || sb.Spec.PodTemplate.Spec.Containers[0].Image != "localhost/mcp-dev:latest" {
+		t.Fatalf("the Sandbox after the start: %q %s", sb.Spec.OperatingMode, sb.Spec.PodTemplate.Spec.Containers[0].Image)
+	}
+	if pod, err = admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil || pod.Spec.Containers[0].Image != "localhost/mcp-dev:latest" {
+		t.Fatalf("the pod after the start: %v", err)
 	}
 	if list, err := rt.List(ctx, map[string]string{}); err != nil || len(list) != 1 || !list[0].Running() {
 		t.Fatalf("list: %+v %v", list, err)
+	}
+
+	// A pod of a new sandbox's name that the controller would adopt (it
+	// carries the label agent-sandbox's warm pools use) refuses its
+	// boot, and is left alone.
+	planted := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: objectName(m.ContainerFor("planted")), Namespace: ns,
+		Labels:      map[string]string{labelManaged: managedBy, "agents.x-k8s.io/adoptable": "true"},
+		Annotations: map[string]string{annName: m.ContainerFor("planted")}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Image: testImage, Command: []string{"sleep", "600"}}}}}
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, planted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Exec(ctx, "planted", shell.Request{Command: "true", Timeout: time.Minute}); err == nil || !strings.Contains(err.Error(), "not one this record made") {
+		t.Fatalf("a boot beside a planted pod: %v", err)
+	}
+	if p, err := admin.CoreV1().Pods(ns).Get(ctx, planted.Name, metav1.GetOptions{}); err != nil || metav1.GetControllerOf(p) != nil {
+		t.Fatalf("the planted pod: %v", err)
 	}
 
 	if ok, err := m.Destroy(ctx, "default"); err != nil || !ok {
@@ -147,5 +178,44 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 	}
 	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the record after a destroy: %v", err)
+	}
+}
+
+// TestPodMatches: a pod the controller hands over that differs from the
+// one asked for in what runs or what it reaches is refused.
+func TestPodMatches(t *testing.T) {
+	rt := &Runtime{opt: Options{Namespace: "ns"}}
+	want, err := rt.podFor(sandbox.RunSpec{Name: "a", Image: "img", Command: []string{"sh"}, Env: map[string]string{"A": "1"},
+		Mounts: []sandbox.Mount{{Volume: "ws", Target: "/workspace"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := podMatches(want.DeepCopy(), want); err != nil {
+		t.Fatalf("the pod itself: %v", err)
+	}
+	yes := true
+	for what, change := range map[string]func(p *corev1.Pod){
+		"image":      func(p *corev1.Pod) { p.Spec.Containers[0].Image = "other" },
+		"command":    func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh", "-c", "x"} },
+		"variables":  func(p *corev1.Pod) { p.Spec.Containers[0].Env[0].Value = "2" },
+		"privileged": func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.Privileged = &yes },
+		"capabilities": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = append(p.Spec.Containers[0].SecurityContext.Capabilities.Add, "SYS_ADMIN")
+		},
+		"a sidecar":    func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, p.Spec.Containers[0]) },
+		"an init":      func(p *corev1.Pod) { p.Spec.InitContainers = p.Spec.Containers },
+		"host network": func(p *corev1.Pod) { p.Spec.HostNetwork = true },
+		"token":        func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = &yes },
+		"claim":        func(p *corev1.Pod) { p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "another" },
+		"host path": func(p *corev1.Pod) {
+			p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
+		},
+		"mounts": func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[0].MountPath = "/" },
+	} {
+		got := want.DeepCopy()
+		change(got)
+		if err := podMatches(got, want); err == nil {
+			t.Errorf("%s: not refused", what)
+		}
 	}
 }

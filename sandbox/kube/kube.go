@@ -260,8 +260,10 @@ type record struct {
 	labels map[string]string
 	// podOwner, in sandbox mode, is the UID of the Sandbox the record
 	// owns, which owns its pod; empty in pod mode, where the record
-	// owns the pod itself.
-	podOwner types.UID
+	// owns the pod itself. suspended: that Sandbox is suspended (its
+	// controller deletes its pod).
+	podOwner  types.UID
+	suspended bool
 }
 
 // record reads the record of the sandbox ref names: a container name, or
@@ -767,13 +769,19 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 		return err
 	}
 	if p != nil {
-		if p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending) {
+		live := p.DeletionTimestamp == nil && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending)
+		if live && !rec.suspended {
 			_, err = r.waitRunning(ctx, p)
 			return err
 		}
-		// An ended pod, or one on its way out: made again once gone.
-		if err := r.deleteOwnedPod(ctx, rec, time.Second); err != nil {
-			return err
+		// An ended pod, or one on its way out: made again once gone. A
+		// live one whose Sandbox is suspended (a stop cut short) is kept,
+		// and its Sandbox set running again before its controller
+		// deletes it.
+		if !live {
+			if err := r.deleteOwnedPod(ctx, rec, time.Second); err != nil {
+				return err
+			}
 		}
 	}
 	_, err = r.startPod(ctx, rec)
@@ -898,13 +906,20 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	if r.dyn != nil {
-		// The Sandbox first: its controller would make the pod again.
-		if err := r.deleteSandbox(ctx, rec); err != nil {
+		// Suspended first, so that its controller does not make the pod
+		// again; the Sandbox goes once its pod did (while it is there,
+		// the pod is known for the record's by its owner).
+		if err := r.suspendSandbox(ctx, rec); err != nil {
 			return err
 		}
 	}
 	if err := r.deleteOwnedPod(ctx, rec, time.Second); err != nil {
 		return err
+	}
+	if r.dyn != nil {
+		if err := r.deleteSandbox(ctx, rec); err != nil {
+			return err
+		}
 	}
 	uid := rec.cm.UID
 	err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -980,7 +995,7 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 	for i := range pods.Items {
 		byName[pods.Items[i].Name] = &pods.Items[i]
 	}
-	var owners map[string][2]types.UID
+	var owners map[string]sandboxOf
 	if r.dyn != nil {
 		if owners, err = r.sandboxOwners(ctx); err != nil {
 			return nil, err
@@ -992,8 +1007,8 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 		if err != nil {
 			continue
 		}
-		if o, ok := owners[rec.cm.Name]; ok && o[0] == rec.cm.UID {
-			rec.podOwner = o[1]
+		if o, ok := owners[rec.cm.Name]; ok && o.record == rec.cm.UID {
+			rec.podOwner, rec.suspended = o.uid, o.suspended
 		}
 		match := true
 		for k, v := range want {
@@ -1029,7 +1044,7 @@ func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
 		c.State = sandbox.StateRunning
-		if pod.DeletionTimestamp != nil {
+		if pod.DeletionTimestamp != nil || rec.suspended {
 			c.State = sandbox.StateStopped // on its way out
 		}
 	case corev1.PodPending:
