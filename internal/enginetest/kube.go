@@ -104,7 +104,10 @@ const KubernetesCRD = Kubernetes + "@crd"
 
 // CRDSuites are the suites kubernetes@crd runs: the whole life of a
 // sandbox, children, and a server's restart, which are what the Sandbox
-// resource changes; the rest of the runtime is pod mode's.
+// resource changes; the rest of the runtime is pod mode's. TestChildren
+// and TestHistorySurvivesRestart run on the first runtime listed only, so
+// on this one when SANDBOX_MCP_TEST_RUNTIMES names it first; make test's
+// list runs TestEndToEnd on it.
 var CRDSuites = map[string]bool{
 	"TestEndToEnd": true, "TestChildren": true, "TestHistorySurvivesRestart": true,
 }
