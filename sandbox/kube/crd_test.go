@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
@@ -217,5 +218,95 @@ func TestPodMatches(t *testing.T) {
 		if err := podMatches(got, want); err == nil {
 			t.Errorf("%s: not refused", what)
 		}
+	}
+}
+
+// TestChildrenGoWithTheirParentThroughSandboxes: in sandbox mode a
+// child's record is owned by its parent's, its Sandbox by its record and
+// its pod by its Sandbox; with the cluster's garbage collector running,
+// the parent's removal alone takes the child's and grandchild's records,
+// Sandboxes and pods, and leaves a root sandbox beside them whole.
+func TestChildrenGoWithTheirParentThroughSandboxes(t *testing.T) {
+	ns, token, admin := namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kubetest.PlayKubelet(ctx, admin, ns)
+	cluster.RunAgentSandbox(t)
+	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: time.Minute, SandboxCRD: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cluster.Config(cluster.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbs := dyn.Resource(SandboxResource).Namespace(ns)
+	const prefix = "smtc"
+	run := func(name, parent string) string {
+		t.Helper()
+		ctr, vol := prefix+"-"+name, prefix+"-ws-"+name
+		labels := map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: name, sandbox.LabelRole: "primary"}
+		if parent != "" {
+			labels[sandbox.LabelRole], labels[sandbox.LabelChildOf] = "child", parent
+		}
+		if err := rt.VolumeCreate(ctx, vol, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: name}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.Run(ctx, sandbox.RunSpec{Name: ctr, Image: "localhost/mcp-dev:latest", Labels: labels,
+			Mounts: []sandbox.Mount{{Volume: vol, Target: "/workspace"}}, Command: []string{"sleep", "infinity"}}); err != nil {
+			t.Fatalf("run %s: %v", name, err)
+		}
+		// Its Sandbox is its record's, its pod its Sandbox's.
+		rec, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, objectName(ctr), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, err := sbs.Get(ctx, objectName(ctr), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the Sandbox of %s: %v", name, err)
+		}
+		pod, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(ctr), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ownedBy(u, rec.UID) || metav1.GetControllerOf(pod) == nil || metav1.GetControllerOf(pod).UID != u.GetUID() {
+			t.Fatalf("%s: the Sandbox's owners %+v, the pod's %+v", name, u.GetOwnerReferences(), pod.OwnerReferences)
+		}
+		return ctr
+	}
+	parent := run("par", "")
+	run("kid", "par")
+	run("grand", "kid")
+	solo := run("solo", "")
+
+	cluster.RunGarbageCollector(t)
+	if err := rt.Remove(ctx, parent); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(what string, get func() error) {
+		t.Helper()
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			err := get()
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is still there 3m after its parent's removal", what)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	for _, n := range []string{"par", "kid", "grand"} {
+		obj := objectName(prefix + "-" + n)
+		gone("the Sandbox of "+n, func() error { _, err := sbs.Get(ctx, obj, metav1.GetOptions{}); return err })
+		gone("the pod of "+n, objGetter(ctx, admin, ns, "pod", obj))
+		gone("the record of "+n, objGetter(ctx, admin, ns, "configmap", obj))
+	}
+	if got, err := rt.Inspect(ctx, solo); err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("the root sandbox beside the family: %+v %v", got, err)
 	}
 }
