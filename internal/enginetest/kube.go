@@ -22,7 +22,9 @@ import (
 // (kubetest), shared by the whole test process.
 const Kubernetes = "kubernetes"
 
-// KubeSuites are the suites the kubernetes target runs: the end-to-end
+// KubeSuites are the suites the kubernetes target runs (those that take
+// only the first target listed run on it when it is listed first; make
+// test lists podman first): the end-to-end
 // suites that pass on it and whose calls into the runtime are its own,
 // but for those that load the machine (LoadSuites, the port and leak
 // stress suites), which pass on it too and run on the real engines
