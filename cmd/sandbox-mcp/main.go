@@ -207,13 +207,13 @@ func listValues(f *pflag.Flag) []string {
 	return []string{f.Value.String()}
 }
 
-// resolve turns the flags given to cmd, the environment and the config
-// file into the configuration.
 // console is this process's terminal: the commands' output, the log and
 // the final message share it, and the log and the message start lines of
 // their own there.
 var console = new(app.Console)
 
+// resolve turns the flags given to cmd, the environment and the config
+// file into the configuration.
 func resolve(cmd *cobra.Command) (app.Config, error) {
 	flags := app.FlagValues{}
 	for _, s := range app.Settings() {
