@@ -176,14 +176,22 @@ func (l launcher) startHTTP(ctx context.Context, stateDir string) (*httpBench, e
 // connect opens one go-sdk client session over HTTP, on its own
 // connections.
 func (h *httpBench) connect(ctx context.Context) (*mcp.ClientSession, error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
+	return h.connectVia(ctx, h.transport())
+}
+
+// transport is a transport of its own that carries the server's token.
+func (h *httpBench) transport() http.RoundTripper {
+	return mcphttp.TokenTransport(http.DefaultTransport.(*http.Transport).Clone(), h.token)
+}
+
+// connectVia opens one go-sdk client session over HTTP through rt.
+func (h *httpBench) connectVia(ctx context.Context, rt http.RoundTripper) (*mcp.ClientSession, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench-http", Version: "0"}, nil)
 	var opts *mcp.ClientSessionOptions
 	if httpProtocol != "" {
 		opts = &mcp.ClientSessionOptions{ProtocolVersion: httpProtocol}
 	}
-	return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url,
-		HTTPClient: &http.Client{Transport: mcphttp.TokenTransport(tr, h.token)}}, opts)
+	return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: rt}}, opts)
 }
 
 // stop ends the server as a signal does and waits for it.
@@ -232,13 +240,8 @@ func (c *captureCall) RoundTrip(r *http.Request) (*http.Response, error) {
 // the server's share of a call from the client library's, as the floor
 // section's raw rows do for stdio.
 func (h *httpBench) rawCaller(ctx context.Context, worker int) (func() error, func(), error) {
-	capture := &captureCall{next: mcphttp.TokenTransport(http.DefaultTransport.(*http.Transport).Clone(), h.token)}
-	client := mcp.NewClient(&mcp.Implementation{Name: "bench-http-raw", Version: "0"}, nil)
-	var opts *mcp.ClientSessionOptions
-	if httpProtocol != "" {
-		opts = &mcp.ClientSessionOptions{ProtocolVersion: httpProtocol}
-	}
-	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: capture}}, opts)
+	capture := &captureCall{next: h.transport()}
+	cs, err := h.connectVia(ctx, capture)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -268,7 +271,7 @@ func (h *httpBench) rawCaller(ctx context.Context, worker int) (func() error, fu
 		return nil, nil, fmt.Errorf("raw HTTP client: unexpected request %s", whole)
 	}
 	header.Del("Content-Length")
-	hc := &http.Client{Transport: mcphttp.TokenTransport(http.DefaultTransport.(*http.Transport).Clone(), h.token)}
+	hc := &http.Client{Transport: h.transport()}
 	id := (worker + 1) * 1_000_000
 	call := func() error {
 		id++

@@ -149,21 +149,20 @@ func sharedKubeTarget(t testing.TB, kind kubeKind) Target {
 		}
 		t.Skipf("kubernetes target: %s", ks.why)
 	}
-	if kind == kubeCRD {
-		if why := kubetest.AgentSandboxMissing(); why != "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s target: CI may not skip it: %s", KubernetesCRD, why)
-			}
-			t.Skipf("%s target: %s", KubernetesCRD, why)
-		}
+	// What this kind needs beyond the control plane.
+	var need, why string
+	switch kind {
+	case kubeCRD:
+		need, why = KubernetesCRD, kubetest.AgentSandboxMissing()
+	case kubeNode:
+		need = KubernetesNode
+		_, why = kubetest.NodeBinaries()
 	}
-	if kind == kubeNode {
-		if _, why := kubetest.NodeBinaries(); why != "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s target: CI may not skip it: %s", KubernetesNode, why)
-			}
-			t.Skipf("%s target: %s", KubernetesNode, why)
+	if why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s target: CI may not skip it: %s", need, why)
 		}
+		t.Skipf("%s target: %s", need, why)
 	}
 	ks.mu.Lock()
 	if ks.targets == nil {

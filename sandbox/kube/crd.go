@@ -75,6 +75,11 @@ type sandboxPodMetadata struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
+// templateOf is the Sandbox's template of pod.
+func templateOf(pod *corev1.Pod) *sandboxPodTemplate {
+	return &sandboxPodTemplate{Spec: pod.Spec, Metadata: sandboxPodMetadata{Labels: pod.Labels, Annotations: pod.Annotations}}
+}
+
 type sandboxStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
@@ -209,10 +214,9 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 	if sb != nil && !ownedBy(sb, rec.cm.UID) {
 		return nil, fmt.Errorf("container %s: a Sandbox named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
 	}
+	rec.podOwner = ""
 	if sb != nil {
 		rec.podOwner = sb.UID
-	} else {
-		rec.podOwner = ""
 	}
 	if p, err := r.podNamed(ctx, rec); err != nil {
 		return nil, err
@@ -240,8 +244,7 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 // runSandbox writes pod's template into sb, whole, and sets it running,
 // if sb is still the object of its UID.
 func (r *Runtime) runSandbox(ctx context.Context, sb *sandboxObject, pod *corev1.Pod) error {
-	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&sandboxPodTemplate{Spec: pod.Spec,
-		Metadata: sandboxPodMetadata{Labels: pod.Labels, Annotations: pod.Annotations}})
+	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(templateOf(pod))
 	if err != nil {
 		return fmt.Errorf("kubernetes: the Sandbox %s: %w", sb.Name, err)
 	}
@@ -321,7 +324,7 @@ func (r *Runtime) createSandbox(ctx context.Context, rec record, pod *corev1.Pod
 			Annotations:     map[string]string{annName: rec.spec.Name},
 			OwnerReferences: []metav1.OwnerReference{recordOwner(rec.cm)}},
 		Spec: sandboxSpec{
-			PodTemplate:   sandboxPodTemplate{Spec: pod.Spec, Metadata: sandboxPodMetadata{Labels: pod.Labels, Annotations: pod.Annotations}},
+			PodTemplate:   *templateOf(pod),
 			OperatingMode: modeRunning,
 			Service:       &no,
 		},

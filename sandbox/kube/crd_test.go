@@ -283,28 +283,11 @@ func TestChildrenGoWithTheirParentThroughSandboxes(t *testing.T) {
 	if err := rt.Remove(ctx, parent); err != nil {
 		t.Fatal(err)
 	}
-	gone := func(what string, get func() error) {
-		t.Helper()
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			err := get()
-			if apierrors.IsNotFound(err) {
-				return
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s is still there 3m after its parent's removal", what)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
 	for _, n := range []string{"par", "kid", "grand"} {
 		obj := objectName(prefix + "-" + n)
-		gone("the Sandbox of "+n, func() error { _, err := sbs.Get(ctx, obj, metav1.GetOptions{}); return err })
-		gone("the pod of "+n, objGetter(ctx, admin, ns, "pod", obj))
-		gone("the record of "+n, objGetter(ctx, admin, ns, "configmap", obj))
+		goneAfterParent(t, "the Sandbox of "+n, func() error { _, err := sbs.Get(ctx, obj, metav1.GetOptions{}); return err })
+		goneAfterParent(t, "the pod of "+n, objGetter(ctx, admin, ns, "pod", obj))
+		goneAfterParent(t, "the record of "+n, objGetter(ctx, admin, ns, "configmap", obj))
 	}
 	if got, err := rt.Inspect(ctx, solo); err != nil || got.State != sandbox.StateRunning {
 		t.Fatalf("the root sandbox beside the family: %+v %v", got, err)

@@ -131,34 +131,37 @@ func TestChildrenGoWithTheirParent(t *testing.T) {
 	if err := rt.Remove(ctx, parentCtr); err != nil {
 		t.Fatal(err)
 	}
-	gone := func(kind, name string, get func() error) {
-		t.Helper()
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			err := get()
-			if apierrors.IsNotFound(err) {
-				return
-			}
-			if err != nil && !apierrors.IsNotFound(err) {
-				t.Fatalf("%s %s: %v", kind, name, err)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s %s is still there 3m after its parent's removal", kind, name)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
 	for _, n := range []string{"kid.1", "kid-2", "grand"} {
 		ctr, vol := prefix+"-"+n, prefix+"-ws-"+n
-		gone("record", ctr, objGetter(ctx, admin, ns, "configmap", objectName(ctr)))
-		gone("pod", ctr, objGetter(ctx, admin, ns, "pod", objectName(ctr)))
-		gone("claim", vol, objGetter(ctx, admin, ns, "claim", objectName(vol)))
+		goneAfterParent(t, "record "+ctr, objGetter(ctx, admin, ns, "configmap", objectName(ctr)))
+		goneAfterParent(t, "pod "+ctr, objGetter(ctx, admin, ns, "pod", objectName(ctr)))
+		goneAfterParent(t, "claim "+vol, objGetter(ctx, admin, ns, "claim", objectName(vol)))
 	}
 	if got, err := rt.Inspect(ctx, soloCtr); err != nil || got.State != sandbox.StateRunning {
 		t.Fatalf("the root sandbox beside the family: %+v %v", got, err)
 	}
 	claim(soloVol)
 	claim(parentVol) // a parent's own workspace is the Manager's to remove
+}
+
+// goneAfterParent waits, for up to 3 minutes, until get finds what
+// (deleted by the garbage collector after its parent's removal) gone.
+func goneAfterParent(t *testing.T, what string, get func() error) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		err := get()
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still there 3m after its parent's removal", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // objGetter reads one object of kind, for a wait on its deletion.
