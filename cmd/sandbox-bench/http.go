@@ -68,33 +68,14 @@ func (b *bench) benchHTTP() error {
 		}
 		return execOn(cs), func() { cs.Close() }, nil
 	}
-	single, err := timeParallel(1, b.n, setup)
-	if err != nil {
+	if err := b.clientRows("HTTP", setup); err != nil {
 		return err
 	}
-	many, err := timeParallel(httpClients, b.n, setup)
-	if err != nil {
-		return err
-	}
-	s, m := pct(single, 0.5), pct(many, 0.5)
-	report(fmt.Sprintf("warm exec p50, %d HTTP clients at once", httpClients), us(m), us(s)+" (one HTTP client)", ratio(m, s), "<= 1.5x", ratio(m, s) <= 1.5)
-	fmt.Printf("%-44s %d clients: p95 %s; throughput %.0f calls/s against %.0f for one\n", "", httpClients, us(pct(many, 0.95)),
-		float64(httpClients)/m.Seconds(), 1/s.Seconds())
 	// The same through a minimal client: the server's share, without
 	// the go-sdk client's own work on the same cores.
-	rawSetup := func(w int) (func() error, func(), error) { return hs.rawCaller(b.ctx, w) }
-	rawSingle, err := timeParallel(1, b.n, rawSetup)
-	if err != nil {
+	if err := b.clientRows("raw HTTP", func(w int) (func() error, func(), error) { return hs.rawCaller(b.ctx, w) }); err != nil {
 		return err
 	}
-	rawMany, err := timeParallel(httpClients, b.n, rawSetup)
-	if err != nil {
-		return err
-	}
-	rs, rm := pct(rawSingle, 0.5), pct(rawMany, 0.5)
-	report(fmt.Sprintf("warm exec p50, %d raw HTTP clients at once", httpClients), us(rm), us(rs)+" (one raw HTTP client)", ratio(rm, rs), "<= 1.5x", ratio(rm, rs) <= 1.5)
-	fmt.Printf("%-44s %d raw clients: p95 %s; throughput %.0f calls/s against %.0f for one\n", "", httpClients, us(pct(rawMany, 0.95)),
-		float64(httpClients)/rm.Seconds(), 1/rs.Seconds())
 	// What the engine itself gives the same concurrency: framed round
 	// trips on 8 shells of the sandbox at once against one, no server.
 	ctr := b.launch.prefix + "-default"
@@ -118,6 +99,24 @@ func (b *bench) benchHTTP() error {
 		return err
 	}
 	fmt.Printf("%-44s the same %d at once over one stdio session: p50 %s, p95 %s\n", "", httpClients, us(pct(stdio8, 0.5)), us(pct(stdio8, 0.95)))
+	return nil
+}
+
+// clientRows reports warm exec p50 with httpClients clients of kind at
+// once against one, each client made by setup.
+func (b *bench) clientRows(kind string, setup func(worker int) (func() error, func(), error)) error {
+	single, err := timeParallel(1, b.n, setup)
+	if err != nil {
+		return err
+	}
+	many, err := timeParallel(httpClients, b.n, setup)
+	if err != nil {
+		return err
+	}
+	s, m := pct(single, 0.5), pct(many, 0.5)
+	report(fmt.Sprintf("warm exec p50, %d %s clients at once", httpClients, kind), us(m), us(s)+" (one "+kind+" client)", ratio(m, s), "<= 1.5x", ratio(m, s) <= 1.5)
+	fmt.Printf("%-44s %d %s clients: p95 %s; throughput %.0f calls/s against %.0f for one\n", "", httpClients, kind, us(pct(many, 0.95)),
+		float64(httpClients)/m.Seconds(), 1/s.Seconds())
 	return nil
 }
 
