@@ -19,8 +19,10 @@ import (
 // run, destroy) within the default policy, which refuses what it must; a
 // sandbox without a policy has no socket; a reset of the parent takes its
 // children with it.
-func TestChildren(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestChildren(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testChildren) }
+
+// testChildren is TestChildren on one target.
+func testChildren(t *testing.T, tg enginetest.Target) {
 	s := startServer(t, tg, enginetest.Prefix(t, tg.New()), "", "--toolsets", "all")
 	sh := func(cmd string) result {
 		t.Helper()
@@ -121,8 +123,10 @@ func TestChildren(t *testing.T) {
 // commands ends the commands and the descendants; a child's TTL stops it
 // with no server running, and the next server destroys it; a server
 // killed mid-spawn leaves no container without a record.
-func TestChildrenLifetimes(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestChildrenLifetimes(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testChildrenLifetimes) }
+
+// testChildrenLifetimes is TestChildrenLifetimes on one target.
+func testChildrenLifetimes(t *testing.T, tg enginetest.Target) {
 	rt := tg.New()
 	prefix := enginetest.Prefix(t, rt)
 	stateDir := t.TempDir()

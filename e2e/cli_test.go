@@ -288,8 +288,10 @@ func TestPeopleCLI(t *testing.T) {
 // TestDoctorFailures: doctor says what is wrong, with what to run, and
 // exits non-zero: no engine installed, an engine that is not started, a
 // state file another process holds locked.
-func TestDoctorFailures(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestDoctorFailures(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testDoctorFailures) }
+
+// testDoctorFailures is TestDoctorFailures on one target.
+func testDoctorFailures(t *testing.T, tg enginetest.Target) {
 	state := t.TempDir()
 	run := func(env []string, args ...string) (string, int) {
 		t.Helper()
@@ -449,8 +451,10 @@ func (s *syncBuffer) String() string {
 // and back, a file out to a host path, refuses to replace it without
 // --overwrite, keeps a sandbox's symlink a symlink on the host, and says
 // plainly what is wrong with a bad or unknown sandbox name.
-func TestCopyCLI(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestCopyCLI(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testCopyCLI) }
+
+// testCopyCLI is TestCopyCLI on one target.
+func testCopyCLI(t *testing.T, tg enginetest.Target) {
 	prefix := enginetest.Prefix(t, tg.New())
 	s := startServer(t, tg, prefix, "")
 	if r := s.call(t, "exec", map[string]any{"sandbox": "cpbox", "command": "mkdir -p /workspace/made/sub && echo inside > /workspace/made/sub/f.txt && ln -s /etc/passwd /workspace/made/link"}); r.isError {
@@ -514,8 +518,10 @@ func TestCopyCLI(t *testing.T) {
 // running server takes over and serves; `port ls` shows it and who
 // serves it; `port unexpose` ends it; with --foreground the command
 // serves it until Ctrl-C and removes it then.
-func TestPortCLI(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestPortCLI(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testPortCLI) }
+
+// testPortCLI is TestPortCLI on one target.
+func testPortCLI(t *testing.T, tg enginetest.Target) {
 	prefix := enginetest.Prefix(t, tg.New())
 	s := startServer(t, tg, prefix, "", "--toolsets", "all")
 	if r := s.call(t, "bg", map[string]any{"sandbox": "pbox", "name": "web", "command": "cd /tmp && echo port-cli-ok > index.html && exec python3 -m http.server 8000"}); r.isError {

@@ -23,8 +23,10 @@ import (
 // host off the list is refused with a 403 that says how to allow it;
 // status, network_info, network_log and `sandbox-mcp net` show the policy,
 // the refusals and the traffic.
-func TestEgressEndToEnd(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestEgressEndToEnd(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testEgressEndToEnd) }
+
+// testEgressEndToEnd is TestEgressEndToEnd on one target.
+func testEgressEndToEnd(t *testing.T, tg enginetest.Target) {
 	addrs, _ := net.InterfaceAddrs()
 	var host netip.Addr
 	for _, a := range addrs {
@@ -199,7 +201,11 @@ func TestEgressEndToEnd(t *testing.T) {
 // to the host no longer allowed is refused, and one allowed again goes
 // through, with neither the sandbox nor the server restarted.
 func TestEgressPolicyReload(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+	enginetest.RunFirstAndKubernetes(t, testEgressPolicyReload)
+}
+
+// testEgressPolicyReload is TestEgressPolicyReload on one target.
+func testEgressPolicyReload(t *testing.T, tg enginetest.Target) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

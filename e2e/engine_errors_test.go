@@ -177,7 +177,11 @@ func TestMCPGoClient(t *testing.T) {
 // TestHistorySurvivesRestart: a second server on the same state directory
 // sees the first one's history (written in batches, off the exec path).
 func TestHistorySurvivesRestart(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+	enginetest.RunFirstAndKubernetes(t, testHistorySurvivesRestart)
+}
+
+// testHistorySurvivesRestart is TestHistorySurvivesRestart on one target.
+func testHistorySurvivesRestart(t *testing.T, tg enginetest.Target) {
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()
 	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}

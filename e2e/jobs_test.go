@@ -174,8 +174,12 @@ func TestJobs(t *testing.T) {
 // exec and after starting a job; the next server on the same state finds
 // the sandbox, runs commands, and reads and kills the job.
 func TestJobsSurviveSIGKILL(t *testing.T) {
+	enginetest.RunFirstAndKubernetes(t, testJobsSurviveSIGKILL)
+}
+
+// testJobsSurviveSIGKILL is TestJobsSurviveSIGKILL on one target.
+func testJobsSurviveSIGKILL(t *testing.T, tg enginetest.Target) {
 	enginetest.QuietDisk(t) // job records live in the state file
-	tg := enginetest.Targets(t)[0]
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()
 	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}

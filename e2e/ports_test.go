@@ -371,7 +371,11 @@ func TestPortsUnderStress(t *testing.T) {
 // killed (same host port); list_ports in B names who serves it; an
 // unexpose through B ends it.
 func TestPortsOutliveTheirServer(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+	enginetest.RunFirstAndKubernetes(t, testPortsOutliveTheirServer)
+}
+
+// testPortsOutliveTheirServer is TestPortsOutliveTheirServer on one target.
+func testPortsOutliveTheirServer(t *testing.T, tg enginetest.Target) {
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()
 	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix,
@@ -427,8 +431,10 @@ func TestPortsOutliveTheirServer(t *testing.T) {
 // that crashes at its first instruction), expose still works, one exec
 // per connection, and says so; the half-close and binary data still go
 // through exactly.
-func TestPortsWithoutAgent(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestPortsWithoutAgent(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testPortsWithoutAgent) }
+
+// testPortsWithoutAgent is TestPortsWithoutAgent on one target.
+func testPortsWithoutAgent(t *testing.T, tg enginetest.Target) {
 	dir := t.TempDir()
 	// The server refuses a file that is not a sandbox-ctl for the
 	// sandbox's machine, and falls back to another source: this one is

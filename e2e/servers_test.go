@@ -17,8 +17,12 @@ import (
 // through A is used but never shown through B, and a destroy through B
 // cuts A's running command short with a result that says so.
 func TestTwoServersShareLifecycleAndSecrets(t *testing.T) {
+	enginetest.RunFirstAndKubernetes(t, testTwoServersShareLifecycleAndSecrets)
+}
+
+// testTwoServersShareLifecycleAndSecrets is TestTwoServersShareLifecycleAndSecrets on one target.
+func testTwoServersShareLifecycleAndSecrets(t *testing.T, tg enginetest.Target) {
 	enginetest.QuietDisk(t) // history lives in the state file
-	tg := enginetest.Targets(t)[0]
 	prefix := enginetest.Prefix(t, tg.New())
 	stateDir := t.TempDir()
 	args := []string{"serve", "--runtime", tg.Runtime, "--image", tg.Image, "--prefix", prefix, "--state-dir", stateDir, "--no-boot-default"}

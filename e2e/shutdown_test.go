@@ -180,8 +180,12 @@ func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string, command 
 // shutdown, a Python session's processes are ended, and the server exits
 // with status 0.
 func TestServerExitEndsCommands(t *testing.T) {
+	enginetest.RunFirstAndKubernetes(t, testServerExitEndsCommands)
+}
+
+// testServerExitEndsCommands is TestServerExitEndsCommands on one target.
+func testServerExitEndsCommands(t *testing.T, tg enginetest.Target) {
 	enginetest.QuietDisk(t) // history lives in the state file
-	tg := enginetest.Targets(t)[0]
 	rt := tg.New()
 	prefix := enginetest.Prefix(t, rt)
 	stateDir := t.TempDir()
@@ -247,8 +251,12 @@ func TestServerExitEndsCommands(t *testing.T) {
 // every process of it (one in a session of its own too), leaves alone
 // what a finished command left behind, and records it in the history.
 func TestKilledServerCommandsEndedByNext(t *testing.T) {
+	enginetest.RunFirstAndKubernetes(t, testKilledServerCommandsEndedByNext)
+}
+
+// testKilledServerCommandsEndedByNext is TestKilledServerCommandsEndedByNext on one target.
+func testKilledServerCommandsEndedByNext(t *testing.T, tg enginetest.Target) {
 	enginetest.QuietDisk(t)
-	tg := enginetest.Targets(t)[0]
 	rt := tg.New()
 	prefix := enginetest.Prefix(t, rt)
 	stateDir := t.TempDir()

@@ -100,7 +100,11 @@ func TestStateFileAbuse(t *testing.T) {
 // container was removed by hand are dropped by the next server, and the
 // sandbox comes back empty on first use.
 func TestReconcileForgetsLostSandboxes(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+	enginetest.RunFirstAndKubernetes(t, testReconcileForgetsLostSandboxes)
+}
+
+// testReconcileForgetsLostSandboxes is TestReconcileForgetsLostSandboxes on one target.
+func testReconcileForgetsLostSandboxes(t *testing.T, tg enginetest.Target) {
 	rt := tg.New()
 	prefix := enginetest.Prefix(t, rt)
 	stateDir := t.TempDir()

@@ -143,6 +143,27 @@ func Targets(t testing.TB) []Target {
 	return targets(t, "")
 }
 
+// RunFirstAndKubernetes runs fn as a subtest on the first target listed
+// and on each Kubernetes target listed after it. It is for suites that
+// run on one engine to spare the machine: podman, docker and Apple's CLI
+// share their driver's calls, so one of them speaks for the others, but
+// the Kubernetes runtime shares none of them and has to run the suite
+// itself. Targets' filters hold: a Kubernetes target that does not run
+// the suite (KubeSuites, NodeSuites, CRDSuites) is not run.
+func RunFirstAndKubernetes(t *testing.T, fn func(t *testing.T, tg Target)) {
+	t.Helper()
+	tgs := Targets(t)
+	run := tgs[:1]
+	for _, tg := range tgs[1:] {
+		if tg.Runtime == Kubernetes {
+			run = append(run, tg)
+		}
+	}
+	for _, tg := range run {
+		t.Run(tg.Name, func(t *testing.T) { fn(t, tg) })
+	}
+}
+
 // TargetsOf returns the listed targets of one runtime ("container",
 // "docker", ...), for a test about that runtime alone: a suite podman
 // runs is still run there, since podman does not run this one.

@@ -22,9 +22,9 @@ import (
 // (kubetest), shared by the whole test process.
 const Kubernetes = "kubernetes"
 
-// KubeSuites are the suites the kubernetes target runs (those that take
-// only the first target listed run on it when it is listed first; make
-// test lists podman first): the end-to-end
+// KubeSuites are the suites the kubernetes target runs (those that run
+// on one engine only run on it too, through RunFirstAndKubernetes): the
+// end-to-end
 // suites that pass on it and whose calls into the runtime are its own,
 // but for those that load the machine (LoadSuites, the port and leak
 // stress suites), which pass on it too and run on the real engines
@@ -106,10 +106,7 @@ const KubernetesCRD = Kubernetes + "@crd"
 
 // CRDSuites are the suites kubernetes@crd runs: the whole life of a
 // sandbox, children, and a server's restart, which are what the Sandbox
-// resource changes; the rest of the runtime is pod mode's. TestChildren
-// and TestHistorySurvivesRestart run on the first runtime listed only, so
-// on this one when SANDBOX_MCP_TEST_RUNTIMES names it first; make test's
-// list runs TestEndToEnd on it.
+// resource changes; the rest of the runtime is pod mode's.
 var CRDSuites = map[string]bool{
 	"TestEndToEnd": true, "TestChildren": true, "TestHistorySurvivesRestart": true,
 }
