@@ -242,7 +242,7 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 // putBack moves the container a restore moved aside back in place of the
 // restore's own; why says what failed when it was there but could not be.
 func (m *Manager) putBack(ctx context.Context, name, trash string) (back bool, why string) {
-	ren, ok := m.rt.(Renamer)
+	ren, ok := RenamerOf(m.rt)
 	if !ok {
 		return false, ""
 	}

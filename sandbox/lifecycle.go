@@ -945,7 +945,7 @@ func (m *Manager) Reset(ctx context.Context, name string, wipeWorkspace bool) (B
 			m.endIntent(name)
 		}
 	}()
-	r, canRename := m.rt.(Renamer)
+	r, canRename := RenamerOf(m.rt)
 	if wipeWorkspace || !canRename {
 		if wipeWorkspace {
 			// Finished by the next boot if this server dies before the

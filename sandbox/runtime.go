@@ -75,6 +75,23 @@ type Renamer interface {
 	Rename(ctx context.Context, name, newName string) error
 }
 
+// RenameChecker is implemented by a runtime whose Renamer works in some
+// of its configurations only (Kubernetes renames a sandbox it makes as a
+// pod, not one agent-sandbox's controller makes).
+type RenameChecker interface {
+	CanRename() bool
+}
+
+// RenamerOf is rt as a Renamer, when it is one and can rename as it is
+// configured.
+func RenamerOf(rt Runtime) (Renamer, bool) {
+	r, ok := rt.(Renamer)
+	if c, checks := rt.(RenameChecker); ok && checks && !c.CanRename() {
+		return nil, false
+	}
+	return r, ok
+}
+
 // RunSpec describes a long-lived sandbox container.
 type RunSpec struct {
 	Name    string

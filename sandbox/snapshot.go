@@ -484,7 +484,7 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 			return BootInfo{}, rec, fmt.Errorf("snapshot %q: its saved workspace (%s) is gone from %s; delete_snapshot it", snap, rec.WorkspaceFile, m.cfg.SnapshotDir)
 		}
 	}
-	_, undoable := m.rt.(Renamer)
+	_, undoable := RenamerOf(m.rt)
 	if !undoable && imageGone() {
 		return BootInfo{}, rec, gone
 	}
@@ -628,7 +628,7 @@ func (m *Manager) retire(ctx context.Context, name, id, trash string) (finish fu
 		}
 		target = idOr(c)
 	}
-	r, ok := m.rt.(Renamer)
+	r, ok := RenamerOf(m.rt)
 	if !ok {
 		if err := m.rt.Remove(ctx, target); err != nil && !errors.Is(err, ErrNotFound) {
 			return done, cannot, fmt.Errorf("remove sandbox %q: %w", name, err)

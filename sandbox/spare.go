@@ -131,7 +131,7 @@ func (m *Manager) watchSpares() {
 // DescribeSpares says, for doctor, what keeping n spares of the defaults
 // on rt comes to, and one for each of the named profiles listed.
 func DescribeSpares(rt Runtime, n int, profiles []string) string {
-	_, renames := rt.(Renamer)
+	_, renames := RenamerOf(rt)
 	var s string
 	switch {
 	case n <= 0 && len(profiles) == 0:
@@ -292,7 +292,7 @@ func (m *Manager) nameInUse(name string) bool {
 }
 
 func (m *Manager) sparesPossible() bool {
-	_, renames := m.rt.(Renamer)
+	_, renames := RenamerOf(m.rt)
 	return renames && m.cfg.Sandboxes != nil
 }
 
@@ -391,7 +391,7 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	imageNow := sync.OnceValue(func() string { return m.imageID(ctx, prof.Image) })
 	go imageNow()
 	current := func(c Container) bool { return !staleSpare(c, imageNow()) }
-	r := m.rt.(Renamer)
+	r, _ := RenamerOf(m.rt)
 	tried := map[string]bool{}
 	for _, ls := range m.localSpares() {
 		c := ls.c

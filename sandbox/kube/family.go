@@ -34,12 +34,13 @@ func (r *Runtime) parentRecord(ctx context.Context, owner, parent string) (*core
 	}
 	for i := range list.Items {
 		rec, err := parseRecord(&list.Items[i], "")
-		if err != nil {
+		if err != nil || rec.labels[sandbox.LabelOwner] != owner || sandboxName(rec.spec) != parent {
 			continue
 		}
-		if rec.labels[sandbox.LabelOwner] == owner && rec.labels[sandbox.LabelName] == parent {
-			return rec.cm, nil
+		if rec, err = r.settle(ctx, rec); err != nil {
+			continue // the new record of a rename not done
 		}
+		return rec.cm, nil
 	}
 	return nil, fmt.Errorf("kubernetes: the parent %q has no record in namespace %s: a child is made only beside its parent: %w",
 		parent, r.opt.Namespace, sandbox.ErrNotFound)

@@ -290,7 +290,21 @@ func (r *Runtime) record(ctx context.Context, ref string) (record, error) {
 	if err != nil {
 		return rec, err
 	}
+	if rec, err = r.settle(ctx, rec); err != nil {
+		return rec, err
+	}
 	return r.withSandbox(ctx, rec)
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // uidPattern is an object UID; a container name never has this form.
@@ -302,8 +316,10 @@ func (r *Runtime) recordByID(ctx context.Context, id string) (record, error) {
 	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
 	if v, ok := r.ids.Load(id); ok {
 		cm, err := cms.Get(ctx, v.(string), metav1.GetOptions{})
-		if err == nil && string(cm.UID) == id {
-			return r.parseWithSandbox(ctx, cm)
+		if err == nil && idOf(cm) == id {
+			if rec, err := r.parseWithSandbox(ctx, cm); !errors.Is(err, sandbox.ErrNotFound) {
+				return rec, err
+			}
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return record{}, fmt.Errorf("kubernetes: read the record of %s: %w", id, err)
@@ -314,19 +330,37 @@ func (r *Runtime) recordByID(ctx context.Context, id string) (record, error) {
 	if err != nil {
 		return record{}, fmt.Errorf("kubernetes: list records: %w", err)
 	}
+	// A rename cut short leaves two records of one ID: the new one is
+	// the sandbox's when settle finds it so, else the old one.
+	var found []*corev1.ConfigMap
 	for i := range list.Items {
-		if cm := &list.Items[i]; string(cm.UID) == id {
-			r.ids.Store(id, cm.Name)
-			return r.parseWithSandbox(ctx, cm)
+		if cm := &list.Items[i]; idOf(cm) == id {
+			found = append(found, cm)
 		}
+	}
+	slices.SortFunc(found, func(a, b *corev1.ConfigMap) int {
+		return cmpBool(renaming(b), renaming(a)) // the new record first
+	})
+	for _, cm := range found {
+		rec, err := r.parseWithSandbox(ctx, cm)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			continue
+		}
+		if err == nil {
+			r.ids.Store(id, cm.Name)
+		}
+		return rec, err
 	}
 	return record{}, fmt.Errorf("container %s: %w", id, sandbox.ErrNotFound)
 }
 
-// parseWithSandbox is parseRecord, then withSandbox.
+// parseWithSandbox is parseRecord, then settle and withSandbox.
 func (r *Runtime) parseWithSandbox(ctx context.Context, cm *corev1.ConfigMap) (record, error) {
 	rec, err := parseRecord(cm, "")
 	if err != nil {
+		return rec, err
+	}
+	if rec, err = r.settle(ctx, rec); err != nil {
 		return rec, err
 	}
 	return r.withSandbox(ctx, rec)
@@ -368,7 +402,7 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 		cm.OwnerReferences = []metav1.OwnerReference{recordOwner(parent)}
 	}
 	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
-	made, err := cms.Create(ctx, cm, metav1.CreateOptions{})
+	made, err := r.createRecord(ctx, cm)
 	if apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("container %s: %w", spec.Name, sandbox.ErrAlreadyExists)
 	}
@@ -394,8 +428,8 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 		_ = cms.Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		return "", err
 	}
-	r.ids.Store(string(made.UID), made.Name)
-	return string(made.UID), nil
+	r.ids.Store(idOf(made), made.Name)
+	return idOf(made), nil
 }
 
 // podFor is the pod of spec; owner, when set, is its record.
@@ -457,8 +491,14 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 	if spec.Virtualization {
 		return nil, fmt.Errorf("%w: nested virtualization in a pod", sandbox.ErrUnsupported)
 	}
+	// The pod's name is its record's (podNameOf): a renamed sandbox's
+	// pod keeps the name it was made with.
+	podName, name, recName := objectName(spec.Name), spec.Name, objectName(spec.Name)
+	if owner != nil {
+		podName, name, recName = podNameOf(owner), owner.Annotations[annName], owner.Name
+	}
 	extra := groupLabels(groupsOf(spec)) // peers.go
-	extra[labelRecord] = objectName(spec.Name)
+	extra[labelRecord] = recName
 	switch spec.Network {
 	case "":
 	case "none":
@@ -468,9 +508,9 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 		return nil, fmt.Errorf("%w: network %q for a pod", sandbox.ErrUnsupported, spec.Network)
 	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: objectName(spec.Name), Namespace: r.opt.Namespace,
+		ObjectMeta: metav1.ObjectMeta{Name: podName, Namespace: r.opt.Namespace,
 			Labels:      kubeLabels(spec.Labels, extra),
-			Annotations: map[string]string{annName: spec.Name}},
+			Annotations: map[string]string{annName: name}},
 		Spec: corev1.PodSpec{
 			Containers:                    []corev1.Container{c},
 			Volumes:                       vols,
@@ -550,6 +590,14 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 	}
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	made, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// A sandbox renamed away (a reset's old one) took its pod, and so
+		// the name, with it: this record's pod gets a name of its own.
+		if pod, err = r.podNameTaken(ctx, rec, pod); err != nil {
+			return nil, err
+		}
+		made, err = pods.Create(ctx, pod, metav1.CreateOptions{})
+	}
 	if apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("container %s: a pod named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
 	}
@@ -764,6 +812,11 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if p, err := r.podNamed(ctx, rec); err != nil {
+		return err
+	} else if handedOn(p, rec) {
+		return fmt.Errorf("container %s: %w (renamed)", name, sandbox.ErrNotFound)
+	}
 	p, err := r.ownedPod(ctx, rec)
 	if err != nil {
 		return err
@@ -792,7 +845,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 // name that rec did not make is an error, and is left alone.
 func (r *Runtime) ownedPod(ctx context.Context, rec record) (*corev1.Pod, error) {
 	p, err := r.podNamed(ctx, rec)
-	if p == nil || err != nil {
+	if p == nil || err != nil || handedOn(p, rec) {
 		return nil, err
 	}
 	if !madeBy(p, rec) {
@@ -804,7 +857,7 @@ func (r *Runtime) ownedPod(ctx context.Context, rec record) (*corev1.Pod, error)
 // podNamed reads the pod of rec's name, nil when there is none; whether
 // rec made it is the caller's to check (madeBy).
 func (r *Runtime) podNamed(ctx context.Context, rec record) (*corev1.Pod, error) {
-	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{})
+	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, podNameOf(rec.cm), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -950,6 +1003,9 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (sandbox.Container, 
 	if err != nil {
 		return sandbox.Container{}, err
 	}
+	if handedOn(pod, rec) {
+		return sandbox.Container{}, fmt.Errorf("container %s: %w (renamed)", name, sandbox.ErrNotFound)
+	}
 	return describe(rec, pod), nil
 }
 
@@ -965,6 +1021,9 @@ func (r *Runtime) podOf(ctx context.Context, ref string) (string, error) {
 	pod, err := r.podNamed(ctx, rec)
 	if err != nil {
 		return "", err
+	}
+	if handedOn(pod, rec) {
+		return "", fmt.Errorf("container %s: %w (renamed)", ref, sandbox.ErrNotFound)
 	}
 	if !describe(rec, pod).Running() {
 		return "", fmt.Errorf("kubernetes: exec in %s: %w", ref, sandbox.ErrNotRunning)
@@ -1001,10 +1060,18 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 			return nil, err
 		}
 	}
+	recs := map[string]*corev1.ConfigMap{}
+	for i := range cms.Items {
+		recs[cms.Items[i].Name] = &cms.Items[i]
+	}
 	var out []sandbox.Container
 	for i := range cms.Items {
 		rec, err := parseRecord(&cms.Items[i], "")
 		if err != nil {
+			continue
+		}
+		// Of the two records of a rename cut short, the sandbox's.
+		if pod := byName[podNameOf(rec.cm)]; handedOn(pod, rec) || (renaming(rec.cm) && !renameCommitted(rec.cm, pod, recs[rec.cm.Annotations[annRenamedFromObject]])) {
 			continue
 		}
 		if o, ok := owners[rec.cm.Name]; ok && o.record == rec.cm.UID {
@@ -1017,7 +1084,7 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 			}
 		}
 		if match {
-			out = append(out, describe(rec, byName[rec.cm.Name]))
+			out = append(out, describe(rec, byName[podNameOf(rec.cm)]))
 		}
 	}
 	return out, nil
@@ -1028,7 +1095,7 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	// The ID is the record's: it stays with the sandbox while its pod
 	// is made again, as a container's ID stays over a restart.
-	c := sandbox.Container{Name: rec.cm.Annotations[annName], ID: string(rec.cm.UID), Image: rec.spec.Image, Labels: rec.labels,
+	c := sandbox.Container{Name: rec.cm.Annotations[annName], ID: idOf(rec.cm), Image: rec.spec.Image, Labels: rec.labels,
 		NoNetwork: rec.spec.Network == "none",
 		Created:   rec.cm.CreationTimestamp.Time, CPUs: rec.spec.CPUs, State: sandbox.StateStopped}
 	if q, err := memoryQuantity(rec.spec.Memory); err == nil {

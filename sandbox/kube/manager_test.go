@@ -97,8 +97,8 @@ func TestManagerOnKubernetes(t *testing.T) {
 	if ok, err := m.Destroy(ctx, "default"); err != nil || !ok {
 		t.Fatalf("destroy: %v %v", ok, err)
 	}
-	if _, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(m.ContainerFor("default")), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("the pod after a destroy: %v", err)
+	if pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods after a destroy: %v %v", pods, err)
 	}
 }
 
@@ -240,7 +240,11 @@ func TestWorkspaceSnapshotsOnKubernetes(t *testing.T) {
 	}
 	podUID := func(name string) string {
 		t.Helper()
-		p, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(m.ContainerFor(name)), metav1.GetOptions{})
+		rec, err := rt.record(ctx, m.ContainerFor(name))
+		if err != nil {
+			t.Fatalf("the record of %s: %v", name, err)
+		}
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, podNameOf(rec.cm), metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("the pod of %s: %v", name, err)
 		}

@@ -99,7 +99,7 @@ func groupsOf(spec sandbox.RunSpec) []group {
 	case spec.Labels[sandbox.LabelChildOf] != "":
 		return []group{peers} // a child with peers "all"
 	default:
-		return []group{peers, family(spec.Labels[sandbox.LabelName])} // a root
+		return []group{peers, family(sandboxName(spec))} // a root
 	}
 }
 

@@ -1,0 +1,231 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// TestRename: with only the rights rbac.yaml grants, a sandbox renamed
+// keeps its ID, pod, workspace and labels under the new name and is gone
+// under the old one, running or stopped, by name or by ID; a name in use
+// is refused and nothing moves; a rename cut after any of its steps (as
+// by a server killed there) leaves one sandbox under one of the two
+// names, which the next reader or rename settles; and a sandbox booted
+// again under a name whose pod a renamed one kept gets a pod of its own.
+func TestRename(t *testing.T) {
+	ns, token, admin := namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kubetest.PlayKubelet(ctx, admin, ns)
+	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rt.CanRename() {
+		t.Fatal("pod mode cannot rename")
+	}
+	if r, ok := sandbox.RenamerOf(rt); !ok || r == nil {
+		t.Fatal("RenamerOf: pod mode is no Renamer")
+	}
+	const owner = "smtr"
+	run := func(name string) string {
+		t.Helper()
+		spec := sandbox.RunSpec{Name: name, Image: "localhost/mcp-dev:latest",
+			Labels:  map[string]string{sandbox.LabelOwner: owner, sandbox.LabelRole: sandbox.RoleSpare, "k": "v"},
+			Command: []string{"sleep", "infinity"}}
+		id, err := rt.Run(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	gone := func(name string) {
+		t.Helper()
+		if c, err := rt.Inspect(ctx, name); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Fatalf("%s is still there: %+v %v", name, c, err)
+		}
+	}
+	is := func(name, id string, running bool) {
+		t.Helper()
+		c, err := rt.Inspect(ctx, name)
+		if err != nil || c.ID != id || c.Name != name || c.Running() != running || c.Labels["k"] != "v" {
+			t.Fatalf("%s: %+v %v (want ID %s, running %v)", name, c, err, id, running)
+		}
+		if byID, err := rt.Inspect(ctx, id); err != nil || byID.Name != name {
+			t.Fatalf("%s by its ID: %+v %v", id, byID, err)
+		}
+	}
+	listed := func() []string {
+		t.Helper()
+		cs, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, c := range cs {
+			names = append(names, c.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	podOf := func(id string) *corev1.Pod {
+		t.Helper()
+		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *corev1.Pod
+		for i := range pods.Items {
+			for _, o := range pods.Items[i].OwnerReferences {
+				rec, err := rt.record(ctx, id)
+				if err == nil && o.UID == rec.cm.UID {
+					if got != nil {
+						t.Fatalf("two pods of %s", id)
+					}
+					got = &pods.Items[i]
+				}
+			}
+		}
+		return got
+	}
+
+	// A running sandbox, by name then by ID.
+	id := run("smtr_spare_1")
+	before := podOf(id)
+	if err := rt.Rename(ctx, "smtr_spare_1", "smtr-one"); err != nil {
+		t.Fatal(err)
+	}
+	is("smtr-one", id, true)
+	gone("smtr_spare_1")
+	if p := podOf(id); p == nil || p.UID != before.UID || p.Annotations[annName] != "smtr-one" {
+		t.Fatalf("the pod after the rename: %+v (was %s)", p, before.UID)
+	}
+	if got := listed(); !slices.Equal(got, []string{"smtr-one"}) {
+		t.Fatalf("listed: %v", got)
+	}
+	if err := rt.Rename(ctx, id, "smtr-two"); err != nil {
+		t.Fatal(err)
+	}
+	is("smtr-two", id, true)
+	gone("smtr-one")
+
+	// A name in use is refused, and nothing moves.
+	other := run("smtr-other")
+	if err := rt.Rename(ctx, "smtr-two", "smtr-other"); !errors.Is(err, sandbox.ErrAlreadyExists) {
+		t.Fatalf("a rename onto a sandbox: %v", err)
+	}
+	is("smtr-two", id, true)
+	is("smtr-other", other, true)
+
+	// Stopped: renamed, then started under its new name.
+	if err := rt.Stop(ctx, "smtr-two", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Rename(ctx, "smtr-two", "smtr-three"); err != nil {
+		t.Fatal(err)
+	}
+	is("smtr-three", id, false)
+	gone("smtr-two")
+	if err := rt.Start(ctx, "smtr-three"); err != nil {
+		t.Fatal(err)
+	}
+	is("smtr-three", id, true)
+
+	// Cut after each step, running and stopped.
+	t.Cleanup(func() { renameCut = nil; renameGrace = 15 * time.Second })
+	renameGrace = 2 * time.Second
+	for _, tc := range []struct {
+		step    string
+		stopped bool
+		moved   bool // the rename committed
+	}{
+		{"record", false, false}, {"pod", false, true}, {"old", false, true},
+		{"record", true, false}, {"old", true, true},
+	} {
+		from, to := "smtr-cut-a", "smtr-cut-b"
+		cid := run(from)
+		if tc.stopped {
+			if err := rt.Stop(ctx, from, time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		renameCut = func(step string) bool { return step == tc.step }
+		if err := rt.Rename(ctx, from, to); err != nil {
+			t.Fatalf("cut after %s: %v", tc.step, err)
+		}
+		renameCut = nil
+		now, was := from, to
+		if tc.moved {
+			now, was = to, from
+		}
+		// Read first under the name it no longer has (and listed), before
+		// a read under its name finishes the rename.
+		gone(was)
+		if got := listed(); !slices.Contains(got, now) || slices.Contains(got, was) {
+			t.Fatalf("cut after %s (stopped %v): listed %v", tc.step, tc.stopped, got)
+		}
+		is(now, cid, !tc.stopped)
+		if !tc.moved {
+			// The next rename waits out the dead one's record, then moves
+			// the sandbox.
+			if err := rt.Rename(ctx, from, to); err != nil {
+				t.Fatalf("a rename after one cut after %s: %v", tc.step, err)
+			}
+			is(to, cid, !tc.stopped)
+			gone(from)
+		}
+		// Settled: one record of the ID, without the marks.
+		cms, err := admin.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, cm := range cms.Items {
+			if idOf(&cm) == cid {
+				n++
+				if renaming(&cm) {
+					t.Errorf("cut after %s: the record %s still says a rename is under way", tc.step, cm.Name)
+				}
+			}
+		}
+		if n != 1 {
+			t.Fatalf("cut after %s: %d records of %s", tc.step, n, cid)
+		}
+		if err := rt.Remove(ctx, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A reset's way: the sandbox moves aside with its pod, a new one boots
+	// under the name (its pod under a name of its own), both run, and the
+	// old one goes.
+	first := run("smtr-reset")
+	if err := rt.Rename(ctx, first, "smtr_old_1"); err != nil {
+		t.Fatal(err)
+	}
+	second := run("smtr-reset")
+	is("smtr-reset", second, true)
+	is("smtr_old_1", first, true)
+	p1, p2 := podOf(first), podOf(second)
+	if p1 == nil || p2 == nil || p1.Name == p2.Name {
+		t.Fatalf("the two pods: %v %v", p1, p2)
+	}
+	if err := rt.Remove(ctx, "smtr_old_1"); err != nil {
+		t.Fatal(err)
+	}
+	gone("smtr_old_1")
+	is("smtr-reset", second, true)
+	if _, err := admin.CoreV1().Pods(ns).Get(ctx, p1.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the old pod: %v", err)
+	}
+}
