@@ -60,7 +60,7 @@ func (a *app) readAllImages() ([]podImage, error) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		if r = a.eng.run("images", "-q", "--no-trunc"); !r.ok() {
-			if r.contains("image not known") {
+			if removedWhileRead(r) {
 				continue
 			}
 			return nil, failPlain(r.message())
@@ -77,7 +77,7 @@ func (a *app) readAllImages() ([]podImage, error) {
 		if r = a.eng.run(append([]string{"image", "inspect"}, ids...)...); r.ok() {
 			return parseImages(r.stdout)
 		}
-		if !r.contains("image not known") && !r.contains("no such image") {
+		if !removedWhileRead(r) {
 			return nil, failPlain(r.message())
 		}
 	}
@@ -95,6 +95,14 @@ func (a *app) readAllImages() ([]podImage, error) {
 		}
 	}
 	return out, nil
+}
+
+// removedWhileRead reports whether podman failed a read of its images
+// because one was removed meanwhile: the image is not known any more, or
+// its storage lost an item of it (a manifest, while podman checked
+// whether the image is dangling) before its record went.
+func removedWhileRead(r result) bool {
+	return r.contains("image not known") || r.contains("no such image") || r.contains("locating item named")
 }
 
 func parseImages(b []byte) ([]podImage, error) {
