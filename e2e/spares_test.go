@@ -20,8 +20,10 @@ import (
 // a new spare boots; the sandbox keeps the spare's workspace through a
 // reset, and its destroy removes it; a spare that died is passed over and
 // replaced; two servers taking spares at once never take the same one.
-func TestWarmSpares(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestWarmSpares(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testWarmSpares) }
+
+// testWarmSpares is TestWarmSpares on one target.
+func testWarmSpares(t *testing.T, tg enginetest.Target) {
 	if tg.Runtime == "container" {
 		t.Skip("Apple's container CLI cannot rename a container, which a spare's claim is (the server says spares are off there)")
 	}
@@ -213,8 +215,10 @@ func TestWarmSpares(t *testing.T) {
 // that asks for a spare keeps one for that profile's name alone, says so
 // in list_all, and the name's first call takes it, booted as the profile
 // says; another new name boots as usual.
-func TestProfileSpare(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+func TestProfileSpare(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testProfileSpare) }
+
+// testProfileSpare is TestProfileSpare on one target.
+func testProfileSpare(t *testing.T, tg enginetest.Target) {
 	if tg.Runtime == "container" {
 		t.Skip("Apple's container CLI cannot rename a container, which a spare's claim is (the server says spares are off there)")
 	}
@@ -246,7 +250,11 @@ func TestProfileSpare(t *testing.T) {
 // comes with the agent copied in while it waited; once taken, its proxy
 // answers as any allowlist sandbox's does.
 func TestWarmSpareAllowlist(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+	enginetest.RunFirstAndKubernetes(t, testWarmSpareAllowlist)
+}
+
+// testWarmSpareAllowlist is TestWarmSpareAllowlist on one target.
+func testWarmSpareAllowlist(t *testing.T, tg enginetest.Target) {
 	if tg.Runtime == "container" {
 		t.Skip("Apple's container CLI cannot rename a container, which a spare's claim is")
 	}
@@ -288,6 +296,15 @@ func TestWarmSpareAllowlist(t *testing.T) {
 	r := s.call(t, "exec", map[string]any{"sandbox": "proxied", "command": "curl -s --max-time 60 http://x.invalid/"})
 	if r.data["booted"] != "created from a warm spare" || !strings.Contains(r.text, "blocked by the sandbox's network policy") {
 		t.Fatalf("an allowlist spare taken: %v %s", r.data["booted"], r.text)
+	}
+	if tg.Runtime == enginetest.Kubernetes {
+		// A pod's agent rides the exec stream: no channel directory.
+		s.call(t, "reset", map[string]any{"sandbox": "proxied"})
+		r = s.call(t, "exec", map[string]any{"sandbox": "proxied", "command": "curl -s --max-time 60 http://x.invalid/"})
+		if !strings.Contains(r.text, "blocked by the sandbox's network policy") {
+			t.Fatalf("the proxy after a reset: %s", r.text)
+		}
+		return
 	}
 	// Its channel directory is named after the spare: a reset gives the
 	// new container its own and removes the spare's.

@@ -79,17 +79,30 @@ type Renamer interface {
 // of its configurations only (Kubernetes renames a sandbox it makes as a
 // pod, not one agent-sandbox's controller makes).
 type RenameChecker interface {
-	CanRename() bool
+	// WhyNoRename says why the runtime cannot rename as it is
+	// configured; "" when it can.
+	WhyNoRename() string
 }
 
 // RenamerOf is rt as a Renamer, when it is one and can rename as it is
 // configured.
 func RenamerOf(rt Runtime) (Renamer, bool) {
 	r, ok := rt.(Renamer)
-	if c, checks := rt.(RenameChecker); ok && checks && !c.CanRename() {
+	if whyNoRename(rt) != "" {
 		return nil, false
 	}
 	return r, ok
+}
+
+// whyNoRename says why rt cannot rename a container, "" when it can.
+func whyNoRename(rt Runtime) string {
+	if _, ok := rt.(Renamer); !ok {
+		return rt.Kind() + " cannot rename a container"
+	}
+	if c, ok := rt.(RenameChecker); ok {
+		return c.WhyNoRename()
+	}
+	return ""
 }
 
 // RunSpec describes a long-lived sandbox container.

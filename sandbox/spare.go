@@ -131,13 +131,13 @@ func (m *Manager) watchSpares() {
 // DescribeSpares says, for doctor, what keeping n spares of the defaults
 // on rt comes to, and one for each of the named profiles listed.
 func DescribeSpares(rt Runtime, n int, profiles []string) string {
-	_, renames := RenamerOf(rt)
+	why := whyNoRename(rt)
 	var s string
 	switch {
 	case n <= 0 && len(profiles) == 0:
 		return "off (--spares 0)"
-	case !renames:
-		return fmt.Sprintf("none: %s cannot rename a container, which taking a spare is", rt.Kind())
+	case why != "":
+		return fmt.Sprintf("none: %s, which taking a spare is", why)
 	case n <= 0:
 		s = "none of the defaults (--spares 0)"
 	default:

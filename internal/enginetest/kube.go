@@ -47,7 +47,7 @@ var KubeSuites = map[string]bool{
 	"TestChildren": true, "TestChildrenLifetimes": true, "TestBadArgumentsAreRefused": true, "TestStats": true,
 	"TestHistorySurvivesRestart": true, "TestKilledServerCommandsEndedByNext": true, "TestServerExitEndsCommands": true,
 	"TestReconcileForgetsLostSandboxes": true, "TestTwoServersShareLifecycleAndSecrets": true,
-	"TestDoctorFailures": true,
+	"TestDoctorFailures": true, "TestWarmSpares": true, "TestProfileSpare": true, "TestWarmSpareAllowlist": true,
 }
 
 // EnvKubeAll, when set, has the kubernetes target run every suite, to

@@ -1097,7 +1097,7 @@ func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	// is made again, as a container's ID stays over a restart.
 	c := sandbox.Container{Name: rec.cm.Annotations[annName], ID: idOf(rec.cm), Image: rec.spec.Image, Labels: rec.labels,
 		NoNetwork: rec.spec.Network == "none",
-		Created:   rec.cm.CreationTimestamp.Time, CPUs: rec.spec.CPUs, State: sandbox.StateStopped}
+		Created:   createdOf(rec.cm), CPUs: rec.spec.CPUs, State: sandbox.StateStopped}
 	if q, err := memoryQuantity(rec.spec.Memory); err == nil {
 		c.Memory = q.Value()
 	}
@@ -1234,6 +1234,23 @@ func (r *Runtime) VolumeRemove(ctx context.Context, name string) error {
 	return nil
 }
 
+// VolumeNames implements sandbox.VolumeLister: the workspaces the
+// runtime made, by the names they were made under, but for those being
+// deleted (a claim goes once no pod uses it).
+func (r *Runtime) VolumeNames(ctx context.Context) ([]string, error) {
+	list, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: list workspace claims: %w", err)
+	}
+	var names []string
+	for _, c := range list.Items {
+		if n := c.Annotations[annName]; n != "" && c.Name == objectName(n) && c.DeletionTimestamp == nil {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
 // ImageExists is true: the cluster's nodes pull images as pods need
 // them, and a missing one fails the pod's start, which says so.
 func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) { return true, nil }
@@ -1243,4 +1260,7 @@ var (
 	_ sandbox.DiskLimiter        = (*Runtime)(nil)
 	_ sandbox.SizedVolumeCreator = (*Runtime)(nil)
 	_ sandbox.VolumeSizer        = (*Runtime)(nil)
+	_ sandbox.VolumeLister       = (*Runtime)(nil)
+	_ sandbox.Renamer            = (*Runtime)(nil)
+	_ sandbox.RenameChecker      = (*Runtime)(nil)
 )

@@ -48,6 +48,10 @@ import (
 // older than renameGrace, and waited for until then.
 
 const (
+	// annCreated, on a renamed sandbox's record, is when its first record
+	// was made (RFC 3339): a sandbox's creation time stays through
+	// renames, as a container's does.
+	annCreated = "sandbox-mcp.io/created"
 	// annID, on a renamed sandbox's record, is the ID the runtime gave
 	// the sandbox (its first record's UID): an ID stays with a sandbox
 	// through renames, as a container's does.
@@ -82,6 +86,14 @@ func idOf(cm *corev1.ConfigMap) string {
 		return id
 	}
 	return string(cm.UID)
+}
+
+// createdOf is when the sandbox whose record is cm was made.
+func createdOf(cm *corev1.ConfigMap) time.Time {
+	if t, err := time.Parse(time.RFC3339, cm.Annotations[annCreated]); err == nil {
+		return t
+	}
+	return cm.CreationTimestamp.Time
 }
 
 // podNameOf is the name of the pod of the record cm.
@@ -122,15 +134,21 @@ func renameCommitted(n *corev1.ConfigMap, pod *corev1.Pod, old *corev1.ConfigMap
 	return old == nil || string(old.UID) != n.Annotations[annRenamedFrom]
 }
 
-// CanRename reports whether the runtime renames sandboxes: in pod mode;
-// a Sandbox resource cannot be renamed, and its controller owns the pod.
-func (r *Runtime) CanRename() bool { return r.dyn == nil }
+// WhyNoRename implements sandbox.RenameChecker: the runtime renames
+// sandboxes in pod mode; a Sandbox resource cannot be renamed, and its
+// controller owns the pod.
+func (r *Runtime) WhyNoRename() string {
+	if r.dyn != nil {
+		return "kubernetes cannot rename a sandbox agent-sandbox's Sandbox resource makes (--kube-sandbox-crd)"
+	}
+	return ""
+}
 
 // Rename gives the sandbox ref names (its container name or ID) the
 // container name newName, keeping its ID, pod, workspace and labels.
 func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
-	if !r.CanRename() {
-		return fmt.Errorf("%w: a sandbox agent-sandbox's controller makes cannot be renamed", sandbox.ErrUnsupported)
+	if why := r.WhyNoRename(); why != "" {
+		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, why)
 	}
 	old, err := r.record(ctx, ref)
 	if err != nil {
@@ -147,7 +165,7 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 	n := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: objectName(newName), Namespace: r.opt.Namespace,
 			Labels: maps.Clone(old.cm.Labels),
-			Annotations: map[string]string{annName: newName, annID: idOf(old.cm),
+			Annotations: map[string]string{annName: newName, annID: idOf(old.cm), annCreated: createdOf(old.cm).UTC().Format(time.RFC3339),
 				annRenamedFrom: string(old.cm.UID), annRenamedFromObject: old.cm.Name},
 			OwnerReferences: old.cm.OwnerReferences},
 		Data: map[string]string{recordSpec: string(specJSON), recordLabels: old.cm.Data[recordLabels], recordPod: podNameOf(old.cm)},

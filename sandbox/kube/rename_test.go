@@ -31,8 +31,8 @@ func TestRename(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rt.CanRename() {
-		t.Fatal("pod mode cannot rename")
+	if why := rt.WhyNoRename(); why != "" {
+		t.Fatalf("pod mode cannot rename: %s", why)
 	}
 	if r, ok := sandbox.RenamerOf(rt); !ok || r == nil {
 		t.Fatal("RenamerOf: pod mode is no Renamer")
