@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +22,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/kube"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
+	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
 // kubeNode runs the kube section's pods on a real node (-kube-node).
@@ -209,7 +212,87 @@ func (b *bench) benchKube() error {
 	floor := o + f
 	report(kubeLabel()+": pod gone, next command ("+strconv.Itoa(len(recover))+" rounds)", ms(r)+" (boot "+ms(median(boots))+")",
 		"pod's start "+ms(o)+" + 1st exec "+ms(f), float64(r)/float64(floor), "<= 1.2x", r <= floor*12/10)
+	return b.kubeSpares(ctx, rt)
+}
+
+// kubeSpareRounds is how many new names the kube section's spare rows
+// time.
+const kubeSpareRounds = 5
+
+// kubeSpares: a new name's first command with a warm spare ready (the
+// claim is the runtime's rename: a record under the name takes over the
+// spare's pod), against a new name's first command with none (a boot:
+// the record, the workspace claim, the pod and its first stream), one of
+// each in turn.
+func (b *bench) kubeSpares(ctx context.Context, rt *kube.Runtime) error {
+	st, err := state.New(filepath.Join(b.dir, "state-kube-spares"))
+	if err != nil {
+		return err
+	}
+	cfg := sandbox.Config{Prefix: "benchsp", Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"},
+		Sandboxes: st, LockDir: filepath.Join(b.dir, "locks-kube-spares")}
+	warm := sandbox.NewManager(rt, cfg)
+	cfg.Prefix = "benchcold"
+	cold := sandbox.NewManager(rt, cfg)
+	var names []string
+	defer func() {
+		for _, n := range names {
+			_, _ = warm.Destroy(context.Background(), n)
+			_, _ = cold.Destroy(context.Background(), n)
+		}
+		warm.Close()
+		cold.Close()
+	}()
+	warm.KeepSpares(1)
+	first := func(m *sandbox.Manager, name string) (time.Duration, sandbox.BootInfo, error) {
+		names = append(names, name)
+		t0 := time.Now()
+		res, err := m.Exec(ctx, name, shell.Request{Command: "true", Timeout: time.Minute})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("%s: status %d", name, res.ExitCode)
+		}
+		return time.Since(t0), res.Boot, err
+	}
+	var takes, boots []time.Duration
+	for i := range kubeSpareRounds {
+		if err := waitKubeSpare(ctx, rt, "benchsp"); err != nil {
+			return err
+		}
+		time.Sleep(spareSettle)
+		took, boot, err := first(warm, fmt.Sprintf("spare%d", i))
+		if err != nil {
+			return err
+		}
+		if !boot.Spare {
+			return fmt.Errorf("kube: the new name spare%d did not take the spare: %+v", i, boot)
+		}
+		takes = append(takes, took)
+		if took, _, err = first(cold, fmt.Sprintf("cold%d", i)); err != nil {
+			return err
+		}
+		boots = append(boots, took)
+	}
+	p50, c50 := median(takes), median(boots)
+	report(fmt.Sprintf("%s: new name, spare ready (p50 of %d)", kubeLabel(), kubeSpareRounds), ms(p50),
+		"new name, no spare "+ms(c50), float64(p50)/float64(c50), "<= 150 ms", p50 <= 150*time.Millisecond)
 	return nil
+}
+
+// waitKubeSpare waits until prefix has a running spare on rt.
+func waitKubeSpare(ctx context.Context, rt *kube.Runtime, prefix string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		cs, err := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelRole: sandbox.RoleSpare})
+		if err == nil {
+			for _, c := range cs {
+				if c.Running() && strings.HasPrefix(c.Name, prefix+"_spare_") {
+					return nil
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("kube: no spare of %s within 2 minutes", prefix)
 }
 
 // kubeLabel names the kube section's rows after where its pods run.
