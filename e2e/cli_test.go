@@ -54,7 +54,11 @@ func runCLICode(t *testing.T, tg enginetest.Target, args ...string) (string, int
 // back and removes nothing, and prune removes it and leaves a live
 // sandbox's workspace alone.
 func TestDoctorAndPruneCLI(t *testing.T) {
-	tg := enginetest.Targets(t)[0]
+	enginetest.RunFirstAndKubernetes(t, testDoctorAndPruneCLI)
+}
+
+// testDoctorAndPruneCLI is TestDoctorAndPruneCLI on one target.
+func testDoctorAndPruneCLI(t *testing.T, tg enginetest.Target) {
 	rt := tg.New()
 	prefix := enginetest.Prefix(t, rt)
 	stateDir := t.TempDir()

@@ -48,6 +48,7 @@ var KubeSuites = map[string]bool{
 	"TestHistorySurvivesRestart": true, "TestKilledServerCommandsEndedByNext": true, "TestServerExitEndsCommands": true,
 	"TestReconcileForgetsLostSandboxes": true, "TestTwoServersShareLifecycleAndSecrets": true,
 	"TestDoctorFailures": true, "TestWarmSpares": true, "TestProfileSpare": true, "TestWarmSpareAllowlist": true,
+	"TestDoctorAndPruneCLI": true,
 }
 
 // EnvKubeAll, when set, has the kubernetes target run every suite, to
