@@ -34,7 +34,7 @@ func (r *Runtime) parentRecord(ctx context.Context, owner, parent string) (*core
 	}
 	for i := range list.Items {
 		rec, err := parseRecord(&list.Items[i], "")
-		if err != nil || rec.labels[sandbox.LabelOwner] != owner || sandboxName(rec.spec) != parent {
+		if err != nil || rec.labels[sandbox.LabelOwner] != owner || rec.cm.Annotations[annName] != sandbox.ContainerName(owner, parent) {
 			continue
 		}
 		if rec, err = r.settle(ctx, rec); err != nil {

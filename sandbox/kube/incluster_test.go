@@ -194,11 +194,19 @@ func TestServerInClusterOnARealNode(t *testing.T) {
 	}
 	sandboxPod := func() corev1.Pod {
 		t.Helper()
-		pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sandbox.LabelName + "=team1"})
-		if err != nil || len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != node.Name || pods.Items[0].Status.Phase != corev1.PodRunning {
+		// By its sandbox's name (annName): the server keeps a warm spare,
+		// which the first call took, so the pod has a spare's labels.
+		all, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
+		var pods []corev1.Pod
+		for _, p := range all.Items {
+			if strings.HasSuffix(p.Annotations[annName], "-team1") {
+				pods = append(pods, p)
+			}
+		}
+		if err != nil || len(pods) != 1 || pods[0].Spec.NodeName != node.Name || pods[0].Status.Phase != corev1.PodRunning {
 			t.Fatalf("the sandbox's pod: %+v %v", pods, err)
 		}
-		return pods.Items[0]
+		return pods[0]
 	}
 
 	call := connect(pod)

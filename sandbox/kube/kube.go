@@ -812,11 +812,6 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if p, err := r.podNamed(ctx, rec); err != nil {
-		return err
-	} else if handedOn(p, rec) {
-		return fmt.Errorf("container %s: %w (renamed)", name, sandbox.ErrNotFound)
-	}
 	p, err := r.ownedPod(ctx, rec)
 	if err != nil {
 		return err
@@ -845,7 +840,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 // name that rec did not make is an error, and is left alone.
 func (r *Runtime) ownedPod(ctx context.Context, rec record) (*corev1.Pod, error) {
 	p, err := r.podNamed(ctx, rec)
-	if p == nil || err != nil || handedOn(p, rec) {
+	if p == nil || err != nil {
 		return nil, err
 	}
 	if !madeBy(p, rec) {
@@ -919,7 +914,22 @@ func (r *Runtime) deletePod(ctx context.Context, p *corev1.Pod, grace time.Durat
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	secs := max(int64(grace/time.Second), 1)
 	uid := p.UID
-	err := pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid}})
+	var err error
+	for try := 0; ; try++ {
+		// The version read, too: a rename may hand the pod on meanwhile.
+		rv := p.ResourceVersion
+		err = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+		if !apierrors.IsConflict(err) || try == 4 {
+			break
+		}
+		// Changed (its status, most often): deleted if its owners are
+		// still those read.
+		now, gerr := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if gerr != nil || now.UID != uid || !sameOwners(now, p) {
+			return nil
+		}
+		p = now
+	}
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // gone already, or another pod has the name now
 	}
@@ -942,6 +952,11 @@ func (r *Runtime) deletePod(ctx context.Context, p *corev1.Pod, grace time.Durat
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// sameOwners reports whether a and b name the same owners.
+func sameOwners(a, b *corev1.Pod) bool {
+	return slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, func(x, y metav1.OwnerReference) bool { return x.UID == y.UID })
 }
 
 // Remove deletes the sandbox's pod (with a second's grace) and its
@@ -974,12 +989,20 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	uid := rec.cm.UID
-	err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	// Against the version read: a rename committed meanwhile has the
+	// sandbox under its new name, which this removal does not take.
+	uid, rv := rec.cm.UID, rec.cm.ResourceVersion
+	err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	if apierrors.IsConflict(err) {
+		if _, rerr := r.record(ctx, name); errors.Is(rerr, sandbox.ErrNotFound) {
+			return rerr
+		}
+		err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("kubernetes: delete the record of %s: %w", name, err)
 	}
-	r.ids.Delete(string(uid))
+	r.ids.Delete(idOf(rec.cm))
 	return nil
 }
 
@@ -1003,9 +1026,6 @@ func (r *Runtime) Inspect(ctx context.Context, name string) (sandbox.Container, 
 	if err != nil {
 		return sandbox.Container{}, err
 	}
-	if handedOn(pod, rec) {
-		return sandbox.Container{}, fmt.Errorf("container %s: %w (renamed)", name, sandbox.ErrNotFound)
-	}
 	return describe(rec, pod), nil
 }
 
@@ -1021,9 +1041,6 @@ func (r *Runtime) podOf(ctx context.Context, ref string) (string, error) {
 	pod, err := r.podNamed(ctx, rec)
 	if err != nil {
 		return "", err
-	}
-	if handedOn(pod, rec) {
-		return "", fmt.Errorf("container %s: %w (renamed)", ref, sandbox.ErrNotFound)
 	}
 	if !describe(rec, pod).Running() {
 		return "", fmt.Errorf("kubernetes: exec in %s: %w", ref, sandbox.ErrNotRunning)
@@ -1070,8 +1087,9 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 		if err != nil {
 			continue
 		}
-		// Of the two records of a rename cut short, the sandbox's.
-		if pod := byName[podNameOf(rec.cm)]; handedOn(pod, rec) || (renaming(rec.cm) && !renameCommitted(rec.cm, pod, recs[rec.cm.Annotations[annRenamedFromObject]])) {
+		// Of the two records of a rename not finished, the sandbox's
+		// (settle).
+		if renamedAway(rec.cm) || (renaming(rec.cm) && !committedTo(rec.cm, recs[rec.cm.Annotations[annRenamedFromObject]])) {
 			continue
 		}
 		if o, ok := owners[rec.cm.Name]; ok && o.record == rec.cm.UID {

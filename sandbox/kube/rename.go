@@ -24,57 +24,71 @@ import (
 // makes a record under the new name that takes over the old record's
 // pod, and deletes the old record:
 //
-//  1. the new record: the old one's spec, labels, owner and ID (annID),
-//     its pod's name (recordPod), and, while the rename is under way,
-//     the old record's UID and object name (annRenamedFrom,
-//     annRenamedFromObject);
-//  2. where the old record has a pod, one patch hands the pod on: its
-//     owner, name annotation, record label and group labels become the
-//     new record's, and annRenamedFrom on it names the old record. The
-//     patch tests the pod's owners first, so of two renames of one pod
-//     one wins;
-//  3. the old record's deletion;
-//  4. the new record's under-way annotations are cleared.
+//  1. the new record: the old one's spec, labels, owner, ID (annID) and
+//     creation time (annCreated), its pod's name (recordPod), and marks
+//     naming the old record (annRenamedFrom, its UID, and
+//     annRenamedFromObject, its object name) while the rename is under
+//     way;
+//  2. the commit: one patch of the old record, tested against the
+//     version read in step 0, marks it renamed to the new one
+//     (annRenamedTo, annRenamedToObject). Of two renames of one sandbox,
+//     or a rename and a removal, one wins;
+//  3. the pod, where the old record has one, is handed on in one patch
+//     tested against its owners: its owner, name annotation, record label
+//     and group labels become the new record's;
+//  4. the new record's marks are cleared;
+//  5. the old record is deleted.
 //
-// One write commits the rename: the pod's patch where there is a pod,
-// else the old record's deletion. Whoever reads the records decides by
-// it (settle, renameCommitted, handedOn): a new record under way is the
-// sandbox's once the pod is its or the old record is gone, and is not
-// there until then; an old record whose pod was handed on is not there
-// either. So a rename cut at any point leaves one sandbox under one of
-// the two names, never both, never neither. A reader that finds a rename
-// committed finishes it (steps 3 and 4); a new record left uncommitted by
-// a dead server is deleted by the next creation of its name once it is
-// older than renameGrace, and waited for until then.
+// Readers decide by the commit (settle): an old record marked renamed is
+// not there, and its reader finishes the rename (steps 3 to 5, or, when
+// the new record went meanwhile, deletes the old one and its pod); a new
+// record with marks is there once the old record is marked renamed to it,
+// and then finished by its reader too; until then it is not there. A new
+// record whose old record is gone or was renamed elsewhere was
+// abandoned, and its reader deletes it. One whose old record is
+// unmarked may belong to a renamer still at work: the next creation of
+// its name waits renameGrace for it, then refuses it on the old record
+// (annRenameRefused, a patch that also fails that renamer's commit) and
+// deletes it. So a rename cut at any point leaves one sandbox under one
+// of the two names, never both, never neither.
+//
+// A record's children are owned by its UID, so they go with the old
+// record: the Manager renames a parent only where its children end with
+// it (a reset, a restore).
 
 const (
-	// annCreated, on a renamed sandbox's record, is when its first record
-	// was made (RFC 3339): a sandbox's creation time stays through
-	// renames, as a container's does.
-	annCreated = "sandbox-mcp.io/created"
 	// annID, on a renamed sandbox's record, is the ID the runtime gave
 	// the sandbox (its first record's UID): an ID stays with a sandbox
 	// through renames, as a container's does.
 	annID = "sandbox-mcp.io/id"
+	// annCreated, on a renamed sandbox's record, is when its first record
+	// was made (RFC 3339): a sandbox's creation time stays through
+	// renames, as a container's does.
+	annCreated = "sandbox-mcp.io/created"
 	// recordPod, in a record's data, names its pod when that is not the
 	// record's own object name (a renamed sandbox's pod, a pod made under
 	// a name of its own because a renamed one kept the record's).
 	recordPod = "pod"
-	// annRenamedFrom is, on a new record under way, the UID of the
-	// record it renames; on a pod, that of the record that handed it on.
-	annRenamedFrom = "sandbox-mcp.io/renamed-from"
-	// annRenamedFromObject is, on a new record under way, the object name
-	// of the record it renames.
+	// annRenamedFrom and annRenamedFromObject are, on a new record under
+	// way, the UID and object name of the record it renames.
+	annRenamedFrom       = "sandbox-mcp.io/renamed-from"
 	annRenamedFromObject = "sandbox-mcp.io/renamed-from-object"
+	// annRenamedTo and annRenamedToObject are, on an old record, the UID
+	// and object name of the new record a committed rename made.
+	annRenamedTo       = "sandbox-mcp.io/renamed-to"
+	annRenamedToObject = "sandbox-mcp.io/renamed-to-object"
+	// annRenameRefused is, on a record, the UID of a new record of a
+	// rename of it that was given up as abandoned.
+	annRenameRefused = "sandbox-mcp.io/rename-refused"
 )
 
-// renameGrace is how long a new record of a rename that has not
-// committed is left to its renamer before the name's next creation
-// deletes it: a rename takes a few API calls. (A variable for tests.)
+// renameGrace is how long the creation of a name waits for a rename to
+// that name that has not committed, before it refuses it as a dead
+// server's: a rename takes a few API calls. (A variable for tests.)
 var renameGrace = 15 * time.Second
 
 // renameCut, set by tests, ends a rename after the step it names
-// ("record", "pod", "old"), as a server killed there would.
+// ("record", "commit", "pod", "marks"), as a server killed there would.
 var renameCut func(step string) bool
 
 // cut reports whether a test ends the rename after step.
@@ -107,10 +121,25 @@ func podNameOf(cm *corev1.ConfigMap) string {
 // renaming reports whether cm is the new record of a rename under way.
 func renaming(cm *corev1.ConfigMap) bool { return cm.Annotations[annRenamedFrom] != "" }
 
-// handedOn reports whether pod p, found under rec's pod name, is no
-// longer rec's because a rename of rec handed it on.
-func handedOn(p *corev1.Pod, rec record) bool {
-	return p != nil && p.Annotations[annRenamedFrom] == string(rec.cm.UID) && !ownedByRecord(p, rec.cm.UID)
+// renamedAway reports whether cm is an old record a committed rename
+// left.
+func renamedAway(cm *corev1.ConfigMap) bool { return cm.Annotations[annRenamedTo] != "" }
+
+// committedTo reports whether old, the object under the name n's marks
+// give (nil when there is none), is the record n renames, ours, and
+// marked renamed to n.
+func committedTo(n, old *corev1.ConfigMap) bool {
+	return old != nil && string(old.UID) == n.Annotations[annRenamedFrom] && old.Labels[labelManaged] == managedBy &&
+		old.Annotations[annRenamedTo] == string(n.UID)
+}
+
+// abandoned reports whether the rename n's marks describe can no longer
+// commit: its old record (old, nil when gone) went, was renamed
+// elsewhere, or refused it.
+func abandoned(n, old *corev1.ConfigMap) bool {
+	return old == nil || string(old.UID) != n.Annotations[annRenamedFrom] ||
+		(old.Annotations[annRenamedTo] != "" && old.Annotations[annRenamedTo] != string(n.UID)) ||
+		old.Annotations[annRenameRefused] == string(n.UID)
 }
 
 // ownedByRecord reports whether p names the record of UID uid among its
@@ -124,16 +153,6 @@ func ownedByRecord(p *corev1.Pod, uid types.UID) bool {
 	return false
 }
 
-// renameCommitted reports whether the rename whose new record is n has
-// committed, given n's pod and the object under the old record's name
-// (nil when there is none): the pod is n's, or the old record is gone.
-func renameCommitted(n *corev1.ConfigMap, pod *corev1.Pod, old *corev1.ConfigMap) bool {
-	if pod != nil && ownedByRecord(pod, n.UID) {
-		return true
-	}
-	return old == nil || string(old.UID) != n.Annotations[annRenamedFrom]
-}
-
 // WhyNoRename implements sandbox.RenameChecker: the runtime renames
 // sandboxes in pod mode; a Sandbox resource cannot be renamed, and its
 // controller owns the pod.
@@ -145,7 +164,8 @@ func (r *Runtime) WhyNoRename() string {
 }
 
 // Rename gives the sandbox ref names (its container name or ID) the
-// container name newName, keeping its ID, pod, workspace and labels.
+// container name newName, keeping its ID, creation time, pod, workspace
+// and labels.
 func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 	if why := r.WhyNoRename(); why != "" {
 		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, why)
@@ -154,11 +174,6 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 	if err != nil {
 		return err
 	}
-	pod, err := r.podNamed(ctx, old)
-	if err != nil {
-		return err
-	}
-	pod = ours(pod, old)
 	spec := old.spec
 	spec.Name = newName
 	specJSON, _ := json.Marshal(spec)
@@ -177,49 +192,102 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes: rename %s to %s: %w", ref, newName, err)
 	}
-	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
-	undo := func() {
-		uid := made.UID
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_ = cms.Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	}
 	if cut("record") {
 		return nil
 	}
-	rec := record{cm: made, spec: spec, labels: old.labels}
-	if pod != nil {
-		if err := r.handOn(ctx, pod, old, rec); err != nil {
-			undo()
+	committed, err := r.commitRename(ctx, old.cm, made)
+	if err != nil || committed == nil {
+		uid := made.UID
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err == nil {
+			err = fmt.Errorf("rename %s to %s: it was renamed or removed meanwhile: %w", ref, newName, sandbox.ErrInUse)
+		}
+		return err
+	}
+	r.ids.Store(idOf(made), made.Name)
+	if cut("commit") {
+		return nil
+	}
+	return r.finishRename(ctx, committed, made)
+}
+
+// commitRename marks old renamed to n (step 2), if old is still as read;
+// where it changed meanwhile, it is read again and the mark tried again
+// unless a rename of it committed elsewhere, it refused n, or it went
+// (then nil, no error).
+func (r *Runtime) commitRename(ctx context.Context, old, n *corev1.ConfigMap) (*corev1.ConfigMap, error) {
+	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	for try := 0; ; try++ {
+		patch, _ := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": old.UID},
+			{"op": "test", "path": "/metadata/resourceVersion", "value": old.ResourceVersion},
+			{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annRenamedTo), "value": string(n.UID)},
+			{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annRenamedToObject), "value": n.Name},
+		})
+		got, err := cms.Patch(ctx, old.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			return got, nil
+		}
+		now, gerr := cms.Get(ctx, old.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(gerr) || (gerr == nil && now.UID != old.UID):
+			return nil, nil
+		case gerr != nil:
+			return nil, fmt.Errorf("kubernetes: rename %s: %w", old.Annotations[annName], err)
+		case now.ResourceVersion == old.ResourceVersion || try == 4:
+			return nil, fmt.Errorf("kubernetes: rename %s: mark the old record: %w", old.Annotations[annName], err)
+		case abandoned(n, now):
+			return nil, nil
+		}
+		old = now
+	}
+}
+
+// jsonPointer escapes s as one token of a JSON pointer.
+func jsonPointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// finishRename does what is left of a committed rename of old to n
+// (steps 3 to 5).
+func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) error {
+	rec, err := parseRecord(n, "")
+	if err != nil {
+		return err
+	}
+	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	p, err := pods.Get(ctx, podNameOf(old), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("kubernetes: rename %s: read its pod: %w", old.Annotations[annName], err)
+	case ownedByRecord(p, old.UID) && p.Labels[labelManaged] == managedBy:
+		if err := r.handOn(ctx, p, old, rec); err != nil {
 			return err
 		}
 	}
-	r.ids.Store(idOf(made), made.Name)
 	if cut("pod") {
 		return nil
 	}
-	// The old record goes: the commit where there was no pod.
-	uid := old.cm.UID
-	err = cms.Delete(ctx, old.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err := r.clearRenaming(ctx, n); err != nil {
+		return err
+	}
+	if cut("marks") {
+		return nil
+	}
+	uid := old.UID
+	err = r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		if pod == nil {
-			undo()
-			return fmt.Errorf("kubernetes: rename %s to %s: delete the old record: %w", ref, newName, err)
-		}
-		// Committed with the pod: the old record, and the new one's
-		// marks, are left for the next reader (settle).
-		return nil
+		return fmt.Errorf("kubernetes: rename %s: delete the old record: %w", old.Annotations[annName], err)
 	}
-	if cut("old") {
-		return nil
-	}
-	r.clearRenaming(ctx, made)
 	return nil
 }
 
-// handOn moves pod p from record old to record rec: one patch that
-// holds only while p's owners are still old's.
-func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old, rec record) error {
+// handOn moves pod p from record old to rec (step 3): one patch that
+// holds only while p's owners are as read.
+func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old *corev1.ConfigMap, rec record) error {
 	want, err := r.podFor(rec.spec, rec.cm)
 	if err != nil {
 		return err
@@ -245,7 +313,6 @@ func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old, rec record) er
 		annotations = map[string]string{}
 	}
 	annotations[annName] = rec.cm.Annotations[annName]
-	annotations[annRenamedFrom] = string(old.cm.UID)
 	patch, _ := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": p.UID},
 		{"op": "test", "path": "/metadata/ownerReferences", "value": p.OwnerReferences},
@@ -260,76 +327,88 @@ func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old, rec record) er
 	}
 	// A failed test is an error of the request: which one, the pod says.
 	now, gerr := pods.Get(ctx, p.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(gerr) || (gerr == nil && now.UID != p.UID):
-		return fmt.Errorf("rename %s: its pod went meanwhile: %w", old.spec.Name, sandbox.ErrNotFound)
-	case gerr == nil && !ownedByRecord(now, old.cm.UID):
-		return fmt.Errorf("rename %s: its pod changed hands meanwhile: %w", old.spec.Name, sandbox.ErrInUse)
+	if apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != p.UID || !ownedByRecord(now, old.UID))) {
+		return nil // gone, or handed on by another reader
 	}
-	return fmt.Errorf("kubernetes: rename %s: hand its pod on: %w", old.spec.Name, err)
+	return fmt.Errorf("kubernetes: rename %s: hand its pod on: %w", old.Annotations[annName], err)
 }
 
-// sandboxName is the name of the sandbox whose record holds spec: its
-// LabelName, or for a claimed warm spare, which has none, the name its
-// container's name says ("" where that name is a hashed long one).
-func sandboxName(spec sandbox.RunSpec) string {
-	if n := spec.Labels[sandbox.LabelName]; n != "" {
-		return n
-	}
-	owner := spec.Labels[sandbox.LabelOwner]
-	if n, ok := strings.CutPrefix(spec.Name, owner+"-"); ok && sandbox.ValidateName(n) == nil && sandbox.ContainerName(owner, n) == spec.Name {
-		return n
-	}
-	return ""
-}
-
-// settle decides rec when it is the new record of a rename under way: it
-// is the sandbox's once the rename committed (and the rename is then
-// finished), and not there (ErrNotFound) until then.
+// settle decides a record a rename marked: an old record renamed away is
+// not there (ErrNotFound) and its rename is finished; a new record is
+// there once its rename committed, which is then finished, and not there
+// until then (an abandoned one is deleted).
 func (r *Runtime) settle(ctx context.Context, rec record) (record, error) {
-	if !renaming(rec.cm) {
-		return rec, nil
-	}
-	pod, err := r.podNamed(ctx, rec)
-	if err != nil {
-		return rec, err
-	}
 	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
-	old, err := cms.Get(ctx, rec.cm.Annotations[annRenamedFromObject], metav1.GetOptions{})
+	name := rec.cm.Annotations[annName]
 	switch {
-	case apierrors.IsNotFound(err):
-		old = nil
-	case err != nil:
-		return rec, fmt.Errorf("kubernetes: read the record %s renames: %w", rec.cm.Annotations[annName], err)
-	}
-	if !renameCommitted(rec.cm, pod, old) {
-		return rec, fmt.Errorf("container %s: %w (a rename to it is under way)", rec.cm.Annotations[annName], sandbox.ErrNotFound)
-	}
-	if old != nil && string(old.UID) == rec.cm.Annotations[annRenamedFrom] {
-		uid := old.UID
-		if err := cms.Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return rec, fmt.Errorf("kubernetes: finish the rename to %s: delete the old record: %w", rec.cm.Annotations[annName], err)
+	case renamedAway(rec.cm):
+		n, err := cms.Get(ctx, rec.cm.Annotations[annRenamedToObject], metav1.GetOptions{})
+		switch {
+		case err == nil && string(n.UID) == rec.cm.Annotations[annRenamedTo] && n.Labels[labelManaged] == managedBy:
+			if err := r.finishRename(ctx, rec.cm, n); err != nil {
+				return rec, err
+			}
+		case err == nil || apierrors.IsNotFound(err):
+			// The new record went before the rename was finished (its
+			// sandbox destroyed): the old record and its pod go too.
+			if err := r.deleteOwnedPod(ctx, record{cm: rec.cm, spec: rec.spec}, time.Second); err != nil {
+				return rec, err
+			}
+			uid := rec.cm.UID
+			if err := cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+				return rec, fmt.Errorf("kubernetes: delete the record %s a rename left: %w", name, err)
+			}
+		default:
+			return rec, fmt.Errorf("kubernetes: read the record %s was renamed to: %w", name, err)
 		}
+		return rec, fmt.Errorf("container %s: %w (renamed)", name, sandbox.ErrNotFound)
+	case renaming(rec.cm):
+		old, err := cms.Get(ctx, rec.cm.Annotations[annRenamedFromObject], metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			old = nil
+		case err != nil:
+			return rec, fmt.Errorf("kubernetes: read the record %s renames: %w", name, err)
+		}
+		if committedTo(rec.cm, old) {
+			if err := r.finishRename(ctx, old, rec.cm); err != nil {
+				return rec, err
+			}
+			return rec, nil
+		}
+		if abandoned(rec.cm, old) {
+			uid := rec.cm.UID
+			_ = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		}
+		return rec, fmt.Errorf("container %s: %w (a rename to it is under way)", name, sandbox.ErrNotFound)
 	}
-	r.clearRenaming(ctx, rec.cm)
 	return rec, nil
 }
 
-// clearRenaming drops the under-way annotations of a committed rename's
-// new record (step 4). A failure leaves them to the next reader.
-func (r *Runtime) clearRenaming(ctx context.Context, cm *corev1.ConfigMap) {
+// clearRenaming drops the marks of a committed rename's new record
+// (step 4).
+func (r *Runtime) clearRenaming(ctx context.Context, cm *corev1.ConfigMap) error {
+	if !renaming(cm) {
+		return nil
+	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annRenamedFrom: nil, annRenamedFromObject: nil}}})
-	_, _ = r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if _, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("kubernetes: rename to %s: clear the record's marks: %w", cm.Annotations[annName], err)
+	}
 	delete(cm.Annotations, annRenamedFrom)
 	delete(cm.Annotations, annRenamedFromObject)
+	return nil
 }
 
-// createRecord creates cm. Where its name is taken by the new record of
-// a rename that has not committed, it waits for that rename to commit
-// (the name is then taken) or, past renameGrace, deletes that record as
-// a dead server's and creates cm.
+// createRecord creates cm. Where its name is taken by a record a rename
+// marked, that record is settled first: an old record renamed away is
+// finished (and gone); a new one whose rename committed holds the name;
+// one whose rename may still commit is waited for, and past renameGrace
+// refused on its old record and deleted.
 func (r *Runtime) createRecord(ctx context.Context, cm *corev1.ConfigMap) (*corev1.ConfigMap, error) {
 	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	var waitingFor types.UID
+	var since time.Time
 	for {
 		made, err := cms.Create(ctx, cm, metav1.CreateOptions{})
 		if !apierrors.IsAlreadyExists(err) {
@@ -339,7 +418,7 @@ func (r *Runtime) createRecord(ctx context.Context, cm *corev1.ConfigMap) (*core
 		if apierrors.IsNotFound(gerr) {
 			continue // gone meanwhile
 		}
-		if gerr != nil || !renaming(there) || there.Labels[labelManaged] != managedBy {
+		if gerr != nil || there.Labels[labelManaged] != managedBy || (!renaming(there) && !renamedAway(there)) {
 			return nil, err
 		}
 		rec, perr := parseRecord(there, "")
@@ -347,13 +426,20 @@ func (r *Runtime) createRecord(ctx context.Context, cm *corev1.ConfigMap) (*core
 			return nil, err
 		}
 		if _, serr := r.settle(ctx, rec); !errors.Is(serr, sandbox.ErrNotFound) {
-			return nil, err // committed, or unreadable: the name is taken
+			return nil, err // a sandbox's: the name is taken
 		}
-		if time.Since(there.CreationTimestamp.Time) > renameGrace {
-			uid := there.UID
-			derr := cms.Delete(ctx, there.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if derr != nil && !apierrors.IsNotFound(derr) && !apierrors.IsConflict(derr) {
-				return nil, fmt.Errorf("kubernetes: delete the record of a rename a server left undone: %w", derr)
+		if renamedAway(there) {
+			continue // finished, and gone
+		}
+		if _, gerr := cms.Get(ctx, cm.Name, metav1.GetOptions{}); apierrors.IsNotFound(gerr) {
+			continue // abandoned, and deleted
+		}
+		if there.UID != waitingFor {
+			waitingFor, since = there.UID, time.Now()
+		}
+		if time.Since(since) > renameGrace {
+			if err := r.refuseRename(ctx, there); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -363,6 +449,34 @@ func (r *Runtime) createRecord(ctx context.Context, cm *corev1.ConfigMap) (*core
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// refuseRename gives up the rename whose new record is n as a dead
+// server's: its old record is marked so (which fails that rename's
+// commit, if its renamer lives), then n is deleted.
+func (r *Runtime) refuseRename(ctx context.Context, n *corev1.ConfigMap) error {
+	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	old, err := cms.Get(ctx, n.Annotations[annRenamedFromObject], metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("kubernetes: read the record %s renames: %w", n.Annotations[annName], err)
+	case committedTo(n, old):
+		return nil // committed meanwhile: the next look finds the name taken
+	case !abandoned(n, old):
+		patch, _ := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": old.ResourceVersion},
+			{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annRenameRefused), "value": string(n.UID)},
+		})
+		if _, err := cms.Patch(ctx, old.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+			return nil // changed meanwhile: looked at again
+		}
+	}
+	uid := n.UID
+	if err := cms.Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("kubernetes: delete the record of a rename a server left undone: %w", err)
+	}
+	return nil
 }
 
 // podNameTaken is pod, to be made for rec, under a name of its own when
@@ -377,18 +491,18 @@ func (r *Runtime) podNameTaken(ctx context.Context, rec record, pod *corev1.Pod)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: read the pod named %s: %w", pod.Name, err)
 	}
-	if there.Labels[labelManaged] != managedBy || there.Annotations[annRenamedFrom] == "" || ownedByRecord(there, rec.cm.UID) {
+	if there.Labels[labelManaged] != managedBy || there.Annotations[annName] == rec.cm.Annotations[annName] || ownedByRecord(there, rec.cm.UID) {
 		return nil, fmt.Errorf("container %s: a pod named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := objectName(rec.spec.Name + "\x00" + hex.EncodeToString(b[:]))
-	cm := rec.cm.DeepCopy()
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
-	}
-	cm.Data[recordPod] = name
-	updated, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": rec.cm.UID},
+		{"op": "test", "path": "/metadata/resourceVersion", "value": rec.cm.ResourceVersion},
+		{"op": "add", "path": "/data/" + jsonPointer(recordPod), "value": name},
+	})
+	updated, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, rec.cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: name the pod of %s: %w", rec.spec.Name, err)
 	}
@@ -396,4 +510,20 @@ func (r *Runtime) podNameTaken(ctx context.Context, rec record, pod *corev1.Pod)
 	pod = pod.DeepCopy()
 	pod.Name = name
 	return pod, nil
+}
+
+// sandboxName is the name of the sandbox whose record holds spec: its
+// LabelName, or for a claimed warm spare, which has none, the name its
+// container's name says ("" where that name is a hashed long one: such a
+// root is in no family of its name, so its children reach it only as
+// peers).
+func sandboxName(spec sandbox.RunSpec) string {
+	if n := spec.Labels[sandbox.LabelName]; n != "" {
+		return n
+	}
+	owner := spec.Labels[sandbox.LabelOwner]
+	if n, ok := strings.CutPrefix(spec.Name, owner+"-"); ok && sandbox.ValidateName(n) == nil && sandbox.ContainerName(owner, n) == spec.Name {
+		return n
+	}
+	return ""
 }

@@ -149,8 +149,8 @@ func TestRename(t *testing.T) {
 		stopped bool
 		moved   bool // the rename committed
 	}{
-		{"record", false, false}, {"pod", false, true}, {"old", false, true},
-		{"record", true, false}, {"old", true, true},
+		{"record", false, false}, {"commit", false, true}, {"pod", false, true}, {"marks", false, true},
+		{"record", true, false}, {"commit", true, true}, {"marks", true, true},
 	} {
 		from, to := "smtr-cut-a", "smtr-cut-b"
 		cid := run(from)
@@ -204,6 +204,57 @@ func TestRename(t *testing.T) {
 		if err := rt.Remove(ctx, to); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// A rename cut before its commit, then the sandbox removed: the new
+	// record was abandoned, and its reader deletes it.
+	countID := func(id string) int {
+		t.Helper()
+		cms, err := admin.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, cm := range cms.Items {
+			if idOf(&cm) == id {
+				n++
+			}
+		}
+		return n
+	}
+	lost := run("smtr-lost")
+	renameCut = func(step string) bool { return step == "record" }
+	if err := rt.Rename(ctx, "smtr-lost", "smtr-lost-b"); err != nil {
+		t.Fatal(err)
+	}
+	renameCut = nil
+	if err := rt.Remove(ctx, "smtr-lost"); err != nil {
+		t.Fatal(err)
+	}
+	gone("smtr-lost-b")
+	gone("smtr-lost")
+	if n := countID(lost); n != 0 {
+		t.Fatalf("%d records of a removed sandbox whose rename was cut", n)
+	}
+	// Two renames of one sandbox, the first cut before its commit: the
+	// second wins, and the first's record is abandoned.
+	twice := run("smtr-twice")
+	renameCut = func(step string) bool { return step == "record" }
+	if err := rt.Rename(ctx, "smtr-twice", "smtr-twice-y"); err != nil {
+		t.Fatal(err)
+	}
+	renameCut = nil
+	if err := rt.Rename(ctx, "smtr-twice", "smtr-twice-z"); err != nil {
+		t.Fatal(err)
+	}
+	is("smtr-twice-z", twice, true)
+	gone("smtr-twice-y")
+	gone("smtr-twice")
+	if n := countID(twice); n != 1 {
+		t.Fatalf("%d records of a sandbox renamed twice", n)
+	}
+	if err := rt.Remove(ctx, "smtr-twice-z"); err != nil {
+		t.Fatal(err)
 	}
 
 	// A reset's way: the sandbox moves aside with its pod, a new one boots
