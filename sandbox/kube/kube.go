@@ -919,19 +919,24 @@ func (r *Runtime) deletePod(ctx context.Context, p *corev1.Pod, grace time.Durat
 		// The version read, too: a rename may hand the pod on meanwhile.
 		rv := p.ResourceVersion
 		err = pods.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &secs, Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
-		if !apierrors.IsConflict(err) || try == 4 {
+		if !apierrors.IsConflict(err) {
 			break
 		}
 		// Changed (its status, most often): deleted if its owners are
 		// still those read.
 		now, gerr := pods.Get(ctx, p.Name, metav1.GetOptions{})
-		if gerr != nil || now.UID != uid || !sameOwners(now, p) {
-			return nil
+		switch {
+		case apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != uid || !sameOwners(now, p))):
+			return nil // gone, or handed on: not this caller's to delete
+		case gerr != nil:
+			return fmt.Errorf("kubernetes: delete the pod of %s: %w", p.Annotations[annName], gerr)
+		case try == 4:
+			return fmt.Errorf("kubernetes: delete the pod of %s: it kept changing: %w", p.Annotations[annName], err)
 		}
 		p = now
 	}
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil // gone already, or another pod has the name now
+	if apierrors.IsNotFound(err) {
+		return nil // gone already
 	}
 	if err != nil {
 		return fmt.Errorf("kubernetes: delete the pod of %s: %w", p.Annotations[annName], err)
@@ -994,10 +999,17 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 	uid, rv := rec.cm.UID, rec.cm.ResourceVersion
 	err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 	if apierrors.IsConflict(err) {
-		if _, rerr := r.record(ctx, name); errors.Is(rerr, sandbox.ErrNotFound) {
+		// Changed meanwhile: renamed (then not found here), or touched
+		// otherwise (then deleted as it is now).
+		now, rerr := r.record(ctx, name)
+		if rerr != nil {
 			return rerr
 		}
-		err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if now.cm.UID != uid || renaming(now.cm) || renamedAway(now.cm) {
+			return fmt.Errorf("container %s: changed while it was removed: %w", name, sandbox.ErrInUse)
+		}
+		rv = now.cm.ResourceVersion
+		err = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("kubernetes: delete the record of %s: %w", name, err)
@@ -1088,7 +1100,11 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 			continue
 		}
 		// Of the two records of a rename not finished, the sandbox's
-		// (settle).
+		// (settle); what a dead server left is finished or given up
+		// here, since its names may never be read again.
+		if renamedAway(rec.cm) || renaming(rec.cm) {
+			r.tidyRename(ctx, rec, recs[rec.cm.Annotations[annRenamedFromObject]])
+		}
 		if renamedAway(rec.cm) || (renaming(rec.cm) && !committedTo(rec.cm, recs[rec.cm.Annotations[annRenamedFromObject]])) {
 			continue
 		}

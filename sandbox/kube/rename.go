@@ -197,10 +197,18 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 	}
 	committed, err := r.commitRename(ctx, old.cm, made)
 	if err != nil || committed == nil {
-		uid := made.UID
+		// The commit may have landed unseen (a cut connection, an ended
+		// context): looked at again, and finished if so; else the new
+		// record is refused on the old one, and deleted.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		_ = r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if now, gerr := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Get(dctx, old.cm.Name, metav1.GetOptions{}); gerr == nil && committedTo(made, now) {
+			r.ids.Store(idOf(made), made.Name)
+			return r.finishRename(dctx, now, made)
+		}
+		if rerr := r.refuseRename(dctx, made); rerr != nil && err == nil {
+			err = rerr
+		}
 		if err == nil {
 			err = fmt.Errorf("rename %s to %s: it was renamed or removed meanwhile: %w", ref, newName, sandbox.ErrInUse)
 		}
@@ -236,6 +244,8 @@ func (r *Runtime) commitRename(ctx context.Context, old, n *corev1.ConfigMap) (*
 			return nil, nil
 		case gerr != nil:
 			return nil, fmt.Errorf("kubernetes: rename %s: %w", old.Annotations[annName], err)
+		case committedTo(n, now):
+			return now, nil // landed, its answer lost
 		case now.ResourceVersion == old.ResourceVersion || try == 4:
 			return nil, fmt.Errorf("kubernetes: rename %s: mark the old record: %w", old.Annotations[annName], err)
 		case abandoned(n, now):
@@ -377,12 +387,28 @@ func (r *Runtime) settle(ctx context.Context, rec record) (record, error) {
 			return rec, nil
 		}
 		if abandoned(rec.cm, old) {
-			uid := rec.cm.UID
-			_ = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			// As read: a copy read before its marks were cleared is not
+			// the record now.
+			uid, rv := rec.cm.UID, rec.cm.ResourceVersion
+			_ = cms.Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 		}
 		return rec, fmt.Errorf("container %s: %w (a rename to it is under way)", name, sandbox.ErrNotFound)
 	}
 	return rec, nil
+}
+
+// tidyRename, for List, finishes the rename rec (a record with marks)
+// is part of when it committed, and gives up one that did not and is
+// older than renameGrace (old is the object under its old record's
+// name, as listed). What it cannot do is left to the next look.
+func (r *Runtime) tidyRename(ctx context.Context, rec record, old *corev1.ConfigMap) {
+	if renaming(rec.cm) && !committedTo(rec.cm, old) {
+		if time.Since(rec.cm.CreationTimestamp.Time) > renameGrace {
+			_ = r.refuseRename(ctx, rec.cm)
+		}
+		return
+	}
+	_, _ = r.settle(ctx, rec)
 }
 
 // clearRenaming drops the marks of a committed rename's new record
@@ -392,11 +418,11 @@ func (r *Runtime) clearRenaming(ctx context.Context, cm *corev1.ConfigMap) error
 		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annRenamedFrom: nil, annRenamedFromObject: nil}}})
-	if _, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	updated, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
 		return fmt.Errorf("kubernetes: rename to %s: clear the record's marks: %w", cm.Annotations[annName], err)
 	}
-	delete(cm.Annotations, annRenamedFrom)
-	delete(cm.Annotations, annRenamedFromObject)
+	*cm = *updated
 	return nil
 }
 
@@ -441,7 +467,6 @@ func (r *Runtime) createRecord(ctx context.Context, cm *corev1.ConfigMap) (*core
 			if err := r.refuseRename(ctx, there); err != nil {
 				return nil, err
 			}
-			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -469,11 +494,16 @@ func (r *Runtime) refuseRename(ctx context.Context, n *corev1.ConfigMap) error {
 			{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annRenameRefused), "value": string(n.UID)},
 		})
 		if _, err := cms.Patch(ctx, old.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
-			return nil // changed meanwhile: looked at again
+			if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return nil // changed meanwhile (a failed test): looked at again
+			}
+			return fmt.Errorf("kubernetes: refuse a rename a server left undone: %w", err)
 		}
 	}
-	uid := n.UID
-	if err := cms.Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	// As read: a copy read before its marks were cleared is not the
+	// record now.
+	uid, rv := n.UID, n.ResourceVersion
+	if err := cms.Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("kubernetes: delete the record of a rename a server left undone: %w", err)
 	}
 	return nil

@@ -236,6 +236,27 @@ func TestRename(t *testing.T) {
 	if n := countID(lost); n != 0 {
 		t.Fatalf("%d records of a removed sandbox whose rename was cut", n)
 	}
+	// A rename cut before its commit whose names are never read again:
+	// a List past the grace gives it up, and the sandbox stays as it was.
+	stall := run("smtr-stall")
+	renameCut = func(step string) bool { return step == "record" }
+	if err := rt.Rename(ctx, "smtr-stall", "smtr_old_stall"); err != nil {
+		t.Fatal(err)
+	}
+	renameCut = nil
+	if n := countID(stall); n != 2 {
+		t.Fatalf("%d records of a sandbox whose rename was cut after its new record", n)
+	}
+	time.Sleep(renameGrace + time.Second)
+	listed()
+	if n := countID(stall); n != 1 {
+		t.Fatalf("%d records of a sandbox whose cut rename a List past the grace saw", n)
+	}
+	is("smtr-stall", stall, true)
+	if err := rt.Remove(ctx, "smtr-stall"); err != nil {
+		t.Fatal(err)
+	}
+
 	// Two renames of one sandbox, the first cut before its commit: the
 	// second wins, and the first's record is abandoned.
 	twice := run("smtr-twice")
