@@ -436,9 +436,14 @@ func TestBuildLeavesNoIntermediateImages(t *testing.T) {
 		}
 	})
 	s.must(t, nil, "build", "-t", mark+":latest", "-f", filepath.Join(dir, "Containerfile"), dir)
-	out, err := podman("images", "-a", "--format", "{{.ID}} {{.Repository}}", "--filter", "label=io.sandbox-mcp.test="+mark)
+	// Stdout alone: podman logs on stderr about images other tests
+	// remove while it reads its storage.
+	var stderr strings.Builder
+	cmd := exec.Command("podman", "images", "-a", "--format", "{{.ID}} {{.Repository}}", "--filter", "label=io.sandbox-mcp.test="+mark)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("podman images: %v: %s", err, out)
+		t.Fatalf("podman images: %v: %s", err, stderr.String())
 	}
 	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 1 || strings.Contains(lines[0], "<none>") {
 		t.Fatalf("images the build left: %q; want its final image only", out)
