@@ -50,7 +50,10 @@ import (
 // its name waits renameGrace for it, then refuses it on the old record
 // (annRenameRefused, a patch that also fails that renamer's commit) and
 // deletes it. So a rename cut at any point leaves one sandbox under one
-// of the two names, never both, never neither.
+// of the two names, never both, never neither. A removal on another
+// server may still delete the pod between a commit and its hand-on: the
+// sandbox is then under its new name without a pod (stopped, its
+// workspace kept), and the removal fails on the changed record.
 //
 // A record's children are owned by its UID, so they go with the old
 // record: the Manager renames a parent only where its children end with
