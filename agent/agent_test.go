@@ -320,6 +320,29 @@ func TestEgressRelayPassesBetweenAgents(t *testing.T) {
 	}
 }
 
+// TestEgressWaitsForADyingHolder: an agent whose proxy port is held by
+// one on its way out (a dead server's) waits for the port before it
+// replies, so the first connection after the reply reaches it.
+func TestEgressWaitsForADyingHolder(t *testing.T) {
+	port := freePort(t)
+	first, second := pair(t), pair(t)
+	if err := first.ListenEgress(port, ""); err != nil {
+		t.Fatal(err)
+	}
+	first.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("first")})
+	second.ServeStreams(map[string]func(net.Conn){OpEgress: tagged("second")})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		first.Close()
+	}()
+	if err := second.ListenEgress(port, ""); err != nil {
+		t.Fatalf("a port freed within the wait: %v", err)
+	}
+	if got := askProxy(port); got != "second:ping" {
+		t.Fatalf("the first connection after the reply: %q", got)
+	}
+}
+
 // TestEgressRelayPrefersChannel: with a channel, a proxy connection is
 // handed to the server over its unix socket and not carried through the
 // session; once the

@@ -241,9 +241,12 @@ func inode(path string) uint64 {
 }
 
 // listenEgress serves the proxy on 127.0.0.1:port: each connection is
-// carried, raw, to the server, which decides. When the port is taken
-// (another server's agent holds it), the agent takes it over once it is
-// free, and says so now.
+// carried, raw, to the server, which decides. When the port is taken, the
+// holder is most often the agent of a server that just died, on its way
+// out: the reply waits up to egressTakeoverWait for the port, so that the
+// first command after a server's restart reaches this agent's proxy, not
+// the dead one's. A port still taken then (another live server's agent
+// holds it) is taken over once it is free, and the reply says so.
 func (a *agentState) listenEgress(port int, channel string) error {
 	if port < 1 || port > 65535 {
 		return fmt.Errorf("proxy port %d is not a TCP port", port)
@@ -252,22 +255,47 @@ func (a *agentState) listenEgress(port int, channel string) error {
 		return fmt.Errorf("the proxy's channel %q is not an absolute path", channel)
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.channel = channel
 	if a.egress == port {
+		a.mu.Unlock()
 		return nil
 	}
 	if a.egress != 0 {
+		a.mu.Unlock()
 		return fmt.Errorf("the proxy is served on port %d already", a.egress)
 	}
 	a.egress = port
+	a.mu.Unlock()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	ln, err := net.Listen("tcp", addr)
+	ln, err := a.listenWithin(addr, egressTakeoverWait)
 	go a.holdEgress(addr, ln)
 	if err != nil {
 		return fmt.Errorf("%w (taken over once free)", err)
 	}
 	return nil
+}
+
+// egressTakeoverWait bounds how long the proxy's start waits for a port
+// another agent holds before it replies.
+const egressTakeoverWait = 1500 * time.Millisecond
+
+// listenWithin listens on addr, trying again while the address is in use,
+// for up to wait or until the session ends.
+func (a *agentState) listenWithin(addr string, wait time.Duration) (net.Listener, error) {
+	deadline := time.Now().Add(wait)
+	pause := egressRetryFirst
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().Add(pause).After(deadline) {
+			return ln, err
+		}
+		select {
+		case <-a.sess.CloseChan():
+			return nil, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 200*time.Millisecond)
+	}
 }
 
 // holdEgress serves the proxy on ln, and while the address is another's,
