@@ -978,6 +978,12 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 		}
 		return err
 	}
+	if err := r.markRemoving(ctx, rec.cm, name); err != nil {
+		return err
+	}
+	if removeStep != nil && removeStep("mark") {
+		return nil
+	}
 	if r.dyn != nil {
 		// Suspended first, so that its controller does not make the pod
 		// again; the Sandbox goes once its pod did (while it is there,
@@ -1015,6 +1021,40 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 		return fmt.Errorf("kubernetes: delete the record of %s: %w", name, err)
 	}
 	r.ids.Delete(idOf(rec.cm))
+	return nil
+}
+
+// markRemoving commits a removal of the sandbox whose record is cm,
+// updated in place (see rename.go): it marks the record removing, tested
+// against the version read, so that a rename committed meanwhile is seen
+// (the removal then fails, and leaves the sandbox to its new name) and no
+// rename commits after it.
+func (r *Runtime) markRemoving(ctx context.Context, cm *corev1.ConfigMap, name string) error {
+	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	for try := 0; !removing(cm); try++ {
+		patch, _ := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": cm.UID},
+			{"op": "test", "path": "/metadata/resourceVersion", "value": cm.ResourceVersion},
+			{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annRemoving), "value": time.Now().UTC().Format(time.RFC3339)},
+		})
+		got, err := cms.Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			*cm = *got
+			return nil
+		}
+		now, gerr := cms.Get(ctx, cm.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(gerr) || (gerr == nil && now.UID != cm.UID):
+			return fmt.Errorf("container %s: %w (removed meanwhile)", name, sandbox.ErrNotFound)
+		case gerr != nil:
+			return fmt.Errorf("kubernetes: remove %s: mark its record: %w", name, err)
+		case renamedAway(now) || renaming(now):
+			return fmt.Errorf("container %s: renamed while it was removed: %w", name, sandbox.ErrInUse)
+		case now.ResourceVersion == cm.ResourceVersion || try == 4:
+			return fmt.Errorf("kubernetes: remove %s: mark its record: %w", name, err)
+		}
+		*cm = *now
+	}
 	return nil
 }
 

@@ -50,10 +50,15 @@ import (
 // its name waits renameGrace for it, then refuses it on the old record
 // (annRenameRefused, a patch that also fails that renamer's commit) and
 // deletes it. So a rename cut at any point leaves one sandbox under one
-// of the two names, never both, never neither. A removal on another
-// server may still delete the pod between a commit and its hand-on: the
-// sandbox is then under its new name without a pod (stopped, its
-// workspace kept), and the removal fails on the changed record.
+// of the two names, never both, never neither.
+//
+// A removal commits on the record too, before it touches the pod: one
+// patch tested against the version read marks it removing (annRemoving).
+// A rename never commits on a record so marked, and a removal finds a
+// rename's commit and leaves the sandbox alone, so of the two one wins
+// whole: a removal cannot delete a pod a rename is handing on. A removal
+// cut after its mark leaves the sandbox as it was, which the next removal
+// finishes; a rename is refused meanwhile.
 //
 // A record's children are owned by its UID, so they go with the old
 // record: the Manager renames a parent only where its children end with
@@ -83,6 +88,9 @@ const (
 	// annRenameRefused is, on a record, the UID of a new record of a
 	// rename of it that was given up as abandoned.
 	annRenameRefused = "sandbox-mcp.io/rename-refused"
+	// annRemoving is, on a record, when a removal of its sandbox began
+	// (RFC 3339): the removal's commit, which no rename passes.
+	annRemoving = "sandbox-mcp.io/removing"
 )
 
 // renameGrace is how long the creation of a name waits for a rename to
@@ -96,6 +104,11 @@ var renameCut func(step string) bool
 
 // cut reports whether a test ends the rename after step.
 func cut(step string) bool { return renameCut != nil && renameCut(step) }
+
+// removeStep, set by tests, is called by a removal after the step it
+// names ("mark"); true ends the removal there, as a server killed there
+// would.
+var removeStep func(step string) bool
 
 // idOf is the ID of the sandbox whose record is cm.
 func idOf(cm *corev1.ConfigMap) string {
@@ -128,6 +141,9 @@ func renaming(cm *corev1.ConfigMap) bool { return cm.Annotations[annRenamedFrom]
 // left.
 func renamedAway(cm *corev1.ConfigMap) bool { return cm.Annotations[annRenamedTo] != "" }
 
+// removing reports whether a removal of cm's sandbox began.
+func removing(cm *corev1.ConfigMap) bool { return cm.Annotations[annRemoving] != "" }
+
 // committedTo reports whether old, the object under the name n's marks
 // give (nil when there is none), is the record n renames, ours, and
 // marked renamed to n.
@@ -138,11 +154,12 @@ func committedTo(n, old *corev1.ConfigMap) bool {
 
 // abandoned reports whether the rename n's marks describe can no longer
 // commit: its old record (old, nil when gone) went, was renamed
-// elsewhere, or refused it.
+// elsewhere, refused it, or is being removed.
 func abandoned(n, old *corev1.ConfigMap) bool {
 	return old == nil || string(old.UID) != n.Annotations[annRenamedFrom] ||
 		(old.Annotations[annRenamedTo] != "" && old.Annotations[annRenamedTo] != string(n.UID)) ||
-		old.Annotations[annRenameRefused] == string(n.UID)
+		old.Annotations[annRenameRefused] == string(n.UID) ||
+		(removing(old) && !committedTo(n, old))
 }
 
 // ownedByRecord reports whether p names the record of UID uid among its
@@ -176,6 +193,10 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 	old, err := r.record(ctx, ref)
 	if err != nil {
 		return err
+	}
+	if removing(old.cm) {
+		return fmt.Errorf("rename %s to %s: its removal began at %s (remove it again to finish it): %w",
+			ref, newName, old.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
 	spec := old.spec
 	spec.Name = newName
@@ -249,6 +270,8 @@ func (r *Runtime) commitRename(ctx context.Context, old, n *corev1.ConfigMap) (*
 			return nil, fmt.Errorf("kubernetes: rename %s: %w", old.Annotations[annName], err)
 		case committedTo(n, now):
 			return now, nil // landed, its answer lost
+		case removing(now):
+			return nil, nil // a removal committed first
 		case now.ResourceVersion == old.ResourceVersion || try == 4:
 			return nil, fmt.Errorf("kubernetes: rename %s: mark the old record: %w", old.Annotations[annName], err)
 		case abandoned(n, now):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -299,5 +300,68 @@ func TestRename(t *testing.T) {
 	is("smtr-reset", second, true)
 	if _, err := admin.CoreV1().Pods(ns).Get(ctx, p1.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the old pod: %v", err)
+	}
+
+	// A removal and a rename of one sandbox at once (as by two servers):
+	// the rename runs up to its commit once the removal has read the
+	// record, and is finished by the removal's reads. One wins whole: the
+	// sandbox is gone under both names, or runs under the new one with
+	// its pod; never under the new name without it.
+	t.Cleanup(func() { removeStep = nil })
+	race := run("smtr-race")
+	var renameErr error
+	removeStep = func(step string) bool {
+		renameCut = func(step string) bool { return step == "commit" }
+		renameErr = rt.Rename(ctx, "smtr-race", "smtr-race-b")
+		renameCut = nil
+		return false
+	}
+	removeErr := rt.Remove(ctx, "smtr-race")
+	removeStep = nil
+	switch {
+	case renameErr == nil:
+		// The rename won: the removal says so, and the sandbox runs.
+		if !errors.Is(removeErr, sandbox.ErrInUse) && !errors.Is(removeErr, sandbox.ErrNotFound) {
+			t.Fatalf("a removal that lost to a rename: %v", removeErr)
+		}
+		is("smtr-race-b", race, true)
+		if p := podOf(race); p == nil {
+			t.Fatal("the renamed sandbox lost its pod to the removal")
+		}
+		if err := rt.Remove(ctx, "smtr-race-b"); err != nil {
+			t.Fatal(err)
+		}
+	case errors.Is(renameErr, sandbox.ErrInUse):
+		if removeErr != nil {
+			t.Fatalf("a removal that won over a rename: %v", removeErr)
+		}
+	default:
+		t.Fatalf("a rename during a removal: %v", renameErr)
+	}
+	gone("smtr-race")
+	gone("smtr-race-b")
+	if n := countID(race); n != 0 {
+		t.Fatalf("%d records of a sandbox removed while renamed", n)
+	}
+
+	// A removal cut after its commit leaves the sandbox as it was; a
+	// rename is refused until the next removal finishes it.
+	halfGone := run("smtr-halfgone")
+	removeStep = func(step string) bool { return step == "mark" }
+	if err := rt.Remove(ctx, "smtr-halfgone"); err != nil {
+		t.Fatal(err)
+	}
+	removeStep = nil
+	is("smtr-halfgone", halfGone, true)
+	if err := rt.Rename(ctx, "smtr-halfgone", "smtr-halfgone-b"); !errors.Is(err, sandbox.ErrInUse) || !strings.Contains(err.Error(), "remove it again") {
+		t.Fatalf("a rename of a sandbox whose removal began: %v", err)
+	}
+	gone("smtr-halfgone-b")
+	if err := rt.Remove(ctx, "smtr-halfgone"); err != nil {
+		t.Fatal(err)
+	}
+	gone("smtr-halfgone")
+	if n := countID(halfGone); n != 0 {
+		t.Fatalf("%d records of a sandbox whose cut removal was finished", n)
 	}
 }
