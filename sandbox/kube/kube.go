@@ -812,6 +812,10 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if removing(rec.cm) {
+		// Its pod would be the record's, which the removal deletes.
+		return fmt.Errorf("start %s: its removal began at %s (remove it again to finish it): %w", name, rec.cm.Annotations[annRemoving], sandbox.ErrInUse)
+	}
 	p, err := r.ownedPod(ctx, rec)
 	if err != nil {
 		return err
@@ -978,12 +982,19 @@ func (r *Runtime) Remove(ctx context.Context, name string) error {
 		}
 		return err
 	}
+	if removeStep != nil && removeStep("read") {
+		return nil
+	}
 	if err := r.markRemoving(ctx, rec.cm, name); err != nil {
 		return err
 	}
 	if removeStep != nil && removeStep("mark") {
 		return nil
 	}
+	// Committed: the rest is done even when the caller's context ends,
+	// so that a cancelled call does not leave the sandbox marked.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	defer cancel()
 	if r.dyn != nil {
 		// Suspended first, so that its controller does not make the pod
 		// again; the Sandbox goes once its pod did (while it is there,
@@ -1045,6 +1056,11 @@ func (r *Runtime) markRemoving(ctx context.Context, cm *corev1.ConfigMap, name s
 		now, gerr := cms.Get(ctx, cm.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(gerr) || (gerr == nil && now.UID != cm.UID):
+			// Gone from under its name: renamed (to the end, meanwhile)
+			// when ref, an ID, still finds it.
+			if again, rerr := r.record(ctx, name); rerr == nil && idOf(again.cm) == idOf(cm) {
+				return fmt.Errorf("container %s: renamed while it was removed: %w", name, sandbox.ErrInUse)
+			}
 			return fmt.Errorf("container %s: %w (removed meanwhile)", name, sandbox.ErrNotFound)
 		case gerr != nil:
 			return fmt.Errorf("kubernetes: remove %s: mark its record: %w", name, err)
@@ -1185,7 +1201,7 @@ func describe(rec record, pod *corev1.Pod) sandbox.Container {
 	switch pod.Status.Phase {
 	case corev1.PodRunning:
 		c.State = sandbox.StateRunning
-		if pod.DeletionTimestamp != nil || rec.suspended {
+		if pod.DeletionTimestamp != nil || rec.suspended || removing(rec.cm) {
 			c.State = sandbox.StateStopped // on its way out
 		}
 	case corev1.PodPending:

@@ -57,8 +57,9 @@ import (
 // A rename never commits on a record so marked, and a removal finds a
 // rename's commit and leaves the sandbox alone, so of the two one wins
 // whole: a removal cannot delete a pod a rename is handing on. A removal
-// cut after its mark leaves the sandbox as it was, which the next removal
-// finishes; a rename is refused meanwhile.
+// cut after its mark leaves the sandbox stopped to readers (its pod may
+// still run), which the next removal finishes; a rename or a start is
+// refused meanwhile, saying so.
 //
 // A record's children are owned by its UID, so they go with the old
 // record: the Manager renames a parent only where its children end with
@@ -106,8 +107,8 @@ var renameCut func(step string) bool
 func cut(step string) bool { return renameCut != nil && renameCut(step) }
 
 // removeStep, set by tests, is called by a removal after the step it
-// names ("mark"); true ends the removal there, as a server killed there
-// would.
+// names ("read": the record; "mark"); true ends the removal there, as a
+// server killed there would.
 var removeStep func(step string) bool
 
 // idOf is the ID of the sandbox whose record is cm.

@@ -302,66 +302,104 @@ func TestRename(t *testing.T) {
 		t.Fatalf("the old pod: %v", err)
 	}
 
-	// A removal and a rename of one sandbox at once (as by two servers):
-	// the rename runs up to its commit once the removal has read the
-	// record, and is finished by the removal's reads. One wins whole: the
-	// sandbox is gone under both names, or runs under the new one with
-	// its pod; never under the new name without it.
+	// A removal and a rename of one sandbox at once (as by two servers).
+	// One wins whole: the sandbox is gone under both names, or runs under
+	// the new one with its pod; never under the new name without it.
 	t.Cleanup(func() { removeStep = nil })
-	race := run("smtr-race")
-	var renameErr error
-	removeStep = func(step string) bool {
-		renameCut = func(step string) bool { return step == "commit" }
-		renameErr = rt.Rename(ctx, "smtr-race", "smtr-race-b")
-		renameCut = nil
-		return false
+	records := func(id string) {
+		t.Helper()
+		if n := countID(id); n != 0 {
+			t.Fatalf("%d records of a sandbox removed while renamed", n)
+		}
 	}
-	removeErr := rt.Remove(ctx, "smtr-race")
-	removeStep = nil
-	switch {
-	case renameErr == nil:
-		// The rename won: the removal says so, and the sandbox runs.
-		if !errors.Is(removeErr, sandbox.ErrInUse) && !errors.Is(removeErr, sandbox.ErrNotFound) {
-			t.Fatalf("a removal that lost to a rename: %v", removeErr)
+	// The rename commits after the removal read the record, before its
+	// mark: the removal finds the commit and leaves the sandbox, whose
+	// pod the rename's reader then hands on. By its ID, too, once the
+	// rename ended.
+	for _, byID := range []bool{false, true} {
+		race := run("smtr-race")
+		ref := "smtr-race"
+		if byID {
+			ref = race
+		}
+		var renameErr error
+		removeStep = func(step string) bool {
+			if step == "read" {
+				if !byID {
+					renameCut = func(step string) bool { return step == "commit" }
+				}
+				renameErr = rt.Rename(ctx, "smtr-race", "smtr-race-b")
+				renameCut = nil
+			}
+			return false
+		}
+		removeErr := rt.Remove(ctx, ref)
+		removeStep = nil
+		if renameErr != nil || !errors.Is(removeErr, sandbox.ErrInUse) {
+			t.Fatalf("a rename committed while a removal (by ID %v) read the record: rename %v, removal %v", byID, renameErr, removeErr)
 		}
 		is("smtr-race-b", race, true)
-		if p := podOf(race); p == nil {
+		if podOf(race) == nil {
 			t.Fatal("the renamed sandbox lost its pod to the removal")
 		}
+		gone("smtr-race")
 		if err := rt.Remove(ctx, "smtr-race-b"); err != nil {
 			t.Fatal(err)
 		}
-	case errors.Is(renameErr, sandbox.ErrInUse):
-		if removeErr != nil {
-			t.Fatalf("a removal that won over a rename: %v", removeErr)
+		gone("smtr-race-b")
+		records(race)
+	}
+	// The removal marks the record after the rename read it, before its
+	// commit: the rename gives up, and the removal takes the sandbox.
+	race := run("smtr-race")
+	var removeErr error
+	renameCut = func(step string) bool {
+		if step == "record" {
+			removeStep = func(step string) bool { return step == "mark" }
+			removeErr = rt.Remove(ctx, "smtr-race")
+			removeStep = nil
 		}
-	default:
-		t.Fatalf("a rename during a removal: %v", renameErr)
+		return false
+	}
+	renameErr := rt.Rename(ctx, "smtr-race", "smtr-race-b")
+	renameCut = nil
+	if !errors.Is(renameErr, sandbox.ErrInUse) || removeErr != nil {
+		t.Fatalf("a removal marked the record before a rename's commit: rename %v, removal %v", renameErr, removeErr)
+	}
+	gone("smtr-race-b")
+	if err := rt.Remove(ctx, "smtr-race"); err != nil {
+		t.Fatal(err)
 	}
 	gone("smtr-race")
-	gone("smtr-race-b")
-	if n := countID(race); n != 0 {
-		t.Fatalf("%d records of a sandbox removed while renamed", n)
-	}
+	records(race)
 
-	// A removal cut after its commit leaves the sandbox as it was; a
-	// rename is refused until the next removal finishes it.
+	// A removal cut after its commit: the sandbox reads as stopped (its
+	// pod may run on); a rename or a start is refused, saying so, until
+	// the next removal finishes it.
 	halfGone := run("smtr-halfgone")
 	removeStep = func(step string) bool { return step == "mark" }
 	if err := rt.Remove(ctx, "smtr-halfgone"); err != nil {
 		t.Fatal(err)
 	}
 	removeStep = nil
-	is("smtr-halfgone", halfGone, true)
+	is("smtr-halfgone", halfGone, false)
+	hp := podOf(halfGone)
+	if hp == nil {
+		t.Fatal("a removal cut after its mark deleted the pod")
+	}
 	if err := rt.Rename(ctx, "smtr-halfgone", "smtr-halfgone-b"); !errors.Is(err, sandbox.ErrInUse) || !strings.Contains(err.Error(), "remove it again") {
 		t.Fatalf("a rename of a sandbox whose removal began: %v", err)
+	}
+	if err := rt.Start(ctx, "smtr-halfgone"); !errors.Is(err, sandbox.ErrInUse) || !strings.Contains(err.Error(), "remove it again") {
+		t.Fatalf("a start of a sandbox whose removal began: %v", err)
 	}
 	gone("smtr-halfgone-b")
 	if err := rt.Remove(ctx, "smtr-halfgone"); err != nil {
 		t.Fatal(err)
 	}
 	gone("smtr-halfgone")
-	if n := countID(halfGone); n != 0 {
-		t.Fatalf("%d records of a sandbox whose cut removal was finished", n)
+	records(halfGone)
+	if p, err := admin.CoreV1().Pods(ns).Get(ctx, hp.Name, metav1.GetOptions{}); err == nil && p.UID == hp.UID {
+		t.Fatalf("the pod of a sandbox whose cut removal was finished is still there: %s", p.Name)
 	}
 }
