@@ -604,7 +604,39 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: create the pod of %s: %w", rec.spec.Name, err)
 	}
+	if err := r.stillThere(ctx, rec, made); err != nil {
+		return nil, err
+	}
 	return r.waitRunning(ctx, made)
+}
+
+// stillThere reads rec's record again once its pod p is made: a removal
+// or a rename on another server may have committed since it was read,
+// and looked for the pod before it was there. The pod is then deleted
+// (unless a rename handed it on meanwhile) and the start fails. A removal
+// marks the record before it looks for the pod and a start makes the pod
+// before it looks at the record, so one of the two sees the other.
+func (r *Runtime) stillThere(ctx context.Context, rec record, p *corev1.Pod) error {
+	now, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{})
+	var why string
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && now.UID != rec.cm.UID):
+		why = "removed"
+	case err != nil:
+		return nil // unknown: the start goes on, as it would have
+	case removing(now):
+		why = "being removed"
+	case renamedAway(now):
+		why = "renamed"
+	default:
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
+	defer cancel()
+	if derr := r.deletePod(dctx, p, time.Second); derr != nil {
+		return fmt.Errorf("container %s: %s while it started, and its new pod could not be deleted: %w", rec.spec.Name, why, derr)
+	}
+	return fmt.Errorf("container %s: %s while it started: %w", rec.spec.Name, why, sandbox.ErrInUse)
 }
 
 // ensureIsolation makes, unless it is there, the NetworkPolicy that
@@ -815,6 +847,9 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	if removing(rec.cm) {
 		// Its pod would be the record's, which the removal deletes.
 		return fmt.Errorf("start %s: its removal began at %s (remove it again to finish it): %w", name, rec.cm.Annotations[annRemoving], sandbox.ErrInUse)
+	}
+	if startStep != nil {
+		startStep("read")
 	}
 	p, err := r.ownedPod(ctx, rec)
 	if err != nil {

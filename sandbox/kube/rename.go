@@ -59,7 +59,9 @@ import (
 // whole: a removal cannot delete a pod a rename is handing on. A removal
 // cut after its mark leaves the sandbox stopped to readers (its pod may
 // still run), which the next removal finishes; a rename or a start is
-// refused meanwhile, saying so.
+// refused meanwhile, saying so. A start that read the record before a
+// removal's mark or a rename's commit finds it when it reads the record
+// again after making the pod (stillThere), and gives way.
 //
 // A record's children are owned by its UID, so they go with the old
 // record: the Manager renames a parent only where its children end with
@@ -105,6 +107,10 @@ var renameCut func(step string) bool
 
 // cut reports whether a test ends the rename after step.
 func cut(step string) bool { return renameCut != nil && renameCut(step) }
+
+// startStep, set by tests, is called by a start once it read the
+// record ("read").
+var startStep func(step string)
 
 // removeStep, set by tests, is called by a removal after the step it
 // names ("read": the record; "mark"); true ends the removal there, as a

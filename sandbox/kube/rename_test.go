@@ -402,4 +402,32 @@ func TestRename(t *testing.T) {
 	if p, err := admin.CoreV1().Pods(ns).Get(ctx, hp.Name, metav1.GetOptions{}); err == nil && p.UID == hp.UID {
 		t.Fatalf("the pod of a sandbox whose cut removal was finished is still there: %s", p.Name)
 	}
+
+	// A start and a removal at once: the removal runs whole after the
+	// start read the record, before it made the pod. The start fails and
+	// takes back the pod it made, whose record is gone.
+	t.Cleanup(func() { startStep = nil })
+	late := run("smtr-late")
+	if err := rt.Stop(ctx, "smtr-late", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var lateRemoved error
+	startStep = func(string) {
+		startStep = nil
+		lateRemoved = rt.Remove(ctx, "smtr-late")
+	}
+	if err := rt.Start(ctx, "smtr-late"); !errors.Is(err, sandbox.ErrInUse) || lateRemoved != nil {
+		t.Fatalf("a start the removal of its sandbox overtook: start %v, removal %v", err, lateRemoved)
+	}
+	gone("smtr-late")
+	records(late)
+	pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Annotations[annName] == "smtr-late" && p.DeletionTimestamp == nil {
+			t.Fatalf("a pod of a removed sandbox, made by a start it overtook: %s", p.Name)
+		}
+	}
 }
