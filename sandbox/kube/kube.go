@@ -610,24 +610,31 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 	return r.waitRunning(ctx, made)
 }
 
-// stillThere reads rec's record again once its pod p is made: a removal
-// or a rename on another server may have committed since it was read,
-// and looked for the pod before it was there. The pod is then deleted
-// (unless a rename handed it on meanwhile) and the start fails. A removal
-// marks the record before it looks for the pod and a start makes the pod
+// stillThere reads rec's record again once its pod p is made (pod mode):
+// a removal or a rename on another server may have committed since it
+// was read, and looked for the pod before it was there. A removal marks
+// the record before it looks for the pod, and a start makes the pod
 // before it looks at the record, so one of the two sees the other.
+// Removed or being removed: the pod is deleted and the start fails. A
+// rename committed: the start finishes it, handing the pod on with the
+// sandbox (as if it had started before the rename), and goes on.
 func (r *Runtime) stillThere(ctx context.Context, rec record, p *corev1.Pod) error {
 	now, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{})
 	var why string
 	switch {
 	case apierrors.IsNotFound(err) || (err == nil && now.UID != rec.cm.UID):
-		why = "removed"
+		why = "removed (or renamed)"
 	case err != nil:
 		return nil // unknown: the start goes on, as it would have
 	case removing(now):
 		why = "being removed"
 	case renamedAway(now):
-		why = "renamed"
+		moved := rec
+		moved.cm = now
+		if _, serr := r.settle(ctx, moved); serr != nil && !errors.Is(serr, sandbox.ErrNotFound) {
+			return serr
+		}
+		return nil
 	default:
 		return nil
 	}
@@ -846,7 +853,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 	}
 	if removing(rec.cm) {
 		// Its pod would be the record's, which the removal deletes.
-		return fmt.Errorf("start %s: its removal began at %s (remove it again to finish it): %w", name, rec.cm.Annotations[annRemoving], sandbox.ErrInUse)
+		return fmt.Errorf("start %s: its removal began at %s (destroy it again to finish it): %w", name, rec.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
 	if startStep != nil {
 		startStep("read")

@@ -57,11 +57,12 @@ import (
 // A rename never commits on a record so marked, and a removal finds a
 // rename's commit and leaves the sandbox alone, so of the two one wins
 // whole: a removal cannot delete a pod a rename is handing on. A removal
-// cut after its mark leaves the sandbox stopped to readers (its pod may
-// still run), which the next removal finishes; a rename or a start is
-// refused meanwhile, saying so. A start that read the record before a
-// removal's mark or a rename's commit finds it when it reads the record
-// again after making the pod (stillThere), and gives way.
+// cut after its mark leaves a sandbox that reads as not running (its pod
+// may still run), which the next removal finishes; a rename or a start
+// is refused meanwhile, saying so. In pod mode, a start that read the
+// record before a removal's mark or a rename's commit finds it when it
+// reads the record again after making the pod (stillThere): it gives way
+// to the removal, and finishes the rename.
 //
 // A record's children are owned by its UID, so they go with the old
 // record: the Manager renames a parent only where its children end with
@@ -202,7 +203,7 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 		return err
 	}
 	if removing(old.cm) {
-		return fmt.Errorf("rename %s to %s: its removal began at %s (remove it again to finish it): %w",
+		return fmt.Errorf("rename %s to %s: its removal began at %s (destroy it again to finish it): %w",
 			ref, newName, old.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
 	spec := old.spec

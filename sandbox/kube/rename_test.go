@@ -387,10 +387,10 @@ func TestRename(t *testing.T) {
 	if hp == nil {
 		t.Fatal("a removal cut after its mark deleted the pod")
 	}
-	if err := rt.Rename(ctx, "smtr-halfgone", "smtr-halfgone-b"); !errors.Is(err, sandbox.ErrInUse) || !strings.Contains(err.Error(), "remove it again") {
+	if err := rt.Rename(ctx, "smtr-halfgone", "smtr-halfgone-b"); !errors.Is(err, sandbox.ErrInUse) || !strings.Contains(err.Error(), "destroy it again") {
 		t.Fatalf("a rename of a sandbox whose removal began: %v", err)
 	}
-	if err := rt.Start(ctx, "smtr-halfgone"); !errors.Is(err, sandbox.ErrInUse) || !strings.Contains(err.Error(), "remove it again") {
+	if err := rt.Start(ctx, "smtr-halfgone"); !errors.Is(err, sandbox.ErrInUse) || !strings.Contains(err.Error(), "destroy it again") {
 		t.Fatalf("a start of a sandbox whose removal began: %v", err)
 	}
 	gone("smtr-halfgone-b")
@@ -430,4 +430,28 @@ func TestRename(t *testing.T) {
 			t.Fatalf("a pod of a removed sandbox, made by a start it overtook: %s", p.Name)
 		}
 	}
+
+	// A start and a rename at once: the rename commits after the start
+	// read the record, before it made the pod. The start finishes the
+	// rename, and the sandbox runs under its new name with that pod.
+	moving := run("smtr-moving")
+	if err := rt.Stop(ctx, "smtr-moving", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var renamed error
+	startStep = func(string) {
+		startStep = nil
+		renameCut = func(step string) bool { return step == "commit" }
+		renamed = rt.Rename(ctx, "smtr-moving", "smtr-moved")
+		renameCut = nil
+	}
+	if err := rt.Start(ctx, "smtr-moving"); err != nil || renamed != nil {
+		t.Fatalf("a start a rename overtook: start %v, rename %v", err, renamed)
+	}
+	is("smtr-moved", moving, true)
+	gone("smtr-moving")
+	if err := rt.Remove(ctx, "smtr-moved"); err != nil {
+		t.Fatal(err)
+	}
+	records(moving)
 }
