@@ -132,7 +132,7 @@ func testChildrenLifetimes(t *testing.T, tg enginetest.Target) {
 	stateDir := t.TempDir()
 	args := []string{"--toolsets", "all", "--network", "allowlist", "--profile", "default-g:network=open,allow=*.invalid",
 		"--child-policy", `default:{"child_can_spawn":true,"child_ttl":"10m"}`,
-		"--child-policy", `short:{"child_ttl":"15s"}`}
+		"--child-policy", `short:{"child_ttl":"60s"}`}
 	ctr := func(name string) string { return sandbox.ContainerName(prefix, name) }
 	present := func(name string) (exists, running bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
@@ -265,7 +265,8 @@ func testChildrenLifetimes(t *testing.T, tg enginetest.Target) {
 		t.Fatal(err)
 	}
 	a.waitExit(t)
-	// The child's 15 s TTL runs from its spawn, before this wait begins.
+	// The child's 60 s TTL runs from its spawn, before this wait begins
+	// (long enough for a boot on a loaded machine to end within it).
 	enginetest.WaitFor(t, "the child to stop at its TTL with no server running", func() error {
 		ok, running := present("short-t")
 		if !ok {
