@@ -157,6 +157,9 @@ func (k *Keeper) spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 			_, _ = k.opt.Store.DeleteChild(d.Name)
 		} else {
 			k.remove(context.WithoutCancel(ctx), d.Name)
+			if expired := endedWhileBooting(rec, err); expired != nil {
+				return ctl.Child{}, expired
+			}
 		}
 		return ctl.Child{}, fmt.Errorf("boot child %q: %w", d.Name, err)
 	}
@@ -175,6 +178,9 @@ func (k *Keeper) spawn(ctx context.Context, parent string, p ctl.SpawnParams) (c
 		k.remove(lctx, d.Name)
 		if err != nil {
 			return ctl.Child{}, fmt.Errorf("record child %q: %w", d.Name, err)
+		}
+		if expired := endedWhileBooting(rec, nil); expired != nil {
+			return ctl.Child{}, expired // the reaper took it at its end
 		}
 		return ctl.Child{}, ctl.Errorf(ctl.CodeNotFound, "child %q was destroyed while it booted (its parent %q was reset, restored or destroyed, or the child was destroyed)", d.Name, parent)
 	}
@@ -244,6 +250,23 @@ func profileOf(r state.Child) (sandbox.Profile, map[string]string) {
 		labels[sandbox.LabelFamily] = r.Root
 	}
 	return prof, labels
+}
+
+// endedWhileBooting is the error of a spawn whose child reached the end
+// of its life before its boot ended (its container stops then, so its
+// shell dies at start, or the reaper takes it): the TTL is the cause to
+// tell, not how the boot broke. Nil while the child still has life left.
+func endedWhileBooting(r state.Child, bootErr error) error {
+	if time.Now().Before(r.Expires) {
+		return nil
+	}
+	msg := fmt.Sprintf("child %q reached the end of its life (%s after its spawn) while it booted, and was removed: "+
+		"its TTL (the parent's policy's child_ttl, or what was left of the parent's own life) must outlast a boot",
+		r.Name, r.Expires.Sub(r.Created).Round(time.Second))
+	if bootErr != nil {
+		msg += fmt.Sprintf(" (the boot: %v)", bootErr)
+	}
+	return ctl.Errorf(ctl.CodeLimitReached, "%s", msg)
 }
 
 // spawningKey names the lock a server holds while it boots child name.

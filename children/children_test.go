@@ -188,6 +188,36 @@ func TestFailedBootLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestTTLEndingMidBootIsTheCause: a child whose TTL ends while it boots
+// (its container stops, so its shell dies at start) fails its spawn with
+// the TTL as the cause, and leaves nothing; so does one the reaper took
+// at its end before the spawn recorded it.
+func TestTTLEndingMidBootIsTheCause(t *testing.T) {
+	short := spawn.DefaultPolicy()
+	short.ChildTTL = spawn.Duration(time.Second)
+	for _, failBoot := range []bool{true, false} {
+		k, e, st := keeper(t, map[string]spawn.Policy{"default": short})
+		e.failBoot = failBoot
+		e.whileBooting = func() {
+			time.Sleep(1100 * time.Millisecond)
+			if !failBoot {
+				k.reap(false) // what the reaper does at the child's end
+			}
+		}
+		_, err := k.Spawn(context.Background(), "default", ctl.SpawnParams{Name: "default-s"})
+		if code(err) != ctl.CodeLimitReached || !strings.Contains(err.Error(), "end of its life") ||
+			!strings.Contains(err.Error(), "while it booted") || !strings.Contains(err.Error(), "1s after its spawn") {
+			t.Fatalf("failed boot %v: a spawn outlived by its TTL: %v", failBoot, err)
+		}
+		if failBoot && !strings.Contains(err.Error(), "no image") {
+			t.Errorf("the boot's own error is not kept: %v", err)
+		}
+		if recs, _ := st.Children(); len(recs) != 0 {
+			t.Fatalf("records left: %+v", recs)
+		}
+	}
+}
+
 // TestReapAndParentChanged: expired children and spawns left half done
 // are destroyed; a parent's reset takes its children.
 func TestReapAndParentChanged(t *testing.T) {
