@@ -52,7 +52,7 @@ func (b *bench) floorRows(ctr, client string, raw *rawClient, conc int) error {
 	if client == "raw" {
 		pingCall = func() error { return raw.call(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`) }
 		execCall = func() error {
-			return raw.call(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"exec","arguments":{"command":"true"}}}`)
+			return raw.call(rawExecTrue)
 		}
 	}
 	var frame, ping, execs []time.Duration
@@ -101,6 +101,13 @@ func (b *bench) floorRows(ctr, client string, raw *rawClient, conc int) error {
 	return nil
 }
 
+// rawStdioProtocol is the protocol revision a rawClient initializes.
+const rawStdioProtocol = "2025-06-18"
+
+// rawExecTrue is a rawClient's request (its id a %d) of an exec of `true`
+// in the default sandbox.
+const rawExecTrue = `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"exec","arguments":{"command":"true"}}}`
+
 // rawClient is a minimal JSON-RPC client of its own server process: it
 // writes one request line and reads lines until the response with its id.
 type rawClient struct {
@@ -129,7 +136,7 @@ func startRawClient(l launcher, stateDir string) (*rawClient, error) {
 	}
 	c := &rawClient{cmd: cmd, in: in, waiting: map[int]chan []byte{}}
 	go c.readLoop(bufio.NewReaderSize(out, 1<<20))
-	if err := c.call(`{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}`); err != nil {
+	if err := c.call(`{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"` + rawStdioProtocol + `","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}`); err != nil {
 		return nil, err
 	}
 	if _, err := io.WriteString(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {

@@ -61,6 +61,29 @@ func (b *bench) benchHTTP() error {
 		"<= stdio + 0.2 ms", overHTTP <= stdio+200*time.Microsecond)
 	fmt.Printf("%-44s p95 over HTTP %s, over stdio %s\n", "", us(pct(lat[1], 0.95)), us(pct(lat[0], 0.95)))
 
+	// The same two faces through minimal clients speaking one revision
+	// (rawStdioProtocol) on both: what the server's HTTP face adds to a
+	// call, without either client library's own work (the go-sdk client
+	// decodes each message more times over HTTP than over stdio).
+	rawStdio, err := startRawClient(b.launch, filepath.Join(b.dir, "state"))
+	if err != nil {
+		return err
+	}
+	defer rawStdio.close()
+	rawHTTP, closeRaw, err := hs.rawCallerAt(b.ctx, 0, rawStdioProtocol)
+	if err != nil {
+		return err
+	}
+	lat, err = timeInterleaved(b.n, func() error { return rawStdio.call(rawExecTrue) }, rawHTTP)
+	closeRaw()
+	if err != nil {
+		return err
+	}
+	stdio, overHTTP = pct(lat[0], 0.5), pct(lat[1], 0.5)
+	report("warm exec `true` p50 over HTTP, minimal client", us(overHTTP), us(stdio)+" (stdio, minimal client)", ratio(overHTTP, stdio),
+		"<= stdio + 0.2 ms", overHTTP <= stdio+200*time.Microsecond)
+	fmt.Printf("%-44s p95 over HTTP %s, over stdio %s (both at protocol %s)\n", "", us(pct(lat[1], 0.95)), us(pct(lat[0], 0.95)), rawStdioProtocol)
+
 	setup := func(int) (func() error, func(), error) {
 		cs, err := hs.connect(b.ctx)
 		if err != nil {
@@ -185,10 +208,15 @@ func (h *httpBench) transport() http.RoundTripper {
 
 // connectVia opens one go-sdk client session over HTTP through rt.
 func (h *httpBench) connectVia(ctx context.Context, rt http.RoundTripper) (*mcp.ClientSession, error) {
+	return h.connectAt(ctx, rt, httpProtocol)
+}
+
+// connectAt is connectVia at protocol revision protocol ("" for the newest).
+func (h *httpBench) connectAt(ctx context.Context, rt http.RoundTripper, protocol string) (*mcp.ClientSession, error) {
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench-http", Version: "0"}, nil)
 	var opts *mcp.ClientSessionOptions
-	if httpProtocol != "" {
-		opts = &mcp.ClientSessionOptions{ProtocolVersion: httpProtocol}
+	if protocol != "" {
+		opts = &mcp.ClientSessionOptions{ProtocolVersion: protocol}
 	}
 	return client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url, HTTPClient: &http.Client{Transport: rt}}, opts)
 }
@@ -239,8 +267,14 @@ func (c *captureCall) RoundTrip(r *http.Request) (*http.Response, error) {
 // the server's share of a call from the client library's, as the floor
 // section's raw rows do for stdio.
 func (h *httpBench) rawCaller(ctx context.Context, worker int) (func() error, func(), error) {
+	return h.rawCallerAt(ctx, worker, httpProtocol)
+}
+
+// rawCallerAt is rawCaller on a session of protocol revision protocol
+// ("" for the newest).
+func (h *httpBench) rawCallerAt(ctx context.Context, worker int, protocol string) (func() error, func(), error) {
 	capture := &captureCall{next: h.transport()}
-	cs, err := h.connectVia(ctx, capture)
+	cs, err := h.connectAt(ctx, capture, protocol)
 	if err != nil {
 		return nil, nil, err
 	}
