@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the offline sandbox images from Debian packages (no registry is needed).
 #
-#   build-images.sh [--engine podman|docker] [--force] [--no-cache] [minimal|dev|all]
+#   build-images.sh [--engine podman|docker] [--force] [--no-cache] [minimal|dev|slim|all|test]
 #
 # podman: localhost/sandbox-mcp-minimal:latest, localhost/mcp-dev:latest
 # docker: sandbox-mcp-minimal:latest, mcp-dev:latest  (docker would also accept the
 #         localhost/ names, but lists them as "localhost/..." and the short names are
 #         what docker users expect)
+# `all` builds those two; `test` adds sandbox-mcp-slim, mcp-dev without its big
+# packages, for the tests that copy a whole root filesystem (see build_slim).
 #
 # Existing images are kept unless --force, or, for mcp-dev, unless they were built from
 # an older recipe (package list). The dev rootfs tarball is cached under
@@ -20,7 +22,7 @@
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 [--engine podman|docker] [--force] [--no-cache] [minimal|dev|all]" >&2
+  echo "usage: $0 [--engine podman|docker] [--force] [--no-cache] [minimal|dev|slim|all|test]" >&2
 }
 
 engine=podman
@@ -46,7 +48,7 @@ while [[ $# -gt 0 ]]; do
     --engine=*) engine="${1#--engine=}"; shift ;;
     --force) force=1; shift ;;
     --no-cache) no_cache=1; shift ;;
-    minimal|dev|all) target="$1"; shift ;;
+    minimal|dev|slim|all|test) target="$1"; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage; exit 2 ;;
   esac
@@ -56,10 +58,12 @@ case "$engine" in
   podman)
     minimal_image=localhost/sandbox-mcp-minimal:latest
     dev_image=localhost/mcp-dev:latest
+    slim_image=localhost/sandbox-mcp-slim:latest
     ;;
   docker)
     minimal_image=sandbox-mcp-minimal:latest
     dev_image=mcp-dev:latest
+    slim_image=sandbox-mcp-slim:latest
     ;;
   *) usage; exit 2 ;;
 esac
@@ -351,6 +355,55 @@ print(6*7)")" = 42 ] || fail python3
     echo "ok: dash base64 nc setsid pkill timeout apt-get python3 pip venv matplotlib numpy pandas node npm cc make git curl jq tar unzip ca-certificates"'
 }
 
+# sandbox-mcp-slim is mcp-dev less its big packages (numpy, pandas, matplotlib, node,
+# the C toolchain's libraries and headers, docs and locales): 0.3 GB, not 1.6, with
+# python3's standard library and Debian's coreutils, findutils and tar still there.
+# A test image only: snapshots through Apple's CLI export and rebuild the whole root
+# filesystem, 80 s a copy of mcp-dev on a 2-core machine. Rebuilt when mcp-dev is.
+# Globs, for any architecture's multiarch directory (x86_64-linux-gnu, aarch64-linux-gnu).
+slim_recipe=2
+slim_drop=(
+  /usr/lib/python3/dist-packages /usr/share/nodejs /usr/lib/node_modules
+  /usr/lib/gcc /usr/libexec/gcc /usr/include /usr/lib/git-core "/usr/bin/*-linux-gnu-lto-dump-*"
+  "/usr/lib/*-linux-gnu/openblas-pthread" "/usr/lib/*-linux-gnu/perl"
+  "/usr/lib/*-linux-gnu/libnode.so*" "/usr/lib/*-linux-gnu/libicudata.so*"
+  "/usr/lib/*-linux-gnu/*.a" "/usr/lib/*-linux-gnu/lib[athlu]san.so*"
+  /usr/share/doc /usr/share/man /usr/share/info /usr/share/locale /usr/share/unicode
+  /usr/share/javascript /usr/share/matplotlib /usr/share/perl
+)
+build_slim() {
+  local start="$EPOCHREALTIME" key ctx dev_id
+  dev_id="$(image_id "$dev_image")"
+  [[ -n "$dev_id" ]] || { echo "build-images: $slim_image is made from $dev_image, which is missing (build dev first)" >&2; return 1; }
+  key="$dev_id-slim$slim_recipe"
+  if [[ "$force" -eq 0 && "$(image_recipe "$slim_image")" == "$key" ]]; then
+    log "$slim_image exists; skipped (--force rebuilds)"
+  else
+    workdir="$(mktemp -d)"
+    ctx="$workdir"
+    # The list is fixed above (no user input); the shell in the image expands its globs.
+    printf 'FROM %s\nRUN rm -rf %s\nLABEL %s=%s\n' "$dev_image" "${slim_drop[*]}" "$recipe_label" "$key" >"$ctx/Containerfile"
+    local old
+    old="$(image_id "$slim_image")"
+    "$engine" build -q -t "$slim_image" -f "$ctx/Containerfile" "$ctx" >/dev/null
+    if [[ -n "$old" && "$old" != "$(image_id "$slim_image")" ]]; then
+      "$engine" rmi "$old" >/dev/null 2>&1 || true
+    fi
+    cleanup
+    workdir=""
+    log "$slim_image built in $(seconds_since "$start") s"
+  fi
+  # What the tests that use it run: python3's standard library, GNU find's -printf.
+  # shellcheck disable=SC2016 # expanded by the container's shell
+  check_image "$slim_image" '
+    for c in sh base64 nc setsid timeout python3 tar truncate dd mkfifo stat find; do
+      command -v "$c" >/dev/null || { echo "missing $c"; exit 1; }
+    done
+    [ "$(python3 -c "import os, struct, tarfile, sys; print(6*7)")" = 42 ] || { echo "python3 broken"; exit 1; }
+    find / -maxdepth 0 -printf "%U\n" >/dev/null || { echo "find -printf broken"; exit 1; }
+    echo "ok: sh base64 nc setsid timeout python3 tar truncate dd mkfifo stat find; $(du -xsm / | cut -f1) MB"'
+}
+
 if [[ "$rootfs_only" -eq 1 ]]; then
   dev_rootfs_tar
   exit 0
@@ -358,5 +411,7 @@ fi
 case "$target" in
   minimal) build_minimal ;;
   dev) build_dev ;;
+  slim) build_slim ;;
   all) build_minimal; build_dev ;;
+  test) build_minimal; build_dev; build_slim ;;
 esac

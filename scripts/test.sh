@@ -206,8 +206,8 @@ fi
 # --- images --------------------------------------------------------------------
 if needs_podman; then
   phase "podman images"
-  # Builds only what is missing or from an older recipe, and checks both images.
-  "$repo/scripts/build-images.sh" --engine podman all
+  # Builds only what is missing or from an older recipe, and checks each image.
+  "$repo/scripts/build-images.sh" --engine podman test
 fi
 
 # --- Kubernetes control plane (the kube runtime's tests) --------------------------
@@ -231,7 +231,7 @@ if has_runtime docker; then
     log "DOCKER_HOST=$DOCKER_HOST"
   fi
   phase "docker images"
-  "$repo/scripts/build-images.sh" --engine docker all
+  "$repo/scripts/build-images.sh" --engine docker test
 fi
 
 # The real node loads its images from archives of podman's (kubetest.SavedImage):

@@ -86,6 +86,27 @@ func (tg Target) SkipOnReal(t testing.TB, why string) {
 	}
 }
 
+// Small returns tg booting SmallImage, for a suite that needs nothing of
+// mcp-dev's toolbox and copies whole root filesystems (snapshots on the
+// stand-in export and rebuild all of it: 1.6 GB of mcp-dev took 80 s a
+// copy on an idle 2-core machine, the busybox image a second). Apple's
+// real CLI and Kubernetes keep their image: neither has SmallImage.
+func (tg Target) Small() Target { return tg.booting(SmallImage) }
+
+// Slim returns tg booting SlimImage, for a suite that needs python3 and
+// Debian's coreutils but not the rest of mcp-dev's toolbox, and copies
+// whole root filesystems. Apple's real CLI and Kubernetes keep their image.
+func (tg Target) Slim() Target { return tg.booting(SlimImage) }
+
+// booting is tg booting img, one of the images scripts/build-images.sh
+// builds for podman and docker (and so the stand-in).
+func (tg Target) booting(img string) Target {
+	if !tg.RealContainer && tg.Runtime != Kubernetes {
+		tg.Image = img
+	}
+	return tg
+}
+
 // entry is one parsed entry of SANDBOX_MCP_TEST_RUNTIMES.
 type entry struct {
 	runtime string // "podman", "docker", "container" or "kubernetes"
@@ -371,6 +392,11 @@ func realTarget(t testing.TB) Target {
 // to an image's layers, which need no toolbox and, on mcp-dev, would copy
 // 1.5 GB on a loaded machine.
 const SmallImage = "sandbox-mcp-minimal"
+
+// SlimImage is mcp-dev without its big packages (numpy, pandas, node, the
+// C toolchain, docs), 0.3 GB: python3, coreutils, findutils and tar. A
+// test image only, which `scripts/build-images.sh test` builds.
+const SlimImage = "sandbox-mcp-slim"
 
 func image() string {
 	if img := os.Getenv("SANDBOX_MCP_TEST_IMAGE"); img != "" {
