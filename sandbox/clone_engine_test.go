@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,57 @@ func TestCloneRefusesATargetBootedMeanwhile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFailedCloneLeavesNothing: a clone whose workspace does not fit the
+// disk it asked for fails, saying that the half-made sandbox was removed,
+// and leaves no sandbox, record or workspace tar behind: a clone is there
+// whole or not at all. The name then clones afresh.
+func TestFailedCloneLeavesNothing(t *testing.T) {
+	tg := enginetest.Targets(t)[0]
+	rt := tg.New()
+	prefix := enginetest.Prefix(t, rt)
+	dir := t.TempDir()
+	st, err := state.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
+		Sandboxes: st, Snapshots: st, Intents: st, SnapshotDir: dir + "/snapshots", LockDir: dir + "/locks"})
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	// Random bytes: a file of zeros would be stored sparse and take no room.
+	run(t, m, "big", shell.Request{Command: "head -c 100000000 /dev/urandom > /workspace/big && echo x > /workspace/small"})
+	_, err = m.CloneSandbox(ctx, "big", "big-copy", &sandbox.Profile{Disk: "64M"})
+	if err == nil {
+		in, serr := m.Status(ctx, "big-copy")
+		t.Skipf("nothing stops a workspace at its disk limit here (workspace: %+v, %v): the clone fitted", in.Limits.Workspace, serr)
+	}
+	t.Logf("the clone: %v", err)
+	if !strings.Contains(err.Error(), "did not load") || !strings.Contains(err.Error(), "half-made sandbox was removed") {
+		t.Fatalf("a clone that did not fit: %v", err)
+	}
+	list, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.Name == "big-copy" {
+			t.Fatalf("the failed clone left its sandbox: %+v", in)
+		}
+	}
+	if _, ok, _ := st.Intent("big-copy"); ok {
+		t.Error("the failed clone left its record")
+	}
+	if left, _ := filepath.Glob(dir + "/snapshots/.clone-*"); len(left) > 0 {
+		t.Errorf("the failed clone left %v", left)
+	}
+	// The name is free: a clone with room takes it, whole.
+	if _, err := m.CloneSandbox(ctx, "big", "big-copy", nil); err != nil {
+		t.Fatal(err)
+	}
+	if o := run(t, m, "big-copy", shell.Request{Command: "cat /workspace/small && stat -c %s /workspace/big"}); o.stdout != "x\n100000000\n" {
+		t.Fatalf("the clone after: %q", o.stdout+o.stderr)
 	}
 }

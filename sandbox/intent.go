@@ -36,7 +36,8 @@ import (
 //     directory is removed. The workspace is as it was.
 //   - restore or clone, staged: finished. The old container is removed
 //     and the swap run to its end (it carries on from any step).
-//   - clone, begun: its half-made sandbox is removed.
+//   - clone, begun: its half-made sandbox is removed (as the clone's own
+//     server does when the workspace fails to arrive).
 //   - reset: finished, with the old container's env variables.
 //   - destroy: finished, before anything boots under the name (at a
 //     server's start, or by the next call on the name, which gets a new

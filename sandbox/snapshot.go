@@ -422,19 +422,22 @@ func (m *Manager) saveWorkspace(ctx context.Context, sb *Sandbox, snap string) (
 // workspace (a new sandbox's, for a clone), whole or not at all: it is
 // staged beside the workspace and swapped in (intent.go). The volume's
 // lost+found is neither removed nor extracted over.
-func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, file string, in state.Intent) error {
+//
+// staged says, when it fails, whether the workspace had arrived whole
+// (and the record says so): what is left is then the swap.
+func (m *Manager) loadWorkspace(ctx context.Context, sb *Sandbox, file string, in state.Intent) (staged bool, err error) {
 	if err := m.stageWorkspace(ctx, sb, file, in); err != nil {
-		return err
+		return false, err
 	}
 	in.Phase = intentStaged
 	if err := m.putIntent(in); err != nil {
-		return err
+		return false, err
 	}
 	if err := m.swapWorkspace(ctx, sb, in); err != nil {
-		return err
+		return true, err
 	}
 	m.endIntent(in.Sandbox)
-	return nil
+	return true, nil
 }
 
 // Restore replaces sandbox name's container with one from snapshot snap,
@@ -862,15 +865,38 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		m.endIntent(target)
 		return info, err
 	}
-	if err := m.loadWorkspace(ctx, sb, file, in); err != nil {
-		if in, ok, _ := m.intentOf(target); ok && in.Phase == intentBegun {
-			if derr := m.dropStage(context.WithoutCancel(ctx), sb, in); derr == nil {
-				m.endIntent(target)
-			}
+	if staged, err := m.loadWorkspace(ctx, sb, file, in); err != nil {
+		if !staged {
+			return info, m.undoClone(context.WithoutCancel(ctx), source, target, err)
 		}
-		return info, fmt.Errorf("clone %q: sandbox %q runs, but its workspace did not load: %w", source, target, err)
+		// Staged: the workspace arrived whole. Let go of the sandbox, so
+		// that its next boot (an adoption) finishes the swap (intent.go).
+		if sb := m.detach(target); sb != nil {
+			sb.end("the clone's new workspace is not in place yet; the next command finishes it")
+		}
+		return info, fmt.Errorf("clone %q: sandbox %q runs, but its new workspace is not in place yet: %w; its next command finishes it", source, target, err)
 	}
 	return info, nil
+}
+
+// undoClone removes the half-made sandbox target of a clone whose
+// workspace did not arrive (loadErr), under target's lifecycle lock: a
+// clone is there whole or not at all. The record of the clone goes only
+// once the sandbox is gone, so a server killed meanwhile leaves the
+// removal to the next (intent.go).
+func (m *Manager) undoClone(ctx context.Context, source, target string, loadErr error) error {
+	if sb := m.detach(target); sb != nil {
+		sb.end("removed: the clone of sandbox " + fmt.Sprintf("%q", source) + " into it failed")
+	}
+	if _, err := m.remove(ctx, target, "", true); err != nil {
+		m.log.Warn("remove the sandbox of a failed clone", "sandbox", target, "err", err)
+		return fmt.Errorf("clone %q: the workspace did not load into %q: %w; and the half-made sandbox could not be removed (%v): destroy %q and clone again",
+			source, target, loadErr, err, target)
+	}
+	m.forgetJobs(target)
+	m.endIntent(target)
+	return fmt.Errorf("clone %q: the workspace did not load into %q: %w; the half-made sandbox was removed (nothing of the clone is left)",
+		source, target, loadErr)
 }
 
 // cloneKey names the workspace tar a clone into target keeps while it

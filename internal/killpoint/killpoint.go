@@ -63,7 +63,10 @@ type Result struct {
 	// the new one; Torn those that ended with neither, Leftovers those
 	// that left something of the operation behind.
 	Old, New, Torn, Leftovers int
-	Failures                  []string
+	// Failures are the rounds that failed, each with what the killed
+	// server and the next one logged; Summary has a line for each, without
+	// the logs.
+	Failures, Summary []string
 }
 
 // server is one sandbox-mcp process and its client session.
@@ -177,6 +180,9 @@ type op struct {
 	// cleanup removes what a round made that the next setup does not
 	// reset.
 	cleanup func(ctx context.Context, s *server, round int) error
+	// explain, if set, says what a torn state is made of (for the
+	// failure's report).
+	explain func(ctx context.Context, s *server) string
 }
 
 // Ops are the operations Run knows, in the order it runs them.
@@ -256,6 +262,7 @@ func (cfg Config) run(ctx context.Context, o op) (Result, error) {
 			s.close()
 			return r, fmt.Errorf("round %d: %w", i, err)
 		}
+		var failed []string
 		switch {
 		case st == "old":
 			r.Old++
@@ -263,13 +270,19 @@ func (cfg Config) run(ctx context.Context, o op) (Result, error) {
 			r.New++
 		default:
 			r.Torn++
-			r.Failures = append(r.Failures, fmt.Sprintf("killed at %s: %s\nthe killed server logged:\n%s\nthe next server logged:\n%s",
-				at.Round(time.Millisecond), st, killed, s.log))
+			if o.explain != nil {
+				st += " (" + o.explain(ctx, s) + ")"
+			}
+			failed = append(failed, st)
 		}
 		if len(left) > 0 {
 			r.Leftovers++
-			r.Failures = append(r.Failures, fmt.Sprintf("killed at %s: left %s\nthe killed server logged:\n%s\nthe next server logged:\n%s",
-				at.Round(time.Millisecond), strings.Join(left, ", "), killed, s.log))
+			failed = append(failed, "left "+strings.Join(left, ", "))
+		}
+		if len(failed) > 0 {
+			line := fmt.Sprintf("round %d, killed at %s of %s: %s", i, at.Round(time.Millisecond), r.Took.Round(time.Millisecond), strings.Join(failed, "; "))
+			r.Summary = append(r.Summary, line)
+			r.Failures = append(r.Failures, fmt.Sprintf("%s\nthe killed server logged:\n%s\nthe next server logged:\n%s", line, killed, s.log))
 		}
 		if cfg.Logf != nil {
 			cfg.Logf("%s: killed at %s of %s: %s%s", o.name, at.Round(time.Millisecond), r.Took.Round(time.Millisecond), st, map[bool]string{true: ", left " + strings.Join(left, ", "), false: ""}[len(left) > 0])

@@ -32,6 +32,35 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// filesOf lists the files of sandbox name's workspace that a clone's
+// digest covers, each as "path size sha256-prefix".
+func filesOf(ctx context.Context, s *server, name string) ([]string, error) {
+	out, err := s.call(ctx, "exec", map[string]any{"sandbox": name, "command": "cd /workspace && find . -path ./lost+found -prune -o -type f ! -name '.sandbox-mcp-*' -print | sort | " +
+		`while read -r f; do printf '%s %s ' "$f" "$(stat -c %s "$f")"; sha256sum <"$f" | cut -c1-12; done`})
+	if err != nil {
+		return nil, err
+	}
+	stdout, _ := out["stdout"].(string)
+	return strings.Split(strings.TrimSpace(stdout), "\n"), nil
+}
+
+// onlyIn lists, at most 10, the lines of a that b lacks.
+func onlyIn(a, b []string) string {
+	var out []string
+	for _, l := range a {
+		if l != "" && !contains(b, l) {
+			out = append(out, l)
+		}
+	}
+	if len(out) == 0 {
+		return "nothing"
+	}
+	if len(out) > 10 {
+		out = append(out[:10], fmt.Sprintf("and %d more", len(out)-10))
+	}
+	return strings.Join(out, ", ")
+}
+
 // ops builds the operations of a run.
 func (cfg Config) ops() map[string]op {
 	n := cfg.Size
@@ -353,6 +382,14 @@ func (cfg Config) ops() map[string]op {
 		},
 		leftovers: leftIn("/workspace"),
 		cleanup:   func(ctx context.Context, s *server, _ int) error { return destroy(ctx, s) },
+		explain: func(ctx context.Context, s *server) string {
+			src, err1 := filesOf(ctx, s, box)
+			dst, err2 := filesOf(ctx, s, target)
+			if err1 != nil || err2 != nil {
+				return fmt.Sprintf("could not list the workspaces: %v, %v", err1, err2)
+			}
+			return fmt.Sprintf("only in %s: %s; only in %s: %s", box, onlyIn(src, dst), target, onlyIn(dst, src))
+		},
 	}
 
 	// agent: installed whole (the next server's copy, which it checks
