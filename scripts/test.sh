@@ -318,6 +318,9 @@ engine_report() {
     log "podman ps --all (bounded to 30 s):"
     timeout 30 podman ps --all --format '{{.Names}} {{.Status}}' >&2 || log "podman ps did not answer"
   fi
+  # A full disk fails writes in sandboxes and on the host alike.
+  log "disk space:"
+  timeout 10 df -h / /tmp /var/lib/containers 2>/dev/null | awk '!seen[$0]++ { print "test.sh:   " $0 }' >&2 || true
 }
 
 # package_times: each package's go test time, slowest first, from go test's
