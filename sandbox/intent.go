@@ -196,17 +196,11 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 		if in.Op == "clone" {
 			// The sandbox is the clone's own, half made: it goes, as if
 			// the clone had never begun.
-			if sb := m.detach(name); sb != nil {
-				sb.end("removed: " + describeIntent(in))
-			}
-			// The engine's Remove waits out a removal its own cleanup
-			// refuses at first (podman: "device or resource busy").
-			if _, err := m.remove(ctx, name, "", true); err != nil {
+			if err := m.dropHalfClone(ctx, name, "removed: "+describeIntent(in)); err != nil {
 				m.log.Warn("remove the sandbox of an interrupted clone", "sandbox", name, "err", err)
 				r.said = describeIntent(in) + " before its workspace had arrived whole, and its half-made sandbox could not be removed (" + err.Error() + "); destroy it and clone again"
 				break
 			}
-			m.forgetJobs(name)
 			r.said = describeIntent(in) + " before its workspace had arrived whole; the half-made sandbox was removed (clone again to make it)"
 			r.gone = true
 			break
@@ -238,6 +232,23 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 	}
 	m.log.Info("found an interrupted operation", "sandbox", name, "op", in.Op, "phase", in.Phase, "began", in.Began)
 	return r
+}
+
+// dropHalfClone removes name, the half-made sandbox of a clone that did
+// not finish, with its job records, ending its commands with why. The
+// caller holds name's lifecycle lock, and forgets the clone's record once
+// this succeeded.
+func (m *Manager) dropHalfClone(ctx context.Context, name, why string) error {
+	if sb := m.detach(name); sb != nil {
+		sb.end(why)
+	}
+	// The engine's Remove waits out a removal its own cleanup refuses at
+	// first (podman: "device or resource busy").
+	if _, err := m.remove(ctx, name, "", true); err != nil {
+		return err
+	}
+	m.forgetJobs(name)
+	return nil
 }
 
 // putBack moves the container a restore moved aside back in place of the

@@ -885,15 +885,11 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 // once the sandbox is gone, so a server killed meanwhile leaves the
 // removal to the next (intent.go).
 func (m *Manager) undoClone(ctx context.Context, source, target string, loadErr error) error {
-	if sb := m.detach(target); sb != nil {
-		sb.end("removed: the clone of sandbox " + fmt.Sprintf("%q", source) + " into it failed")
-	}
-	if _, err := m.remove(ctx, target, "", true); err != nil {
+	if err := m.dropHalfClone(ctx, target, "removed: the clone of sandbox "+fmt.Sprintf("%q", source)+" into it failed"); err != nil {
 		m.log.Warn("remove the sandbox of a failed clone", "sandbox", target, "err", err)
 		return fmt.Errorf("clone %q: the workspace did not load into %q: %w; and the half-made sandbox could not be removed (%v): destroy %q and clone again",
 			source, target, loadErr, err, target)
 	}
-	m.forgetJobs(target)
 	m.endIntent(target)
 	return fmt.Errorf("clone %q: the workspace did not load into %q: %w; the half-made sandbox was removed (nothing of the clone is left)",
 		source, target, loadErr)

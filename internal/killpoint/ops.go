@@ -32,10 +32,15 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// workspaceFiles lists, sorted, the files of a workspace a clone copies
+// (not its volume's lost+found, not the server's own staging files): what
+// a clone's digest covers and filesOf lists.
+const workspaceFiles = "cd /workspace && find . -path ./lost+found -prune -o -type f ! -name '.sandbox-mcp-*' -print | sort"
+
 // filesOf lists the files of sandbox name's workspace that a clone's
 // digest covers, each as "path size sha256-prefix".
 func filesOf(ctx context.Context, s *server, name string) ([]string, error) {
-	out, err := s.call(ctx, "exec", map[string]any{"sandbox": name, "command": "cd /workspace && find . -path ./lost+found -prune -o -type f ! -name '.sandbox-mcp-*' -print | sort | " +
+	out, err := s.call(ctx, "exec", map[string]any{"sandbox": name, "command": workspaceFiles + " | " +
 		`while read -r f; do printf '%s %s ' "$f" "$(stat -c %s "$f")"; sha256sum <"$f" | cut -c1-12; done`})
 	if err != nil {
 		return nil, err
@@ -319,7 +324,7 @@ func (cfg Config) ops() map[string]op {
 	// there at all.
 	const target = "kp-clone"
 	digestOf := func(ctx context.Context, s *server, name string) (string, error) {
-		out, err := s.call(ctx, "exec", map[string]any{"sandbox": name, "command": "cd /workspace && find . -path ./lost+found -prune -o -type f ! -name '.sandbox-mcp-*' -print | sort | xargs -r sha256sum | sha256sum | cut -c1-64"})
+		out, err := s.call(ctx, "exec", map[string]any{"sandbox": name, "command": workspaceFiles + " | xargs -r sha256sum | sha256sum | cut -c1-64"})
 		if err != nil {
 			return "", err
 		}
