@@ -13,7 +13,8 @@
 # k8s.io/kubernetes at KUBE_VERSION and replaces each k8s.io staging module with its
 # matching v0.x release, as k8s.io/kubernetes' own go.mod points them at its
 # staging tree (`go install ...@version` refuses replace directives). Idempotent:
-# binaries already built are kept. About 8 minutes on 2 cores the first time.
+# binaries already built are kept. About 8 minutes on 2 cores the first time, and
+# about 10 more for the CSI sidecars.
 set -euo pipefail
 
 version="${KUBE_VERSION:-v1.37.2}"
@@ -50,6 +51,43 @@ if [[ ! -x "$asdir/agent-sandbox-controller" ]]; then
   cp -r "$asw/out" "$asdir.tmp"
   mv -T "$asdir.tmp" "$asdir"
   rm -rf "$asw"
+fi
+
+# The CSI sidecars that turn claims and VolumeSnapshots into calls of a CSI
+# driver (external-provisioner; external-snapshotter's csi-snapshotter and
+# snapshot-controller), and the snapshot resource definitions, for the
+# runtime's VolumeSnapshot tests (kubetest.StartCSI runs them beside the
+# test driver in internal/kubetest/csihost). Their modules carry replace
+# directives, which go install refuses, so each is built as its own main
+# module from a copy of its source; external-snapshotter's points its client
+# module at its own tree, which the module's zip leaves out: the released
+# client of the same version stands in for it.
+provver=v6.4.0
+snapver=v8.7.0
+csidir="$out/csi-$provver-$snapver"
+if [[ ! -x "$csidir/snapshot-controller" ]]; then
+  echo "build-kube-apiserver: building csi-provisioner $provver, csi-snapshotter and snapshot-controller $snapver" >&2
+  cw="$(mktemp -d)"
+  srcof() {
+    (cd "$cw" && GOFLAGS=-mod=mod go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  }
+  cp -r "$(srcof "github.com/kubernetes-csi/external-provisioner/v6@$provver")" "$cw/provisioner"
+  cp -r "$(srcof "github.com/kubernetes-csi/external-snapshotter/v8@$snapver")" "$cw/snapshotter"
+  client="$(srcof "github.com/kubernetes-csi/external-snapshotter/client/v8@$snapver")"
+  chmod -R u+w "$cw/provisioner" "$cw/snapshotter"
+  mkdir -p "$cw/out/crds"
+  (cd "$cw/provisioner" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$cw/out/" ./cmd/csi-provisioner)
+  (cd "$cw/snapshotter" &&
+    go mod edit -replace "github.com/kubernetes-csi/external-snapshotter/client/v8=github.com/kubernetes-csi/external-snapshotter/client/v8@$snapver" &&
+    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$cw/out/" ./cmd/csi-snapshotter ./cmd/snapshot-controller)
+  cp "$client"/config/crd/*.yaml "$cw/out/crds/"
+  rm -f "$cw/out/crds/kustomization.yaml"
+  mkdir -p "$out"
+  rm -rf "$csidir.tmp"
+  cp -r "$cw/out" "$csidir.tmp"
+  mv -T "$csidir.tmp" "$csidir"
+  chmod -R u+w "$cw"
+  rm -rf "$cw"
 fi
 
 if [[ -x "$bin" && -x "$kcm" && -x "$kubelet" ]] && "$bin" --version 2>/dev/null | grep -q "$version" &&

@@ -211,8 +211,8 @@ if needs_podman; then
 fi
 
 # --- Kubernetes control plane (the kube runtime's tests) --------------------------
-# etcd and a kube-apiserver built from the Go module proxy, once per machine (about 6
-# minutes on 2 cores). Without --setup or CI a missing one is not built: those tests
+# etcd, the control plane's programs and the CSI sidecars built from the Go module
+# proxy, once per machine (about 16 minutes on 2 cores). Without --setup or CI a missing one is not built: those tests
 # then skip and say why; CI may not skip them.
 if [[ "$do_setup" -eq 1 ]]; then
   phase "kube control plane"

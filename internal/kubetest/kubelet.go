@@ -55,12 +55,13 @@ type Kubelet struct {
 	// Execs counts the exec streams it served.
 	Execs atomic.Int64
 
-	cs     kubernetes.Interface
-	ns     string
-	podman string
-	prefix string
-	mux    http.Handler
-	tls    *tls.Config
+	cluster *Cluster
+	cs      kubernetes.Interface
+	ns      string
+	podman  string
+	prefix  string
+	mux     http.Handler
+	tls     *tls.Config
 
 	srvMu sync.Mutex
 	srv   *httptest.Server // the streaming server, made again by Restart
@@ -102,7 +103,7 @@ func (c *Cluster) StartKubelet(cs kubernetes.Interface, ns, prefix string) (k *K
 	if err != nil {
 		return nil, nil, err
 	}
-	k = &Kubelet{Node: prefix + "node", cs: cs, ns: ns, podman: podman, prefix: prefix, pods: map[string]*podRun{}}
+	k = &Kubelet{Node: prefix + "node", cluster: c, cs: cs, ns: ns, podman: podman, prefix: prefix, pods: map[string]*podRun{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/exec/{ns}/{pod}/{container}", k.serveExec)
 	mux.HandleFunc("/exec/{ns}/{pod}/{uid}/{container}", k.serveExec)
@@ -358,12 +359,23 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 			k.fail(ctx, p, "CreateContainerConfigError", "volume "+m.Name+" is not a claim")
 			return
 		}
-		vol := k.volumeName(claim)
-		// One that exists already (a claim's, from the pod before) is
-		// used as it is.
-		if _, err := k.podmanOut(ctx, "volume", "create", "--label", "kubetest.kubelet="+k.Node, "--label", pidLabel, vol); err != nil && !strings.Contains(err.Error(), "already exists") {
-			k.fail(ctx, p, "CreateContainerConfigError", err.Error())
+		// A claim of the CSI storage's class is its driver's volume,
+		// published for this container; any other is a podman volume.
+		vol, err := k.publishClaim(ctx, run.ctr, m.Name, claim, m.ReadOnly)
+		if err != nil {
+			k.unpublish(run.ctr)
+			k.fail(ctx, p, "FailedMount", err.Error())
 			return
+		}
+		if vol == "" {
+			vol = k.volumeName(claim)
+			// One that exists already (a claim's, from the pod before) is
+			// used as it is.
+			if _, err := k.podmanOut(ctx, "volume", "create", "--label", "kubetest.kubelet="+k.Node, "--label", pidLabel, vol); err != nil && !strings.Contains(err.Error(), "already exists") {
+				k.unpublish(run.ctr)
+				k.fail(ctx, p, "CreateContainerConfigError", err.Error())
+				return
+			}
 		}
 		spec := vol + ":" + m.MountPath
 		if m.ReadOnly {
@@ -378,6 +390,7 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 	args = append(args, "--", c.Image)
 	args = append(args, c.Args...)
 	if _, err := k.podmanOut(ctx, args...); err != nil {
+		k.unpublish(run.ctr)
 		k.fail(ctx, p, "CreateContainerError", err.Error())
 		return
 	}
@@ -488,6 +501,7 @@ func (k *Kubelet) report(ctx context.Context, p *corev1.Pod, set func(*corev1.Po
 // the pod, as a kubelet does once its containers are gone.
 func (k *Kubelet) finishDeletion(ctx context.Context, p *corev1.Pod, ctr string, grace int64) {
 	_, _ = k.podmanOut(context.WithoutCancel(ctx), "rm", "-f", "-t", strconv.FormatInt(grace, 10), ctr)
+	k.unpublish(ctr)
 	uid := p.UID
 	_ = k.cs.CoreV1().Pods(k.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0)),
 		Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -497,6 +511,15 @@ func (k *Kubelet) remove(ctr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, _ = k.podmanOut(ctx, "rm", "-f", "-t", "0", ctr)
+	k.unpublish(ctr)
+}
+
+// unpublish takes back the CSI volumes published for container ctr, once
+// it is gone.
+func (k *Kubelet) unpublish(ctr string) {
+	if s := k.cluster.csiStorage(); s != nil {
+		s.unpublish(ctr)
+	}
 }
 
 // watchClaims removes a claim's volume once the claim is deleted, as a
@@ -569,6 +592,12 @@ func (k *Kubelet) removeAll() {
 	label := "label=kubetest.kubelet=" + k.Node
 	if out, err := k.podmanOut(ctx, "ps", "-aq", "--filter", label); err == nil && strings.TrimSpace(out) != "" {
 		_, _ = k.podmanOut(ctx, append([]string{"rm", "-f", "-t", "0"}, strings.Fields(out)...)...)
+	}
+	k.mu.Lock()
+	runs := slices.Collect(maps.Values(k.pods))
+	k.mu.Unlock()
+	for _, run := range runs {
+		k.unpublish(run.ctr)
 	}
 	if out, err := k.podmanOut(ctx, "volume", "ls", "-q", "--filter", label); err == nil && strings.TrimSpace(out) != "" {
 		_, _ = k.podmanOut(ctx, append([]string{"volume", "rm", "-f"}, strings.Fields(out)...)...)

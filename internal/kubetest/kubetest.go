@@ -61,6 +61,8 @@ type Cluster struct {
 	kubelets *authority
 	// agentSandbox: agent-sandbox's controller runs (StartAgentSandbox).
 	agentSandbox atomic.Bool
+	// csi is the CSI storage that runs on it, if any (StartCSI).
+	csi atomic.Pointer[CSI]
 }
 
 // Config is a client configuration for the holder of token.

@@ -588,3 +588,18 @@ func treeSize(dir string) (int64, error) {
 	})
 	return n, err
 }
+
+// Count is how many volumes and snapshots the driver keeps.
+func (d *Driver) Count() (vols, snaps int, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	count := func(k kind) (int, error) {
+		recs, err := filepath.Glob(filepath.Join(d.dir, k.dir, "*.json"))
+		return len(recs), err
+	}
+	if vols, err = count(volumes); err != nil {
+		return 0, 0, err
+	}
+	snaps, err = count(snapshots)
+	return vols, snaps, err
+}
