@@ -49,6 +49,10 @@ type Restored struct {
 	// FreshBase is the base image booted afresh where the runtime keeps
 	// no root filesystem: only the workspace came from the source.
 	FreshBase string `json:"fresh_base,omitempty"`
+	// WorkspaceCopy says how a clone's workspace was copied where the
+	// runtime's storage copied it (a volume snapshot); absent for a copy
+	// through the server.
+	WorkspaceCopy string `json:"workspace_copy,omitempty"`
 }
 
 func snapshotInfo(sn state.Snapshot) SnapshotInfo {
@@ -228,7 +232,10 @@ func (s *Server) handleClone(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	if info.FreshBase != "" {
 		what = "a copy of its workspace, on the base image " + info.FreshBase + " booted afresh: this runtime keeps no root filesystem"
 	}
-	return mcp.NewToolResultStructured(Restored{Sandbox: target, Source: source, Seconds: took, FreshBase: info.FreshBase},
+	if info.WorkspaceCopy != "" {
+		what += "; the workspace copied as " + info.WorkspaceCopy
+	}
+	return mcp.NewToolResultStructured(Restored{Sandbox: target, Source: source, Seconds: took, FreshBase: info.FreshBase, WorkspaceCopy: info.WorkspaceCopy},
 		fmt.Sprintf("sandbox %q cloned from %q's current state (%s) in %.1f s", target, source, what, took)), nil
 }
 

@@ -199,6 +199,9 @@ type BootInfo struct {
 	// root filesystem (snapshot.go's rootNotKept): the base image it
 	// booted afresh, with the workspace loaded.
 	FreshBase string
+	// WorkspaceCopy says, for a clone whose workspace the runtime's
+	// storage copied (volsnap.go), how; "" for a tar through the server.
+	WorkspaceCopy string
 }
 
 // historyLimit is how many entries of history are kept per sandbox.

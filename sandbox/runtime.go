@@ -291,6 +291,26 @@ type LiveSaver interface {
 	SavesRunning(ctx context.Context) (bool, error)
 }
 
+// VolumeSnapshotter is implemented by runtimes whose storage copies a
+// workspace volume itself (Kubernetes' VolumeSnapshots, where the claims'
+// CSI driver has them): a clone's workspace is then a snapshot of the
+// source's volume and a volume made from it, with no tar through the
+// server. refs are names of the Manager's making.
+type VolumeSnapshotter interface {
+	// VolumeSnapshotsWhyNot says why volume snapshots cannot be used as
+	// the runtime is set up, "" when they can.
+	VolumeSnapshotsWhyNot(ctx context.Context) string
+	// SnapshotVolume snapshots volume as ref and waits until the
+	// snapshot is whole.
+	SnapshotVolume(ctx context.Context, volume, ref string, labels map[string]string) error
+	// VolumeFromSnapshot makes the new volume name, of at least bytes,
+	// holding snapshot ref's files, and waits until it can be mounted.
+	VolumeFromSnapshot(ctx context.Context, name, ref string, labels map[string]string, bytes int64) error
+	// RemoveVolumeSnapshot deletes snapshot ref; a missing one is not an
+	// error.
+	RemoveVolumeSnapshot(ctx context.Context, ref string) error
+}
+
 // BuildSpec describes an image build.
 type BuildSpec struct {
 	Tag        string

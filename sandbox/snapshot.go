@@ -812,17 +812,24 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		}
 	}
 	ref := m.cloneRef(target)
-	// The source's workspace is kept on the host while the clone is made:
-	// listed first, for the next server to remove if this one is killed.
+	// The source's workspace is copied by the runtime's storage where it
+	// can (volsnap.go), else kept on the host as a tar while the clone is
+	// made. Either is listed first under the clone's key, for the next
+	// server to remove if this one is killed.
+	vs, _ := m.volumeSnapshotter(ctx)
 	key := cloneKey(target)
 	if err := m.TrackStaging(filepath.Join(m.cfg.SnapshotDir, workspaceFileName(key))); err != nil {
 		return BootInfo{}, err
 	}
-	srcProf, file, base, err := m.saveForClone(ctx, saver, source, target, key, ref, live)
+	srcProf, file, base, err := m.saveForClone(ctx, saver, vs, source, target, key, ref, live)
 	if err != nil {
 		return BootInfo{}, err
 	}
-	defer os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+	if vs != nil {
+		defer m.dropVolumeSnapshot(ctx, vs, key)
+	} else {
+		defer os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+	}
 	if prof == nil {
 		prof = &srcProf
 	}
@@ -855,15 +862,36 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	if err := m.putIntent(in); err != nil {
 		return BootInfo{}, err
 	}
+	if vs != nil {
+		// The workspace is there before the sandbox boots on it.
+		size, _ := ParseSize(p.Disk) // validated with the profile
+		if err := vs.VolumeFromSnapshot(ctx, m.volumeFor(target), key, m.labels(target), size); err != nil {
+			m.endIntent(target)
+			return BootInfo{}, fmt.Errorf("clone %q: make the workspace of %q from the snapshot of %q's: %w; nothing of the clone is left", source, target, source, err)
+		}
+	}
 	m.setOverride(target, &bootOverride{prof: p, labels: map[string]string{LabelBaseImage: base}})
 	defer m.setOverride(target, nil)
 	sb, info, err := m.bootLocked(ctx, target, bootNew)
 	if saver == nil {
 		info.FreshBase = base
 	}
+	if vs != nil {
+		info.WorkspaceCopy = "a volume snapshot of the source's workspace, and a volume made from it by the storage"
+	}
 	if err != nil {
+		if vs != nil {
+			// Its workspace, made above, goes with it.
+			if derr := m.dropHalfClone(context.WithoutCancel(ctx), target, "removed: the clone of sandbox "+fmt.Sprintf("%q", source)+" into it failed"); derr != nil {
+				m.log.Warn("remove the sandbox of a failed clone", "sandbox", target, "err", derr)
+				return info, fmt.Errorf("clone %q: %w; and its workspace could not be removed (%v): destroy %q", source, err, derr, target)
+			}
+		}
 		m.endIntent(target)
 		return info, err
+	}
+	if vs != nil {
+		return info, nil
 	}
 	if staged, err := m.loadWorkspace(ctx, sb, file, in); err != nil {
 		if !staged {
@@ -942,9 +970,9 @@ func (m *Manager) cloneTargetFree(ctx context.Context, target string) error {
 }
 
 // saveForClone saves source's root filesystem as image ref and its
-// workspace as a tar named after key (cloneKey), under source's lifecycle
-// lock.
-func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, target, key, ref string, live bool) (Profile, string, string, error) {
+// workspace as a tar named after key (cloneKey), or, with vs, as the
+// volume snapshot key, under source's lifecycle lock.
+func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, vs VolumeSnapshotter, source, target, key, ref string, live bool) (Profile, string, string, error) {
 	release, err := m.lockName(ctx, source, "clone")
 	if err != nil {
 		return Profile{}, "", "", err
@@ -966,9 +994,25 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 	if b := c.Labels[LabelBaseImage]; b != "" {
 		base = b
 	}
-	_, file, err := m.saveWorkspace(ctx, sb, key)
-	if err != nil {
+	file := ""
+	if vs != nil {
+		// What the sandbox's processes wrote reaches the volume first.
+		if _, err := sb.housekeep(ctx, "sync", scriptTimeout); err != nil {
+			m.log.Warn("sync a workspace before its snapshot", "sandbox", source, "err", err)
+		}
+		labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: target}
+		if err := vs.SnapshotVolume(ctx, m.volumeOf(source, c), key, labels); err != nil {
+			return Profile{}, "", "", fmt.Errorf("clone %q: snapshot the workspace: %w", source, err)
+		}
+	} else if _, file, err = m.saveWorkspace(ctx, sb, key); err != nil {
 		return Profile{}, "", "", fmt.Errorf("clone %q: save the workspace: %w", source, err)
+	}
+	dropWorkspace := func() {
+		if vs != nil {
+			m.dropVolumeSnapshot(ctx, vs, key)
+		} else {
+			os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+		}
 	}
 	if saver == nil {
 		return sb.Profile, file, base, nil
@@ -976,7 +1020,7 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, source, ta
 	env := m.pid1Env(ctx, sb.own.target())
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: target, LabelBaseImage: base}
 	if err := m.saveImage(ctx, saver, sb, ref, labels, env, live); err != nil {
-		os.Remove(filepath.Join(m.cfg.SnapshotDir, file))
+		dropWorkspace()
 		m.dropCloneImage(ctx, saver, ref) // a save that timed out may have landed
 		return Profile{}, "", "", fmt.Errorf("clone %q: %w", source, err)
 	}

@@ -87,6 +87,11 @@ func (m *Manager) removeStaging(id string) int {
 		if !filepath.IsAbs(path) || !isStagingName(filepath.Base(path)) {
 			continue
 		}
+		// A clone's key names its volume snapshot too, where the runtime
+		// makes them (volsnap.go).
+		if key, ok := cloneKeyOf(filepath.Base(path)); ok {
+			m.removeCloneSnapshot(key)
+		}
 		if _, err := os.Lstat(path); err != nil {
 			continue // renamed into place or removed by its server
 		}

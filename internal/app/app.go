@@ -545,6 +545,7 @@ func Doctor(ctx context.Context, cfg Config, serveArgs []string, w io.Writer) er
 	}
 	slices.Sort(spareProfiles)
 	fmt.Fprintf(w, "spares:   %s\n", sandbox.DescribeSpares(rt, cfg.Spares, spareProfiles))
+	fmt.Fprintf(w, "clones:   %s\n", sandbox.DescribeClones(ctx, rt))
 	if err := checkState(cfg.StateDir); err != nil {
 		fmt.Fprintf(w, "state:    FAIL %s: %v\n", cfg.StateDir, err)
 		return errors.New("state not usable")

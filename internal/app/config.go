@@ -217,6 +217,17 @@ func Settings() []Setting {
 				c.Kube = k
 				return nil
 			}},
+		{Flag: "kube-snapshot-class", Env: "SANDBOX_MCP_KUBE_SNAPSHOT_CLASS",
+			Usage: "runtime kubernetes: a VolumeSnapshotClass of the claims' CSI driver; a clone's workspace is then copied by the storage (a VolumeSnapshot and a claim made from it) instead of a tar through the server",
+			set: func(c *Config, v string) error {
+				k := c.Kube
+				k.SnapshotClass = v
+				if err := k.check(); err != nil {
+					return err
+				}
+				c.Kube = k
+				return nil
+			}},
 		{Flag: "kube-sandbox-crd", Env: "SANDBOX_MCP_KUBE_SANDBOX_CRD", Bool: true,
 			Usage: "runtime kubernetes: have agent-sandbox's controller make each sandbox's pod from a Sandbox resource (agents.x-k8s.io/v1beta1), which it must have installed",
 			set: func(c *Config, v string) error {

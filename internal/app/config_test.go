@@ -290,8 +290,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "40" {
-		t.Errorf("%s settings, want 40", got)
+	if got := fmt.Sprint(len(Settings())); got != "41" {
+		t.Errorf("%s settings, want 41", got)
 	}
 }
 

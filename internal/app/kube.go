@@ -33,6 +33,9 @@ type KubeConfig struct {
 	// Sandbox resource (its controller makes the pod) instead of making
 	// the pod itself.
 	SandboxCRD bool `json:"sandbox_crd,omitempty"`
+	// SnapshotClass is a VolumeSnapshotClass of the claims' CSI driver:
+	// a clone's workspace is copied by the storage with it.
+	SnapshotClass string `json:"snapshot_class,omitempty"`
 }
 
 // check validates the names set: a namespace is a DNS label, the
@@ -43,7 +46,7 @@ func (k KubeConfig) check() error {
 			return fmt.Errorf("kubernetes namespace %q: %s", k.Namespace, errs[0])
 		}
 	}
-	for key, v := range map[string]string{"runtime_class": k.RuntimeClass, "storage_class": k.StorageClass} {
+	for key, v := range map[string]string{"runtime_class": k.RuntimeClass, "storage_class": k.StorageClass, "snapshot_class": k.SnapshotClass} {
 		if v == "" {
 			continue
 		}
@@ -73,13 +76,16 @@ func openKube(cfg Config, logger *slog.Logger) (sandbox.Runtime, string, error) 
 		}
 	}
 	rt, err := kube.New(rc, kube.Options{Namespace: ns, RuntimeClass: cfg.Kube.RuntimeClass, StorageClass: cfg.Kube.StorageClass,
-		VolumeSize: cfg.Defaults.Disk, StartTimeout: 5 * time.Minute, SandboxCRD: cfg.Kube.SandboxCRD})
+		VolumeSize: cfg.Defaults.Disk, StartTimeout: 5 * time.Minute, SandboxCRD: cfg.Kube.SandboxCRD, SnapshotClass: cfg.Kube.SnapshotClass})
 	if err != nil {
 		return nil, "", err
 	}
 	why := fmt.Sprintf("set by --runtime: cluster %s, namespace %s", rc.Host, ns)
 	if cfg.Kube.SandboxCRD {
 		why += ", pods made through agent-sandbox's Sandbox resource"
+	}
+	if cfg.Kube.SnapshotClass != "" {
+		why += ", clones' workspaces copied with VolumeSnapshotClass " + cfg.Kube.SnapshotClass
 	}
 	return rt, why, nil
 }

@@ -65,6 +65,10 @@ type Options struct {
 	// from a Sandbox resource the runtime writes (crd.go), instead of the
 	// runtime making the pod.
 	SandboxCRD bool
+	// SnapshotClass, when set, is the VolumeSnapshotClass a clone's
+	// workspace is copied with: a VolumeSnapshot of the source's claim and
+	// a claim made from it, by the claims' CSI driver (volsnap.go).
+	SnapshotClass string
 }
 
 // Defaults.
@@ -110,6 +114,8 @@ type Runtime struct {
 	ids sync.Map
 	// dyn reaches the Sandbox resource; nil unless opt.SandboxCRD.
 	dyn dynamic.Interface
+	// snapDyn reaches VolumeSnapshots; nil unless opt.SnapshotClass.
+	snapDyn dynamic.Interface
 }
 
 // New returns the runtime for the cluster cfg reaches.
@@ -139,6 +145,14 @@ func New(cfg *rest.Config, opt Options) (*Runtime, error) {
 	r := &Runtime{cs: cs, cfg: cfg, opt: opt, volumeSize: size}
 	if opt.SandboxCRD {
 		if r.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+			return nil, fmt.Errorf("kubernetes: %w", err)
+		}
+	}
+	if opt.SnapshotClass != "" {
+		if errs := validation.IsDNS1123Subdomain(opt.SnapshotClass); len(errs) > 0 {
+			return nil, fmt.Errorf("kubernetes: snapshot class %q: %s", opt.SnapshotClass, strings.Join(errs, "; "))
+		}
+		if r.snapDyn, err = dynamic.NewForConfig(cfg); err != nil {
 			return nil, fmt.Errorf("kubernetes: %w", err)
 		}
 	}

@@ -1,0 +1,243 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+)
+
+// This file is the runtime's VolumeSnapshots (sandbox.VolumeSnapshotter):
+// with a VolumeSnapshotClass named (Options.SnapshotClass), a workspace
+// is copied by the claims' CSI driver, a snapshot of its claim and a new
+// claim made from it, instead of a tar through the server.
+
+// VolumeSnapshotResource is the VolumeSnapshot resource of the CSI
+// snapshot API (external-snapshotter's).
+var VolumeSnapshotResource = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshots"}
+
+// DefaultSnapshotTimeout bounds the wait for a VolumeSnapshot to be
+// ready, and for a claim made from one to be bound.
+const DefaultSnapshotTimeout = 5 * time.Minute
+
+// VolumeSnapshotsWhyNot implements sandbox.VolumeSnapshotter: "" when a
+// snapshot class is set and the cluster serves VolumeSnapshots.
+func (r *Runtime) VolumeSnapshotsWhyNot(ctx context.Context) string {
+	if r.opt.SnapshotClass == "" {
+		return "no VolumeSnapshotClass is set (--kube-snapshot-class)"
+	}
+	if _, err := r.snapshots().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "the cluster serves no VolumeSnapshots (snapshot.storage.k8s.io/v1): install external-snapshotter's resources and controller"
+		}
+		return fmt.Sprintf("VolumeSnapshots cannot be listed in namespace %s: %v", r.opt.Namespace, err)
+	}
+	return ""
+}
+
+func (r *Runtime) snapshots() dynamic.ResourceInterface {
+	return r.snapDyn.Resource(VolumeSnapshotResource).Namespace(r.opt.Namespace)
+}
+
+// SnapshotVolume implements sandbox.VolumeSnapshotter: a VolumeSnapshot
+// of workspace volume's claim, under the name ref, waited for until the
+// driver has it whole (readyToUse). One that failed, or is not ready in
+// time, is deleted.
+func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels map[string]string) error {
+	if r.snapDyn == nil {
+		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, r.VolumeSnapshotsWhyNot(ctx))
+	}
+	claim, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, objectName(volume), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("volume %s: %w", volume, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: read the claim of %s: %w", volume, err)
+	}
+	if claim.Annotations[annName] != volume || claim.Labels[labelManaged] != managedBy {
+		return fmt.Errorf("kubernetes: claim %s is not the workspace %s", claim.Name, volume)
+	}
+	vs := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+		"metadata": map[string]any{"name": objectName(ref), "namespace": r.opt.Namespace,
+			"labels": toAny(kubeLabels(labels, nil)), "annotations": map[string]any{annName: ref}},
+		"spec": map[string]any{"volumeSnapshotClassName": r.opt.SnapshotClass,
+			"source": map[string]any{"persistentVolumeClaimName": claim.Name}},
+	}}
+	created, err := r.snapshots().Create(ctx, vs, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("kubernetes: snapshot the claim of %s: %w", volume, err)
+	}
+	if err := r.waitSnapshotReady(ctx, created.GetName()); err != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_ = r.snapshots().Delete(dctx, created.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr(created.GetUID())}})
+		return fmt.Errorf("kubernetes: snapshot of the claim of %s: %w; it was deleted", volume, err)
+	}
+	return nil
+}
+
+// waitSnapshotReady waits for VolumeSnapshot name to be ready to use,
+// and says the driver's error when it reports one.
+func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, DefaultSnapshotTimeout)
+	defer cancel()
+	for {
+		got, err := r.snapshots().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse"); ready {
+			return nil
+		}
+		if msg, ok, _ := unstructured.NestedString(got.Object, "status", "error", "message"); ok && msg != "" {
+			// The controller retries some errors; one that stays is the
+			// answer, once the wait is up.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("not ready: %s", msg)
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready within %s: %w", DefaultSnapshotTimeout, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// VolumeFromSnapshot implements sandbox.VolumeSnapshotter: workspace
+// claim name made from snapshot ref by the driver, at least as large as
+// the snapshot's source (bytes, when larger). It waits for the claim to
+// be bound, so that a pod that mounts it finds the snapshot's files.
+func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labels map[string]string, bytes int64) error {
+	if r.snapDyn == nil {
+		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, r.VolumeSnapshotsWhyNot(ctx))
+	}
+	vs, err := r.snapshots().Get(ctx, objectName(ref), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("volume snapshot %s: %w", ref, sandbox.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: read volume snapshot %s: %w", ref, err)
+	}
+	if vs.GetAnnotations()[annName] != ref || vs.GetLabels()[labelManaged] != managedBy {
+		return fmt.Errorf("kubernetes: volume snapshot %s is not %s", vs.GetName(), ref)
+	}
+	size := r.volumeSize
+	if q, ok, _ := unstructured.NestedString(vs.Object, "status", "restoreSize"); ok {
+		if rs, err := resource.ParseQuantity(q); err == nil && rs.Cmp(size) > 0 {
+			size = rs
+		}
+	}
+	if bytes > size.Value() {
+		size = *resource.NewQuantity(bytes, resource.BinarySI)
+	}
+	group := VolumeSnapshotResource.Group
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: objectName(name), Namespace: r.opt.Namespace,
+			Labels: kubeLabels(labels, nil), Annotations: map[string]string{annName: name}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			DataSource:  &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: vs.GetName()},
+		},
+	}
+	if r.opt.StorageClass != "" {
+		pvc.Spec.StorageClassName = &r.opt.StorageClass
+	}
+	claims := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace)
+	created, err := claims.Create(ctx, pvc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kubernetes: the claim of %s exists already: a volume is made from a snapshot into a new name only", name)
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: create the claim of %s from snapshot %s: %w", name, ref, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, DefaultSnapshotTimeout)
+	defer cancel()
+	for {
+		got, err := claims.Get(wctx, created.Name, metav1.GetOptions{})
+		if err == nil && got.Status.Phase == corev1.ClaimBound {
+			return nil
+		}
+		if err == nil && got.UID != created.UID {
+			return fmt.Errorf("kubernetes: the claim of %s was replaced while it was made from snapshot %s", name, ref)
+		}
+		select {
+		case <-wctx.Done():
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer dcancel()
+			_ = claims.Delete(dctx, created.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &created.UID}})
+			return fmt.Errorf("kubernetes: the claim of %s made from snapshot %s was not bound within %s (see its events: kubectl describe pvc %s): it was deleted",
+				name, ref, DefaultSnapshotTimeout, created.Name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// RemoveVolumeSnapshot implements sandbox.VolumeSnapshotter; a missing
+// snapshot is not an error.
+func (r *Runtime) RemoveVolumeSnapshot(ctx context.Context, ref string) error {
+	if r.snapDyn == nil {
+		return nil
+	}
+	vs, err := r.snapshots().Get(ctx, objectName(ref), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: read volume snapshot %s: %w", ref, err)
+	}
+	if vs.GetAnnotations()[annName] != ref || vs.GetLabels()[labelManaged] != managedBy {
+		return fmt.Errorf("kubernetes: volume snapshot %s is not %s: left alone", vs.GetName(), ref)
+	}
+	err = r.snapshots().Delete(ctx, vs.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr(vs.GetUID())}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: delete volume snapshot %s: %w", ref, err)
+	}
+	return nil
+}
+
+// VolumeSnapshotNames lists the volume snapshots the runtime made, by
+// the names they were made under.
+func (r *Runtime) VolumeSnapshotNames(ctx context.Context) ([]string, error) {
+	if r.snapDyn == nil {
+		return nil, nil
+	}
+	list, err := r.snapshots().List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: list volume snapshots: %w", err)
+	}
+	var names []string
+	for _, vs := range list.Items {
+		if n := vs.GetAnnotations()[annName]; n != "" && vs.GetName() == objectName(n) && vs.GetDeletionTimestamp() == nil {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+func toAny(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+var _ sandbox.VolumeSnapshotter = (*Runtime)(nil)
