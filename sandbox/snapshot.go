@@ -816,7 +816,10 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	// can (volsnap.go), else kept on the host as a tar while the clone is
 	// made. Either is listed first under the clone's key, for the next
 	// server to remove if this one is killed.
-	vs, _ := m.volumeSnapshotter(ctx)
+	vs, why := m.volumeSnapshotter(ctx)
+	if _, can := m.rt.(VolumeSnapshotter); can && vs == nil {
+		m.log.Info("a clone's workspace is copied as a tar through the server", "source", source, "target", target, "why", why)
+	}
 	key := cloneKey(target)
 	if err := m.TrackStaging(filepath.Join(m.cfg.SnapshotDir, workspaceFileName(key))); err != nil {
 		return BootInfo{}, err
@@ -866,6 +869,15 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		// The workspace is there before the sandbox boots on it.
 		size, _ := ParseSize(p.Disk) // validated with the profile
 		if err := vs.VolumeFromSnapshot(ctx, m.volumeFor(target), key, m.labels(target), size); err != nil {
+			if errors.Is(err, ErrAlreadyExists) {
+				m.endIntent(target)
+				return BootInfo{}, fmt.Errorf("clone %q: %w; no sandbox %q uses it: destroy %q (or prune) and clone again", source, err, target, target)
+			}
+			// A claim that landed all the same goes.
+			if derr := m.dropFailedClone(ctx, source, target); derr != nil {
+				return BootInfo{}, fmt.Errorf("clone %q: make the workspace of %q from the snapshot of %q's: %w; and what was made of it could not be removed (%v): destroy %q",
+					source, target, source, err, derr, target)
+			}
 			m.endIntent(target)
 			return BootInfo{}, fmt.Errorf("clone %q: make the workspace of %q from the snapshot of %q's: %w; nothing of the clone is left", source, target, source, err)
 		}
@@ -882,8 +894,7 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 	if err != nil {
 		if vs != nil {
 			// Its workspace, made above, goes with it.
-			if derr := m.dropHalfClone(context.WithoutCancel(ctx), target, "removed: the clone of sandbox "+fmt.Sprintf("%q", source)+" into it failed"); derr != nil {
-				m.log.Warn("remove the sandbox of a failed clone", "sandbox", target, "err", derr)
+			if derr := m.dropFailedClone(ctx, source, target); derr != nil {
 				return info, fmt.Errorf("clone %q: %w; and its workspace could not be removed (%v): destroy %q", source, err, derr, target)
 			}
 		}
@@ -891,6 +902,7 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		return info, err
 	}
 	if vs != nil {
+		m.endIntent(target) // whole: the next server must not take it for a half-made clone
 		return info, nil
 	}
 	if staged, err := m.loadWorkspace(ctx, sb, file, in); err != nil {
@@ -905,6 +917,19 @@ func (m *Manager) CloneSandbox(ctx context.Context, source, target string, prof 
 		return info, fmt.Errorf("clone %q: sandbox %q runs, but its new workspace is not in place yet: %w; its next command finishes it", source, target, err)
 	}
 	return info, nil
+}
+
+// dropFailedClone removes what a failed clone of source made of target,
+// its workspace included, bounded in time even when ctx has ended; the
+// caller ends the clone's record once it succeeds.
+func (m *Manager) dropFailedClone(ctx context.Context, source, target string) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	err := m.dropHalfClone(dctx, target, "removed: the clone of sandbox "+fmt.Sprintf("%q", source)+" into it failed")
+	if err != nil {
+		m.log.Warn("remove the sandbox of a failed clone", "sandbox", target, "err", err)
+	}
+	return err
 }
 
 // undoClone removes the half-made sandbox target of a clone whose

@@ -162,11 +162,14 @@ func (c *Cluster) StartCSI() (s *CSI, stop func() string, why string, err error)
 	if err != nil {
 		return fail(err)
 	}
-	immediate, del := storagev1.VolumeBindingImmediate, corev1.PersistentVolumeReclaimDelete
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: CSIStorageClass}, Provisioner: csihost.Name,
-		VolumeBindingMode: &immediate, ReclaimPolicy: &del}
-	if _, err := cs.StorageV1().StorageClasses().Create(setup, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fail(fmt.Errorf("storage class: %w", err))
+	del := corev1.PersistentVolumeReclaimDelete
+	for name, mode := range map[string]storagev1.VolumeBindingMode{
+		CSIStorageClass: storagev1.VolumeBindingImmediate, CSILateStorageClass: storagev1.VolumeBindingWaitForFirstConsumer} {
+		sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: csihost.Name,
+			VolumeBindingMode: &mode, ReclaimPolicy: &del}
+		if _, err := cs.StorageV1().StorageClasses().Create(setup, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fail(fmt.Errorf("storage class %s: %w", name, err))
+		}
 	}
 	vsc := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
@@ -276,7 +279,7 @@ func (s *CSI) unpublishAll() {
 }
 
 // publishClaim publishes, for container ctr, the CSI volume that claim is
-// bound to, when the claim is of the CSI storage's class, and returns the
+// bound to, when the claim is of a class of the CSI driver's, and returns the
 // directory to mount ("" for a claim of another class). As a kubelet's
 // volume manager does, it waits a while for the claim to be bound.
 func (k *Kubelet) publishClaim(ctx context.Context, ctr, name, claim string, readOnly bool) (string, error) {
@@ -291,8 +294,15 @@ func (k *Kubelet) publishClaim(ctx context.Context, ctr, name, claim string, rea
 		if err != nil {
 			return "", fmt.Errorf("claim %s: %w", claim, err)
 		}
-		if c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != CSIStorageClass {
+		if c.Spec.StorageClassName == nil || *c.Spec.StorageClassName == "" {
 			return "", nil
+		}
+		sc, err := k.cs.StorageV1().StorageClasses().Get(ctx, *c.Spec.StorageClassName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && sc.Provisioner != csihost.Name) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("class of claim %s: %w", claim, err)
 		}
 		if c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != "" {
 			pv, err := k.cs.CoreV1().PersistentVolumes().Get(ctx, c.Spec.VolumeName, metav1.GetOptions{})

@@ -7,11 +7,14 @@ import "k8s.io/apimachinery/pkg/runtime/schema"
 // (scripts/build-kube-apiserver.sh builds them beside the apiserver).
 const CSISidecarsVersion = "v6.4.0-v8.7.0"
 
-// The classes StartCSI makes: volumes of the test driver, and snapshots
-// of them.
+// The classes StartCSI makes: volumes of the test driver, bound at once
+// or late, and snapshots of them.
 const (
 	CSIStorageClass  = "kubetest-csi"
 	CSISnapshotClass = "kubetest-csi-snapshots"
+	// CSILateStorageClass binds a claim once a pod that uses it is
+	// scheduled (WaitForFirstConsumer), as many clusters' default does.
+	CSILateStorageClass = "kubetest-csi-late"
 )
 
 // VolumeSnapshots is the VolumeSnapshot resource.

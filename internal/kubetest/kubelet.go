@@ -27,9 +27,11 @@ import (
 	"github.com/creack/pty"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
@@ -295,13 +297,42 @@ func (k *Kubelet) handle(ctx context.Context, typ watch.EventType, p *corev1.Pod
 	case p.Spec.NodeName == "":
 		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
 			Target: corev1.ObjectReference{Kind: "Node", Name: k.Node}}
-		go func() { _ = k.cs.CoreV1().Pods(k.ns).Bind(ctx, b, metav1.CreateOptions{}) }()
+		go func() {
+			k.selectNode(ctx, p)
+			_ = k.cs.CoreV1().Pods(k.ns).Bind(ctx, b, metav1.CreateOptions{})
+		}()
 	case p.Spec.NodeName == k.Node && run == nil && p.Status.Phase == corev1.PodPending && len(p.Spec.Containers) > 0:
 		run = &podRun{uid: string(p.UID), ctr: k.containerName(p)}
 		k.pods[p.Name] = run
 		go k.start(ctx, p.DeepCopy(), run)
 	}
 }
+
+// selectNode marks the pod's claims whose class binds them once a pod
+// that uses them is scheduled (WaitForFirstConsumer) for this node, as the
+// scheduler does before it binds the pod: their provisioner then makes
+// their volumes.
+func (k *Kubelet) selectNode(ctx context.Context, p *corev1.Pod) {
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		c, err := k.cs.CoreV1().PersistentVolumeClaims(k.ns).Get(ctx, v.PersistentVolumeClaim.ClaimName, metav1.GetOptions{})
+		if err != nil || c.Spec.VolumeName != "" || c.Spec.StorageClassName == nil || *c.Spec.StorageClassName == "" {
+			continue
+		}
+		sc, err := k.cs.StorageV1().StorageClasses().Get(ctx, *c.Spec.StorageClassName, metav1.GetOptions{})
+		if err != nil || sc.VolumeBindingMode == nil || *sc.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{selectedNode: k.Node}}})
+		_, _ = k.cs.CoreV1().PersistentVolumeClaims(k.ns).Patch(ctx, c.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	}
+}
+
+// selectedNode is the annotation by which the scheduler tells a claim's
+// provisioner the node of the first pod that uses it.
+const selectedNode = "volume.kubernetes.io/selected-node"
 
 // containerName names a pod's container after the pod and its UID, as a
 // kubelet does: a pod made again under the same name while the container

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,6 +76,12 @@ func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels
 	}}
 	created, err := r.snapshots().Create(ctx, vs, metav1.CreateOptions{})
 	if err != nil {
+		// One that landed all the same (an answer lost on the way) goes.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if !apierrors.IsAlreadyExists(err) {
+			_ = r.RemoveVolumeSnapshot(dctx, ref)
+		}
 		return fmt.Errorf("kubernetes: snapshot the claim of %s: %w", volume, err)
 	}
 	if err := r.waitSnapshotReady(ctx, created.GetName()); err != nil {
@@ -91,26 +98,30 @@ func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels
 func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, DefaultSnapshotTimeout)
 	defer cancel()
+	// The controller retries what fails (a driver's error, a class that
+	// is not there yet); what stays is the answer once the wait is up. A
+	// read that fails is tried again, but for a snapshot deleted meanwhile.
+	last := ""
 	for {
 		got, err := r.snapshots().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse"); ready {
-			return nil
-		}
-		if msg, ok, _ := unstructured.NestedString(got.Object, "status", "error", "message"); ok && msg != "" {
-			// The controller retries some errors; one that stays is the
-			// answer, once the wait is up.
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("not ready: %s", msg)
-			case <-time.After(250 * time.Millisecond):
+		switch {
+		case apierrors.IsNotFound(err):
+			return errors.New("deleted while it was made")
+		case err != nil:
+			last = err.Error()
+		default:
+			if ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse"); ready {
+				return nil
 			}
-			continue
+			if msg, ok, _ := unstructured.NestedString(got.Object, "status", "error", "message"); ok && msg != "" {
+				last = msg
+			}
 		}
 		select {
 		case <-ctx.Done():
+			if last != "" {
+				return fmt.Errorf("not ready within %s: %s", DefaultSnapshotTimeout, last)
+			}
 			return fmt.Errorf("not ready within %s: %w", DefaultSnapshotTimeout, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -118,9 +129,12 @@ func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) error {
 }
 
 // VolumeFromSnapshot implements sandbox.VolumeSnapshotter: workspace
-// claim name made from snapshot ref by the driver, at least as large as
-// the snapshot's source (bytes, when larger). It waits for the claim to
-// be bound, so that a pod that mounts it finds the snapshot's files.
+// claim name made from snapshot ref by the driver, of bytes (the
+// runtime's volume size when 0), or of the snapshot's restore size where
+// that is larger. It does not wait for the claim to be bound: a class
+// that binds when a pod first uses the claim (WaitForFirstConsumer)
+// binds it once the sandbox's pod is made, and the pod runs only on the
+// claim made.
 func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labels map[string]string, bytes int64) error {
 	if r.snapDyn == nil {
 		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, r.VolumeSnapshotsWhyNot(ctx))
@@ -136,13 +150,13 @@ func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labe
 		return fmt.Errorf("kubernetes: volume snapshot %s is not %s", vs.GetName(), ref)
 	}
 	size := r.volumeSize
+	if bytes > 0 {
+		size = *resource.NewQuantity(bytes, resource.BinarySI)
+	}
 	if q, ok, _ := unstructured.NestedString(vs.Object, "status", "restoreSize"); ok {
 		if rs, err := resource.ParseQuantity(q); err == nil && rs.Cmp(size) > 0 {
 			size = rs
 		}
-	}
-	if bytes > size.Value() {
-		size = *resource.NewQuantity(bytes, resource.BinarySI)
 	}
 	group := VolumeSnapshotResource.Group
 	pvc := &corev1.PersistentVolumeClaim{
@@ -157,34 +171,14 @@ func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labe
 	if r.opt.StorageClass != "" {
 		pvc.Spec.StorageClassName = &r.opt.StorageClass
 	}
-	claims := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace)
-	created, err := claims.Create(ctx, pvc, metav1.CreateOptions{})
+	_, err = r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Create(ctx, pvc, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("kubernetes: the claim of %s exists already: a volume is made from a snapshot into a new name only", name)
+		return fmt.Errorf("kubernetes: the claim of %s exists already (%w): a volume is made from a snapshot into a new name only", name, sandbox.ErrAlreadyExists)
 	}
 	if err != nil {
 		return fmt.Errorf("kubernetes: create the claim of %s from snapshot %s: %w", name, ref, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, DefaultSnapshotTimeout)
-	defer cancel()
-	for {
-		got, err := claims.Get(wctx, created.Name, metav1.GetOptions{})
-		if err == nil && got.Status.Phase == corev1.ClaimBound {
-			return nil
-		}
-		if err == nil && got.UID != created.UID {
-			return fmt.Errorf("kubernetes: the claim of %s was replaced while it was made from snapshot %s", name, ref)
-		}
-		select {
-		case <-wctx.Done():
-			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer dcancel()
-			_ = claims.Delete(dctx, created.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &created.UID}})
-			return fmt.Errorf("kubernetes: the claim of %s made from snapshot %s was not bound within %s (see its events: kubectl describe pvc %s): it was deleted",
-				name, ref, DefaultSnapshotTimeout, created.Name)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // RemoveVolumeSnapshot implements sandbox.VolumeSnapshotter; a missing

@@ -22,9 +22,11 @@ import (
 // driver that snapshots (the test cluster's: csihost, with the real
 // external-provisioner and external-snapshotter), a clone's workspace is
 // a VolumeSnapshot of the source's claim and a claim made from it, with
-// only the rights rbac.yaml grants: the clone holds the source's files as
-// they were, the two are apart after, the result says how the workspace
-// was copied, and no snapshot (object or the driver's) nor tar is left.
+// only the rights rbac.yaml grants, on a class that binds a claim once its
+// first pod is scheduled: the clone holds the source's files as they
+// were, the two are apart after, the result says how the workspace was
+// copied, no snapshot (object or the driver's) nor tar nor record of the
+// clone is left, and the next server keeps the clone.
 func TestCloneByVolumeSnapshot(t *testing.T) {
 	if cluster == nil {
 		t.Skip(skipWhy)
@@ -33,7 +35,7 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 	ns, token, admin := namespace(t)
 	kl := standIn(t, ns)
 	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
-		StorageClass: kubetest.CSIStorageClass, SnapshotClass: kubetest.CSISnapshotClass})
+		StorageClass: kubetest.CSILateStorageClass, SnapshotClass: kubetest.CSISnapshotClass})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,5 +115,19 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 	}
 	if leftover, _ := filepath.Glob(filepath.Join(snapDir, ".clone-*")); len(leftover) != 0 {
 		t.Fatalf("the clone left a tar: %v", leftover)
+	}
+	if in, err := store.Intents(); err != nil || len(in) != 0 {
+		t.Fatalf("records of operations under way after the clone: %+v %v", in, err)
+	}
+	// The next server finds a whole clone, and keeps it.
+	m2 := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: testImage},
+		Snapshots: store, SnapshotDir: snapDir, Intents: store, LockDir: t.TempDir()})
+	defer m2.Close()
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if res, err := m2.Exec(ctx, "copy", shell.Request{Command: "cat /workspace/w.txt", Stdout: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 || out.String() != "mine\n" {
+		t.Fatalf("the clone on the next server: %q %v %+v", out.String(), err, res)
 	}
 }
