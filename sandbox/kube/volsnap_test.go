@@ -5,11 +5,15 @@ package kube
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
@@ -129,5 +133,90 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 	var out bytes.Buffer
 	if res, err := m2.Exec(ctx, "copy", shell.Request{Command: "cat /workspace/w.txt", Stdout: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 || out.String() != "mine\n" {
 		t.Fatalf("the clone on the next server: %q %v %+v", out.String(), err, res)
+	}
+}
+
+// TestKilledVolumeSnapshotClone: what a server killed in a clone by
+// volume snapshot leaves is removed by the next server: the snapshot of
+// the source's workspace (named in the killed server's staging list), and
+// a clone's claim made from one whose sandbox never booted (its record
+// says the clone had begun). The source is left as it was.
+func TestKilledVolumeSnapshotClone(t *testing.T) {
+	if cluster == nil {
+		t.Skip(skipWhy)
+	}
+	cluster.RunCSI(t)
+	ns, token, admin := namespace(t)
+	kl := standIn(t, ns)
+	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
+		StorageClass: kubetest.CSIStorageClass, SnapshotClass: kubetest.CSISnapshotClass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	store, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapDir, lockDir, prefix := t.TempDir(), t.TempDir(), kl.Node[:8]
+	newManager := func() *sandbox.Manager {
+		return sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: testImage},
+			Snapshots: store, SnapshotDir: snapDir, Intents: store, LockDir: lockDir})
+	}
+	m := newManager()
+	t.Cleanup(func() {
+		_, _ = m.Destroy(context.Background(), "default")
+		m.Close()
+	})
+	var out bytes.Buffer
+	if res, err := m.Exec(ctx, "default", shell.Request{Command: "echo ws >/workspace/w.txt", Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("fill the source: %v %+v", err, res)
+	}
+	src := sandbox.ContainerName(prefix+"-ws", "default")
+	labels := map[string]string{sandbox.LabelOwner: prefix}
+
+	// Killed after it snapshotted the source, and after it made the
+	// clone's claim: each key is in its staging list, as CloneSandbox
+	// lists it first.
+	var listed []byte
+	for _, key := range []string{".clone-copy-0123456789abcdef", ".clone-half-fedcba9876543210"} {
+		if err := rt.SnapshotVolume(ctx, src, key, labels); err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(key))
+		listed = append(listed, filepath.Join(snapDir, key+"-"+hex.EncodeToString(sum[:4])+".workspace.tar")+"\x00"...)
+	}
+	half := sandbox.ContainerName(prefix+"-ws", "half")
+	if err := rt.VolumeFromSnapshot(ctx, half, ".clone-half-fedcba9876543210", map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: "half"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutIntent(state.Intent{Sandbox: "half", Op: "clone", Snapshot: "default", Phase: "begun", Began: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	dead := prefix + "-server-0123456789abcdef"
+	if err := os.WriteFile(filepath.Join(lockDir, dead+".lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lockDir, dead+".staging"), listed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := newManager()
+	defer m2.Close()
+	if err := m2.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := rt.VolumeSnapshotNames(ctx); err != nil || len(names) != 0 {
+		t.Fatalf("volume snapshots after the next server started: %v %v", names, err)
+	}
+	if _, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, objectName(half), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the half-made clone's claim after the next server started: %v", err)
+	}
+	if in, err := store.Intents(); err != nil || len(in) != 0 {
+		t.Fatalf("records of operations under way after the next server started: %+v %v", in, err)
+	}
+	if res, err := m2.Exec(ctx, "default", shell.Request{Command: "cat /workspace/w.txt", Stdout: &out, Timeout: time.Minute}); err != nil || res.ExitCode != 0 || out.String() != "ws\n" {
+		t.Fatalf("the source after the next server started: %q %v %+v", out.String(), err, res)
 	}
 }
