@@ -55,11 +55,7 @@ func (m *Manager) removeCloneSnapshot(key string) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := vs.RemoveVolumeSnapshot(ctx, key); err != nil {
-		m.log.Warn("remove the volume snapshot of a killed server's clone", "snapshot", key, "err", err)
-	}
+	m.dropVolumeSnapshot(context.Background(), vs, key)
 }
 
 // DescribeClones says how a clone's workspace is copied on rt, and why

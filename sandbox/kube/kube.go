@@ -251,6 +251,12 @@ func objectName(name string) string {
 	return clean + "-" + hex.EncodeToString(sum[:6])
 }
 
+// madeAs reports whether o is an object the runtime made for name: it
+// carries our managed-by label and name's annotation.
+func madeAs(o metav1.Object, name string) bool {
+	return o.GetAnnotations()[annName] == name && o.GetLabels()[labelManaged] == managedBy
+}
+
 // kubeLabels are the labels of ours that are valid Kubernetes labels
 // (every one is kept in the record; these also select objects).
 func kubeLabels(ls map[string]string, extra map[string]string) map[string]string {
@@ -1320,7 +1326,7 @@ func (r *Runtime) VolumeSize(ctx context.Context, name string) (int64, bool, err
 	if err != nil {
 		return 0, false, fmt.Errorf("kubernetes: read the claim of %s: %w", name, err)
 	}
-	if c.Annotations[annName] != name || c.Labels[labelManaged] != managedBy {
+	if !madeAs(c, name) {
 		return 0, false, fmt.Errorf("kubernetes: claim %s is not the workspace %s", c.Name, name)
 	}
 	if q, ok := c.Status.Capacity[corev1.ResourceStorage]; ok && !q.IsZero() {
@@ -1348,7 +1354,7 @@ func (r *Runtime) createClaim(ctx context.Context, name string, ls map[string]st
 		if gerr != nil {
 			return fmt.Errorf("kubernetes: read the claim of %s: %w", name, gerr)
 		}
-		if got.Annotations[annName] != name || got.Labels[labelManaged] != managedBy {
+		if !madeAs(got, name) {
 			return fmt.Errorf("kubernetes: claim %s exists and is not the workspace %s: left alone", pvc.Name, name)
 		}
 		return nil
@@ -1370,7 +1376,7 @@ func (r *Runtime) VolumeRemove(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes: read the claim of %s: %w", name, err)
 	}
-	if got.Annotations[annName] != name || got.Labels[labelManaged] != managedBy {
+	if !madeAs(got, name) {
 		return fmt.Errorf("kubernetes: claim %s is not the workspace %s: left alone", got.Name, name)
 	}
 	err = claims.Delete(ctx, got.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &got.UID}})

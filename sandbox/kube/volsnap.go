@@ -64,7 +64,7 @@ func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels
 	if err != nil {
 		return fmt.Errorf("kubernetes: read the claim of %s: %w", volume, err)
 	}
-	if claim.Annotations[annName] != volume || claim.Labels[labelManaged] != managedBy {
+	if !madeAs(claim, volume) {
 		return fmt.Errorf("kubernetes: claim %s is not the workspace %s", claim.Name, volume)
 	}
 	vs := &unstructured.Unstructured{Object: map[string]any{
@@ -146,7 +146,7 @@ func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labe
 	if err != nil {
 		return fmt.Errorf("kubernetes: read volume snapshot %s: %w", ref, err)
 	}
-	if vs.GetAnnotations()[annName] != ref || vs.GetLabels()[labelManaged] != managedBy {
+	if !madeAs(vs, ref) {
 		return fmt.Errorf("kubernetes: volume snapshot %s is not %s", vs.GetName(), ref)
 	}
 	size := r.volumeSize
@@ -194,7 +194,7 @@ func (r *Runtime) RemoveVolumeSnapshot(ctx context.Context, ref string) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes: read volume snapshot %s: %w", ref, err)
 	}
-	if vs.GetAnnotations()[annName] != ref || vs.GetLabels()[labelManaged] != managedBy {
+	if !madeAs(vs, ref) {
 		return fmt.Errorf("kubernetes: volume snapshot %s is not %s: left alone", vs.GetName(), ref)
 	}
 	err = r.snapshots().Delete(ctx, vs.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr(vs.GetUID())}})
