@@ -33,6 +33,10 @@ type SnapshotInfo struct {
 	// WorkspaceOnly: the runtime keeps no root filesystem (Kubernetes);
 	// a restore boots BaseImage afresh with the workspace.
 	WorkspaceOnly bool `json:"workspace_only,omitempty"`
+	// VolumeSnapshot names the volume snapshot the cluster's storage
+	// keeps the workspace in, where it does (Kubernetes with a snapshot
+	// class); else the workspace is a tar on the server's host.
+	VolumeSnapshot string `json:"volume_snapshot,omitempty"`
 }
 
 // SnapshotList is the structured result of list_snapshots.
@@ -58,7 +62,7 @@ type Restored struct {
 func snapshotInfo(sn state.Snapshot) SnapshotInfo {
 	return SnapshotInfo{Name: sn.Name, Sandbox: sn.Sandbox, Image: sn.Image, BaseImage: sn.BaseImage, Parent: sn.Parent,
 		Created: sn.Created.Format(time.RFC3339), Note: sn.Note, Workspace: sn.Workspace, WorkspaceBytes: sn.WorkspaceBytes, Env: sn.Env,
-		WorkspaceOnly: sn.WorkspaceOnly}
+		WorkspaceOnly: sn.WorkspaceOnly, VolumeSnapshot: sn.VolumeSnapshot}
 }
 
 const snapshotNameDesc = "Snapshot name: letters, digits, '_', '.', '-'."
@@ -126,9 +130,13 @@ func (s *Server) handleSnapshot(ctx context.Context, req mcp.CallToolRequest) (*
 	out := snapshotInfo(sn)
 	text := fmt.Sprintf("snapshot %q of sandbox %q saved in %.1f s as image %s", sn.Name, name, time.Since(start).Seconds(), sn.Image)
 	if sn.WorkspaceOnly {
+		kept := sizeText(sn.WorkspaceBytes)
+		if sn.VolumeSnapshot != "" {
+			kept += ", kept as a volume snapshot by the cluster's storage"
+		}
 		text = fmt.Sprintf("snapshot %q of sandbox %q saved in %.1f s: the workspace only (%s); this runtime cannot save the root filesystem "+
 			"(installed packages, files outside /workspace, env variables), so a restore boots the base image %s afresh",
-			sn.Name, name, time.Since(start).Seconds(), sizeText(sn.WorkspaceBytes), sn.BaseImage)
+			sn.Name, name, time.Since(start).Seconds(), kept, sn.BaseImage)
 	} else if sn.Workspace {
 		text += fmt.Sprintf(", with the workspace (%s)", sizeText(sn.WorkspaceBytes))
 	} else {
@@ -182,6 +190,9 @@ func (s *Server) handleListSnapshots(ctx context.Context, _ mcp.CallToolRequest)
 		if sn.WorkspaceOnly {
 			b.WriteString(" (no root filesystem)")
 		}
+		if sn.VolumeSnapshot != "" {
+			b.WriteString(" (a volume snapshot)")
+		}
 		if sn.Parent != "" {
 			b.WriteString("  parent " + sn.Parent)
 		}
@@ -203,7 +214,10 @@ func (s *Server) handleDeleteSnapshot(ctx context.Context, req mcp.CallToolReque
 		return failure(ctx, fmt.Sprintf("delete_snapshot %q", snap), err), nil
 	}
 	what := "image " + sn.Image
-	if sn.WorkspaceOnly {
+	switch {
+	case sn.VolumeSnapshot != "":
+		what = "its workspace's volume snapshot"
+	case sn.WorkspaceOnly:
 		what = "its workspace tar"
 	}
 	return mcp.NewToolResultStructured(snapshotInfo(sn), fmt.Sprintf("snapshot %q deleted (%s); sandboxes restored from it keep running", snap, what)), nil

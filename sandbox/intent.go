@@ -36,6 +36,11 @@ import (
 //     directory is removed. The workspace is as it was.
 //   - restore or clone, staged: finished. The old container is removed
 //     and the swap run to its end (it carries on from any step).
+//   - restore from a volume snapshot (no tar: its record names the new
+//     workspace volume the storage made from the snapshot, and the old
+//     one), begun: undone, the old container put back and the new volume
+//     removed; staged (the sandbox ran on the new volume): finished, the
+//     old container and the old volume removed.
 //   - clone, begun: its half-made sandbox is removed (as the clone's own
 //     server does when the workspace fails to arrive).
 //   - reset: finished, with the old container's env variables.
@@ -157,6 +162,9 @@ type resumption struct {
 	// gone: the operation's sandbox was removed (an interrupted clone's);
 	// nothing is left to do in it.
 	gone bool
+	// left: what is left was tried and failed; the record stays for the
+	// next boot.
+	left bool
 }
 
 // resumeIntent ends, as far as the engine goes, an operation a dead
@@ -187,6 +195,9 @@ func (m *Manager) resumeIntent(ctx context.Context, name string) *resumption {
 		// of a later server is not this one's to undo.
 		m.log.Warn("an operation under way that this server does not know; left alone", "sandbox", name, "op", in.Op, "phase", in.Phase)
 		return nil
+	case in.Op == "restore" && in.Volume != "" && (in.Phase == intentBegun || in.Phase == intentStaged):
+		// From a volume snapshot: nothing is left in the workspace.
+		r.said, r.left = m.resumeVolumeRestore(ctx, name, in) // volsnap.go
 	case in.Phase == intentStaged:
 		if in.Trash != "" {
 			m.removeRetired(in.Trash)
@@ -275,7 +286,10 @@ func (m *Manager) putBack(ctx context.Context, name, trash string) (back bool, w
 // (staged) or the removal of the staged directory (begun), then forgets
 // the record. It returns what the agent is told.
 func (m *Manager) finishResumed(ctx context.Context, sb *Sandbox, r *resumption) string {
-	if r.gone {
+	switch {
+	case r.left:
+		return r.said
+	case r.gone, r.in.Volume != "":
 		m.endIntent(sb.Name)
 		return r.said
 	}

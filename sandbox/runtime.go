@@ -301,8 +301,9 @@ type VolumeSnapshotter interface {
 	// the runtime is set up, "" when they can.
 	VolumeSnapshotsWhyNot(ctx context.Context) string
 	// SnapshotVolume snapshots volume as ref and waits until the
-	// snapshot is whole.
-	SnapshotVolume(ctx context.Context, volume, ref string, labels map[string]string) error
+	// snapshot is whole; it returns the size a volume made from it needs
+	// (0 where the storage does not tell).
+	SnapshotVolume(ctx context.Context, volume, ref string, labels map[string]string) (int64, error)
 	// VolumeFromSnapshot makes the new volume name, of at least bytes,
 	// holding snapshot ref's files, and waits until it can be mounted.
 	VolumeFromSnapshot(ctx context.Context, name, ref string, labels map[string]string, bytes int64) error

@@ -257,7 +257,29 @@ func (m *Manager) snapshot(ctx context.Context, name string, req SnapshotRequest
 			m.log.Warn("remove the image of a failed snapshot", "image", rec.Image, "err", err)
 		}
 	}
-	if req.IncludeWorkspace {
+	var vs VolumeSnapshotter
+	if saver == nil {
+		// The workspace is kept by the runtime's storage where it can.
+		var why string
+		if vs, why = m.volumeSnapshotter(ctx); vs == nil {
+			m.log.Info("a snapshot's workspace is kept as a tar on the server's host", "sandbox", name, "snapshot", req.Name, "why", why)
+		}
+	}
+	switch {
+	case vs != nil:
+		key := volumeSnapshotKey(req.Name)
+		// Listed first: a server killed before the record is written
+		// leaves it for the next to remove (staging.go).
+		if err := m.TrackStaging(filepath.Join(m.cfg.SnapshotDir, key)); err != nil {
+			return state.Snapshot{}, err
+		}
+		n, err := m.snapshotWorkspace(ctx, vs, sb, m.volumeOf(name, c), key, map[string]string{LabelOwner: m.cfg.Prefix, LabelSnapshot: req.Name})
+		if err != nil {
+			return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: snapshot the workspace: %w", req.Name, name, err)
+		}
+		rec.VolumeSnapshot, rec.WorkspaceBytes = key, n
+		cleanup = func() { m.dropVolumeSnapshot(ctx, vs, key) }
+	case req.IncludeWorkspace:
 		n, file, err := m.saveWorkspace(ctx, sb, req.Name)
 		if err != nil {
 			return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: save the workspace: %w", req.Name, name, err)
@@ -471,6 +493,10 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 	}
 	if saver == nil && !rec.WorkspaceOnly {
 		return BootInfo{}, rec, fmt.Errorf("%w: snapshot %q is an image (%s) an engine saved, which %s does not run", ErrUnsupported, snap, rec.Image, m.rt.Kind())
+	}
+	if rec.VolumeSnapshot != "" {
+		info, err := m.restoreVolume(ctx, rec, name) // volsnap.go
+		return info, rec, err
 	}
 	image := rec.Image
 	gone := fmt.Errorf("snapshot %q: its image %s is gone from the engine; delete_snapshot it", snap, rec.Image)
@@ -777,6 +803,16 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapsh
 			return rec, fmt.Errorf("delete snapshot %q: %w", snap, err)
 		}
 	}
+	if rec.VolumeSnapshot != "" {
+		vs, ok := m.rt.(VolumeSnapshotter)
+		if !ok {
+			return rec, fmt.Errorf("delete snapshot %q: %w: its workspace is a volume snapshot (%s) of a cluster's storage, which %s does not reach",
+				snap, ErrUnsupported, rec.VolumeSnapshot, m.rt.Kind())
+		}
+		if err := vs.RemoveVolumeSnapshot(ctx, rec.VolumeSnapshot); err != nil {
+			return rec, fmt.Errorf("delete snapshot %q: %w", snap, err)
+		}
+	}
 	if rec.WorkspaceFile != "" {
 		os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
 	}
@@ -1021,12 +1057,8 @@ func (m *Manager) saveForClone(ctx context.Context, saver ImageSaver, vs VolumeS
 	}
 	file := ""
 	if vs != nil {
-		// What the sandbox's processes wrote reaches the volume first.
-		if _, err := sb.housekeep(ctx, "sync", scriptTimeout); err != nil {
-			m.log.Warn("sync a workspace before its snapshot", "sandbox", source, "err", err)
-		}
 		labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelClone: target}
-		if err := vs.SnapshotVolume(ctx, m.volumeOf(source, c), key, labels); err != nil {
+		if _, err := m.snapshotWorkspace(ctx, vs, sb, m.volumeOf(source, c), key, labels); err != nil {
 			return Profile{}, "", "", fmt.Errorf("clone %q: snapshot the workspace: %w", source, err)
 		}
 	} else if _, file, err = m.saveWorkspace(ctx, sb, key); err != nil {

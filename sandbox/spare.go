@@ -749,13 +749,18 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 // one named after the sandbox, so that a reset, restore or destroy that
 // finds no container still knows it.
 func (m *Manager) recordWorkspace(name string, c Container) {
-	vol := c.Labels[LabelVolume]
-	if vol == "" || m.cfg.Sandboxes == nil {
+	m.recordVolume(name, c.Labels[LabelVolume])
+}
+
+// recordVolume saves vol as sandbox name's workspace in its record (a
+// claimed spare's, or one a restore made from a volume snapshot).
+func (m *Manager) recordVolume(name, vol string) {
+	if !m.validSpareVolume(vol) || m.cfg.Sandboxes == nil {
 		return
 	}
 	rec, _, err := m.sandboxRecord(name)
 	if err != nil {
-		m.log.Warn("record a claimed spare's workspace: read the record", "sandbox", name, "err", err)
+		m.log.Warn("record a sandbox's workspace: read the record", "sandbox", name, "err", err)
 	}
 	if rec.Volume == vol {
 		return
@@ -765,7 +770,7 @@ func (m *Manager) recordWorkspace(name string, c Container) {
 		rec.Created, rec.LastBoot = time.Now().UTC(), time.Now().UTC()
 	}
 	if err := m.cfg.Sandboxes.PutSandbox(rec); err != nil {
-		m.log.Warn("record a claimed spare's workspace", "sandbox", name, "err", err)
+		m.log.Warn("record a sandbox's workspace", "sandbox", name, "volume", vol, "err", err)
 	}
 }
 
@@ -1103,7 +1108,7 @@ func (m *Manager) sweepSpareVolumes(ctx context.Context) ([]string, error) {
 // unmountedSpareVolumes are the spare workspaces among the volume names
 // that no container of cs mounts.
 func (m *Manager) unmountedSpareVolumes(cs []Container, names []string) []string {
-	used := map[string]bool{}
+	used := m.intentVolumes() // volsnap.go: a restore's, not mounted yet
 	for _, c := range cs {
 		used[c.Labels[LabelVolume]] = true
 	}

@@ -34,7 +34,7 @@ import (
 
 // StagingPrefixes begin the base names of the host paths a server lists
 // in its staging file.
-var StagingPrefixes = []string{transfer.StagingPrefix, ".sandbox-mcp-partial-", clonePrefix}
+var StagingPrefixes = []string{transfer.StagingPrefix, ".sandbox-mcp-partial-", clonePrefix, volumeSnapshotPrefix}
 
 // stagingFile is the list of host staging paths of the server with id.
 func (m *Manager) stagingFile(id string) string {
@@ -91,6 +91,10 @@ func (m *Manager) removeStaging(id string) int {
 		// makes them (volsnap.go).
 		if key, ok := cloneKeyOf(filepath.Base(path)); ok {
 			m.removeCloneSnapshot(key)
+		}
+		// A snapshot's, named as its key, goes unless it was recorded.
+		if base := filepath.Base(path); volumeSnapshotKeyOf(base) {
+			m.removeUnrecordedSnapshot(base)
 		}
 		if _, err := os.Lstat(path); err != nil {
 			continue // renamed into place or removed by its server

@@ -28,3 +28,27 @@ func TestCloneKeyOf(t *testing.T) {
 		}
 	}
 }
+
+// TestVolumeSnapshotKeyOf: the name of a snapshot's volume snapshot,
+// which a killed server's staging list keeps, is told from other staging
+// names, so the next server looks for its record and removes it if none.
+func TestVolumeSnapshotKeyOf(t *testing.T) {
+	for _, snap := range []string{"s", "a-b_c.d", strings.Repeat("x", 100)} {
+		key := volumeSnapshotKey(snap)
+		if !volumeSnapshotKeyOf(key) || !isStagingName(key) {
+			t.Fatalf("volumeSnapshotKeyOf(%q) is false", key)
+		}
+	}
+	for _, base := range []string{
+		".vsnap-",                   // no snapshot, no hex
+		".vsnap--0123456789abcdef",  // no snapshot
+		".vsnap-s-0123456789abcde",  // a short one
+		".vsnap-s-0123456789abcdeg", // not hex
+		cloneKey("x"),               // a clone's
+		".sandbox-mcp-partial-1-.vsnap-s-0123456789abcdef",
+	} {
+		if volumeSnapshotKeyOf(base) {
+			t.Fatalf("volumeSnapshotKeyOf(%q) is true", base)
+		}
+	}
+}

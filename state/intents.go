@@ -22,9 +22,14 @@ type Intent struct {
 	Trash string `json:"trash,omitempty"`
 	// Stage and Old are the directories, in the workspace, that hold the
 	// new workspace while it arrives and the old one while they swap.
-	Stage string    `json:"stage"`
-	Old   string    `json:"old"`
-	Began time.Time `json:"began"`
+	Stage string `json:"stage"`
+	Old   string `json:"old"`
+	// Volume, on a restore from a volume snapshot, is the workspace
+	// volume the restore makes from it; OldVolume the one it replaces,
+	// removed once the sandbox runs on the new one ("staged").
+	Volume    string    `json:"volume,omitempty"`
+	OldVolume string    `json:"old_volume,omitempty"`
+	Began     time.Time `json:"began"`
 }
 
 var bucketIntents = []byte("intents")

@@ -34,6 +34,11 @@ type Snapshot struct {
 	// snapshot is the workspace tar, Image is empty, and a restore or a
 	// clone boots BaseImage afresh with the workspace loaded.
 	WorkspaceOnly bool `json:"workspace_only,omitempty"`
+	// VolumeSnapshot, on a WorkspaceOnly snapshot, names the snapshot of
+	// the workspace volume the runtime's storage keeps (a Kubernetes
+	// VolumeSnapshot, by the name the server made it under) in place of a
+	// tar: a restore makes the sandbox a new workspace volume from it.
+	VolumeSnapshot string `json:"volume_snapshot,omitempty"`
 }
 
 // ErrSnapshotExists marks a snapshot name in use.

@@ -218,7 +218,7 @@ func Settings() []Setting {
 				return nil
 			}},
 		{Flag: "kube-snapshot-class", Env: "SANDBOX_MCP_KUBE_SNAPSHOT_CLASS",
-			Usage: "runtime kubernetes: a VolumeSnapshotClass of the claims' CSI driver; a clone's workspace is then copied by the storage (a VolumeSnapshot and a claim made from it) instead of a tar through the server",
+			Usage: "runtime kubernetes: a VolumeSnapshotClass of the claims' CSI driver; snapshots and clones then keep the workspace in the storage (a VolumeSnapshot, and a claim made from it for a clone or a restore) instead of a tar through the server",
 			set: func(c *Config, v string) error {
 				k := c.Kube
 				k.SnapshotClass = v

@@ -85,7 +85,7 @@ func openKube(cfg Config, logger *slog.Logger) (sandbox.Runtime, string, error) 
 		why += ", pods made through agent-sandbox's Sandbox resource"
 	}
 	if cfg.Kube.SnapshotClass != "" {
-		why += ", clones' workspaces copied with VolumeSnapshotClass " + cfg.Kube.SnapshotClass
+		why += ", workspaces snapshotted and cloned with VolumeSnapshotClass " + cfg.Kube.SnapshotClass
 	}
 	return rt, why, nil
 }

@@ -114,7 +114,8 @@ type Runtime struct {
 	ids sync.Map
 	// dyn reaches the Sandbox resource; nil unless opt.SandboxCRD.
 	dyn dynamic.Interface
-	// snapDyn reaches VolumeSnapshots; nil unless opt.SnapshotClass.
+	// snapDyn reaches VolumeSnapshots: those made under a snapshot class
+	// are restored and removed by a server started without one.
 	snapDyn dynamic.Interface
 }
 
@@ -152,9 +153,9 @@ func New(cfg *rest.Config, opt Options) (*Runtime, error) {
 		if errs := validation.IsDNS1123Subdomain(opt.SnapshotClass); len(errs) > 0 {
 			return nil, fmt.Errorf("kubernetes: snapshot class %q: %s", opt.SnapshotClass, strings.Join(errs, "; "))
 		}
-		if r.snapDyn, err = dynamic.NewForConfig(cfg); err != nil {
-			return nil, fmt.Errorf("kubernetes: %w", err)
-		}
+	}
+	if r.snapDyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kubernetes: %w", err)
 	}
 	return r, nil
 }

@@ -51,21 +51,21 @@ func (r *Runtime) snapshots() dynamic.ResourceInterface {
 
 // SnapshotVolume implements sandbox.VolumeSnapshotter: a VolumeSnapshot
 // of workspace volume's claim, under the name ref, waited for until the
-// driver has it whole (readyToUse). One that failed, or is not ready in
-// time, is deleted.
-func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels map[string]string) error {
-	if r.snapDyn == nil {
-		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, r.VolumeSnapshotsWhyNot(ctx))
+// driver has it whole (readyToUse); its restore size is returned. One
+// that failed, or is not ready in time, is deleted.
+func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels map[string]string) (int64, error) {
+	if why := r.VolumeSnapshotsWhyNot(ctx); why != "" {
+		return 0, fmt.Errorf("%w: %s", sandbox.ErrUnsupported, why)
 	}
 	claim, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, objectName(volume), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("volume %s: %w", volume, sandbox.ErrNotFound)
+		return 0, fmt.Errorf("volume %s: %w", volume, sandbox.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("kubernetes: read the claim of %s: %w", volume, err)
+		return 0, fmt.Errorf("kubernetes: read the claim of %s: %w", volume, err)
 	}
 	if !madeAs(claim, volume) {
-		return fmt.Errorf("kubernetes: claim %s is not the workspace %s", claim.Name, volume)
+		return 0, fmt.Errorf("kubernetes: claim %s is not the workspace %s", claim.Name, volume)
 	}
 	vs := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
@@ -82,20 +82,35 @@ func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels
 		if !apierrors.IsAlreadyExists(err) {
 			_ = r.RemoveVolumeSnapshot(dctx, ref)
 		}
-		return fmt.Errorf("kubernetes: snapshot the claim of %s: %w", volume, err)
+		return 0, fmt.Errorf("kubernetes: snapshot the claim of %s: %w", volume, err)
 	}
-	if err := r.waitSnapshotReady(ctx, created.GetName()); err != nil {
+	ready, err := r.waitSnapshotReady(ctx, created.GetName())
+	if err != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		_ = r.snapshots().Delete(dctx, created.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr(created.GetUID())}})
-		return fmt.Errorf("kubernetes: snapshot of the claim of %s: %w; it was deleted", volume, err)
+		return 0, fmt.Errorf("kubernetes: snapshot of the claim of %s: %w; it was deleted", volume, err)
 	}
-	return nil
+	return restoreSize(ready), nil
+}
+
+// restoreSize is the bytes a claim made from VolumeSnapshot vs needs, as
+// its status says; 0 where it does not.
+func restoreSize(vs *unstructured.Unstructured) int64 {
+	q, ok, _ := unstructured.NestedString(vs.Object, "status", "restoreSize")
+	if !ok {
+		return 0
+	}
+	rs, err := resource.ParseQuantity(q)
+	if err != nil {
+		return 0
+	}
+	return rs.Value()
 }
 
 // waitSnapshotReady waits for VolumeSnapshot name to be ready to use,
-// and says the driver's error when it reports one.
-func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) error {
+// and returns it; it says the driver's error when it reports one.
+func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) (*unstructured.Unstructured, error) {
 	ctx, cancel := context.WithTimeout(ctx, DefaultSnapshotTimeout)
 	defer cancel()
 	// The controller retries what fails (a driver's error, a class that
@@ -106,12 +121,12 @@ func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) error {
 		got, err := r.snapshots().Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			return errors.New("deleted while it was made")
+			return nil, errors.New("deleted while it was made")
 		case err != nil:
 			last = err.Error()
 		default:
 			if ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse"); ready {
-				return nil
+				return got, nil
 			}
 			if msg, ok, _ := unstructured.NestedString(got.Object, "status", "error", "message"); ok && msg != "" {
 				last = msg
@@ -120,9 +135,9 @@ func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) error {
 		select {
 		case <-ctx.Done():
 			if last != "" {
-				return fmt.Errorf("not ready within %s: %s", DefaultSnapshotTimeout, last)
+				return nil, fmt.Errorf("not ready within %s: %s", DefaultSnapshotTimeout, last)
 			}
-			return fmt.Errorf("not ready within %s: %w", DefaultSnapshotTimeout, ctx.Err())
+			return nil, fmt.Errorf("not ready within %s: %w", DefaultSnapshotTimeout, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -136,9 +151,6 @@ func (r *Runtime) waitSnapshotReady(ctx context.Context, name string) error {
 // binds it once the sandbox's pod is made, and the pod runs only on the
 // claim made.
 func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labels map[string]string, bytes int64) error {
-	if r.snapDyn == nil {
-		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, r.VolumeSnapshotsWhyNot(ctx))
-	}
 	vs, err := r.snapshots().Get(ctx, objectName(ref), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("volume snapshot %s: %w", ref, sandbox.ErrNotFound)
@@ -149,14 +161,15 @@ func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labe
 	if !madeAs(vs, ref) {
 		return fmt.Errorf("kubernetes: volume snapshot %s is not %s", vs.GetName(), ref)
 	}
+	if vs.GetDeletionTimestamp() != nil {
+		return fmt.Errorf("volume snapshot %s is being deleted: %w", ref, sandbox.ErrNotFound)
+	}
 	size := r.volumeSize
 	if bytes > 0 {
 		size = *resource.NewQuantity(bytes, resource.BinarySI)
 	}
-	if q, ok, _ := unstructured.NestedString(vs.Object, "status", "restoreSize"); ok {
-		if rs, err := resource.ParseQuantity(q); err == nil && rs.Cmp(size) > 0 {
-			size = rs
-		}
+	if rs := restoreSize(vs); rs > size.Value() {
+		size = *resource.NewQuantity(rs, resource.BinarySI)
 	}
 	group := VolumeSnapshotResource.Group
 	pvc := &corev1.PersistentVolumeClaim{
@@ -184,9 +197,6 @@ func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labe
 // RemoveVolumeSnapshot implements sandbox.VolumeSnapshotter; a missing
 // snapshot is not an error.
 func (r *Runtime) RemoveVolumeSnapshot(ctx context.Context, ref string) error {
-	if r.snapDyn == nil {
-		return nil
-	}
 	vs, err := r.snapshots().Get(ctx, objectName(ref), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
@@ -207,9 +217,6 @@ func (r *Runtime) RemoveVolumeSnapshot(ctx context.Context, ref string) error {
 // VolumeSnapshotNames lists the volume snapshots the runtime made, by
 // the names they were made under.
 func (r *Runtime) VolumeSnapshotNames(ctx context.Context) ([]string, error) {
-	if r.snapDyn == nil {
-		return nil, nil
-	}
 	list, err := r.snapshots().List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
 	if apierrors.IsNotFound(err) {
 		return nil, nil

@@ -181,7 +181,7 @@ func TestKilledVolumeSnapshotClone(t *testing.T) {
 	// lists it first.
 	var listed []byte
 	for _, key := range []string{".clone-copy-0123456789abcdef", ".clone-half-fedcba9876543210"} {
-		if err := rt.SnapshotVolume(ctx, src, key, labels); err != nil {
+		if _, err := rt.SnapshotVolume(ctx, src, key, labels); err != nil {
 			t.Fatal(err)
 		}
 		sum := sha256.Sum256([]byte(key))
