@@ -154,7 +154,19 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 	if req.Timeout > 0 && req.QueueWait == 0 {
 		req.Timeout = max(req.Timeout-queued, time.Millisecond)
 	}
-	return p.runOn(ctx, sh, req, queued)
+	res, err := p.runOn(ctx, sh, req, queued)
+	if res.ShellLost && res.NotStarted && ctx.Err() == nil {
+		// The shell died before the command began (an idle shell that
+		// exited just as it was taken): nothing ran, so the command gets
+		// one more shell, a new one if none is idle.
+		if sh, again, aerr := p.acquire(actx); aerr == nil {
+			if req.Timeout > 0 && req.QueueWait == 0 {
+				req.Timeout = max(req.Timeout-again, time.Millisecond)
+			}
+			return p.runOn(ctx, sh, req, queued+again)
+		}
+	}
+	return res, err
 }
 
 // TryRun runs one command on a shell of the pool that is open and idle

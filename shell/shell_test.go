@@ -516,3 +516,29 @@ func TestQuietOnlyWithNothingRunning(t *testing.T) {
 		t.Fatal("quiet after a shell was lost under a command")
 	}
 }
+
+// TestDeadIdleShellRetried: a command handed an idle shell that dies
+// before the command begins (it exits on its next input, as one killed
+// just as it was taken does) runs on another shell, once, and the agent
+// sees its output, not a lost shell.
+func TestDeadIdleShellRetried(t *testing.T) {
+	dir := t.TempDir()
+	p := NewPool(localHost{}, Options{EachCommand: `[ -e '` + dir + `'/die-$$ ] && exit 9`}, 2)
+	t.Cleanup(p.Close)
+	pid := strings.TrimSpace(runPool(t, p, Request{Command: "echo $$"}).stdout)
+	if err := os.WriteFile(filepath.Join(dir, "die-"+pid), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runPool(t, p, Request{Command: "echo ran in $$"})
+	if r.res.ShellLost || r.res.ExitCode != 0 || r.stdout == "ran in "+pid+"\n" || !strings.HasPrefix(r.stdout, "ran in ") {
+		t.Fatalf("a command handed a shell that died first: %+v %q", r.res, r.stdout)
+	}
+	// A shell that dies once the command has begun is not a retry's.
+	r = runPool(t, p, Request{Command: "echo once >>'" + dir + "'/ran; kill -9 $$"})
+	if !r.res.ShellLost || r.res.NotStarted {
+		t.Fatalf("a shell killed by its command: %+v", r.res)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "ran")); string(data) != "once\n" {
+		t.Fatalf("a command whose shell died after it began ran %q", data)
+	}
+}
