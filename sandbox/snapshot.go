@@ -531,18 +531,7 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 	// refilled from the snapshot. Where that move can be undone, the image
 	// is checked meanwhile, and a missing one puts the container back
 	// before anything in it was touched.
-	// The old container's jobs end with it: their records go when it does
-	// (finish), not while it may yet be put back.
-	endOld := func() {
-		m.bumpGen(name, "restored")
-		if !undoable {
-			m.forgetJobs(name)
-		}
-		if sb := m.detach(name); sb != nil {
-			sb.end(endedByRestore + " (" + snap + ")")
-		}
-		m.runHooks(name, "restore")
-	}
+	endOld := func() { m.endRestored(name, snap, undoable) }
 	// The restore is recorded before the container moves: a server killed
 	// from here on leaves it for the next one to undo or finish (intent.go).
 	in := newIntent(name, "restore", snap)
@@ -632,6 +621,22 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 	}
 	m.endIntent(name)
 	return info, rec, nil
+}
+
+// endRestored ends what runs in sandbox name's container as a restore
+// from snap replaces it: its commands, told why, and what lives beside
+// it (runHooks). Its jobs end with it: their records go when it does,
+// so here only where it cannot be put back (undoable false), and
+// otherwise once the restore no longer may undo (finish).
+func (m *Manager) endRestored(name, snap string, undoable bool) {
+	m.bumpGen(name, "restored")
+	if !undoable {
+		m.forgetJobs(name)
+	}
+	if sb := m.detach(name); sb != nil {
+		sb.end(endedByRestore + " (" + snap + ")")
+	}
+	m.runHooks(name, "restore")
 }
 
 // retire frees name for a new container and returns finish, which ends

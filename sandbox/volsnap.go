@@ -181,18 +181,8 @@ func (m *Manager) restoreVolume(ctx context.Context, rec state.Snapshot, name st
 		}
 		return BootInfo{}, fmt.Errorf("restore sandbox %q from snapshot %q: make its workspace from the volume snapshot: %w; the sandbox was left as it was", name, snap, err)
 	}
-	endOld := func() {
-		m.bumpGen(name, "restored")
-		if !undoable {
-			m.forgetJobs(name)
-		}
-		if sb := m.detach(name); sb != nil {
-			sb.end(endedByRestore + " (" + snap + ")")
-		}
-		m.runHooks(name, "restore")
-	}
 	if !undoable {
-		endOld() // retire removes the container: its commands end first, told why
+		m.endRestored(name, snap, false) // retire removes the container: its commands end first, told why
 	}
 	finish, undo, err := m.retire(ctx, name, known, in.Trash)
 	if err != nil {
@@ -201,7 +191,7 @@ func (m *Manager) restoreVolume(ctx context.Context, rec state.Snapshot, name st
 	}
 	defer finish()
 	if undoable {
-		endOld()
+		m.endRestored(name, snap, true)
 	}
 	prof := m.ProfileFor(name)
 	prof.Image = rec.BaseImage

@@ -48,28 +48,11 @@ func claimGone(t *testing.T, ctx context.Context, admin kubernetes.Interface, ns
 // left as it was; delete_snapshot removes the VolumeSnapshot and the
 // driver's copy; destroy removes the claim.
 func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
-	if cluster == nil {
-		t.Skip(skipWhy)
-	}
-	csi := cluster.RunCSI(t)
-	ns, token, admin := namespace(t)
-	kl := standIn(t, ns)
-	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
-		StorageClass: kubetest.CSILateStorageClass, SnapshotClass: kubetest.CSISnapshotClass})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newCSIEnv(t, kubetest.CSILateStorageClass)
+	rt, ns, admin, store, snapDir := e.rt, e.ns, e.admin, e.store, e.snapDir
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	store, err := state.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	snapDir, prefix := t.TempDir(), kl.Node[:8]
-	newManager := func() *sandbox.Manager {
-		return sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: testImage},
-			Snapshots: store, SnapshotDir: snapDir, Intents: store, Sandboxes: store, LockDir: t.TempDir()})
-	}
+	newManager := e.manager
 	m := newManager()
 	t.Cleanup(func() {
 		_, _ = m.Destroy(context.Background(), "default")
@@ -98,7 +81,7 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 		t.Fatalf("volume snapshots after the snapshot: %v %v", names, err)
 	}
 	const probe = "cat /workspace/w.txt /workspace/link; echo; ls /workspace | tr '\\n' ' '"
-	first := sandbox.ContainerName(prefix+"-ws", "default")
+	first := e.workspace("default")
 	for i := range 2 {
 		run(m, "echo v2 >/workspace/w.txt && touch /workspace/new && rm /workspace/link")
 		text, data, isErr = tool("restore", map[string]any{"snapshot_name": "s1"})
@@ -161,17 +144,7 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 	if names, err := rt.VolumeSnapshotNames(ctx); err != nil || len(names) != 0 {
 		t.Fatalf("volume snapshots after delete_snapshot: %v %v", names, err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, snaps, err := csi.Driver.Count()
-		if err == nil && snaps == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the driver's snapshots after delete_snapshot: %d %v", snaps, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.driverSnapshotsGone(t, "delete_snapshot")
 	if _, err := m.Destroy(ctx, "default"); err != nil {
 		t.Fatal(err)
 	}
@@ -185,28 +158,11 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 // undone (the claim goes, the workspace is as it was); one killed after
 // is finished (the claim it replaced goes); the next call is told which.
 func TestKilledVolumeSnapshotRestore(t *testing.T) {
-	if cluster == nil {
-		t.Skip(skipWhy)
-	}
-	cluster.RunCSI(t)
-	ns, token, admin := namespace(t)
-	kl := standIn(t, ns)
-	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
-		StorageClass: kubetest.CSIStorageClass, SnapshotClass: kubetest.CSISnapshotClass})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newCSIEnv(t, kubetest.CSIStorageClass)
+	rt, ns, admin, store, snapDir, lockDir, prefix := e.rt, e.ns, e.admin, e.store, e.snapDir, e.lockDir, e.prefix
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	store, err := state.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	snapDir, lockDir, prefix := t.TempDir(), t.TempDir(), kl.Node[:8]
-	newManager := func() *sandbox.Manager {
-		return sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: testImage},
-			Snapshots: store, SnapshotDir: snapDir, Intents: store, Sandboxes: store, LockDir: lockDir})
-	}
+	newManager := e.manager
 	m := newManager()
 	t.Cleanup(func() {
 		_, _ = m.Destroy(context.Background(), "default")
@@ -226,7 +182,7 @@ func TestKilledVolumeSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	whole, _, _ := store.Snapshot("whole")
-	ws := sandbox.ContainerName(prefix+"-ws", "default")
+	ws := e.workspace("default")
 	// Killed in a snapshot: its VolumeSnapshot made, not recorded.
 	half := ".vsnap-half-0123456789abcdef"
 	if _, err := rt.SnapshotVolume(ctx, ws, half, map[string]string{sandbox.LabelOwner: prefix}); err != nil {

@@ -15,12 +15,74 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
+
+// csiEnv is a namespace of the test cluster with its CSI storage running
+// and its own kubelet stand-in, a runtime on it that makes claims of
+// class and snapshots them, and a state store and directories that the
+// servers of a test (its Managers) share.
+type csiEnv struct {
+	csi                      *kubetest.CSI
+	ns, token                string
+	admin                    kubernetes.Interface
+	rt                       *Runtime
+	store                    *state.Store
+	snapDir, lockDir, prefix string
+}
+
+func newCSIEnv(t *testing.T, class string) *csiEnv {
+	t.Helper()
+	if cluster == nil {
+		t.Skip(skipWhy)
+	}
+	e := &csiEnv{csi: cluster.RunCSI(t)}
+	e.ns, e.token, e.admin = namespace(t)
+	kl := standIn(t, e.ns)
+	var err error
+	e.rt, err = New(cluster.Config(e.token), Options{Namespace: e.ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
+		StorageClass: class, SnapshotClass: kubetest.CSISnapshotClass})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.store, err = state.New(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	e.snapDir, e.lockDir, e.prefix = t.TempDir(), t.TempDir(), kl.Node[:8]
+	return e
+}
+
+// manager is a server of the test: a Manager over the shared runtime,
+// store and directories.
+func (e *csiEnv) manager() *sandbox.Manager {
+	return sandbox.NewManager(e.rt, sandbox.Config{Prefix: e.prefix, Defaults: sandbox.Profile{Image: testImage},
+		Snapshots: e.store, SnapshotDir: e.snapDir, Intents: e.store, Sandboxes: e.store, LockDir: e.lockDir})
+}
+
+// workspace is the name of sandbox name's workspace as the runtime's
+// sandboxes first get it.
+func (e *csiEnv) workspace(name string) string { return sandbox.ContainerName(e.prefix+"-ws", name) }
+
+// driverSnapshotsGone waits until the CSI driver holds no snapshot.
+func (e *csiEnv) driverSnapshotsGone(t *testing.T, after string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, snaps, err := e.csi.Driver.Count()
+		if err == nil && snaps == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the driver's snapshots after %s: %d %v", after, snaps, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
 
 // TestCloneByVolumeSnapshot: with a VolumeSnapshotClass set and a CSI
 // driver that snapshots (the test cluster's: csihost, with the real
@@ -32,36 +94,21 @@ import (
 // copied, no snapshot (object or the driver's) nor tar nor record of the
 // clone is left, and the next server keeps the clone.
 func TestCloneByVolumeSnapshot(t *testing.T) {
-	if cluster == nil {
-		t.Skip(skipWhy)
-	}
-	csi := cluster.RunCSI(t)
-	ns, token, admin := namespace(t)
-	kl := standIn(t, ns)
-	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
-		StorageClass: kubetest.CSILateStorageClass, SnapshotClass: kubetest.CSISnapshotClass})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newCSIEnv(t, kubetest.CSILateStorageClass)
+	rt, ns, admin, store, snapDir := e.rt, e.ns, e.admin, e.store, e.snapDir
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	if d := sandbox.DescribeClones(ctx, rt); !strings.Contains(d, "by the storage") {
 		t.Fatalf("doctor's clones line with a snapshot class: %s", d)
 	}
-	plain, err := New(cluster.Config(token), Options{Namespace: ns})
+	plain, err := New(cluster.Config(e.token), Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := sandbox.DescribeClones(ctx, plain); !strings.Contains(d, "tar through the server") || !strings.Contains(d, "--kube-snapshot-class") {
 		t.Fatalf("doctor's clones line without a snapshot class: %s", d)
 	}
-	store, err := state.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	snapDir := t.TempDir()
-	m := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: testImage},
-		Snapshots: store, SnapshotDir: snapDir, Intents: store, LockDir: t.TempDir()})
+	m := e.manager()
 	t.Cleanup(func() {
 		for _, n := range []string{"default", "copy"} {
 			_, _ = m.Destroy(context.Background(), n)
@@ -89,7 +136,7 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 		t.Fatalf("the clone's workspace: %q", out)
 	}
 	// The clone's claim was made from the snapshot by the driver.
-	claim, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, objectName(sandbox.ContainerName(kl.Node[:8]+"-ws", "copy")), metav1.GetOptions{})
+	claim, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, objectName(e.workspace("copy")), metav1.GetOptions{})
 	if err != nil || claim.Spec.DataSource == nil || claim.Spec.DataSource.Kind != "VolumeSnapshot" {
 		t.Fatalf("the clone's claim: %v %+v", err, claim)
 	}
@@ -106,17 +153,7 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 	if names, err := rt.VolumeSnapshotNames(ctx); err != nil || len(names) != 0 {
 		t.Fatalf("volume snapshots after the clone: %v %v", names, err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, snaps, err := csi.Driver.Count()
-		if err == nil && snaps == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the driver's snapshots after the clone: %d %v", snaps, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	e.driverSnapshotsGone(t, "the clone")
 	if leftover, _ := filepath.Glob(filepath.Join(snapDir, ".clone-*")); len(leftover) != 0 {
 		t.Fatalf("the clone left a tar: %v", leftover)
 	}
@@ -124,8 +161,7 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 		t.Fatalf("records of operations under way after the clone: %+v %v", in, err)
 	}
 	// The next server finds a whole clone, and keeps it.
-	m2 := sandbox.NewManager(rt, sandbox.Config{Prefix: kl.Node[:8], Defaults: sandbox.Profile{Image: testImage},
-		Snapshots: store, SnapshotDir: snapDir, Intents: store, LockDir: t.TempDir()})
+	m2 := e.manager()
 	defer m2.Close()
 	if err := m2.Reconcile(ctx); err != nil {
 		t.Fatal(err)
@@ -142,28 +178,11 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 // a clone's claim made from one whose sandbox never booted (its record
 // says the clone had begun). The source is left as it was.
 func TestKilledVolumeSnapshotClone(t *testing.T) {
-	if cluster == nil {
-		t.Skip(skipWhy)
-	}
-	cluster.RunCSI(t)
-	ns, token, admin := namespace(t)
-	kl := standIn(t, ns)
-	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
-		StorageClass: kubetest.CSIStorageClass, SnapshotClass: kubetest.CSISnapshotClass})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newCSIEnv(t, kubetest.CSIStorageClass)
+	rt, ns, admin, store, snapDir, lockDir, prefix := e.rt, e.ns, e.admin, e.store, e.snapDir, e.lockDir, e.prefix
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	store, err := state.New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	snapDir, lockDir, prefix := t.TempDir(), t.TempDir(), kl.Node[:8]
-	newManager := func() *sandbox.Manager {
-		return sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: testImage},
-			Snapshots: store, SnapshotDir: snapDir, Intents: store, LockDir: lockDir})
-	}
+	newManager := e.manager
 	m := newManager()
 	t.Cleanup(func() {
 		_, _ = m.Destroy(context.Background(), "default")
@@ -173,7 +192,7 @@ func TestKilledVolumeSnapshotClone(t *testing.T) {
 	if res, err := m.Exec(ctx, "default", shell.Request{Command: "echo ws >/workspace/w.txt", Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
 		t.Fatalf("fill the source: %v %+v", err, res)
 	}
-	src := sandbox.ContainerName(prefix+"-ws", "default")
+	src := e.workspace("default")
 	labels := map[string]string{sandbox.LabelOwner: prefix}
 
 	// Killed after it snapshotted the source, and after it made the
@@ -187,7 +206,7 @@ func TestKilledVolumeSnapshotClone(t *testing.T) {
 		sum := sha256.Sum256([]byte(key))
 		listed = append(listed, filepath.Join(snapDir, key+"-"+hex.EncodeToString(sum[:4])+".workspace.tar")+"\x00"...)
 	}
-	half := sandbox.ContainerName(prefix+"-ws", "half")
+	half := e.workspace("half")
 	if err := rt.VolumeFromSnapshot(ctx, half, ".clone-half-fedcba9876543210", map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: "half"}, 0); err != nil {
 		t.Fatal(err)
 	}
