@@ -132,7 +132,7 @@ func (s *Server) handleSnapshot(ctx context.Context, req mcp.CallToolRequest) (*
 	if sn.WorkspaceOnly {
 		kept := sizeText(sn.WorkspaceBytes)
 		if sn.VolumeSnapshot != "" {
-			kept += ", kept as a volume snapshot by the cluster's storage"
+			kept = "kept as a volume snapshot by the cluster's storage, of a volume of " + kept
 		}
 		text = fmt.Sprintf("snapshot %q of sandbox %q saved in %.1f s: the workspace only (%s); this runtime cannot save the root filesystem "+
 			"(installed packages, files outside /workspace, env variables), so a restore boots the base image %s afresh",
@@ -184,14 +184,14 @@ func (s *Server) handleListSnapshots(ctx context.Context, _ mcp.CallToolRequest)
 	for _, sn := range all {
 		out.Snapshots = append(out.Snapshots, snapshotInfo(sn))
 		fmt.Fprintf(&b, "%s  from %q  %s  base %s", sn.Name, sn.Sandbox, sn.Created.Format(time.RFC3339), sn.BaseImage)
-		if sn.Workspace {
+		switch {
+		case sn.VolumeSnapshot != "":
+			fmt.Fprintf(&b, "  workspace as a volume snapshot (of a %s volume)", sizeText(sn.WorkspaceBytes))
+		case sn.Workspace:
 			fmt.Fprintf(&b, "  workspace %s", sizeText(sn.WorkspaceBytes))
 		}
 		if sn.WorkspaceOnly {
 			b.WriteString(" (no root filesystem)")
-		}
-		if sn.VolumeSnapshot != "" {
-			b.WriteString(" (a volume snapshot)")
 		}
 		if sn.Parent != "" {
 			b.WriteString("  parent " + sn.Parent)

@@ -124,10 +124,22 @@ func newIntent(name, op, snap string) state.Intent {
 		Stage: guest.WorkspaceStagePrefix + id, Old: guest.WorkspaceOldPrefix + id, Began: time.Now().UTC()}
 }
 
-// putIntent records in (nothing without an IntentStore).
+// putIntent records in (nothing without an IntentStore). A restore from a
+// volume snapshot recorded on the name before, which a server killed or
+// a removal that failed left, is ended first (settleVolumeRestore): its
+// record names a workspace nothing else would remove.
 func (m *Manager) putIntent(in state.Intent) error {
 	if m.cfg.Intents == nil {
 		return nil
+	}
+	if prev, ok, err := m.cfg.Intents.Intent(in.Sandbox); err == nil && ok && prev.Volume != "" && prev.Stage != in.Stage {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		_, serr := m.settleVolumeRestore(ctx, in.Sandbox, prev) // volsnap.go
+		cancel()
+		if serr != nil {
+			m.log.Warn("end an earlier restore before the "+in.Op+"; its workspaces are left", "sandbox", in.Sandbox,
+				"volume", prev.Volume, "old_volume", prev.OldVolume, "err", serr)
+		}
 	}
 	if err := m.cfg.Intents.PutIntent(in); err != nil {
 		return fmt.Errorf("record the %s of sandbox %q: %w", in.Op, in.Sandbox, err)

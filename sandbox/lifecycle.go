@@ -452,7 +452,14 @@ func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
 	prof, _ := json.Marshal(sb.Profile)
 	rec := state.Sandbox{Name: sb.Name, Container: sb.Container, Profile: prof,
 		IdleTTL: sb.IdleTTL.String(), LastBoot: time.Now().UTC()}
-	if m.validSpareVolume(sb.volume) {
+	switch {
+	case m.restoringOnto(sb.Name, sb.volume):
+		// volsnap.go: a restore not yet finished, which records its new
+		// workspace itself once it is; the old one stays recorded.
+		if prev, ok, _ := m.sandboxRecord(sb.Name); ok {
+			rec.Volume = prev.Volume
+		}
+	case m.validSpareVolume(sb.volume):
 		rec.Volume = sb.volume // spare.go: what a reset or destroy without the container needs
 	}
 	if info.Created {

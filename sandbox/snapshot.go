@@ -811,7 +811,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapsh
 	if rec.VolumeSnapshot != "" {
 		vs, ok := m.rt.(VolumeSnapshotter)
 		if !ok {
-			return rec, fmt.Errorf("delete snapshot %q: %w: its workspace is a volume snapshot (%s) of a cluster's storage, which %s does not reach",
+			return rec, fmt.Errorf("delete snapshot %q: %w: its workspace is a volume snapshot (%s) of a cluster's storage, which %s does not reach; delete it from a server on that cluster (--runtime kubernetes)",
 				snap, ErrUnsupported, rec.VolumeSnapshot, m.rt.Kind())
 		}
 		if err := vs.RemoveVolumeSnapshot(ctx, rec.VolumeSnapshot); err != nil {

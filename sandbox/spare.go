@@ -753,14 +753,22 @@ func (m *Manager) recordWorkspace(name string, c Container) {
 }
 
 // recordVolume saves vol as sandbox name's workspace in its record (a
-// claimed spare's, or one a restore made from a volume snapshot).
+// claimed spare's, or one a restore made from a volume snapshot); a vol
+// that is not such a one (the workspace named after the sandbox) clears
+// the record's, where there is a record.
 func (m *Manager) recordVolume(name, vol string) {
-	if !m.validSpareVolume(vol) || m.cfg.Sandboxes == nil {
+	if m.cfg.Sandboxes == nil {
 		return
 	}
-	rec, _, err := m.sandboxRecord(name)
+	rec, ok, err := m.sandboxRecord(name)
 	if err != nil {
 		m.log.Warn("record a sandbox's workspace: read the record", "sandbox", name, "err", err)
+	}
+	if !m.validSpareVolume(vol) {
+		if !ok || rec.Volume == "" {
+			return
+		}
+		vol = ""
 	}
 	if rec.Volume == vol {
 		return
@@ -1108,7 +1116,12 @@ func (m *Manager) sweepSpareVolumes(ctx context.Context) ([]string, error) {
 // unmountedSpareVolumes are the spare workspaces among the volume names
 // that no container of cs mounts.
 func (m *Manager) unmountedSpareVolumes(cs []Container, names []string) []string {
-	used := m.intentVolumes() // volsnap.go: a restore's, not mounted yet
+	used, err := m.intentVolumes() // volsnap.go: a restore's, not mounted yet
+	if err != nil {
+		// Which are a restore's cannot be told: none is taken for unused.
+		m.log.Warn("look for unused spare workspaces", "err", err)
+		return nil
+	}
 	for _, c := range cs {
 		used[c.Labels[LabelVolume]] = true
 	}

@@ -147,9 +147,10 @@ func (m *Manager) restoreVolume(ctx context.Context, rec state.Snapshot, name st
 		return BootInfo{}, err
 	}
 	defer release()
-	// The container the restore replaces, and the workspace it mounts.
+	// The container the restore replaces, and the workspace it mounts:
+	// the one booted here, unless another server replaced it since.
 	known, oldVol := "", ""
-	if sb, ok := m.Lookup(name); ok && sb.own != nil {
+	if sb, ok := m.Lookup(name); ok && sb.own != nil && m.current(sb) {
 		known, oldVol = sb.own.ID(), sb.volume
 	} else if c, err := m.inspectOwned(ctx, name); err == nil {
 		known, oldVol = idOr(c), m.volumeOf(name, c)
@@ -167,9 +168,11 @@ func (m *Manager) restoreVolume(ctx context.Context, rec state.Snapshot, name st
 	if err := m.putIntent(in); err != nil {
 		return BootInfo{}, err
 	}
-	// undone drops the new workspace and the record: the sandbox's
-	// record names the old one still.
+	// undone drops the new workspace, has the sandbox's record name the
+	// old one again (a boot records the workspace it mounts), and ends
+	// the restore's record.
 	undone := func() {
+		m.recordVolume(name, in.OldVolume)
 		m.dropRestoredVolume(ctx, in.Volume)
 		m.endIntent(name)
 	}
@@ -187,7 +190,10 @@ func (m *Manager) restoreVolume(ctx context.Context, rec state.Snapshot, name st
 	finish, undo, err := m.retire(ctx, name, known, in.Trash)
 	if err != nil {
 		undone()
-		return BootInfo{}, err
+		if !undoable {
+			return BootInfo{}, fmt.Errorf("restore sandbox %q from snapshot %q: %w; its commands had ended, its workspace is as it was", name, snap, err)
+		}
+		return BootInfo{}, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was left as it was", name, snap, err)
 	}
 	defer finish()
 	if undoable {
@@ -198,30 +204,53 @@ func (m *Manager) restoreVolume(ctx context.Context, rec state.Snapshot, name st
 	m.setOverride(name, &bootOverride{prof: prof, labels: map[string]string{LabelParent: snap, LabelBaseImage: rec.BaseImage}})
 	defer m.setOverride(name, nil)
 	defer m.setKnownVolume(name, in.Volume)()
-	_, info, err := m.bootLocked(ctx, name, bootReplace)
+	sb, info, err := m.bootLocked(ctx, name, bootReplace)
 	info.FreshBase = rec.BaseImage
+	if err == nil && (!info.Created || sb.volume != in.Volume) {
+		// Not the container this restore made on the new workspace.
+		if nsb := m.detach(name); nsb != nil {
+			nsb.end(endedByRestore + " (" + snap + "), which failed")
+		}
+		err = fmt.Errorf("the sandbox booted on workspace %s, not on the one made from the snapshot (%s)", sb.volume, in.Volume)
+	}
 	if err != nil {
 		back := undo()
 		if !back {
+			// The failed boot's container, if it got that far, goes
+			// before its workspace (undo removes it where it can rename).
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			if rerr := m.rt.Remove(rctx, m.ContainerFor(name)); rerr != nil && !errors.Is(rerr, ErrNotFound) {
+				m.log.Warn("remove the container of a failed restore", "sandbox", name, "err", rerr)
+			}
+			cancel()
 			m.forgetJobs(name)
 		}
 		undone()
 		if back {
 			return info, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox was put back as it was (the commands it ran had ended; its jobs run on)", name, snap, err)
 		}
-		return info, fmt.Errorf("restore sandbox %q from snapshot %q: %w; its workspace is as it was, and its next command boots it afresh", name, snap, err)
+		return info, fmt.Errorf("restore sandbox %q from snapshot %q: %w; the sandbox has no container now; its workspace is as it was, and its next command boots it afresh", name, snap, err)
 	}
 	// The sandbox runs on the new workspace: the restore is finished from
-	// here on, whatever happens.
-	m.recordVolume(name, in.Volume)
+	// here on, whatever happens. Recorded so first, then the sandbox's
+	// record: a server killed between the two finishes it.
 	in.Phase = intentStaged
 	if err := m.putIntent(in); err != nil {
-		m.log.Warn("record a restore's progress", "sandbox", name, "err", err)
+		// Still recorded as begun: the old workspace stays, for the next
+		// server to finish from (the old container gone, the sandbox on
+		// the new workspace).
+		m.log.Warn("record a restore's progress; its old workspace is kept until the next server finishes it", "sandbox", name, "volume", in.OldVolume, "err", err)
+		m.recordVolume(name, in.Volume)
+		m.forgetJobs(name)
+		finish()
+		return info, nil
 	}
+	m.recordVolume(name, in.Volume)
 	m.forgetJobs(name)
 	finish()
 	if err := m.dropOldWorkspace(ctx, in); err != nil {
-		// Kept recorded: the next boot of the sandbox removes it.
+		// Kept recorded: the next server, or the next operation on the
+		// sandbox (settleVolumeRestore), removes it.
 		m.log.Warn("remove the workspace a restore replaced", "sandbox", name, "volume", in.OldVolume, "err", err)
 		return info, nil
 	}
@@ -256,21 +285,34 @@ func (m *Manager) dropOldWorkspace(ctx context.Context, in state.Intent) error {
 	return nil
 }
 
+// restoringOnto reports whether a restore of sandbox name onto workspace
+// vol, made from a volume snapshot, is under way and not yet finished.
+func (m *Manager) restoringOnto(name, vol string) bool {
+	if m.cfg.Intents == nil || vol == "" {
+		return false
+	}
+	in, ok, err := m.cfg.Intents.Intent(name)
+	return err == nil && ok && in.Volume == vol && in.Phase != intentStaged
+}
+
 // intentVolumes are the workspace volumes that restores under way (here
 // or in a killed server) made and no container may mount yet: not a
 // spare's left behind.
-func (m *Manager) intentVolumes() map[string]bool {
+func (m *Manager) intentVolumes() (map[string]bool, error) {
 	out := map[string]bool{}
 	if m.cfg.Intents == nil {
-		return out
+		return out, nil
 	}
-	ins, _ := m.cfg.Intents.Intents()
+	ins, err := m.cfg.Intents.Intents()
+	if err != nil {
+		return nil, fmt.Errorf("read the records of operations under way: %w", err)
+	}
 	for _, in := range ins {
 		if in.Volume != "" {
 			out[in.Volume] = true
 		}
 	}
-	return out
+	return out, nil
 }
 
 // resumeVolumeRestore ends restore in from a volume snapshot that a dead
@@ -281,33 +323,54 @@ func (m *Manager) intentVolumes() map[string]bool {
 // whether something was left for the next boot to try again.
 func (m *Manager) resumeVolumeRestore(ctx context.Context, name string, in state.Intent) (said string, left bool) {
 	before := describeIntent(in) + " before the sandbox ran on the snapshot's workspace"
-	if in.Phase == intentBegun {
-		if in.Trash != "" {
-			back, why := m.putBack(ctx, name, in.Trash)
-			if back {
-				m.dropRestoredVolume(ctx, in.Volume)
-				return before + "; it was undone: the sandbox is as it was before it (its commands and jobs had ended)", false
-			}
-			if why != "" {
-				before += "; its old container could not be put back (" + why + ")"
-			}
-		}
-		c, err := m.inspectOwned(ctx, name)
-		if err != nil || c.Labels[LabelVolume] != in.Volume {
+	if in.Phase == intentBegun && in.Trash != "" {
+		back, why := m.putBack(ctx, name, in.Trash)
+		if back {
+			m.recordVolume(name, in.OldVolume)
 			m.dropRestoredVolume(ctx, in.Volume)
-			return before + "; it was undone: the sandbox's workspace is as it was", false
+			return before + "; it was undone: the sandbox is as it was before it (its commands and jobs had ended)", false
 		}
-		// Its old container gone, the sandbox runs on the new workspace:
-		// finished, as below.
+		if why != "" {
+			before += "; its old container could not be put back (" + why + ")"
+		}
 	}
-	said = describeIntent(in) + " after the sandbox ran on the snapshot's workspace; it was finished"
+	finished, err := m.settleVolumeRestore(ctx, name, in)
+	switch {
+	case err != nil:
+		m.log.Warn("end an interrupted restore", "sandbox", name, "err", err)
+		return describeIntent(in) + "; what it left could not be ended yet (" + err.Error() + "); the next boot tries again", true
+	case finished:
+		return describeIntent(in) + " after the sandbox ran on the snapshot's workspace; it was finished (its old container and workspace were removed)", false
+	default:
+		return before + "; it was undone: the sandbox's workspace is as it was", false
+	}
+}
+
+// settleVolumeRestore ends restore in from a volume snapshot, left on
+// name by a server killed or by a removal that failed, as far as it can
+// without moving containers: finished (the sandbox's record names the
+// new workspace, the old container and workspace go) where it was staged
+// or the container under the name mounts the new workspace; else undone
+// (the new workspace goes, the record names the old one). The caller
+// holds name's lifecycle lock and ends the record unless this failed.
+func (m *Manager) settleVolumeRestore(ctx context.Context, name string, in state.Intent) (finished bool, err error) {
+	c, ierr := m.inspectOwned(ctx, name)
+	switch {
+	case ierr == nil:
+	case errors.Is(ierr, ErrNotFound), errors.Is(ierr, ErrForeign):
+		// No container of ours: none mounts the new workspace.
+	default:
+		// Which workspace the sandbox runs on cannot be told now.
+		return false, ierr
+	}
+	if in.Phase != intentStaged && (ierr != nil || m.volumeOf(name, c) != in.Volume) {
+		m.recordVolume(name, in.OldVolume)
+		m.dropRestoredVolume(ctx, in.Volume)
+		return false, nil
+	}
 	m.recordVolume(name, in.Volume)
 	if in.Trash != "" {
 		m.removeRetired(in.Trash)
 	}
-	if err := m.dropOldWorkspace(ctx, in); err != nil {
-		m.log.Warn("remove the workspace an interrupted restore replaced", "sandbox", name, "volume", in.OldVolume, "err", err)
-		return said + "; its old workspace could not be removed yet (" + err.Error() + "); the next boot tries again", true
-	}
-	return said + " (its old container and workspace were removed)", false
+	return true, m.dropOldWorkspace(ctx, in)
 }

@@ -38,6 +38,8 @@ type Snapshot struct {
 	// the workspace volume the runtime's storage keeps (a Kubernetes
 	// VolumeSnapshot, by the name the server made it under) in place of a
 	// tar: a restore makes the sandbox a new workspace volume from it.
+	// WorkspaceBytes is then the size of the volume it was taken of (the
+	// storage's restore size), not of the files in it.
 	VolumeSnapshot string `json:"volume_snapshot,omitempty"`
 }
 

@@ -24,7 +24,9 @@ const cloneWorkspaceMB = 200
 // a VolumeSnapshot and a claim made from it, by the test cluster's CSI
 // driver and the real external-provisioner and external-snapshotter)
 // against the same clone with the workspace as a tar through the server,
-// on the same storage, alternately. The kubelet stand-in runs the pods.
+// on the same storage, alternately; then a snapshot of that workspace and
+// a restore from it, the same two ways. The kubelet stand-in runs the
+// pods.
 func (b *bench) benchKubeClone() error {
 	kube.RouteClientLogs(nil)
 	c, stop, why, err := kubetest.Start()
@@ -79,7 +81,7 @@ func (b *bench) benchKubeClone() error {
 			return err
 		}
 		m := sandbox.NewManager(rt, sandbox.Config{Prefix: "bc" + mode[:1], Defaults: sandbox.Profile{Image: image},
-			Snapshots: store, SnapshotDir: filepath.Join(dir, "snapshots"), Intents: store, LockDir: dir})
+			Snapshots: store, SnapshotDir: filepath.Join(dir, "snapshots"), Intents: store, Sandboxes: store, LockDir: dir})
 		defer m.Close()
 		defer func() {
 			for _, n := range []string{"src", "copy"} {
@@ -116,5 +118,41 @@ func (b *bench) benchKubeClone() error {
 	}
 	vs, tar := median(took["snapshot"]), median(took["tar"])
 	report(fmt.Sprintf("kube: clone of %d MB, by VolumeSnapshot", cloneWorkspaceMB), ms(vs), ms(tar)+" (by tar through the server)", ratio(vs, tar), "< 1x", vs < tar)
+	// A snapshot of the same workspace and a restore from it, the same
+	// two ways.
+	saved, restored := map[string][]time.Duration{}, map[string][]time.Duration{}
+	for i := range 3 {
+		for _, mode := range []string{"tar", "snapshot"} {
+			m, snap := managers[mode], fmt.Sprintf("s%d", i)
+			t0 := time.Now()
+			rec, err := m.Snapshot(ctx, "src", sandbox.SnapshotRequest{Name: snap, IncludeWorkspace: true})
+			if err != nil {
+				return fmt.Errorf("kubeclone: snapshot (%s): %w", mode, err)
+			}
+			saved[mode] = append(saved[mode], time.Since(t0))
+			if (rec.VolumeSnapshot != "") != (mode == "snapshot") {
+				return fmt.Errorf("kubeclone: snapshot (%s) kept its workspace as %+v", mode, rec)
+			}
+			if res, err := m.Exec(ctx, "src", shell.Request{Command: "rm /workspace/big", Timeout: time.Minute}); err != nil || res.ExitCode != 0 {
+				return fmt.Errorf("kubeclone: change the workspace (%s): %v %+v", mode, err, res)
+			}
+			t0 = time.Now()
+			if _, _, err := m.Restore(ctx, snap, "src"); err != nil {
+				return fmt.Errorf("kubeclone: restore (%s): %w", mode, err)
+			}
+			restored[mode] = append(restored[mode], time.Since(t0))
+			res, err := m.Exec(ctx, "src", shell.Request{Command: fmt.Sprintf("test $(wc -c </workspace/big) -eq %d", cloneWorkspaceMB<<20), Timeout: time.Minute})
+			if err != nil || res.ExitCode != 0 {
+				return fmt.Errorf("kubeclone: the restored workspace (%s): %v %+v", mode, err, res)
+			}
+			if _, err := m.DeleteSnapshot(ctx, snap); err != nil {
+				return err
+			}
+		}
+	}
+	vs, tar = median(saved["snapshot"]), median(saved["tar"])
+	report(fmt.Sprintf("kube: snapshot of %d MB, by VolumeSnapshot", cloneWorkspaceMB), ms(vs), ms(tar)+" (a tar on the host)", ratio(vs, tar), "< 1x", vs < tar)
+	vs, tar = median(restored["snapshot"]), median(restored["tar"])
+	report(fmt.Sprintf("kube: restore of %d MB, by VolumeSnapshot", cloneWorkspaceMB), ms(vs), ms(tar)+" (from a tar on the host)", ratio(vs, tar), "< 1x", vs < tar)
 	return nil
 }

@@ -251,10 +251,90 @@ func TestKilledVolumeSnapshotRestore(t *testing.T) {
 	if in, err := store.Intents(); err != nil || len(in) != 0 {
 		t.Fatalf("records of operations under way after the third server started: %+v %v", in, err)
 	}
+	// A restore whose old workspace could not be removed, left recorded
+	// on a sandbox that runs here: the next operation on it (a destroy)
+	// removes that workspace first, rather than forget it.
+	left := prefix + "-ws_spare_00112233445566cc"
+	if err := rt.VolumeFromSnapshot(ctx, left, whole.VolumeSnapshot, map[string]string{sandbox.LabelOwner: prefix, sandbox.LabelName: "default"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutIntent(state.Intent{Sandbox: "default", Op: "restore", Snapshot: "whole", Phase: "staged",
+		Volume: ws, OldVolume: left, Stage: ".sandbox-mcp-restore-0123456789cc", Began: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m3.DeleteSnapshot(ctx, "whole"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m3.Destroy(ctx, "default"); err != nil {
 		t.Fatal(err)
+	}
+	claimGone(t, ctx, admin, ns, left)
+	claimGone(t, ctx, admin, ns, ws)
+}
+
+// TestFailedVolumeRestore: a restore by volume snapshot whose sandbox
+// does not boot (its base image is gone) leaves the sandbox as it was,
+// in pod mode (the old pod put back) and in sandbox mode (no rename: the
+// old pod is gone, and the next command boots one afresh on the old
+// workspace); the claim made from the snapshot goes, the sandbox's record
+// names its old workspace, and no record of the restore is left.
+func TestFailedVolumeRestore(t *testing.T) {
+	for _, crd := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pods", true: "sandboxes"}[crd], func(t *testing.T) {
+			e := newCSIEnv(t, kubetest.CSIStorageClass, func(o *Options) { o.SandboxCRD, o.StartTimeout = crd, 30*time.Second })
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+			defer cancel()
+			m := e.manager()
+			t.Cleanup(func() {
+				_, _ = m.Destroy(context.Background(), "default")
+				m.Close()
+			})
+			run := func(cmd string) string {
+				t.Helper()
+				var out bytes.Buffer
+				res, err := m.Exec(ctx, "default", shell.Request{Command: cmd, Stdout: &out, Timeout: time.Minute})
+				if err != nil || res.ExitCode != 0 {
+					t.Fatalf("%s: %v %+v", cmd, err, res)
+				}
+				return out.String()
+			}
+			run("echo kept >/workspace/w.txt")
+			if _, err := m.Snapshot(ctx, "default", sandbox.SnapshotRequest{Name: "s", IncludeWorkspace: true}); err != nil {
+				t.Fatal(err)
+			}
+			run("echo changed >/workspace/w.txt")
+			// The snapshot's base image is gone: its sandbox cannot boot.
+			rec, _, _ := e.store.Snapshot("s")
+			if _, err := e.store.DeleteSnapshot("s"); err != nil {
+				t.Fatal(err)
+			}
+			rec.BaseImage = "localhost/sandbox-mcp-no-such-image:latest"
+			if err := e.store.AddSnapshot(rec); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := m.Restore(ctx, "s", "default")
+			want := map[bool]string{false: "put back as it was", true: "has no container now"}[crd]
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("a restore whose sandbox does not boot: %v (want %q)", err, want)
+			}
+			if out := run("cat /workspace/w.txt"); out != "changed\n" {
+				t.Fatalf("the workspace after a failed restore: %q", out)
+			}
+			claims, err := e.admin.CoreV1().PersistentVolumeClaims(e.ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range claims.Items {
+				if c.Annotations[annName] != e.workspace("default") {
+					claimGone(t, ctx, e.admin, e.ns, c.Annotations[annName])
+				}
+			}
+			if r, _, _ := e.store.Sandbox("default"); r.Volume != "" {
+				t.Fatalf("the sandbox's record names workspace %q after a failed restore", r.Volume)
+			}
+			if in, err := e.store.Intents(); err != nil || len(in) != 0 {
+				t.Fatalf("records of operations under way after a failed restore: %+v %v", in, err)
+			}
+		})
 	}
 }

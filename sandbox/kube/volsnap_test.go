@@ -36,7 +36,7 @@ type csiEnv struct {
 	snapDir, lockDir, prefix string
 }
 
-func newCSIEnv(t *testing.T, class string) *csiEnv {
+func newCSIEnv(t *testing.T, class string, opts ...func(*Options)) *csiEnv {
 	t.Helper()
 	if cluster == nil {
 		t.Skip(skipWhy)
@@ -44,9 +44,16 @@ func newCSIEnv(t *testing.T, class string) *csiEnv {
 	e := &csiEnv{csi: cluster.RunCSI(t)}
 	e.ns, e.token, e.admin = namespace(t)
 	kl := standIn(t, e.ns)
+	opt := Options{Namespace: e.ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
+		StorageClass: class, SnapshotClass: kubetest.CSISnapshotClass}
+	for _, o := range opts {
+		o(&opt)
+	}
+	if opt.SandboxCRD {
+		cluster.RunAgentSandbox(t)
+	}
 	var err error
-	e.rt, err = New(cluster.Config(e.token), Options{Namespace: e.ns, StartTimeout: 2 * time.Minute, VolumeSize: "64Mi",
-		StorageClass: class, SnapshotClass: kubetest.CSISnapshotClass})
+	e.rt, err = New(cluster.Config(e.token), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
