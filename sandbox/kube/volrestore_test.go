@@ -3,7 +3,6 @@
 package kube
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -17,25 +16,20 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
-	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
 
-// claimGone waits until the claim of workspace vol is gone (or going:
-// the protection controller keeps it while a pod that goes holds it).
+// claimGone waits, up to two minutes, until the claim of workspace vol
+// is gone (or going: the protection controller keeps it while a pod that
+// goes holds it).
 func claimGone(t *testing.T, ctx context.Context, admin kubernetes.Interface, ns, vol string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	until(ctx, t, "the claim of "+vol+" to go", func() (bool, error) {
 		c, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, objectName(vol), metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && c.DeletionTimestamp != nil) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the claim of %s is still there: %v", vol, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return apierrors.IsNotFound(err) || (err == nil && c.DeletionTimestamp != nil), nil // another error is tried again
+	})
 }
 
 // TestSnapshotRestoreByVolumeSnapshot: with a VolumeSnapshotClass set,
@@ -61,12 +55,8 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 	tool := toolsOf(t, m)
 	run := func(m *sandbox.Manager, cmd string) string {
 		t.Helper()
-		var out, errOut bytes.Buffer
-		res, err := m.Exec(ctx, "default", shell.Request{Command: cmd, Stdout: &out, Stderr: &errOut, Timeout: time.Minute})
-		if err != nil || res.ExitCode != 0 {
-			t.Fatalf("%s: %v %+v %q", cmd, err, res, errOut.String())
-		}
-		return out.String()
+		out, _ := runIn(ctx, t, m, "default", cmd)
+		return out
 	}
 	run(m, "echo v1 >/workspace/w.txt && mkdir -p /workspace/d && printf deep >/workspace/d/f && ln -s d/f /workspace/link")
 
@@ -170,12 +160,7 @@ func TestKilledVolumeSnapshotRestore(t *testing.T) {
 	})
 	exec := func(m *sandbox.Manager, cmd string) (string, string) {
 		t.Helper()
-		var out bytes.Buffer
-		res, err := m.Exec(ctx, "default", shell.Request{Command: cmd, Stdout: &out, Timeout: time.Minute})
-		if err != nil || res.ExitCode != 0 {
-			t.Fatalf("%s: %v %+v", cmd, err, res)
-		}
-		return out.String(), res.Boot.Recovered
+		return runIn(ctx, t, m, "default", cmd)
 	}
 	exec(m, "echo kept >/workspace/w.txt")
 	if _, err := m.Snapshot(ctx, "default", sandbox.SnapshotRequest{Name: "whole", IncludeWorkspace: true}); err != nil {
@@ -291,12 +276,8 @@ func TestFailedVolumeRestore(t *testing.T) {
 			})
 			run := func(cmd string) string {
 				t.Helper()
-				var out bytes.Buffer
-				res, err := m.Exec(ctx, "default", shell.Request{Command: cmd, Stdout: &out, Timeout: time.Minute})
-				if err != nil || res.ExitCode != 0 {
-					t.Fatalf("%s: %v %+v", cmd, err, res)
-				}
-				return out.String()
+				out, _ := runIn(ctx, t, m, "default", cmd)
+				return out
 			}
 			run("echo kept >/workspace/w.txt")
 			if _, err := m.Snapshot(ctx, "default", sandbox.SnapshotRequest{Name: "s", IncludeWorkspace: true}); err != nil {

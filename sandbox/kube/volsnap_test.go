@@ -75,20 +75,28 @@ func (e *csiEnv) manager() *sandbox.Manager {
 // sandboxes first get it.
 func (e *csiEnv) workspace(name string) string { return sandbox.ContainerName(e.prefix+"-ws", name) }
 
-// driverSnapshotsGone waits until the CSI driver holds no snapshot.
+// driverSnapshotsGone waits, up to a minute, until the CSI driver holds
+// no snapshot.
 func (e *csiEnv) driverSnapshotsGone(t *testing.T, after string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	until(ctx, t, "the driver's snapshots to go after "+after, func() (bool, error) {
 		_, snaps, err := e.csi.Driver.Count()
-		if err == nil && snaps == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the driver's snapshots after %s: %d %v", after, snaps, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil && snaps == 0, nil // a count that fails is tried again
+	})
+}
+
+// runIn runs cmd in sandbox name of m, failing the test unless it exits
+// 0; it returns its stdout and what the call was told of its boot.
+func runIn(ctx context.Context, t *testing.T, m *sandbox.Manager, name, cmd string) (stdout, told string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	res, err := m.Exec(ctx, name, shell.Request{Command: cmd, Stdout: &out, Stderr: &errOut, Timeout: time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%s in %s: %v %+v %q", cmd, name, err, res, errOut.String())
 	}
+	return out.String(), res.Boot.Recovered
 }
 
 // TestCloneByVolumeSnapshot: with a VolumeSnapshotClass set and a CSI
@@ -125,12 +133,8 @@ func TestCloneByVolumeSnapshot(t *testing.T) {
 	tool := toolsOf(t, m)
 	run := func(name, cmd string) string {
 		t.Helper()
-		var out, errOut bytes.Buffer
-		res, err := m.Exec(ctx, name, shell.Request{Command: cmd, Stdout: &out, Stderr: &errOut, Timeout: time.Minute})
-		if err != nil || res.ExitCode != 0 {
-			t.Fatalf("%s in %s: %v %+v %q", cmd, name, err, res, errOut.String())
-		}
-		return out.String()
+		out, _ := runIn(ctx, t, m, name, cmd)
+		return out
 	}
 	run("default", "echo ws1 >/workspace/w.txt && mkdir -p /workspace/d && printf deep >/workspace/d/f && ln -s d/f /workspace/link")
 
