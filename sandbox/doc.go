@@ -28,8 +28,7 @@
 //
 //	if r, ok := m.rt.(Renamer); ok { … } else { … fallback … }
 //
-// Today: Renamer (reset moves the old container aside; RenamerOf, since
-// a runtime may rename in some configurations only), StatsReader
+// Today: Renamer (reset moves the old container aside), StatsReader
 // (engine-side stats), SizedVolumeCreator, DiskLimiter and UsageDirs (disk
 // limits). The capabilities to come follow the same pattern and are added
 // with the features that need them: copying tar streams in and out

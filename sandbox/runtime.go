@@ -75,22 +75,9 @@ type Renamer interface {
 	Rename(ctx context.Context, name, newName string) error
 }
 
-// RenameChecker is implemented by a runtime whose Renamer works in some
-// of its configurations only (Kubernetes renames a sandbox it makes as a
-// pod, not one agent-sandbox's controller makes).
-type RenameChecker interface {
-	// WhyNoRename says why the runtime cannot rename as it is
-	// configured; "" when it can.
-	WhyNoRename() string
-}
-
-// RenamerOf is rt as a Renamer, when it is one and can rename as it is
-// configured.
+// RenamerOf is rt as a Renamer, when it is one.
 func RenamerOf(rt Runtime) (Renamer, bool) {
 	r, ok := rt.(Renamer)
-	if whyNoRename(rt) != "" {
-		return nil, false
-	}
 	return r, ok
 }
 
@@ -98,9 +85,6 @@ func RenamerOf(rt Runtime) (Renamer, bool) {
 func whyNoRename(rt Runtime) string {
 	if _, ok := rt.(Renamer); !ok {
 		return rt.Kind() + " cannot rename a container"
-	}
-	if c, ok := rt.(RenameChecker); ok {
-		return c.WhyNoRename()
 	}
 	return ""
 }

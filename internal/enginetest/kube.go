@@ -106,10 +106,12 @@ var NodeSuites = map[string]bool{
 const KubernetesCRD = Kubernetes + "@crd"
 
 // CRDSuites are the suites kubernetes@crd runs: the whole life of a
-// sandbox, children, and a server's restart, which are what the Sandbox
-// resource changes; the rest of the runtime is pod mode's.
+// sandbox, children, a server's restart, and warm spares (whose claim
+// hands a Sandbox on), which are what the Sandbox resource changes; the
+// rest of the runtime is pod mode's.
 var CRDSuites = map[string]bool{
 	"TestEndToEnd": true, "TestChildren": true, "TestHistorySurvivesRestart": true,
+	"TestWarmSpares": true, "TestProfileSpare": true,
 }
 
 // kubeTarget is the kubernetes target on the kubelet stand-in.

@@ -13,6 +13,11 @@ package kube
 // claims after it, and the runtime's claims outlive a removal for a
 // snapshot or a restore.
 //
+// The Sandbox has its pod's name (podNameOf the record): a renamed
+// sandbox's Sandbox, like its pod, keeps the name it was made with, and
+// its owner, name and pod labels are handed on to the new record (a warm
+// spare's claim, a reset moving the old sandbox aside).
+//
 // The fields written and read are those of agent-sandbox v1.0.1's
 // api/v1beta1 (SandboxSpec: podTemplate, operatingMode, service); the
 // controller names the pod after the Sandbox and makes itself the pod's
@@ -156,7 +161,7 @@ func (r *Runtime) withSandbox(ctx context.Context, rec record) (record, error) {
 	if r.dyn == nil {
 		return rec, nil
 	}
-	sb, err := r.getSandbox(ctx, rec.cm.Name)
+	sb, err := r.getSandbox(ctx, podNameOf(rec.cm))
 	if err != nil {
 		return rec, err
 	}
@@ -172,8 +177,8 @@ type sandboxOf struct {
 	suspended   bool
 }
 
-// sandboxOwners maps the name of each Sandbox a record owns to it: List's
-// one read for every record.
+// sandboxOwners maps the object name of each record that owns a Sandbox
+// to it: List's one read for every record.
 func (r *Runtime) sandboxOwners(ctx context.Context) (map[string]sandboxOf, error) {
 	list, err := r.sandboxes().List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
 	if err != nil {
@@ -187,8 +192,8 @@ func (r *Runtime) sandboxOwners(ctx context.Context) (map[string]sandboxOf, erro
 		u := &list.Items[i]
 		mode, _, _ := unstructured.NestedString(u.Object, "spec", "operatingMode")
 		for _, ref := range u.GetOwnerReferences() {
-			if ref.Kind == "ConfigMap" && ref.Name == u.GetName() {
-				out[u.GetName()] = sandboxOf{record: ref.UID, uid: u.GetUID(), suspended: mode == modeSuspended}
+			if isRecordRef(ref) {
+				out[ref.Name] = sandboxOf{record: ref.UID, uid: u.GetUID(), suspended: mode == modeSuspended}
 			}
 		}
 	}
@@ -210,6 +215,17 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 	sb, err := r.getSandbox(ctx, pod.Name)
 	if err != nil {
 		return nil, err
+	}
+	if sb != nil && !ownedBy(sb, rec.cm.UID) && sb.Labels[labelManaged] == managedBy &&
+		sb.Annotations[annName] != rec.cm.Annotations[annName] && podNameOf(rec.cm) == rec.cm.Name {
+		// A sandbox renamed away (a reset's old one) took its Sandbox,
+		// and so the name, with it: this record's gets a name of its own.
+		if pod, err = r.podOfItsOwn(ctx, rec, pod); err != nil {
+			return nil, err
+		}
+		if sb, err = r.getSandbox(ctx, pod.Name); err != nil {
+			return nil, err
+		}
 	}
 	if sb != nil && !ownedBy(sb, rec.cm.UID) {
 		return nil, fmt.Errorf("container %s: a Sandbox named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
@@ -238,11 +254,15 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 	if err := podMatches(made, pod); err != nil {
 		return nil, fmt.Errorf("container %s: the pod made for its Sandbox is not the one asked for (%v): left alone: %w", rec.spec.Name, err, sandbox.ErrInUse)
 	}
+	if err := r.stillThere(ctx, rec, made); err != nil {
+		return nil, err
+	}
 	return r.waitRunning(ctx, made)
 }
 
 // runSandbox writes pod's template into sb, whole, and sets it running,
-// if sb is still the object of its UID.
+// if sb is still the object of its UID, with the owners read (a rename
+// may have handed it on since).
 func (r *Runtime) runSandbox(ctx context.Context, sb *sandboxObject, pod *corev1.Pod) error {
 	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(templateOf(pod))
 	if err != nil {
@@ -250,6 +270,7 @@ func (r *Runtime) runSandbox(ctx context.Context, sb *sandboxObject, pod *corev1
 	}
 	patch, _ := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": sb.UID},
+		{"op": "test", "path": "/metadata/ownerReferences", "value": sb.OwnerReferences},
 		{"op": "replace", "path": "/spec/podTemplate", "value": tmpl},
 		{"op": "replace", "path": "/spec/operatingMode", "value": modeRunning},
 	})
@@ -363,13 +384,20 @@ func (r *Runtime) setMode(ctx context.Context, sb *sandboxObject, mode string) e
 func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject) (*corev1.Pod, error) {
 	deadline := time.Now().Add(r.opt.StartTimeout)
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
-	for {
+	for tries := 0; ; {
 		p, err := pods.Get(ctx, sb.Name, metav1.GetOptions{})
 		switch {
 		case err == nil && madeBy(p, rec) && p.DeletionTimestamp == nil:
 			return p, nil
 		case err != nil && !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
+		}
+		if tries++; tries%10 == 0 {
+			// A removal (or the garbage collector, its record gone) may
+			// have taken the Sandbox since.
+			if now, err := r.getSandbox(ctx, sb.Name); err == nil && (now == nil || now.UID != sb.UID) {
+				return nil, fmt.Errorf("container %s: its Sandbox was deleted while it started: %w", rec.spec.Name, sandbox.ErrInUse)
+			}
 		}
 		if time.Now().After(deadline) {
 			why := "is agent-sandbox's controller running?"
@@ -397,7 +425,7 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 // suspendSandbox sets rec's Sandbox suspended, so that its controller
 // does not make the pod again once the runtime deleted it.
 func (r *Runtime) suspendSandbox(ctx context.Context, rec record) error {
-	sb, err := r.getSandbox(ctx, rec.cm.Name)
+	sb, err := r.getSandbox(ctx, podNameOf(rec.cm))
 	if err != nil || sb == nil || !ownedBy(sb, rec.cm.UID) || sb.Spec.OperatingMode == modeSuspended {
 		return err
 	}
@@ -406,7 +434,7 @@ func (r *Runtime) suspendSandbox(ctx context.Context, rec record) error {
 
 // deleteSandbox deletes rec's Sandbox, if it owns one.
 func (r *Runtime) deleteSandbox(ctx context.Context, rec record) error {
-	sb, err := r.getSandbox(ctx, rec.cm.Name)
+	sb, err := r.getSandbox(ctx, podNameOf(rec.cm))
 	if err != nil || sb == nil || !ownedBy(sb, rec.cm.UID) {
 		return err
 	}

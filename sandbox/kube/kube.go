@@ -631,14 +631,15 @@ func (r *Runtime) startPod(ctx context.Context, rec record) (*corev1.Pod, error)
 	return r.waitRunning(ctx, made)
 }
 
-// stillThere reads rec's record again once its pod p is made (pod mode):
-// a removal or a rename on another server may have committed since it
-// was read, and looked for the pod before it was there. A removal marks
-// the record before it looks for the pod, and a start makes the pod
-// before it looks at the record, so one of the two sees the other.
-// Removed or being removed: the pod is deleted and the start fails. A
-// rename committed: the start finishes it, handing the pod on with the
-// sandbox (as if it had started before the rename), and goes on.
+// stillThere reads rec's record again once its pod p is made: a removal
+// or a rename on another server may have committed since it was read,
+// and looked for the pod (or the Sandbox) before it was there. A removal
+// marks the record before it looks for the pod, and a start makes the
+// pod before it looks at the record, so one of the two sees the other.
+// Removed or being removed: the pod is deleted (in sandbox mode its
+// Sandbox first) and the start fails. A rename committed: the start
+// finishes it, handing the pod (or Sandbox) on with the sandbox (as if
+// it had started before the rename), and goes on.
 func (r *Runtime) stillThere(ctx context.Context, rec record, p *corev1.Pod) error {
 	now, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{})
 	var why string
@@ -661,6 +662,11 @@ func (r *Runtime) stillThere(ctx context.Context, rec record, p *corev1.Pod) err
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
+	if r.dyn != nil {
+		if derr := r.deleteSandbox(dctx, rec); derr != nil {
+			return fmt.Errorf("container %s: %s while it started, and its new Sandbox could not be deleted: %w", rec.spec.Name, why, derr)
+		}
+	}
 	if derr := r.deletePod(dctx, p, time.Second); derr != nil {
 		return fmt.Errorf("container %s: %s while it started, and its new pod could not be deleted: %w", rec.spec.Name, why, derr)
 	}
@@ -1415,5 +1421,4 @@ var (
 	_ sandbox.VolumeSizer        = (*Runtime)(nil)
 	_ sandbox.VolumeLister       = (*Runtime)(nil)
 	_ sandbox.Renamer            = (*Runtime)(nil)
-	_ sandbox.RenameChecker      = (*Runtime)(nil)
 )

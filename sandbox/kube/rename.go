@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -181,23 +183,10 @@ func ownedByRecord(p *corev1.Pod, uid types.UID) bool {
 	return false
 }
 
-// WhyNoRename implements sandbox.RenameChecker: the runtime renames
-// sandboxes in pod mode; a Sandbox resource cannot be renamed, and its
-// controller owns the pod.
-func (r *Runtime) WhyNoRename() string {
-	if r.dyn != nil {
-		return "kubernetes cannot rename a sandbox agent-sandbox's Sandbox resource makes (--kube-sandbox-crd)"
-	}
-	return ""
-}
-
 // Rename gives the sandbox ref names (its container name or ID) the
 // container name newName, keeping its ID, creation time, pod, workspace
 // and labels.
 func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
-	if why := r.WhyNoRename(); why != "" {
-		return fmt.Errorf("%w: %s", sandbox.ErrUnsupported, why)
-	}
 	old, err := r.record(ctx, ref)
 	if err != nil {
 		return err
@@ -301,16 +290,13 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 	if err != nil {
 		return err
 	}
-	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
-	p, err := pods.Get(ctx, podNameOf(old), metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("kubernetes: rename %s: read its pod: %w", old.Annotations[annName], err)
-	case ownedByRecord(p, old.UID) && p.Labels[labelManaged] == managedBy:
-		if err := r.handOn(ctx, p, old, rec); err != nil {
-			return err
-		}
+	if r.dyn != nil {
+		err = r.handOnSandbox(ctx, old, rec)
+	} else {
+		err = r.handOnPod(ctx, old, rec)
+	}
+	if err != nil {
+		return err
 	}
 	if cut("pod") {
 		return nil
@@ -329,13 +315,101 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 	return nil
 }
 
-// handOn moves pod p from record old to rec (step 3): one patch that
-// holds only while p's owners are as read.
-func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old *corev1.ConfigMap, rec record) error {
+// handOnPod moves record old's pod, where it has one, to rec (step 3,
+// pod mode).
+func (r *Runtime) handOnPod(ctx context.Context, old *corev1.ConfigMap, rec record) error {
+	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, podNameOf(old), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("kubernetes: rename %s: read its pod: %w", old.Annotations[annName], err)
+	case !ownedByRecord(p, old.UID) || p.Labels[labelManaged] != managedBy:
+		return nil
+	}
 	want, err := r.podFor(rec.spec, rec.cm)
 	if err != nil {
 		return err
 	}
+	return r.handOn(ctx, p, old, rec, want, []metav1.OwnerReference{recordOwner(rec.cm)})
+}
+
+// handOnSandbox moves record old's Sandbox, where it has one, to rec
+// (step 3, sandbox mode): its owner, name and pod template (the pod's
+// labels and annotations, which its controller keeps the pod's) in one
+// patch that holds only while its owners are as read; then its pod's
+// labels and annotations, so that the pod is rec's at once rather than
+// at the controller's next pass. A reader that finds the Sandbox handed
+// on already still brings its pod up to date.
+func (r *Runtime) handOnSandbox(ctx context.Context, old *corev1.ConfigMap, rec record) error {
+	name := podNameOf(old)
+	sb, err := r.getSandbox(ctx, name)
+	if err != nil || sb == nil || sb.Labels[labelManaged] != managedBy {
+		return err
+	}
+	want, err := r.podFor(rec.spec, rec.cm)
+	if err != nil {
+		return err
+	}
+	if ownedBy(sb, old.UID) {
+		if want.Labels[labelNetwork] != networkNone {
+			// The groups' policies first, as in pod mode.
+			if err := r.ensureGroups(ctx, rec, want); err != nil {
+				return err
+			}
+		}
+		meta, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&templateOf(want).Metadata)
+		if err != nil {
+			return fmt.Errorf("kubernetes: rename %s: %w", old.Annotations[annName], err)
+		}
+		annotations := maps.Clone(sb.Annotations)
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[annName] = rec.cm.Annotations[annName]
+		patch, _ := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": sb.UID},
+			{"op": "test", "path": "/metadata/ownerReferences", "value": sb.OwnerReferences},
+			{"op": "replace", "path": "/metadata/ownerReferences", "value": []metav1.OwnerReference{recordOwner(rec.cm)}},
+			{"op": "replace", "path": "/metadata/annotations", "value": annotations},
+			{"op": "replace", "path": "/spec/podTemplate/metadata", "value": meta},
+		})
+		if _, err := r.sandboxes().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+			now, gerr := r.getSandbox(ctx, name)
+			if gerr != nil || now == nil || now.UID != sb.UID || ownedBy(now, old.UID) {
+				return fmt.Errorf("kubernetes: rename %s: hand its Sandbox on: %w", old.Annotations[annName], err)
+			}
+			sb = now // handed on by another reader
+		} else {
+			sb.OwnerReferences = []metav1.OwnerReference{recordOwner(rec.cm)}
+		}
+	}
+	if !ownedBy(sb, rec.cm.UID) {
+		return nil // not this rename's
+	}
+	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("kubernetes: rename %s: read its pod: %w", old.Annotations[annName], err)
+	case !controlledBy(p, sb.UID) || p.Annotations[annName] == rec.cm.Annotations[annName]:
+		return nil
+	}
+	return r.handOn(ctx, p, old, rec, want, p.OwnerReferences)
+}
+
+// controlledBy reports whether o's controlling owner is the object of
+// uid.
+func controlledBy(o metav1.Object, uid types.UID) bool {
+	c := metav1.GetControllerOfNoCopy(o)
+	return c != nil && c.UID == uid
+}
+
+// handOn gives pod p, of record old, the labels and annotations of want,
+// rec's pod, and owners for its owners: one patch that holds only while
+// p's owners are as read.
+func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old *corev1.ConfigMap, rec record, want *corev1.Pod, owners []metav1.OwnerReference) error {
 	labels := maps.Clone(p.Labels)
 	maps.Copy(labels, want.Labels)
 	for _, g := range []string{labelPeers, labelFamily} {
@@ -360,18 +434,19 @@ func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old *corev1.ConfigM
 	patch, _ := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": p.UID},
 		{"op": "test", "path": "/metadata/ownerReferences", "value": p.OwnerReferences},
-		{"op": "replace", "path": "/metadata/ownerReferences", "value": []metav1.OwnerReference{recordOwner(rec.cm)}},
+		{"op": "replace", "path": "/metadata/ownerReferences", "value": owners},
 		{"op": "replace", "path": "/metadata/labels", "value": labels},
 		{"op": "replace", "path": "/metadata/annotations", "value": annotations},
 	})
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
-	_, err = pods.Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	_, err := pods.Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err == nil {
 		return nil
 	}
 	// A failed test is an error of the request: which one, the pod says.
 	now, gerr := pods.Get(ctx, p.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != p.UID || !ownedByRecord(now, old.UID))) {
+	if apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != p.UID || now.Annotations[annName] == rec.cm.Annotations[annName] ||
+		!slices.EqualFunc(now.OwnerReferences, p.OwnerReferences, func(a, b metav1.OwnerReference) bool { return a.UID == b.UID }))) {
 		return nil // gone, or handed on by another reader
 	}
 	return fmt.Errorf("kubernetes: rename %s: hand its pod on: %w", old.Annotations[annName], err)
@@ -394,8 +469,15 @@ func (r *Runtime) settle(ctx context.Context, rec record) (record, error) {
 			}
 		case err == nil || apierrors.IsNotFound(err):
 			// The new record went before the rename was finished (its
-			// sandbox destroyed): the old record and its pod go too.
-			if err := r.deleteOwnedPod(ctx, record{cm: rec.cm, spec: rec.spec}, time.Second); err != nil {
+			// sandbox destroyed): the old record and its pod (or its
+			// Sandbox, which takes the pod) go too.
+			gone := record{cm: rec.cm, spec: rec.spec}
+			if r.dyn != nil {
+				err = r.deleteSandbox(ctx, gone)
+			} else {
+				err = r.deleteOwnedPod(ctx, gone, time.Second)
+			}
+			if err != nil {
 				return rec, err
 			}
 			uid := rec.cm.UID
@@ -558,6 +640,12 @@ func (r *Runtime) podNameTaken(ctx context.Context, rec record, pod *corev1.Pod)
 	if there.Labels[labelManaged] != managedBy || there.Annotations[annName] == rec.cm.Annotations[annName] || ownedByRecord(there, rec.cm.UID) {
 		return nil, fmt.Errorf("container %s: a pod named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
 	}
+	return r.podOfItsOwn(ctx, rec, pod)
+}
+
+// podOfItsOwn is pod under a name of its own, which rec's record names
+// (recordPod) before the pod, or its Sandbox, is made.
+func (r *Runtime) podOfItsOwn(ctx context.Context, rec record, pod *corev1.Pod) (*corev1.Pod, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := objectName(rec.spec.Name + "\x00" + hex.EncodeToString(b[:]))

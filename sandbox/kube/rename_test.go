@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/kubetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -23,20 +24,27 @@ import (
 // by a server killed there) leaves one sandbox under one of the two
 // names, which the next reader or rename settles; and a sandbox booted
 // again under a name whose pod a renamed one kept gets a pod of its own.
+// In pod mode, and in sandbox mode, where the Sandbox is handed on with
+// its pod.
 func TestRename(t *testing.T) {
+	t.Run("pods", func(t *testing.T) { testRename(t, false) })
+	t.Run("sandboxes", func(t *testing.T) { testRename(t, true) })
+}
+
+func testRename(t *testing.T, crd bool) {
 	ns, token, admin := namespace(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	kubetest.PlayKubelet(ctx, admin, ns)
-	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: time.Minute})
+	if crd {
+		cluster.RunAgentSandbox(t)
+	}
+	rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: time.Minute, SandboxCRD: crd})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if why := rt.WhyNoRename(); why != "" {
-		t.Fatalf("pod mode cannot rename: %s", why)
-	}
 	if r, ok := sandbox.RenamerOf(rt); !ok || r == nil {
-		t.Fatal("RenamerOf: pod mode is no Renamer")
+		t.Fatal("RenamerOf: the runtime is no Renamer")
 	}
 	const owner = "smtr"
 	run := func(name string) string {
@@ -85,11 +93,22 @@ func TestRename(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The record's own, or in sandbox mode its Sandbox's.
+		owner := types.UID("")
+		if rec, err := rt.record(ctx, id); err == nil {
+			owner = rec.cm.UID
+			if crd {
+				sb, err := rt.getSandbox(ctx, podNameOf(rec.cm))
+				if err != nil || sb == nil || !ownedBy(sb, rec.cm.UID) || sb.Annotations[annName] != rec.cm.Annotations[annName] {
+					t.Fatalf("the Sandbox of %s: %+v %v", id, sb, err)
+				}
+				owner = sb.UID
+			}
+		}
 		var got *corev1.Pod
 		for i := range pods.Items {
 			for _, o := range pods.Items[i].OwnerReferences {
-				rec, err := rt.record(ctx, id)
-				if err == nil && o.UID == rec.cm.UID {
+				if owner != "" && o.UID == owner {
 					if got != nil {
 						t.Fatalf("two pods of %s", id)
 					}

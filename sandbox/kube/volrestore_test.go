@@ -258,18 +258,27 @@ func TestKilledVolumeSnapshotRestore(t *testing.T) {
 }
 
 // TestFailedVolumeRestore: a restore by volume snapshot whose sandbox
-// does not boot (its base image is gone) leaves the sandbox as it was,
-// in pod mode (the old pod put back) and in sandbox mode (no rename: the
-// old pod is gone, and the next command boots one afresh on the old
-// workspace); the claim made from the snapshot goes, the sandbox's record
-// names its old workspace, and no record of the restore is left.
+// does not boot (its base image is gone) leaves the sandbox as it was:
+// in pod mode and in sandbox mode the old pod (or Sandbox), moved aside,
+// is put back; on a runtime that cannot rename (pod mode with its Rename
+// hidden) the old pod is gone, and the next command boots one afresh on
+// the old workspace. The claim made from the snapshot goes, the
+// sandbox's record names its old workspace, and no record of the restore
+// is left.
 func TestFailedVolumeRestore(t *testing.T) {
-	for _, crd := range []bool{false, true} {
-		t.Run(map[bool]string{false: "pods", true: "sandboxes"}[crd], func(t *testing.T) {
-			e := newCSIEnv(t, kubetest.CSIStorageClass, func(o *Options) { o.SandboxCRD, o.StartTimeout = crd, 30*time.Second })
+	for _, mode := range []string{"pods", "sandboxes", "no rename"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newCSIEnv(t, kubetest.CSIStorageClass, func(o *Options) { o.SandboxCRD, o.StartTimeout = mode == "sandboxes", 30*time.Second })
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 			defer cancel()
-			m := e.manager()
+			var rt sandbox.Runtime = e.rt
+			if mode == "no rename" {
+				rt = withoutRename{Runtime: e.rt}
+				if _, ok := sandbox.RenamerOf(rt); ok {
+					t.Fatal("the wrapped runtime still renames")
+				}
+			}
+			m := e.managerOf(rt)
 			t.Cleanup(func() {
 				_, _ = m.Destroy(context.Background(), "default")
 				m.Close()
@@ -294,7 +303,10 @@ func TestFailedVolumeRestore(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, _, err := m.Restore(ctx, "s", "default")
-			want := map[bool]string{false: "put back as it was", true: "has no container now"}[crd]
+			want := "put back as it was"
+			if mode == "no rename" {
+				want = "has no container now"
+			}
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("a restore whose sandbox does not boot: %v (want %q)", err, want)
 			}
@@ -319,3 +331,15 @@ func TestFailedVolumeRestore(t *testing.T) {
 		})
 	}
 }
+
+// withoutRename is a runtime as r is, less its Rename: the method of
+// both embedded fields at one depth is promoted from neither.
+type withoutRename struct {
+	*Runtime
+	noRename
+}
+
+type noRename struct{}
+
+// Rename only hides the runtime's.
+func (noRename) Rename() {}

@@ -66,8 +66,11 @@ func newCSIEnv(t *testing.T, class string, opts ...func(*Options)) *csiEnv {
 
 // manager is a server of the test: a Manager over the shared runtime,
 // store and directories.
-func (e *csiEnv) manager() *sandbox.Manager {
-	return sandbox.NewManager(e.rt, sandbox.Config{Prefix: e.prefix, Defaults: sandbox.Profile{Image: testImage},
+func (e *csiEnv) manager() *sandbox.Manager { return e.managerOf(e.rt) }
+
+// managerOf is manager over rt (e.rt, or one that wraps it).
+func (e *csiEnv) managerOf(rt sandbox.Runtime) *sandbox.Manager {
+	return sandbox.NewManager(rt, sandbox.Config{Prefix: e.prefix, Defaults: sandbox.Profile{Image: testImage},
 		Snapshots: e.store, SnapshotDir: e.snapDir, Intents: e.store, Sandboxes: e.store, LockDir: e.lockDir})
 }
 
