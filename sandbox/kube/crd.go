@@ -177,8 +177,9 @@ type sandboxOf struct {
 	suspended   bool
 }
 
-// sandboxOwners maps the object name of each record that owns a Sandbox
-// to it: List's one read for every record.
+// sandboxOwners maps the name of each Sandbox a record owns to it (a
+// record's Sandbox has its pod's name): List's one read for every
+// record.
 func (r *Runtime) sandboxOwners(ctx context.Context) (map[string]sandboxOf, error) {
 	list, err := r.sandboxes().List(ctx, metav1.ListOptions{LabelSelector: labelManaged + "=" + managedBy})
 	if err != nil {
@@ -193,7 +194,7 @@ func (r *Runtime) sandboxOwners(ctx context.Context) (map[string]sandboxOf, erro
 		mode, _, _ := unstructured.NestedString(u.Object, "spec", "operatingMode")
 		for _, ref := range u.GetOwnerReferences() {
 			if isRecordRef(ref) {
-				out[ref.Name] = sandboxOf{record: ref.UID, uid: u.GetUID(), suspended: mode == modeSuspended}
+				out[u.GetName()] = sandboxOf{record: ref.UID, uid: u.GetUID(), suspended: mode == modeSuspended}
 			}
 		}
 	}

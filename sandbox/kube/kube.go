@@ -1233,7 +1233,7 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 		if renamedAway(rec.cm) || (renaming(rec.cm) && !committedTo(rec.cm, recs[rec.cm.Annotations[annRenamedFromObject]])) {
 			continue
 		}
-		if o, ok := owners[rec.cm.Name]; ok && o.record == rec.cm.UID {
+		if o, ok := owners[podNameOf(rec.cm)]; ok && o.record == rec.cm.UID {
 			rec.podOwner, rec.suspended = o.uid, o.suspended
 		}
 		match := true
