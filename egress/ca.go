@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 )
 
 // CA signs the certificates the proxy shows a sandbox for the HTTPS hosts
@@ -102,25 +104,7 @@ func parseCA(certPEM, keyPEM []byte) (*CA, error) {
 }
 
 func writeWhole(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("egress CA: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(mode)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(path, data, mode); err != nil {
 		return fmt.Errorf("egress CA: %w", err)
 	}
 	return nil

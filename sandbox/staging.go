@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 	"github.com/sandbox-mcp/sandbox-mcp/transfer"
@@ -74,27 +75,34 @@ func (m *Manager) TrackStaging(path string) error {
 
 // removeStaging removes what the gone server id listed in its staging
 // file and is still there, then the file; it returns how many paths it
-// removed.
-func (m *Manager) removeStaging(id string) int {
+// removed, and whether the list is done with. A volume snapshot a path
+// names whose removal failed (the cluster unreachable, say) keeps its
+// path in the file, which is written anew with what is left, for the
+// next sweep to try again.
+func (m *Manager) removeStaging(id string) (n int, done bool) {
 	list := m.stagingFile(id)
 	data, err := os.ReadFile(list)
 	if err != nil {
-		return 0
+		return 0, true
 	}
-	n := 0
+	var left bytes.Buffer
 	for _, p := range bytes.Split(data, []byte{0}) {
 		path := string(p)
 		if !filepath.IsAbs(path) || !isStagingName(filepath.Base(path)) {
 			continue
 		}
+		var kept error
 		// A clone's key names its volume snapshot too, where the runtime
 		// makes them (volsnap.go).
 		if key, ok := cloneKeyOf(filepath.Base(path)); ok {
-			m.removeCloneSnapshot(key)
+			kept = m.removeCloneSnapshot(key)
 		}
 		// A snapshot's, named as its key, goes unless it was recorded.
 		if base := filepath.Base(path); volumeSnapshotKeyOf(base) {
-			m.removeUnrecordedSnapshot(base)
+			kept = m.removeUnrecordedSnapshot(base)
+		}
+		if kept != nil {
+			left.WriteString(path + "\x00")
 		}
 		if _, err := os.Lstat(path); err != nil {
 			continue // renamed into place or removed by its server
@@ -106,8 +114,14 @@ func (m *Manager) removeStaging(id string) int {
 		m.log.Info("removed what a killed server left half written", "path", path)
 		n++
 	}
-	_ = os.Remove(list)
-	return n
+	if left.Len() == 0 {
+		_ = os.Remove(list)
+		return n, true
+	}
+	if err := atomicfile.Write(list, left.Bytes(), 0o600); err != nil {
+		m.log.Warn("keep the volume snapshots a killed server left for the next sweep", "file", list, "err", err)
+	}
+	return n, false
 }
 
 func isStagingName(base string) bool {

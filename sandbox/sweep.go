@@ -131,10 +131,13 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 	if len(gone) == 0 {
 		return
 	}
+	staged := true // every gone server's staging list done with
 	for _, g := range gone {
-		if n := m.removeStaging(g.id); n > 0 {
+		n, done := m.removeStaging(g.id)
+		if n > 0 {
 			m.log.Info("removed the host files a killed server left half written", "server", g.id, "count", n)
 		}
+		staged = staged && done
 		m.replayHistory(g.id)
 	}
 	args := []string{"sh", "-c", guest.SweepScript, "sh"}
@@ -143,7 +146,7 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 		args = append(args, g.id)
 		pids[g.id] = g.pid
 	}
-	swept := true
+	swept := staged // a lock file kept has the next sweep look again
 	running := map[string]Container{}
 	for _, c := range cs {
 		name := c.Labels[LabelName]

@@ -46,23 +46,26 @@ func (m *Manager) snapshotWorkspace(ctx context.Context, vs VolumeSnapshotter, s
 // removeUnrecordedSnapshot removes volume snapshot key, which a killed
 // server listed while it made a snapshot, unless a snapshot record names
 // it (the snapshot was made whole) or the records cannot be read.
-func (m *Manager) removeUnrecordedSnapshot(key string) {
+func (m *Manager) removeUnrecordedSnapshot(key string) error {
 	vs, ok := m.rt.(VolumeSnapshotter)
 	if !ok || m.cfg.Snapshots == nil {
-		return
+		return nil
 	}
 	recs, err := m.cfg.Snapshots.Snapshots()
 	if err != nil {
 		m.log.Warn("look for the record of a volume snapshot a killed server made", "snapshot", key, "err", err)
-		return
+		return err
 	}
 	for _, r := range recs {
 		if r.VolumeSnapshot == key {
-			return
+			return nil
 		}
 	}
-	m.dropVolumeSnapshot(context.Background(), vs, key)
+	if err := m.dropVolumeSnapshot(context.Background(), vs, key); err != nil {
+		return err
+	}
 	m.log.Info("removed the volume snapshot of a snapshot a killed server did not finish", "snapshot", key)
+	return nil
 }
 
 // volumeSnapshotter is the runtime as a VolumeSnapshotter when it is one
@@ -79,13 +82,15 @@ func (m *Manager) volumeSnapshotter(ctx context.Context) (VolumeSnapshotter, str
 }
 
 // dropVolumeSnapshot removes volume snapshot ref, bounded in time even
-// when ctx has ended.
-func (m *Manager) dropVolumeSnapshot(ctx context.Context, vs VolumeSnapshotter, ref string) {
+// when ctx has ended; a failure is logged, and returned.
+func (m *Manager) dropVolumeSnapshot(ctx context.Context, vs VolumeSnapshotter, ref string) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := vs.RemoveVolumeSnapshot(rctx, ref); err != nil {
+	err := vs.RemoveVolumeSnapshot(rctx, ref)
+	if err != nil {
 		m.log.Warn("remove a volume snapshot", "snapshot", ref, "err", err)
 	}
+	return err
 }
 
 // cloneKeyOf is the clone key (cloneKey) whose workspace tar is named
@@ -104,12 +109,12 @@ func cloneKeyOf(base string) (string, bool) {
 
 // removeCloneSnapshot removes the volume snapshot a killed server's clone
 // (key) may have left, where the runtime makes them.
-func (m *Manager) removeCloneSnapshot(key string) {
+func (m *Manager) removeCloneSnapshot(key string) error {
 	vs, ok := m.rt.(VolumeSnapshotter)
 	if !ok {
-		return
+		return nil
 	}
-	m.dropVolumeSnapshot(context.Background(), vs, key)
+	return m.dropVolumeSnapshot(context.Background(), vs, key)
 }
 
 // DescribeClones says how a clone's workspace is copied on rt, and why

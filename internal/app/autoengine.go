@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/apple"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
@@ -216,30 +217,13 @@ func (c engineChooser) remember(rt sandbox.Runtime, kind, why string) (sandbox.R
 	return rt, why
 }
 
-// writeFileAtomic writes data to file (mode 0600) through a temporary
-// file in the same directory and a rename.
+// writeFileAtomic writes data to file (mode 0600), whole or not at all,
+// making its directory first.
 func writeFileAtomic(file string, data []byte) error {
-	dir := filepath.Dir(file)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(file)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), file)
+	return atomicfile.Write(file, data, 0o600)
 }
 
 // dockerDaemonPresent reports whether the docker CLI has a daemon to talk
