@@ -218,7 +218,7 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 		return nil, err
 	}
 	if sb != nil && !ownedBy(sb, rec.cm.UID) && sb.Labels[labelManaged] == managedBy &&
-		sb.Annotations[annName] != rec.cm.Annotations[annName] && podNameOf(rec.cm) == rec.cm.Name {
+		sb.Annotations[annName] != rec.cm.Annotations[annName] {
 		// A sandbox renamed away (a reset's old one) took its Sandbox,
 		// and so the name, with it: this record's gets a name of its own.
 		if pod, err = r.podOfItsOwn(ctx, rec, pod); err != nil {
@@ -367,13 +367,15 @@ func (r *Runtime) createSandbox(ctx context.Context, rec record, pod *corev1.Pod
 	return fromUnstructured(made)
 }
 
-// setMode sets sb's operatingMode, if sb is still the object of its UID.
+// setMode sets sb's operatingMode, if sb is still the object of its UID
+// with the owners read (a rename may have handed it on since).
 func (r *Runtime) setMode(ctx context.Context, sb *sandboxObject, mode string) error {
-	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": sb.UID},
-		"spec":     map[string]any{"operatingMode": mode},
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": sb.UID},
+		{"op": "test", "path": "/metadata/ownerReferences", "value": sb.OwnerReferences},
+		{"op": "replace", "path": "/spec/operatingMode", "value": mode},
 	})
-	_, err := r.sandboxes().Patch(ctx, sb.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := r.sandboxes().Patch(ctx, sb.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("kubernetes: set the Sandbox %s %s: %w", sb.Name, mode, err)
 	}

@@ -662,6 +662,14 @@ func (r *Runtime) stillThere(ctx context.Context, rec record, p *corev1.Pod) err
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 	defer cancel()
+	if handed, herr := r.handedOn(dctx, rec, p); herr != nil || handed {
+		// Renamed, and its record gone since: the Sandbox and its pod
+		// are the new record's now.
+		if herr != nil {
+			return fmt.Errorf("container %s: %s while it started: %w", rec.spec.Name, why, herr)
+		}
+		return fmt.Errorf("container %s: renamed while it started: %w", rec.spec.Name, sandbox.ErrInUse)
+	}
 	if r.dyn != nil {
 		if derr := r.deleteSandbox(dctx, rec); derr != nil {
 			return fmt.Errorf("container %s: %s while it started, and its new Sandbox could not be deleted: %w", rec.spec.Name, why, derr)
@@ -935,18 +943,22 @@ func (r *Runtime) podNamed(ctx context.Context, rec record) (*corev1.Pod, error)
 	return p, nil
 }
 
-// madeBy reports whether pod p is one record rec made: ours by its label
-// and name, and owned by rec's ConfigMap itself (its UID), or in sandbox
-// mode by the Sandbox that ConfigMap owns.
+// madeBy reports whether pod p is one record rec made: ours by its label,
+// and owned by rec's ConfigMap itself (its UID) with rec's name, or in
+// sandbox mode controlled by the Sandbox that ConfigMap owns. A Sandbox's
+// pod is its Sandbox's whatever its name annotation says: a rename hands
+// the Sandbox on before its controller (or the rename) brings the pod's
+// labels and annotations in line.
 func madeBy(p *corev1.Pod, rec record) bool {
-	if p.Labels[labelManaged] != managedBy || p.Annotations[annName] != rec.cm.Annotations[annName] {
+	if p.Labels[labelManaged] != managedBy {
 		return false
 	}
 	for _, o := range p.OwnerReferences {
 		if o.Kind == "ConfigMap" && o.UID == rec.cm.UID {
-			return true
+			return p.Annotations[annName] == rec.cm.Annotations[annName]
 		}
-		if rec.podOwner != "" && o.Kind == sandboxKind && o.APIVersion == sandboxAPIVersion && o.UID == rec.podOwner {
+		if rec.podOwner != "" && o.Kind == sandboxKind && o.APIVersion == sandboxAPIVersion && o.UID == rec.podOwner &&
+			o.Controller != nil && *o.Controller {
 			return true
 		}
 	}
@@ -978,7 +990,25 @@ func (r *Runtime) deleteOwnedPod(ctx context.Context, rec record, grace time.Dur
 	if err != nil || p == nil {
 		return err
 	}
+	if handed, err := r.handedOn(ctx, rec, p); err != nil || handed {
+		return err
+	}
 	return r.deletePod(ctx, p, grace)
+}
+
+// handedOn reports whether pod p, of rec's Sandbox as rec was read, is
+// another record's now: a rename handed the Sandbox on since (sandbox
+// mode; the pod's owner, the Sandbox, stays the same through a rename).
+func (r *Runtime) handedOn(ctx context.Context, rec record, p *corev1.Pod) (bool, error) {
+	c := metav1.GetControllerOfNoCopy(p)
+	if r.dyn == nil || c == nil || c.Kind != sandboxKind {
+		return false, nil
+	}
+	sb, err := r.getSandbox(ctx, c.Name)
+	if err != nil {
+		return false, err
+	}
+	return sb != nil && sb.UID == c.UID && !ownedBy(sb, rec.cm.UID), nil
 }
 
 // deletePod deletes pod p (its UID, not whatever has its name) and waits
@@ -999,7 +1029,7 @@ func (r *Runtime) deletePod(ctx context.Context, p *corev1.Pod, grace time.Durat
 		// still those read.
 		now, gerr := pods.Get(ctx, p.Name, metav1.GetOptions{})
 		switch {
-		case apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != uid || !sameOwners(now, p))):
+		case apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != uid || !sameOwners(now, p) || now.Annotations[annName] != p.Annotations[annName])):
 			return nil // gone, or handed on: not this caller's to delete
 		case gerr != nil:
 			return fmt.Errorf("kubernetes: delete the pod of %s: %w", p.Annotations[annName], gerr)

@@ -37,7 +37,13 @@ import (
 //     or a rename and a removal, one wins;
 //  3. the pod, where the old record has one, is handed on in one patch
 //     tested against its owners: its owner, name annotation, record label
-//     and group labels become the new record's;
+//     and group labels become the new record's. In sandbox mode the
+//     Sandbox is handed on instead (handOnSandbox): its owner, name
+//     annotation and pod template's labels and annotations, in one patch
+//     tested against its owners; the pod keeps its owner, the Sandbox,
+//     and gets the new labels and name in a patch of its own (tested
+//     against the name it had), which the Sandbox's controller would
+//     make from the template anyway;
 //  4. the new record's marks are cleared;
 //  5. the old record is deleted.
 //
@@ -58,13 +64,15 @@ import (
 // patch tested against the version read marks it removing (annRemoving).
 // A rename never commits on a record so marked, and a removal finds a
 // rename's commit and leaves the sandbox alone, so of the two one wins
-// whole: a removal cannot delete a pod a rename is handing on. A removal
-// cut after its mark leaves a sandbox that reads as not running (its pod
-// may still run), which the next removal finishes; a rename or a start
-// is refused meanwhile, saying so. In pod mode, a start that read the
-// record before a removal's mark or a rename's commit finds it when it
-// reads the record again after making the pod (stillThere): it gives way
-// to the removal, and finishes the rename.
+// whole: a removal cannot delete a pod a rename is handing on (in sandbox
+// mode, where the pod's owner stays, a deletion first checks that its
+// Sandbox is still the record's: handedOn). A removal cut after its mark
+// leaves a sandbox that reads as not running (its pod may still run),
+// which the next removal finishes; a rename or a start is refused
+// meanwhile, saying so. A start that read the record before a removal's
+// mark or a rename's commit finds it when it reads the record again after
+// its pod is there (stillThere): it gives way to the removal, and
+// finishes the rename.
 //
 // A record's children are owned by its UID, so they go with the old
 // record: the Manager renames a parent only where its children end with
@@ -195,6 +203,17 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 		return fmt.Errorf("rename %s to %s: its removal began at %s (destroy it again to finish it): %w",
 			ref, newName, old.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
+	if r.dyn == nil {
+		// A pod agent-sandbox's controller made goes with its Sandbox,
+		// which only a server in sandbox mode reaches.
+		p, err := r.podNamed(ctx, old)
+		if err != nil {
+			return err
+		}
+		if p != nil && metav1.GetControllerOfNoCopy(p) != nil && metav1.GetControllerOfNoCopy(p).Kind == sandboxKind {
+			return fmt.Errorf("rename %s: its pod was made by agent-sandbox from a Sandbox: rename it from a server started with --kube-sandbox-crd: %w", ref, sandbox.ErrUnsupported)
+		}
+	}
 	spec := old.spec
 	spec.Name = newName
 	specJSON, _ := json.Marshal(spec)
@@ -291,11 +310,12 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 		return err
 	}
 	if r.dyn != nil {
-		err = r.handOnSandbox(ctx, old, rec)
-	} else {
-		err = r.handOnPod(ctx, old, rec)
+		// Its Sandbox; or a pod a server in pod mode made for it.
+		if err := r.handOnSandbox(ctx, old, rec); err != nil {
+			return err
+		}
 	}
-	if err != nil {
+	if err := r.handOnPod(ctx, old, rec); err != nil {
 		return err
 	}
 	if cut("pod") {
@@ -431,13 +451,21 @@ func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old *corev1.ConfigM
 		annotations = map[string]string{}
 	}
 	annotations[annName] = rec.cm.Annotations[annName]
-	patch, _ := json.Marshal([]map[string]any{
+	ops := []map[string]any{
 		{"op": "test", "path": "/metadata/uid", "value": p.UID},
 		{"op": "test", "path": "/metadata/ownerReferences", "value": p.OwnerReferences},
+	}
+	if was, ok := p.Annotations[annName]; ok {
+		// A Sandbox's pod keeps its owner through renames: its name says
+		// whose it was when read (a later rename's finisher may have
+		// been first).
+		ops = append(ops, map[string]any{"op": "test", "path": "/metadata/annotations/" + jsonPointer(annName), "value": was})
+	}
+	patch, _ := json.Marshal(append(ops, []map[string]any{
 		{"op": "replace", "path": "/metadata/ownerReferences", "value": owners},
 		{"op": "replace", "path": "/metadata/labels", "value": labels},
 		{"op": "replace", "path": "/metadata/annotations", "value": annotations},
-	})
+	}...))
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	_, err := pods.Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if err == nil {
@@ -655,6 +683,11 @@ func (r *Runtime) podOfItsOwn(ctx context.Context, rec record, pod *corev1.Pod) 
 		{"op": "add", "path": "/data/" + jsonPointer(recordPod), "value": name},
 	})
 	updated, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, rec.cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		// A failed test: the record changed since it was read (renamed,
+		// removed, or another start named the pod).
+		return nil, fmt.Errorf("container %s: its record changed while it started (renamed or removed meanwhile?): %w", rec.spec.Name, sandbox.ErrInUse)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: name the pod of %s: %w", rec.spec.Name, err)
 	}

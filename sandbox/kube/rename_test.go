@@ -138,6 +138,49 @@ func testRename(t *testing.T, crd bool) {
 	}
 	is("smtr-two", id, true)
 	gone("smtr-one")
+	if crd {
+		// What read the sandbox before a rename cannot touch it after: a
+		// stop's patch of the Sandbox, a deletion of its pod; a pod whose
+		// name annotation lags (a controller's stale pass) is still the
+		// sandbox's; a server in pod mode refuses to rename it.
+		stale, err := rt.record(ctx, "smtr-two")
+		if err != nil {
+			t.Fatal(err)
+		}
+		staleSb, err := rt.getSandbox(ctx, podNameOf(stale.cm))
+		if err != nil || staleSb == nil {
+			t.Fatalf("the Sandbox: %v", err)
+		}
+		if err := rt.Rename(ctx, "smtr-two", "smtr-two-b"); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.setMode(ctx, staleSb, modeSuspended); err == nil {
+			t.Fatal("a stop that read the Sandbox before its rename suspended it")
+		}
+		if err := rt.deleteOwnedPod(ctx, stale, time.Second); err != nil {
+			t.Fatalf("a deletion that read the pod before its rename: %v", err)
+		}
+		p := podOf(id)
+		if p == nil {
+			t.Fatal("a deletion that read the pod before its rename deleted it")
+		}
+		patch := []byte(`{"metadata":{"annotations":{"sandbox-mcp.io/name":"smtr-two"}}}`)
+		if _, err := admin.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		is("smtr-two-b", id, true)
+		podRT, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := podRT.Rename(ctx, "smtr-two-b", "smtr-two-c"); !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Fatalf("a rename in pod mode of a sandbox a Sandbox made: %v", err)
+		}
+		if err := rt.Rename(ctx, "smtr-two-b", "smtr-two"); err != nil {
+			t.Fatal(err)
+		}
+		is("smtr-two", id, true)
+	}
 
 	// A name in use is refused, and nothing moves.
 	other := run("smtr-other")
