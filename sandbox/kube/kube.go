@@ -1174,11 +1174,24 @@ func (r *Runtime) markRemoving(ctx context.Context, cm *corev1.ConfigMap, name s
 }
 
 // removeStrayPod deletes a pod of ours named for name whose record is
-// gone (a removal cut between the two).
+// gone (a removal cut between the two), unless a Sandbox that is still
+// there controls it.
 func (r *Runtime) removeStrayPod(ctx context.Context, name string) error {
 	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
 	if err != nil || p.Labels[labelManaged] != managedBy || p.Annotations[annName] != name || len(p.OwnerReferences) == 0 {
 		return nil
+	}
+	if c := metav1.GetControllerOfNoCopy(p); c != nil && c.Kind == sandboxKind {
+		// A Sandbox's pod goes with its Sandbox: while that is there it
+		// is its record's (perhaps a renamed sandbox's, its pod's name
+		// annotation not yet in line), and without a record the garbage
+		// collector takes it.
+		if r.dyn == nil {
+			return nil
+		}
+		if sb, err := r.getSandbox(ctx, c.Name); err != nil || (sb != nil && sb.UID == c.UID) {
+			return err
+		}
 	}
 	return r.deletePod(ctx, p, time.Second)
 }

@@ -164,9 +164,19 @@ func testRename(t *testing.T, crd bool) {
 		if p == nil {
 			t.Fatal("a deletion that read the pod before its rename deleted it")
 		}
-		patch := []byte(`{"metadata":{"annotations":{"sandbox-mcp.io/name":"smtr-two"}}}`)
+		// The pod's name annotation as first made (its Sandbox's
+		// controller at a stale pass): still the sandbox's, and no
+		// removal of that first name takes it.
+		patch := []byte(`{"metadata":{"annotations":{"sandbox-mcp.io/name":"smtr_spare_1"}}}`)
 		if _, err := admin.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
+		}
+		is("smtr-two-b", id, true)
+		if err := rt.Remove(ctx, "smtr_spare_1"); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			t.Fatalf("a removal of the sandbox's first name: %v", err)
+		}
+		if now := podOf(id); now == nil || now.UID != p.UID {
+			t.Fatal("a removal of the sandbox's first name took its pod")
 		}
 		is("smtr-two-b", id, true)
 		podRT, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: time.Minute})
