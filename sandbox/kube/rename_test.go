@@ -167,7 +167,11 @@ func testRename(t *testing.T, crd bool) {
 		// The pod's name annotation as first made (its Sandbox's
 		// controller at a stale pass): still the sandbox's, and no
 		// removal of that first name takes it.
+		// (In its template too, so that the controller keeps it so.)
 		patch := []byte(`{"metadata":{"annotations":{"sandbox-mcp.io/name":"smtr_spare_1"}}}`)
+		if _, err := rt.sandboxes().Patch(ctx, p.Name, types.MergePatchType, []byte(`{"spec":{"podTemplate":`+string(patch)+`}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := admin.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
