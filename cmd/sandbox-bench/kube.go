@@ -212,7 +212,21 @@ func (b *bench) benchKube() error {
 	floor := o + f
 	report(kubeLabel()+": pod gone, next command ("+strconv.Itoa(len(recover))+" rounds)", ms(r)+" (boot "+ms(median(boots))+")",
 		"pod's start "+ms(o)+" + 1st exec "+ms(f), float64(r)/float64(floor), "<= 1.2x", r <= floor*12/10)
-	return b.kubeSpares(ctx, rt)
+	if err := b.kubeSpares(ctx, rt, ""); err != nil {
+		return err
+	}
+	// The same with agent-sandbox's controller making the pods: a
+	// claim hands the spare's Sandbox on.
+	stopAS, why, err := c.StartAgentSandbox()
+	if why != "" || err != nil {
+		return fmt.Errorf("kube: agent-sandbox: %s %v", why, err)
+	}
+	defer stopAS()
+	crt, err := kube.New(cfg, kube.Options{Namespace: ns, StartTimeout: 2 * time.Minute, SandboxCRD: true})
+	if err != nil {
+		return err
+	}
+	return b.kubeSpares(ctx, crt, "sandbox mode")
 }
 
 // kubeSpareRounds is how many new names the kube section's spare rows
@@ -221,18 +235,24 @@ const kubeSpareRounds = 5
 
 // kubeSpares: a new name's first command with a warm spare ready (the
 // claim is the runtime's rename: a record under the name takes over the
-// spare's pod), against a new name's first command with none (a boot:
-// the record, the workspace claim, the pod and its first stream), one of
-// each in turn.
-func (b *bench) kubeSpares(ctx context.Context, rt *kube.Runtime) error {
-	st, err := state.New(filepath.Join(b.dir, "state-kube-spares"))
+// spare's pod, or in sandbox mode its Sandbox), against a new name's
+// first command with none (a boot: the record, the workspace claim, the
+// pod and its first stream), one of each in turn. mode, when not "",
+// names rt's mode in the row and keeps its names apart.
+func (b *bench) kubeSpares(ctx context.Context, rt *kube.Runtime, mode string) error {
+	tag, label := "", kubeLabel()
+	if mode != "" {
+		tag, label = "crd", label+", "+mode
+	}
+	st, err := state.New(filepath.Join(b.dir, "state-kube-spares"+tag))
 	if err != nil {
 		return err
 	}
-	cfg := sandbox.Config{Prefix: "benchsp", Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"},
-		Sandboxes: st, LockDir: filepath.Join(b.dir, "locks-kube-spares")}
+	warmPrefix := "benchsp" + tag
+	cfg := sandbox.Config{Prefix: warmPrefix, Defaults: sandbox.Profile{Image: "localhost/mcp-dev:latest"},
+		Sandboxes: st, LockDir: filepath.Join(b.dir, "locks-kube-spares"+tag)}
 	warm := sandbox.NewManager(rt, cfg)
-	cfg.Prefix = "benchcold"
+	cfg.Prefix = "benchcold" + tag
 	cold := sandbox.NewManager(rt, cfg)
 	var names []string
 	defer func() {
@@ -255,7 +275,7 @@ func (b *bench) kubeSpares(ctx context.Context, rt *kube.Runtime) error {
 	}
 	var takes, boots []time.Duration
 	for i := range kubeSpareRounds {
-		if err := waitKubeSpare(ctx, rt, "benchsp"); err != nil {
+		if err := waitKubeSpare(ctx, rt, warmPrefix); err != nil {
 			return err
 		}
 		time.Sleep(spareSettle)
@@ -273,7 +293,7 @@ func (b *bench) kubeSpares(ctx context.Context, rt *kube.Runtime) error {
 		boots = append(boots, took)
 	}
 	p50, c50 := median(takes), median(boots)
-	report(fmt.Sprintf("%s: new name, spare ready (p50 of %d)", kubeLabel(), kubeSpareRounds), ms(p50),
+	report(fmt.Sprintf("%s: new name, spare ready (p50 of %d)", label, kubeSpareRounds), ms(p50),
 		"new name, no spare "+ms(c50), float64(p50)/float64(c50), "<= 150 ms", p50 <= 150*time.Millisecond)
 	return nil
 }
