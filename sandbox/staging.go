@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -101,7 +102,7 @@ func (m *Manager) removeStaging(id string) (n int, done bool) {
 		if base := filepath.Base(path); volumeSnapshotKeyOf(base) {
 			kept = m.removeUnrecordedSnapshot(base)
 		}
-		if kept != nil {
+		if kept != nil && !errors.Is(kept, ErrInUse) { // in use: not ours, left alone
 			left.WriteString(path + "\x00")
 		}
 		if _, err := os.Lstat(path); err != nil {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,6 +101,9 @@ func (flakySnapshots) VolumeFromSnapshot(context.Context, string, string, map[st
 func (r flakySnapshots) RemoveVolumeSnapshot(_ context.Context, ref string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if strings.HasPrefix(ref, ".vsnap-x-") {
+		return fmt.Errorf("%s is not ours: left alone: %w", ref, ErrInUse)
+	}
 	if *r.fails > 0 {
 		*r.fails--
 		return errors.New("the cluster is unreachable")
@@ -112,7 +116,8 @@ func (r flakySnapshots) RemoveVolumeSnapshot(_ context.Context, ref string) erro
 // server listed (a clone's, a snapshot's it never recorded) that cannot
 // be removed when a later server sweeps are kept in its staging list, and
 // its lock file with them, for the next sweep, which removes them; a
-// recorded snapshot's is never removed.
+// recorded snapshot's is never removed, and one the runtime leaves alone
+// (not its own) is not tried again.
 func TestKilledServersVolumeSnapshotsRetried(t *testing.T) {
 	const prefix = "smtvsr"
 	locks, snaps := t.TempDir(), t.TempDir()
@@ -128,11 +133,12 @@ func TestKilledServersVolumeSnapshotsRetried(t *testing.T) {
 		clone    = ".clone-t-0123456789abcdef"
 		unrec    = ".vsnap-s-0123456789abcdef"
 		recorded = ".vsnap-r-fedcba9876543210"
+		foreign  = ".vsnap-x-00112233445566aa"
 	)
 	if err := store.AddSnapshot(state.Snapshot{Name: "r", VolumeSnapshot: recorded}); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{clone + "-00000000.workspace.tar", unrec, recorded} {
+	for _, p := range []string{clone + "-00000000.workspace.tar", unrec, recorded, foreign} {
 		if err := killed.TrackStaging(filepath.Join(snaps, p)); err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +161,8 @@ func TestKilledServersVolumeSnapshotsRetried(t *testing.T) {
 		t.Fatalf("removed while the cluster was unreachable: %v", removed)
 	}
 	data, err := os.ReadFile(list)
-	if err != nil || !strings.Contains(string(data), clone) || !strings.Contains(string(data), unrec) || strings.Contains(string(data), recorded) {
+	if err != nil || !strings.Contains(string(data), clone) || !strings.Contains(string(data), unrec) ||
+		strings.Contains(string(data), recorded) || strings.Contains(string(data), foreign) {
 		t.Fatalf("the staging list after a failed sweep: %q %v", data, err)
 	}
 	if _, err := os.Stat(lock); err != nil {

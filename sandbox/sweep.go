@@ -131,13 +131,13 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 	if len(gone) == 0 {
 		return
 	}
-	staged := true // every gone server's staging list done with
+	staged := map[string]bool{} // the gone servers whose staging list is done with
 	for _, g := range gone {
 		n, done := m.removeStaging(g.id)
 		if n > 0 {
 			m.log.Info("removed the host files a killed server left half written", "server", g.id, "count", n)
 		}
-		staged = staged && done
+		staged[g.id] = done
 		m.replayHistory(g.id)
 	}
 	args := []string{"sh", "-c", guest.SweepScript, "sh"}
@@ -146,7 +146,7 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 		args = append(args, g.id)
 		pids[g.id] = g.pid
 	}
-	swept := staged // a lock file kept has the next sweep look again
+	swept := true
 	running := map[string]Container{}
 	for _, c := range cs {
 		name := c.Labels[LabelName]
@@ -163,7 +163,7 @@ func (m *Manager) sweepGoneServers(ctx context.Context, cs []Container) {
 		swept = m.endRuns(ctx, g.id, running) && swept // staging.go: its terminal sessions
 	}
 	for _, g := range gone {
-		if swept {
+		if swept && staged[g.id] { // a lock file kept has the next sweep look again
 			_ = os.Remove(m.serverLockPath(g.id))
 		}
 		g.held.Release()

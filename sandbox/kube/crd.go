@@ -253,7 +253,13 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 		return nil, err
 	}
 	if err := podMatches(made, pod); err != nil {
-		return nil, fmt.Errorf("container %s: the pod made for its Sandbox is not the one asked for (%v): left alone: %w", rec.spec.Name, err, sandbox.ErrInUse)
+		// Not one a command may run in: its Sandbox is suspended, so that
+		// the sandbox reads as stopped (its controller deletes that pod,
+		// which is its own now), and the next start makes it again.
+		if serr := r.setMode(ctx, sb, modeSuspended); serr != nil {
+			return nil, fmt.Errorf("container %s: the pod made for its Sandbox is not the one asked for (%v), and its Sandbox could not be suspended: %w", rec.spec.Name, err, serr)
+		}
+		return nil, fmt.Errorf("container %s: the pod made for its Sandbox is not the one asked for (%v): its Sandbox is suspended: %w", rec.spec.Name, err, sandbox.ErrInUse)
 	}
 	if err := r.stillThere(ctx, rec, made); err != nil {
 		return nil, err
@@ -275,7 +281,11 @@ func (r *Runtime) runSandbox(ctx context.Context, sb *sandboxObject, pod *corev1
 		{"op": "replace", "path": "/spec/podTemplate", "value": tmpl},
 		{"op": "replace", "path": "/spec/operatingMode", "value": modeRunning},
 	})
-	if _, err := r.sandboxes().Patch(ctx, sb.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+	_, err = r.sandboxes().Patch(ctx, sb.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: set the Sandbox %s running: it was renamed or removed meanwhile: %w", sb.Name, sandbox.ErrInUse)
+	}
+	if err != nil {
 		return fmt.Errorf("kubernetes: set the Sandbox %s running: %w", sb.Name, err)
 	}
 	return nil
@@ -376,6 +386,9 @@ func (r *Runtime) setMode(ctx context.Context, sb *sandboxObject, mode string) e
 		{"op": "replace", "path": "/spec/operatingMode", "value": mode},
 	})
 	_, err := r.sandboxes().Patch(ctx, sb.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: set the Sandbox %s %s: it was renamed or removed meanwhile: %w", sb.Name, mode, sandbox.ErrInUse)
+	}
 	if err != nil {
 		return fmt.Errorf("kubernetes: set the Sandbox %s %s: %w", sb.Name, mode, err)
 	}
@@ -429,8 +442,17 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 // does not make the pod again once the runtime deleted it.
 func (r *Runtime) suspendSandbox(ctx context.Context, rec record) error {
 	sb, err := r.getSandbox(ctx, podNameOf(rec.cm))
-	if err != nil || sb == nil || !ownedBy(sb, rec.cm.UID) || sb.Spec.OperatingMode == modeSuspended {
+	if err != nil || sb == nil {
 		return err
+	}
+	if !ownedBy(sb, rec.cm.UID) {
+		if sb.UID == rec.podOwner {
+			return fmt.Errorf("container %s: renamed meanwhile: %w", rec.spec.Name, sandbox.ErrInUse)
+		}
+		return nil // another's, never this record's
+	}
+	if sb.Spec.OperatingMode == modeSuspended {
+		return nil
 	}
 	return r.setMode(ctx, sb, modeSuspended)
 }

@@ -990,10 +990,33 @@ func (r *Runtime) deleteOwnedPod(ctx context.Context, rec record, grace time.Dur
 	if err != nil || p == nil {
 		return err
 	}
-	if handed, err := r.handedOn(ctx, rec, p); err != nil || handed {
+	if handed, err := r.handedOn(ctx, rec, p); err != nil {
 		return err
+	} else if handed {
+		return fmt.Errorf("container %s: renamed meanwhile: %w", rec.spec.Name, sandbox.ErrInUse)
 	}
 	return r.deletePod(ctx, p, grace)
+}
+
+// controllingSandboxOwners is the UIDs of the owners of the Sandbox that
+// controls p, nil where no Sandbox does (pod mode) and empty where that
+// Sandbox is gone.
+func (r *Runtime) controllingSandboxOwners(ctx context.Context, p *corev1.Pod) ([]types.UID, error) {
+	c := metav1.GetControllerOfNoCopy(p)
+	if r.dyn == nil || c == nil || c.Kind != sandboxKind {
+		return nil, nil
+	}
+	sb, err := r.getSandbox(ctx, c.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := []types.UID{}
+	if sb != nil && sb.UID == c.UID {
+		for _, o := range sb.OwnerReferences {
+			out = append(out, o.UID)
+		}
+	}
+	return out, nil
 }
 
 // handedOn reports whether pod p, of rec's Sandbox as rec was read, is
@@ -1017,7 +1040,12 @@ func (r *Runtime) deletePod(ctx context.Context, p *corev1.Pod, grace time.Durat
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
 	secs := max(int64(grace/time.Second), 1)
 	uid := p.UID
-	var err error
+	// A Sandbox's pod keeps its owner through a rename; its Sandbox's
+	// owners tell whether it was handed on.
+	sbOwners, err := r.controllingSandboxOwners(ctx, p)
+	if err != nil {
+		return err
+	}
 	for try := 0; ; try++ {
 		// The version read, too: a rename may hand the pod on meanwhile.
 		rv := p.ResourceVersion
@@ -1029,12 +1057,17 @@ func (r *Runtime) deletePod(ctx context.Context, p *corev1.Pod, grace time.Durat
 		// still those read.
 		now, gerr := pods.Get(ctx, p.Name, metav1.GetOptions{})
 		switch {
-		case apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != uid || !sameOwners(now, p) || now.Annotations[annName] != p.Annotations[annName])):
+		case apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != uid || !sameOwners(now, p))):
 			return nil // gone, or handed on: not this caller's to delete
 		case gerr != nil:
 			return fmt.Errorf("kubernetes: delete the pod of %s: %w", p.Annotations[annName], gerr)
 		case try == 4:
 			return fmt.Errorf("kubernetes: delete the pod of %s: it kept changing: %w", p.Annotations[annName], err)
+		}
+		if sbOwners != nil {
+			if owners, err := r.controllingSandboxOwners(ctx, now); err != nil || !slices.Equal(owners, sbOwners) {
+				return err // handed on with its Sandbox (or gone)
+			}
 		}
 		p = now
 	}

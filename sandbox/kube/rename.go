@@ -204,14 +204,8 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 			ref, newName, old.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
 	if r.dyn == nil {
-		// A pod agent-sandbox's controller made goes with its Sandbox,
-		// which only a server in sandbox mode reaches.
-		p, err := r.podNamed(ctx, old)
-		if err != nil {
+		if err := r.refuseSandboxPod(ctx, old.cm, "rename it"); err != nil {
 			return err
-		}
-		if p != nil && metav1.GetControllerOfNoCopy(p) != nil && metav1.GetControllerOfNoCopy(p).Kind == sandboxKind {
-			return fmt.Errorf("rename %s: its pod was made by agent-sandbox from a Sandbox: rename it from a server started with --kube-sandbox-crd: %w", ref, sandbox.ErrUnsupported)
 		}
 	}
 	spec := old.spec
@@ -314,6 +308,10 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 		if err := r.handOnSandbox(ctx, old, rec); err != nil {
 			return err
 		}
+	} else if err := r.refuseSandboxPod(ctx, old, "finish its rename"); err != nil {
+		// Its Sandbox is out of this server's reach: the old record,
+		// which owns it, is kept for a server in sandbox mode.
+		return err
 	}
 	if err := r.handOnPod(ctx, old, rec); err != nil {
 		return err
@@ -331,6 +329,25 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 	err = r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("kubernetes: rename %s: delete the old record: %w", old.Annotations[annName], err)
+	}
+	return nil
+}
+
+// refuseSandboxPod, in pod mode, refuses to go on (doing what) with
+// the sandbox of record cm when its pod was made by agent-sandbox from a
+// Sandbox, which goes with the record and which only a server in sandbox
+// mode reaches.
+func (r *Runtime) refuseSandboxPod(ctx context.Context, cm *corev1.ConfigMap, doing string) error {
+	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, podNameOf(cm), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("kubernetes: read the pod of %s: %w", cm.Annotations[annName], err)
+	}
+	if c := metav1.GetControllerOfNoCopy(p); c != nil && c.Kind == sandboxKind {
+		return fmt.Errorf("%s: its pod was made by agent-sandbox from a Sandbox: %s from a server started with --kube-sandbox-crd: %w",
+			cm.Annotations[annName], doing, sandbox.ErrUnsupported)
 	}
 	return nil
 }
@@ -413,8 +430,8 @@ func (r *Runtime) handOnSandbox(ctx context.Context, old *corev1.ConfigMap, rec 
 		return nil
 	case err != nil:
 		return fmt.Errorf("kubernetes: rename %s: read its pod: %w", old.Annotations[annName], err)
-	case !controlledBy(p, sb.UID) || p.Annotations[annName] == rec.cm.Annotations[annName]:
-		return nil
+	case !controlledBy(p, sb.UID) || p.Annotations[annName] != old.Annotations[annName]:
+		return nil // another's; or handed on already (to rec, or onward since)
 	}
 	return r.handOn(ctx, p, old, rec, want, p.OwnerReferences)
 }
@@ -473,9 +490,9 @@ func (r *Runtime) handOn(ctx context.Context, p *corev1.Pod, old *corev1.ConfigM
 	}
 	// A failed test is an error of the request: which one, the pod says.
 	now, gerr := pods.Get(ctx, p.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != p.UID || now.Annotations[annName] == rec.cm.Annotations[annName] ||
+	if apierrors.IsNotFound(gerr) || (gerr == nil && (now.UID != p.UID || now.Annotations[annName] != p.Annotations[annName] ||
 		!slices.EqualFunc(now.OwnerReferences, p.OwnerReferences, func(a, b metav1.OwnerReference) bool { return a.UID == b.UID }))) {
-		return nil // gone, or handed on by another reader
+		return nil // gone, or handed on by another reader (to rec, or onward since)
 	}
 	return fmt.Errorf("kubernetes: rename %s: hand its pod on: %w", old.Annotations[annName], err)
 }

@@ -154,10 +154,13 @@ func testRename(t *testing.T, crd bool) {
 		if err := rt.Rename(ctx, "smtr-two", "smtr-two-b"); err != nil {
 			t.Fatal(err)
 		}
-		if err := rt.setMode(ctx, staleSb, modeSuspended); err == nil {
-			t.Fatal("a stop that read the Sandbox before its rename suspended it")
+		if err := rt.setMode(ctx, staleSb, modeSuspended); !errors.Is(err, sandbox.ErrInUse) {
+			t.Fatalf("a stop that read the Sandbox before its rename: %v", err)
 		}
-		if err := rt.deleteOwnedPod(ctx, stale, time.Second); err != nil {
+		if err := rt.suspendSandbox(ctx, stale); !errors.Is(err, sandbox.ErrInUse) {
+			t.Fatalf("a stop that read the record before its rename: %v", err)
+		}
+		if err := rt.deleteOwnedPod(ctx, stale, time.Second); !errors.Is(err, sandbox.ErrInUse) {
 			t.Fatalf("a deletion that read the pod before its rename: %v", err)
 		}
 		p := podOf(id)
@@ -190,10 +193,22 @@ func testRename(t *testing.T, crd bool) {
 		if err := podRT.Rename(ctx, "smtr-two-b", "smtr-two-c"); !errors.Is(err, sandbox.ErrUnsupported) {
 			t.Fatalf("a rename in pod mode of a sandbox a Sandbox made: %v", err)
 		}
-		if err := rt.Rename(ctx, "smtr-two-b", "smtr-two"); err != nil {
+		// A rename cut after its commit, read by a server in pod mode:
+		// it does not finish it (the old record owns the Sandbox), and a
+		// server in sandbox mode does.
+		renameCut = func(step string) bool { return step == "commit" }
+		err = rt.Rename(ctx, "smtr-two-b", "smtr-two")
+		renameCut = nil
+		if err != nil {
 			t.Fatal(err)
 		}
+		if _, err := podRT.Inspect(ctx, "smtr-two"); !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Fatalf("a server in pod mode reading a sandbox-mode rename cut after its commit: %v", err)
+		}
 		is("smtr-two", id, true)
+		if now := podOf(id); now == nil || now.UID != p.UID {
+			t.Fatal("the sandbox lost its pod to a rename a server in pod mode read")
+		}
 	}
 
 	// A name in use is refused, and nothing moves.

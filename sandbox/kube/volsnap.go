@@ -205,7 +205,7 @@ func (r *Runtime) RemoveVolumeSnapshot(ctx context.Context, ref string) error {
 		return fmt.Errorf("kubernetes: read volume snapshot %s: %w", ref, err)
 	}
 	if !madeAs(vs, ref) {
-		return fmt.Errorf("kubernetes: volume snapshot %s is not %s: left alone", vs.GetName(), ref)
+		return fmt.Errorf("kubernetes: volume snapshot %s is not %s: left alone: %w", vs.GetName(), ref, sandbox.ErrInUse)
 	}
 	err = r.snapshots().Delete(ctx, vs.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr(vs.GetUID())}})
 	if err != nil && !apierrors.IsNotFound(err) {
