@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 )
 
 // The channel: on docker and podman on Linux, an allowlist sandbox is
@@ -257,25 +258,9 @@ func placeAgent(dir string, bin []byte) (string, error) {
 	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() && fi.Size() == int64(len(bin)) {
 		return at, nil
 	}
-	f, err := os.CreateTemp(dir, ".sandbox-ctl-*")
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(bin)
-	if err == nil {
-		err = f.Chmod(0o755)
-	}
-	if err == nil {
-		err = f.Sync() // a file of that name is whole, even after a crash
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), p)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
+	// A file of that name is whole, even after a crash (its temporary
+	// name, ".sandbox-ctl-…", is one sweepAgents removes once old).
+	if err := atomicfile.Write(p, bin, 0o755); err != nil {
 		return "", err
 	}
 	sweepAgents(dir, name)

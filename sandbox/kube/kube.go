@@ -998,20 +998,30 @@ func (r *Runtime) deleteOwnedPod(ctx context.Context, rec record, grace time.Dur
 	return r.deletePod(ctx, p, grace)
 }
 
+// controllingSandbox reads the Sandbox that controls p: isSandboxPod is
+// false where none does (or, in pod mode, the server cannot tell), and sb
+// nil where that Sandbox is gone (or another has its name now).
+func (r *Runtime) controllingSandbox(ctx context.Context, p *corev1.Pod) (sb *sandboxObject, isSandboxPod bool, err error) {
+	c := metav1.GetControllerOfNoCopy(p)
+	if r.dyn == nil || c == nil || c.Kind != sandboxKind {
+		return nil, false, nil
+	}
+	if sb, err = r.getSandbox(ctx, c.Name); err != nil || sb == nil || sb.UID != c.UID {
+		return nil, true, err
+	}
+	return sb, true, nil
+}
+
 // controllingSandboxOwners is the UIDs of the owners of the Sandbox that
 // controls p, nil where no Sandbox does (pod mode) and empty where that
 // Sandbox is gone.
 func (r *Runtime) controllingSandboxOwners(ctx context.Context, p *corev1.Pod) ([]types.UID, error) {
-	c := metav1.GetControllerOfNoCopy(p)
-	if r.dyn == nil || c == nil || c.Kind != sandboxKind {
-		return nil, nil
-	}
-	sb, err := r.getSandbox(ctx, c.Name)
-	if err != nil {
+	sb, ok, err := r.controllingSandbox(ctx, p)
+	if !ok || err != nil {
 		return nil, err
 	}
 	out := []types.UID{}
-	if sb != nil && sb.UID == c.UID {
+	if sb != nil {
 		for _, o := range sb.OwnerReferences {
 			out = append(out, o.UID)
 		}
@@ -1023,15 +1033,8 @@ func (r *Runtime) controllingSandboxOwners(ctx context.Context, p *corev1.Pod) (
 // another record's now: a rename handed the Sandbox on since (sandbox
 // mode; the pod's owner, the Sandbox, stays the same through a rename).
 func (r *Runtime) handedOn(ctx context.Context, rec record, p *corev1.Pod) (bool, error) {
-	c := metav1.GetControllerOfNoCopy(p)
-	if r.dyn == nil || c == nil || c.Kind != sandboxKind {
-		return false, nil
-	}
-	sb, err := r.getSandbox(ctx, c.Name)
-	if err != nil {
-		return false, err
-	}
-	return sb != nil && sb.UID == c.UID && !ownedBy(sb, rec.cm.UID), nil
+	sb, _, err := r.controllingSandbox(ctx, p)
+	return sb != nil && !ownedBy(sb, rec.cm.UID), err
 }
 
 // deletePod deletes pod p (its UID, not whatever has its name) and waits
@@ -1222,7 +1225,7 @@ func (r *Runtime) removeStrayPod(ctx context.Context, name string) error {
 		if r.dyn == nil {
 			return nil
 		}
-		if sb, err := r.getSandbox(ctx, c.Name); err != nil || (sb != nil && sb.UID == c.UID) {
+		if sb, _, err := r.controllingSandbox(ctx, p); err != nil || sb != nil {
 			return err
 		}
 	}

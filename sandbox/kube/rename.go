@@ -308,10 +308,6 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 		if err := r.handOnSandbox(ctx, old, rec); err != nil {
 			return err
 		}
-	} else if err := r.refuseSandboxPod(ctx, old, "finish its rename"); err != nil {
-		// Its Sandbox is out of this server's reach: the old record,
-		// which owns it, is kept for a server in sandbox mode.
-		return err
 	}
 	if err := r.handOnPod(ctx, old, rec); err != nil {
 		return err
@@ -345,6 +341,11 @@ func (r *Runtime) refuseSandboxPod(ctx context.Context, cm *corev1.ConfigMap, do
 	case err != nil:
 		return fmt.Errorf("kubernetes: read the pod of %s: %w", cm.Annotations[annName], err)
 	}
+	return sandboxPodRefused(p, cm, doing)
+}
+
+// sandboxPodRefused is refuseSandboxPod's answer for pod p, as read.
+func sandboxPodRefused(p *corev1.Pod, cm *corev1.ConfigMap, doing string) error {
 	if c := metav1.GetControllerOfNoCopy(p); c != nil && c.Kind == sandboxKind {
 		return fmt.Errorf("%s: its pod was made by agent-sandbox from a Sandbox: %s from a server started with --kube-sandbox-crd: %w",
 			cm.Annotations[annName], doing, sandbox.ErrUnsupported)
@@ -353,7 +354,9 @@ func (r *Runtime) refuseSandboxPod(ctx context.Context, cm *corev1.ConfigMap, do
 }
 
 // handOnPod moves record old's pod, where it has one, to rec (step 3,
-// pod mode).
+// pod mode). In pod mode a Sandbox's pod refuses the rename's finish:
+// its Sandbox is out of this server's reach, and the old record, which
+// owns it, is kept for a server in sandbox mode.
 func (r *Runtime) handOnPod(ctx context.Context, old *corev1.ConfigMap, rec record) error {
 	p, err := r.cs.CoreV1().Pods(r.opt.Namespace).Get(ctx, podNameOf(old), metav1.GetOptions{})
 	switch {
@@ -361,7 +364,13 @@ func (r *Runtime) handOnPod(ctx context.Context, old *corev1.ConfigMap, rec reco
 		return nil
 	case err != nil:
 		return fmt.Errorf("kubernetes: rename %s: read its pod: %w", old.Annotations[annName], err)
-	case !ownedByRecord(p, old.UID) || p.Labels[labelManaged] != managedBy:
+	}
+	if r.dyn == nil {
+		if err := sandboxPodRefused(p, old, "finish its rename"); err != nil {
+			return err
+		}
+	}
+	if !ownedByRecord(p, old.UID) || p.Labels[labelManaged] != managedBy {
 		return nil
 	}
 	want, err := r.podFor(rec.spec, rec.cm)
