@@ -85,6 +85,11 @@ func TestSnapshots(t *testing.T) {
 			if r.isError || r.str("name") != "s1" {
 				t.Fatalf("snapshot: %s", r.text)
 			}
+			// Where its image lives, for a server on another engine to
+			// say it does not reach it.
+			if kind := tg.New().Kind(); !strings.HasPrefix(r.str("engine"), kind) {
+				t.Fatalf("snapshot's engine %q, want %s's", r.str("engine"), kind)
+			}
 			if r := s.call(t, "snapshot", map[string]any{"snapshot_name": "s1"}); !r.isError || !strings.Contains(r.text, "exists") {
 				t.Fatalf("a name in use: %s", r.text)
 			}

@@ -164,6 +164,8 @@ func (f *fake) Restore(_ context.Context, snap, name string) (sandbox.BootInfo, 
 
 func (f *fake) Snapshots() ([]state.Snapshot, error) { return nil, f.errAll }
 
+func (f *fake) SnapshotElsewhere(state.Snapshot) string { return "" }
+
 func (f *fake) DeleteSnapshot(_ context.Context, snap string) (state.Snapshot, error) {
 	f.note("delete_snapshot %s", snap)
 	return state.Snapshot{Name: snap}, f.errAll

@@ -73,6 +73,9 @@ type Sandboxes interface {
 	Snapshot(ctx context.Context, name string, req sandbox.SnapshotRequest) (state.Snapshot, error)
 	Restore(ctx context.Context, snap, name string) (sandbox.BootInfo, state.Snapshot, error)
 	Snapshots() ([]state.Snapshot, error)
+	// SnapshotElsewhere says where a snapshot's engine parts are when
+	// this server does not reach them, "" when it does.
+	SnapshotElsewhere(rec state.Snapshot) string
 	DeleteSnapshot(ctx context.Context, snap string) (state.Snapshot, error)
 	CloneSandbox(ctx context.Context, source, target string, prof *sandbox.Profile) (sandbox.BootInfo, error)
 	NamedProfile(name string) (sandbox.Profile, []string, bool)

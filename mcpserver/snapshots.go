@@ -37,6 +37,9 @@ type SnapshotInfo struct {
 	// keeps the workspace in, where it does (Kubernetes with a snapshot
 	// class); else the workspace is a tar on the server's host.
 	VolumeSnapshot string `json:"volume_snapshot,omitempty"`
+	// Engine is where the snapshot's image or volume snapshot lives (a
+	// runtime, and its namespace on Kubernetes), where the record says.
+	Engine string `json:"engine,omitempty"`
 }
 
 // SnapshotList is the structured result of list_snapshots.
@@ -62,7 +65,7 @@ type Restored struct {
 func snapshotInfo(sn state.Snapshot) SnapshotInfo {
 	return SnapshotInfo{Name: sn.Name, Sandbox: sn.Sandbox, Image: sn.Image, BaseImage: sn.BaseImage, Parent: sn.Parent,
 		Created: sn.Created.Format(time.RFC3339), Note: sn.Note, Workspace: sn.Workspace, WorkspaceBytes: sn.WorkspaceBytes, Env: sn.Env,
-		WorkspaceOnly: sn.WorkspaceOnly, VolumeSnapshot: sn.VolumeSnapshot}
+		WorkspaceOnly: sn.WorkspaceOnly, VolumeSnapshot: sn.VolumeSnapshot, Engine: sn.Engine}
 }
 
 const snapshotNameDesc = "Snapshot name: letters, digits, '_', '.', '-'."
@@ -195,6 +198,9 @@ func (s *Server) handleListSnapshots(ctx context.Context, _ mcp.CallToolRequest)
 		}
 		if sn.Parent != "" {
 			b.WriteString("  parent " + sn.Parent)
+		}
+		if where := s.m.SnapshotElsewhere(sn); where != "" {
+			b.WriteString("  (made on " + where + ": restore or delete it from a server there)")
 		}
 		if sn.Note != "" {
 			b.WriteString("  note: " + sn.Note)

@@ -296,6 +296,15 @@ type VolumeSnapshotter interface {
 	RemoveVolumeSnapshot(ctx context.Context, ref string) error
 }
 
+// Scoped is implemented by runtimes whose objects live in one part of
+// their engine that a server is set up to use (a namespace of a
+// cluster): what a server made in one part, another reaches only from the
+// same part.
+type Scoped interface {
+	// Scope names the part this runtime uses, for people to read.
+	Scope() string
+}
+
 // BuildSpec describes an image build.
 type BuildSpec struct {
 	Tag        string

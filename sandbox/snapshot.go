@@ -75,12 +75,31 @@ func (m *Manager) lockSnapshot(snap, purpose string) (release func(), err error)
 	// '@' is in neither sandbox nor snapshot names: no clash with lockKey.
 	// Not the prefix's: snapshot records and tars are the state
 	// directory's, shared by servers of every prefix that use it.
-	h, err := m.locks.TryLock("@snapshot-"+snap, purpose+" "+snap)
+	h, err := m.locks.TryLock(snapshotLockKey(snap), purpose+" "+snap)
 	if errors.Is(err, locks.ErrHeld) {
-		return nil, &ArgError{Err: fmt.Errorf("snapshot %q is being made or deleted right now (%w); try again once that is done, or pick another name", snap, err)}
+		return nil, &ArgError{Err: fmt.Errorf("snapshot %q is being made, restored or deleted right now (%w); try again once that is done, or pick another name", snap, err)}
 	}
 	if err != nil {
 		return nil, err
+	}
+	return h.Release, nil
+}
+
+// snapshotLockKey is the lock of snapshot snap.
+func snapshotLockKey(snap string) string { return "@snapshot-" + snap }
+
+// holdSnapshot waits for snapshot snap's lock, which a restore holds
+// while it reads the snapshot: the snapshot is then neither deleted from
+// under it (a volume made from a volume snapshot deleted meanwhile would
+// wait for it until the boot's time is up) nor made anew. Restores from
+// one snapshot take turns.
+func (m *Manager) holdSnapshot(ctx context.Context, snap string) (release func(), err error) {
+	if err := ValidateSnapshotName(snap); err != nil {
+		return nil, &ArgError{Err: err}
+	}
+	h, err := m.locks.Lock(ctx, snapshotLockKey(snap), "restore from "+snap)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", snap, err)
 	}
 	return h.Release, nil
 }
@@ -293,11 +312,54 @@ func (m *Manager) snapshot(ctx context.Context, name string, req SnapshotRequest
 			return state.Snapshot{}, fmt.Errorf("snapshot %q of sandbox %q: %w; nothing was kept", req.Name, name, err)
 		}
 	}
+	if keptByEngine(rec) {
+		rec.Engine = m.snapshotEngine()
+	}
 	if err := store.AddSnapshot(rec); err != nil {
 		cleanup()
 		return state.Snapshot{}, fmt.Errorf("snapshot %q: %w", req.Name, err)
 	}
 	return rec, nil
+}
+
+// keptByEngine reports whether snapshot rec keeps a part in an engine
+// (an image, a volume snapshot), which only a server driving that
+// engine reaches; a workspace tar alone boots on any runtime.
+func keptByEngine(rec state.Snapshot) bool {
+	return (rec.Image != "" && !rec.WorkspaceOnly) || rec.VolumeSnapshot != ""
+}
+
+// snapshotEngine is where this server's runtime keeps a snapshot's
+// engine parts (state.Snapshot.Engine).
+func (m *Manager) snapshotEngine() string {
+	if s, ok := m.rt.(Scoped); ok {
+		return m.rt.Kind() + " " + s.Scope()
+	}
+	return m.rt.Kind()
+}
+
+// SnapshotElsewhere says, for snapshot rec, where its engine parts are
+// when that is not where this server's runtime keeps them (a snapshot
+// made on docker, listed by a podman server sharing the state
+// directory; one made in another namespace); "" when they are here, or
+// the record does not say.
+func (m *Manager) SnapshotElsewhere(rec state.Snapshot) string {
+	if rec.Engine == "" || !keptByEngine(rec) || rec.Engine == m.snapshotEngine() {
+		return ""
+	}
+	return rec.Engine
+}
+
+// snapshotHere refuses to act (doing what) on snapshot rec from a server
+// that does not reach where its engine parts are: an image looked for
+// in another engine reads as gone, and a deletion there would forget a
+// snapshot whose image or volume snapshot stays behind.
+func (m *Manager) snapshotHere(rec state.Snapshot, doing string) error {
+	if where := m.SnapshotElsewhere(rec); where != "" {
+		return fmt.Errorf("%w: snapshot %q was made on %s, and this server runs on %s: %s it from a server there",
+			ErrUnsupported, rec.Name, where, m.snapshotEngine(), doing)
+	}
+	return nil
 }
 
 // runningLocked returns sandbox name, whose container is c, running: a
@@ -487,8 +549,16 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 	if err != nil {
 		return BootInfo{}, state.Snapshot{}, err
 	}
+	unlock, err := m.holdSnapshot(ctx, snap)
+	if err != nil {
+		return BootInfo{}, state.Snapshot{}, err
+	}
+	defer unlock()
 	rec, err := m.snapshotRecord(store, snap)
 	if err != nil {
+		return BootInfo{}, rec, err
+	}
+	if err := m.snapshotHere(rec, "restore"); err != nil {
 		return BootInfo{}, rec, err
 	}
 	if saver == nil && !rec.WorkspaceOnly {
@@ -796,6 +866,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapsh
 	defer unlock()
 	rec, err := m.snapshotRecord(store, snap)
 	if err != nil {
+		return rec, err
+	}
+	if err := m.snapshotHere(rec, "delete"); err != nil {
 		return rec, err
 	}
 	// A snapshot of the workspace alone has no image: its record names

@@ -198,7 +198,7 @@ func (m *Manager) adoptSnapshots(ctx context.Context) {
 			continue
 		}
 		if _, known, err := store.Snapshot(name); err == nil && !known {
-			rec := state.Snapshot{Name: name, Image: m.SnapshotRef(name), Created: time.Now().UTC(),
+			rec := state.Snapshot{Name: name, Image: m.SnapshotRef(name), Created: time.Now().UTC(), Engine: m.snapshotEngine(),
 				Note: "adopted: its record was lost with a damaged state file; its sandbox and profile are not known"}
 			file := workspaceFileName(name)
 			if fi, err := os.Stat(filepath.Join(m.cfg.SnapshotDir, file)); err == nil && fi.Mode().IsRegular() {

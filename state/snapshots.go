@@ -41,6 +41,13 @@ type Snapshot struct {
 	// WorkspaceBytes is then the size of the volume it was taken of (the
 	// storage's restore size), not of the files in it.
 	VolumeSnapshot string `json:"volume_snapshot,omitempty"`
+	// Engine is where the parts of the snapshot an engine keeps (Image,
+	// unless WorkspaceOnly; VolumeSnapshot) live: the runtime's kind, and
+	// for a runtime with scopes, the one the server used ("kubernetes
+	// namespace sandboxes at https://…"). Empty on records made before
+	// it was kept, and on a workspace tar alone, which any runtime
+	// restores.
+	Engine string `json:"engine,omitempty"`
 }
 
 // ErrSnapshotExists marks a snapshot name in use.

@@ -225,6 +225,14 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return nil
 }
 
+// Scope implements sandbox.Scoped: the namespace, and the cluster by
+// the address this server reaches it at.
+func (r *Runtime) Scope() string {
+	return "namespace " + r.opt.Namespace + " at " + r.cfg.Host
+}
+
+var _ sandbox.Scoped = (*Runtime)(nil)
+
 // Version is the apiserver's version.
 func (r *Runtime) Version(ctx context.Context) (string, error) {
 	v, err := r.cs.Discovery().ServerVersion()

@@ -4,6 +4,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,10 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 	text, data, isErr := tool("snapshot", map[string]any{"snapshot_name": "s1"})
 	if isErr || !strings.Contains(text, "volume snapshot") || data["volume_snapshot"] == nil || data["workspace_only"] != true {
 		t.Fatalf("snapshot: %s %v", text, data)
+	}
+	// Where it lives: a server in another namespace or cluster refuses it.
+	if want := "kubernetes namespace " + ns + " at "; !strings.HasPrefix(fmt.Sprint(data["engine"]), want) || data["engine"] != "kubernetes "+rt.Scope() {
+		t.Fatalf("the snapshot's engine %v, want %s…", data["engine"], want)
 	}
 	if tars, _ := filepath.Glob(filepath.Join(snapDir, "*")); len(tars) != 0 {
 		t.Fatalf("a snapshot kept by the storage left files on the host: %v", tars)

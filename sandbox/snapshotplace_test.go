@@ -1,0 +1,125 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/state"
+)
+
+// scopedSnapshots is a runtime with volume snapshots in a scope of its
+// engine (as a Kubernetes namespace is), whose volume made from a
+// snapshot held waits for release to be closed, and then fails.
+type scopedSnapshots struct {
+	flakySnapshots
+	scope   string
+	held    string
+	making  chan struct{}
+	release chan struct{}
+}
+
+func (r scopedSnapshots) Kind() string                               { return "kubernetes" }
+func (r scopedSnapshots) Scope() string                              { return r.scope }
+func (r scopedSnapshots) VolumeRemove(context.Context, string) error { return nil }
+func (r scopedSnapshots) VolumeFromSnapshot(ctx context.Context, _, ref string, _ map[string]string, _ int64) error {
+	if ref != r.held {
+		return fmt.Errorf("made a volume from %s", ref)
+	}
+	close(r.making)
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+	}
+	return errors.New("the driver failed")
+}
+
+// TestSnapshotsElsewhereRefused: a snapshot whose image or volume
+// snapshot another engine, or another namespace, keeps is neither
+// restored nor deleted by this server (an image looked for here would
+// read as gone, and a deletion would forget what stays there); it says
+// where, and nothing is touched. A workspace tar alone, and a record
+// that does not say, are this server's as before.
+func TestSnapshotsElsewhereRefused(t *testing.T) {
+	store, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fails, removed := 0, []string{}
+	const here = "namespace sandboxes at https://10.0.0.1:6443"
+	rt := scopedSnapshots{flakySnapshots: flakySnapshots{mu: &sync.Mutex{}, fails: &fails, removed: &removed}, scope: here,
+		held: ".vsnap-mine-0123456789abcdef", making: make(chan struct{}), release: make(chan struct{})}
+	m := NewManager(rt, Config{Prefix: "smtplace", LockDir: t.TempDir(), SnapshotDir: t.TempDir(), Snapshots: store})
+	t.Cleanup(m.Close)
+	if got := m.snapshotEngine(); got != "kubernetes "+here {
+		t.Fatalf("this server's snapshot engine: %q", got)
+	}
+	recs := []state.Snapshot{
+		{Name: "ondocker", Image: "smtplace-snapshot:ondocker", Engine: "docker"},
+		{Name: "otherns", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-otherns-0123456789abcdef", Engine: "kubernetes namespace other at https://10.0.0.1:6443"},
+		{Name: "othercluster", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-othercluster-0123456789abcdef", Engine: "kubernetes namespace sandboxes at https://10.9.9.9:6443"},
+		{Name: "tar", WorkspaceOnly: true, Workspace: true, Engine: ""},
+		{Name: "legacy", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-legacy-0123456789abcdef"},
+		{Name: "mine", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-mine-0123456789abcdef", Engine: "kubernetes " + here},
+	}
+	for _, r := range recs {
+		if err := store.AddSnapshot(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	for _, r := range recs[:3] {
+		if got := m.SnapshotElsewhere(r); got != r.Engine {
+			t.Errorf("%s: elsewhere %q, want %q", r.Name, got, r.Engine)
+		}
+		if _, _, err := m.Restore(ctx, r.Name, "box"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), r.Engine) {
+			t.Errorf("restore from %s: %v", r.Name, err)
+		}
+		if _, err := m.DeleteSnapshot(ctx, r.Name); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), r.Engine) {
+			t.Errorf("delete %s: %v", r.Name, err)
+		}
+		if _, ok, _ := store.Snapshot(r.Name); !ok {
+			t.Errorf("%s's record went", r.Name)
+		}
+	}
+	if len(removed) != 0 {
+		t.Fatalf("volume snapshots removed from elsewhere: %v", removed)
+	}
+	for _, r := range recs[3:] {
+		if got := m.SnapshotElsewhere(r); got != "" {
+			t.Errorf("%s: elsewhere %q", r.Name, got)
+		}
+	}
+	if _, err := m.DeleteSnapshot(ctx, "legacy"); err != nil {
+		t.Fatalf("delete a record that does not say where: %v", err)
+	}
+
+	// A restore holds its snapshot: a deletion meanwhile is refused, and
+	// the snapshot is whole after it.
+	done := make(chan error, 1)
+	go func() { _, _, err := m.Restore(ctx, "mine", "box"); done <- err }()
+	select {
+	case <-rt.making:
+	case err := <-done:
+		t.Fatalf("the restore ended before it made its volume: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the restore never made its volume")
+	}
+	if _, err := m.DeleteSnapshot(ctx, "mine"); err == nil || !strings.Contains(err.Error(), "restored") {
+		t.Fatalf("a deletion during a restore: %v", err)
+	}
+	close(rt.release)
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "the driver failed") {
+		t.Fatalf("the restore: %v", err)
+	}
+	if _, err := m.DeleteSnapshot(ctx, "mine"); err != nil {
+		t.Fatalf("a deletion after the restore: %v", err)
+	}
+	if want := []string{".vsnap-legacy-0123456789abcdef", ".vsnap-mine-0123456789abcdef"}; strings.Join(removed, " ") != strings.Join(want, " ") {
+		t.Fatalf("volume snapshots removed: %v, want %v", removed, want)
+	}
+}
