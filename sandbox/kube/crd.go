@@ -240,6 +240,11 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 	} else if p != nil && !madeBy(p, rec) {
 		return nil, fmt.Errorf("container %s: a pod named %s is there already and is not one this record made: %w", rec.spec.Name, pod.Name, sandbox.ErrInUse)
 	}
+	// The record says so first: from then on no server in pod mode acts
+	// on the sandbox as if its pod were its own.
+	if err := r.markPodsFrom(ctx, rec.cm); err != nil {
+		return nil, err
+	}
 	if sb == nil {
 		if sb, err = r.createSandbox(ctx, rec, pod); err != nil {
 			return nil, err
@@ -375,6 +380,27 @@ func (r *Runtime) createSandbox(ctx context.Context, rec record, pod *corev1.Pod
 		return nil, fmt.Errorf("kubernetes: create the Sandbox of %s: %w", rec.spec.Name, err)
 	}
 	return fromUnstructured(made)
+}
+
+// markPodsFrom marks record cm as one whose pod a Sandbox makes
+// (annPodsFrom), where it is not yet (a record a server in pod mode made,
+// or one made before the mark was kept).
+func (r *Runtime) markPodsFrom(ctx context.Context, cm *corev1.ConfigMap) error {
+	if cm.Annotations[annPodsFrom] == sandboxKind {
+		return nil
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": cm.UID},
+		{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annPodsFrom), "value": sandboxKind},
+	})
+	_, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return fmt.Errorf("container %s: its record was removed meanwhile: %w", cm.Annotations[annName], sandbox.ErrInUse)
+	}
+	if err != nil {
+		return fmt.Errorf("kubernetes: mark the record of %s: %w", cm.Annotations[annName], err)
+	}
+	return nil
 }
 
 // setMode sets sb's operatingMode, if sb is still the object of its UID

@@ -87,6 +87,11 @@ const (
 	annName = "sandbox-mcp.io/name"
 	// labelRecord names, on a pod, the record it was made from.
 	labelRecord = "sandbox-mcp.io/record"
+	// annPodsFrom, on a record, is sandboxKind where its pod is made by
+	// agent-sandbox's controller from a Sandbox the record owns (a
+	// server in sandbox mode made or started it): a server in pod mode
+	// neither starts, stops nor renames such a sandbox, running or not.
+	annPodsFrom = "sandbox-mcp.io/pods-from"
 	// recordSpec and recordLabels are the record's data keys.
 	recordSpec   = "spec.json"
 	recordLabels = "labels.json"
@@ -420,6 +425,9 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 		ObjectMeta: metav1.ObjectMeta{Name: objectName(spec.Name), Namespace: r.opt.Namespace,
 			Labels: kubeLabels(spec.Labels, nil), Annotations: map[string]string{annName: spec.Name}},
 		Data: map[string]string{recordSpec: string(specJSON), recordLabels: string(labelsJSON)},
+	}
+	if r.dyn != nil {
+		cm.Annotations[annPodsFrom] = sandboxKind
 	}
 	// A child is owned by its parent's record (family.go).
 	var parent *corev1.ConfigMap
@@ -898,6 +906,9 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 		// Its pod would be the record's, which the removal deletes.
 		return fmt.Errorf("start %s: its removal began at %s (destroy it again to finish it): %w", name, rec.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
+	if err := r.refuseSandboxMode(rec.cm, "start it"); err != nil {
+		return err
+	}
 	if startStep != nil {
 		startStep("read")
 	}
@@ -978,6 +989,9 @@ func madeBy(p *corev1.Pod, rec record) bool {
 func (r *Runtime) Stop(ctx context.Context, name string, grace time.Duration) error {
 	rec, err := r.record(ctx, name)
 	if err != nil {
+		return err
+	}
+	if err := r.refuseSandboxMode(rec.cm, "stop it"); err != nil {
 		return err
 	}
 	if r.dyn != nil {

@@ -203,6 +203,9 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 		return fmt.Errorf("rename %s to %s: its removal began at %s (destroy it again to finish it): %w",
 			ref, newName, old.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
+	if err := r.refuseSandboxMode(old.cm, "rename it"); err != nil {
+		return err
+	}
 	if r.dyn == nil {
 		if err := r.refuseSandboxPod(ctx, old.cm, "rename it"); err != nil {
 			return err
@@ -218,6 +221,9 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 				annRenamedFrom: string(old.cm.UID), annRenamedFromObject: old.cm.Name},
 			OwnerReferences: old.cm.OwnerReferences},
 		Data: map[string]string{recordSpec: string(specJSON), recordLabels: old.cm.Data[recordLabels], recordPod: podNameOf(old.cm)},
+	}
+	if v := old.cm.Annotations[annPodsFrom]; v != "" {
+		n.Annotations[annPodsFrom] = v
 	}
 	made, err := r.createRecord(ctx, n)
 	if apierrors.IsAlreadyExists(err) {
@@ -303,6 +309,9 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 	if err != nil {
 		return err
 	}
+	if err := r.refuseSandboxMode(old, "finish its rename"); err != nil {
+		return err
+	}
 	if r.dyn != nil {
 		// Its Sandbox; or a pod a server in pod mode made for it.
 		if err := r.handOnSandbox(ctx, old, rec); err != nil {
@@ -327,6 +336,20 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 		return fmt.Errorf("kubernetes: rename %s: delete the old record: %w", old.Annotations[annName], err)
 	}
 	return nil
+}
+
+// refuseSandboxMode, in pod mode, refuses to go on (doing what) with the
+// sandbox of record cm when the record says its pod is made from a
+// Sandbox (annPodsFrom), running or not: its Sandbox, which goes with the
+// record, is out of this server's reach (a pod of its own would stand
+// beside a Sandbox its controller may run again; a rename finished here
+// would delete the old record, and the Sandbox with it).
+func (r *Runtime) refuseSandboxMode(cm *corev1.ConfigMap, doing string) error {
+	if r.dyn != nil || cm.Annotations[annPodsFrom] != sandboxKind {
+		return nil
+	}
+	return fmt.Errorf("%s: its pod is made by agent-sandbox from a Sandbox: %s from a server started with --kube-sandbox-crd: %w",
+		cm.Annotations[annName], doing, sandbox.ErrUnsupported)
 }
 
 // refuseSandboxPod, in pod mode, refuses to go on (doing what) with

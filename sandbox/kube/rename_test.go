@@ -209,6 +209,66 @@ func testRename(t *testing.T, crd bool) {
 		if now := podOf(id); now == nil || now.UID != p.UID {
 			t.Fatal("the sandbox lost its pod to a rename a server in pod mode read")
 		}
+
+		// Stopped too, the sandbox is its Sandbox's, and its record says
+		// so: a server in pod mode does not stop, start (a pod of its own
+		// beside the suspended Sandbox) or rename it, nor finish a rename
+		// of it (the old record's deletion would take the Sandbox).
+		if err := podRT.Stop(ctx, "smtr-two", time.Second); !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Fatalf("a stop in pod mode of a sandbox a Sandbox made: %v", err)
+		}
+		if err := rt.Stop(ctx, "smtr-two", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := podRT.Start(ctx, "smtr-two"); !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Fatalf("a start in pod mode of a stopped sandbox a Sandbox made: %v", err)
+		}
+		if err := podRT.Rename(ctx, "smtr-two", "smtr-two-c"); !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Fatalf("a rename in pod mode of a stopped sandbox a Sandbox made: %v", err)
+		}
+		renameCut = func(step string) bool { return step == "commit" }
+		err = rt.Rename(ctx, "smtr-two", "smtr-two-d")
+		renameCut = nil
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := podRT.Inspect(ctx, "smtr-two-d"); !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Fatalf("a server in pod mode reading a rename of a stopped sandbox-mode sandbox cut after its commit: %v", err)
+		}
+		if sb, err := rt.getSandbox(ctx, p.Name); err != nil || sb == nil {
+			t.Fatalf("the stopped sandbox's Sandbox after a server in pod mode read its rename: %+v %v", sb, err)
+		}
+		is("smtr-two-d", id, false)
+		if err := rt.Rename(ctx, "smtr-two-d", "smtr-two"); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Start(ctx, "smtr-two"); err != nil {
+			t.Fatal(err)
+		}
+		is("smtr-two", id, true)
+
+		// A sandbox a server in pod mode made, started in sandbox mode,
+		// is its Sandbox's from then on, and its record says so.
+		pmSpec := sandbox.RunSpec{Name: "smtr-pm", Image: "localhost/mcp-dev:latest",
+			Labels: map[string]string{sandbox.LabelOwner: owner, "k": "v"}, Command: []string{"sleep", "infinity"}}
+		if _, err := podRT.Run(ctx, pmSpec); err != nil {
+			t.Fatal(err)
+		}
+		if err := podRT.Stop(ctx, "smtr-pm", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Start(ctx, "smtr-pm"); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := rt.record(ctx, "smtr-pm"); err != nil || rec.podOwner == "" || rec.cm.Annotations[annPodsFrom] != sandboxKind {
+			t.Fatalf("a pod-mode sandbox started in sandbox mode: %+v %v", rec.cm, err)
+		}
+		if err := podRT.Stop(ctx, "smtr-pm", time.Second); !errors.Is(err, sandbox.ErrUnsupported) {
+			t.Fatalf("a stop in pod mode of a sandbox now a Sandbox's: %v", err)
+		}
+		if err := rt.Remove(ctx, "smtr-pm"); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// A name in use is refused, and nothing moves.
