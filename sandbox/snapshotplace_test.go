@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -121,5 +123,72 @@ func TestSnapshotsElsewhereRefused(t *testing.T) {
 	}
 	if want := []string{".vsnap-legacy-0123456789abcdef", ".vsnap-mine-0123456789abcdef"}; strings.Join(removed, " ") != strings.Join(want, " ") {
 		t.Fatalf("volume snapshots removed: %v, want %v", removed, want)
+	}
+}
+
+// TestKilledServersSnapshotsElsewhereLeft: the volume snapshots a killed
+// server listed are left, listed, by a later server whose runtime does not
+// reach them (another namespace, sharing the lock directory and prefix),
+// which still removes the host files the list names; a server in the
+// killed one's namespace removes them.
+func TestKilledServersSnapshotsElsewhereLeft(t *testing.T) {
+	const prefix = "smtvse"
+	locks, snaps, user := t.TempDir(), t.TempDir(), t.TempDir()
+	store, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fails, removed := 0, []string{}
+	inNS := func(ns string) scopedSnapshots {
+		return scopedSnapshots{flakySnapshots: flakySnapshots{mu: &sync.Mutex{}, fails: &fails, removed: &removed}, scope: "namespace " + ns + " at https://h"}
+	}
+	cfg := Config{Prefix: prefix, LockDir: locks, SnapshotDir: snaps, Snapshots: store}
+	killed := NewManager(inNS("a"), cfg)
+	const unrec = ".vsnap-s-0123456789abcdef"
+	staging := filepath.Join(user, ".sandbox-mcp-incoming-ee")
+	for _, p := range []string{filepath.Join(snaps, unrec), staging} {
+		if err := killed.TrackStaging(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(staging, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	list, lock := killed.stagingFile(killed.serverID), killed.serverLockPath(killed.serverID)
+	killed.server.Release()
+	killed.server = nil
+	killed.Close()
+
+	sweep := func(ns string) {
+		t.Helper()
+		next := NewManager(inNS(ns), cfg)
+		defer next.Close()
+		if err := next.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep("b")
+	if len(removed) != 0 {
+		t.Fatalf("a server in another namespace removed %v", removed)
+	}
+	if _, err := os.Lstat(staging); err == nil {
+		t.Fatal("the host staging directory is left")
+	}
+	data, err := os.ReadFile(list)
+	if err != nil || !strings.Contains(string(data), unrec) || !strings.HasPrefix(string(data), "engine:kubernetes namespace a at https://h\x00") ||
+		strings.Contains(string(data), staging) {
+		t.Fatalf("the staging list after a sweep elsewhere: %q %v", data, err)
+	}
+	if _, err := os.Stat(lock); err != nil {
+		t.Fatalf("the killed server's lock file after a sweep elsewhere: %v", err)
+	}
+	sweep("a")
+	if strings.Join(removed, " ") != unrec {
+		t.Fatalf("removed by a server in the killed one's namespace: %v", removed)
+	}
+	for _, p := range []string{list, lock} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is left after the sweep that removed everything", p)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,11 +29,13 @@ import (
 // snapshot directory; each is renamed into place when whole and removed
 // when it fails. A server killed part way can do neither, so each such
 // path is first listed in the server's staging file, <LockDir>/<prefix>-
-// server-<ID>.staging (NUL-terminated paths, appended and synced). The next
-// server that finds the server gone (sweep.go) removes what is listed and
-// still there, and the file. Only names a server makes are removed: a
-// path whose base name does not start with one of StagingPrefixes is left
-// alone, whatever the file says.
+// server-<ID>.staging (NUL-terminated paths, appended and synced, after a
+// first entry naming the server's engine). The next server that finds the
+// server gone (sweep.go) removes what is listed and still there, and the
+// file. Only names a server makes are removed: a path whose base name does
+// not start with one of StagingPrefixes is left alone, whatever the file
+// says. The volume snapshots a path names (a clone's, a snapshot's) are
+// removed by a server on the same engine (and namespace) only.
 
 // StagingPrefixes begin the base names of the host paths a server lists
 // in its staging file.
@@ -59,11 +62,18 @@ func (m *Manager) TrackStaging(path string) error {
 	}
 	stagingMu.Lock()
 	defer stagingMu.Unlock()
-	f, err := os.OpenFile(m.stagingFile(m.serverID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	list := m.stagingFile(m.serverID)
+	entry := abs + "\x00"
+	if _, err := os.Lstat(list); errors.Is(err, fs.ErrNotExist) {
+		// The list begins with where the server's volume snapshots are,
+		// so that a sweeper elsewhere leaves them for one there.
+		entry = stagingEngine + m.snapshotEngine() + "\x00" + entry
+	}
+	f, err := os.OpenFile(list, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteString(abs + "\x00"); err != nil {
+	if _, err := f.WriteString(entry); err != nil {
 		f.Close()
 		return err
 	}
@@ -74,12 +84,23 @@ func (m *Manager) TrackStaging(path string) error {
 	return f.Close()
 }
 
+// stagingEngine begins the first entry of a staging file: the engine
+// (snapshotEngine) of the server that wrote it. Not an absolute path, so
+// a server that does not know it passes over it.
+const stagingEngine = "engine:"
+
+// errElsewhere marks a volume snapshot a gone server listed that this
+// server's runtime does not reach (another engine, another namespace).
+var errElsewhere = errors.New("volume snapshots elsewhere")
+
 // removeStaging removes what the gone server id listed in its staging
 // file and is still there, then the file; it returns how many paths it
 // removed, and whether the list is done with. A volume snapshot a path
-// names whose removal failed (the cluster unreachable, say) keeps its
-// path in the file, which is written anew with what is left, for the
-// next sweep to try again.
+// names whose removal failed (the cluster unreachable, say), or that
+// lives where this server's runtime does not reach (the list says where
+// its server made them), keeps its path in the file, which is written
+// anew with what is left, for the next sweep (or one on that engine) to
+// try again.
 func (m *Manager) removeStaging(id string) (n int, done bool) {
 	list := m.stagingFile(id)
 	data, err := os.ReadFile(list)
@@ -87,19 +108,32 @@ func (m *Manager) removeStaging(id string) (n int, done bool) {
 		return 0, true
 	}
 	var left bytes.Buffer
+	engine := ""
 	for _, p := range bytes.Split(data, []byte{0}) {
 		path := string(p)
+		if e, ok := strings.CutPrefix(path, stagingEngine); ok && engine == "" {
+			engine = e
+			continue
+		}
 		if !filepath.IsAbs(path) || !isStagingName(filepath.Base(path)) {
 			continue
 		}
 		var kept error
-		// A clone's key names its volume snapshot too, where the runtime
-		// makes them (volsnap.go).
-		if key, ok := cloneKeyOf(filepath.Base(path)); ok {
+		base := filepath.Base(path)
+		_, isClone := cloneKeyOf(base)
+		switch {
+		case (isClone || volumeSnapshotKeyOf(base)) && engine != "" && engine != m.snapshotEngine():
+			// Whatever it names in an engine is out of reach here;
+			// its host files are not.
+			kept = errElsewhere
+		case isClone:
+			// A clone's key names its volume snapshot too, where the
+			// runtime makes them (volsnap.go).
+			key, _ := cloneKeyOf(base)
 			kept = m.removeCloneSnapshot(key)
-		}
-		// A snapshot's, named as its key, goes unless it was recorded.
-		if base := filepath.Base(path); volumeSnapshotKeyOf(base) {
+		case volumeSnapshotKeyOf(base):
+			// A snapshot's, named as its key, goes unless it was
+			// recorded.
 			kept = m.removeUnrecordedSnapshot(base)
 		}
 		if kept != nil && !errors.Is(kept, ErrInUse) { // in use: not ours, left alone
@@ -119,7 +153,14 @@ func (m *Manager) removeStaging(id string) (n int, done bool) {
 		_ = os.Remove(list)
 		return n, true
 	}
-	if err := atomicfile.Write(list, left.Bytes(), 0o600); err != nil {
+	out := left.Bytes()
+	if engine != "" {
+		out = append([]byte(stagingEngine+engine+"\x00"), out...)
+	}
+	if bytes.Equal(out, data) {
+		return n, false // as it was: nothing to write
+	}
+	if err := atomicfile.Write(list, out, 0o600); err != nil {
 		m.log.Warn("keep the volume snapshots a killed server left for the next sweep", "file", list, "err", err)
 	}
 	return n, false
