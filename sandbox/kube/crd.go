@@ -25,6 +25,8 @@ package kube
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -266,10 +268,96 @@ func (r *Runtime) startThroughSandbox(ctx context.Context, rec record, pod *core
 		}
 		return nil, fmt.Errorf("container %s: the pod made for its Sandbox is not the one asked for (%v): its Sandbox is suspended: %w", rec.spec.Name, err, sandbox.ErrInUse)
 	}
+	// What was checked, for every later stream into the pod to check
+	// again (podOf): a pod the controller makes or adopts later (after an
+	// eviction), or one patched since, must be the same.
+	if err := r.notePodPrint(ctx, rec.cm, made); err != nil {
+		return nil, err
+	}
 	if err := r.stillThere(ctx, rec, made); err != nil {
 		return nil, err
 	}
 	return r.waitRunning(ctx, made)
+}
+
+// annPodPrint, on a record in sandbox mode, is podPrint of the pod its
+// last start checked (podMatches).
+const annPodPrint = "sandbox-mcp.io/pod-print"
+
+// podPrintV1 begins the prints podPrint makes; a print of another form
+// (a later server's) is not checked.
+const podPrintV1 = "v1:"
+
+// podPrint is a digest of what in p's spec decides what runs and what it
+// reaches (the fields podMatches looks at, and every volume's source):
+// equal for pods made from one template, different for one patched (an
+// image changed, an ephemeral container added) or planted.
+func podPrint(p *corev1.Pod) string {
+	s := &p.Spec
+	type container struct {
+		Name, Image, WorkingDir string
+		Command, Args           []string
+		Env                     []corev1.EnvVar
+		EnvFrom                 []corev1.EnvFromSource
+		Mounts                  []corev1.VolumeMount
+		Security                *corev1.SecurityContext
+	}
+	var cs []container
+	for _, c := range s.Containers {
+		cs = append(cs, container{c.Name, c.Image, c.WorkingDir, c.Command, c.Args, c.Env, c.EnvFrom, c.VolumeMounts, c.SecurityContext})
+	}
+	data, _ := json.Marshal(struct {
+		Containers                            []container
+		Init, Ephemeral                       int
+		HostNetwork, HostPID, HostIPC         bool
+		ShareProcessNamespace, AutomountToken *bool
+		RuntimeClass, ServiceAccount          string
+		Volumes                               []corev1.Volume
+		PodSecurity                           *corev1.PodSecurityContext
+	}{cs, len(s.InitContainers), len(s.EphemeralContainers), s.HostNetwork, s.HostPID, s.HostIPC,
+		s.ShareProcessNamespace, s.AutomountServiceAccountToken, ptrString(s.RuntimeClassName), s.ServiceAccountName, s.Volumes, s.SecurityContext})
+	sum := sha256.Sum256(data)
+	return podPrintV1 + hex.EncodeToString(sum[:])
+}
+
+// notePodPrint writes p's print into record cm (annPodPrint), unless the
+// record went or was renamed meanwhile (the start finds out next).
+func (r *Runtime) notePodPrint(ctx context.Context, cm *corev1.ConfigMap, p *corev1.Pod) error {
+	pp := podPrint(p)
+	if cm.Annotations[annPodPrint] == pp {
+		return nil
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": cm.UID},
+		{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annPodPrint), "value": pp},
+	})
+	_, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes: note the pod of %s: %w", cm.Annotations[annName], err)
+	}
+	return nil
+}
+
+// checkPodPrint, in sandbox mode, refuses a stream into pod p of record
+// rec when p is not the pod rec's start checked (annPodPrint): the
+// controller made or adopted another since, or it was patched. The
+// sandbox is stopped (its Sandbox suspended, the pod deleted, and with it
+// what runs there), so that its next start makes the pod anew and checks
+// it.
+func (r *Runtime) checkPodPrint(ctx context.Context, rec record, p *corev1.Pod) error {
+	want := rec.cm.Annotations[annPodPrint]
+	if rec.podOwner == "" || !strings.HasPrefix(want, podPrintV1) || podPrint(p) == want {
+		return nil
+	}
+	why := "its pod is not the one its start checked (made again, adopted or patched since)"
+	err := r.suspendSandbox(ctx, rec)
+	if err == nil {
+		err = r.deleteOwnedPod(ctx, rec, time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("container %s: %s, and it could not be stopped: %w", rec.spec.Name, why, err)
+	}
+	return fmt.Errorf("container %s: %s: it was stopped, and the next start makes the pod again: %w", rec.spec.Name, why, sandbox.ErrNotRunning)
 }
 
 // runSandbox writes pod's template into sb, whole, and sets it running,

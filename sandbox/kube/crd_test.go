@@ -151,6 +151,30 @@ func TestSandboxCRDOnKubernetes(t *testing.T) {
 		t.Fatalf("list: %+v %v", list, err)
 	}
 
+	// A pod changed since its start (another image, by whoever may patch
+	// pods; as a pod the controller adopted after an eviction would be)
+	// gets no new stream: its Sandbox is suspended, and the next command
+	// starts the pod again, as asked for.
+	repoint := `[{"op":"replace","path":"/spec/containers/0/image","value":"` + testImage + `"}]`
+	if _, err := admin.CoreV1().Pods(ns).Patch(ctx, name, types.JSONPatchType, []byte(repoint), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Exec(ctx, m.ContainerFor("default"), sandbox.ExecSpec{Argv: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "not the one its start checked") {
+		t.Fatalf("a stream into a pod patched since its start: %v", err)
+	}
+	if u, err = sbs.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ = fromUnstructured(u); sb.Spec.OperatingMode != modeSuspended {
+		t.Fatalf("the Sandbox of a pod patched since its start: %q", sb.Spec.OperatingMode)
+	}
+	if _, out := run("cat /workspace/mark"); out != "kept\n" {
+		t.Fatalf("the command after a pod patched since its start: %q", out)
+	}
+	if pod, err = admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil || pod.Spec.Containers[0].Image != "localhost/mcp-dev:latest" {
+		t.Fatalf("the pod after the next start: %v", err)
+	}
+
 	// A pod of a new sandbox's name that the controller would adopt (it
 	// carries the label agent-sandbox's warm pools use) refuses its
 	// boot, and is left alone.
@@ -217,6 +241,51 @@ func TestPodMatches(t *testing.T) {
 		change(got)
 		if err := podMatches(got, want); err == nil {
 			t.Errorf("%s: not refused", what)
+		}
+	}
+}
+
+// TestPodPrint: a pod's print stays through what changes in a pod's life
+// (labels, annotations, its node, its status) and changes with what runs
+// in it or what it reaches.
+func TestPodPrint(t *testing.T) {
+	rt := &Runtime{opt: Options{Namespace: "ns"}}
+	pod, err := rt.podFor(sandbox.RunSpec{Name: "a", Image: "img", Command: []string{"sh"}, Env: map[string]string{"A": "1"},
+		Mounts: []sandbox.Mount{{Volume: "ws", Target: "/workspace"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := podPrint(pod)
+	if !strings.HasPrefix(want, podPrintV1) {
+		t.Fatalf("print %q", want)
+	}
+	for what, change := range map[string]func(p *corev1.Pod){
+		"labels": func(p *corev1.Pod) {
+			p.Labels = map[string]string{"x": "y"}
+			p.Annotations = map[string]string{"x": "y"}
+		},
+		"node":        func(p *corev1.Pod) { p.Spec.NodeName = "n2" },
+		"status":      func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning; p.Status.PodIP = "10.0.0.9" },
+		"resources":   func(p *corev1.Pod) { p.Spec.Containers[0].Resources = corev1.ResourceRequirements{} },
+		"tolerations": func(p *corev1.Pod) { p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: "k"}) },
+	} {
+		got := pod.DeepCopy()
+		change(got)
+		if podPrint(got) != want {
+			t.Errorf("%s: the print changed", what)
+		}
+	}
+	for what, change := range map[string]func(p *corev1.Pod){
+		"image":     func(p *corev1.Pod) { p.Spec.Containers[0].Image = "other" },
+		"ephemeral": func(p *corev1.Pod) { p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{}} },
+		"variables": func(p *corev1.Pod) { p.Spec.Containers[0].Env[0].Value = "2" },
+		"claim":     func(p *corev1.Pod) { p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = "another" },
+		"sidecar":   func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, p.Spec.Containers[0]) },
+	} {
+		got := pod.DeepCopy()
+		change(got)
+		if podPrint(got) == want {
+			t.Errorf("%s: the print did not change", what)
 		}
 	}
 }

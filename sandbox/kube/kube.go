@@ -1283,6 +1283,9 @@ func (r *Runtime) podOf(ctx context.Context, ref string) (string, error) {
 	if !describe(rec, pod).Running() {
 		return "", fmt.Errorf("kubernetes: exec in %s: %w", ref, sandbox.ErrNotRunning)
 	}
+	if err := r.checkPodPrint(ctx, rec, pod); err != nil {
+		return "", err
+	}
 	return pod.Name, nil
 }
 

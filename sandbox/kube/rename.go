@@ -222,8 +222,10 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 			OwnerReferences: old.cm.OwnerReferences},
 		Data: map[string]string{recordSpec: string(specJSON), recordLabels: old.cm.Data[recordLabels], recordPod: podNameOf(old.cm)},
 	}
-	if v := old.cm.Annotations[annPodsFrom]; v != "" {
-		n.Annotations[annPodsFrom] = v
+	for _, k := range []string{annPodsFrom, annPodPrint} {
+		if v := old.cm.Annotations[k]; v != "" {
+			n.Annotations[k] = v
+		}
 	}
 	made, err := r.createRecord(ctx, n)
 	if apierrors.IsAlreadyExists(err) {
