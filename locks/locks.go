@@ -10,7 +10,9 @@
 //
 // Two uses:
 //   - Lock waits for the lock (a lifecycle change of one sandbox: boot,
-//     destroy, reset) and is released when the change is done;
+//     destroy, reset) and is released when the change is done (LockShared
+//     takes it beside other readers: restores from one snapshot, which
+//     its deletion waits for);
 //   - TryLock takes it only if free, and is held for as long as a process
 //     does a background duty (a lease): whoever holds it does the duty, the
 //     others try again from time to time and take over when the holder dies.
@@ -124,6 +126,40 @@ func (d Dir) Lock(ctx context.Context, key, purpose string) (*Held, error) {
 		t.Reset(pollEvery)
 		select {
 		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for %s (held by %s): %w", key, d.Holder(key), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// LockShared waits until it holds the lock shared or ctx ends: any number
+// of holders share it, and TryLock and Lock (exclusive) wait for, or are
+// refused by, all of them. A shared holder records its purpose too (the
+// file names the last one).
+func (d Dir) LockShared(ctx context.Context, key, purpose string) (*Held, error) {
+	if d.Path == "" {
+		return &Held{key: key}, validKey(key)
+	}
+	f, err := d.open(key)
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+		if err == nil {
+			record(f, purpose)
+			return &Held{f: f, key: key}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s: %w", key, err)
+		}
+		t.Reset(pollEvery)
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
 			return nil, fmt.Errorf("waiting for %s (held by %s): %w", key, d.Holder(key), ctx.Err())
 		case <-t.C:
 		}

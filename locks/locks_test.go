@@ -209,3 +209,53 @@ func TestHeldByTellsHeldFromLastHeld(t *testing.T) {
 	}
 	h.Release()
 }
+
+// TestLockSharedBesideReaders: shared holders hold the lock together; an
+// exclusive TryLock is refused while any of them holds it, and a shared
+// one waits for an exclusive holder (or gives up with its context).
+func TestLockSharedBesideReaders(t *testing.T) {
+	d := Dir{Path: t.TempDir()}
+	ctx := context.Background()
+	a, err := d.LockShared(ctx, "k", "restore a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.LockShared(ctx, "k", "restore b")
+	if err != nil {
+		t.Fatalf("a second shared holder: %v", err)
+	}
+	if _, err := d.TryLock("k", "delete"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("an exclusive lock beside shared holders: %v", err)
+	}
+	a.Release()
+	if _, err := d.TryLock("k", "delete"); !errors.Is(err, ErrHeld) {
+		t.Fatalf("an exclusive lock beside one shared holder: %v", err)
+	}
+	b.Release()
+	x, err := d.TryLock("k", "delete")
+	if err != nil {
+		t.Fatalf("an exclusive lock once the shared holders left: %v", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := d.LockShared(sctx, "k", "restore c"); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "(delete)") {
+		t.Fatalf("a shared lock beside an exclusive holder: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		h, err := d.LockShared(ctx, "k", "restore d")
+		if err == nil {
+			h.Release()
+		}
+		got <- err
+	}()
+	x.Release()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("LockShared never got the released lock")
+	}
+}

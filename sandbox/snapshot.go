@@ -88,17 +88,27 @@ func (m *Manager) lockSnapshot(snap, purpose string) (release func(), err error)
 // snapshotLockKey is the lock of snapshot snap.
 func snapshotLockKey(snap string) string { return "@snapshot-" + snap }
 
-// holdSnapshot waits for snapshot snap's lock, which a restore holds
-// while it reads the snapshot: the snapshot is then neither deleted from
-// under it (a volume made from a volume snapshot deleted meanwhile would
-// wait for it until the boot's time is up) nor made anew. Restores from
-// one snapshot take turns.
+// holdSnapshotWait bounds how long a restore waits for a snapshot being
+// made or deleted.
+const holdSnapshotWait = 5 * time.Minute
+
+// holdSnapshot takes snapshot snap's lock shared, for a restore from it:
+// the snapshot is then neither deleted from under the restore (a volume
+// made from a volume snapshot deleted meanwhile would wait for it until
+// the boot's time is up) nor made anew, while restores from it run side
+// by side. It waits, within holdSnapshotWait, for a making or a deletion
+// under way.
 func (m *Manager) holdSnapshot(ctx context.Context, snap string) (release func(), err error) {
 	if err := ValidateSnapshotName(snap); err != nil {
 		return nil, &ArgError{Err: err}
 	}
-	h, err := m.locks.Lock(ctx, snapshotLockKey(snap), "restore from "+snap)
+	wctx, cancel := context.WithTimeout(ctx, holdSnapshotWait)
+	defer cancel()
+	h, err := m.locks.LockShared(wctx, snapshotLockKey(snap), "restore from "+snap)
 	if err != nil {
+		if ctx.Err() == nil {
+			err = fmt.Errorf("it is being made or deleted (%w); try again once that is done", err)
+		}
 		return nil, fmt.Errorf("snapshot %q: %w", snap, err)
 	}
 	return h.Release, nil

@@ -45,7 +45,8 @@ func (r scopedSnapshots) VolumeFromSnapshot(ctx context.Context, _, ref string, 
 // restored nor deleted by this server (an image looked for here would
 // read as gone, and a deletion would forget what stays there); it says
 // where, and nothing is touched. A workspace tar alone, and a record
-// that does not say, are this server's as before.
+// that does not say, are this server's as before. A restore holds its
+// snapshot: a deletion meanwhile is refused, another restore is not.
 func TestSnapshotsElsewhereRefused(t *testing.T) {
 	store, err := state.New(t.TempDir())
 	if err != nil {
@@ -114,6 +115,14 @@ func TestSnapshotsElsewhereRefused(t *testing.T) {
 	if _, err := m.DeleteSnapshot(ctx, "mine"); err == nil || !strings.Contains(err.Error(), "restored") {
 		t.Fatalf("a deletion during a restore: %v", err)
 	}
+	// Another restore from it goes on beside it.
+	hctx, hcancel := context.WithTimeout(ctx, 10*time.Second)
+	release, err := m.holdSnapshot(hctx, "mine")
+	hcancel()
+	if err != nil {
+		t.Fatalf("a second restore's hold beside the first: %v", err)
+	}
+	release()
 	close(rt.release)
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "the driver failed") {
 		t.Fatalf("the restore: %v", err)
