@@ -201,3 +201,42 @@ func TestKilledServersSnapshotsElsewhereLeft(t *testing.T) {
 		}
 	}
 }
+
+// dockerListing is staleListing on docker.
+type dockerListing struct{ staleListing }
+
+func (dockerListing) Kind() string { return "docker" }
+
+// TestKilledEngineServersStagingDone: an engine without volume snapshots
+// lists no engine in its staging file, so a later server on another
+// engine is done with its list (a clone's staging tar), lock file and all.
+func TestKilledEngineServersStagingDone(t *testing.T) {
+	const prefix = "smtvsd"
+	locks, snaps := t.TempDir(), t.TempDir()
+	cfg := Config{Prefix: prefix, LockDir: locks, SnapshotDir: snaps}
+	killed := NewManager(staleListing{}, cfg)
+	tarPath := filepath.Join(snaps, ".clone-t-0123456789abcdef-00000000.workspace.tar")
+	if err := killed.TrackStaging(tarPath); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tarPath, []byte("piece"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list, lock := killed.stagingFile(killed.serverID), killed.serverLockPath(killed.serverID)
+	if data, _ := os.ReadFile(list); strings.Contains(string(data), stagingEngine) {
+		t.Fatalf("a podman server's staging list names its engine: %q", data)
+	}
+	killed.server.Release()
+	killed.server = nil
+	killed.Close()
+	next := NewManager(dockerListing{}, cfg)
+	defer next.Close()
+	if err := next.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{tarPath, list, lock} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is left after a docker server's sweep", p)
+		}
+	}
+}

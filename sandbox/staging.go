@@ -64,10 +64,13 @@ func (m *Manager) TrackStaging(path string) error {
 	defer stagingMu.Unlock()
 	list := m.stagingFile(m.serverID)
 	entry := abs + "\x00"
-	if _, err := os.Lstat(list); errors.Is(err, fs.ErrNotExist) {
-		// The list begins with where the server's volume snapshots are,
-		// so that a sweeper elsewhere leaves them for one there.
-		entry = stagingEngine + m.snapshotEngine() + "\x00" + entry
+	if _, vs := m.rt.(VolumeSnapshotter); vs {
+		if _, err := os.Lstat(list); errors.Is(err, fs.ErrNotExist) {
+			// The list begins with where the server's volume snapshots
+			// are, so that a sweeper elsewhere leaves them for one there.
+			// (An engine without them lists none.)
+			entry = stagingEngine + m.snapshotEngine() + "\x00" + entry
+		}
 	}
 	f, err := os.OpenFile(list, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

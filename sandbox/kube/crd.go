@@ -481,13 +481,14 @@ func (r *Runtime) markPodsFrom(ctx context.Context, cm *corev1.ConfigMap) error 
 		{"op": "test", "path": "/metadata/uid", "value": cm.UID},
 		{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annPodsFrom), "value": sandboxKind},
 	})
-	_, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	updated, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return fmt.Errorf("container %s: its record was removed meanwhile: %w", cm.Annotations[annName], sandbox.ErrInUse)
+		return fmt.Errorf("container %s: its record was removed or replaced meanwhile: %w", cm.Annotations[annName], sandbox.ErrInUse)
 	}
 	if err != nil {
 		return fmt.Errorf("kubernetes: mark the record of %s: %w", cm.Annotations[annName], err)
 	}
+	*cm = *updated
 	return nil
 }
 

@@ -906,7 +906,7 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 		// Its pod would be the record's, which the removal deletes.
 		return fmt.Errorf("start %s: its removal began at %s (destroy it again to finish it): %w", name, rec.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
-	if err := r.refuseSandboxMode(rec.cm, "start it"); err != nil {
+	if err := r.refuseSandboxMode(ctx, rec.cm, "start it"); err != nil {
 		return err
 	}
 	if startStep != nil {
@@ -991,7 +991,7 @@ func (r *Runtime) Stop(ctx context.Context, name string, grace time.Duration) er
 	if err != nil {
 		return err
 	}
-	if err := r.refuseSandboxMode(rec.cm, "stop it"); err != nil {
+	if err := r.refuseSandboxMode(ctx, rec.cm, "stop it"); err != nil {
 		return err
 	}
 	if r.dyn != nil {

@@ -203,7 +203,7 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 		return fmt.Errorf("rename %s to %s: its removal began at %s (destroy it again to finish it): %w",
 			ref, newName, old.cm.Annotations[annRemoving], sandbox.ErrInUse)
 	}
-	if err := r.refuseSandboxMode(old.cm, "rename it"); err != nil {
+	if err := r.refuseSandboxMode(ctx, old.cm, "rename it"); err != nil {
 		return err
 	}
 	if r.dyn == nil {
@@ -311,7 +311,7 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 	if err != nil {
 		return err
 	}
-	if err := r.refuseSandboxMode(old, "finish its rename"); err != nil {
+	if err := r.refuseSandboxMode(ctx, old, "finish its rename"); err != nil {
 		return err
 	}
 	if r.dyn != nil {
@@ -346,8 +346,19 @@ func (r *Runtime) finishRename(ctx context.Context, old, n *corev1.ConfigMap) er
 // record, is out of this server's reach (a pod of its own would stand
 // beside a Sandbox its controller may run again; a rename finished here
 // would delete the old record, and the Sandbox with it).
-func (r *Runtime) refuseSandboxMode(cm *corev1.ConfigMap, doing string) error {
+//
+// A mark with no Sandbox of the record's behind it (a server in sandbox
+// mode killed, or refused, between the mark and the Sandbox's creation)
+// refuses nothing.
+func (r *Runtime) refuseSandboxMode(ctx context.Context, cm *corev1.ConfigMap, doing string) error {
 	if r.dyn != nil || cm.Annotations[annPodsFrom] != sandboxKind {
+		return nil
+	}
+	u, err := r.snapDyn.Resource(SandboxResource).Namespace(r.opt.Namespace).Get(ctx, podNameOf(cm), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || isNoResource(err):
+		return nil
+	case err == nil && !ownedBy(u, cm.UID):
 		return nil
 	}
 	return fmt.Errorf("%s: its pod is made by agent-sandbox from a Sandbox: %s from a server started with --kube-sandbox-crd: %w",
@@ -421,6 +432,13 @@ func (r *Runtime) handOnSandbox(ctx context.Context, old *corev1.ConfigMap, rec 
 	want, err := r.podFor(rec.spec, rec.cm)
 	if err != nil {
 		return err
+	}
+	if ownedBy(sb, old.UID) || ownedBy(sb, rec.cm.UID) {
+		// The new record says so first (a record made before the mark
+		// was kept, or marked after the rename read it, passes it on).
+		if err := r.markPodsFrom(ctx, rec.cm); err != nil {
+			return err
+		}
 	}
 	if ownedBy(sb, old.UID) {
 		if want.Labels[labelNetwork] != networkNone {

@@ -217,6 +217,21 @@ func testRename(t *testing.T, crd bool) {
 		if err := podRT.Stop(ctx, "smtr-two", time.Second); !errors.Is(err, sandbox.ErrUnsupported) {
 			t.Fatalf("a stop in pod mode of a sandbox a Sandbox made: %v", err)
 		}
+		// A record without the mark (made before it was kept) gets it
+		// on the new record when its Sandbox is handed on.
+		unmark := []byte(`{"metadata":{"annotations":{"` + annPodsFrom + `":null}}}`)
+		if _, err := admin.CoreV1().ConfigMaps(ns).Patch(ctx, objectName("smtr-two"), types.MergePatchType, unmark, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Rename(ctx, "smtr-two", "smtr-two-m"); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := rt.record(ctx, "smtr-two-m"); err != nil || rec.cm.Annotations[annPodsFrom] != sandboxKind {
+			t.Fatalf("the record a Sandbox was handed on to: %+v %v", rec.cm, err)
+		}
+		if err := rt.Rename(ctx, "smtr-two-m", "smtr-two"); err != nil {
+			t.Fatal(err)
+		}
 		if err := rt.Stop(ctx, "smtr-two", time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -267,6 +282,26 @@ func testRename(t *testing.T, crd bool) {
 			t.Fatalf("a stop in pod mode of a sandbox now a Sandbox's: %v", err)
 		}
 		if err := rt.Remove(ctx, "smtr-pm"); err != nil {
+			t.Fatal(err)
+		}
+
+		// A mark with no Sandbox behind it (a server in sandbox mode
+		// killed between the two) refuses nothing.
+		pmSpec.Name = "smtr-pm2"
+		if _, err := podRT.Run(ctx, pmSpec); err != nil {
+			t.Fatal(err)
+		}
+		mark := []byte(`{"metadata":{"annotations":{"` + annPodsFrom + `":"` + sandboxKind + `"}}}`)
+		if _, err := admin.CoreV1().ConfigMaps(ns).Patch(ctx, objectName("smtr-pm2"), types.MergePatchType, mark, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := podRT.Stop(ctx, "smtr-pm2", time.Second); err != nil {
+			t.Fatalf("a stop in pod mode of a sandbox marked with no Sandbox: %v", err)
+		}
+		if err := podRT.Start(ctx, "smtr-pm2"); err != nil {
+			t.Fatalf("a start in pod mode of a sandbox marked with no Sandbox: %v", err)
+		}
+		if err := podRT.Remove(ctx, "smtr-pm2"); err != nil {
 			t.Fatal(err)
 		}
 	}
