@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/proc"
@@ -301,8 +302,27 @@ type VolumeSnapshotter interface {
 // cluster): what a server made in one part, another reaches only from the
 // same part.
 type Scoped interface {
-	// Scope names the part this runtime uses, for people to read.
+	// Scope names the part this runtime uses, for people to read. It may
+	// end with ", id " and an identity of that part the runtime read (an
+	// object's UID), which tells apart parts of one name (a namespace
+	// made again, one of that name on another cluster); two scopes are
+	// compared by it only where both have one.
 	Scope() string
+}
+
+// scopeID separates a scope from the identity it may end with.
+const scopeID = ", id "
+
+// sameEngine reports whether a and b, engines as snapshotEngine gives
+// them, are one: equal, or equal but for a scope's identity one of them
+// lacks (a server that could not read it).
+func sameEngine(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ab, aid, _ := strings.Cut(a, scopeID)
+	bb, bid, _ := strings.Cut(b, scopeID)
+	return ab == bb && (aid == "" || bid == "")
 }
 
 // BuildSpec describes an image build.

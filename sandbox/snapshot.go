@@ -354,7 +354,7 @@ func (m *Manager) snapshotEngine() string {
 // directory; one made in another namespace); "" when they are here, or
 // the record does not say.
 func (m *Manager) SnapshotElsewhere(rec state.Snapshot) string {
-	if rec.Engine == "" || !keptByEngine(rec) || rec.Engine == m.snapshotEngine() {
+	if rec.Engine == "" || !keptByEngine(rec) || sameEngine(rec.Engine, m.snapshotEngine()) {
 		return ""
 	}
 	return rec.Engine

@@ -53,7 +53,7 @@ func TestSnapshotsElsewhereRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	fails, removed := 0, []string{}
-	const here = "namespace sandboxes at https://10.0.0.1:6443"
+	const here = "namespace sandboxes, id 0f0f-aaaa"
 	rt := scopedSnapshots{flakySnapshots: flakySnapshots{mu: &sync.Mutex{}, fails: &fails, removed: &removed}, scope: here,
 		held: ".vsnap-mine-0123456789abcdef", making: make(chan struct{}), release: make(chan struct{})}
 	m := NewManager(rt, Config{Prefix: "smtplace", LockDir: t.TempDir(), SnapshotDir: t.TempDir(), Snapshots: store})
@@ -63,9 +63,10 @@ func TestSnapshotsElsewhereRefused(t *testing.T) {
 	}
 	recs := []state.Snapshot{
 		{Name: "ondocker", Image: "smtplace-snapshot:ondocker", Engine: "docker"},
-		{Name: "otherns", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-otherns-0123456789abcdef", Engine: "kubernetes namespace other at https://10.0.0.1:6443"},
-		{Name: "othercluster", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-othercluster-0123456789abcdef", Engine: "kubernetes namespace sandboxes at https://10.9.9.9:6443"},
+		{Name: "otherns", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-otherns-0123456789abcdef", Engine: "kubernetes namespace other, id 0f0f-bbbb"},
+		{Name: "othercluster", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-othercluster-0123456789abcdef", Engine: "kubernetes namespace sandboxes, id 0f0f-cccc"},
 		{Name: "tar", WorkspaceOnly: true, Workspace: true, Engine: ""},
+		{Name: "noid", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-noid-0123456789abcdef", Engine: "kubernetes namespace sandboxes"},
 		{Name: "legacy", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-legacy-0123456789abcdef"},
 		{Name: "mine", WorkspaceOnly: true, VolumeSnapshot: ".vsnap-mine-0123456789abcdef", Engine: "kubernetes " + here},
 	}
@@ -149,7 +150,7 @@ func TestKilledServersSnapshotsElsewhereLeft(t *testing.T) {
 	}
 	fails, removed := 0, []string{}
 	inNS := func(ns string) scopedSnapshots {
-		return scopedSnapshots{flakySnapshots: flakySnapshots{mu: &sync.Mutex{}, fails: &fails, removed: &removed}, scope: "namespace " + ns + " at https://h"}
+		return scopedSnapshots{flakySnapshots: flakySnapshots{mu: &sync.Mutex{}, fails: &fails, removed: &removed}, scope: "namespace " + ns + ", id " + ns + "-uid"}
 	}
 	cfg := Config{Prefix: prefix, LockDir: locks, SnapshotDir: snaps, Snapshots: store}
 	killed := NewManager(inNS("a"), cfg)
@@ -184,7 +185,7 @@ func TestKilledServersSnapshotsElsewhereLeft(t *testing.T) {
 		t.Fatal("the host staging directory is left")
 	}
 	data, err := os.ReadFile(list)
-	if err != nil || !strings.Contains(string(data), unrec) || !strings.HasPrefix(string(data), "engine:kubernetes namespace a at https://h\x00") ||
+	if err != nil || !strings.Contains(string(data), unrec) || !strings.HasPrefix(string(data), "engine:kubernetes namespace a, id a-uid\x00") ||
 		strings.Contains(string(data), staging) {
 		t.Fatalf("the staging list after a sweep elsewhere: %q %v", data, err)
 	}

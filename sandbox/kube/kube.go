@@ -122,6 +122,9 @@ type Runtime struct {
 	// snapDyn reaches VolumeSnapshots: those made under a snapshot class
 	// are restored and removed by a server started without one.
 	snapDyn dynamic.Interface
+	// scope is Scope's answer, read once.
+	scopeOnce sync.Once
+	scope     string
 }
 
 // New returns the runtime for the cluster cfg reaches.
@@ -230,10 +233,36 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Scope implements sandbox.Scoped: the namespace, and the cluster by
-// the address this server reaches it at.
+// namespaceMarker is a ConfigMap the runtime keeps in its namespace:
+// its UID tells this namespace apart from one of the same name made
+// again, or on another cluster, whatever address a server reaches the
+// cluster at. It is not a record (no managed-by label).
+const namespaceMarker = "sandbox-mcp-namespace"
+
+// Scope implements sandbox.Scoped: the namespace, and its identity (the
+// UID of its namespaceMarker, made by the first server that looks),
+// read once; without it where it cannot be read or made.
 func (r *Runtime) Scope() string {
-	return "namespace " + r.opt.Namespace + " at " + r.cfg.Host
+	r.scopeOnce.Do(func() {
+		r.scope = "namespace " + r.opt.Namespace
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+		cm, err := cms.Get(ctx, namespaceMarker, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			cm, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: namespaceMarker, Namespace: r.opt.Namespace,
+				Labels:      map[string]string{"app.kubernetes.io/part-of": managedBy},
+				Annotations: map[string]string{"sandbox-mcp.io/about": "its UID tells this namespace apart in sandbox-mcp's snapshot records"}}},
+				metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				cm, err = cms.Get(ctx, namespaceMarker, metav1.GetOptions{})
+			}
+		}
+		if err == nil {
+			r.scope += ", id " + string(cm.UID)
+		}
+	})
+	return r.scope
 }
 
 var _ sandbox.Scoped = (*Runtime)(nil)

@@ -66,7 +66,7 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 		t.Fatalf("snapshot: %s %v", text, data)
 	}
 	// Where it lives: a server in another namespace or cluster refuses it.
-	if want := "kubernetes namespace " + ns + " at "; !strings.HasPrefix(fmt.Sprint(data["engine"]), want) || data["engine"] != "kubernetes "+rt.Scope() {
+	if want := "kubernetes namespace " + ns + ", id "; !strings.HasPrefix(fmt.Sprint(data["engine"]), want) || data["engine"] != "kubernetes "+rt.Scope() {
 		t.Fatalf("the snapshot's engine %v, want %s…", data["engine"], want)
 	}
 	if tars, _ := filepath.Glob(filepath.Join(snapDir, "*")); len(tars) != 0 {
