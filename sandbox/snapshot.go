@@ -366,10 +366,45 @@ func (m *Manager) SnapshotElsewhere(rec state.Snapshot) string {
 // snapshot whose image or volume snapshot stays behind.
 func (m *Manager) snapshotHere(rec state.Snapshot, doing string) error {
 	if where := m.SnapshotElsewhere(rec); where != "" {
-		return fmt.Errorf("%w: snapshot %q was made on %s, and this server runs on %s: %s it from a server there",
-			ErrUnsupported, rec.Name, where, m.snapshotEngine(), doing)
+		return fmt.Errorf("%w: snapshot %q was made on %s, and this server runs on %s: %s it from a server there "+
+			"(where that is gone for good, `sandbox-mcp delete-snapshot --forget %s` drops its record here)",
+			ErrUnsupported, rec.Name, where, m.snapshotEngine(), doing, rec.Name)
 	}
 	return nil
+}
+
+// ForgetSnapshot drops the record, and the workspace tar, of snapshot
+// snap, whose image or volume snapshot lives where this server does not
+// reach (SnapshotElsewhere): for a snapshot whose engine or namespace is
+// gone for good. What it kept there stays. A snapshot this server
+// reaches is refused: DeleteSnapshot removes it whole.
+func (m *Manager) ForgetSnapshot(snap string) (state.Snapshot, error) {
+	_, store, err := m.snapshotter()
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	if err := ValidateSnapshotName(snap); err != nil {
+		return state.Snapshot{}, &ArgError{Err: err}
+	}
+	unlock, err := m.lockSnapshot(snap, "forget")
+	if err != nil {
+		return state.Snapshot{}, err
+	}
+	defer unlock()
+	rec, err := m.snapshotRecord(store, snap)
+	if err != nil {
+		return rec, err
+	}
+	if m.SnapshotElsewhere(rec) == "" {
+		return rec, &ArgError{Err: fmt.Errorf("snapshot %q is kept where this server reaches it: delete it (without --forget), which removes it whole", snap)}
+	}
+	if rec.WorkspaceFile != "" {
+		os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
+	}
+	if _, err := store.DeleteSnapshot(snap); err != nil {
+		return rec, err
+	}
+	return rec, nil
 }
 
 // runningLocked returns sandbox name, whose container is c, running: a

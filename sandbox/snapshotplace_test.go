@@ -101,6 +101,17 @@ func TestSnapshotsElsewhereRefused(t *testing.T) {
 	if _, err := m.DeleteSnapshot(ctx, "legacy"); err != nil {
 		t.Fatalf("delete a record that does not say where: %v", err)
 	}
+	// A snapshot elsewhere can be forgotten (its image stays there); one
+	// here cannot (it is deleted whole).
+	if _, err := m.ForgetSnapshot("noid"); err == nil {
+		t.Fatal("a snapshot this server reaches was forgotten")
+	}
+	if rec, err := m.ForgetSnapshot("ondocker"); err != nil || rec.Image == "" {
+		t.Fatalf("forget a snapshot made on docker: %+v %v", rec, err)
+	}
+	if _, ok, _ := store.Snapshot("ondocker"); ok {
+		t.Fatal("the forgotten snapshot's record is still there")
+	}
 
 	// A restore holds its snapshot: a deletion meanwhile is refused, and
 	// the snapshot is whole after it.

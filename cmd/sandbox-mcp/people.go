@@ -148,6 +148,24 @@ func peopleCommands() []*cobra.Command {
 			return app.Restore(cmd.Context(), cfg, args[0], args[1], console.Output(os.Stdout))
 		},
 	}
+	var forget bool
+	deleteSnapshot := &cobra.Command{
+		Use:   "delete-snapshot SNAPSHOT",
+		Short: "Delete a snapshot",
+		Long: "Delete a snapshot's image, volume snapshot and saved workspace, as the delete_snapshot tool does. " +
+			"--forget drops only the record (and workspace tar) of a snapshot made on an engine or Kubernetes namespace " +
+			"this server does not reach, for one that is gone for good; what it kept there stays." + exits,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := resolve(cmd)
+			if err != nil {
+				return err
+			}
+			return app.DeleteSnapshot(cmd.Context(), cfg, args[0], forget, console.Output(os.Stdout))
+		},
+	}
+	deleteSnapshot.Flags().BoolVar(&forget, "forget", false, "only forget the record of a snapshot made where this server does not reach")
+
 	var netJSON, netRefused bool
 	var netLast int
 	netCmd := &cobra.Command{
@@ -275,7 +293,7 @@ func peopleCommands() []*cobra.Command {
 	}
 	portCmd.AddCommand(portLs, portExpose, portUnexpose)
 
-	return append([]*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, netCmd, auditCmd, cpCmd, portCmd}, workCommands()...)
+	return append([]*cobra.Command{ls, status, execCmd, shell, logs, destroy, snapshot, restore, deleteSnapshot, netCmd, auditCmd, cpCmd, portCmd}, workCommands()...)
 }
 
 // workCommands are the twins of the work tools: a sandbox's work as the

@@ -478,6 +478,34 @@ func Restore(ctx context.Context, cfg Config, name, snap string, w io.Writer) er
 	return nil
 }
 
+// DeleteSnapshot deletes snapshot snap, as the delete_snapshot tool does;
+// forget drops only the record (and workspace tar) of a snapshot made on
+// an engine or namespace this server does not reach.
+func DeleteSnapshot(ctx context.Context, cfg Config, snap string, forget bool, w io.Writer) error {
+	env, err := openCLI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if forget {
+		rec, err := env.Manager.ForgetSnapshot(snap)
+		if err != nil {
+			return exitFor(err)
+		}
+		left := rec.Image
+		if rec.VolumeSnapshot != "" {
+			left = "volume snapshot " + rec.VolumeSnapshot
+		}
+		fmt.Fprintf(w, "forgot snapshot %s; %s stays on %s\n", snap, left, rec.Engine)
+		return nil
+	}
+	if _, err := env.Manager.DeleteSnapshot(ctx, snap); err != nil {
+		return exitFor(err)
+	}
+	fmt.Fprintf(w, "deleted snapshot %s\n", snap)
+	return nil
+}
+
 // streamShell runs t, a stream to a terminal in the sandbox, on this
 // terminal: raw while it runs (the sandbox's terminal echoes and edits),
 // its size followed.
