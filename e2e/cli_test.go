@@ -267,6 +267,16 @@ func TestPeopleCLI(t *testing.T) {
 	if out, code := cli("restore", "box", "nosnap"); code != 3 {
 		t.Fatalf("restore of a missing snapshot: %d %q", code, out)
 	}
+	// A snapshot this server reaches is deleted whole, not forgotten.
+	if out, code := cli("delete-snapshot", "snap1", "--forget"); code != 2 || !strings.Contains(out, "delete it (without --forget)") {
+		t.Fatalf("forget a snapshot this server reaches: %d %q", code, out)
+	}
+	if out, code := cli("delete-snapshot", "snap1"); code != 0 || out != "deleted snapshot snap1\n" {
+		t.Fatalf("delete-snapshot: %d %q", code, out)
+	}
+	if out, code := cli("delete-snapshot", "snap1"); code != 3 {
+		t.Fatalf("delete-snapshot of a missing snapshot: %d %q", code, out)
+	}
 	// A job whose sandbox was stopped behind the servers' backs is lost:
 	// logs says so and fails, rather than printing nothing with status 0.
 	if r := s.call(t, "bg", map[string]any{"sandbox": "box", "name": "sleeper", "command": "echo started; sleep 600"}); r.isError {
