@@ -313,16 +313,26 @@ type Scoped interface {
 // scopeID separates a scope from the identity it may end with.
 const scopeID = ", id "
 
-// sameEngine reports whether a and b, engines as snapshotEngine gives
-// them, are one: equal, or equal but for a scope's identity one of them
-// lacks (a server that could not read it).
-func sameEngine(a, b string) bool {
-	if a == b {
+// engineHere reports whether made, the engine a record or list names, is
+// here, this server's (both as snapshotEngine gives them): equal, or
+// equal but for a scope's identity made lacks (written by a server that
+// could not read it). Here lacking one (this server could not read it)
+// matches only a made without one.
+func engineHere(made, here string) bool {
+	if made == here {
 		return true
 	}
-	ab, aid, _ := strings.Cut(a, scopeID)
-	bb, bid, _ := strings.Cut(b, scopeID)
-	return ab == bb && (aid == "" || bid == "")
+	mb, mid, _ := strings.Cut(made, scopeID)
+	hb, _, _ := strings.Cut(here, scopeID)
+	return mid == "" && mb == hb
+}
+
+// VolumeSnapshotFinder is implemented by VolumeSnapshotters that tell
+// whether snapshot ref, one of theirs, is there: a record that says it
+// was made elsewhere (its scope's identity made again since) is this
+// server's all the same where it finds the snapshot.
+type VolumeSnapshotFinder interface {
+	HasVolumeSnapshot(ctx context.Context, ref string) (bool, error)
 }
 
 // BuildSpec describes an image build.

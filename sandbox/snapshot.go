@@ -106,7 +106,7 @@ func (m *Manager) holdSnapshot(ctx context.Context, snap string) (release func()
 	defer cancel()
 	h, err := m.locks.LockShared(wctx, snapshotLockKey(snap), "restore from "+snap)
 	if err != nil {
-		if ctx.Err() == nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("it is being made or deleted (%w); try again once that is done", err)
 		}
 		return nil, fmt.Errorf("snapshot %q: %w", snap, err)
@@ -354,7 +354,23 @@ func (m *Manager) snapshotEngine() string {
 // directory; one made in another namespace); "" when they are here, or
 // the record does not say.
 func (m *Manager) SnapshotElsewhere(rec state.Snapshot) string {
-	if rec.Engine == "" || !keptByEngine(rec) || sameEngine(rec.Engine, m.snapshotEngine()) {
+	if !keptByEngine(rec) {
+		return ""
+	}
+	if rec.Engine == "" {
+		// A record made before it said: what this runtime cannot hold at
+		// all is elsewhere.
+		_, vs := m.rt.(VolumeSnapshotter)
+		_, saver := m.rt.(ImageSaver)
+		switch {
+		case rec.VolumeSnapshot != "" && !vs:
+			return "a Kubernetes cluster"
+		case rec.VolumeSnapshot == "" && !saver:
+			return "an engine that saves images"
+		}
+		return ""
+	}
+	if engineHere(rec.Engine, m.snapshotEngine()) {
 		return ""
 	}
 	return rec.Engine
@@ -364,8 +380,13 @@ func (m *Manager) SnapshotElsewhere(rec state.Snapshot) string {
 // that does not reach where its engine parts are: an image looked for
 // in another engine reads as gone, and a deletion there would forget a
 // snapshot whose image or volume snapshot stays behind.
-func (m *Manager) snapshotHere(rec state.Snapshot, doing string) error {
+func (m *Manager) snapshotHere(ctx context.Context, rec state.Snapshot, doing string) error {
 	if where := m.SnapshotElsewhere(rec); where != "" {
+		if f, ok := m.rt.(VolumeSnapshotFinder); ok && rec.VolumeSnapshot != "" {
+			if there, err := f.HasVolumeSnapshot(ctx, rec.VolumeSnapshot); err == nil && there {
+				return nil // here after all
+			}
+		}
 		return fmt.Errorf("%w: snapshot %q was made on %s, and this server runs on %s: %s it from a server there "+
 			"(where that is gone for good, `sandbox-mcp delete-snapshot --forget %s` drops its record here)",
 			ErrUnsupported, rec.Name, where, m.snapshotEngine(), doing, rec.Name)
@@ -398,11 +419,11 @@ func (m *Manager) ForgetSnapshot(snap string) (state.Snapshot, error) {
 	if m.SnapshotElsewhere(rec) == "" {
 		return rec, &ArgError{Err: fmt.Errorf("snapshot %q is kept where this server reaches it: delete it (without --forget), which removes it whole", snap)}
 	}
-	if rec.WorkspaceFile != "" {
-		os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
-	}
 	if _, err := store.DeleteSnapshot(snap); err != nil {
 		return rec, err
+	}
+	if rec.WorkspaceFile != "" {
+		os.Remove(filepath.Join(m.cfg.SnapshotDir, rec.WorkspaceFile))
 	}
 	return rec, nil
 }
@@ -603,7 +624,7 @@ func (m *Manager) restore(ctx context.Context, snap, name string) (BootInfo, sta
 	if err != nil {
 		return BootInfo{}, rec, err
 	}
-	if err := m.snapshotHere(rec, "restore"); err != nil {
+	if err := m.snapshotHere(ctx, rec, "restore"); err != nil {
 		return BootInfo{}, rec, err
 	}
 	if saver == nil && !rec.WorkspaceOnly {
@@ -913,7 +934,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapsh
 	if err != nil {
 		return rec, err
 	}
-	if err := m.snapshotHere(rec, "delete"); err != nil {
+	if err := m.snapshotHere(ctx, rec, "delete"); err != nil {
 		return rec, err
 	}
 	// A snapshot of the workspace alone has no image: its record names

@@ -125,7 +125,7 @@ func (m *Manager) removeStaging(id string) (n int, done bool) {
 		base := filepath.Base(path)
 		_, isClone := cloneKeyOf(base)
 		switch {
-		case (isClone || volumeSnapshotKeyOf(base)) && engine != "" && !sameEngine(engine, m.snapshotEngine()):
+		case (isClone || volumeSnapshotKeyOf(base)) && engine != "" && !engineHere(engine, m.snapshotEngine()):
 			// Whatever it names in an engine is out of reach here;
 			// its host files are not.
 			kept = errElsewhere

@@ -122,9 +122,9 @@ type Runtime struct {
 	// snapDyn reaches VolumeSnapshots: those made under a snapshot class
 	// are restored and removed by a server started without one.
 	snapDyn dynamic.Interface
-	// scope is Scope's answer, read once.
-	scopeOnce sync.Once
-	scope     string
+	// scopeUID is the identity Scope read, once it could.
+	scopeMu  sync.Mutex
+	scopeUID string
 }
 
 // New returns the runtime for the cluster cfg reaches.
@@ -240,29 +240,34 @@ func (r *Runtime) Ping(ctx context.Context) error {
 const namespaceMarker = "sandbox-mcp-namespace"
 
 // Scope implements sandbox.Scoped: the namespace, and its identity (the
-// UID of its namespaceMarker, made by the first server that looks),
-// read once; without it where it cannot be read or made.
+// UID of its namespaceMarker, made by the first server that looks). The
+// identity is read until a read succeeds; a scope without it matches
+// only records without one (sandbox.engineHere).
 func (r *Runtime) Scope() string {
-	r.scopeOnce.Do(func() {
-		r.scope = "namespace " + r.opt.Namespace
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
-		cm, err := cms.Get(ctx, namespaceMarker, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			cm, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: namespaceMarker, Namespace: r.opt.Namespace,
-				Labels:      map[string]string{"app.kubernetes.io/part-of": managedBy},
-				Annotations: map[string]string{"sandbox-mcp.io/about": "its UID tells this namespace apart in sandbox-mcp's snapshot records"}}},
-				metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				cm, err = cms.Get(ctx, namespaceMarker, metav1.GetOptions{})
-			}
+	r.scopeMu.Lock()
+	defer r.scopeMu.Unlock()
+	if r.scopeUID != "" {
+		return "namespace " + r.opt.Namespace + ", id " + r.scopeUID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
+	cm, err := cms.Get(ctx, namespaceMarker, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		cm, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: namespaceMarker, Namespace: r.opt.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/part-of": managedBy},
+			Annotations: map[string]string{"sandbox-mcp.io/about": "its UID tells this namespace apart in sandbox-mcp's snapshot records; " +
+				"made again, it reads as another namespace, and snapshots made before read as made elsewhere"}}},
+			metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			cm, err = cms.Get(ctx, namespaceMarker, metav1.GetOptions{})
 		}
-		if err == nil {
-			r.scope += ", id " + string(cm.UID)
-		}
-	})
-	return r.scope
+	}
+	if err != nil {
+		return "namespace " + r.opt.Namespace
+	}
+	r.scopeUID = string(cm.UID)
+	return "namespace " + r.opt.Namespace + ", id " + r.scopeUID
 }
 
 var _ sandbox.Scoped = (*Runtime)(nil)

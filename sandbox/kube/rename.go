@@ -356,7 +356,7 @@ func (r *Runtime) refuseSandboxMode(ctx context.Context, cm *corev1.ConfigMap, d
 	}
 	u, err := r.snapDyn.Resource(SandboxResource).Namespace(r.opt.Namespace).Get(ctx, podNameOf(cm), metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err) || isNoResource(err):
+	case apierrors.IsNotFound(err): // no such Sandbox, or no Sandboxes on the cluster
 		return nil
 	case err == nil && !ownedBy(u, cm.UID):
 		return nil

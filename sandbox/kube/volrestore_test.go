@@ -69,6 +69,18 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 	if want := "kubernetes namespace " + ns + ", id "; !strings.HasPrefix(fmt.Sprint(data["engine"]), want) || data["engine"] != "kubernetes "+rt.Scope() {
 		t.Fatalf("the snapshot's engine %v, want %s…", data["engine"], want)
 	}
+	// The namespace's marker made again (another identity): the snapshot
+	// reads as made elsewhere, but its VolumeSnapshot is found here, so
+	// it is restored (below) and deleted all the same.
+	if err := admin.CoreV1().ConfigMaps(ns).Delete(ctx, namespaceMarker, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rt.scopeMu.Lock()
+	rt.scopeUID = ""
+	rt.scopeMu.Unlock()
+	if now := "kubernetes " + rt.Scope(); now == data["engine"] || !strings.Contains(now, ", id ") {
+		t.Fatalf("the scope after the marker was made again: %s (the snapshot's %v)", now, data["engine"])
+	}
 	if tars, _ := filepath.Glob(filepath.Join(snapDir, "*")); len(tars) != 0 {
 		t.Fatalf("a snapshot kept by the storage left files on the host: %v", tars)
 	}

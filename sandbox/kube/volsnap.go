@@ -194,6 +194,21 @@ func (r *Runtime) VolumeFromSnapshot(ctx context.Context, name, ref string, labe
 	return nil
 }
 
+// HasVolumeSnapshot implements sandbox.VolumeSnapshotFinder: whether
+// VolumeSnapshot ref, made by the runtime, is in the namespace.
+func (r *Runtime) HasVolumeSnapshot(ctx context.Context, ref string) (bool, error) {
+	vs, err := r.snapshots().Get(ctx, objectName(ref), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("kubernetes: read volume snapshot %s: %w", ref, err)
+	}
+	return madeAs(vs, ref) && vs.GetDeletionTimestamp() == nil, nil
+}
+
+var _ sandbox.VolumeSnapshotFinder = (*Runtime)(nil)
+
 // RemoveVolumeSnapshot implements sandbox.VolumeSnapshotter; a missing
 // snapshot is not an error.
 func (r *Runtime) RemoveVolumeSnapshot(ctx context.Context, ref string) error {
