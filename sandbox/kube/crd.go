@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -288,6 +289,22 @@ const annPodPrint = "sandbox-mcp.io/pod-print"
 // (a later server's) is not checked.
 const podPrintV1 = "v1:"
 
+// podPrintForm is the beginning of the prints this server makes and
+// checks: podPrintV1 and the k8s.io/api version it was built with, whose
+// types the print encodes (a server built with another reads a pod's
+// fields otherwise, and does not check prints of this one's).
+var podPrintForm = func() string {
+	v := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "k8s.io/api" {
+				v = d.Version
+			}
+		}
+	}
+	return podPrintV1 + "k8s.io/api@" + v + ":"
+}()
+
 // podPrint is a digest of what in p's spec decides what runs and what it
 // reaches (the fields podMatches looks at, and every volume's source):
 // equal for pods made from one template, different for one patched (an
@@ -317,7 +334,7 @@ func podPrint(p *corev1.Pod) string {
 	}{cs, len(s.InitContainers), len(s.EphemeralContainers), s.HostNetwork, s.HostPID, s.HostIPC,
 		s.ShareProcessNamespace, s.AutomountServiceAccountToken, ptrString(s.RuntimeClassName), s.ServiceAccountName, s.Volumes, s.SecurityContext})
 	sum := sha256.Sum256(data)
-	return podPrintV1 + hex.EncodeToString(sum[:])
+	return podPrintForm + hex.EncodeToString(sum[:])
 }
 
 // notePodPrint writes p's print into record cm (annPodPrint), unless the
@@ -345,19 +362,39 @@ func (r *Runtime) notePodPrint(ctx context.Context, cm *corev1.ConfigMap, p *cor
 // what runs there), so that its next start makes the pod anew and checks
 // it.
 func (r *Runtime) checkPodPrint(ctx context.Context, rec record, p *corev1.Pod) error {
-	want := rec.cm.Annotations[annPodPrint]
-	if rec.podOwner == "" || !strings.HasPrefix(want, podPrintV1) || podPrint(p) == want {
+	if !printDiffers(rec, p) {
 		return nil
+	}
+	// The record again: a start may have checked this pod since it was
+	// read.
+	if now, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Get(ctx, rec.cm.Name, metav1.GetOptions{}); err == nil && now.UID == rec.cm.UID {
+		rec.cm = now
+		if !printDiffers(rec, p) {
+			return nil
+		}
 	}
 	why := "its pod is not the one its start checked (made again, adopted or patched since)"
 	err := r.suspendSandbox(ctx, rec)
 	if err == nil {
-		err = r.deleteOwnedPod(ctx, rec, time.Second)
+		// That pod, by its UID (not one a start made meanwhile), while
+		// its Sandbox is still this record's.
+		var handed bool
+		if handed, err = r.handedOn(ctx, rec, p); err == nil && !handed {
+			err = r.deletePod(ctx, p, time.Second)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("container %s: %s, and it could not be stopped: %w", rec.spec.Name, why, err)
 	}
 	return fmt.Errorf("container %s: %s: it was stopped, and the next start makes the pod again: %w", rec.spec.Name, why, sandbox.ErrNotRunning)
+}
+
+// printDiffers reports whether pod p, in sandbox mode, is not the pod
+// record rec's start checked: rec keeps a print of this server's form
+// (podPrintForm), and p's is another.
+func printDiffers(rec record, p *corev1.Pod) bool {
+	want := rec.cm.Annotations[annPodPrint]
+	return rec.podOwner != "" && strings.HasPrefix(want, podPrintForm) && podPrint(p) != want
 }
 
 // runSandbox writes pod's template into sb, whole, and sets it running,

@@ -959,8 +959,8 @@ func (r *Runtime) Start(ctx context.Context, name string) error {
 		// An ended pod, or one on its way out: made again once gone. A
 		// live one whose Sandbox is suspended (a stop cut short) is kept,
 		// and its Sandbox set running again before its controller
-		// deletes it.
-		if !live {
+		// deletes it, unless it is not the pod the last start checked.
+		if !live || printDiffers(rec, p) {
 			if err := r.deleteOwnedPod(ctx, rec, time.Second); err != nil {
 				return err
 			}
