@@ -379,7 +379,8 @@ func (m *Manager) SnapshotElsewhere(rec state.Snapshot) string {
 // snapshotHere refuses to act (doing what) on snapshot rec from a server
 // that does not reach where its engine parts are: an image looked for
 // in another engine reads as gone, and a deletion there would forget a
-// snapshot whose image or volume snapshot stays behind.
+// snapshot whose image or volume snapshot stays behind. A volume
+// snapshot the runtime finds here is here, whatever the record says.
 func (m *Manager) snapshotHere(ctx context.Context, rec state.Snapshot, doing string) error {
 	if where := m.SnapshotElsewhere(rec); where != "" {
 		if f, ok := m.rt.(VolumeSnapshotFinder); ok && rec.VolumeSnapshot != "" {
@@ -399,7 +400,7 @@ func (m *Manager) snapshotHere(ctx context.Context, rec state.Snapshot, doing st
 // reach (SnapshotElsewhere): for a snapshot whose engine or namespace is
 // gone for good. What it kept there stays. A snapshot this server
 // reaches is refused: DeleteSnapshot removes it whole.
-func (m *Manager) ForgetSnapshot(snap string) (state.Snapshot, error) {
+func (m *Manager) ForgetSnapshot(ctx context.Context, snap string) (state.Snapshot, error) {
 	_, store, err := m.snapshotter()
 	if err != nil {
 		return state.Snapshot{}, err
@@ -416,7 +417,7 @@ func (m *Manager) ForgetSnapshot(snap string) (state.Snapshot, error) {
 	if err != nil {
 		return rec, err
 	}
-	if m.SnapshotElsewhere(rec) == "" {
+	if m.snapshotHere(ctx, rec, "forget") == nil {
 		return rec, &ArgError{Err: fmt.Errorf("snapshot %q is kept where this server reaches it: delete it (without --forget), which removes it whole", snap)}
 	}
 	if _, err := store.DeleteSnapshot(snap); err != nil {

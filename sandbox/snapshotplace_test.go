@@ -103,10 +103,10 @@ func TestSnapshotsElsewhereRefused(t *testing.T) {
 	}
 	// A snapshot elsewhere can be forgotten (its image stays there); one
 	// here cannot (it is deleted whole).
-	if _, err := m.ForgetSnapshot("noid"); err == nil {
+	if _, err := m.ForgetSnapshot(ctx, "noid"); err == nil {
 		t.Fatal("a snapshot this server reaches was forgotten")
 	}
-	if rec, err := m.ForgetSnapshot("ondocker"); err != nil || rec.Image == "" {
+	if rec, err := m.ForgetSnapshot(ctx, "ondocker"); err != nil || rec.Image == "" {
 		t.Fatalf("forget a snapshot made on docker: %+v %v", rec, err)
 	}
 	if _, ok, _ := store.Snapshot("ondocker"); ok {

@@ -488,7 +488,7 @@ func DeleteSnapshot(ctx context.Context, cfg Config, snap string, forget bool, w
 	}
 	defer env.Close()
 	if forget {
-		rec, err := env.Manager.ForgetSnapshot(snap)
+		rec, err := env.Manager.ForgetSnapshot(ctx, snap)
 		if err != nil {
 			return exitFor(err)
 		}

@@ -256,8 +256,8 @@ func (r *Runtime) Scope() string {
 	if apierrors.IsNotFound(err) {
 		cm, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: namespaceMarker, Namespace: r.opt.Namespace,
 			Labels: map[string]string{"app.kubernetes.io/part-of": managedBy},
-			Annotations: map[string]string{"sandbox-mcp.io/about": "its UID tells this namespace apart in sandbox-mcp's snapshot records; " +
-				"made again, it reads as another namespace, and snapshots made before read as made elsewhere"}}},
+			Annotations: map[string]string{"sandbox-mcp.io/about": "its UID tells this namespace apart in sandbox-mcp's snapshot records " +
+				"(made again, it reads as another namespace; a snapshot whose VolumeSnapshot is still here stays this one's)"}}},
 			metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			cm, err = cms.Get(ctx, namespaceMarker, metav1.GetOptions{})

@@ -81,6 +81,9 @@ func TestSnapshotRestoreByVolumeSnapshot(t *testing.T) {
 	if now := "kubernetes " + rt.Scope(); now == data["engine"] || !strings.Contains(now, ", id ") {
 		t.Fatalf("the scope after the marker was made again: %s (the snapshot's %v)", now, data["engine"])
 	}
+	if _, err := m.ForgetSnapshot(ctx, "s1"); err == nil || !strings.Contains(err.Error(), "reaches it") {
+		t.Fatalf("forget a snapshot whose VolumeSnapshot is here: %v", err)
+	}
 	if tars, _ := filepath.Glob(filepath.Join(snapDir, "*")); len(tars) != 0 {
 		t.Fatalf("a snapshot kept by the storage left files on the host: %v", tars)
 	}
