@@ -340,19 +340,32 @@ func podPrint(p *corev1.Pod) string {
 // notePodPrint writes p's print into record cm (annPodPrint), unless the
 // record went or was renamed meanwhile (the start finds out next).
 func (r *Runtime) notePodPrint(ctx context.Context, cm *corev1.ConfigMap, p *corev1.Pod) error {
-	pp := podPrint(p)
-	if cm.Annotations[annPodPrint] == pp {
-		return nil
-	}
-	patch, _ := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": cm.UID},
-		{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annPodPrint), "value": pp},
-	})
-	_, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
-	if err != nil && !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+	if _, err := r.annotateRecord(ctx, cm, annPodPrint, podPrint(p)); err != nil {
 		return fmt.Errorf("kubernetes: note the pod of %s: %w", cm.Annotations[annName], err)
 	}
 	return nil
+}
+
+// annotateRecord sets annotation key to value on record cm, if cm is
+// still the object of its UID, and updates cm; gone reports that it is
+// not (removed, or another record under its name), and nothing was set.
+func (r *Runtime) annotateRecord(ctx context.Context, cm *corev1.ConfigMap, key, value string) (gone bool, err error) {
+	if cm.Annotations[key] == value {
+		return false, nil
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": cm.UID},
+		{"op": "add", "path": "/metadata/annotations/" + jsonPointer(key), "value": value},
+	})
+	updated, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	*cm = *updated
+	return false, nil
 }
 
 // checkPodPrint, in sandbox mode, refuses a stream into pod p of record
@@ -511,21 +524,13 @@ func (r *Runtime) createSandbox(ctx context.Context, rec record, pod *corev1.Pod
 // (annPodsFrom), where it is not yet (a record a server in pod mode made,
 // or one made before the mark was kept).
 func (r *Runtime) markPodsFrom(ctx context.Context, cm *corev1.ConfigMap) error {
-	if cm.Annotations[annPodsFrom] == sandboxKind {
-		return nil
-	}
-	patch, _ := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/uid", "value": cm.UID},
-		{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annPodsFrom), "value": sandboxKind},
-	})
-	updated, err := r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Patch(ctx, cm.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	gone, err := r.annotateRecord(ctx, cm, annPodsFrom, sandboxKind)
+	if gone {
 		return fmt.Errorf("container %s: its record was removed or replaced meanwhile: %w", cm.Annotations[annName], sandbox.ErrInUse)
 	}
 	if err != nil {
 		return fmt.Errorf("kubernetes: mark the record of %s: %w", cm.Annotations[annName], err)
 	}
-	*cm = *updated
 	return nil
 }
 

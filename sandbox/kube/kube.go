@@ -122,9 +122,11 @@ type Runtime struct {
 	// snapDyn reaches VolumeSnapshots: those made under a snapshot class
 	// are restored and removed by a server started without one.
 	snapDyn dynamic.Interface
-	// scopeUID is the identity Scope read, once it could.
-	scopeMu  sync.Mutex
-	scopeUID string
+	// scopeUID is the identity Scope read, once it could; scopeFailed
+	// when its last read failed.
+	scopeMu     sync.Mutex
+	scopeUID    string
+	scopeFailed time.Time
 }
 
 // New returns the runtime for the cluster cfg reaches.
@@ -239,15 +241,24 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // cluster at. It is not a record (no managed-by label).
 const namespaceMarker = "sandbox-mcp-namespace"
 
+// scopeRetry is how long Scope answers without the identity after a
+// read of it failed, before it reads again (a listing asks once per
+// snapshot).
+const scopeRetry = 30 * time.Second
+
 // Scope implements sandbox.Scoped: the namespace, and its identity (the
 // UID of its namespaceMarker, made by the first server that looks). The
-// identity is read until a read succeeds; a scope without it matches
-// only records without one (sandbox.engineHere).
+// identity is read until a read succeeds (at most once per scopeRetry);
+// a scope without it matches only records without one
+// (sandbox.engineHere).
 func (r *Runtime) Scope() string {
 	r.scopeMu.Lock()
 	defer r.scopeMu.Unlock()
 	if r.scopeUID != "" {
 		return "namespace " + r.opt.Namespace + ", id " + r.scopeUID
+	}
+	if time.Since(r.scopeFailed) < scopeRetry {
+		return "namespace " + r.opt.Namespace // a read failed just now
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -264,6 +275,7 @@ func (r *Runtime) Scope() string {
 		}
 	}
 	if err != nil {
+		r.scopeFailed = time.Now()
 		return "namespace " + r.opt.Namespace
 	}
 	r.scopeUID = string(cm.UID)
