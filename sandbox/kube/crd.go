@@ -36,6 +36,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -480,7 +481,71 @@ func podMatches(got, want *corev1.Pod) error {
 		gs.Capabilities == nil || !slices.Equal(gs.Capabilities.Add, ws.Capabilities.Add) || !slices.Equal(gs.Capabilities.Drop, ws.Capabilities.Drop) {
 		return errors.New("other privileges")
 	}
+	return looserConfinement(got, want)
+}
+
+// looserConfinement reports what in got's security settings confines
+// its container less than want's: another seccomp or AppArmor profile
+// (the container's, or the pod's where the container has none), another
+// SELinux type, an unmasked /proc, sysctls. What confines more or only
+// labels (a user to run as, an SELinux level an admission plugin gives
+// each namespace, a read-only root) is not refused.
+func looserConfinement(got, want *corev1.Pod) error {
+	gp, wp := podSecurity(got), podSecurity(want)
+	gc, wc := got.Spec.Containers[0].SecurityContext, want.Spec.Containers[0].SecurityContext
+	if !equality.Semantic.DeepEqual(seccompOf(gc, gp), seccompOf(wc, wp)) {
+		return errors.New("another seccomp profile")
+	}
+	if !equality.Semantic.DeepEqual(appArmorOf(gc, gp), appArmorOf(wc, wp)) {
+		return errors.New("another AppArmor profile")
+	}
+	if seLinuxType(gc, gp) != seLinuxType(wc, wp) {
+		return fmt.Errorf("SELinux type %q", seLinuxType(gc, gp))
+	}
+	if gc.ProcMount != nil && *gc.ProcMount != corev1.DefaultProcMount {
+		return fmt.Errorf("proc mount %s", *gc.ProcMount)
+	}
+	if !equality.Semantic.DeepEqual(gp.Sysctls, wp.Sysctls) {
+		return fmt.Errorf("%d sysctls", len(gp.Sysctls))
+	}
 	return nil
+}
+
+// podSecurity is p's pod security context, empty where it has none.
+func podSecurity(p *corev1.Pod) *corev1.PodSecurityContext {
+	if p.Spec.SecurityContext == nil {
+		return &corev1.PodSecurityContext{}
+	}
+	return p.Spec.SecurityContext
+}
+
+// seccompOf is the seccomp profile a container with security context c
+// in a pod with pc runs under (nil: the runtime's choice).
+func seccompOf(c *corev1.SecurityContext, pc *corev1.PodSecurityContext) *corev1.SeccompProfile {
+	if c.SeccompProfile != nil {
+		return c.SeccompProfile
+	}
+	return pc.SeccompProfile
+}
+
+// appArmorOf is seccompOf's counterpart for AppArmor.
+func appArmorOf(c *corev1.SecurityContext, pc *corev1.PodSecurityContext) *corev1.AppArmorProfile {
+	if c.AppArmorProfile != nil {
+		return c.AppArmorProfile
+	}
+	return pc.AppArmorProfile
+}
+
+// seLinuxType is the SELinux type a container runs as ("": the
+// runtime's).
+func seLinuxType(c *corev1.SecurityContext, pc *corev1.PodSecurityContext) string {
+	if c.SELinuxOptions != nil && c.SELinuxOptions.Type != "" {
+		return c.SELinuxOptions.Type
+	}
+	if pc.SELinuxOptions != nil {
+		return pc.SELinuxOptions.Type
+	}
+	return ""
 }
 
 func ptrString(p *string) string {

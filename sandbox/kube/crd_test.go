@@ -218,6 +218,16 @@ func TestPodMatches(t *testing.T) {
 	if err := podMatches(want.DeepCopy(), want); err != nil {
 		t.Fatalf("the pod itself: %v", err)
 	}
+	// What an admission plugin adds to every pod and confines no less
+	// (OpenShift's user and SELinux level; a defaulted proc mount) passes.
+	admitted := want.DeepCopy()
+	admitted.Spec.SecurityContext.RunAsUser = ptr(int64(1000680000))
+	admitted.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Level: "s0:c26,c5"}
+	admitted.Spec.Containers[0].SecurityContext.ProcMount = ptr(corev1.DefaultProcMount)
+	admitted.Spec.Containers[0].SecurityContext.RunAsNonRoot = ptr(true)
+	if err := podMatches(admitted, want); err != nil {
+		t.Fatalf("the pod as an admission plugin confines it further: %v", err)
+	}
 	yes := true
 	for what, change := range map[string]func(p *corev1.Pod){
 		"image":      func(p *corev1.Pod) { p.Spec.Containers[0].Image = "other" },
@@ -236,6 +246,26 @@ func TestPodMatches(t *testing.T) {
 			p.Spec.Volumes[0].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}
 		},
 		"mounts": func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[0].MountPath = "/" },
+		"seccomp unconfined": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		},
+		"pod seccomp unconfined": func(p *corev1.Pod) {
+			p.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
+			p.Spec.Containers[0].SecurityContext.SeccompProfile = nil
+		},
+		"apparmor unconfined": func(p *corev1.Pod) {
+			p.Spec.SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
+		},
+		"selinux spc_t": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"}
+		},
+		"pod selinux spc_t": func(p *corev1.Pod) { p.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"} },
+		"proc unmasked": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.ProcMount = ptr(corev1.UnmaskedProcMount)
+		},
+		"sysctls": func(p *corev1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "0"}}
+		},
 	} {
 		got := want.DeepCopy()
 		change(got)
