@@ -3,7 +3,9 @@ package atomicfile
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestWrite: the file holds the new data with the mode asked, replaces
@@ -36,5 +38,37 @@ func TestWrite(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 2 {
 		t.Fatalf("left in the directory: %v", entries)
+	}
+}
+
+// TestWriteRemovesWhatAKilledWriterLeft: a temporary file of a write
+// killed midway, once stale, goes with the next write of its path; a
+// fresh one (a write under way elsewhere) and files that only look alike
+// stay.
+func TestWriteRemovesWhatAKilledWriterLeft(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	old := time.Now().Add(-2 * StaleAfter)
+	for name, stale := range map[string]bool{".f.123456": true, ".f.987": false, ".f.lock": true, ".g.123": true, ".f.": true} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if stale {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := Write(path, []byte("whole"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{".f.", ".f.987", ".f.lock", ".g.123", "f"}; !slices.Equal(names, want) {
+		t.Fatalf("left %q, want %q", names, want)
 	}
 }
