@@ -72,6 +72,11 @@ func ValidateSnapshotName(name string) error {
 // it is made or deleted: the same name taken twice at once would share
 // one image tag. A name held elsewhere is refused at once, not waited for.
 func (m *Manager) lockSnapshot(snap, purpose string) (release func(), err error) {
+	// The name becomes a file's: one that is not a snapshot's never
+	// reaches the lock directory.
+	if err := ValidateSnapshotName(snap); err != nil {
+		return nil, &ArgError{Err: err}
+	}
 	// '@' is in neither sandbox nor snapshot names: no clash with lockKey.
 	// Not the prefix's: snapshot records and tars are the state
 	// directory's, shared by servers of every prefix that use it.
@@ -401,22 +406,11 @@ func (m *Manager) snapshotHere(ctx context.Context, rec state.Snapshot, doing st
 // gone for good. What it kept there stays. A snapshot this server
 // reaches is refused: DeleteSnapshot removes it whole.
 func (m *Manager) ForgetSnapshot(ctx context.Context, snap string) (state.Snapshot, error) {
-	_, store, err := m.snapshotter()
-	if err != nil {
-		return state.Snapshot{}, err
-	}
-	if err := ValidateSnapshotName(snap); err != nil {
-		return state.Snapshot{}, &ArgError{Err: err}
-	}
-	unlock, err := m.lockSnapshot(snap, "forget")
-	if err != nil {
-		return state.Snapshot{}, err
-	}
-	defer unlock()
-	rec, err := m.snapshotRecord(store, snap)
+	_, store, rec, unlock, err := m.lockedSnapshot(snap, "forget")
 	if err != nil {
 		return rec, err
 	}
+	defer unlock()
 	if m.snapshotHere(ctx, rec, "forget") == nil {
 		return rec, &ArgError{Err: fmt.Errorf("snapshot %q is kept where this server reaches it: delete it (without --forget), which removes it whole", snap)}
 	}
@@ -885,6 +879,25 @@ func (m *Manager) removeRetired(trash string) {
 	}
 }
 
+// lockedSnapshot takes snapshot snap's lock for doing (a deletion) and
+// reads its record; the caller releases the lock with unlock, which is
+// nil when err is not.
+func (m *Manager) lockedSnapshot(snap, doing string) (saver ImageSaver, store SnapshotStore, rec state.Snapshot, unlock func(), err error) {
+	if saver, store, err = m.snapshotter(); err != nil {
+		return nil, nil, rec, nil, err
+	}
+	if unlock, err = m.lockSnapshot(snap, doing); err != nil {
+		return nil, nil, rec, nil, err
+	}
+	if rec, err = m.snapshotRecord(store, snap); err != nil {
+		unlock()
+		return nil, nil, rec, nil, err
+	}
+	return saver, store, rec, unlock, nil
+}
+
+// snapshotRecord is snapshot snap's record; an error names those there
+// are when it has none.
 func (m *Manager) snapshotRecord(store SnapshotStore, snap string) (state.Snapshot, error) {
 	if err := ValidateSnapshotName(snap); err != nil {
 		return state.Snapshot{}, &ArgError{Err: err}
@@ -922,19 +935,11 @@ func (m *Manager) Snapshots() ([]state.Snapshot, error) {
 // sandbox restored from it keeps running: where the engine keeps the
 // image for it, the image goes when that sandbox does.
 func (m *Manager) DeleteSnapshot(ctx context.Context, snap string) (state.Snapshot, error) {
-	saver, store, err := m.snapshotter()
-	if err != nil {
-		return state.Snapshot{}, err
-	}
-	unlock, err := m.lockSnapshot(snap, "delete")
-	if err != nil {
-		return state.Snapshot{}, err
-	}
-	defer unlock()
-	rec, err := m.snapshotRecord(store, snap)
+	saver, store, rec, unlock, err := m.lockedSnapshot(snap, "delete")
 	if err != nil {
 		return rec, err
 	}
+	defer unlock()
 	if err := m.snapshotHere(ctx, rec, "delete"); err != nil {
 		return rec, err
 	}

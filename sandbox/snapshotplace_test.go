@@ -252,3 +252,37 @@ func TestKilledEngineServersStagingDone(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotNamesNeverLeaveTheLockDirectory: a name that is not a
+// snapshot's (as the people's CLI passes it on) is refused as such by a
+// deletion and a forgetting, and no lock file is made for it anywhere.
+func TestSnapshotNamesNeverLeaveTheLockDirectory(t *testing.T) {
+	store, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	lockDir := filepath.Join(root, "a", "b", "locks")
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fails, removed := 0, []string{}
+	rt := flakySnapshots{mu: &sync.Mutex{}, fails: &fails, removed: &removed}
+	m := NewManager(rt, Config{Prefix: "smtname", LockDir: lockDir, SnapshotDir: t.TempDir(), Snapshots: store})
+	t.Cleanup(m.Close)
+	for _, snap := range []string{"../../../escaped", "x/../../y", "", ".hidden"} {
+		var ae *ArgError
+		if _, err := m.DeleteSnapshot(context.Background(), snap); !errors.As(err, &ae) {
+			t.Errorf("delete %q: %v, want a bad name", snap, err)
+		}
+		if _, err := m.ForgetSnapshot(context.Background(), snap); !errors.As(err, &ae) {
+			t.Errorf("forget %q: %v, want a bad name", snap, err)
+		}
+	}
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (filepath.Dir(p) != lockDir || strings.Contains(d.Name(), "snapshot")) {
+			t.Errorf("made %s", p) // the server's own lock in lockDir aside
+		}
+		return nil
+	})
+}
