@@ -57,9 +57,19 @@ type Held struct {
 type Holder struct {
 	PID     int
 	Purpose string
+	// Shared: the lock is (or was last) held shared, by one process or
+	// more, each holding it for Purpose; PID is 0, for no one of them is
+	// the holder.
+	Shared bool
 }
 
+// sharedPID is what a shared holder writes in place of its pid.
+const sharedPID = "shared"
+
 func (h Holder) String() string {
+	if h.Shared {
+		return "one or more processes (" + h.Purpose + ")"
+	}
 	if h.PID == 0 {
 		return "an unknown process"
 	}
@@ -110,7 +120,7 @@ func (d Dir) TryLock(key, purpose string) (*Held, error) {
 		}
 		return nil, fmt.Errorf("lock %s: %w", key, err)
 	}
-	record(f, purpose)
+	record(f, strconv.Itoa(os.Getpid()), purpose)
 	return &Held{f: f, key: key}, nil
 }
 
@@ -149,7 +159,9 @@ func (d Dir) LockShared(ctx context.Context, key, purpose string) (*Held, error)
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
 		if err == nil {
-			record(f, purpose)
+			// Holders side by side would overwrite each other's pid:
+			// the file says the lock is shared, and for what.
+			record(f, sharedPID, purpose)
 			return &Held{f: f, key: key}, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
@@ -176,6 +188,9 @@ func (d Dir) Holder(key string) Holder {
 		return Holder{}
 	}
 	pid, purpose, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	if pid == sharedPID {
+		return Holder{Purpose: purpose, Shared: true}
+	}
 	n, _ := strconv.Atoi(pid)
 	return Holder{PID: n, Purpose: purpose}
 }
@@ -199,9 +214,10 @@ func (d Dir) HeldBy(key string) (Holder, bool) {
 	return d.Holder(key), true
 }
 
-// record writes "<pid> <purpose>" into a lock file this process holds.
-func record(f *os.File, purpose string) {
-	line := strconv.Itoa(os.Getpid()) + " " + strings.Map(func(r rune) rune {
+// record writes "<pid> <purpose>" into a lock file this process holds
+// (pid is sharedPID for a shared holder).
+func record(f *os.File, pid, purpose string) {
+	line := pid + " " + strings.Map(func(r rune) rune {
 		if r < ' ' {
 			return ' '
 		}
