@@ -6,7 +6,8 @@
 // between goroutines. A lock here is an exclusive flock(2) on a file
 // <dir>/<key>.lock; the kernel drops it when its holder exits, however it
 // exits, so a killed server never leaves a lock behind. The file holds the
-// holder's pid and purpose, for error messages and for `doctor`.
+// holder's pid and purpose, for error messages and for `doctor` ("shared"
+// in place of the pid for a lock held shared, whose holders are several).
 //
 // Two uses:
 //   - Lock waits for the lock (a lifecycle change of one sandbox: boot,
@@ -68,7 +69,10 @@ const sharedPID = "shared"
 
 func (h Holder) String() string {
 	if h.Shared {
-		return "one or more processes (" + h.Purpose + ")"
+		if h.Purpose == "" {
+			return "one or more processes"
+		}
+		return "one or more processes, to " + h.Purpose
 	}
 	if h.PID == 0 {
 		return "an unknown process"

@@ -228,8 +228,8 @@ func TestLockSharedBesideReaders(t *testing.T) {
 		t.Fatalf("an exclusive lock beside shared holders: %v", err)
 	}
 	a.Release()
-	// The holder named is not one process, which may be gone (a here).
-	if _, err := d.TryLock("k", "delete"); !errors.Is(err, ErrHeld) || !strings.Contains(err.Error(), "one or more processes (restore b)") {
+	// No one holder is named: the last to take it may be the one gone.
+	if _, err := d.TryLock("k", "delete"); !errors.Is(err, ErrHeld) || !strings.Contains(err.Error(), "one or more processes, to restore b") {
 		t.Fatalf("an exclusive lock beside one shared holder: %v", err)
 	}
 	if h := d.Holder("k"); !h.Shared || h.PID != 0 {

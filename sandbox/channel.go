@@ -283,7 +283,8 @@ func sweepAgents(dir, keep string) {
 		case strings.HasPrefix(n, "sandbox-ctl-"):
 			_ = os.Remove(filepath.Join(dir, n))
 		case strings.HasPrefix(n, ".sandbox-ctl-"):
-			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			// A copy whose write a killed server left (atomicfile's).
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > atomicfile.StaleAfter {
 				_ = os.Remove(filepath.Join(dir, n))
 			}
 		}

@@ -253,10 +253,11 @@ func TestKilledEngineServersStagingDone(t *testing.T) {
 	}
 }
 
-// TestSnapshotNamesNeverLeaveTheLockDirectory: a name that is not a
-// snapshot's (as the people's CLI passes it on) is refused as such by a
-// deletion and a forgetting, and no lock file is made for it anywhere.
-func TestSnapshotNamesNeverLeaveTheLockDirectory(t *testing.T) {
+// TestBadSnapshotNamesMakeNoLock: a name that is not a snapshot's (as
+// the people's CLI passes it on) is refused as a bad argument by a
+// deletion and a forgetting, and no lock file is made for it (names like
+// "" and ".hidden" made one before).
+func TestBadSnapshotNamesMakeNoLock(t *testing.T) {
 	store, err := state.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

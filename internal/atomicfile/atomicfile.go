@@ -8,10 +8,12 @@ import (
 	"time"
 )
 
-// StaleAfter is how old a temporary file of Write's must be before a
-// later Write of the same path takes it for one a killed writer left and
-// removes it: far longer than any write takes, so a temporary file of a
-// write under way in another process is never one.
+// StaleAfter is how long a temporary file of Write's must have gone
+// unwritten (by its modification time) before a later Write of the same
+// path takes it for one a killed writer left and removes it: far longer
+// than a write takes. A writer stopped that long (a SIGSTOP, a suspended
+// machine) or a clock stepped forward can lose its temporary file: its
+// Write then fails whole, and the other Write's data stands.
 const StaleAfter = 15 * time.Minute
 
 // Write replaces path with data, with permissions mode: it writes a

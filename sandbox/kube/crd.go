@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -485,28 +486,63 @@ func podMatches(got, want *corev1.Pod) error {
 }
 
 // looserConfinement reports what in got's security settings confines
-// its container less than want's: another seccomp or AppArmor profile
-// (the container's, or the pod's where the container has none), another
-// SELinux type, an unmasked /proc, sysctls. What confines more or only
-// labels (a user to run as, an SELinux level an admission plugin gives
-// each namespace, a read-only root) is not refused.
+// its container less than want's, or may: a seccomp profile other than
+// want's; an AppArmor profile other than the runtime's default (set, or
+// in the annotation older clusters read); an SELinux type, user or role
+// other than want's, or a level other than one sensitivity with its own
+// categories (a range, or none, reaches other containers' files); root
+// (user, group, fsGroup or a supplementary group 0) or runAsNonRoot false
+// where want names neither; an unmasked /proc; sysctls want does not set.
+// What an admission plugin adds to every pod and confines no less passes:
+// a non-root user and group, an SELinux level of the namespace's own
+// categories. got and want have container security contexts (podMatches
+// checked).
 func looserConfinement(got, want *corev1.Pod) error {
 	gp, wp := podSecurity(got), podSecurity(want)
 	gc, wc := got.Spec.Containers[0].SecurityContext, want.Spec.Containers[0].SecurityContext
 	if !equality.Semantic.DeepEqual(seccompOf(gc, gp), seccompOf(wc, wp)) {
 		return errors.New("another seccomp profile")
 	}
-	if !equality.Semantic.DeepEqual(appArmorOf(gc, gp), appArmorOf(wc, wp)) {
-		return errors.New("another AppArmor profile")
+	if a := appArmorOf(gc, gp); a != nil && a.Type != corev1.AppArmorProfileTypeRuntimeDefault {
+		return fmt.Errorf("AppArmor profile %s", a.Type)
 	}
-	if seLinuxType(gc, gp) != seLinuxType(wc, wp) {
-		return fmt.Errorf("SELinux type %q", seLinuxType(gc, gp))
+	for k, v := range got.Annotations {
+		if strings.HasPrefix(k, corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix) && v != corev1.DeprecatedAppArmorBetaProfileRuntimeDefault {
+			return fmt.Errorf("AppArmor profile %s", v)
+		}
+	}
+	if err := looserSELinux(seLinuxOf(gc, gp), seLinuxOf(wc, wp)); err != nil {
+		return err
+	}
+	for _, id := range []struct {
+		what      string
+		got, want *int64
+	}{
+		{"user", gc.RunAsUser, wc.RunAsUser}, {"pod user", gp.RunAsUser, wp.RunAsUser},
+		{"group", gc.RunAsGroup, wc.RunAsGroup}, {"pod group", gp.RunAsGroup, wp.RunAsGroup},
+		{"fsGroup", gp.FSGroup, wp.FSGroup},
+	} {
+		if id.got != nil && *id.got == 0 && (id.want == nil || *id.want != 0) {
+			return fmt.Errorf("%s 0", id.what)
+		}
+	}
+	for _, g := range gp.SupplementalGroups {
+		if g == 0 && !slices.Contains(wp.SupplementalGroups, 0) {
+			return errors.New("supplementary group 0")
+		}
+	}
+	for _, nr := range []*bool{gc.RunAsNonRoot, gp.RunAsNonRoot} {
+		if nr != nil && !*nr {
+			return errors.New("runAsNonRoot false")
+		}
 	}
 	if gc.ProcMount != nil && *gc.ProcMount != corev1.DefaultProcMount {
 		return fmt.Errorf("proc mount %s", *gc.ProcMount)
 	}
-	if !equality.Semantic.DeepEqual(gp.Sysctls, wp.Sysctls) {
-		return fmt.Errorf("%d sysctls", len(gp.Sysctls))
+	for _, sc := range gp.Sysctls {
+		if !slices.Contains(wp.Sysctls, sc) {
+			return fmt.Errorf("sysctl %s", sc.Name)
+		}
 	}
 	return nil
 }
@@ -536,16 +572,38 @@ func appArmorOf(c *corev1.SecurityContext, pc *corev1.PodSecurityContext) *corev
 	return pc.AppArmorProfile
 }
 
-// seLinuxType is the SELinux type a container runs as ("": the
-// runtime's).
-func seLinuxType(c *corev1.SecurityContext, pc *corev1.PodSecurityContext) string {
-	if c.SELinuxOptions != nil && c.SELinuxOptions.Type != "" {
-		return c.SELinuxOptions.Type
+// seLinuxOf is the SELinux options a container runs with, as the kubelet
+// takes them: the container's whole, else the pod's (nil: the runtime's).
+func seLinuxOf(c *corev1.SecurityContext, pc *corev1.PodSecurityContext) *corev1.SELinuxOptions {
+	if c.SELinuxOptions != nil {
+		return c.SELinuxOptions
 	}
-	if pc.SELinuxOptions != nil {
-		return pc.SELinuxOptions.Type
+	return pc.SELinuxOptions
+}
+
+// mcsLevel is an SELinux level of one sensitivity and categories each
+// named (s0:c26,c5), as admission gives a namespace's pods.
+var mcsLevel = regexp.MustCompile(`^s[0-9]+:c[0-9]+(,c[0-9]+)*$`)
+
+// looserSELinux reports how SELinux options got confine less than want:
+// another type, user or role, or a level that is not want's and not one
+// of a namespace's own categories.
+func looserSELinux(got, want *corev1.SELinuxOptions) error {
+	if got == nil {
+		return nil
 	}
-	return ""
+	if want == nil {
+		want = &corev1.SELinuxOptions{}
+	}
+	switch {
+	case got.Type != "" && got.Type != want.Type:
+		return fmt.Errorf("SELinux type %q", got.Type)
+	case got.User != "" && got.User != want.User, got.Role != "" && got.Role != want.Role:
+		return fmt.Errorf("SELinux user %q, role %q", got.User, got.Role)
+	case got.Level != "" && got.Level != want.Level && !mcsLevel.MatchString(got.Level):
+		return fmt.Errorf("SELinux level %q", got.Level)
+	}
+	return nil
 }
 
 func ptrString(p *string) string {

@@ -225,6 +225,11 @@ func TestPodMatches(t *testing.T) {
 	admitted.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Level: "s0:c26,c5"}
 	admitted.Spec.Containers[0].SecurityContext.ProcMount = ptr(corev1.DefaultProcMount)
 	admitted.Spec.Containers[0].SecurityContext.RunAsNonRoot = ptr(true)
+	admitted.Spec.SecurityContext.FSGroup = ptr(int64(1000680000))
+	// A policy that spells out the runtime's default AppArmor profile, in
+	// the field or the annotation the apiserver copies into it.
+	admitted.Spec.Containers[0].SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}
+	admitted.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "sandbox": corev1.DeprecatedAppArmorBetaProfileRuntimeDefault}
 	if err := podMatches(admitted, want); err != nil {
 		t.Fatalf("the pod as an admission plugin confines it further: %v", err)
 	}
@@ -266,6 +271,24 @@ func TestPodMatches(t *testing.T) {
 		"sysctls": func(p *corev1.Pod) {
 			p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.shm_rmid_forced", Value: "0"}}
 		},
+		"apparmor localhost": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr("x")}
+		},
+		"apparmor annotation unconfined": func(p *corev1.Pod) {
+			p.Annotations = map[string]string{corev1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "sandbox": corev1.DeprecatedAppArmorBetaProfileNameUnconfined}
+		},
+		"selinux every category": func(p *corev1.Pod) {
+			p.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Level: "s0-s0:c0.c1023"}
+		},
+		"selinux no category": func(p *corev1.Pod) { p.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Level: "s0"} },
+		"selinux user": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{User: "unconfined_u", Level: "s0:c1,c2"}
+		},
+		"root user":          func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.RunAsUser = ptr(int64(0)) },
+		"pod root group":     func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsGroup = ptr(int64(0)) },
+		"fsGroup 0":          func(p *corev1.Pod) { p.Spec.SecurityContext.FSGroup = ptr(int64(0)) },
+		"supplementary root": func(p *corev1.Pod) { p.Spec.SecurityContext.SupplementalGroups = []int64{1000, 0} },
+		"runAsNonRoot false": func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.RunAsNonRoot = ptr(false) },
 	} {
 		got := want.DeepCopy()
 		change(got)
