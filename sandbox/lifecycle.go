@@ -452,6 +452,8 @@ func (m *Manager) recordSandbox(sb *Sandbox, info BootInfo) {
 	prof, _ := json.Marshal(sb.Profile)
 	rec := state.Sandbox{Name: sb.Name, Container: sb.Container, Profile: prof,
 		IdleTTL: sb.IdleTTL.String(), LastBoot: time.Now().UTC()}
+	m.recordMu.Lock()
+	defer m.recordMu.Unlock()
 	switch {
 	case m.restoringOnto(sb.Name, sb.volume):
 		// volsnap.go: a restore not yet finished, which records its new

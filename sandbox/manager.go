@@ -122,6 +122,13 @@ type Manager struct {
 	log   *slog.Logger
 	locks locks.Dir
 
+	// recordMu orders this process's read-modify-writes of sandbox
+	// records (recordSandbox, after a boot and off its path, and
+	// recordVolume), so that neither writes back what it read before the
+	// other's write (a restore's new workspace lost to the record of the
+	// boot that mounted it).
+	recordMu sync.Mutex
+
 	// life ends background work (activity marks, history flushing,
 	// deleting replaced containers) when the Manager closes.
 	life   context.Context

@@ -760,6 +760,8 @@ func (m *Manager) recordVolume(name, vol string) {
 	if m.cfg.Sandboxes == nil {
 		return
 	}
+	m.recordMu.Lock()
+	defer m.recordMu.Unlock()
 	rec, ok, err := m.sandboxRecord(name)
 	if err != nil {
 		m.log.Warn("record a sandbox's workspace: read the record", "sandbox", name, "err", err)
