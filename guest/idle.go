@@ -50,6 +50,15 @@ func WatchdogCommand(ttl, interval time.Duration, until time.Time) []string {
 	return []string{"sh", "-c", watchdogScript, "sandbox-mcp-watchdog", t, secs(interval), end}
 }
 
+// PooledWatchdogCommand is WatchdogCommand for a sandbox booted ahead
+// into a pool that a cluster keeps (agent-sandbox's warm pools): its idle
+// time counts from the first mark of use (TouchActivity), not from its
+// start, so that one waiting unclaimed is not stopped, and replaced by
+// the pool at once, every ttl.
+func PooledWatchdogCommand(ttl, interval time.Duration) []string {
+	return append(WatchdogCommand(ttl, interval, time.Time{}), "armed-by-use")
+}
+
 // The exit codes of a sandbox's main process when its watchdog stopped
 // it: the engine keeps them with the stopped container, so that a stop by
 // the watchdog tells itself from a stop by a person or a server (which
@@ -110,7 +119,7 @@ done`
 // Otherwise it forks the checker loop and waits for it.
 const watchdogScript = `ttl=$1; every=$2; until=${3:-0}; f=` + ActivityFile + `; fifo=${f%/*}/watchdog.fifo
 set +euC
-mkdir -p "${f%/*}" && command : 2>/dev/null >"$f"
+mkdir -p "${f%/*}" && { [ "${4:-}" = armed-by-use ] || command : 2>/dev/null >"$f"; }
 rm -f "$fifo"; mkfifo "$fifo" 2>/dev/null
 trap 'exit 0' TERM INT
 w='` + watchdogLoop + `'

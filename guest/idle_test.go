@@ -365,3 +365,37 @@ func TestWatchdogIgnoresTheEnvironment(t *testing.T) {
 		t.Fatal("the watchdog did not stop an idle sandbox")
 	}
 }
+
+// TestPooledWatchdogWaitsForItsFirstUse: armed by use (a sandbox a
+// cluster's warm pool keeps booted ahead), an untouched sandbox is not
+// stopped however long past its TTL; from its first mark of use on, it
+// is stopped when idle as any other.
+func TestPooledWatchdogWaitsForItsFirstUse(t *testing.T) {
+	argv := PooledWatchdogCommand(time.Second, time.Second)
+	if argv[len(argv)-1] != "armed-by-use" || argv[2] != WatchdogCommand(time.Second, time.Second, time.Time{})[2] {
+		t.Fatalf("argv %q", argv)
+	}
+	forEachWatchdogShell(t, func(t *testing.T, sh watchdogShell) {
+		dir := t.TempDir()
+		_, done := watchdogOnHost(t, sh, dir, t.TempDir(), "1", "1", "0", "armed-by-use")
+		select {
+		case err := <-done:
+			t.Fatalf("stopped before its first use: %v", err)
+		case <-time.After(4 * time.Second):
+		}
+		if _, err := os.Stat(filepath.Join(dir, "active")); !os.IsNotExist(err) {
+			t.Fatalf("the activity file before a use: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "active"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if exitCode(err) != ExitIdle {
+				t.Fatalf("the watchdog ended with %v, want exit %d", err, ExitIdle)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("used once and idle since, the sandbox was not stopped")
+		}
+	})
+}
