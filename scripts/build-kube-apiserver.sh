@@ -38,13 +38,15 @@ fi
 # apiserver). Its module has no replace directives: go install builds it.
 asver=v1.0.1
 asdir="$out/agent-sandbox-$asver"
-if [[ ! -x "$asdir/agent-sandbox-controller" ]]; then
+if [[ ! -x "$asdir/agent-sandbox-controller" || ! -f "$asdir/crds/extensions.agents.x-k8s.io_sandboxwarmpools.yaml" ]]; then
   echo "build-kube-apiserver: building agent-sandbox's controller $asver" >&2
   asw="$(mktemp -d)"
   GOBIN="$asw/bin" GOFLAGS= CGO_ENABLED=0 go install -trimpath "sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller@$asver"
   src="$(cd "$asw" && GOFLAGS= go mod download -json "sigs.k8s.io/agent-sandbox@$asver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
   mkdir -p "$asw/out/crds" "$out"
-  cp "$src/k8s/crds/agents.x-k8s.io_sandboxes.yaml" "$asw/out/crds/"
+  # The Sandbox, and the extensions' SandboxTemplate, SandboxWarmPool and
+  # SandboxClaim (--kube-warm-pools).
+  cp "$src/k8s/crds/"*.yaml "$asw/out/crds/"
   cp "$asw/bin/agent-sandbox-controller" "$asw/out/"
   # Whole or not at all: the directory is renamed into place.
   rm -rf "$asdir.tmp"

@@ -92,8 +92,16 @@ func (c *Cluster) StartAgentSandbox() (stop func() string, why string, err error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := installCRD(ctx, dyn, filepath.Join(dir, "crds", "agents.x-k8s.io_sandboxes.yaml")); err != nil {
-		return nil, "", err
+	// The Sandbox, and the extensions' resources (warm pools, templates,
+	// claims), which the controller serves with --extensions.
+	crds, _ := filepath.Glob(filepath.Join(dir, "crds", "*.yaml"))
+	if len(crds) < 4 {
+		return nil, "no extension resource definitions in " + dir + ": run scripts/build-kube-apiserver.sh", nil
+	}
+	for _, f := range crds {
+		if err := installCRD(ctx, dyn, f); err != nil {
+			return nil, "", err
+		}
 	}
 	tmp, err := os.MkdirTemp("", "agent-sandbox-")
 	if err != nil {
@@ -106,7 +114,7 @@ func (c *Cluster) StartAgentSandbox() (stop func() string, why string, err error
 	}
 	logPath := filepath.Join(tmp, "agent-sandbox-controller.log")
 	cmd := exec.Command(filepath.Join(dir, "agent-sandbox-controller"), "--kubeconfig", kubeconfig,
-		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+		"--leader-elect=false", "--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--extensions")
 	if err := startLogged(cmd, logPath); err != nil {
 		os.RemoveAll(tmp)
 		return nil, "", fmt.Errorf("start agent-sandbox-controller: %w", err)

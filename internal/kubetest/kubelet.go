@@ -453,6 +453,13 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 		p.Status.Phase, p.Status.StartTime = corev1.PodRunning, &now
 		p.Status.PodIP = strings.TrimSpace(ip)
 		p.Status.HostIP = "127.0.0.1"
+		if p.Status.PodIP != "" {
+			p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+		}
+		// The conditions a kubelet reports of a running pod with no
+		// readiness probe (controllers, agent-sandbox's among them, wait
+		// for Ready).
+		p.Status.Conditions = podConditions(corev1.ConditionTrue, now)
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, Ready: true, Started: ptr(true),
 			ContainerID: "podman://" + run.ctr, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}}
 	})
@@ -473,12 +480,24 @@ func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 		if code != 0 {
 			p.Status.Phase = corev1.PodFailed
 		}
+		p.Status.Conditions = podConditions(corev1.ConditionFalse, end)
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image, ContainerID: "podman://" + run.ctr,
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: int32(code), StartedAt: now, FinishedAt: end, Reason: "Completed"}}}}
 	})
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// podConditions are the conditions a kubelet reports of a pod whose
+// containers run (ready true) or have ended (false), changed at t.
+func podConditions(ready corev1.ConditionStatus, t metav1.Time) []corev1.PodCondition {
+	return []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: t},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: t},
+		{Type: corev1.ContainersReady, Status: ready, LastTransitionTime: t},
+		{Type: corev1.PodReady, Status: ready, LastTransitionTime: t},
+	}
+}
 
 // egressDenied reports whether the namespace's NetworkPolicies deny the
 // pod every connection out, as a network plugin that enforces them
