@@ -76,6 +76,43 @@ type Renamer interface {
 	Rename(ctx context.Context, name, newName string) error
 }
 
+// PoolKeeper is a runtime whose cluster keeps the warm spares itself
+// (agent-sandbox's SandboxWarmPools, on Kubernetes): the Manager says
+// which to keep and claims them as its own spares (Rename from a spare's
+// name), but boots and removes none.
+type PoolKeeper interface {
+	// KeepsPools reports whether the runtime keeps pools (it was asked
+	// to, and can).
+	KeepsPools() bool
+	// KeepPools keeps pools, of their counts, for the spares of prefix,
+	// and no others of prefix's.
+	KeepPools(ctx context.Context, prefix string, pools []PoolSpec) error
+	// Pooled lists the spares ready in prefix's pools, under the spare
+	// names and workspaces of their IDs (spec's, with PooledSpareID
+	// replaced).
+	Pooled(ctx context.Context, prefix string) ([]Container, error)
+}
+
+// PoolSpec is one pool a PoolKeeper keeps: Count spares booted as Spec,
+// whose names and workspace are those of PooledSpareID, each with a
+// workspace of WorkspaceBytes (0: the runtime's default).
+type PoolSpec struct {
+	Key            string
+	Spec           RunSpec
+	WorkspaceBytes int64
+	Count          int
+}
+
+// PooledSpareID is the spare ID in a PoolSpec's names, which each pooled
+// spare's own replaces.
+const PooledSpareID = "0000000000000000"
+
+// poolKeeperOf is rt as a PoolKeeper, when it keeps pools.
+func poolKeeperOf(rt Runtime) (PoolKeeper, bool) {
+	pk, ok := rt.(PoolKeeper)
+	return pk, ok && pk.KeepsPools()
+}
+
 // RenamerOf is rt as a Renamer, when it is one.
 func RenamerOf(rt Runtime) (Renamer, bool) {
 	r, ok := rt.(Renamer)

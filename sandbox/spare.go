@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
+	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/state"
 )
@@ -92,7 +93,7 @@ func (m *Manager) Spares(ctx context.Context) ([]Info, error) {
 	if !m.sparesPossible() {
 		return nil, nil
 	}
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
+	cs, err := m.spareCandidates(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +405,12 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 			return claim{}, false
 		}
 	}
-	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
+	if _, pools := poolKeeperOf(m.rt); pools && !isNew() {
+		// A pool's spare is not put back: a name with a workspace boots
+		// on it, without one.
+		return claim{}, false
+	}
+	cs, err := m.spareCandidates(ctx)
 	if err != nil {
 		m.log.Warn("list spares", "err", err)
 		return claim{}, false
@@ -426,6 +432,15 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 		}
 	}
 	return claim{}, false
+}
+
+// spareCandidates are the spares to claim: the engine's containers of
+// role spare, or the spares of the runtime's pools.
+func (m *Manager) spareCandidates(ctx context.Context) ([]Container, error) {
+	if pk, ok := poolKeeperOf(m.rt); ok {
+		return pk.Pooled(ctx, m.cfg.Prefix)
+	}
+	return m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
 }
 
 // claim is what a claim of a spare gives its sandbox's boot: the
@@ -983,6 +998,10 @@ func (m *Manager) refillIfDue() {
 // a profile changed, a profile's name now in use) and boots new ones
 // until there are as many as spareTargets says.
 func (m *Manager) refillSpares(ctx context.Context) {
+	if pk, ok := poolKeeperOf(m.rt); ok {
+		m.keepPools(ctx, pk)
+		return
+	}
 	if !m.sparesOn() && len(m.localSpares()) == 0 {
 		return // spares already there are another server's, or stop with their idle TTL
 	}
@@ -1056,6 +1075,44 @@ func (m *Manager) refillSpares(ctx context.Context) {
 				m.dropSpare(ctx, c) // its name got a sandbox while it booted
 			}
 		}
+	}
+}
+
+// keepPools has the runtime's pools keep the spares spareTargets says
+// (those of an allowlist's network mode, which need a channel of their
+// own, are not pooled), and no others of this prefix's.
+func (m *Manager) keepPools(ctx context.Context, pk PoolKeeper) {
+	var pools []PoolSpec
+	for _, t := range m.spareTargets(true) {
+		if t.mode == egress.ModeAllowlist {
+			continue
+		}
+		vol := m.spareVolume(PooledSpareID)
+		labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare, LabelSpare: t.key, LabelVolume: vol}
+		if t.profile != "" {
+			labels[LabelSpareFor] = t.profile
+		}
+		spec := m.runSpec(m.spareName(PooledSpareID), t.prof, vol, labels, 0, time.Time{}) // lifecycle.go
+		if t.ttl > 0 {
+			// Idle from the first use on: a spare the pool keeps is not
+			// stopped while it waits.
+			spec.Command = guest.PooledWatchdogCommand(t.ttl, watchdogEvery(t.ttl, time.Time{}))
+		}
+		lim := planLimits(diskSupport(ctx, m.rt), m.rt, t.prof)
+		spec.PidsLimit = lim.Pids
+		if lim.Rootfs == MechStorageOpt {
+			spec.StorageSize = t.prof.Disk
+		}
+		var bytes int64
+		if lim.Workspace == MechVolumeSize {
+			bytes, _ = ParseSize(t.prof.Disk)
+		}
+		spec.Labels[LabelLimits] = lim.encode()
+		m.placeSpare(ctx, t.mode, &spec)
+		pools = append(pools, PoolSpec{Key: t.key, Spec: spec, WorkspaceBytes: bytes, Count: t.want})
+	}
+	if err := pk.KeepPools(ctx, m.cfg.Prefix, pools); err != nil && ctx.Err() == nil {
+		m.log.Warn("keep warm pools", "err", err)
 	}
 }
 

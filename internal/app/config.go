@@ -238,6 +238,16 @@ func Settings() []Setting {
 				c.Kube.SandboxCRD = b
 				return nil
 			}},
+		{Flag: "kube-warm-pools", Env: "SANDBOX_MCP_KUBE_WARM_POOLS", Bool: true,
+			Usage: "runtime kubernetes with --kube-sandbox-crd: keep the spares (--spares, a profile's spares) as agent-sandbox's SandboxWarmPools, which its controller (run with --extensions) keeps full",
+			set: func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("%q is not true or false", v)
+				}
+				c.Kube.WarmPools = b
+				return nil
+			}},
 		{Flag: "image", Env: "SANDBOX_MCP_IMAGE", Default: d.Defaults.Image,
 			Usage: "default sandbox image",
 			set: func(c *Config, v string) error {

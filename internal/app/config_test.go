@@ -290,8 +290,8 @@ func TestSettingsHelp(t *testing.T) {
 			seen[k] = true
 		}
 	}
-	if got := fmt.Sprint(len(Settings())); got != "41" {
-		t.Errorf("%s settings, want 41", got)
+	if got := fmt.Sprint(len(Settings())); got != "42" {
+		t.Errorf("%s settings, want 42", got)
 	}
 }
 
@@ -432,5 +432,23 @@ func TestJobRetentionRefusesNonsense(t *testing.T) {
 		if _, err := (sources{flags: FlagValues{"job-retention": v}}).resolve(); err == nil || !strings.Contains(err.Error(), "job-retention") {
 			t.Errorf("--job-retention %s: %v", v, err)
 		}
+	}
+}
+
+// TestWarmPoolsNeedSandboxes: --kube-warm-pools is refused without
+// --kube-sandbox-crd (a pool keeps Sandboxes), from a flag or the file,
+// and taken with it.
+func TestWarmPoolsNeedSandboxes(t *testing.T) {
+	for _, s := range []sources{
+		{flags: FlagValues{"runtime": "kubernetes", "kube-warm-pools": "true"}},
+		{files: map[string]string{}, env: map[string]string{"SANDBOX_MCP_KUBE_WARM_POOLS": "1", "SANDBOX_MCP_RUNTIME": "kubernetes"}},
+	} {
+		if _, err := s.resolve(); err == nil || !strings.Contains(err.Error(), "--kube-sandbox-crd") {
+			t.Errorf("%+v: %v", s, err)
+		}
+	}
+	cfg, err := sources{flags: FlagValues{"runtime": "kubernetes", "kube-sandbox-crd": "true", "kube-warm-pools": "true"}}.resolve()
+	if err != nil || !cfg.Kube.WarmPools || !cfg.Kube.SandboxCRD {
+		t.Fatalf("with sandbox mode: %+v %v", cfg.Kube, err)
 	}
 }

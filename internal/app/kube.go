@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -33,6 +34,9 @@ type KubeConfig struct {
 	// Sandbox resource (its controller makes the pod) instead of making
 	// the pod itself.
 	SandboxCRD bool `json:"sandbox_crd,omitempty"`
+	// WarmPools, with SandboxCRD, keeps the spares as agent-sandbox's
+	// SandboxWarmPools.
+	WarmPools bool `json:"warm_pools,omitempty"`
 	// SnapshotClass is a VolumeSnapshotClass of the claims' CSI driver:
 	// a clone's workspace is copied by the storage with it.
 	SnapshotClass string `json:"snapshot_class,omitempty"`
@@ -41,6 +45,9 @@ type KubeConfig struct {
 // check validates the names set: a namespace is a DNS label, the
 // classes DNS subdomains.
 func (k KubeConfig) check() error {
+	if k.WarmPools && !k.SandboxCRD {
+		return errors.New("kubernetes warm pools need --kube-sandbox-crd: a pool keeps Sandboxes")
+	}
 	if k.Namespace != "" {
 		if errs := validation.IsDNS1123Label(k.Namespace); len(errs) > 0 {
 			return fmt.Errorf("kubernetes namespace %q: %s", k.Namespace, errs[0])
@@ -76,13 +83,16 @@ func openKube(cfg Config, logger *slog.Logger) (sandbox.Runtime, string, error) 
 		}
 	}
 	rt, err := kube.New(rc, kube.Options{Namespace: ns, RuntimeClass: cfg.Kube.RuntimeClass, StorageClass: cfg.Kube.StorageClass,
-		VolumeSize: cfg.Defaults.Disk, StartTimeout: 5 * time.Minute, SandboxCRD: cfg.Kube.SandboxCRD, SnapshotClass: cfg.Kube.SnapshotClass})
+		VolumeSize: cfg.Defaults.Disk, StartTimeout: 5 * time.Minute, SandboxCRD: cfg.Kube.SandboxCRD, WarmPools: cfg.Kube.WarmPools, SnapshotClass: cfg.Kube.SnapshotClass})
 	if err != nil {
 		return nil, "", err
 	}
 	why := fmt.Sprintf("set by --runtime: cluster %s, namespace %s", rc.Host, ns)
 	if cfg.Kube.SandboxCRD {
 		why += ", pods made through agent-sandbox's Sandbox resource"
+	}
+	if cfg.Kube.WarmPools {
+		why += ", spares kept by agent-sandbox's warm pools"
 	}
 	if cfg.Kube.SnapshotClass != "" {
 		why += ", workspaces snapshotted and cloned with VolumeSnapshotClass " + cfg.Kube.SnapshotClass

@@ -743,6 +743,13 @@ func (r *Runtime) deleteSandbox(ctx context.Context, rec record) error {
 	if err != nil || sb == nil || !ownedBy(sb, rec.cm.UID) {
 		return err
 	}
+	// An adopted pool Sandbox's workspace is its controller's: left out
+	// of the deletion (warmpool.go).
+	if rec.cm.Data[recordClaims] != "" {
+		if err := r.detachClaims(ctx, sb); err != nil {
+			return err
+		}
+	}
 	uid := sb.UID
 	err = r.sandboxes().Delete(ctx, sb.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

@@ -67,7 +67,7 @@ func (r *Runtime) ownClaims(ctx context.Context, spec sandbox.RunSpec, parent *c
 			continue
 		}
 		for attempt := 0; ; attempt++ {
-			c, err := claims.Get(ctx, objectName(m.Volume), metav1.GetOptions{})
+			c, err := r.claimOf(ctx, m.Volume)
 			if apierrors.IsNotFound(err) {
 				break // the pod's start says so
 			}

@@ -65,6 +65,9 @@ type Options struct {
 	// from a Sandbox resource the runtime writes (crd.go), instead of the
 	// runtime making the pod.
 	SandboxCRD bool
+	// WarmPools, in sandbox mode, has the spares kept by agent-sandbox's
+	// SandboxWarmPools (warmpool.go).
+	WarmPools bool
 	// SnapshotClass, when set, is the VolumeSnapshotClass a clone's
 	// workspace is copied with: a VolumeSnapshot of the source's claim and
 	// a claim made from it, by the claims' CSI driver (volsnap.go).
@@ -475,6 +478,15 @@ func (r *Runtime) Run(ctx context.Context, spec sandbox.RunSpec) (string, error)
 	if r.dyn != nil {
 		cm.Annotations[annPodsFrom] = sandboxKind
 	}
+	// A workspace that began in a warm pool is its claim's (warmpool.go).
+	claims, err := r.adoptedClaims(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	if len(claims) > 0 {
+		b, _ := json.Marshal(claims)
+		cm.Data[recordClaims] = string(b)
+	}
 	// A child is owned by its parent's record (family.go).
 	var parent *corev1.ConfigMap
 	if p := spec.Labels[sandbox.LabelChildOf]; p != "" {
@@ -568,7 +580,7 @@ func (r *Runtime) podFor(spec sandbox.RunSpec, owner *corev1.ConfigMap) (*corev1
 		}
 		vn := "v" + strconv.Itoa(i)
 		vols = append(vols, corev1.Volume{Name: vn, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: objectName(m.Volume), ReadOnly: m.ReadOnly}}})
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(owner, m.Volume), ReadOnly: m.ReadOnly}}})
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: vn, MountPath: m.Target, ReadOnly: m.ReadOnly})
 	}
 	if spec.Virtualization {
@@ -1476,7 +1488,7 @@ func (r *Runtime) VolumeCreateSized(ctx context.Context, name string, ls map[str
 // VolumeSize implements sandbox.VolumeSizer: the storage the claim name
 // was given (its capacity once bound, else what it asks for).
 func (r *Runtime) VolumeSize(ctx context.Context, name string) (int64, bool, error) {
-	c, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, objectName(name), metav1.GetOptions{})
+	c, err := r.claimOf(ctx, name)
 	if apierrors.IsNotFound(err) {
 		return 0, false, fmt.Errorf("volume %s: %w", name, sandbox.ErrNotFound)
 	}
@@ -1494,6 +1506,14 @@ func (r *Runtime) VolumeSize(ctx context.Context, name string) (int64, bool, err
 
 // createClaim makes the workspace claim name of size if there is none.
 func (r *Runtime) createClaim(ctx context.Context, name string, ls map[string]string, size resource.Quantity) error {
+	// A workspace that began in a warm pool has its claim already, under
+	// another name (warmpool.go).
+	if c, err := r.claimOf(ctx, name); err == nil && c.Name != objectName(name) {
+		if !madeAs(c, name) {
+			return fmt.Errorf("kubernetes: claim %s is not the workspace %s: left alone", c.Name, name)
+		}
+		return nil
+	}
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: objectName(name), Namespace: r.opt.Namespace,
 			Labels: kubeLabels(ls, nil), Annotations: map[string]string{annName: name}},
@@ -1526,7 +1546,7 @@ func (r *Runtime) createClaim(ctx context.Context, name string, ls map[string]st
 // error.
 func (r *Runtime) VolumeRemove(ctx context.Context, name string) error {
 	claims := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace)
-	got, err := claims.Get(ctx, objectName(name), metav1.GetOptions{})
+	got, err := r.claimOf(ctx, name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -1553,7 +1573,7 @@ func (r *Runtime) VolumeNames(ctx context.Context) ([]string, error) {
 	}
 	var names []string
 	for _, c := range list.Items {
-		if n := c.Annotations[annName]; n != "" && c.Name == objectName(n) && c.DeletionTimestamp == nil {
+		if n := c.Annotations[annName]; n != "" && (c.Name == objectName(n) || c.Labels[labelVolume] == objectName(n)) && c.DeletionTimestamp == nil {
 			names = append(names, n)
 		}
 	}

@@ -196,6 +196,10 @@ func ownedByRecord(p *corev1.Pod, uid types.UID) bool {
 // and labels.
 func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 	old, err := r.record(ctx, ref)
+	if errors.Is(err, sandbox.ErrNotFound) && r.KeepsPools() && strings.Contains(ref, "_spare_") {
+		// A spare of a warm pool: a Sandbox to adopt (warmpool.go).
+		return r.adoptPooled(ctx, ref, newName)
+	}
 	if err != nil {
 		return err
 	}
@@ -221,6 +225,9 @@ func (r *Runtime) Rename(ctx context.Context, ref, newName string) error {
 				annRenamedFrom: string(old.cm.UID), annRenamedFromObject: old.cm.Name},
 			OwnerReferences: old.cm.OwnerReferences},
 		Data: map[string]string{recordSpec: string(specJSON), recordLabels: old.cm.Data[recordLabels], recordPod: podNameOf(old.cm)},
+	}
+	if c := old.cm.Data[recordClaims]; c != "" {
+		n.Data[recordClaims] = c // an adopted pool Sandbox's workspace (warmpool.go)
 	}
 	for _, k := range []string{annPodsFrom, annPodPrint} {
 		if v := old.cm.Annotations[k]; v != "" {
@@ -557,6 +564,8 @@ func (r *Runtime) settle(ctx context.Context, rec record) (record, error) {
 	cms := r.cs.CoreV1().ConfigMaps(r.opt.Namespace)
 	name := rec.cm.Annotations[annName]
 	switch {
+	case rec.cm.Annotations[annAdopting] != "":
+		return r.settleAdoption(ctx, rec) // warmpool.go
 	case renamedAway(rec.cm):
 		n, err := cms.Get(ctx, rec.cm.Annotations[annRenamedToObject], metav1.GetOptions{})
 		switch {

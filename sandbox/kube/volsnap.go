@@ -57,7 +57,7 @@ func (r *Runtime) SnapshotVolume(ctx context.Context, volume, ref string, labels
 	if why := r.VolumeSnapshotsWhyNot(ctx); why != "" {
 		return 0, fmt.Errorf("%w: %s", sandbox.ErrUnsupported, why)
 	}
-	claim, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, objectName(volume), metav1.GetOptions{})
+	claim, err := r.claimOf(ctx, volume)
 	if apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("volume %s: %w", volume, sandbox.ErrNotFound)
 	}
