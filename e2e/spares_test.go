@@ -333,3 +333,45 @@ func testWarmSpareAllowlist(t *testing.T, tg enginetest.Target) {
 		t.Fatalf("the spare's channel directory %s is left after the reset: %v", was, err)
 	}
 }
+
+// TestWarmPoolSpares: with --kube-warm-pools the server's spare is a
+// Sandbox of agent-sandbox's warm pool, which its controller fills; in
+// the allowlist egress mode (the default), the first command on a new
+// name takes it and runs behind the sandbox's proxy, and a reset keeps
+// it there on the same workspace. Warm pools are agent-sandbox's: only
+// the kubernetes@crd target runs this.
+func TestWarmPoolSpares(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		if tg.Name != enginetest.Kubernetes+"-crd" {
+			t.Logf("%s: not run: warm pools are agent-sandbox's (kubernetes@crd runs it)", tg.Name)
+			continue
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			a := startProc(t, tg, prefix, t.TempDir(), "--spares", "1", "--network", "allowlist", "--kube-warm-pools")
+			s := &server{cs: a.cs}
+			// The server lists the pool's ready Sandbox as its spare.
+			deadline := time.Now().Add(enginetest.HangGuard)
+			for {
+				r := s.call(t, "list_all", map[string]any{})
+				if strings.Contains(r.text, "warm spares: 1 running") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no Sandbox ready in the warm pool within %s: %s", enginetest.HangGuard, r.text)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			r := s.call(t, "exec", map[string]any{"sandbox": "pooled", "command": "echo kept > /workspace/f; curl -s --max-time 60 http://x.invalid/"})
+			if r.data["booted"] != "created from a warm spare" || !strings.Contains(r.text, "blocked by the sandbox's network policy") {
+				t.Fatalf("a pool's spare taken: %v %s", r.data["booted"], r.text)
+			}
+			s.call(t, "reset", map[string]any{"sandbox": "pooled"})
+			r = s.call(t, "exec", map[string]any{"sandbox": "pooled", "command": "cat /workspace/f; curl -s --max-time 60 http://x.invalid/"})
+			if !strings.HasPrefix(r.text, "exit") || !strings.Contains(r.text, "kept") || !strings.Contains(r.text, "blocked by the sandbox's network policy") {
+				t.Fatalf("after a reset: %s", r.text)
+			}
+		})
+	}
+}

@@ -1079,14 +1079,11 @@ func (m *Manager) refillSpares(ctx context.Context) {
 }
 
 // keepPools has the runtime's pools keep the spares spareTargets says
-// (those of an allowlist's network mode, which need a channel of their
-// own, are not pooled), and no others of this prefix's.
+// (but those that would need a channel directory of their own on this
+// host, where the runtime mounts one), and no others of this prefix's.
 func (m *Manager) keepPools(ctx context.Context, pk PoolKeeper) {
 	var pools []PoolSpec
 	for _, t := range m.spareTargets(true) {
-		if t.mode == egress.ModeAllowlist {
-			continue
-		}
 		vol := m.spareVolume(PooledSpareID)
 		labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare, LabelSpare: t.key, LabelVolume: vol}
 		if t.profile != "" {
@@ -1109,6 +1106,9 @@ func (m *Manager) keepPools(ctx context.Context, pk PoolKeeper) {
 		}
 		spec.Labels[LabelLimits] = lim.encode()
 		m.placeSpare(ctx, t.mode, &spec)
+		if spec.Labels[LabelChannel] != "" {
+			continue // a channel directory of its own on this host: not for a pool
+		}
 		pools = append(pools, PoolSpec{Key: t.key, Spec: spec, WorkspaceBytes: bytes, Count: t.want})
 	}
 	if err := pk.KeepPools(ctx, m.cfg.Prefix, pools); err != nil && ctx.Err() == nil {

@@ -111,7 +111,7 @@ const KubernetesCRD = Kubernetes + "@crd"
 // rest of the runtime is pod mode's.
 var CRDSuites = map[string]bool{
 	"TestEndToEnd": true, "TestChildren": true, "TestHistorySurvivesRestart": true,
-	"TestWarmSpares": true, "TestProfileSpare": true,
+	"TestWarmSpares": true, "TestProfileSpare": true, "TestWarmPoolSpares": true,
 }
 
 // kubeTarget is the kubernetes target on the kubelet stand-in.

@@ -254,6 +254,13 @@ func (r *Runtime) keepPool(ctx context.Context, name string, p sandbox.PoolSpec)
 	if err != nil {
 		return err
 	}
+	// A pool's pods kept off the network are so from their start: the
+	// isolating policy first, as for the runtime's own pods.
+	if pod, err := r.podFor(p.Spec, nil); err == nil && pod.Labels[labelNetwork] == networkNone {
+		if err := r.ensureIsolation(ctx, pod); err != nil {
+			return err
+		}
+	}
 	templates := r.dyn.Resource(TemplateResource).Namespace(r.opt.Namespace)
 	got, err := templates.Get(ctx, name, metav1.GetOptions{})
 	switch {
