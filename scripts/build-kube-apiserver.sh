@@ -48,10 +48,13 @@ if [[ ! -x "$asdir/agent-sandbox-controller" || ! -f "$asdir/crds/extensions.age
   # SandboxClaim (--kube-warm-pools).
   cp "$src/k8s/crds/"*.yaml "$asw/out/crds/"
   cp "$asw/bin/agent-sandbox-controller" "$asw/out/"
-  # Whole or not at all: the directory is renamed into place.
-  rm -rf "$asdir.tmp"
+  # Whole or not at all: the directory is renamed into place (an older
+  # build's, without the extensions' resources, moved aside first).
+  rm -rf "$asdir.tmp" "$asdir.old"
   cp -r "$asw/out" "$asdir.tmp"
+  if [[ -e "$asdir" ]]; then mv -T "$asdir" "$asdir.old"; fi
   mv -T "$asdir.tmp" "$asdir"
+  rm -rf "$asdir.old"
   rm -rf "$asw"
 fi
 
