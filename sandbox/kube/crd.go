@@ -11,7 +11,8 @@ package kube
 // Running (the controller makes the pod again). The workspace claim is the
 // runtime's, as in pod mode: a Sandbox's volumeClaimTemplates would name
 // claims after it, and the runtime's claims outlive a removal for a
-// snapshot or a restore.
+// snapshot or a restore (a sandbox adopted from a warm pool keeps the
+// claim its pool made, detached from the Sandbox: warmpool.go).
 //
 // The Sandbox has its pod's name (podNameOf the record): a renamed
 // sandbox's Sandbox, like its pod, keeps the name it was made with, and

@@ -130,6 +130,11 @@ type Runtime struct {
 	scopeMu     sync.Mutex
 	scopeUID    string
 	scopeFailed time.Time
+	// pools are the warm pools this process keeps (KeepPools), by name:
+	// the only ones it claims from, whose spec it takes from here, never
+	// from the cluster, and the only ones it deletes (warmpool.go).
+	poolsMu sync.Mutex
+	pools   map[string]keptPool
 }
 
 // New returns the runtime for the cluster cfg reaches.

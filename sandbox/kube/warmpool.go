@@ -16,16 +16,25 @@ package kube
 // it is as read (its resourceVersion) and takes it out of the pool (its
 // owner, the pool's labels, its volumeClaimTemplates, whose claim becomes
 // the sandbox's own workspace, and its pod template, the record's), then
-// the claim and the pod. The controller's own adoption takes a Sandbox
-// with the same optimistic lock, so a Sandbox goes to one or the other.
-// A record whose adoption a dead server left (annAdopting) is finished by
-// the next reader if the Sandbox is its own, and removed if not.
+// the claim and the pod. A SandboxClaim's adoption takes a Sandbox with
+// the same optimistic lock, so a Sandbox goes to one or the other (the
+// pool's own deletions of its Sandboxes hold no lock: a Sandbox deleted
+// just after its adoption is made again at the sandbox's next start, on
+// its workspace). A record whose adoption a dead server left
+// (annAdopting) is finished by the next reader if the Sandbox is its own,
+// and removed if not, after a fence that makes a late adopter fail.
+//
+// What a server claims it checks against what it asked for itself: only
+// pools it keeps (KeepPools, in this process), only Sandboxes of its
+// template as last written, with the spec it wrote (never one read from
+// the cluster, which whoever may write templates could change), a pod
+// that matches it and a claim the pool made empty for that Sandbox.
 //
 // The Manager names a pool Sandbox as it names its spares (the spare
 // name and workspace of an ID: pooledID of the Sandbox's UID), and the
 // adopted claim, named by the controller after the Sandbox, answers for
-// that workspace's name (labelVolume): the Manager records it as it
-// records a claimed spare's.
+// that workspace's name (labelVolume), owned by no one from the
+// adoption on: the Manager records it as it records a claimed spare's.
 
 import (
 	"context"
@@ -36,6 +45,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -77,6 +87,9 @@ const (
 	// annTemplatePrint, on a SandboxTemplate the runtime wrote, is a
 	// digest of what it wrote: one that differs is written anew.
 	annTemplatePrint = "sandbox-mcp.io/template-print"
+	// annAdoptionRefused, on a pool Sandbox, is the UID of a record whose
+	// unfinished adoption of it a reader gave up (settleAdoption).
+	annAdoptionRefused = "sandbox-mcp.io/adoption-refused"
 	// annAdopting, on a record, is the UID of the pool Sandbox the record
 	// is taking, until the adoption is whole.
 	annAdopting = "sandbox-mcp.io/adopting"
@@ -164,11 +177,24 @@ func (r *Runtime) poolTemplate(name, key string, spec sandbox.RunSpec, bytes int
 		claims = append(claims, map[string]any{"metadata": map[string]any{"name": v.Name, "labels": map[string]any{labelManaged: managedBy}}, "spec": ps})
 	}
 	pod.Spec.Volumes = keep
+	specJSON, _ := json.Marshal(spec)
+	// What the runtime writes, by a digest (the apiserver's defaults make
+	// the object read back differ from it): in the template's pod
+	// metadata too, which the pool copies into each of its Sandboxes, so
+	// that one of an older template (which the pool is about to replace)
+	// is not claimed.
+	first, _ := json.Marshal(struct {
+		Pod    *corev1.Pod
+		Claims []map[string]any
+		Size   string
+	}{pod, claims, size.String()})
+	psum := sha256.Sum256(append(first, specJSON...))
+	tprint := hex.EncodeToString(psum[:])
+	pod.Annotations[annTemplatePrint] = tprint
 	tmpl, err := runtime.DefaultUnstructuredConverter.ToUnstructured(templateOf(pod))
 	if err != nil {
 		return nil, err
 	}
-	specJSON, _ := json.Marshal(spec)
 	no := false
 	tspec := map[string]any{
 		"podTemplate":          tmpl,
@@ -178,15 +204,11 @@ func (r *Runtime) poolTemplate(name, key string, spec sandbox.RunSpec, bytes int
 		// agent-sandbox's, and no DNS of its choosing.
 		"networkPolicyManagement": "Unmanaged",
 	}
-	// What the runtime wrote, by a digest: the apiserver's defaults make
-	// the object read back differ from it.
-	written, _ := json.Marshal(tspec)
-	sum := sha256.Sum256(append(written, specJSON...))
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": extensionsAPIVersion, "kind": "SandboxTemplate",
 		"metadata": map[string]any{"name": name, "namespace": r.opt.Namespace,
 			"labels":      toAny(poolLabels(spec, key)),
-			"annotations": map[string]any{annPoolSpec: string(specJSON), annTemplatePrint: hex.EncodeToString(sum[:])}},
+			"annotations": map[string]any{annPoolSpec: string(specJSON), annTemplatePrint: tprint}},
 		"spec": tspec,
 	}}
 	return u, nil
@@ -223,21 +245,41 @@ func (r *Runtime) KeepPools(ctx context.Context, prefix string, pools []sandbox.
 		}
 		name := poolObjectName(prefix, p.Key)
 		wanted[name] = true
-		if err := r.keepPool(ctx, name, p); err != nil {
+		tprint, err := r.keepPool(ctx, name, p)
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		r.poolsMu.Lock()
+		if r.pools == nil {
+			r.pools = map[string]keptPool{}
+		}
+		r.pools[name] = keptPool{prefix: prefix, spec: p.Spec, print: tprint}
+		r.poolsMu.Unlock()
+	}
+	// Only pools this process kept go: those of another server sharing
+	// the prefix are its own (a dead server's stay until deleted by
+	// hand, or by a server that keeps them again and then none).
+	r.poolsMu.Lock()
+	var drop []string
+	for name, kp := range r.pools {
+		if kp.prefix == prefix && !wanted[name] {
+			drop = append(drop, name)
+			delete(r.pools, name)
 		}
 	}
-	list, err := r.dyn.Resource(WarmPoolResource).Namespace(r.opt.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labelManaged + "=" + managedBy + "," + sandbox.LabelOwner + "=" + prefix})
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("kubernetes: list warm pools: %w", err))...)
-	}
-	for _, u := range list.Items {
-		if !wanted[u.GetName()] {
-			errs = append(errs, r.dropPool(ctx, u.GetName()))
-		}
+	r.poolsMu.Unlock()
+	for _, name := range drop {
+		errs = append(errs, r.dropPool(ctx, name))
 	}
 	return errors.Join(errs...)
+}
+
+// keptPool is a pool this process keeps: its prefix, its spares' spec as
+// this process asked for it, and its template's print.
+type keptPool struct {
+	prefix, print string
+	spec          sandbox.RunSpec
 }
 
 func labelValueErr(v string) error {
@@ -249,16 +291,17 @@ func labelValueErr(v string) error {
 
 // keepPool writes pool p's template (anew when it changed: the pool
 // replaces its Sandboxes of the old one) and the pool, of p's count.
-func (r *Runtime) keepPool(ctx context.Context, name string, p sandbox.PoolSpec) error {
+func (r *Runtime) keepPool(ctx context.Context, name string, p sandbox.PoolSpec) (string, error) {
 	tmpl, err := r.poolTemplate(name, p.Key, p.Spec, p.WorkspaceBytes)
 	if err != nil {
-		return err
+		return "", err
 	}
+	tprint := tmpl.GetAnnotations()[annTemplatePrint]
 	// A pool's pods kept off the network are so from their start: the
 	// isolating policy first, as for the runtime's own pods.
 	if pod, err := r.podFor(p.Spec, nil); err == nil && pod.Labels[labelNetwork] == networkNone {
 		if err := r.ensureIsolation(ctx, pod); err != nil {
-			return err
+			return "", err
 		}
 	}
 	templates := r.dyn.Resource(TemplateResource).Namespace(r.opt.Namespace)
@@ -266,14 +309,14 @@ func (r *Runtime) keepPool(ctx context.Context, name string, p sandbox.PoolSpec)
 	switch {
 	case apierrors.IsNotFound(err):
 		if _, err := templates.Create(ctx, tmpl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("kubernetes: create the template of pool %s: %w", name, err)
+			return "", fmt.Errorf("kubernetes: create the template of pool %s: %w", name, err)
 		}
 	case err != nil:
-		return fmt.Errorf("kubernetes: read the template of pool %s: %w", name, err)
+		return "", fmt.Errorf("kubernetes: read the template of pool %s: %w", name, err)
 	case got.GetAnnotations()[annTemplatePrint] != tmpl.GetAnnotations()[annTemplatePrint]:
 		tmpl.SetResourceVersion(got.GetResourceVersion())
 		if _, err := templates.Update(ctx, tmpl, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("kubernetes: update the template of pool %s: %w", name, err)
+			return "", fmt.Errorf("kubernetes: update the template of pool %s: %w", name, err)
 		}
 	}
 	pool := &unstructured.Unstructured{Object: map[string]any{
@@ -292,23 +335,23 @@ func (r *Runtime) keepPool(ctx context.Context, name string, p sandbox.PoolSpec)
 	switch {
 	case apierrors.IsNotFound(err):
 		if _, err := pools.Create(ctx, pool, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("kubernetes: create warm pool %s: %w", name, err)
+			return "", fmt.Errorf("kubernetes: create warm pool %s: %w", name, err)
 		}
 	case err != nil:
-		return fmt.Errorf("kubernetes: read warm pool %s: %w", name, err)
+		return "", fmt.Errorf("kubernetes: read warm pool %s: %w", name, err)
 	default:
 		n, _, _ := unstructured.NestedInt64(cur.Object, "spec", "replicas")
 		if n != int64(p.Count) {
 			patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"replicas": p.Count}})
 			if _, err := pools.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				return fmt.Errorf("kubernetes: set warm pool %s to %d: %w", name, p.Count, err)
+				return "", fmt.Errorf("kubernetes: set warm pool %s to %d: %w", name, p.Count, err)
 			}
 		}
 	}
-	return nil
+	return tprint, nil
 }
 
-// dropPool deletes pool name and its template: the pool's controller
+// dropPool deletes pool name and its template: the garbage collector
 // deletes the Sandboxes it still owns (those adopted are records').
 func (r *Runtime) dropPool(ctx context.Context, name string) error {
 	for _, res := range []schema.GroupVersionResource{WarmPoolResource, TemplateResource} {
@@ -349,7 +392,9 @@ func (r *Runtime) pooled(ctx context.Context, prefix string) ([]pooledSandbox, e
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: list the warm pools' Sandboxes: %w", err)
 	}
-	specs := map[string]*sandbox.RunSpec{} // by template, read once each
+	r.poolsMu.Lock()
+	kept := maps.Clone(r.pools)
+	r.poolsMu.Unlock()
 	var out []pooledSandbox
 	for i := range list.Items {
 		sb, err := fromUnstructured(&list.Items[i])
@@ -359,16 +404,14 @@ func (r *Runtime) pooled(ctx context.Context, prefix string) ([]pooledSandbox, e
 		if c := metav1.GetControllerOfNoCopy(sb); c == nil || c.Kind != "SandboxWarmPool" || c.UID != byHash[sb.Labels[labelWarmPool]] {
 			continue
 		}
-		tn := sb.Annotations[annTemplateRef]
-		spec, ok := specs[tn]
-		if !ok {
-			spec, _ = r.poolSpec(ctx, tn, prefix)
-			specs[tn] = spec
-		}
-		if spec == nil {
+		// Of a pool this process keeps, and of its template as this
+		// process wrote it last: the spec is the one it asked for, not
+		// one read from the cluster.
+		kp, ok := kept[sb.Annotations[annTemplateRef]]
+		if !ok || kp.prefix != prefix || sb.Spec.PodTemplate.Metadata.Annotations[annTemplatePrint] != kp.print {
 			continue
 		}
-		out = append(out, pooledSandbox{sb: sb, spec: *spec, id: pooledID(sb.UID)})
+		out = append(out, pooledSandbox{sb: sb, spec: kp.spec, id: pooledID(sb.UID)})
 	}
 	return out, nil
 }
@@ -381,26 +424,6 @@ func ready(sb *sandboxObject) bool {
 		}
 	}
 	return false
-}
-
-// poolSpec is the RunSpec of template name, if it is one the runtime
-// wrote for prefix; nil otherwise.
-func (r *Runtime) poolSpec(ctx context.Context, name, prefix string) (*sandbox.RunSpec, error) {
-	if name == "" {
-		return nil, nil
-	}
-	u, err := r.dyn.Resource(TemplateResource).Namespace(r.opt.Namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if u.GetLabels()[labelManaged] != managedBy || u.GetLabels()[sandbox.LabelOwner] != prefix {
-		return nil, nil
-	}
-	var spec sandbox.RunSpec
-	if err := json.Unmarshal([]byte(u.GetAnnotations()[annPoolSpec]), &spec); err != nil || spec.Labels[sandbox.LabelOwner] != prefix {
-		return nil, nil
-	}
-	return &spec, nil
 }
 
 // asSpare is spec, a pool template's, as the spare of ID id.
@@ -468,9 +491,20 @@ func (r *Runtime) adoptPooled(ctx context.Context, spare, newName string) error 
 	}
 	claims := map[string]string{}
 	for i, m := range spec.Mounts {
-		if m.Volume != "" {
-			claims[m.Volume] = "v" + strconv.Itoa(i) + "-" + p.sb.Name
+		if m.Volume == "" {
+			continue
 		}
+		// The claim the pool's controller made for this Sandbox, empty:
+		// not one planted or made from another's data.
+		name := "v" + strconv.Itoa(i) + "-" + p.sb.Name
+		c, err := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || !controlledBy(c, p.sb.UID) || c.Spec.DataSource != nil || c.Spec.DataSourceRef != nil {
+			return fmt.Errorf("container %s: its workspace claim %s is not one its pool made (%v): %w", spare, name, err, sandbox.ErrNotFound)
+		}
+		claims[m.Volume] = name
+	}
+	if len(pod.Spec.NodeSelector) > 0 || pod.Spec.Affinity != nil {
+		return fmt.Errorf("container %s: its pod was placed by a selector the pool's template does not have: %w", spare, sandbox.ErrNotFound)
 	}
 	claimsJSON, _ := json.Marshal(claims)
 	specJSON, _ := json.Marshal(spec)
@@ -492,6 +526,7 @@ func (r *Runtime) adoptPooled(ctx context.Context, spare, newName string) error 
 		// command may run in.
 		return fmt.Errorf("container %s: the pool's pod is not the one its template asks for (%v): %w", spare, err, sandbox.ErrNotFound)
 	}
+
 	made, err := r.createRecord(ctx, cm)
 	if apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("container %s: %w", newName, sandbox.ErrAlreadyExists)
@@ -503,9 +538,28 @@ func (r *Runtime) adoptPooled(ctx context.Context, spare, newName string) error 
 	if adoptCut != nil && adoptCut("record") {
 		return nil
 	}
-	if err := r.takeSandbox(ctx, rec, p.sb, want); err != nil {
+	err = nil
+	if want.Labels[labelNetwork] != networkNone {
+		// The groups' policies (owned by the record) before the pod is
+		// in them, as a rename hands a pod on.
+		err = r.ensureGroups(ctx, rec, want)
+	}
+	if err == nil {
+		err = r.takeSandbox(ctx, rec, p.sb, want)
+	}
+	if err != nil {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
+		// A patch whose answer was lost may have landed: the Sandbox
+		// says, and a taken one is finished rather than left to point
+		// at a deleted record.
+		if now, gerr := r.getSandbox(dctx, p.sb.Name); gerr == nil && now != nil && now.UID == p.sb.UID && ownedBy(now, made.UID) {
+			err = r.finishAdoption(dctx, &rec)
+			if err == nil {
+				r.ids.Store(idOf(rec.cm), rec.cm.Name)
+			}
+			return err
+		}
 		uid := made.UID
 		_ = r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Delete(dctx, made.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 		return err
@@ -569,20 +623,30 @@ func (r *Runtime) finishAdoption(ctx context.Context, rec *record) error {
 	pvcs := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace)
 	for vol, claim := range claims {
 		c, err := pvcs.Get(ctx, claim, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue // not made yet, or gone: the pod's start says so
-		}
 		if err != nil {
-			return fmt.Errorf("kubernetes: read the claim of %s: %w", vol, err)
+			// Gone (the controller would make an empty one of its name,
+			// which is not this workspace): the mark stays, and the
+			// sandbox does not run until it is dealt with.
+			return fmt.Errorf("kubernetes: read the claim %s of %s: %w", claim, vol, err)
 		}
-		if _, tracked := c.Labels[labelSandboxNameHash]; c.Labels[labelVolume] == objectName(vol) && c.Annotations[annName] == vol && !tracked {
+		sbUID := types.UID(rec.cm.Annotations[annID])
+		if _, tracked := c.Labels[labelSandboxNameHash]; c.Labels[labelVolume] == objectName(vol) && c.Annotations[annName] == vol && !tracked && !ownedBy(c, sbUID) {
 			continue
 		}
-		// The Sandbox's controller keeps it as the Sandbox's (its
-		// volumeClaimTemplates cannot change), so that the Sandbox's
-		// deletion would take it: the runtime detaches it first
-		// (deleteSandbox), and it must then never be taken for another
-		// Sandbox's by the name-hash label the controller tracks it by.
+		// The workspace outlives its Sandbox, as the runtime's own claims
+		// do: no owner, so that no deletion of the Sandbox (its pool's,
+		// acting on a cache that still shows it in the pool, or a record's
+		// cascading) takes it; and not the name-hash label the Sandbox's
+		// controller takes an unowned claim back by. The controller says
+		// on every pass that it cannot adopt the claim (its
+		// volumeClaimTemplates cannot change); it makes the pod all the
+		// same.
+		var owners []metav1.OwnerReference
+		for _, ref := range c.OwnerReferences {
+			if ref.UID != sbUID {
+				owners = append(owners, ref)
+			}
+		}
 		labels := maps.Clone(c.Labels)
 		if labels == nil {
 			labels = map[string]string{}
@@ -598,6 +662,7 @@ func (r *Runtime) finishAdoption(ctx context.Context, rec *record) error {
 			{"op": "test", "path": "/metadata/uid", "value": c.UID},
 			{"op": "replace", "path": "/metadata/labels", "value": labels},
 			{"op": "replace", "path": "/metadata/annotations", "value": annotations},
+			{"op": "replace", "path": "/metadata/ownerReferences", "value": append([]metav1.OwnerReference{}, owners...)},
 		})
 		if _, err := pvcs.Patch(ctx, claim, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("kubernetes: take the claim of %s: %w", vol, err)
@@ -605,12 +670,20 @@ func (r *Runtime) finishAdoption(ctx context.Context, rec *record) error {
 	}
 	name := podNameOf(rec.cm)
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	want, err := r.podFor(rec.spec, rec.cm)
+	if err != nil {
+		return err
+	}
 	p, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err == nil && (!controlledBy(p, types.UID(rec.cm.Annotations[annID])) || podMatches(p, want) != nil) {
+		// Not the Sandbox's pod as its template asks (planted, or made
+		// from another template meanwhile): deleted, by its UID; the
+		// controller makes it again from the record's template, and the
+		// next start checks that one.
+		_ = r.deletePod(ctx, p, time.Second)
+		p, err = nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
+	}
 	if err == nil && p.Annotations[annName] != rec.spec.Name {
-		want, err := r.podFor(rec.spec, rec.cm)
-		if err != nil {
-			return err
-		}
 		labels := maps.Clone(p.Labels)
 		for _, l := range []string{labelWarmPool, labelTemplateRefHash, labelTemplateHash, labelPodTemplateHash} {
 			delete(labels, l)
@@ -675,6 +748,26 @@ func (r *Runtime) settleAdoption(ctx context.Context, rec record) (record, error
 	if time.Since(rec.cm.CreationTimestamp.Time) < adoptGrace {
 		return rec, fmt.Errorf("container %s: being made from a warm pool's Sandbox: %w", rec.spec.Name, sandbox.ErrInUse)
 	}
+	if sb != nil && sb.UID == uid {
+		// A fence before the record goes: a change of the Sandbox while
+		// it is still not the record's, so that an adopter whose patch
+		// is late (it holds only while the Sandbox is as it read it)
+		// fails, rather than make the Sandbox a deleted record's.
+		patch, _ := json.Marshal([]map[string]any{
+			{"op": "test", "path": "/metadata/uid", "value": sb.UID},
+			{"op": "test", "path": "/metadata/ownerReferences", "value": sb.OwnerReferences},
+			{"op": "add", "path": "/metadata/annotations/" + jsonPointer(annAdoptionRefused), "value": string(rec.cm.UID)},
+		})
+		if _, err := r.sandboxes().Patch(ctx, sb.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if now, gerr := r.getSandbox(ctx, sb.Name); gerr == nil && now != nil && now.UID == uid && ownedBy(now, rec.cm.UID) {
+				err := r.finishAdoption(ctx, &rec)
+				return rec, err
+			}
+			if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+				return rec, fmt.Errorf("kubernetes: refuse the unfinished adoption of %s: %w", rec.spec.Name, err)
+			}
+		}
+	}
 	cuid := rec.cm.UID
 	err = r.cs.CoreV1().ConfigMaps(r.opt.Namespace).Delete(ctx, rec.cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cuid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -710,13 +803,28 @@ func (r *Runtime) claimOf(ctx context.Context, vol string) (*corev1.PersistentVo
 	if lerr != nil {
 		return nil, lerr
 	}
+	var found *corev1.PersistentVolumeClaim
 	for i := range list.Items {
-		if c := &list.Items[i]; c.Annotations[annName] == vol && c.Labels[labelManaged] == managedBy {
-			return c, nil
+		c := &list.Items[i]
+		if c.Annotations[annName] != vol || c.Labels[labelManaged] != managedBy || !adoptedClaimName.MatchString(c.Name) {
+			continue
 		}
+		if found != nil {
+			// Two answer for one workspace: one was planted. Neither is
+			// taken for it.
+			return nil, fmt.Errorf("kubernetes: claims %s and %s both say they are the workspace %s: %w", found.Name, c.Name, vol, sandbox.ErrInUse)
+		}
+		found = c
+	}
+	if found != nil {
+		return found, nil
 	}
 	return nil, err
 }
+
+// adoptedClaimName is the name agent-sandbox's controller gives the claim
+// of a pool Sandbox of ours: the template's volume, the Sandbox's name.
+var adoptedClaimName = regexp.MustCompile(`^v[0-9]+-sandbox-mcp-pool-[0-9a-f]{12}-[a-z0-9]{5}$`)
 
 var _ sandbox.PoolKeeper = (*Runtime)(nil)
 

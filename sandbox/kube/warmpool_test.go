@@ -98,7 +98,7 @@ func TestWarmPoolsAsSpares(t *testing.T) {
 		t.Fatalf("the adopted Sandbox: %+v %v", sb, err)
 	}
 	claim, err := admin.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "v0-"+first, metav1.GetOptions{})
-	if _, tracked := claim.Labels[labelSandboxNameHash]; err != nil || tracked || !strings.HasPrefix(claim.Annotations[annName], prefix+"-ws_spare_") {
+	if _, tracked := claim.Labels[labelSandboxNameHash]; err != nil || tracked || len(claim.OwnerReferences) != 0 || !strings.HasPrefix(claim.Annotations[annName], prefix+"-ws_spare_") {
 		t.Fatalf("the adopted workspace claim: %+v %v", claim, err)
 	}
 	vol := claim.Annotations[annName]
@@ -246,4 +246,33 @@ func TestAdoptionCutShort(t *testing.T) {
 	if err != nil || string(out.Stdout) != "ok\n" {
 		t.Fatalf("a command in it: %+v %v", out, err)
 	}
+	// Another server sharing the prefix and keeping no pools leaves this
+	// one's alone; this one, keeping none, deletes its own.
+	other, err := New(cluster.Config(token), Options{Namespace: ns, SandboxCRD: true, WarmPools: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.KeepPools(ctx, prefix, nil); err != nil {
+		t.Fatal(err)
+	}
+	pools := dynamicOf(t).Resource(WarmPoolResource).Namespace(ns)
+	name := poolObjectName(prefix, "0123456789abcdef")
+	if _, err := pools.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("another server's pool after a server without pools: %v", err)
+	}
+	if err := rt.KeepPools(ctx, prefix, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pools.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("its own pool after it keeps none: %v", err)
+	}
+}
+
+func dynamicOf(t *testing.T) dynamic.Interface {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(cluster.Config(cluster.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
 }
