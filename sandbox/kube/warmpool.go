@@ -108,6 +108,11 @@ const (
 	labelPoolKey = "sandbox-mcp.io/spare-key"
 )
 
+// poolLabelKeys are the warm pool controller's labels (labelWarmPool and
+// the template's hashes), which an adoption removes from the Sandbox and
+// its pod.
+var poolLabelKeys = []string{labelWarmPool, labelTemplateRefHash, labelTemplateHash, labelPodTemplateHash}
+
 // adoptGrace is how long a record being adopted into is taken for one
 // under way, before a reader removes it as a dead server's. (A variable
 // for tests.)
@@ -579,7 +584,7 @@ func (r *Runtime) adoptPooled(ctx context.Context, spare, newName string) error 
 // by another) is ErrNotFound: the Manager tries its next spare.
 func (r *Runtime) takeSandbox(ctx context.Context, rec record, sb *sandboxObject, want *corev1.Pod) error {
 	labels := maps.Clone(sb.Labels)
-	for _, l := range []string{labelWarmPool, labelTemplateRefHash, labelTemplateHash, labelPodTemplateHash} {
+	for _, l := range poolLabelKeys {
 		delete(labels, l)
 	}
 	if labels == nil {
@@ -685,7 +690,7 @@ func (r *Runtime) finishAdoption(ctx context.Context, rec *record) error {
 	}
 	if err == nil && p.Annotations[annName] != rec.spec.Name {
 		labels := maps.Clone(p.Labels)
-		for _, l := range []string{labelWarmPool, labelTemplateRefHash, labelTemplateHash, labelPodTemplateHash} {
+		for _, l := range poolLabelKeys {
 			delete(labels, l)
 		}
 		maps.Copy(labels, want.Labels)

@@ -62,7 +62,7 @@ func TestWarmPoolsAsSpares(t *testing.T) {
 			for _, s := range sp {
 				ps, _ := rt.pooled(ctx, prefix)
 				for _, p := range ps {
-					if asSpare(p.spec, p.id).Name == s.Container && !contains(skip, p.sb.Name) {
+					if asSpare(p.spec, p.id).Name == s.Container && !slices.Contains(skip, p.sb.Name) {
 						return p.sb.Name
 					}
 				}
@@ -160,15 +160,6 @@ func TestWarmPoolsAsSpares(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // tlog writes a Manager's log to the test's.
