@@ -1400,8 +1400,19 @@ func (r *Runtime) List(ctx context.Context, want map[string]string) ([]sandbox.C
 		if renamedAway(rec.cm) || (renaming(rec.cm) && !committedTo(rec.cm, recs[rec.cm.Annotations[annRenamedFromObject]])) {
 			continue
 		}
-		if o, ok := owners[podNameOf(rec.cm)]; ok && o.record == rec.cm.UID {
+		o, owned := owners[podNameOf(rec.cm)]
+		owned = owned && o.record == rec.cm.UID
+		if owned {
 			rec.podOwner, rec.suspended = o.uid, o.suspended
+		}
+		if r.dyn != nil && rec.cm.Annotations[annAdopting] != "" && !owned {
+			// An adoption whose Sandbox is not the record's yet: under
+			// way, or a dead server's, given up here once well past its
+			// grace (a reader of its name gives it up sooner).
+			if time.Since(rec.cm.CreationTimestamp.Time) >= 4*adoptGrace {
+				_, _ = r.settleAdoption(ctx, rec)
+			}
+			continue
 		}
 		match := true
 		for k, v := range want {

@@ -741,6 +741,12 @@ func (r *Runtime) finishAdoption(ctx context.Context, rec *record) error {
 // adoptGrace), the record is removed and the name is free. A younger one
 // is in use.
 func (r *Runtime) settleAdoption(ctx context.Context, rec record) (record, error) {
+	if r.dyn == nil {
+		// In pod mode no Sandbox is in reach: neither finished nor
+		// given up here.
+		return rec, fmt.Errorf("container %s: being made from a warm pool's Sandbox: read it from a server started with --kube-sandbox-crd: %w",
+			rec.spec.Name, sandbox.ErrUnsupported)
+	}
 	uid := types.UID(rec.cm.Annotations[annAdopting])
 	sb, err := r.getSandbox(ctx, podNameOf(rec.cm))
 	if err != nil {
@@ -801,7 +807,10 @@ func claimName(owner *corev1.ConfigMap, vol string) string {
 func (r *Runtime) claimOf(ctx context.Context, vol string) (*corev1.PersistentVolumeClaim, error) {
 	pvcs := r.cs.CoreV1().PersistentVolumeClaims(r.opt.Namespace)
 	c, err := pvcs.Get(ctx, objectName(vol), metav1.GetOptions{})
-	if !apierrors.IsNotFound(err) {
+	if !apierrors.IsNotFound(err) || !pooledVolume.MatchString(vol) {
+		// Only a workspace made in a pool is another claim than its own
+		// object: a new name's first command (its workspace not made
+		// yet) makes no List.
 		return c, err
 	}
 	list, lerr := pvcs.List(ctx, metav1.ListOptions{LabelSelector: labelVolume + "=" + objectName(vol)})
@@ -826,6 +835,11 @@ func (r *Runtime) claimOf(ctx context.Context, vol string) (*corev1.PersistentVo
 	}
 	return nil, err
 }
+
+// pooledVolume is the form of a pooled spare's workspace name (a
+// spare's volume, its ID pooledID's sixteen hex digits), which stays the
+// workspace's through renames.
+var pooledVolume = regexp.MustCompile(`-ws_spare_[0-9a-f]{16}$`)
 
 // adoptedClaimName is the name agent-sandbox's controller gives the claim
 // of a pool Sandbox of ours: the template's volume, the Sandbox's name.
