@@ -123,10 +123,14 @@ var adoptGrace = 15 * time.Second
 var adoptCut func(step string) bool
 
 // poolObjectName is the name of the SandboxTemplate and SandboxWarmPool
-// of spare key of prefix: short, since the pool's Sandboxes, and so
-// their pods, are named after it with six more characters.
-func poolObjectName(prefix, key string) string {
-	sum := sha256.Sum256([]byte(prefix + "\x00" + key))
+// of spare key of prefix, for a server whose egress CA has print ca (""
+// for none): short, since the pool's Sandboxes, and so their pods, are
+// named after it with six more characters. Servers sharing a prefix but
+// not a CA (each its own state directory) keep pools of their own,
+// rather than rewrite one template in turn, each rewrite replacing the
+// pool's Sandboxes.
+func poolObjectName(prefix, key, ca string) string {
+	sum := sha256.Sum256([]byte(prefix + "\x00" + key + "\x00" + ca))
 	return "sandbox-mcp-pool-" + hex.EncodeToString(sum[:6])
 }
 
@@ -248,7 +252,7 @@ func (r *Runtime) KeepPools(ctx context.Context, prefix string, pools []sandbox.
 		if p.Spec.Labels[sandbox.LabelOwner] != prefix || labelValueErr(p.Key) != nil {
 			return fmt.Errorf("kubernetes: a pool of %q for prefix %q", p.Key, prefix)
 		}
-		name := poolObjectName(prefix, p.Key)
+		name := poolObjectName(prefix, p.Key, p.Spec.Labels[sandbox.LabelCA])
 		wanted[name] = true
 		tprint, err := r.keepPool(ctx, name, p)
 		if err != nil {

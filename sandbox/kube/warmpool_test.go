@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -143,7 +144,7 @@ func TestWarmPoolsAsSpares(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	m.KeepSpares(0)
-	name := poolObjectName(prefix, rec.labels[sandbox.LabelSpare])
+	name := poolObjectName(prefix, rec.labels[sandbox.LabelSpare], rec.labels[sandbox.LabelCA])
 	for {
 		_, err := dyn.Resource(WarmPoolResource).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -245,9 +246,36 @@ func TestAdoptionCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	pools := dynamicOf(t).Resource(WarmPoolResource).Namespace(ns)
-	name := poolObjectName(prefix, f.key)
+	templates := dynamicOf(t).Resource(TemplateResource).Namespace(ns)
+	name := poolObjectName(prefix, f.key, "")
+	before, err := templates.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := pools.Get(ctx, name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("another server's pool after a server without pools: %v", err)
+	}
+	// One of another egress CA (its own state directory) keeping the
+	// same kind of spare keeps a pool of its own: this one's template
+	// is not rewritten.
+	spec := f.spec
+	spec.Labels = maps.Clone(spec.Labels)
+	spec.Labels[sandbox.LabelCA] = "00ff00ff00ff00ff"
+	if err := other.KeepPools(ctx, prefix, []sandbox.PoolSpec{{Key: f.key, Spec: spec, Count: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	theirs := poolObjectName(prefix, f.key, "00ff00ff00ff00ff")
+	if _, err := pools.Get(ctx, theirs, metav1.GetOptions{}); theirs == name || err != nil {
+		t.Fatalf("the pool of a server of another CA: %s %v", theirs, err)
+	}
+	if after, err := templates.Get(ctx, name, metav1.GetOptions{}); err != nil || after.GetAnnotations()[annTemplatePrint] != before.GetAnnotations()[annTemplatePrint] {
+		t.Fatalf("this server's template after one of another CA kept its pool: %v", err)
+	}
+	if err := other.KeepPools(ctx, prefix, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pools.Get(ctx, theirs, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the other server's pool after it keeps none: %v", err)
 	}
 	if err := rt.KeepPools(ctx, prefix, nil); err != nil {
 		t.Fatal(err)
@@ -436,7 +464,7 @@ func TestAdoptionRaces(t *testing.T) {
 		claim := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": extensionsAPIVersion, "kind": "SandboxClaim",
 			"metadata": map[string]any{"name": "theirs"},
-			"spec":     map[string]any{"warmPoolRef": map[string]any{"name": poolObjectName(prefix, f.key)}},
+			"spec":     map[string]any{"warmPoolRef": map[string]any{"name": poolObjectName(prefix, f.key, "")}},
 		}}
 		made, err := claims.Create(ctx, claim, metav1.CreateOptions{})
 		if err != nil {
