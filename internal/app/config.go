@@ -1052,6 +1052,9 @@ func (c *Config) Validate() error {
 	if err := c.Kube.check(); err != nil {
 		return err
 	}
+	if err := c.Kube.checkTogether(); err != nil {
+		return err
+	}
 	if c.EnginePath != "" && c.Runtime != "auto" && filepath.Base(c.EnginePath) != c.Runtime {
 		return fmt.Errorf("engine_path %s is not the CLI of runtime %s", c.EnginePath, c.Runtime)
 	}

@@ -447,8 +447,19 @@ func TestWarmPoolsNeedSandboxes(t *testing.T) {
 			t.Errorf("%+v: %v", s, err)
 		}
 	}
-	cfg, err := sources{flags: FlagValues{"runtime": "kubernetes", "kube-sandbox-crd": "true", "kube-warm-pools": "true"}}.resolve()
-	if err != nil || !cfg.Kube.WarmPools || !cfg.Kube.SandboxCRD {
-		t.Fatalf("with sandbox mode: %+v %v", cfg.Kube, err)
+	// With sandbox mode, from whichever source each comes, in any
+	// order of their settings.
+	for _, s := range []sources{
+		{flags: FlagValues{"runtime": "kubernetes", "kube-sandbox-crd": "true", "kube-warm-pools": "true"}},
+		{flags: FlagValues{"runtime": "kubernetes", "kube-sandbox-crd": "true", "kube-namespace": "sandboxes"},
+			env: map[string]string{"SANDBOX_MCP_KUBE_WARM_POOLS": "true"}},
+		{flags: FlagValues{"runtime": "kubernetes", "kube-sandbox-crd": "true"},
+			env:   map[string]string{"SANDBOX_MCP_CONFIG": "/cfg.json"},
+			files: map[string]string{"/cfg.json": `{"kubernetes": {"warm_pools": true, "namespace": "sandboxes"}}`}},
+	} {
+		cfg, err := s.resolve()
+		if err != nil || !cfg.Kube.WarmPools || !cfg.Kube.SandboxCRD {
+			t.Errorf("with sandbox mode, %+v: %+v %v", s, cfg.Kube, err)
+		}
 	}
 }

@@ -43,11 +43,9 @@ type KubeConfig struct {
 }
 
 // check validates the names set: a namespace is a DNS label, the
-// classes DNS subdomains.
+// classes DNS subdomains. What one setting needs of another is checked
+// once every source is read (checkTogether), whichever set it.
 func (k KubeConfig) check() error {
-	if k.WarmPools && !k.SandboxCRD {
-		return errors.New("kubernetes warm pools need --kube-sandbox-crd: a pool keeps Sandboxes")
-	}
 	if k.Namespace != "" {
 		if errs := validation.IsDNS1123Label(k.Namespace); len(errs) > 0 {
 			return fmt.Errorf("kubernetes namespace %q: %s", k.Namespace, errs[0])
@@ -60,6 +58,15 @@ func (k KubeConfig) check() error {
 		if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
 			return fmt.Errorf("kubernetes %s %q: %s", key, v, errs[0])
 		}
+	}
+	return nil
+}
+
+// checkTogether validates what one setting needs of another, on the
+// configuration every source made.
+func (k KubeConfig) checkTogether() error {
+	if k.WarmPools && !k.SandboxCRD {
+		return errors.New("kubernetes warm pools need --kube-sandbox-crd: a pool keeps Sandboxes")
 	}
 	return nil
 }
