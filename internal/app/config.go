@@ -452,7 +452,7 @@ func Settings() []Setting {
 				return nil
 			}},
 		{Flag: "http-token-file", Env: "SANDBOX_MCP_HTTP_TOKEN_FILE", ServeOnly: true,
-			Usage: "`file` holding the bearer token HTTP clients send (mode 600); made with a new token when missing; default http-token in the state directory",
+			Usage: "`file` holding the bearer token HTTP clients send (mode 600, or root's readable by the server's group alone, as a Kubernetes secret mounted with fsGroup); made with a new token when missing; default http-token in the state directory",
 			set: func(c *Config, v string) error {
 				c.HTTPTokenFile = v
 				return nil
