@@ -194,7 +194,7 @@ func TestAdoptionCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adoptGrace = 0
+	adoptGrace = 0 // past its grace from here on: even so not given up in pod mode
 	if _, err := podMode.Inspect(ctx, prefix+"-a"); !errors.Is(err, sandbox.ErrUnsupported) {
 		t.Fatalf("a server in pod mode reading an adoption: %v", err)
 	}
@@ -204,7 +204,6 @@ func TestAdoptionCutShort(t *testing.T) {
 	if _, err := admin.CoreV1().ConfigMaps(ns).Get(ctx, objectName(prefix+"-a"), metav1.GetOptions{}); err != nil {
 		t.Fatalf("the record after a server in pod mode read it: %v", err)
 	}
-	adoptGrace = 0
 	if _, err := rt.Inspect(ctx, prefix+"-a"); !errors.Is(err, sandbox.ErrNotFound) {
 		t.Fatalf("a record whose adoption a dead server left before its Sandbox: %v", err)
 	}
