@@ -123,7 +123,10 @@ func testChildren(t *testing.T, tg enginetest.Target) {
 // commands ends the commands and the descendants; a child's TTL stops it
 // with no server running, and the next server destroys it; a server
 // killed mid-spawn leaves no container without a record.
-func TestChildrenLifetimes(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testChildrenLifetimes) }
+func TestChildrenLifetimes(t *testing.T) {
+	runBeside(t)
+	enginetest.RunFirstAndKubernetes(t, testChildrenLifetimes)
+}
 
 // testChildrenLifetimes is TestChildrenLifetimes on one target.
 func testChildrenLifetimes(t *testing.T, tg enginetest.Target) {

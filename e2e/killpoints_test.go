@@ -24,6 +24,7 @@ import (
 // SANDBOX_MCP_KILLPOINT_PHASE (0 to 1) repeats a run's phase, and
 // SANDBOX_MCP_KILLPOINT_OPS names fewer operations.
 func TestKillPoints(t *testing.T) {
+	runBeside(t)
 	tg := enginetest.Targets(t)[0]
 	points := 6
 	if v, err := strconv.Atoi(os.Getenv("SANDBOX_MCP_KILLPOINTS")); err == nil && v > 0 {

@@ -20,7 +20,10 @@ import (
 // a new spare boots; the sandbox keeps the spare's workspace through a
 // reset, and its destroy removes it; a spare that died is passed over and
 // replaced; two servers taking spares at once never take the same one.
-func TestWarmSpares(t *testing.T) { enginetest.RunFirstAndKubernetes(t, testWarmSpares) }
+func TestWarmSpares(t *testing.T) {
+	runBeside(t)
+	enginetest.RunFirstAndKubernetes(t, testWarmSpares)
+}
 
 // testWarmSpares is TestWarmSpares on one target.
 func testWarmSpares(t *testing.T, tg enginetest.Target) {
