@@ -117,9 +117,28 @@ type rawClient struct {
 	id  int
 	// waiting maps request ids to the channel their response line goes to.
 	waiting map[int]chan []byte
+	// out, when set, is read by each call itself (see startSyncRawClient),
+	// with no reader goroutine and no waiting.
+	out     *bufio.Reader
+	outFile *os.File
 }
 
+// startRawClient starts a rawClient whose calls may run at once: a reader
+// goroutine hands each answer to the call waiting for it.
 func startRawClient(l launcher, stateDir string) (*rawClient, error) {
+	return startRaw(l, stateDir, false)
+}
+
+// startSyncRawClient starts a rawClient for calls one at a time, each of
+// which reads its own answer from the server's stdout: no goroutine of
+// the client's stands between the pipe and the call, as none stands
+// between the connection and the call in the HTTP section's minimal
+// client (see syncHTTPCaller), so the two faces are compared alike.
+func startSyncRawClient(l launcher, stateDir string) (*rawClient, error) {
+	return startRaw(l, stateDir, true)
+}
+
+func startRaw(l launcher, stateDir string, syncCalls bool) (*rawClient, error) {
 	cmd := exec.Command(l.bin, "serve", "--runtime", l.engine, "--image", l.image, "--prefix", l.prefix,
 		"--state-dir", stateDir, "--no-boot-default", "--log-level", "warn")
 	in, err := cmd.StdinPipe()
@@ -135,7 +154,12 @@ func startRawClient(l launcher, stateDir string) (*rawClient, error) {
 		return nil, err
 	}
 	c := &rawClient{cmd: cmd, in: in, waiting: map[int]chan []byte{}}
-	go c.readLoop(bufio.NewReaderSize(out, 1<<20))
+	if syncCalls {
+		c.out = bufio.NewReaderSize(out, 1<<20)
+		c.outFile, _ = out.(*os.File)
+	} else {
+		go c.readLoop(bufio.NewReaderSize(out, 1<<20))
+	}
 	if err := c.call(`{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":"` + rawStdioProtocol + `","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}`); err != nil {
 		return nil, err
 	}
@@ -169,6 +193,9 @@ func (c *rawClient) readLoop(r *bufio.Reader) {
 
 // call sends format (with %d for the id) and waits for its response.
 func (c *rawClient) call(format string) error {
+	if c.out != nil {
+		return c.callSync(format)
+	}
 	ch := make(chan []byte, 1)
 	c.mu.Lock()
 	c.id++
@@ -190,8 +217,44 @@ func (c *rawClient) call(format string) error {
 	}
 }
 
+// callSync is call for a client without a reader goroutine: it reads
+// lines itself until the response with its id.
+func (c *rawClient) callSync(format string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.id++
+	if _, err := fmt.Fprintf(c.in, format+"\n", c.id); err != nil {
+		return err
+	}
+	if c.outFile != nil {
+		_ = c.outFile.SetReadDeadline(time.Now().Add(time.Minute))
+	}
+	for {
+		line, err := c.out.ReadBytes('\n')
+		if err != nil {
+			return fmt.Errorf("raw call %d: %w", c.id, err)
+		}
+		var msg struct {
+			ID *int `json:"id"`
+		}
+		if json.Unmarshal(line, &msg) != nil || msg.ID == nil || *msg.ID != c.id {
+			continue
+		}
+		if bytes.Contains(line, []byte(`"isError":true`)) || bytes.Contains(line, []byte(`"error":{`)) {
+			return fmt.Errorf("raw call: %s", line)
+		}
+		return nil
+	}
+}
+
 func (c *rawClient) close() {
 	_ = c.in.Close()
+	if c.out != nil {
+		if c.outFile != nil {
+			_ = c.outFile.SetReadDeadline(time.Now().Add(time.Minute))
+		}
+		_, _ = io.Copy(io.Discard, c.out)
+	}
 	_ = c.cmd.Wait()
 }
 

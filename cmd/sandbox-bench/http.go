@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,8 +66,11 @@ func (b *bench) benchHTTP() error {
 	// The same two faces through minimal clients speaking one revision
 	// (rawStdioProtocol) on both: what the server's HTTP face adds to a
 	// call, without either client library's own work (the go-sdk client
-	// decodes each message more times over HTTP than over stdio).
-	rawStdio, err := startRawClient(b.launch, filepath.Join(b.dir, "state"))
+	// decodes each message more times over HTTP than over stdio). Each
+	// call reads its answer itself on both, with no goroutine of the
+	// client's between: net/http's client adds two hand-offs of its own
+	// to every call, which would count as the server's.
+	rawStdio, err := startSyncRawClient(b.launch, filepath.Join(b.dir, "state"))
 	if err != nil {
 		return err
 	}
@@ -259,7 +264,7 @@ func (c *captureCall) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.next.RoundTrip(r)
 }
 
-// rawCaller returns a minimal client of the HTTP face, on connections of
+// rawCaller returns a minimal client of the HTTP face, on a connection of
 // its own: each call is one POST of the tools/call request the go-sdk
 // client sends for an exec of `true` (its headers, session and _meta, so
 // the protocol's), with its own id; it reads the whole answer and checks
@@ -303,30 +308,71 @@ func (h *httpBench) rawCallerAt(ctx context.Context, worker int, protocol string
 		cs.Close()
 		return nil, nil, fmt.Errorf("raw HTTP client: unexpected request %s", whole)
 	}
-	header.Del("Content-Length")
-	hc := &http.Client{Transport: h.transport()}
-	id := (worker + 1) * 1_000_000
+	call, closeConn, err := syncHTTPCaller(h.url, h.token, header, rest, (worker+1)*1_000_000)
+	if err != nil {
+		cs.Close()
+		return nil, nil, err
+	}
+	return call, func() { closeConn(); cs.Close() }, nil
+}
+
+// syncHTTPCaller returns calls of the request {"id":N<rest> (N counting
+// up from firstID) on one kept-alive connection of its own: each writes
+// the whole request (head and body, with its length) and reads the
+// answer itself. No goroutine stands between the connection and the
+// call, as with net/http's client (which hands each request to a writer
+// goroutine and each answer back from a reader), so what the figures add
+// to the stdio client's (startSyncRawClient) is the server's HTTP face.
+func syncHTTPCaller(endpoint, token string, header http.Header, rest []byte, firstID int) (func() error, func(), error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	if u.Scheme != "http" {
+		return nil, nil, fmt.Errorf("raw HTTP client: %s: only http:// is spoken", endpoint)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	var head bytes.Buffer
+	head.WriteString("POST " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host + "\r\n")
+	for k, vs := range header {
+		if k == "Content-Length" || k == "Authorization" || k == "Host" {
+			continue
+		}
+		for _, v := range vs {
+			head.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	head.WriteString("Authorization: Bearer " + token + "\r\n")
+	br := bufio.NewReader(conn)
+	id := firstID
+	var buf []byte
 	call := func() error {
 		id++
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url,
-			io.MultiReader(strings.NewReader(`{"id":`+strconv.Itoa(id)), bytes.NewReader(rest)))
-		if err != nil {
-			return err
+		body := `{"id":` + strconv.Itoa(id) + string(rest)
+		buf = append(append(buf[:0], head.Bytes()...), "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"...)
+		buf = append(buf, body...)
+		_ = conn.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := conn.Write(buf); err != nil {
+			return fmt.Errorf("raw HTTP call: %w", err)
 		}
-		req.Header = header.Clone()
-		resp, err := hc.Do(req)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil {
-			return err
+			return fmt.Errorf("raw HTTP call: %w", err)
 		}
 		got, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		switch {
 		case err != nil:
-			return err
+			return fmt.Errorf("raw HTTP call: %w", err)
 		case resp.StatusCode != http.StatusOK || !bytes.Contains(got, []byte(`"result"`)) || bytes.Contains(got, []byte(`"isError":true`)):
 			return fmt.Errorf("raw HTTP call: %s: %s", resp.Status, got)
+		case resp.Close:
+			return fmt.Errorf("raw HTTP call: the server closed the connection after its answer")
 		}
 		return nil
 	}
-	return call, func() { hc.CloseIdleConnections(); cs.Close() }, nil
+	return call, func() { conn.Close() }, nil
 }
