@@ -175,15 +175,13 @@ func (c *rawClient) readLoop(r *bufio.Reader) {
 		if err != nil {
 			return
 		}
-		var msg struct {
-			ID *int `json:"id"`
-		}
-		if json.Unmarshal(line, &msg) != nil || msg.ID == nil {
+		id, ok := answerID(line)
+		if !ok {
 			continue
 		}
 		c.mu.Lock()
-		ch := c.waiting[*msg.ID]
-		delete(c.waiting, *msg.ID)
+		ch := c.waiting[id]
+		delete(c.waiting, id)
 		c.mu.Unlock()
 		if ch != nil {
 			ch <- line
@@ -208,10 +206,7 @@ func (c *rawClient) call(format string) error {
 	}
 	select {
 	case line := <-ch:
-		if bytes.Contains(line, []byte(`"isError":true`)) || bytes.Contains(line, []byte(`"error":{`)) {
-			return fmt.Errorf("raw call: %s", line)
-		}
-		return nil
+		return answerErr(line)
 	case <-time.After(time.Minute):
 		return fmt.Errorf("raw call %d: no answer", id)
 	}
@@ -234,17 +229,30 @@ func (c *rawClient) callSync(format string) error {
 		if err != nil {
 			return fmt.Errorf("raw call %d: %w", c.id, err)
 		}
-		var msg struct {
-			ID *int `json:"id"`
+		if id, ok := answerID(line); ok && id == c.id {
+			return answerErr(line)
 		}
-		if json.Unmarshal(line, &msg) != nil || msg.ID == nil || *msg.ID != c.id {
-			continue
-		}
-		if bytes.Contains(line, []byte(`"isError":true`)) || bytes.Contains(line, []byte(`"error":{`)) {
-			return fmt.Errorf("raw call: %s", line)
-		}
-		return nil
 	}
+}
+
+// answerID is the id of a message line, when it has one (an answer).
+func answerID(line []byte) (int, bool) {
+	var msg struct {
+		ID *int `json:"id"`
+	}
+	if json.Unmarshal(line, &msg) != nil || msg.ID == nil {
+		return 0, false
+	}
+	return *msg.ID, true
+}
+
+// answerErr reports an answer line that is an error, or a tool's error
+// result.
+func answerErr(line []byte) error {
+	if bytes.Contains(line, []byte(`"isError":true`)) || bytes.Contains(line, []byte(`"error":{`)) {
+		return fmt.Errorf("raw call: %s", line)
+	}
+	return nil
 }
 
 func (c *rawClient) close() {
