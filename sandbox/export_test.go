@@ -6,6 +6,10 @@ import "context"
 // done, for tests that look at what it kept.
 func (m *Manager) RefillSparesNow(ctx context.Context) { m.refillSpares(ctx) }
 
+// LookAtLocalSparesNow runs one of the looks the Manager takes at its
+// own spares every minute, and returns once it is done.
+func (m *Manager) LookAtLocalSparesNow(ctx context.Context) { m.lookAtLocal(ctx) }
+
 // Quiet reports whether closing the shells of sandbox name (booted by m)
 // would end all m runs there with no sweep: none runs a command, the
 // server's own scripts included.

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -365,13 +366,15 @@ func (m *Manager) imageID(ctx context.Context, ref string) string {
 // is taken: there is a container to find under it, not a spare to claim.
 var errNameTaken = errors.New("the sandbox's container name is taken")
 
-// claimSpare renames a running spare with sandbox name's key to name's
+// claimSpare renames a spare with sandbox name's key to name's
 // container, records its workspace, and returns it with a pool whose
-// first shell is open (nil if it failed); false when there is none to
-// take, or when a container has the name (the rename says so: the caller
-// may try before it looks). The caller holds name's lifecycle lock. The
-// spares this server booted are tried first, without listing the
-// engine's.
+// first shell is open (nil if it failed: a spare found stopped, which the
+// boot starts); false when there is none to take, or when a container has
+// the name (the rename says so: the caller may try before it looks). The
+// caller holds name's lifecycle lock. The spares this server booted are
+// tried first, without listing the engine's; then the listed ones,
+// running before stopped, so that a spare is taken the same way whether
+// or not this server still holds it.
 func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	if !m.sparesOn() {
 		return claim{}, false
@@ -415,9 +418,13 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 		m.log.Warn("list spares", "err", err)
 		return claim{}, false
 	}
+	// Running first; a stopped one (by its idle TTL, or it died) is
+	// started by the boot, still quicker than a new container. One in
+	// another state (created, paused, unknown) is left to the refill.
+	slices.SortStableFunc(cs, func(a, b Container) int { return cmp.Compare(runningFirst(a), runningFirst(b)) })
 	tries := 0
 	for _, c := range cs {
-		if tried[c.Name] || !c.Running() || !m.isSpareName(c.Name) || !slices.Contains(keys, c.Labels[LabelSpare]) {
+		if tried[c.Name] || !c.Running() && c.State != StateStopped || !m.isSpareName(c.Name) || !slices.Contains(keys, c.Labels[LabelSpare]) {
 			continue
 		}
 		if tries++; tries > spareTries {
@@ -432,6 +439,14 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 		}
 	}
 	return claim{}, false
+}
+
+// runningFirst orders spares to claim: running (0) before the rest (1).
+func runningFirst(c Container) int {
+	if c.Running() {
+		return 0
+	}
+	return 1
 }
 
 // spareCandidates are the spares to claim: the engine's containers of
@@ -536,13 +551,18 @@ func (m *Manager) watchLocal() {
 			return
 		case <-t.C:
 		}
-		if len(m.localSpares()) == 0 {
-			continue
-		}
-		cs, err := m.rt.List(m.life, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
-		if err == nil {
-			m.dropTaken(cs)
-		}
+		m.lookAtLocal(m.life)
+	}
+}
+
+// lookAtLocal is one look of watchLocal's.
+func (m *Manager) lookAtLocal(ctx context.Context) {
+	if len(m.localSpares()) == 0 {
+		return
+	}
+	cs, err := m.rt.List(ctx, map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare})
+	if err == nil {
+		m.dropTaken(cs)
 	}
 }
 

@@ -116,6 +116,27 @@ func TestSparesOnEngine(t *testing.T) {
 			if slices.Contains(volumes(), vol) {
 				t.Fatalf("destroy left the workspace %s", vol)
 			}
+			// A spare found stopped is started when taken, also once the
+			// server's look at its own spares has let go of it (what it
+			// held open there died with the container).
+			if err := rt.Stop(ctx, second.Container, 0); err != nil {
+				t.Fatal(err)
+			}
+			m.LookAtLocalSparesNow(ctx)
+			secondID := second.Container
+			if c, err := rt.Inspect(ctx, second.Container); err == nil {
+				secondID = c.ID
+			}
+			if o := run(t, m, "b", shell.Request{Command: "echo ok"}); o.stdout != "ok\n" || !o.res.Boot.Spare {
+				t.Fatalf("a new name with the only spare stopped: %+v", o)
+			}
+			if c, err := rt.Inspect(ctx, m.ContainerFor("b")); err != nil || c.ID != secondID || !c.Running() {
+				t.Fatalf("the stopped spare was not the one taken: %+v %v", c, err)
+			}
+			if _, err := m.Destroy(ctx, "b"); err != nil {
+				t.Fatal(err)
+			}
+			second = spare()
 			// Spares off: the one there is stops (its idle TTL, here by
 			// hand) and prune removes it and its workspace.
 			m.KeepSpares(0)
