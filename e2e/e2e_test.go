@@ -34,8 +34,9 @@ const callGuard = 5 * time.Minute
 var binary string
 
 // runBeside marks a top-level test that spends most of its time waiting
-// rather than working: for kill points and restarts, a TTL to pass with no
-// server running, spares to boot. go test runs such tests after the
+// rather than working: for kill points and restarts, servers ending and
+// the next one ending what they left, a TTL to pass with no server
+// running, spares to boot. go test runs such tests after the
 // package's others, as many at once as -parallel allows (the cores, by
 // default), so their waits overlap instead of adding up. Each has a prefix
 // and a state directory of its own, and none looks at what it does not own.

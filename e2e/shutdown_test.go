@@ -180,6 +180,7 @@ func historyEntry(t *testing.T, cs *mcp.ClientSession, box, why string, command 
 // shutdown, a Python session's processes are ended, and the server exits
 // with status 0.
 func TestServerExitEndsCommands(t *testing.T) {
+	runBeside(t)
 	enginetest.RunFirstAndKubernetes(t, testServerExitEndsCommands)
 }
 
@@ -251,6 +252,7 @@ func testServerExitEndsCommands(t *testing.T, tg enginetest.Target) {
 // every process of it (one in a session of its own too), leaves alone
 // what a finished command left behind, and records it in the history.
 func TestKilledServerCommandsEndedByNext(t *testing.T) {
+	runBeside(t)
 	enginetest.RunFirstAndKubernetes(t, testKilledServerCommandsEndedByNext)
 }
 
