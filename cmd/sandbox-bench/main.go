@@ -35,7 +35,7 @@ func main() {
 	n := flag.Int("n", 1000, "warm exec calls to time")
 	flag.BoolVar(&kubeNode, "kube-node", false, "run the kube section's pods on a real node (a kubelet on containerd, as root) rather than the kubelet stand-in")
 	flag.StringVar(&httpProtocol, "http-protocol", "", "protocol revision of the http section's clients, e.g. 2025-06-18 (sessions); the newest when empty")
-	only := flag.String("only", "", "comma-separated sections to run (first, warm, floor, output, lifecycle, restart, pair, leaks, jobkill, jobscale, killpoints, writefile, bounds, transfer, sync, snapshots, hostcost, ports, egress, children, terminals, http, telemetry, python, spares, work, kube, kubeclone); all when empty")
+	only := flag.String("only", "", "comma-separated sections to run (first, warm, floor, frameparts, output, lifecycle, restart, pair, leaks, jobkill, jobscale, killpoints, writefile, bounds, transfer, sync, snapshots, hostcost, ports, egress, children, terminals, http, telemetry, python, spares, work, kube, kubeclone); all when empty")
 	flag.Parse()
 	if err := run(*rt, *image, *n, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox-bench:", err)
@@ -116,7 +116,7 @@ func run(engine, image string, n int, only string) error {
 	sections := []struct {
 		name string
 		run  func() error
-	}{{"first", b.firstExec}, {"warm", b.warmExec}, {"floor", b.execFloor}, {"output", b.bigOutput},
+	}{{"first", b.firstExec}, {"warm", b.warmExec}, {"floor", b.execFloor}, {"frameparts", b.frameParts}, {"output", b.bigOutput},
 		{"lifecycle", b.lifecycle}, {"restart", b.benchRestart}, {"pair", b.benchPair}, {"leaks", b.benchLeaks}, {"jobkill", b.benchJobKill}, {"jobscale", b.benchJobScale}, {"killpoints", b.benchKillPoints}, {"writefile", b.benchWriteFile}, {"bounds", b.benchBounds},
 		{"transfer", b.benchTransfer}, {"sync", b.benchSync}, {"snapshots", b.benchSnapshots}, {"hostcost", b.benchHostCost}, {"ports", b.benchPorts}, {"egress", b.benchEgress}, {"children", b.benchChildren}, {"terminals", b.benchTerminals}, {"http", b.benchHTTP}, {"telemetry", b.benchTelemetry}, {"python", b.benchPython}, {"spares", b.benchSpares}, {"work", b.benchWork}, {"kube", b.benchKube}, {"kubeclone", b.benchKubeClone}}
 	for _, section := range sections {
