@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -368,13 +367,14 @@ var errNameTaken = errors.New("the sandbox's container name is taken")
 
 // claimSpare renames a spare with sandbox name's key to name's
 // container, records its workspace, and returns it with a pool whose
-// first shell is open (nil if it failed: a spare found stopped, which the
-// boot starts); false when there is none to take, or when a container has
-// the name (the rename says so: the caller may try before it looks). The
-// caller holds name's lifecycle lock. The spares this server booted are
-// tried first, without listing the engine's; then the listed ones,
-// running before stopped, so that a spare is taken the same way whether
-// or not this server still holds it.
+// first shell is open (nil if it failed: a spare of this server's found
+// stopped, which the boot starts); false when there is none to take, or
+// when a container has the name (the rename says so: the caller may try
+// before it looks). The caller holds name's lifecycle lock. The spares
+// this server booted are tried first, stopped ones too, without listing
+// the engine's; then the running ones the engine lists. A listed spare
+// that is not running may be another server's still booting (on
+// Kubernetes a spare with no pod yet lists as stopped): never taken.
 func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	if !m.sparesOn() {
 		return claim{}, false
@@ -418,13 +418,9 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 		m.log.Warn("list spares", "err", err)
 		return claim{}, false
 	}
-	// Running first; a stopped one (by its idle TTL, or it died) is
-	// started by the boot, still quicker than a new container. One in
-	// another state (created, paused, unknown) is left to the refill.
-	slices.SortStableFunc(cs, func(a, b Container) int { return cmp.Compare(runningFirst(a), runningFirst(b)) })
 	tries := 0
 	for _, c := range cs {
-		if tried[c.Name] || !c.Running() && c.State != StateStopped || !m.isSpareName(c.Name) || !slices.Contains(keys, c.Labels[LabelSpare]) {
+		if tried[c.Name] || !c.Running() || !m.isSpareName(c.Name) || !slices.Contains(keys, c.Labels[LabelSpare]) {
 			continue
 		}
 		if tries++; tries > spareTries {
@@ -439,14 +435,6 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 		}
 	}
 	return claim{}, false
-}
-
-// runningFirst orders spares to claim: running (0) before the rest (1).
-func runningFirst(c Container) int {
-	if c.Running() {
-		return 0
-	}
-	return 1
 }
 
 // spareCandidates are the spares to claim: the engine's containers of
@@ -518,18 +506,20 @@ func (m *Manager) isLocal(spare string) bool {
 }
 
 // dropTaken ends what this server holds in its spares that cs (a listing
-// of this prefix's spares) no longer shows running as spares: another
-// server took them, or they stopped or went. Each under the spare's lock,
-// so a claim of this server's under way keeps what it holds.
+// of this prefix's spares) no longer shows as spares: another server took
+// them, or they went. A spare of this server's that stopped (its idle
+// TTL, or it died) is kept, for a claim to start it (takeSpare) or the
+// refill to remove it, as it would be before this look. Each under the
+// spare's lock, so a claim of this server's under way keeps what it holds.
 func (m *Manager) dropTaken(cs []Container) {
-	running := map[string]bool{}
+	listed := map[string]string{} // spare name: container ID
 	for _, c := range cs {
-		if c.Running() && m.isSpareName(c.Name) {
-			running[c.Name] = true
+		if m.isSpareName(c.Name) {
+			listed[c.Name] = c.ID
 		}
 	}
 	for _, ls := range m.localSpares() {
-		if running[ls.c.Name] {
+		if id, ok := listed[ls.c.Name]; ok && id == ls.c.ID {
 			continue
 		}
 		if release, err := m.holdSpare(ls.c.Name, "forget spare"); err == nil {

@@ -116,9 +116,9 @@ func TestSparesOnEngine(t *testing.T) {
 			if slices.Contains(volumes(), vol) {
 				t.Fatalf("destroy left the workspace %s", vol)
 			}
-			// A spare found stopped is started when taken, also once the
-			// server's look at its own spares has let go of it (what it
-			// held open there died with the container).
+			// A spare found stopped is started when taken, also after the
+			// server's minute look at its own spares has seen it stopped
+			// (what it held open there died with the container).
 			if err := rt.Stop(ctx, second.Container, 0); err != nil {
 				t.Fatal(err)
 			}
