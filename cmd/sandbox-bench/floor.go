@@ -266,56 +266,76 @@ func (c *rawClient) close() {
 	_ = c.cmd.Wait()
 }
 
-// openFrameShell starts `engine exec -i ctr sh` and returns a function that
-// does one minimal framed round trip on it: run `true`, then an end marker
-// on stdout and on stderr, read back from both.
-func openFrameShell(engine, ctr string) (func() error, func(), error) {
+// startEngineShell starts `engine exec -i ctr sh` with its three streams
+// piped.
+func startEngineShell(engine, ctr string) (*exec.Cmd, io.WriteCloser, *bufio.Reader, *bufio.Reader, error) {
 	cmd := exec.Command(engine, "exec", "-i", ctr, "sh")
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	outPipe, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	errPipe, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	out, errs := bufio.NewReader(outPipe), bufio.NewReader(errPipe)
-	const marker = "sbxfloor0123456789"
-	script := []byte("true\nprintf '\\n%s %d\\n' " + marker + " $? ; printf '\\n%s\\n' " + marker + " >&2\n")
-	until := func(r *bufio.Reader) error {
+	return cmd, in, bufio.NewReader(outPipe), bufio.NewReader(errPipe), nil
+}
+
+// exchangeLines writes script to a shell's stdin and reads its stdout and
+// stderr (at once) up to the first line each end function accepts.
+func exchangeLines(in io.Writer, out, errs *bufio.Reader, script []byte, outEnd, errEnd func(line []byte) bool) error {
+	until := func(r *bufio.Reader, end func([]byte) bool) error {
 		for {
 			line, err := r.ReadBytes('\n')
 			if err != nil {
 				return err
 			}
-			if bytes.HasPrefix(line, []byte(marker)) {
+			if end(line) {
 				return nil
 			}
 		}
 	}
-	once := func() error {
-		if _, err := in.Write(script); err != nil {
-			return err
-		}
-		done := make(chan error, 1)
-		go func() { done <- until(errs) }()
-		if err := until(out); err != nil {
-			return err
-		}
-		return <-done
+	if _, err := in.Write(script); err != nil {
+		return err
 	}
-	closeFn := func() {
+	done := make(chan error, 1)
+	go func() { done <- until(errs, errEnd) }()
+	if err := until(out, outEnd); err != nil {
+		return err
+	}
+	return <-done
+}
+
+// closeEngineShell returns what ends a shell of startEngineShell's: its
+// stdin closed, its stdout drained, the process waited for.
+func closeEngineShell(cmd *exec.Cmd, in io.Closer, out io.Reader) func() {
+	return func() {
 		_ = in.Close()
 		_, _ = io.Copy(io.Discard, out)
 		_ = cmd.Wait()
 	}
+}
+
+// openFrameShell starts `engine exec -i ctr sh` and returns a function that
+// does one minimal framed round trip on it: run `true`, then an end marker
+// on stdout and on stderr, read back from both.
+func openFrameShell(engine, ctr string) (func() error, func(), error) {
+	cmd, in, out, errs, err := startEngineShell(engine, ctr)
+	if err != nil {
+		return nil, nil, err
+	}
+	const marker = "sbxfloor0123456789"
+	script := []byte("true\nprintf '\\n%s %d\\n' " + marker + " $? ; printf '\\n%s\\n' " + marker + " >&2\n")
+	isEnd := func(line []byte) bool { return bytes.HasPrefix(line, []byte(marker)) }
+	once := func() error { return exchangeLines(in, out, errs, script, isEnd, isEnd) }
+	closeFn := closeEngineShell(cmd, in, out)
 	return once, closeFn, nil
 }
 

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
@@ -97,51 +94,16 @@ func partMarker(i int) string { return fmt.Sprintf("sbxpart%025d", i) }
 // and reads both streams up to that marker's ends: the server's frame
 // format, read with no more work than the floor's.
 func openScriptShell(engine, ctr, init string, script func(marker, runID string) string) (func() error, func(), error) {
-	cmd := exec.Command(engine, "exec", "-i", ctr, "sh")
-	in, err := cmd.StdinPipe()
+	cmd, in, out, errs, err := startEngineShell(engine, ctr)
 	if err != nil {
 		return nil, nil, err
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	errPipe, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, err
-	}
-	out, errs := bufio.NewReader(outPipe), bufio.NewReader(errPipe)
-	// until reads r up to a line that is end.
-	until := func(r *bufio.Reader, end string) error {
-		for {
-			line, err := r.ReadBytes('\n')
-			if err != nil {
-				return err
-			}
-			if bytes.Equal(line, []byte(end+"\n")) {
-				return nil
-			}
-		}
 	}
 	exchange := func(text, m string) error {
-		if _, err := io.WriteString(in, text); err != nil {
-			return err
-		}
-		done := make(chan error, 1)
-		go func() { done <- until(errs, m) }()
-		if err := until(out, m+"."); err != nil {
-			return err
-		}
-		return <-done
+		return exchangeLines(in, out, errs, []byte(text),
+			func(line []byte) bool { return string(line) == m+".\n" },
+			func(line []byte) bool { return string(line) == m+"\n" })
 	}
-	closeFn := func() {
-		_ = in.Close()
-		_, _ = io.Copy(io.Discard, out)
-		_ = cmd.Wait()
-	}
+	closeFn := closeEngineShell(cmd, in, out)
 	if init != "" {
 		if err := exchange(init, partMarker(0)); err != nil {
 			closeFn()
