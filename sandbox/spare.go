@@ -373,8 +373,8 @@ var errNameTaken = errors.New("the sandbox's container name is taken")
 // before it looks). The caller holds name's lifecycle lock. The spares
 // this server booted are tried first, stopped ones too, without listing
 // the engine's; then the running ones the engine lists. A listed spare
-// that is not running may be another server's still booting (on
-// Kubernetes a spare with no pod yet lists as stopped): never taken.
+// that is not running may still be booting, this server's or another's
+// (on Kubernetes a spare with no pod yet lists as stopped): never taken.
 func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	if !m.sparesOn() {
 		return claim{}, false

@@ -123,14 +123,14 @@ func TestSparesOnEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 			m.LookAtLocalSparesNow(ctx)
-			secondID := second.Container
-			if c, err := rt.Inspect(ctx, second.Container); err == nil {
-				secondID = c.ID
+			stopped, err := rt.Inspect(ctx, second.Container)
+			if err != nil {
+				t.Fatal(err)
 			}
 			if o := run(t, m, "b", shell.Request{Command: "echo ok"}); o.stdout != "ok\n" || !o.res.Boot.Spare {
 				t.Fatalf("a new name with the only spare stopped: %+v", o)
 			}
-			if c, err := rt.Inspect(ctx, m.ContainerFor("b")); err != nil || c.ID != secondID || !c.Running() {
+			if c, err := rt.Inspect(ctx, m.ContainerFor("b")); err != nil || c.ID != stopped.ID || !c.Running() {
 				t.Fatalf("the stopped spare was not the one taken: %+v %v", c, err)
 			}
 			if _, err := m.Destroy(ctx, "b"); err != nil {
