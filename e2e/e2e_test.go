@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 		// test binary as a user without the Go toolchain's caches).
 		binary = b
 		code := checkArgvContract(m.Run(), record)
-		enginetest.StopShared()
+		enginetest.StopShared(code != 0)
 		os.RemoveAll(dir)
 		os.Exit(code)
 	}
@@ -83,7 +83,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := checkArgvContract(m.Run(), record)
-	enginetest.StopShared()
+	enginetest.StopShared(code != 0)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

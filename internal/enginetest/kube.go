@@ -64,6 +64,7 @@ var kubeShared struct {
 	err     error
 	why     string
 	stops   []func()
+	failed  bool // the tests failed: stops print what their logs end with
 	mu      sync.Mutex
 	targets map[kubeKind]*kubeTargetState
 }
@@ -230,7 +231,13 @@ func makeKubeTarget(c *kubetest.Cluster, kind kubeKind) (Target, error) {
 		if err != nil {
 			return Target{}, err
 		}
-		add(func() { stop() })
+		add(func() {
+			// The controller's word on what it did, for a failed run
+			// (its log goes with it otherwise).
+			if log := stop(); ks.failed {
+				fmt.Fprintf(os.Stderr, "agent-sandbox-controller's log (the %s target's), its end:\n%s\n", name, log)
+			}
+		})
 	}
 	dir, err := os.MkdirTemp("", "kubetarget-")
 	if err != nil {
@@ -256,12 +263,14 @@ func makeKubeTarget(c *kubetest.Cluster, kind kubeKind) (Target, error) {
 
 // StopShared ends what the targets of this process started for all
 // their tests (the Kubernetes control plane and its kubelet stand-in).
-// Call it from TestMain once the tests ran.
-func StopShared() {
+// Call it from TestMain once the tests ran, with failed set when they
+// failed: then the end of agent-sandbox's controller's log is printed to
+// stderr, for the failure's reader.
+func StopShared(failed bool) {
 	ks := &kubeShared
 	ks.mu.Lock()
 	stops := ks.stops
-	ks.stops = nil
+	ks.stops, ks.failed = nil, failed
 	ks.mu.Unlock()
 	for i := len(stops) - 1; i >= 0; i-- {
 		stops[i]()

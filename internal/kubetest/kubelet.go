@@ -349,6 +349,9 @@ func (k *Kubelet) volumeName(claim string) string { return k.prefix + "pvc-" + c
 // for its end.
 func (k *Kubelet) start(ctx context.Context, p *corev1.Pod, run *podRun) {
 	c := p.Spec.Containers[0]
+	// As a kubelet does while it makes the container: a wait that ends
+	// now can tell a slow start from a pod no node took.
+	k.waiting(ctx, p, "ContainerCreating", "")
 	args := []string{"create", "--name", run.ctr, "--hostname", p.Name, "--label", "kubetest.kubelet=" + k.Node, "--label", pidLabel,
 		"--security-opt", "no-new-privileges", "--cap-drop", "ALL"}
 	if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil {
@@ -535,6 +538,11 @@ func (k *Kubelet) egressDenied(ctx context.Context, p *corev1.Pod) (bool, error)
 
 // fail reports a container that could not be made, as a kubelet does.
 func (k *Kubelet) fail(ctx context.Context, p *corev1.Pod, reason, msg string) {
+	k.waiting(ctx, p, reason, msg)
+}
+
+// waiting reports the pod's container waiting, for reason.
+func (k *Kubelet) waiting(ctx context.Context, p *corev1.Pod, reason, msg string) {
 	k.report(ctx, p, func(p *corev1.Pod) {
 		c := p.Spec.Containers[0]
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: c.Name, Image: c.Image,

@@ -677,18 +677,23 @@ func (r *Runtime) setMode(ctx context.Context, sb *sandboxObject, mode string) e
 }
 
 // waitForPod waits, within the start timeout, for the pod the controller
-// makes for sb: named after it, and controlled by it.
+// makes for sb: named after it, and controlled by it. When the wait ends
+// without one (the timeout, or the caller's context), the error says what
+// the Sandbox's controller reported on it, if anything.
 func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject) (*corev1.Pod, error) {
-	deadline := time.Now().Add(r.opt.StartTimeout)
+	began := time.Now()
+	deadline := began.Add(r.opt.StartTimeout)
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
+	another := false // a pod of its name is there that it did not make
 	for tries := 0; ; {
 		p, err := pods.Get(ctx, sb.Name, metav1.GetOptions{})
 		switch {
 		case err == nil && madeBy(p, rec) && p.DeletionTimestamp == nil:
 			return p, nil
-		case err != nil && !apierrors.IsNotFound(err):
+		case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil:
 			return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
 		}
+		another = err == nil
 		if tries++; tries%10 == 0 {
 			// A removal (or the garbage collector, its record gone) may
 			// have taken the Sandbox since.
@@ -697,26 +702,40 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 			}
 		}
 		if time.Now().After(deadline) {
-			why := "is agent-sandbox's controller running?"
-			if cur, err := r.getSandbox(ctx, sb.Name); err == nil && cur != nil {
-				var said []string
-				for _, c := range cur.Status.Conditions {
-					if c.Message != "" {
-						said = append(said, c.Type+": "+c.Message)
-					}
-				}
-				if len(said) > 0 {
-					why = "its Sandbox says " + strings.Join(said, "; ")
-				}
-			}
-			return nil, fmt.Errorf("kubernetes: no pod was made for %s's Sandbox in %s: %s", rec.spec.Name, r.opt.StartTimeout, why)
+			return nil, fmt.Errorf("kubernetes: no pod was made for %s's Sandbox in %s: %s", rec.spec.Name, r.opt.StartTimeout, r.noPodWhy(ctx, sb.Name, another))
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("kubernetes: the wait for the pod of %s: %w", rec.spec.Name, context.Cause(ctx))
+			return nil, fmt.Errorf("kubernetes: no pod was made for %s's Sandbox before the call ended, %s after it was made (%s): %w",
+				rec.spec.Name, time.Since(began).Round(100*time.Millisecond), r.noPodWhy(ctx, sb.Name, another), context.Cause(ctx))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// noPodWhy says why the Sandbox named name may have no pod yet: what its
+// controller reported on it, or that it reported nothing. another says a
+// pod of its name is there that it did not make. It reads the Sandbox
+// even when ctx has ended (the wait's error is being made), briefly.
+func (r *Runtime) noPodWhy(ctx context.Context, name string, another bool) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	why := "its controller reported nothing on it: is agent-sandbox's controller running?"
+	if cur, err := r.getSandbox(ctx, name); err == nil && cur != nil {
+		var said []string
+		for _, c := range cur.Status.Conditions {
+			if c.Message != "" {
+				said = append(said, c.Type+": "+c.Message)
+			}
+		}
+		if len(said) > 0 {
+			why = "its Sandbox says " + strings.Join(said, "; ")
+		}
+	}
+	if another {
+		why = "a pod named " + name + " is there that it did not make; " + why
+	}
+	return why
 }
 
 // suspendSandbox sets rec's Sandbox suspended, so that its controller

@@ -3,6 +3,7 @@ package kube
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -415,5 +416,61 @@ func TestChildrenGoWithTheirParentThroughSandboxes(t *testing.T) {
 	}
 	if got, err := rt.Inspect(ctx, solo); err != nil || got.State != sandbox.StateRunning {
 		t.Fatalf("the root sandbox beside the family: %+v %v", got, err)
+	}
+}
+
+// TestSandboxWithoutItsController: with agent-sandbox's resources
+// installed and its controller not running, a start that runs out (the
+// start timeout, or the call's own time) says that no pod was made and
+// that the controller reported nothing on the Sandbox, rather than only
+// that a deadline passed, and leaves no record or Sandbox behind.
+func TestSandboxWithoutItsController(t *testing.T) {
+	ns, token, admin := namespace(t)
+	installed := false
+	t.Run("install agent-sandbox", func(t *testing.T) {
+		cluster.RunAgentSandbox(t) // its controller ends with this subtest; the resources stay
+		installed = true
+	})
+	if !installed {
+		t.Skip("agent-sandbox could not be installed (the subtest says why)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dyn, err := dynamic.NewForConfig(cluster.Config(cluster.AdminToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(name string) sandbox.RunSpec {
+		return sandbox.RunSpec{Name: "smtw-" + name, Image: "localhost/mcp-dev:latest", Command: []string{"sleep", "infinity"},
+			Labels: map[string]string{sandbox.LabelOwner: "smtw", sandbox.LabelName: name, sandbox.LabelRole: "primary"}}
+	}
+	for _, c := range []struct {
+		name, want             string
+		startTimeout, callTime time.Duration
+	}{
+		{"timeout", "no pod was made for smtw-timeout's Sandbox in 2s: its controller reported nothing on it", 2 * time.Second, time.Minute},
+		{"call", "no pod was made for smtw-call's Sandbox before the call ended", time.Minute, 2 * time.Second},
+	} {
+		rt, err := New(cluster.Config(token), Options{Namespace: ns, StartTimeout: c.startTimeout, SandboxCRD: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call, cancelCall := context.WithTimeout(ctx, c.callTime)
+		_, err = rt.Run(call, spec(c.name))
+		cancelCall()
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "is agent-sandbox's controller running?") ||
+			(c.name == "call") != errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: a start with no controller: %v", c.name, err)
+		}
+		if _, err := rt.Inspect(ctx, spec(c.name).Name); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("%s: the sandbox is left: %v", c.name, err)
+		}
+	}
+	left, err := dyn.Resource(SandboxResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(left.Items) != 0 {
+		t.Errorf("Sandboxes left: %v %v", left, err)
+	}
+	if pods, err := admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Errorf("pods left: %v %v", pods, err)
 	}
 }

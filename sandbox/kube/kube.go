@@ -834,7 +834,7 @@ func lets(np *networkingv1.NetworkPolicy) bool {
 
 // waitRunning waits for pod to run, or to fail, within StartTimeout.
 func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
-	parent := ctx
+	parent, began := ctx, time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.opt.StartTimeout)
 	defer cancel()
 	pods := r.cs.CoreV1().Pods(r.opt.Namespace)
@@ -856,7 +856,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, r.ended(parent, pod)
+				return nil, r.ended(parent, pod, began)
 			}
 			return nil, fmt.Errorf("kubernetes: watch the pod of %s: %w", name, err)
 		}
@@ -880,7 +880,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 		}
 		w.Stop()
 		if ctx.Err() != nil {
-			return nil, r.ended(parent, pod)
+			return nil, r.ended(parent, pod, began)
 		}
 		if !changed && !deleted {
 			// The watch ended with no news (a timeout of the server's, an
@@ -888,7 +888,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 			// watch on.
 			select {
 			case <-ctx.Done():
-				return nil, r.ended(parent, pod)
+				return nil, r.ended(parent, pod, began)
 			case <-time.After(100 * time.Millisecond):
 			}
 			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
@@ -904,13 +904,23 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 	}
 }
 
-// ended is the error of a wait for pod that ran out: the caller's
-// context, or the start timeout.
-func (r *Runtime) ended(parent context.Context, pod *corev1.Pod) error {
+// ended is the error of a wait for pod, begun at began, that ran out:
+// the caller's context (said with where the pod stood then), or the start
+// timeout.
+func (r *Runtime) ended(parent context.Context, pod *corev1.Pod, began time.Time) error {
 	if err := context.Cause(parent); err != nil {
-		return fmt.Errorf("kubernetes: the wait for the pod of %s: %w", pod.Annotations[annName], err)
+		return fmt.Errorf("kubernetes: the pod of %s was not running when the call ended, %s into the wait (%s: %s): %w",
+			pod.Annotations[annName], time.Since(began).Round(100*time.Millisecond), phaseOf(pod), waitingReason(pod), err)
 	}
 	return r.notRunning(pod)
+}
+
+// phaseOf is pod's phase, Pending until one is reported.
+func phaseOf(pod *corev1.Pod) corev1.PodPhase {
+	if pod.Status.Phase == "" {
+		return corev1.PodPending
+	}
+	return pod.Status.Phase
 }
 
 func (r *Runtime) notRunning(pod *corev1.Pod) error {

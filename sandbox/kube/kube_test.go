@@ -272,6 +272,20 @@ func TestLifecycle(t *testing.T) {
 	if d := time.Since(began); d > time.Minute {
 		t.Errorf("the deleted pod was waited for %s", d)
 	}
+	// A call that ends while its pod waits for a kubelet: the error says
+	// where the pod stood, and nothing is kept.
+	waiting := spec
+	waiting.Name, waiting.Image, waiting.Mounts = "smt1-waiting", "registry.invalid/silent:2", nil
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	_, err = rt.Run(short, waiting)
+	cancelShort()
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "was not running when the call ended") ||
+		!strings.Contains(err.Error(), "(Pending: no kubelet has reported on it)") {
+		t.Errorf("a call that ended while its pod waited: %v", err)
+	}
+	if _, err := rt.Inspect(ctx, waiting.Name); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a sandbox whose call ended while its pod waited is left: %v", err)
+	}
 	// Someone else's pod under the name a sandbox's would get: the
 	// sandbox is refused, leaves nothing, and the pod is never deleted,
 	// by Run, Remove or Stop.
