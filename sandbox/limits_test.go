@@ -3,6 +3,7 @@ package sandbox
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSize(t *testing.T) {
@@ -138,5 +139,36 @@ func TestLimitsLabelForm(t *testing.T) {
 	}
 	if back, ok := parseLimitsLabel("disk=,pids=0,workspace=,rootfs="); !ok || back != (Limits{}) {
 		t.Errorf("empty old form: %+v %v", back, ok)
+	}
+}
+
+type fakeStartBounded struct {
+	fakeRT
+	start time.Duration
+}
+
+func (f fakeStartBounded) StartTimeout() time.Duration { return f.start }
+
+// TestBootTimeoutFollowsTheRuntime: a boot is bounded by two minutes, or,
+// on a runtime whose own start waits longer (a Kubernetes pod's image
+// pull), by that wait and a minute more; a bound set in the config wins.
+func TestBootTimeoutFollowsTheRuntime(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		rt   Runtime
+		set  time.Duration
+		want time.Duration
+	}{
+		{"local engine", fakeRT{}, 0, 2 * time.Minute},
+		{"a runtime that waits 5 minutes for a start", fakeStartBounded{start: 5 * time.Minute}, 0, 6 * time.Minute},
+		{"a runtime that waits 10 seconds", fakeStartBounded{start: 10 * time.Second}, 0, 2 * time.Minute},
+		{"set in the config", fakeStartBounded{start: 5 * time.Minute}, 30 * time.Second, 30 * time.Second},
+	} {
+		m := NewManager(c.rt, Config{Prefix: "smtb", BootTimeout: c.set})
+		got := m.cfg.BootTimeout
+		m.Close()
+		if got != c.want {
+			t.Errorf("%s: boot timeout %s, want %s", c.name, got, c.want)
+		}
 	}
 }

@@ -40,7 +40,8 @@ type Config struct {
 	// PoolSize is how many commands one sandbox runs at once.
 	PoolSize int
 	// BootTimeout bounds creating or starting a container and its first
-	// shell; default 2 minutes.
+	// shell; default 2 minutes, or a minute more than the runtime's own
+	// start bound where it has a longer one (StartBounded).
 	BootTimeout time.Duration
 	// History persists command history; nil keeps it in memory only.
 	History HistoryStore
@@ -218,6 +219,10 @@ const historyLimit = 100
 var ErrClosed = errors.New("the sandbox manager is shutting down")
 
 // NewManager returns a Manager over rt.
+// defaultBootTimeout is Config.BootTimeout's default for a runtime with no
+// start bound of its own.
+const defaultBootTimeout = 2 * time.Minute
+
 func NewManager(rt Runtime, cfg Config) *Manager {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "sandbox-mcp"
@@ -226,7 +231,10 @@ func NewManager(rt Runtime, cfg Config) *Manager {
 		cfg.Workdir = "/workspace"
 	}
 	if cfg.BootTimeout <= 0 {
-		cfg.BootTimeout = 2 * time.Minute
+		cfg.BootTimeout = defaultBootTimeout
+		if sb, ok := rt.(StartBounded); ok {
+			cfg.BootTimeout = max(cfg.BootTimeout, sb.StartTimeout()+time.Minute)
+		}
 	}
 	log := cfg.Logger
 	if log == nil {

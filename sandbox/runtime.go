@@ -257,6 +257,15 @@ type Networker interface {
 // Running reports whether the container is running.
 func (c Container) Running() bool { return c.State == StateRunning }
 
+// StartBounded is implemented by runtimes whose wait for a new container
+// to run has a bound of its own, longer than a local engine's start (a
+// Kubernetes pod waits for its image to be pulled and for a node): the
+// manager then gives a boot that long, and a minute more for its first
+// shell, unless Config.BootTimeout says otherwise.
+type StartBounded interface {
+	StartTimeout() time.Duration
+}
+
 // VolumeLister is implemented by engines that list their volumes, which
 // prune needs to find workspaces whose sandbox is gone.
 type VolumeLister interface {

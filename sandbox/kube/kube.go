@@ -292,6 +292,13 @@ func (r *Runtime) Scope() string {
 
 var _ sandbox.Scoped = (*Runtime)(nil)
 
+// StartTimeout is how long a start waits for a new pod to run
+// (Options.StartTimeout): the manager bounds a boot by it
+// (sandbox.StartBounded).
+func (r *Runtime) StartTimeout() time.Duration { return r.opt.StartTimeout }
+
+var _ sandbox.StartBounded = (*Runtime)(nil)
+
 // Version is the apiserver's version.
 func (r *Runtime) Version(ctx context.Context) (string, error) {
 	v, err := r.cs.Discovery().ServerVersion()
