@@ -693,7 +693,7 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 		case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil:
 			return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
 		}
-		another = err == nil
+		another = err == nil && !madeBy(p, rec)
 		if tries++; tries%10 == 0 {
 			// A removal (or the garbage collector, its record gone) may
 			// have taken the Sandbox since.
@@ -706,7 +706,7 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("kubernetes: no pod was made for %s's Sandbox before the call ended, %s after it was made (%s): %w",
+			return nil, fmt.Errorf("kubernetes: no pod was made for %s's Sandbox in the %s the call waited for one (%s): %w",
 				rec.spec.Name, time.Since(began).Round(100*time.Millisecond), r.noPodWhy(ctx, sb.Name, another), context.Cause(ctx))
 		case <-time.After(100 * time.Millisecond):
 		}

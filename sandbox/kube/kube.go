@@ -916,7 +916,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 // timeout.
 func (r *Runtime) ended(parent context.Context, pod *corev1.Pod, began time.Time) error {
 	if err := context.Cause(parent); err != nil {
-		return fmt.Errorf("kubernetes: the pod of %s was not running when the call ended, %s into the wait (%s: %s): %w",
+		return fmt.Errorf("kubernetes: the pod of %s was not running in the %s the call waited for it (%s: %s): %w",
 			pod.Annotations[annName], time.Since(began).Round(100*time.Millisecond), phaseOf(pod), waitingReason(pod), err)
 	}
 	return r.notRunning(pod)

@@ -279,7 +279,7 @@ func TestLifecycle(t *testing.T) {
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
 	_, err = rt.Run(short, waiting)
 	cancelShort()
-	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "was not running when the call ended") ||
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "was not running in the ") ||
 		!strings.Contains(err.Error(), "(Pending: no kubelet has reported on it)") {
 		t.Errorf("a call that ended while its pod waited: %v", err)
 	}
