@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -233,21 +234,30 @@ func TestIdleReaping(t *testing.T) {
 			t.Parallel()
 			rt := tg.New()
 			prefix := enginetest.Prefix(t, rt)
+			// The marks of the sandbox in use, for a failure to show.
+			marks := &lockedBuffer{}
 			cfg := sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image},
-				Profiles: map[string]sandbox.Profile{"sleepy": {IdleTTL: "10s"}}}
+				Profiles: map[string]sandbox.Profile{"sleepy": {IdleTTL: "20s"}},
+				Logger:   slog.New(slog.NewTextHandler(marks, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("the server's log:\n%s", marks.String())
+				}
+			})
 			m := sandbox.NewManager(rt, cfg)
-			// The server marks a busy sandbox active every TTL/3 through a
-			// shell of its own, which a loaded machine may take seconds to
-			// open beside the one running the command (through the
-			// container stand-in, more): a TTL of ten seconds, not one.
-			o := run(t, m, "sleepy", shell.Request{Command: "echo kept > /workspace/f; sleep 15; echo still-here"})
+			// The server marks a busy sandbox active every TTL/3, through
+			// its agent or a shell of its own, which a loaded machine may
+			// take seconds to open beside the one running the command
+			// (through the container stand-in, more): a TTL of twenty
+			// seconds, not one (ten was cut short once, under CI's load).
+			o := run(t, m, "sleepy", shell.Request{Command: "echo kept > /workspace/f; sleep 25; echo still-here"})
 			if o.stdout != "still-here\n" {
 				t.Fatalf("a command longer than the TTL: %q", o.stdout)
 			}
 			m.Close() // no server from here on
 
 			ctr := sandbox.ContainerName(prefix, "sleepy")
-			enginetest.WaitFor(t, "the sandbox idle past its 10 s TTL to stop", func() error {
+			enginetest.WaitFor(t, "the sandbox idle past its 20 s TTL to stop", func() error {
 				c, err := rt.Inspect(context.Background(), ctr)
 				if err != nil {
 					t.Fatal(err)
