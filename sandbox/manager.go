@@ -218,11 +218,11 @@ const historyLimit = 100
 // ErrClosed is returned by a Manager that has been closed.
 var ErrClosed = errors.New("the sandbox manager is shutting down")
 
-// NewManager returns a Manager over rt.
 // defaultBootTimeout is Config.BootTimeout's default for a runtime with no
 // start bound of its own.
 const defaultBootTimeout = 2 * time.Minute
 
+// NewManager returns a Manager over rt.
 func NewManager(rt Runtime, cfg Config) *Manager {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "sandbox-mcp"

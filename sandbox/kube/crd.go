@@ -690,10 +690,12 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 		switch {
 		case err == nil && madeBy(p, rec) && p.DeletionTimestamp == nil:
 			return p, nil
-		case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil:
+		case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil && !pastDeadline(ctx):
 			return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
 		}
-		another = err == nil && !madeBy(p, rec)
+		if err == nil || apierrors.IsNotFound(err) {
+			another = err == nil && !madeBy(p, rec)
+		}
 		if tries++; tries%10 == 0 {
 			// A removal (or the garbage collector, its record gone) may
 			// have taken the Sandbox since.
@@ -711,6 +713,14 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// pastDeadline reports whether ctx's deadline is a moment away: a read
+// then fails for it (the client's rate limiter refuses a wait it cannot
+// finish in time) before ctx itself ends.
+func pastDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < time.Second
 }
 
 // noPodWhy says why the Sandbox named name may have no pod yet: what its

@@ -292,10 +292,16 @@ func (r *Runtime) Scope() string {
 
 var _ sandbox.Scoped = (*Runtime)(nil)
 
-// StartTimeout is how long a start waits for a new pod to run
-// (Options.StartTimeout): the manager bounds a boot by it
-// (sandbox.StartBounded).
-func (r *Runtime) StartTimeout() time.Duration { return r.opt.StartTimeout }
+// StartTimeout is how long a start may wait for a new pod to run: the
+// manager bounds a boot by it (sandbox.StartBounded). In sandbox mode a
+// start waits Options.StartTimeout for agent-sandbox's controller to make
+// the pod, then as long for it to run.
+func (r *Runtime) StartTimeout() time.Duration {
+	if r.dyn != nil {
+		return 2 * r.opt.StartTimeout
+	}
+	return r.opt.StartTimeout
+}
 
 var _ sandbox.StartBounded = (*Runtime)(nil)
 
@@ -904,6 +910,9 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 				continue
 			}
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil, r.ended(parent, pod, began)
+				}
 				return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
 			}
 			pod = p
@@ -931,7 +940,7 @@ func phaseOf(pod *corev1.Pod) corev1.PodPhase {
 }
 
 func (r *Runtime) notRunning(pod *corev1.Pod) error {
-	return fmt.Errorf("kubernetes: the pod of %s is not running after %s (%s): %s", pod.Annotations[annName], r.opt.StartTimeout, pod.Status.Phase, waitingReason(pod))
+	return fmt.Errorf("kubernetes: the pod of %s is not running after %s (%s): %s", pod.Annotations[annName], r.opt.StartTimeout, phaseOf(pod), waitingReason(pod))
 }
 
 // hopeless reports whether pod's container waits for what will not come

@@ -276,10 +276,11 @@ func TestLifecycle(t *testing.T) {
 	// where the pod stood, and nothing is kept.
 	waiting := spec
 	waiting.Name, waiting.Image, waiting.Mounts = "smt1-waiting", "registry.invalid/silent:2", nil
-	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	_, err = rt.Run(short, waiting)
-	cancelShort()
-	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "was not running in the ") ||
+	_, err = rt.Run(cancelOnceThere(ctx, t, func(ctx context.Context) error {
+		_, err := admin.CoreV1().Pods(ns).Get(ctx, objectName(waiting.Name), metav1.GetOptions{})
+		return err
+	}), waiting)
+	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "was not running in the ") ||
 		!strings.Contains(err.Error(), "(Pending: no kubelet has reported on it)") {
 		t.Errorf("a call that ended while its pod waited: %v", err)
 	}
@@ -381,4 +382,21 @@ func TestObjectNames(t *testing.T) {
 		}
 		seen[o] = n
 	}
+}
+
+// cancelOnceThere is a context of ctx that ends a moment after there
+// finds what a call under it makes (its pod, its Sandbox): a call that
+// ends while it waits, and not before, however slow the steps before the
+// wait are.
+func cancelOnceThere(ctx context.Context, t *testing.T, there func(context.Context) error) context.Context {
+	call, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	go func() {
+		defer cancel()
+		for ctx.Err() == nil && there(ctx) != nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond) // into the wait
+	}()
+	return call
 }
