@@ -488,7 +488,7 @@ func TestSandboxWithoutItsController(t *testing.T) {
 			t.Errorf("%s: the sandbox is left: %v", c.name, err)
 		}
 	}
-	left, err := dyn.Resource(SandboxResource).Namespace(ns).List(ctx, metav1.ListOptions{})
+	left, err := sbs.List(ctx, metav1.ListOptions{})
 	if err != nil || len(left.Items) != 0 {
 		t.Errorf("Sandboxes left: %v %v", left, err)
 	}
