@@ -690,7 +690,7 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 		switch {
 		case err == nil && madeBy(p, rec) && p.DeletionTimestamp == nil:
 			return p, nil
-		case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil && !pastDeadline(ctx):
+		case err != nil && !apierrors.IsNotFound(err) && !ending(ctx):
 			return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", rec.spec.Name, err)
 		}
 		if err == nil || apierrors.IsNotFound(err) {
@@ -715,12 +715,26 @@ func (r *Runtime) waitForPod(ctx context.Context, rec record, sb *sandboxObject)
 	}
 }
 
-// pastDeadline reports whether ctx's deadline is a moment away: a read
-// then fails for it (the client's rate limiter refuses a wait it cannot
-// finish in time) before ctx itself ends.
-func pastDeadline(ctx context.Context) bool {
+// ending reports whether a request that failed may have failed for
+// ctx's end: ctx has ended, or its deadline is a moment away, when the
+// client's rate limiter refuses a wait it cannot finish in time before
+// ctx itself ends.
+func ending(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
 	d, ok := ctx.Deadline()
 	return ok && time.Until(d) < time.Second
+}
+
+// waitEnding is ending, and when it reports true it waits (a second at
+// most) for ctx to end, so that the caller can tell what ended it.
+func waitEnding(ctx context.Context) bool {
+	if !ending(ctx) {
+		return false
+	}
+	<-ctx.Done()
+	return true
 }
 
 // noPodWhy says why the Sandbox named name may have no pod yet: what its

@@ -496,3 +496,31 @@ func TestSandboxWithoutItsController(t *testing.T) {
 		t.Errorf("pods left: %v %v", pods, err)
 	}
 }
+
+// A request that fails as its context is about to end (the client's rate
+// limiter refuses a wait past the deadline) is taken for the context's
+// end, and waited out so that the caller can tell what ended it; one that
+// fails with time to spare is not.
+func TestWaitEnding(t *testing.T) {
+	far, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if ending(far) || waitEnding(far) {
+		t.Fatal("a context a minute from its deadline was taken for ending")
+	}
+	if ending(context.Background()) {
+		t.Fatal("a context without a deadline was taken for ending")
+	}
+	near, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if !waitEnding(near) {
+		t.Fatal("a context 300ms from its deadline was not taken for ending")
+	}
+	if !errors.Is(near.Err(), context.DeadlineExceeded) {
+		t.Fatalf("waitEnding returned before the context ended: %v", near.Err())
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if !waitEnding(gone) {
+		t.Fatal("a canceled context was not taken for ending")
+	}
+}

@@ -868,7 +868,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 		}
 		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
 		if err != nil {
-			if ctx.Err() != nil {
+			if waitEnding(ctx) {
 				return nil, r.ended(parent, pod, began)
 			}
 			return nil, fmt.Errorf("kubernetes: watch the pod of %s: %w", name, err)
@@ -910,7 +910,7 @@ func (r *Runtime) waitRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod
 				continue
 			}
 			if err != nil {
-				if ctx.Err() != nil {
+				if waitEnding(ctx) {
 					return nil, r.ended(parent, pod, began)
 				}
 				return nil, fmt.Errorf("kubernetes: read the pod of %s: %w", name, err)
