@@ -19,17 +19,24 @@ import (
 )
 
 // The stdio transport: newline-delimited JSON-RPC on one reader and one
-// writer, with one client. The reader decodes a line once, to tell a
-// request from a notification and from the client's answer to a request of
-// the server's; it hands each request to a worker, which answers it as
-// soon as it is done, in one write, and waits for the next. mcp-go's own
-// stdio server decoded each line five times and passed it through three
-// goroutines, one of them new, before a handler saw it: on a warm exec
-// that was a fifth of the server's time.
+// writer, with one client. One worker at a time reads; it decodes a line
+// once, to tell a request from a notification and from the client's
+// answer to a request of the server's, and serves notifications and
+// answers itself, in order. When it reads a request it passes the reading
+// to another worker (an idle one, or a new one) and serves the request
+// itself, answering it in one write as soon as it is done; then it waits
+// for its next turn to read. The request so goes on in the goroutine that
+// read it, with no hand-off before its handler runs (on a warm exec that
+// hand-off, a wake of a parked goroutine, cost about 50µs), and the next
+// reader wakes while it runs. mcp-go's own stdio server decoded each line
+// five times and passed it through three goroutines, one of them new,
+// before a handler saw it: on a warm exec that was a fifth of the server's
+// time.
 
 // maxInFlight is how many requests may be served at once (each by a
-// worker of its own). The reader waits for a worker past it, which holds
-// back a client that sends faster than the server answers.
+// worker of its own, one more worker reading). The reader waits for a
+// worker past it, which holds back a client that sends faster than the
+// server answers.
 const maxInFlight = 1024
 
 // notificationQueue is how many notifications may wait for the writer.
@@ -49,8 +56,17 @@ type stdioTransport struct {
 	// barriers are flushNotifications' channels, by number.
 	barriers sync.Map
 	barrierN atomic.Int64
-	// work hands a request to an idle worker.
-	work chan *request
+
+	// The reading, which workers pass on to each other: ctx is the
+	// session's, br the input, turn hands the reading to an idle worker,
+	// slots counts the workers (maxInFlight serving, one reading), running
+	// the requests being served, and ended gets how the reading ended.
+	ctx     context.Context
+	br      *bufio.Reader
+	turn    chan struct{}
+	slots   chan struct{}
+	running *workers
+	ended   chan error
 }
 
 // line is what the transport reads of a message to route it; the members
@@ -78,7 +94,8 @@ func serveStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 	if errLog == nil {
 		errLog = log.New(io.Discard, "", 0)
 	}
-	t := &stdioTransport{ms: ms, out: out, errLog: errLog, work: make(chan *request)}
+	t := &stdioTransport{ms: ms, out: out, errLog: errLog, turn: make(chan struct{}),
+		slots: make(chan struct{}, maxInFlight+1), ended: make(chan error, 1), br: bufio.NewReaderSize(in, 64<<10)}
 	t.sess = &stdioSession{
 		notifications: make(chan mcp.JSONRPCNotification, notificationQueue),
 		pending:       map[int64]chan reply{},
@@ -98,10 +115,11 @@ func serveStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 
 	go t.writeNotifications(ctx)
 
-	done := make(chan error, 1)
-	go func() { done <- t.read(ctx, in, running) }()
+	t.ctx, t.running = ctx, running
+	t.slots <- struct{}{}
+	go t.work()
 	select {
-	case err := <-done:
+	case err := <-t.ended:
 		return err
 	case <-outer.Done():
 		// The reader may be blocked on in for ever; it is left to the
@@ -110,7 +128,7 @@ func serveStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.
 	}
 }
 
-// workers counts the transport's workers, and once closed starts no
+// workers counts the requests being served, and once closed starts no
 // more, so that the transport's end can wait for the last.
 type workers struct {
 	mu     sync.Mutex
@@ -118,7 +136,7 @@ type workers struct {
 	wg     sync.WaitGroup
 }
 
-// start counts one more worker, or reports false once closed.
+// start counts one more request, or reports false once closed.
 func (f *workers) start() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -131,12 +149,12 @@ func (f *workers) start() bool {
 
 func (f *workers) done() { f.wg.Done() }
 
-// endWait bounds how long the transport's end waits for its workers
-// (one may be stuck writing to a client that reads no more). A variable
-// for tests.
+// endWait bounds how long the transport's end waits for the requests
+// being served (one may be stuck writing to a client that reads no more).
+// A variable for tests.
 var endWait = 10 * time.Second
 
-// closeAndWait starts no more workers and waits for those running, at
+// closeAndWait starts no more requests and waits for those running, at
 // most d.
 func (f *workers) closeAndWait(d time.Duration, errLog *log.Logger) {
 	f.mu.Lock()
@@ -151,55 +169,104 @@ func (f *workers) closeAndWait(d time.Duration, errLog *log.Logger) {
 	}
 }
 
-// read reads messages until in ends, serving each.
-func (t *stdioTransport) read(ctx context.Context, in io.Reader, running *workers) error {
-	slots := make(chan struct{}, maxInFlight)
-	br := bufio.NewReaderSize(in, 64<<10)
+// work is one worker: it takes its turn to read (the first worker starts
+// with it), serves the request it read, and waits for its next turn, until
+// the reading ends or it has been idle for workerIdle. It holds one of
+// slots while it lives.
+func (t *stdioTransport) work() {
+	defer func() { <-t.slots }()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
 	for {
-		msg, err := br.ReadBytes('\n')
-		if len(bytes.TrimSpace(msg)) > 0 {
-			if ctx.Err() != nil {
-				return nil
-			}
-			t.dispatch(ctx, msg, slots, running)
+		r, ok := t.readTurn()
+		if !ok {
+			return
 		}
-		if errors.Is(err, io.EOF) {
-			return nil
+		if t.running.start() {
+			t.run(r)
+			t.running.done()
+		} else {
+			t.done(r)
 		}
-		if err != nil {
-			t.errLog.Printf("read: %v", err)
-			return err
+		idle.Reset(workerIdle)
+		select {
+		case <-t.turn:
+		case <-idle.C:
+			return
+		case <-t.ctx.Done():
+			return
 		}
 	}
 }
 
-// dispatch serves one message: a request by a worker (with a context of
-// its own, which a notifications/cancelled read later ends at once), a
-// notification in order on the reader, an answer to the request waiting
-// for it.
-func (t *stdioTransport) dispatch(ctx context.Context, msg []byte, slots chan struct{}, running *workers) {
+// readTurn reads messages, serving notifications and the client's answers
+// as it reads them, until it reads a request: it then passes the reading
+// to another worker and returns the request, for the calling worker to
+// serve. It reports false once the reading has ended (the input's end, an
+// error reading it, or ctx), having sent how on ended.
+func (t *stdioTransport) readTurn() (*request, bool) {
+	for {
+		msg, err := t.br.ReadBytes('\n')
+		if len(bytes.TrimSpace(msg)) > 0 {
+			if t.ctx.Err() != nil {
+				t.ended <- nil
+				return nil, false
+			}
+			if r := t.dispatch(msg); r != nil {
+				if err != nil {
+					// The input's last message: the reading ends here,
+					// and this worker serves it.
+					t.endReading(err)
+					return r, true
+				}
+				if t.pass(r) {
+					return r, true
+				}
+			}
+		}
+		if err != nil {
+			t.endReading(err)
+			return nil, false
+		}
+	}
+}
+
+// endReading reports the reading's end, by err (io.EOF: the input's end).
+func (t *stdioTransport) endReading(err error) {
+	if errors.Is(err, io.EOF) {
+		err = nil
+	} else {
+		t.errLog.Printf("read: %v", err)
+	}
+	t.ended <- err
+}
+
+// dispatch serves one message, and returns the request it is (with a
+// context of its own, which a notifications/cancelled read later ends at
+// once), for the caller to serve; a notification it serves itself, in
+// order, and it gives an answer to the request waiting for it.
+func (t *stdioTransport) dispatch(msg []byte) *request {
 	var l line
 	if err := json.Unmarshal(msg, &l); err != nil {
 		t.write(errorAnswer(nil, mcp.PARSE_ERROR, "Parse error"))
-		return
+		return nil
 	}
 	raw := json.RawMessage(msg)
 	switch {
 	case l.Method == nil && l.hasID() && (l.Result != nil || present(l.Error)):
 		t.sess.answer(l)
 	case l.hasID():
-		rctx, cancel := context.WithCancel(ctx)
+		rctx, cancel := context.WithCancel(t.ctx)
 		r := &request{id: l.ID, raw: raw, ctx: rctx, cancel: cancel, key: idKey(l.ID)}
 		t.inflight.Store(r.key, r)
-		if !t.serve(ctx, r, slots, running) {
-			t.done(r)
-		}
+		return r
 	default:
 		if bytes.Equal(l.Method, []byte(`"notifications/cancelled"`)) {
 			t.cancelInFlight(l.Params)
 		}
-		t.handle(ctx, nil, raw)
+		t.handle(t.ctx, nil, raw)
 	}
+	return nil
 }
 
 // cancelInFlight cancels the request a notifications/cancelled names, on
@@ -231,26 +298,28 @@ type request struct {
 	key     string
 }
 
-// workerIdle is how long a worker waits for another request before it
+// workerIdle is how long a worker waits for its next turn before it
 // ends.
 const workerIdle = 10 * time.Second
 
-// serve hands r to an idle worker, or starts a worker for it when none is
-// idle and fewer than maxInFlight run; past that it waits busyWait for
-// one, then answers r that the server is busy, and reports false. A
-// worker lives on for the next requests: a request's handlers run deep,
-// and a new goroutine's stack would grow (and be copied) each time.
-func (t *stdioTransport) serve(ctx context.Context, r *request, slots chan struct{}, running *workers) bool {
+// pass hands the reading to an idle worker, or to a new worker when none
+// is idle and fewer than maxInFlight serve; past that it waits busyWait
+// for one, then answers r that the server is busy, and reports false, as
+// it does when ctx ends (the caller reads on). A worker lives on for the
+// next requests: a request's handlers run deep, and a new goroutine's
+// stack would grow (and be copied) each time.
+func (t *stdioTransport) pass(r *request) bool {
 	select {
-	case t.work <- r:
+	case t.turn <- struct{}{}:
 		return true
 	default:
 	}
 	select {
-	case t.work <- r:
+	case t.turn <- struct{}{}:
 		return true
-	case slots <- struct{}{}:
-	case <-ctx.Done():
+	case t.slots <- struct{}{}:
+	case <-t.ctx.Done():
+		t.done(r)
 		return false
 	default:
 		// Every worker is busy: the reader waits a moment for one, and no
@@ -259,38 +328,19 @@ func (t *stdioTransport) serve(ctx context.Context, r *request, slots chan struc
 		busy := time.NewTimer(busyWait)
 		defer busy.Stop()
 		select {
-		case t.work <- r:
+		case t.turn <- struct{}{}:
 			return true
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		case t.slots <- struct{}{}:
+		case <-t.ctx.Done():
+			t.done(r)
 			return false
 		case <-busy.C:
 			t.write(errorAnswer(r.id, mcp.INTERNAL_ERROR, fmt.Sprintf("server busy: %d requests under way; send this one again once one is answered", maxInFlight)))
+			t.done(r)
 			return false
 		}
 	}
-	if !running.start() {
-		<-slots
-		return false
-	}
-	go func() {
-		defer running.done()
-		defer func() { <-slots }()
-		t.run(r)
-		idle := time.NewTimer(workerIdle)
-		defer idle.Stop()
-		for {
-			select {
-			case r := <-t.work:
-				t.run(r)
-				idle.Reset(workerIdle)
-			case <-idle.C:
-				return
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	go t.work()
 	return true
 }
 
