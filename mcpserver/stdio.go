@@ -182,12 +182,8 @@ func (t *stdioTransport) work() {
 		if !ok {
 			return
 		}
-		if t.running.start() {
-			t.run(r)
-			t.running.done()
-		} else {
-			t.done(r)
-		}
+		t.run(r)
+		t.running.done()
 		idle.Reset(workerIdle)
 		select {
 		case <-t.turn:
@@ -213,6 +209,13 @@ func (t *stdioTransport) readTurn() (*request, bool) {
 				return nil, false
 			}
 			if r := t.dispatch(msg); r != nil {
+				// Counted before the reading goes on, so that the
+				// transport's end, which the next read may bring, waits
+				// for it.
+				if !t.running.start() {
+					t.done(r) // the transport has ended
+					return nil, false
+				}
 				if err != nil {
 					// The input's last message: the reading ends here,
 					// and this worker serves it.
@@ -222,6 +225,7 @@ func (t *stdioTransport) readTurn() (*request, bool) {
 				if t.pass(r) {
 					return r, true
 				}
+				t.running.done() // answered busy, or the session ended
 			}
 		}
 		if err != nil {

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -440,4 +441,45 @@ func TestStdioEndDoesNotWaitForeverOnAWrite(t *testing.T) {
 		t.Fatal("the transport's end waits for a write no one reads")
 	}
 	outW.Close()
+}
+
+// TestStdioAnswersWhatCameBeforeTheEnd: requests read just before the
+// input ends are answered before the transport returns, whether or not
+// the last line ends with a newline (a client that writes its requests
+// and closes its end: `printf … | sandbox-mcp`).
+func TestStdioAnswersWhatCameBeforeTheEnd(t *testing.T) {
+	ms := server.NewMCPServer("t", "0", server.WithToolCapabilities(false))
+	var in strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&in, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", i)
+	}
+	for round := range 300 {
+		input := in.String()
+		if round%2 == 1 {
+			input = strings.TrimSuffix(input, "\n")
+		}
+		var out bytes.Buffer
+		w := &lockedWriter{w: &out}
+		if err := serveStdio(context.Background(), ms, strings.NewReader(input), w, nil); err != nil {
+			t.Fatal(err)
+		}
+		w.mu.Lock()
+		got := strings.Count(out.String(), `"result"`)
+		w.mu.Unlock()
+		if got != 10 {
+			t.Fatalf("round %d: %d of 10 pings answered when the transport returned:\n%s", round, got, out.String())
+		}
+	}
+}
+
+// lockedWriter serializes writes to w, for a reader that reads it after.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
