@@ -63,7 +63,7 @@ func InitFrame(marker, init string, out Outputs) string {
 // weighed as much as a tenth of a warm command's round trip. Like fds 3
 // and 4 it stays open for good: only commands that cannot redirect the
 // shell's own fds run in the framing shell (see NeedsIsolation), and
-// commands see it open, as they see 3 and 4.
+// every command, isolated or not, inherits it open.
 const nullFD = "7"
 
 // A frame's streams, for marker M:

@@ -70,6 +70,12 @@ func NeedsIsolation(command string) bool {
 			continue
 		}
 		word, j := scanWord(command, i)
+		if j < n && (command[j] == '<' || command[j] == '>') && isDigits(word) {
+			// The fd of the redirection that follows (`7<&- exec`): not
+			// a word, and the command name is still to come.
+			i = j
+			continue
+		}
 		i = j
 		if word == "" {
 			i++
@@ -104,6 +110,17 @@ func NeedsIsolation(command string) bool {
 		cmdPos, prevWord = false, word
 	}
 	return false
+}
+
+// isDigits reports whether w is a number of digits only: before a
+// redirection operator, the fd it redirects.
+func isDigits(w string) bool {
+	for i := 0; i < len(w); i++ {
+		if w[i] < '0' || w[i] > '9' {
+			return false
+		}
+	}
+	return w != ""
 }
 
 func isSpaceOrOp(c byte) bool {

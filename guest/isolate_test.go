@@ -25,6 +25,13 @@ func TestNeedsIsolation(t *testing.T) {
 		"function f { :; }":             true,
 		"exit 3":                        true,
 		"exec >/dev/null":               true,
+		"7<&- exec":                     true, // the redirections go first
+		"2>/dev/null exec 7<&-":         true,
+		"0<&7 exec":                     true,
+		"1>/dev/null exec":              true,
+		"ls 2>/dev/null":                false,
+		"2>/dev/null ls 7<&-":           false, // for ls alone
+		"echo 12 >x; cat 3<x":           false,
 		"eval \"$CMD\"":                 true,
 		". ./venv/bin/activate":         true,
 		"source env.sh":                 true,
