@@ -182,6 +182,24 @@ func TestRedirectingShellOutputIsUndone(t *testing.T) {
 	}
 }
 
+// Commands give their stdin from a /dev/null the framing shell keeps open
+// on one fd for good; a command that closes or moves that fd, however it
+// is written, must not take it from the commands after it.
+func TestClosingTheStdinFDIsUndone(t *testing.T) {
+	sh := openShell(t)
+	for _, c := range []string{"exec 7<&-", "7<&- exec true", "exec 7>&-", "1>/dev/null exec 7<&-",
+		"{ exec 7<&-; }", "if true; then exec 7>&-; fi", "exec 7</etc/hostname"} {
+		r := runOn(t, sh, Request{Command: c})
+		if r.res.ShellLost {
+			t.Fatalf("%q lost the shell", c)
+		}
+		r = runOn(t, sh, Request{Command: "cat; echo ok"})
+		if r.stdout != "ok\n" || r.stderr != "" || r.res.ExitCode != 0 {
+			t.Fatalf("after %q: stdout %q stderr %q exit %d", c, r.stdout, r.stderr, r.res.ExitCode)
+		}
+	}
+}
+
 func TestExitEndsOnlyTheCommand(t *testing.T) {
 	sh := openShell(t)
 	r := runOn(t, sh, Request{Command: "cd /usr; export LEFT=yes; echo bye; exit 7; echo never"})
