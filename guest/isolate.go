@@ -25,9 +25,18 @@ var reservedWords = map[string]bool{
 // looks at every word in command position (after ;, &, |, newline, (, {,
 // and keywords), and says yes for a command name from isolatingWords, a
 // function definition, a command name that comes from an expansion
-// ($x, `x`, $(x)), or an assignment to IFS. Commands that only run
-// programs, cd and export run in the framing shell, which saves a fork.
+// ($x, `x`, $(x), a glob or bash's braces), or an assignment to IFS. It
+// reads the words as the shell will, after joining continued lines.
+// Commands that only run programs, cd and export run in the framing
+// shell, which saves a fork.
 func NeedsIsolation(command string) bool {
+	if strings.Contains(command, "$'") {
+		// $'…' differs between shells (bash and busybox end it at an
+		// unescaped quote; dash has no $'…' and ends it at the next
+		// quote): words seen one way may be hidden the other.
+		return true
+	}
+	command = joinContinuations(command)
 	cmdPos := true
 	prevWord := ""
 	i := 0
@@ -107,7 +116,60 @@ func NeedsIsolation(command string) bool {
 		if strings.HasSuffix(name, "()") {
 			return true
 		}
+		if mayExpand(word) {
+			return true // e?ec, e[x]ec, {exec,}: a name the shell makes
+		}
 		cmdPos, prevWord = false, word
+	}
+	return false
+}
+
+// joinContinuations removes each backslash-newline the shell removes
+// before it splits a command into words (those outside single quotes), so
+// that `ex\<newline>ec` is read as the word exec.
+func joinContinuations(s string) string {
+	if !strings.Contains(s, "\\\n") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	single, double := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case single:
+			single = c != '\''
+		case c == '\\' && i+1 < len(s):
+			if s[i+1] == '\n' {
+				i++
+				continue
+			}
+			b.WriteByte(c)
+			i++
+			c = s[i]
+		case c == '"':
+			double = !double
+		case c == '\'' && !double:
+			single = true
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// mayExpand reports whether word, in command position, may become another
+// word when the shell expands it: a pattern (*, ?, [ … ]) matched against
+// the directory's names, or bash's brace expansion ({a,b}, {a..b}). The
+// test command `[` and a lone `{` stay themselves.
+func mayExpand(word string) bool {
+	if strings.ContainsAny(word, "*?") {
+		return true
+	}
+	if i := strings.IndexByte(word, '['); i >= 0 && strings.IndexByte(word[i+1:], ']') >= 0 {
+		return true
+	}
+	if i := strings.IndexByte(word, '{'); i >= 0 && strings.IndexByte(word[i+1:], '}') >= 0 {
+		return true
 	}
 	return false
 }
@@ -222,6 +284,7 @@ var stateWords = map[string]bool{
 // assignment (any "="). Only then does its frame carry the shell's state,
 // which keeps the common frame small. It errs towards yes.
 func MayChangeState(command string) bool {
+	command = joinContinuations(command)
 	if strings.IndexByte(command, '=') >= 0 {
 		return true
 	}
