@@ -66,6 +66,15 @@ func InitFrame(marker, init string, out Outputs) string {
 // every command, isolated or not, inherits it open.
 const nullFD = "7"
 
+// keepNullFD follows the frame of a command run in the framing shell
+// itself that could name nullFD: it opens nullFD on /dev/null again unless
+// it still is (two stats, no open). NeedsIsolation keeps every command
+// that could close or move it for good out of the framing shell, as far
+// as its reading of the command goes; if one got past it, later commands
+// would fail on `<&7` ("Bad file descriptor") or read another file, and
+// nothing would replace the shell.
+const keepNullFD = "[ /proc/self/fd/" + nullFD + " -ef /dev/null ] || exec " + nullFD + "</dev/null\n"
+
 // A frame's streams, for marker M:
 //
 //	stdout: [M}<cwd>\n<export -p>] M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg> <outputs>\nM.\n
@@ -217,6 +226,12 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 			state = "1"
 		}
 		b.WriteString("__sbx_end " + marker + " " + state + "\n")
+		if strings.ContainsAny(req.Command, nullFD+"{") {
+			// A command can name the fd only with its digit, or in
+			// bash through a {var} redirection. The check runs after
+			// the frame's end, while the server reads its answer.
+			b.WriteString(keepNullFD)
+		}
 		return Frame{Script: b.String()}, nil
 	}
 	// The subshell reports its state when the command ends, whether by

@@ -60,6 +60,7 @@ var goldenCases = []goldenCase{
 	{"init_frame_hostile", text(InitFrame("sbxM", hostile, Outputs{Dir: "/tmp/out puts'", Stamp: "/tmp/st'amp"}))},
 	{"command_frame", frame(Command{Command: "echo hello; pwd"}, "")},
 	{"command_frame_workdir", frame(Command{Command: "pwd", Workdir: "/usr"}, "")},
+	{"command_frame_names_null_fd", frame(Command{Command: "exec 7>&-", Trusted: true}, "")},
 	{"command_frame_isolated", frame(Command{Command: "set -e; false", Workdir: "/usr"}, "")},
 	{"command_frame_hostile", frame(Command{
 		Command: hostile + markerLike,

@@ -187,16 +187,40 @@ func TestRedirectingShellOutputIsUndone(t *testing.T) {
 // is written, must not take it from the commands after it.
 func TestClosingTheStdinFDIsUndone(t *testing.T) {
 	sh := openShell(t)
-	for _, c := range []string{"exec 7<&-", "7<&- exec true", "exec 7>&-", "1>/dev/null exec 7<&-",
-		"{ exec 7<&-; }", "if true; then exec 7>&-; fi", "exec 7</etc/hostname"} {
-		r := runOn(t, sh, Request{Command: c})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "exec"), nil, 0o644); err != nil {
+		t.Fatal(err) // a name a pattern in command position can match
+	}
+	check := func(sh *Shell, req Request) {
+		t.Helper()
+		req.Timeout = 10 * time.Second
+		r := runOn(t, sh, req)
 		if r.res.ShellLost {
-			t.Fatalf("%q lost the shell", c)
+			if req.Trusted {
+				// bash 5.2 as sh crashes on `exec 7<&0` run here: a shell
+				// lost is one the pool replaces, which is all a
+				// command past the check may cost.
+				t.Logf("%q lost the shell", req.Command)
+				return
+			}
+			t.Fatalf("%q lost the shell", req.Command)
 		}
-		r = runOn(t, sh, Request{Command: "cat; echo ok"})
+		r = runOn(t, sh, Request{Command: "cat; echo ok", Timeout: 10 * time.Second})
 		if r.stdout != "ok\n" || r.stderr != "" || r.res.ExitCode != 0 {
-			t.Fatalf("after %q: stdout %q stderr %q exit %d", c, r.stdout, r.stderr, r.res.ExitCode)
+			t.Fatalf("after %q: stdout %q stderr %q exit %d", req.Command, r.stdout, r.stderr, r.res.ExitCode)
 		}
+	}
+	for _, c := range []string{"exec 7<&-", "7<&- exec true", "exec 7>&-", "1>/dev/null exec 7<&-",
+		"{ exec 7<&-; }", "if true; then exec 7>&-; fi", "exec 7</etc/hostname",
+		"ex\\\nec 7<&-", "7\\\n<&- exec", "7<&- \\\nexec", // continued lines
+		"cd '" + dir + "' && exe? 7<&-", "cd '" + dir + "' && e[x]ec 7<&-", // patterns
+		"echo $'\\'' ; exec 7<&- ; echo '"} {
+		check(sh, Request{Command: c})
+	}
+	// Past the isolation check (the server's own scripts skip it), the
+	// frame puts the fd back.
+	for _, c := range []string{"exec 7<&-", "exec 7</etc/hostname", "exec 7<&0"} {
+		check(openShell(t), Request{Command: c, Trusted: true})
 	}
 }
 
