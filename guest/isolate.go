@@ -26,7 +26,9 @@ var reservedWords = map[string]bool{
 // and keywords), and says yes for a command name from isolatingWords, a
 // function definition, a command name that comes from an expansion
 // ($x, `x`, $(x), a glob or bash's braces), or an assignment to IFS. It
-// reads the words as the shell will, after joining continued lines.
+// reads the words as the shell will, after joining continued lines, and
+// where it could read them otherwise (a here-document, a command
+// substitution holding quotes or comments, $'…') it says yes.
 // Commands that only run programs, cd and export run in the framing
 // shell, which saves a fork.
 func NeedsIsolation(command string) bool {
@@ -34,6 +36,17 @@ func NeedsIsolation(command string) bool {
 		// $'…' differs between shells (bash and busybox end it at an
 		// unescaped quote; dash has no $'…' and ends it at the next
 		// quote): words seen one way may be hidden the other.
+		return true
+	}
+	if strings.Contains(command, "<<") {
+		// A here-document's body is data, which the reading below would
+		// take for commands, and a quote in it would hide what follows.
+		return true
+	}
+	if (strings.Contains(command, "$(") || strings.IndexByte(command, '`') >= 0) && strings.ContainsAny(command, "'\"#\\") {
+		// A command substitution is found by its parentheses alone; a
+		// quote or a comment inside it could make the reading end it
+		// elsewhere than the shell does.
 		return true
 	}
 	command = joinContinuations(command)
