@@ -66,14 +66,17 @@ func InitFrame(marker, init string, out Outputs) string {
 // every command, isolated or not, inherits it open.
 const nullFD = "7"
 
-// keepNullFD follows the frame of a command run in the framing shell
-// itself that could name nullFD: it opens nullFD on /dev/null again unless
-// it still is (two stats, no open). NeedsIsolation keeps every command
-// that could close or move it for good out of the framing shell, as far
-// as its reading of the command goes; if one got past it, later commands
-// would fail on `<&7` ("Bad file descriptor") or read another file, and
-// nothing would replace the shell.
-const keepNullFD = "[ /proc/self/fd/" + nullFD + " -ef /dev/null ] || exec " + nullFD + "</dev/null\n"
+// keepNullFD follows the frame of every command run in the framing shell
+// itself: it opens nullFD on /dev/null again, after the frame's end, while
+// the server reads the answer. NeedsIsolation keeps the commands that
+// could close or move it for good out of the framing shell, as far as its
+// reading of the command goes; one that got past it (the shell's grammar
+// is larger than that reading) would otherwise leave every later command
+// failing on `<&7` ("Bad file descriptor") or reading another file, with
+// nothing to replace the shell. Whatever names the fd does not tell from
+// the text alone (eval, a sourced file, an expansion), so it runs after
+// every such command.
+const keepNullFD = "exec " + nullFD + "</dev/null\n"
 
 // A frame's streams, for marker M:
 //
@@ -226,12 +229,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 			state = "1"
 		}
 		b.WriteString("__sbx_end " + marker + " " + state + "\n")
-		if strings.ContainsAny(req.Command, nullFD+"{") {
-			// A command can name the fd only with its digit, or in
-			// bash through a {var} redirection. The check runs after
-			// the frame's end, while the server reads its answer.
-			b.WriteString(keepNullFD)
-		}
+		b.WriteString(keepNullFD)
 		return Frame{Script: b.String()}, nil
 	}
 	// The subshell reports its state when the command ends, whether by

@@ -214,12 +214,17 @@ func TestClosingTheStdinFDIsUndone(t *testing.T) {
 		"{ exec 7<&-; }", "if true; then exec 7>&-; fi", "exec 7</etc/hostname",
 		"ex\\\nec 7<&-", "7\\\n<&- exec", "7<&- \\\nexec", // continued lines
 		"cd '" + dir + "' && exe? 7<&-", "cd '" + dir + "' && e[x]ec 7<&-", // patterns
-		"echo $'\\'' ; exec 7<&- ; echo '"} {
+		"echo $'\\'' ; exec 7<&- ; echo '",
+		// Text the isolation check could read otherwise than the shell:
+		// a quote in a command substitution or a here-document.
+		"echo $(echo '(') ; eval \"exec $((3+4))<&-\" # )", "echo $(echo '(') ; exec 7>/dev/null # )",
+		"cat <<EOF\na '\nEOF\neval \"exec $((3+4))<&-\"\n# '", "cat <<EOF\na '\nEOF\ncommand() { echo hijacked; }\n# '",
+		"echo $(echo '(') ; cat() { echo hijacked; } # )"} {
 		check(sh, Request{Command: c})
 	}
 	// Past the isolation check (the server's own scripts skip it), the
 	// frame puts the fd back.
-	for _, c := range []string{"exec 7<&-", "exec 7</etc/hostname", "exec 7<&0"} {
+	for _, c := range []string{"exec 7<&-", "exec 7</etc/hostname", "exec 7<&0", "exec 7>/dev/null", `eval "exec $((3+4))<&-"`} {
 		check(openShell(t), Request{Command: c, Trusted: true})
 	}
 }
