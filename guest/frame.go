@@ -66,17 +66,19 @@ func InitFrame(marker, init string, out Outputs) string {
 // every command, isolated or not, inherits it open.
 const nullFD = "7"
 
-// keepNullFD follows the frame of every command run in the framing shell
-// itself: it opens nullFD on /dev/null again, after the frame's end, while
-// the server reads the answer. NeedsIsolation keeps the commands that
-// could close or move it for good out of the framing shell, as far as its
-// reading of the command goes; one that got past it (the shell's grammar
-// is larger than that reading) would otherwise leave every later command
-// failing on `<&7` ("Bad file descriptor") or reading another file, with
-// nothing to replace the shell. Whatever names the fd does not tell from
-// the text alone (eval, a sourced file, an expansion), so it runs after
-// every such command.
-const keepNullFD = "exec " + nullFD + "</dev/null\n"
+// restoreFDs follows the frame of every command run in the framing shell
+// itself: after the frame's end, while the server reads the answer, it
+// opens nullFD on /dev/null again and copies the protocol's pipes (fds 1
+// and 2, which the frame's end has just been written to) to fds 3 and 4
+// again. NeedsIsolation keeps the commands that could close or move them
+// for good out of the framing shell, as far as its reading of the command
+// goes; one that got past it (the shell's grammar is larger than that
+// reading) would otherwise leave every later command failing on `<&7`
+// ("Bad file descriptor") or reading another file, or every isolated one
+// without its output, with nothing to replace the shell. What names an
+// fd does not show in the text alone (eval, a sourced file, an
+// expansion), so it runs after every such command.
+const restoreFDs = "exec 3>&1 4>&2 " + nullFD + "</dev/null\n"
 
 // A frame's streams, for marker M:
 //
@@ -229,7 +231,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 			state = "1"
 		}
 		b.WriteString("__sbx_end " + marker + " " + state + "\n")
-		b.WriteString(keepNullFD)
+		b.WriteString(restoreFDs)
 		return Frame{Script: b.String()}, nil
 	}
 	// The subshell reports its state when the command ends, whether by

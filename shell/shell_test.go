@@ -227,6 +227,15 @@ func TestClosingTheStdinFDIsUndone(t *testing.T) {
 	for _, c := range []string{"exec 7<&-", "exec 7</etc/hostname", "exec 7<&0", "exec 7>/dev/null", `eval "exec $((3+4))<&-"`} {
 		check(openShell(t), Request{Command: c, Trusted: true})
 	}
+	// The saved protocol fds, which isolated commands write to, likewise.
+	for _, c := range []string{"exec 3>&-", "exec 4>/dev/null", "exec 3>/dev/null 4>&-"} {
+		sh := openShell(t)
+		runOn(t, sh, Request{Command: c, Trusted: true, Timeout: 10 * time.Second})
+		r := runOn(t, sh, Request{Command: "set -e; echo out; echo err >&2", Timeout: 10 * time.Second})
+		if r.res.ShellLost || r.stdout != "out\n" || r.stderr != "err\n" || r.res.ExitCode != 0 {
+			t.Fatalf("an isolated command after %q: %+v stdout %q stderr %q", c, r.res, r.stdout, r.stderr)
+		}
+	}
 }
 
 func TestExitEndsOnlyTheCommand(t *testing.T) {
