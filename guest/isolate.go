@@ -43,10 +43,10 @@ func NeedsIsolation(command string) bool {
 		// take for commands, and a quote in it would hide what follows.
 		return true
 	}
-	if (strings.Contains(command, "$(") || strings.IndexByte(command, '`') >= 0) && strings.ContainsAny(command, "'\"#\\") {
-		// A command substitution is found by its parentheses alone; a
-		// quote or a comment inside it could make the reading end it
-		// elsewhere than the shell does.
+	if strings.IndexByte(command, '`') >= 0 && strings.ContainsAny(command, "'\"#\\") || !plainSubstitutions(command) {
+		// A command substitution is found by its parentheses (or
+		// backquotes) alone; a quote, a comment or a backslash inside it
+		// could make the reading end it elsewhere than the shell does.
 		return true
 	}
 	command = joinContinuations(command)
@@ -168,6 +168,40 @@ func joinContinuations(s string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// plainSubstitutions reports whether every $( in s is closed by a ) that
+// parentheses alone find, with no quote, comment, backslash or backquote
+// between: then the shell ends each where the reading does (an arithmetic
+// $(( … )) alike). A parenthesis the shell would not count (quoted, in a
+// comment, escaped) can only be in such a substitution if one of those is
+// there too.
+func plainSubstitutions(s string) bool {
+	for i := strings.Index(s, "$("); i >= 0; {
+		depth, j := 0, i+1
+		for ; j < len(s); j++ {
+			c := s[j]
+			if c == '(' {
+				depth++
+			} else if c == ')' {
+				depth--
+				if depth == 0 {
+					break
+				}
+			} else if strings.IndexByte("'\"#\\`", c) >= 0 {
+				return false
+			}
+		}
+		if j >= len(s) {
+			return false // not closed
+		}
+		next := strings.Index(s[i+2:], "$(")
+		if next < 0 {
+			break
+		}
+		i += 2 + next
+	}
+	return true
 }
 
 // mayExpand reports whether word, in command position, may become another

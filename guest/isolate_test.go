@@ -4,69 +4,75 @@ import "testing"
 
 func TestNeedsIsolation(t *testing.T) {
 	for cmd, want := range map[string]bool{
-		"true":                                false,
-		"ls -la /tmp && echo done":            false,
-		"cd /tmp; export A=1":                 false,
-		"python3 -m pytest -q":                false,
-		"echo $(date) `id` ${HOME}":           false,
-		"git reset --hard":                    false,
-		"echo set exit trap":                  false, // arguments, not commands
-		"X=1 make":                            false,
-		"sleep 1 &":                           false,
-		"set -e; false":                       true,
-		"  set -x":                            true,
-		"true && set -u":                      true,
-		"ulimit -v 1000":                      true,
-		"umask 077":                           true,
-		"trap 'echo x' EXIT":                  true,
-		"alias ll='ls -l'":                    true,
-		"f() { :; }; f":                       true,
-		"f () { :; }":                         true,
-		"function f { :; }":                   true,
-		"exit 3":                              true,
-		"exec >/dev/null":                     true,
-		"7<&- exec":                           true, // the redirections go first
-		"2>/dev/null exec 7<&-":               true,
-		"0<&7 exec":                           true,
-		"1>/dev/null exec":                    true,
-		"ls 2>/dev/null":                      false,
-		"2>/dev/null ls 7<&-":                 false, // for ls alone
-		"echo 12 >x; cat 3<x":                 false,
-		"eval \"$CMD\"":                       true,
-		". ./venv/bin/activate":               true,
-		"source env.sh":                       true,
-		"$CMD arg":                            true,
-		"`echo exit`":                         true,
-		"\"$(echo exit)\"":                    true,
-		"IFS=:":                               true,
-		"if true; then exit 1; fi":            true,
-		"case x in x) set -e;; esac":          true,
-		"\\set -e":                            true,
-		"'exit' 1":                            true,
-		"readonly PATH":                       true,
-		"for i in 1 2; do return; done":       true,
-		"ex\\\nec 7<&-":                       true, // a continued line is one word
-		"7\\\n<&- exec":                       true,
-		"7<&- \\\nexec":                       true,
-		"echo \"a\\\nb\"; ex\\\nec 7<&-":      true,
-		"echo 'it''s' \\\n; ex\\\nec":         true,
-		"echo \\\\\nexec 7<&-":                true,  // an escaped backslash, then a newline
-		"echo 'a\\\nexec'":                    false, // quoted: not joined, not a command
-		"ls \\\n  -la":                        false,
-		"exe? 7<&-":                           true, // a pattern the directory may match
-		"e[x]ec 7<&-":                         true,
-		"{exec,} 7<&-":                        true, // bash's braces
-		"./run*.sh":                           true,
-		"[ -f x ] && echo y":                  false, // the test command
-		"[[ -f x ]]":                          false,
-		"ls *.txt [ab]":                       false, // patterns as arguments
-		"{ ls; }":                             false,
-		"echo $'\\'' ; exec 7<&- ; echo '":    true, // $'…' read two ways
-		"echo $(echo '(') ; exec 7<&- # )":    true, // a quote inside $( … )
-		"echo `echo \"'\"` ; exec 7<&-":       true,
-		"cat <<EOF\na '\nEOF\nexec 7<&-\n# '": true, // a here-document's quote
-		"cat <<'EOF' > f.py\nprint(1)\nEOF":   true,
-		"echo $(date) > f":                    false,
+		"true":                                   false,
+		"ls -la /tmp && echo done":               false,
+		"cd /tmp; export A=1":                    false,
+		"python3 -m pytest -q":                   false,
+		"echo $(date) `id` ${HOME}":              false,
+		"git reset --hard":                       false,
+		"echo set exit trap":                     false, // arguments, not commands
+		"X=1 make":                               false,
+		"sleep 1 &":                              false,
+		"set -e; false":                          true,
+		"  set -x":                               true,
+		"true && set -u":                         true,
+		"ulimit -v 1000":                         true,
+		"umask 077":                              true,
+		"trap 'echo x' EXIT":                     true,
+		"alias ll='ls -l'":                       true,
+		"f() { :; }; f":                          true,
+		"f () { :; }":                            true,
+		"function f { :; }":                      true,
+		"exit 3":                                 true,
+		"exec >/dev/null":                        true,
+		"7<&- exec":                              true, // the redirections go first
+		"2>/dev/null exec 7<&-":                  true,
+		"0<&7 exec":                              true,
+		"1>/dev/null exec":                       true,
+		"ls 2>/dev/null":                         false,
+		"2>/dev/null ls 7<&-":                    false, // for ls alone
+		"echo 12 >x; cat 3<x":                    false,
+		"eval \"$CMD\"":                          true,
+		". ./venv/bin/activate":                  true,
+		"source env.sh":                          true,
+		"$CMD arg":                               true,
+		"`echo exit`":                            true,
+		"\"$(echo exit)\"":                       true,
+		"IFS=:":                                  true,
+		"if true; then exit 1; fi":               true,
+		"case x in x) set -e;; esac":             true,
+		"\\set -e":                               true,
+		"'exit' 1":                               true,
+		"readonly PATH":                          true,
+		"for i in 1 2; do return; done":          true,
+		"ex\\\nec 7<&-":                          true, // a continued line is one word
+		"7\\\n<&- exec":                          true,
+		"7<&- \\\nexec":                          true,
+		"echo \"a\\\nb\"; ex\\\nec 7<&-":         true,
+		"echo 'it''s' \\\n; ex\\\nec":            true,
+		"echo \\\\\nexec 7<&-":                   true,  // an escaped backslash, then a newline
+		"echo 'a\\\nexec'":                       false, // quoted: not joined, not a command
+		"ls \\\n  -la":                           false,
+		"exe? 7<&-":                              true, // a pattern the directory may match
+		"e[x]ec 7<&-":                            true,
+		"{exec,} 7<&-":                           true, // bash's braces
+		"./run*.sh":                              true,
+		"[ -f x ] && echo y":                     false, // the test command
+		"[[ -f x ]]":                             false,
+		"ls *.txt [ab]":                          false, // patterns as arguments
+		"{ ls; }":                                false,
+		"echo $'\\'' ; exec 7<&- ; echo '":       true, // $'…' read two ways
+		"echo $(echo '(') ; exec 7<&- # )":       true, // a quote inside $( … )
+		"echo `echo \"'\"` ; exec 7<&-":          true,
+		"cat <<EOF\na '\nEOF\nexec 7<&-\n# '":    true, // a here-document's quote
+		"cat <<'EOF' > f.py\nprint(1)\nEOF":      true,
+		"echo $(date) > f":                       false,
+		"cd \"$(mktemp -d)\" && echo \"$(pwd)\"": false, // quotes around it, not in it
+		"echo $(( $(nproc) * 2 )) 'x'":           false,
+		"echo \"$(echo \")\")\"; exec 7<&-":      true, // a quote in it
+		"echo $(ls # )\n) ; exec 7<&-":           true, // a comment in it
+		"echo $(echo \\)) ; exec 7<&-":           true,
+		"echo $(echo ( ; exec 7<&-":              true, // never closed
 	} {
 		if got := NeedsIsolation(cmd); got != want {
 			t.Errorf("NeedsIsolation(%q) = %v, want %v", cmd, got, want)
