@@ -49,6 +49,15 @@ func NeedsIsolation(command string) bool {
 		// could make the reading end it elsewhere than the shell does.
 		return true
 	}
+	if strings.Contains(command, "IFS") {
+		// IFS set in the framing shell would split every later frame's
+		// words otherwise; it can be set without "IFS=" (export "IFS"=,
+		// read IFS, for IFS in, $(( IFS = 1 ))).
+		return true
+	}
+	if !plainParameters(command) {
+		return true
+	}
 	command = joinContinuations(command)
 	cmdPos := true
 	prevWord := ""
@@ -70,7 +79,7 @@ func NeedsIsolation(command string) bool {
 			cmdPos, prevWord = true, ""
 			continue
 		case c == '(':
-			if prevWord != "" && !cmdPos {
+			if prevWord != "" && (!cmdPos || prevWord == "time") {
 				return true // name ( ) { … }: a function definition
 			}
 			i++
@@ -103,10 +112,11 @@ func NeedsIsolation(command string) bool {
 			i++
 			continue
 		}
-		if strings.Contains(word, "IFS=") {
-			return true
-		}
 		if !cmdPos {
+			if unquoteWord(word) == "do" {
+				cmdPos = true // for x do …: a command follows
+				continue
+			}
 			prevWord = word
 			continue
 		}
@@ -124,6 +134,9 @@ func NeedsIsolation(command string) bool {
 			continue
 		}
 		if reservedWords[name] {
+			if name == "time" {
+				prevWord = word // time () { … }: a function in dash
+			}
 			continue
 		}
 		if strings.HasSuffix(name, "()") {
@@ -152,6 +165,16 @@ func joinContinuations(s string) string {
 		switch {
 		case single:
 			single = c != '\''
+		case c == '#' && !double && (i == 0 || isSpaceOrOp(s[i-1])):
+			// A comment, to the end of its line: kept as it is (a
+			// backslash ends nothing there, and quotes open nothing).
+			end := strings.IndexByte(s[i:], '\n')
+			if end < 0 {
+				end = len(s) - i
+			}
+			b.WriteString(s[i : i+end])
+			i += end - 1
+			continue
 		case c == '\\' && i+1 < len(s):
 			if s[i+1] == '\n' {
 				i++
@@ -196,6 +219,26 @@ func plainSubstitutions(s string) bool {
 			return false // not closed
 		}
 		next := strings.Index(s[i+2:], "$(")
+		if next < 0 {
+			break
+		}
+		i += 2 + next
+	}
+	return true
+}
+
+// plainParameters reports whether every ${ in s is closed by the first }
+// after it with nothing between that the reading could take for something
+// else: no blank (after which it would see a comment), quote, backslash,
+// parenthesis, brace or operator. ${HOME}, ${x:-a/b}, ${#x} and ${x%.py}
+// are plain.
+func plainParameters(s string) bool {
+	for i := strings.Index(s, "${"); i >= 0; {
+		end := strings.IndexByte(s[i+2:], '}')
+		if end < 0 || strings.ContainsAny(s[i+2:i+2+end], " \t\n'\"\\`(){;|&<>") {
+			return false
+		}
+		next := strings.Index(s[i+2:], "${")
 		if next < 0 {
 			break
 		}

@@ -73,6 +73,21 @@ func TestNeedsIsolation(t *testing.T) {
 		"echo $(ls # )\n) ; exec 7<&-":           true, // a comment in it
 		"echo $(echo \\)) ; exec 7<&-":           true,
 		"echo $(echo ( ; exec 7<&-":              true, // never closed
+		"echo ${x:- #}; f() { echo hidden; }":    true, // a blank in ${ … }
+		"echo ${x:-|#}; set -e":                  true,
+		"echo $(echo ${x:-(}) ; set -e ; case x in x) ;; esac": true,
+		"echo ${HOME} ${#x} ${x%.py} ${x:-a/b}":                false,
+		"true # \\\nf() { echo hidden; }":                      true, // no continuation in a comment
+		"true # it's\nse\\\nt -e":                              true, // nor a quote
+		"true # it's":                                          false,
+		"time () { echo hidden; }":                             true, // a function in dash
+		"time make":                                            false,
+		"for x do set -e; done":                                true,
+		"echo to do list":                                      false,
+		"export \"IFS\"=:":                                     true,
+		"for IFS in :; do :; done":                             true,
+		": $(( IFS = 1 ))":                                     true,
+		"read IFS < /etc/hostname":                             true,
 	} {
 		if got := NeedsIsolation(cmd); got != want {
 			t.Errorf("NeedsIsolation(%q) = %v, want %v", cmd, got, want)

@@ -219,7 +219,8 @@ func TestClosingTheStdinFDIsUndone(t *testing.T) {
 		// a quote in a command substitution or a here-document.
 		"echo $(echo '(') ; eval \"exec $((3+4))<&-\" # )", "echo $(echo '(') ; exec 7>/dev/null # )",
 		"cat <<EOF\na '\nEOF\neval \"exec $((3+4))<&-\"\n# '", "cat <<EOF\na '\nEOF\ncommand() { echo hijacked; }\n# '",
-		"echo $(echo '(') ; cat() { echo hijacked; } # )"} {
+		"echo $(echo '(') ; cat() { echo hijacked; } # )",
+		"true # \\\ncat() { echo hijacked; }", "echo ${x:- #}; cat() { echo hijacked; }"} {
 		check(sh, Request{Command: c})
 	}
 	// Past the isolation check (the server's own scripts skip it), the
