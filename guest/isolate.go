@@ -25,10 +25,11 @@ var reservedWords = map[string]bool{
 // looks at every word in command position (after ;, &, |, newline, (, {,
 // and keywords), and says yes for a command name from isolatingWords, a
 // function definition, a command name that comes from an expansion
-// ($x, `x`, $(x), a glob or bash's braces), or an assignment to IFS. It
+// ($x, `x`, $(x), a glob or bash's braces), or any mention of IFS. It
 // reads the words as the shell will, after joining continued lines, and
 // where it could read them otherwise (a here-document, a command
-// substitution holding quotes or comments, $'…') it says yes.
+// substitution holding quotes or comments, a ${…} holding blanks or
+// operators, $'…') it says yes.
 // Commands that only run programs, cd and export run in the framing
 // shell, which saves a fork.
 func NeedsIsolation(command string) bool {
