@@ -201,31 +201,22 @@ func joinContinuations(s string) string {
 // comment, escaped) can only be in such a substitution if one of those is
 // there too.
 func plainSubstitutions(s string) bool {
-	for i := strings.Index(s, "$("); i >= 0; {
-		depth, j := 0, i+1
-		for ; j < len(s); j++ {
-			c := s[j]
-			if c == '(' {
+	return everyAfter(s, "$(", func(rest string) bool {
+		depth := 1
+		for _, c := range []byte(rest) {
+			switch {
+			case c == '(':
 				depth++
-			} else if c == ')' {
-				depth--
-				if depth == 0 {
-					break
+			case c == ')':
+				if depth--; depth == 0 {
+					return true
 				}
-			} else if strings.IndexByte("'\"#\\`", c) >= 0 {
+			case strings.IndexByte("'\"#\\`", c) >= 0:
 				return false
 			}
 		}
-		if j >= len(s) {
-			return false // not closed
-		}
-		next := strings.Index(s[i+2:], "$(")
-		if next < 0 {
-			break
-		}
-		i += 2 + next
-	}
-	return true
+		return false // not closed
+	})
 }
 
 // plainParameters reports whether every ${ in s is closed by the first }
@@ -234,18 +225,25 @@ func plainSubstitutions(s string) bool {
 // parenthesis, brace or operator. ${HOME}, ${x:-a/b}, ${#x} and ${x%.py}
 // are plain.
 func plainParameters(s string) bool {
-	for i := strings.Index(s, "${"); i >= 0; {
-		end := strings.IndexByte(s[i+2:], '}')
-		if end < 0 || strings.ContainsAny(s[i+2:i+2+end], " \t\n'\"\\`(){;|&<>") {
+	return everyAfter(s, "${", func(rest string) bool {
+		end := strings.IndexByte(rest, '}')
+		return end >= 0 && !strings.ContainsAny(rest[:end], " \t\n'\"\\`(){;|&<>")
+	})
+}
+
+// everyAfter reports whether ok holds for the text after each occurrence
+// of open in s.
+func everyAfter(s, open string, ok func(rest string) bool) bool {
+	for {
+		k := strings.Index(s, open)
+		if k < 0 {
+			return true
+		}
+		s = s[k+len(open):]
+		if !ok(s) {
 			return false
 		}
-		next := strings.Index(s[i+2:], "${")
-		if next < 0 {
-			break
-		}
-		i += 2 + next
 	}
-	return true
 }
 
 // mayExpand reports whether word, in command position, may become another
