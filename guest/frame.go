@@ -207,7 +207,10 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	// an earlier one left behind; the stderr one also tells a shell that
 	// died before the command from one that died during it.
 	b.WriteString("__sbx_pre " + marker + "\n")
-	isolated := req.Stdin != nil || (!req.Trusted && NeedsIsolation(req.Command))
+	isolated, namesState := req.Stdin != nil, false
+	if !isolated && !req.Trusted {
+		isolated, namesState = readCommand(req.Command)
+	}
 	run := "command eval " + quote(req.Command)
 	cd := ""
 	if req.Workdir != "" {
@@ -227,7 +230,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 			b.WriteString("cd -- \"$__sbx_o\" 2>/dev/null; unset __sbx_o\n")
 		}
 		state := "0"
-		if MayChangeState(req.Command) {
+		if namesState || MayChangeState(req.Command) {
 			state = "1"
 		}
 		b.WriteString("__sbx_end " + marker + " " + state + "\n")

@@ -33,31 +33,43 @@ var reservedWords = map[string]bool{
 // Commands that only run programs, cd and export run in the framing
 // shell, which saves a fork.
 func NeedsIsolation(command string) bool {
+	isolate, _ := readCommand(command)
+	return isolate
+}
+
+// readCommand is NeedsIsolation, and for a command that need not be
+// isolated, whether the parser found a command of stateWords by its name
+// (which MayChangeState's reading may have missed).
+func readCommand(command string) (isolate, namesState bool) {
 	if strings.Contains(command, "$'") {
 		// $'…' differs between shells (bash and busybox end it at an
 		// unescaped quote; dash has no $'…' and ends it at the next
 		// quote): words seen one way may be hidden the other.
-		return true
+		return true, false
 	}
 	if strings.Contains(command, "<<") {
 		// A here-document's body is data, which the reading below would
 		// take for commands, and a quote in it would hide what follows.
-		return true
+		return true, false
 	}
 	if strings.IndexByte(command, '`') >= 0 && strings.ContainsAny(command, "'\"#\\") || !plainSubstitutions(command) {
 		// A command substitution is found by its parentheses (or
 		// backquotes) alone; a quote, a comment or a backslash inside it
 		// could make the reading end it elsewhere than the shell does.
-		return true
+		return true, false
 	}
 	if strings.Contains(command, "IFS") {
 		// IFS set in the framing shell would split every later frame's
 		// words otherwise; it can be set without "IFS=" (export "IFS"=,
 		// read IFS, for IFS in, $(( IFS = 1 ))).
-		return true
+		return true, false
 	}
 	if !plainParameters(command) {
-		return true
+		return true, false
+	}
+	plain, namesState := parsedPlain(command)
+	if !plain {
+		return true, false
 	}
 	command = joinContinuations(command)
 	cmdPos := true
@@ -81,7 +93,7 @@ func NeedsIsolation(command string) bool {
 			continue
 		case c == '(':
 			if prevWord != "" && (!cmdPos || prevWord == "time") {
-				return true // name ( ) { … }: a function definition
+				return true, false // name ( ) { … }: a function definition
 			}
 			i++
 			cmdPos, prevWord = true, ""
@@ -125,11 +137,11 @@ func NeedsIsolation(command string) bool {
 			if eq := strings.IndexByte(word, '='); eq > 0 && validVarName(word[:eq]) {
 				continue // an assignment: the command name is still to come
 			}
-			return true
+			return true, false
 		}
 		name := unquoteWord(word)
 		if isolatingWords[name] {
-			return true
+			return true, false
 		}
 		if eq := strings.IndexByte(word, '='); eq > 0 && validVarName(word[:eq]) {
 			continue
@@ -141,14 +153,14 @@ func NeedsIsolation(command string) bool {
 			continue
 		}
 		if strings.HasSuffix(name, "()") {
-			return true
+			return true, false
 		}
 		if mayExpand(word) {
-			return true // e?ec, e[x]ec, {exec,}: a name the shell makes
+			return true, false // e?ec, e[x]ec, {exec,}: a name the shell makes
 		}
 		cmdPos, prevWord = false, word
 	}
-	return false
+	return false, namesState
 }
 
 // joinContinuations removes each backslash-newline the shell removes

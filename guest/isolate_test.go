@@ -1,6 +1,9 @@
 package guest
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestNeedsIsolation(t *testing.T) {
 	for cmd, want := range map[string]bool{
@@ -88,9 +91,38 @@ func TestNeedsIsolation(t *testing.T) {
 		"for IFS in :; do :; done":                             true,
 		": $(( IFS = 1 ))":                                     true,
 		"read IFS < /etc/hostname":                             true,
+		// Found by the parser, missed by the text reading:
+		"time -p set -e":             true, // bash's time takes options
+		"time -p exec 7<&-":          true,
+		"coproc cat":                 true, // leaves a process and fds behind
+		"coproc { exec 7<&-; }":      true,
+		"echo 'never closed; set -e": true, // the grammar cannot parse it
+		"if true; then set -e":       true,
+		"[[ -n $x ]] && ((n++))":     false, // bash's tests and arithmetic
 	} {
 		if got := NeedsIsolation(cmd); got != want {
 			t.Errorf("NeedsIsolation(%q) = %v, want %v", cmd, got, want)
+		}
+	}
+}
+
+// TestFrameCarriesStateTheParserFound checks that a command the text
+// reading of MayChangeState misses, but the parser names (c\d is cd), has
+// its frame report the shell's state.
+func TestFrameCarriesStateTheParserFound(t *testing.T) {
+	for cmd, want := range map[string]string{
+		"c\\d /tmp":          "__sbx_end M 1\n",
+		"'cd' /tmp":          "__sbx_end M 1\n",
+		"ls /tmp":            "__sbx_end M 0\n",
+		"echo cd":            "__sbx_end M 1\n", // the text reading errs towards yes
+		"true && \\export A": "__sbx_end M 1\n",
+	} {
+		f, err := CommandFrame("M", Command{Command: cmd, RunID: "run0123456789"}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(f.Script, want) {
+			t.Errorf("frame of %q lacks %q:\n%s", cmd, want, f.Script)
 		}
 	}
 }
