@@ -29,7 +29,10 @@ var reservedWords = map[string]bool{
 // reads the words as the shell will, after joining continued lines, and
 // where it could read them otherwise (a here-document, a command
 // substitution holding quotes or comments, a ${…} holding blanks or
-// operators, $'…') it says yes.
+// operators, $'…') it says yes. It then has the command parsed as POSIX
+// sh and as bash (see parsedPlain) and says yes to what either grammar
+// cannot parse or finds isolating words or definitions in: the parser is
+// a second reading, which can only add to the first.
 // Commands that only run programs, cd and export run in the framing
 // shell, which saves a fork.
 func NeedsIsolation(command string) bool {
