@@ -55,6 +55,12 @@ func skipLine(text string, i int) int {
 	return i + j + 1
 }
 
+// bashReadOnly are the variables bash makes read-only: assigning one is a
+// fatal error in bash run as sh.
+var bashReadOnly = map[string]bool{
+	"BASHOPTS": true, "BASH_VERSINFO": true, "EUID": true, "PPID": true, "SHELLOPTS": true, "UID": true,
+}
+
 // Export is one variable of `export -p` output: its name and the whole
 // statement that sets it (which may span lines).
 type Export struct {

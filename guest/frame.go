@@ -52,7 +52,9 @@ func InitFrame(marker, init string, out Outputs) string {
 	if init != "" {
 		b.WriteString("{ command eval " + quote(init) + "; } </dev/null >/dev/null 2>&1 3>&- 4>&-\n")
 	}
-	b.WriteString("exec " + nullFD + "</dev/null\n")
+	// unalias is a builtin of every shell a sandbox's sh is, but for a
+	// busybox built without aliases: there it does nothing.
+	b.WriteString("\\command -v unalias >/dev/null 2>&1 || unalias() { :; }\n\\unalias -a; \\exec " + nullFD + "</dev/null\n")
 	b.WriteString("__sbx_pre " + marker + "; __sbx_rc=0; printf '%s' \"$$\" >&3; __sbx_end " + marker + " 1\n")
 	return b.String()
 }
@@ -79,6 +81,16 @@ const nullFD = "7"
 // fd does not show in the text alone (eval, a sourced file, an
 // expansion), so it runs after every such command.
 const restoreFDs = "exec 3>&1 4>&2 " + nullFD + "</dev/null\n"
+
+// afterCommand is the frame's first line after a command run in the
+// framing shell: it keeps the command's status, and removes what the
+// isolation check (see NeedsIsolation) cannot see in the command's text
+// but may have been set by a value built at run time (bash evaluates a
+// variable's value as arithmetic, so $((x)) may assign any name): aliases,
+// which bash as sh expands in the frame's own later lines (unalias and
+// unset behind a backslash, which no alias replaces), and IFS. Alone on
+// its line, it runs before any of those lines is read.
+const afterCommand = "__sbx_rc=$?; \\unalias -a; \\unset IFS " + RunVar + "\n"
 
 // A frame's streams, for marker M:
 //
@@ -207,9 +219,9 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	// an earlier one left behind; the stderr one also tells a shell that
 	// died before the command from one that died during it.
 	b.WriteString("__sbx_pre " + marker + "\n")
-	isolated, namesState := req.Stdin != nil, false
+	isolated, changesState := req.Stdin != nil, false
 	if !isolated && !req.Trusted {
-		isolated, namesState = readCommand(req.Command)
+		isolated, changesState = readCommand(req.Command)
 	}
 	run := "command eval " + quote(req.Command)
 	cd := ""
@@ -225,12 +237,12 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 		// protocol pipes already, and it cannot redirect them for good
 		// (see NeedsIsolation): only stdin is pointed away from the
 		// frames.
-		b.WriteString(cd + run + " <&" + nullFD + "\n__sbx_rc=$?; unset " + RunVar + "\n")
+		b.WriteString(cd + run + " <&" + nullFD + "\n" + afterCommand)
 		if cd != "" {
 			b.WriteString("cd -- \"$__sbx_o\" 2>/dev/null; unset __sbx_o\n")
 		}
 		state := "0"
-		if namesState || MayChangeState(req.Command) {
+		if changesState || MayChangeState(req.Command) {
 			state = "1"
 		}
 		b.WriteString("__sbx_end " + marker + " " + state + "\n")
@@ -251,7 +263,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	trap := "case \"${__sbx_done-}\" in \"\") " + report + ";; esac"
 	// One line (newlines only inside quotes), so a here-document for stdin
 	// starts after it.
-	sub := "( \\trap " + quote(trap) + " EXIT; __sbx_b=${!-}; __sbx_o=$PWD; export " + RunVar + "=" + req.RunID + "; " +
+	sub := "( \\trap " + quote(trap) + " EXIT; __sbx_done=; __sbx_b=${!-}; __sbx_o=$PWD; export " + RunVar + "=" + req.RunID + "; " +
 		cd + run + " >&3 2>&4 3>&- 4>&-; " + report + "; ) 9>&3"
 	if req.Stdin != nil {
 		// A pipe, not a file: the command's own disk pressure cannot
@@ -334,13 +346,16 @@ func Restore(s State, have []string) string {
 		want[n] = true
 	}
 	for _, n := range have {
-		if !want[n] && validVarName(n) {
+		if !want[n] && validVarName(n) && !bashReadOnly[n] {
 			b.WriteString("unset " + n + "\n")
 		}
 	}
-	b.WriteString(s.Exports)
-	if !strings.HasSuffix(s.Exports, "\n") && s.Exports != "" {
-		b.WriteByte('\n')
+	for _, e := range ParseExports(s.Exports) {
+		// Bash's read-only variables are left as they are: setting one,
+		// even to its own value, ends bash run as sh.
+		if !bashReadOnly[e.Name] {
+			b.WriteString(e.Stmt + "\n")
+		}
 	}
 	if s.Cwd != "" {
 		b.WriteString("cd -- " + quote(s.Cwd) + "\n")

@@ -12,7 +12,31 @@ var isolatingWords = map[string]bool{
 	"return": true, "break": true, "continue": true, "local": true, "typeset": true,
 	"declare": true, "function": true, "shopt": true, "enable": true, "builtin": true,
 	"hash": true, "unset": true, "shift": true, "getopts": true, "command": true,
+	"mapfile": true, "readarray": true, // their -C runs text in the shell
 }
+
+// maxPlainCommand is the longest command that may run in the framing
+// shell.
+const maxPlainCommand = 16 << 10
+
+// maxPlainNesting is the most parentheses and braces a command that may
+// run in the framing shell holds.
+const maxPlainNesting = 256
+
+// specialNames are the variables, and the parts of PATH's entries, that
+// change how the shell reads or runs what follows, whichever way a
+// command mentions them (export "IFS"=, read IFS, for IFS in,
+// $(( IFS = 1 )), printf -v), so their mention alone isolates:
+//   - IFS would split every later frame's words otherwise;
+//   - bash's BASH_ALIASES and BASH_CMDS define aliases (which bash as sh
+//     expands in the frame's own lines) and hashed commands,
+//     BASH_XTRACEFD closes the fd it named when it changes, and
+//     BASH_COMPAT, GLOBIGNORE and CDPATH change how later commands and
+//     the frame's cd are read;
+//   - dash and busybox source a file found in a PATH entry ending in
+//     %func, and dash looks for its builtins where %builtin stands;
+//   - __sbx_ names the frame's own functions and variables.
+var specialNames = []string{"IFS", "BASH_", "GLOBIGNORE", "CDPATH", "%func", "%builtin", "__sbx_"}
 
 // reservedWords keep the next word in command position.
 var reservedWords = map[string]bool{
@@ -41,9 +65,16 @@ func NeedsIsolation(command string) bool {
 }
 
 // readCommand is NeedsIsolation, and for a command that need not be
-// isolated, whether the parser found a command of stateWords by its name
-// (which MayChangeState's reading may have missed).
-func readCommand(command string) (isolate, namesState bool) {
+// isolated, whether the parser found it may change the shell's variables
+// or directory (see parsedPlain), which MayChangeState's reading of the
+// text may have missed.
+func readCommand(command string) (isolate, changesState bool) {
+	if len(command) > maxPlainCommand || strings.Count(command, "(")+strings.Count(command, "{") > maxPlainNesting {
+		// Long commands are mostly files written with a here-document,
+		// isolated anyway; the caps bound the readings' time and the
+		// parser's depth of recursion.
+		return true, false
+	}
 	if strings.Contains(command, "$'") {
 		// $'…' differs between shells (bash and busybox end it at an
 		// unescaped quote; dash has no $'…' and ends it at the next
@@ -61,16 +92,15 @@ func readCommand(command string) (isolate, namesState bool) {
 		// could make the reading end it elsewhere than the shell does.
 		return true, false
 	}
-	if strings.Contains(command, "IFS") {
-		// IFS set in the framing shell would split every later frame's
-		// words otherwise; it can be set without "IFS=" (export "IFS"=,
-		// read IFS, for IFS in, $(( IFS = 1 ))).
-		return true, false
+	for _, name := range specialNames {
+		if strings.Contains(command, name) {
+			return true, false
+		}
 	}
 	if !plainParameters(command) {
 		return true, false
 	}
-	plain, namesState := parsedPlain(command)
+	plain, changesState := parsedPlain(command)
 	if !plain {
 		return true, false
 	}
@@ -163,7 +193,7 @@ func readCommand(command string) (isolate, namesState bool) {
 		}
 		cmdPos, prevWord = false, word
 	}
-	return false, namesState
+	return false, changesState
 }
 
 // joinContinuations removes each backslash-newline the shell removes
@@ -379,7 +409,7 @@ func unquoteWord(w string) string {
 // stateWords are the commands that change the working directory or the
 // exported variables of the shell they run in.
 var stateWords = map[string]bool{
-	"export": true, "unset": true, "cd": true, "pushd": true, "popd": true, "read": true,
+	"export": true, "unset": true, "cd": true, "chdir": true, "pushd": true, "popd": true, "read": true,
 	"getopts": true, "readonly": true, "local": true, "declare": true, "typeset": true,
 }
 

@@ -99,6 +99,38 @@ func TestNeedsIsolation(t *testing.T) {
 		"echo 'never closed; set -e": true, // the grammar cannot parse it
 		"if true; then set -e":       true,
 		"[[ -n $x ]] && ((n++))":     false, // bash's tests and arithmetic
+		// Names that change how the shell reads what follows, however
+		// they are reached:
+		"v=IF; export ${v}S=:":                                true,
+		"v=IF; read ${v}S < /etc/hostname":                    true,
+		": $(( BASH_ALIASES[command] = 0 ))":                  true, // bash: an alias
+		"let BASH_ALIASES[command]=0":                         true,
+		"printf -v 'x' '%s' 'set -e;'":                        true,
+		"mapfile -C 'set -e;:' -c 1 a < /etc/hostname":        true, // -C runs text
+		"readarray -C 'f() { :; }; :' -c 1 a < /etc/hostname": true,
+		"BASH_XTRACEFD=1; BASH_XTRACEFD=":                     true, // closes fd 1
+		"PATH=/tmp/d%func:$PATH f":                            true, // dash sources /tmp/d/f
+		"x=/tmp/d%func; PATH=$x f":                            true,
+		"PATH=/tmp/b:%builtin:$PATH":                          true,
+		"GLOBIGNORE=x":                                        true,
+		"__sbx_done=1":                                        true,
+		"CDPATH=/tmp":                                         true,
+		// What bash as sh takes for a fatal error, even under command eval:
+		": > /nonexistent/x":                      true,
+		"export A=1 > /nonexistent/x":             true,
+		"export UID=1":                            true,
+		"UID=1 true":                              true,
+		"echo $((10/0))":                          true,
+		"cd /tmp && export A=1 && echo ${B:?}":    true,
+		"read -r l <&11":                          true, // bash's copy of its input
+		"read -u 11 l":                            true,
+		"exec 11>&-; true {fd}>/tmp/x":            true,
+		"echo $((1+2)) ${x:-a} ${y:=b}":           false,
+		"~/bin/tool --help":                       false, // a path: no builtin
+		"~ --help":                                true,  // HOME may name one
+		"export PATH=$PATH:/opt/bin A=\"$(pwd)\"": false,
+		"read -r line < f; echo \"$line\"":        false,
+		"printf '%s\\n' a b 2>&1":                 false,
 	} {
 		if got := NeedsIsolation(cmd); got != want {
 			t.Errorf("NeedsIsolation(%q) = %v, want %v", cmd, got, want)
@@ -111,11 +143,16 @@ func TestNeedsIsolation(t *testing.T) {
 // its frame report the shell's state.
 func TestFrameCarriesStateTheParserFound(t *testing.T) {
 	for cmd, want := range map[string]string{
-		"c\\d /tmp":          "__sbx_end M 1\n",
-		"'cd' /tmp":          "__sbx_end M 1\n",
-		"ls /tmp":            "__sbx_end M 0\n",
-		"echo cd":            "__sbx_end M 1\n", // the text reading errs towards yes
-		"true && \\export A": "__sbx_end M 1\n",
+		"c\\d /tmp":              "__sbx_end M 1\n",
+		"'cd' /tmp":              "__sbx_end M 1\n",
+		"ls /tmp":                "__sbx_end M 0\n",
+		"echo cd":                "__sbx_end M 1\n", // the text reading errs towards yes
+		"true && \\export A":     "__sbx_end M 1\n",
+		"((n++))":                "__sbx_end M 1\n", // arithmetic, a loop's variable
+		": $((n+=2))":            "__sbx_end M 1\n",
+		"for A in 2; do :; done": "__sbx_end M 1\n",
+		"chdir /tmp":             "__sbx_end M 1\n", // dash's other name for cd
+		"echo $((1+2))":          "__sbx_end M 0\n",
 	} {
 		f, err := CommandFrame("M", Command{Command: cmd, RunID: "run0123456789"}, "")
 		if err != nil {
@@ -151,6 +188,18 @@ func TestMayChangeState(t *testing.T) {
 	}
 }
 
+// TestRestoreLeavesBashReadOnlyVariables checks that the prelude that
+// brings a shell to a state neither sets nor unsets a variable bash keeps
+// read-only (export UID run in a subshell reports UID as exported), which
+// would end bash run as sh at once.
+func TestRestoreLeavesBashReadOnlyVariables(t *testing.T) {
+	got := Restore(State{Cwd: "/w", Exports: "export A=\"1\"\nexport UID=\"0\"\nexport B='x\ny'\n"}, []string{"A", "PPID", "C"})
+	want := "unset C\nexport A=\"1\"\nexport B='x\ny'\ncd -- '/w'\n"
+	if got != want {
+		t.Fatalf("Restore = %q, want %q", got, want)
+	}
+}
+
 func TestMergeState(t *testing.T) {
 	base := State{Cwd: "/a", Exports: "export A='1'\nexport B='2'\nexport OTHER='x'\n"}
 	before := State{Cwd: "/a", Exports: "export A='1'\nexport B='2'\n"}
@@ -161,5 +210,21 @@ func TestMergeState(t *testing.T) {
 	}
 	if MergeState(before, before, after) != after {
 		t.Fatal("an unchanged base should take the command's state as is")
+	}
+}
+
+// TestNeedsIsolationOfDeepCommands checks that nesting no agent writes
+// is isolated rather than read: deep enough, it overflowed the parser's
+// stack, which no recover catches.
+func TestNeedsIsolationOfDeepCommands(t *testing.T) {
+	for _, c := range []string{
+		strings.Repeat("(", 600000),
+		strings.Repeat("$(", 40000) + strings.Repeat(")", 40000),
+		"echo " + strings.Repeat("$(( 1 + ", 20000) + "1" + strings.Repeat("))", 20000),
+		"echo " + strings.Repeat("x", maxPlainCommand),
+	} {
+		if !NeedsIsolation(c) {
+			t.Errorf("NeedsIsolation(%.20q… of %d bytes) = false", c, len(c))
+		}
 	}
 }

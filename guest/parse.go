@@ -23,9 +23,10 @@ var parsers = [...]*sync.Pool{
 
 // parsedPlain reports whether command parses in each grammar and every
 // command in it, at any depth, is one the framing shell may run (see
-// plainNode), and whether one of those commands is named in stateWords
-// (a cd the text reading missed, as in c\d).
-func parsedPlain(command string) (plain, namesState bool) {
+// plainNode), and whether the parser saw it change a variable or the
+// directory in ways MayChangeState's reading of the text may miss (c\d,
+// ((n++)), a for loop's variable).
+func parsedPlain(command string) (plain, changesState bool) {
 	for _, pool := range parsers {
 		p := pool.Get().(*syntax.Parser)
 		f, err := p.Parse(strings.NewReader(command), "")
@@ -38,9 +39,9 @@ func parsedPlain(command string) (plain, namesState bool) {
 			if !plain {
 				return false
 			}
-			var name string
-			if name, plain = plainNode(n); stateWords[name] {
-				namesState = true
+			var changes bool
+			if changes, plain = plainNode(n); changes {
+				changesState = true
 			}
 			return plain
 		})
@@ -48,33 +49,153 @@ func parsedPlain(command string) (plain, namesState bool) {
 			return false, false
 		}
 	}
-	return true, namesState
+	return true, changesState
 }
 
 // plainNode reports whether node leaves the shell it runs in as it was,
-// but for its directory and variables: no function definition, coprocess
-// or declaration other than export, and no simple command whose name
-// either comes from an expansion or is one of isolatingWords. Commands in
-// subshells and substitutions are held to the same rule, which costs a
-// fork at most. name is the command's name, for a simple command or a
-// declaration.
-func plainNode(node syntax.Node) (name string, plain bool) {
+// but for its directory and variables, and whether it may change those.
+// Not plain are a function definition, a coprocess, a declaration other
+// than export, a simple command whose name comes from an expansion or is
+// one of isolatingWords, and what bash run as sh takes for a fatal error
+// that ends the shell despite `command eval`: ${x?}, arithmetic that
+// divides, a redirection on a special builtin, an assignment to one of
+// its read-only variables. Commands in subshells and substitutions are
+// held to the same rule, which costs a fork at most.
+func plainNode(node syntax.Node) (changes, plain bool) {
 	switch n := node.(type) {
 	case *syntax.FuncDecl, *syntax.CoprocClause, *syntax.TestDecl:
-		return "", false
+		return false, false
+	case *syntax.Stmt:
+		return false, len(n.Redirs) == 0 || !specialBuiltin(n.Cmd)
 	case *syntax.DeclClause:
-		if n.Variant == nil {
-			return "", false
+		if n.Variant == nil || n.Variant.Value != "export" {
+			return false, false
 		}
-		return n.Variant.Value, n.Variant.Value == "export"
+		for _, a := range n.Args {
+			if a.Name == nil && !staticName(a.Value) {
+				return false, false // export ${v}S=…: a name made at run time
+			}
+		}
+		return true, true
+	case *syntax.Assign:
+		return true, n.Name == nil || !bashReadOnly[n.Name.Value]
 	case *syntax.CallExpr:
 		if len(n.Args) == 0 {
-			return "", true // assignments or redirections alone
+			return len(n.Assigns) > 0, true // assignments or redirections alone
 		}
 		name, ok := staticWord(n.Args[0])
-		return name, ok && !isolatingWords[name]
+		if !ok || isolatingWords[name] {
+			return false, false
+		}
+		return stateWords[name], plainArgs(name, n.Args[1:])
+	case *syntax.Redirect:
+		return false, plainRedirect(n)
+	case *syntax.ParamExp:
+		if n.Exp != nil {
+			switch n.Exp.Op {
+			case syntax.ErrorUnset, syntax.ErrorUnsetOrNull:
+				return false, false
+			case syntax.AssignUnset, syntax.AssignUnsetOrNull:
+				return true, true
+			}
+		}
+	case *syntax.BinaryArithm:
+		switch n.Op {
+		case syntax.Quo, syntax.Rem, syntax.QuoAssgn, syntax.RemAssgn:
+			return false, false // a division by zero
+		case syntax.Assgn, syntax.AddAssgn, syntax.SubAssgn, syntax.MulAssgn, syntax.AndAssgn,
+			syntax.OrAssgn, syntax.XorAssgn, syntax.ShlAssgn, syntax.ShrAssgn, syntax.PowAssgn:
+			return true, true
+		}
+	case *syntax.UnaryArithm:
+		return n.Op == syntax.Inc || n.Op == syntax.Dec, true
+	case *syntax.ForClause:
+		return true, true // the loop's variable (select too)
+	case *syntax.LetClause:
+		return true, true
 	}
-	return "", true
+	return false, true
+}
+
+// specialBuiltin reports whether cmd is a simple command naming one of
+// the special builtins that may run in the framing shell: one whose
+// redirection, failing, ends bash run as sh.
+func specialBuiltin(cmd syntax.Command) bool {
+	switch c := cmd.(type) {
+	case *syntax.CallExpr:
+		if len(c.Args) == 0 {
+			return false
+		}
+		name, _ := staticWord(c.Args[0])
+		return name == ":" || name == "export" || name == "times"
+	case *syntax.DeclClause:
+		return true
+	}
+	return false
+}
+
+// plainArgs reports whether the arguments of the command name leave the
+// variables they set named by their text: export's and read's names must
+// not come from an expansion, and read -u and printf -v (bash) are not
+// plain.
+func plainArgs(name string, args []*syntax.Word) bool {
+	switch name {
+	case "export":
+		for _, a := range args {
+			if !staticName(a) {
+				return false
+			}
+		}
+	case "read":
+		for _, a := range args {
+			w, ok := staticWord(a)
+			if !ok || strings.HasPrefix(w, "-") && strings.ContainsRune(w, 'u') {
+				return false
+			}
+		}
+	case "printf", "wait":
+		for _, a := range args {
+			if w, _ := staticWord(a); strings.HasPrefix(w, "-") && strings.ContainsAny(w, "vp") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// staticName reports whether w, an argument of export, names its variable
+// by its text: an option, a name, or a name= followed by any value.
+func staticName(w *syntax.Word) bool {
+	if w == nil || len(w.Parts) == 0 {
+		return false
+	}
+	if lit, ok := w.Parts[0].(*syntax.Lit); ok {
+		if eq := strings.IndexByte(lit.Value, '='); eq > 0 {
+			return validVarName(lit.Value[:eq]) && !bashReadOnly[lit.Value[:eq]]
+		}
+	}
+	name, ok := staticWord(w)
+	return ok && (strings.HasPrefix(name, "-") || validVarName(name) && !bashReadOnly[name])
+}
+
+// plainRedirect reports whether r is one a command in the framing shell
+// may make: its fd is a number under 10 (bash keeps its own, the frame's
+// input among them, at 10 and above; {var}> keeps an fd open for good), and
+// one it duplicates or closes is too.
+func plainRedirect(r *syntax.Redirect) bool {
+	if r.N != nil && !smallFD(r.N.Value) {
+		return false
+	}
+	if r.Op == syntax.DplIn || r.Op == syntax.DplOut {
+		w, ok := staticWord(r.Word)
+		return ok && (w == "-" || smallFD(strings.TrimSuffix(w, "-")))
+	}
+	return true
+}
+
+// smallFD reports whether s is one digit: an fd under 10.
+func smallFD(s string) bool {
+	return len(s) == 1 && s[0] >= '0' && s[0] <= '9'
 }
 
 // staticWord returns the word the shell makes of w when that is fixed by
@@ -82,6 +203,9 @@ func plainNode(node syntax.Node) (name string, plain bool) {
 // double-quoted literal text only, with no pattern, brace or tilde the
 // shell could expand outside quotes. ok is false for any other word.
 func staticWord(w *syntax.Word) (string, bool) {
+	if w == nil || len(w.Parts) == 0 {
+		return "", w != nil
+	}
 	var b strings.Builder
 	unquoted := ""
 	for _, part := range w.Parts {
@@ -112,8 +236,8 @@ func staticWord(w *syntax.Word) (string, bool) {
 	if mayExpand(unquoted) {
 		return "", false // a pattern, or bash's braces
 	}
-	if lit, ok := w.Parts[0].(*syntax.Lit); ok && strings.HasPrefix(lit.Value, "~") {
-		return "", false // a home directory
+	if lit, ok := w.Parts[0].(*syntax.Lit); ok && strings.HasPrefix(lit.Value, "~") && !strings.Contains(lit.Value, "/") {
+		return "", false // a home directory (~/bin/tool is a path: no builtin)
 	}
 	return b.String(), true
 }

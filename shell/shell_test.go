@@ -36,6 +36,46 @@ func (localHost) KillRun(ctx context.Context, pid int, runID string, self bool) 
 	return exec.CommandContext(ctx, "sh", "-c", guest.KillRunScript, "sh", strconv.Itoa(pid), runID, s).Run()
 }
 
+// shellHost runs shells as local processes of the program path, named sh
+// (bash run so is in its POSIX mode), with args first (busybox's applet).
+type shellHost struct {
+	localHost
+	path string
+	args []string
+}
+
+func (h shellHost) Command(ctx context.Context) proc.Process {
+	cmd := exec.CommandContext(ctx, h.path, h.args...)
+	cmd.Args[0] = "sh"
+	cmd.WaitDelay = time.Second
+	return proc.FromCmd(cmd)
+}
+
+// eachShell runs f on a shell of each program a sandbox's sh may be that
+// this machine has: sh itself, bash and busybox.
+func eachShell(t *testing.T, f func(t *testing.T, open func() *Shell)) {
+	for _, h := range []struct {
+		name, prog string
+		args       []string
+	}{{"sh", "sh", nil}, {"bash", "bash", nil}, {"busybox", "busybox", nil}} {
+		path, err := exec.LookPath(h.prog)
+		if err != nil {
+			t.Logf("%s: not on this machine (%v)", h.name, err)
+			continue
+		}
+		t.Run(h.name, func(t *testing.T) {
+			f(t, func() *Shell {
+				sh, err := Open(context.Background(), shellHost{path: path, args: h.args}, Options{Init: "cd /tmp"})
+				if err != nil {
+					t.Fatalf("Open: %v", err)
+				}
+				t.Cleanup(sh.Close)
+				return sh
+			})
+		})
+	}
+}
+
 func openShell(t *testing.T) *Shell {
 	t.Helper()
 	sh, err := Open(context.Background(), localHost{}, Options{Init: "cd /tmp"})
@@ -237,6 +277,39 @@ func TestClosingTheStdinFDIsUndone(t *testing.T) {
 			t.Fatalf("an isolated command after %q: %+v stdout %q stderr %q", c, r.res, r.stdout, r.stderr)
 		}
 	}
+}
+
+// TestStateBuiltAtRunTimeIsUndone runs commands that reach the framing
+// shell's aliases and IFS through a name their text does not hold (bash
+// evaluates a variable's value as arithmetic) and commands bash as sh
+// treats as fatal errors, on each shell this machine has: the next command
+// runs in a shell with no alias and the default IFS, and the fatal ones
+// end only their own command, keeping the state they set.
+func TestStateBuiltAtRunTimeIsUndone(t *testing.T) {
+	eachShell(t, func(t *testing.T, open func() *Shell) {
+		sh := open()
+		run := func(c string) run {
+			t.Helper()
+			r := runOn(t, sh, Request{Command: c, Timeout: 10 * time.Second})
+			if r.res.ShellLost {
+				t.Fatalf("%q lost the shell: %+v stdout %q stderr %q", c, r.res, r.stdout, r.stderr)
+			}
+			return r
+		}
+		run(`v=BASH; w=_ALIASES; z="${v}${w}[command]=0"; y="${v}${w}[__sbx_end]=0"`)
+		run(`: $((z)) $((y))`)
+		run(`a=IF b=S; z="${a}${b}=1"`)
+		run(`: $((z))`)
+		if r := run(`alias; set -- $(echo "a 1 b"); echo "$#"`); r.stdout != "3\n" || r.res.ExitCode != 0 {
+			t.Fatalf("after aliases and IFS set by arithmetic: stdout %q stderr %q exit %d", r.stdout, r.stderr, r.res.ExitCode)
+		}
+		for _, c := range []string{"echo $((10/0))", ": > /nonexistent/x", "export UID=1", "cd /usr && export KEPT=1 && echo ${UNSET_X:?}"} {
+			run(c)
+		}
+		if r := run(`pwd; echo "$KEPT"`); r.stdout != "/usr\n1\n" {
+			t.Fatalf("after fatal errors: stdout %q stderr %q", r.stdout, r.stderr)
+		}
+	})
 }
 
 func TestExitEndsOnlyTheCommand(t *testing.T) {
