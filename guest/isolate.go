@@ -49,16 +49,19 @@ var reservedWords = map[string]bool{
 // looks at every word in command position (after ;, &, |, newline, (, {,
 // and keywords), and says yes for a command name from isolatingWords, a
 // function definition, a command name that comes from an expansion
-// ($x, `x`, $(x), a glob or bash's braces), or any mention of IFS. It
-// reads the words as the shell will, after joining continued lines, and
-// where it could read them otherwise (a here-document, a command
-// substitution holding quotes or comments, a ${…} holding blanks or
-// operators, $'…') it says yes. It then has the command parsed as POSIX
-// sh and as bash (see parsedPlain) and says yes to what either grammar
-// cannot parse or finds isolating words or definitions in: the parser is
-// a second reading, which can only add to the first.
-// Commands that only run programs, cd and export run in the framing
-// shell, which saves a fork.
+// ($x, `x`, $(x), a glob or bash's braces), or any mention of one of
+// specialNames. It reads the words as the shell will, after joining
+// continued lines, and where it could read them otherwise (a
+// here-document, a command substitution holding quotes or comments, a
+// ${…} holding blanks or operators, $'…') it says yes. It then has the
+// command parsed as POSIX sh and as bash (see parsedPlain) and says yes to
+// what either grammar cannot parse or finds isolating words, definitions,
+// names made at run time or bash's fatal errors in: the parser is a
+// second reading, which can only add to the first. A command too long or
+// too deeply nested to read quickly is isolated unread.
+// Commands that only run programs, cd, export and assignments run in the
+// framing shell, which saves a fork; what a value built at run time may
+// still set there is undone after each (see afterCommand).
 func NeedsIsolation(command string) bool {
 	isolate, _ := readCommand(command)
 	return isolate
