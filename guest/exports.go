@@ -61,6 +61,26 @@ var bashReadOnly = map[string]bool{
 	"BASHOPTS": true, "BASH_VERSINFO": true, "EUID": true, "PPID": true, "SHELLOPTS": true, "UID": true,
 }
 
+// restorable reports whether Restore may set (or unset) the exported
+// variable e in a framing shell: not one of bash's read-only variables
+// (setting one, even to its own value, ends bash run as sh), nor one of
+// the names that change how the shell reads the frame (see specialNames;
+// unsetting POSIXLY_CORRECT ends bash's POSIX mode), nor a PATH with a %
+// (dash reads an entry's %func or %builtin as a command to source files
+// or look for builtins there). A command may still export them in its
+// own subshell; they do not reach the framing shell.
+func restorable(e Export) bool {
+	if bashReadOnly[e.Name] || e.Name == "PATH" && strings.Contains(e.Stmt, "%") {
+		return false
+	}
+	for _, name := range specialNames {
+		if strings.Contains(e.Name, name) {
+			return false
+		}
+	}
+	return true
+}
+
 // Export is one variable of `export -p` output: its name and the whole
 // statement that sets it (which may span lines).
 type Export struct {

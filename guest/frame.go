@@ -346,14 +346,12 @@ func Restore(s State, have []string) string {
 		want[n] = true
 	}
 	for _, n := range have {
-		if !want[n] && validVarName(n) && !bashReadOnly[n] {
+		if !want[n] && validVarName(n) && restorable(Export{Name: n}) {
 			b.WriteString("unset " + n + "\n")
 		}
 	}
 	for _, e := range ParseExports(s.Exports) {
-		// Bash's read-only variables are left as they are: setting one,
-		// even to its own value, ends bash run as sh.
-		if !bashReadOnly[e.Name] {
+		if restorable(e) {
 			b.WriteString(e.Stmt + "\n")
 		}
 	}

@@ -13,6 +13,7 @@ var isolatingWords = map[string]bool{
 	"declare": true, "function": true, "shopt": true, "enable": true, "builtin": true,
 	"hash": true, "unset": true, "shift": true, "getopts": true, "command": true,
 	"mapfile": true, "readarray": true, // their -C runs text in the shell
+	"compgen": true, "complete": true, // -W expands text
 }
 
 // maxPlainCommand is the longest command that may run in the framing
@@ -32,11 +33,12 @@ const maxPlainNesting = 256
 //     expands in the frame's own lines) and hashed commands,
 //     BASH_XTRACEFD closes the fd it named when it changes, and
 //     BASH_COMPAT, GLOBIGNORE and CDPATH change how later commands and
-//     the frame's cd are read;
+//     the frame's cd are read, and POSIXLY_CORRECT unset ends bash's
+//     POSIX mode;
 //   - dash and busybox source a file found in a PATH entry ending in
 //     %func, and dash looks for its builtins where %builtin stands;
 //   - __sbx_ names the frame's own functions and variables.
-var specialNames = []string{"IFS", "BASH_", "GLOBIGNORE", "CDPATH", "%func", "%builtin", "__sbx_"}
+var specialNames = []string{"IFS", "BASH_", "GLOBIGNORE", "CDPATH", "POSIXLY_CORRECT", "%func", "%builtin", "__sbx_"}
 
 // reservedWords keep the next word in command position.
 var reservedWords = map[string]bool{

@@ -71,9 +71,9 @@ func TestNeedsIsolation(t *testing.T) {
 		"cat <<'EOF' > f.py\nprint(1)\nEOF":      true,
 		"echo $(date) > f":                       false,
 		"cd \"$(mktemp -d)\" && echo \"$(pwd)\"": false, // quotes around it, not in it
-		"echo $(( $(nproc) * 2 )) 'x'":           false,
-		"echo \"$(echo \")\")\"; exec 7<&-":      true, // a quote in it
-		"echo $(ls # )\n) ; exec 7<&-":           true, // a comment in it
+		"echo $(( $(nproc) * 2 )) 'x'":           true,  // the output is computed
+		"echo \"$(echo \")\")\"; exec 7<&-":      true,  // a quote in it
+		"echo $(ls # )\n) ; exec 7<&-":           true,  // a comment in it
 		"echo $(echo \\)) ; exec 7<&-":           true,
 		"echo $(echo ( ; exec 7<&-":              true, // never closed
 		"echo ${x:- #}; f() { echo hidden; }":    true, // a blank in ${ … }
@@ -98,7 +98,37 @@ func TestNeedsIsolation(t *testing.T) {
 		"coproc { exec 7<&-; }":      true,
 		"echo 'never closed; set -e": true, // the grammar cannot parse it
 		"if true; then set -e":       true,
-		"[[ -n $x ]] && ((n++))":     false, // bash's tests and arithmetic
+		"[[ -n $x ]] && ((2 > 1))":   false, // bash's tests and arithmetic
+		// Names set where the text does not show them, and bash's fatal
+		// errors reached through a value:
+		"p=%; PATH=/tmp/d${p}func:$PATH; f":         true,
+		"p=%; export PATH=/tmp/b:${p}builtin:$PATH": true,
+		"PATH=/opt/bin:$PATH make":                  true,
+		"PWD=/etc":                                  true,
+		"for UID in 1; do :; done":                  true,
+		"for PATH in /x; do :; done":                true,
+		"z=1/0; echo $((z))":                        true,
+		"z=1/0; echo $[z]":                          true,
+		"a=UI; z=${a}D=1; : $((z))":                 true,
+		"a=GLOBIGNOR; z=${a}E=1; ((z))":             true,
+		"a=GLOBIGNOR; z=${a}E=1; let z":             true,
+		"echo $((2**-1))":                           true,
+		"echo $((08))":                              true, // not octal
+		"x=$((RANDOM % 10))":                        true,
+		"export -z":                                 true,
+		"compgen -W '${x?}'":                        true,
+		"test -v 'a[${x?}]'":                        true,
+		"[ -v 'a[$((x=1/0))]' ]":                    true,
+		"[[ -v x ]]":                                true,
+		"[[ $x -eq 1 ]]":                            true,
+		"read -r 'a[${x?}]' </dev/null":             true,
+		"a=GLOBIGNOR; x=${a}E; : ${!x:=zz}":         true,
+		": ${PATH:=/bin}":                           true,
+		"echo $((10/2)) $((7 % 3)) $((1 + 4 * 2))":  false,
+		"[[ 2 -gt 1 ]] && echo yes":                 false,
+		"printf '%s\\n' --verbose -v":               false, // after the format
+		"export -p; export -n A":                    false,
+		"for f in a b; do echo $f; done":            false,
 		// Names that change how the shell reads what follows, however
 		// they are reached:
 		"v=IF; export ${v}S=:":                                true,
@@ -128,7 +158,8 @@ func TestNeedsIsolation(t *testing.T) {
 		"echo $((1+2)) ${x:-a} ${y:=b}":           false,
 		"~/bin/tool --help":                       false, // a path: no builtin
 		"~ --help":                                true,  // HOME may name one
-		"export PATH=$PATH:/opt/bin A=\"$(pwd)\"": false,
+		"export PATH=$PATH:/opt/bin A=\"$(pwd)\"": true,  // PATH is bound
+		"export A=\"$(pwd)\" B=$HOME/x":           false,
 		"read -r line < f; echo \"$line\"":        false,
 		"printf '%s\\n' a b 2>&1":                 false,
 	} {
@@ -148,8 +179,6 @@ func TestFrameCarriesStateTheParserFound(t *testing.T) {
 		"ls /tmp":                "__sbx_end M 0\n",
 		"echo cd":                "__sbx_end M 1\n", // the text reading errs towards yes
 		"true && \\export A":     "__sbx_end M 1\n",
-		"((n++))":                "__sbx_end M 1\n", // arithmetic, a loop's variable
-		": $((n+=2))":            "__sbx_end M 1\n",
 		"for A in 2; do :; done": "__sbx_end M 1\n",
 		"chdir /tmp":             "__sbx_end M 1\n", // dash's other name for cd
 		"echo $((1+2))":          "__sbx_end M 0\n",
@@ -188,15 +217,21 @@ func TestMayChangeState(t *testing.T) {
 	}
 }
 
-// TestRestoreLeavesBashReadOnlyVariables checks that the prelude that
+// TestRestoreLeavesWhatChangesTheShell checks that the prelude that
 // brings a shell to a state neither sets nor unsets a variable bash keeps
 // read-only (export UID run in a subshell reports UID as exported), which
-// would end bash run as sh at once.
-func TestRestoreLeavesBashReadOnlyVariables(t *testing.T) {
-	got := Restore(State{Cwd: "/w", Exports: "export A=\"1\"\nexport UID=\"0\"\nexport B='x\ny'\n"}, []string{"A", "PPID", "C"})
+// would end bash run as sh at once, nor one that changes how the shell
+// reads the frame, nor a PATH dash would read %func or %builtin in.
+func TestRestoreLeavesWhatChangesTheShell(t *testing.T) {
+	exports := "export A=\"1\"\nexport UID=\"0\"\nexport B='x\ny'\nexport IFS=\":\"\n" +
+		"export PATH=\"/tmp/d%func:/bin\"\nexport GLOBIGNORE=\"x\"\nexport BASH_ENV=\"/x\"\n"
+	got := Restore(State{Cwd: "/w", Exports: exports}, []string{"A", "PPID", "C", "POSIXLY_CORRECT", "__sbx_x"})
 	want := "unset C\nexport A=\"1\"\nexport B='x\ny'\ncd -- '/w'\n"
 	if got != want {
 		t.Fatalf("Restore = %q, want %q", got, want)
+	}
+	if got := Restore(State{Exports: "export PATH=\"/opt/bin:/bin\"\n"}, nil); got != "export PATH=\"/opt/bin:/bin\"\n" {
+		t.Fatalf("a plain PATH: Restore = %q", got)
 	}
 }
 

@@ -56,11 +56,12 @@ func parsedPlain(command string) (plain, changesState bool) {
 // but for its directory and variables, and whether it may change those.
 // Not plain are a function definition, a coprocess, a declaration other
 // than export, a simple command whose name comes from an expansion or is
-// one of isolatingWords, and what bash run as sh takes for a fatal error
-// that ends the shell despite `command eval`: ${x?}, arithmetic that
-// divides, a redirection on a special builtin, an assignment to one of
-// its read-only variables. Commands in subshells and substitutions are
-// held to the same rule, which costs a fork at most.
+// one of isolatingWords, an assignment to bound (see bound) or a name made
+// at run time, and what bash run as sh takes for a fatal error that ends
+// the shell despite `command eval`: ${x?}, a redirection on a special
+// builtin, arithmetic it may not compute (see plainArithm). Commands in
+// subshells and substitutions are held to the same rule, which costs a
+// fork at most.
 func plainNode(node syntax.Node) (changes, plain bool) {
 	switch n := node.(type) {
 	case *syntax.FuncDecl, *syntax.CoprocClause, *syntax.TestDecl:
@@ -78,7 +79,7 @@ func plainNode(node syntax.Node) (changes, plain bool) {
 		}
 		return true, true
 	case *syntax.Assign:
-		return true, n.Name == nil || !bashReadOnly[n.Name.Value]
+		return true, n.Name == nil || !bound(n.Name.Value)
 	case *syntax.CallExpr:
 		if len(n.Args) == 0 {
 			return len(n.Assigns) > 0, true // assignments or redirections alone
@@ -96,25 +97,89 @@ func plainNode(node syntax.Node) (changes, plain bool) {
 			case syntax.ErrorUnset, syntax.ErrorUnsetOrNull:
 				return false, false
 			case syntax.AssignUnset, syntax.AssignUnsetOrNull:
-				return true, true
+				// ${!x:=v} assigns to the name x holds.
+				return true, !n.Excl && (n.Param == nil || !bound(n.Param.Value))
 			}
 		}
-	case *syntax.BinaryArithm:
-		switch n.Op {
-		case syntax.Quo, syntax.Rem, syntax.QuoAssgn, syntax.RemAssgn:
-			return false, false // a division by zero
-		case syntax.Assgn, syntax.AddAssgn, syntax.SubAssgn, syntax.MulAssgn, syntax.AndAssgn,
-			syntax.OrAssgn, syntax.XorAssgn, syntax.ShlAssgn, syntax.ShrAssgn, syntax.PowAssgn:
-			return true, true
-		}
-	case *syntax.UnaryArithm:
-		return n.Op == syntax.Inc || n.Op == syntax.Dec, true
-	case *syntax.ForClause:
-		return true, true // the loop's variable (select too)
+	case *syntax.ArithmExp:
+		return false, plainArithm(n.X)
+	case *syntax.ArithmCmd:
+		return false, plainArithm(n.X)
 	case *syntax.LetClause:
-		return true, true
+		for _, x := range n.Exprs {
+			if !plainArithm(x) {
+				return false, false
+			}
+		}
+	case *syntax.CStyleLoop:
+		return false, false
+	case *syntax.BinaryTest:
+		switch n.Op {
+		case syntax.TsEql, syntax.TsNeq, syntax.TsLeq, syntax.TsGeq, syntax.TsLss, syntax.TsGtr:
+			// [[ a -eq b ]] computes its operands as arithmetic.
+			return false, decimalOperand(n.X) && decimalOperand(n.Y)
+		}
+	case *syntax.UnaryTest:
+		return false, n.Op != syntax.TsVarSet // [[ -v 'a[${x?}]' ]]
+	case *syntax.WordIter:
+		return true, n.Name == nil || !bound(n.Name.Value) // a loop's variable
 	}
 	return false, true
+}
+
+// bound reports whether a command in the framing shell may not set the
+// variable name: one of bash's read-only ones (setting one is a fatal
+// error in bash run as sh), PATH (an entry of dash's ending in %func or
+// %builtin changes what the frame's own words run, and its value may be
+// built where the text does not show it) or the directory's (which the
+// frame reports).
+func bound(name string) bool {
+	return bashReadOnly[name] || name == "PATH" || name == "PWD" || name == "OLDPWD"
+}
+
+// plainArithm reports whether bash computes x without a fatal error and
+// without setting a variable: its operands are decimal numbers written
+// out (bash computes a variable's value as an expression, which may
+// assign any name or divide by zero), it divides only by a number other
+// than zero, and it raises to no power (a negative one is an error).
+func plainArithm(x syntax.ArithmExpr) bool {
+	switch x := x.(type) {
+	case nil:
+		return true
+	case *syntax.Word:
+		return decimal(x.Lit())
+	case *syntax.ParenArithm:
+		return plainArithm(x.X)
+	case *syntax.UnaryArithm:
+		return x.Op != syntax.Inc && x.Op != syntax.Dec && plainArithm(x.X)
+	case *syntax.BinaryArithm:
+		switch x.Op {
+		case syntax.Quo, syntax.Rem:
+			w, ok := x.Y.(*syntax.Word)
+			return ok && decimal(w.Lit()) && w.Lit() != "0" && plainArithm(x.X)
+		case syntax.Add, syntax.Sub, syntax.Mul, syntax.And, syntax.Or, syntax.Xor,
+			syntax.Lss, syntax.Gtr, syntax.Leq, syntax.Geq, syntax.Eql, syntax.Neq,
+			syntax.AndArit, syntax.OrArit, syntax.Shl, syntax.Shr:
+			return plainArithm(x.X) && plainArithm(x.Y)
+		}
+	}
+	return false
+}
+
+// decimalOperand reports whether x, an operand of [[ … -eq … ]], is a
+// decimal number written out.
+func decimalOperand(x syntax.TestExpr) bool {
+	w, ok := x.(*syntax.Word)
+	return ok && decimal(w.Lit())
+}
+
+// decimal reports whether s is a decimal number as bash reads it: 0, or
+// digits that do not start with 0 (which would make them octal).
+func decimal(s string) bool {
+	if s == "0" {
+		return true
+	}
+	return s != "" && s[0] != '0' && isDigits(s)
 }
 
 // specialBuiltin reports whether cmd is a simple command naming one of
@@ -135,8 +200,10 @@ func specialBuiltin(cmd syntax.Command) bool {
 }
 
 // plainArgs reports whether the arguments of the command name leave the
-// variables they set named by their text: export's and read's names must
-// not come from an expansion, and read -u and printf -v (bash) are not
+// variables they set named by their text, and bash alive: export's and
+// read's names must not come from an expansion nor be bound (see bound),
+// read's no array element (whose subscript bash expands), and read -u,
+// printf -v, wait -p and test -v (which expands a subscript) are not
 // plain.
 func plainArgs(name string, args []*syntax.Word) bool {
 	switch name {
@@ -149,13 +216,24 @@ func plainArgs(name string, args []*syntax.Word) bool {
 	case "read":
 		for _, a := range args {
 			w, ok := staticWord(a)
-			if !ok || strings.HasPrefix(w, "-") && strings.ContainsRune(w, 'u') {
+			if !ok || bound(w) || strings.ContainsRune(w, '[') ||
+				strings.HasPrefix(w, "-") && strings.ContainsRune(w, 'u') {
 				return false
 			}
 		}
 	case "printf", "wait":
 		for _, a := range args {
-			if w, _ := staticWord(a); strings.HasPrefix(w, "-") && strings.ContainsAny(w, "vp") {
+			w, _ := staticWord(a)
+			if !strings.HasPrefix(w, "-") || w == "--" {
+				break // the format: options come before it
+			}
+			if strings.ContainsAny(w, "vp") {
+				return false
+			}
+		}
+	case "test", "[":
+		for _, a := range args {
+			if w, _ := staticWord(a); w == "-v" {
 				return false
 			}
 		}
@@ -171,11 +249,11 @@ func staticName(w *syntax.Word) bool {
 	}
 	if lit, ok := w.Parts[0].(*syntax.Lit); ok {
 		if eq := strings.IndexByte(lit.Value, '='); eq > 0 {
-			return validVarName(lit.Value[:eq]) && !bashReadOnly[lit.Value[:eq]]
+			return validVarName(lit.Value[:eq]) && !bound(lit.Value[:eq])
 		}
 	}
 	name, ok := staticWord(w)
-	return ok && (strings.HasPrefix(name, "-") || validVarName(name) && !bashReadOnly[name])
+	return ok && (name == "-p" || name == "-n" || name == "-f" || name == "--" || validVarName(name) && !bound(name))
 }
 
 // plainRedirect reports whether r is one a command in the framing shell

@@ -303,11 +303,25 @@ func TestStateBuiltAtRunTimeIsUndone(t *testing.T) {
 		if r := run(`alias; set -- $(echo "a 1 b"); echo "$#"`); r.stdout != "3\n" || r.res.ExitCode != 0 {
 			t.Fatalf("after aliases and IFS set by arithmetic: stdout %q stderr %q exit %d", r.stdout, r.stderr, r.res.ExitCode)
 		}
-		for _, c := range []string{"echo $((10/0))", ": > /nonexistent/x", "export UID=1", "cd /usr && export KEPT=1 && echo ${UNSET_X:?}"} {
+		for _, c := range []string{"echo $((10/0))", ": > /nonexistent/x", "export UID=1", "z=1/0; echo $((z))",
+			"a=UI; z=${a}D=1; : $((z))", "for UID in 1; do :; done", "cd /usr && export KEPT=1 && echo ${UNSET_X:?}"} {
 			run(c)
 		}
 		if r := run(`pwd; echo "$KEPT"`); r.stdout != "/usr\n1\n" {
 			t.Fatalf("after fatal errors: stdout %q stderr %q", r.stdout, r.stderr)
+		}
+		// A PATH entry dash and busybox read as "source the file found
+		// here", built where the text does not show it, or exported by
+		// an isolated command and restored to the framing shell.
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte("printf() { echo HIJACKED; }\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(`p=%; PATH=` + dir + `${p}func:$PATH; f`)
+		run(`export PATH="` + dir + `%func:$PATH"`)
+		run(`f`)
+		if r := run(`echo ok`); r.stdout != "ok\n" || r.stderr != "" {
+			t.Fatalf("after a PATH with %%func: stdout %q stderr %q", r.stdout, r.stderr)
 		}
 	})
 }
