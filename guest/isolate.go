@@ -14,6 +14,7 @@ var isolatingWords = map[string]bool{
 	"hash": true, "unset": true, "shift": true, "getopts": true, "command": true,
 	"mapfile": true, "readarray": true, // their -C runs text in the shell
 	"compgen": true, "complete": true, // -W expands text
+	"fc": true, "history": true, // fc runs history's text, which history -s and -r put there
 }
 
 // maxPlainCommand is the longest command that may run in the framing

@@ -129,6 +129,15 @@ func TestNeedsIsolation(t *testing.T) {
 		"printf '%s\\n' --verbose -v":               false, // after the format
 		"export -p; export -n A":                    false,
 		"for f in a b; do echo $f; done":            false,
+		"history -s 'set -u'; fc -s":                true, // runs history's text
+		"jobs -x set -u":                            true, // runs its command in the shell
+		"jobs -l; jobs":                             false,
+		"times -x":                                  true, // a special builtin's usage error
+		"times":                                     false,
+		"GROUPS= :":                                 true,
+		"FUNCNAME=x export A":                       true,
+		"echo ${#=}":                                true, // bad substitution
+		"echo ${#} ${#x}":                           false,
 		// Names that change how the shell reads what follows, however
 		// they are reached:
 		"v=IF; export ${v}S=:":                                true,

@@ -92,6 +92,9 @@ func plainNode(node syntax.Node) (changes, plain bool) {
 	case *syntax.Redirect:
 		return false, plainRedirect(n)
 	case *syntax.ParamExp:
+		if n.Param != nil && n.Param.Value == "#" && n.Exp != nil && n.Exp.Word == nil {
+			return false, false // ${#=}, ${#+}: bash's "bad substitution", fatal
+		}
 		if n.Exp != nil {
 			switch n.Exp.Op {
 			case syntax.ErrorUnset, syntax.ErrorUnsetOrNull:
@@ -131,10 +134,11 @@ func plainNode(node syntax.Node) (changes, plain bool) {
 // variable name: one of bash's read-only ones (setting one is a fatal
 // error in bash run as sh), PATH (an entry of dash's ending in %func or
 // %builtin changes what the frame's own words run, and its value may be
-// built where the text does not show it) or the directory's (which the
-// frame reports).
+// built where the text does not show it), the directory's (which the
+// frame reports), or GROUPS and FUNCNAME, whose assignment bash ignores
+// with an error that, before a special builtin (GROUPS= :), ends it.
 func bound(name string) bool {
-	return bashReadOnly[name] || name == "PATH" || name == "PWD" || name == "OLDPWD"
+	return bashReadOnly[name] || name == "GROUPS" || name == "FUNCNAME" || name == "PATH" || name == "PWD" || name == "OLDPWD"
 }
 
 // plainArithm reports whether bash computes x without a fatal error and
@@ -203,8 +207,8 @@ func specialBuiltin(cmd syntax.Command) bool {
 // variables they set named by their text, and bash alive: export's and
 // read's names must not come from an expansion nor be bound (see bound),
 // read's no array element (whose subscript bash expands), and read -u,
-// printf -v, wait -p and test -v (which expands a subscript) are not
-// plain.
+// printf -v, wait -p, test -v (which expands a subscript), jobs -x (which
+// runs a command in the shell) and times with arguments are not plain.
 func plainArgs(name string, args []*syntax.Word) bool {
 	switch name {
 	case "export":
@@ -228,6 +232,17 @@ func plainArgs(name string, args []*syntax.Word) bool {
 				break // the format: options come before it
 			}
 			if strings.ContainsAny(w, "vp") {
+				return false
+			}
+		}
+	case "times":
+		// times takes no arguments: one is a usage error, which for a
+		// special builtin ends bash run as sh.
+		return len(args) == 0
+	case "jobs":
+		// jobs -x runs its arguments as a command of the shell itself.
+		for _, a := range args {
+			if w, ok := staticWord(a); !ok || strings.HasPrefix(w, "-") && strings.ContainsRune(w, 'x') {
 				return false
 			}
 		}

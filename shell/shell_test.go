@@ -304,10 +304,12 @@ func TestStateBuiltAtRunTimeIsUndone(t *testing.T) {
 			t.Fatalf("after aliases and IFS set by arithmetic: stdout %q stderr %q exit %d", r.stdout, r.stderr, r.res.ExitCode)
 		}
 		for _, c := range []string{"echo $((10/0))", ": > /nonexistent/x", "export UID=1", "z=1/0; echo $((z))",
-			"a=UI; z=${a}D=1; : $((z))", "for UID in 1; do :; done", "cd /usr && export KEPT=1 && echo ${UNSET_X:?}"} {
+			"a=UI; z=${a}D=1; : $((z))", "for UID in 1; do :; done", "times -x", "GROUPS= :", "echo ${#=}",
+			"history -s 'set -u; trap \"echo T\" EXIT'; fc -s >/dev/null 2>&1", "jobs -x set -u",
+			"cd /usr && export KEPT=1 && echo ${UNSET_X:?}"} {
 			run(c)
 		}
-		if r := run(`pwd; echo "$KEPT"`); r.stdout != "/usr\n1\n" {
+		if r := run(`pwd; echo "$KEPT" "$UNSET_Y"`); r.stdout != "/usr\n1 \n" {
 			t.Fatalf("after fatal errors: stdout %q stderr %q", r.stdout, r.stderr)
 		}
 		// A PATH entry dash and busybox read as "source the file found
