@@ -33,13 +33,13 @@ const maxPlainNesting = 256
 //   - bash's BASH_ALIASES and BASH_CMDS define aliases (which bash as sh
 //     expands in the frame's own lines) and hashed commands,
 //     BASH_XTRACEFD closes the fd it named when it changes, and
-//     BASH_COMPAT, GLOBIGNORE and CDPATH change how later commands and
-//     the frame's cd are read, and POSIXLY_CORRECT unset ends bash's
-//     POSIX mode;
+//     BASH_COMPAT, GLOBIGNORE, EXECIGNORE (which can hide the frame's
+//     base64) and CDPATH change how later commands and the frame's cd are
+//     read, and POSIXLY_CORRECT unset ends bash's POSIX mode;
 //   - dash and busybox source a file found in a PATH entry ending in
 //     %func, and dash looks for its builtins where %builtin stands;
 //   - __sbx_ names the frame's own functions and variables.
-var specialNames = []string{"IFS", "BASH_", "GLOBIGNORE", "CDPATH", "POSIXLY_CORRECT", "%func", "%builtin", "__sbx_"}
+var specialNames = []string{"IFS", "BASH_", "GLOBIGNORE", "EXECIGNORE", "CDPATH", "POSIXLY_CORRECT", "%func", "%builtin", "__sbx_"}
 
 // reservedWords keep the next word in command position.
 var reservedWords = map[string]bool{

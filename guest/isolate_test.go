@@ -152,6 +152,7 @@ func TestNeedsIsolation(t *testing.T) {
 		"x=/tmp/d%func; PATH=$x f":                            true,
 		"PATH=/tmp/b:%builtin:$PATH":                          true,
 		"GLOBIGNORE=x":                                        true,
+		"EXECIGNORE='*/base64'":                               true,
 		"__sbx_done=1":                                        true,
 		"CDPATH=/tmp":                                         true,
 		// What bash as sh takes for a fatal error, even under command eval:
