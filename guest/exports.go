@@ -70,11 +70,13 @@ var bashReadOnly = map[string]bool{
 // or look for builtins there). A command may still export them in its
 // own subshell; they do not reach the framing shell.
 func restorable(e Export) bool {
-	if bashReadOnly[e.Name] || e.Name == "PATH" && strings.Contains(e.Stmt, "%") {
+	switch {
+	case bashReadOnly[e.Name], e.Name == "PATH" && strings.Contains(e.Stmt, "%"),
+		strings.HasPrefix(e.Name, "BASH_"), strings.HasPrefix(e.Name, "__sbx_"):
 		return false
 	}
 	for _, name := range specialNames {
-		if strings.Contains(e.Name, name) {
+		if e.Name == name {
 			return false
 		}
 	}

@@ -240,8 +240,9 @@ func TestRestoreLeavesWhatChangesTheShell(t *testing.T) {
 	if got != want {
 		t.Fatalf("Restore = %q, want %q", got, want)
 	}
-	if got := Restore(State{Exports: "export PATH=\"/opt/bin:/bin\"\n"}, nil); got != "export PATH=\"/opt/bin:/bin\"\n" {
-		t.Fatalf("a plain PATH: Restore = %q", got)
+	plain := "export PATH=\"/opt/bin:/bin\"\nexport NOTIFS=\"1\"\nexport MY_BASH_X=\"2\"\n"
+	if got := Restore(State{Exports: plain}, nil); got != plain {
+		t.Fatalf("a plain PATH and names that only hold special ones: Restore = %q", got)
 	}
 }
 

@@ -25,7 +25,7 @@ var parsers = [...]*sync.Pool{
 // command in it, at any depth, is one the framing shell may run (see
 // plainNode), and whether the parser saw it change a variable or the
 // directory in ways MayChangeState's reading of the text may miss (c\d,
-// ((n++)), a for loop's variable).
+// a for loop's variable, ${x:=v}).
 func parsedPlain(command string) (plain, changesState bool) {
 	for _, pool := range parsers {
 		p := pool.Get().(*syntax.Parser)
@@ -257,7 +257,8 @@ func plainArgs(name string, args []*syntax.Word) bool {
 }
 
 // staticName reports whether w, an argument of export, names its variable
-// by its text: an option, a name, or a name= followed by any value.
+// by its text: -p, -n, -f or --, a name, or a name= followed by any value,
+// and the name is not bound.
 func staticName(w *syntax.Word) bool {
 	if w == nil || len(w.Parts) == 0 {
 		return false
