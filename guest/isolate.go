@@ -15,6 +15,7 @@ var isolatingWords = map[string]bool{
 	"mapfile": true, "readarray": true, // their -C runs text in the shell
 	"compgen": true, "complete": true, // -W expands text
 	"fc": true, "history": true, // fc runs history's text, which history -s and -r put there
+	"suspend": true, // suspend -f stops bash
 }
 
 // maxPlainCommand is the longest command that may run in the framing

@@ -138,6 +138,17 @@ func TestNeedsIsolation(t *testing.T) {
 		"FUNCNAME=x export A":                       true,
 		"echo ${#=}":                                true, // bad substitution
 		"echo ${#} ${#x}":                           false,
+		"o=-v; a=BAS; printf $o ${a}H_XTRACEFD 1":   true, // an option from an expansion
+		"o=-v; n=GLOBIGNOR; printf $o ${n}E \"*\"":  true,
+		"o=-v; [ $o 'a[1/0]' ]":                     true,
+		"o=-v; s='a[1/0]'; [ $o \"$s\" ]":           true,
+		"o=-v; [ -f x -a $o 'a[1/0]' ]":             true,
+		"o=-p; wait $o x y":                         true,
+		"suspend -f":                                true,
+		"printf \"$fmt\" \"$a\"; printf \"$x\"":     false,
+		"wait $pid":                                 false,
+		"[ \"$a\" = \"$b\" ] && [ -n \"$x\" ] && test -f \"$f\" && [ \"$y\" ]": false,
+		"[ \"$n\" -gt 2 ] || test \"$a\" != x":                                 false,
 		// Names that change how the shell reads what follows, however
 		// they are reached:
 		"v=IF; export ${v}S=:":                                true,

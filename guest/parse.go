@@ -208,7 +208,8 @@ func specialBuiltin(cmd syntax.Command) bool {
 // read's names must not come from an expansion nor be bound (see bound),
 // read's no array element (whose subscript bash expands), and read -u,
 // printf -v, wait -p, test -v (which expands a subscript), jobs -x (which
-// runs a command in the shell) and times with arguments are not plain.
+// runs a command in the shell) and times with arguments are not plain,
+// nor a word from an expansion where one of those options could stand.
 func plainArgs(name string, args []*syntax.Word) bool {
 	switch name {
 	case "export":
@@ -226,8 +227,13 @@ func plainArgs(name string, args []*syntax.Word) bool {
 			}
 		}
 	case "printf", "wait":
-		for _, a := range args {
-			w, _ := staticWord(a)
+		for i, a := range args {
+			w, ok := staticWord(a)
+			if !ok {
+				// An option may come from an expansion (o=-v; printf
+				// $o NAME fmt): one with words after it may be -v or -p.
+				return name == "printf" && len(args)-i < 3 || name == "wait" && i == len(args)-1
+			}
 			if !strings.HasPrefix(w, "-") || w == "--" {
 				break // the format: options come before it
 			}
@@ -247,13 +253,33 @@ func plainArgs(name string, args []*syntax.Word) bool {
 			}
 		}
 	case "test", "[":
-		for _, a := range args {
-			if w, _ := staticWord(a); w == "-v" {
+		if n := len(args); name == "[" && n > 0 {
+			if w, _ := staticWord(args[n-1]); w == "]" {
+				args = args[:n-1]
+			}
+		}
+		for i, a := range args {
+			w, ok := staticWord(a)
+			if w == "-v" {
 				return false
+			}
+			if !ok && i+1 < len(args) {
+				// A word from an expansion may be -v, unless what follows
+				// makes it an operand of a comparison ([ "$a" = "$b" ]).
+				if next, _ := staticWord(args[i+1]); !testComparisons[next] {
+					return false
+				}
 			}
 		}
 	}
 	return true
+}
+
+// testComparisons are test's binary operators: a word before one is its
+// operand, whatever the word holds.
+var testComparisons = map[string]bool{
+	"=": true, "==": true, "!=": true, "<": true, ">": true, "-eq": true, "-ne": true,
+	"-lt": true, "-le": true, "-gt": true, "-ge": true, "-nt": true, "-ot": true, "-ef": true,
 }
 
 // staticName reports whether w, an argument of export, names its variable
