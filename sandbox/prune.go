@@ -67,7 +67,7 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 			return p, fmt.Errorf("clone images: %w", err)
 		}
 	}
-	if nw, ok := m.rt.(Networker); ok && len(cs) == len(p.Containers) {
+	if nw, ok := m.rt.(Networker); ok && len(cs) == len(p.Containers) && (dryRun || m.noneLeft(ctx)) {
 		gone, err := nw.RemoveNetwork(ctx, m.NetworkName(), dryRun)
 		if err != nil {
 			return p, err
@@ -203,4 +203,13 @@ func (m *Manager) pruneVolume(ctx context.Context, name, vol string, dryRun bool
 		}
 	}
 	return true, nil
+}
+
+// noneLeft reports whether the engine lists no container of this server's
+// prefix now. A spare another goroutine was removing while prune looked
+// (the spares' own look, which holds it) may still be there: its network
+// then stays for the next prune rather than failing this one.
+func (m *Manager) noneLeft(ctx context.Context) bool {
+	cs, err := m.listOwn(ctx)
+	return err == nil && len(cs) == 0
 }
