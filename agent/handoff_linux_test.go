@@ -199,7 +199,9 @@ func TestTakeConnRefuses(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q, want it to say %q", err, tc.want)
 			}
-			if after := openFDs(t) - before; after != sent {
+			// More open than the sender left is what the refusal kept;
+			// fewer is another test of the package closing its own.
+			if after := openFDs(t) - before; after > sent {
 				t.Fatalf("%d descriptors open after the refusal, %d before it", after, sent)
 			}
 		})
