@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
@@ -426,7 +425,7 @@ func (s *Server) reportProgress(ctx context.Context, req mcp.CallToolRequest, st
 		return func() {}
 	}
 	token := req.Params.Meta.ProgressToken
-	srv := server.ServerFromContext(ctx)
+	srv := s.ms
 	if srv == nil {
 		return func() {}
 	}

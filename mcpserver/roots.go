@@ -90,7 +90,7 @@ func (s *Server) askRoots(ctx context.Context, req mcp.CallToolRequest) (context
 		actx, cancel := context.WithTimeout(ctx, rootsWait)
 		defer cancel()
 		var err error
-		if res, err = server.ServerFromContext(ctx).RequestRoots(actx, mcp.ListRootsRequest{}); err != nil {
+		if res, err = s.ms.RequestRoots(actx, mcp.ListRootsRequest{}); err != nil {
 			return ctx, mcp.NewToolResultError(fmt.Sprintf("%s: the client did not answer its roots request (the directories transfers may use) within %s: %v; "+
 				"call again, or have the server started with --allow-dir", req.Params.Name, rootsWait, err))
 		}

@@ -203,6 +203,15 @@ type Server struct {
 	enabled map[string]bool // toolsets whose tools are registered
 
 	attached sentImages // exec's images already sent
+
+	// chain is the tool handler middleware, outermost first: mcp-go runs
+	// it on the calls it serves, and the stdio transport's own path for
+	// tools/call (direct.go) on the others.
+	chain []server.ToolHandlerMiddleware
+	// self is the server's name and version, as results name it.
+	self mcp.Implementation
+	// lastMeta is callDirect's last _meta read (direct.go).
+	lastMeta atomic.Pointer[lastMeta]
 }
 
 // offers reports whether the tools of toolset are exposed now, so that a
@@ -226,8 +235,23 @@ func (s *Server) mention(toolset, with, instead string) string {
 	return instead
 }
 
-// New returns an MCP server exposing the sandbox tools of the selected toolsets.
+// New returns an MCP server exposing the sandbox tools of the selected
+// toolsets: NewServer's, for a transport of the caller's.
 func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
+	s, err := NewServer(m, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.ms, nil
+}
+
+// MCP is the server's mcp-go server, for a transport of the caller's
+// (HTTP).
+func (s *Server) MCP() *server.MCPServer { return s.ms }
+
+// NewServer returns the sandbox tools of the selected toolsets, to serve
+// with ServeStdio or, through MCP, another transport.
+func NewServer(m Sandboxes, opts Options) (*Server, error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -275,21 +299,24 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 			s.sandboxTools[d.Name] = true
 		}
 	}
-	mws := []server.ServerOption{
-		server.WithToolHandlerMiddleware(restoreLifted), // outermost: the arguments as sent
-	}
+	s.chain = []server.ToolHandlerMiddleware{restoreLifted} // outermost: the arguments as sent
 	if opts.Audit != nil {
-		mws = append(mws, server.WithToolHandlerMiddleware(s.auditCalls(opts.Audit, opts.Redact))) // bad calls too
+		s.chain = append(s.chain, s.auditCalls(opts.Audit, opts.Redact)) // bad calls too
 	}
 	if opts.Telemetry != nil {
-		mws = append(mws, server.WithToolHandlerMiddleware(s.observe(opts.Telemetry, transportName(opts))))
+		s.chain = append(s.chain, s.observe(opts.Telemetry, transportName(opts)))
 	}
-	s.ms = server.NewMCPServer("sandbox-mcp", version, append(mws,
+	s.chain = append(s.chain, recoverPanics,
+		args.middleware, // nothing runs on bad arguments
+		releaseAfterLarge,
+		opts.Notices.middleware)
+	mws := make([]server.ServerOption, 0, len(s.chain)+3)
+	for _, mw := range s.chain {
+		mws = append(mws, server.WithToolHandlerMiddleware(mw))
+	}
+	s.self = mcp.Implementation{Name: "sandbox-mcp", Version: version}
+	s.ms = server.NewMCPServer(s.self.Name, s.self.Version, append(mws,
 		server.WithToolCapabilities(opts.Dynamic),
-		server.WithRecovery(),
-		server.WithToolHandlerMiddleware(args.middleware), // nothing runs on bad arguments
-		server.WithToolHandlerMiddleware(releaseAfterLarge),
-		server.WithToolHandlerMiddleware(opts.Notices.middleware),
 		server.WithHooks(s.hooks(opts)),
 		server.WithInstructions(instructions),
 	)...)
@@ -301,7 +328,7 @@ func New(m Sandboxes, opts Options) (*server.MCPServer, error) {
 		s.ms.AddTool(wireTool(t.def), t.handler)
 	}
 	s.addResources()
-	return s.ms, nil
+	return s, nil
 }
 
 // transportName is the network.transport the server's metrics give.
@@ -401,12 +428,35 @@ func (s *Server) tools() []tool {
 // Messages over msglimit.DefaultMax are refused with an error that says
 // how to send large files instead.
 func ServeStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.Writer, errLog *log.Logger) error {
+	return serveLimited(ctx, ms, nil, in, out, errLog)
+}
+
+// ServeStdio is the package's ServeStdio for s, with tools/call served
+// on a shorter path of its own (see direct.go).
+func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer, errLog *log.Logger) error {
+	return serveLimited(ctx, s.ms, s.callDirect, in, out, errLog)
+}
+
+func serveLimited(ctx context.Context, ms *server.MCPServer, direct directCaller, in io.Reader, out io.Writer, errLog *log.Logger) error {
 	lim := msglimit.New(in, out, msglimit.Options{
 		Hint:    LargeDataHint(ms),
 		Dropped: func() { go debug.FreeOSMemory() },
 		Blobs:   lifted,
 	})
-	return serveStdio(ctx, ms, lim.Reader(), releasingWriter{rootsParamsWriter{lim.Writer()}}, errLog)
+	return serveStdio(ctx, ms, direct, lim.Reader(), releasingWriter{rootsParamsWriter{lim.Writer()}}, errLog)
+}
+
+// recoverPanics answers a tool call whose handler panicked with an error
+// (as mcp-go's WithRecovery does), and ends nothing else.
+func recoverPanics(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				res, err = nil, fmt.Errorf("panic recovered in %s tool handler: %v", req.Params.Name, r)
+			}
+		}()
+		return next(ctx, req)
+	}
 }
 
 // rootsRequestBare is how mcp-go writes the roots request of an

@@ -45,6 +45,7 @@ const notificationQueue = 256
 // stdioTransport serves one MCPServer over one reader and writer.
 type stdioTransport struct {
 	ms     *server.MCPServer
+	direct directCaller // nil: every message goes to ms
 	out    io.Writer
 	errLog *log.Logger
 
@@ -74,11 +75,12 @@ type stdioTransport struct {
 // still routed (and answered by mcp-go as it sees fit), not taken for one
 // that is not JSON.
 type line struct {
-	ID     json.RawMessage `json:"id"`
-	Method json.RawMessage `json:"method"`
-	Result json.RawMessage `json:"result"`
-	Error  json.RawMessage `json:"error"`
-	Params json.RawMessage `json:"params"`
+	JSONRPC json.RawMessage `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+	Params  json.RawMessage `json:"params"`
 }
 
 // present reports whether a member was given, and not as null.
@@ -90,11 +92,12 @@ func (l *line) hasID() bool { return present(l.ID) }
 
 // serveStdio serves MCP on in and out until in ends or ctx is done. The
 // requests still running then are cancelled, and waited for.
-func serveStdio(ctx context.Context, ms *server.MCPServer, in io.Reader, out io.Writer, errLog *log.Logger) error {
+// direct, if set, serves the tools/call requests it takes.
+func serveStdio(ctx context.Context, ms *server.MCPServer, direct directCaller, in io.Reader, out io.Writer, errLog *log.Logger) error {
 	if errLog == nil {
 		errLog = log.New(io.Discard, "", 0)
 	}
-	t := &stdioTransport{ms: ms, out: out, errLog: errLog, turn: make(chan struct{}),
+	t := &stdioTransport{ms: ms, direct: direct, out: out, errLog: errLog, turn: make(chan struct{}),
 		slots: make(chan struct{}, maxInFlight+1), ended: make(chan error, 1), br: bufio.NewReaderSize(in, 64<<10)}
 	t.sess = &stdioSession{
 		notifications: make(chan mcp.JSONRPCNotification, notificationQueue),
@@ -262,13 +265,16 @@ func (t *stdioTransport) dispatch(msg []byte) *request {
 	case l.hasID():
 		rctx, cancel := context.WithCancel(t.ctx)
 		r := &request{id: l.ID, raw: raw, ctx: rctx, cancel: cancel, key: idKey(l.ID)}
+		if t.direct != nil && bytes.Equal(l.Method, []byte(`"tools/call"`)) && bytes.Equal(l.JSONRPC, []byte(`"2.0"`)) {
+			r.params = l.Params
+		}
 		t.inflight.Store(r.key, r)
 		return r
 	default:
 		if bytes.Equal(l.Method, []byte(`"notifications/cancelled"`)) {
 			t.cancelInFlight(l.Params)
 		}
-		t.handle(t.ctx, nil, raw)
+		t.handle(t.ctx, nil, raw, nil)
 	}
 	return nil
 }
@@ -297,9 +303,12 @@ func idKey(raw json.RawMessage) string {
 // request is one request for a worker.
 type request struct {
 	id, raw json.RawMessage
-	ctx     context.Context
-	cancel  context.CancelFunc
-	key     string
+	// params are a tools/call's, for the transport's direct path; nil
+	// for other requests.
+	params json.RawMessage
+	ctx    context.Context
+	cancel context.CancelFunc
+	key    string
 }
 
 // workerIdle is how long a worker waits for its next turn before it
@@ -354,7 +363,7 @@ const busyWait = 100 * time.Millisecond
 // run serves r on a worker.
 func (t *stdioTransport) run(r *request) {
 	defer t.done(r)
-	t.handle(r.ctx, r.id, r.raw)
+	t.handle(r.ctx, r.id, r.raw, r.params)
 }
 
 // done ends r's context and forgets it.
@@ -364,9 +373,10 @@ func (t *stdioTransport) done(r *request) {
 }
 
 // handle runs one message through the server and writes its answer, if
-// it has one. A handler's panic answers the request with an internal
+// it has one: a tools/call with params through the direct path when it
+// takes it. A handler's panic answers the request with an internal
 // error, and ends nothing else.
-func (t *stdioTransport) handle(ctx context.Context, id json.RawMessage, raw json.RawMessage) {
+func (t *stdioTransport) handle(ctx context.Context, id, raw, params json.RawMessage) {
 	var resp mcp.JSONRPCMessage
 	func() {
 		defer func() {
@@ -377,6 +387,12 @@ func (t *stdioTransport) handle(ctx context.Context, id json.RawMessage, raw jso
 				}
 			}
 		}()
+		if params != nil {
+			var ok bool
+			if resp, ok = t.direct(ctx, id, params); ok {
+				return
+			}
+		}
 		resp = t.ms.HandleMessage(ctx, raw)
 	}()
 	if resp != nil {

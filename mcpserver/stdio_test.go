@@ -33,7 +33,7 @@ func startStdio(t *testing.T, ms *server.MCPServer) *stdioPeer {
 	outR, outW := io.Pipe()
 	p := &stdioPeer{t: t, in: inW, out: bufio.NewReader(outR), done: make(chan error, 1)}
 	go func() {
-		p.done <- serveStdio(context.Background(), ms, inR, outW, nil)
+		p.done <- serveStdio(context.Background(), ms, nil, inR, outW, nil)
 		outW.Close()
 	}()
 	t.Cleanup(func() {
@@ -253,7 +253,7 @@ func TestStdioEndCancelsCalls(t *testing.T) {
 	})
 	inR, inW := io.Pipe()
 	done := make(chan error, 1)
-	go func() { done <- serveStdio(context.Background(), ms, inR, io.Discard, nil) }()
+	go func() { done <- serveStdio(context.Background(), ms, nil, inR, io.Discard, nil) }()
 	io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`+"\n")
 	io.WriteString(inW, call("2", "wait")+"\n")
 	select {
@@ -431,7 +431,7 @@ func TestStdioEndDoesNotWaitForeverOnAWrite(t *testing.T) {
 	_, outW := io.Pipe() // never read
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveStdio(ctx, ms, inR, outW, nil) }()
+	go func() { done <- serveStdio(ctx, ms, nil, inR, outW, nil) }()
 	io.WriteString(inW, call("1", "hi")+"\n")
 	time.Sleep(100 * time.Millisecond) // the worker blocks on its write
 	cancel()
@@ -460,7 +460,7 @@ func TestStdioAnswersWhatCameBeforeTheEnd(t *testing.T) {
 		}
 		var out bytes.Buffer
 		w := &lockedWriter{w: &out}
-		if err := serveStdio(context.Background(), ms, strings.NewReader(input), w, nil); err != nil {
+		if err := serveStdio(context.Background(), ms, nil, strings.NewReader(input), w, nil); err != nil {
 			t.Fatal(err)
 		}
 		w.mu.Lock()

@@ -284,7 +284,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		// Over HTTP the directory the server started in is no client's.
 		start = ""
 	}
-	ms, err := mcpserver.New(m, mcpserver.Options{
+	srv, err := mcpserver.NewServer(m, mcpserver.Options{
 		Telemetry: tel, Transport: transport,
 		// Off the loopback a client may be another machine: its roots
 		// would open this one's files to it.
@@ -329,7 +329,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 		m.BootInBackground(sandbox.DefaultName)
 	}
 	if cfg.HTTP != "" {
-		return serveHTTP(ctx, cfg, m, ms, tel, logger)
+		return serveHTTP(ctx, cfg, m, srv.MCP(), tel, logger)
 	}
 	// The session ends when its input does (EOF) or ctx does (SIGTERM,
 	// SIGINT). Either way the commands still running are ended first
@@ -339,7 +339,7 @@ func Serve(ctx context.Context, cfg Config, in io.Reader, out io.Writer) error {
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { m.Shutdown(); cancel() })
 	defer stop()
-	err = mcpserver.ServeStdio(sctx, ms, &endReader{r: in, end: m.Shutdown}, out, log.New(os.Stderr, "sandbox-mcp: ", log.LstdFlags))
+	err = srv.ServeStdio(sctx, &endReader{r: in, end: m.Shutdown}, out, log.New(os.Stderr, "sandbox-mcp: ", log.LstdFlags))
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return nil // a signal: a normal end
 	}
