@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 	"github.com/sandbox-mcp/sandbox-mcp/telemetry"
@@ -231,4 +233,45 @@ func TestDirectSkipsNoHook(t *testing.T) {
 		t.Fatalf("hooks on a tool call: %d after, %d at a request's start, %d before (want 0, 0, 1: dropRawArguments)",
 			len(h.OnAfterCallTool), len(h.OnRequestInitialization), len(h.OnBeforeCallTool))
 	}
+}
+
+// FuzzDirectMatchesMCPGo: whatever a client sends as a tools/call, the
+// direct path answers it as mcp-go would, or leaves it to mcp-go. Each
+// input runs on a session of its own on each path.
+func FuzzDirectMatchesMCPGo(f *testing.F) {
+	for _, c := range directCases {
+		f.Add(c.msg)
+	}
+	s, err := NewServer(directFake(), Options{Toolsets: []string{"all"}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	session := func() context.Context {
+		sess := &stdioSession{notifications: make(chan mcp.JSONRPCNotification, notificationQueue), pending: map[int64]chan reply{}}
+		return s.ms.WithContext(context.Background(), sess)
+	}
+	f.Fuzz(func(t *testing.T, msg string) {
+		var l line
+		if len(msg) > 4096 || json.Unmarshal([]byte(msg), &l) != nil || !l.hasID() {
+			t.Skip("not a request")
+		}
+		var p struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(l.Params, &p) == nil && p.Name != "exec" && s.ms.GetTool(p.Name) != nil {
+			t.Skip("a tool other than exec: its answers may name times and ids")
+		}
+		want, _ := json.Marshal(s.ms.HandleMessage(session(), json.RawMessage(msg)))
+		if !l.directCall() {
+			return
+		}
+		resp, took := s.callDirect(session(), l.ID, l.Params)
+		if !took {
+			return
+		}
+		got, _ := json.Marshal(resp)
+		if string(got) != string(want) {
+			t.Fatalf("%s\ndirect: %s\nmcp-go: %s", msg, got, want)
+		}
+	})
 }

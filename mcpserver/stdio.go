@@ -86,6 +86,12 @@ type line struct {
 // present reports whether a member was given, and not as null.
 func present(v json.RawMessage) bool { return len(v) > 0 && !bytes.Equal(v, []byte("null")) }
 
+// directCall reports whether the message is a tools/call of JSON-RPC
+// 2.0, spelled plainly: one for the transport's direct path to try.
+func (l *line) directCall() bool {
+	return bytes.Equal(l.Method, []byte(`"tools/call"`)) && bytes.Equal(l.JSONRPC, []byte(`"2.0"`))
+}
+
 // hasID reports whether the message carries an id other than null: a
 // request (or an answer), not a notification.
 func (l *line) hasID() bool { return present(l.ID) }
@@ -265,7 +271,7 @@ func (t *stdioTransport) dispatch(msg []byte) *request {
 	case l.hasID():
 		rctx, cancel := context.WithCancel(t.ctx)
 		r := &request{id: l.ID, raw: raw, ctx: rctx, cancel: cancel, key: idKey(l.ID)}
-		if t.direct != nil && bytes.Equal(l.Method, []byte(`"tools/call"`)) && bytes.Equal(l.JSONRPC, []byte(`"2.0"`)) {
+		if t.direct != nil && l.directCall() {
 			r.params = l.Params
 		}
 		t.inflight.Store(r.key, r)
