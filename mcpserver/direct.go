@@ -100,9 +100,9 @@ func (s *Server) callDirect(ctx context.Context, id, params json.RawMessage) (mc
 	res, err := s.runWithInput(ctx, h, req)
 	switch {
 	case err != nil:
-		return callError(rid, mcp.INTERNAL_ERROR, err.Error()), true
+		return errorAnswer(id, mcp.INTERNAL_ERROR, err.Error()), true
 	case res == nil:
-		return callError(rid, mcp.INTERNAL_ERROR, fmt.Sprintf("tool '%s' handler returned no result", p.Name)), true
+		return errorAnswer(id, mcp.INTERNAL_ERROR, fmt.Sprintf("tool '%s' handler returned no result", p.Name)), true
 	}
 	if info.Modern {
 		// What the stateless revision asks of every result.
@@ -255,9 +255,4 @@ func directID(raw json.RawMessage) (mcp.RequestId, bool) {
 		return mcp.RequestId{}, false // -0 reads back as 0 from an int
 	}
 	return mcp.NewRequestId(n), true
-}
-
-// callError is the error answer to the call with id.
-func callError(id mcp.RequestId, code int, msg string) mcp.JSONRPCError {
-	return mcp.JSONRPCError{JSONRPC: mcp.JSONRPC_VERSION, ID: id, Error: mcp.NewJSONRPCErrorDetails(code, msg, nil)}
 }

@@ -1,7 +1,6 @@
 package mcpserver
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -16,59 +15,15 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/telemetry"
 )
 
-// linePeer sends raw lines to a stdio transport and reads its answers as
-// written.
-type linePeer struct {
-	t   *testing.T
-	in  *io.PipeWriter
-	out *bufio.Reader
-}
-
-func startLines(t *testing.T, s *Server, direct bool, caps string) *linePeer {
+// startLines serves s over pipes, through the direct path or mcp-go's
+// alone, for a client with capabilities caps.
+func startLines(t *testing.T, s *Server, direct bool, caps string) *stdioPeer {
 	t.Helper()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
 	var call directCaller
 	if direct {
 		call = s.callDirect
 	}
-	done := make(chan error, 1)
-	go func() { done <- serveStdio(context.Background(), s.ms, call, inR, outW, nil); outW.Close() }()
-	t.Cleanup(func() {
-		inW.Close()
-		go io.Copy(io.Discard, outR)
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			t.Error("the transport did not end after its input did")
-		}
-	})
-	p := &linePeer{t: t, in: inW, out: bufio.NewReader(outR)}
-	p.ask(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":` + caps + `,"clientInfo":{"name":"t","version":"0"}}}`)
-	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// ask sends line and returns the next line the server writes.
-func (p *linePeer) ask(line string) string {
-	p.t.Helper()
-	if _, err := io.WriteString(p.in, line+"\n"); err != nil {
-		p.t.Fatal(err)
-	}
-	got := make(chan string, 1)
-	go func() {
-		l, _ := p.out.ReadString('\n')
-		got <- l
-	}()
-	select {
-	case l := <-got:
-		return l
-	case <-time.After(time.Minute):
-		p.t.Fatalf("no answer to %s within a minute", line)
-		return ""
-	}
+	return startPeer(t, s.ms, call, caps)
 }
 
 // directCases are tools/call messages, and whether the direct path takes

@@ -425,10 +425,6 @@ func (s *Server) reportProgress(ctx context.Context, req mcp.CallToolRequest, st
 		return func() {}
 	}
 	token := req.Params.Meta.ProgressToken
-	srv := s.ms
-	if srv == nil {
-		return func() {}
-	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -444,7 +440,7 @@ func (s *Server) reportProgress(ctx context.Context, req mcp.CallToolRequest, st
 				return
 			case <-t.C:
 			}
-			_ = srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+			_ = s.ms.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
 				"progressToken": token,
 				"progress":      float64(n),
 				"message":       status(time.Since(start)),

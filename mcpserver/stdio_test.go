@@ -29,11 +29,18 @@ type stdioPeer struct {
 // startStdio serves ms over pipes and initializes a session with roots.
 func startStdio(t *testing.T, ms *server.MCPServer) *stdioPeer {
 	t.Helper()
+	return startPeer(t, ms, nil, `{"roots":{}}`)
+}
+
+// startPeer serves ms over pipes, with direct as the transport's direct
+// path (nil: none), and initializes a session with capabilities caps.
+func startPeer(t *testing.T, ms *server.MCPServer, direct directCaller, caps string) *stdioPeer {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	p := &stdioPeer{t: t, in: inW, out: bufio.NewReader(outR), done: make(chan error, 1)}
 	go func() {
-		p.done <- serveStdio(context.Background(), ms, nil, inR, outW, nil)
+		p.done <- serveStdio(context.Background(), ms, direct, inR, outW, nil)
 		outW.Close()
 	}()
 	t.Cleanup(func() {
@@ -45,7 +52,7 @@ func startStdio(t *testing.T, ms *server.MCPServer) *stdioPeer {
 			t.Error("the transport did not end after its input did")
 		}
 	})
-	p.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"t","version":"0"}}}`)
+	p.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":` + caps + `,"clientInfo":{"name":"t","version":"0"}}}`)
 	if m := p.read(); m["id"] != "init" || m["result"] == nil {
 		t.Fatalf("initialize: %v", m)
 	}
@@ -63,6 +70,18 @@ func (p *stdioPeer) send(line string) {
 // read returns the next message the server writes, within a minute.
 func (p *stdioPeer) read() map[string]any {
 	p.t.Helper()
+	line := p.readLine()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		p.t.Fatalf("the server wrote %q: %v", line, err)
+	}
+	return m
+}
+
+// readLine returns the next line the server writes, as written, within a
+// minute.
+func (p *stdioPeer) readLine() string {
+	p.t.Helper()
 	type got struct {
 		line string
 		err  error
@@ -77,15 +96,18 @@ func (p *stdioPeer) read() map[string]any {
 		if g.err != nil {
 			p.t.Fatalf("read: %v", g.err)
 		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(g.line), &m); err != nil {
-			p.t.Fatalf("the server wrote %q: %v", g.line, err)
-		}
-		return m
+		return g.line
 	case <-time.After(time.Minute):
 		p.t.Fatal("no message from the server within a minute")
-		return nil
+		return ""
 	}
+}
+
+// ask sends line and returns the next line the server writes.
+func (p *stdioPeer) ask(line string) string {
+	p.t.Helper()
+	p.send(line)
+	return p.readLine()
 }
 
 func call(id, tool string) string {
