@@ -93,3 +93,32 @@ esac
 		t.Fatalf("volumes %+v, want ws-default alone", vols)
 	}
 }
+
+// TestVolumeListSurvivesARemovalWhileInspecting: podman looks up every
+// volume an inspect names before it reads them, and fails the inspect as
+// a whole, printing none, when one is removed between the two. The
+// stand-in's list must still hold the volumes that stay: a list without
+// them tells the server (and prune) that a workspace is gone.
+func TestVolumeListSurvivesARemovalWhileInspecting(t *testing.T) {
+	script := `#!/bin/sh
+d=$(dirname "$0")
+case "$1 $2" in
+"volume ls") echo ws-default; [ -e "$d/gone" ] || echo ws-other;;
+"volume inspect") shift 2
+  case "$*" in
+  ws-default) echo '[{"Name":"ws-default","Labels":{}}]';;
+  ws-other) echo '[]'; echo 'Error: inspecting object: no such volume ws-other' >&2; exit 125;;
+  *) touch "$d/gone"
+    echo 'Error: no volume with name "ws-other" found in database: no such volume' >&2; exit 125;;
+  esac;;
+*) exit 1;;
+esac
+`
+	vols, err := fakeApp(t, script).eng.listVolumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 1 || vols[0].Name != "ws-default" {
+		t.Fatalf("volumes %+v, want ws-default alone", vols)
+	}
+}

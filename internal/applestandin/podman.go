@@ -287,7 +287,13 @@ type podVolume struct {
 	Options    map[string]string `json:"Options"`
 }
 
-// inspectVolumes returns the named volumes that exist.
+// inspectVolumes returns the named volumes that exist. podman looks every
+// name up before it reads any of them, and fails the whole inspect,
+// printing none, when one is removed between the two; a name it cannot
+// find at the lookup it only reports. So an inspect of several names that
+// prints nothing is taken again a name at a time: each then either prints
+// its volume or says it has none, and the volumes that stay are never
+// reported missing.
 func (e *engine) inspectVolumes(names ...string) ([]podVolume, error) {
 	if len(names) == 0 {
 		return nil, nil
@@ -300,6 +306,14 @@ func (e *engine) inspectVolumes(names ...string) ([]podVolume, error) {
 		}
 	} else if !r.ok() && !r.contains("no such volume") && !r.contains("no volume with name") {
 		return nil, failPlain(r.message())
+	} else if !r.ok() && len(names) > 1 {
+		for _, n := range names {
+			one, err := e.inspectVolumes(n)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, one...)
+		}
 	}
 	return out, nil
 }
