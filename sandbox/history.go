@@ -121,7 +121,9 @@ func (h *History) Add(name, command string, res shell.Result, err error) {
 	}
 	list := append(m[name], e)
 	if len(list) > h.limit {
-		list = append(list[:0:0], list[len(list)-h.limit:]...)
+		// The oldest goes by reslicing: append copies the entries kept
+		// only when the array is full, not on every call past the limit.
+		list = list[len(list)-h.limit:]
 	}
 	m[name] = list
 }

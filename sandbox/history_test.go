@@ -155,3 +155,26 @@ func commands(t *testing.T, st *state.Store, name string) string {
 	}
 	return strings.Join(out, ",")
 }
+
+// A sandbox's history keeps its newest entries, in order, up to the
+// limit, in memory and pending a store alike.
+func TestHistoryKeepsTheNewest(t *testing.T) {
+	st, err := state.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*History{NewHistory(10, nil), NewHistory(10, st)} {
+		for i := range 137 {
+			h.Add("box", fmt.Sprintf("echo %d", i), shell.Result{}, nil)
+			got, err := h.Recent("box", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := min(i+1, 10)
+			if len(got) != want || got[len(got)-1].Command != fmt.Sprintf("echo %d", i) ||
+				got[0].Command != fmt.Sprintf("echo %d", i+1-want) {
+				t.Fatalf("after %d: %d entries, %q … %q", i+1, len(got), got[0].Command, got[len(got)-1].Command)
+			}
+		}
+	}
+}
