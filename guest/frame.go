@@ -221,7 +221,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	b.WriteString("__sbx_pre " + marker + "\n")
 	isolated, changesState := req.Stdin != nil, false
 	if !isolated && !req.Trusted {
-		isolated, changesState = readCommand(req.Command)
+		isolated, changesState = readings.read(req.Command)
 	}
 	run := "command eval " + quote(req.Command)
 	cd := ""

@@ -1,6 +1,9 @@
 package guest
 
-import "strings"
+import (
+	"strings"
+	"sync"
+)
 
 // isolatingWords are the commands that change a shell in ways that should
 // not outlive the command (options, limits, traps, aliases, functions,
@@ -67,8 +70,54 @@ var reservedWords = map[string]bool{
 // framing shell, which saves a fork; what a value built at run time may
 // still set there is undone after each (see afterCommand).
 func NeedsIsolation(command string) bool {
-	isolate, _ := readCommand(command)
+	isolate, _ := readings.read(command)
 	return isolate
+}
+
+// readings keeps the readings of the commands run last. An agent runs the
+// same commands again and again (a build, the tests, a status), and a
+// reading parses the command with two grammars; it depends on the text
+// alone, so a kept one is the reading the text would get again.
+var readings = readingCache{kept: map[string]reading{}}
+
+// readingsKept bounds how many readings are kept, and readingMaxLen the
+// length of a command whose reading is kept.
+const (
+	readingsKept  = 256
+	readingMaxLen = 1 << 10
+)
+
+// reading is what readCommand says of one command.
+type reading struct{ isolate, changesState bool }
+
+// readingCache is readCommand with the last readings kept.
+type readingCache struct {
+	mu   sync.Mutex
+	kept map[string]reading
+}
+
+// read is readCommand(command), from the kept readings when it is there.
+func (c *readingCache) read(command string) (isolate, changesState bool) {
+	if len(command) > readingMaxLen {
+		return readCommand(command)
+	}
+	c.mu.Lock()
+	r, ok := c.kept[command]
+	c.mu.Unlock()
+	if ok {
+		return r.isolate, r.changesState
+	}
+	r.isolate, r.changesState = readCommand(command)
+	c.mu.Lock()
+	if len(c.kept) >= readingsKept {
+		for k := range c.kept { // any one: map order is unspecified
+			delete(c.kept, k)
+			break
+		}
+	}
+	c.kept[command] = r
+	c.mu.Unlock()
+	return r.isolate, r.changesState
 }
 
 // readCommand is NeedsIsolation, and for a command that need not be

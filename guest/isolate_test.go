@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -283,5 +284,30 @@ func TestNeedsIsolationOfDeepCommands(t *testing.T) {
 		if !NeedsIsolation(c) {
 			t.Errorf("NeedsIsolation(%.20q… of %d bytes) = false", c, len(c))
 		}
+	}
+}
+
+// The kept readings are the readings: read again, after the cache was
+// full and let readings go, each command reads as it did unkept.
+func TestKeptReadingsReadAsNew(t *testing.T) {
+	var cmds []string
+	for i := range readingsKept + 40 {
+		cmds = append(cmds, fmt.Sprintf("echo %d", i), fmt.Sprintf("set -e; echo %d", i), fmt.Sprintf("cd /t%d", i))
+	}
+	cmds = append(cmds, "true", "read -u 11 l", "export A=\"$(pwd)\" B=$HOME/x", strings.Repeat("echo x; ", readingMaxLen/8+1)+"set -e")
+	for round := range 3 {
+		for _, c := range cmds {
+			i1, c1 := readings.read(c)
+			i2, c2 := readCommand(c)
+			if i1 != i2 || c1 != c2 {
+				t.Fatalf("round %d: %q read as %v %v, unkept %v %v", round, c, i1, c1, i2, c2)
+			}
+		}
+	}
+	readings.mu.Lock()
+	n := len(readings.kept)
+	readings.mu.Unlock()
+	if n > readingsKept {
+		t.Fatalf("%d readings kept, at most %d wanted", n, readingsKept)
 	}
 }
