@@ -300,8 +300,19 @@ func (t *stdioTransport) cancelInFlight(params json.RawMessage) {
 	}
 }
 
-// idKey is a request id as a map key: 7, 7.0 and 7e0 alike.
+// idKey is a request id as a map key: the id as requestID reads it (an
+// integer, a string whatever its escapes, another number as written),
+// with its type, so that 7 and "7" differ. The ids clients send (small
+// integers, strings) skip the general reading.
 func idKey(raw json.RawMessage) string {
+	if id, ok := directID(raw); ok {
+		switch v := id.Value().(type) {
+		case int64:
+			return "int64:" + strconv.FormatInt(v, 10)
+		case string:
+			return "string:" + v
+		}
+	}
 	v := requestID(raw).Value()
 	return fmt.Sprintf("%T:%v", v, v)
 }

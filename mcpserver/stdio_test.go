@@ -505,3 +505,21 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// An id's key is the one the general reading gives, for every form of
+// id, and 7 and "7" differ.
+func TestIDKeyMatchesTheGeneralReading(t *testing.T) {
+	slow := func(raw json.RawMessage) string {
+		v := requestID(raw).Value()
+		return fmt.Sprintf("%T:%v", v, v)
+	}
+	for _, raw := range []string{`7`, `-7`, `0`, `-0`, `7.0`, `7e0`, `1e3`, `007`, `999999999999999`, `9999999999999999`,
+		`12345678901234567890`, `"a"`, `""`, `"a\u0041"`, `"7"`, `"\ud83d\ude00"`, `null`, `true`, `{"a":1}`, `[1]`} {
+		if got, want := idKey(json.RawMessage(raw)), slow(json.RawMessage(raw)); got != want {
+			t.Errorf("idKey(%s) = %q, want %q", raw, got, want)
+		}
+	}
+	if idKey(json.RawMessage(`7`)) == idKey(json.RawMessage(`"7"`)) || idKey(json.RawMessage(`"aA"`)) != idKey(json.RawMessage(`"a\u0041"`)) {
+		t.Error(`7 and "7" must have keys of their own, "aA" and "a\u0041" one`)
+	}
+}
