@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -40,6 +41,29 @@ func (b *bench) execFloor() error {
 			}
 		}
 	}
+	return b.serverCPU(raw)
+}
+
+// serverCPU prints the CPU time the server process spends on one warm
+// exec (the minimal client's calls, nothing else meanwhile), sequential
+// and 8 at a time: a figure the machine's load moves much less than a
+// latency.
+func (b *bench) serverCPU(raw *rawClient) error {
+	pid := raw.cmd.Process.Pid
+	var per []string
+	for _, conc := range []int{1, floorConcurrency} {
+		before := cpuTime(pid)
+		lat, err := timeParallel(conc, b.n, func(int) (func() error, func(), error) {
+			return func() error { return raw.call(rawExecTrue) }, func() {}, nil
+		})
+		if err != nil {
+			return err
+		}
+		// timeParallel's warm-up (20 calls a worker) is counted too.
+		calls := len(lat) + 20*conc
+		per = append(per, us((cpuTime(pid)-before)/time.Duration(calls)))
+	}
+	fmt.Printf("%-44s %-22s %-26s %-9s %-18s\n", "  server CPU a warm exec, seq. / 8-way", strings.Join(per, " / "), "", "", "breakdown")
 	return nil
 }
 
