@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"crypto/sha256"
 	"strings"
 	"sync"
 )
@@ -74,35 +75,33 @@ func NeedsIsolation(command string) bool {
 	return isolate
 }
 
-// readings keeps the readings of the commands run last. An agent runs the
-// same commands again and again (a build, the tests, a status), and a
-// reading parses the command with two grammars; it depends on the text
-// alone, so a kept one is the reading the text would get again.
-var readings = readingCache{kept: map[string]reading{}}
+// readings keeps the readings of recent commands. An agent runs the same
+// commands again and again (a build, the tests, a status), and a reading
+// parses the command with two grammars; it depends on the text alone, so
+// a kept one is the reading the text would get again. Readings are kept
+// by the text's SHA-256, not the text, which may hold a secret.
+var readings = readingCache{kept: map[[sha256.Size]byte]reading{}}
 
-// readingsKept bounds how many readings are kept, and readingMaxLen the
-// length of a command whose reading is kept.
-const (
-	readingsKept  = 256
-	readingMaxLen = 1 << 10
-)
+// readingsKept bounds how many readings are kept.
+const readingsKept = 256
 
 // reading is what readCommand says of one command.
 type reading struct{ isolate, changesState bool }
 
-// readingCache is readCommand with the last readings kept.
+// readingCache is readCommand with recent readings kept.
 type readingCache struct {
 	mu   sync.Mutex
-	kept map[string]reading
+	kept map[[sha256.Size]byte]reading
 }
 
 // read is readCommand(command), from the kept readings when it is there.
 func (c *readingCache) read(command string) (isolate, changesState bool) {
-	if len(command) > readingMaxLen {
-		return readCommand(command)
+	if len(command) > maxPlainCommand {
+		return readCommand(command) // isolated unread
 	}
+	key := sha256.Sum256([]byte(command))
 	c.mu.Lock()
-	r, ok := c.kept[command]
+	r, ok := c.kept[key]
 	c.mu.Unlock()
 	if ok {
 		return r.isolate, r.changesState
@@ -115,7 +114,7 @@ func (c *readingCache) read(command string) (isolate, changesState bool) {
 			break
 		}
 	}
-	c.kept[command] = r
+	c.kept[key] = r
 	c.mu.Unlock()
 	return r.isolate, r.changesState
 }

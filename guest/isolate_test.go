@@ -294,7 +294,7 @@ func TestKeptReadingsReadAsNew(t *testing.T) {
 	for i := range readingsKept + 40 {
 		cmds = append(cmds, fmt.Sprintf("echo %d", i), fmt.Sprintf("set -e; echo %d", i), fmt.Sprintf("cd /t%d", i))
 	}
-	cmds = append(cmds, "true", "read -u 11 l", "export A=\"$(pwd)\" B=$HOME/x", strings.Repeat("echo x; ", readingMaxLen/8+1)+"set -e")
+	cmds = append(cmds, "true", "read -u 11 l", "export A=\"$(pwd)\" B=$HOME/x", strings.Repeat("echo x; ", 200)+"set -e", strings.Repeat("echo x; ", maxPlainCommand/8+1))
 	for round := range 3 {
 		for _, c := range cmds {
 			i1, c1 := readings.read(c)
