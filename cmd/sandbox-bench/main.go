@@ -151,9 +151,10 @@ func (b *bench) call(name string, args map[string]any) (*mcp.CallToolResult, tim
 // median of; each round times one of ours (egress allowlist), the engine's
 // own floor, then one of ours with egress open, so that the machine's
 // drift and the sandboxes left running weigh on the three alike. Each is
-// timed after firstSettle of quiet: a boot's agent starts in the
-// background once its first command is answered, and would otherwise be
-// timed as part of the next boot.
+// timed after firstSettle of quiet: a boot leaves work running once its
+// first command is answered (an exec into every running sandbox on the
+// network, which writes its hosts entries), which would otherwise be
+// timed as part of the next one.
 const firstRounds = 7
 
 // firstSettle is the quiet before each timed first command.
