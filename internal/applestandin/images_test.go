@@ -30,6 +30,18 @@ func listsMcpDevAlone(t *testing.T, a *app) {
 	}
 }
 
+// listsWsDefaultAlone fails unless a's volume list is ws-default alone.
+func listsWsDefaultAlone(t *testing.T, a *app) {
+	t.Helper()
+	vols, err := a.eng.listVolumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 1 || vols[0].Name != "ws-default" {
+		t.Fatalf("volumes %+v, want ws-default alone", vols)
+	}
+}
+
 // TestImageListSurvivesARemovalWhileReading: podman fails an inspect of
 // several images as a whole, printing none of them, when one is removed
 // while it reads them. The stand-in's list must read again, not report
@@ -85,13 +97,7 @@ case "$1 $2" in
 *) exit 1;;
 esac
 `
-	vols, err := fakeApp(t, script).eng.listVolumes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(vols) != 1 || vols[0].Name != "ws-default" {
-		t.Fatalf("volumes %+v, want ws-default alone", vols)
-	}
+	listsWsDefaultAlone(t, fakeApp(t, script))
 }
 
 // TestVolumeListSurvivesARemovalWhileInspecting: podman looks up every
@@ -114,11 +120,5 @@ case "$1 $2" in
 *) exit 1;;
 esac
 `
-	vols, err := fakeApp(t, script).eng.listVolumes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(vols) != 1 || vols[0].Name != "ws-default" {
-		t.Fatalf("volumes %+v, want ws-default alone", vols)
-	}
+	listsWsDefaultAlone(t, fakeApp(t, script))
 }

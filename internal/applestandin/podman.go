@@ -321,7 +321,9 @@ func (e *engine) inspectVolumes(names ...string) ([]podVolume, error) {
 // listVolumes inspects every volume. podman's `volume ls` fails ("no
 // volume with name … found in database") when another client removes a
 // volume while it lists: the listing is taken again. Apple's own list
-// does not fail so.
+// neither fails so nor leaves out a volume that stays: VolumesService is
+// an actor whose list() reads the store in one call, so a delete runs
+// before or after it, whole (VolumesService.swift, 0.5.0–1.2.2).
 func (e *engine) listVolumes() ([]podVolume, error) {
 	var r result
 	for try := 0; try < 10; try++ {
