@@ -53,10 +53,28 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 // Cmd is a Process run by a program on the host: an engine CLI's `exec`.
 type Cmd struct {
 	cmd *exec.Cmd
+	// hands: Start passes its streams on as descriptors 3, 4 and 5 (see
+	// Handing).
+	hands bool
 }
 
 // FromCmd wraps an unstarted command as a Process.
 func FromCmd(cmd *exec.Cmd) *Cmd { return &Cmd{cmd: cmd} }
+
+// Handing wraps an unstarted command that hands the descriptors it is
+// started with past its own three to the process it runs in the sandbox
+// (podman's `exec --preserve-fds 3`): Start gives it stdin, stdout and
+// stderr, which must then be files (the ends of pipes), as its
+// descriptors 3, 4 and 5, and the process reads and writes them itself:
+// no engine process relays its bytes. The command's own stdout and
+// stderr go to stdout and stderr as well, for what it says before the
+// process takes the handed descriptors (an engine's error, say); its own
+// stdin is empty.
+func Handing(cmd *exec.Cmd) *Cmd { return &Cmd{cmd: cmd, hands: true} }
+
+// ErrNotFiles is Start's error on a Handing command given streams that
+// are not files.
+var ErrNotFiles = errors.New("a command that hands its streams on needs them as files")
 
 // Cmd is the wrapped command, for those that must start it themselves
 // (on a pseudo-terminal).
@@ -64,6 +82,17 @@ func (c *Cmd) Cmd() *exec.Cmd { return c.cmd }
 
 // Start implements Process.
 func (c *Cmd) Start(stdin io.Reader, stdout, stderr io.Writer) error {
+	if c.hands {
+		in, ok1 := stdin.(*os.File)
+		out, ok2 := stdout.(*os.File)
+		errf, ok3 := stderr.(*os.File)
+		if !ok1 || !ok2 || !ok3 || in == nil || out == nil || errf == nil {
+			return ErrNotFiles
+		}
+		c.cmd.ExtraFiles = []*os.File{in, out, errf}
+		c.cmd.Stdout, c.cmd.Stderr = out, errf
+		return c.cmd.Start()
+	}
 	if stdin != nil {
 		c.cmd.Stdin = stdin
 	}

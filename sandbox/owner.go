@@ -273,5 +273,13 @@ type markedHost struct {
 }
 
 func (h markedHost) Command(ctx context.Context) proc.Process {
-	return h.rt.ExecCommand(ctx, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: h.env})
+	spec := ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: h.env}
+	if d, ok := h.rt.(DirectExecer); ok {
+		// The shell reads and writes the server's own pipes, where the
+		// engine can hand them over (DirectExecer).
+		if p, ok := d.DirectExecCommand(ctx, h.name, spec); ok {
+			return p
+		}
+	}
+	return h.rt.ExecCommand(ctx, h.name, spec)
 }

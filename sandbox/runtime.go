@@ -69,6 +69,18 @@ type Runtime interface {
 	ImageExists(ctx context.Context, ref string) (bool, error)
 }
 
+// DirectExecer is implemented by engines that can run a process in a
+// container on the host's own pipes, handed to it, rather than on streams
+// an engine process relays: a sandbox's persistent shells are opened so
+// where the engine can, and a warm command then costs a pipe round trip.
+type DirectExecer interface {
+	// DirectExecCommand is ExecCommand for a process whose Start gets
+	// files (the ends of pipes) as its stdin, stdout and stderr, and
+	// which reads and writes those files itself. ok is false when the
+	// engine cannot (then ExecCommand serves).
+	DirectExecCommand(ctx context.Context, name string, spec ExecSpec) (p proc.Process, ok bool)
+}
+
 // Renamer is implemented by engines that can rename a container. Reset uses
 // it to move the old container out of the way and delete it in the
 // background while the new one boots.

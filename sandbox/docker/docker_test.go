@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -35,6 +36,40 @@ func TestExecArgsNeverTTY(t *testing.T) {
 	want := []string{"exec", "--interactive", "--env", "K=v", "--", "c", "sh"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q", got)
+	}
+}
+
+// A local podman's shells get the server's pipes handed in as descriptors
+// 3 to 5, which a shell makes its standard streams before it runs the
+// argv; docker, a podman client of a remote service and a terminal keep
+// the engine's relayed streams.
+func TestDirectExecOnlyOnALocalPodman(t *testing.T) {
+	t.Setenv("CONTAINER_HOST", "")
+	t.Setenv("CONTAINER_CONNECTION", "")
+	spec := sandbox.ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: map[string]string{"K": "v"}}
+	p, ok := New(Options{Flavor: Podman}).DirectExecCommand(context.Background(), "c", spec)
+	if !ok {
+		t.Fatal("a local podman's exec does not hand its streams on")
+	}
+	got := p.(interface{ Cmd() *exec.Cmd }).Cmd().Args[1:]
+	want := []string{"exec", "--preserve-fds", "3", "--env", "K=v", "--", "c", "sh", "-c", handedStreams, "sh", "sh"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("argv = %q, want %q", got, want)
+	}
+	if _, ok := New(Options{Flavor: Docker}).DirectExecCommand(context.Background(), "c", spec); ok {
+		t.Error("docker's exec, which has no --preserve-fds, is taken to hand streams on")
+	}
+	tty := spec
+	tty.TTY = true
+	if _, ok := New(Options{Flavor: Podman}).DirectExecCommand(context.Background(), "c", tty); ok {
+		t.Error("a terminal's exec is taken to hand streams on")
+	}
+	if _, ok := New(Options{Flavor: Podman, Env: []string{"CONTAINER_HOST=unix:///run/podman/podman.sock"}}).DirectExecCommand(context.Background(), "c", spec); ok {
+		t.Error("a client of a podman service is taken to hand streams on")
+	}
+	t.Setenv("CONTAINER_CONNECTION", "elsewhere")
+	if _, ok := New(Options{Flavor: Podman}).DirectExecCommand(context.Background(), "c", spec); ok {
+		t.Error("a client of a named podman connection is taken to hand streams on")
 	}
 }
 
