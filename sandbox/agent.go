@@ -701,6 +701,91 @@ func (m *Manager) earlyAgent(ctx context.Context, id, dir string) *agentConn {
 	return &agentConn{c: c, arch: arch, source: bin.String()}
 }
 
+// agentCall is a socket in a new sandbox's channel on which the agent its
+// main process starts (agentCommand) calls this server, and what the
+// server takes that agent as once it called (calledAgent).
+type agentCall struct {
+	ln    *net.UnixListener
+	dirfd int
+	name  string
+	token string // what the agent says first, a line
+	at    string // the socket's path as the sandbox sees it
+	once  sync.Once
+
+	arch, source string // the agent binary's
+}
+
+// callingAgent readies a new sandbox with a channel (spec's) to start its
+// agent from its own main process, so that no engine exec is needed for
+// it: the agent's binary is placed in the channel, a socket is listened
+// on there, and spec's command is wrapped to start the agent first
+// (agentCommand). It returns the call to take the agent from
+// (calledAgent), or nil when the spec has no channel or a step fails:
+// the agent then starts through an exec, as in a sandbox found running.
+// The binary is the host's architecture's, as earlyAgent's.
+func (m *Manager) callingAgent(ctx context.Context, spec *RunSpec) *agentCall {
+	dir := spec.Labels[LabelChannel]
+	if !validChannelDir(dir) || len(spec.Command) == 0 {
+		return nil
+	}
+	arch := agent.GoArch(runtime.GOARCH)
+	bin, err := ctlbin.Find(ctx, arch)
+	if arch == "" || err != nil {
+		return nil
+	}
+	path, err := placeAgent(dir, bin.Data)
+	if err != nil {
+		m.log.Debug("the agent starts through an exec: its channel takes no file", "container", spec.Name, "err", err)
+		return nil
+	}
+	call, err := listenAgentCall(dir)
+	if err != nil {
+		m.log.Debug("the agent starts through an exec: no socket for its call", "container", spec.Name, "err", err)
+		return nil
+	}
+	call.arch, call.source = arch, bin.String()
+	spec.Command = agentCommand(path, call.at, call.token, spec.Command)
+	return call
+}
+
+// agentCommand is a sandbox's main command cmd, preceded by the start of
+// the agent at path (in the channel) calling the server's socket sock
+// with token, with sandbox-ctl linked onto PATH as channelArgv does. The
+// agent is started from a subshell that ends at once, so that the
+// container's init (every sandbox runs with one) becomes its parent and
+// reaps it; then the shell becomes cmd. Started again with the container,
+// the agent finds the socket gone and ends.
+func agentCommand(path, sock, token string, cmd []string) []string {
+	return append([]string{"sh", "-c", agentStartScript, "sandbox-mcp-start", path, sock, token}, cmd...)
+}
+
+// agentStartScript is agentCommand's script.
+const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null; ("$1" agent "$2" "$3" </dev/null >/dev/null 2>&1 &); shift 3; exec "$@"`
+
+// callWait bounds the wait for a new sandbox's agent to call: it starts
+// with the container, before the boot's first shell opens, on a loaded
+// host too.
+const callWait = 10 * time.Second
+
+// calledAgent takes the agent a new sandbox's main process started: its
+// call on call's socket, then the session's hello; nil when it did not
+// call within callWait (or ctx ended first) or did not answer (its
+// sandbox's first agentOf then starts one through an exec).
+func (m *Manager) calledAgent(ctx context.Context, call *agentCall) *agentConn {
+	conn, err := call.accept(ctx, callWait)
+	if err != nil {
+		m.log.Debug("the agent started with the sandbox did not call", "err", err)
+		return nil
+	}
+	c, err := agent.NewClient(conn, conn, conn.Close)
+	if err != nil {
+		conn.Close()
+		m.log.Debug("the agent started with the sandbox did not answer", "err", err)
+		return nil
+	}
+	return &agentConn{c: c, arch: call.arch, source: call.source}
+}
+
 // handAgent makes a spare's running agent sb's, and has it serve sb's
 // control socket and egress proxy: the boot's agent start then finds it.
 func (m *Manager) handAgent(sb *Sandbox, a *agentConn) {

@@ -34,7 +34,7 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 		return nil, "", fmt.Errorf("open channel %s: %w", dir, err)
 	}
 	at := "/proc/self/fd/" + strconv.Itoa(fd) + "/"
-	sweepChannel(fd, at)
+	sweepChannel(fd, at, "e-")
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "e-" + hex.EncodeToString(b[:]) + ".s"
@@ -99,9 +99,9 @@ func (cl *channelListener) Close() {
 	unix.Close(cl.dirfd)
 }
 
-// sweepChannel removes the sockets in the directory at dirfd that refuse
-// a connection: a killed server's.
-func sweepChannel(dirfd int, at string) {
+// sweepChannel removes the sockets named prefix… in the directory at
+// dirfd that refuse a connection: a killed server's.
+func sweepChannel(dirfd int, at, prefix string) {
 	f, err := os.Open(at)
 	if err != nil {
 		return
@@ -109,7 +109,7 @@ func sweepChannel(dirfd int, at string) {
 	names, _ := f.Readdirnames(64)
 	f.Close()
 	for _, n := range names {
-		if !strings.HasPrefix(n, "e-") || !strings.HasSuffix(n, ".s") {
+		if !strings.HasPrefix(n, prefix) || !strings.HasSuffix(n, ".s") {
 			continue
 		}
 		c, err := net.DialTimeout("unix", at+n, time.Second)

@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
 // TestEarlyAgentHoldsNoBoot: a new allowlist sandbox starts its agent
@@ -87,6 +89,75 @@ func TestEarlyAgentHoldsNoBoot(t *testing.T) {
 			case <-time.After(bound):
 				t.Fatalf("the destroy waited past %s for an agent that never answers", bound)
 			}
+		})
+	}
+}
+
+// TestNewSandboxAgentCallsTheServer: a new allowlist sandbox's agent is
+// started by the container's own main process and calls the server on
+// its channel, with no engine exec of its own: it runs as
+// `… agent SOCKET TOKEN`, a child of the container's init. Started again
+// after a stop, the container's call finds no one listening, and the
+// server starts the agent through an exec, as for any sandbox it finds
+// running; commands work either way, with one agent at a time.
+func TestNewSandboxAgentCallsTheServer(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		if tg.Runtime != "docker" && tg.Runtime != "podman" {
+			continue // channels are docker's and podman's
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			rt := tg.New()
+			prefix := enginetest.Prefix(t, rt)
+			ca, err := egress.LoadOrCreateCA(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, CA: ca, Resolver: &egress.HostsResolver{},
+				ChannelRoot: filepath.Join(t.TempDir(), "chan"), LockDir: t.TempDir(),
+				Defaults: sandbox.Profile{Image: tg.Image, Network: egress.ModeAllowlist, Allow: []string{"api.test"}}})
+			t.Cleanup(m.Close)
+			agents := func() [][]string {
+				t.Helper()
+				o := run(t, m, "box", shell.Request{Command: "ps -eo ppid=,args= | grep -F ' agent' | grep -v grep || true"})
+				var as [][]string
+				for _, l := range strings.Split(strings.TrimSpace(o.stdout), "\n") {
+					if f := strings.Fields(l); len(f) >= 3 && f[2] == "agent" {
+						as = append(as, f)
+					}
+				}
+				return as
+			}
+			run(t, m, "box", shell.Request{Command: "true"})
+			var first []string
+			enginetest.WaitFor(t, "the called agent to run alone", func() error {
+				as := agents()
+				if len(as) != 1 {
+					return fmt.Errorf("agents: %q", as)
+				}
+				first = as[0]
+				return nil
+			})
+			if len(first) != 5 || first[0] != "1" || !strings.HasPrefix(first[3], sandbox.ChannelMount+"/a-") {
+				t.Fatalf("the new sandbox's agent runs as %q, want a child of init (ppid 1) calling a socket in %s", first, sandbox.ChannelMount)
+			}
+
+			stop := exec.Command(rt.Binary(), "stop", "-t", "0", m.ContainerFor("box"))
+			stop.Env = append(os.Environ(), tg.Env...)
+			if out, err := stop.CombinedOutput(); err != nil {
+				t.Fatalf("stop: %v: %s", err, out)
+			}
+			enginetest.WaitFor(t, "a command after the stop", func() error {
+				_, err := m.Exec(context.Background(), "box", shell.Request{Command: "true"})
+				return err
+			})
+			enginetest.WaitFor(t, "one agent, started through an exec, after the restart", func() error {
+				as := agents()
+				if len(as) != 1 || len(as[0]) != 3 {
+					return fmt.Errorf("agents: %q", as)
+				}
+				return nil
+			})
 		})
 	}
 }

@@ -281,19 +281,27 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	own := m.newOwner(name)
 	c, err := Container{}, error(ErrNotFound)
 	var early *shell.Pool // a shell opened while the inspect runs
-	// An allowlist sandbox with a channel, just made or found running:
-	// its agent starts while the first shell opens, and the sandbox's
-	// first agentOf (its controlSoon, after the boot) takes it: the boot
-	// does not wait for it, and the first command waits less.
+	// An allowlist sandbox with a channel: one this boot made has its
+	// agent started by its own main process, which calls this server
+	// (callingAgent: no exec for it); one found running gets it started
+	// from the channel by an exec while the first shell opens. Either way
+	// the sandbox's first agentOf (its controlSoon, after the boot) takes
+	// it: the boot does not wait for it, and the first command waits less.
 	var earlyAgent chan *agentConn
 	stopEarly := context.CancelFunc(func() {})
-	startEarly := func(id, egressAt, channelAt string) {
-		if earlyAgent != nil || id == "" || egressAt != egress.ModeAllowlist || !validChannelDir(channelAt) {
+	startEarly := func(id, egressAt, channelAt string, call *agentCall) {
+		if earlyAgent != nil || ((id == "" || egressAt != egress.ModeAllowlist || !validChannelDir(channelAt)) && call == nil) {
 			return
 		}
 		ectx, cancel := context.WithCancel(m.life)
 		earlyAgent, stopEarly = make(chan *agentConn, 1), cancel
-		go func(ch chan<- *agentConn) { ch <- m.earlyAgent(ectx, id, channelAt) }(earlyAgent)
+		go func(ch chan<- *agentConn) {
+			if call != nil {
+				ch <- m.calledAgent(ectx, call)
+				return
+			}
+			ch <- m.earlyAgent(ectx, id, channelAt)
+		}(earlyAgent)
 	}
 	defer func() {
 		if earlyAgent != nil { // the boot failed before it passed it on
@@ -329,22 +337,23 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		// into a paused container blocks dockerd's hold on it.
 		c, err = m.inspectOwned(ctx, name)
 		if err == nil && c.Running() {
-			startEarly(c.ID, egressMode(c), c.Labels[LabelChannel])
+			startEarly(c.ID, egressMode(c), c.Labels[LabelChannel], nil)
 		}
 	default:
 		// A running sandbox of ours: its agent starts once the inspect
 		// says so (by the ID it read), while the shell still opens.
 		c, early, err = m.inspectWithShell(ctx, own, func(c Container) {
-			startEarly(c.ID, egressMode(c), c.Labels[LabelChannel])
+			startEarly(c.ID, egressMode(c), c.Labels[LabelChannel], nil)
 		})
 	}
 	var lim Limits
 	egressAt, channelAt := "", ""
 	createdVol, createdID := "", ""
+	var called *agentCall // the agent the created container's main process starts
 	if errors.Is(err, ErrNotFound) {
 		var made created
 		made, err = m.create(ctx, name, prof, mode == bootReplace, fresh)
-		lim, createdID = made.lim, made.id
+		lim, createdID, called = made.lim, made.id, made.agent
 		egressAt, channelAt = made.labels[LabelEgress], made.labels[LabelChannel]
 		createdVol = m.volumeOf(name, Container{Labels: made.labels})
 		if err == nil {
@@ -377,7 +386,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		info.Created, info.Adopted, info.Spare = true, false, true
 	}
 	if info.Created && !spare {
-		startEarly(createdID, egressAt, channelAt)
+		startEarly(createdID, egressAt, channelAt, called)
 	}
 	pool := early
 	switch {
@@ -617,27 +626,29 @@ func ImageHint(rt Runtime) string {
 // creating the workspace volume, for a container replacing one that used
 // both; fresh says nothing of a sandbox of that name is on record.
 func (m *Manager) create(ctx context.Context, name string, prof Profile, known, fresh bool) (created, error) {
-	lim, spec, id, err := m.createSpec(ctx, name, prof, known, fresh)
-	return created{lim: lim, labels: spec.Labels, id: id}, err
+	lim, spec, id, call, err := m.createSpec(ctx, name, prof, known, fresh)
+	return created{lim: lim, labels: spec.Labels, id: id, agent: call}, err
 }
 
-// created is what create made: the container's limits and labels, and its
-// ID when the runtime reported it.
+// created is what create made: the container's limits and labels, its
+// ID when the runtime reported it, and the call its agent makes when its
+// main process starts one (callingAgent; nil otherwise).
 type created struct {
 	lim    Limits
 	labels map[string]string
 	id     string
+	agent  *agentCall
 }
 
 // createSpec is create, returning the spec it booted.
-func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, known, fresh bool) (Limits, RunSpec, string, error) {
+func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, known, fresh bool) (Limits, RunSpec, string, *agentCall, error) {
 	labels := m.labels(name)
 	if o := m.override(name); o != nil {
 		for k, v := range o.labels {
 			labels[k] = v
 		}
 	} else if _, cl, ok, err := m.childProfile(name); err != nil {
-		return Limits{}, RunSpec{}, "", err
+		return Limits{}, RunSpec{}, "", nil, err
 	} else if ok {
 		for k, v := range cl {
 			labels[k] = v
@@ -646,7 +657,7 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 	// A sandbox that began as a spare keeps the spare's workspace.
 	vol, err := m.recordedVolume(name) // spare.go
 	if err != nil {
-		return Limits{}, RunSpec{}, "", err
+		return Limits{}, RunSpec{}, "", nil, err
 	}
 	if vol != m.volumeFor(name) {
 		labels[LabelVolume] = vol
@@ -674,18 +685,22 @@ func (m *Manager) createSpec(ctx context.Context, name string, prof Profile, kno
 	// limits.go: workspace volume (sized where possible), pids, rootfs size.
 	perr := m.prepareLimits(ctx, name, prof, vol, m.labels(name), known, fresh, &spec)
 	if err := <-imageChecked; err != nil {
-		return Limits{}, RunSpec{}, "", err
+		return Limits{}, RunSpec{}, "", nil, err
 	}
 	if perr != nil {
-		return Limits{}, RunSpec{}, "", perr
+		return Limits{}, RunSpec{}, "", nil, perr
 	}
 	m.placeOnNetwork(ctx, name, prof, &spec) // network.go
+	call := m.callingAgent(ctx, &spec)       // agent.go
 	id, err := m.runContainer(ctx, name, prof, spec)
 	if err != nil {
-		return Limits{}, RunSpec{}, "", fmt.Errorf("boot sandbox %q: %w", name, err)
+		if call != nil {
+			call.Close()
+		}
+		return Limits{}, RunSpec{}, "", nil, fmt.Errorf("boot sandbox %q: %w", name, err)
 	}
 	lim, _ := parseLimitsLabel(spec.Labels[LabelLimits])
-	return lim, spec, id, nil
+	return lim, spec, id, call, nil
 }
 
 // runSpec is the spec of a new sandbox container ctr (a sandbox's or a

@@ -2,7 +2,9 @@
 //
 // `sandbox-ctl agent` is the server's end of the channel into the sandbox
 // (package agent): the server starts it over the engine's `exec -i` and
-// speaks yamux on its stdio. The other commands ask the host for child
+// speaks yamux on its stdio; `sandbox-ctl agent SOCKET TOKEN`, which a new
+// sandbox's main process starts, speaks it over a connection to the
+// server's SOCKET in its channel instead. The other commands ask the host for child
 // sandboxes over the control socket (package ctl); `sandbox-ctl --help`
 // lists them.
 package main
@@ -19,6 +21,14 @@ func main() {
 	if len(os.Args) == 2 && os.Args[1] == "agent" {
 		agent.PrepareProcess()
 		if err := agent.Serve(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "sandbox-ctl agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) == 4 && os.Args[1] == "agent" {
+		agent.PrepareProcess()
+		if err := agent.Call(os.Args[2], os.Args[3]); err != nil {
 			fmt.Fprintln(os.Stderr, "sandbox-ctl agent:", err)
 			os.Exit(1)
 		}

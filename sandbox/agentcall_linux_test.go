@@ -1,0 +1,148 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
+)
+
+func callDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "0123456789abcdef")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// What the sandbox sends on the agent's socket is untrusted: connections
+// that say nothing, or another token, are closed, and the agent that
+// says the token is taken, its session answering; the socket is gone
+// after.
+func TestAgentCallTakesTheTokenOnly(t *testing.T) {
+	dir := callDir(t)
+	call, err := listenAgentCall(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(call.at, ChannelMount+"/") || len(call.token) != 32 {
+		t.Fatalf("call at %q with token %q", call.at, call.token)
+	}
+	path := filepath.Join(dir, call.name)
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o666 {
+		t.Fatalf("the socket: %v, %v", fi, err)
+	}
+	taken := make(chan net.Conn, 1)
+	go func() {
+		c, err := call.accept(context.Background(), 20*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		taken <- c
+	}()
+	// One says another token, one says nothing and hangs up, one says a
+	// part of the right one and hangs up.
+	for _, say := range []string{strings.Repeat("0", 32) + "\n", "", call.token[:10]} {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(say))
+		c.Close()
+	}
+	served := make(chan error, 1)
+	go func() { served <- agent.Call(path, call.token) }()
+	var conn net.Conn
+	select {
+	case conn = <-taken:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent's call was not taken")
+	}
+	if conn == nil {
+		t.FailNow()
+	}
+	c, err := agent.NewClient(conn, conn, conn.Close)
+	if err != nil {
+		t.Fatalf("the called agent's session: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket is still there after the call: %v", err)
+	}
+	c.Close()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("the agent ended with %v when the server went away", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not end when the server went away")
+	}
+}
+
+// No call within the wait, a canceled wait, and a socket flooded with
+// connections that never say the token each end accept with an error,
+// and remove the socket.
+func TestAgentCallGivesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flood bool
+		ctx   func() (context.Context, context.CancelFunc)
+	}{
+		{"nobody calls", false, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+		{"canceled", false, func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 100*time.Millisecond)
+		}},
+		{"flooded", true, func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := callDir(t)
+			call, err := listenAgentCall(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, call.name)
+			wait := 300 * time.Millisecond
+			if tc.name == "canceled" || tc.flood {
+				wait = time.Minute
+			}
+			if tc.flood {
+				for range maxCallTries {
+					c, err := net.Dial("unix", path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.Write([]byte("nope\n" + strings.Repeat("x", 40)))
+					defer c.Close()
+				}
+			}
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := call.accept(ctx, wait)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("accept took a call nobody made")
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("accept did not give up")
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the socket is still there: %v", err)
+			}
+		})
+	}
+}

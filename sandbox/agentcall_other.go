@@ -1,0 +1,23 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+)
+
+// listenAgentCall: channels are for engines on Linux (channelsWork), so no
+// sandbox has one here.
+func listenAgentCall(dir string) (*agentCall, error) {
+	return nil, errors.New("channels are served on Linux only")
+}
+
+func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, error) {
+	return nil, errors.New("channels are served on Linux only")
+}
+
+// Close stops listening.
+func (c *agentCall) Close() {}
