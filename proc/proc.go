@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"sync"
+	"time"
 )
 
 // Process is a process prepared to run in a sandbox: started once, then
@@ -56,6 +58,33 @@ type Cmd struct {
 	// hands: Start passes its streams on as descriptors 3, 4 and 5 (see
 	// Handing).
 	hands bool
+	// copies copy, for a Handing command, the pipes in readEnds to the
+	// writers Start was given that are not files.
+	copies   sync.WaitGroup
+	readEnds []*os.File
+}
+
+// waitCopies waits for a Handing command's copies, which end when every
+// holder of their pipes' write ends (the sandbox's processes included)
+// has closed them: past the command's WaitDelay, when set, the pipes are
+// closed under them.
+func (c *Cmd) waitCopies() {
+	done := make(chan struct{})
+	go func() {
+		c.copies.Wait()
+		close(done)
+	}()
+	if d := c.cmd.WaitDelay; d > 0 {
+		select {
+		case <-done:
+		case <-time.After(d):
+		}
+	} else {
+		<-done
+	}
+	closeAll(c.readEnds...)
+	<-done
+	c.readEnds = nil
 }
 
 // FromCmd wraps an unstarted command as a Process.
@@ -64,9 +93,10 @@ func FromCmd(cmd *exec.Cmd) *Cmd { return &Cmd{cmd: cmd} }
 // Handing wraps an unstarted command that hands the descriptors it is
 // started with past its own three to the process it runs in the sandbox
 // (podman's `exec --preserve-fds 3`): Start gives it stdin, stdout and
-// stderr, which must then be files (the ends of pipes), as its
-// descriptors 3, 4 and 5, and the process reads and writes them itself:
-// no engine process relays its bytes. The command's own stdout and
+// stderr as its descriptors 3, 4 and 5, and the process reads and writes
+// them itself: no engine process relays its bytes. stdin must be a file
+// (the end of a pipe); a stdout or stderr that is not one gets a pipe,
+// copied to it. The command's own stdout and
 // stderr go to stdout and stderr as well, for what it says before the
 // process takes the handed descriptors (an engine's error, say); its own
 // stdin is empty.
@@ -83,15 +113,7 @@ func (c *Cmd) Cmd() *exec.Cmd { return c.cmd }
 // Start implements Process.
 func (c *Cmd) Start(stdin io.Reader, stdout, stderr io.Writer) error {
 	if c.hands {
-		in, ok1 := stdin.(*os.File)
-		out, ok2 := stdout.(*os.File)
-		errf, ok3 := stderr.(*os.File)
-		if !ok1 || !ok2 || !ok3 || in == nil || out == nil || errf == nil {
-			return ErrNotFiles
-		}
-		c.cmd.ExtraFiles = []*os.File{in, out, errf}
-		c.cmd.Stdout, c.cmd.Stderr = out, errf
-		return c.cmd.Start()
+		return c.startHanding(stdin, stdout, stderr)
 	}
 	if stdin != nil {
 		c.cmd.Stdin = stdin
@@ -105,9 +127,59 @@ func (c *Cmd) Start(stdin io.Reader, stdout, stderr io.Writer) error {
 	return c.cmd.Start()
 }
 
+// startHanding is Start for a Handing command. A stdout or stderr that is
+// not a file gets a pipe, copied to it by a goroutine Wait waits for (as
+// exec.Cmd does, for at most the command's WaitDelay past its exit when
+// that is set).
+func (c *Cmd) startHanding(stdin io.Reader, stdout, stderr io.Writer) error {
+	in, ok := stdin.(*os.File)
+	if !ok || in == nil {
+		return ErrNotFiles
+	}
+	var files [2]*os.File
+	var made []*os.File // the write ends of pipes made here
+	undo := func() {
+		closeAll(made...)
+		c.copies.Wait()
+		closeAll(c.readEnds...)
+		c.readEnds = nil
+	}
+	for i, w := range []io.Writer{stdout, stderr} {
+		if f, ok := w.(*os.File); ok && f != nil {
+			files[i] = f
+			continue
+		}
+		if w == nil {
+			w = io.Discard
+		}
+		r, pw, err := os.Pipe()
+		if err != nil {
+			undo()
+			return err
+		}
+		files[i], made, c.readEnds = pw, append(made, pw), append(c.readEnds, r)
+		c.copies.Add(1)
+		go func() {
+			defer c.copies.Done()
+			_, _ = io.Copy(w, r)
+		}()
+	}
+	c.cmd.ExtraFiles = []*os.File{in, files[0], files[1]}
+	c.cmd.Stdout, c.cmd.Stderr = files[0], files[1]
+	if err := c.cmd.Start(); err != nil {
+		undo()
+		return err
+	}
+	closeAll(made...) // the command holds them now
+	return nil
+}
+
 // Wait implements Process.
 func (c *Cmd) Wait() error {
 	err := c.cmd.Wait()
+	if len(c.readEnds) > 0 {
+		c.waitCopies()
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() >= 0 {
 		return &ExitError{Code: ee.ExitCode()}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // A Handing command's process reads and writes the very pipes Start was
@@ -48,9 +49,10 @@ func TestHandingPassesTheStreamsOn(t *testing.T) {
 	}
 }
 
-// Streams that are not files cannot be handed on: Start refuses before it
-// runs anything.
-func TestHandingNeedsFiles(t *testing.T) {
+// A stdin that is not a file cannot be handed on: Start refuses before it
+// runs anything. A stdout or stderr that is not a file gets a pipe of its
+// own, whose bytes have arrived by the time Wait returns.
+func TestHandingCopiesWritersThatAreNotFiles(t *testing.T) {
 	_, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -66,5 +68,55 @@ func TestHandingNeedsFiles(t *testing.T) {
 	}
 	if _, err := os.Stat(ran); !os.IsNotExist(err) {
 		t.Fatalf("the command ran after all (%v)", err)
+	}
+
+	r, _, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out, errs bytes.Buffer
+	p = Handing(exec.Command("sh", "-c", `seq 1 50000 >&4; echo handed >&5; echo own >&2`))
+	if err := p.Start(r, &out, &errs); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(out.Bytes(), []byte("\n")); n != 50000 {
+		t.Errorf("stdout has %d lines, want 50000", n)
+	}
+	if errs.String() != "handed\nown\n" {
+		t.Errorf("stderr = %q", errs.String())
+	}
+}
+
+// A process left behind that holds a copied pipe does not hold Wait past
+// the command's WaitDelay.
+func TestHandingWaitsForCopiesNoLongerThanWaitDelay(t *testing.T) {
+	r, _, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var errs bytes.Buffer
+	cmd := exec.Command("sh", "-c", `echo said >&5; sleep 60 >&5 5>&- & exit 0`)
+	cmd.WaitDelay = 100 * time.Millisecond
+	p := Handing(cmd)
+	if err := p.Start(r, io.Discard, &errs); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait waited for the process left behind")
+	}
+	if errs.String() != "said\n" {
+		t.Errorf("stderr = %q, want what came before the exit", errs.String())
 	}
 }

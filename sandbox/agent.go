@@ -527,8 +527,19 @@ func installArgv(bin *ctlbin.Binary) []string {
 // stdin and stdout carry the agent's streams and whose stderr is kept
 // (its head) for errors; stop closes stdin, kills the exec and waits for
 // it.
+//
+// Where the engine can (DirectExecer), the agent's stdin and stdout are
+// the server's own pipes, handed to it, so that no engine process relays
+// the session's bytes.
 func (m *Manager) execAgent(ctx context.Context, target string, argv []string) (stdin io.WriteCloser, stdout io.Reader, errb *shell.Capture, stop func() error, err error) {
-	cmd := m.rt.ExecCommand(ctx, target, ExecSpec{Argv: argv, Interactive: true})
+	spec := ExecSpec{Argv: argv, Interactive: true}
+	var cmd proc.Process
+	if d, ok := m.rt.(DirectExecer); ok {
+		cmd, _ = d.DirectExecCommand(ctx, target, spec)
+	}
+	if cmd == nil {
+		cmd = m.rt.ExecCommand(ctx, target, spec)
+	}
 	errb = &shell.Capture{Limit: 4096}
 	in, out, err := proc.Piped(cmd, errb)
 	if err != nil {
