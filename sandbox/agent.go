@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -736,7 +737,7 @@ type agentCall struct {
 // The binary is the host's architecture's, as earlyAgent's.
 func (m *Manager) callingAgent(ctx context.Context, spec *RunSpec) *agentCall {
 	dir := spec.Labels[LabelChannel]
-	if !validChannelDir(dir) || len(spec.Command) == 0 {
+	if !validChannelDir(dir) || len(spec.Command) == 0 || m.callsFail.Load() {
 		return nil
 	}
 	arch := agent.GoArch(runtime.GOARCH)
@@ -775,8 +776,11 @@ const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null; ("$1" agent
 
 // callWait bounds the wait for a new sandbox's agent to call: it starts
 // with the container, before the boot's first shell opens, on a loaded
-// host too.
-const callWait = 10 * time.Second
+// host too (a variable for tests). One that does not call in time makes
+// the Manager start the next sandboxes' agents through an exec
+// (Manager.callsFail): where a policy keeps containers off the socket,
+// one first command waits this long, not every one.
+var callWait = 10 * time.Second
 
 // calledAgent takes the agent a new sandbox's main process started: its
 // call on call's socket, then the session's hello; nil when it did not
@@ -784,6 +788,9 @@ const callWait = 10 * time.Second
 // sandbox's first agentOf then starts one through an exec).
 func (m *Manager) calledAgent(ctx context.Context, call *agentCall) *agentConn {
 	conn, err := call.accept(ctx, callWait)
+	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !m.callsFail.Swap(true) {
+		m.log.Warn("a new sandbox's agent did not call the server on its channel: new sandboxes start their agents through an exec from now on", "err", err)
+	}
 	if err != nil {
 		m.log.Debug("the agent started with the sandbox did not call", "err", err)
 		return nil

@@ -5,9 +5,11 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +146,42 @@ func TestAgentCallGivesUp(t *testing.T) {
 				t.Errorf("the socket is still there: %v", err)
 			}
 		})
+	}
+}
+
+// An agent that never calls (a host whose policy keeps containers off the
+// channel's socket) costs one wait: the Manager then readies no more
+// calls, and new sandboxes keep their command as it was, their agents
+// started through an exec.
+func TestAgentThatNeverCallsTurnsCallsOff(t *testing.T) {
+	defer func(w time.Duration) { callWait = w }(callWait)
+	callWait = 200 * time.Millisecond
+	m := &Manager{log: slog.New(slog.DiscardHandler)}
+	dir := callDir(t)
+	call, err := listenAgentCall(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := m.calledAgent(context.Background(), call); a != nil {
+		t.Fatal("an agent was taken though none called")
+	}
+	if !m.callsFail.Load() {
+		t.Fatal("a call that never came left calls on")
+	}
+	spec := RunSpec{Name: "c", Labels: map[string]string{LabelChannel: dir}, Command: []string{"sleep", "infinity"}}
+	if c := m.callingAgent(context.Background(), &spec); c != nil || !slices.Equal(spec.Command, []string{"sleep", "infinity"}) {
+		t.Fatalf("after a call that never came, a new sandbox's command is %q", spec.Command)
+	}
+
+	// A wait the boot ended (its context) says nothing of the host.
+	m2 := &Manager{log: slog.New(slog.DiscardHandler)}
+	call, err = listenAgentCall(callDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if a := m2.calledAgent(ctx, call); a != nil || m2.callsFail.Load() {
+		t.Fatalf("a canceled wait: agent %v, calls off %v", a, m2.callsFail.Load())
 	}
 }

@@ -123,6 +123,12 @@ type Manager struct {
 	log   *slog.Logger
 	locks locks.Dir
 
+	// callsFail is set once a new sandbox's agent did not call within
+	// callWait (a host whose policy keeps containers off a socket of its
+	// own, say): new sandboxes' agents start through an exec from then on
+	// (callingAgent).
+	callsFail atomic.Bool
+
 	// recordMu orders this process's read-modify-writes of sandbox
 	// records (recordSandbox, after a boot and off its path, and
 	// recordVolume), so that neither writes back what it read before the

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/proc"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/shell"
 )
 
@@ -17,8 +20,10 @@ import (
 // turn with the others (so drift weighs on all alike): the floor's frame;
 // the same with the server's start beacons; the frame the server writes
 // (guest.CommandFrame on a shell begun with guest.InitFrame), read by a
-// loop of the bench's own; the shell package's Run of it; then exec and
-// ping through the go-sdk client. The rows are a breakdown, not targets.
+// loop of the bench's own; the shell package's Run of it, over `exec -i`
+// and then on the bench's own pipes handed in as the server's shells get
+// them on podman; then exec and ping through the go-sdk client. The rows
+// are a breakdown, not targets.
 func (b *bench) frameParts() error {
 	ctr := b.launch.prefix + "-default"
 	if _, err := b.main.execTrue(b.ctx, "default"); err != nil {
@@ -62,6 +67,19 @@ func (b *bench) frameParts() error {
 		{"ping, MCP (go-sdk)", func() (func() error, func(), error) {
 			return func() error { return b.main.cs.Ping(b.ctx, nil) }, func() {}, nil
 		}},
+	}
+	if h := (handedShell{rt: docker.New(docker.Options{Flavor: docker.Flavor(b.engine)}), ctr: ctr}); h.works(b.ctx) {
+		handed := part{"the same on the bench's own pipes, handed in", func() (func() error, func(), error) {
+			sh, err := shell.Open(b.ctx, h, shell.Options{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return func() error {
+				_, err := sh.Run(b.ctx, shell.Request{Command: "true"}, "")
+				return err
+			}, sh.Close, nil
+		}}
+		parts = slices.Insert(parts, 4, handed) // after the shell package's Run over exec -i
 	}
 	calls := make([]func() error, 0, len(parts))
 	for _, p := range parts {
@@ -120,6 +138,28 @@ func openScriptShell(engine, ctr, init string, script func(marker, runID string)
 
 // engineShell is a shell.Host of `engine exec -i ctr sh`, for the shell
 // package's own part of the breakdown (no command there needs a kill).
+// handedShell is a shell.Host of the shells the server opens on podman:
+// `podman exec --preserve-fds 3 ctr sh` on the bench's own pipes.
+type handedShell struct {
+	rt  *docker.Dialect
+	ctr string
+}
+
+func (h handedShell) Command(ctx context.Context) proc.Process {
+	p, _ := h.rt.DirectExecCommand(ctx, h.ctr, sandbox.ExecSpec{Argv: []string{"sh"}})
+	return p
+}
+
+// works reports whether the engine hands descriptors on (podman's does).
+func (h handedShell) works(ctx context.Context) bool {
+	_, ok := h.rt.DirectExecCommand(ctx, h.ctr, sandbox.ExecSpec{Argv: []string{"sh"}})
+	return ok
+}
+
+func (h handedShell) KillRun(context.Context, int, string, bool) error {
+	return errors.New("the bench's shells run no command that needs a kill")
+}
+
 type engineShell struct{ engine, ctr string }
 
 func (h engineShell) Command(ctx context.Context) proc.Process {
