@@ -740,9 +740,11 @@ func (m *Manager) callingAgent(ctx context.Context, spec *RunSpec) *agentCall {
 	if !validChannelDir(dir) || len(spec.Command) == 0 || m.callsFail.Load() {
 		return nil
 	}
+	// A binary there is already: none is built on the boot's way (a
+	// server without embedded agents builds one at the first agentOf).
 	arch := agent.GoArch(runtime.GOARCH)
-	bin, err := ctlbin.Find(ctx, arch)
-	if arch == "" || err != nil {
+	bin := ctlbin.Resolve(ctx, arch, false).Binary
+	if arch == "" || bin == nil {
 		return nil
 	}
 	path, err := placeAgent(dir, bin.Data)

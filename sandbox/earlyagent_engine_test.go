@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
 	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
 	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
@@ -111,6 +114,12 @@ func TestNewSandboxAgentCallsTheServer(t *testing.T) {
 			prefix := enginetest.Prefix(t, rt)
 			ca, err := egress.LoadOrCreateCA(t.TempDir())
 			if err != nil {
+				t.Fatal(err)
+			}
+			// The call is readied only with a sandbox-ctl at hand (none is
+			// built on a boot's way): a server without embedded agents
+			// builds it at its first sandbox's agent, as this does.
+			if _, err := ctlbin.Find(context.Background(), agent.GoArch(runtime.GOARCH)); err != nil {
 				t.Fatal(err)
 			}
 			m := sandbox.NewManager(rt, sandbox.Config{Prefix: prefix, CA: ca, Resolver: &egress.HostsResolver{},

@@ -44,7 +44,7 @@ func (m *Manager) Prune(ctx context.Context, dryRun bool) (Pruned, error) {
 		// spares removes it itself at its next look).
 		if m.isSpareName(c.Name) && !c.Running() {
 			if !dryRun {
-				m.dropSpare(ctx, c) // spare.go: its workspace goes with it
+				m.dropSpareWaiting(ctx, c) // spare.go: its workspace goes with it
 			}
 			p.Containers = append(p.Containers, c.Name)
 		}

@@ -1203,13 +1203,47 @@ func (m *Manager) unmountedSpareVolumes(cs []Container, names []string) []string
 	return vols
 }
 
-// dropSpare removes spare c and its workspace, under its lock.
+// dropSpare removes spare c and its workspace, under its lock; nothing
+// when another holds it.
 func (m *Manager) dropSpare(ctx context.Context, c Container) {
 	release, err := m.holdSpare(c.Name, "remove spare")
 	if err != nil {
 		return
 	}
 	defer release()
+	m.dropSpareHeld(ctx, c)
+}
+
+// dropSpareWaiting is dropSpare for prune, which says the spare is gone
+// when it returns: while another holds it (the spares' own look, removing
+// it too, or a claim), it waits for that one, for at most spareHoldWait,
+// then removes what is left.
+func (m *Manager) dropSpareWaiting(ctx context.Context, c Container) {
+	deadline := time.Now().Add(spareHoldWait)
+	for {
+		release, err := m.holdSpare(c.Name, "remove spare")
+		if err == nil {
+			defer release()
+			m.dropSpareHeld(ctx, c)
+			return
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// spareHoldWait bounds prune's wait for a spare another holds.
+const spareHoldWait = 30 * time.Second
+
+// dropSpareHeld is dropSpare with the spare held: c is removed if it is
+// still the container under its name.
+func (m *Manager) dropSpareHeld(ctx context.Context, c Container) {
 	now, err := m.rt.Inspect(ctx, c.Name)
 	if err != nil || now.ID != c.ID {
 		return
