@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -778,10 +777,11 @@ const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null; ("$1" agent
 
 // callWait bounds the wait for a new sandbox's agent to call: it starts
 // with the container, before the boot's first shell opens, on a loaded
-// host too (a variable for tests). One that does not call in time makes
-// the Manager start the next sandboxes' agents through an exec
+// host too (a variable for tests). A socket nothing connected to in that
+// time makes the Manager start the next sandboxes' agents through an exec
 // (Manager.callsFail): where a policy keeps containers off the socket,
-// one first command waits this long, not every one.
+// one first command waits this long, not every one. A sandbox that
+// connects and says no token (its own doing) leaves calls on.
 var callWait = 10 * time.Second
 
 // calledAgent takes the agent a new sandbox's main process started: its
@@ -790,7 +790,7 @@ var callWait = 10 * time.Second
 // sandbox's first agentOf then starts one through an exec).
 func (m *Manager) calledAgent(ctx context.Context, call *agentCall) *agentConn {
 	conn, err := call.accept(ctx, callWait)
-	if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil && !m.callsFail.Swap(true) {
+	if errors.Is(err, errNoCall) && ctx.Err() == nil && !m.callsFail.Swap(true) {
 		m.log.Warn("a new sandbox's agent did not call the server on its channel: new sandboxes start their agents through an exec from now on", "err", err)
 	}
 	if err != nil {

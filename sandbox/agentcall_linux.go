@@ -12,6 +12,8 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,9 +54,11 @@ func listenAgentCall(dir string) (*agentCall, error) {
 }
 
 // accept waits, at most wait or until ctx ends, for the agent's call: the
-// first connection that says the token within callHello of its accept. A
-// connection that says anything else is closed, and the wait goes on (for
-// at most maxCallTries connections). The socket is closed either way.
+// first connection that says the token within callHello of its accept.
+// Connections are read at once, each on its own, so that ones that say
+// nothing do not hold the agent's behind them; one that says anything
+// else is closed, and at most maxCallTries are taken. The socket is closed
+// either way. It returns errNoCall when nothing connected at all.
 func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, error) {
 	defer c.Close()
 	deadline := time.Now().Add(wait)
@@ -62,33 +66,67 @@ func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, e
 	stop := context.AfterFunc(ctx, func() { _ = c.ln.SetDeadline(time.Now()) })
 	defer stop()
 	want := []byte(c.token + "\n")
-	for range maxCallTries {
-		conn, err := c.ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+	helloWait := callHello
+	won := make(chan *net.UnixConn, 1)
+	var decided, connected atomic.Bool
+	ended := make(chan error, 1)
+	go func() {
+		var reading sync.WaitGroup
+		err := errors.New("too many connections without its token")
+		for range maxCallTries {
+			conn, aerr := c.ln.AcceptUnix()
+			if aerr != nil {
+				err = aerr
+				break
 			}
-			return nil, fmt.Errorf("the agent did not call: %w", err)
+			connected.Store(true)
+			reading.Add(1)
+			go func() {
+				defer reading.Done()
+				hello := time.Now().Add(helloWait)
+				if hello.After(deadline) {
+					hello = deadline
+				}
+				_ = conn.SetReadDeadline(hello)
+				got := make([]byte, len(want))
+				if _, err := io.ReadFull(conn, got); err != nil || subtle.ConstantTimeCompare(got, want) != 1 || !decided.CompareAndSwap(false, true) {
+					conn.Close()
+					return
+				}
+				won <- conn
+			}()
 		}
-		hello := time.Now().Add(callHello)
-		if hello.After(deadline) {
-			hello = deadline
-		}
-		_ = conn.SetReadDeadline(hello)
-		got := make([]byte, len(want))
-		if _, err := io.ReadFull(conn, got); err != nil || subtle.ConstantTimeCompare(got, want) != 1 {
-			conn.Close()
-			continue
-		}
+		reading.Wait()
+		ended <- err
+	}()
+	var err error
+	select {
+	case conn := <-won:
 		_ = conn.SetReadDeadline(time.Time{})
 		return conn, nil
+	case err = <-ended:
 	}
-	return nil, errors.New("the agent did not call: too many connections without its token")
+	select {
+	case conn := <-won: // said as the last reader ended
+		_ = conn.SetReadDeadline(time.Time{})
+		return conn, nil
+	default:
+	}
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case !connected.Load():
+		return nil, fmt.Errorf("%w: %w", errNoCall, err)
+	}
+	return nil, fmt.Errorf("the agent did not call: %w", err)
 }
 
+// errNoCall is accept's error when nothing connected at all.
+var errNoCall = errors.New("the agent did not call")
+
 // callHello bounds the wait for a connection's token: the agent writes it
-// as soon as it connects.
-const callHello = 2 * time.Second
+// as soon as it connects. A variable for tests.
+var callHello = 2 * time.Second
 
 // maxCallTries bounds the connections accept reads a token from.
 const maxCallTries = 8

@@ -31,6 +31,8 @@ func callDir(t *testing.T) string {
 // says the token is taken, its session answering; the socket is gone
 // after.
 func TestAgentCallTakesTheTokenOnly(t *testing.T) {
+	defer func(h time.Duration) { callHello = h }(callHello)
+	callHello = time.Minute // see the silent connections below
 	dir := callDir(t)
 	call, err := listenAgentCall(dir)
 	if err != nil {
@@ -62,13 +64,31 @@ func TestAgentCallTakesTheTokenOnly(t *testing.T) {
 		c.Write([]byte(say))
 		c.Close()
 	}
+	// Three more connect and say nothing, and stay: the agent's call
+	// behind them is taken all the same, while they still wait (read one
+	// after another, it would wait a minute behind each).
+	var silent []net.Conn
+	for range 3 {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
 	served := make(chan error, 1)
 	go func() { served <- agent.Call(path, call.token) }()
 	var conn net.Conn
 	select {
 	case conn = <-taken:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the agent's call was not taken")
+		t.Fatal("the agent's call waited behind connections that say nothing")
+	}
+	for _, c := range silent {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a silent connection was ended before the agent was taken: %v", err)
+		}
 	}
 	if conn == nil {
 		t.FailNow()
@@ -171,6 +191,23 @@ func TestAgentThatNeverCallsTurnsCallsOff(t *testing.T) {
 	spec := RunSpec{Name: "c", Labels: map[string]string{LabelChannel: dir}, Command: []string{"sleep", "infinity"}}
 	if c := m.callingAgent(context.Background(), &spec); c != nil || !slices.Equal(spec.Command, []string{"sleep", "infinity"}) {
 		t.Fatalf("after a call that never came, a new sandbox's command is %q", spec.Command)
+	}
+
+	// A socket the sandbox connected to without the token says the host
+	// lets containers reach it: calls stay on.
+	m3 := &Manager{log: slog.New(slog.DiscardHandler)}
+	dir3 := callDir(t)
+	call, err = listenAgentCall(dir3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := net.Dial("unix", filepath.Join(dir3, call.name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	if a := m3.calledAgent(context.Background(), call); a != nil || m3.callsFail.Load() {
+		t.Fatalf("a connection without the token: agent %v, calls off %v", a, m3.callsFail.Load())
 	}
 
 	// A wait the boot ended (its context) says nothing of the host.

@@ -19,5 +19,8 @@ func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, e
 	return nil, errors.New("channels are served on Linux only")
 }
 
+// errNoCall is accept's error when nothing connected at all.
+var errNoCall = errors.New("the agent did not call")
+
 // Close stops listening.
 func (c *agentCall) Close() {}

@@ -431,6 +431,9 @@ type exchanged struct {
 	err     error
 }
 
+// exitDrain is how long a command's frame is read past its shell's exit.
+const exitDrain = 200 * time.Millisecond
+
 // countWriter counts what it discards.
 type countWriter struct{ n atomic.Int64 }
 
@@ -466,9 +469,22 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 	}()
 	writeDone := make(chan error, 1)
 	if frame.Tail == "" && len(frame.Script) <= syncWriteMax {
-		// The shell is idle and its stdin pipe empty, so a small frame
-		// fits in the pipe at once: no goroutine needed.
+		// The shell is idle and its stdin pipe mostly empty, so a small
+		// frame fits in the pipe at once: no goroutine needed. The wait
+		// is bounded by ctx all the same: where the shell holds the
+		// server's own pipe, the sandbox can reopen it for writing
+		// (/proc/PID/fd/0), shrink it and fill it, and stop the shell.
+		// A write that ctx ended shows as the interrupt below.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = s.stdin.SetWriteDeadline(time.Now())
+			close(fired)
+		})
 		_, err := io.WriteString(s.stdin, frame.Script)
+		if !stop() {
+			<-fired
+			_ = s.stdin.SetWriteDeadline(time.Time{})
+		}
 		writeDone <- err
 	} else {
 		go func() {
@@ -479,7 +495,13 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 
 	var outErr, errErr error
 	gotOut, gotErr := false, false
-	// wait collects both readers until they finish or stop fires.
+	// wait collects both readers until they finish or stop fires. Once
+	// the shell's process has ended, what is already in its pipes is
+	// read for exitDrain more, not until every holder of their write ends
+	// closes them: where the shell holds the server's own pipes, the
+	// processes it left behind hold them too, and an end of file would
+	// wait for those.
+	exited := s.exited
 	wait := func(stop <-chan struct{}, timer <-chan time.Time) bool {
 		for !(gotOut && gotErr) {
 			select {
@@ -487,6 +509,12 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 				gotOut = true
 			case errErr = <-errDone:
 				gotErr = true
+			case <-exited:
+				exited = nil
+				drained := time.Now().Add(exitDrain)
+				for _, f := range s.readEnds {
+					_ = f.SetReadDeadline(drained)
+				}
 			case <-stop:
 				return false
 			case <-timer:

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -686,5 +687,74 @@ func TestDeadIdleShellRetried(t *testing.T) {
 	}
 	if data, _ := os.ReadFile(filepath.Join(dir, "ran")); string(data) != "once\n" {
 		t.Fatalf("a command whose shell died after it began ran %q", data)
+	}
+}
+
+// A shell that holds the server's own stdin pipe can have it reopened for
+// writing by a process it started (/proc/PID/fd/0), filled, and be
+// stopped: the next command's write then blocks, and its timeout must end
+// it all the same, as an interrupt, with the shell replaced.
+func TestFilledStdinDoesNotHoldACommandPastItsTimeout(t *testing.T) {
+	sh := openShell(t)
+	// Detached (no $! in the shell), after this command's frame: stop the
+	// shell, then fill its stdin pipe through a writer of its own.
+	r := runOn(t, sh, Request{Command: `( ( exec >/dev/null 2>&1; sleep 0.3; kill -STOP $$; exec 9>/proc/$$/fd/0; exec head -c 1000000 /dev/zero >&9 ) & )`})
+	if r.res.ExitCode != 0 || r.res.LeftBehind {
+		t.Fatalf("the set-up: %+v", r.res)
+	}
+	pid := sh.PID()
+	t.Cleanup(func() { _ = exec.Command("kill", "-KILL", strconv.Itoa(pid)).Run() })
+	enginePollStopped(t, pid)
+	time.Sleep(200 * time.Millisecond) // the filler writes until the pipe is full
+	done := make(chan Result, 1)
+	go func() {
+		res, _ := sh.Run(context.Background(), Request{Command: "echo late", Timeout: time.Second, Stdout: io.Discard, Stderr: io.Discard}, "")
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		if !res.TimedOut && !res.ShellLost {
+			t.Fatalf("a command on a stopped shell with a full stdin: %+v", res)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("a command whose write blocks on a full stdin outlived its timeout")
+	}
+	_ = exec.Command("pkill", "-KILL", "-f", "head -c 1000000 /dev/zero").Run()
+}
+
+// enginePollStopped waits until process pid is stopped (state T).
+func enginePollStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err == nil {
+			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+			if len(f) > 0 && f[0] == "T" {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("shell %d never stopped", pid)
+}
+
+// A shell killed while processes it started hold its stdout and stderr:
+// the command ends as the shell's end says, at once, not at its timeout
+// (the held pipes give no end of file).
+func TestShellKilledWhileItsOutputIsHeld(t *testing.T) {
+	sh := openShell(t)
+	start := time.Now()
+	r := runOn(t, sh, Request{Command: `echo before; sleep 987653 & kill -9 $$`, Timeout: hangGuard})
+	took := time.Since(start)
+	t.Cleanup(func() { _ = exec.Command("pkill", "-KILL", "-f", "sleep 987653").Run() })
+	if !r.res.ShellLost || r.res.TimedOut {
+		t.Fatalf("got %+v after %v", r.res, took)
+	}
+	if took > hangGuard/2 {
+		t.Fatalf("the command ended %v after its shell died", took)
+	}
+	if r.stdout != "before\n" {
+		t.Fatalf("stdout %q", r.stdout)
 	}
 }
