@@ -704,7 +704,7 @@ func TestFilledStdinDoesNotHoldACommandPastItsTimeout(t *testing.T) {
 	}
 	pid := sh.PID()
 	t.Cleanup(func() { _ = exec.Command("kill", "-KILL", strconv.Itoa(pid)).Run() })
-	enginePollStopped(t, pid)
+	waitStopped(t, pid)
 	time.Sleep(200 * time.Millisecond) // the filler writes until the pipe is full
 	done := make(chan Result, 1)
 	go func() {
@@ -722,8 +722,8 @@ func TestFilledStdinDoesNotHoldACommandPastItsTimeout(t *testing.T) {
 	_ = exec.Command("pkill", "-KILL", "-f", "head -c 1000000 /dev/zero").Run()
 }
 
-// enginePollStopped waits until process pid is stopped (state T).
-func enginePollStopped(t *testing.T, pid int) {
+// waitStopped waits until process pid is stopped (state T).
+func waitStopped(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(hangGuard)
 	for time.Now().Before(deadline) {
