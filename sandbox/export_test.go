@@ -23,3 +23,5 @@ func (m *Manager) Quiet(name string) bool {
 	}
 	return false
 }
+
+const DirectShells = directShells
