@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,36 +19,16 @@ import (
 )
 
 // listenAgentCall listens in channel directory dir for the agent a new
-// sandbox's main process starts (agentCommand), on a socket of its own,
-// made as listenChannel makes its one. The call is one connection: accept
+// sandbox's main process starts (agentCommand), on a socket of its own
+// (listenInChannel, as listenChannel's). The call is one connection: accept
 // takes it and closes the socket.
 func listenAgentCall(dir string) (*agentCall, error) {
-	if !validChannelDir(dir) {
-		return nil, fmt.Errorf("%q is not a channel directory", dir)
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	ln, fd, name, err := listenInChannel(dir, "a-") // channel_linux.go
 	if err != nil {
-		return nil, fmt.Errorf("open channel %s: %w", dir, err)
+		return nil, err
 	}
-	at := "/proc/self/fd/" + strconv.Itoa(fd) + "/"
-	sweepChannel(fd, at, "a-") // a killed server's calls
-	var b [6]byte
 	var tok [16]byte
-	_, _ = rand.Read(b[:])
 	_, _ = rand.Read(tok[:])
-	name := "a-" + hex.EncodeToString(b[:]) + ".s"
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: at + name, Net: "unix"})
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("listen in channel %s: %w", dir, err)
-	}
-	ln.SetUnlinkOnClose(false) // the path goes through the descriptor
-	if err := unix.Fchmodat(fd, name, 0o666, 0); err != nil {
-		ln.Close()
-		_ = unix.Unlinkat(fd, name, 0)
-		unix.Close(fd)
-		return nil, fmt.Errorf("open the agent's socket to the sandbox's user: %w", err)
-	}
 	return &agentCall{ln: ln, dirfd: fd, name: name, token: hex.EncodeToString(tok[:]), at: ChannelMount + "/" + name}, nil
 }
 

@@ -26,30 +26,9 @@ import (
 // way), and sockets in dir that no server answers on any more (left by a
 // killed one) are removed first.
 func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, error) {
-	if !validChannelDir(dir) {
-		return nil, "", fmt.Errorf("%q is not a channel directory", dir)
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	ln, fd, name, err := listenInChannel(dir, "e-")
 	if err != nil {
-		return nil, "", fmt.Errorf("open channel %s: %w", dir, err)
-	}
-	at := "/proc/self/fd/" + strconv.Itoa(fd) + "/"
-	sweepChannel(fd, at, "e-")
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "e-" + hex.EncodeToString(b[:]) + ".s"
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: at + name, Net: "unix"})
-	if err != nil {
-		unix.Close(fd)
-		return nil, "", fmt.Errorf("listen in channel %s: %w", dir, err)
-	}
-	// The path goes through this descriptor: Close must not unlink by it.
-	ln.SetUnlinkOnClose(false)
-	if err := unix.Fchmodat(fd, name, 0o666, 0); err != nil {
-		ln.Close()
-		_ = unix.Unlinkat(fd, name, 0)
-		unix.Close(fd)
-		return nil, "", fmt.Errorf("open channel socket to the sandbox's user: %w", err)
+		return nil, "", err
 	}
 	cl := &channelListener{ln: ln, dirfd: fd, name: name}
 	// A connection waiting for its handed descriptor holds one: no more
@@ -82,6 +61,42 @@ func listenChannel(dir string, serve func(net.Conn)) (*channelListener, string, 
 		}
 	}()
 	return cl, ChannelMount + "/" + name, nil
+}
+
+// listenInChannel makes a socket named prefix<random>.s in channel
+// directory dir, open to the sandbox's user, through a descriptor of dir
+// (no path length limit, no symlink followed on the way), after removing
+// the sockets of that prefix no server answers on any more (a killed
+// one's). It returns the listener, the descriptor and the socket's name;
+// the caller closes the listener, unlinks the name at the descriptor and
+// closes it.
+func listenInChannel(dir, prefix string) (*net.UnixListener, int, string, error) {
+	if !validChannelDir(dir) {
+		return nil, -1, "", fmt.Errorf("%q is not a channel directory", dir)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, "", fmt.Errorf("open channel %s: %w", dir, err)
+	}
+	at := "/proc/self/fd/" + strconv.Itoa(fd) + "/"
+	sweepChannel(fd, at, prefix)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := prefix + hex.EncodeToString(b[:]) + ".s"
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: at + name, Net: "unix"})
+	if err != nil {
+		unix.Close(fd)
+		return nil, -1, "", fmt.Errorf("listen in channel %s: %w", dir, err)
+	}
+	// The path goes through this descriptor: Close must not unlink by it.
+	ln.SetUnlinkOnClose(false)
+	if err := unix.Fchmodat(fd, name, 0o666, 0); err != nil {
+		ln.Close()
+		_ = unix.Unlinkat(fd, name, 0)
+		unix.Close(fd)
+		return nil, -1, "", fmt.Errorf("open channel socket to the sandbox's user: %w", err)
+	}
+	return ln, fd, name, nil
 }
 
 // handWait bounds the wait for a handed connection on a channel

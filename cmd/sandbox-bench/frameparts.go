@@ -52,14 +52,7 @@ func (b *bench) frameParts() error {
 			return openScriptShell(b.engine, ctr, init, serverFrame)
 		}},
 		{"server frame through shell.Run", func() (func() error, func(), error) {
-			sh, err := shell.Open(b.ctx, engineShell{engine: b.engine, ctr: ctr}, shell.Options{})
-			if err != nil {
-				return nil, nil, err
-			}
-			return func() error {
-				_, err := sh.Run(b.ctx, shell.Request{Command: "true"}, "")
-				return err
-			}, sh.Close, nil
+			return b.runTrueOn(engineShell{engine: b.engine, ctr: ctr})
 		}},
 		{"exec `true`, MCP (go-sdk)", func() (func() error, func(), error) {
 			return func() error { _, err := b.main.execTrue(b.ctx, "default"); return err }, func() {}, nil
@@ -70,14 +63,7 @@ func (b *bench) frameParts() error {
 	}
 	if h := (handedShell{rt: docker.New(docker.Options{Flavor: docker.Flavor(b.engine)}), ctr: ctr}); h.works(b.ctx) {
 		handed := part{"the same on the bench's own pipes, handed in", func() (func() error, func(), error) {
-			sh, err := shell.Open(b.ctx, h, shell.Options{})
-			if err != nil {
-				return nil, nil, err
-			}
-			return func() error {
-				_, err := sh.Run(b.ctx, shell.Request{Command: "true"}, "")
-				return err
-			}, sh.Close, nil
+			return b.runTrueOn(h)
 		}}
 		parts = slices.Insert(parts, 4, handed) // after the shell package's Run over exec -i
 	}
@@ -101,6 +87,19 @@ func (b *bench) frameParts() error {
 			fmt.Sprintf("%.3gx", ratio(p50, floor)), "breakdown")
 	}
 	return nil
+}
+
+// runTrueOn opens a shell of the shell package on h and returns a call
+// that runs `true` on it, and the shell's close.
+func (b *bench) runTrueOn(h shell.Host) (func() error, func(), error) {
+	sh, err := shell.Open(b.ctx, h, shell.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return func() error {
+		_, err := sh.Run(b.ctx, shell.Request{Command: "true"}, "")
+		return err
+	}, sh.Close, nil
 }
 
 // partMarker is the frame marker of a script shell's call i.
