@@ -263,7 +263,17 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	trap := "case \"${__sbx_done-}\" in \"\") " + report + ";; esac"
 	// One line (newlines only inside quotes), so a here-document for stdin
 	// starts after it.
-	sub := "( \\trap " + quote(trap) + " EXIT; __sbx_done=; __sbx_b=${!-}; __sbx_o=$PWD; export " + RunVar + "=" + req.RunID + "; " +
+	// The server's own scripts go on past a write to output nobody reads
+	// any more: a server killed while one runs (its stdin then cut short)
+	// leaves nothing only if the script gets to its clean-up, and a shell
+	// on the server's own pipes has no engine reading its output after
+	// the server's death. (A user's command keeps the default: a broken
+	// pipe ends it.)
+	ignorePipe := ""
+	if req.Trusted {
+		ignorePipe = "\\trap '' PIPE; "
+	}
+	sub := "( \\trap " + quote(trap) + " EXIT; " + ignorePipe + "__sbx_done=; __sbx_b=${!-}; __sbx_o=$PWD; export " + RunVar + "=" + req.RunID + "; " +
 		cd + run + " >&3 2>&4 3>&- 4>&-; " + report + "; ) 9>&3"
 	if req.Stdin != nil {
 		// A pipe, not a file: the command's own disk pressure cannot

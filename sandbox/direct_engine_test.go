@@ -22,9 +22,6 @@ import (
 func TestShellsUseTheServersOwnPipes(t *testing.T) {
 	for _, tg := range enginetest.Targets(t) {
 		t.Run(tg.Name, func(t *testing.T) {
-			if !sandbox.DirectShells {
-				t.Skip("shells on the server's own pipes are off (sandbox/owner.go directShells): a server killed during a write_file left its temporary file")
-			}
 			if tg.Runtime != "podman" || tg.StandIn {
 				t.Skip("only podman's exec hands a process descriptors of the host's (--preserve-fds); on the others the engine relays the shells' streams, as every other engine test covers")
 			}

@@ -23,5 +23,3 @@ func (m *Manager) Quiet(name string) bool {
 	}
 	return false
 }
-
-const DirectShells = directShells

@@ -272,17 +272,9 @@ type markedHost struct {
 	env map[string]string
 }
 
-// directShells opens shells on the server's own pipes where the engine
-// can hand them over. Off: a server killed while a write_file streams
-// into a shell so opened leaves the file's temporary copy in the sandbox
-// for good (e2e TestKillPoints, SANDBOX_MCP_KILLPOINT_OPS=write_file
-// SANDBOX_MCP_KILLPOINTS=4 SANDBOX_MCP_KILLPOINT_PHASE=0.3), which the
-// engine's relay does not; on again once that is found and fixed.
-const directShells = false
-
 func (h markedHost) Command(ctx context.Context) proc.Process {
 	spec := ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: h.env}
-	if d, ok := h.rt.(DirectExecer); ok && directShells {
+	if d, ok := h.rt.(DirectExecer); ok {
 		// The shell reads and writes the server's own pipes, where the
 		// engine can hand them over (DirectExecer).
 		if p, ok := d.DirectExecCommand(ctx, h.name, spec); ok {
