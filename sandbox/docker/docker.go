@@ -119,12 +119,36 @@ func (d *Dialect) Version(ctx context.Context) (string, error) {
 }
 
 // Run implements sandbox.Runtime.
+//
+// The caller owns the name (it holds the name's lock): on podman, a
+// container that only the storage layer knows under it, which a `podman
+// run` killed part way leaves (every later run then fails with "already
+// in use" while inspect finds no such container), is removed and the run
+// tried once more.
 func (d *Dialect) Run(ctx context.Context, spec sandbox.RunSpec) (string, error) {
 	out, err := d.cli.Output(ctx, nil, RunArgs(d.flavor, spec)...)
+	if errors.Is(err, sandbox.ErrAlreadyExists) && d.flavor == Podman && d.storageOnly(ctx, spec.Name) {
+		if _, rerr := d.cli.Output(ctx, nil, "rm", "--storage", "--", spec.Name); rerr != nil {
+			return "", fmt.Errorf("%w (a container only podman's storage knows holds the name, and removing it failed: %v)", err, rerr)
+		}
+		out, err = d.cli.Output(ctx, nil, RunArgs(d.flavor, spec)...)
+	}
 	if err != nil {
 		return "", err
 	}
 	return RunID(out), nil
+}
+
+// storageOnly reports whether name is a container of podman's storage
+// layer alone: not one podman's own records know (`container exists`
+// says no), one its storage has (`--external` says yes).
+func (d *Dialect) storageOnly(ctx context.Context, name string) bool {
+	var ee *sandbox.EngineError
+	if _, err := d.cli.Output(ctx, nil, "container", "exists", "--", name); !errors.As(err, &ee) || ee.ExitCode != 1 {
+		return false
+	}
+	_, err := d.cli.Output(ctx, nil, "container", "exists", "--external", "--", name)
+	return err == nil
 }
 
 // RunID is the container ID `run -d` printed (its last word, 64 hex
@@ -288,9 +312,25 @@ func (d *Dialect) Rename(ctx context.Context, name, newName string) error {
 }
 
 // Start implements sandbox.Runtime.
+//
+// On podman a start that fails is tried once more after `container
+// cleanup`. A `podman run` or `start` killed part way (its server killed,
+// its call canceled) can leave the container "created" or "exited" while
+// the OCI runtime's container of it is still there: the next start fails
+// ("container with given ID already exists") and removes it on its way
+// out. Or "initialized" while the runtime's container runs already:
+// every start fails ("cannot start an already running container") until
+// a cleanup sets it back to created.
 func (d *Dialect) Start(ctx context.Context, name string) error {
 	_, err := d.cli.Output(ctx, nil, "start", "--", name)
-	return err
+	if err == nil || d.flavor != Podman || errors.Is(err, sandbox.ErrNotFound) || ctx.Err() != nil {
+		return err
+	}
+	_, _ = d.cli.Output(ctx, nil, "container", "cleanup", "--", name)
+	if _, err2 := d.cli.Output(ctx, nil, "start", "--", name); err2 != nil {
+		return err2
+	}
+	return nil
 }
 
 // Stop implements sandbox.Runtime.
@@ -307,10 +347,21 @@ func (d *Dialect) Stop(ctx context.Context, name string, grace time.Duration) er
 // (an unmount of the container's shm or rootfs while its exit's cleanup
 // still holds it); such a refusal is tried again, up to removeTries times
 // with a growing pause, before it is returned.
+//
+// On podman, a container left by a `podman run` or `start` killed part
+// way can be "created" or "exited" while the OCI runtime's container of it
+// is still there (podman does not know): `rm` would leave that, its `runc
+// init` holding the container's mounts and its workspace. Such a
+// container is initialized first, which fails on it and removes it
+// (staleRuntime).
 func (d *Dialect) Remove(ctx context.Context, name string) error {
 	args := []string{"rm", "--force"}
 	if d.flavor == Podman {
 		args = append(args, "--time", "0")
+		out, err := d.cli.Output(ctx, nil, "container", "inspect", "--format", "{{.Id}} {{.State.Status}}", "--", name)
+		if id, state, ok := strings.Cut(strings.TrimSpace(string(out)), " "); err == nil && ok && d.staleRuntime(id, state) {
+			_, _ = d.cli.Output(ctx, nil, "init", "--", name)
+		}
 	}
 	args = append(args, "--", name)
 	var err error

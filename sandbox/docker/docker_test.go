@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,16 +162,18 @@ func TestVolumeRemoveArgs(t *testing.T) {
 }
 
 // fakeEngine writes a CLI that records each call in dir/calls and, for its
-// first fails calls, exits 125 with stderr.
+// first fails calls, exits 125 with stderr; a `container inspect` is
+// answered "running", not recorded.
 func fakeEngine(t *testing.T, fails int, stderr string) (bin, calls string) {
 	t.Helper()
 	dir := t.TempDir()
 	bin, calls = filepath.Join(dir, "podman"), filepath.Join(dir, "calls")
 	script := fmt.Sprintf(`#!/bin/sh
+if [ "$1 $2" = "container inspect" ]; then echo "%s running"; exit 0; fi
 echo "$*" >> %q
 n=$(wc -l < %q)
 if [ "$n" -le %d ]; then echo %q >&2; exit 125; fi
-`, calls, calls, fails, stderr)
+`, strings.Repeat("ab", 32), calls, calls, fails, stderr)
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +189,19 @@ func callLines(t *testing.T, calls string) []string {
 	return strings.Split(strings.TrimSpace(string(data)), "\n")
 }
 
+// removals are the `rm` calls among the fake engine's calls (a podman
+// Remove looks at the container's state first).
+func removals(t *testing.T, calls string) []string {
+	t.Helper()
+	var rms []string
+	for _, l := range callLines(t, calls) {
+		if strings.HasPrefix(l, "rm ") {
+			rms = append(rms, l)
+		}
+	}
+	return rms
+}
+
 // TestRemoveRetriesABusyUnmount: podman's passing "device or resource
 // busy" is tried again until the removal goes through; any other refusal
 // is returned at once.
@@ -198,7 +214,7 @@ func TestRemoveRetriesABusyUnmount(t *testing.T) {
 	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(context.Background(), "smt-a"); err != nil {
 		t.Fatalf("a busy unmount that passes should not fail the removal: %v", err)
 	}
-	lines := callLines(t, calls)
+	lines := removals(t, calls)
 	if len(lines) != 3 || lines[2] != "rm --force --time 0 -- smt-a" {
 		t.Fatalf("want 3 removals, got %q", lines)
 	}
@@ -208,7 +224,7 @@ func TestRemoveRetriesABusyUnmount(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "device or resource busy") {
 		t.Fatalf("a busy unmount that stays should be returned: %v", err)
 	}
-	if n := len(callLines(t, calls)); n != removeTries {
+	if n := len(removals(t, calls)); n != removeTries {
 		t.Fatalf("tried %d times, want %d", n, removeTries)
 	}
 
@@ -216,7 +232,7 @@ func TestRemoveRetriesABusyUnmount(t *testing.T) {
 	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(context.Background(), "smt-a"); err == nil {
 		t.Fatal("a refusal should be returned")
 	}
-	if n := len(callLines(t, calls)); n != 1 {
+	if n := len(removals(t, calls)); n != 1 {
 		t.Fatalf("another refusal was tried %d times, want once", n)
 	}
 
@@ -224,7 +240,7 @@ func TestRemoveRetriesABusyUnmount(t *testing.T) {
 	// finds none, and the removal is done.
 	dir := t.TempDir()
 	bin = filepath.Join(dir, "podman")
-	script := fmt.Sprintf("#!/bin/sh\nif [ -e %[1]q ]; then echo 'Error: no container with name or ID \"smt-a\" found: no such container' >&2; exit 1; fi\n: > %[1]q\necho %[2]q >&2\nexit 125\n", filepath.Join(dir, "gone"), busy)
+	script := fmt.Sprintf("#!/bin/sh\n[ \"$1 $2\" != \"container inspect\" ] || exit 1\nif [ -e %[1]q ]; then echo 'Error: no container with name or ID \"smt-a\" found: no such container' >&2; exit 1; fi\n: > %[1]q\necho %[2]q >&2\nexit 125\n", filepath.Join(dir, "gone"), busy)
 	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -240,5 +256,33 @@ func TestRemoveRetriesABusyUnmount(t *testing.T) {
 	cancel()
 	if err := New(Options{Flavor: Podman, Binary: bin}).Remove(ctx, "smt-a"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled removal should say so: %v", err)
+	}
+}
+
+// TestStartTriesOnceMoreAfterACleanup: a podman start that fails is tried
+// again after `container cleanup` (what a killed run or start left); a
+// second failure is returned; docker's start is tried once.
+func TestStartTriesOnceMoreAfterACleanup(t *testing.T) {
+	stale := `Error: OCI runtime error: unable to start container "abc": runc: runc create failed: container with given ID already exists`
+	bin, calls := fakeEngine(t, 1, stale)
+	if err := New(Options{Flavor: Podman, Binary: bin}).Start(context.Background(), "smt-a"); err != nil {
+		t.Fatalf("a start that fails once: %v", err)
+	}
+	if got := callLines(t, calls); !slices.Equal(got, []string{"start -- smt-a", "container cleanup -- smt-a", "start -- smt-a"}) {
+		t.Fatalf("calls %q", got)
+	}
+	bin, calls = fakeEngine(t, 100, stale)
+	if err := New(Options{Flavor: Podman, Binary: bin}).Start(context.Background(), "smt-a"); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("a start that keeps failing: %v", err)
+	}
+	if n := len(callLines(t, calls)); n != 3 {
+		t.Fatalf("%d calls, want start, cleanup, start", n)
+	}
+	bin, calls = fakeEngine(t, 100, stale)
+	if err := New(Options{Flavor: Docker, Binary: bin}).Start(context.Background(), "smt-a"); err == nil {
+		t.Fatal("docker: a failed start should fail")
+	}
+	if n := len(callLines(t, calls)); n != 1 {
+		t.Fatalf("docker: %d calls, want one start", n)
 	}
 }

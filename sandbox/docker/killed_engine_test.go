@@ -1,0 +1,152 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/enginetest"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox"
+	"github.com/sandbox-mcp/sandbox-mcp/sandbox/docker"
+)
+
+// What a `podman run` or `podman start` killed part way leaves (a server
+// killed with its engine commands, a call canceled) is repaired by the
+// next Run, Start or Remove of the name: a container only podman's
+// storage knows is removed and the run made; a container "created",
+// "initialized" or "exited" whose OCI runtime container outlived the
+// command starts; and a removal leaves nothing of it running on the host.
+// The kill lands at a sweep of delays, each state counted as it comes:
+// the test fails if a repair fails, or if the kills never left any
+// container the plain `podman start` cannot start.
+func TestKilledEngineCommandsAreRepaired(t *testing.T) {
+	for _, tg := range enginetest.Targets(t) {
+		if tg.Runtime != "podman" || tg.StandIn {
+			continue // docker's daemon finishes what its CLI began
+		}
+		t.Run(tg.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
+			defer cancel()
+			prefix := enginetest.Prefix(t, tg.New())
+			d := docker.New(docker.Options{Flavor: docker.Podman, Env: tg.Env})
+			podman := func(args ...string) (string, error) {
+				cmd := exec.CommandContext(ctx, "podman", args...)
+				cmd.Env = append(os.Environ(), tg.Env...)
+				out, err := cmd.CombinedOutput()
+				return strings.TrimSpace(string(out)), err
+			}
+			labels := map[string]string{sandbox.LabelOwner: prefix}
+			spec := func(name string) sandbox.RunSpec {
+				return sandbox.RunSpec{Name: name, Image: tg.Image, Labels: labels, Network: "none", Command: []string{"sleep", "100000"}}
+			}
+			// killedAfter runs argv and SIGKILLs it after delay.
+			killedAfter := func(delay time.Duration, argv ...string) {
+				cmd := exec.Command("podman", argv...)
+				cmd.Env = append(os.Environ(), tg.Env...)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(delay)
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				_ = cmd.Wait()
+			}
+			seen := map[string]int{}
+			broken := 0
+			for i := 0; i < 48 && (seen["storage"] == 0 || broken < 3); i++ {
+				name := fmt.Sprintf("%s-k%d", prefix, i)
+				t.Cleanup(func() { _ = d.Remove(context.Background(), name) })
+				ofStart := i%2 == 1 // a start of a stopped container, else a run
+				if ofStart {
+					if _, err := d.Run(ctx, spec(name)); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.Stop(ctx, name, 0); err != nil {
+						t.Fatal(err)
+					}
+					killedAfter(time.Duration(20+5*(i/2%24))*time.Millisecond, "start", name)
+				} else {
+					killedAfter(time.Duration(40+8*(i/2%24))*time.Millisecond, append([]string{"run", "-d", "--name", name, "--label", sandbox.LabelOwner + "=" + prefix, "--network", "none", "--", tg.Image}, spec(name).Command...)...)
+				}
+				state, err := podman("container", "inspect", "--format", "{{.State.Status}}", name)
+				if err != nil {
+					if _, xerr := podman("container", "exists", "--external", name); xerr != nil {
+						continue // the kill came before anything was made
+					}
+					// Only the storage layer has it: a run of the name fails
+					// ("already in use") until it goes.
+					seen["storage"]++
+					if _, err := d.Run(ctx, spec(name)); err != nil {
+						t.Fatalf("run over a container only the storage knows: %v", err)
+					}
+					if st, _ := podman("container", "inspect", "--format", "{{.State.Status}}", name); st != "running" {
+						t.Fatalf("after the run over a storage-only container: %q", st)
+					}
+					continue
+				}
+				if state == "running" {
+					continue // the kill came after the work was done
+				}
+				id, _ := podman("container", "inspect", "--format", "{{.Id}}", name)
+				// Stale: the runtime's container outlived the command (a
+				// plain start or rm fails on it); every other one is
+				// started as well.
+				stale := runtimeHas(id)
+				if stale {
+					broken++
+					seen[state]++
+				} else {
+					seen[state+" (clean)"]++
+				}
+				if stale && broken%2 == 1 {
+					// Removed as it is: nothing of it may run on.
+					if err := d.Remove(ctx, name); err != nil {
+						t.Fatalf("remove a %s container: %v", state, err)
+					}
+					if left := processesOf(id); len(left) > 0 {
+						t.Fatalf("removing a %s container (a killed %s) left its processes %v", state, map[bool]string{true: "start", false: "run"}[ofStart], left)
+					}
+					continue
+				}
+				if err := d.Start(ctx, name); err != nil {
+					t.Fatalf("start a %s container left by a killed %s: %v", state, map[bool]string{true: "start", false: "run"}[ofStart], err)
+				}
+				if out, err := podman("exec", name, "echo", "up"); err != nil || out != "up" {
+					t.Fatalf("exec after the start of a %s container: %q %v", state, out, err)
+				}
+			}
+			t.Logf("states the kills left (count): %v", seen)
+			if broken == 0 {
+				t.Fatal("no kill left a container whose runtime state outlived the command: the repairs went untested")
+			}
+		})
+	}
+}
+
+// runtimeHas reports whether some process on the host runs in the
+// cgroup of container id (its `runc init` or its command): the OCI
+// runtime's container of it is there.
+func runtimeHas(id string) bool { return len(processesOf(id)) > 0 }
+
+// processesOf lists the host's processes in container id's cgroup.
+func processesOf(id string) []string {
+	if id == "" {
+		return nil
+	}
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range dirs {
+		b, err := os.ReadFile(filepath.Join(p, "cgroup"))
+		if err == nil && strings.Contains(string(b), id) {
+			cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+			out = append(out, filepath.Base(p)+":"+strings.ReplaceAll(strings.TrimSpace(string(cmd)), "\x00", " "))
+		}
+	}
+	return out
+}
