@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,21 +36,26 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
 			defer cancel()
 			prefix := enginetest.Prefix(t, tg.New())
-			d := docker.New(docker.Options{Flavor: docker.Podman, Env: tg.Env})
+			// A store of its own: a run killed part way leaves an
+			// incomplete layer, which the next podman command to open the
+			// store deletes, saying so on its stderr, and other tests read
+			// their podman's output whole.
+			env := isolatedStore(t, ctx, tg.Env, enginetest.SmallImage)
+			d := docker.New(docker.Options{Flavor: docker.Podman, Env: env})
 			podman := func(args ...string) (string, error) {
 				cmd := exec.CommandContext(ctx, "podman", args...)
-				cmd.Env = append(os.Environ(), tg.Env...)
-				out, err := cmd.CombinedOutput()
+				cmd.Env = env
+				out, err := cmd.Output()
 				return strings.TrimSpace(string(out)), err
 			}
 			labels := map[string]string{sandbox.LabelOwner: prefix}
 			spec := func(name string) sandbox.RunSpec {
-				return sandbox.RunSpec{Name: name, Image: tg.Image, Labels: labels, Network: "none", Command: []string{"sleep", "100000"}}
+				return sandbox.RunSpec{Name: name, Image: enginetest.SmallImage, Labels: labels, Network: "none", Command: []string{"sleep", "100000"}}
 			}
 			// killedAfter runs argv and SIGKILLs it after delay.
 			killedAfter := func(delay time.Duration, argv ...string) {
 				cmd := exec.Command("podman", argv...)
-				cmd.Env = append(os.Environ(), tg.Env...)
+				cmd.Env = env
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
@@ -72,7 +78,7 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 					}
 					killedAfter(time.Duration(20+5*(i/2%24))*time.Millisecond, "start", name)
 				} else {
-					killedAfter(time.Duration(40+8*(i/2%24))*time.Millisecond, append([]string{"run", "-d", "--name", name, "--label", sandbox.LabelOwner + "=" + prefix, "--network", "none", "--", tg.Image}, spec(name).Command...)...)
+					killedAfter(time.Duration(40+8*(i/2%24))*time.Millisecond, append([]string{"run", "-d", "--name", name, "--label", sandbox.LabelOwner + "=" + prefix, "--network", "none", "--", enginetest.SmallImage}, spec(name).Command...)...)
 				}
 				state, err := podman("container", "inspect", "--format", "{{.State.Status}}", name)
 				if err != nil {
@@ -127,6 +133,62 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 			}
 		})
 	}
+}
+
+// isolatedStore makes a podman store of its own for the test: storage,
+// database and locks under a new directory, the host's OCI runtime, and
+// image loaded from the host's store. It returns the environment that
+// selects it; the store goes when the test ends.
+func isolatedStore(t *testing.T, ctx context.Context, hostEnv []string, image string) []string {
+	t.Helper()
+	host := append(os.Environ(), hostEnv...)
+	info := exec.CommandContext(ctx, "podman", "info", "--format", "{{.Host.OCIRuntime.Name}}")
+	info.Env = host
+	runtime, err := info.Output()
+	if err != nil {
+		t.Fatalf("podman info: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "sandbox-mcp-store-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	storage := fmt.Sprintf("[storage]\ndriver = \"overlay\"\ngraphroot = %q\nrunroot = %q\n", filepath.Join(dir, "g"), filepath.Join(dir, "r"))
+	conf := fmt.Sprintf("[containers]\ndefault_ulimits = []\n[engine]\nruntime = %q\nlock_type = \"file\"\ntmp_dir = %q\nevents_logger = \"none\"\n",
+		strings.TrimSpace(string(runtime)), filepath.Join(dir, "t"))
+	for f, text := range map[string]string{"storage.conf": storage, "containers.conf": conf} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(slices.Clone(host), "CONTAINERS_CONF="+filepath.Join(dir, "containers.conf"), "CONTAINERS_STORAGE_CONF="+filepath.Join(dir, "storage.conf"))
+	save := exec.CommandContext(ctx, "podman", "save", image)
+	save.Env = host
+	load := exec.CommandContext(ctx, "podman", "load", "-q")
+	load.Env = env
+	load.Stdin, err = save.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := save.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out, lerr := load.CombinedOutput()
+	if serr := save.Wait(); serr != nil || lerr != nil {
+		t.Fatalf("copy %s into the test's store: save %v, load %v: %s", image, serr, lerr, out)
+	}
+	t.Cleanup(func() {
+		for _, args := range [][]string{{"rm", "--all", "--force", "--time", "0"}, {"rmi", "--all", "--force"}} {
+			cmd := exec.Command("podman", args...)
+			cmd.Env = env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Logf("podman %v in the test's store: %v: %s", args, err, out)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("the test's store is left: %v", err)
+		}
+	})
+	return env
 }
 
 // runtimeHas reports whether some process on the host runs in the
