@@ -165,6 +165,9 @@ func (s *server) sh(ctx context.Context, command string) (string, error) {
 // box is the sandbox every operation works in.
 const box = "kp"
 
+// fresh is the sandbox the boot operation makes anew in every round.
+const fresh = "kb"
+
 // op is one operation under test.
 type op struct {
 	name string
@@ -186,7 +189,7 @@ type op struct {
 }
 
 // Ops are the operations Run knows, in the order it runs them.
-var Ops = []string{"write_file", "upload", "download", "sync", "snapshot", "restore", "clone", "agent"}
+var Ops = []string{"write_file", "upload", "download", "sync", "snapshot", "restore", "clone", "agent", "boot"}
 
 // Run runs the operations named (all of Ops when none) and returns their
 // results. An error means the run itself could not go on.

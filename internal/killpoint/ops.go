@@ -436,5 +436,49 @@ func (cfg Config) ops() map[string]op {
 			return nil
 		},
 	}
+	// boot: a new sandbox's first command, which makes, starts and
+	// opens its container. Old: no sandbox of the name; new: one. Either
+	// way the next server's first command on the name works, whatever
+	// the kill left of the container (a container only the engine's
+	// storage knows, one created or started half way).
+	listed := func(ctx context.Context, s *server) (bool, error) {
+		out, err := s.call(ctx, "list_all", map[string]any{})
+		if err != nil {
+			return false, err
+		}
+		return contains(names(out["sandboxes"], "name"), fresh), nil
+	}
+	ops["boot"] = op{name: "boot",
+		setup: func(ctx context.Context, s *server) error {
+			_, _ = s.call(ctx, "destroy", map[string]any{"sandbox": fresh})
+			if there, err := listed(ctx, s); err != nil || there {
+				return fmt.Errorf("sandbox %s still there after a destroy (%v)", fresh, err)
+			}
+			return nil
+		},
+		act: func(ctx context.Context, s *server, _ int) error {
+			_, err := s.call(ctx, "exec", map[string]any{"sandbox": fresh, "command": "true"})
+			return err
+		},
+		state: func(ctx context.Context, s *server, _ int) (string, error) {
+			there, err := listed(ctx, s)
+			if err != nil {
+				return "", err
+			}
+			out, err := s.call(ctx, "exec", map[string]any{"sandbox": fresh, "command": "echo up", "timeout": 120})
+			if err != nil {
+				return "the next server's first command failed: " + err.Error(), nil
+			}
+			if stdout, _ := out["stdout"].(string); strings.TrimSpace(stdout) != "up" {
+				return fmt.Sprintf("the next server's first command said %q", stdout), nil
+			}
+			return map[bool]string{true: "new", false: "old"}[there], nil
+		},
+		leftovers: func(context.Context, *server) ([]string, error) { return nil, nil },
+		cleanup: func(ctx context.Context, s *server, _ int) error {
+			_, err := s.call(ctx, "destroy", map[string]any{"sandbox": fresh})
+			return err
+		},
+	}
 	return ops
 }
