@@ -80,7 +80,7 @@ def on_sigint(signum, frame):
         raise KeyboardInterrupt
 signal.signal(signal.SIGINT, on_sigint)
 
-calls = queue.Queue()
+calls = queue.SimpleQueue()
 
 
 def read_requests():
@@ -154,6 +154,41 @@ def pump(fd, cap, stop):
     os.close(fd)
 
 
+class Pump:
+    """A thread that reads calls' output pipes, one at a time (pump):
+    threads kept between calls, as starting two a call cost more than
+    the rest of a small call. A pump still reading a pipe that processes
+    the code left running hold is not waited for: the next call takes
+    another."""
+
+    idle = []
+    lock = threading.Lock()
+
+    def __init__(self):
+        self.jobs = queue.SimpleQueue()
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def loop(self):
+        while True:
+            fd, cap, stop, done = self.jobs.get()
+            pump(fd, cap, stop)
+            with Pump.lock:
+                Pump.idle.append(self)
+            done.set()
+
+    @classmethod
+    def read(cls, fd, cap, stop):
+        """Reads fd into cap on a pump of its own; the event it returns
+        is set once fd gave its end."""
+        with cls.lock:
+            p = cls.idle.pop() if cls.idle else None
+        if p is None:
+            p = cls()
+        done = threading.Event()
+        p.jobs.put((fd, cap, stop, done))
+        return done
+
+
 def bounded(s, limit):
     if len(s) <= limit:
         return s
@@ -194,10 +229,7 @@ def execute(req):
     os.dup2(w2, 2)
     os.close(w1)
     os.close(w2)
-    pumps = [threading.Thread(target=pump, args=(r1, out, stop), daemon=True),
-             threading.Thread(target=pump, args=(r2, err, stop), daemon=True)]
-    for t in pumps:
-        t.start()
+    pumps = [Pump.read(r1, out, stop), Pump.read(r2, err, stop)]
     res = {"op": "result", "id": req.get("id"), "count": count}
     before = outputs_state()
     start = time.monotonic()
@@ -245,8 +277,8 @@ def execute(req):
         os.dup2(DEVNULL, 1)
         os.dup2(DEVNULL, 2)
         deadline = time.monotonic() + 0.2
-        for t in pumps:
-            t.join(max(0, deadline - time.monotonic()))
+        for done in pumps:
+            done.wait(max(0, deadline - time.monotonic()))
         stop.set()
     res["duration"] = time.monotonic() - start
     res["stdout"] = out.result()

@@ -32,13 +32,21 @@ func TestCancelledCallKeepsTheSession(t *testing.T) {
 
 // TestBackgroundProcessesOutliveTheCall: a process the code started in the
 // background goes on writing after the call ended (its output is
-// dropped), never killed by SIGPIPE.
+// dropped, never part of a later call's), never killed by SIGPIPE; the
+// calls meanwhile and after give their own output whole.
 func TestBackgroundProcessesOutliveTheCall(t *testing.T) {
 	s := start(t, local(t))
 	mark := filepath.Join(t.TempDir(), "mark")
 	code := fmt.Sprintf("import subprocess\nsubprocess.Popen(['sh', '-c', 'sleep 0.5; echo one; sleep 0.5; echo two; touch %s'])", mark)
 	run(t, s, code)
-	time.Sleep(2500 * time.Millisecond)
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		r := run(t, s, fmt.Sprintf("print('call %d')", i))
+		if got, want := r.Stdout.Text(), fmt.Sprintf("call %d\n", i); got != want {
+			t.Fatalf("a call while a background process of an earlier one writes: stdout %q, want %q", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if _, err := os.Stat(mark); err != nil {
 		t.Fatal("the background process was killed after the call ended (SIGPIPE on its stdout)")
 	}
