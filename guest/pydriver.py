@@ -163,25 +163,37 @@ class Pump:
 
     idle = []
     lock = threading.Lock()
+    KEEP = 4  # idle pumps kept; one more ends when its pipe does
 
     def __init__(self):
         self.jobs = queue.SimpleQueue()
-        threading.Thread(target=self.loop, daemon=True).start()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
 
     def loop(self):
         while True:
             fd, cap, stop, done = self.jobs.get()
-            pump(fd, cap, stop)
-            with Pump.lock:
-                Pump.idle.append(self)
-            done.set()
+            try:
+                pump(fd, cap, stop)
+            finally:
+                with Pump.lock:
+                    keep = len(Pump.idle) < Pump.KEEP
+                    if keep:
+                        Pump.idle.append(self)
+                done.set()
+            if not keep:
+                return
 
     @classmethod
     def read(cls, fd, cap, stop):
         """Reads fd into cap on a pump of its own; the event it returns
         is set once fd gave its end."""
+        p = None
         with cls.lock:
-            p = cls.idle.pop() if cls.idle else None
+            while cls.idle and p is None:
+                p = cls.idle.pop()
+                if not p.thread.is_alive():
+                    p = None  # ended by the code: never handed a pipe again
         if p is None:
             p = cls()
         done = threading.Event()

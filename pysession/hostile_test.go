@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -252,5 +253,23 @@ func TestDriverThatEndsSlowly(t *testing.T) {
 				t.Fatal("the driver's command was never waited for")
 			}
 		})
+	}
+}
+
+// TestOutputThreadsDoNotPileUp: the driver's threads that read calls'
+// output are kept between calls, but not more than a few: after many
+// calls that each left a process holding their output, and those
+// processes' end, the session holds few threads (threads count against
+// the sandbox's process limit).
+func TestOutputThreadsDoNotPileUp(t *testing.T) {
+	s := start(t, local(t))
+	for i := range 30 {
+		run(t, s, fmt.Sprintf("import subprocess\nsubprocess.Popen(['sleep', '1'])\nprint('h%d')", i))
+	}
+	time.Sleep(1500 * time.Millisecond)
+	r := run(t, s, "import threading\nthreading.active_count()")
+	n, err := strconv.Atoi(value(r))
+	if err != nil || n > 8 {
+		t.Fatalf("threads after the held pipes ended: %q %v", value(r), err)
 	}
 }
