@@ -89,14 +89,19 @@ func (m *Manager) GitClone(ctx context.Context, name string, req CloneRequest) (
 		stdin = []byte(token)
 	}
 	red := redactor(token)
+	// git's own output (its progress, on stderr) and the script's
+	// success line (stdout) are kept apart: the two streams arrive
+	// through pipes of their own, and a progress line still open (ended
+	// by '\r') when the success line came would swallow it.
 	out := &shell.Capture{Limit: 64 << 10}
 	var w io.Writer = out
 	if req.Progress != nil {
 		w = io.MultiWriter(out, redactingWriter{red: red, w: req.Progress})
 	}
+	status := &shell.Capture{Limit: 8 << 10}
 	start := time.Now()
 	res, err := m.ExecAs(ctx, name, "git_clone "+red(repo), shell.Request{
-		Command: script, Trusted: true, Stdin: stdin, Timeout: timeout, Stdout: w, Stderr: w,
+		Command: script, Trusted: true, Stdin: stdin, Timeout: timeout, Stdout: status, Stderr: w,
 	})
 	took := time.Since(start)
 	if err != nil {
@@ -104,7 +109,15 @@ func (m *Manager) GitClone(ctx context.Context, name string, req CloneRequest) (
 	}
 	head, tail, _ := out.Parts()
 	text := red(collapseProgress(string(head) + string(tail)))
-	commit, where, ok := guest.ParseGitCloned(text)
+	sh, st, _ := status.Parts()
+	said := red(string(sh) + string(st))
+	commit, where, ok := guest.ParseGitCloned(said)
+	if i := strings.LastIndex(said, guest.GitCloneMark); i >= 0 {
+		said = said[:i]
+	}
+	if said = strings.TrimSpace(said); said != "" {
+		text = strings.TrimRight(text, "\n") + "\n" + said
+	}
 	if res.TimedOut || res.Canceled || res.ExitCode != 0 || !ok {
 		why := fmt.Sprintf("exit %d", res.ExitCode)
 		switch {
@@ -115,7 +128,7 @@ func (m *Manager) GitClone(ctx context.Context, name string, req CloneRequest) (
 		}
 		return Cloned{}, fmt.Errorf("git clone of %s in sandbox %q failed (%s): %s", red(repo), name, why, textcut.Shorten(strings.TrimSpace(text), 2000))
 	}
-	text = strings.TrimSpace(text[:strings.LastIndex(text, guest.GitCloneMark)])
+	text = strings.TrimSpace(text)
 	return Cloned{Repo: red(repo), Path: where, Commit: commit, Output: textcut.Shorten(text, 4000), Took: took}, nil
 }
 
