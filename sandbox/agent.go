@@ -532,14 +532,7 @@ func installArgv(bin *ctlbin.Binary) []string {
 // the server's own pipes, handed to it, so that no engine process relays
 // the session's bytes.
 func (m *Manager) execAgent(ctx context.Context, target string, argv []string) (stdin io.WriteCloser, stdout io.Reader, errb *shell.Capture, stop func() error, err error) {
-	spec := ExecSpec{Argv: argv, Interactive: true}
-	var cmd proc.Process
-	if d, ok := m.rt.(DirectExecer); ok {
-		cmd, _ = d.DirectExecCommand(ctx, target, spec)
-	}
-	if cmd == nil {
-		cmd = m.rt.ExecCommand(ctx, target, spec)
-	}
+	cmd := handedExec(ctx, m.rt, target, ExecSpec{Argv: argv, Interactive: true})
 	errb = &shell.Capture{Limit: 4096}
 	in, out, err := proc.Piped(cmd, errb)
 	if err != nil {

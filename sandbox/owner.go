@@ -273,13 +273,7 @@ type markedHost struct {
 }
 
 func (h markedHost) Command(ctx context.Context) proc.Process {
-	spec := ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: h.env}
-	if d, ok := h.rt.(DirectExecer); ok {
-		// The shell reads and writes the server's own pipes, where the
-		// engine can hand them over (DirectExecer).
-		if p, ok := d.DirectExecCommand(ctx, h.name, spec); ok {
-			return p
-		}
-	}
-	return h.rt.ExecCommand(ctx, h.name, spec)
+	// The shell reads and writes the server's own pipes, where the
+	// engine can hand them over.
+	return handedExec(ctx, h.rt, h.name, ExecSpec{Argv: []string{"sh"}, Interactive: true, Env: h.env})
 }

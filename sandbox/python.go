@@ -125,19 +125,6 @@ func (m *Manager) ResetPython(name, session string) (bool, error) {
 	return sb.pythonSet().Reset(session), nil
 }
 
-// sessionCommand is the engine exec of a session's process: on the
-// server's own pipes where the engine can hand them over (DirectExecer),
-// as the shells are, else through the engine's relay. A session's
-// process is ended by its run ID, its pipes or not.
-func (m *Manager) sessionCommand(target string, spec ExecSpec) proc.Process {
-	if d, ok := m.rt.(DirectExecer); ok {
-		if p, ok := d.DirectExecCommand(context.Background(), target, spec); ok {
-			return p
-		}
-	}
-	return m.rt.ExecCommand(context.Background(), target, spec)
-}
-
 // pythonStarter prepares the engine exec of a session's driver in sb: in
 // the directory its shells are in, with the env tool's variables, its
 // processes marked with a run ID. Its end ends the driver and its
@@ -150,7 +137,9 @@ func (m *Manager) pythonStarter(sb *Sandbox, session string) pysession.Starter {
 		target := sb.own.target()
 		spec := ExecSpec{Argv: []string{"sh", "-c", terminalPrelude + guest.PythonSessionScript, "sh", guest.PythonDriver},
 			Interactive: true, Workdir: wd, Env: map[string]string{guest.RunVar: runID}}
-		cmd := m.sessionCommand(target, spec)
+		// On the server's own pipes where the engine hands them over,
+		// as the shells are; the driver is ended by its run ID either way.
+		cmd := handedExec(context.Background(), m.rt, target, spec)
 		end := func(pid int) {
 			// The pid comes from the sandbox: a lie can only end
 			// processes of its own (never its PID 1, which would stop it).

@@ -81,6 +81,19 @@ type DirectExecer interface {
 	DirectExecCommand(ctx context.Context, name string, spec ExecSpec) (p proc.Process, ok bool)
 }
 
+// handedExec is rt's exec of spec in container name on the server's own
+// pipes where the engine can hand them over (DirectExecer), else on the
+// engine's relayed streams (ExecCommand). The process is the same either
+// way; its Start takes pipes.
+func handedExec(ctx context.Context, rt Runtime, name string, spec ExecSpec) proc.Process {
+	if d, ok := rt.(DirectExecer); ok {
+		if p, ok := d.DirectExecCommand(ctx, name, spec); ok {
+			return p
+		}
+	}
+	return rt.ExecCommand(ctx, name, spec)
+}
+
 // Renamer is implemented by engines that can rename a container. Reset uses
 // it to move the old container out of the way and delete it in the
 // background while the new one boots.

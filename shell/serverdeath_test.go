@@ -107,7 +107,7 @@ func serverKilledDuringAWrite(t *testing.T, prog string) {
 	_ = srv.Wait()
 
 	// The shell ends with its server; what it left is then final.
-	for syscall.Kill(shPID, 0) == nil && !zombie(shPID) {
+	for st := procState(shPID); st != "" && st != "Z"; st = procState(shPID) {
 		if time.Now().After(deadline) {
 			t.Fatal("the shell outlived its server")
 		}
@@ -137,14 +137,4 @@ func readBy(pid int) int64 {
 		}
 	}
 	return 0
-}
-
-// zombie reports whether process pid has ended and waits for its parent.
-func zombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	return len(f) > 0 && f[0] == "Z"
 }

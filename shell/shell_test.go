@@ -727,16 +727,26 @@ func waitStopped(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(hangGuard)
 	for time.Now().Before(deadline) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err == nil {
-			f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-			if len(f) > 0 && f[0] == "T" {
-				return
-			}
+		if procState(pid) == "T" {
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("shell %d never stopped", pid)
+}
+
+// procState is process pid's state letter from /proc (R, S, T, Z…), ""
+// when there is no such process.
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 // A shell killed while processes it started hold its stdout and stderr:
