@@ -29,8 +29,10 @@ func TestShellsUseTheServersOwnPipes(t *testing.T) {
 			prefix := enginetest.Prefix(t, tg.New())
 			m := sandbox.NewManager(tg.New(), sandbox.Config{Prefix: prefix, Defaults: sandbox.Profile{Image: tg.Image}, LockDir: t.TempDir()})
 			t.Cleanup(m.Close)
-			// The framing shell's own descriptors, read through /proc.
-			streams := "for f in /proc/$$/fd/*; do readlink $f; done | grep '^pipe:' | sort -u"
+			// The framing shell's own descriptors, read through /proc
+			// into a file: while a pipeline runs, the shell holds its
+			// pipes for a moment itself.
+			streams := "for f in /proc/$$/fd/*; do readlink $f; done >/tmp/fds.$$; grep '^pipe:' /tmp/fds.$$ | sort -u; rm -f /tmp/fds.$$"
 			first := run(t, m, "direct", shell.Request{Command: streams})
 			checkOwnPipes(t, first.stdout)
 
