@@ -353,17 +353,38 @@ func (d *Dialect) Stop(ctx context.Context, name string, grace time.Duration) er
 // is still there (podman does not know): `rm` would leave that, its `runc
 // init` holding the container's mounts and its workspace. Such a
 // container is initialized first, which fails on it and removes it
-// (staleRuntime).
+// (staleRuntime). One whose runtime container is still being created
+// (the create outlives the killed command, under its conmon) is waited
+// for first (settledProcesses). Whatever still runs in a removed
+// container's cgroup once podman is done is ended (endLeftovers).
 func (d *Dialect) Remove(ctx context.Context, name string) error {
 	args := []string{"rm", "--force"}
+	var leftovers string // the container's ID, to look for what of it outlives its removal
 	if d.flavor == Podman {
 		args = append(args, "--time", "0")
 		out, err := d.cli.Output(ctx, nil, "container", "inspect", "--format", "{{.Id}} {{.State.Status}}", "--", name)
-		if id, state, ok := strings.Cut(strings.TrimSpace(string(out)), " "); err == nil && ok && d.staleRuntime(id, state) {
-			_, _ = d.cli.Output(ctx, nil, "init", "--", name)
+		id, state, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
+		if err == nil && ok && notRunning(state) {
+			if procs, local := d.settledProcesses(ctx, id); staleRuntime(id, state, procs, local) {
+				_, _ = d.cli.Output(ctx, nil, "init", "--", name)
+			}
+		}
+		if err == nil && ok {
+			leftovers = id
 		}
 	}
 	args = append(args, "--", name)
+	err := d.remove(ctx, args)
+	if err == nil && leftovers != "" {
+		if n := d.endLeftovers(leftovers); n > 0 && d.cli.Logger != nil {
+			d.cli.Logger.Warn("ended processes of a removed container that podman no longer knew", "container", name, "id", leftovers, "processes", n)
+		}
+	}
+	return err
+}
+
+// remove runs the removal argv args, trying a busy unmount again.
+func (d *Dialect) remove(ctx context.Context, args []string) error {
 	var err error
 	for try := range removeTries {
 		if try > 0 {

@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,7 +23,9 @@ import (
 // next Run, Start or Remove of the name: a container only podman's
 // storage knows is removed and the run made; a container "created",
 // "initialized" or "exited" whose OCI runtime container outlived the
-// command starts; and a removal leaves nothing of it running on the host.
+// command starts; and a removal leaves nothing of it running on the host,
+// also one made at once after the killed run, while the runtime's create
+// may still run under the container's conmon.
 // The kill lands at a sweep of delays, each state counted as it comes:
 // the test fails if a repair fails, or if the kills never left any
 // container the plain `podman start` cannot start.
@@ -63,12 +66,62 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				_ = cmd.Wait()
 			}
+			// The kills are spread over each command's own time here: a
+			// run or start timed once, uninterrupted.
+			timed := func(argv ...string) time.Duration {
+				cmd := exec.CommandContext(ctx, "podman", argv...)
+				cmd.Env = env
+				t0 := time.Now()
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("podman %v: %v: %s", argv, err, out)
+				}
+				return time.Since(t0)
+			}
+			runTook := timed(append([]string{"run", "-d", "--name", prefix + "-t", "--network", "none", "--", enginetest.SmallImage}, spec("").Command...)...)
+			if err := d.Stop(ctx, prefix+"-t", 0); err != nil {
+				t.Fatal(err)
+			}
+			startTook := timed("start", prefix+"-t")
+			if err := d.Remove(ctx, prefix+"-t"); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("an uninterrupted run took %s, a start %s", runTook.Round(time.Millisecond), startTook.Round(time.Millisecond))
+			// at is the k-th of 24 kill delays over took, from a tenth of it
+			// to all of it, in an order that alternates early and late.
+			at := func(took time.Duration, k int) time.Duration {
+				step := (k * 7) % 24
+				return took/10 + took*9/10*time.Duration(step)/23
+			}
 			seen := map[string]int{}
 			broken := 0
-			for i := 0; i < 48 && (seen["storage"] == 0 || broken < 3); i++ {
+			for i := 0; i < 72 && (seen["storage"] == 0 || broken < 3 || seen["removed while created"] == 0); i++ {
 				name := fmt.Sprintf("%s-k%d", prefix, i)
 				t.Cleanup(func() { _ = d.Remove(context.Background(), name) })
-				ofStart := i%2 == 1 // a start of a stopped container, else a run
+				ofStart := i%3 == 1 // a start of a stopped container, else a run
+				if i%3 == 2 {
+					// Removed at once, as a server's clean-up or the next
+					// server's may: the runtime's create can still run.
+					cidfile := filepath.Join(t.TempDir(), "cid")
+					killedAfter(at(runTook, i/3), append([]string{"run", "-d", "--cidfile", cidfile, "--name", name, "--network", "none", "--", enginetest.SmallImage}, spec(name).Command...)...)
+					b, _ := os.ReadFile(cidfile)
+					id := strings.TrimSpace(string(b))
+					if id != "" && creating(id) {
+						seen["removed while created"]++
+					}
+					if err := d.Remove(ctx, name); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+						t.Fatalf("remove a container right after its killed run: %v", err)
+					}
+					// What a create still running makes comes up once it
+					// ends.
+					for end := time.Now().Add(10 * time.Second); id != "" && creating(id) && time.Now().Before(end); {
+						time.Sleep(50 * time.Millisecond)
+					}
+					time.Sleep(200 * time.Millisecond)
+					if left := processesOf(id); len(left) > 0 {
+						t.Fatalf("removing a container right after its killed run left its processes %v", left)
+					}
+					continue
+				}
 				if ofStart {
 					if _, err := d.Run(ctx, spec(name)); err != nil {
 						t.Fatal(err)
@@ -76,9 +129,9 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 					if err := d.Stop(ctx, name, 0); err != nil {
 						t.Fatal(err)
 					}
-					killedAfter(time.Duration(20+5*(i/2%24))*time.Millisecond, "start", name)
+					killedAfter(at(startTook, i/3), "start", name)
 				} else {
-					killedAfter(time.Duration(40+8*(i/2%24))*time.Millisecond, append([]string{"run", "-d", "--name", name, "--label", sandbox.LabelOwner + "=" + prefix, "--network", "none", "--", enginetest.SmallImage}, spec(name).Command...)...)
+					killedAfter(at(runTook, i/3), append([]string{"run", "-d", "--name", name, "--label", sandbox.LabelOwner + "=" + prefix, "--network", "none", "--", enginetest.SmallImage}, spec(name).Command...)...)
 				}
 				state, err := podman("container", "inspect", "--format", "{{.State.Status}}", name)
 				if err != nil {
@@ -195,6 +248,26 @@ func isolatedStore(t *testing.T, ctx context.Context, hostEnv []string, image st
 // cgroup of container id (its `runc init` or its command): the OCI
 // runtime's container of it is there.
 func runtimeHas(id string) bool { return len(processesOf(id)) > 0 }
+
+// creating reports whether the OCI runtime's create of container id
+// runs, or its conmon does with nothing in the container's cgroup yet.
+func creating(id string) bool {
+	conmon := false
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range dirs {
+		b, err := os.ReadFile(filepath.Join(p, "cmdline"))
+		if err != nil || !strings.Contains(string(b), id) {
+			continue
+		}
+		argv := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(argv[0]) == "conmon" {
+			conmon = true
+		} else if slices.Contains(argv, "create") {
+			return true
+		}
+	}
+	return conmon && !runtimeHas(id)
+}
 
 // processesOf lists the host's processes in container id's cgroup.
 func processesOf(id string) []string {
