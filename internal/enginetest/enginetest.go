@@ -31,9 +31,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -412,22 +414,31 @@ func Prefix(t testing.TB, rt sandbox.Runtime) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	prefix := "smt" + hex.EncodeToString(b[:])
-	t.Cleanup(func() { Sweep(rt, prefix) })
+	t.Cleanup(func() {
+		if left := Sweep(rt, prefix); len(left) > 0 {
+			t.Errorf("containers removed at the test's end left processes running on the host:\n%s", strings.Join(left, "\n"))
+		}
+	})
 	return prefix
 }
 
 // Sweep removes every container and workspace volume labelled with prefix,
 // the network of its sandboxes and the images its snapshots and clones
-// saved.
-func Sweep(rt sandbox.Runtime, prefix string) {
+// saved. It returns the host's processes that still run in the cgroup of
+// a container whose removal succeeded (after a moment's wait), which a
+// removal must not leave: nothing else would end them.
+func Sweep(rt sandbox.Runtime, prefix string) []string {
 	// Generous: a container full of processes takes a while to remove on
 	// a loaded machine, and one left behind loads every later test.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cs, _ := rt.List(ctx, map[string]string{sandbox.LabelOwner: prefix})
 	vols := map[string]bool{}
+	var removed []string
 	for _, c := range cs {
-		_ = rt.Remove(ctx, c.Name)
+		if err := rt.Remove(ctx, c.Name); err == nil || errors.Is(err, sandbox.ErrNotFound) {
+			removed = append(removed, c.ID)
+		}
 		vols[sandbox.ContainerName(prefix+"-ws", c.Labels[sandbox.LabelName])] = true
 	}
 	// And those whose container is gone or never came: a workspace can be
@@ -477,5 +488,46 @@ func Sweep(rt sandbox.Runtime, prefix string) {
 				_, _ = nw.RemoveNetwork(ctx, n, false)
 			}
 		}
+	}
+	return ProcessesLeft(removed, 10*time.Second)
+}
+
+// ProcessesLeft lists, as "PID (container, cwd) argv", the host's
+// processes in a cgroup named after one of the containers ids (full
+// 64-digit IDs; podman's libpod-ID and its conmon's libpod-conmon-ID,
+// docker's docker-ID), once none is left or wait passed.
+// Other IDs are not looked for: an engine that names containers
+// otherwise, or runs them on another host, has none found.
+func ProcessesLeft(ids []string, wait time.Duration) []string {
+	var full []string
+	for _, id := range ids {
+		if len(id) == 64 && strings.Trim(id, "0123456789abcdef") == "" {
+			full = append(full, id)
+		}
+	}
+	if len(full) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		var left []string
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, dir := range dirs {
+			cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
+			if err != nil {
+				continue
+			}
+			for _, id := range full {
+				if strings.Contains(string(cg), id) {
+					argv, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+					cwd, _ := os.Readlink(filepath.Join(dir, "cwd"))
+					left = append(left, fmt.Sprintf("%s (container %.12s, cwd %s) %s", filepath.Base(dir), id, cwd, strings.ReplaceAll(strings.TrimSpace(string(argv)), "\x00", " ")))
+				}
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
