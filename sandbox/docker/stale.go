@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -87,7 +86,7 @@ func (d *Dialect) endLeftovers(id string) int {
 	}
 	n := 0
 	for _, pid := range procs.inCgroup(id) {
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+		if killInCgroup(pid, "libpod-"+id) {
 			n++
 		}
 	}

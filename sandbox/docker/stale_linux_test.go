@@ -1,0 +1,44 @@
+//go:build linux
+
+package docker
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A process is killed only when its cgroup is the one named.
+func TestKillInCgroup(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	own := strings.TrimSpace(string(b))
+	own = own[strings.LastIndex(own, ":")+1:] // the path, in the child's cgroup too
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	if killInCgroup(cmd.Process.Pid, own+"-other") {
+		t.Fatal("killed a process of another cgroup")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the process of another cgroup ended: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if !killInCgroup(cmd.Process.Pid, own) {
+		t.Fatal("did not kill a process of the cgroup named")
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the process did not end")
+	}
+}
