@@ -36,8 +36,14 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 		}
 		t.Run(tg.Name, func(t *testing.T) {
 			t.Parallel()
+			// Each step has a hang guard of its own (renew): on a loaded
+			// machine the whole sweep takes minutes.
 			ctx, cancel := context.WithTimeout(context.Background(), enginetest.HangGuard)
-			defer cancel()
+			defer func() { cancel() }()
+			renew := func() {
+				cancel()
+				ctx, cancel = context.WithTimeout(context.Background(), enginetest.HangGuard)
+			}
 			prefix := enginetest.Prefix(t, tg.New())
 			// A store of its own: a run killed part way leaves an
 			// incomplete layer, which the next podman command to open the
@@ -77,6 +83,7 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 				}
 				return time.Since(t0)
 			}
+			renew()
 			runTook := timed(append([]string{"run", "-d", "--name", prefix + "-t", "--network", "none", "--", enginetest.SmallImage}, spec("").Command...)...)
 			if err := d.Stop(ctx, prefix+"-t", 0); err != nil {
 				t.Fatal(err)
@@ -95,6 +102,7 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 			seen := map[string]int{}
 			broken := 0
 			for i := 0; i < 72 && (seen["storage"] == 0 || broken < 3 || seen["removed while created"] == 0); i++ {
+				renew()
 				name := fmt.Sprintf("%s-k%d", prefix, i)
 				t.Cleanup(func() { _ = d.Remove(context.Background(), name) })
 				ofStart := i%3 == 1 // a start of a stopped container, else a run
