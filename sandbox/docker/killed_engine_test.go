@@ -102,12 +102,18 @@ func TestKilledEngineCommandsAreRepaired(t *testing.T) {
 			seen := map[string]int{}
 			broken := 0
 			// A storage-only container takes a kill in a narrow window: it
-			// is looked for a while more, not for every kill left.
-			began := time.Now()
-			more := func() bool {
-				return broken < 3 || seen["removed while created"] == 0 || seen["storage"] == 0 && time.Since(began) < 90*time.Second
+			// is looked for in 24 more kills, not in every kill left.
+			settled := -1 // the kill by which the other cases were seen
+			more := func(i int) bool {
+				if broken < 3 || seen["removed while created"] == 0 {
+					return true
+				}
+				if settled < 0 {
+					settled = i
+				}
+				return seen["storage"] == 0 && i < settled+24
 			}
-			for i := 0; i < 72 && more(); i++ {
+			for i := 0; i < 72 && more(i); i++ {
 				renew()
 				name := fmt.Sprintf("%s-k%d", prefix, i)
 				t.Cleanup(func() { _ = d.Remove(context.Background(), name) })
@@ -284,18 +290,4 @@ func creating(id string) bool {
 }
 
 // processesOf lists the host's processes in container id's cgroup.
-func processesOf(id string) []string {
-	if id == "" {
-		return nil
-	}
-	var out []string
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range dirs {
-		b, err := os.ReadFile(filepath.Join(p, "cgroup"))
-		if err == nil && strings.Contains(string(b), id) {
-			cmd, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-			out = append(out, filepath.Base(p)+":"+strings.ReplaceAll(strings.TrimSpace(string(cmd)), "\x00", " "))
-		}
-	}
-	return out
-}
+func processesOf(id string) []string { return enginetest.ProcessesLeft([]string{id}, 0) }
