@@ -385,13 +385,25 @@ func validVarName(n string) bool {
 }
 
 // KillRunScript, run as `sh -c KillRunScript sh SHELLPID RUNID SELF`, ends
-// one command: every process whose environment carries RunVar=RUNID and
-// every descendant of the shell SHELLPID (the shell itself only when SELF
-// is 1). It stops them first, pass after pass until a pass stops none, so
-// a command that forks (a fork bomb) cannot outrun it, then kills them all
-// with SIGKILL. Membership is kept in variables (t_PID), so a pass costs
-// the same per process however many there are. An empty RUNID ends the shell's descendants only. It forks nothing (builtins and /proc only), so it works
-// in a sandbox that has no free process slots left.
+// one command: every descendant of the shell SHELLPID (the shell itself
+// only when SELF is 1) and every process whose environment carries
+// RunVar=RUNID (one that left the command's tree), with their
+// descendants. An empty RUNID ends the shell's descendants only.
+//
+// It stops them before it kills them, pass after pass over /proc, so a
+// command that forks (a fork bomb) cannot outrun it: the shell itself
+// first when SELF is 1, then its tree, reading each process's stat only,
+// until two passes in a row find nothing new; the second pass is there
+// because a process stopped while it forked shows its child only to a
+// later pass. The tree is killed then, so the command ends at once, and
+// the processes that left it are looked for next: each other process's
+// environment is read once (the costly part on a machine with many
+// processes), and those found are stopped with their own trees, then
+// killed. A process is killed once: a PID freed by the kill may be
+// another process's by the end. Membership is kept in variables (t_PID), so a pass costs the
+// same per process however many there are. It forks nothing (builtins and
+// /proc only), so it works in a sandbox that has no free process slots
+// left.
 const KillRunScript = `__sbx_ks=$1; __sbx_ki=$2; __sbx_kself=$3
 ` + killBody + `exit 0
 `
@@ -411,24 +423,26 @@ func KillRunInShell(pid int, runID string, self bool) string {
 	}
 	return "__sbx_ks=" + strconv.Itoa(pid) + "; __sbx_ki=" + runID + "; __sbx_kself=" + s + "\n" + killBody +
 		"for __sbx_p in $__sbx_kl; do unset __sbx_t_$__sbx_p; done\n" +
-		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_pass __sbx_new __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
+		"for __sbx_p in $__sbx_cl; do unset __sbx_c_$__sbx_p; done\n" +
+		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
 }
 
-// killBody stops, pass after pass, then kills every process of one
-// command (see KillRunScript), with variables of its own prefix and
-// parameter expansion only (no set, no exit), so it can run in a shell
-// that lives on.
-const killBody = `# __sbx_t_PID is set for every process found to belong to the command.
-eval "__sbx_t_$__sbx_ks=1"; __sbx_kl=" $__sbx_ks"
-__sbx_pass=0
-while [ "$__sbx_pass" -lt 100 ]; do
+// killBody finds, stops and kills every process of one command (see
+// KillRunScript), with variables of its own prefix and parameter
+// expansion only (no set, no exit), so it can run in a shell that lives
+// on. __sbx_env is 0 while the passes follow the tree and 1 once they
+// read environments too.
+const killBody = `# __sbx_t_PID is set for every process found to belong to the command,
+# __sbx_c_PID for every other one whose environment was read.
+eval "__sbx_t_$__sbx_ks=1"; __sbx_kl=" $__sbx_ks"; __sbx_kn=$__sbx_kl; __sbx_cl=
+[ "$__sbx_kself" = 1 ] && kill -STOP "$__sbx_ks" 2>/dev/null
+__sbx_pass=0; __sbx_quiet=0; __sbx_env=0
+while [ "$__sbx_pass" -lt 200 ]; do
 	__sbx_pass=$((__sbx_pass+1))
 	__sbx_new=0
 	for __sbx_d in /proc/[0-9]*; do
 		__sbx_p=${__sbx_d#/proc/}
 		[ "$__sbx_p" = "$$" ] && continue
-		# The shell goes too when it runs the command itself: stop it
-		# first, or it forks on while the passes run.
 		[ "$__sbx_p" = "$__sbx_ks" ] && [ "$__sbx_kself" != 1 ] && continue
 		__sbx_line=
 		read -r __sbx_line <"$__sbx_d/stat" 2>/dev/null || continue
@@ -437,26 +451,36 @@ while [ "$__sbx_pass" -lt 100 ]; do
 		__sbx_rest=${__sbx_rest#* }
 		__sbx_pp=${__sbx_rest%% *}
 		__sbx_hit=
-		[ "$__sbx_p" = "$__sbx_ks" ] && __sbx_hit=1
-		eval "[ -n \"\${__sbx_t_$__sbx_pp-}\" ]" && __sbx_hit=1
-		if [ -z "$__sbx_hit" ] && [ -n "$__sbx_ki" ]; then
+		eval "[ -n \"\${__sbx_t_$__sbx_p-}\${__sbx_t_$__sbx_pp-}\" ]" && __sbx_hit=1
+		if [ -z "$__sbx_hit" ] && [ "$__sbx_env" = 1 ] && eval "[ -z \"\${__sbx_c_$__sbx_p-}\" ]"; then
+			eval "__sbx_c_$__sbx_p=1"; __sbx_cl="$__sbx_cl $__sbx_p"
 			__sbx_e=
 			read -r __sbx_e <"$__sbx_d/environ" 2>/dev/null
 			case "$__sbx_e" in *"` + RunVar + `=$__sbx_ki"*) __sbx_hit=1 ;; esac
 		fi
 		[ -n "$__sbx_hit" ] || continue
-		eval "[ -n \"\${__sbx_t_$__sbx_p-}\" ]" || __sbx_kl="$__sbx_kl $__sbx_p"
-		eval "__sbx_t_$__sbx_p=1"
+		if eval "[ -z \"\${__sbx_t_$__sbx_p-}\" ]"; then
+			eval "__sbx_t_$__sbx_p=1"; __sbx_kl="$__sbx_kl $__sbx_p"; __sbx_kn="$__sbx_kn $__sbx_p"; __sbx_new=1
+		fi
 		case "$__sbx_st" in T|Z|X) continue ;; esac
 		kill -STOP "$__sbx_p" 2>/dev/null && __sbx_new=1
 	done
-	[ "$__sbx_new" = 0 ] && break
+	if [ "$__sbx_new" = 1 ]; then __sbx_quiet=0; continue; fi
+	__sbx_quiet=$((__sbx_quiet+1))
+	[ "$__sbx_quiet" -lt 2 ] && continue
+	if [ "$__sbx_env" = 1 ] || [ -z "$__sbx_ki" ]; then break; fi
+	` + killMembers + `
+	__sbx_env=1; __sbx_quiet=0
 done
-for __sbx_p in $__sbx_kl; do
+` + killMembers + `
+`
+
+// killMembers kills the processes found since it last ran (not the shell
+// when it is to live on).
+const killMembers = `for __sbx_p in $__sbx_kn; do
 	[ "$__sbx_p" = "$__sbx_ks" ] && [ "$__sbx_kself" != 1 ] && continue
 	kill -9 "$__sbx_p" 2>/dev/null
-done
-`
+done; __sbx_kn=`
 
 // ParseState parses a frame's state block (after the marker and "="):
 // "<bg> <cwd>\n<export -p>". bg reports that the command started background

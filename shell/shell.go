@@ -409,6 +409,10 @@ const lostWait = 5 * time.Second
 // inside a pipe's buffer.
 const syncWriteMax = 16 << 10
 
+// killRecheck is how long a command's frame is waited for after a kill
+// before another kill: the command may have started since the last one.
+const killRecheck = 50 * time.Millisecond
+
 // killWait bounds ending a command's processes (thousands of them in a
 // fork bomb) from outside.
 const killWait = 30 * time.Second
@@ -528,17 +532,36 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 	if !wait(ctx.Done(), nil) {
 		interrupted = true
 		t0 := time.Now()
-		if runID == "" {
-			s.kill()
-		} else {
-			s.killRun(runID, inShell)
-		}
-		stopped = time.Since(t0)
 		grace := s.opts.KillGrace
 		if grace <= 0 {
 			grace = time.Second
 		}
-		if !wait(nil, time.After(grace)) {
+		var ended bool
+		if runID == "" {
+			s.kill()
+			stopped = time.Since(t0)
+			ended = wait(nil, time.After(grace))
+		} else {
+			// A kill that came before the shell started the command
+			// finds nothing of it, and the shell then starts it: until
+			// the frame ends, or the shell does, each kill is followed
+			// by another, so the command is ended soon after it starts.
+			s.killRun(runID, inShell)
+			stopped = time.Since(t0)
+			graceEnd := time.Now().Add(grace)
+			for {
+				ended = wait(nil, time.After(min(killRecheck, time.Until(graceEnd))))
+				if ended || !time.Now().Before(graceEnd) || s.hasExited() {
+					break
+				}
+				s.killRun(runID, inShell)
+				stopped = time.Since(t0)
+			}
+			if !ended {
+				ended = wait(nil, time.After(time.Until(graceEnd)))
+			}
+		}
+		if !ended {
 			s.kill()
 			if !wait(nil, time.After(lostWait)) {
 				return exchanged{code: -1, lost: true, started: beaconSeen.Load(), stray: stray.n.Load(), stopped: stopped,
@@ -661,6 +684,16 @@ func (s *Shell) abandon() {
 	case <-time.After(lostWait):
 	}
 	closeAll(s.readEnds...)
+}
+
+// hasExited reports whether the shell's process has ended.
+func (s *Shell) hasExited() bool {
+	select {
+	case <-s.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *Shell) markDead() {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -440,6 +441,7 @@ func TestCanceledContext(t *testing.T) {
 	// (umask): either way the cancel ends all of it and nothing after
 	// the sleep runs.
 	dir := t.TempDir()
+	var got []Result
 	for i, cmd := range []string{"sleep 1.5; touch %s/a", "umask 022; sleep 1.5; touch %s/b"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		res, err := p.Run(ctx, Request{Command: fmt.Sprintf(cmd, dir)})
@@ -447,6 +449,7 @@ func TestCanceledContext(t *testing.T) {
 		if err != nil || !res.Canceled || res.ExitCode == 0 {
 			t.Fatalf("%d: got %+v, %v", i, res, err)
 		}
+		got = append(got, res)
 	}
 	r := runPool(t, p, Request{Command: `echo ok; pwd; echo $KEEP`})
 	if r.stdout != "ok\n/usr\nyes\n" {
@@ -454,7 +457,66 @@ func TestCanceledContext(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second)
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-		t.Fatalf("the rest of a cancelled command ran: %v", ents)
+		t.Fatalf("the rest of a cancelled command ran: %v (results %+v)", ents, got)
+	}
+}
+
+// TestCancelBeforeTheShellReadsTheCommand: a cancel that comes while the
+// shell has not yet read the command (stopped here, as a loaded machine
+// may hold it) finds nothing to kill; the command must not then run
+// whole when the shell goes on. Isolated, it is ended as soon as it
+// starts; in the framing shell, the shell goes with it.
+func TestCancelBeforeTheShellReadsTheCommand(t *testing.T) {
+	for _, cmd := range []string{"umask 022; sleep 0.5; touch %s/isolated", "sleep 0.5; touch %s/inshell"} {
+		sh := openShell(t)
+		dir := t.TempDir()
+		if err := syscall.Kill(sh.pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			_ = syscall.Kill(sh.pid, syscall.SIGCONT)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		res, err := sh.Run(ctx, Request{Command: fmt.Sprintf(cmd, dir)}, "")
+		cancel()
+		if err != nil || !res.Canceled {
+			t.Fatalf("%q: got %+v, %v; want it canceled", cmd, res, err)
+		}
+		time.Sleep(time.Second)
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Fatalf("%q: the command ran whole after its cancel: %v (result %+v)", cmd, ents, res)
+		}
+	}
+}
+
+// TestCancelAtAnyMoment cancels commands at moments spread over their
+// start, in the framing shell and isolated: whenever the cancel lands,
+// nothing after the command's sleep runs. (A kill that took long to scan
+// the machine's processes once let the framing shell finish the command
+// before the kill reached it, and one pass that missed a process forked
+// as it began let an isolated command run on.)
+func TestCancelAtAnyMoment(t *testing.T) {
+	p := NewPool(localHost{}, Options{}, 2)
+	t.Cleanup(p.Close)
+	runPool(t, p, Request{Command: "cd /usr; export KEEP=yes"})
+	dir := t.TempDir()
+	cmds := []string{"sleep 0.3; touch %s/a%d", "umask 022; sleep 0.3; touch %s/b%d", "umask 022; /bin/true; sleep 0.3; touch %s/c%d"}
+	for i := range 24 {
+		after := time.Duration(i*5) * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), after)
+		res, err := p.Run(ctx, Request{Command: fmt.Sprintf(cmds[i%len(cmds)], dir, i)})
+		cancel()
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		time.Sleep(400 * time.Millisecond)
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Fatalf("cancelled after %v: the rest of the command ran: %v (result %+v)", after, ents, res)
+		}
+	}
+	if r := runPool(t, p, Request{Command: `pwd; echo $KEEP`}); r.stdout != "/usr\nyes\n" {
+		t.Fatalf("state after the cancels: %q", r.stdout)
 	}
 }
 
