@@ -400,10 +400,10 @@ func validVarName(n string) bool {
 // environment is read once (the costly part on a machine with many
 // processes), and those found are stopped with their own trees, then
 // killed. A process is killed once: a PID freed by the kill may be
-// another process's by the end. Membership is kept in variables (t_PID), so a pass costs the
-// same per process however many there are. It forks nothing (builtins and
-// /proc only), so it works in a sandbox that has no free process slots
-// left.
+// another process's by the end. Membership is kept in variables (t_PID),
+// so a pass costs the same per process however many there are. It forks
+// nothing (builtins and /proc only), so it works in a sandbox that has no
+// free process slots left.
 const KillRunScript = `__sbx_ks=$1; __sbx_ki=$2; __sbx_kself=$3
 ` + killBody + `exit 0
 `
