@@ -422,7 +422,7 @@ func KillRunInShell(pid int, runID string, self bool) string {
 		s = "1"
 	}
 	return "__sbx_ks=" + strconv.Itoa(pid) + "; __sbx_ki=" + runID + "; __sbx_kself=" + s + "\n" + killBody +
-		"for __sbx_p in $__sbx_kl; do unset __sbx_t_$__sbx_p; done\n" +
+		"for __sbx_p in $__sbx_kl; do unset __sbx_t_$__sbx_p __sbx_s_$__sbx_p; done\n" +
 		"for __sbx_p in $__sbx_cl; do unset __sbx_c_$__sbx_p; done\n" +
 		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
 }
@@ -433,11 +433,12 @@ func KillRunInShell(pid int, runID string, self bool) string {
 // on. __sbx_env is 0 while the passes follow the tree and 1 once they
 // read environments too.
 const killBody = `# __sbx_t_PID is set for every process found to belong to the command,
-# __sbx_c_PID for every other one whose environment was read.
+# __sbx_s_PID once it was sent a STOP, __sbx_c_PID for every other process
+# whose environment was read.
 eval "__sbx_t_$__sbx_ks=1"; __sbx_kl=" $__sbx_ks"; __sbx_kn=$__sbx_kl; __sbx_cl=
-[ "$__sbx_kself" = 1 ] && kill -STOP "$__sbx_ks" 2>/dev/null
+if [ "$__sbx_kself" = 1 ]; then eval "__sbx_s_$__sbx_ks=1"; kill -STOP "$__sbx_ks" 2>/dev/null; fi
 __sbx_pass=0; __sbx_quiet=0; __sbx_env=0
-while [ "$__sbx_pass" -lt 200 ]; do
+while :; do
 	__sbx_pass=$((__sbx_pass+1))
 	__sbx_new=0
 	for __sbx_d in /proc/[0-9]*; do
@@ -445,7 +446,7 @@ while [ "$__sbx_pass" -lt 200 ]; do
 		[ "$__sbx_p" = "$$" ] && continue
 		[ "$__sbx_p" = "$__sbx_ks" ] && [ "$__sbx_kself" != 1 ] && continue
 		__sbx_line=
-		read -r __sbx_line <"$__sbx_d/stat" 2>/dev/null || continue
+		read -r __sbx_line 2>/dev/null <"$__sbx_d/stat" || continue
 		__sbx_rest=${__sbx_line##*) }
 		__sbx_st=${__sbx_rest%% *}
 		__sbx_rest=${__sbx_rest#* }
@@ -455,19 +456,30 @@ while [ "$__sbx_pass" -lt 200 ]; do
 		if [ -z "$__sbx_hit" ] && [ "$__sbx_env" = 1 ] && eval "[ -z \"\${__sbx_c_$__sbx_p-}\" ]"; then
 			eval "__sbx_c_$__sbx_p=1"; __sbx_cl="$__sbx_cl $__sbx_p"
 			__sbx_e=
-			read -r __sbx_e <"$__sbx_d/environ" 2>/dev/null
+			read -r __sbx_e 2>/dev/null <"$__sbx_d/environ"
 			case "$__sbx_e" in *"` + RunVar + `=$__sbx_ki"*) __sbx_hit=1 ;; esac
 		fi
 		[ -n "$__sbx_hit" ] || continue
 		if eval "[ -z \"\${__sbx_t_$__sbx_p-}\" ]"; then
 			eval "__sbx_t_$__sbx_p=1"; __sbx_kl="$__sbx_kl $__sbx_p"; __sbx_kn="$__sbx_kn $__sbx_p"; __sbx_new=1
 		fi
-		case "$__sbx_st" in T|Z|X) continue ;; esac
-		kill -STOP "$__sbx_p" 2>/dev/null && __sbx_new=1
+		case "$__sbx_st" in T|t|Z|X) continue ;; esac
+		# A STOP sent again counts as progress only to a running
+		# process, which may be inside a fork: one traced or in
+		# uninterruptible sleep may not stop for a long time, and would
+		# hold the passes to their cap.
+		if eval "[ -z \"\${__sbx_s_$__sbx_p-}\" ]"; then
+			eval "__sbx_s_$__sbx_p=1"
+			kill -STOP "$__sbx_p" 2>/dev/null && __sbx_new=1
+		elif [ "$__sbx_st" = R ]; then
+			kill -STOP "$__sbx_p" 2>/dev/null && __sbx_new=1
+		fi
 	done
-	if [ "$__sbx_new" = 1 ]; then __sbx_quiet=0; continue; fi
+	# At the cap the passes go on as if quiet: the tree is killed and
+	# the environments are read once all the same.
+	if [ "$__sbx_new" = 1 ] && [ "$__sbx_pass" -lt 200 ]; then __sbx_quiet=0; continue; fi
 	__sbx_quiet=$((__sbx_quiet+1))
-	[ "$__sbx_quiet" -lt 2 ] && continue
+	[ "$__sbx_quiet" -lt 2 ] && [ "$__sbx_pass" -lt 200 ] && continue
 	if [ "$__sbx_env" = 1 ] || [ -z "$__sbx_ki" ]; then break; fi
 	` + killMembers + `
 	__sbx_env=1; __sbx_quiet=0

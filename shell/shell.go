@@ -549,8 +549,11 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 			s.killRun(runID, inShell)
 			stopped = time.Since(t0)
 			graceEnd := time.Now().Add(grace)
+			// Each wait is killRecheck at least, however long the kill
+			// took: a frame already read is then always taken (a timer
+			// that has fired may win wait's select against it).
 			for {
-				ended = wait(nil, time.After(min(killRecheck, time.Until(graceEnd))))
+				ended = wait(nil, time.After(killRecheck))
 				if ended || !time.Now().Before(graceEnd) || s.hasExited() {
 					break
 				}
@@ -558,7 +561,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 				stopped = time.Since(t0)
 			}
 			if !ended {
-				ended = wait(nil, time.After(time.Until(graceEnd)))
+				ended = wait(nil, time.After(max(time.Until(graceEnd), killRecheck)))
 			}
 		}
 		if !ended {

@@ -461,6 +461,24 @@ func TestCanceledContext(t *testing.T) {
 	}
 }
 
+// TestTimeoutEndsEscapedProcessesBesideATracedOne: a process of the
+// command that a STOP does not stop (here one traced by a stopped strace)
+// must not keep the kill from looking for the processes that left the
+// command's tree (found by their environment only).
+func TestTimeoutEndsEscapedProcessesBesideATracedOne(t *testing.T) {
+	if _, err := exec.LookPath("strace"); err != nil {
+		t.Skipf("strace is not on this machine (%v): it makes the traced process", err)
+	}
+	sh := openShell(t)
+	r := runOn(t, sh, Request{Command: "strace -f -o /dev/null sleep 987655 & (sleep 987656 &); sleep 987657", Timeout: 2 * time.Second})
+	if !r.res.TimedOut {
+		t.Fatalf("got %+v, want a timeout", r.res)
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 98765[567]").Output(); len(out) > 0 {
+		t.Fatalf("processes survived the timeout: %s", out)
+	}
+}
+
 // TestCancelBeforeTheShellReadsTheCommand: a cancel that comes while the
 // shell has not yet read the command (stopped here, as a loaded machine
 // may hold it) finds nothing to kill; the command must not then run
