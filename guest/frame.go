@@ -95,22 +95,28 @@ const afterCommand = "__sbx_rc=$?; \\unalias -a; \\unset IFS " + RunVar + "\n"
 // A frame's streams, for marker M:
 //
 //	stdout: [M}<cwd>\n<export -p>] M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg> <outputs>\nM.\n
-//	stderr: M<\n <output> \nM\n
+//	stderr: M<\n <output> \nM\n    or, when the command did not start: <shell's error> \nM\n
 //
 // The beacons (M> and M<) open the frame: bytes before them were written
 // by a process an earlier command left behind, except for the block that
 // opens with M}: the state the command starts in, sent when the shell
-// loaded changes from the sandbox's stores just before it (see SyncCall). The state block comes only
-// after a command that may have changed the directory or exports (see
-// MayChangeState); an isolated command that ended without reporting its
-// state (killed, or replaced by exec) has none either, and the shell state
-// is then unchanged. <bg> is 1 when the command started background
-// processes, which may still hold its output; <outputs> is 1 when the
-// outputs directory changed, or holds a PNG file, since it was last looked
-// at (see OutputsDir).
+// loaded changes from the sandbox's stores just before it (see SyncCall).
+// The stderr beacon of an isolated command comes from its subshell once
+// that runs: it means the command's process exists. It is missing when
+// the shell could not start one (dash, bash and busybox exit when a fork
+// fails; a shell that went on would end the frame without it). The state
+// block comes only after a command that may have changed the directory or
+// exports (see MayChangeState); an isolated command that ended without
+// reporting its state (killed, or replaced by exec) has none either, and
+// the shell state is then unchanged. <bg> is 1 when the command started
+// background processes, which may still hold its output; <outputs> is 1
+// when the outputs directory changed, or holds a PNG file, since it was
+// last looked at (see OutputsDir).
 
 // frameFuncs are the framing shell's own functions: __sbx_pre M opens a
-// frame, __sbx_end M S closes it (with the state block when S is 1).
+// frame (without the stderr beacon when given a second argument: an
+// isolated command's subshell sends it), __sbx_end M S closes it (with the
+// state block when S is 1).
 //
 // They write the protocol to fds 1 and 2, which in the framing shell are
 // always the protocol pipes (fds 3 and 4 are copies): commands that could
@@ -119,7 +125,7 @@ const afterCommand = "__sbx_rc=$?; \\unalias -a; \\unset IFS " + RunVar + "\n"
 // redirection a builtin takes costs the shell a save and a restore of the
 // fd, system calls that a VM's exec relay makes dear.
 const frameFuncs = `__sbx_pre() { if [ -n "${__sbx_synced-}" ]; then __sbx_synced=; printf '%s}%s\n' "$1" "$PWD"; export -p; fi
-printf '%s>\n' "$1"; printf '%s<\n' "$1" >&2; __sbx_b=${!-}; }
+printf '%s>\n' "$1"; case $# in 1) printf '%s<\n' "$1" >&2;; esac; __sbx_b=${!-}; }
 __sbx_end() { case "${!-}" in "$__sbx_b") __sbx_b=0;; *) __sbx_b=1;; esac
 if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD"; export -p; fi
 __sbx_png=0; if [ -d @DIR@ ]; then if ! [ @STAMP@ -nt @DIR@ ]; then __sbx_png=1; else for __sbx_f in @DIR@/*.[Pp][Nn][Gg]; do [ -e "$__sbx_f" ] || break
@@ -218,10 +224,17 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	// The beacons tell output of this command from output of processes
 	// an earlier one left behind; the stderr one also tells a shell that
 	// died before the command from one that died during it.
-	b.WriteString("__sbx_pre " + marker + "\n")
 	isolated, changesState := req.Stdin != nil, false
 	if !isolated && !req.Trusted {
 		isolated, changesState = readings.read(req.Command)
+	}
+	if isolated {
+		// The subshell sends the stderr beacon itself, once it runs:
+		// a beacon means the command's process exists, so a kill
+		// after it finds it (see shell's exchange).
+		b.WriteString("__sbx_pre " + marker + " -\n")
+	} else {
+		b.WriteString("__sbx_pre " + marker + "\n")
 	}
 	run := "command eval " + quote(req.Command)
 	cd := ""
@@ -273,7 +286,7 @@ func CommandFrame(marker string, req Command, prelude string) (Frame, error) {
 	if req.Trusted {
 		ignorePipe = "\\trap '' PIPE; "
 	}
-	sub := "( \\trap " + quote(trap) + " EXIT; " + ignorePipe + "__sbx_done=; __sbx_b=${!-}; __sbx_o=$PWD; export " + RunVar + "=" + req.RunID + "; " +
+	sub := "( \\printf '%s<\\n' " + marker + " >&2; \\trap " + quote(trap) + " EXIT; " + ignorePipe + "__sbx_done=; __sbx_b=${!-}; __sbx_o=$PWD; export " + RunVar + "=" + req.RunID + "; " +
 		cd + run + " >&3 2>&4 3>&- 4>&-; " + report + "; ) 9>&3"
 	if req.Stdin != nil {
 		// A pipe, not a file: the command's own disk pressure cannot

@@ -238,8 +238,10 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		text.WriteString("\n[output is not valid UTF-8; invalid bytes shown as \uFFFD; use encoding=base64 for exact bytes]")
 	}
 	switch {
-	case res.TimedOut && res.NotStarted:
+	case res.TimedOut && res.NotStarted && !res.ShellLost:
 		fmt.Fprintf(&text, "\n[timed out after %gs waiting for a free shell: every shell of the sandbox was busy, and the command did not run]", timeout)
+	case res.TimedOut && res.NotStarted:
+		fmt.Fprintf(&text, "\n[timed out after %gs before the shell started the command: it did not run; the shell was replaced and its cwd and exports restored]", timeout)
 	case res.TimedOut && res.StoppedLate():
 		fmt.Fprintf(&text, "\n[timed out after %gs, but the sandbox was slow to answer: stopping the command took %s more, and what it did meanwhile ran; then it and every process it started were ended", timeout, fmtDuration(res.StopTook))
 		if res.ShellLost {
@@ -258,6 +260,8 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		}
 	case res.Canceled && res.StoppedLate():
 		fmt.Fprintf(&text, "\n[canceled, but the sandbox was slow to answer: stopping the command took %s, and what it did meanwhile ran; then it and every process it started were ended]", fmtDuration(res.StopTook))
+	case res.Canceled && res.NotStarted:
+		text.WriteString("\n[canceled before the shell started the command: it did not run; the shell was replaced and its cwd and exports restored]")
 	case res.Canceled:
 		text.WriteString("\n[canceled: the command and every process it started were ended]")
 	case res.ShellLost:

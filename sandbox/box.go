@@ -174,7 +174,7 @@ func (s *Sandbox) housekeepWithin(ctx context.Context, script string, timeout, q
 	switch {
 	case err != nil:
 		return nil, err
-	case res.TimedOut && res.NotStarted:
+	case res.TimedOut && res.NotStarted && !res.ShellLost:
 		return nil, fmt.Errorf("sandbox %q: %w: every shell stayed busy for %s", s.Name, errHousekeepSlow, res.Queued.Round(time.Second))
 	case res.TimedOut:
 		return nil, fmt.Errorf("sandbox %q: %w: a housekeeping script ran past %s", s.Name, errHousekeepSlow, timeout)

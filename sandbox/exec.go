@@ -109,7 +109,10 @@ func (m *Manager) execOnce(ctx context.Context, name string, req shell.Request) 
 	if cut := m.cutShort(sb, out.Result, err); cut != nil {
 		return out, true, cut
 	}
-	if err == nil && out.NotStarted {
+	if err == nil && out.NotStarted && !out.TimedOut {
+		// (A timeout too can end a command before it started, waiting
+		// for a shell or by the kill of the shell it was on: the
+		// command's time is up, and it is not tried again.)
 		err = errShellGone // the container may have gone: check below
 	}
 	if err == nil || errors.Is(err, shell.ErrNULInCommand) || ctx.Err() != nil {

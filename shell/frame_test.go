@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 )
@@ -65,4 +66,34 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), c.n)], c.data)
 	c.data = c.data[n:]
 	return n, nil
+}
+
+// TestStderrFrames: a frame's stderr is stray bytes up to the start
+// beacon, counted, then the command's output; one that ends without its
+// beacon is a command the shell did not start, whose error goes to stderr
+// and is not counted as stray; anything else after the marker is refused.
+func TestStderrFrames(t *testing.T) {
+	const m = "sbxabc"
+	for _, c := range []struct {
+		name, stream, stderr string
+		stray                int64
+		started, fails       bool
+	}{
+		{"started", "left behind\n" + m + "<\noops\n\n" + m + "\n", "oops\n", 12, true, false},
+		{"not started", "left\n" + "sh: can't fork\n\n" + m + "\n", "left\nsh: can't fork\n", 0, false, false},
+		{"malformed", m + "<x\n", "", 0, false, true},
+		{"cut short", "left\n" + m, "", 5, false, true},
+	} {
+		for _, r := range []io.Reader{strings.NewReader(c.stream), iotest.OneByteReader(strings.NewReader(c.stream))} {
+			s := &Shell{errs: newFrameReader(r)}
+			var stray countWriter
+			var stderr bytes.Buffer
+			var started atomic.Bool
+			err := s.readStderr(m, &stray, &stderr, &started)
+			if (err != nil) != c.fails || stderr.String() != c.stderr || stray.n.Load() != c.stray || started.Load() != c.started {
+				t.Errorf("%s: err %v, stderr %q, stray %d, started %v; want failure %v, %q, %d, %v",
+					c.name, err, stderr.String(), stray.n.Load(), started.Load(), c.fails, c.stderr, c.stray, c.started)
+			}
+		}
+	}
 }

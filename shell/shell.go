@@ -438,6 +438,28 @@ type exchanged struct {
 // exitDrain is how long a command's frame is read past its shell's exit.
 const exitDrain = 200 * time.Millisecond
 
+// tailWriter passes writes on to w and keeps the last tailKeep bytes of
+// them.
+type tailWriter struct {
+	w    io.Writer
+	tail []byte
+}
+
+// tailKeep bounds what a tailWriter keeps.
+const tailKeep = 4 << 10
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	if len(p) >= tailKeep {
+		t.tail = append(t.tail[:0], p[len(p)-tailKeep:]...)
+	} else {
+		t.tail = append(t.tail, p...)
+		if n := len(t.tail) - tailKeep; n > 0 {
+			t.tail = t.tail[:copy(t.tail, t.tail[n:])]
+		}
+	}
+	return t.w.Write(p)
+}
+
 // countWriter counts what it discards.
 type countWriter struct{ n atomic.Int64 }
 
@@ -450,9 +472,10 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // is described in package guest). If ctx ends first it ends the command
 // (runID), and the shell too when inShell is set (the command runs in the
 // shell itself, so ending only its children would let the rest of it run
-// on); if the shell does not then finish its frame within KillGrace it is
-// killed. With an empty runID (the init frame) nothing is killed but the
-// shell.
+// on) or when the frame's start beacon has not arrived (the shell may not
+// have started the command yet); if the shell does not then finish its
+// frame within KillGrace it is killed. With an empty runID (the init
+// frame) nothing is killed but the shell.
 func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID string, inShell bool, stdout, stderr io.Writer) (ex exchanged) {
 	outDone := make(chan error, 1)
 	errDone := make(chan error, 1)
@@ -464,12 +487,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 		outDone <- s.readStdout(marker, &stray, stdout, &stateBuf, &statusBuf, &ex.stateOK, &preBuf)
 	}()
 	go func() {
-		if err := s.errs.until([]byte(marker+"<\n"), &stray); err != nil {
-			errDone <- err
-			return
-		}
-		beaconSeen.Store(true)
-		errDone <- s.errs.until([]byte("\n"+marker+"\n"), stderr)
+		errDone <- s.readStderr(marker, &stray, stderr, &beaconSeen)
 	}()
 	writeDone := make(chan error, 1)
 	if frame.Tail == "" && len(frame.Script) <= syncWriteMax {
@@ -542,11 +560,17 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 			stopped = time.Since(t0)
 			ended = wait(nil, time.After(grace))
 		} else {
-			// A kill that came before the shell started the command
-			// finds nothing of it, and the shell then starts it: until
-			// the frame ends, or the shell does, each kill is followed
-			// by another, so the command is ended soon after it starts.
-			s.killRun(runID, inShell)
+			// Before the start beacon the shell may not have got to
+			// the command yet, and a kill of the command's processes
+			// would find none, the shell starting it after the kill:
+			// the shell goes too, so the command never runs (one the
+			// shell started meanwhile goes with it). After the beacon
+			// the command's process exists (an isolated command's
+			// subshell sends it), and the kill finds it. All the same,
+			// until the frame ends, or the shell does, each kill is
+			// followed by another: what one missed is ended soon after.
+			self := inShell || !beaconSeen.Load()
+			s.killRun(runID, self)
 			stopped = time.Since(t0)
 			graceEnd := time.Now().Add(grace)
 			// Each wait is killRecheck at least, however long the kill
@@ -557,7 +581,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 				if ended || !time.Now().Before(graceEnd) || s.hasExited() {
 					break
 				}
-				s.killRun(runID, inShell)
+				s.killRun(runID, self)
 				stopped = time.Since(t0)
 			}
 			if !ended {
@@ -651,6 +675,38 @@ func (s *Shell) readStdout(marker string, stray *countWriter, stdout, state, sta
 		return fmt.Errorf("shell sent a malformed frame")
 	}
 	return s.out.until([]byte("\n"+marker+".\n"), status)
+}
+
+// readStderr reads one frame of the shell's stderr: stray bytes up to the
+// start beacon (started is set then), and the command's output. A frame
+// that ends without its beacon is an isolated command the shell could not
+// start (see guest's frame streams): what the shell wrote before the end
+// is its error, and goes to stderr.
+func (s *Shell) readStderr(marker string, stray *countWriter, stderr io.Writer, started *atomic.Bool) error {
+	head := tailWriter{w: stray}
+	if err := s.errs.until([]byte(marker), &head); err != nil {
+		return err
+	}
+	c, err := s.errs.next()
+	if err != nil {
+		return err
+	}
+	switch c {
+	case '<':
+		if c, err = s.errs.next(); err != nil {
+			return err
+		}
+		if c != '\n' {
+			break
+		}
+		started.Store(true)
+		return s.errs.until([]byte("\n"+marker+"\n"), stderr)
+	case '\n':
+		stray.n.Add(-int64(len(head.tail)))
+		_, err := stderr.Write(bytes.TrimSuffix(head.tail, []byte("\n")))
+		return err
+	}
+	return fmt.Errorf("shell sent a malformed frame on stderr")
 }
 
 // killRun ends, from outside, the command marked runID, and the shell

@@ -481,31 +481,85 @@ func TestTimeoutEndsEscapedProcessesBesideATracedOne(t *testing.T) {
 
 // TestCancelBeforeTheShellReadsTheCommand: a cancel that comes while the
 // shell has not yet read the command (stopped here, as a loaded machine
-// may hold it) finds nothing to kill; the command must not then run
-// whole when the shell goes on. Isolated, it is ended as soon as it
-// starts; in the framing shell, the shell goes with it.
+// may hold it) finds nothing of the command to kill; the command must not
+// then run whole when the shell goes on, also when the kill returns late
+// (as an engine's exec may, on a loaded machine). The shell goes, in the
+// framing shell and isolated alike: before the start beacon, nothing tells
+// the command will not start after the kill.
 func TestCancelBeforeTheShellReadsTheCommand(t *testing.T) {
-	for _, cmd := range []string{"umask 022; sleep 0.5; touch %s/isolated", "sleep 0.5; touch %s/inshell"} {
-		sh := openShell(t)
-		dir := t.TempDir()
-		if err := syscall.Kill(sh.pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			time.Sleep(300 * time.Millisecond)
-			_ = syscall.Kill(sh.pid, syscall.SIGCONT)
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		res, err := sh.Run(ctx, Request{Command: fmt.Sprintf(cmd, dir)}, "")
-		cancel()
-		if err != nil || !res.Canceled {
-			t.Fatalf("%q: got %+v, %v; want it canceled", cmd, res, err)
-		}
-		time.Sleep(time.Second)
-		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-			t.Fatalf("%q: the command ran whole after its cancel: %v (result %+v)", cmd, ents, res)
+	for _, h := range []struct {
+		name string
+		host Host
+	}{{"kill", localHost{}}, {"kill that returns late", lateKillHost{after: time.Second}}} {
+		for _, cmd := range []string{"umask 022; sleep 0.5; touch %s/isolated", "sleep 0.5; touch %s/inshell"} {
+			sh, err := Open(context.Background(), h.host, Options{Init: "cd /tmp"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(sh.Close)
+			dir := t.TempDir()
+			if err := syscall.Kill(sh.pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				_ = syscall.Kill(sh.pid, syscall.SIGCONT)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			res, err := sh.Run(ctx, Request{Command: fmt.Sprintf(cmd, dir)}, "")
+			cancel()
+			if err != nil || !res.Canceled || !res.NotStarted {
+				t.Fatalf("%s, %q: got %+v, %v; want it canceled before it started", h.name, cmd, res, err)
+			}
+			time.Sleep(time.Second)
+			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+				t.Fatalf("%s, %q: the command ran whole after its cancel: %v (result %+v)", h.name, cmd, ents, res)
+			}
 		}
 	}
+}
+
+// TestTimeoutBeforeTheCommandStartedIsNotRetried: a command whose timeout
+// came before its shell started it (the shell is killed then, having
+// shown no sign of it) is reported so, and not run again on another
+// shell: its time is up.
+func TestTimeoutBeforeTheCommandStartedIsNotRetried(t *testing.T) {
+	for _, cmd := range []string{"touch %s/inshell", "umask 022; touch %s/isolated"} {
+		p := NewPool(localHost{}, Options{}, 1)
+		t.Cleanup(p.Close)
+		pid, err := strconv.Atoi(strings.TrimSpace(runPool(t, p, Request{Command: "echo $$"}).stdout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		res, err := p.Run(context.Background(), Request{Command: fmt.Sprintf(cmd, dir), Timeout: 100 * time.Millisecond, QueueWait: time.Minute})
+		if err != nil || !res.TimedOut || !res.NotStarted || !res.ShellLost {
+			t.Fatalf("%q: got %+v, %v; want a timeout before the command started, its shell lost", cmd, res, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Fatalf("%q: the command ran after its timeout: %v", cmd, ents)
+		}
+		if r := runPool(t, p, Request{Command: "echo ok"}); r.stdout != "ok\n" {
+			t.Fatalf("%q: the pool after: %+v", cmd, r)
+		}
+	}
+}
+
+// lateKillHost is localHost whose kills return after more time: the
+// command's processes are killed at once, and the caller hears of it late.
+type lateKillHost struct {
+	localHost
+	after time.Duration
+}
+
+func (h lateKillHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
+	err := h.localHost.KillRun(ctx, pid, runID, self)
+	time.Sleep(h.after)
+	return err
 }
 
 // TestCancelAtAnyMoment cancels commands at moments spread over their
