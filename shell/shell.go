@@ -567,8 +567,12 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 			// shell started meanwhile goes with it). After the beacon
 			// the command's process exists (an isolated command's
 			// subshell sends it), and the kill finds it. All the same,
-			// until the frame ends, or the shell does, each kill is
-			// followed by another: what one missed is ended soon after.
+			// while the shell lives on and the frame has not ended,
+			// each kill is followed by another: what one missed is
+			// ended soon after. A kill that ended the shell is not
+			// repeated: nothing is left to start anything, and the
+			// shell's end may take the engine a while to report (a
+			// repeat would count in StopTook as the command's).
 			self := inShell || !beaconSeen.Load()
 			s.killRun(runID, self)
 			stopped = time.Since(t0)
@@ -576,7 +580,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 			// Each wait is killRecheck at least, however long the kill
 			// took: a frame already read is then always taken (a timer
 			// that has fired may win wait's select against it).
-			for {
+			for !self {
 				ended = wait(nil, time.After(killRecheck))
 				if ended || !time.Now().Before(graceEnd) || s.hasExited() {
 					break

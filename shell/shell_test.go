@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -547,6 +548,48 @@ func TestTimeoutBeforeTheCommandStartedIsNotRetried(t *testing.T) {
 			t.Fatalf("%q: the pool after: %+v", cmd, r)
 		}
 	}
+}
+
+// TestKillThatEndedTheShellIsNotRepeated: a cancel that ends the shell
+// (a command run in the framing shell) kills once, however long the
+// shell's process takes to end after it (as an engine's exec may take to
+// report a shell that died in the container): a kill repeated meanwhile
+// finds nothing, and only made the stop look slow.
+func TestKillThatEndedTheShellIsNotRepeated(t *testing.T) {
+	h := &countingHost{wrap: "sh; sleep 0.6"}
+	sh, err := Open(context.Background(), h, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := sh.Run(ctx, Request{Command: "sleep 30"}, "")
+	if err != nil || !res.Canceled || !res.ShellLost {
+		t.Fatalf("got %+v, %v; want it canceled, the shell lost", res, err)
+	}
+	if n := h.kills.Load(); n != 1 {
+		t.Fatalf("%d kills, want 1 (result %+v)", n, res)
+	}
+}
+
+// countingHost is localHost whose shell runs inside sh -c wrap (the
+// framing shell is wrap's inner sh), counting the kills.
+type countingHost struct {
+	localHost
+	wrap  string
+	kills atomic.Int64
+}
+
+func (h *countingHost) Command(ctx context.Context) proc.Process {
+	cmd := exec.CommandContext(ctx, "sh", "-c", h.wrap)
+	cmd.WaitDelay = time.Second
+	return proc.FromCmd(cmd)
+}
+
+func (h *countingHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
+	h.kills.Add(1)
+	return h.localHost.KillRun(ctx, pid, runID, self)
 }
 
 // lateKillHost is localHost whose kills return after more time: the
