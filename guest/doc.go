@@ -15,8 +15,11 @@
 //
 // The protocol on the persistent shell's pipes, per command with marker M:
 //
-//	stdout: <command output> "\n" M " " <exit status> "\n" <$PWD> "\n" <export -p> M ".\n"
+//	stdout: M ">\n" <command output> "\n" M " " <exit status> ... M ".\n"
 //	stderr: M "<\n" <command output> "\n" M "\n"
+//
+// (in full, with the state blocks and an isolated command's stderr, in
+// frame.go, above frameFuncs).
 //
 // The wrapper writes its trailers to fds 3 and 4, duplicated from the
 // shell's stdout and stderr when it starts, and closed for the command, so

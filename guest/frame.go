@@ -95,28 +95,31 @@ const afterCommand = "__sbx_rc=$?; \\unalias -a; \\unset IFS " + RunVar + "\n"
 // A frame's streams, for marker M:
 //
 //	stdout: [M}<cwd>\n<export -p>] M>\n <output> [\nM=<bg> <cwd>\n<export -p>] \nM <status> <bg> <outputs>\nM.\n
-//	stderr: M<\n <output> \nM\n    or, when the command did not start: <shell's error> \nM\n
+//	stderr: M<\n <output> \nM\n
+//	        isolated: M(\n M<\n <output> \nM\n, or M(\n <shell's error> \nM\n when it did not start
 //
 // The beacons (M> and M<) open the frame: bytes before them were written
 // by a process an earlier command left behind, except for the block that
 // opens with M}: the state the command starts in, sent when the shell
 // loaded changes from the sandbox's stores just before it (see SyncCall).
 // The stderr beacon of an isolated command comes from its subshell once
-// that runs: it means the command's process exists. It is missing when
-// the shell could not start one (dash, bash and busybox exit when a fork
-// fails; a shell that went on would end the frame without it). The state
-// block comes only after a command that may have changed the directory or
-// exports (see MayChangeState); an isolated command that ended without
-// reporting its state (killed, or replaced by exec) has none either, and
-// the shell state is then unchanged. <bg> is 1 when the command started
-// background processes, which may still hold its output; <outputs> is 1
-// when the outputs directory changed, or holds a PNG file, since it was
-// last looked at (see OutputsDir).
+// that runs: it means the command's process exists. The framing shell
+// sends M( before it starts the subshell, so that what it writes itself
+// when it cannot start one (dash, bash and busybox exit when a fork fails;
+// a shell that went on would end the frame without the beacon) is told
+// from what processes left behind wrote earlier. The state block comes
+// only after a command that may have changed the directory or exports (see
+// MayChangeState); an isolated command that ended without reporting its
+// state (killed, or replaced by exec) has none either, and the shell state
+// is then unchanged. <bg> is 1 when the command started background
+// processes, which may still hold its output; <outputs> is 1 when the
+// outputs directory changed, or holds a PNG file, since it was last looked
+// at (see OutputsDir).
 
 // frameFuncs are the framing shell's own functions: __sbx_pre M opens a
-// frame (without the stderr beacon when given a second argument: an
-// isolated command's subshell sends it), __sbx_end M S closes it (with the
-// state block when S is 1).
+// frame (given a second argument, for an isolated command, with M( on
+// stderr in place of the beacon, which the command's subshell sends),
+// __sbx_end M S closes it (with the state block when S is 1).
 //
 // They write the protocol to fds 1 and 2, which in the framing shell are
 // always the protocol pipes (fds 3 and 4 are copies): commands that could
@@ -125,7 +128,7 @@ const afterCommand = "__sbx_rc=$?; \\unalias -a; \\unset IFS " + RunVar + "\n"
 // redirection a builtin takes costs the shell a save and a restore of the
 // fd, system calls that a VM's exec relay makes dear.
 const frameFuncs = `__sbx_pre() { if [ -n "${__sbx_synced-}" ]; then __sbx_synced=; printf '%s}%s\n' "$1" "$PWD"; export -p; fi
-printf '%s>\n' "$1"; case $# in 1) printf '%s<\n' "$1" >&2;; esac; __sbx_b=${!-}; }
+printf '%s>\n' "$1"; case $# in 1) printf '%s<\n' "$1" >&2;; *) printf '%s(\n' "$1" >&2;; esac; __sbx_b=${!-}; }
 __sbx_end() { case "${!-}" in "$__sbx_b") __sbx_b=0;; *) __sbx_b=1;; esac
 if [ "$2" = 1 ]; then printf '\n%s=%s %s\n' "$1" "$__sbx_b" "$PWD"; export -p; fi
 __sbx_png=0; if [ -d @DIR@ ]; then if ! [ @STAMP@ -nt @DIR@ ]; then __sbx_png=1; else for __sbx_f in @DIR@/*.[Pp][Nn][Gg]; do [ -e "$__sbx_f" ] || break
@@ -405,8 +408,10 @@ func validVarName(n string) bool {
 //
 // It stops them before it kills them, pass after pass over /proc, so a
 // command that forks (a fork bomb) cannot outrun it: the shell itself
-// first when SELF is 1, then its tree, reading each process's stat only,
-// until two passes in a row find nothing new; the second pass is there
+// first when SELF is 1, then its descendants as the kernel lists each
+// process's children (at once, however many other processes the machine
+// runs), then its tree again, pass after pass reading each process's stat
+// only, until two passes in a row find nothing new; the second pass is there
 // because a process stopped while it forked shows its child only to a
 // later pass. The tree is killed then, so the command ends at once, and
 // the processes that left it are looked for next: each other process's
@@ -437,7 +442,7 @@ func KillRunInShell(pid int, runID string, self bool) string {
 	return "__sbx_ks=" + strconv.Itoa(pid) + "; __sbx_ki=" + runID + "; __sbx_kself=" + s + "\n" + killBody +
 		"for __sbx_p in $__sbx_kl; do unset __sbx_t_$__sbx_p __sbx_s_$__sbx_p; done\n" +
 		"for __sbx_p in $__sbx_cl; do unset __sbx_c_$__sbx_p; done\n" +
-		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
+		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_q __sbx_w __sbx_c __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
 }
 
 // killBody finds, stops and kills every process of one command (see
@@ -450,6 +455,23 @@ const killBody = `# __sbx_t_PID is set for every process found to belong to the 
 # whose environment was read.
 eval "__sbx_t_$__sbx_ks=1"; __sbx_kl=" $__sbx_ks"; __sbx_kn=$__sbx_kl; __sbx_cl=
 if [ "$__sbx_kself" = 1 ]; then eval "__sbx_s_$__sbx_ks=1"; kill -STOP "$__sbx_ks" 2>/dev/null; fi
+# The shell's descendants are stopped first through the kernel's lists of
+# each process's children, where it keeps them: at once, not when a pass
+# over every process (long, on a loaded machine) gets to them. The passes
+# find what this misses (children of other threads, a kernel without the
+# lists, processes that left the tree).
+__sbx_q=" $__sbx_ks"; __sbx_w=0
+while [ -n "$__sbx_q" ] && [ "$__sbx_w" -lt 2000 ]; do
+	__sbx_p=${__sbx_q##* }; __sbx_q=${__sbx_q% *}; __sbx_w=$((__sbx_w+1))
+	__sbx_line=
+	read -r __sbx_line 2>/dev/null <"/proc/$__sbx_p/task/$__sbx_p/children"
+	for __sbx_c in $__sbx_line; do
+		eval "[ -z \"\${__sbx_t_$__sbx_c-}\" ]" || continue
+		eval "__sbx_t_$__sbx_c=1; __sbx_s_$__sbx_c=1"; __sbx_kl="$__sbx_kl $__sbx_c"; __sbx_kn="$__sbx_kn $__sbx_c"
+		kill -STOP "$__sbx_c" 2>/dev/null
+		__sbx_q="$__sbx_q $__sbx_c"
+	done
+done
 __sbx_pass=0; __sbx_quiet=0; __sbx_env=0
 while :; do
 	__sbx_pass=$((__sbx_pass+1))

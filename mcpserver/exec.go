@@ -258,10 +258,10 @@ func (s *Server) runCommand(ctx context.Context, req mcp.CallToolRequest, what s
 		} else {
 			text.WriteString(". Start long-running work in the background (`cmd >log 2>&1 &`) and read its log later.]")
 		}
-	case res.Canceled && res.StoppedLate():
-		fmt.Fprintf(&text, "\n[canceled, but the sandbox was slow to answer: stopping the command took %s, and what it did meanwhile ran; then it and every process it started were ended]", fmtDuration(res.StopTook))
 	case res.Canceled && res.NotStarted:
 		text.WriteString("\n[canceled before the shell started the command: it did not run; the shell was replaced and its cwd and exports restored]")
+	case res.Canceled && res.StoppedLate():
+		fmt.Fprintf(&text, "\n[canceled, but the sandbox was slow to answer: stopping the command took %s, and what it did meanwhile ran; then it and every process it started were ended]", fmtDuration(res.StopTook))
 	case res.Canceled:
 		text.WriteString("\n[canceled: the command and every process it started were ended]")
 	case res.ShellLost:

@@ -176,6 +176,8 @@ func (s *Sandbox) housekeepWithin(ctx context.Context, script string, timeout, q
 		return nil, err
 	case res.TimedOut && res.NotStarted && !res.ShellLost:
 		return nil, fmt.Errorf("sandbox %q: %w: every shell stayed busy for %s", s.Name, errHousekeepSlow, res.Queued.Round(time.Second))
+	case res.TimedOut && res.NotStarted:
+		return nil, fmt.Errorf("sandbox %q: %w: a housekeeping script did not start within %s", s.Name, errHousekeepSlow, timeout)
 	case res.TimedOut:
 		return nil, fmt.Errorf("sandbox %q: %w: a housekeeping script ran past %s", s.Name, errHousekeepSlow, timeout)
 	case res.ShellLost, res.ExitCode != 0:

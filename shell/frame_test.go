@@ -69,9 +69,11 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 }
 
 // TestStderrFrames: a frame's stderr is stray bytes up to the start
-// beacon, counted, then the command's output; one that ends without its
-// beacon is a command the shell did not start, whose error goes to stderr
-// and is not counted as stray; anything else after the marker is refused.
+// beacon, counted, then the command's output. An isolated command's frame
+// opens with M( before its subshell's beacon; one that ends without the
+// beacon is a command the shell did not start, and what the shell wrote
+// after M( is its error, which goes to stderr (what came before M( is
+// stray all the same). Anything else after a marker is refused.
 func TestStderrFrames(t *testing.T) {
 	const m = "sbxabc"
 	for _, c := range []struct {
@@ -80,8 +82,10 @@ func TestStderrFrames(t *testing.T) {
 		started, fails       bool
 	}{
 		{"started", "left behind\n" + m + "<\noops\n\n" + m + "\n", "oops\n", 12, true, false},
-		{"not started", "left\n" + "sh: can't fork\n\n" + m + "\n", "left\nsh: can't fork\n", 0, false, false},
+		{"isolated, started", "left\n" + m + "(\nlate\n" + m + "<\nout\n\n" + m + "\n", "out\n", 10, true, false},
+		{"isolated, not started", "left\n" + m + "(\n" + "sh: can't fork\n\n" + m + "\n", "sh: can't fork\n", 5, false, false},
 		{"malformed", m + "<x\n", "", 0, false, true},
+		{"malformed after M(", m + "(\n" + m + "x\n", "", 0, false, true},
 		{"cut short", "left\n" + m, "", 5, false, true},
 	} {
 		for _, r := range []io.Reader{strings.NewReader(c.stream), iotest.OneByteReader(strings.NewReader(c.stream))} {

@@ -155,12 +155,13 @@ func (p *Pool) Run(ctx context.Context, req Request) (Result, error) {
 		req.Timeout = max(req.Timeout-queued, time.Millisecond)
 	}
 	res, err := p.runOn(ctx, sh, req, queued)
-	if res.ShellLost && res.NotStarted && !res.TimedOut && ctx.Err() == nil {
+	if err == nil && res.ShellLost && res.NotStarted && !res.TimedOut && ctx.Err() == nil {
 		// The shell died before the command began (an idle shell that
 		// exited just as it was taken): nothing ran, so the command gets
 		// one more shell, a new one if none is idle. (Not after its
 		// timeout, which the kill of a shell that had not started it
-		// also leaves so: the command's time is up.)
+		// also leaves so: the command's time is up; nor when the shell
+		// could not be ended, and may yet run it.)
 		if sh, again, aerr := p.acquire(actx); aerr == nil {
 			if req.Timeout > 0 && req.QueueWait == 0 {
 				req.Timeout = max(req.Timeout-again, time.Millisecond)

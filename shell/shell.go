@@ -362,7 +362,7 @@ func (s *Shell) run(ctx context.Context, req Request, target *State, extra strin
 	}
 	ex := s.exchange(rctx, frame, marker, runID, !frame.Isolated, stdout, stderr)
 	res := Result{ExitCode: ex.code, Duration: time.Since(start), ShellLost: ex.lost,
-		NotStarted: ex.lost && !ex.started, LeftBehind: ex.bg, Stray: ex.stray, StopTook: ex.stopped, Outputs: ex.outputs}
+		NotStarted: ex.lost && !ex.started && !ex.killFailed, LeftBehind: ex.bg, Stray: ex.stray, StopTook: ex.stopped, Outputs: ex.outputs}
 	err = ex.err
 	if errors.Is(err, errInterrupted) {
 		err = nil
@@ -430,18 +430,22 @@ type exchanged struct {
 	outputs bool   // the outputs directory holds PNG files
 	lost    bool   // the shell ended; code is then its exit status
 	started bool   // the start beacon arrived
-	stray   int64
-	stopped time.Duration // how long ending an interrupted command took
-	err     error
+	// killFailed: a kill of the interrupted command failed, so the shell
+	// may yet run it in its machine.
+	killFailed bool
+	stray      int64
+	stopped    time.Duration // how long ending an interrupted command took
+	err        error
 }
 
 // exitDrain is how long a command's frame is read past its shell's exit.
 const exitDrain = 200 * time.Millisecond
 
-// tailWriter passes writes on to w and keeps the last tailKeep bytes of
-// them.
+// tailWriter passes writes on to w, counts them, and keeps the last
+// tailKeep bytes of them.
 type tailWriter struct {
 	w    io.Writer
+	n    int64
 	tail []byte
 }
 
@@ -449,6 +453,7 @@ type tailWriter struct {
 const tailKeep = 4 << 10
 
 func (t *tailWriter) Write(p []byte) (int, error) {
+	t.n += int64(len(p))
 	if len(p) >= tailKeep {
 		t.tail = append(t.tail[:0], p[len(p)-tailKeep:]...)
 	} else {
@@ -545,7 +550,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 		}
 		return true
 	}
-	interrupted := false
+	interrupted, killFailed := false, false
 	var stopped time.Duration
 	if !wait(ctx.Done(), nil) {
 		interrupted = true
@@ -574,7 +579,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 			// shell's end may take the engine a while to report (a
 			// repeat would count in StopTook as the command's).
 			self := inShell || !beaconSeen.Load()
-			s.killRun(runID, self)
+			killFailed = s.killRun(runID, self)
 			stopped = time.Since(t0)
 			graceEnd := time.Now().Add(grace)
 			// Each wait is killRecheck at least, however long the kill
@@ -585,7 +590,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 				if ended || !time.Now().Before(graceEnd) || s.hasExited() {
 					break
 				}
-				s.killRun(runID, self)
+				killFailed = s.killRun(runID, self) || killFailed
 				stopped = time.Since(t0)
 			}
 			if !ended {
@@ -595,7 +600,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 		if !ended {
 			s.kill()
 			if !wait(nil, time.After(lostWait)) {
-				return exchanged{code: -1, lost: true, started: beaconSeen.Load(), stray: stray.n.Load(), stopped: stopped,
+				return exchanged{code: -1, lost: true, started: beaconSeen.Load(), stray: stray.n.Load(), stopped: stopped, killFailed: killFailed,
 					err: fmt.Errorf("shell did not end after being killed")}
 			}
 		}
@@ -608,6 +613,7 @@ func (s *Shell) exchange(ctx context.Context, frame guest.Frame, marker, runID s
 	ex.started = beaconSeen.Load()
 	ex.stray = stray.n.Load()
 	ex.stopped = stopped
+	ex.killFailed = killFailed
 	if outErr != nil || errErr != nil {
 		s.markDead()
 		ex.code, ex.lost, ex.stateOK = -1, true, false
@@ -682,49 +688,86 @@ func (s *Shell) readStdout(marker string, stray *countWriter, stdout, state, sta
 }
 
 // readStderr reads one frame of the shell's stderr: stray bytes up to the
-// start beacon (started is set then), and the command's output. A frame
-// that ends without its beacon is an isolated command the shell could not
-// start (see guest's frame streams): what the shell wrote before the end
-// is its error, and goes to stderr.
+// start beacon (started is set then), and the command's output. An
+// isolated command's frame opens with M( from the framing shell before
+// its subshell sends the beacon (see guest's frame streams); one that ends
+// without the beacon is a command the shell could not start, and what the
+// shell wrote after M( is its error, which goes to stderr.
 func (s *Shell) readStderr(marker string, stray *countWriter, stderr io.Writer, started *atomic.Bool) error {
-	head := tailWriter{w: stray}
-	if err := s.errs.until([]byte(marker), &head); err != nil {
+	if err := s.errs.until([]byte(marker), stray); err != nil {
 		return err
 	}
-	c, err := s.errs.next()
+	c, err := s.nextPair()
 	if err != nil {
 		return err
 	}
-	switch c {
-	case '<':
+	if c == '(' {
+		between := tailWriter{w: io.Discard}
+		if err := s.errs.until([]byte(marker), &between); err != nil {
+			return err
+		}
+		if c, err = s.errs.next(); err != nil {
+			return err
+		}
+		if c == '\n' {
+			stray.n.Add(between.n - int64(len(between.tail)))
+			_, err := stderr.Write(bytes.TrimSuffix(between.tail, []byte("\n")))
+			return err
+		}
+		stray.n.Add(between.n)
+		if c != '<' {
+			return errMalformedStderr
+		}
 		if c, err = s.errs.next(); err != nil {
 			return err
 		}
 		if c != '\n' {
-			break
+			return errMalformedStderr
 		}
-		started.Store(true)
-		return s.errs.until([]byte("\n"+marker+"\n"), stderr)
-	case '\n':
-		stray.n.Add(-int64(len(head.tail)))
-		_, err := stderr.Write(bytes.TrimSuffix(head.tail, []byte("\n")))
-		return err
+	} else if c != '<' {
+		return errMalformedStderr
 	}
-	return fmt.Errorf("shell sent a malformed frame on stderr")
+	started.Store(true)
+	return s.errs.until([]byte("\n"+marker+"\n"), stderr)
 }
 
+// nextPair reads the two bytes after a marker on stderr, the second of
+// which must be a newline, and returns the first.
+func (s *Shell) nextPair() (byte, error) {
+	c, err := s.errs.next()
+	if err != nil {
+		return 0, err
+	}
+	nl, err := s.errs.next()
+	if err != nil {
+		return 0, err
+	}
+	if nl != '\n' {
+		return 0, errMalformedStderr
+	}
+	return c, nil
+}
+
+var errMalformedStderr = errors.New("shell sent a malformed frame on stderr")
+
 // killRun ends, from outside, the command marked runID, and the shell
-// itself when self is set.
-func (s *Shell) killRun(runID string, self bool) {
+// itself when self is set. It reports whether the kill failed: the
+// command's processes, and the shell, may then live on in the machine
+// (a paused container) however the shell's process here ends.
+func (s *Shell) killRun(runID string, self bool) (failed bool) {
 	if s.pid == 0 {
 		s.kill()
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), killWait)
 	defer cancel()
-	if err := s.host.KillRun(ctx, s.pid, runID, self); err != nil && self {
-		s.kill()
+	if err := s.host.KillRun(ctx, s.pid, runID, self); err != nil {
+		if self {
+			s.kill()
+		}
+		return true
 	}
+	return false
 }
 
 // kill ends the shell and everything it runs.

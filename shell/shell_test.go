@@ -486,12 +486,12 @@ func TestTimeoutEndsEscapedProcessesBesideATracedOne(t *testing.T) {
 // then run whole when the shell goes on, also when the kill returns late
 // (as an engine's exec may, on a loaded machine). The shell goes, in the
 // framing shell and isolated alike: before the start beacon, nothing tells
-// the command will not start after the kill.
+// that the command will not start after the kill.
 func TestCancelBeforeTheShellReadsTheCommand(t *testing.T) {
 	for _, h := range []struct {
 		name string
 		host Host
-	}{{"kill", localHost{}}, {"kill that returns late", lateKillHost{after: time.Second}}} {
+	}{{"kill", localHost{}}, {"kill that returns late", lateKillHost{after: 2 * time.Second}}} {
 		for _, cmd := range []string{"umask 022; sleep 0.5; touch %s/isolated", "sleep 0.5; touch %s/inshell"} {
 			sh, err := Open(context.Background(), h.host, Options{Init: "cd /tmp"})
 			if err != nil {
@@ -502,17 +502,21 @@ func TestCancelBeforeTheShellReadsTheCommand(t *testing.T) {
 			if err := syscall.Kill(sh.pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
+			// The shell goes on a second later: its kill, which stops
+			// it first, has had the time to end it, however loaded the
+			// machine (a SIGCONT sent during the kill would undo its
+			// stop).
 			go func() {
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(time.Second)
 				_ = syscall.Kill(sh.pid, syscall.SIGCONT)
 			}()
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			res, err := sh.Run(ctx, Request{Command: fmt.Sprintf(cmd, dir)}, "")
 			cancel()
-			if err != nil || !res.Canceled || !res.NotStarted {
-				t.Fatalf("%s, %q: got %+v, %v; want it canceled before it started", h.name, cmd, res, err)
+			if err != nil || !res.Canceled {
+				t.Fatalf("%s, %q: got %+v, %v; want it canceled", h.name, cmd, res, err)
 			}
-			time.Sleep(time.Second)
+			time.Sleep(1500 * time.Millisecond)
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Fatalf("%s, %q: the command ran whole after its cancel: %v (result %+v)", h.name, cmd, ents, res)
 			}
@@ -590,6 +594,32 @@ func (h *countingHost) Command(ctx context.Context) proc.Process {
 func (h *countingHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
 	h.kills.Add(1)
 	return h.localHost.KillRun(ctx, pid, runID, self)
+}
+
+// TestFailedKillIsNotReportedAsNotStarted: when the kill of a shell that
+// had not shown the command's start fails (a paused container refuses
+// it), the result does not claim the command did not start: the shell may
+// yet run it in its machine.
+func TestFailedKillIsNotReportedAsNotStarted(t *testing.T) {
+	sh, err := Open(context.Background(), failKillHost{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	if err := syscall.Kill(sh.pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sh.Run(context.Background(), Request{Command: "true", Timeout: 100 * time.Millisecond}, "")
+	if err != nil || !res.TimedOut || !res.ShellLost || res.NotStarted {
+		t.Fatalf("got %+v, %v; want a timeout, the shell lost, and no claim that the command did not start", res, err)
+	}
+}
+
+// failKillHost is localHost whose kills fail.
+type failKillHost struct{ localHost }
+
+func (failKillHost) KillRun(context.Context, int, string, bool) error {
+	return errors.New("the container is paused")
 }
 
 // lateKillHost is localHost whose kills return after more time: the
