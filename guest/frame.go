@@ -442,7 +442,7 @@ func KillRunInShell(pid int, runID string, self bool) string {
 	return "__sbx_ks=" + strconv.Itoa(pid) + "; __sbx_ki=" + runID + "; __sbx_kself=" + s + "\n" + killBody +
 		"for __sbx_p in $__sbx_kl; do unset __sbx_t_$__sbx_p __sbx_s_$__sbx_p; done\n" +
 		"for __sbx_p in $__sbx_cl; do unset __sbx_c_$__sbx_p; done\n" +
-		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_q __sbx_w __sbx_c __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
+		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_q __sbx_w __sbx_c __sbx_k __sbx_v __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
 }
 
 // killBody finds, stops and kills every process of one command (see
@@ -466,6 +466,7 @@ while [ -n "$__sbx_q" ] && [ "$__sbx_w" -lt 2000 ]; do
 	__sbx_line=
 	read -r __sbx_line 2>/dev/null <"/proc/$__sbx_p/task/$__sbx_p/children"
 	for __sbx_c in $__sbx_line; do
+		case $__sbx_c in *[!0-9]*|"$$") continue ;; esac
 		eval "[ -z \"\${__sbx_t_$__sbx_c-}\" ]" || continue
 		eval "__sbx_t_$__sbx_c=1; __sbx_s_$__sbx_c=1"; __sbx_kl="$__sbx_kl $__sbx_c"; __sbx_kn="$__sbx_kn $__sbx_c"
 		kill -STOP "$__sbx_c" 2>/dev/null
@@ -478,6 +479,7 @@ while :; do
 	__sbx_new=0
 	for __sbx_d in /proc/[0-9]*; do
 		__sbx_p=${__sbx_d#/proc/}
+		case $__sbx_p in *[!0-9]*) continue ;; esac
 		[ "$__sbx_p" = "$$" ] && continue
 		[ "$__sbx_p" = "$__sbx_ks" ] && [ "$__sbx_kself" != 1 ] && continue
 		__sbx_line=
@@ -486,6 +488,22 @@ while :; do
 		__sbx_st=${__sbx_rest%% *}
 		__sbx_rest=${__sbx_rest#* }
 		__sbx_pp=${__sbx_rest%% *}
+		# A process may put a newline in its own name, which cuts its stat
+		# line short: what follows is then text it chose, and must reach
+		# no eval. A whole line has some fifty fields, and a name of
+		# fifteen bytes cannot forge ten; a line with fewer is read from
+		# status instead, which escapes the name.
+		case $__sbx_pp in
+		''|*[!0-9]*) __sbx_pp= ;;
+		*) case $__sbx_rest in *' '*' '*' '*' '*' '*' '*' '*' '*' '*' '*) ;; *) __sbx_pp= ;; esac ;;
+		esac
+		if [ -z "$__sbx_pp" ]; then
+			__sbx_st=
+			while read -r __sbx_k __sbx_v __sbx_rest; do
+				case $__sbx_k in State:) __sbx_st=$__sbx_v ;; PPid:) __sbx_pp=$__sbx_v; break ;; esac
+			done 2>/dev/null <"$__sbx_d/status"
+			case $__sbx_pp in ''|*[!0-9]*) continue ;; esac
+		fi
 		__sbx_hit=
 		eval "[ -n \"\${__sbx_t_$__sbx_p-}\${__sbx_t_$__sbx_pp-}\" ]" && __sbx_hit=1
 		if [ -z "$__sbx_hit" ] && [ "$__sbx_env" = 1 ] && eval "[ -z \"\${__sbx_c_$__sbx_p-}\" ]"; then

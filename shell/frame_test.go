@@ -73,7 +73,8 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 // opens with M( before its subshell's beacon; one that ends without the
 // beacon is a command the shell did not start, and what the shell wrote
 // after M( is its error, which goes to stderr (what came before M( is
-// stray all the same). Anything else after a marker is refused.
+// stray all the same; a marker followed by anything else there is text
+// like any other). Anything else after the first marker is refused.
 func TestStderrFrames(t *testing.T) {
 	const m = "sbxabc"
 	for _, c := range []struct {
@@ -85,7 +86,8 @@ func TestStderrFrames(t *testing.T) {
 		{"isolated, started", "left\n" + m + "(\nlate\n" + m + "<\nout\n\n" + m + "\n", "out\n", 10, true, false},
 		{"isolated, not started", "left\n" + m + "(\n" + "sh: can't fork\n\n" + m + "\n", "sh: can't fork\n", 5, false, false},
 		{"malformed", m + "<x\n", "", 0, false, true},
-		{"malformed after M(", m + "(\n" + m + "x\n", "", 0, false, true},
+		{"isolated, the shell ended before it started", "left\n" + m + "(\n" + "sh: Cannot fork\n", "sh: Cannot fork", 5, false, true},
+		{"isolated, the marker quoted before the beacon", m + "(\nnotice " + m + " 1>&2\n" + m + "<\nout\n\n" + m + "\n", "out\n", int64(len("notice " + m + " 1>&2\n")), true, false},
 		{"cut short", "left\n" + m, "", 5, false, true},
 	} {
 		for _, r := range []io.Reader{strings.NewReader(c.stream), iotest.OneByteReader(strings.NewReader(c.stream))} {

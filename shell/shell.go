@@ -702,27 +702,43 @@ func (s *Shell) readStderr(marker string, stray *countWriter, stderr io.Writer, 
 		return err
 	}
 	if c == '(' {
+		// Up to the subshell's beacon, or the frame's end without it.
+		// The shell's own error (or its end: dash and busybox exit when
+		// a fork fails) is what came since M(. A marker followed by
+		// anything else is no token of the frame's (bash's notice of a
+		// subshell killed before its beacon quotes the subshell's text).
 		between := tailWriter{w: io.Discard}
-		if err := s.errs.until([]byte(marker), &between); err != nil {
-			return err
-		}
-		if c, err = s.errs.next(); err != nil {
-			return err
-		}
-		if c == '\n' {
+		notStarted := func(err error) error {
 			stray.n.Add(between.n - int64(len(between.tail)))
-			_, err := stderr.Write(bytes.TrimSuffix(between.tail, []byte("\n")))
+			if _, werr := stderr.Write(bytes.TrimSuffix(between.tail, []byte("\n"))); err == nil {
+				err = werr
+			}
 			return err
 		}
-		stray.n.Add(between.n)
-		if c != '<' {
-			return errMalformedStderr
-		}
-		if c, err = s.errs.next(); err != nil {
-			return err
-		}
-		if c != '\n' {
-			return errMalformedStderr
+		for {
+			if err := s.errs.until([]byte(marker), &between); err != nil {
+				return notStarted(err)
+			}
+			c, err := s.errs.next()
+			if err != nil {
+				return notStarted(err)
+			}
+			if c == '\n' {
+				return notStarted(nil)
+			}
+			if c == '<' {
+				nl, err := s.errs.next()
+				if err != nil {
+					return notStarted(err)
+				}
+				if nl == '\n' {
+					stray.n.Add(between.n)
+					break
+				}
+				_, _ = between.Write([]byte(marker + "<" + string(nl)))
+				continue
+			}
+			_, _ = between.Write([]byte(marker + string(c)))
 		}
 	} else if c != '<' {
 		return errMalformedStderr

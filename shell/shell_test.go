@@ -622,6 +622,52 @@ func (failKillHost) KillRun(context.Context, int, string, bool) error {
 	return errors.New("the container is paused")
 }
 
+// TestKillReadsNoCodeFromProcessNames: a process may put a newline and
+// shell text in its own name, which /proc/PID/stat prints raw. The kill
+// must neither run that text nor stop short on it: the command's
+// processes all end, and nothing the names say runs.
+func TestKillReadsNoCodeFromProcessNames(t *testing.T) {
+	h := cwdHost{dir: t.TempDir()}
+	sh, err := Open(context.Background(), h, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sh.Close)
+	// Names of 15 bytes at most: one that would run ":>i" (make a file
+	// in the kill's directory) in an eval of its stat line's text, one
+	// that breaks such an eval, one that forges a parent.
+	named := func(name string) string {
+		return `sh -c 'printf "` + name + `\n" >/proc/$$/comm; sleep 98764' & `
+	}
+	cmd := named(`) S }\";:>i;#`) + named(`a\nb`) + named(`x) S 1\n`) + "sleep 98764"
+	res, err := sh.Run(context.Background(), Request{Command: cmd, Timeout: 500 * time.Millisecond}, "")
+	if err != nil || !res.TimedOut {
+		t.Fatalf("got %+v, %v; want a timeout", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "i")); err == nil {
+		t.Fatal("the kill ran text a process put in its name")
+	}
+	if out, _ := exec.Command("pgrep", "-f", "sleep 98764").Output(); len(out) > 0 {
+		t.Fatalf("processes survived the timeout: %s", out)
+	}
+}
+
+// cwdHost is localHost whose kills run in dir.
+type cwdHost struct {
+	localHost
+	dir string
+}
+
+func (h cwdHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
+	s := "0"
+	if self {
+		s = "1"
+	}
+	cmd := exec.CommandContext(ctx, "sh", "-c", guest.KillRunScript, "sh", strconv.Itoa(pid), runID, s)
+	cmd.Dir = h.dir
+	return cmd.Run()
+}
+
 // lateKillHost is localHost whose kills return after more time: the
 // command's processes are killed at once, and the caller hears of it late.
 type lateKillHost struct {
