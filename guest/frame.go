@@ -442,7 +442,7 @@ func KillRunInShell(pid int, runID string, self bool) string {
 	return "__sbx_ks=" + strconv.Itoa(pid) + "; __sbx_ki=" + runID + "; __sbx_kself=" + s + "\n" + killBody +
 		"for __sbx_p in $__sbx_kl; do unset __sbx_t_$__sbx_p __sbx_s_$__sbx_p; done\n" +
 		"for __sbx_p in $__sbx_cl; do unset __sbx_c_$__sbx_p; done\n" +
-		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_q __sbx_w __sbx_c __sbx_k __sbx_v __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
+		"unset __sbx_ks __sbx_ki __sbx_kself __sbx_kl __sbx_kn __sbx_cl __sbx_q __sbx_w __sbx_c __sbx_tf __sbx_k __sbx_v __sbx_pass __sbx_new __sbx_quiet __sbx_env __sbx_d __sbx_p __sbx_line __sbx_rest __sbx_st __sbx_pp __sbx_hit __sbx_e\n"
 }
 
 // killBody finds, stops and kills every process of one command (see
@@ -456,15 +456,19 @@ const killBody = `# __sbx_t_PID is set for every process found to belong to the 
 eval "__sbx_t_$__sbx_ks=1"; __sbx_kl=" $__sbx_ks"; __sbx_kn=$__sbx_kl; __sbx_cl=
 if [ "$__sbx_kself" = 1 ]; then eval "__sbx_s_$__sbx_ks=1"; kill -STOP "$__sbx_ks" 2>/dev/null; fi
 # The shell's descendants are stopped first through the kernel's lists of
-# each process's children, where it keeps them: at once, not when a pass
-# over every process (long, on a loaded machine) gets to them. The passes
-# find what this misses (children of other threads, a kernel without the
-# lists, processes that left the tree).
+# each process's children (per thread), where it keeps them: at once, not
+# when a pass over every process (long, on a loaded machine) gets to them.
+# The passes find what this misses (a kernel without the lists, processes
+# that left the tree).
 __sbx_q=" $__sbx_ks"; __sbx_w=0
 while [ -n "$__sbx_q" ] && [ "$__sbx_w" -lt 2000 ]; do
 	__sbx_p=${__sbx_q##* }; __sbx_q=${__sbx_q% *}; __sbx_w=$((__sbx_w+1))
 	__sbx_line=
-	read -r __sbx_line 2>/dev/null <"/proc/$__sbx_p/task/$__sbx_p/children"
+	for __sbx_tf in /proc/$__sbx_p/task/*/children; do
+		__sbx_e=
+		read -r __sbx_e 2>/dev/null <"$__sbx_tf"
+		__sbx_line="$__sbx_line $__sbx_e"
+	done
 	for __sbx_c in $__sbx_line; do
 		case $__sbx_c in *[!0-9]*|"$$") continue ;; esac
 		eval "[ -z \"\${__sbx_t_$__sbx_c-}\" ]" || continue
