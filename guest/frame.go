@@ -477,6 +477,13 @@ while [ -n "$__sbx_q" ] && [ "$__sbx_w" -lt 2000 ]; do
 		__sbx_q="$__sbx_q $__sbx_c"
 	done
 done
+# A shell that goes is killed now, where the kernel lists children: its
+# own are stopped and known already, and nothing (another SIGCONT) can let
+# it run on while the passes go. Without the lists it is killed with the
+# rest, its children found by their parent first.
+if [ "$__sbx_kself" = 1 ] && [ -r "/proc/$__sbx_ks/task/$__sbx_ks/children" ]; then
+	kill -9 "$__sbx_ks" 2>/dev/null; __sbx_kn=${__sbx_kn# "$__sbx_ks"}
+fi
 __sbx_pass=0; __sbx_quiet=0; __sbx_env=0
 while :; do
 	__sbx_pass=$((__sbx_pass+1))

@@ -491,7 +491,7 @@ func TestCancelBeforeTheShellReadsTheCommand(t *testing.T) {
 	for _, h := range []struct {
 		name string
 		host Host
-	}{{"kill", localHost{}}, {"kill that returns late", lateKillHost{after: 2 * time.Second}}} {
+	}{{"kill", localHost{}}, {"kill that returns late", lateKillHost{after: 3 * time.Second}}} {
 		for _, cmd := range []string{"umask 022; sleep 0.5; touch %s/isolated", "sleep 0.5; touch %s/inshell"} {
 			sh, err := Open(context.Background(), h.host, Options{Init: "cd /tmp"})
 			if err != nil {
@@ -502,21 +502,21 @@ func TestCancelBeforeTheShellReadsTheCommand(t *testing.T) {
 			if err := syscall.Kill(sh.pid, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			// The shell goes on a second later: its kill, which stops
-			// it first, has had the time to end it, however loaded the
-			// machine (a SIGCONT sent during the kill would undo its
-			// stop).
+			// The shell goes on two seconds later: its kill, which
+			// stops it first, has had the time to end it, however
+			// loaded the machine.
 			go func() {
-				time.Sleep(time.Second)
+				time.Sleep(2 * time.Second)
 				_ = syscall.Kill(sh.pid, syscall.SIGCONT)
 			}()
+			sent := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			res, err := sh.Run(ctx, Request{Command: fmt.Sprintf(cmd, dir)}, "")
 			cancel()
 			if err != nil || !res.Canceled {
 				t.Fatalf("%s, %q: got %+v, %v; want it canceled", h.name, cmd, res, err)
 			}
-			time.Sleep(1500 * time.Millisecond)
+			time.Sleep(time.Until(sent.Add(3500 * time.Millisecond)))
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Fatalf("%s, %q: the command ran whole after its cancel: %v (result %+v)", h.name, cmd, ents, res)
 			}
@@ -686,22 +686,25 @@ func (h lateKillHost) KillRun(ctx context.Context, pid int, runID string, self b
 // nothing after the command's sleep runs. (A kill that took long to scan
 // the machine's processes once let the framing shell finish the command
 // before the kill reached it, and one pass that missed a process forked
-// as it began let an isolated command run on.)
+// as it began let an isolated command run on.) The sleep is long enough
+// for a kill that a loaded machine is slow to start: what is tested is
+// that the kill, once it runs, leaves nothing of the command to go on.
 func TestCancelAtAnyMoment(t *testing.T) {
 	p := NewPool(localHost{}, Options{}, 2)
 	t.Cleanup(p.Close)
 	runPool(t, p, Request{Command: "cd /usr; export KEEP=yes"})
 	dir := t.TempDir()
-	cmds := []string{"sleep 0.3; touch %s/a%d", "umask 022; sleep 0.3; touch %s/b%d", "umask 022; /bin/true; sleep 0.3; touch %s/c%d"}
-	for i := range 24 {
-		after := time.Duration(i*5) * time.Millisecond
+	cmds := []string{"sleep 2; touch %s/a%d", "umask 022; sleep 2; touch %s/b%d", "umask 022; /bin/true; sleep 2; touch %s/c%d"}
+	for i := range 12 {
+		after := time.Duration(i*10) * time.Millisecond
 		ctx, cancel := context.WithTimeout(context.Background(), after)
+		sent := time.Now()
 		res, err := p.Run(ctx, Request{Command: fmt.Sprintf(cmds[i%len(cmds)], dir, i)})
 		cancel()
 		if err != nil {
 			t.Fatalf("%d: %v", i, err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(time.Until(sent.Add(2500 * time.Millisecond)))
 		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 			t.Fatalf("cancelled after %v: the rest of the command ran: %v (result %+v)", after, ents, res)
 		}
