@@ -22,8 +22,8 @@ import (
 )
 
 // localHost runs shells as local `sh` processes, so the framing is tested
-// without a container engine.
-type localHost struct{}
+// without a container engine. Its kills run in killDir when it is set.
+type localHost struct{ killDir string }
 
 func (localHost) Command(ctx context.Context) proc.Process {
 	cmd := exec.CommandContext(ctx, "sh")
@@ -31,12 +31,14 @@ func (localHost) Command(ctx context.Context) proc.Process {
 	return proc.FromCmd(cmd)
 }
 
-func (localHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
+func (h localHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
 	s := "0"
 	if self {
 		s = "1"
 	}
-	return exec.CommandContext(ctx, "sh", "-c", guest.KillRunScript, "sh", strconv.Itoa(pid), runID, s).Run()
+	cmd := exec.CommandContext(ctx, "sh", "-c", guest.KillRunScript, "sh", strconv.Itoa(pid), runID, s)
+	cmd.Dir = h.killDir
+	return cmd.Run()
 }
 
 // shellHost runs shells as local processes of the program path, named sh
@@ -627,7 +629,7 @@ func (failKillHost) KillRun(context.Context, int, string, bool) error {
 // must neither run that text nor stop short on it: the command's
 // processes all end, and nothing the names say runs.
 func TestKillReadsNoCodeFromProcessNames(t *testing.T) {
-	h := cwdHost{dir: t.TempDir()}
+	h := localHost{killDir: t.TempDir()}
 	sh, err := Open(context.Background(), h, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -644,28 +646,12 @@ func TestKillReadsNoCodeFromProcessNames(t *testing.T) {
 	if err != nil || !res.TimedOut {
 		t.Fatalf("got %+v, %v; want a timeout", res, err)
 	}
-	if _, err := os.Stat(filepath.Join(h.dir, "i")); err == nil {
+	if _, err := os.Stat(filepath.Join(h.killDir, "i")); err == nil {
 		t.Fatal("the kill ran text a process put in its name")
 	}
 	if out, _ := exec.Command("pgrep", "-f", "sleep 98764").Output(); len(out) > 0 {
 		t.Fatalf("processes survived the timeout: %s", out)
 	}
-}
-
-// cwdHost is localHost whose kills run in dir.
-type cwdHost struct {
-	localHost
-	dir string
-}
-
-func (h cwdHost) KillRun(ctx context.Context, pid int, runID string, self bool) error {
-	s := "0"
-	if self {
-		s = "1"
-	}
-	cmd := exec.CommandContext(ctx, "sh", "-c", guest.KillRunScript, "sh", strconv.Itoa(pid), runID, s)
-	cmd.Dir = h.dir
-	return cmd.Run()
 }
 
 // lateKillHost is localHost whose kills return after more time: the
