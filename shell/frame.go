@@ -79,6 +79,11 @@ func (f *frameReader) next() (byte, error) {
 	return c, nil
 }
 
+// unread puts c back in front of what next and until read.
+func (f *frameReader) unread(c byte) {
+	f.buf = append([]byte{c}, f.buf...)
+}
+
 // drain discards the rest of the stream until it ends.
 func (f *frameReader) drain() {
 	f.buf = nil

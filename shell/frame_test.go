@@ -87,6 +87,8 @@ func TestStderrFrames(t *testing.T) {
 		{"isolated, not started", "left\n" + m + "(\n" + "sh: can't fork\n\n" + m + "\n", "sh: can't fork\n", 5, false, false},
 		{"malformed", m + "<x\n", "", 0, false, true},
 		{"isolated, the shell ended before it started", "left\n" + m + "(\n" + "sh: Cannot fork\n", "sh: Cannot fork", 5, false, true},
+		{"isolated, a quoted marker just before the beacon", m + "(\nq" + m + m + "<\nout\n\n" + m + "\n", "out\n", int64(len("q" + m)), true, false},
+		{"isolated, a quoted marker at a line's end", m + "(\nq" + m + "\nerr\n\n" + m + "\n", "q" + m + "\nerr\n", 0, false, false},
 		{"isolated, the marker quoted before the beacon", m + "(\nnotice " + m + " 1>&2\n" + m + "<\nout\n\n" + m + "\n", "out\n", int64(len("notice " + m + " 1>&2\n")), true, false},
 		{"cut short", "left\n" + m, "", 5, false, true},
 	} {

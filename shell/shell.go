@@ -441,10 +441,9 @@ type exchanged struct {
 // exitDrain is how long a command's frame is read past its shell's exit.
 const exitDrain = 200 * time.Millisecond
 
-// tailWriter passes writes on to w, counts them, and keeps the last
-// tailKeep bytes of them.
+// tailWriter counts what is written to it and keeps the last tailKeep
+// bytes.
 type tailWriter struct {
-	w    io.Writer
 	n    int64
 	tail []byte
 }
@@ -462,7 +461,7 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 			t.tail = t.tail[:copy(t.tail, t.tail[n:])]
 		}
 	}
-	return t.w.Write(p)
+	return len(p), nil
 }
 
 // countWriter counts what it discards.
@@ -707,7 +706,7 @@ func (s *Shell) readStderr(marker string, stray *countWriter, stderr io.Writer, 
 		// a fork fails) is what came since M(. A marker followed by
 		// anything else is no token of the frame's (bash's notice of a
 		// subshell killed before its beacon quotes the subshell's text).
-		between := tailWriter{w: io.Discard}
+		var between tailWriter
 		notStarted := func(err error) error {
 			stray.n.Add(between.n - int64(len(between.tail)))
 			if _, werr := stderr.Write(bytes.TrimSuffix(between.tail, []byte("\n"))); err == nil {
@@ -723,22 +722,27 @@ func (s *Shell) readStderr(marker string, stray *countWriter, stderr io.Writer, 
 			if err != nil {
 				return notStarted(err)
 			}
-			if c == '\n' {
+			text := marker
+			switch {
+			case c == '\n' && bytes.HasSuffix(between.tail, []byte("\n")):
 				return notStarted(nil)
-			}
-			if c == '<' {
+			case c == '<':
 				nl, err := s.errs.next()
 				if err != nil {
 					return notStarted(err)
 				}
 				if nl == '\n' {
 					stray.n.Add(between.n)
-					break
+					started.Store(true)
+					return s.errs.until([]byte("\n"+marker+"\n"), stderr)
 				}
-				_, _ = between.Write([]byte(marker + "<" + string(nl)))
-				continue
+				s.errs.unread(nl)
+				text += "<"
+			default:
+				// The byte may open the next marker.
+				s.errs.unread(c)
 			}
-			_, _ = between.Write([]byte(marker + string(c)))
+			_, _ = between.Write([]byte(text))
 		}
 	} else if c != '<' {
 		return errMalformedStderr
