@@ -411,17 +411,17 @@ func validVarName(n string) bool {
 // first when SELF is 1, then its descendants as the kernel lists each
 // process's children (at once, however many other processes the machine
 // runs), then its tree again, pass after pass reading each process's stat
-// only, until two passes in a row find nothing new; the second pass is there
-// because a process stopped while it forked shows its child only to a
-// later pass. The tree is killed then, so the command ends at once, and
+// only, until two passes in a row find nothing new; the second pass is
+// there because a process stopped while it forked shows its child only to
+// a later pass. The tree is killed then, so the command ends at once, and
 // the processes that left it are looked for next: each other process's
 // environment is read once (the costly part on a machine with many
 // processes), and those found are stopped with their own trees, then
-// killed. A process is killed once: a PID freed by the kill may be
-// another process's by the end. Membership is kept in variables (t_PID),
-// so a pass costs the same per process however many there are. It forks
-// nothing (builtins and /proc only), so it works in a sandbox that has no
-// free process slots left.
+// killed. A process is killed once: a PID freed by the kill may be another
+// process's by the end. Membership is kept in variables (t_PID), so a pass
+// costs the same per process however many there are. It forks nothing
+// (builtins and /proc only), so it works in a sandbox that has no free
+// process slots left.
 const KillRunScript = `__sbx_ks=$1; __sbx_ki=$2; __sbx_kself=$3
 ` + killBody + `exit 0
 `
