@@ -198,7 +198,9 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 //     waited for. The label is set at the create, so a creator killed
 //     before its install ran leaves it on a container without the CA: the
 //     next server's commands then fail TLS to intercepted hosts until its
-//     install, caRecheckAfter later.
+//     install, caRecheckAfter later;
+//   - a claimed spare this server installed the CA in while it waited
+//     (installSpareCA): the same.
 //
 // A failure is logged: the sandbox works without it (an allowlist sandbox
 // without a way out).
@@ -212,7 +214,7 @@ func (m *Manager) controlSoon(sb *Sandbox, booted BootInfo) {
 		close(sb.controlled)
 		gate = false
 	}
-	caThere := !booted.Created && sb.caLabel != "" && sb.caLabel == m.caPrint()
+	caThere := (!booted.Created || booted.Spare) && sb.caLabel != "" && sb.caLabel == m.caPrint()
 	waited := gate // read by the work alone once it runs
 	if !sb.Go(func(ctx context.Context) {
 		var ca sync.WaitGroup

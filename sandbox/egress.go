@@ -580,12 +580,17 @@ func (m *Manager) installCA(ctx context.Context, sb *Sandbox) {
 	if m.cfg.CA == nil || sb.egress.mode != egress.ModeAllowlist {
 		return
 	}
-	pem := string(m.cfg.CA.CertPEM())
-	lines := strings.Split(strings.TrimSpace(pem), "\n")
-	mark := lines[len(lines)/2]
-	if _, err := sb.housekeep(ctx, caRun(pem, mark), scriptTimeout); err != nil {
+	if _, err := sb.housekeep(ctx, m.caInstallScript(), scriptTimeout); err != nil {
 		m.log.Warn("install the egress CA in the sandbox", "sandbox", sb.Name, "err", err)
 	}
+}
+
+// caInstallScript is the script that puts the server's CA in a
+// sandbox's trust stores (caRun).
+func (m *Manager) caInstallScript() string {
+	pem := string(m.cfg.CA.CertPEM())
+	lines := strings.Split(strings.TrimSpace(pem), "\n")
+	return caRun(pem, lines[len(lines)/2])
 }
 
 // shellQuote quotes s for sh.

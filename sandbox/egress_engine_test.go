@@ -379,6 +379,35 @@ EOF`})
 				}
 				return nil
 			})
+
+			// A new name that takes a spare: its first command reaches an
+			// intercepted host over TLS, the CA put in while the spare
+			// waited, the spare's agent serving the proxy.
+			if _, ok := rt.(sandbox.Renamer); !ok {
+				return // no spares on this engine
+			}
+			m3 := storedManager(t, rt, cfg)
+			m3.KeepSpares(1)
+			enginetest.WaitFor(t, "a running spare", func() error {
+				sp, err := m3.Spares(ctx)
+				if err != nil {
+					return err
+				}
+				for _, s := range sp {
+					if s.State == sandbox.StateRunning {
+						return nil
+					}
+				}
+				return errors.New("none yet")
+			})
+			o := run(t, m3, "fresh", shell.Request{Command: fmt.Sprintf("test -s %s && curl -sS --max-time 60 https://example.com:%d/tls 2>&1; echo \" [exit $?]\"", caFile, tlsPort)})
+			if !o.res.Boot.Spare || !strings.Contains(o.stdout, "/tls") || !strings.Contains(o.stdout, "[exit 0]") {
+				t.Fatalf("the first command of a new name on a spare (took it: %v), over TLS to an intercepted host: %q", o.res.Boot.Spare, o.stdout)
+			}
+			m3.KeepSpares(0)
+			if _, err := m3.Destroy(ctx, "fresh"); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

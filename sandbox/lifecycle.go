@@ -311,7 +311,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 			}
 		}
 	}()
-	spare := false
+	spare, spareCA := false, false
 	var handed *agentConn // a claimed spare's running agent
 	defer func() {
 		if handed != nil {
@@ -323,6 +323,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 		// has the name.
 		if cl, ok := m.claimSpare(ctx, own); ok { // spare.go
 			c, err, spare, early, handed = cl.c, nil, true, cl.pool, cl.agent
+			spareCA = cl.caDone
 		}
 	}
 	switch {
@@ -430,8 +431,8 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	if info.Adopted {
 		sb.inspected = c
 	}
-	if !info.Created {
-		sb.caLabel = c.Labels[LabelCA]
+	if !info.Created || spareCA {
+		sb.caLabel = c.Labels[LabelCA] // a claimed spare's: installed while it waited
 	}
 	sb.volume = m.volumeOf(name, c)
 	if info.Created && !spare {

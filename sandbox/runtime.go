@@ -26,6 +26,15 @@ type ImageIdentifier interface {
 	ImageID(ctx context.Context, ref string) (string, error)
 }
 
+// HostVolumes is implemented by engines whose volumes are directories the
+// server can look at on the host: whether a volume exists, known without
+// a CLI call.
+type HostVolumes interface {
+	// VolumeOnHost reports whether volume name exists; known false when
+	// the host cannot tell (the caller asks the engine).
+	VolumeOnHost(name string) (exists, known bool)
+}
+
 type Runtime interface {
 	// Kind names the dialect's engine: "docker", "podman" or "container".
 	Kind() string

@@ -387,7 +387,12 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	// A name whose workspace volume exists is no new name (a sandbox
 	// whose container went, its record with it): it boots on that
 	// workspace. Looked up while the first shell opens.
-	isNew := sync.OnceValue(func() bool { return m.volumeAbsent(ctx, m.volumeFor(own.name)) })
+	local := m.localSpares()
+	control := ""
+	if len(local) > 0 {
+		control = local[0].c.Labels[LabelVolume]
+	}
+	isNew := sync.OnceValue(func() bool { return m.volumeAbsentNow(ctx, m.volumeFor(own.name), control) })
 	go isNew()
 	// And what the spares' image is now, to tell a spare of an image
 	// since rebuilt.
@@ -397,7 +402,7 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	current := func(c Container) bool { return !staleSpare(c, imageNow()) }
 	r, _ := RenamerOf(m.rt)
 	tried := map[string]bool{}
-	for _, ls := range m.localSpares() {
+	for _, ls := range local {
 		c := ls.c
 		tried[c.Name] = true
 		got, err := m.takeSpare(ctx, r, own, c, keys, isNew, current)
@@ -450,9 +455,10 @@ func (m *Manager) spareCandidates(ctx context.Context) ([]Container, error) {
 // container, a pool whose first shell is open (nil if that failed), and
 // the agent the spare ran, if it did.
 type claim struct {
-	c     Container
-	pool  *shell.Pool
-	agent *agentConn
+	c      Container
+	pool   *shell.Pool
+	agent  *agentConn
+	caDone bool // the egress CA is in its trust stores
 }
 
 // localSpare is a spare this server booted, as inspected then, with
@@ -464,6 +470,23 @@ type localSpare struct {
 	pool   *shell.Pool
 	holder *atomic.Pointer[owner]
 	agent  *agentConn
+	caDone bool // the egress CA is in its trust stores (installSpareCA)
+}
+
+// installSpareCA puts the egress CA in an allowlist spare's trust stores
+// through its open shell while it waits, so that the first command of the
+// sandbox that claims it need not wait for that (controlSoon); false if
+// it did not.
+func (m *Manager) installSpareCA(ctx context.Context, pool *shell.Pool) bool {
+	if m.cfg.CA == nil || pool == nil {
+		return false
+	}
+	res, err := pool.Run(ctx, shell.Request{Command: m.caInstallScript(), Trusted: true, Timeout: scriptTimeout})
+	if err != nil || res.TimedOut || res.ShellLost || res.ExitCode != 0 {
+		m.log.Debug("a spare's egress CA", "err", err, "exit", res.ExitCode, "timed_out", res.TimedOut)
+		return false
+	}
+	return true
 }
 
 // close ends what ls holds open.
@@ -626,6 +649,21 @@ func (m *Manager) volumeAbsent(ctx context.Context, vol string) bool {
 	return errors.Is(err, ErrNotFound)
 }
 
+// volumeAbsentNow is volumeAbsent answered from the host where the
+// engine's volumes are directories there (HostVolumes), and where that
+// view shows volume known, which exists (a spare's workspace): without
+// it the engine is asked.
+func (m *Manager) volumeAbsentNow(ctx context.Context, vol, known string) bool {
+	if hv, ok := m.rt.(HostVolumes); ok && known != "" {
+		if there, ok := hv.VolumeOnHost(known); ok && there {
+			if exists, ok := hv.VolumeOnHost(vol); ok {
+				return !exists
+			}
+		}
+	}
+	return m.volumeAbsent(ctx, vol)
+}
+
 // takeSpare claims spare c (as listed or inspected when it booted) for
 // the sandbox own is for, under the spare's lock, by renaming it by its
 // spare name: under the lock nobody else renames it, and once claimed
@@ -737,8 +775,9 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 		return claim{}, err
 	}
 	var a *agentConn
+	caDone := false
 	if ls != nil {
-		a = ls.agent
+		a, caDone = ls.agent, ls.caDone
 	}
 	m.locks.Remove(spare) // no spare name is used twice
 	c.Name = m.ContainerFor(name)
@@ -766,7 +805,7 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 	}
 	m.recordWorkspace(name, c)
 	m.log.Info("claimed a spare", "sandbox", name, "spare", spare)
-	return claim{c: m.asSandbox(c), pool: pool, agent: a}, nil
+	return claim{c: m.asSandbox(c), pool: pool, agent: a, caDone: caDone && pool != nil}, nil
 }
 
 // recordWorkspace saves, before anything else is done with it, which
@@ -1319,6 +1358,7 @@ func (m *Manager) bootSpare(ctx context.Context, t spareTarget) (Container, erro
 		}
 		if mode == egress.ModeAllowlist {
 			ls.agent, _ = m.spareAgent(m.life, c.ID)
+			ls.caDone = m.installSpareCA(bctx, ls.pool)
 		}
 		m.spares.mu.Lock()
 		closed := m.closed.Load()

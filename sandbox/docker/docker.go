@@ -43,6 +43,8 @@ type Dialect struct {
 	disksDir string               // where workspace images live
 	diskTag  string               // in the names of this engine's images
 	squashAt int                  // see Options.SquashLayers
+
+	store storeCache // store.go
 }
 
 var _ sandbox.Runtime = (*Dialect)(nil)
@@ -629,7 +631,22 @@ func (d *Dialect) ImageExists(ctx context.Context, ref string) (bool, error) {
 var _ sandbox.ImageIdentifier = (*Dialect)(nil)
 
 // ImageID implements sandbox.ImageIdentifier.
+// While the engine's image names file is as it was when the CLI last
+// answered for ref, that answer stands (store.go).
 func (d *Dialect) ImageID(ctx context.Context, ref string) (string, error) {
+	cached, version := d.cachedImageID(ref)
+	if cached != "" {
+		return cached, nil
+	}
+	id, err := d.inspectImageID(ctx, ref)
+	if err == nil {
+		d.keepImageID(ref, id, version)
+	}
+	return id, err
+}
+
+// inspectImageID is ImageID through the CLI.
+func (d *Dialect) inspectImageID(ctx context.Context, ref string) (string, error) {
 	out, err := d.cli.Output(ctx, nil, "image", "inspect", "--format", "{{.Id}}", "--", ref)
 	if err != nil {
 		return "", err
