@@ -1370,6 +1370,10 @@ func (m *Manager) bootSpare(ctx context.Context, t spareTarget) (Container, erro
 			ls.close()
 		}
 	}
+	// Looked up once more now that the spare waits: an engine that
+	// answers it from the host (docker's store.go) has it at hand for
+	// the claim, which then makes no call for it.
+	m.imageID(bctx, prof.Image)
 	m.log.Info("spare ready", "spare", name, "profile", t.profile)
 	return c, nil
 }

@@ -74,6 +74,7 @@ func New(opts Options) *Dialect {
 		bin = string(opts.Flavor)
 	}
 	d := &Dialect{flavor: opts.Flavor, squashAt: opts.SquashLayers}
+	d.store.learnDelay = storeLearnDelay
 	if d.squashAt <= 0 {
 		d.squashAt = DefaultSquashLayers
 	}

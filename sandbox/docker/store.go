@@ -31,15 +31,20 @@ import (
 //   - whether a volume exists: each volume of the local driver is a
 //     directory named after it under the engine's volume path.
 //
-// Where was learned from one `info` call, made in the background on first
-// use; until then, and wherever the files are not there, not readable, or
-// not what they should be, every look goes to the CLI as before.
+// Where was learned from one `info` call, made in the background a moment
+// after the first use; until then, and wherever the files are not there,
+// not readable, or not what they should be, every look goes to the CLI as
+// before.
 
 // hostStore is where the engine keeps images and volumes on the host.
 type hostStore struct {
 	images  string // the file of image names; "" when not usable
 	volumes string // the directory of volumes; "" when not usable
 }
+
+// storeLearnDelay is how long after the first use the store is learned:
+// the first use is a boot, whose engine calls the `info` call would slow.
+const storeLearnDelay = time.Second
 
 // storeLearnRetry is how long after a failed learn (an engine not up yet)
 // the next use tries again.
@@ -48,12 +53,13 @@ const storeLearnRetry = 30 * time.Second
 // storeCache is a Dialect's knowledge of its engine's host store and the
 // image IDs it read through the CLI.
 type storeCache struct {
-	mu       sync.Mutex
-	learning bool
-	learned  bool
-	failedAt time.Time
-	store    hostStore
-	ids      map[string]cachedID // by image ref
+	mu         sync.Mutex
+	learnDelay time.Duration // storeLearnDelay; less in tests
+	learning   bool
+	learned    bool
+	failedAt   time.Time
+	store      hostStore
+	ids        map[string]cachedID // by image ref
 }
 
 // cachedID is an image ID the CLI gave while the image names file had
@@ -73,7 +79,7 @@ func (d *Dialect) storeNow() (hostStore, bool) {
 	}
 	if !c.learning && (c.failedAt.IsZero() || time.Since(c.failedAt) > storeLearnRetry) {
 		c.learning = true
-		go d.learnStore()
+		time.AfterFunc(c.learnDelay, d.learnStore)
 	}
 	return hostStore{}, false
 }

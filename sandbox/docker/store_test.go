@@ -92,6 +92,7 @@ func TestImageIDAnsweredFromTheStoreUntilItChanges(t *testing.T) {
 			bin, idFile, calls := storeEngine(t, f, root, "{}")
 			writeAtomically(t, idFile, "aaaa1111\n")
 			d := New(Options{Flavor: f, Binary: bin})
+			d.store.learnDelay = 0
 			ctx := context.Background()
 			id := func() string {
 				t.Helper()
@@ -177,6 +178,7 @@ func TestVolumeOnHost(t *testing.T) {
 	}
 	bin, _, _ := storeEngine(t, Podman, root, "{}")
 	d := New(Options{Flavor: Podman, Binary: bin})
+	d.store.learnDelay = 0
 	if _, known := d.VolumeOnHost("smt-ws-a"); known {
 		t.Fatal("known before the store was learned")
 	}
