@@ -65,7 +65,8 @@ type Sandbox struct {
 	// view start from it rather than from inspects of their own.
 	inspected Container
 	// caLabel is the container's LabelCA as the boot found it, when the
-	// boot did not create it.
+	// boot did not create it, or took a spare this server installed the
+	// CA in while it waited.
 	caLabel string
 	notice  atomic.Pointer[string]
 

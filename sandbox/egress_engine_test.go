@@ -388,17 +388,11 @@ EOF`})
 			}
 			m3 := storedManager(t, rt, cfg)
 			m3.KeepSpares(1)
-			enginetest.WaitFor(t, "a running spare", func() error {
-				sp, err := m3.Spares(ctx)
-				if err != nil {
-					return err
+			enginetest.WaitFor(t, "a spare ready", func() error {
+				if m3.ReadySpares() == 0 {
+					return errors.New("none yet")
 				}
-				for _, s := range sp {
-					if s.State == sandbox.StateRunning {
-						return nil
-					}
-				}
-				return errors.New("none yet")
+				return nil
 			})
 			o := run(t, m3, "fresh", shell.Request{Command: fmt.Sprintf("test -s %s && curl -sS --max-time 60 https://example.com:%d/tls 2>&1; echo \" [exit $?]\"", caFile, tlsPort)})
 			if !o.res.Boot.Spare || !strings.Contains(o.stdout, "/tls") || !strings.Contains(o.stdout, "[exit 0]") {

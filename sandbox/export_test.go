@@ -10,6 +10,10 @@ func (m *Manager) RefillSparesNow(ctx context.Context) { m.refillSpares(ctx) }
 // own spares every minute, and returns once it is done.
 func (m *Manager) LookAtLocalSparesNow(ctx context.Context) { m.lookAtLocal(ctx) }
 
+// ReadySpares is how many spares m booted and holds ready for a claim
+// (their shell open, for an allowlist spare its agent and CA).
+func (m *Manager) ReadySpares() int { return len(m.localSpares()) }
+
 // Quiet reports whether closing the shells of sandbox name (booted by m)
 // would end all m runs there with no sweep: none runs a command, the
 // server's own scripts included.

@@ -35,6 +35,14 @@ type HostVolumes interface {
 	VolumeOnHost(name string) (exists, known bool)
 }
 
+// ImageIDWarmer is implemented by engines that answer ImageID from the
+// host once the CLI has answered it (docker's store.go): WarmImageID has
+// the CLI answer where later looks are then answered from the host, and
+// does nothing elsewhere.
+type ImageIDWarmer interface {
+	WarmImageID(ctx context.Context, ref string)
+}
+
 type Runtime interface {
 	// Kind names the dialect's engine: "docker", "podman" or "container".
 	Kind() string

@@ -80,6 +80,12 @@ type spareState struct {
 	// of this server's holds. Both under mu.
 	local []*localSpare
 	busy  map[string]bool
+	// booting are the spares this server is booting, from before their
+	// run until they are among local, true while no claim of this
+	// server's took one through the engine's listing: the boot then
+	// ends what it holds open in it (its shell, its agent), which would
+	// otherwise be left in the claimant's sandbox. Under mu.
+	booting map[string]bool
 	// volumes are the workspaces resets and restores under way found on
 	// the containers they replace, by sandbox (setKnownVolume).
 	volumes map[string]string
@@ -458,7 +464,7 @@ type claim struct {
 	c      Container
 	pool   *shell.Pool
 	agent  *agentConn
-	caDone bool // the egress CA is in its trust stores
+	caDone bool // the egress CA install ran in it while it waited
 }
 
 // localSpare is a spare this server booted, as inspected then, with
@@ -470,13 +476,14 @@ type localSpare struct {
 	pool   *shell.Pool
 	holder *atomic.Pointer[owner]
 	agent  *agentConn
-	caDone bool // the egress CA is in its trust stores (installSpareCA)
+	caDone bool // the egress CA install ran in it (installSpareCA)
 }
 
-// installSpareCA puts the egress CA in an allowlist spare's trust stores
-// through its open shell while it waits, so that the first command of the
-// sandbox that claims it need not wait for that (controlSoon); false if
-// it did not.
+// installSpareCA runs the egress CA's install (installCA's) in an
+// allowlist spare through its open shell while it waits, so that the
+// first command of the sandbox that claims it need not wait for that
+// (controlSoon); false if it did not run. The install puts the CA in the
+// trust stores the image has, as it would at the sandbox's boot.
 func (m *Manager) installSpareCA(ctx context.Context, pool *shell.Pool) bool {
 	if m.cfg.CA == nil || pool == nil {
 		return false
@@ -519,6 +526,30 @@ func (m *Manager) forgetLocal(spare string) *localSpare {
 	ls := m.spares.local[i]
 	m.spares.local = slices.Delete(m.spares.local, i, i+1)
 	return ls
+}
+
+// setBooting marks spare as one this server is booting, or no longer.
+func (m *Manager) setBooting(spare string, on bool) {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	if !on {
+		delete(m.spares.booting, spare)
+		return
+	}
+	if m.spares.booting == nil {
+		m.spares.booting = map[string]bool{}
+	}
+	m.spares.booting[spare] = true
+}
+
+// claimedWhileBooting notes that a claim took spare, if this server is
+// still booting it (see booting).
+func (m *Manager) claimedWhileBooting(spare string) {
+	m.spares.mu.Lock()
+	defer m.spares.mu.Unlock()
+	if _, ok := m.spares.booting[spare]; ok {
+		m.spares.booting[spare] = false
+	}
 }
 
 // isLocal reports whether this server booted spare and still holds it.
@@ -780,6 +811,9 @@ func (m *Manager) takeSpare(ctx context.Context, r Renamer, own *owner, c Contai
 		a, caDone = ls.agent, ls.caDone
 	}
 	m.locks.Remove(spare) // no spare name is used twice
+	if ls == nil {
+		m.claimedWhileBooting(spare)
+	}
 	c.Name = m.ContainerFor(name)
 	own.record(c)
 	verdict <- nil
@@ -1314,6 +1348,8 @@ func (m *Manager) bootSpare(ctx context.Context, t spareTarget) (Container, erro
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	name, vol := m.spareName(id), m.spareVolume(id)
+	m.setBooting(name, true)
+	defer m.setBooting(name, false)
 	labels := map[string]string{LabelOwner: m.cfg.Prefix, LabelRole: RoleSpare, LabelSpare: key, LabelVolume: vol}
 	if t.profile != "" {
 		labels[LabelSpareFor] = t.profile
@@ -1362,18 +1398,21 @@ func (m *Manager) bootSpare(ctx context.Context, t spareTarget) (Container, erro
 		}
 		m.spares.mu.Lock()
 		closed := m.closed.Load()
-		if !closed {
+		claimed := !m.spares.booting[name] // by a claim of this server's meanwhile
+		if !closed && !claimed {
 			m.spares.local = append(m.spares.local, ls)
 		}
 		m.spares.mu.Unlock()
-		if closed {
+		if closed || claimed {
 			ls.close()
 		}
 	}
-	// Looked up once more now that the spare waits: an engine that
-	// answers it from the host (docker's store.go) has it at hand for
-	// the claim, which then makes no call for it.
-	m.imageID(bctx, prof.Image)
+	// Looked up once more now that the spare waits, where the engine
+	// answers it from the host after that: the claim then makes no call
+	// for it.
+	if w, ok := m.rt.(ImageIDWarmer); ok && err == nil {
+		w.WarmImageID(bctx, prof.Image)
+	}
 	m.log.Info("spare ready", "spare", name, "profile", t.profile)
 	return c, nil
 }

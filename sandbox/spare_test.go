@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"testing"
 
 	"github.com/sandbox-mcp/sandbox-mcp/state"
@@ -92,5 +93,54 @@ func TestSpareKey(t *testing.T) {
 	}
 	if spareKey(p, DefaultIdleTTL, "allowlist", "big") == spareKey(p, DefaultIdleTTL, "allowlist", "small") {
 		t.Error("the spares of two named profiles that boot alike have the same key")
+	}
+}
+
+// hostVolumesRT is a Runtime whose volumes the host sees as onHost says
+// (known false: it cannot tell) and the engine as engine says, counting
+// the engine's looks.
+type hostVolumesRT struct {
+	fakeRT
+	onHost map[string]bool
+	known  bool
+	engine map[string]bool
+	asked  *int
+}
+
+func (r hostVolumesRT) VolumeOnHost(name string) (bool, bool) { return r.onHost[name], r.known }
+
+func (r hostVolumesRT) VolumeSize(_ context.Context, name string) (int64, bool, error) {
+	*r.asked++
+	if !r.engine[name] {
+		return 0, false, ErrNotFound
+	}
+	return 1 << 30, true, nil
+}
+
+// TestVolumeAbsentNow: whether a name has a workspace is read from the
+// host only where the host's view shows a volume known to exist (a
+// spare's); otherwise, or when the host cannot tell, the engine is asked,
+// and its answer stands even where the host's view differs.
+func TestVolumeAbsentNow(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		what          string
+		onHost        map[string]bool
+		known         bool
+		control       string
+		engine        map[string]bool
+		absent, asked bool
+	}{
+		{"host sees the spare's, not the name's", map[string]bool{"ws_spare_1": true}, true, "ws_spare_1", map[string]bool{"ws-a": true}, true, false},
+		{"host sees the name's", map[string]bool{"ws_spare_1": true, "ws-a": true}, true, "ws_spare_1", nil, false, false},
+		{"host does not see the spare's: its view is not the engine's", map[string]bool{}, true, "ws_spare_1", map[string]bool{"ws-a": true}, false, true},
+		{"no spare's to check the view with", map[string]bool{}, true, "", map[string]bool{"ws-a": true}, false, true},
+		{"host cannot tell", map[string]bool{"ws_spare_1": true}, false, "ws_spare_1", map[string]bool{}, true, true},
+	} {
+		asked := 0
+		m := &Manager{rt: hostVolumesRT{onHost: c.onHost, known: c.known, engine: c.engine, asked: &asked}}
+		if got := m.volumeAbsentNow(ctx, "ws-a", c.control); got != c.absent || (asked > 0) != c.asked {
+			t.Errorf("%s: absent %v (engine asked %d times), want %v (asked %v)", c.what, got, asked, c.absent, c.asked)
+		}
 	}
 }
