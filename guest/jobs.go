@@ -130,8 +130,7 @@ while [ $__sbx_a = 1 ] && [ $__sbx_i -lt 100 ]; do
 		__sbx_q=${__sbx_p#/proc/}
 		case "$__sbx_f" in *" $__sbx_q "*) continue ;; esac
 		[ "$__sbx_q" = "$$" ] && continue
-		__sbx_l=
-		{ IFS= read -r __sbx_l <"$__sbx_p/stat"; } 2>/dev/null
+		` + readStat("__sbx_l", `"$__sbx_p/stat"`, "__sbx_sl") + `
 		__sbx_r=${__sbx_l##*) }
 		case "$__sbx_r" in ''|Z*|X*|x*) continue ;; esac
 		__sbx_r=${__sbx_r#* }; __sbx_r=${__sbx_r#* }; __sbx_r=${__sbx_r#* }; __sbx_d=${__sbx_r%% *}
@@ -151,6 +150,18 @@ while [ $__sbx_a = 1 ] && [ $__sbx_i -lt 100 ]; do
 	done
 done
 `
+}
+
+// readStat is shell text that reads a /proc/PID/stat file (path, quoted
+// as the shell needs) whole into variable v, its lines joined by spaces,
+// with tmp as a scratch variable, and builtins only. A process may put a
+// newline in its own name: read alone stops there, and the fields after
+// the name's ") " would then be text the process chose (a session, a
+// parent, a start time of its choosing); the whole file's last ") " is the
+// one after the name.
+func readStat(v, path, tmp string) string {
+	return v + "=; " + tmp + "=; { while IFS= read -r " + tmp + " || [ -n \"$" + tmp + "\" ]; do " +
+		v + "=\"$" + v + "$" + tmp + " \"; " + tmp + "=; done <" + path + "; } 2>/dev/null"
 }
 
 // jobBoot sets __sbx_b to what tells one boot of the container from the
@@ -404,8 +415,7 @@ func jobsListScript(dir string) string {
 for __sbx_p in /proc/[0-9]*; do
 	__sbx_q=${__sbx_p#/proc/}
 	[ "$__sbx_q" = "$$" ] && continue
-	__sbx_l=
-	{ IFS= read -r __sbx_l <"$__sbx_p/stat"; } 2>/dev/null
+	` + readStat("__sbx_l", `"$__sbx_p/stat"`, "__sbx_sl") + `
 	__sbx_r=${__sbx_l##*) }
 	case "$__sbx_r" in ''|Z*|X*|x*) continue ;; esac
 	__sbx_r=${__sbx_r#* }; __sbx_r=${__sbx_r#* }; __sbx_r=${__sbx_r#* }; __sbx_d=${__sbx_r%% *}

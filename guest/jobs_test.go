@@ -31,11 +31,13 @@ func TestJobSweepOnHost(t *testing.T) {
 		return c
 	}
 	mark := []string{JobMarker(id)}
-	start(mark, &syscall.SysProcAttr{Setsid: true}, `env -i sleep 1002 & trap "" TERM; exec sleep 1000`)
+	leader := start(mark, &syscall.SysProcAttr{Setsid: true}, `env -i sleep 1002 & trap "" TERM; exec sleep 1000`)
 	start(mark, &syscall.SysProcAttr{Setpgid: true}, `exec sleep 1001`)
 	decoys := []*exec.Cmd{
 		start([]string{JobMarker(other)}, nil, `exec sleep 1003`),
 		start(nil, nil, `exec sleep 1004`),
+		// A name that forges the fields after it: the job's session.
+		start(nil, nil, forgedSession(leader.Process.Pid)+`; sleep 1005`),
 	}
 
 	sweep := func(sig string) JobSweep {
@@ -90,6 +92,13 @@ func TestJobSweepOnHost(t *testing.T) {
 	}
 }
 
+// forgedSession is shell text that gives the shell running it a name
+// whose newline cuts its stat line where the name says it is in session
+// sid (its real session is another).
+func forgedSession(sid int) string {
+	return `printf ') S 1 1 ` + strconv.Itoa(sid) + `\n' >/proc/$$/comm`
+}
+
 func randomJobID(t *testing.T) string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -120,6 +129,12 @@ func TestJobsListOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Wait() })
+	// Not the job's, whatever its name says.
+	forger := exec.Command("sh", "-c", forgedSession(c.Process.Pid)+`; sleep 1005`)
+	if err := forger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = forger.Process.Kill(); _ = forger.Wait() })
 	write := func(id, name, content string) {
 		t.Helper()
 		if err := os.MkdirAll(dir+"/"+id, 0o755); err != nil {

@@ -53,8 +53,8 @@ while [ "$pass" -lt 200 ]; do
 		p=${d#/proc/}
 		case "$p" in "$me"|1) continue ;; esac
 		case "$own" in *" $p:"*) continue ;; esac
-		line=
-		read -r line <"$d/stat" 2>/dev/null || continue
+		` + readStat("line", `"$d/stat"`, "sl") + `
+		[ -n "$line" ] || continue
 		set -- ${line##*) }
 		sh=
 		case "$own" in *" $2:"*) sh=${own#*" $2:"}; sh=${sh%% *} ;; esac
@@ -103,8 +103,7 @@ for e in $shells; do
 	for f in $own; do
 		p=${f%%:*}
 		[ "${f#*:}" = "$s" ] && [ "$p" != "$s" ] || continue
-		line=
-		read -r line <"/proc/$p/stat" 2>/dev/null
+		` + readStat("line", `"/proc/$p/stat"`, "sl") + `
 		set -- ${line##*) }
 		st=${20-}
 		case "$st" in ""|*[!0-9]*) continue ;; esac
