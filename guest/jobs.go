@@ -153,15 +153,18 @@ done
 }
 
 // readStat is shell text that reads a /proc/PID/stat file (path, quoted
-// as the shell needs) whole into variable v, its lines joined by spaces,
-// with tmp as a scratch variable, and builtins only. A process may put a
-// newline in its own name: read alone stops there, and the fields after
-// the name's ") " would then be text the process chose (a session, a
-// parent, a start time of its choosing); the whole file's last ") " is the
-// one after the name.
+// as the shell needs) into variable v, with tmp as a scratch variable and
+// builtins only: its last line, or nothing when that has no ") ". A
+// process may put a newline in its own name: a single read stops there,
+// and the fields after the name's ") " would be text the process chose (a
+// session, a parent of its choosing). The fields the kernel writes after
+// the name are on the last line, whole; and that line is read in one go
+// from one rendering of the file (bash reads /proc files in blocks and
+// seeks back, so its lines may come from renderings made at different
+// moments, under different names).
 func readStat(v, path, tmp string) string {
 	return v + "=; " + tmp + "=; { while IFS= read -r " + tmp + " || [ -n \"$" + tmp + "\" ]; do " +
-		v + "=\"$" + v + "$" + tmp + " \"; " + tmp + "=; done <" + path + "; } 2>/dev/null"
+		v + "=$" + tmp + "; " + tmp + "=; done <" + path + "; } 2>/dev/null; case \"$" + v + "\" in *') '*) ;; *) " + v + "= ;; esac"
 }
 
 // jobBoot sets __sbx_b to what tells one boot of the container from the

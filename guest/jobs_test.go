@@ -37,7 +37,7 @@ func TestJobSweepOnHost(t *testing.T) {
 		start([]string{JobMarker(other)}, nil, `exec sleep 1003`),
 		start(nil, nil, `exec sleep 1004`),
 		// A name that forges the fields after it: the job's session.
-		start(nil, nil, forgedSession(leader.Process.Pid)+`; sleep 1005`),
+		start(nil, nil, forgedSession(leader.Process.Pid)+`; sleep 1005; :`),
 	}
 
 	sweep := func(sig string) JobSweep {
@@ -94,7 +94,8 @@ func TestJobSweepOnHost(t *testing.T) {
 
 // forgedSession is shell text that gives the shell running it a name
 // whose newline cuts its stat line where the name says it is in session
-// sid (its real session is another).
+// sid (its real session is another). The shell must not exec its last
+// command (bash and busybox would): that would take the name back.
 func forgedSession(sid int) string {
 	return `printf ') S 1 1 ` + strconv.Itoa(sid) + `\n' >/proc/$$/comm`
 }
@@ -130,7 +131,7 @@ func TestJobsListOnHost(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL); _ = c.Wait() })
 	// Not the job's, whatever its name says.
-	forger := exec.Command("sh", "-c", forgedSession(c.Process.Pid)+`; sleep 1005`)
+	forger := exec.Command("sh", "-c", forgedSession(c.Process.Pid)+`; sleep 1005; :`)
 	if err := forger.Start(); err != nil {
 		t.Fatal(err)
 	}
