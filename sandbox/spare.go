@@ -398,7 +398,7 @@ func (m *Manager) claimSpare(ctx context.Context, own *owner) (claim, bool) {
 	if len(local) > 0 {
 		control = local[0].c.Labels[LabelVolume]
 	}
-	isNew := sync.OnceValue(func() bool { return m.volumeAbsentNow(ctx, m.volumeFor(own.name), control) })
+	isNew := sync.OnceValue(func() bool { return m.volumeAbsent(ctx, m.volumeFor(own.name), control) })
 	go isNew()
 	// And what the spares' image is now, to tell a spare of an image
 	// since rebuilt.
@@ -669,22 +669,11 @@ func (m *Manager) holdSpare(spare, purpose string) (release func(), err error) {
 	return func() { h.Release(); free() }, nil
 }
 
-// volumeAbsent reports whether the engine says volume vol does not
-// exist; false when it cannot tell.
-func (m *Manager) volumeAbsent(ctx context.Context, vol string) bool {
-	vs, ok := m.rt.(VolumeSizer)
-	if !ok {
-		return false
-	}
-	_, _, err := vs.VolumeSize(ctx, vol)
-	return errors.Is(err, ErrNotFound)
-}
-
-// volumeAbsentNow is volumeAbsent answered from the host where the
-// engine's volumes are directories there (HostVolumes), and where that
-// view shows volume known, which exists (a spare's workspace): without
-// it the engine is asked.
-func (m *Manager) volumeAbsentNow(ctx context.Context, vol, known string) bool {
+// volumeAbsent reports whether volume vol does not exist; false when it
+// cannot tell. It is read from the host where the engine's volumes are
+// directories there (HostVolumes) and that view shows volume known, which
+// exists (a spare's workspace); the engine is asked otherwise.
+func (m *Manager) volumeAbsent(ctx context.Context, vol, known string) bool {
 	if hv, ok := m.rt.(HostVolumes); ok && known != "" {
 		if there, ok := hv.VolumeOnHost(known); ok && there {
 			if exists, ok := hv.VolumeOnHost(vol); ok {
@@ -692,7 +681,12 @@ func (m *Manager) volumeAbsentNow(ctx context.Context, vol, known string) bool {
 			}
 		}
 	}
-	return m.volumeAbsent(ctx, vol)
+	vs, ok := m.rt.(VolumeSizer)
+	if !ok {
+		return false
+	}
+	_, _, err := vs.VolumeSize(ctx, vol)
+	return errors.Is(err, ErrNotFound)
 }
 
 // takeSpare claims spare c (as listed or inspected when it booted) for

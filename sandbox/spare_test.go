@@ -117,11 +117,11 @@ func (r hostVolumesRT) VolumeSize(_ context.Context, name string) (int64, bool, 
 	return 1 << 30, true, nil
 }
 
-// TestVolumeAbsentNow: whether a name has a workspace is read from the
+// TestVolumeAbsent: whether a name has a workspace is read from the
 // host only where the host's view shows a volume known to exist (a
 // spare's); otherwise, or when the host cannot tell, the engine is asked,
 // and its answer stands even where the host's view differs.
-func TestVolumeAbsentNow(t *testing.T) {
+func TestVolumeAbsent(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		what          string
@@ -139,7 +139,7 @@ func TestVolumeAbsentNow(t *testing.T) {
 	} {
 		asked := 0
 		m := &Manager{rt: hostVolumesRT{onHost: c.onHost, known: c.known, engine: c.engine, asked: &asked}}
-		if got := m.volumeAbsentNow(ctx, "ws-a", c.control); got != c.absent || (asked > 0) != c.asked {
+		if got := m.volumeAbsent(ctx, "ws-a", c.control); got != c.absent || (asked > 0) != c.asked {
 			t.Errorf("%s: absent %v (engine asked %d times), want %v (asked %v)", c.what, got, asked, c.absent, c.asked)
 		}
 	}
