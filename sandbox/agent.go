@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
 	"github.com/sandbox-mcp/sandbox-mcp/agent/ctlbin"
+	"github.com/sandbox-mcp/sandbox-mcp/egress"
 	"github.com/sandbox-mcp/sandbox-mcp/guest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/textcut"
 	"github.com/sandbox-mcp/sandbox-mcp/proc"
@@ -63,6 +64,11 @@ type agentConn struct {
 	// stopEarly ends its exec (at the sandbox's end).
 	early     <-chan *agentConn
 	stopEarly context.CancelFunc
+	// caAtStart: the agent the sandbox's main process started, after it
+	// installed this server's egress CA (agentCommand), called and was
+	// taken, so the install had run by then. Of the taken connection
+	// (calledAgent) it says the same for its own call.
+	caAtStart bool
 }
 
 // setClient makes c the sandbox's agent (nil: none); mu is held.
@@ -409,8 +415,17 @@ func (m *Manager) adoptEarlyLocked(sb *Sandbox, a *agentConn) *agent.Client {
 	}
 	sb.agent.setClient(a.c)
 	sb.agent.arch, sb.agent.source, sb.agent.unusable = a.arch, a.source, nil
+	sb.agent.caAtStart = sb.agent.caAtStart || a.caAtStart
 	m.startControl(sb, a.c) // children.go
 	return a.c
+}
+
+// agentInstalledCA reports whether sb's agent came from its main process
+// after that installed this server's egress CA (agentConn.caAtStart).
+func (m *Manager) agentInstalledCA(sb *Sandbox) bool {
+	sb.agent.mu.Lock()
+	defer sb.agent.mu.Unlock()
+	return sb.agent.caAtStart
 }
 
 // runningAgent returns sb's agent when one runs already, or nil: it
@@ -715,6 +730,9 @@ type agentCall struct {
 	token string // what the agent says first, a line
 	at    string // the socket's path as the sandbox sees it
 	once  sync.Once
+	// ca: the main process installs this server's egress CA before it
+	// starts the agent, so the agent's call says the install has run.
+	ca bool
 
 	arch, source string // the agent binary's
 }
@@ -726,7 +744,11 @@ type agentCall struct {
 // (agentCommand). It returns the call to take the agent from
 // (calledAgent), or nil when the spec has no channel or a step fails:
 // the agent then starts through an exec, as in a sandbox found running.
-// The binary is the host's architecture's, as earlyAgent's.
+// The binary is the host's architecture's, as earlyAgent's. An allowlist
+// sandbox's main process installs this server's egress CA first: the
+// install then runs while the boot opens the first shell, and the first
+// command, which waits for the agent, need not wait for an install through
+// that shell (controlSoon).
 func (m *Manager) callingAgent(ctx context.Context, spec *RunSpec) *agentCall {
 	dir := spec.Labels[LabelChannel]
 	if !validChannelDir(dir) || len(spec.Command) == 0 || m.callsFail.Load() {
@@ -750,23 +772,34 @@ func (m *Manager) callingAgent(ctx context.Context, spec *RunSpec) *agentCall {
 		return nil
 	}
 	call.arch, call.source = arch, bin.String()
-	spec.Command = agentCommand(path, call.at, call.token, spec.Command)
+	pem, mark := "", ""
+	if p := m.caPrint(); p != "" && spec.Labels[LabelEgress] == egress.ModeAllowlist && spec.Labels[LabelCA] == p {
+		pem, mark = m.caArgs()
+		call.ca = true
+	}
+	spec.Command = agentCommand(path, call.at, call.token, pem, mark, spec.Command)
 	return call
 }
 
 // agentCommand is a sandbox's main command cmd, preceded by the start of
 // the agent at path (in the channel) calling the server's socket sock
-// with token, with sandbox-ctl linked onto PATH as channelArgv does. The
-// agent is started from a subshell that ends at once, so that the
-// container's init (every sandbox runs with one) becomes its parent and
-// reaps it; then the shell becomes cmd. Started again with the container,
-// the agent finds the socket gone and ends.
-func agentCommand(path, sock, token string, cmd []string) []string {
-	return append([]string{"sh", "-c", agentStartScript, "sandbox-mcp-start", path, sock, token}, cmd...)
+// with token, with sandbox-ctl linked onto PATH as channelArgv does, and
+// before that, when pem is set, the install of that egress CA (caScript,
+// with mark) in the sandbox's trust stores. The agent is started from a
+// subshell that ends at once, so that the container's init (every sandbox
+// runs with one) becomes its parent and reaps it; then the shell becomes
+// cmd. Started again with the container, the agent finds the socket gone
+// and ends (the CA's install runs again, and finds it there).
+func agentCommand(path, sock, token, pem, mark string, cmd []string) []string {
+	return append([]string{"sh", "-c", agentStartScript, "sandbox-mcp-start", path, sock, token, pem, mark}, cmd...)
 }
 
 // agentStartScript is agentCommand's script.
-const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null; ("$1" agent "$2" "$3" </dev/null >/dev/null 2>&1 &); shift 3; exec "$@"`
+const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null
+[ -z "$4" ] || (set -- "$4" "$5"
+` + caScript + `
+) </dev/null >/dev/null 2>&1
+("$1" agent "$2" "$3" </dev/null >/dev/null 2>&1 &); shift 5; exec "$@"`
 
 // callWait bounds the wait for a new sandbox's agent to call: it starts
 // with the container, before the boot's first shell opens, on a loaded
@@ -796,7 +829,7 @@ func (m *Manager) calledAgent(ctx context.Context, call *agentCall) *agentConn {
 		m.log.Debug("the agent started with the sandbox did not answer", "err", err)
 		return nil
 	}
-	return &agentConn{c: c, arch: call.arch, source: call.source}
+	return &agentConn{c: c, arch: call.arch, source: call.source, caAtStart: call.ca}
 }
 
 // handAgent makes a spare's running agent sb's, and has it serve sb's

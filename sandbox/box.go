@@ -68,7 +68,11 @@ type Sandbox struct {
 	// boot did not create it, or took a spare this server installed the
 	// CA in while it waited.
 	caLabel string
-	notice  atomic.Pointer[string]
+	// caAtStart: the boot created the container with a main process that
+	// installs this server's CA before it starts the agent that calls this
+	// server (agentCall.ca).
+	caAtStart bool
+	notice    atomic.Pointer[string]
 
 	// agent is the channel into the sandbox (agent.go), started on use.
 	agent agentConn

@@ -200,7 +200,10 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 //     next server's commands then fail TLS to intercepted hosts until its
 //     install, caRecheckAfter later;
 //   - a claimed spare this server installed the CA in while it waited
-//     (installSpareCA): the same.
+//     (installSpareCA): the same;
+//   - a container this boot created, whose main process installed the CA
+//     before it started the agent that called this server (callingAgent):
+//     the same, once that agent is taken.
 //
 // A failure is logged: the sandbox works without it (an allowlist sandbox
 // without a way out).
@@ -215,10 +218,14 @@ func (m *Manager) controlSoon(sb *Sandbox, booted BootInfo) {
 		gate = false
 	}
 	caThere := (!booted.Created || booted.Spare) && sb.caLabel != "" && sb.caLabel == m.caPrint()
+	// A container this boot created had the CA installed by its main
+	// process before it started the agent (callingAgent): the agent's
+	// call, once taken, says the install ran.
+	caAtStart := sb.caAtStart && !caThere
 	waited := gate // read by the work alone once it runs
 	if !sb.Go(func(ctx context.Context) {
 		var ca sync.WaitGroup
-		if caThere {
+		recheck := func() {
 			// Put back if it went, once the first commands are served:
 			// meanwhile its chore shell would only slow their start.
 			ca.Go(func() {
@@ -228,13 +235,25 @@ func (m *Manager) controlSoon(sb *Sandbox, booted BootInfo) {
 				case <-ctx.Done():
 				}
 			})
-		} else {
+		}
+		switch {
+		case caThere:
+			recheck()
+		case !caAtStart:
 			// The CA goes in through a chore shell while the agent starts
 			// through an exec of its own: neither waits for the other.
 			ca.Go(func() { m.installCA(ctx, sb) })
 		}
 		if _, err := m.agentOf(ctx, sb); err != nil {
 			m.log.Warn("start the agent for the control socket and the egress proxy", "sandbox", sb.Name, "err", err)
+		}
+		if caAtStart {
+			if m.agentInstalledCA(sb) {
+				caThere = true
+				recheck()
+			} else {
+				ca.Go(func() { m.installCA(ctx, sb) }) // the agent came otherwise, or not at all
+			}
 		}
 		if waited && caThere {
 			close(sb.controlled)

@@ -137,7 +137,16 @@ func TestNewSandboxAgentCallsTheServer(t *testing.T) {
 				}
 				return as
 			}
-			run(t, m, "box", shell.Request{Command: "true"})
+			// The first command finds the egress CA in the trust stores:
+			// the main process put it there before it started the agent,
+			// and the command waited for that agent, not for an install.
+			pem := strings.TrimSpace(string(ca.CertPEM()))
+			lines := strings.Split(pem, "\n")
+			o := run(t, m, "box", shell.Request{Command: "cat /usr/local/share/ca-certificates/sandbox-mcp-egress.crt; echo; " +
+				"grep -cxF -e '" + lines[len(lines)/2] + "' /etc/ssl/certs/ca-certificates.crt"})
+			if got := strings.TrimSpace(o.stdout); !strings.HasPrefix(got, pem) || !strings.HasSuffix(got, "\n1") {
+				t.Fatalf("the first command found the CA file and its count in the bundle as %q, want the CA and 1", got)
+			}
 			var first []string
 			enginetest.WaitFor(t, "the called agent to run alone", func() error {
 				as := agents()

@@ -588,9 +588,15 @@ func (m *Manager) installCA(ctx context.Context, sb *Sandbox) {
 // caInstallScript is the script that puts the server's CA in a
 // sandbox's trust stores (caRun).
 func (m *Manager) caInstallScript() string {
-	pem := string(m.cfg.CA.CertPEM())
+	return caRun(m.caArgs())
+}
+
+// caArgs are caScript's arguments for this server's CA: its PEM, and the
+// line of it that tells whether a bundle has it.
+func (m *Manager) caArgs() (pem, mark string) {
+	pem = string(m.cfg.CA.CertPEM())
 	lines := strings.Split(strings.TrimSpace(pem), "\n")
-	return caRun(pem, lines[len(lines)/2])
+	return pem, lines[len(lines)/2]
 }
 
 // shellQuote quotes s for sh.

@@ -434,6 +434,7 @@ func (m *Manager) boot(ctx context.Context, name string, mode bootMode, spareOK,
 	if !info.Created || spareCA {
 		sb.caLabel = c.Labels[LabelCA] // a claimed spare's: installed while it waited
 	}
+	sb.caAtStart = info.Created && !spare && called != nil && called.ca
 	sb.volume = m.volumeOf(name, c)
 	if info.Created && !spare {
 		sb.volume = createdVol
