@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,43 +49,181 @@ func Unavailable() string {
 // the image is named where Sweep's caller looks (a volume's label), or
 // removed. A process killed meanwhile releases it with its death.
 func Make(ctx context.Context, img string, size int64, label string) (dev string, release func(), err error) {
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_CLOEXEC, 0o600)
+	d, err := Start(ctx, img, size, label)
 	if err != nil {
 		return "", nil, err
 	}
-	release = func() { f.Close() }
+	if err := d.Wait(); err != nil {
+		Detach(img)
+		d.Release()
+		return "", nil, err
+	}
+	return d.Dev, d.Release, nil
+}
+
+// Disk is an image Start made and attached, whose filesystem is being
+// written: its device can be named (in a volume's create, say) while the
+// format runs, and mounted once Wait returned nil.
+type Disk struct {
+	// Dev is the loop device the image is attached to.
+	Dev  string
+	f    *os.File
+	done chan struct{}
+	err  error
+}
+
+// Start is Make's first half: it creates the sparse image at img (which
+// must not exist), holds it as Make does, attaches it to a free loop
+// device and starts writing an ext4 filesystem on that device in the
+// background. The caller must call Wait before anything mounts the device
+// and, if Wait fails, Detach img; and Release once the image is named
+// where Sweep's caller looks, or removed. On failure Start leaves nothing
+// behind.
+func Start(ctx context.Context, img string, size int64, label string) (_ *Disk, err error) {
+	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			release()
+			f.Close()
+			Detach(img)
+			err = fmt.Errorf("make an ext4 image: %w", err)
 		}
 	}()
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-	if err == nil {
-		err = f.Truncate(size)
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, err
 	}
-	if err == nil {
-		// -m 0: no blocks reserved for root, the volume's user gets the
-		// whole size. Lazy init writes no inode tables or journal now
-		// (the kernel zeroes them later without filling the sparse file).
-		args := []string{"-q", "-F", "-m", "0", "-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1"}
-		if label != "" {
-			args = append(args, "-L", label)
+	if err := f.Truncate(size); err != nil {
+		return nil, err
+	}
+	dev, err := attach(ctx, f, img)
+	if err != nil {
+		return nil, err
+	}
+	d := &Disk{Dev: dev, f: f, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		d.err = Format(ctx, dev, label)
+	}()
+	return d, nil
+}
+
+// Wait waits for the format Start began and returns its error.
+func (d *Disk) Wait() error {
+	<-d.done
+	if d.err != nil {
+		return fmt.Errorf("make an ext4 image: %w", d.err)
+	}
+	return nil
+}
+
+// Release lets Sweep take the image (see Make); it waits for the format.
+func (d *Disk) Release() {
+	<-d.done
+	d.f.Close()
+}
+
+// Format writes an ext4 filesystem, labelled label (none when ""), on the
+// block device dev. -m 0: no blocks reserved for root, the volume's user
+// gets the whole size. Lazy init writes no inode tables or journal now
+// (the kernel zeroes them later without filling the sparse file), and no
+// discard: the image is sparse already. It writes through the device,
+// not the image file, so that what the kernel read of the device before
+// (a udev probe of the new device, say) is not what a mount then finds.
+func Format(ctx context.Context, dev, label string) error {
+	args := []string{"-q", "-F", "-m", "0", "-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1,nodiscard"}
+	if label != "" {
+		args = append(args, "-L", label)
+	}
+	if err := run(ctx, "mkfs.ext4", append(args, dev)...); err != nil {
+		return err
+	}
+	// Through to the image now, not at the next writeback: the format is
+	// then on disk before anything names the device, and the image's
+	// time is that of its making (Sweep's grace).
+	d, err := os.OpenFile(dev, os.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Formatted reports whether the image file img holds an ext4 (or ext2/3)
+// filesystem: the superblock's magic number, at byte 1080. An image a
+// process killed before its format ended has none.
+func Formatted(img string) (bool, error) {
+	f, err := os.Open(img)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var magic [2]byte
+	if _, err := f.ReadAt(magic[:], 1080); errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("%s is too short to hold a filesystem", img)
+	} else if err != nil {
+		return false, err
+	}
+	return magic == [2]byte{0x53, 0xef}, nil
+}
+
+// Hold takes the lock Make and Start hold on img while they make it (and
+// Sweep while it removes it), waiting up to wait for it, and returns its
+// release: a caller that would change an image it found half made waits
+// so for its maker to be done. It fails if the lock stays taken, or if
+// img was replaced meanwhile.
+func Hold(ctx context.Context, img string, wait time.Duration) (release func(), err error) {
+	f, err := os.OpenFile(img, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			break
 		}
-		err = run(ctx, "mkfs.ext4", append(args, img)...)
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		err = fmt.Errorf("another process held it for %s", wait)
 	}
 	if err == nil {
-		var out []byte
-		out, err = exec.CommandContext(ctx, "losetup", "--find", "--show", img).Output()
-		dev = strings.TrimSpace(string(out))
-		if err == nil && !strings.HasPrefix(dev, "/dev/loop") {
-			err = fmt.Errorf("losetup printed %q", dev)
+		var held, now syscall.Stat_t
+		if err = syscall.Fstat(int(f.Fd()), &held); err == nil {
+			if err = syscall.Stat(img, &now); err == nil && (held.Ino != now.Ino || held.Dev != now.Dev) {
+				err = errors.New("it was replaced while held")
+			}
 		}
 	}
 	if err != nil {
-		Detach(img)
-		return "", nil, fmt.Errorf("make an ext4 image: %w", err)
+		f.Close()
+		return nil, fmt.Errorf("hold %s: %w", img, err)
 	}
-	return dev, release, nil
+	return func() { f.Close() }, nil
+}
+
+// attach attaches the image open as f (img) to a free loop device
+// through /dev/loop-control where the platform can (attachFree), or
+// through losetup (where the device's node is not there to open, in a
+// /dev without udev, losetup makes the node).
+func attach(ctx context.Context, f *os.File, img string) (string, error) {
+	if dev, ok, err := attachFree(f); ok || err != nil {
+		return dev, err
+	}
+	out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", img).Output()
+	dev := strings.TrimSpace(string(out))
+	if err == nil && !strings.HasPrefix(dev, "/dev/loop") {
+		err = fmt.Errorf("losetup printed %q", dev)
+	}
+	return dev, err
 }
 
 // Sweep detaches and deletes the images in dir whose names end in suffix

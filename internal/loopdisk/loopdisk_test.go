@@ -30,6 +30,18 @@ func TestMakeAndDetach(t *testing.T) {
 	if err != nil || fi.Size() != 64<<20 {
 		t.Fatalf("image: %v %v", fi, err)
 	}
+	// Written through the device, the filesystem is in the image file on
+	// return, where the host reads it (no unmounted writeback left).
+	if ok, err := Formatted(img); err != nil || !ok {
+		t.Fatalf("the new image: formatted %v, %v", ok, err)
+	}
+	bare := filepath.Join(t.TempDir(), "bare.ext4")
+	if err := os.WriteFile(bare, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := Formatted(bare); err != nil || ok {
+		t.Fatalf("a zeroed file: formatted %v, %v", ok, err)
+	}
 	// An ext4 filesystem with the formatter's lost+found.
 	if out, err := exec.Command("debugfs", "-R", "stat /lost+found", img).CombinedOutput(); err == nil &&
 		!strings.Contains(string(out), "Mode:  0700") {
@@ -123,5 +135,42 @@ func TestSweep(t *testing.T) {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestHoldWaitsForTheMaker: an image being made (Start, until Release)
+// cannot be held; once its maker lets it go, it can, and a replaced image
+// is refused.
+func TestHoldWaitsForTheMaker(t *testing.T) {
+	if why := Unavailable(); why != "" {
+		t.Skip(why)
+	}
+	img := filepath.Join(t.TempDir(), "h.ext4")
+	d, err := Start(context.Background(), img, 16<<20, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Detach(img) })
+	if _, err := Hold(context.Background(), img, 200*time.Millisecond); err == nil {
+		t.Fatal("an image its maker still holds was held")
+	}
+	if err := d.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		release, err := Hold(context.Background(), img, time.Minute)
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	d.Release()
+	if err := <-done; err != nil {
+		t.Fatalf("held after its maker let it go: %v", err)
+	}
+	if ok, err := Formatted(img); err != nil || !ok {
+		t.Fatalf("formatted %v, %v", ok, err)
 	}
 }

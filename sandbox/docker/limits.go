@@ -241,7 +241,7 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	if !fresh || d.Kind() != "podman" {
 		v, err := d.volumeInspect(ctx, name)
 		if err == nil {
-			return d.checkLoop(v)
+			return d.checkLoop(ctx, v)
 		}
 		if !errors.Is(err, sandbox.ErrNotFound) {
 			return false, err
@@ -253,33 +253,49 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	img := filepath.Join(d.disksDir, name+"."+hex.EncodeToString(rnd[:])+"."+d.diskTag+".ext4")
-	dev, release, err := loopdisk.Make(ctx, img, size, "workspace")
+	// The volume is created while the image's filesystem is written: it
+	// only names the device, which nothing mounts before the volume's
+	// first container, after this returns. A server killed before the
+	// format ended leaves a volume on an image without a filesystem, which
+	// the next look formats (checkLoop).
+	disk, err := loopdisk.Start(ctx, img, size, "workspace")
 	if err != nil {
 		if fresh && d.Kind() == "podman" {
 			// No look was made: a volume a crash left needs no new disk.
 			if v, ierr := d.volumeInspect(ctx, name); ierr == nil {
-				return d.checkLoop(v)
+				return d.checkLoop(ctx, v)
 			}
 		}
 		return false, err
 	}
 	// Held until the volume names it (or it is gone): SweepDisks leaves it.
-	defer release()
+	defer disk.Release()
 	args := []string{"volume", "create", "--label", LabelDiskImage + "=" + img}
 	for _, k := range sortedKeys(labels) {
 		args = append(args, "--label", k+"="+labels[k])
 	}
 	// nosuid,nodev: the volume is mounted on the host too, where a set-id
 	// file or a device node a sandbox made there must mean nothing.
-	args = append(args, "--opt", "type=ext4", "--opt", "device="+dev, "--opt", "o=nosuid,nodev", "--", name)
-	if _, err = d.cli.Output(ctx, nil, args...); err != nil {
+	args = append(args, "--opt", "type=ext4", "--opt", "device="+disk.Dev, "--opt", "o=nosuid,nodev", "--", name)
+	_, err = d.cli.Output(ctx, nil, args...)
+	ferr := disk.Wait()
+	if err != nil {
 		loopdisk.Detach(img)
 		if errors.Is(err, sandbox.ErrAlreadyExists) { // another server won
 			if v, err := d.volumeInspect(ctx, name); err == nil {
-				return d.checkLoop(v)
+				return d.checkLoop(ctx, v)
 			}
 		}
 		return false, err
+	}
+	if ferr != nil {
+		// The volume names a device with no filesystem: it goes, with the
+		// image.
+		if _, rerr := d.cli.Output(context.WithoutCancel(ctx), nil, VolumeRemoveArgs(d.flavor, name)...); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+			return false, fmt.Errorf("%w (and removing its volume %s failed: %v)", ferr, name, rerr)
+		}
+		loopdisk.Detach(img)
+		return false, ferr
 	}
 	return true, nil
 }
@@ -349,23 +365,64 @@ func (d *Dialect) diskImagesNamed(ctx context.Context) (map[string]bool, error) 
 }
 
 // checkLoop verifies that an existing volume's loop device is still backed
-// by its image, re-attaching the image to the same device after a reboot.
-// It returns false for a volume that has no image (a plain volume).
-func (d *Dialect) checkLoop(v volumeJSON) (bool, error) {
+// by its image, re-attaching the image to the same device after a reboot,
+// and that the image has a filesystem (formatLeft). It returns false for a
+// volume that has no image (a plain volume).
+func (d *Dialect) checkLoop(ctx context.Context, v volumeJSON) (bool, error) {
 	img, dev := v.Labels[LabelDiskImage], v.Options["device"]
 	if img == "" || dev == "" {
 		return false, nil
 	}
-	if loopdisk.Backing(dev) == img {
-		return true, nil
+	if loopdisk.Backing(dev) != img {
+		if _, err := os.Stat(img); err != nil {
+			return false, fmt.Errorf("workspace image %s is gone: destroy or reset with wipe_workspace", img)
+		}
+		if err := loopdisk.Reattach(dev, img); err != nil {
+			return false, fmt.Errorf("re-attach workspace image %s to %s: %v (destroy or reset with wipe_workspace)", img, dev, err)
+		}
 	}
-	if _, err := os.Stat(img); err != nil {
-		return false, fmt.Errorf("workspace image %s is gone: destroy or reset with wipe_workspace", img)
+	ok, err := loopdisk.Formatted(img)
+	if err != nil {
+		return false, fmt.Errorf("read workspace image %s: %w", img, err)
 	}
-	if err := loopdisk.Reattach(dev, img); err != nil {
-		return false, fmt.Errorf("re-attach workspace image %s to %s: %v (destroy or reset with wipe_workspace)", img, dev, err)
+	if !ok {
+		if err := d.formatLeft(ctx, img, dev); err != nil {
+			return false, err
+		}
 	}
 	return true, nil
+}
+
+// formatLeftWait bounds how long formatLeft waits for an image's maker
+// (its format, then its volume's create) to let it go.
+const formatLeftWait = time.Minute
+
+// formatLeft formats the image img on dev of a sized volume found with no
+// filesystem: one whose server was killed while it formatted it, which
+// nothing can have written to (nothing mounts it). It does so only for an
+// image of this engine's in its images' directory, held (loopdisk.Hold)
+// so that a maker still at work finishes first, and still without a
+// filesystem then, on the device that image is attached to.
+func (d *Dialect) formatLeft(ctx context.Context, img, dev string) error {
+	if d.disksDir == "" || d.diskTag == "" || filepath.Dir(img) != d.disksDir ||
+		!strings.HasSuffix(filepath.Base(img), "."+d.diskTag+".ext4") {
+		return fmt.Errorf("workspace image %s has no filesystem and is not one of this engine's workspace images: left as it is", img)
+	}
+	release, err := loopdisk.Hold(ctx, img, formatLeftWait)
+	if err != nil {
+		return fmt.Errorf("workspace image %s has no filesystem yet: %w", img, err)
+	}
+	defer release()
+	if ok, err := loopdisk.Formatted(img); err != nil || ok {
+		return err // its maker finished it
+	}
+	if loopdisk.Backing(dev) != img {
+		return fmt.Errorf("workspace image %s is no longer attached to %s", img, dev)
+	}
+	if err := loopdisk.Format(ctx, dev, "workspace"); err != nil {
+		return fmt.Errorf("format workspace image %s, left without a filesystem: %w", img, err)
+	}
+	return nil
 }
 
 // VolumeSize implements sandbox.VolumeSizer: the size of a sized volume's

@@ -123,3 +123,22 @@ func TestDiskSupportAsksTheEngineOnce(t *testing.T) {
 		t.Fatalf("the engines were asked %d times (%q); want once each", n, out)
 	}
 }
+
+// TestFormatLeftOnlyFormatsOwnImages: a volume found on an image with no
+// filesystem has it formatted only when the image is one of this engine's
+// workspace images; an image elsewhere (a volume made by hand on a disk
+// of the user's) is left as it is, its device never written.
+func TestFormatLeftOnlyFormatsOwnImages(t *testing.T) {
+	dir := t.TempDir()
+	d := &Dialect{disksDir: filepath.Join(dir, "sandbox-mcp-disks"), diskTag: "engine-0123456789ab"}
+	for _, img := range []string{
+		filepath.Join(dir, "vm.raw"),
+		filepath.Join(dir, "sandbox-mcp-disks", "ws.1234.engine-ffffffffffff.ext4"), // another engine's
+		filepath.Join(dir, "elsewhere", "ws.1234.engine-0123456789ab.ext4"),
+	} {
+		err := d.formatLeft(context.Background(), img, "/dev/loop-nonexistent")
+		if err == nil || !strings.Contains(err.Error(), "left as it is") {
+			t.Errorf("%s: %v, want it left as it is", img, err)
+		}
+	}
+}

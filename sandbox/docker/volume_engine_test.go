@@ -48,6 +48,56 @@ func TestSizedVolumeOfAFreshName(t *testing.T) {
 	})
 }
 
+// TestUnformattedWorkspaceIsFormatted: a sized volume is created while
+// its image's filesystem is written, so a server killed in between leaves
+// a volume on an image without one (here: its superblock zeroed before
+// any container used it). The next look at the name formats it, and a
+// container then writes to it.
+func TestUnformattedWorkspaceIsFormatted(t *testing.T) {
+	eachSizedDialect(t, func(t *testing.T, ctx context.Context, prefix string, d *docker.Dialect, cli func(...string) string) {
+		name := prefix + "-ws-unformatted"
+		t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), name) })
+		labels := map[string]string{sandbox.LabelOwner: prefix}
+		if sized, err := d.VolumeCreateSized(ctx, name, labels, 64<<20, true); err != nil || !sized {
+			t.Fatalf("create: sized %v, %v", sized, err)
+		}
+		img := cli("volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, name)
+		dev := cli("volume", "inspect", "--format", `{{index .Options "device"}}`, name)
+		if ok, err := loopdisk.Formatted(img); err != nil || !ok {
+			t.Fatalf("a new workspace image: formatted %v, %v", ok, err)
+		}
+		// What a kill mid-format leaves, through the device as the format
+		// writes.
+		f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.WriteAt(make([]byte, 4096), 0)
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, _ := loopdisk.Formatted(img); ok {
+			t.Fatal("the zeroed image still reads as formatted")
+		}
+		for _, fresh := range []bool{true, false} {
+			if sized, err := d.VolumeCreateSized(ctx, name, labels, 64<<20, fresh); err != nil || !sized {
+				t.Fatalf("look again (fresh %v): sized %v, %v", fresh, sized, err)
+			}
+		}
+		if ok, err := loopdisk.Formatted(img); err != nil || !ok {
+			t.Fatalf("after the look: formatted %v, %v", ok, err)
+		}
+		out := cli("run", "--rm", "--mount", "type=volume,source="+name+",target=/w", enginetest.SmallImage, "sh", "-c", "echo kept >/w/f && cat /w/f && ls /w")
+		if !strings.Contains(out, "kept") || !strings.Contains(out, "lost+found") {
+			t.Fatalf("a container on the formatted workspace: %q", out)
+		}
+	})
+}
+
 // TestSweepDisksOnEngine: the image of a volume whose server was killed
 // before the volume was made (here: the volume removed behind the
 // dialect's back, which leaves its image as such a kill does) is
