@@ -789,17 +789,22 @@ func (m *Manager) callingAgent(ctx context.Context, spec *RunSpec) *agentCall {
 // subshell that ends at once, so that the container's init (every sandbox
 // runs with one) becomes its parent and reaps it; then the shell becomes
 // cmd. Started again with the container, the agent finds the socket gone
-// and ends (the CA's install runs again, and finds it there).
+// and ends (and the CA's install does not run).
 func agentCommand(path, sock, token, pem, mark string, cmd []string) []string {
 	return append([]string{"sh", "-c", agentStartScript, "sandbox-mcp-start", path, sock, token, pem, mark}, cmd...)
 }
 
-// agentStartScript is agentCommand's script.
+// agentStartScript is agentCommand's script. The CA's install runs in
+// the agent's own background subshell, just before the agent: a slow or
+// stuck install (a fifo where the file goes) holds back the agent only,
+// never the main command, and a taken call still says the install ran.
+// It runs only while the call's socket is there, at the container's first
+// start: a later start must not put back, over a CA another server
+// installed since, the one this container was made with.
 const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null
-[ -z "$4" ] || (set -- "$4" "$5"
+( (if [ -n "$4" ] && [ -S "$2" ]; then (set -- "$4" "$5"
 ` + caScript + `
-) </dev/null >/dev/null 2>&1
-("$1" agent "$2" "$3" </dev/null >/dev/null 2>&1 &); shift 5; exec "$@"`
+); fi; exec "$1" agent "$2" "$3") </dev/null >/dev/null 2>&1 & ); shift 5; exec "$@"`
 
 // callWait bounds the wait for a new sandbox's agent to call: it starts
 // with the container, before the boot's first shell opens, on a loaded
