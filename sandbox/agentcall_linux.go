@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,23 @@ func listenAgentCall(dir string) (*agentCall, error) {
 	var tok [16]byte
 	_, _ = rand.Read(tok[:])
 	return &agentCall{ln: ln, dirfd: fd, name: name, token: hex.EncodeToString(tok[:]), at: ChannelMount + "/" + name}, nil
+}
+
+// dropStaleCalls removes from channel directory dir the call sockets
+// (listenAgentCall's) that nothing listens on: a server killed before it
+// took its sandbox's call leaves one, which a later start of the
+// container must not find (agentStartScript installs the CA it was made
+// with only while its socket is there).
+func dropStaleCalls(dir string) {
+	if !validChannelDir(dir) {
+		return
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	sweepChannel(fd, "/proc/self/fd/"+strconv.Itoa(fd)+"/", "a-") // channel_linux.go
 }
 
 // accept waits, at most wait or until ctx ends, for the agent's call: the

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/agent"
+	"golang.org/x/sys/unix"
 )
 
 func callDir(t *testing.T) string {
@@ -220,5 +221,35 @@ func TestAgentThatNeverCallsTurnsCallsOff(t *testing.T) {
 	cancel()
 	if a := m2.calledAgent(ctx, call); a != nil || m2.callsFail.Load() {
 		t.Fatalf("a canceled wait: agent %v, calls off %v", a, m2.callsFail.Load())
+	}
+}
+
+// A call socket whose server was killed before it took the call stays in
+// the channel: the next start of the container must not find it (its
+// start script installs the CA it was made with while it is there), so
+// channelBeforeStart removes it; a socket a server still listens on stays.
+func TestStaleCallSocketGoesBeforeAStart(t *testing.T) {
+	dir := callDir(t)
+	live, err := listenAgentCall(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	dead, err := listenAgentCall(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.ln.Close() // what a kill leaves: the file, no listener
+	unix.Close(dead.dirfd)
+	if _, err := os.Lstat(filepath.Join(dir, dead.name)); err != nil {
+		t.Fatalf("the killed server's socket: %v", err)
+	}
+	m := &Manager{log: slog.New(slog.DiscardHandler)}
+	m.channelBeforeStart(Container{Name: "c", Labels: map[string]string{LabelChannel: dir}})
+	if _, err := os.Lstat(filepath.Join(dir, dead.name)); !os.IsNotExist(err) {
+		t.Fatalf("the killed server's socket is still there before the start: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, live.name)); err != nil {
+		t.Fatalf("a socket a server listens on went: %v", err)
 	}
 }

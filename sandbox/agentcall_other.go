@@ -15,6 +15,9 @@ func listenAgentCall(dir string) (*agentCall, error) {
 	return nil, errors.New("channels are served on Linux only")
 }
 
+// dropStaleCalls: no channels here.
+func dropStaleCalls(string) {}
+
 func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, error) {
 	return nil, errors.New("channels are served on Linux only")
 }

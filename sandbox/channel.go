@@ -125,6 +125,7 @@ func (m *Manager) channelBeforeStart(c Container) {
 	if err := ensureChannelDir(dir); err != nil {
 		m.log.Warn("remake the sandbox's channel directory", "container", c.Name, "dir", dir, "err", err)
 	}
+	dropStaleCalls(dir) // agentcall_linux.go
 }
 
 // removeChannel removes dir, the channel directory of a sandbox

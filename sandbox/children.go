@@ -201,9 +201,9 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 //     install, caRecheckAfter later;
 //   - a claimed spare this server installed the CA in while it waited
 //     (installSpareCA): the same;
-//   - a container this boot created, whose main process installed the CA
-//     before it started the agent that called this server (callingAgent):
-//     the same, once that agent is taken.
+//   - a container this boot created, whose start installed the CA before
+//     it started the agent that called this server (callingAgent,
+//     agentStartScript): the same, once that agent is taken.
 //
 // A failure is logged: the sandbox works without it (an allowlist sandbox
 // without a way out).
@@ -218,9 +218,9 @@ func (m *Manager) controlSoon(sb *Sandbox, booted BootInfo) {
 		gate = false
 	}
 	caThere := (!booted.Created || booted.Spare) && sb.caLabel != "" && sb.caLabel == m.caPrint()
-	// A container this boot created had the CA installed by its main
-	// process before it started the agent (callingAgent): the agent's
-	// call, once taken, says the install ran.
+	// A container this boot created had the CA installed at its start,
+	// before the agent was (callingAgent): the agent's call, once taken,
+	// says the install ran.
 	caAtStart := sb.caAtStart && !caThere
 	waited := gate // read by the work alone once it runs
 	if !sb.Go(func(ctx context.Context) {

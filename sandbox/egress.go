@@ -545,9 +545,11 @@ const caFile = "/usr/local/share/ca-certificates/sandbox-mcp-egress.crt"
 
 // caScript installs the PEM in $1 as caFile and adds it, once, to the
 // system bundle where there is one (OpenSSL, curl, git, Python's ssl and
-// Go read it; Node reads NODE_EXTRA_CA_CERTS).
+// Go read it; Node reads NODE_EXTRA_CA_CERTS). What is at the temporary
+// name goes first: a fifo there (an image may ship one) would hold the
+// write.
 const caScript = `d=/usr/local/share/ca-certificates; f=$d/sandbox-mcp-egress.crt
-mkdir -p "$d" 2>/dev/null && printf '%s' "$1" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 0
+mkdir -p "$d" 2>/dev/null && rm -f "$f.tmp" && printf '%s' "$1" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 0
 b=/etc/ssl/certs/ca-certificates.crt
 if [ -f "$b" ] && ! grep -qF "$2" "$b"; then printf '%s' "$1" >>"$b"; fi
 exit 0`

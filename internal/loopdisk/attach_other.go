@@ -6,4 +6,4 @@ import "os"
 
 // attachFree is Linux's: elsewhere losetup serves (and Unavailable says
 // what is missing).
-func attachFree(*os.File) (string, bool, error) { return "", false, nil }
+func attachFree(*os.File) (string, bool) { return "", false }

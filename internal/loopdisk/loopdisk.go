@@ -140,8 +140,8 @@ func Format(ctx context.Context, dev, label string) error {
 		return err
 	}
 	// Through to the image now, not at the next writeback: the format is
-	// then on disk before anything names the device, and the image's
-	// time is that of its making (Sweep's grace).
+	// then on disk before the volume that names the device is used, and
+	// the image's time is that of its making (Sweep's grace).
 	d, err := os.OpenFile(dev, os.O_RDWR|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -215,8 +215,8 @@ func Hold(ctx context.Context, img string, wait time.Duration) (release func(), 
 // through losetup (where the device's node is not there to open, in a
 // /dev without udev, losetup makes the node).
 func attach(ctx context.Context, f *os.File, img string) (string, error) {
-	if dev, ok, err := attachFree(f); ok || err != nil {
-		return dev, err
+	if dev, ok := attachFree(f); ok {
+		return dev, nil
 	}
 	out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", img).Output()
 	dev := strings.TrimSpace(string(out))
@@ -228,7 +228,7 @@ func attach(ctx context.Context, f *os.File, img string) (string, error) {
 
 // Sweep detaches and deletes the images in dir whose names end in suffix
 // that a process killed while it made them left: those unchanged for
-// grace, that no Make holds, and that referenced, asked once they are
+// grace, that no Make or Start holds, and that referenced, asked once they are
 // held here, does not name. It returns the images it removed. A failed
 // referenced removes nothing.
 func Sweep(dir, suffix string, grace time.Duration, referenced func() (map[string]bool, error)) ([]string, error) {

@@ -302,8 +302,8 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 
 // diskSweepGrace is how long a workspace image goes unchanged before
 // SweepDisks may take it for one a killed server left. Its maker holds it
-// (loopdisk.Make) from a moment after its creation until its volume names
-// it: this only covers that moment.
+// (loopdisk.Start) from a moment after its creation until its format ended
+// and its volume names it: this only covers that moment.
 const diskSweepGrace = time.Minute
 
 // SweepDisks implements sandbox.DiskSweeper: it detaches and deletes the
@@ -394,7 +394,8 @@ func (d *Dialect) checkLoop(ctx context.Context, v volumeJSON) (bool, error) {
 }
 
 // formatLeftWait bounds how long formatLeft waits for an image's maker
-// (its format, then its volume's create) to let it go.
+// (its format and its volume's create) to let it go, and for a format a
+// killed server left running to end.
 const formatLeftWait = time.Minute
 
 // formatLeft formats the image img on dev of a sized volume found with no
@@ -419,10 +420,21 @@ func (d *Dialect) formatLeft(ctx context.Context, img, dev string) error {
 	if loopdisk.Backing(dev) != img {
 		return fmt.Errorf("workspace image %s is no longer attached to %s", img, dev)
 	}
-	if err := loopdisk.Format(ctx, dev, "workspace"); err != nil {
-		return fmt.Errorf("format workspace image %s, left without a filesystem: %w", img, err)
+	err = loopdisk.Format(ctx, dev, "workspace")
+	if err == nil {
+		return nil
 	}
-	return nil
+	// mkfs opens the device exclusively: one a killed maker left running
+	// (it outlives its server, which held the lock) makes this one fail.
+	// Its end is waited for.
+	deadline := time.Now().Add(formatLeftWait)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if ok, _ := loopdisk.Formatted(img); ok {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("format workspace image %s, left without a filesystem: %w", img, err)
 }
 
 // VolumeSize implements sandbox.VolumeSizer: the size of a sized volume's
