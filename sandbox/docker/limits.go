@@ -421,18 +421,27 @@ func (d *Dialect) formatLeft(ctx context.Context, img, dev string) error {
 		return fmt.Errorf("workspace image %s is no longer attached to %s", img, dev)
 	}
 	err = loopdisk.Format(ctx, dev, "workspace")
-	if err == nil {
-		return nil
+	if err == nil || !strings.Contains(err.Error(), "in use") {
+		return wrapFormatErr(img, err)
 	}
 	// mkfs opens the device exclusively: one a killed maker left running
-	// (it outlives its server, which held the lock) makes this one fail.
-	// Its end is waited for.
+	// (it outlives its server, which held the lock) makes this one refuse
+	// ("apparently in use by the system"). Its end is waited for.
 	deadline := time.Now().Add(formatLeftWait)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if ok, _ := loopdisk.Formatted(img); ok {
 			return nil
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	return wrapFormatErr(img, err)
+}
+
+// wrapFormatErr is formatLeft's error for img's format failing with err
+// (nil for none).
+func wrapFormatErr(img string, err error) error {
+	if err == nil {
+		return nil
 	}
 	return fmt.Errorf("format workspace image %s, left without a filesystem: %w", img, err)
 }
