@@ -292,7 +292,7 @@ var DialectSuites = map[string]bool{
 	// package sandbox/docker: what the two dialects do apart (a squashed
 	// save, sized volumes)
 	"TestSaveImageSquashesDeepImages": true, "TestSizedVolumeOfAFreshName": true, "TestSweepDisksOnEngine": true,
-	"TestUnformattedWorkspaceIsFormatted": true,
+	"TestUnformattedWorkspaceIsFormatted": true, "TestStartAfterAKilledMount": true,
 	// package agent
 	"TestAgentInContainer": true,
 	// package e2e

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -330,10 +331,37 @@ func (d *Dialect) Start(ctx context.Context, name string) error {
 		return err
 	}
 	_, _ = d.cli.Output(ctx, nil, "container", "cleanup", "--", name)
-	if _, err2 := d.cli.Output(ctx, nil, "start", "--", name); err2 != nil {
-		return err2
+	_, err2 := d.cli.Output(ctx, nil, "start", "--", name)
+	if err2 != nil && d.unmountLeft(ctx, err2) {
+		_, err2 = d.cli.Output(ctx, nil, "start", "--", name)
 	}
-	return nil
+	return err2
+}
+
+// mountedAlready is podman's start error for a volume whose filesystem is
+// mounted at its data directory while podman's record says it is not: a
+// `run` or `start` killed between the mount and the record leaves it so.
+var mountedAlready = regexp.MustCompile(`mounting volume ([A-Za-z0-9][A-Za-z0-9_.-]*) for container [0-9a-f]+: mount: (/[^:\s]+/_data): \S+ already mounted on `)
+
+// unmountLeft undoes what a killed podman left when a start failed with
+// mountedAlready: the volume's own data directory (as its inspect gives
+// it) is unmounted when no running container uses the volume. It reports
+// whether it did.
+func (d *Dialect) unmountLeft(ctx context.Context, startErr error) bool {
+	m := mountedAlready.FindStringSubmatch(startErr.Error())
+	if m == nil {
+		return false
+	}
+	vol, path := m[1], m[2]
+	out, err := d.cli.Output(ctx, nil, "volume", "inspect", "--format", "{{.Mountpoint}}", "--", vol)
+	if err != nil || strings.TrimSpace(string(out)) != path {
+		return false
+	}
+	out, err = d.cli.Output(ctx, nil, "ps", "--quiet", "--filter", "volume="+vol, "--filter", "status=running")
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		return false
+	}
+	return unmountStale(path) == nil
 }
 
 // Stop implements sandbox.Runtime.

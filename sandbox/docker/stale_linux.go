@@ -25,3 +25,7 @@ func killInCgroup(pid int, cgroup string) bool {
 	}
 	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
 }
+
+// unmountStale unmounts the filesystem mounted at path (a volume's data
+// directory that the engine does not count as mounted).
+func unmountStale(path string) error { return unix.Unmount(path, 0) }

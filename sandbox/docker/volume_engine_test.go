@@ -98,6 +98,44 @@ func TestUnformattedWorkspaceIsFormatted(t *testing.T) {
 	})
 }
 
+// TestStartAfterAKilledMount: a podman run or start killed between its
+// mount of a workspace and its record of it leaves the filesystem mounted
+// at the volume's data directory while podman counts it unmounted, and
+// every start then fails ("already mounted on"). Start unmounts it (no
+// running container uses the volume) and starts the container.
+func TestStartAfterAKilledMount(t *testing.T) {
+	eachSizedDialect(t, func(t *testing.T, ctx context.Context, prefix string, d *docker.Dialect, cli func(...string) string) {
+		if d.Kind() != "podman" {
+			t.Skip("podman's volume mounts")
+		}
+		vol, ctr := prefix+"-ws-killedmount", prefix+"-killedmount"
+		t.Cleanup(func() {
+			_ = d.Remove(context.Background(), ctr)
+			_ = d.VolumeRemove(context.Background(), vol)
+		})
+		if sized, err := d.VolumeCreateSized(ctx, vol, map[string]string{sandbox.LabelOwner: prefix}, 64<<20, true); err != nil || !sized {
+			t.Fatalf("create: sized %v, %v", sized, err)
+		}
+		cli("create", "--name", ctr, "--label", sandbox.LabelOwner+"="+prefix, "--mount", "type=volume,source="+vol+",target=/w", enginetest.SmallImage, "sleep", "infinity")
+		dev := cli("volume", "inspect", "--format", `{{index .Options "device"}}`, vol)
+		at := cli("volume", "inspect", "--format", "{{.Mountpoint}}", vol)
+		if err := os.MkdirAll(at, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-o", "nosuid,nodev", dev, at).CombinedOutput(); err != nil {
+			t.Fatalf("mount: %v: %s", err, out)
+		}
+		if err := d.Start(ctx, ctr); err != nil {
+			exec.Command("umount", at).Run()
+			t.Fatalf("start with the workspace left mounted: %v", err)
+		}
+		out := cli("exec", ctr, "sh", "-c", "echo kept >/w/f && cat /w/f")
+		if out != "kept" {
+			t.Fatalf("the started container's workspace: %q", out)
+		}
+	})
+}
+
 // TestSweepDisksOnEngine: the image of a volume whose server was killed
 // before the volume was made (here: the volume removed behind the
 // dialect's back, which leaves its image as such a kill does) is
