@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,12 +41,9 @@ func dropStaleCalls(dir string) {
 	if !validChannelDir(dir) {
 		return
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
+	if fd, _, err := openSwept(dir, "a-"); err == nil { // channel_linux.go
+		unix.Close(fd)
 	}
-	defer unix.Close(fd)
-	sweepChannel(fd, "/proc/self/fd/"+strconv.Itoa(fd)+"/", "a-") // channel_linux.go
 }
 
 // accept waits, at most wait or until ctx ends, for the agent's call: the

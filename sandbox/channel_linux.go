@@ -74,12 +74,10 @@ func listenInChannel(dir, prefix string) (*net.UnixListener, int, string, error)
 	if !validChannelDir(dir) {
 		return nil, -1, "", fmt.Errorf("%q is not a channel directory", dir)
 	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, at, err := openSwept(dir, prefix)
 	if err != nil {
-		return nil, -1, "", fmt.Errorf("open channel %s: %w", dir, err)
+		return nil, -1, "", err
 	}
-	at := "/proc/self/fd/" + strconv.Itoa(fd) + "/"
-	sweepChannel(fd, at, prefix)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := prefix + hex.EncodeToString(b[:]) + ".s"
@@ -112,6 +110,19 @@ func (cl *channelListener) Close() {
 	cl.ln.Close()
 	_ = unix.Unlinkat(cl.dirfd, cl.name, 0)
 	unix.Close(cl.dirfd)
+}
+
+// openSwept opens channel directory dir (a descriptor, and the path to
+// its entries through it) with the sockets of prefix that nothing listens
+// on removed (sweepChannel).
+func openSwept(dir, prefix string) (fd int, at string, err error) {
+	fd, err = unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("open channel %s: %w", dir, err)
+	}
+	at = "/proc/self/fd/" + strconv.Itoa(fd) + "/"
+	sweepChannel(fd, at, prefix)
+	return fd, at, nil
 }
 
 // sweepChannel removes the sockets named prefix… in the directory at

@@ -353,11 +353,10 @@ func (d *Dialect) unmountLeft(ctx context.Context, startErr error) bool {
 		return false
 	}
 	vol, path := m[1], m[2]
-	out, err := d.cli.Output(ctx, nil, "volume", "inspect", "--format", "{{.Mountpoint}}", "--", vol)
-	if err != nil || strings.TrimSpace(string(out)) != path {
+	if v, err := d.volumeInspect(ctx, vol); err != nil || v.Mountpoint != path {
 		return false
 	}
-	out, err = d.cli.Output(ctx, nil, "ps", "--quiet", "--filter", "volume="+vol, "--filter", "status=running")
+	out, err := d.cli.Output(ctx, nil, "ps", "--quiet", "--filter", "volume="+vol, "--filter", "status=running")
 	if err != nil || strings.TrimSpace(string(out)) != "" {
 		return false
 	}

@@ -291,7 +291,7 @@ func (d *Dialect) VolumeCreateSized(ctx context.Context, name string, labels map
 	if ferr != nil {
 		// The volume names a device with no filesystem: it goes, with the
 		// image.
-		if _, rerr := d.cli.Output(context.WithoutCancel(ctx), nil, VolumeRemoveArgs(d.flavor, name)...); rerr != nil && !errors.Is(rerr, sandbox.ErrNotFound) {
+		if rerr := d.VolumeRemove(context.WithoutCancel(ctx), name); rerr != nil {
 			return false, fmt.Errorf("%w (and removing its volume %s failed: %v)", ferr, name, rerr)
 		}
 		loopdisk.Detach(img)
