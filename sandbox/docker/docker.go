@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -614,6 +615,11 @@ func (d *Dialect) VolumeNames(ctx context.Context) ([]string, error) {
 // VolumeRemove implements sandbox.Runtime. A sized volume's loop device
 // and image file go with it. A volume a container still holds is not
 // removed: the error is sandbox.ErrInUse.
+//
+// A volume whose filesystem a killed `podman run` or `start` left mounted
+// at its data directory (podman's record says it is not: podman's removal
+// would leave the mount, and with it the loop device) is unmounted first
+// when no container uses it.
 func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 	v, err := d.volumeInspect(ctx, name)
 	if errors.Is(err, sandbox.ErrNotFound) {
@@ -622,12 +628,20 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if d.flavor == Podman && filepath.IsAbs(v.Mountpoint) && mountedAt(v.Mountpoint) {
+		out, err := d.cli.Output(ctx, nil, "ps", "--all", "--quiet", "--filter", "volume="+name)
+		if err == nil && strings.TrimSpace(string(out)) == "" {
+			if err := unmountStale(v.Mountpoint); err != nil {
+				return fmt.Errorf("volume %s: unmount what a killed start left at %s: %w", name, v.Mountpoint, err)
+			}
+		}
+	}
 	_, err = d.cli.Output(ctx, nil, VolumeRemoveArgs(d.flavor, name)...)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		err = nil
 	}
 	if err == nil {
-		d.removeImage(v)
+		d.removeImage(ctx, v)
 	}
 	return err
 }

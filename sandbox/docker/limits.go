@@ -405,8 +405,7 @@ const formatLeftWait = time.Minute
 // so that a maker still at work finishes first, and still without a
 // filesystem then, on the device that image is attached to.
 func (d *Dialect) formatLeft(ctx context.Context, img, dev string) error {
-	if d.disksDir == "" || d.diskTag == "" || filepath.Dir(img) != d.disksDir ||
-		!strings.HasSuffix(filepath.Base(img), "."+d.diskTag+".ext4") {
+	if !d.ownDiskImage(ctx, img) {
 		return fmt.Errorf("workspace image %s has no filesystem and is not one of this engine's workspace images: left as it is", img)
 	}
 	release, err := loopdisk.Hold(ctx, img, formatLeftWait)
@@ -465,14 +464,24 @@ func (d *Dialect) VolumeSize(ctx context.Context, name string) (int64, bool, err
 }
 
 // removeImage deletes the image behind a removed volume, if it is one of
-// ours.
-func (d *Dialect) removeImage(v volumeJSON) {
-	img := v.Labels[LabelDiskImage]
-	if img == "" || !strings.HasSuffix(img, ".ext4") || strings.Contains(img, "..") ||
-		filepath.Base(filepath.Dir(img)) != "sandbox-mcp-disks" {
-		return
+// this engine's workspace images (ownDiskImage).
+func (d *Dialect) removeImage(ctx context.Context, v volumeJSON) {
+	if img := v.Labels[LabelDiskImage]; d.ownDiskImage(ctx, img) {
+		loopdisk.Detach(img)
 	}
-	loopdisk.Detach(img)
+}
+
+// ownDiskImage reports whether img names one of this engine's workspace
+// images: a file in its images' directory whose name carries its tag.
+// Whatever else a volume's label names (a volume made by hand, another
+// engine's image) is never formatted or deleted here.
+func (d *Dialect) ownDiskImage(ctx context.Context, img string) bool {
+	d.DiskSupport(ctx) // sets disksDir and diskTag, once
+	d.diskMu.Lock()
+	dir, tag := d.disksDir, d.diskTag
+	d.diskMu.Unlock()
+	return dir != "" && tag != "" && filepath.IsAbs(img) && filepath.Clean(img) == img &&
+		filepath.Dir(img) == dir && strings.HasSuffix(filepath.Base(img), "."+tag+".ext4")
 }
 
 // RootfsDir implements sandbox.UsageDirs: overlay's upper directory.

@@ -130,15 +130,35 @@ func TestDiskSupportAsksTheEngineOnce(t *testing.T) {
 // of the user's) is left as it is, its device never written.
 func TestFormatLeftOnlyFormatsOwnImages(t *testing.T) {
 	dir := t.TempDir()
-	d := &Dialect{disksDir: filepath.Join(dir, "sandbox-mcp-disks"), diskTag: "engine-0123456789ab"}
+	d := &Dialect{disk: &sandbox.DiskSupport{VolumeSize: true}, disksDir: filepath.Join(dir, "sandbox-mcp-disks"), diskTag: "engine-0123456789ab"}
 	for _, img := range []string{
 		filepath.Join(dir, "vm.raw"),
 		filepath.Join(dir, "sandbox-mcp-disks", "ws.1234.engine-ffffffffffff.ext4"), // another engine's
 		filepath.Join(dir, "elsewhere", "ws.1234.engine-0123456789ab.ext4"),
+		filepath.Join(dir, "sandbox-mcp-disks", "..", "ws.1234.engine-0123456789ab.ext4"),
+		"sandbox-mcp-disks/ws.1234.engine-0123456789ab.ext4",
 	} {
 		err := d.formatLeft(context.Background(), img, "/dev/loop-nonexistent")
 		if err == nil || !strings.Contains(err.Error(), "left as it is") {
 			t.Errorf("%s: %v, want it left as it is", img, err)
 		}
+		if !filepath.IsAbs(img) {
+			continue
+		}
+		// Nor is it deleted with its volume.
+		if err := os.MkdirAll(filepath.Dir(img), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(img, []byte("kept"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d.removeImage(context.Background(), volumeJSON{Labels: map[string]string{LabelDiskImage: img}})
+		if _, err := os.Stat(img); err != nil {
+			t.Errorf("%s: removed with its volume: %v", img, err)
+		}
+		_ = os.Remove(img)
+	}
+	if own := filepath.Join(dir, "sandbox-mcp-disks", "ws.1234.engine-0123456789ab.ext4"); !d.ownDiskImage(context.Background(), own) {
+		t.Errorf("%s is not taken for this engine's own", own)
 	}
 }

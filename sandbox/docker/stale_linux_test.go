@@ -42,3 +42,25 @@ func TestKillInCgroup(t *testing.T) {
 		t.Fatal("the process did not end")
 	}
 }
+
+// The kernel escapes spaces and backslashes in mountinfo's paths; a
+// mount point is found under its real name, and "/" is mounted here.
+func TestMountedAt(t *testing.T) {
+	for in, want := range map[string]string{
+		`/a\040b`:       "/a b",
+		`/x\134y`:       `/x\y`,
+		`/plain`:        "/plain",
+		`/short\04`:     `/short\04`,
+		`/not\0z9octal`: `/not\0z9octal`,
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if !mountedAt("/") {
+		t.Error(`"/" is not mounted`)
+	}
+	if mountedAt(t.TempDir()) {
+		t.Error("a fresh directory is a mount point")
+	}
+}

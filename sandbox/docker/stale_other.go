@@ -10,3 +10,6 @@ func killInCgroup(int, string) bool { return false }
 
 // unmountStale: the engine's mounts are not on this kernel.
 func unmountStale(string) error { return errors.ErrUnsupported }
+
+// mountedAt: the engine's mounts are not on this kernel.
+func mountedAt(string) bool { return false }

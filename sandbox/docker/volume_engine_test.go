@@ -136,6 +136,48 @@ func TestStartAfterAKilledMount(t *testing.T) {
 	})
 }
 
+// TestRemoveAfterAKilledMount: a workspace that a killed `podman run`
+// left mounted at its data directory (podman's record says it is not) is
+// removed whole: no mount, no loop device, no image left, and a volume of
+// the same name can be made again.
+func TestRemoveAfterAKilledMount(t *testing.T) {
+	eachSizedDialect(t, func(t *testing.T, ctx context.Context, prefix string, d *docker.Dialect, cli func(...string) string) {
+		if d.Kind() != "podman" {
+			t.Skip("podman's volume mounts")
+		}
+		vol := prefix + "-ws-killedrm"
+		if sized, err := d.VolumeCreateSized(ctx, vol, map[string]string{sandbox.LabelOwner: prefix}, 64<<20, true); err != nil || !sized {
+			t.Fatalf("create: sized %v, %v", sized, err)
+		}
+		t.Cleanup(func() { _ = d.VolumeRemove(context.Background(), vol) })
+		dev := cli("volume", "inspect", "--format", `{{index .Options "device"}}`, vol)
+		at := cli("volume", "inspect", "--format", "{{.Mountpoint}}", vol)
+		img := cli("volume", "inspect", "--format", `{{index .Labels "`+docker.LabelDiskImage+`"}}`, vol)
+		if err := os.MkdirAll(at, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("mount", "-o", "nosuid,nodev", dev, at).CombinedOutput(); err != nil {
+			t.Fatalf("mount: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("umount", at).Run() })
+		if err := d.VolumeRemove(ctx, vol); err != nil {
+			t.Fatalf("remove: %v", err)
+		}
+		if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), " "+at+" ") {
+			t.Errorf("%s is still mounted", at)
+		}
+		if out, _ := exec.Command("losetup", "--associated", img).Output(); len(out) > 0 {
+			t.Errorf("the image is still attached: %s", out)
+		}
+		if _, err := os.Stat(img); !os.IsNotExist(err) {
+			t.Errorf("the image is still there: %v", err)
+		}
+		if sized, err := d.VolumeCreateSized(ctx, vol, map[string]string{sandbox.LabelOwner: prefix}, 64<<20, true); err != nil || !sized {
+			t.Fatalf("create again: sized %v, %v", sized, err)
+		}
+	})
+}
+
 // TestSweepDisksOnEngine: the image of a volume whose server was killed
 // before the volume was made (here: the volume removed behind the
 // dialect's back, which leaves its image as such a kill does) is
