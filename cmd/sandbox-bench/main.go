@@ -193,16 +193,30 @@ func (b *bench) firstExec() error {
 	return nil
 }
 
-// warmExec: a warm exec of true through MCP over stdio vs one engine exec.
-// It sets b.warmP50 for later figures.
+// warmSettle is how long the warm figures wait after the sandbox's boot:
+// the boot leaves work running for some seconds (the pool's second shell,
+// a warm spare's boot, the egress CA's check through a chore shell 3 s
+// on), whose engine calls take the machine's cores from the commands
+// timed. 10 s was quiet on a 2-core machine; the commands timed during
+// that work are reported on a line of their own.
+const warmSettle = 10 * time.Second
+
+// warmExec: a warm exec of true through MCP over stdio vs one engine exec,
+// once the boot's own work is done. It sets b.warmP50 for later figures.
 func (b *bench) warmExec() error {
 	if _, err := b.main.execTrue(b.ctx, "default"); err != nil {
 		return err
 	}
+	early, err := b.main.execTrueN(b.ctx, "default", b.n)
+	if err != nil {
+		return err
+	}
+	time.Sleep(warmSettle)
 	lat, err := b.main.execTrueN(b.ctx, "default", b.n)
 	if err != nil {
 		return err
 	}
+	sort.Slice(early, func(i, j int) bool { return early[i] < early[j] })
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
 	b.warmP50 = p50
@@ -218,6 +232,7 @@ func (b *bench) warmExec() error {
 	ee := median(engineExecs)
 	report("warm exec `true` p50 (MCP, stdio)", us(p50), us(ee)+" (one "+b.engine+" exec)", ratio(p50, ee), "<= 1ms, <= 0.01x", p50 <= time.Millisecond && ratio(p50, ee) <= 0.01)
 	report("warm exec `true` p99 (MCP, stdio)", us(p99), "", 0, "<= 5ms", p99 <= 5*time.Millisecond)
+	fmt.Printf("%-44s right after the boot, while its work runs: p50 %s, p99 %s\n", "", us(early[len(early)/2]), us(early[len(early)*99/100]))
 	fmt.Printf("%-44s i.e. %.0fx faster than one %s exec per command\n", "", float64(ee)/float64(p50), b.engine)
 	return nil
 }
