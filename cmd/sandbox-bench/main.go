@@ -194,10 +194,10 @@ func (b *bench) firstExec() error {
 }
 
 // warmSettle is how long the warm figures wait after the sandbox's boot:
-// the boot leaves work running for some seconds (the pool's second shell,
-// a warm spare's boot, the egress CA's check through a chore shell 3 s
-// on), whose engine calls take the machine's cores from the commands
-// timed. 10 s was quiet on a 2-core machine; the commands timed during
+// the server's first seconds hold work of its own (the boot of the warm
+// spare it keeps, begun with the server; the disk watcher's first looks;
+// the egress CA's check through a chore shell 3 s after the boot), whose
+// engine calls take the machine's cores from the commands timed. 10 s was quiet on a 2-core machine; the commands timed during
 // that work are reported on a line of their own.
 const warmSettle = 10 * time.Second
 
