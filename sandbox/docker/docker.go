@@ -615,11 +615,6 @@ func (d *Dialect) VolumeNames(ctx context.Context) ([]string, error) {
 // VolumeRemove implements sandbox.Runtime. A sized volume's loop device
 // and image file go with it. A volume a container still holds is not
 // removed: the error is sandbox.ErrInUse.
-//
-// A volume whose filesystem a killed `podman run` or `start` left mounted
-// at its data directory (podman's record says it is not: podman's removal
-// would leave the mount, and with it the loop device) is unmounted first
-// when no container uses it.
 func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 	v, err := d.volumeInspect(ctx, name)
 	if errors.Is(err, sandbox.ErrNotFound) {
@@ -628,22 +623,56 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if d.flavor == Podman && filepath.IsAbs(v.Mountpoint) && mountedAt(v.Mountpoint) {
-		out, err := d.cli.Output(ctx, nil, "ps", "--all", "--quiet", "--filter", "volume="+name)
-		if err == nil && strings.TrimSpace(string(out)) == "" {
-			if err := unmountStale(v.Mountpoint); err != nil {
-				return fmt.Errorf("volume %s: unmount what a killed start left at %s: %w", name, v.Mountpoint, err)
-			}
+	if d.flavor == Podman {
+		if err := d.unmountKilled(ctx, name, v); err != nil {
+			return err
 		}
 	}
 	_, err = d.cli.Output(ctx, nil, VolumeRemoveArgs(d.flavor, name)...)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		err = nil
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		// podman can drop its record of the volume and then fail to
+		// clean its directory: the image goes all the same.
+		if _, ierr := d.volumeInspect(ctx, name); !errors.Is(ierr, sandbox.ErrNotFound) {
+			return err
+		}
 	}
-	if err == nil {
-		d.removeImage(ctx, v)
+	d.removeImage(ctx, name, v)
+	return nil
+}
+
+// unmountKilled unmounts what a killed `podman run` or `start` left
+// mounted at sized volume v's data directory while podman's record says
+// it is not: podman's removal refuses such a volume ("device or resource
+// busy") and would leave its loop device. Only v's own device mounted
+// there is unmounted, only while no container (in any state) uses the
+// volume, and only if it is still the same mount after that look.
+func (d *Dialect) unmountKilled(ctx context.Context, name string, v volumeJSON) error {
+	dev := v.Options["device"]
+	if dev == "" || !filepath.IsAbs(v.Mountpoint) {
+		return nil
 	}
-	return err
+	at := v.Mountpoint
+	if real, err := filepath.EvalSymlinks(at); err == nil {
+		at = real // mountinfo names the resolved path
+	}
+	first, ok := mountAt(at)
+	if !ok || !first.of(dev) {
+		return nil
+	}
+	out, err := d.cli.Output(ctx, nil, "ps", "--all", "--quiet", "--filter", "volume="+name)
+	if err != nil {
+		return fmt.Errorf("volume %s: find the containers that use it: %w", name, err)
+	}
+	if strings.TrimSpace(string(out)) != "" {
+		return nil // podman refuses the removal: in use
+	}
+	if now, ok := mountAt(at); !ok || now.id != first.id {
+		return nil // unmounted meanwhile, or mounted again by a start
+	}
+	if err := unmountStale(at); err != nil {
+		return fmt.Errorf("volume %s: unmount what a killed start left at %s: %w", name, at, err)
+	}
+	return nil
 }
 
 // VolumeRemoveArgs builds the argv (without the program) that removes

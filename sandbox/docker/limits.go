@@ -463,12 +463,30 @@ func (d *Dialect) VolumeSize(ctx context.Context, name string) (int64, bool, err
 	return fi.Size(), true, nil
 }
 
-// removeImage deletes the image behind a removed volume, if it is one of
-// this engine's workspace images (ownDiskImage).
-func (d *Dialect) removeImage(ctx context.Context, v volumeJSON) {
-	if img := v.Labels[LabelDiskImage]; d.ownDiskImage(ctx, img) {
+// removeImage deletes the image behind removed volume name, if it is one
+// of this engine's workspace images (ownDiskImage), or one made for that
+// volume before images carried their engine's tag.
+func (d *Dialect) removeImage(ctx context.Context, name string, v volumeJSON) {
+	img := v.Labels[LabelDiskImage]
+	if d.ownDiskImage(ctx, img) || d.untaggedImage(img, name) {
 		loopdisk.Detach(img)
 	}
+}
+
+// untaggedImage reports whether img is the name an image made for volume
+// name had before images carried their engine's tag: <name>.<8 hex
+// digits>.ext4 in the images' directory.
+func (d *Dialect) untaggedImage(img, name string) bool {
+	d.diskMu.Lock()
+	dir := d.disksDir
+	d.diskMu.Unlock()
+	rest, ok := strings.CutPrefix(filepath.Base(img), name+".")
+	hexPart, ok2 := strings.CutSuffix(rest, ".ext4")
+	if !ok || !ok2 || len(hexPart) != 8 || dir == "" || img != filepath.Join(dir, filepath.Base(img)) {
+		return false
+	}
+	_, err := hex.DecodeString(hexPart)
+	return err == nil
 }
 
 // ownDiskImage reports whether img names one of this engine's workspace
@@ -476,7 +494,7 @@ func (d *Dialect) removeImage(ctx context.Context, v volumeJSON) {
 // Whatever else a volume's label names (a volume made by hand, another
 // engine's image) is never formatted or deleted here.
 func (d *Dialect) ownDiskImage(ctx context.Context, img string) bool {
-	d.DiskSupport(ctx) // sets disksDir and diskTag, once
+	d.DiskSupport(context.WithoutCancel(ctx)) // sets disksDir and diskTag, once
 	d.diskMu.Lock()
 	dir, tag := d.disksDir, d.diskTag
 	d.diskMu.Unlock()

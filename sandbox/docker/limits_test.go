@@ -131,12 +131,21 @@ func TestDiskSupportAsksTheEngineOnce(t *testing.T) {
 func TestFormatLeftOnlyFormatsOwnImages(t *testing.T) {
 	dir := t.TempDir()
 	d := &Dialect{disk: &sandbox.DiskSupport{VolumeSize: true}, disksDir: filepath.Join(dir, "sandbox-mcp-disks"), diskTag: "engine-0123456789ab"}
+	if err := os.MkdirAll(filepath.Join(dir, "sandbox-mcp-disks", "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, img := range []string{
 		filepath.Join(dir, "vm.raw"),
 		filepath.Join(dir, "sandbox-mcp-disks", "ws.1234.engine-ffffffffffff.ext4"), // another engine's
 		filepath.Join(dir, "elsewhere", "ws.1234.engine-0123456789ab.ext4"),
-		filepath.Join(dir, "sandbox-mcp-disks", "..", "ws.1234.engine-0123456789ab.ext4"),
+		// Not clean: through a link, ".." leads elsewhere.
+		dir + "/sandbox-mcp-disks/sub/../ws.1234.engine-0123456789ab.ext4",
+		dir + "/sandbox-mcp-disks//ws.1234.engine-0123456789ab.ext4",
 		"sandbox-mcp-disks/ws.1234.engine-0123456789ab.ext4",
+		// Untagged, but not named for the volume removed ("ws").
+		filepath.Join(dir, "sandbox-mcp-disks", "other.0a1b2c3d.ext4"),
+		filepath.Join(dir, "sandbox-mcp-disks", "ws.0a1b2c3.ext4"),
+		filepath.Join(dir, "elsewhere", "ws.0a1b2c3d.ext4"),
 	} {
 		err := d.formatLeft(context.Background(), img, "/dev/loop-nonexistent")
 		if err == nil || !strings.Contains(err.Error(), "left as it is") {
@@ -152,13 +161,24 @@ func TestFormatLeftOnlyFormatsOwnImages(t *testing.T) {
 		if err := os.WriteFile(img, []byte("kept"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		d.removeImage(context.Background(), volumeJSON{Labels: map[string]string{LabelDiskImage: img}})
+		d.removeImage(context.Background(), "ws", volumeJSON{Labels: map[string]string{LabelDiskImage: img}})
 		if _, err := os.Stat(img); err != nil {
 			t.Errorf("%s: removed with its volume: %v", img, err)
 		}
 		_ = os.Remove(img)
 	}
-	if own := filepath.Join(dir, "sandbox-mcp-disks", "ws.1234.engine-0123456789ab.ext4"); !d.ownDiskImage(context.Background(), own) {
-		t.Errorf("%s is not taken for this engine's own", own)
+	// This engine's own go with their volume; so does one made for the
+	// volume before images carried their engine's tag.
+	for _, img := range []string{
+		filepath.Join(dir, "sandbox-mcp-disks", "ws.1234.engine-0123456789ab.ext4"),
+		filepath.Join(dir, "sandbox-mcp-disks", "ws.0a1b2c3d.ext4"),
+	} {
+		if err := os.WriteFile(img, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		d.removeImage(context.Background(), "ws", volumeJSON{Labels: map[string]string{LabelDiskImage: img}})
+		if _, err := os.Stat(img); !os.IsNotExist(err) {
+			t.Errorf("%s: not removed with its volume: %v", img, err)
+		}
 	}
 }

@@ -33,25 +33,52 @@ func killInCgroup(pid int, cgroup string) bool {
 // directory that the engine does not count as mounted).
 func unmountStale(path string) error { return unix.Unmount(path, 0) }
 
-// mountedAt reports whether a filesystem is mounted at path in this
-// process's mount namespace (the engine's, for a rootful engine).
-func mountedAt(path string) bool {
+// mountInfo is one mount of /proc/self/mountinfo.
+type mountInfo struct {
+	id           int
+	major, minor uint32
+}
+
+// of reports whether the mount is of the block device at path dev.
+func (m mountInfo) of(dev string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return false
+	}
+	return unix.Major(st.Rdev) == m.major && unix.Minor(st.Rdev) == m.minor
+}
+
+// mountAt returns the topmost mount at path in this process's mount
+// namespace (the engine's, for a rootful engine the server shares it
+// with), if there is one.
+func mountAt(path string) (mountInfo, bool) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false
+		return mountInfo{}, false
 	}
 	defer f.Close()
 	want := filepath.Clean(path)
+	var top mountInfo
+	found := false
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		// ID parent major:minor root mountpoint options ...
+		// ID parent major:minor root mountpoint options ...: a later
+		// line at the same point is mounted over an earlier one.
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMount(fields[4]) == want {
-			return true
+		if len(fields) < 5 || unescapeMount(fields[4]) != want {
+			continue
 		}
+		id, err1 := strconv.Atoi(fields[0])
+		maj, min, ok := strings.Cut(fields[2], ":")
+		ma, err2 := strconv.ParseUint(maj, 10, 32)
+		mi, err3 := strconv.ParseUint(min, 10, 32)
+		if err1 != nil || err2 != nil || err3 != nil || !ok {
+			continue
+		}
+		top, found = mountInfo{id: id, major: uint32(ma), minor: uint32(mi)}, true
 	}
-	return false
+	return top, found
 }
 
 // unescapeMount undoes the kernel's octal escapes (\040 for a space, and

@@ -45,7 +45,7 @@ func TestKillInCgroup(t *testing.T) {
 
 // The kernel escapes spaces and backslashes in mountinfo's paths; a
 // mount point is found under its real name, and "/" is mounted here.
-func TestMountedAt(t *testing.T) {
+func TestMountAt(t *testing.T) {
 	for in, want := range map[string]string{
 		`/a\040b`:       "/a b",
 		`/x\134y`:       `/x\y`,
@@ -57,10 +57,10 @@ func TestMountedAt(t *testing.T) {
 			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if !mountedAt("/") {
+	if _, ok := mountAt("/"); !ok {
 		t.Error(`"/" is not mounted`)
 	}
-	if mountedAt(t.TempDir()) {
+	if _, ok := mountAt(t.TempDir()); ok {
 		t.Error("a fresh directory is a mount point")
 	}
 }

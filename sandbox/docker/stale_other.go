@@ -11,5 +11,10 @@ func killInCgroup(int, string) bool { return false }
 // unmountStale: the engine's mounts are not on this kernel.
 func unmountStale(string) error { return errors.ErrUnsupported }
 
-// mountedAt: the engine's mounts are not on this kernel.
-func mountedAt(string) bool { return false }
+// mountInfo is one mount; none are read here.
+type mountInfo struct{ id int }
+
+func (mountInfo) of(string) bool { return false }
+
+// mountAt: the engine's mounts are not on this kernel.
+func mountAt(string) (mountInfo, bool) { return mountInfo{}, false }

@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,14 +161,28 @@ func TestRemoveAfterAKilledMount(t *testing.T) {
 			t.Fatalf("mount: %v: %s", err, out)
 		}
 		t.Cleanup(func() { _ = exec.Command("umount", at).Run() })
+		mounted := func() bool {
+			mounts, _ := os.ReadFile("/proc/self/mountinfo")
+			return strings.Contains(string(mounts), " "+at+" ")
+		}
+		// While a container (created, not running) names the volume, it
+		// stays as it is: in use.
+		ctr := prefix + "-killedrm"
+		cli("create", "--name", ctr, "--label", sandbox.LabelOwner+"="+prefix, "--mount", "type=volume,source="+vol+",target=/w", enginetest.SmallImage, "sleep", "infinity")
+		if err := d.VolumeRemove(ctx, vol); !errors.Is(err, sandbox.ErrInUse) || !mounted() {
+			t.Fatalf("remove while a container names the volume: %v (still mounted: %v), want it in use and left", err, mounted())
+		}
+		if err := d.Remove(ctx, ctr); err != nil {
+			t.Fatal(err)
+		}
 		if err := d.VolumeRemove(ctx, vol); err != nil {
 			t.Fatalf("remove: %v", err)
 		}
-		if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), " "+at+" ") {
+		if mounted() {
 			t.Errorf("%s is still mounted", at)
 		}
-		if out, _ := exec.Command("losetup", "--associated", img).Output(); len(out) > 0 {
-			t.Errorf("the image is still attached: %s", out)
+		if b := loopdisk.Backing(dev); strings.HasPrefix(b, img) {
+			t.Errorf("%s is still attached to the image: %s", dev, b)
 		}
 		if _, err := os.Stat(img); !os.IsNotExist(err) {
 			t.Errorf("the image is still there: %v", err)
