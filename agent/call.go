@@ -11,19 +11,30 @@ import (
 // connects to path, says token (a line), and serves the session over that
 // connection (Serve) until the server goes away. No engine exec carries
 // it, and the server learns of the agent's end from the connection's.
-func Call(path, token string) error {
+//
+// caInstalled adds CallCA to the token's line: the sandbox's main process
+// installed the server's egress CA before it started the agent.
+func Call(path, token string, caInstalled bool) error {
 	c, err := net.DialTimeout("unix", path, callDialTimeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	_ = c.SetWriteDeadline(time.Now().Add(callDialTimeout))
-	if _, err := c.Write([]byte(token + "\n")); err != nil {
+	line := token
+	if caInstalled {
+		line += CallCA
+	}
+	if _, err := c.Write([]byte(line + "\n")); err != nil {
 		return fmt.Errorf("say the token: %w", err)
 	}
 	_ = c.SetWriteDeadline(time.Time{})
 	return Serve(c, c)
 }
+
+// CallCA follows the token on a call's line when the egress CA was
+// installed before the agent started (Call).
+const CallCA = " ca"
 
 // callDialTimeout bounds the agent's connect and its token's write: the
 // server listens before the sandbox starts, and gives up on the call soon

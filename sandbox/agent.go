@@ -66,8 +66,8 @@ type agentConn struct {
 	stopEarly context.CancelFunc
 	// caAtStart: the agent the sandbox's main process started, after it
 	// installed this server's egress CA (agentCommand), called and was
-	// taken, so the install had run by then. Of the taken connection
-	// (calledAgent) it says the same for its own call.
+	// taken, and its call said the install put the CA in place. Of the
+	// taken connection (calledAgent) it says the same for its own call.
 	caAtStart bool
 }
 
@@ -421,7 +421,7 @@ func (m *Manager) adoptEarlyLocked(sb *Sandbox, a *agentConn) *agent.Client {
 }
 
 // agentInstalledCA reports whether sb's agent came from its main process
-// after that installed this server's egress CA (agentConn.caAtStart).
+// after that put this server's egress CA in place (agentConn.caAtStart).
 func (m *Manager) agentInstalledCA(sb *Sandbox) bool {
 	sb.agent.mu.Lock()
 	defer sb.agent.mu.Unlock()
@@ -731,7 +731,8 @@ type agentCall struct {
 	at    string // the socket's path as the sandbox sees it
 	once  sync.Once
 	// ca: the main process installs this server's egress CA before it
-	// starts the agent, so the agent's call says the install has run.
+	// starts the agent, whose call then says whether the install put it
+	// in place (agent.CallCA).
 	ca bool
 
 	arch, source string // the agent binary's
@@ -797,14 +798,15 @@ func agentCommand(path, sock, token, pem, mark string, cmd []string) []string {
 // agentStartScript is agentCommand's script. The CA's install runs in
 // the agent's own background subshell, just before the agent: a slow or
 // stuck install (a fifo where the file goes) holds back the agent only,
-// never the main command, and a taken call still says the install ran.
-// It runs only while the call's socket is there, at the container's first
-// start: a later start must not put back, over a CA another server
-// installed since, the one this container was made with.
+// never the main command, and the agent's call says whether it put the CA
+// in place (its "ca" argument: agent.CallCA). It runs only while the
+// call's socket is there, at the container's first start: a later start
+// must not put back, over a CA another server installed since, the one
+// this container was made with.
 const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null
-( (if [ -n "$4" ] && [ -S "$2" ]; then (set -- "$4" "$5"
+( (c=; if [ -n "$4" ] && [ -S "$2" ]; then if (set -- "$4" "$5"
 ` + caScript + `
-); fi; exec "$1" agent "$2" "$3") </dev/null >/dev/null 2>&1 & ); shift 5; exec "$@"`
+); then c=ca; fi; fi; exec "$1" agent "$2" "$3" $c) </dev/null >/dev/null 2>&1 & ); shift 5; exec "$@"`
 
 // callWait bounds the wait for a new sandbox's agent to call: it starts
 // with the container, before the boot's first shell opens, on a loaded
@@ -820,7 +822,7 @@ var callWait = 10 * time.Second
 // call within callWait (or ctx ended first) or did not answer (its
 // sandbox's first agentOf then starts one through an exec).
 func (m *Manager) calledAgent(ctx context.Context, call *agentCall) *agentConn {
-	conn, err := call.accept(ctx, callWait)
+	conn, caDone, err := call.accept(ctx, callWait)
 	if errors.Is(err, errNoCall) && ctx.Err() == nil && !m.callsFail.Swap(true) {
 		m.log.Warn("a new sandbox's agent did not call the server on its channel: new sandboxes start their agents through an exec from now on", "err", err)
 	}
@@ -834,7 +836,10 @@ func (m *Manager) calledAgent(ctx context.Context, call *agentCall) *agentConn {
 		m.log.Debug("the agent started with the sandbox did not answer", "err", err)
 		return nil
 	}
-	return &agentConn{c: c, arch: call.arch, source: call.source, caAtStart: call.ca}
+	if call.ca && !caDone {
+		m.log.Warn("the egress CA's install at the sandbox's start did not put it in place: it is tried again through a shell")
+	}
+	return &agentConn{c: c, arch: call.arch, source: call.source, caAtStart: call.ca && caDone}
 }
 
 // handAgent makes a spare's running agent sb's, and has it serve sb's

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-mcp/sandbox-mcp/agent"
 )
 
 // listenAgentCall listens in channel directory dir for the agent a new
@@ -52,7 +54,11 @@ func dropStaleCalls(dir string) {
 // nothing do not hold the agent's behind them; one that says anything
 // else is closed, and at most maxCallTries are taken. The socket is closed
 // either way. It returns errNoCall when nothing connected at all.
-func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, error) {
+//
+// The token's line is the token alone, or the token and agent.CallCA
+// when the main process installed the egress CA before it started the
+// agent (agentStartScript); the second result says which.
+func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, bool, error) {
 	defer c.Close()
 	deadline := time.Now().Add(wait)
 	_ = c.ln.SetDeadline(deadline)
@@ -60,7 +66,11 @@ func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, e
 	defer stop()
 	want := []byte(c.token + "\n")
 	helloWait := callHello
-	won := make(chan *net.UnixConn, 1)
+	type call struct {
+		conn *net.UnixConn
+		ca   bool
+	}
+	won := make(chan call, 1)
 	var decided, connected atomic.Bool
 	ended := make(chan error, 1)
 	go func() {
@@ -82,11 +92,22 @@ func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, e
 				}
 				_ = conn.SetReadDeadline(hello)
 				got := make([]byte, len(want))
-				if _, err := io.ReadFull(conn, got); err != nil || subtle.ConstantTimeCompare(got, want) != 1 || !decided.CompareAndSwap(false, true) {
+				_, err := io.ReadFull(conn, got)
+				ca := false
+				if err == nil && got[len(got)-1] == agent.CallCA[0] {
+					// The token, then agent.CallCA: read the rest of it.
+					got[len(got)-1] = '\n'
+					rest := make([]byte, len(agent.CallCA))
+					if _, err = io.ReadFull(conn, rest); err == nil && string(rest) != agent.CallCA[1:]+"\n" {
+						err = errors.New("not a call")
+					}
+					ca = err == nil
+				}
+				if err != nil || subtle.ConstantTimeCompare(got, want) != 1 || !decided.CompareAndSwap(false, true) {
 					conn.Close()
 					return
 				}
-				won <- conn
+				won <- call{conn, ca}
 			}()
 		}
 		reading.Wait()
@@ -94,24 +115,24 @@ func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, e
 	}()
 	var err error
 	select {
-	case conn := <-won:
-		_ = conn.SetReadDeadline(time.Time{})
-		return conn, nil
+	case w := <-won:
+		_ = w.conn.SetReadDeadline(time.Time{})
+		return w.conn, w.ca, nil
 	case err = <-ended:
 	}
 	select {
-	case conn := <-won: // said as the last reader ended
-		_ = conn.SetReadDeadline(time.Time{})
-		return conn, nil
+	case w := <-won: // said as the last reader ended
+		_ = w.conn.SetReadDeadline(time.Time{})
+		return w.conn, w.ca, nil
 	default:
 	}
 	switch {
 	case ctx.Err() != nil:
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	case !connected.Load():
-		return nil, fmt.Errorf("%w: %w", errNoCall, err)
+		return nil, false, fmt.Errorf("%w: %w", errNoCall, err)
 	}
-	return nil, fmt.Errorf("the agent did not call: %w", err)
+	return nil, false, fmt.Errorf("the agent did not call: %w", err)
 }
 
 // errNoCall is accept's error when nothing connected at all.

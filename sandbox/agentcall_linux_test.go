@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,12 +29,21 @@ func callDir(t *testing.T) string {
 }
 
 // What the sandbox sends on the agent's socket is untrusted: connections
-// that say nothing, or another token, are closed, and the agent that
-// says the token is taken, its session answering; the socket is gone
-// after.
+// that say nothing, or another token, or the token with something other
+// than agent.CallCA after it, are closed, and the agent that says the
+// token is taken, its session answering, with what it said of the CA's
+// install; the socket is gone after.
 func TestAgentCallTakesTheTokenOnly(t *testing.T) {
 	defer func(h time.Duration) { callHello = h }(callHello)
 	callHello = time.Minute // see the silent connections below
+	for _, caInstalled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no CA", true: "CA installed"}[caInstalled], func(t *testing.T) {
+			testAgentCallTakesTheTokenOnly(t, caInstalled)
+		})
+	}
+}
+
+func testAgentCallTakesTheTokenOnly(t *testing.T, caInstalled bool) {
 	dir := callDir(t)
 	call, err := listenAgentCall(dir)
 	if err != nil {
@@ -48,16 +58,20 @@ func TestAgentCallTakesTheTokenOnly(t *testing.T) {
 		t.Fatalf("the socket: %v, %v", fi, err)
 	}
 	taken := make(chan net.Conn, 1)
+	var caSaid bool
 	go func() {
-		c, err := call.accept(context.Background(), 20*time.Second)
+		c, ca, err := call.accept(context.Background(), 20*time.Second)
 		if err != nil {
 			t.Error(err)
 		}
+		caSaid = ca
 		taken <- c
 	}()
 	// One says another token, one says nothing and hangs up, one says a
-	// part of the right one and hangs up.
-	for _, say := range []string{strings.Repeat("0", 32) + "\n", "", call.token[:10]} {
+	// part of the right one and hangs up; two say the right one with
+	// something else after it.
+	for _, say := range []string{strings.Repeat("0", 32) + "\n", "", call.token[:10],
+		call.token + " cb\n", call.token + " ca"} {
 		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)
@@ -65,11 +79,12 @@ func TestAgentCallTakesTheTokenOnly(t *testing.T) {
 		c.Write([]byte(say))
 		c.Close()
 	}
-	// Three more connect and say nothing, and stay: the agent's call
-	// behind them is taken all the same, while they still wait (read one
-	// after another, it would wait a minute behind each).
+	// Two more connect and say nothing, and stay: the agent's call
+	// behind them (the eighth connection, the last accept takes) is taken
+	// all the same, while they still wait (read one after another, it
+	// would wait a minute behind each).
 	var silent []net.Conn
-	for range 3 {
+	for range 2 {
 		c, err := net.Dial("unix", path)
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +93,7 @@ func TestAgentCallTakesTheTokenOnly(t *testing.T) {
 		silent = append(silent, c)
 	}
 	served := make(chan error, 1)
-	go func() { served <- agent.Call(path, call.token) }()
+	go func() { served <- agent.Call(path, call.token, caInstalled) }()
 	var conn net.Conn
 	select {
 	case conn = <-taken:
@@ -93,6 +108,9 @@ func TestAgentCallTakesTheTokenOnly(t *testing.T) {
 	}
 	if conn == nil {
 		t.FailNow()
+	}
+	if caSaid != caInstalled {
+		t.Errorf("the call said the CA was installed: %v, want %v", caSaid, caInstalled)
 	}
 	c, err := agent.NewClient(conn, conn, conn.Close)
 	if err != nil {
@@ -152,7 +170,7 @@ func TestAgentCallGivesUp(t *testing.T) {
 			defer cancel()
 			done := make(chan error, 1)
 			go func() {
-				_, err := call.accept(ctx, wait)
+				_, _, err := call.accept(ctx, wait)
 				done <- err
 			}()
 			select {
@@ -251,5 +269,50 @@ func TestStaleCallSocketGoesBeforeAStart(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, live.name)); err != nil {
 		t.Fatalf("a socket a server listens on went: %v", err)
+	}
+}
+
+// A sandbox whose main process was to install the egress CA counts it as
+// installed only when its agent's call says the install held: otherwise
+// the CA goes in through a shell (controlSoon), which the first command
+// waits for.
+func TestCalledAgentSaysWhetherTheCAHeld(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		m := &Manager{log: slog.New(slog.DiscardHandler)}
+		dir := callDir(t)
+		call, err := listenAgentCall(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		call.ca = true
+		served := make(chan error, 1)
+		go func() { served <- agent.Call(filepath.Join(dir, call.name), call.token, held) }()
+		a := m.calledAgent(context.Background(), call)
+		if a == nil {
+			t.Fatal("the agent's call was not taken")
+		}
+		if a.caAtStart != held {
+			t.Errorf("the install held: %v; the agent taken says %v", held, a.caAtStart)
+		}
+		a.c.Close()
+		<-served
+	}
+}
+
+// The main process's start script parses in the shells images carry.
+func TestAgentStartScriptParses(t *testing.T) {
+	shells := 0
+	for _, sh := range [][]string{{"sh"}, {"dash"}, {"bash", "--posix"}, {"busybox", "sh"}} {
+		if _, err := exec.LookPath(sh[0]); err != nil {
+			continue
+		}
+		shells++
+		out, err := exec.Command(sh[0], append(sh[1:], "-n", "-c", agentStartScript)...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v: %s", sh, err, out)
+		}
+	}
+	if shells == 0 {
+		t.Skip("no shell here to parse it with")
 	}
 }

@@ -18,8 +18,8 @@ func listenAgentCall(dir string) (*agentCall, error) {
 // dropStaleCalls: no channels here.
 func dropStaleCalls(string) {}
 
-func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, error) {
-	return nil, errors.New("channels are served on Linux only")
+func (c *agentCall) accept(ctx context.Context, wait time.Duration) (net.Conn, bool, error) {
+	return nil, false, errors.New("channels are served on Linux only")
 }
 
 // errNoCall is accept's error when nothing connected at all.

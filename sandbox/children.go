@@ -220,7 +220,7 @@ func (m *Manager) controlSoon(sb *Sandbox, booted BootInfo) {
 	caThere := (!booted.Created || booted.Spare) && sb.caLabel != "" && sb.caLabel == m.caPrint()
 	// A container this boot created had the CA installed at its start,
 	// before the agent was (callingAgent): the agent's call, once taken,
-	// says the install ran.
+	// says whether the install put it in place.
 	caAtStart := sb.caAtStart && !caThere
 	waited := gate // read by the work alone once it runs
 	if !sb.Go(func(ctx context.Context) {
@@ -249,10 +249,11 @@ func (m *Manager) controlSoon(sb *Sandbox, booted BootInfo) {
 		}
 		if caAtStart {
 			if m.agentInstalledCA(sb) {
-				caThere = true
-				recheck()
+				caThere = true // and nothing to check: the call said the install held
 			} else {
-				ca.Go(func() { m.installCA(ctx, sb) }) // the agent came otherwise, or not at all
+				// The agent came otherwise, or not at all, or its call
+				// said the install failed.
+				ca.Go(func() { m.installCA(ctx, sb) })
 			}
 		}
 		if waited && caThere {

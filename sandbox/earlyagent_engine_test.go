@@ -156,8 +156,8 @@ func TestNewSandboxAgentCallsTheServer(t *testing.T) {
 				first = as[0]
 				return nil
 			})
-			if len(first) != 5 || first[0] != "1" || !strings.HasPrefix(first[3], sandbox.ChannelMount+"/a-") {
-				t.Fatalf("the new sandbox's agent runs as %q, want a child of init (ppid 1) calling a socket in %s", first, sandbox.ChannelMount)
+			if len(first) != 6 || first[0] != "1" || !strings.HasPrefix(first[3], sandbox.ChannelMount+"/a-") || first[5] != "ca" {
+				t.Fatalf("the new sandbox's agent runs as %q, want a child of init (ppid 1) calling a socket in %s, saying the CA is in place", first, sandbox.ChannelMount)
 			}
 
 			stop := exec.Command(rt.Binary(), "stop", "-t", "0", m.ContainerFor("box"))

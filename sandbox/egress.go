@@ -547,11 +547,11 @@ const caFile = "/usr/local/share/ca-certificates/sandbox-mcp-egress.crt"
 // system bundle where there is one (OpenSSL, curl, git, Python's ssl and
 // Go read it; Node reads NODE_EXTRA_CA_CERTS). What is at the temporary
 // name goes first: a fifo there (an image may ship one) would hold the
-// write.
+// write. Its status is 0 when both are in place, 1 when a write failed.
 const caScript = `d=/usr/local/share/ca-certificates; f=$d/sandbox-mcp-egress.crt
-mkdir -p "$d" 2>/dev/null && rm -f "$f.tmp" && printf '%s' "$1" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 0
+mkdir -p "$d" 2>/dev/null && rm -f "$f.tmp" && printf '%s' "$1" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 1
 b=/etc/ssl/certs/ca-certificates.crt
-if [ -f "$b" ] && ! grep -qF "$2" "$b"; then printf '%s' "$1" >>"$b"; fi
+if [ -f "$b" ] && ! grep -qF "$2" "$b"; then printf '%s' "$1" >>"$b" || exit 1; fi
 exit 0`
 
 // caRun is caScript with its arguments, in a subshell: a housekeeping
