@@ -798,15 +798,16 @@ func agentCommand(path, sock, token, pem, mark string, cmd []string) []string {
 // agentStartScript is agentCommand's script. The CA's install runs in
 // the agent's own background subshell, just before the agent: a slow or
 // stuck install (a fifo where the file goes) holds back the agent only,
-// never the main command, and the agent's call says whether it put the CA
-// in place (its "ca" argument: agent.CallCA). It runs only while the
+// never the main command, and the agent's call says whether it is done
+// with (its "ca" argument: agent.CallCA): the CA in place, or stores the
+// sandbox's user may not write (caScript's 2). It runs only while the
 // call's socket is there, at the container's first start: a later start
 // must not put back, over a CA another server installed since, the one
 // this container was made with.
 const agentStartScript = `ln -sf "$1" "` + ctlLink + `" 2>/dev/null
-( (c=; if [ -n "$4" ] && [ -S "$2" ]; then if (set -- "$4" "$5"
+( (c=; if [ -n "$4" ] && [ -S "$2" ]; then (set -- "$4" "$5"
 ` + caScript + `
-); then c=ca; fi; fi; exec "$1" agent "$2" "$3" $c) </dev/null >/dev/null 2>&1 & ); shift 5; exec "$@"`
+); case $? in 0|2) c=ca; esac; fi; exec "$1" agent "$2" "$3" $c) </dev/null >/dev/null 2>&1 & ); shift 5; exec "$@"`
 
 // callWait bounds the wait for a new sandbox's agent to call: it starts
 // with the container, before the boot's first shell opens, on a loaded
@@ -837,7 +838,7 @@ func (m *Manager) calledAgent(ctx context.Context, call *agentCall) *agentConn {
 		return nil
 	}
 	if call.ca && !caDone {
-		m.log.Warn("the egress CA's install at the sandbox's start did not put it in place: it is tried again through a shell")
+		m.log.Info("the egress CA's install at the sandbox's start failed: it is tried again through a shell")
 	}
 	return &agentConn{c: c, arch: call.arch, source: call.source, caAtStart: call.ca && caDone}
 }

@@ -203,7 +203,9 @@ func (m *Manager) restartAgentWhenGone(ctx context.Context, sb *Sandbox, done <-
 //     (installSpareCA): the same;
 //   - a container this boot created, whose start installed the CA before
 //     it started the agent that called this server (callingAgent,
-//     agentStartScript): the same, once that agent is taken.
+//     agentStartScript), once that agent is taken, if its call says the
+//     install is done: nothing runs later (a call that says it failed
+//     has the install run through a shell at once, and waited for).
 //
 // A failure is logged: the sandbox works without it (an allowlist sandbox
 // without a way out).

@@ -547,17 +547,22 @@ const caFile = "/usr/local/share/ca-certificates/sandbox-mcp-egress.crt"
 // system bundle where there is one (OpenSSL, curl, git, Python's ssl and
 // Go read it; Node reads NODE_EXTRA_CA_CERTS). What is at the temporary
 // name goes first: a fifo there (an image may ship one) would hold the
-// write. Its status is 0 when both are in place, 1 when a write failed.
+// write. Its status is 0 when both are in place, 2 when the sandbox's
+// user may not write them (an image whose user is not root: nothing to
+// try again), 1 when a write failed otherwise.
 const caScript = `d=/usr/local/share/ca-certificates; f=$d/sandbox-mcp-egress.crt
-mkdir -p "$d" 2>/dev/null && rm -f "$f.tmp" && printf '%s' "$1" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 1
+mkdir -p "$d" 2>/dev/null; [ -d "$d" ] && [ -w "$d" ] || exit 2
+rm -f "$f.tmp" && printf '%s' "$1" >"$f.tmp" && mv -f "$f.tmp" "$f" || exit 1
 b=/etc/ssl/certs/ca-certificates.crt
-if [ -f "$b" ] && ! grep -qF "$2" "$b"; then printf '%s' "$1" >>"$b" || exit 1; fi
+if [ -f "$b" ] && ! grep -qF "$2" "$b"; then [ -w "$b" ] || exit 2; printf '%s' "$1" >>"$b" || exit 1; fi
 exit 0`
 
 // caRun is caScript with its arguments, in a subshell: a housekeeping
 // script runs in the framing shell, which its exit and set must not touch.
+// Its status is 0 unless a write failed that may hold another time
+// (caScript's 1).
 func caRun(pem, mark string) string {
-	return "(set -- " + shellQuote(pem) + " " + shellQuote(mark) + "\n" + caScript + "\n)"
+	return "(set -- " + shellQuote(pem) + " " + shellQuote(mark) + "\n" + caScript + "\n) || [ $? -eq 2 ]"
 }
 
 // LabelCA records, on an allowlist container, the print (caPrint) of the

@@ -464,7 +464,7 @@ type claim struct {
 	c      Container
 	pool   *shell.Pool
 	agent  *agentConn
-	caDone bool // the egress CA install ran in it while it waited
+	caDone bool // the egress CA install is done in it (installed, or not the user's to write), run while it waited
 }
 
 // localSpare is a spare this server booted, as inspected then, with
@@ -476,13 +476,13 @@ type localSpare struct {
 	pool   *shell.Pool
 	holder *atomic.Pointer[owner]
 	agent  *agentConn
-	caDone bool // the egress CA install ran in it (installSpareCA)
+	caDone bool // the egress CA install is done in it (installSpareCA)
 }
 
 // installSpareCA runs the egress CA's install (installCA's) in an
 // allowlist spare through its open shell while it waits, so that the
 // first command of the sandbox that claims it need not wait for that
-// (controlSoon); false if it did not run. The install puts the CA in the
+// (controlSoon); false if it did not run or failed (caRun). The install puts the CA in the
 // trust stores the image has, as it would at the sandbox's boot.
 func (m *Manager) installSpareCA(ctx context.Context, pool *shell.Pool) bool {
 	if m.cfg.CA == nil || pool == nil {

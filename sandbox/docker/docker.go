@@ -645,7 +645,10 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 // it is not: podman's removal refuses such a volume ("device or resource
 // busy") and would leave its loop device. Only v's own device mounted
 // there is unmounted, only while no container (in any state) uses the
-// volume, and only if it is still the same mount after that look.
+// volume, and only if it is still the same mount after that look (by its
+// mount ID, which the kernel may give again to a mount of the same device
+// made there in between: that takes another server's unmount and a start
+// in that gap, and costs podman's count of the mount, not data).
 func (d *Dialect) unmountKilled(ctx context.Context, name string, v volumeJSON) error {
 	dev := v.Options["device"]
 	if dev == "" || !filepath.IsAbs(v.Mountpoint) {

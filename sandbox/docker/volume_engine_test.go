@@ -161,9 +161,13 @@ func TestRemoveAfterAKilledMount(t *testing.T) {
 			t.Fatalf("mount: %v: %s", err, out)
 		}
 		t.Cleanup(func() { _ = exec.Command("umount", at).Run() })
+		real := at
+		if r, err := filepath.EvalSymlinks(at); err == nil {
+			real = r // mountinfo names the resolved path
+		}
 		mounted := func() bool {
 			mounts, _ := os.ReadFile("/proc/self/mountinfo")
-			return strings.Contains(string(mounts), " "+at+" ")
+			return strings.Contains(string(mounts), " "+real+" ")
 		}
 		// While a container (created, not running) names the volume, it
 		// stays as it is: in use.
