@@ -346,22 +346,20 @@ var mountedAlready = regexp.MustCompile(`mounting volume ([A-Za-z0-9][A-Za-z0-9_
 
 // unmountLeft undoes what a killed podman left when a start failed with
 // mountedAlready: the volume's own data directory (as its inspect gives
-// it) is unmounted when no running container uses the volume. It reports
-// whether it did.
+// it) is unmounted when no running container uses the volume
+// (unmountStale). It reports whether it did.
 func (d *Dialect) unmountLeft(ctx context.Context, startErr error) bool {
 	m := mountedAlready.FindStringSubmatch(startErr.Error())
 	if m == nil {
 		return false
 	}
 	vol, path := m[1], m[2]
-	if v, err := d.volumeInspect(ctx, vol); err != nil || v.Mountpoint != path {
+	v, err := d.volumeInspect(ctx, vol)
+	if err != nil || v.Mountpoint != path {
 		return false
 	}
-	out, err := d.cli.Output(ctx, nil, "ps", "--quiet", "--filter", "volume="+vol, "--filter", "status=running")
-	if err != nil || strings.TrimSpace(string(out)) != "" {
-		return false
-	}
-	return unmountStale(path) == nil
+	done, err := d.unmountStale(ctx, vol, v, "status=running")
+	return done && err == nil
 }
 
 // Stop implements sandbox.Runtime.
@@ -624,7 +622,8 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 		return err
 	}
 	if d.flavor == Podman {
-		if err := d.unmountKilled(ctx, name, v); err != nil {
+		// Any container that names the volume, in any state, keeps it.
+		if _, err := d.unmountStale(ctx, name, v); err != nil {
 			return err
 		}
 	}
@@ -640,19 +639,21 @@ func (d *Dialect) VolumeRemove(ctx context.Context, name string) error {
 	return nil
 }
 
-// unmountKilled unmounts what a killed `podman run` or `start` left
+// unmountStale unmounts what a killed `podman run` or `start` left
 // mounted at sized volume v's data directory while podman's record says
-// it is not: podman's removal refuses such a volume ("device or resource
-// busy") and would leave its loop device. Only v's own device mounted
-// there is unmounted, only while no container (in any state) uses the
-// volume, and only if it is still the same mount after that look (by its
-// mount ID, which the kernel may give again to a mount of the same device
-// made there in between: that takes another server's unmount and a start
-// in that gap, and costs podman's count of the mount, not data).
-func (d *Dialect) unmountKilled(ctx context.Context, name string, v volumeJSON) error {
+// it is not: podman's start fails on such a volume ("already mounted"),
+// and its removal refuses it ("device or resource busy") and would leave
+// its loop device. Only v's own device mounted there is unmounted, only
+// while no container matching filters (ps's, beside the volume's) uses
+// the volume, and only if it is still the same mount after that look (by
+// its mount ID, which the kernel may give again to a mount of the same
+// device made there in between: that takes another server's unmount and a
+// start in that gap, and costs podman's count of the mount, not data). It
+// reports whether it unmounted.
+func (d *Dialect) unmountStale(ctx context.Context, name string, v volumeJSON, filters ...string) (bool, error) {
 	dev := v.Options["device"]
 	if dev == "" || !filepath.IsAbs(v.Mountpoint) {
-		return nil
+		return false, nil
 	}
 	at := v.Mountpoint
 	if real, err := filepath.EvalSymlinks(at); err == nil {
@@ -660,22 +661,26 @@ func (d *Dialect) unmountKilled(ctx context.Context, name string, v volumeJSON) 
 	}
 	first, ok := mountAt(at)
 	if !ok || !first.of(dev) {
-		return nil
+		return false, nil
 	}
-	out, err := d.cli.Output(ctx, nil, "ps", "--all", "--quiet", "--filter", "volume="+name)
+	args := []string{"ps", "--all", "--quiet", "--filter", "volume=" + name}
+	for _, f := range filters {
+		args = append(args, "--filter", f)
+	}
+	out, err := d.cli.Output(ctx, nil, args...)
 	if err != nil {
-		return fmt.Errorf("volume %s: find the containers that use it: %w", name, err)
+		return false, fmt.Errorf("volume %s: find the containers that use it: %w", name, err)
 	}
 	if strings.TrimSpace(string(out)) != "" {
-		return nil // podman refuses the removal: in use
+		return false, nil // in use
 	}
 	if now, ok := mountAt(at); !ok || now.id != first.id {
-		return nil // unmounted meanwhile, or mounted again by a start
+		return false, nil // unmounted meanwhile, or mounted again by a start
 	}
-	if err := unmountStale(at); err != nil {
-		return fmt.Errorf("volume %s: unmount what a killed start left at %s: %w", name, at, err)
+	if err := unmount(at); err != nil {
+		return false, fmt.Errorf("volume %s: unmount what a killed start left at %s: %w", name, at, err)
 	}
-	return nil
+	return true, nil
 }
 
 // VolumeRemoveArgs builds the argv (without the program) that removes

@@ -29,9 +29,9 @@ func killInCgroup(pid int, cgroup string) bool {
 	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
 }
 
-// unmountStale unmounts the filesystem mounted at path (a volume's data
-// directory that the engine does not count as mounted).
-func unmountStale(path string) error { return unix.Unmount(path, 0) }
+// unmount unmounts the filesystem mounted at path (a volume's data
+// directory that the engine does not count as mounted: Dialect.unmountStale).
+func unmount(path string) error { return unix.Unmount(path, 0) }
 
 // mountInfo is one mount of /proc/self/mountinfo.
 type mountInfo struct {

@@ -8,8 +8,8 @@ import "errors"
 // this kernel.
 func killInCgroup(int, string) bool { return false }
 
-// unmountStale: the engine's mounts are not on this kernel.
-func unmountStale(string) error { return errors.ErrUnsupported }
+// unmount: the engine's mounts are not on this kernel.
+func unmount(string) error { return errors.ErrUnsupported }
 
 // mountInfo is one mount; none are read here.
 type mountInfo struct{ id int }
