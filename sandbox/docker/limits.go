@@ -405,7 +405,7 @@ const formatLeftWait = time.Minute
 // so that a maker still at work finishes first, and still without a
 // filesystem then, on the device that image is attached to.
 func (d *Dialect) formatLeft(ctx context.Context, img, dev string) error {
-	if !d.ownDiskImage(ctx, img) {
+	if dir, tag := d.diskPlace(ctx); !ownDiskImage(img, dir, tag) {
 		return fmt.Errorf("workspace image %s has no filesystem and is not one of this engine's workspace images: left as it is", img)
 	}
 	release, err := loopdisk.Hold(ctx, img, formatLeftWait)
@@ -465,21 +465,37 @@ func (d *Dialect) VolumeSize(ctx context.Context, name string) (int64, bool, err
 
 // removeImage deletes the image behind removed volume name, if it is one
 // of this engine's workspace images (ownDiskImage), or one made for that
-// volume before images carried their engine's tag.
+// volume before images carried their engine's tag (untaggedImage).
 func (d *Dialect) removeImage(ctx context.Context, name string, v volumeJSON) {
 	img := v.Labels[LabelDiskImage]
-	if d.ownDiskImage(ctx, img) || d.untaggedImage(img, name) {
+	if dir, tag := d.diskPlace(ctx); ownDiskImage(img, dir, tag) || untaggedImage(img, name, dir) {
 		loopdisk.Detach(img)
 	}
 }
 
+// diskPlace is the directory of this engine's workspace images and the
+// tag their names carry ("" where it makes none), as DiskSupport learns
+// them once.
+func (d *Dialect) diskPlace(ctx context.Context) (dir, tag string) {
+	d.DiskSupport(context.WithoutCancel(ctx))
+	d.diskMu.Lock()
+	defer d.diskMu.Unlock()
+	return d.disksDir, d.diskTag
+}
+
+// ownDiskImage reports whether img names one of the workspace images of
+// the engine whose images are in dir with tag in their names. Whatever
+// else a volume's label names (a volume made by hand, another engine's
+// image) is never formatted or deleted here.
+func ownDiskImage(img, dir, tag string) bool {
+	return dir != "" && tag != "" && filepath.IsAbs(img) && filepath.Clean(img) == img &&
+		filepath.Dir(img) == dir && strings.HasSuffix(filepath.Base(img), "."+tag+".ext4")
+}
+
 // untaggedImage reports whether img is the name an image made for volume
 // name had before images carried their engine's tag: <name>.<8 hex
-// digits>.ext4 in the images' directory.
-func (d *Dialect) untaggedImage(img, name string) bool {
-	d.diskMu.Lock()
-	dir := d.disksDir
-	d.diskMu.Unlock()
+// digits>.ext4 in dir.
+func untaggedImage(img, name, dir string) bool {
 	rest, ok := strings.CutPrefix(filepath.Base(img), name+".")
 	hexPart, ok2 := strings.CutSuffix(rest, ".ext4")
 	if !ok || !ok2 || len(hexPart) != 8 || dir == "" || img != filepath.Join(dir, filepath.Base(img)) {
@@ -487,19 +503,6 @@ func (d *Dialect) untaggedImage(img, name string) bool {
 	}
 	_, err := hex.DecodeString(hexPart)
 	return err == nil
-}
-
-// ownDiskImage reports whether img names one of this engine's workspace
-// images: a file in its images' directory whose name carries its tag.
-// Whatever else a volume's label names (a volume made by hand, another
-// engine's image) is never formatted or deleted here.
-func (d *Dialect) ownDiskImage(ctx context.Context, img string) bool {
-	d.DiskSupport(context.WithoutCancel(ctx)) // sets disksDir and diskTag, once
-	d.diskMu.Lock()
-	dir, tag := d.disksDir, d.diskTag
-	d.diskMu.Unlock()
-	return dir != "" && tag != "" && filepath.IsAbs(img) && filepath.Clean(img) == img &&
-		filepath.Dir(img) == dir && strings.HasSuffix(filepath.Base(img), "."+tag+".ext4")
 }
 
 // RootfsDir implements sandbox.UsageDirs: overlay's upper directory.
