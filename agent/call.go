@@ -13,7 +13,8 @@ import (
 // it, and the server learns of the agent's end from the connection's.
 //
 // caInstalled adds CallCA to the token's line: the sandbox's main process
-// installed the server's egress CA before it started the agent.
+// is done with the server's egress CA's install (the CA in place, or
+// trust stores its user may not write) before it started the agent.
 func Call(path, token string, caInstalled bool) error {
 	c, err := net.DialTimeout("unix", path, callDialTimeout)
 	if err != nil {
@@ -32,8 +33,8 @@ func Call(path, token string, caInstalled bool) error {
 	return Serve(c, c)
 }
 
-// CallCA follows the token on a call's line when the egress CA was
-// installed before the agent started (Call).
+// CallCA follows the token on a call's line when the egress CA's install
+// was done before the agent started (Call).
 const CallCA = " ca"
 
 // callDialTimeout bounds the agent's connect and its token's write: the

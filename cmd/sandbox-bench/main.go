@@ -196,8 +196,9 @@ func (b *bench) firstExec() error {
 // warmSettle is how long the warm figures wait after the sandbox's boot:
 // the server's first seconds hold work of its own (the boot of the warm
 // spare it keeps, begun with the server; the disk watcher's first looks),
-// whose engine calls take the machine's cores from the commands timed. 10 s was quiet on a 2-core machine; the commands timed during
-// that work are reported on a line of their own.
+// whose engine calls take the machine's cores from the commands timed.
+// 10 s was quiet on a 2-core machine; the commands timed during that work
+// are reported on a line of their own.
 const warmSettle = 10 * time.Second
 
 // warmExec: a warm exec of true through MCP over stdio vs one engine exec,
